@@ -1,0 +1,92 @@
+// Package transport is the small interface llmq uses to talk to a message
+// broker, with one adapter per broker in the sub-packages kafka, rabbitmq and
+// memory. Every adapter passes the conformance suite in transporttest, which
+// declares the features each one guarantees.
+//
+// Delivery is at-least-once: a message is handed out by Consume and stays
+// owned by the consumer until it is acked. A message not acked when the
+// consumer goes away (Close, a crash, a lost connection) is delivered again.
+package transport
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrClosed is returned by any call on a closed Publisher or Subscriber, and
+// by Ack/Nack on a message whose subscriber was closed.
+var ErrClosed = errors.New("transport: closed")
+
+// Message is one job message and its broker metadata.
+type Message struct {
+	// Key is the Kafka key (tenant or id); empty on RabbitMQ.
+	Key []byte
+	// Value is the job's JSON wire form.
+	Value []byte
+	// Headers are broker headers (Kafka headers, AMQP table of strings).
+	Headers map[string]string
+	// Priority is 0 (low) .. 9 (high); RabbitMQ maps it to the message
+	// priority property; Kafka ignores it.
+	Priority uint8
+
+	// Source names where the message came from, for dead letters:
+	// "topic/partition/offset" or "queue/delivery-tag".
+	Source string
+	// Redelivered is true when the broker knows it delivered this message
+	// before (RabbitMQ redelivered flag; Kafka cannot tell and says false).
+	Redelivered bool
+	// ReceivedAt is when the consumer got the message.
+	ReceivedAt time.Time
+
+	ack  func(ctx context.Context) error
+	nack func(ctx context.Context) error
+}
+
+// NewMessage builds a delivered message whose Ack and Nack call the given
+// functions. Adapters use it; producers build a plain Message literal.
+func NewMessage(m Message, ack, nack func(ctx context.Context) error) *Message {
+	m.ack, m.nack = ack, nack
+	return &m
+}
+
+// Ack tells the broker the message is done and must not come back. On Kafka
+// the commit may be delayed until every earlier offset of the partition is
+// acked (only the contiguous acked prefix is committed).
+func (m *Message) Ack(ctx context.Context) error {
+	if m.ack == nil {
+		return errors.New("transport: ack of a message that was not delivered")
+	}
+	return m.ack(ctx)
+}
+
+// Nack gives the message back for redelivery (RabbitMQ requeue). On Kafka it
+// leaves the offset uncommitted so it is delivered again after a restart or
+// rebalance.
+func (m *Message) Nack(ctx context.Context) error {
+	if m.nack == nil {
+		return errors.New("transport: nack of a message that was not delivered")
+	}
+	return m.nack(ctx)
+}
+
+// Publisher sends messages to a named destination (topic or queue).
+type Publisher interface {
+	// Publish sends msgs to dest and returns once the broker confirmed all of
+	// them (Kafka acks from all replicas, RabbitMQ publisher confirms).
+	Publish(ctx context.Context, dest string, msgs ...Message) error
+	Close() error
+}
+
+// Subscriber hands out the messages of one topic or queue.
+type Subscriber interface {
+	// Consume delivers messages on the returned channel until ctx is done
+	// or Close is called; then the channel is closed. At most prefetch
+	// messages are outstanding (delivered and not yet acked or nacked).
+	Consume(ctx context.Context) (<-chan *Message, error)
+	// Depth reports the messages waiting: Kafka consumer-group lag (high
+	// watermark minus committed offset over all partitions), RabbitMQ ready
+	// plus unacked.
+	Depth(ctx context.Context) (int64, error)
+	Close() error
+}

@@ -1,0 +1,205 @@
+package llmq
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Priority orders jobs inside a worker's scheduler. Aging lifts old low
+// priority jobs so that none starves.
+type Priority string
+
+const (
+	PriorityHigh   Priority = "high"
+	PriorityNormal Priority = "normal"
+	PriorityLow    Priority = "low"
+)
+
+// Valid reports whether p is one of the three priorities.
+func (p Priority) Valid() bool {
+	return p == PriorityHigh || p == PriorityNormal || p == PriorityLow
+}
+
+// Rank is 0 for high, 1 for normal and 2 for low (lower runs first).
+func (p Priority) Rank() int {
+	switch p {
+	case PriorityHigh:
+		return 0
+	case PriorityLow:
+		return 2
+	}
+	return 1
+}
+
+// DefaultTenant is the tenant of a job that names none.
+const DefaultTenant = "default"
+
+// MaxMessageBytesDefault is the default limit on an encoded job's size.
+const MaxMessageBytesDefault = 1 << 20
+
+// Job is one chat-completion request to run, as published on the wire.
+type Job struct {
+	// ID is 1-128 characters of [A-Za-z0-9._:-]; a UUIDv7 when the producer
+	// gives none. It is the idempotency key: one stored result per ID.
+	ID string `json:"id"`
+	// Tenant owns the job; "default" when empty.
+	Tenant string `json:"tenant"`
+	// Priority is high, normal or low; normal when empty.
+	Priority Priority `json:"priority"`
+	// Deadline, when set, is the time after which the job is not started
+	// (it becomes expired instead).
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Deferrable jobs may be sent through the provider's Batch API.
+	Deferrable bool `json:"deferrable,omitempty"`
+	// FallbackModels are tried in order when the primary model stays rate
+	// limited after its retries.
+	FallbackModels []string `json:"fallback_models,omitempty"`
+	// Metadata is free-form and stored with the job.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Body is an OpenAI chat-completions request, kept byte for byte.
+	Body json.RawMessage `json:"body"`
+
+	// model, maxTokens are read from Body by Decode/Validate.
+	model     string
+	maxTokens int
+}
+
+// Model is the body's "model" field as decoded.
+func (j *Job) Model() string { return j.model }
+
+// MaxOutputTokens is the body's max_completion_tokens, else max_tokens, else 0
+// (unset) as decoded.
+func (j *Job) MaxOutputTokens() int { return j.maxTokens }
+
+// Encode returns the wire form of j.
+func (j *Job) Encode() ([]byte, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("llmq: encode job %q: %w", j.ID, err)
+	}
+	return b, nil
+}
+
+// WithModel returns the body with "model" replaced, every other field kept
+// as the producer sent it. It is how a fallback model is applied.
+func (j *Job) WithModel(model string) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(j.Body, &m); err != nil {
+		return nil, fmt.Errorf("llmq: job %q body: %w", j.ID, err)
+	}
+	mb, _ := json.Marshal(model)
+	m["model"] = mb
+	return json.Marshal(m)
+}
+
+// DecodeOptions tune [Decode]. The zero value uses the defaults.
+type DecodeOptions struct {
+	// MaxMessageBytes limits the encoded job. 0 means
+	// MaxMessageBytesDefault; -1 means no limit.
+	MaxMessageBytes int
+}
+
+// Decode parses and validates one wire message. It never panics. On bad input
+// it returns a *ValidationError naming every failing field; the job is nil.
+// An absent id is replaced by a new UUIDv7, an absent tenant by "default" and
+// an absent priority by "normal".
+func Decode(data []byte, opts DecodeOptions) (*Job, error) {
+	limit := opts.MaxMessageBytes
+	if limit == 0 {
+		limit = MaxMessageBytesDefault
+	}
+	if limit > 0 && len(data) > limit {
+		return nil, &ValidationError{Errors: []FieldError{{
+			Field: "", Message: fmt.Sprintf("message is %d bytes, over the %d byte limit", len(data), limit),
+			Code: CodeTooLarge,
+		}}}
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, &ValidationError{Errors: []FieldError{{Field: "", Message: "message is not a JSON object", Code: CodeInvalidJSON}}}
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &raw); err != nil {
+		return nil, &ValidationError{Errors: []FieldError{{Field: "", Message: "message is not valid JSON: " + err.Error(), Code: CodeInvalidJSON}}}
+	}
+	j := &Job{}
+	var errs []FieldError
+	decodeField(raw, "id", &j.ID, "a string", &errs)
+	decodeField(raw, "tenant", &j.Tenant, "a string", &errs)
+	decodeField(raw, "priority", &j.Priority, "a string", &errs)
+	var deadline *string
+	decodeField(raw, "deadline", &deadline, "an RFC 3339 time string", &errs)
+	if deadline != nil {
+		t, err := time.Parse(time.RFC3339Nano, *deadline)
+		if err != nil {
+			errs = append(errs, FieldError{Field: "deadline", Message: fmt.Sprintf("%q is not an RFC 3339 time", *deadline), Code: CodeInvalidValue})
+		} else {
+			j.Deadline = &t
+		}
+	}
+	decodeField(raw, "deferrable", &j.Deferrable, "a boolean", &errs)
+	decodeField(raw, "fallback_models", &j.FallbackModels, "an array of strings", &errs)
+	decodeField(raw, "metadata", &j.Metadata, "an object of strings", &errs)
+	if b, ok := raw["body"]; ok && !isNull(b) {
+		j.Body = append(json.RawMessage(nil), b...)
+	}
+	if j.ID == "" && !hasField(errs, "id") {
+		id, err := newID()
+		if err != nil {
+			return nil, fmt.Errorf("llmq: generate id: %w", err)
+		}
+		j.ID = id
+	}
+	if j.Tenant == "" && !hasField(errs, "tenant") {
+		j.Tenant = DefaultTenant
+	}
+	if j.Priority == "" && !hasField(errs, "priority") {
+		j.Priority = PriorityNormal
+	}
+	errs = append(errs, j.validate(errs)...)
+	if len(errs) > 0 {
+		return nil, &ValidationError{Errors: errs}
+	}
+	return j, nil
+}
+
+// Validate checks a job built in Go (not decoded) and fills in the model and
+// token fields read from its body. It applies no defaults: call it after
+// setting ID, Tenant and Priority, or use [Job.Normalize] first.
+func (j *Job) Validate() error {
+	if errs := j.validate(nil); len(errs) > 0 {
+		return &ValidationError{Errors: errs}
+	}
+	return nil
+}
+
+// Normalize fills in the defaults Decode applies: a UUIDv7 id, the default
+// tenant and normal priority.
+func (j *Job) Normalize() error {
+	if j.ID == "" {
+		id, err := newID()
+		if err != nil {
+			return fmt.Errorf("llmq: generate id: %w", err)
+		}
+		j.ID = id
+	}
+	if j.Tenant == "" {
+		j.Tenant = DefaultTenant
+	}
+	if j.Priority == "" {
+		j.Priority = PriorityNormal
+	}
+	return nil
+}
+
+func newID() (string, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", err
+	}
+	return u.String(), nil
+}

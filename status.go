@@ -1,0 +1,82 @@
+package llmq
+
+// Status is where a job is in its lifecycle. Terminal states are never left.
+type Status string
+
+const (
+	// StatusQueued: recorded by the producer or the API, waiting in the broker.
+	// Moved out by a worker's claim (running), by the batch collector
+	// (batched), by a deadline (expired) or by the API (cancelled).
+	StatusQueued Status = "queued"
+	// StatusRunning: claimed by a worker holding a lease. A worker moves it to
+	// succeeded, retrying, failed or dead_lettered. Another worker may claim it
+	// again (running → running) once the lease has expired.
+	StatusRunning Status = "running"
+	// StatusRetrying: an attempt failed with a retryable error and the worker
+	// waits out its backoff before the next attempt (retrying → running).
+	StatusRetrying Status = "retrying"
+	// StatusBatched: inside a provider Batch API batch; the batch poller moves
+	// it to succeeded or dead_lettered, or back to queued for the live lane.
+	StatusBatched Status = "batched"
+	// StatusSucceeded is terminal: the result is stored.
+	StatusSucceeded Status = "succeeded"
+	// StatusFailed is terminal: a permanent upstream error (400, 401, 404,
+	// insufficient_quota).
+	StatusFailed Status = "failed"
+	// StatusDeadLettered is terminal: retries exhausted or a poison message.
+	StatusDeadLettered Status = "dead_lettered"
+	// StatusExpired is terminal: the deadline passed before the job started.
+	StatusExpired Status = "expired"
+	// StatusCancelled is terminal: cancelled through the API before it started.
+	StatusCancelled Status = "cancelled"
+)
+
+// Statuses lists every status in lifecycle order.
+var Statuses = []Status{
+	StatusQueued, StatusRunning, StatusRetrying, StatusBatched,
+	StatusSucceeded, StatusFailed, StatusDeadLettered, StatusExpired, StatusCancelled,
+}
+
+// transitions is the legal-transition table of DESIGN.md.
+var transitions = map[Status][]Status{
+	StatusQueued:   {StatusRunning, StatusBatched, StatusExpired, StatusCancelled, StatusDeadLettered},
+	StatusRunning:  {StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDeadLettered, StatusExpired, StatusQueued},
+	StatusRetrying: {StatusRunning, StatusDeadLettered, StatusExpired, StatusFailed},
+	StatusBatched:  {StatusSucceeded, StatusDeadLettered, StatusQueued, StatusFailed},
+}
+
+// Valid reports whether s is one of the defined statuses.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether s is a final state that is never left.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusDeadLettered, StatusExpired, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// CanTransition reports whether a job may move from one status to another.
+// running → running is legal: it is a new worker taking over an expired lease.
+// running → queued is legal: a worker that shuts down hands its job back.
+func CanTransition(from, to Status) bool {
+	for _, t := range transitions[from] {
+		if t == to {
+			return true
+		}
+	}
+	return false
+}
+
+// TransitionsFrom returns the statuses a job may move to from s.
+func TransitionsFrom(s Status) []Status {
+	return append([]Status(nil), transitions[s]...)
+}

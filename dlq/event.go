@@ -1,0 +1,43 @@
+package dlq
+
+import "time"
+
+// Reason is the class of cause for which a job was dead-lettered. Alerts are
+// grouped by reason and tenant.
+type Reason string
+
+const (
+	// ReasonPoison: the message could not be decoded or failed validation;
+	// it is never retried.
+	ReasonPoison Reason = "poison"
+	// ReasonRetriesExhausted: every attempt (and fallback) failed with a
+	// retryable error such as 429 or 5xx.
+	ReasonRetriesExhausted Reason = "retries_exhausted"
+	// ReasonPermanentError: the upstream answered with an error retrying
+	// cannot fix (400, 401, 404, insufficient_quota).
+	ReasonPermanentError Reason = "permanent_error"
+	// ReasonExpired: the job's deadline passed before it started.
+	ReasonExpired Reason = "expired"
+	// ReasonUnknown stands in for an event that names no reason.
+	ReasonUnknown Reason = "unknown"
+)
+
+// Event is one dead-lettered job, as reported to an [Alerter].
+type Event struct {
+	// JobID is the dead-lettered job's id.
+	JobID string
+	// Tenant owns the job; empty means llmq.DefaultTenant.
+	Tenant string
+	// Reason classifies the cause; empty means ReasonUnknown.
+	Reason Reason
+	// LastError is the last error the job met, as shown to a person. It is
+	// cut to 500 bytes in notifications.
+	LastError string
+	// Model is the model of the last attempt; may be empty.
+	Model string
+	// Time is when the job was dead-lettered; zero means when Notify was
+	// called. It is shown in notifications; grouping uses the alerter's
+	// clock at Notify, so that events stamped by other clocks cannot open or
+	// close a burst early.
+	Time time.Time
+}

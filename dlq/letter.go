@@ -1,0 +1,39 @@
+package dlq
+
+import "time"
+
+// Letter is one dead-lettered message: the original bytes and why they are
+// here. The worker builds it; a [Writer] records it in Postgres, publishes
+// it to the dead-letter queue and raises an alert.
+type Letter struct {
+	// JobID is the job's id; empty for a poison message whose id could not
+	// be read.
+	JobID string
+	// Tenant owns the job; empty means llmq.DefaultTenant.
+	Tenant string
+	// Reason classifies the cause.
+	Reason Reason
+	// LastError is the last error met (a validation error, the last
+	// upstream error).
+	LastError string
+	// Attempts is how many upstream calls were made.
+	Attempts int
+	// Model is the model of the last attempt; may be empty.
+	Model string
+	// Message is the original message, byte for byte.
+	Message []byte
+	// Key is the original Kafka key; empty on RabbitMQ.
+	Key []byte
+	// Headers are the original broker headers.
+	Headers map[string]string
+	// Source is where the message came from: "topic/partition/offset" or
+	// "queue/delivery-tag".
+	Source string
+	// At is when the job was dead-lettered; zero means now.
+	At time.Time
+}
+
+// Event returns the alert event for the letter.
+func (l Letter) Event() Event {
+	return Event{JobID: l.JobID, Tenant: l.Tenant, Reason: l.Reason, LastError: l.LastError, Model: l.Model, Time: l.At}
+}

@@ -1,0 +1,201 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/shaping"
+)
+
+// Defaults of Config.
+const (
+	MaxInFlightDefault          = 256
+	MaxAttemptsDefault          = 8
+	FallbackAfterDefault        = 3
+	LeaseDefault                = 2 * time.Minute
+	ShutdownTimeoutDefault      = 30 * time.Second
+	DefaultMaxOutputDefault     = 1024
+	MaxMessageBytesDefault      = 1 << 20
+	ContextWindowDefault        = 0 // unknown: not checked
+	StoreRetryIntervalDefault   = time.Second
+	LeasedRecheckMaxWaitDefault = 30 * time.Second
+)
+
+// Model is what the worker knows about one model: its quota (which shapes
+// its lane), its context window (checked before a fallback) and its prices.
+type Model struct {
+	// RPM and TPM are the provider's per-minute limits; 0 = unknown (the
+	// adaptive strategy learns them).
+	RPM, TPM float64
+	// Concurrency is the starting (or, for fixed strategies, the fixed)
+	// number of requests in flight. 0 = shaping.LaneConcurrencyDefault.
+	Concurrency int
+	// ContextWindow is the model's maximum prompt + output tokens; 0 =
+	// unknown, not checked.
+	ContextWindow int
+	// MaxOutputDefault is reserved for a job that sets no max tokens.
+	// 0 = DefaultMaxOutputDefault.
+	MaxOutputDefault int
+	// InputPricePer1M and OutputPricePer1M are USD per million tokens, for
+	// the cost stored with each result. 0 = free.
+	InputPricePer1M, OutputPricePer1M float64
+	// Fallbacks are tried, in order, after a job's own fallback_models.
+	Fallbacks []string
+}
+
+// DeadLetterer takes the jobs that must not be retried any more: it records
+// the letter, publishes it to the dead-letter queue, marks the job
+// dead_lettered and raises an alert. [dlq.Writer] implements it.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, l dlq.Letter) error
+}
+
+// Router diverts a claimed job away from the live lane (the Batch API lane
+// of package batchapi). Route returns true when it took the job: the job is
+// then in a stored state (batched) and its message may be acked.
+type Router interface {
+	Route(ctx context.Context, rec *store.JobRecord) (bool, error)
+}
+
+// Config configures a Worker. Fields marked required have no default.
+type Config struct {
+	// Subscriber delivers the job messages. Required.
+	Subscriber transport.Subscriber
+	// Store is the Postgres job store. Required.
+	Store *store.Store
+	// Client calls the OpenAI-compatible upstream (see NewOpenAIClient).
+	// Required.
+	Client *openai.Client
+	// DeadLetters takes exhausted and poison jobs. Required.
+	DeadLetters DeadLetterer
+	// Router, when set, may divert deferrable jobs to the batch lane.
+	Router Router
+
+	// Strategy is the shaping strategy of every lane. "" = shape when a
+	// model's quota is known, adaptive when not.
+	Strategy shaping.Strategy
+	// Models holds per-model settings; a model not listed uses Default.
+	Models map[string]Model
+	// Default is the settings of any model not in Models.
+	Default Model
+	// Provider selects the upstream's error dialect. Default ProviderOpenAI.
+	Provider Provider
+	// Estimator counts prompt tokens. nil = a new shaping.Estimator.
+	Estimator *shaping.Estimator
+
+	// MaxInFlight bounds the messages held at once (waiting, calling or
+	// backing off). Default 256. The subscriber's prefetch should match.
+	MaxInFlight int
+	// MaxAttempts bounds the upstream calls of one job, fallbacks included.
+	// Default 8.
+	MaxAttempts int
+	// FallbackAfter is how many rate-limited calls a model gets before the
+	// job moves to the next fallback model. Default 3.
+	FallbackAfter int
+	// Backoff shapes retry delays; zero fields take its defaults.
+	Backoff Backoff
+	// Lease is how long a claim keeps other workers off a running job; it
+	// is extended before each attempt. Default 2m.
+	Lease time.Duration
+	// ShutdownTimeout bounds how long Stop waits for in-flight jobs before
+	// it hands them back to the broker. Default 30s.
+	ShutdownTimeout time.Duration
+	// AgingStep is the wait that lifts a job one priority level.
+	// Default AgingStepDefault.
+	AgingStep time.Duration
+	// MaxMessageBytes limits one message; 0 = 1 MiB, -1 = no limit.
+	MaxMessageBytes int
+	// Owner names this worker in job leases. Default host:pid:random.
+	Owner string
+
+	// Logger receives the worker's logs. nil = slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the worker's metrics. nil = not registered.
+	Registerer prometheus.Registerer
+	// Clock drives shaping waits and backoff. nil = the system clock.
+	Clock shaping.Clock
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Provider == "" {
+		c.Provider = ProviderOpenAI
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = MaxInFlightDefault
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = MaxAttemptsDefault
+	}
+	if c.FallbackAfter <= 0 {
+		c.FallbackAfter = FallbackAfterDefault
+	}
+	c.Backoff = c.Backoff.WithDefaults()
+	if c.Lease <= 0 {
+		c.Lease = LeaseDefault
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = ShutdownTimeoutDefault
+	}
+	if c.AgingStep <= 0 {
+		c.AgingStep = AgingStepDefault
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = shaping.SystemClock{}
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Subscriber == nil {
+		errs = append(errs, errors.New("worker: Config.Subscriber is required"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("worker: Config.Store is required"))
+	}
+	if c.Client == nil {
+		errs = append(errs, errors.New("worker: Config.Client is required"))
+	}
+	if c.DeadLetters == nil {
+		errs = append(errs, errors.New("worker: Config.DeadLetters is required"))
+	}
+	if _, err := shaping.ParseStrategy(string(c.Strategy)); err != nil {
+		errs = append(errs, fmt.Errorf("worker: Config.Strategy: %w", err))
+	}
+	if c.Provider != ProviderOpenAI && c.Provider != ProviderDashScope {
+		errs = append(errs, fmt.Errorf("worker: Config.Provider: unknown provider %q (want openai or dashscope)", c.Provider))
+	}
+	return errors.Join(errs...)
+}
+
+// model returns the settings of a model.
+func (c Config) model(name string) Model {
+	m, ok := c.Models[name]
+	if !ok {
+		m = c.Default
+	}
+	if m.MaxOutputDefault <= 0 {
+		m.MaxOutputDefault = DefaultMaxOutputDefault
+	}
+	return m
+}

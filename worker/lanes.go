@@ -1,0 +1,110 @@
+package worker
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/llmq/llmq/shaping"
+)
+
+// lane is one model's shaping lane and the priority queue in front of it.
+// One dispatcher goroutine per lane takes the most urgent waiting job (by
+// priority with aging) and waits in the shaper for it, so admission order
+// follows priority while the shaper keeps its strict FIFO among admitted
+// reservations.
+type lane struct {
+	shaper *shaping.Lane
+	sched  *Scheduler[*ticket]
+}
+
+// ticket is one job waiting for admission. Whoever moves state away from
+// ticketWaiting first owns the outcome: the dispatcher answers on done, or
+// the job abandons the ticket (its context ended) and the dispatcher gives
+// back any permit it got for it.
+type ticket struct {
+	ctx   context.Context
+	req   shaping.Request
+	done  chan admission // buffered 1
+	state atomic.Int32
+}
+
+const (
+	ticketWaiting int32 = iota
+	ticketAnswered
+	ticketAbandoned
+)
+
+// answer hands the admission to the job, or gives it back if the job left.
+func (t *ticket) answer(a admission) {
+	if t.state.CompareAndSwap(ticketWaiting, ticketAnswered) {
+		t.done <- a
+		return
+	}
+	if a.permit != nil {
+		a.permit.Cancel()
+	}
+}
+
+// wait returns the admission, or ctx's error when ctx ends first.
+func (t *ticket) wait(ctx context.Context) admission {
+	select {
+	case a := <-t.done:
+		return a
+	case <-ctx.Done():
+		if t.state.CompareAndSwap(ticketWaiting, ticketAbandoned) {
+			return admission{err: ctx.Err()}
+		}
+		return <-t.done
+	}
+}
+
+type admission struct {
+	permit *shaping.Permit
+	err    error
+}
+
+// lane returns the lane of model, starting it on first use.
+func (w *Worker) lane(model string) *lane {
+	w.lanesMu.Lock()
+	defer w.lanesMu.Unlock()
+	if l, ok := w.lanes[model]; ok {
+		return l
+	}
+	m := w.cfg.model(model)
+	strategy := w.cfg.Strategy
+	if strategy == "" {
+		strategy = shaping.DefaultStrategy(m.RPM, m.TPM)
+	}
+	shaper, err := shaping.NewLane(shaping.LaneConfig{
+		Name: model, Strategy: strategy, RPM: m.RPM, TPM: m.TPM,
+		Concurrency: m.Concurrency, DefaultMaxOutput: m.MaxOutputDefault, Clock: w.cfg.Clock,
+	})
+	if err != nil {
+		// The settings were validated at start-up; a lane that cannot be
+		// built falls back to no shaping rather than stopping all work.
+		w.log.Error("build shaping lane; using strategy retry", "model", model, "error", err)
+		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: model, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
+	}
+	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock.Now)}
+	w.lanes[model] = l
+	w.background.Add(1)
+	go w.dispatch(l)
+	return l
+}
+
+// dispatch admits the lane's tickets one at a time in scheduler order until
+// the worker's work context ends.
+func (w *Worker) dispatch(l *lane) {
+	defer w.background.Done()
+	for {
+		t, err := l.sched.Pop(w.workCtx)
+		if err != nil {
+			return
+		}
+		if t.state.Load() == ticketAbandoned {
+			continue
+		}
+		p, err := l.shaper.Admit(t.ctx, t.req)
+		t.answer(admission{permit: p, err: err})
+	}
+}

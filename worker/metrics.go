@@ -1,0 +1,70 @@
+package worker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the worker's Prometheus series; names and labels are the
+// contract of docs/metrics.md.
+type metrics struct {
+	jobs             *prometheus.CounterVec
+	upstream         *prometheus.CounterVec
+	tokens           *prometheus.CounterVec
+	retries          *prometheus.CounterVec
+	fallbacks        *prometheus.CounterVec
+	shapingWait      prometheus.Histogram
+	inFlight         prometheus.Gauge
+	concurrencyLimit *prometheus.GaugeVec
+	bucketLevel      *prometheus.GaugeVec
+	jobDuration      prometheus.Histogram
+	queueDepth       prometheus.Gauge
+	deadLetters      *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_jobs_total", Help: "Jobs that reached a state, by status.",
+		}, []string{"status"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_upstream_requests_total", Help: "Upstream calls by model and HTTP status (or error).",
+		}, []string{"model", "code"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_tokens_total", Help: "Tokens settled from upstream usage, by model and kind.",
+		}, []string{"model", "kind"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_retries_total", Help: "Attempts retried after a retryable error, by model.",
+		}, []string{"model"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_fallbacks_total", Help: "Jobs moved to a fallback model.",
+		}, []string{"from", "to"}),
+		shapingWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "llmq_shaping_wait_seconds", Help: "Time a job waited in shaping before its upstream call.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmq_in_flight", Help: "Upstream calls in flight in this worker.",
+		}),
+		concurrencyLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmq_concurrency_limit", Help: "Current concurrency limit per model.",
+		}, []string{"model"}),
+		bucketLevel: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmq_bucket_level", Help: "Tokens left in a shaping bucket (negative in debt).",
+		}, []string{"model", "bucket"}),
+		jobDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "llmq_job_duration_seconds", Help: "Time from claim to terminal state.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
+		}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmq_queue_depth", Help: "Messages waiting in the broker (ready messages or consumer-group lag).",
+		}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_dead_letters_total", Help: "Jobs dead-lettered, by reason.",
+		}, []string{"reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.retries, m.fallbacks, m.shapingWait,
+			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.jobDuration, m.queueDepth, m.deadLetters)
+	}
+	return m
+}

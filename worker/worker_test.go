@@ -1,0 +1,317 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/store/storetest"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/internal/transport/memory"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/worker"
+)
+
+// letters records dead letters and marks their jobs, as dlq.Writer does,
+// without a broker: the worker's own tests check what it hands over.
+type letters struct {
+	store *store.Store
+	mu    sync.Mutex
+	got   []dlq.Letter
+}
+
+func (l *letters) DeadLetter(ctx context.Context, letter dlq.Letter) error {
+	if letter.JobID != "" {
+		if err := l.store.MarkDeadLettered(ctx, letter.JobID, string(letter.Reason), letter.LastError); err != nil &&
+			!isIgnorable(err) {
+			return err
+		}
+	}
+	l.mu.Lock()
+	l.got = append(l.got, letter)
+	l.mu.Unlock()
+	return nil
+}
+
+func isIgnorable(err error) bool {
+	return err != nil && (errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrTerminal))
+}
+
+func (l *letters) all() []dlq.Letter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]dlq.Letter(nil), l.got...)
+}
+
+type testBundle struct {
+	store   *store.Store
+	broker  *memory.Broker
+	pub     transport.Publisher
+	sim     *upstreamsim.TestServer
+	letters *letters
+	queue   string
+}
+
+func setup(t *testing.T, simCfg upstreamsim.Config) *testBundle {
+	t.Helper()
+	st, err := store.Open(context.Background(), storetest.NewDB(t))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	b := memory.New()
+	return &testBundle{
+		store: st, broker: b, pub: b.NewPublisher(), sim: upstreamsim.NewTestServer(t, simCfg),
+		letters: &letters{store: st}, queue: "jobs",
+	}
+}
+
+// start runs a worker over the bundle's queue until the test ends.
+func (tb *testBundle) start(t *testing.T, mutate func(*worker.Config)) *worker.Worker {
+	t.Helper()
+	sub, err := tb.broker.NewSubscriber(tb.queue, memory.Config{Prefetch: 64})
+	require.NoError(t, err)
+	cfg := worker.Config{
+		Subscriber:  sub,
+		Store:       tb.store,
+		Client:      worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 5 * time.Second}),
+		DeadLetters: tb.letters,
+		Strategy:    shaping.StrategyRetry,
+		MaxInFlight: 64,
+		Backoff:     worker.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond, MaxRetryAfter: 50 * time.Millisecond},
+		Logger:      slog.New(slog.DiscardHandler),
+		Registerer:  prometheus.NewRegistry(),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	w, err := worker.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
+	})
+	return w
+}
+
+func jobJSON(id, model string, extra string) []byte {
+	return []byte(fmt.Sprintf(`{"id":%q,"body":{"model":%q,"max_tokens":32,"messages":[{"role":"user","content":"Say hello number %s"}]}%s}`,
+		id, model, id, extra))
+}
+
+func (tb *testBundle) publish(t *testing.T, values ...[]byte) {
+	t.Helper()
+	msgs := make([]transport.Message, len(values))
+	for i, v := range values {
+		msgs[i] = transport.Message{Value: v}
+	}
+	require.NoError(t, tb.pub.Publish(context.Background(), tb.queue, msgs...))
+}
+
+// waitTerminal polls Postgres until every id is terminal.
+func (tb *testBundle) waitTerminal(t *testing.T, ids []string, timeout time.Duration) map[string]*store.JobRecord {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	out := map[string]*store.JobRecord{}
+	for {
+		for _, id := range ids {
+			if _, done := out[id]; done {
+				continue
+			}
+			rec, err := tb.store.GetByID(context.Background(), id)
+			if err == nil && rec.Status.Terminal() {
+				out[id] = rec
+			}
+		}
+		if len(out) == len(ids) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d jobs terminal after %v", len(out), len(ids), timeout)
+		}
+		time.Sleep(20 * time.Millisecond) // polling an external system; not a correctness wait
+	}
+}
+
+func TestWorkerRunsJobsToSuccess(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 1})
+	tb.start(t, nil)
+	var ids []string
+	var values [][]byte
+	for i := range 200 {
+		id := fmt.Sprintf("ok-%03d", i)
+		ids = append(ids, id)
+		values = append(values, jobJSON(id, "gpt-4o-mini", ""))
+	}
+	tb.publish(t, values...)
+	recs := tb.waitTerminal(t, ids, 60*time.Second)
+	for _, id := range ids {
+		rec := recs[id]
+		require.Equal(t, llmq.StatusSucceeded, rec.Status, "%s: %s %s", id, rec.ErrorCode, rec.ErrorMessage)
+		require.Equal(t, "gpt-4o-mini", rec.UsedModel)
+		var resp struct {
+			Object string `json:"object"`
+			Usage  struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		require.NoError(t, json.Unmarshal(rec.Result, &resp))
+		require.Equal(t, "chat.completion", resp.Object)
+		require.Equal(t, rec.PromptTokens, resp.Usage.PromptTokens)
+		require.Positive(t, rec.PromptTokens)
+		require.Positive(t, rec.CompletionTokens)
+		require.Equal(t, 1, rec.Attempts)
+	}
+	require.EqualValues(t, 200, tb.sim.Sim.Stats().Total.Accepted, "one upstream call per job")
+	require.Empty(t, tb.letters.all())
+	require.Zero(t, tb.broker.Depth(tb.queue))
+}
+
+func TestWorkerPoisonMessagesAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 2})
+	tb.start(t, nil)
+	poison := map[string]string{
+		"not json":        "message is not",
+		`{"id":"p-1"}`:    "body: is required",
+		`{"id":"p 2","body":{"model":"m","messages":[{"role":"user","content":"x"}]}}`: "id:",
+		`{"id":"p-3","body":{"model":"m","messages":[]}}`:                              "body.messages: must not be empty",
+		`{"id":"p-4","priority":"urgent","body":{"model":"m","messages":[{"role":"user","content":"x"}]}}`: "priority:",
+	}
+	var values [][]byte
+	for v := range poison {
+		values = append(values, []byte(v))
+	}
+	good := []string{"good-1", "good-2", "good-3"}
+	for _, id := range good {
+		values = append(values, jobJSON(id, "gpt-4o-mini", ""))
+	}
+	tb.publish(t, values...)
+	recs := tb.waitTerminal(t, good, 30*time.Second)
+	for _, id := range good {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status)
+	}
+	require.Eventually(t, func() bool { return len(tb.letters.all()) == len(poison) }, 10*time.Second, 10*time.Millisecond)
+	for _, l := range tb.letters.all() {
+		require.Equal(t, dlq.ReasonPoison, l.Reason)
+		want, ok := poison[string(l.Message)]
+		require.True(t, ok, "unexpected letter %q", l.Message)
+		require.Contains(t, l.LastError, want)
+	}
+}
+
+func TestWorkerFaultStorm(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 3, Faults: upstreamsim.FaultConfig{Rates: map[upstreamsim.FaultKind]float64{
+		upstreamsim.FaultServerError: 0.1, upstreamsim.FaultBadGateway: 0.05, upstreamsim.FaultOverloaded: 0.05,
+		upstreamsim.FaultConnectionReset: 0.1,
+	}}})
+	tb.start(t, func(c *worker.Config) { c.MaxAttempts = 10 })
+	var ids []string
+	var values [][]byte
+	for i := range 300 {
+		id := fmt.Sprintf("storm-%03d", i)
+		ids = append(ids, id)
+		values = append(values, jobJSON(id, "gpt-4o-mini", ""))
+	}
+	tb.publish(t, values...)
+	recs := tb.waitTerminal(t, ids, 90*time.Second)
+	succeeded := 0
+	for _, rec := range recs {
+		if rec.Status == llmq.StatusSucceeded {
+			succeeded++
+		}
+	}
+	require.GreaterOrEqual(t, succeeded, 297, "at least 99%% succeed")
+	var faults int64
+	for _, n := range tb.sim.Sim.Stats().Total.Faults {
+		faults += n
+	}
+	require.Positive(t, faults, "the storm happened")
+}
+
+func TestWorkerFallbackOnlyOnRateLimits(t *testing.T) {
+	t.Parallel()
+	// The primary model allows 1 request per minute: after the first job,
+	// every call to it is a 429 and jobs move to the fallback. A model that
+	// answers 500 never triggers a fallback.
+	tb := setup(t, upstreamsim.Config{Seed: 4,
+		// Without the 60 s Retry-After of a 1 RPM limit, a 429 pauses the
+		// lane for shaping's default second.
+		OmitRetryAfterOn429: true, OmitRateLimitHeadersOn429: true,
+		Models: map[string]upstreamsim.ModelConfig{"primary": {Limits: upstreamsim.Limits{RPM: 1, TPM: -1}}},
+		Faults: upstreamsim.FaultConfig{Rates: map[upstreamsim.FaultKind]float64{upstreamsim.FaultServerError: 1}, Models: []string{"broken"}},
+	})
+	tb.start(t, func(c *worker.Config) { c.FallbackAfter = 2; c.MaxAttempts = 4 })
+	var ids []string
+	var values [][]byte
+	for i := range 10 {
+		id := fmt.Sprintf("fb-%02d", i)
+		ids = append(ids, id)
+		values = append(values, jobJSON(id, "primary", `,"fallback_models":["backup"]`))
+	}
+	values = append(values, jobJSON("broken-1", "broken", `,"fallback_models":["backup"]`))
+	tb.publish(t, values...)
+	recs := tb.waitTerminal(t, append(ids, "broken-1"), 60*time.Second)
+	usedBackup := 0
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status)
+		if recs[id].UsedModel == "backup" {
+			usedBackup++
+		}
+	}
+	require.GreaterOrEqual(t, usedBackup, 9, "all but the first job fall back")
+	broken := recs["broken-1"]
+	require.Equal(t, llmq.StatusDeadLettered, broken.Status, "5xx exhausts retries, never falls back")
+	stats := tb.sim.Sim.Stats()
+	require.Zero(t, stats.Models["backup"].Accepted-int64(usedBackup), "backup served only the rate-limited jobs")
+}
+
+func TestWorkerPermanentErrorsFail(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 5, Faults: upstreamsim.FaultConfig{
+		Rates:  map[upstreamsim.FaultKind]float64{upstreamsim.FaultInsufficientQuota: 1},
+		Models: []string{"no-credit"},
+	}})
+	tb.start(t, nil)
+	tb.publish(t, jobJSON("quota-1", "no-credit", ""))
+	rec := tb.waitTerminal(t, []string{"quota-1"}, 30*time.Second)["quota-1"]
+	require.Equal(t, llmq.StatusFailed, rec.Status)
+	require.Equal(t, "insufficient_quota", rec.ErrorCode)
+	require.Equal(t, 1, rec.Attempts, "insufficient_quota is never retried")
+}
+
+func TestWorkerExpiresJobsPastDeadline(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 6})
+	tb.start(t, nil)
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	tb.publish(t, jobJSON("late-1", "gpt-4o-mini", `,"deadline":"`+past+`"`))
+	rec := tb.waitTerminal(t, []string{"late-1"}, 30*time.Second)["late-1"]
+	require.Equal(t, llmq.StatusExpired, rec.Status)
+	require.Zero(t, tb.sim.Sim.Stats().Models["gpt-4o-mini"].Accepted)
+}
+
+func TestWorkerRedeliveryOfTerminalJobIsAckedWithoutCall(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 7})
+	tb.start(t, nil)
+	tb.publish(t, jobJSON("dup-1", "gpt-4o-mini", ""))
+	tb.waitTerminal(t, []string{"dup-1"}, 30*time.Second)
+	tb.publish(t, jobJSON("dup-1", "gpt-4o-mini", ""))
+	require.Eventually(t, func() bool { return tb.broker.Depth(tb.queue) == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, tb.sim.Sim.Stats().Models["gpt-4o-mini"].Accepted)
+}

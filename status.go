@@ -1,6 +1,9 @@
 package llmq
 
-// Status is where a job is in its lifecycle. Terminal states are never left.
+// Status is where a job is in its lifecycle. Terminal states are never left,
+// with one exception: a replay of its dead letter moves a dead_lettered job
+// back to queued (store.Requeue, an explicit operation outside
+// CanTransition).
 type Status string
 
 const (
@@ -13,7 +16,8 @@ const (
 	// again (running → running) once the lease has expired.
 	StatusRunning Status = "running"
 	// StatusRetrying: an attempt failed with a retryable error and the worker
-	// waits out its backoff before the next attempt (retrying → running).
+	// waits out its backoff, still holding the lease, before the next attempt
+	// (retrying → running); a worker shutting down hands it back (queued).
 	StatusRetrying Status = "retrying"
 	// StatusBatched: inside a provider Batch API batch; the batch poller moves
 	// it to succeeded or dead_lettered, or back to queued for the live lane.
@@ -24,6 +28,10 @@ const (
 	// insufficient_quota).
 	StatusFailed Status = "failed"
 	// StatusDeadLettered is terminal: retries exhausted or a poison message.
+	// It is the one terminal state that can be left, and only by an
+	// operator's replay of the dead letter (llmq dlq replay, POST
+	// /v1/dead-letters/{id}/replay), which requeues the job with its attempts
+	// reset (store.Requeue); CanTransition does not list that move.
 	StatusDeadLettered Status = "dead_lettered"
 	// StatusExpired is terminal: the deadline passed before the job started.
 	StatusExpired Status = "expired"
@@ -41,7 +49,7 @@ var Statuses = []Status{
 var transitions = map[Status][]Status{
 	StatusQueued:   {StatusRunning, StatusBatched, StatusExpired, StatusCancelled, StatusDeadLettered},
 	StatusRunning:  {StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDeadLettered, StatusExpired, StatusQueued},
-	StatusRetrying: {StatusRunning, StatusDeadLettered, StatusExpired, StatusFailed},
+	StatusRetrying: {StatusRunning, StatusDeadLettered, StatusExpired, StatusFailed, StatusQueued, StatusSucceeded},
 	StatusBatched:  {StatusSucceeded, StatusDeadLettered, StatusQueued, StatusFailed},
 }
 
@@ -55,7 +63,8 @@ func (s Status) Valid() bool {
 	return false
 }
 
-// Terminal reports whether s is a final state that is never left.
+// Terminal reports whether s is a final state that is never left (except by
+// the replay of a dead letter, see StatusDeadLettered).
 func (s Status) Terminal() bool {
 	switch s {
 	case StatusSucceeded, StatusFailed, StatusDeadLettered, StatusExpired, StatusCancelled:
@@ -66,7 +75,10 @@ func (s Status) Terminal() bool {
 
 // CanTransition reports whether a job may move from one status to another.
 // running → running is legal: it is a new worker taking over an expired lease.
-// running → queued is legal: a worker that shuts down hands its job back.
+// running → queued and retrying → queued are legal: a worker that shuts down
+// hands its job back. retrying → succeeded is legal: a worker whose lease
+// expired mid-call still stores its result after the job's new holder
+// marked it retrying (a result is never thrown away).
 func CanTransition(from, to Status) bool {
 	for _, t := range transitions[from] {
 		if t == to {

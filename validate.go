@@ -1,9 +1,14 @@
 package llmq
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Field error codes, stable for clients and dead-letter reasons.
@@ -17,6 +22,11 @@ const (
 
 // MaxIDLength is the longest job id accepted.
 const MaxIDLength = 128
+
+// MaxOutputTokensLimit is the largest max_tokens / max_completion_tokens
+// accepted (no model comes near it; it keeps token arithmetic far from
+// overflow).
+const MaxOutputTokensLimit = 1 << 24
 
 // FieldError is one failing field, named by its JSON path ("body.messages",
 // "priority"); Field is empty when the message as a whole is bad.
@@ -56,15 +66,19 @@ func (e *ValidationError) Fields() []string {
 }
 
 // decodeField unmarshals raw[name] into dst when present and not null,
-// recording a type error under name.
-func decodeField(raw map[string]json.RawMessage, name string, dst any, want string, errs *[]FieldError) {
+// recording a type error under name. On error dst is left untouched (a
+// partial decode such as ["a", 1] must not be validated again).
+func decodeField[T any](raw map[string]json.RawMessage, name string, dst *T, want string, errs *[]FieldError) {
 	b, ok := raw[name]
 	if !ok || isNull(b) {
 		return
 	}
-	if err := json.Unmarshal(b, dst); err != nil {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
 		*errs = append(*errs, FieldError{Field: name, Code: CodeInvalidType, Message: "must be " + want})
+		return
 	}
+	*dst = v
 }
 
 func isNull(b json.RawMessage) bool { return string(b) == "null" }
@@ -77,6 +91,10 @@ func hasField(errs []FieldError, name string) bool {
 	}
 	return false
 }
+
+// ValidID reports whether s is a valid job id or tenant: 1-128 characters
+// of [A-Za-z0-9._:-].
+func ValidID(s string) bool { return validID(s) }
 
 func validID(id string) bool {
 	if len(id) == 0 || len(id) > MaxIDLength {
@@ -110,8 +128,13 @@ func (j *Job) validate(prior []FieldError) []FieldError {
 		add("priority", CodeInvalidValue, "must be one of high, normal, low; got %q", j.Priority)
 	}
 	for i, m := range j.FallbackModels {
-		if strings.TrimSpace(m) == "" {
-			add(fmt.Sprintf("fallback_models[%d]", i), CodeInvalidValue, "must be a non-empty model name")
+		if strings.TrimSpace(m) == "" || !storableString(m) {
+			add(fmt.Sprintf("fallback_models[%d]", i), CodeInvalidValue, "must be a non-empty model name of valid UTF-8 without NUL")
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(j.Metadata)) {
+		if !storableString(k) || !storableString(j.Metadata[k]) {
+			add("metadata."+k, CodeInvalidValue, "keys and values must be valid UTF-8 without NUL")
 		}
 	}
 	errs = append(errs, j.validateBody()...)
@@ -132,11 +155,15 @@ func (j *Job) validateBody() []FieldError {
 		add("body", CodeInvalidType, "must be an object")
 		return errs
 	}
+	if problem := unstorable(j.Body); problem != "" {
+		add("body", CodeInvalidValue, "%s", problem)
+	}
+	var model string
 	if b, ok := body["model"]; !ok || isNull(b) {
 		add("body.model", CodeRequired, "is required")
-	} else if err := json.Unmarshal(b, &j.model); err != nil {
+	} else if err := json.Unmarshal(b, &model); err != nil {
 		add("body.model", CodeInvalidType, "must be a string")
-	} else if strings.TrimSpace(j.model) == "" {
+	} else if strings.TrimSpace(model) == "" {
 		add("body.model", CodeRequired, "must not be empty")
 	}
 	if b, ok := body["messages"]; !ok || isNull(b) {
@@ -150,7 +177,7 @@ func (j *Job) validateBody() []FieldError {
 		} else {
 			for i, m := range msgs {
 				var msg map[string]json.RawMessage
-				if err := json.Unmarshal(m, &msg); err != nil {
+				if err := json.Unmarshal(m, &msg); err != nil || msg == nil {
 					add(fmt.Sprintf("body.messages[%d]", i), CodeInvalidType, "must be an object")
 					continue
 				}
@@ -161,26 +188,139 @@ func (j *Job) validateBody() []FieldError {
 			}
 		}
 	}
-	j.maxTokens = 0
+	maxTokens := 0
 	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
 		b, ok := body[name]
 		if !ok || isNull(b) {
 			continue
 		}
 		var n float64
-		if err := json.Unmarshal(b, &n); err != nil || n != float64(int(n)) {
+		if err := json.Unmarshal(b, &n); err != nil || n != math.Trunc(n) {
 			add("body."+name, CodeInvalidType, "must be an integer")
 			continue
 		}
-		if n <= 0 {
-			add("body."+name, CodeInvalidValue, "must be positive; got %v", n)
+		if n <= 0 || n > MaxOutputTokensLimit {
+			add("body."+name, CodeInvalidValue, "must be between 1 and %d; got %v", MaxOutputTokensLimit, n)
 			continue
 		}
 		// max_completion_tokens, read second, wins as the OpenAI API prefers it.
-		j.maxTokens = int(n)
+		maxTokens = int(n)
 	}
 	if b, ok := body["stream"]; ok && string(b) == "true" {
 		add("body.stream", CodeInvalidValue, "must be false: llmq stores whole completions")
 	}
+	// Write only on change, so that validating a shared, already validated
+	// job from several goroutines is read-only.
+	if j.model != model {
+		j.model = model
+	}
+	if j.maxTokens != maxTokens {
+		j.maxTokens = maxTokens
+	}
 	return errs
+}
+
+// maxNumberDigits bounds the digits and the exponent of a number in a body:
+// Postgres numeric (inside jsonb) overflows well beyond, at 131072 digits
+// before the point or 16383 after it.
+const maxNumberDigits = 5000
+
+// unstorable names what in a JSON text Postgres jsonb would refuse (invalid
+// UTF-8, a \u0000 escape, an unpaired surrogate escape, a number out of
+// numeric's range), or "" when there is nothing. b must be valid JSON.
+func unstorable(b []byte) string {
+	if !utf8.Valid(b) {
+		return "must be valid UTF-8"
+	}
+	inString := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !inString {
+			switch {
+			case c == '"':
+				inString = true
+			case c == '-' || (c >= '0' && c <= '9'):
+				end := i
+				for end < len(b) && strings.IndexByte("0123456789+-.eE", b[end]) >= 0 {
+					end++
+				}
+				if hugeNumber(b[i:end]) {
+					return fmt.Sprintf("must not contain a number of over %d digits or with an exponent beyond ±%d", maxNumberDigits, maxNumberDigits)
+				}
+				i = end - 1
+			}
+			continue
+		}
+		switch {
+		case c == '"':
+			inString = false
+		case c != '\\' || i+1 >= len(b):
+		case b[i+1] != 'u' || i+6 > len(b):
+			i++ // a two-character escape such as \\ or \"
+		default:
+			r := hex4(b[i+2 : i+6])
+			switch {
+			case r == 0:
+				return `must not contain \u0000 (Postgres cannot store it)`
+			case r >= 0xD800 && r < 0xDC00:
+				if i+12 > len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
+					return "must not contain an unpaired UTF-16 surrogate escape"
+				}
+				if r2 := hex4(b[i+8 : i+12]); r2 < 0xDC00 || r2 >= 0xE000 {
+					return "must not contain an unpaired UTF-16 surrogate escape"
+				}
+				i += 6
+			case r >= 0xDC00 && r < 0xE000:
+				return "must not contain an unpaired UTF-16 surrogate escape"
+			}
+			i += 5
+		}
+	}
+	return ""
+}
+
+// hugeNumber reports a JSON number token with too many digits or too large
+// an exponent for Postgres numeric.
+func hugeNumber(tok []byte) bool {
+	if len(tok) > maxNumberDigits {
+		return true
+	}
+	e := bytes.IndexAny(tok, "eE")
+	if e < 0 {
+		return false
+	}
+	exp := bytes.TrimLeft(bytes.TrimLeft(tok[e+1:], "+-"), "0")
+	if len(exp) > 4 {
+		return true
+	}
+	n := 0
+	for _, d := range exp {
+		n = n*10 + int(d-'0')
+	}
+	return n > maxNumberDigits
+}
+
+// hex4 decodes four hex digits, -1 when they are not.
+func hex4(h []byte) int {
+	n := 0
+	for _, c := range h {
+		n <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			n |= int(c - '0')
+		case c >= 'a' && c <= 'f':
+			n |= int(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			n |= int(c-'A') + 10
+		default:
+			return -1
+		}
+	}
+	return n
+}
+
+// storableString reports whether a Go string can be stored in a Postgres
+// text column (valid UTF-8 without NUL).
+func storableString(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

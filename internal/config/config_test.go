@@ -1,0 +1,222 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/config"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func writeYAML(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "llmq.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(nil), config.Flags{})
+	require.NoError(t, err)
+	require.Equal(t, config.DatabaseURLDefault, c.DatabaseURL)
+	require.Equal(t, config.OpenAIBaseURLDefault, c.OpenAIBaseURL)
+	require.Equal(t, config.OpenAIAPIKeyDefault, c.OpenAIAPIKey)
+	require.Equal(t, config.BrokerAMQP, c.Broker.Kind)
+	require.Equal(t, "llmq.jobs", c.Broker.Queue)
+	require.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", c.Broker.URL)
+	require.Equal(t, []string{"127.0.0.1:5672"}, c.Broker.Addrs)
+	require.Equal(t, "amqp://guest:xxxxx@127.0.0.1:5672/", c.Broker.String())
+	require.Equal(t, config.MaxMessageBytesDefault, c.MaxMessageBytes)
+	require.Equal(t, config.Retry{MaxAttempts: 6, BaseDelay: 500 * time.Millisecond, MaxDelay: 30 * time.Second, Budget: 0.5}, c.Retry)
+	require.Equal(t, "22:00-06:00", c.Batch.Window)
+	require.Equal(t, int64(config.SoftDepthDefault), c.Backpressure.SoftDepth)
+	require.Equal(t, int64(config.HardDepthDefault), c.Backpressure.HardDepth)
+	require.Empty(t, c.APIKeys)
+	require.Empty(t, c.Models)
+	require.Equal(t, "", c.Strategy)
+}
+
+func TestBatchWindow(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(nil), config.Flags{})
+	require.NoError(t, err)
+	at := func(h, m int) time.Time { return time.Date(2026, 11, 30, h, m, 0, 0, time.UTC) }
+	require.True(t, c.Batch.InWindow(at(22, 0)))
+	require.True(t, c.Batch.InWindow(at(3, 30)))
+	require.False(t, c.Batch.InWindow(at(6, 0)))
+	require.False(t, c.Batch.InWindow(at(12, 0)))
+
+	p := writeYAML(t, "batch:\n  window: \"09:00-17:30\"\n  timezone: Asia/Shanghai\n")
+	c, err = config.Load(env(map[string]string{config.EnvConfig: p}), config.Flags{})
+	require.NoError(t, err)
+	require.True(t, c.Batch.InWindow(at(1, 0)), "09:00 in Shanghai is 01:00 UTC")
+	require.False(t, c.Batch.InWindow(at(9, 30)), "17:30 in Shanghai is 09:30 UTC")
+
+	p = writeYAML(t, "batch:\n  window: \"off\"\n")
+	c, err = config.Load(env(map[string]string{config.EnvConfig: p}), config.Flags{})
+	require.NoError(t, err)
+	require.False(t, c.Batch.InWindow(at(23, 0)))
+}
+
+func TestPrecedence(t *testing.T) {
+	t.Parallel()
+	p := writeYAML(t, `
+strategy: adaptive
+max_message_bytes: 2048
+api_keys:
+  k1: yaml-tenant
+  k2: other
+models:
+  gpt-4o-mini:
+    rpm: 500
+    tpm: 200000
+    concurrency: 20
+    context_window: 128000
+    max_output_default: 512
+    input_price_per_1m: 0.15
+    output_price_per_1m: 0.6
+    fallbacks: [gpt-4o-nano]
+retry:
+  max_attempts: 3
+  base_delay: 1s
+  max_delay: 10s
+backpressure:
+  soft_depth: 100
+  hard_depth: 1000
+alerts:
+  webhook_url: http://127.0.0.1:9999/hook
+`)
+	e := env(map[string]string{
+		config.EnvConfig:       p,
+		config.EnvDatabaseURL:  "postgres://env@db:5432/envdb",
+		config.EnvBroker:       "kafka://k1:9092,k2:9093/jobs?group=g1",
+		config.EnvAPIKeys:      "k1:env-tenant, k3:third",
+		config.EnvOpenAIAPIKey: "sk-env",
+	})
+	c, err := config.Load(e, config.Flags{DatabaseURL: "postgres://flag@db:5432/flagdb", Broker: "embedded"})
+	require.NoError(t, err)
+	require.Equal(t, "postgres://flag@db:5432/flagdb", c.DatabaseURL, "the flag beats the environment")
+	require.Equal(t, config.BrokerEmbedded, c.Broker.Kind)
+	require.Equal(t, "sk-env", c.OpenAIAPIKey)
+	require.Equal(t, map[string]string{"k1": "env-tenant", "k2": "other", "k3": "third"}, c.APIKeys)
+	require.Equal(t, "adaptive", c.Strategy)
+	require.Equal(t, 2048, c.MaxMessageBytes)
+	m := c.Models["gpt-4o-mini"]
+	require.Equal(t, config.Model{RPM: 500, TPM: 200000, Concurrency: 20, ContextWindow: 128000, MaxOutputDefault: 512,
+		InputPricePer1M: 0.15, OutputPricePer1M: 0.6, BatchDiscount: 0.5, Fallbacks: []string{"gpt-4o-nano"}}, m)
+	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second, Budget: 0.5}, c.Retry)
+	require.Equal(t, config.Backpressure{SoftDepth: 100, HardDepth: 1000}, c.Backpressure)
+	require.Equal(t, "http://127.0.0.1:9999/hook", c.Alerts.WebhookURL)
+
+	c, err = config.Load(e, config.Flags{})
+	require.NoError(t, err)
+	require.Equal(t, "postgres://env@db:5432/envdb", c.DatabaseURL)
+	require.Equal(t, config.BrokerKafka, c.Broker.Kind)
+	require.Equal(t, []string{"k1:9092", "k2:9093"}, c.Broker.Addrs)
+	require.Equal(t, "jobs", c.Broker.Topic)
+	require.Equal(t, "jobs", c.Broker.Destination())
+	require.Equal(t, "g1", c.Broker.Group)
+}
+
+func TestParseBroker(t *testing.T) {
+	t.Parallel()
+	b, err := config.ParseBroker("kafka://127.0.0.1:9092")
+	require.NoError(t, err)
+	require.Equal(t, config.DestinationDefault, b.Topic)
+	require.Equal(t, config.KafkaGroupDefault, b.Group)
+	b, err = config.ParseBroker("amqp://u:p@rabbit/vh?queue=q1&prefetch=50")
+	require.NoError(t, err)
+	require.Equal(t, "q1", b.Queue)
+	require.Equal(t, "q1", b.Destination())
+	require.Equal(t, []string{"rabbit:5672"}, b.Addrs)
+	require.Equal(t, "50", b.Options.Get("prefetch"))
+	require.Equal(t, "amqp://u:p@rabbit/vh?queue=q1&prefetch=50", b.Raw)
+	require.Equal(t, "amqp://u:p@rabbit/vh?prefetch=50", b.URL)
+
+	for _, bad := range []string{"foo://x", "nothing", "kafka://:9092/t", "kafka://h:0/t", "kafka://h:1,h/t", "kafka://h:1/a/b", "amqp://h:99999/"} {
+		_, err := config.ParseBroker(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+// TestInvalidNamesTheSetting checks that each bad setting stops Load with an
+// error naming it.
+func TestInvalidNamesTheSetting(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		env  map[string]string
+		yaml string
+		want string
+	}{
+		{env: map[string]string{config.EnvBroker: "foo://x"}, want: `LLMQ_BROKER: unknown scheme "foo"`},
+		{env: map[string]string{config.EnvDatabaseURL: "postgres://h:notaport/db"}, want: "LLMQ_DATABASE_URL: "},
+		{env: map[string]string{config.EnvOpenAIBaseURL: "ftp://x"}, want: "OPENAI_BASE_URL: "},
+		{env: map[string]string{config.EnvAPIKeys: "k1:ok,k2"}, want: "LLMQ_API_KEYS: entry 2"},
+		{env: map[string]string{config.EnvAPIKeys: "k1:bad tenant"}, want: "LLMQ_API_KEYS: entry 1"},
+		{yaml: "strategy: fastest", want: `strategy: unknown strategy "fastest"`},
+		{yaml: "models:\n  m: {rpm: -1}", want: "models.m.rpm: must not be negative"},
+		{yaml: "models:\n  m: {batch_discount: 2}", want: "models.m.batch_discount"},
+		{yaml: "models:\n  m: {fallbacks: [m]}", want: "models.m.fallbacks[0]"},
+		{yaml: "models:\n  m: {output_price_per_1m: -1}", want: "models.m.output_price_per_1m"},
+		{yaml: "retry: {max_attempts: -1}", want: "retry.max_attempts"},
+		{yaml: "retry: {base_delay: 2s, max_delay: 1s}", want: "retry.max_delay"},
+		{yaml: "retry: {base_delay: soon}", want: "LLMQ_CONFIG"},
+		{yaml: "batch: {window: \"25:00-06:00\"}", want: "batch.window"},
+		{yaml: "batch: {window: \"06:00-06:00\"}", want: "batch.window"},
+		{yaml: "batch: {timezone: Mars/Olympus}", want: "batch.timezone"},
+		{yaml: "batch: {max_lines: 50001}", want: "batch.max_lines"},
+		{yaml: "backpressure: {soft_depth: 10, hard_depth: 5}", want: "backpressure.hard_depth"},
+		{yaml: "alerts: {alertmanager_url: \"not a url\"}", want: "alerts.alertmanager_url"},
+		{yaml: "api_keys: {k: \"a b\"}", want: "api_keys"},
+		{yaml: "max_message_bytes: -2", want: "max_message_bytes"},
+		{yaml: "modles: {}", want: "field modles not found"},
+	}
+	for _, tc := range cases {
+		e := map[string]string{}
+		for k, v := range tc.env {
+			e[k] = v
+		}
+		if tc.yaml != "" {
+			e[config.EnvConfig] = writeYAML(t, tc.yaml)
+		}
+		_, err := config.Load(env(e), config.Flags{})
+		require.Error(t, err, tc.want)
+		require.ErrorIs(t, err, config.ErrInvalid, tc.want)
+		require.Contains(t, err.Error(), tc.want)
+	}
+
+	_, err := config.Load(env(map[string]string{config.EnvConfig: "/nonexistent/llmq.yaml"}), config.Flags{})
+	require.ErrorContains(t, err, "LLMQ_CONFIG: ")
+
+	// Several bad settings are all reported.
+	_, err = config.Load(env(map[string]string{config.EnvBroker: "foo://x", config.EnvOpenAIBaseURL: "x"}), config.Flags{})
+	require.ErrorContains(t, err, "LLMQ_BROKER")
+	require.ErrorContains(t, err, "OPENAI_BASE_URL")
+	require.Equal(t, 2, strings.Count(err.Error(), "invalid configuration"))
+
+	// API keys are not echoed in errors.
+	_, err = config.Load(env(map[string]string{config.EnvAPIKeys: "supersecretkey:bad tenant"}), config.Flags{})
+	require.ErrorContains(t, err, "supe…")
+	require.NotContains(t, err.Error(), "supersecretkey")
+}
+
+func TestBindFlags(t *testing.T) {
+	t.Setenv(config.EnvDatabaseURL, "postgres://env@h:5432/envdb")
+	t.Setenv(config.EnvBroker, "embedded")
+	cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
+	f := config.BindFlags(cmd)
+	cmd.SetArgs([]string{"--database-url", "postgres://flag@h:5432/flagdb"})
+	require.NoError(t, cmd.Execute())
+	c, err := f.Load()
+	require.NoError(t, err)
+	require.Equal(t, "postgres://flag@h:5432/flagdb", c.DatabaseURL)
+	require.Equal(t, config.BrokerEmbedded, c.Broker.Kind)
+}

@@ -1,0 +1,16 @@
+// Package store is llmq's Postgres access: a pgx pool and the job
+// operations the worker, the HTTP API, the dead-letter handler and the batch
+// adapter share.
+//
+// Every state change is one conditional UPDATE whose WHERE clause lists the
+// legal source states of [llmq.CanTransition] (plus a lease check where a
+// worker acts on a job it holds), so two processes can never both move a job
+// and a terminal job is never left. When the UPDATE matches no row the store
+// reads the row once to say why: [ErrNotFound], [ErrLeased], [ErrBatched], or
+// an [*IllegalTransitionError] (which also matches [ErrTerminal] when the job
+// is finished).
+//
+// Times (created, started, finished, lease expiry) come from the injected
+// clock ([WithClock]), so lease expiry is testable without sleeping; every
+// process sharing a database should have a synchronised clock.
+package store

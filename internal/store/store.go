@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq"
+)
+
+// Store runs llmq's job operations on a pgx pool. It is safe for concurrent
+// use.
+type Store struct {
+	pool  *pgxpool.Pool
+	owned bool
+	now   func() time.Time
+}
+
+// Option tunes a Store.
+type Option func(*Store)
+
+// WithClock sets the clock used for every stored time (default time.Now).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// Open connects a pool to databaseURL (the schema must be migrated). Close
+// closes the pool.
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, error) {
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: ping: %w", err)
+	}
+	s := New(pool, opts...)
+	s.owned = true
+	return s, nil
+}
+
+// New wraps an existing pool; Close then leaves the pool open.
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Pool is the underlying pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close closes the pool when Open created it.
+func (s *Store) Close() {
+	if s.owned {
+		s.pool.Close()
+	}
+}
+
+// clock is the current time at Postgres precision (microseconds).
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+
+// Lane values of JobRecord.Lane.
+const (
+	LaneLive  = "live"
+	LaneBatch = "batch"
+)
+
+// JobRecord is one row of the jobs table.
+type JobRecord struct {
+	ID             string          `db:"id"`
+	Tenant         string          `db:"tenant"`
+	Status         llmq.Status     `db:"status"`
+	Priority       llmq.Priority   `db:"priority"`
+	RequestedModel string          `db:"requested_model"`
+	UsedModel      string          `db:"used_model"`
+	Body           json.RawMessage `db:"body"`
+	// Result is the upstream response; nil until the job succeeded.
+	Result           json.RawMessage   `db:"result"`
+	ErrorCode        string            `db:"error_code"`
+	ErrorMessage     string            `db:"error_message"`
+	Attempts         int               `db:"attempts"`
+	PromptTokens     int               `db:"prompt_tokens"`
+	CompletionTokens int               `db:"completion_tokens"`
+	CostUSD          float64           `db:"cost_usd"`
+	CreatedAt        time.Time         `db:"created_at"`
+	StartedAt        *time.Time        `db:"started_at"`
+	FinishedAt       *time.Time        `db:"finished_at"`
+	UpdatedAt        time.Time         `db:"updated_at"`
+	Deadline         *time.Time        `db:"deadline"`
+	Deferrable       bool              `db:"deferrable"`
+	FallbackModels   []string          `db:"fallback_models"`
+	Metadata         map[string]string `db:"metadata"`
+	// LeaseOwner is the worker that last claimed the job ("" if none).
+	LeaseOwner     string     `db:"lease_owner"`
+	LeaseExpiresAt *time.Time `db:"lease_expires_at"`
+	BatchID        string     `db:"batch_id"`
+	// Lane is LaneLive or LaneBatch; LaneReason says why it was chosen.
+	Lane       string `db:"lane"`
+	LaneReason string `db:"lane_reason"`
+}
+
+const jobColumns = `id, tenant, status, priority, requested_model, used_model, body, result,
+	error_code, error_message, attempts, prompt_tokens, completion_tokens, cost_usd,
+	created_at, started_at, finished_at, updated_at, deadline, "deferrable", fallback_models,
+	metadata, lease_owner, lease_expires_at, batch_id, lane, lane_reason`
+
+// Job rebuilds the wire job from the record (Model and MaxOutputTokens
+// are read from the body).
+func (r *JobRecord) Job() *llmq.Job {
+	j := &llmq.Job{
+		ID: r.ID, Tenant: r.Tenant, Priority: r.Priority, Deadline: r.Deadline,
+		Deferrable: r.Deferrable, FallbackModels: r.FallbackModels, Metadata: r.Metadata,
+		Body: r.Body,
+	}
+	if len(j.FallbackModels) == 0 {
+		j.FallbackModels = nil
+	}
+	if len(j.Metadata) == 0 {
+		j.Metadata = nil
+	}
+	_ = j.Validate() // fills Model/MaxOutputTokens; the body was valid when stored
+	return j
+}
+
+func scanJob(row pgx.CollectableRow) (*JobRecord, error) {
+	r, err := pgx.RowToAddrOfStructByName[JobRecord](row)
+	if err != nil {
+		return nil, err
+	}
+	if r.Metadata == nil {
+		r.Metadata = map[string]string{}
+	}
+	return r, nil
+}
+
+// queryJob runs a statement returning at most one job row; nil when none.
+func (s *Store) queryJob(ctx context.Context, sql string, args ...any) (*JobRecord, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	r, err := pgx.CollectOneRow(rows, scanJob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return r, err
+}
+
+// sources lists the statuses from which to is legal (running → running
+// included), as text for "status = ANY($n)".
+func sources(to llmq.Status) []string {
+	var out []string
+	for _, from := range llmq.Statuses {
+		if llmq.CanTransition(from, to) {
+			out = append(out, string(from))
+		}
+	}
+	return out
+}
+
+// dataError marks errors from data Postgres refuses (class 22) as ErrInvalidJob.
+func dataError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+		return fmt.Errorf("store: %s: %w: %w", op, ErrInvalidJob, err)
+	}
+	return fmt.Errorf("store: %s: %w", op, err)
+}

@@ -1,0 +1,254 @@
+package upstreamsim
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// Reason says why the Limiter rejected a request.
+type Reason string
+
+// Rejection reasons.
+const (
+	// ReasonNone: the request was admitted.
+	ReasonNone Reason = ""
+	// ReasonRequests: the RPM bucket is empty.
+	ReasonRequests Reason = "requests"
+	// ReasonTokens: the TPM bucket holds less than the request's charge.
+	ReasonTokens Reason = "tokens"
+	// ReasonTooLarge: the charge exceeds the whole TPM limit; never succeeds.
+	ReasonTooLarge Reason = "too_large"
+	// ReasonConcurrency: MaxConcurrency requests are already in flight.
+	ReasonConcurrency Reason = "concurrency"
+	// ReasonBurst: the admitted rate would grow faster than BurstGrowth.
+	ReasonBurst Reason = "burst"
+)
+
+// Admission is one request presented to the Limiter.
+type Admission struct {
+	// Key is the API key, Model the model name.
+	Key, Model string
+	// Tokens is the TPM charge (prompt + max output, or their max).
+	Tokens int64
+	// HoldOnBurst makes a burst rejection free: the request will be queued
+	// and presented again (X-DashScope-Wait-Timeout), so it must not
+	// consume an RPM unit on every poll.
+	HoldOnBurst bool
+}
+
+// Decision is the Limiter's answer, with the values for the x-ratelimit-*
+// headers and the 429 message.
+type Decision struct {
+	// Allowed reports whether the request was admitted; the caller must
+	// then call Release once it is done.
+	Allowed bool
+	// Reason is the rejection reason (ReasonNone when allowed).
+	Reason Reason
+	// RetryAfter is the exact wait until the rejected request would fit
+	// (bucket refill, or the next second for burst, 1s for concurrency).
+	RetryAfter time.Duration
+	// Limits are the limits in force.
+	Limits Limits
+	// RemainingRequests and RemainingTokens are the bucket levels after
+	// the decision, rounded down.
+	RemainingRequests, RemainingTokens int64
+	// ResetRequests and ResetTokens are the times until each bucket is
+	// full again.
+	ResetRequests, ResetTokens time.Duration
+	// UsedRequests and UsedTokens are capacity minus level before the
+	// charge, rounded up (the "Used" of a 429 message).
+	UsedRequests, UsedTokens int64
+	// InFlight is the number of in-flight requests of the (key, model)
+	// after the decision.
+	InFlight int
+}
+
+// Limiter enforces Limits per (API key, model): continuously refilling RPM
+// and TPM buckets (capacity = the per-minute limit, refill = limit/60 per
+// second, starting full), a concurrency cap and a burst (growth-rate) limit.
+// Every method takes the time explicitly, so it is tested as tables over
+// fixed instants. The zero value is not usable; call NewLimiter. It is safe
+// for concurrent use.
+type Limiter struct {
+	mu     sync.Mutex
+	states map[limitKey]*limitState
+}
+
+type limitKey struct{ key, model string }
+
+type bucket struct {
+	capacity float64
+	level    float64
+	last     time.Time
+}
+
+// refill brings the bucket to time now for capacity c (per minute).
+func (b *bucket) refill(now time.Time, c int64) {
+	capacity := float64(c)
+	if b.last.IsZero() {
+		b.capacity, b.level, b.last = capacity, capacity, now
+		return
+	}
+	if capacity != b.capacity {
+		b.capacity = capacity
+		b.level = min(b.level, capacity)
+	}
+	if now.After(b.last) {
+		b.level = min(b.capacity, b.level+b.rate()*now.Sub(b.last).Seconds())
+		b.last = now
+	}
+}
+
+func (b *bucket) rate() float64 { return b.capacity / 60 }
+
+// wait is the time until the bucket holds n.
+func (b *bucket) wait(n float64) time.Duration {
+	if b.level >= n-eps {
+		return 0
+	}
+	return secondsToDuration((n - b.level) / b.rate())
+}
+
+// reset is the time until the bucket is full again.
+func (b *bucket) reset() time.Duration { return b.wait(b.capacity) }
+
+func (b *bucket) remaining() int64 { return int64(math.Floor(max(b.level, 0) + eps)) }
+func (b *bucket) used() int64      { return int64(math.Ceil(b.capacity - b.level - eps)) }
+
+// eps absorbs floating-point error in bucket levels: a client that waits
+// exactly the advertised time must fit.
+const eps = 1e-6
+
+// secondsToDuration converts to a duration rounded up to the microsecond,
+// ignoring floating-point noise below it.
+func secondsToDuration(s float64) time.Duration {
+	return time.Duration(math.Ceil(s*1e6-eps)) * time.Microsecond
+}
+
+type limitState struct {
+	requests, tokens bucket
+	inFlight         int
+	burstSecond      int64
+	burstCount       float64
+	burstPrev        float64
+}
+
+// NewLimiter returns an empty Limiter.
+func NewLimiter() *Limiter {
+	return &Limiter{states: make(map[limitKey]*limitState)}
+}
+
+// Reset forgets every bucket (all start full again) and in-flight count.
+func (l *Limiter) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.states)
+}
+
+// Admit decides on a request at time now under limits lim (with defaults
+// applied: -1 means unlimited). On success the caller holds a concurrency
+// slot until Release.
+func (l *Limiter) Admit(now time.Time, lim Limits, a Admission) Decision {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := limitKey{a.Key, a.Model}
+	st := l.states[k]
+	if st == nil {
+		st = &limitState{}
+		l.states[k] = st
+	}
+	hasRPM, hasTPM := lim.RPM > 0, lim.TPM > 0
+	if hasRPM {
+		st.requests.refill(now, lim.RPM)
+	}
+	if hasTPM {
+		st.tokens.refill(now, lim.TPM)
+	}
+	st.rollBurst(now)
+	d := Decision{Limits: lim}
+	if hasRPM {
+		d.UsedRequests = st.requests.used()
+	}
+	if hasTPM {
+		d.UsedTokens = st.tokens.used()
+	}
+	chargeRPM := func() {
+		if hasRPM {
+			st.requests.level--
+		}
+	}
+	switch {
+	case hasRPM && st.requests.level < 1-eps:
+		d.Reason = ReasonRequests
+		d.RetryAfter = st.requests.wait(1)
+	case hasTPM && a.Tokens > lim.TPM:
+		chargeRPM()
+		d.Reason = ReasonTooLarge
+	case hasTPM && st.tokens.level < float64(a.Tokens)-eps:
+		chargeRPM()
+		d.Reason = ReasonTokens
+		d.RetryAfter = st.tokens.wait(float64(a.Tokens))
+	case lim.MaxConcurrency > 0 && st.inFlight >= lim.MaxConcurrency:
+		chargeRPM()
+		d.Reason = ReasonConcurrency
+		d.RetryAfter = time.Second
+	case lim.BurstGrowth > 0 && st.burstCount+1 > max(lim.BurstFloor, lim.BurstGrowth*st.burstPrev):
+		if !a.HoldOnBurst {
+			chargeRPM()
+		}
+		d.Reason = ReasonBurst
+		d.RetryAfter = time.Unix(st.burstSecond+1, 0).Sub(now)
+	default:
+		chargeRPM()
+		if hasTPM {
+			st.tokens.level -= float64(a.Tokens)
+		}
+		st.inFlight++
+		st.burstCount++
+		d.Allowed = true
+	}
+	if hasRPM {
+		d.RemainingRequests = st.requests.remaining()
+		d.ResetRequests = st.requests.reset()
+	}
+	if hasTPM {
+		d.RemainingTokens = st.tokens.remaining()
+		d.ResetTokens = st.tokens.reset()
+	}
+	d.InFlight = st.inFlight
+	return d
+}
+
+func (st *limitState) rollBurst(now time.Time) {
+	sec := now.Unix()
+	switch {
+	case sec == st.burstSecond:
+	case sec == st.burstSecond+1:
+		st.burstPrev, st.burstCount, st.burstSecond = st.burstCount, 0, sec
+	case sec > st.burstSecond:
+		st.burstPrev, st.burstCount, st.burstSecond = 0, 0, sec
+	}
+}
+
+// Release frees the concurrency slot of an admitted request.
+func (l *Limiter) Release(key, model string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.states[limitKey{key, model}]; st != nil && st.inFlight > 0 {
+		st.inFlight--
+	}
+}
+
+// Refund returns tokens to the TPM bucket of (key, model), never above its
+// capacity (Config.TrueUp).
+func (l *Limiter) Refund(key, model string, tokens int64) {
+	if tokens <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st := l.states[limitKey{key, model}]; st != nil && !st.tokens.last.IsZero() {
+		st.tokens.level = min(st.tokens.capacity, st.tokens.level+float64(tokens))
+	}
+}

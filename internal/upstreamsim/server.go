@@ -1,0 +1,297 @@
+package upstreamsim
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Option configures a Server.
+type Option func(*options)
+
+type options struct {
+	clock      Clock
+	logger     *slog.Logger
+	registerer prometheus.Registerer
+}
+
+// WithClock sets the clock (default RealClock).
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRegisterer also registers the simulator's metrics with r. They are
+// always served on the simulator's own /metrics.
+func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.registerer = r } }
+
+// Server is the simulator. Create it with New; serve Handler yourself or
+// call Start. It is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	clock   Clock
+	log     *slog.Logger
+	born    time.Time
+	limiter *Limiter
+	metrics *metrics
+	stats   *statsCollector
+	batches *batchStore
+	handler http.Handler
+
+	// mu guards the limit overrides and the schedule position.
+	mu        sync.RWMutex
+	overrides map[string]Limits // "*" = default
+	schedNext int
+	schedule  []ScheduleEntry
+
+	counters map[string]counter
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+
+	inflightMu sync.Mutex
+	inflight   map[string]*atomic.Int64
+
+	// lifecycle
+	lifeMu   sync.Mutex
+	srv      *http.Server
+	baseStop context.CancelFunc
+	done     chan struct{}
+	hangCtx  context.Context
+	hangStop context.CancelFunc
+}
+
+// New validates cfg, applies its defaults and returns a Server.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	o := options{clock: RealClock{}, logger: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cs, err := loadCodecs()
+	if err != nil {
+		return nil, err
+	}
+	if len(tokenWords()) == 0 {
+		return nil, fmt.Errorf("upstreamsim: no single-token words in the vocabulary")
+	}
+	s := &Server{
+		cfg:       cfg,
+		clock:     o.clock,
+		log:       o.logger,
+		born:      o.clock.Now(),
+		limiter:   NewLimiter(),
+		overrides: map[string]Limits{},
+		counters:  map[string]counter{},
+		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		inflight:  map[string]*atomic.Int64{},
+	}
+	for name, c := range cs {
+		s.counters[name] = newCounter(c)
+	}
+	s.schedule = append([]ScheduleEntry(nil), cfg.Schedule...)
+	sort.SliceStable(s.schedule, func(i, j int) bool { return s.schedule[i].At < s.schedule[j].At })
+	s.hangCtx, s.hangStop = context.WithCancel(context.Background())
+	reg := prometheus.NewRegistry()
+	s.metrics = newMetrics()
+	if err := s.metrics.register(reg); err != nil {
+		return nil, err
+	}
+	if o.registerer != nil {
+		if err := s.metrics.register(o.registerer); err != nil {
+			return nil, err
+		}
+	}
+	s.stats = newStatsCollector(s.metrics)
+	s.batches = newBatchStore(s)
+	s.handler = s.routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return s, nil
+}
+
+// Config returns the configuration in force (with defaults applied).
+func (s *Server) Config() Config { return s.cfg }
+
+// Clock returns the server's clock.
+func (s *Server) Clock() Clock { return s.clock }
+
+// Handler returns the HTTP handler serving every endpoint.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Limiter returns the server's limiter (for tests that drive it directly).
+func (s *Server) Limiter() *Limiter { return s.limiter }
+
+// Start listens on addr (e.g. "127.0.0.1:0") and serves in the background.
+// It returns the base URL, e.g. "http://127.0.0.1:8081" (append "/v1" for
+// an OpenAI client's base URL).
+func (s *Server) Start(ctx context.Context, addr string) (string, error) {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	if s.srv != nil {
+		return "", ErrAlreadyStarted
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("upstreamsim: listen %s: %w", addr, err)
+	}
+	base, stop := context.WithCancel(context.WithoutCancel(ctx))
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.srv, s.baseStop, s.done = srv, stop, make(chan struct{})
+	s.hangCtx, s.hangStop = context.WithCancel(context.Background())
+	done := s.done
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("upstreamsim: serve", "err", err)
+		}
+	}()
+	url := "http://" + ln.Addr().String()
+	s.log.Info("upstreamsim: listening", "url", url, "mode", s.cfg.Mode)
+	return url, nil
+}
+
+// Stop ends hanging requests, then shuts the listener down, waiting for
+// in-flight requests until ctx is done. It is safe to call twice.
+func (s *Server) Stop(ctx context.Context) error {
+	s.lifeMu.Lock()
+	srv, stop, done := s.srv, s.baseStop, s.done
+	s.srv = nil
+	s.hangStop()
+	s.lifeMu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		stop()
+		err = errors.Join(err, srv.Close())
+	}
+	stop()
+	<-done
+	if err != nil {
+		return fmt.Errorf("upstreamsim: stop: %w", err)
+	}
+	return nil
+}
+
+// modelConfig returns the configuration of a model, with limit overrides
+// (SetLimits, schedule) applied, and whether the model is known.
+func (s *Server) modelConfig(model string) (ModelConfig, bool) {
+	s.applySchedule()
+	m, ok := s.cfg.Models[model]
+	if !ok {
+		m = s.cfg.Default
+	}
+	s.mu.RLock()
+	if l, has := s.overrides[model]; has {
+		m.Limits = l
+	} else if l, has := s.overrides["*"]; has && !ok {
+		m.Limits = l
+	}
+	s.mu.RUnlock()
+	return m, ok || !s.cfg.RestrictModels
+}
+
+// SetLimits changes the limits of model at run time ("" or "*" for the
+// default applied to every model without its own entry). Zero fields keep
+// the value in force (use -1 for unlimited / no cap). Existing buckets keep
+// their level, capped at the new capacity, and refill at the new rate.
+func (s *Server) SetLimits(model string, l Limits) {
+	if model == "" {
+		model = "*"
+	}
+	s.mu.Lock()
+	cur, ok := s.overrides[model]
+	if !ok {
+		cur = s.cfg.Default.Limits
+		if m, has := s.cfg.Models[model]; has {
+			cur = m.Limits
+		}
+	}
+	l.RPM = cmp.Or(l.RPM, cur.RPM)
+	l.TPM = cmp.Or(l.TPM, cur.TPM)
+	l.MaxConcurrency = cmp.Or(l.MaxConcurrency, cur.MaxConcurrency)
+	l.BurstGrowth = cmp.Or(l.BurstGrowth, cur.BurstGrowth)
+	l.BurstFloor = cmp.Or(l.BurstFloor, cur.BurstFloor)
+	s.overrides[model] = l
+	s.mu.Unlock()
+	s.log.Info("upstreamsim: limits changed", "model", model, "rpm", l.RPM, "tpm", l.TPM, "concurrency", l.MaxConcurrency)
+}
+
+// Limits returns the limits in force for model.
+func (s *Server) Limits(model string) Limits {
+	m, _ := s.modelConfig(model)
+	return m.Limits
+}
+
+func (s *Server) applySchedule() {
+	s.mu.RLock()
+	pending := s.schedNext < len(s.schedule)
+	s.mu.RUnlock()
+	if !pending {
+		return
+	}
+	elapsed := s.clock.Now().Sub(s.born)
+	for {
+		s.mu.Lock()
+		if s.schedNext >= len(s.schedule) || s.schedule[s.schedNext].At > elapsed {
+			s.mu.Unlock()
+			return
+		}
+		e := s.schedule[s.schedNext]
+		s.schedNext++
+		s.mu.Unlock()
+		s.SetLimits(e.Model, e.Limits)
+	}
+}
+
+// Reset clears the statistics, the limiter buckets and the batches and
+// files. Limit overrides and the schedule position are kept.
+func (s *Server) Reset() {
+	s.limiter.Reset()
+	s.stats.reset()
+	s.batches.reset()
+}
+
+// Stats returns the accounting since New or the last Reset.
+func (s *Server) Stats() Stats {
+	s.batches.advanceAll(s.clock.Now())
+	return s.stats.snapshot()
+}
+
+func (s *Server) modelInflight(model string) *atomic.Int64 {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	c := s.inflight[model]
+	if c == nil {
+		c = new(atomic.Int64)
+		s.inflight[model] = c
+	}
+	return c
+}
+
+func (s *Server) randFloat() float64 {
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.Float64()
+}

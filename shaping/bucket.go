@@ -1,0 +1,480 @@
+package shaping
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// BucketStart says how full a [Bucket] is when it is created.
+type BucketStart int
+
+const (
+	// StartDefault is StartFull without warm-up and StartEmpty with warm-up.
+	StartDefault BucketStart = iota
+	// StartFull starts at capacity: a service can send a full burst at once.
+	StartFull
+	// StartEmpty starts at zero: the first tokens arrive at the refill rate.
+	StartEmpty
+)
+
+// BucketPerDefault is the default refill period of [BucketConfig.Limit].
+const BucketPerDefault = time.Minute
+
+// BucketConfig configures a [Bucket].
+type BucketConfig struct {
+	// Name labels the bucket in errors and snapshots ("rpm", "tpm",
+	// "tenant:acme"). Optional.
+	Name string
+	// Limit is how many tokens refill per Per (an RPM or TPM quota).
+	// Required, > 0.
+	Limit float64
+	// Per is the period of Limit. Default BucketPerDefault (one minute).
+	Per time.Duration
+	// Capacity is the most tokens the bucket holds, and so the largest
+	// single request it accepts. Default (0): Limit, one period's worth.
+	Capacity float64
+	// WarmUp ramps the refill rate linearly from 0 to Limit/Per over this
+	// duration after creation (seed 000's cumulative formula). 0 = no
+	// warm-up.
+	WarmUp time.Duration
+	// Start is the initial level. Default StartDefault.
+	Start BucketStart
+}
+
+// WithDefaults returns c with the defaults applied.
+func (c BucketConfig) WithDefaults() BucketConfig {
+	c.Per = cmp.Or(c.Per, BucketPerDefault)
+	c.Capacity = cmp.Or(c.Capacity, c.Limit)
+	if c.Start == StartDefault {
+		c.Start = StartFull
+		if c.WarmUp > 0 {
+			c.Start = StartEmpty
+		}
+	}
+	return c
+}
+
+func (c BucketConfig) validate() error {
+	switch {
+	case !(c.Limit > 0) || math.IsInf(c.Limit, 0):
+		return fmt.Errorf("%w: BucketConfig.Limit must be > 0, got %v", ErrInvalidConfig, c.Limit)
+	case c.Per < 0:
+		return fmt.Errorf("%w: BucketConfig.Per must be >= 0, got %v", ErrInvalidConfig, c.Per)
+	case c.Capacity < 0 || math.IsInf(c.Capacity, 0) || math.IsNaN(c.Capacity):
+		return fmt.Errorf("%w: BucketConfig.Capacity must be >= 0, got %v", ErrInvalidConfig, c.Capacity)
+	case c.WarmUp < 0:
+		return fmt.Errorf("%w: BucketConfig.WarmUp must be >= 0, got %v", ErrInvalidConfig, c.WarmUp)
+	case c.Start < StartDefault || c.Start > StartEmpty:
+		return fmt.Errorf("%w: BucketConfig.Start unknown value %d", ErrInvalidConfig, c.Start)
+	}
+	return nil
+}
+
+var bucketIDs atomic.Uint64
+
+// Bucket is a token bucket with debt. A reservation always succeeds (unless it
+// is larger than the capacity): when tokens are short, the level goes
+// negative and the reservation is told when the refill will have covered it.
+// Because every reservation takes its tokens at once and later ones queue
+// behind the debt, waiters are served strictly first-in first-out.
+//
+// The refill rate may ramp up linearly during a warm-up (seed 000):
+// cumulative tokens generated t seconds after creation are R t²/(2T) for
+// t <= T and RT/2 + R(t-T) after.
+//
+// All methods take the time explicitly and are safe for concurrent use. A
+// Bucket may be shared by several [Lane]s (a tenant or API-key quota).
+type Bucket struct {
+	id   uint64
+	name string
+	per  time.Duration
+
+	mu        sync.Mutex
+	origin    time.Time // warm-up origin; times below are seconds since it
+	rate      float64   // tokens per second at the end of warm-up
+	warm      float64   // warm-up seconds
+	capacity  float64
+	level     float64
+	last      float64 // time of the last refill
+	lastEvent float64 // latest ready time handed out
+	seq       uint64  // reservations committed
+	// retimes records corrections (a lowered level, a changed rate) that
+	// move the ready times of reservations already handed out.
+	retimes []retime
+}
+
+// retime maps the ready time r of a reservation with seq < seq to
+// at + (max(r, at)-at)*scale + shift.
+type retime struct {
+	seq              uint64
+	at, scale, shift float64
+}
+
+// maxRetimes bounds the retime log; older corrections are forgotten.
+const maxRetimes = 32
+
+func (b *Bucket) addRetime(x retime) {
+	if b.seq == 0 {
+		return
+	}
+	if len(b.retimes) == maxRetimes {
+		copy(b.retimes, b.retimes[1:])
+		b.retimes = b.retimes[:maxRetimes-1]
+	}
+	b.retimes = append(b.retimes, x)
+}
+
+// NewBucket returns a bucket created at now.
+func NewBucket(cfg BucketConfig, now time.Time) (*Bucket, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := &Bucket{
+		id:       bucketIDs.Add(1),
+		name:     cfg.Name,
+		per:      cfg.Per,
+		origin:   now,
+		rate:     cfg.Limit / cfg.Per.Seconds(),
+		warm:     cfg.WarmUp.Seconds(),
+		capacity: cfg.Capacity,
+	}
+	if cfg.Start == StartFull {
+		b.level = b.capacity
+	}
+	return b, nil
+}
+
+// Claim is a reservation of tokens in one bucket.
+type Claim struct {
+	bucket *Bucket
+	// Tokens is the amount reserved.
+	Tokens float64
+	// ReadyAt is when the tokens are covered by the refill.
+	ReadyAt time.Time
+	// share is how many times a lane request's token count is in Tokens
+	// (for settlement).
+	share float64
+	seq   uint64
+}
+
+// ReadyAt returns when c is ready now that later corrections are known: a
+// level lowered from a server's header, or a lowered rate, moves the ready
+// times of reservations already handed out, never earlier.
+func (b *Bucket) ReadyAt(c Claim) time.Time {
+	if c.bucket != b {
+		return c.ReadyAt
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.readyLocked(c)
+}
+
+func (b *Bucket) readyLocked(c Claim) time.Time {
+	if len(b.retimes) == 0 || b.retimes[len(b.retimes)-1].seq <= c.seq {
+		return c.ReadyAt
+	}
+	r := b.rel(c.ReadyAt)
+	moved := false
+	for _, x := range b.retimes {
+		if x.seq <= c.seq {
+			continue
+		}
+		if r < x.at && x.shift == 0 {
+			continue
+		}
+		r = x.at + (max(r, x.at)-x.at)*x.scale + x.shift
+		moved = true
+	}
+	if !moved {
+		return c.ReadyAt
+	}
+	if at := b.abs(r); at.After(c.ReadyAt) {
+		return at
+	}
+	return c.ReadyAt
+}
+
+// Name returns the bucket's configured name.
+func (b *Bucket) Name() string { return b.name }
+
+// ReserveAt takes n tokens at now and returns when they are covered. It fails
+// with [ErrTooLarge] when n exceeds the capacity.
+func (b *Bucket) ReserveAt(now time.Time, n float64) (Claim, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ready, imm, err := b.peekLocked(now, n)
+	if err != nil {
+		return Claim{}, err
+	}
+	return b.commitLocked(n, ready, b.readyTime(ready, imm, now)), nil
+}
+
+// CancelAt gives back the tokens of c, except those that reservations made
+// after c already count on (so FIFO order is kept).
+func (b *Bucket) CancelAt(now time.Time, c Claim) {
+	if c.bucket != b || c.Tokens <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cancelLocked(now, c)
+}
+
+// SettleAt corrects a finished reservation of c.Tokens to actual tokens: the
+// difference is given back or taken. Taking more may drive the level
+// negative, so later reservations wait until it recovers.
+func (b *Bucket) SettleAt(now time.Time, c Claim, actual float64) {
+	if c.bucket != b {
+		return
+	}
+	b.AdjustAt(now, c.Tokens-actual)
+}
+
+// AdjustAt adds delta tokens (negative: takes them), up to the capacity.
+func (b *Bucket) AdjustAt(now time.Time, delta float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(b.rel(now))
+	b.level = min(b.capacity, b.level+delta)
+}
+
+// LevelAt returns the level at now; negative while in debt.
+func (b *Bucket) LevelAt(now time.Time) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(b.rel(now))
+	return b.level
+}
+
+// SetLevelAt sets the level at now (clamped to the capacity), e.g. from a
+// server's x-ratelimit-remaining header.
+func (b *Bucket) SetLevelAt(now time.Time, level float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.rel(now)
+	b.advance(s)
+	b.lowerTo(s, min(b.capacity, level))
+}
+
+// LowerAt lowers the level to at most level; it never raises it.
+func (b *Bucket) LowerAt(now time.Time, level float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.rel(now)
+	b.advance(s)
+	b.lowerTo(s, min(b.level, level))
+}
+
+// lowerTo sets the level at s; when that lowers it, the reservations handed
+// out wait for the missing tokens too.
+func (b *Bucket) lowerTo(s, level float64) {
+	// Queued reservations wait only for the part of the cut that takes the
+	// level below zero: above it, they still have their tokens.
+	if short := min(b.level-level, -level); short > 0 {
+		b.addRetime(retime{seq: b.seq + 1, at: s, scale: 1, shift: b.timeFor(b.cum(s)+short) - s})
+	}
+	b.level = level
+}
+
+// SetLimitAt changes the refill to limit tokens per period from now on. Any
+// warm-up in progress continues towards the new rate.
+func (b *Bucket) SetLimitAt(now time.Time, limit float64) error {
+	if !(limit > 0) || math.IsInf(limit, 0) {
+		return fmt.Errorf("%w: bucket %q limit must be > 0, got %v", ErrInvalidConfig, b.name, limit)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.rel(now)
+	b.advance(s)
+	old := b.rate
+	b.rate = limit / b.per.Seconds()
+	if b.rate < old {
+		b.addRetime(retime{seq: b.seq + 1, at: s, scale: old / b.rate})
+	}
+	return nil
+}
+
+// SetCapacityAt changes the capacity from now on; a level above it is cut.
+func (b *Bucket) SetCapacityAt(now time.Time, capacity float64) error {
+	if !(capacity > 0) || math.IsInf(capacity, 0) {
+		return fmt.Errorf("%w: bucket %q capacity must be > 0, got %v", ErrInvalidConfig, b.name, capacity)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(b.rel(now))
+	b.capacity = capacity
+	b.level = min(b.level, capacity)
+	return nil
+}
+
+// Limit returns the refill per period at the end of warm-up.
+func (b *Bucket) Limit() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rate * b.per.Seconds()
+}
+
+// Capacity returns the capacity.
+func (b *Bucket) Capacity() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.capacity
+}
+
+// Wait reserves n tokens and waits on clock until they are covered. When the
+// wait would pass ctx's deadline it fails at once with a [*WaitError] carrying
+// the predicted wait, and reserves nothing. When ctx ends while waiting, the
+// tokens are given back.
+func (b *Bucket) Wait(ctx context.Context, clock Clock, n float64) error {
+	now := clock.Now()
+	b.mu.Lock()
+	ready, imm, err := b.peekLocked(now, n)
+	if err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	readyAt := b.readyTime(ready, imm, now)
+	if dl, ok := ctx.Deadline(); ok && readyAt.After(dl) {
+		b.mu.Unlock()
+		return &WaitError{Wait: readyAt.Sub(now), Deadline: dl}
+	}
+	c := b.commitLocked(n, ready, readyAt)
+	b.mu.Unlock()
+	if err := sleepUntil(ctx, clock, readyAt); err != nil {
+		b.CancelAt(clock.Now(), c)
+		return err
+	}
+	return nil
+}
+
+// rel converts an instant to seconds since the origin.
+func (b *Bucket) rel(t time.Time) float64 { return t.Sub(b.origin).Seconds() }
+
+// abs converts seconds since the origin to an instant, rounded up to the
+// nanosecond so a ready time is never early.
+func (b *Bucket) abs(s float64) time.Time {
+	return b.origin.Add(time.Duration(math.Ceil(s * 1e9)))
+}
+
+// cum is the cumulative number of tokens generated s seconds after the origin.
+func (b *Bucket) cum(s float64) float64 {
+	if s <= 0 {
+		return 0
+	}
+	r, w := b.rate, b.warm
+	if w <= 0 {
+		return r * s
+	}
+	if s <= w {
+		return r / (2 * w) * s * s
+	}
+	return r*w/2 + r*(s-w)
+}
+
+// timeFor is the inverse of cum.
+func (b *Bucket) timeFor(total float64) float64 {
+	if total <= 0 {
+		return 0
+	}
+	r, w := b.rate, b.warm
+	if w <= 0 {
+		return total / r
+	}
+	if warmTotal := r * w / 2; total > warmTotal {
+		return (total-warmTotal)/r + w
+	}
+	return math.Sqrt(2 * w * total / r)
+}
+
+// advance refills up to s (seconds since the origin).
+func (b *Bucket) advance(s float64) {
+	if s <= b.last {
+		return
+	}
+	b.level = min(b.capacity, b.level+b.cum(s)-b.cum(b.last))
+	b.last = s
+	b.rebase()
+}
+
+// rebase moves the origin forward once warm-up is over, keeping the float
+// seconds small so precision does not decay in long-running processes.
+const rebaseAfter = 3600.0
+
+func (b *Bucket) rebase() {
+	if b.last < rebaseAfter || b.last < b.warm {
+		return
+	}
+	shift := time.Duration(b.last * 1e9)
+	b.origin = b.origin.Add(shift)
+	s := shift.Seconds()
+	b.warm = 0
+	b.last -= s
+	b.lastEvent -= s
+	for i := range b.retimes {
+		b.retimes[i].at -= s
+	}
+}
+
+// peekLocked refills to now and returns when n tokens would be covered;
+// immediate reports that this is now.
+func (b *Bucket) peekLocked(now time.Time, n float64) (ready float64, immediate bool, err error) {
+	if n > b.capacity {
+		return 0, false, fmt.Errorf("%w: %v tokens, bucket %q holds %v", ErrTooLarge, n, b.name, b.capacity)
+	}
+	s := b.rel(now)
+	b.advance(s)
+	if b.level >= n && s >= b.last {
+		return s, true, nil
+	}
+	s = max(s, b.last)
+	if b.level >= n {
+		return s, false, nil
+	}
+	return max(s, b.timeFor(b.cum(s)+n-b.level)), false, nil
+}
+
+func (b *Bucket) commitLocked(n, ready float64, readyAt time.Time) Claim {
+	b.level -= n
+	b.lastEvent = max(b.lastEvent, ready)
+	b.seq++
+	return Claim{bucket: b, Tokens: n, ReadyAt: readyAt, seq: b.seq}
+}
+
+// readyTime is the instant of a ready time from peekLocked.
+func (b *Bucket) readyTime(s float64, immediate bool, now time.Time) time.Time {
+	if immediate {
+		return now
+	}
+	return b.abs(s)
+}
+
+func (b *Bucket) cancelLocked(now time.Time, c Claim) {
+	s := b.rel(now)
+	b.advance(s)
+	restore := c.Tokens
+	from := max(s, b.rel(c.ReadyAt))
+	if b.lastEvent > from {
+		restore -= b.cum(b.lastEvent) - b.cum(from)
+	}
+	if restore > 0 {
+		b.level = min(b.capacity, b.level+restore)
+	}
+}
+
+// lowerSince lowers the level to a server's remaining count observed at
+// `at`, plus the refill since, minus unseen tokens the server had not yet
+// counted.
+func (b *Bucket) lowerSince(now, at time.Time, remaining, unseen float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.rel(now)
+	b.advance(s)
+	gen := max(0, b.cum(s)-b.cum(b.rel(at)))
+	b.lowerTo(s, min(b.level, min(b.capacity, remaining+gen)-unseen))
+}

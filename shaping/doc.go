@@ -1,0 +1,83 @@
+// Package shaping is llmq's admission control for rate-limited LLM APIs: the
+// four client strategies of seed 000 (retry, rpm, shape, adaptive) and the
+// estimation rules of seed 001, as a pure package. The algorithms start no
+// goroutines, do no I/O and take the time as an argument (ReserveAt(now, …));
+// a thin waiting layer ([Lane.Admit], [Bucket.Wait]) runs on an injected
+// [Clock] ([SystemClock] in production, [ManualClock] in tests).
+//
+// # The lane
+//
+// A worker holds one [Lane] per (API key, model). [Lane.Admit] runs the
+// seeds' order:
+//
+//  1. every bucket of the admission is reserved together or not at all:
+//     RPM (1), TPM (prompt + max output, [LaneConfig.DefaultMaxOutput] when
+//     the job sets none), the lane's [LaneConfig.Quotas] and the request's
+//     [Request.Quotas] (tenant, project or key quotas, possibly shared by
+//     many lanes; buckets are locked in one global order);
+//  2. then a concurrency slot — tokens before slot, so no slot is ever held
+//     during a long wait; a 429 pause that begins meanwhile gives the slot
+//     back;
+//  3. then the pacing (minimum interval) inside the slot.
+//
+// A request larger than a bucket's capacity fails with the permanent
+// [ErrTooLarge]. A wait that would pass the context's deadline fails at once
+// with a [*WaitError] carrying the predicted wait (for Retry-After), and
+// reserves nothing. [Permit.Done] then settles the tokens to the real usage
+// (the level may go negative: later requests wait until it recovers),
+// releases the slot, calibrates the buckets from the response's
+// x-ratelimit-* headers (the server is the source of truth: a limit header
+// replaces the configured limit, a remaining header lowers the level, taking
+// into account the refill since the send and what the server had not yet
+// seen), pauses the whole lane on a 429 until Retry-After, and feeds the
+// adaptive controller. A correction also moves the ready times of the
+// reservations already queued ([Lane.ReadyAt], [Bucket.ReadyAt]): a level
+// cut below zero delays them by the missing tokens, a lower rate stretches
+// their remaining wait; limit headers older than those already applied are
+// ignored.
+//
+// # Strategies
+//
+//   - retry: no admission control; the caller backs off after 429s.
+//   - rpm: RPM bucket with debt (FIFO), then a fixed concurrency slot.
+//   - shape: RPM and TPM buckets, a fixed slot, pacing of 60s/RPM inside the
+//     slot, and a linear warm-up (default 10 s, buckets start empty).
+//   - adaptive: shape with the concurrency limit computed by a [Controller]
+//     (default [Elastic], seed 000's BBR-like controller; [AIMD] is the
+//     other) and the quotas learned from the server's headers when unknown.
+//
+// [DefaultStrategy] is shape when a quota is configured, adaptive when not.
+//
+// # Buckets and golang.org/x/time/rate
+//
+// x/time/rate was weighed first: its Limiter has reservations with debt,
+// FIFO wait times, cancellation and explicit times, and is the model for
+// this API. It cannot express what llmq needs, so [Bucket] is our own:
+// settlement that drives the level negative after the fact (rate has no way
+// to take tokens without a reservation, and its burst is an int), a capacity
+// independent of the reservation size with float token counts, setting or
+// lowering the level from a server's header, seed 000's linear warm-up
+// (cumulative tokens R t²/2T, then RT/2 + R(t−T)), and an atomic reservation
+// across several limiters (rate offers no peek-then-commit under a lock).
+// [Pacer] and [ConcurrencyLimiter] (FIFO, limit changeable at run time) are
+// small and ours as well. The benchmark in bench_test.go runs rate's
+// Limiter.ReserveN beside [Lane.ReserveAt].
+//
+// # Estimation
+//
+// [Estimator] counts prompt tokens offline with github.com/tiktoken-go/tokenizer
+// (o200k for gpt-4o, gpt-4.1, gpt-5 and o-series, cl100k otherwise) and
+// keeps per-model statistics of actual/estimated prompt tokens (p50, p95);
+// the p95 becomes a safety factor applied to later estimates.
+//
+// # Pure core for simulations
+//
+// [Lane.ReserveAt], [Lane.ReadyAt], [Lane.CancelAt], [Lane.TryAcquireSlot],
+// [Lane.PaceAt], [Lane.SendAt] and [Permit.DoneAt] never block. The package's tests drive
+// them from a discrete-event loop on virtual time against an in-memory
+// upstream (RPM, TPM, saturation, 429s) and assert the seed's comparison:
+// shape reaches 95% of the binding quota with no 429 under 5x overload,
+// retry storms (and loses goodput where rejected requests use up quota),
+// and adaptive finds an unknown quota, and its halving, within 30
+// simulated seconds, from headers or from 429s alone.
+package shaping

@@ -1,0 +1,42 @@
+package shaping
+
+import "fmt"
+
+// Strategy names one of seed 000's four client strategies.
+type Strategy string
+
+const (
+	// StrategyRetry has no admission control: every request goes at once
+	// and the caller only backs off after 429s.
+	StrategyRetry Strategy = "retry"
+	// StrategyRPM is an RPM bucket (with debt, FIFO) then a fixed
+	// concurrency slot.
+	StrategyRPM Strategy = "rpm"
+	// StrategyShape is RPM and TPM buckets (prompt + max output reserved,
+	// settled after), a concurrency slot, pacing inside the slot, and
+	// warm-up.
+	StrategyShape Strategy = "shape"
+	// StrategyAdaptive is shape with an adaptive concurrency limit and
+	// quotas learned from the server's headers.
+	StrategyAdaptive Strategy = "adaptive"
+)
+
+// Strategies lists the strategies in the seed's order.
+var Strategies = []Strategy{StrategyRetry, StrategyRPM, StrategyShape, StrategyAdaptive}
+
+// ParseStrategy returns the named strategy; "" is returned as "".
+func ParseStrategy(s string) (Strategy, error) {
+	switch st := Strategy(s); st {
+	case "", StrategyRetry, StrategyRPM, StrategyShape, StrategyAdaptive:
+		return st, nil
+	}
+	return "", fmt.Errorf("%w %q (want retry, rpm, shape or adaptive)", ErrUnknownStrategy, s)
+}
+
+// DefaultStrategy is shape when a quota is known and adaptive when not.
+func DefaultStrategy(rpm, tpm float64) Strategy {
+	if rpm > 0 || tpm > 0 {
+		return StrategyShape
+	}
+	return StrategyAdaptive
+}

@@ -14,10 +14,6 @@ import (
 	"time"
 )
 
-// ErrClosed is returned by any call on a closed Publisher or Subscriber, and
-// by Ack/Nack on a message whose subscriber was closed.
-var ErrClosed = errors.New("transport: closed")
-
 // Message is one job message and its broker metadata.
 type Message struct {
 	// Key is the Kafka key (tenant or id); empty on RabbitMQ.
@@ -52,7 +48,10 @@ func NewMessage(m Message, ack, nack func(ctx context.Context) error) *Message {
 
 // Ack tells the broker the message is done and must not come back. On Kafka
 // the commit may be delayed until every earlier offset of the partition is
-// acked (only the contiguous acked prefix is committed).
+// acked (only the contiguous acked prefix is committed). Ack returns
+// ErrClosed when the subscriber was closed and ErrStaleDelivery when the
+// delivery was lost to a reconnect or rebalance; in both cases the message
+// comes back.
 func (m *Message) Ack(ctx context.Context) error {
 	if m.ack == nil {
 		return errors.New("transport: ack of a message that was not delivered")
@@ -83,10 +82,16 @@ type Subscriber interface {
 	// Consume delivers messages on the returned channel until ctx is done
 	// or Close is called; then the channel is closed. At most prefetch
 	// messages are outstanding (delivered and not yet acked or nacked).
+	// Consume may be called once per Subscriber (ErrConsuming otherwise);
+	// a lost broker connection is re-established inside, it does not close
+	// the channel. When ctx ends, fetching stops but messages already
+	// handed out can still be acked until Close (graceful shutdown: cancel,
+	// finish and ack in-flight work, then Close).
 	Consume(ctx context.Context) (<-chan *Message, error)
 	// Depth reports the messages waiting: Kafka consumer-group lag (high
 	// watermark minus committed offset over all partitions), RabbitMQ ready
-	// plus unacked.
+	// plus the messages this subscriber holds unacked (AMQP does not report
+	// other consumers' unacked messages), memory ready plus unacked.
 	Depth(ctx context.Context) (int64, error)
 	Close() error
 }

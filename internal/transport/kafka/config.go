@@ -1,0 +1,134 @@
+package kafka
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of Config and PublisherConfig.
+const (
+	GroupDefault             = "llmq"
+	PrefetchDefault          = 256
+	CommitIntervalDefault    = 100 * time.Millisecond
+	SessionTimeoutDefault    = 10 * time.Second
+	HeartbeatIntervalDefault = time.Second
+	RebalanceTimeoutDefault  = 10 * time.Second
+	MaxWaitDefault           = 250 * time.Millisecond
+	BatchTimeoutDefault      = 5 * time.Millisecond
+	BatchSizeDefault         = 1000
+	TimeoutDefault           = 10 * time.Second
+)
+
+// Config configures a Subscriber.
+type Config struct {
+	// Brokers are the bootstrap addresses (host:port). Required.
+	Brokers []string
+	// Topic is the topic consumed. Required.
+	Topic string
+	// Group is the consumer group. Default GroupDefault.
+	Group string
+	// Prefetch is the most messages outstanding (delivered, not yet acked
+	// or nacked). Default PrefetchDefault; must be >= 1.
+	Prefetch int
+	// CommitInterval is how often the acked prefixes are committed.
+	// Default CommitIntervalDefault.
+	CommitInterval time.Duration
+	// SessionTimeout is the group session timeout: how long a member that
+	// stopped heartbeating (a killed process) keeps its partitions.
+	// Default SessionTimeoutDefault.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often the member heartbeats; it also bounds
+	// how long a member takes to notice a rebalance, and is the wait before
+	// joining again after a failed join.
+	// Default HeartbeatIntervalDefault.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout is how long the coordinator waits for members to
+	// rejoin during a rebalance. Default RebalanceTimeoutDefault.
+	RebalanceTimeout time.Duration
+	// MaxWait is the longest a fetch waits for new data.
+	// Default MaxWaitDefault.
+	MaxWait time.Duration
+	// Timeout bounds each broker request of Depth. Default TimeoutDefault.
+	Timeout time.Duration
+	// Logger receives connection and group errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	c.Group = cmp.Or(c.Group, GroupDefault)
+	c.Prefetch = cmp.Or(c.Prefetch, PrefetchDefault)
+	c.CommitInterval = cmp.Or(c.CommitInterval, CommitIntervalDefault)
+	c.SessionTimeout = cmp.Or(c.SessionTimeout, SessionTimeoutDefault)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, HeartbeatIntervalDefault)
+	c.RebalanceTimeout = cmp.Or(c.RebalanceTimeout, RebalanceTimeoutDefault)
+	c.MaxWait = cmp.Or(c.MaxWait, MaxWaitDefault)
+	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return fmt.Errorf("kafka: Config.Brokers: %w", errNoBrokers)
+	case c.Topic == "":
+		return fmt.Errorf("kafka: Config.Topic is required")
+	case c.Prefetch < 1:
+		return fmt.Errorf("kafka: Config.Prefetch must be >= 1, got %d", c.Prefetch)
+	case c.CommitInterval < 0:
+		return fmt.Errorf("kafka: Config.CommitInterval must not be negative, got %s", c.CommitInterval)
+	case c.HeartbeatInterval >= c.SessionTimeout:
+		return fmt.Errorf("kafka: Config.HeartbeatInterval (%s) must be below Config.SessionTimeout (%s)", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	return nil
+}
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// Brokers are the bootstrap addresses (host:port). Required.
+	Brokers []string
+	// BatchTimeout is the longest a message waits for its batch to fill.
+	// Default BatchTimeoutDefault.
+	BatchTimeout time.Duration
+	// BatchSize is the most messages in one produce batch.
+	// Default BatchSizeDefault.
+	BatchSize int
+	// TopicPartitions is the partition count of a topic Publish creates;
+	// zero means the broker's default.
+	TopicPartitions int
+	// DisableTopicCreation stops Publish from creating a missing topic.
+	// Default false: a missing destination is created on first use.
+	DisableTopicCreation bool
+	// Timeout bounds topic creation. Default TimeoutDefault.
+	Timeout time.Duration
+	// Logger receives writer errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c PublisherConfig) WithDefaults() PublisherConfig {
+	c.BatchTimeout = cmp.Or(c.BatchTimeout, BatchTimeoutDefault)
+	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c PublisherConfig) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return fmt.Errorf("kafka: PublisherConfig.Brokers: %w", errNoBrokers)
+	case c.BatchSize < 1:
+		return fmt.Errorf("kafka: PublisherConfig.BatchSize must be >= 1, got %d", c.BatchSize)
+	case c.TopicPartitions < 0:
+		return fmt.Errorf("kafka: PublisherConfig.TopicPartitions must not be negative, got %d", c.TopicPartitions)
+	}
+	return nil
+}

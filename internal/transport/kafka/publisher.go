@@ -1,0 +1,145 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/llmq/llmq/internal/transport"
+)
+
+// Publisher writes messages to Kafka topics. Safe for concurrent use;
+// concurrent Publish calls share produce batches.
+type Publisher struct {
+	cfg       PublisherConfig
+	log       *slog.Logger
+	w         *kafkago.Writer
+	client    *kafkago.Client
+	transport *kafkago.Transport
+
+	mu     sync.RWMutex // guards closed; Publish holds it shared
+	closed bool
+
+	topicsMu sync.Mutex
+	topics   map[string]bool // topics known to exist
+}
+
+var _ transport.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a publisher.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	tr := &kafkago.Transport{}
+	p := &Publisher{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		client:    &kafkago.Client{Addr: kafkago.TCP(cfg.Brokers...), Timeout: cfg.Timeout, Transport: tr},
+		transport: tr,
+		topics:    map[string]bool{},
+	}
+	p.w = &kafkago.Writer{
+		Addr:         kafkago.TCP(cfg.Brokers...),
+		Balancer:     kafkago.Murmur2Balancer{},
+		RequiredAcks: kafkago.RequireAll,
+		BatchTimeout: cfg.BatchTimeout,
+		BatchSize:    cfg.BatchSize,
+		BatchBytes:   16 << 20,
+		Transport:    tr,
+		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
+			p.log.Warn("kafka writer", slog.String("error", fmt.Sprintf(msg, args...)))
+		}),
+	}
+	return p, nil
+}
+
+// Publish writes msgs to topic dest and returns once every replica has them.
+// A missing topic is created first unless DisableTopicCreation is set.
+func (p *Publisher) Publish(ctx context.Context, dest string, msgs ...transport.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return fmt.Errorf("kafka: publish to %s: %w", dest, transport.ErrClosed)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := p.ensureTopic(ctx, dest); err != nil {
+		return err
+	}
+	kms := make([]kafkago.Message, len(msgs))
+	for i, m := range msgs {
+		km := kafkago.Message{Topic: dest, Key: m.Key, Value: m.Value}
+		if len(m.Headers) > 0 {
+			km.Headers = make([]kafkago.Header, 0, len(m.Headers))
+			for k, v := range m.Headers {
+				km.Headers = append(km.Headers, kafkago.Header{Key: k, Value: []byte(v)})
+			}
+		}
+		kms[i] = km
+	}
+	if err := p.w.WriteMessages(ctx, kms...); err != nil {
+		return fmt.Errorf("kafka: publish %d messages to %s: %w", len(kms), dest, err)
+	}
+	return nil
+}
+
+// ensureTopic creates topic unless it is known to exist.
+func (p *Publisher) ensureTopic(ctx context.Context, topic string) error {
+	if p.cfg.DisableTopicCreation {
+		return nil
+	}
+	p.topicsMu.Lock()
+	defer p.topicsMu.Unlock()
+	if p.topics[topic] {
+		return nil
+	}
+	err := CreateTopic(ctx, p.client, topic, p.cfg.TopicPartitions)
+	if err != nil {
+		return fmt.Errorf("kafka: publish to %s: %w", topic, err)
+	}
+	p.topics[topic] = true
+	return nil
+}
+
+// CreateTopic creates topic with the given partition count (zero: the
+// broker's default) and the broker's default replication; an existing topic
+// is not an error.
+func CreateTopic(ctx context.Context, client *kafkago.Client, topic string, partitions int) error {
+	if partitions == 0 {
+		partitions = -1
+	}
+	resp, err := client.CreateTopics(ctx, &kafkago.CreateTopicsRequest{
+		Topics: []kafkago.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: -1}},
+	})
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	if err := resp.Errors[topic]; err != nil && !errors.Is(err, kafkago.TopicAlreadyExists) {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// Close flushes pending writes and makes further Publish calls fail with
+// transport.ErrClosed. Close is idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	err := p.w.Close()
+	p.transport.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("kafka: close publisher: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,10 @@
+// Package memory is an in-process message broker behind the transport
+// interfaces, for unit tests and llmq's embedded mode.
+//
+// A Broker holds named queues. Every message published to a queue is handed
+// to exactly one of the queue's subscribers (competing consumers), highest
+// Priority first and in publish order within a priority. A subscriber holds
+// at most Prefetch unacked messages; a message nacked, or still unacked when
+// its subscriber closes, goes back to its place in the queue and is delivered
+// again with Redelivered set. Nothing survives the process.
+package memory

@@ -1,0 +1,37 @@
+// Package rabbitmq is the RabbitMQ adapter of the transport interfaces,
+// built on amqp091-go.
+//
+// Queues are durable and declared by both sides on first use (a consumer's
+// queue when it connects, a publisher's destination, such as "<queue>.dlq",
+// on its first Publish). The queue type is a quorum queue by default:
+// replicated and the fastest here for persistent messages (34k/s publish,
+// 47k/s consume against 17k/23k for classic), but RabbitMQ 3.10 quorum
+// queues ignore message priority. Config.QueueType = QueueClassic declares a
+// classic queue with x-max-priority (Config.MaxPriority, default 9), which
+// delivers high priority first. A queue that already exists with other
+// arguments is used as it is.
+//
+// Subscriber consumes with manual acks and a QoS prefetch of
+// Config.Prefetch, which is also the bound on messages outstanding at the
+// application. When the connection drops it redials with exponential
+// backoff, re-declares and resumes consuming on the same Go channel; the
+// broker requeues what was unacked at the drop, and an Ack of a message
+// delivered before the drop returns transport.ErrStaleDelivery.
+//
+// Publisher publishes persistent messages (delivery mode 2) with the
+// priority property, and waits for publisher confirms in windows of
+// Config.ConfirmWindow deferred confirmations rather than one by one. A
+// publish interrupted by a lost connection is retried on a new connection
+// (the broker may then hold a duplicate: delivery is at-least-once).
+//
+// Delivered headers are the AMQP headers as strings; quorum queues add
+// x-delivery-count on redeliveries. Message.Key is not transmitted.
+//
+// Depth is the queue's ready count (a passive declare on a spare channel,
+// since a failed passive declare closes its channel) plus the messages this
+// subscriber holds unacked. Other consumers' unacked messages are not
+// counted: AMQP does not report them and the management HTTP API is not
+// assumed to be available. Messages the broker already pushed to this
+// subscriber but not yet handed to the application (at most Prefetch) are
+// not counted either.
+package rabbitmq

@@ -1,0 +1,331 @@
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/llmq/llmq/internal/transport"
+)
+
+// Subscriber consumes one queue with manual acks, reconnecting when the
+// connection drops.
+type Subscriber struct {
+	cfg    Config
+	log    *slog.Logger
+	dialer *dialer
+	tag    string
+	// slots is the prefetch semaphore: one token per outstanding message.
+	slots chan struct{}
+
+	mu        sync.Mutex // guards the fields below
+	conn      *amqp.Connection
+	ch        *amqp.Channel
+	epoch     uint64 // bumped on every new connection
+	closeErr  chan *amqp.Error
+	unacked   int64 // outstanding messages of this subscriber
+	consuming bool
+	closed    bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+var _ transport.Subscriber = (*Subscriber)(nil)
+
+// NewSubscriber returns a subscriber to cfg.Queue; it connects on Consume
+// (or on the first Depth).
+func NewSubscriber(cfg Config) (*Subscriber, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Queue == "" {
+		return nil, fmt.Errorf("rabbitmq: Config.Queue is required for a subscriber")
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Subscriber{
+		cfg:    cfg,
+		log:    cfg.Logger.With(slog.String("queue", cfg.Queue)),
+		dialer: &dialer{cfg: cfg},
+		tag:    "llmq-" + hex.EncodeToString(b[:]),
+		slots:  make(chan struct{}, cfg.Prefetch),
+	}, nil
+}
+
+// Consume connects, declares the queue and delivers its messages. The first
+// connection must succeed; later drops are redialed in the background.
+func (s *Subscriber) Consume(ctx context.Context) (<-chan *transport.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, fmt.Errorf("rabbitmq: consume %s: %w", s.cfg.Queue, transport.ErrClosed)
+	case s.consuming:
+		return nil, fmt.Errorf("rabbitmq: consume %s: %w", s.cfg.Queue, transport.ErrConsuming)
+	}
+	deliveries, err := s.connectLocked()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: consume %s: %w", s.cfg.Queue, err)
+	}
+	s.consuming = true
+	ctx, s.cancel = context.WithCancel(ctx)
+	out := make(chan *transport.Message)
+	s.wg.Add(1)
+	go s.run(ctx, deliveries, out)
+	return out, nil
+}
+
+// connectLocked dials, declares the queue, sets QoS and starts consuming.
+// s.mu must be held.
+func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
+	conn, err := s.dialer.dial()
+	if err != nil {
+		return nil, err
+	}
+	deliveries, ch, err := s.setup(conn)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	s.conn, s.ch = conn, ch
+	s.closeErr = conn.NotifyClose(make(chan *amqp.Error, 1))
+	s.epoch++
+	return deliveries, nil
+}
+
+func (s *Subscriber) setup(conn *amqp.Connection) (<-chan amqp.Delivery, *amqp.Channel, error) {
+	if err := declare(conn, s.cfg, s.cfg.Queue); err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+		return nil, nil, fmt.Errorf("qos: %w", err)
+	}
+	deliveries, err := ch.Consume(s.cfg.Queue, s.tag, false, false, false, false, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("consume: %w", err)
+	}
+	return deliveries, ch, nil
+}
+
+// run forwards deliveries to out and redials when the channel closes under
+// it, until ctx ends.
+func (s *Subscriber) run(ctx context.Context, deliveries <-chan amqp.Delivery, out chan<- *transport.Message) {
+	defer s.wg.Done()
+	defer close(out)
+	for {
+		if !s.forward(ctx, deliveries, out) {
+			return
+		}
+		s.mu.Lock()
+		closeErr := s.closeErr
+		s.mu.Unlock()
+		var reason error = errors.New("consumer cancelled by the broker")
+		select {
+		case aerr, ok := <-closeErr:
+			if ok && aerr != nil {
+				reason = aerr
+			}
+		default:
+		}
+		s.log.Warn("rabbitmq: connection lost; reconnecting", slog.Any("error", reason))
+		deliveries = s.reconnect(ctx)
+		if deliveries == nil {
+			return
+		}
+		s.log.Info("rabbitmq: reconnected")
+	}
+}
+
+// forward hands deliveries out until ctx ends (false) or the delivery
+// channel closes because the connection dropped (true).
+func (s *Subscriber) forward(ctx context.Context, deliveries <-chan amqp.Delivery, out chan<- *transport.Message) bool {
+	s.mu.Lock()
+	epoch, ch := s.epoch, s.ch
+	s.mu.Unlock()
+	for {
+		var d amqp.Delivery
+		var ok bool
+		select {
+		case d, ok = <-deliveries:
+			if !ok {
+				return true
+			}
+		case <-ctx.Done():
+			s.stopConsuming(ch, deliveries)
+			return false
+		}
+		select {
+		case s.slots <- struct{}{}:
+		case <-ctx.Done():
+			_ = d.Nack(false, true)
+			s.stopConsuming(ch, deliveries)
+			return false
+		}
+		s.mu.Lock()
+		s.unacked++
+		s.mu.Unlock()
+		select {
+		case out <- s.message(d, epoch):
+		case <-ctx.Done():
+			_ = s.settle(&settleState{}, d, epoch, false)
+			s.stopConsuming(ch, deliveries)
+			return false
+		}
+	}
+}
+
+// stopConsuming cancels the AMQP consumer and gives back what the broker had
+// already pushed, keeping the channel open for acks of handed-out messages.
+func (s *Subscriber) stopConsuming(ch *amqp.Channel, deliveries <-chan amqp.Delivery) {
+	if err := ch.Cancel(s.tag, false); err != nil {
+		return // the channel is gone and the broker requeues by itself
+	}
+	for d := range deliveries {
+		_ = d.Nack(false, true)
+	}
+}
+
+// reconnect redials with backoff until it succeeds (the new deliveries) or
+// ctx ends (nil).
+func (s *Subscriber) reconnect(ctx context.Context) <-chan amqp.Delivery {
+	for attempt := 0; ; attempt++ {
+		if !sleep(ctx, backoff(s.cfg, attempt)) {
+			return nil
+		}
+		s.mu.Lock()
+		deliveries, err := s.connectLocked()
+		s.mu.Unlock()
+		if err == nil {
+			return deliveries
+		}
+		s.log.Warn("rabbitmq: reconnect failed", slog.Int("attempt", attempt+1), slog.Any("error", err))
+	}
+}
+
+// settleState makes the first Ack or Nack of a message the only one.
+type settleState struct{ settled bool }
+
+func (s *Subscriber) message(d amqp.Delivery, epoch uint64) *transport.Message {
+	m := transport.Message{
+		Value:       d.Body,
+		Priority:    d.Priority,
+		Source:      fmt.Sprintf("%s/%d", s.cfg.Queue, d.DeliveryTag),
+		Redelivered: d.Redelivered,
+		ReceivedAt:  time.Now(),
+	}
+	if len(d.Headers) > 0 {
+		m.Headers = make(map[string]string, len(d.Headers))
+		for k, v := range d.Headers {
+			if str, ok := v.(string); ok {
+				m.Headers[k] = str
+			} else {
+				m.Headers[k] = fmt.Sprint(v)
+			}
+		}
+	}
+	st := &settleState{}
+	return transport.NewMessage(m,
+		func(context.Context) error { return s.settle(st, d, epoch, true) },
+		func(context.Context) error { return s.settle(st, d, epoch, false) })
+}
+
+// settle acks d, or nacks it with requeue, and frees its prefetch slot.
+func (s *Subscriber) settle(st *settleState, d amqp.Delivery, epoch uint64, ack bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.settled {
+		return nil
+	}
+	st.settled = true
+	s.unacked--
+	<-s.slots
+	switch {
+	case s.closed:
+		return fmt.Errorf("rabbitmq: settle %s/%d: %w", s.cfg.Queue, d.DeliveryTag, transport.ErrClosed)
+	case epoch != s.epoch:
+		return fmt.Errorf("rabbitmq: settle %s/%d: %w", s.cfg.Queue, d.DeliveryTag, transport.ErrStaleDelivery)
+	}
+	var err error
+	if ack {
+		err = d.Ack(false)
+	} else {
+		err = d.Nack(false, true)
+	}
+	if err != nil {
+		// Ack and Nack fail only when the channel or its socket is gone,
+		// and then the broker requeues the message.
+		return fmt.Errorf("rabbitmq: settle %s/%d: %w: %w", s.cfg.Queue, d.DeliveryTag, transport.ErrStaleDelivery, err)
+	}
+	return nil
+}
+
+// Depth returns the queue's ready messages plus the messages this
+// subscriber holds unacked.
+func (s *Subscriber) Depth(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("rabbitmq: depth of %s: %w", s.cfg.Queue, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, fmt.Errorf("rabbitmq: depth of %s: %w", s.cfg.Queue, transport.ErrClosed)
+	}
+	if s.conn == nil || s.conn.IsClosed() {
+		if s.consuming {
+			return 0, fmt.Errorf("rabbitmq: depth of %s: %w", s.cfg.Queue, amqp.ErrClosed)
+		}
+		conn, err := s.dialer.dial()
+		if err != nil {
+			return 0, fmt.Errorf("rabbitmq: depth of %s: %w", s.cfg.Queue, err)
+		}
+		s.conn = conn
+	}
+	ready, err := readyCount(s.conn, s.cfg.Queue)
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		return s.unacked, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: depth of %s: %w", s.cfg.Queue, err)
+	}
+	return int64(ready) + s.unacked, nil
+}
+
+// Close stops consuming and closes the connection; the broker requeues
+// every unacked message. Close is idempotent.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.conn != nil {
+		// The broker requeues the unacked messages whether this close
+		// handshake succeeds or the socket just drops.
+		_ = s.conn.Close()
+	}
+	return nil
+}

@@ -185,10 +185,10 @@ func TestWorkerPoisonMessagesAreDeadLettered(t *testing.T) {
 	tb := setup(t, upstreamsim.Config{Seed: 2})
 	tb.start(t, nil)
 	poison := map[string]string{
-		"not json":        "message is not",
-		`{"id":"p-1"}`:    "body: is required",
-		`{"id":"p 2","body":{"model":"m","messages":[{"role":"user","content":"x"}]}}`: "id:",
-		`{"id":"p-3","body":{"model":"m","messages":[]}}`:                              "body.messages: must not be empty",
+		"not json":     "message is not",
+		`{"id":"p-1"}`: "body: is required",
+		`{"id":"p 2","body":{"model":"m","messages":[{"role":"user","content":"x"}]}}`:                     "id:",
+		`{"id":"p-3","body":{"model":"m","messages":[]}}`:                                                  "body.messages: must not be empty",
 		`{"id":"p-4","priority":"urgent","body":{"model":"m","messages":[{"role":"user","content":"x"}]}}`: "priority:",
 	}
 	var values [][]byte

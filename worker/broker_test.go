@@ -1,0 +1,100 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/internal/transport/open"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/worker"
+)
+
+// TestWorkerThroughBrokers sends 2,000 jobs through each real broker (kfake
+// speaks the Kafka protocol in-process) and checks that every job succeeds
+// with exactly one stored result and one upstream call.
+func TestWorkerThroughBrokers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000 jobs per broker; skipped with -short")
+	}
+	const n = 2000
+	brokers := map[string]func(t *testing.T) string{
+		"rabbitmq": func(t *testing.T) string {
+			queue := "llmq.test." + uuid.NewString()[:8]
+			t.Cleanup(func() { deleteQueues(t, queue, queue+".dlq") })
+			return "amqp://guest:guest@127.0.0.1:5672/?queue=" + queue
+		},
+		"kafka": func(t *testing.T) string {
+			addrs := kafkatest.NewCluster(t)
+			topic := kafkatest.NewTopic(t, addrs, 4)
+			return "kafka://" + strings.Join(addrs, ",") + "/" + topic
+		},
+	}
+	for name, brokerURL := range brokers {
+		t.Run(name, func(t *testing.T) {
+			tb := setup(t, upstreamsim.Config{Seed: 8, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+			url := brokerURL(t)
+			target, err := open.Parse(url)
+			require.NoError(t, err)
+			pub, sub, err := open.Open(context.Background(), url, open.Options{Prefetch: 256, Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = pub.Close() })
+			w, err := worker.New(worker.Config{
+				Subscriber: sub, Store: tb.store, DeadLetters: tb.letters,
+				Client:      worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 10 * time.Second}),
+				Strategy:    shaping.StrategyRetry,
+				MaxInFlight: 256,
+				Logger:      slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+			})
+			require.NoError(t, err)
+			require.NoError(t, w.Start(context.Background()))
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				require.NoError(t, w.Stop(ctx))
+			})
+			ids := make([]string, n)
+			msgs := make([]transport.Message, n)
+			for i := range n {
+				ids[i] = fmt.Sprintf("%s-%04d", name, i)
+				msgs[i] = transport.Message{Key: []byte(llmq.DefaultTenant), Value: jobJSON(ids[i], "gpt-4o-mini", "")}
+			}
+			require.NoError(t, pub.Publish(context.Background(), target.Dest, msgs...))
+			recs := tb.waitTerminal(t, ids, 3*time.Minute)
+			for _, id := range ids {
+				require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
+			}
+			require.EqualValues(t, n, tb.sim.Sim.Stats().Total.Succeeded, "one upstream call per job")
+		})
+	}
+}
+
+// deleteQueues removes a test's RabbitMQ queues.
+func deleteQueues(t *testing.T, names ...string) {
+	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		t.Logf("delete queues: %v", err)
+		return
+	}
+	defer conn.Close()
+	for _, name := range names {
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		_, _ = ch.QueueDelete(name, false, false, false)
+		_ = ch.Close()
+	}
+}

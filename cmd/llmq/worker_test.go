@@ -122,4 +122,3 @@ func deleteQueues(t *testing.T, names ...string) {
 		}
 	}
 }
-

@@ -82,7 +82,7 @@ func TestWorkerThroughBrokers(t *testing.T) {
 }
 
 // deleteQueues removes a test's RabbitMQ queues.
-func deleteQueues(t *testing.T, names ...string) {
+func deleteQueues(t testing.TB, names ...string) {
 	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
 	if err != nil {
 		t.Logf("delete queues: %v", err)

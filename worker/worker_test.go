@@ -64,7 +64,7 @@ type testBundle struct {
 	queue   string
 }
 
-func setup(t *testing.T, simCfg upstreamsim.Config) *testBundle {
+func setup(t testing.TB, simCfg upstreamsim.Config) *testBundle {
 	t.Helper()
 	st, err := store.Open(context.Background(), storetest.NewDB(t))
 	require.NoError(t, err)

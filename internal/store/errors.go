@@ -8,6 +8,8 @@ import (
 )
 
 var (
+	// errStoreClosed fails operations queued when the store closed.
+	errStoreClosed = errors.New("store: closed")
 	// ErrNotFound: no job with that id (within that tenant, where one is given).
 	ErrNotFound = errors.New("store: job not found")
 	// ErrTerminal: the job is in a terminal state and cannot move again.

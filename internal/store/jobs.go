@@ -74,32 +74,16 @@ func (s *Store) Claim(ctx context.Context, j *llmq.Job, owner string, lease time
 		return nil, err
 	}
 	now := s.clock()
-	b := &pgx.Batch{}
-	b.Queue(insertSQL, insertArgs(j, now)...)
-	b.Queue(`UPDATE jobs SET status = 'running', lease_owner = $2, lease_expires_at = $3,
+	rec, err := s.run(ctx, stmt{insertSQL, insertArgs(j, now)}, stmt{`UPDATE jobs SET status = 'running', lease_owner = $2, lease_expires_at = $3,
 		started_at = coalesce(started_at, $4), attempts = attempts + 1, updated_at = $4
 	WHERE id = $1 AND status = ANY($5)
 		AND (status = 'queued' OR lease_expires_at IS NULL OR lease_expires_at <= $4 OR lease_owner = $2)
-	RETURNING `+jobColumns, j.ID, owner, now.Add(lease), now, sources(llmq.StatusRunning))
-	br := s.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if err != nil {
-		br.Close()
-		return nil, dataError("claim "+strconv.Quote(j.ID), err)
-	}
-	rows, err := br.Query()
-	var rec *JobRecord
-	if err == nil {
-		rec, err = pgx.CollectOneRow(rows, scanJob)
-	}
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+	RETURNING ` + jobColumns, []any{j.ID, owner, now.Add(lease), now, sources(llmq.StatusRunning)}})
 	switch {
-	case err == nil:
+	case err != nil:
+		return nil, dataError("claim "+strconv.Quote(j.ID), err)
+	case rec != nil:
 		return rec, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("store: claim %q: %w", j.ID, err)
 	}
 	return s.refused(ctx, "claim", j.ID, "", llmq.StatusRunning, sources(llmq.StatusRunning))
 }
@@ -137,7 +121,7 @@ func (s *Store) move(ctx context.Context, id string, to llmq.Status, from []stri
 	sql := `UPDATE jobs SET status = $2, updated_at = $3` + set +
 		` WHERE id = $1 AND status = ANY($4)` + cond + ` RETURNING ` + jobColumns
 	all := append([]any{id, string(to), s.clock(), from}, args...)
-	return s.queryJob(ctx, sql, all...)
+	return s.run(ctx, stmt{sql, all})
 }
 
 func (s *Store) transition(ctx context.Context, op, id, tenant string, to llmq.Status, from []string, set, cond string, args ...any) (*JobRecord, error) {

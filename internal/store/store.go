@@ -21,6 +21,9 @@ type Store struct {
 	pool  *pgxpool.Pool
 	owned bool
 	now   func() time.Time
+	// group batches hot-path writes into shared transactions; nil runs
+	// each operation on its own.
+	group *committer
 }
 
 // Option tunes a Store.
@@ -29,10 +32,40 @@ type Option func(*Store)
 // WithClock sets the clock used for every stored time (default time.Now).
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
+// WithGroupCommit runs claims and state changes of concurrent callers as
+// shared transactions, with up to flushes transactions in flight (see
+// committer). flushes <= 0 turns it off. Open enables it with
+// GroupFlushesDefault; New leaves it off unless given.
+func WithGroupCommit(flushes int) Option {
+	return func(s *Store) {
+		if s.group != nil {
+			s.group.close()
+			s.group = nil
+		}
+		if flushes > 0 {
+			s.group = newCommitter(s.pool, flushes, GroupMaxOpsDefault)
+		}
+	}
+}
+
+// PoolMaxConnsDefault is the pool size when the URL sets no
+// pool_max_conns. pgxpool's own default (the number of CPUs, at least 4)
+// starves a worker holding hundreds of jobs: each job's claim and result
+// are separate commits, and more connections let Postgres group the
+// commits' WAL flushes.
+const PoolMaxConnsDefault = 24
+
 // Open connects a pool to databaseURL (the schema must be migrated). Close
 // closes the pool.
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, error) {
-	pool, err := pgxpool.New(ctx, databaseURL)
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: open: %w", err)
+	}
+	if !strings.Contains(databaseURL, "pool_max_conns") {
+		cfg.MaxConns = PoolMaxConnsDefault
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: open: %w", err)
 	}
@@ -40,7 +73,7 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 		pool.Close()
 		return nil, fmt.Errorf("store: ping: %w", err)
 	}
-	s := New(pool, opts...)
+	s := New(pool, append([]Option{WithGroupCommit(GroupFlushesDefault)}, opts...)...)
 	s.owned = true
 	return s, nil
 }
@@ -57,8 +90,11 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 // Pool is the underlying pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Close closes the pool when Open created it.
+// Close stops the group committer and closes the pool when Open created it.
 func (s *Store) Close() {
+	if s.group != nil {
+		s.group.close()
+	}
 	if s.owned {
 		s.pool.Close()
 	}

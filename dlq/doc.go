@@ -11,6 +11,30 @@
 // error, the model and the time, so that a burst can be told apart by cause
 // and owner.
 //
+// # Recording and publishing
+//
+// A [Writer] implements the worker's DeadLetterer. [Writer.DeadLetter]
+// first records the [Letter] in Postgres (table dead_letters) under a unique
+// letter key (the job id, or a hash of the key and body of a poison message
+// without one), so a letter handed over again after a redelivery is the same
+// row. It then publishes the original key, body and headers to the
+// dead-letter topic or queue, Destination+".dlq", adding x-llmq-reason,
+// x-llmq-attempts, x-llmq-last-error, x-llmq-source and
+// x-llmq-dead-letter-id; records the confirmed publish (published_at); marks
+// the job dead_lettered; and notifies the [Alerter] once per letter.
+//
+// The two copies are kept consistent by ordering: the row comes first, and
+// a failed publish is returned to the worker, which leaves the message
+// unacknowledged so that the broker delivers it again and the next call
+// publishes the same row. Rows whose publish stays unconfirmed longer than
+// RepairAfter (the worker died in between) are published by
+// [Writer.Repair], which a started Writer runs every RepairInterval, or
+// dropped if the job has since finished in another state. A DLQ consumer may
+// see a letter twice (at-least-once); x-llmq-dead-letter-id tells them apart.
+// Counters: llmq_dlq_letters_recorded_total{reason},
+// llmq_dlq_letters_published_total, llmq_dlq_publish_failures_total,
+// llmq_dlq_repaired_total, llmq_dlq_replays_total.
+//
 // # Alerts
 //
 // An [Alerter] turns dead-letter [Event]s into notifications a person reads.
@@ -48,7 +72,15 @@
 //
 // # Replay
 //
-// A dead letter can be replayed once the cause is fixed: it is republished to
-// the main queue with its attempts reset, idempotently, so that replaying the
-// same letter twice gives one new attempt.
+// A dead letter can be replayed once the cause is fixed ([Service.Replay],
+// `llmq dlq replay`, POST /v1/dead-letters/{id}/replay): its original
+// message is republished to the main topic or queue (with an
+// x-llmq-replay-of header) and its job moved from dead_lettered back to
+// queued with its attempts reset, the one exit from a terminal state. A
+// conditional update on replayed_at lets exactly one caller begin the
+// replay, so replaying the same letter twice gives one new attempt; a replay
+// whose publish failed is finished by [Writer.Repair]. If the job is
+// dead-lettered again, that is a new letter. [Service.Purge] deletes letters
+// and refuses a filter that selects nothing explicitly. [NewHTTPHandler]
+// serves the tenant-scoped HTTP view.
 package dlq

@@ -45,3 +45,18 @@ var (
 	errNotHTTP = errors.New("scheme is not http or https")
 	errNoHost  = errors.New("no host")
 )
+
+// ErrNotFound: no dead letter with that id (for that tenant).
+var ErrNotFound = errors.New("dlq: dead letter not found")
+
+// ErrEmptyFilter: a purge named no filter; purging every letter needs
+// Filter.All.
+var ErrEmptyFilter = errors.New("dlq: purge needs an explicit filter")
+
+// ErrNoPublisher: a replay on a Service configured without a Publisher.
+var ErrNoPublisher = errors.New("dlq: no publisher configured")
+
+// ErrNotReplayable: the letter's job is not dead-lettered any more (it was
+// replayed by other means, or is still being worked on), so a replay would
+// run it twice.
+var ErrNotReplayable = errors.New("dlq: job is not dead-lettered")

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/store/storetest"
+	"github.com/llmq/llmq/internal/transport/memory"
+)
+
+// runLLMQ runs the llmq command line with args and returns its output.
+func runLLMQ(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newRootCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestDLQCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Postgres and RabbitMQ")
+	}
+	t.Setenv("LLMQ_CONFIG", "")
+	ctx := context.Background()
+	dbURL := storetest.NewDB(t)
+	amqpBase := cmp.Or(os.Getenv("LLMQ_TEST_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/")
+	queue := fmt.Sprintf("llmq-cli-dlq-test-%d", time.Now().UnixNano())
+	conn, err := amqp.Dial(amqpBase)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := ch.QueueDelete(queue, false, false, false)
+		require.NoError(t, err)
+		_ = ch.Close()
+	})
+	common := []string{"--database-url", dbURL, "--broker", amqpBase + "?queue=" + queue}
+
+	// Two dead-lettered jobs of acme and a poison message.
+	st, err := store.Open(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	w, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: memory.New().NewPublisher(), Destination: queue})
+	require.NoError(t, err)
+	for _, id := range []string{"j1", "j2"} {
+		msg := []byte(fmt.Sprintf(`{"id":%q,"tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, id))
+		j, err := llmq.Decode(msg, llmq.DecodeOptions{})
+		require.NoError(t, err)
+		_, err = st.Claim(ctx, j, "w", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, w.DeadLetter(ctx, dlq.Letter{JobID: id, Tenant: "acme", Reason: dlq.ReasonRetriesExhausted,
+			LastError: "server_error: 500", Attempts: 8, Message: msg}))
+	}
+	require.NoError(t, w.DeadLetter(ctx, dlq.Letter{Reason: dlq.ReasonPoison, LastError: "invalid JSON", Message: []byte("{oops")}))
+
+	out, err := runLLMQ(t, append([]string{"dlq", "ls"}, common...)...)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, out)
+	require.Contains(t, lines[0], "REASON")
+	require.Contains(t, lines[1], "poison")
+
+	out, err = runLLMQ(t, append([]string{"dlq", "ls", "--reason", "retries_exhausted", "--tenant", "acme", "--since", "1h", "--limit", "1"}, common...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "j2")
+	require.NotContains(t, out, "j1")
+	require.Contains(t, out, "more: --cursor ")
+
+	out, err = runLLMQ(t, append([]string{"dlq", "show", "1"}, common...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "server_error: 500")
+	require.Contains(t, out, `"content": "hi"`)
+
+	// purge without a filter is refused and deletes nothing.
+	_, err = runLLMQ(t, append([]string{"dlq", "purge"}, common...)...)
+	require.ErrorIs(t, err, dlq.ErrEmptyFilter)
+	_, err = runLLMQ(t, append([]string{"dlq", "replay"}, common...)...)
+	require.ErrorContains(t, err, "name letters by id or give a filter")
+
+	// replay by filter, twice: one new message per letter.
+	out, err = runLLMQ(t, append([]string{"dlq", "replay", "--tenant", "acme"}, common...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "replay: 2 replayed, 0 already replayed, 0 failed")
+	out, err = runLLMQ(t, append([]string{"dlq", "replay", "1", "--id", "2"}, common...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "replay: 0 replayed, 2 already replayed, 0 failed")
+	info, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, info.Messages)
+	for _, id := range []string{"j1", "j2"} {
+		rec, err := st.GetByID(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, llmq.StatusQueued, rec.Status)
+		require.Equal(t, 0, rec.Attempts)
+	}
+
+	out, err = runLLMQ(t, append([]string{"dlq", "purge", "--reason", "poison"}, common...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "purge: 1 dead letters deleted")
+	out, err = runLLMQ(t, append([]string{"dlq", "purge", "--all"}, common...)...)
+	require.NoError(t, err)
+	require.Contains(t, out, "purge: 2 dead letters deleted")
+}

@@ -1,0 +1,79 @@
+package dlq
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/store/storetest"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/internal/transport/kafka"
+	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
+)
+
+// consumeKafka returns the first message of topic, read by a new group.
+func consumeKafka(t *testing.T, addrs []string, topic string) *transport.Message {
+	t.Helper()
+	sub, err := kafka.NewSubscriber(kafkatest.Config(addrs, topic, "dlq-test-"+topic))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Close()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	msgs, err := sub.Consume(ctx)
+	require.NoError(t, err)
+	select {
+	case m := <-msgs:
+		require.NotNil(t, m, "subscriber closed")
+		require.NoError(t, m.Ack(ctx))
+		return m
+	case <-ctx.Done():
+		t.Fatalf("no message on %s", topic)
+		return nil
+	}
+}
+
+func TestWriterAndReplayOnKafka(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Kafka round trip (consumer group joins)")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	addrs := kafkatest.NewCluster(t, "jobs")
+	clock := newFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, pub.Close()) })
+	cfg := Config{Store: st, Publisher: pub, Destination: "jobs", Clock: clock}
+	w, err := NewWriter(cfg)
+	require.NoError(t, err)
+	svc, err := NewService(cfg)
+	require.NoError(t, err)
+
+	b := &dlqBundle{ctx: ctx, clock: clock, store: st}
+	msg := b.claimedJob(t, "j1")
+	require.NoError(t, w.DeadLetter(ctx, b.letter("j1", msg)))
+
+	got := consumeKafka(t, addrs, "jobs.dlq")
+	require.Equal(t, msg, got.Value)
+	require.Equal(t, []byte("acme"), got.Key)
+	require.Equal(t, "retries_exhausted", got.Headers[HeaderReason])
+	require.Equal(t, "jobs/3/42", got.Headers[HeaderSource])
+	id := got.Headers[HeaderDeadLetterID]
+
+	n, err := strconv.ParseInt(id, 10, 64)
+	require.NoError(t, err)
+	res, err := svc.Replay(ctx, "acme", n)
+	require.NoError(t, err)
+	require.True(t, res.Replayed)
+	again := consumeKafka(t, addrs, "jobs")
+	require.Equal(t, msg, again.Value)
+	require.Equal(t, []byte("acme"), again.Key)
+	require.Equal(t, id, again.Headers[HeaderReplayOf])
+}

@@ -1,0 +1,253 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/transport"
+)
+
+// Service reads, replays and purges dead letters, for `llmq dlq` and the
+// HTTP API. It is safe for concurrent use.
+type Service struct {
+	*core
+}
+
+// NewService checks the config and registers the metrics. Publisher and
+// Destination are only needed by Replay.
+func NewService(cfg Config) (*Service, error) {
+	c, err := newCore(cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{core: c}, nil
+}
+
+// Filter selects dead letters; zero fields do not filter.
+type Filter struct {
+	// IDs selects these letters.
+	IDs []int64
+	// JobID selects the letters of one job.
+	JobID string
+	// Reason selects one reason class.
+	Reason Reason
+	// Tenant selects one tenant's letters.
+	Tenant string
+	// Since and Until bound the time the letter was dead-lettered:
+	// Since <= t < Until.
+	Since, Until time.Time
+	// All must be set to purge every letter; it changes nothing else.
+	All bool
+}
+
+func (f Filter) store() store.DeadLetterFilter {
+	return store.DeadLetterFilter{
+		IDs: f.IDs, JobID: f.JobID, Reason: string(f.Reason), Tenant: f.Tenant,
+		Since: f.Since, Until: f.Until, All: f.All,
+	}
+}
+
+// Query selects a page of dead letters, newest first.
+type Query struct {
+	Filter
+	// Limit is the page size: 0 means 100, at most 1000.
+	Limit int
+	// Cursor is the NextCursor of the previous page; "" starts at the newest.
+	Cursor string
+}
+
+// ErrBadCursor is returned for a Query.Cursor that List did not produce.
+var ErrBadCursor = store.ErrBadCursor
+
+// List returns one page of letters, newest first, and the cursor of the next
+// page ("" after the last).
+func (s *Service) List(ctx context.Context, q Query) ([]Record, string, error) {
+	rows, next, err := s.cfg.Store.ListDeadLetters(ctx, store.DeadLetterListOptions{
+		DeadLetterFilter: q.Filter.store(), Limit: q.Limit, After: q.Cursor,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("dlq: list: %w", err)
+	}
+	out := make([]Record, len(rows))
+	for i, d := range rows {
+		out[i] = recordOf(d)
+	}
+	return out, next, nil
+}
+
+// Get returns letter id of tenant ("" = any tenant); ErrNotFound when there
+// is none.
+func (s *Service) Get(ctx context.Context, tenant string, id int64) (Record, error) {
+	d, err := s.cfg.Store.GetDeadLetter(ctx, tenant, id)
+	if err != nil {
+		return Record{}, notFound(err)
+	}
+	return recordOf(d), nil
+}
+
+func notFound(err error) error {
+	if errors.Is(err, store.ErrDeadLetterNotFound) {
+		return fmt.Errorf("dlq: %w: %w", ErrNotFound, err)
+	}
+	return fmt.Errorf("dlq: %w", err)
+}
+
+// Purge deletes the letters f selects and returns how many. A filter that
+// selects nothing explicitly (no field set, All false) is refused with
+// ErrEmptyFilter. Purging a letter does not touch its job.
+func (s *Service) Purge(ctx context.Context, f Filter) (int64, error) {
+	n, err := s.cfg.Store.PurgeDeadLetters(ctx, f.store())
+	if errors.Is(err, store.ErrEmptyFilter) {
+		return 0, ErrEmptyFilter
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dlq: purge: %w", err)
+	}
+	return n, nil
+}
+
+// ReplayResult is the outcome of a Replay.
+type ReplayResult struct {
+	// Record is the letter after the call.
+	Record Record
+	// Replayed is true for the one call that replayed the letter; false
+	// when it had been replayed before (nothing was published).
+	Replayed bool
+}
+
+// Replay republishes the original message of letter id of tenant ("" = any
+// tenant) to the main topic or queue, with the job requeued and its attempts
+// reset, once: replaying the same letter again publishes nothing and returns
+// Replayed=false. The letter stays, marked replayed; if the job is
+// dead-lettered again that is a new letter.
+//
+// The replay is begun in Postgres first (replayed_at set, only one caller
+// wins), then the job is requeued (dead_lettered → queued, store.Requeue),
+// then the message is published and the replay marked published. If the
+// publish fails the error is returned and Writer.Repair completes the replay
+// after RepairAfter.
+//
+// Errors: ErrNotFound (no such letter for the tenant), ErrNotReplayable (the
+// letter's job exists but is not dead-lettered), ErrNoPublisher.
+func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayResult, error) {
+	if s.cfg.Publisher == nil {
+		return ReplayResult{}, fmt.Errorf("dlq: replay %d: %w", id, ErrNoPublisher)
+	}
+	d, err := s.cfg.Store.GetDeadLetter(ctx, tenant, id)
+	if err != nil {
+		return ReplayResult{}, notFound(err)
+	}
+	if d.ReplayedAt != nil {
+		return ReplayResult{Record: recordOf(d)}, nil
+	}
+	if d.JobID != "" {
+		job, err := s.cfg.Store.GetByID(ctx, d.JobID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return ReplayResult{}, fmt.Errorf("dlq: replay %d: %w", id, err)
+		case job.Status != llmq.StatusDeadLettered:
+			// A concurrent replay begins (replayed_at) before it requeues
+			// the job: if one did, this call is the repeated replay.
+			if again, err := s.cfg.Store.GetDeadLetter(ctx, tenant, id); err == nil && again.ReplayedAt != nil {
+				return ReplayResult{Record: recordOf(again)}, nil
+			}
+			return ReplayResult{}, fmt.Errorf("dlq: replay %d: job %q is %s: %w", id, d.JobID, job.Status, ErrNotReplayable)
+		}
+	}
+	d, begun, err := s.cfg.Store.BeginReplay(ctx, tenant, id)
+	if err != nil {
+		return ReplayResult{}, notFound(err)
+	}
+	if !begun {
+		return ReplayResult{Record: recordOf(d)}, nil
+	}
+	s.m.replays.Inc()
+	if err := s.finishReplay(ctx, d); err != nil {
+		return ReplayResult{Record: recordOf(d)}, err
+	}
+	s.log.Info("dead letter replayed", slog.Int64("dead_letter_id", d.ID), slog.String("job_id", d.JobID),
+		slog.String("tenant", d.Tenant))
+	d, err = s.cfg.Store.GetDeadLetter(ctx, "", id)
+	if err != nil {
+		return ReplayResult{}, notFound(err)
+	}
+	return ReplayResult{Record: recordOf(d), Replayed: true}, nil
+}
+
+// finishReplay requeues the letter's job (when it has one), publishes the
+// original message to the main destination and marks the replay published.
+// It is safe to run again on a replay that did not finish.
+func (c *core) finishReplay(ctx context.Context, d *store.DeadLetter) error {
+	if c.cfg.Publisher == nil {
+		return fmt.Errorf("dlq: replay %d: %w", d.ID, ErrNoPublisher)
+	}
+	if d.JobID != "" {
+		_, err := c.cfg.Store.Requeue(ctx, d.JobID)
+		var ite *store.IllegalTransitionError
+		switch {
+		case err == nil, errors.Is(err, store.ErrNotFound):
+		case errors.As(err, &ite):
+			// The job left dead_lettered by other means (its message came
+			// back): it is live again, there is nothing to republish.
+			c.log.Warn("replay skipped: the job is no longer dead-lettered", slog.Int64("dead_letter_id", d.ID),
+				slog.String("job_id", d.JobID), slog.String("status", string(ite.From)))
+			if _, err := c.cfg.Store.MarkReplayPublished(ctx, d.ID); err != nil {
+				return fmt.Errorf("dlq: replay %d: %w", d.ID, err)
+			}
+			return nil
+		default:
+			return fmt.Errorf("dlq: replay %d: %w", d.ID, err)
+		}
+	}
+	dest := c.mainDestination(d)
+	if dest == "" {
+		return fmt.Errorf("dlq: replay %d: %w", d.ID, configError("Destination", "required to replay a letter without a destination"))
+	}
+	h := make(map[string]string, len(d.Headers)+1)
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	h[HeaderReplayOf] = strconv.FormatInt(d.ID, 10)
+	msg := transport.Message{Key: d.MessageKey, Value: d.Message, Headers: h, Priority: priorityOf(d.Message)}
+	if err := c.publish(ctx, dest, msg); err != nil {
+		c.m.publishFailures.Inc()
+		return fmt.Errorf("dlq: replay %d: publish to %s: %w", d.ID, dest, err)
+	}
+	if _, err := c.cfg.Store.MarkReplayPublished(ctx, d.ID); err != nil {
+		return fmt.Errorf("dlq: replay %d: %w", d.ID, err)
+	}
+	return nil
+}
+
+// mainDestination is where a replay goes: the letter's DLQ destination
+// without DLQSuffix, or Destination.
+func (c *core) mainDestination(d *store.DeadLetter) string {
+	if main, ok := strings.CutSuffix(d.Destination, DLQSuffix); ok && main != "" {
+		return main
+	}
+	return c.cfg.Destination
+}
+
+// priorityOf maps the job's priority to the broker priority the producer
+// uses (high 9, normal 5, low 1); 0 for a message that does not decode.
+func priorityOf(msg []byte) uint8 {
+	j, err := llmq.Decode(msg, llmq.DecodeOptions{})
+	if err != nil {
+		return 0
+	}
+	switch j.Priority {
+	case llmq.PriorityHigh:
+		return 9
+	case llmq.PriorityLow:
+		return 1
+	}
+	return 5
+}

@@ -1,0 +1,401 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq"
+)
+
+var (
+	// ErrDeadLetterNotFound: no dead letter with that id (within that
+	// tenant, where one is given).
+	ErrDeadLetterNotFound = errors.New("store: dead letter not found")
+	// ErrEmptyFilter: a purge named no filter. Purging every letter needs
+	// DeadLetterFilter.All.
+	ErrEmptyFilter = errors.New("store: purge needs an explicit filter")
+)
+
+// DeadLetter is one row of the dead_letters table.
+type DeadLetter struct {
+	ID int64 `db:"id"`
+	// LetterKey makes recording idempotent: "job:<id>:<n>" or
+	// "msg:<sha256>:<n>", n counting the earlier replayed letters of the
+	// same job or message.
+	LetterKey string `db:"letter_key"`
+	// JobID is "" for a poison message whose id could not be read.
+	JobID     string `db:"job_id"`
+	Tenant    string `db:"tenant"`
+	Reason    string `db:"reason"`
+	LastError string `db:"last_error"`
+	Attempts  int    `db:"attempts"`
+	Model     string `db:"model"`
+	// Message and MessageKey are the original message body and Kafka key,
+	// byte for byte.
+	Message    []byte            `db:"message"`
+	MessageKey []byte            `db:"message_key"`
+	Headers    map[string]string `db:"headers"`
+	// Source is where the message came from (topic/partition/offset or
+	// queue/delivery-tag).
+	Source string `db:"source"`
+	// Destination is the DLQ topic or queue the letter is published to.
+	Destination string    `db:"destination"`
+	CreatedAt   time.Time `db:"created_at"`
+	// PublishedAt is when the DLQ publish was confirmed; nil until then.
+	PublishedAt *time.Time `db:"published_at"`
+	// ReplayedAt is when a replay began; nil when never replayed.
+	ReplayedAt  *time.Time `db:"replayed_at"`
+	ReplayCount int        `db:"replay_count"`
+	// ReplayPublishedAt is when the replayed message was confirmed on the
+	// main queue; nil while the replay is unfinished.
+	ReplayPublishedAt *time.Time `db:"replay_published_at"`
+}
+
+const deadLetterColumns = `id, letter_key, job_id, tenant, reason, last_error, attempts, model, message,
+	message_key, headers, source, destination, created_at, published_at, replayed_at, replay_count,
+	replay_published_at`
+
+// NewDeadLetter is what RecordDeadLetter writes.
+type NewDeadLetter struct {
+	// KeyBase identifies the job or message: "job:<id>" or "msg:<hash>".
+	// Required; the store appends ":<n>".
+	KeyBase   string
+	JobID     string
+	Tenant    string
+	Reason    string
+	LastError string
+	Attempts  int
+	Model     string
+	// Message is required.
+	Message     []byte
+	MessageKey  []byte
+	Headers     map[string]string
+	Source      string
+	Destination string
+	// CreatedAt is when the job was dead-lettered; zero means the store's
+	// clock.
+	CreatedAt time.Time
+}
+
+func scanDeadLetter(row pgx.CollectableRow) (*DeadLetter, error) {
+	d, err := pgx.RowToAddrOfStructByName[DeadLetter](row)
+	if err != nil {
+		return nil, err
+	}
+	if d.Headers == nil {
+		d.Headers = map[string]string{}
+	}
+	return d, nil
+}
+
+func (s *Store) queryDeadLetter(ctx context.Context, sql string, args ...any) (*DeadLetter, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	d, err := pgx.CollectOneRow(rows, scanDeadLetter)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return d, err
+}
+
+// letterKeySQL computes the letter key of $1 (the key base) and $2 (the job
+// id): the base plus the number of its letters already replayed.
+const letterKeySQL = `$1 || ':' || (SELECT count(*) FROM dead_letters
+	WHERE job_id = $2 AND starts_with(letter_key, $1 || ':') AND replayed_at IS NOT NULL)`
+
+// RecordDeadLetter inserts a dead letter once per letter key: when the same
+// job (or poison message) is recorded again before it was replayed, as after
+// a redelivery, the existing row is returned with created=false.
+func (s *Store) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *DeadLetter, created bool, err error) {
+	if d.KeyBase == "" || d.Message == nil || d.Reason == "" {
+		return nil, false, fmt.Errorf("store: record dead letter: %w: KeyBase, Reason and Message are required", ErrInvalidJob)
+	}
+	at := d.CreatedAt.UTC().Truncate(time.Microsecond)
+	if d.CreatedAt.IsZero() {
+		at = s.clock()
+	}
+	headers := d.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	key := d.MessageKey
+	if key == nil {
+		key = []byte{}
+	}
+	tenant := d.Tenant
+	if tenant == "" {
+		tenant = llmq.DefaultTenant
+	}
+	rec, err = s.queryDeadLetter(ctx, `INSERT INTO dead_letters (letter_key, job_id, tenant, reason,
+		last_error, attempts, model, message, message_key, headers, source, destination, created_at)
+	VALUES (`+letterKeySQL+`, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+	ON CONFLICT (letter_key) DO NOTHING RETURNING `+deadLetterColumns,
+		d.KeyBase, d.JobID, tenant, d.Reason, d.LastError, d.Attempts, d.Model, d.Message, key,
+		headers, d.Source, d.Destination, at)
+	if err != nil {
+		return nil, false, dataError("record dead letter "+strconv.Quote(d.KeyBase), err)
+	}
+	if rec != nil {
+		return rec, true, nil
+	}
+	rec, err = s.queryDeadLetter(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
+		WHERE letter_key = `+letterKeySQL, d.KeyBase, d.JobID)
+	if err == nil && rec == nil {
+		err = ErrDeadLetterNotFound // replayed between the two statements
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("store: record dead letter %q: %w", d.KeyBase, err)
+	}
+	return rec, false, nil
+}
+
+// MarkDeadLetterPublished records that the DLQ publish of letter id was
+// confirmed. It reports whether this call set it (false when it was already
+// set).
+func (s *Store) MarkDeadLetterPublished(ctx context.Context, id int64) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE dead_letters SET published_at = $2 WHERE id = $1 AND published_at IS NULL`,
+		id, s.clock())
+	if err != nil {
+		return false, fmt.Errorf("store: mark dead letter %d published: %w", id, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	if _, err := s.GetDeadLetter(ctx, "", id); err != nil {
+		return false, fmt.Errorf("store: mark dead letter %d published: %w", id, err)
+	}
+	return false, nil
+}
+
+// GetDeadLetter returns letter id of tenant ("" = any tenant);
+// ErrDeadLetterNotFound when there is none.
+func (s *Store) GetDeadLetter(ctx context.Context, tenant string, id int64) (*DeadLetter, error) {
+	rec, err := s.queryDeadLetter(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
+		WHERE id = $1 AND ($2 = '' OR tenant = $2)`, id, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("store: get dead letter %d: %w", id, err)
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("store: get dead letter %d: %w", id, ErrDeadLetterNotFound)
+	}
+	return rec, nil
+}
+
+// DeadLetterFilter selects dead letters; zero fields do not filter.
+type DeadLetterFilter struct {
+	// IDs selects these letters.
+	IDs []int64
+	// JobID selects the letters of one job.
+	JobID string
+	// Reason selects one reason class.
+	Reason string
+	// Tenant selects one tenant.
+	Tenant string
+	// Since and Until bound created_at: Since <= created_at < Until.
+	Since, Until time.Time
+	// All states that every letter is meant when nothing else filters; a
+	// purge without it and without another field is refused.
+	All bool
+}
+
+// Empty reports whether f selects every letter without saying so (All).
+func (f DeadLetterFilter) Empty() bool {
+	return len(f.IDs) == 0 && f.JobID == "" && f.Reason == "" && f.Tenant == "" &&
+		f.Since.IsZero() && f.Until.IsZero()
+}
+
+// where renders f as " AND ..." conditions, appending its arguments.
+func (f DeadLetterFilter) where(args []any) (string, []any) {
+	sql := ""
+	add := func(cond string, v any) {
+		args = append(args, v)
+		sql += fmt.Sprintf(" AND "+cond, len(args))
+	}
+	if len(f.IDs) > 0 {
+		add("id = ANY($%d)", f.IDs)
+	}
+	if f.JobID != "" {
+		add("job_id = $%d", f.JobID)
+	}
+	if f.Reason != "" {
+		add("reason = $%d", f.Reason)
+	}
+	if f.Tenant != "" {
+		add("tenant = $%d", f.Tenant)
+	}
+	if !f.Since.IsZero() {
+		add("created_at >= $%d", f.Since)
+	}
+	if !f.Until.IsZero() {
+		add("created_at < $%d", f.Until)
+	}
+	return sql, args
+}
+
+// DeadLetterListOptions select a page of dead letters, newest first.
+type DeadLetterListOptions struct {
+	DeadLetterFilter
+	// Limit is the page size: 0 means ListLimitDefault, capped at
+	// ListLimitMax.
+	Limit int
+	// After is the cursor returned with the previous page; "" starts at the
+	// newest letter.
+	After string
+}
+
+// ListDeadLetters returns one page of letters, newest first (created_at,
+// then id, descending), and the cursor of the next page ("" after the last).
+func (s *Store) ListDeadLetters(ctx context.Context, o DeadLetterListOptions) ([]*DeadLetter, string, error) {
+	limit := o.Limit
+	if limit <= 0 {
+		limit = ListLimitDefault
+	}
+	limit = min(limit, ListLimitMax)
+	cond, args := o.DeadLetterFilter.where(nil)
+	if o.After != "" {
+		at, id, err := decodeCursor(o.After)
+		if err != nil {
+			return nil, "", err
+		}
+		n, err := strconv.ParseInt(id, 10, 64)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: %q", ErrBadCursor, o.After)
+		}
+		args = append(args, at, n)
+		cond += fmt.Sprintf(` AND (created_at, id) < ($%d, $%d)`, len(args)-1, len(args))
+	}
+	args = append(args, limit+1)
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters WHERE true`+cond+
+		fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: list dead letters: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, "", fmt.Errorf("store: list dead letters: %w", err)
+	}
+	if len(recs) <= limit {
+		return recs, "", nil
+	}
+	recs = recs[:limit]
+	last := recs[limit-1]
+	return recs, encodeCursor(last.CreatedAt, strconv.FormatInt(last.ID, 10)), nil
+}
+
+// PurgeDeadLetters deletes the letters f selects and returns how many. An
+// empty filter without All is refused with ErrEmptyFilter.
+func (s *Store) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error) {
+	if f.Empty() && !f.All {
+		return 0, fmt.Errorf("store: purge dead letters: %w", ErrEmptyFilter)
+	}
+	cond, args := f.where(nil)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM dead_letters WHERE true`+cond, args...)
+	if err != nil {
+		return 0, fmt.Errorf("store: purge dead letters: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// UnpublishedDeadLetters returns up to limit letters (oldest first) whose
+// DLQ publish was not confirmed and that were created before olderThan, for
+// the repair sweep.
+func (s *Store) UnpublishedDeadLetters(ctx context.Context, olderThan time.Time, limit int) ([]*DeadLetter, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
+		WHERE published_at IS NULL AND created_at < $1 ORDER BY created_at, id LIMIT $2`, olderThan, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list unpublished dead letters: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, fmt.Errorf("store: list unpublished dead letters: %w", err)
+	}
+	return recs, nil
+}
+
+// BeginReplay starts the replay of letter id of tenant ("" = any tenant):
+// it sets replayed_at and counts the replay, once. It returns the letter and
+// begun=true for the one call that started the replay; any later call gets
+// begun=false and the letter unchanged, so replaying twice gives one new
+// attempt. ErrDeadLetterNotFound when the tenant has no such letter.
+func (s *Store) BeginReplay(ctx context.Context, tenant string, id int64) (rec *DeadLetter, begun bool, err error) {
+	rec, err = s.queryDeadLetter(ctx, `UPDATE dead_letters SET replayed_at = $3, replay_count = replay_count + 1
+		WHERE id = $1 AND ($2 = '' OR tenant = $2) AND replayed_at IS NULL RETURNING `+deadLetterColumns,
+		id, tenant, s.clock())
+	if err != nil {
+		return nil, false, fmt.Errorf("store: begin replay of dead letter %d: %w", id, err)
+	}
+	if rec != nil {
+		return rec, true, nil
+	}
+	rec, err = s.GetDeadLetter(ctx, tenant, id)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: begin replay: %w", err)
+	}
+	return rec, false, nil
+}
+
+// MarkReplayPublished records that the replayed message of letter id was
+// confirmed on the main queue. It reports whether this call set it.
+func (s *Store) MarkReplayPublished(ctx context.Context, id int64) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE dead_letters SET replay_published_at = $2
+		WHERE id = $1 AND replayed_at IS NOT NULL AND replay_published_at IS NULL`, id, s.clock())
+	if err != nil {
+		return false, fmt.Errorf("store: mark replay of dead letter %d published: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// UnfinishedReplays returns up to limit letters (oldest replay first) whose
+// replay began before olderThan but whose republish was never confirmed, for
+// the repair sweep.
+func (s *Store) UnfinishedReplays(ctx context.Context, olderThan time.Time, limit int) ([]*DeadLetter, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
+		WHERE replayed_at IS NOT NULL AND replay_published_at IS NULL AND replayed_at < $1
+		ORDER BY replayed_at, id LIMIT $2`, olderThan, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list unfinished replays: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, scanDeadLetter)
+	if err != nil {
+		return nil, fmt.Errorf("store: list unfinished replays: %w", err)
+	}
+	return recs, nil
+}
+
+// LaneReasonReplayed is the lane_reason of a job requeued by a replay.
+const LaneReasonReplayed = "replayed"
+
+// Requeue moves a dead-lettered job back to queued for a replay: attempts
+// reset to 0, error, result, lease, started and finished times cleared, lane
+// live. This is the one exit from a terminal state (see llmq.Status); it is
+// deliberately not a transition of llmq.CanTransition. A job already queued
+// is returned unchanged (a replay resumed by the repair sweep); any other
+// state is an *IllegalTransitionError, a missing job ErrNotFound.
+func (s *Store) Requeue(ctx context.Context, id string) (*JobRecord, error) {
+	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = 'queued', attempts = 0, error_code = '',
+		error_message = '', result = NULL, used_model = '', prompt_tokens = 0, completion_tokens = 0,
+		cost_usd = 0, started_at = NULL, finished_at = NULL, lease_owner = '', lease_expires_at = NULL,
+		batch_id = '', lane = 'live', lane_reason = '`+LaneReasonReplayed+`', updated_at = $2
+	WHERE id = $1 AND status = 'dead_lettered' RETURNING `+jobColumns, id, s.clock())
+	if err != nil {
+		return nil, fmt.Errorf("store: requeue %q: %w", id, err)
+	}
+	if rec != nil {
+		return rec, nil
+	}
+	rec, err = s.GetByID(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("store: requeue: %w", err)
+	}
+	if rec.Status == llmq.StatusQueued {
+		return rec, nil
+	}
+	return rec, &IllegalTransitionError{ID: id, From: rec.Status, To: llmq.StatusQueued}
+}

@@ -30,12 +30,13 @@ func BenchmarkPipeline(b *testing.B) {
 			b.Cleanup(func() { deleteQueues(b, queue, queue+".dlq") })
 			return "amqp://guest:guest@127.0.0.1:5672/?queue=" + queue
 		},
+		"memory": func(b *testing.B) string { return "memory://bench-" + uuid.NewString()[:8] + "/jobs" },
 		"kafka": func(b *testing.B) string {
 			addrs := kafkatest.NewCluster(b)
 			return "kafka://" + strings.Join(addrs, ",") + "/" + kafkatest.NewTopic(b, addrs, 8)
 		},
 	}
-	for _, name := range []string{"kafka", "rabbitmq"} {
+	for _, name := range []string{"memory", "kafka", "rabbitmq"} {
 		b.Run(name, func(b *testing.B) {
 			tb := setup(b, upstreamsim.Config{Seed: 10, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 			url := brokers[name](b)

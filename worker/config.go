@@ -21,16 +21,13 @@ import (
 
 // Defaults of Config.
 const (
-	MaxInFlightDefault          = 256
-	MaxAttemptsDefault          = 8
-	FallbackAfterDefault        = 3
-	LeaseDefault                = 2 * time.Minute
-	ShutdownTimeoutDefault      = 30 * time.Second
-	DefaultMaxOutputDefault     = 1024
-	MaxMessageBytesDefault      = 1 << 20
-	ContextWindowDefault        = 0 // unknown: not checked
-	StoreRetryIntervalDefault   = time.Second
-	LeasedRecheckMaxWaitDefault = 30 * time.Second
+	MaxInFlightDefault      = 256
+	MaxAttemptsDefault      = 6
+	FallbackAfterDefault    = 3
+	LeaseDefault            = 2 * time.Minute
+	ShutdownTimeoutDefault  = 30 * time.Second
+	DefaultMaxOutputDefault = 1024
+	leasedRecheckMax        = 30 * time.Second
 )
 
 // Model is what the worker knows about one model: its quota (which shapes
@@ -99,13 +96,16 @@ type Config struct {
 	// backing off). Default 256. The subscriber's prefetch should match.
 	MaxInFlight int
 	// MaxAttempts bounds the upstream calls of one job, fallbacks included.
-	// Default 8.
+	// Default 6.
 	MaxAttempts int
 	// FallbackAfter is how many rate-limited calls a model gets before the
 	// job moves to the next fallback model. Default 3.
 	FallbackAfter int
 	// Backoff shapes retry delays; zero fields take its defaults.
 	Backoff Backoff
+	// RetryBudget is the retries each successful call earns across the
+	// worker (see RetryBudget). Default RetryBudgetRatioDefault.
+	RetryBudget float64
 	// Lease is how long a claim keeps other workers off a running job; it
 	// is extended before each attempt. Default 2m.
 	Lease time.Duration

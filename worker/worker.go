@@ -75,7 +75,7 @@ func New(cfg Config) (*Worker, error) {
 		metrics:  newMetrics(cfg.Registerer),
 		est:      est,
 		lanes:    make(map[string]*lane),
-		budget:   NewRetryBudget(0, 0, 0),
+		budget:   NewRetryBudget(cfg.RetryBudget, 0, 0),
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		slots:    make(chan struct{}, cfg.MaxInFlight),
 		loopDone: make(chan struct{}),
@@ -265,7 +265,7 @@ func (w *Worker) claim(ctx context.Context, j *llmq.Job) (*store.JobRecord, erro
 		if rec != nil && rec.LeaseExpiresAt != nil {
 			wait = time.Until(*rec.LeaseExpiresAt) + 50*time.Millisecond
 		}
-		wait = min(max(wait, 50*time.Millisecond), LeasedRecheckMaxWaitDefault)
+		wait = min(max(wait, 50*time.Millisecond), leasedRecheckMax)
 		if err := sleep(ctx, w.cfg.Clock, wait); err != nil {
 			return nil, err
 		}

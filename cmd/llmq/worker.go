@@ -144,6 +144,7 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 		MaxInFlight:     wf.maxInFlight,
 		MaxAttempts:     cfg.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay},
+		RetryBudget:     cfg.Retry.Budget,
 		ShutdownTimeout: wf.shutdownTimeout,
 		Lease:           wf.lease,
 		MaxMessageBytes: cfg.MaxMessageBytes,

@@ -1,0 +1,480 @@
+package batchapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/upstreamsim"
+)
+
+func TestRouter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	drain := time.Duration(0)
+	b := setup(t, simConfig(), func(c *Config) { c.Drain = func() time.Duration { return drain } })
+
+	// Not deferrable: live, nothing written.
+	plain := job("plain", "gpt-4o-mini", nil)
+	plain.Deferrable = false
+	rec, err := b.st.Claim(ctx, plain, "w", time.Minute)
+	require.NoError(t, err)
+	ok, err := b.router.Route(ctx, rec)
+	require.NoError(t, err)
+	require.False(t, ok)
+	got, err := b.st.GetByID(ctx, "plain")
+	require.NoError(t, err)
+	require.Equal(t, store.LaneLive, got.Lane)
+	require.Empty(t, got.LaneReason)
+
+	// Deferrable at night: batch lane, queued for the collector, lease and
+	// attempt given back.
+	rec, err = b.st.Claim(ctx, job("night", "gpt-4o-mini", nil), "w", time.Minute)
+	require.NoError(t, err)
+	ok, err = b.router.Route(ctx, rec)
+	require.NoError(t, err)
+	require.True(t, ok)
+	got, err = b.st.GetByID(ctx, "night")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusQueued, got.Status)
+	require.Equal(t, store.LaneBatch, got.Lane)
+	require.Equal(t, "batch: inside off-peak window 22:00-06:00 UTC", got.LaneReason)
+	require.Equal(t, 0, got.Attempts)
+	require.Empty(t, got.LeaseOwner)
+
+	// A redelivery of it is claimed again and routed again, same reason.
+	rec, err = b.st.Claim(ctx, job("night", "gpt-4o-mini", nil), "w2", time.Minute)
+	require.NoError(t, err)
+	ok, err = b.router.Route(ctx, rec)
+	require.NoError(t, err)
+	require.True(t, ok)
+	got, err = b.st.GetByID(ctx, "night")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusQueued, got.Status)
+	require.Equal(t, "batch: inside off-peak window 22:00-06:00 UTC", got.LaneReason)
+
+	// A near deadline keeps a job live, with the reason.
+	soon := night.Add(3 * time.Hour)
+	rec, err = b.st.Claim(ctx, job("soon", "gpt-4o-mini", &soon), "w", time.Minute)
+	require.NoError(t, err)
+	ok, err = b.router.Route(ctx, rec)
+	require.NoError(t, err)
+	require.False(t, ok)
+	got, err = b.st.GetByID(ctx, "soon")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusRunning, got.Status)
+	require.Equal(t, store.LaneLive, got.Lane)
+	require.Equal(t, "live: deadline in 3h0m0s, batch needs more than 25h0m0s", got.LaneReason)
+
+	// Daytime: live unless the live lane is backed up.
+	b.now.Set(time.Date(2026, 6, 16, 12, 0, 0, 0, time.UTC))
+	rec, err = b.st.Claim(ctx, job("day", "gpt-4o-mini", nil), "w", time.Minute)
+	require.NoError(t, err)
+	ok, err = b.router.Route(ctx, rec)
+	require.NoError(t, err)
+	require.False(t, ok)
+	got, err = b.st.GetByID(ctx, "day")
+	require.NoError(t, err)
+	require.Equal(t, "live: outside off-peak window 22:00-06:00 UTC, live lane drains in 0s", got.LaneReason)
+	// The decision sticks for redeliveries, even once the backlog grows.
+	drain = time.Hour
+	ok, err = b.router.Route(ctx, got)
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	rec, err = b.st.Claim(ctx, job("backlog", "gpt-4o-mini", nil), "w", time.Minute)
+	require.NoError(t, err)
+	ok, err = b.router.Route(ctx, rec)
+	require.NoError(t, err)
+	require.True(t, ok)
+	got, err = b.st.GetByID(ctx, "backlog")
+	require.NoError(t, err)
+	require.Equal(t, "batch: live lane drains in 1h0m0s, over the 30m0s threshold", got.LaneReason)
+}
+
+// TestTenThousandJobs: 10,000 deferrable jobs go through batches of at
+// most 2,500 lines and each result is stored exactly once.
+func TestTenThousandJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: 10,000 jobs")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, simConfig(), func(c *Config) { c.MaxLines = 2500 })
+	start := time.Now()
+	ids := b.route(t, "bulk", "gpt-4o-mini", 10000, nil)
+	t.Logf("claim + route of 10,000 jobs (8 goroutines): %v", time.Since(start))
+	require.Equal(t, 10000, b.count(t, `lane = 'batch' AND status = 'queued' AND batch_id = ''`))
+
+	svc, err := New(b.cfg)
+	require.NoError(t, err)
+	// Due without waiting for FlushInterval: the model has MaxLines pending.
+	start = time.Now()
+	n, err := svc.Collector().Flush(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10000, n)
+	t.Logf("collect, upload and create 4 batches of 2,500: %v", time.Since(start))
+	require.Equal(t, 10000, b.count(t, `status = 'batched' AND lane = 'batch' AND batch_id LIKE 'lb_%'`))
+	batches, err := b.st.ListBatches(ctx, 10, true)
+	require.NoError(t, err)
+	require.Len(t, batches, 4)
+	for _, bt := range batches {
+		require.Equal(t, 2500, bt.JobCount)
+		require.Equal(t, store.BatchValidating, bt.Status)
+		require.NotEmpty(t, bt.ProviderBatchID)
+	}
+
+	// In progress: nothing to bring home yet.
+	b.clock.Advance(30 * time.Second)
+	ps, err := svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 4}, ps)
+
+	b.clock.Advance(time.Hour)
+	start = time.Now()
+	ps, err = svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 4, Ingested: 4, Stored: 10000}, ps)
+	t.Logf("download and store 10,000 results: %v", time.Since(start))
+	require.Equal(t, 10000, b.count(t, `status = 'succeeded' AND result IS NOT NULL AND completion_tokens = 7 AND cost_usd > 0`))
+
+	// Polling again changes nothing; the simulator answered each job once.
+	ps, err = svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{}, ps)
+	stats := b.sim.Sim.Stats().Total
+	require.EqualValues(t, 10000, stats.BatchLines)
+	require.EqualValues(t, 0, stats.BatchLinesFailed)
+	require.EqualValues(t, 0, stats.Accepted)
+
+	// Every job's result is its own (custom_id mapping survives shuffling).
+	var mismatched int
+	require.NoError(t, b.st.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs
+		WHERE result->'choices'->0->'message'->>'content' IS NULL`).Scan(&mismatched))
+	require.Zero(t, mismatched)
+	require.Len(t, ids, 10000)
+
+	// Cost: batch price is half the live price of the same tokens.
+	c, err := CostReport(ctx, b.st, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, 4, c.Batches)
+	require.Equal(t, 10000, c.Jobs)
+	require.InDelta(t, c.LiveCostUSD/2, c.CostUSD, 1e-9)
+	require.InDelta(t, c.CostUSD, c.SavingUSD(), 1e-9)
+	var sumJobs float64
+	require.NoError(t, b.st.Pool().QueryRow(ctx, `SELECT sum(cost_usd) FROM jobs`).Scan(&sumJobs))
+	require.InDelta(t, c.CostUSD, sumJobs, 1e-9)
+	// 10,000 × (prompt × 0.15 + 7 × 0.60) / 1e6 live.
+	var prompt int
+	require.NoError(t, b.st.Pool().QueryRow(ctx, `SELECT sum(prompt_tokens) FROM jobs`).Scan(&prompt))
+	require.InDelta(t, (float64(prompt)*0.15+70000*0.60)/1e6, c.LiveCostUSD, 1e-9)
+}
+
+// TestExpiredBatch: a batch expires halfway; the finished half is kept and
+// the rest goes back to the live lane, even though the first republish
+// fails (the outbox keeps it).
+func TestExpiredBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sc := simConfig()
+	// 100 lines at 10/s after 5s of validating, window 10s: 50 run.
+	sc.Batch.LinesPerSecond = 10
+	sc.Batch.CompletionWindow = 10 * time.Second
+	var pub *flakyPublisher
+	b := setup(t, sc, func(c *Config) {
+		pub = &flakyPublisher{Publisher: c.Publisher}
+		pub.fail.Store(1)
+		c.Publisher = pub
+	})
+	b.route(t, "exp", "gpt-4o-mini", 100, nil)
+	svc, err := New(b.cfg)
+	require.NoError(t, err)
+	n, err := svc.Collector().FlushAll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 100, n)
+
+	b.clock.Advance(time.Minute)
+	ps, err := svc.Poller().Poll(ctx)
+	require.ErrorContains(t, err, "broker unavailable")
+	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Stored: 50, Live: 50}, ps)
+	require.Zero(t, b.broker.Depth(b.queue))
+	require.Equal(t, 50, b.count(t, `status = 'succeeded' AND lane = 'batch'`))
+	require.Equal(t, 50, b.count(t, `status = 'queued' AND lane = 'live' AND batch_id = '' AND lane_reason LIKE '%expired%'`))
+
+	// The next pass republishes them.
+	ps, err = svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Republished: 50}, ps)
+	require.EqualValues(t, 50, b.broker.Depth(b.queue))
+
+	b.liveWorker(t, 50)
+	require.Equal(t, 100, b.count(t, `status = 'succeeded' AND result IS NOT NULL`))
+	require.Equal(t, 50, b.count(t, `status = 'succeeded' AND lane = 'live' AND lane_reason LIKE 'live: batch lb_% line failed: batch_expired: This request could not be executed before the completion window expired.'`))
+	stats := b.sim.Sim.Stats().Total
+	require.EqualValues(t, 50, stats.BatchLines)
+	require.EqualValues(t, 50, stats.Succeeded)
+	bt, err := b.st.ListBatches(ctx, 1, false)
+	require.NoError(t, err)
+	require.Equal(t, store.BatchExpired, bt[0].Status)
+	require.Equal(t, 100, bt[0].RequestTotal)
+	require.Equal(t, 50, bt[0].RequestCompleted)
+	require.Equal(t, 50, bt[0].RequestFailed)
+}
+
+// TestRestart: the collector dies around batch creation and the poller in
+// the middle of a batch; the new process finds the batch the provider
+// created, submits the rest, and every job runs and is stored once.
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, simConfig(), func(c *Config) { c.MaxLines = 100 })
+	b.route(t, "rs", "gpt-4o-mini", 300, nil)
+
+	// First process: the response of the 2nd batch creation is lost and
+	// the 3rd upload never leaves (the process "crashes").
+	var creates, uploads int
+	cut := &cutAfter{next: &http.Transport{}, match: func(r *http.Request) bool {
+		switch {
+		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/batches"):
+			creates++
+			return creates == 2
+		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/files"):
+			uploads++
+			return uploads == 3
+		}
+		return false
+	}}
+	cut.cuts.Store(2)
+	cfg1 := b.cfg
+	cfg1.Client = newClient(t, b.sim, cut)
+	svc1, err := New(cfg1)
+	require.NoError(t, err)
+	n, err := svc1.Collector().FlushAll(ctx)
+	require.ErrorContains(t, err, "connection lost")
+	require.Equal(t, 100, n)
+	require.Equal(t, 100, b.count(t, `status = 'batched'`))
+	require.Equal(t, 100, b.count(t, `status = 'queued' AND batch_id <> ''`))
+	// The provider has 2 batches although llmq only knows one submitted.
+	list, err := b.client.ListBatch(ctx, nil, nil)
+	require.NoError(t, err)
+	require.Len(t, list.Data, 2)
+
+	// The poller of the first process sees the batch in progress.
+	b.clock.Advance(7 * time.Second)
+	ps, err := svc1.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 1}, ps)
+
+	// Second process.
+	svc2, err := New(b.cfg)
+	require.NoError(t, err)
+	n, err = svc2.Collector().Flush(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 200, n, "adopted the lost batch and submitted the last one")
+	require.Equal(t, 300, b.count(t, `status = 'batched'`))
+	list, err = b.client.ListBatch(ctx, nil, nil)
+	require.NoError(t, err)
+	require.Len(t, list.Data, 3, "no batch submitted twice")
+	seen := map[string]bool{}
+	for _, pb := range list.Data {
+		seen[pb.Metadata[MetadataBatchID].(string)] = true
+	}
+	require.Len(t, seen, 3)
+
+	b.clock.Advance(time.Hour)
+	ps, err = svc2.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 3, Ingested: 3, Stored: 300}, ps)
+	require.Equal(t, 300, b.count(t, `status = 'succeeded' AND result IS NOT NULL`))
+	stats := b.sim.Sim.Stats().Total
+	require.EqualValues(t, 300, stats.BatchLines, "each job ran once")
+}
+
+// TestInvalidBatch: a batch the provider fails at validation sends its jobs
+// back to the live lane with the reason.
+func TestInvalidBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sc := simConfig()
+	sc.Models = map[string]upstreamsim.ModelConfig{"tiny-quota": {EnqueuedTokenLimit: 10}}
+	b := setup(t, sc, nil)
+	b.route(t, "inv", "tiny-quota", 20, nil)
+	svc, err := New(b.cfg)
+	require.NoError(t, err)
+	n, err := svc.Collector().FlushAll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 20, n)
+
+	b.clock.Advance(time.Minute)
+	ps, err := svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Live: 20, Republished: 20}, ps)
+	require.Equal(t, 20, b.count(t, `status = 'queued' AND lane = 'live' AND batch_id = ''
+		AND lane_reason LIKE 'live: batch lb_% failed: token_limit_exceeded: Enqueued token limit reached for tiny-quota%'`))
+	bt, err := b.st.ListBatches(ctx, 1, false)
+	require.NoError(t, err)
+	require.Equal(t, store.BatchFailed, bt[0].Status)
+	require.Contains(t, bt[0].Error, "token_limit_exceeded")
+	require.NotNil(t, bt[0].IngestedAt)
+
+	b.liveWorker(t, 20)
+	require.Equal(t, 20, b.count(t, `status = 'succeeded'`))
+}
+
+// TestDeadlinePullBack: a batched job whose deadline comes near goes back
+// to the live lane; its batch runs on, and its late result is ignored.
+func TestDeadlinePullBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, simConfig(), nil)
+	deadline := night.Add(26 * time.Hour)
+	b.route(t, "dl", "gpt-4o-mini", 5, &deadline)
+	b.route(t, "free", "gpt-4o-mini", 5, nil)
+	svc, err := New(b.cfg)
+	require.NoError(t, err)
+	n, err := svc.Collector().FlushAll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, n)
+
+	b.now.Set(deadline.Add(-20 * time.Minute))
+	ps, err := svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 1, PulledBack: 5, Republished: 5}, ps)
+	require.Equal(t, 5, b.count(t, `id LIKE 'dl-%' AND status = 'queued' AND lane = 'live' AND lane_reason = 'live: deadline too near for the batch lane, pulled back'`))
+	bt, err := b.st.ListBatches(ctx, 1, true)
+	require.NoError(t, err)
+	require.Len(t, bt, 1, "the batch was not cancelled")
+
+	b.clock.Advance(time.Hour)
+	ps, err = svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Stored: 5}, ps)
+	require.Equal(t, 5, b.count(t, `id LIKE 'free-%' AND status = 'succeeded'`))
+	require.Equal(t, 5, b.count(t, `id LIKE 'dl-%' AND status = 'queued' AND result IS NULL`))
+	b.liveWorker(t, 5)
+	require.Equal(t, 10, b.count(t, `status = 'succeeded'`))
+}
+
+// TestCancelAndFailedLines: a cancelled batch keeps its finished results
+// and sends the rest live; a line refused with a permanent error is
+// dead-lettered (default policy).
+func TestCancelAndFailedLines(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sc := simConfig()
+	sc.Batch.LinesPerSecond = 10
+	sc.Models = map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {ContextWindow: 1000}}
+	var letters []string
+	b := setup(t, sc, func(c *Config) { c.DeadLetters = recordLetters(&letters) })
+	// A body the provider refuses (over the model's context window) but
+	// llmq accepts; routed first, it is the first line of the batch.
+	bad := job("toolong", "gpt-4o-mini", nil)
+	bad.Body = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`)
+	require.NoError(t, bad.Validate())
+	rec, err := b.st.Claim(ctx, bad, "w", time.Minute)
+	require.NoError(t, err)
+	ok, err := b.router.Route(ctx, rec)
+	require.NoError(t, err)
+	require.True(t, ok)
+	b.route(t, "ok", "gpt-4o-mini", 39, nil)
+
+	svc, err := New(b.cfg)
+	require.NoError(t, err)
+	n, err := svc.Collector().FlushAll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 40, n)
+	bt, err := b.st.ListBatches(ctx, 1, true)
+	require.NoError(t, err)
+
+	// 5s validating + 2s at 10 lines/s: 20 lines done, then cancel.
+	b.clock.Advance(7 * time.Second)
+	_, err = Cancel(ctx, b.st, b.client, "nope")
+	require.ErrorIs(t, err, store.ErrBatchNotFound)
+	got, err := Cancel(ctx, b.st, b.client, bt[0].ProviderBatchID)
+	require.NoError(t, err)
+	require.Equal(t, store.BatchCancelling, got.Status)
+	b.clock.Advance(time.Minute)
+	ps, err := svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Stored: 19, DeadLettered: 1, Live: 20, Republished: 20}, ps)
+	require.Equal(t, 20, b.count(t, `status = 'queued' AND lane = 'live' AND lane_reason LIKE 'live: batch lb_% cancelled before the job ran'`))
+	got, err = b.st.GetBatch(ctx, bt[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, store.BatchCancelled, got.Status)
+	_, err = Cancel(ctx, b.st, b.client, got.ID)
+	require.ErrorIs(t, err, ErrFinished)
+
+	j, err := b.st.GetByID(ctx, "toolong")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusDeadLettered, j.Status)
+	require.Equal(t, ErrorCodeBatchLineFailed, j.ErrorCode)
+	require.Contains(t, j.ErrorMessage, "http_400/context_length_exceeded")
+	require.Equal(t, []string{"toolong"}, letters)
+	require.Equal(t, 19, b.count(t, `status = 'succeeded' AND lane = 'batch'`))
+	require.EqualValues(t, 20, b.broker.Depth(b.queue))
+}
+
+// TestService: the service's loop submits due jobs and brings the results
+// home on its own; Stop ends it (twice is fine).
+func TestService(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, simConfig(), func(c *Config) {
+		c.Now = time.Now // the store's clock: pending ages are compared with it
+		c.Window = WindowOff
+		c.Drain = func() time.Duration { return time.Hour }
+		c.FlushInterval = time.Millisecond
+		c.PollInterval = 10 * time.Millisecond
+	})
+	b.route(t, "svc", "gpt-4o-mini", 50, nil)
+	require.Equal(t, 50, b.count(t, `lane_reason = 'batch: live lane drains in 1h0m0s, over the 30m0s threshold'`))
+	svc, err := New(b.cfg)
+	require.NoError(t, err)
+	require.NoError(t, svc.Start(ctx))
+	require.ErrorIs(t, svc.Start(ctx), ErrStarted)
+	require.Eventually(t, func() bool { return b.countOrNeg(`status = 'batched'`) == 50 }, 10*time.Second, 5*time.Millisecond)
+	b.clock.Advance(time.Hour)
+	require.Eventually(t, func() bool { return b.countOrNeg(`status = 'succeeded'`) == 50 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, svc.Stop(ctx))
+	require.NoError(t, svc.Stop(ctx))
+	open, err := b.st.OpenBatches(ctx)
+	require.NoError(t, err)
+	require.Empty(t, open)
+}
+
+// TestLostBatchAndPendingDeadline: a batch the provider no longer knows
+// sends its jobs live; a pending job whose deadline became too near for a
+// batch goes live before it is ever submitted.
+func TestLostBatchAndPendingDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, simConfig(), nil)
+	b.route(t, "lost", "gpt-4o-mini", 3, nil)
+	svc, err := New(b.cfg)
+	require.NoError(t, err)
+	n, err := svc.Collector().FlushAll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+
+	deadline := night.Add(30 * time.Hour)
+	b.route(t, "late", "gpt-4o-mini", 2, &deadline)
+	b.sim.Sim.Reset() // the provider forgets every batch
+	b.now.Set(night.Add(6 * time.Hour))
+	ps, err := svc.Poller().Poll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Live: 3, PulledBack: 2, Republished: 5}, ps)
+	require.Equal(t, 3, b.count(t, `id LIKE 'lost-%' AND status = 'queued' AND lane = 'live'
+		AND lane_reason LIKE 'live: batch lb_% failed: the provider has no batch batch_%'`))
+	require.Equal(t, 2, b.count(t, `id LIKE 'late-%' AND status = 'queued' AND lane = 'live'
+		AND lane_reason = 'live: deadline too near for the batch lane, pulled back'`))
+	n, err = svc.Collector().FlushAll(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	b.liveWorker(t, 5)
+}

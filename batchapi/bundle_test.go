@@ -1,0 +1,242 @@
+package batchapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/store/storetest"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/internal/transport/memory"
+	"github.com/llmq/llmq/internal/upstreamsim"
+)
+
+// testBundle is one isolated world: its own database, simulator (on a fake
+// clock), in-memory broker queue and batch lane.
+type testBundle struct {
+	st     *store.Store
+	sim    *upstreamsim.TestServer
+	clock  *upstreamsim.FakeClock
+	client *openai.Client
+	broker *memory.Broker
+	queue  string
+	cfg    Config
+	now    *testClock
+	router *Router
+}
+
+// testClock is the batch lane's clock (routing and deadlines).
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *testClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
+
+// night is inside the default off-peak window.
+var night = time.Date(2026, 6, 15, 23, 0, 0, 0, time.UTC)
+
+func simConfig() upstreamsim.Config {
+	return upstreamsim.Config{
+		Batch:  upstreamsim.BatchConfig{Validating: 5 * time.Second, LinesPerSecond: 50, Finalizing: 5 * time.Second, CompletionWindow: time.Hour},
+		Output: upstreamsim.OutputConfig{Distribution: "fixed", Min: 1, Max: 100, Mean: 7},
+	}
+}
+
+func setup(t *testing.T, simCfg upstreamsim.Config, mod func(*Config)) *testBundle {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDB(t))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	clock := upstreamsim.NewFakeClock(time.Date(2026, 6, 15, 23, 0, 0, 0, time.UTC))
+	sim := upstreamsim.NewTestServer(t, simCfg, upstreamsim.WithClock(clock))
+	b := &testBundle{
+		st: st, sim: sim, clock: clock, client: newClient(t, sim, nil), broker: memory.New(),
+		queue: "jobs." + strings.ReplaceAll(t.Name(), "/", "."), now: &testClock{t: night},
+	}
+	b.cfg = Config{
+		Store: st, Client: b.client, Publisher: b.broker.NewPublisher(), Destination: b.queue,
+		Prices:   map[string]Price{"gpt-4o-mini": {InputPer1M: 0.15, OutputPer1M: 0.60}},
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:      b.now.Now,
+		MaxLines: 1000,
+	}
+	if mod != nil {
+		mod(&b.cfg)
+	}
+	b.router, err = NewRouter(b.cfg)
+	require.NoError(t, err)
+	return b
+}
+
+// newClient returns a go-openai client of sim whose transport is rt (nil:
+// the default), closing its idle connections at the end of the test.
+func newClient(t *testing.T, sim *upstreamsim.TestServer, rt http.RoundTripper) *openai.Client {
+	cc := sim.ClientConfig("sk-test")
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	if rt == nil {
+		rt = tr
+	}
+	cc.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: rt}
+	return openai.NewClientWithConfig(cc)
+}
+
+func job(id, model string, deadline *time.Time) *llmq.Job {
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"summarise log line %s"}],"max_tokens":16}`, model, id)
+	j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":%q,"deferrable":true,"body":%s}`, id, body)), llmq.DecodeOptions{})
+	if err != nil {
+		panic(err)
+	}
+	j.Deadline = deadline
+	return j
+}
+
+// route plays the worker's part for n deferrable jobs: claim, then Route.
+// It returns the ids, all of which the router must have taken.
+func (b *testBundle) route(t *testing.T, prefix, model string, n int, deadline *time.Time) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%05d", prefix, i)
+	}
+	var g errgroup.Group
+	g.SetLimit(8)
+	for _, id := range ids {
+		g.Go(func() error {
+			ctx := context.Background()
+			rec, err := b.st.Claim(ctx, job(id, model, deadline), "worker-1", time.Minute)
+			if err != nil {
+				return err
+			}
+			ok, err := b.router.Route(ctx, rec)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("job %s not routed to the batch lane", id)
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	return ids
+}
+
+func (b *testBundle) count(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE `+where, args...).Scan(&n))
+	return n
+}
+
+// countOrNeg is count for use off the test goroutine: -1 on error.
+func (b *testBundle) countOrNeg(where string) int {
+	var n int
+	if err := b.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE `+where).Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// liveWorker stands in for the live worker: it consumes the republished
+// messages, claims each job, asks the router (which must keep it live),
+// calls the simulator and stores the result, until want jobs are done.
+func (b *testBundle) liveWorker(t *testing.T, want int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub, err := b.broker.NewSubscriber(b.queue, memory.Config{})
+	require.NoError(t, err)
+	defer sub.Close()
+	msgs, err := sub.Consume(ctx)
+	require.NoError(t, err)
+	for done := 0; done < want; done++ {
+		var msg *transport.Message
+		select {
+		case msg = <-msgs:
+		case <-ctx.Done():
+			t.Fatalf("live worker: %d of %d jobs done: %v", done, want, ctx.Err())
+		}
+		j, err := llmq.Decode(msg.Value, llmq.DecodeOptions{})
+		require.NoError(t, err)
+		rec, err := b.st.Claim(ctx, j, "live-worker", time.Minute)
+		require.NoError(t, err)
+		routed, err := b.router.Route(ctx, rec)
+		require.NoError(t, err)
+		require.False(t, routed, "a job handed back must stay live")
+		var req openai.ChatCompletionRequest
+		require.NoError(t, json.Unmarshal(j.Body, &req))
+		resp, err := b.client.CreateChatCompletion(ctx, req)
+		require.NoError(t, err)
+		raw, err := json.Marshal(resp)
+		require.NoError(t, err)
+		stored, err := b.st.StoreResult(ctx, j.ID, store.Result{Response: raw, UsedModel: resp.Model,
+			PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens})
+		require.NoError(t, err)
+		require.True(t, stored)
+		require.NoError(t, msg.Ack(ctx))
+	}
+}
+
+// flakyPublisher fails its first fail publishes.
+type flakyPublisher struct {
+	transport.Publisher
+	fail atomic.Int32
+}
+
+func (p *flakyPublisher) Publish(ctx context.Context, dest string, msgs ...transport.Message) error {
+	if p.fail.Add(-1) >= 0 {
+		return errors.New("broker unavailable")
+	}
+	return p.Publisher.Publish(ctx, dest, msgs...)
+}
+
+// cutAfter is a transport that lets a request matching match reach the
+// server but loses its response (as a crash right after the call would).
+type cutAfter struct {
+	next  http.RoundTripper
+	match func(*http.Request) bool
+	cuts  atomic.Int32
+}
+
+func (c *cutAfter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err == nil && c.match(r) && c.cuts.Add(-1) >= 0 {
+		resp.Body.Close()
+		return nil, errors.New("connection lost after the request")
+	}
+	return resp, err
+}
+
+type letterFunc func(ctx context.Context, l dlq.Letter) error
+
+func (f letterFunc) DeadLetter(ctx context.Context, l dlq.Letter) error { return f(ctx, l) }
+
+func recordLetters(ids *[]string) DeadLetterer {
+	var mu sync.Mutex
+	return letterFunc(func(_ context.Context, l dlq.Letter) error {
+		mu.Lock()
+		defer mu.Unlock()
+		*ids = append(*ids, l.JobID)
+		return nil
+	})
+}

@@ -1,0 +1,272 @@
+package batchapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/transport"
+)
+
+// Defaults of Config.
+const (
+	// WindowDefault is the off-peak window.
+	WindowDefault = "22:00-06:00"
+	// TimezoneDefault is the zone of the window.
+	TimezoneDefault = "UTC"
+	// DrainThresholdDefault is the live drain time above which deferrable
+	// jobs go to batches outside the window.
+	DrainThresholdDefault = 30 * time.Minute
+	// CompletionWindowDefault is the provider's batch completion window.
+	CompletionWindowDefault = 24 * time.Hour
+	// DeadlineMarginDefault is added to the completion window for a job's
+	// deadline to allow the batch lane.
+	DeadlineMarginDefault = time.Hour
+	// PullBackBeforeDefault: a batch-lane job goes back to the live lane
+	// when its deadline is this close.
+	PullBackBeforeDefault = 30 * time.Minute
+	// FlushIntervalDefault is the longest a pending job waits before a
+	// partial batch is submitted.
+	FlushIntervalDefault = time.Minute
+	// MaxLinesDefault is the provider's limit on requests per batch.
+	MaxLinesDefault = 50000
+	// MaxBytesDefault is the provider's limit on an input file (200 MB).
+	MaxBytesDefault = 200_000_000
+	// PollIntervalDefault is how often the service runs the collector and
+	// the poller.
+	PollIntervalDefault = 30 * time.Second
+	// BatchDiscountDefault is the price factor of batch calls (50% off).
+	BatchDiscountDefault = 0.5
+	// ReconcilePagesDefault bounds the pages of the provider's batch list
+	// searched (100 batches each) when a submission is resumed.
+	ReconcilePagesDefault = 20
+)
+
+// FailedLinePolicy says where a batch line that failed with a permanent
+// error (a 4xx other than 408, 409, 429) goes. Transient failures (429,
+// 5xx, expired, cancelled) always go back to the live lane.
+type FailedLinePolicy string
+
+const (
+	// FailedLinesDeadLetter dead-letters the job (the default): the same
+	// request would fail live too.
+	FailedLinesDeadLetter FailedLinePolicy = "dead_letter"
+	// FailedLinesLive retries the job in the live lane.
+	FailedLinesLive FailedLinePolicy = "live"
+)
+
+// Price is a model's live price in USD per million tokens and the factor
+// applied to batch calls.
+type Price struct {
+	InputPer1M, OutputPer1M float64
+	// BatchDiscount is the batch price factor; 0 means BatchDiscountDefault.
+	BatchDiscount float64
+}
+
+// DeadLetterer publishes the dead letter of a job the batch lane gave up on.
+// The job row is already dead_lettered when it is called.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, l dlq.Letter) error
+}
+
+// Config configures the Router, Collector, Poller and Service. The Router
+// needs only Store and the routing fields; the others need Client,
+// Publisher and Destination too.
+type Config struct {
+	// Store is the Postgres job store. Required.
+	Store *store.Store
+	// Client talks to the provider's Files and Batch API. Required except
+	// for the Router.
+	Client *openai.Client
+	// Publisher republishes jobs handed back to the live lane. Required
+	// except for the Router.
+	Publisher transport.Publisher
+	// Destination is the topic or queue of job messages. Required except
+	// for the Router.
+	Destination string
+	// DeadLetters publishes dead letters; nil: the job row is marked
+	// dead_lettered and nothing is published.
+	DeadLetters DeadLetterer
+
+	// Window is the off-peak window "HH:MM-HH:MM", which may wrap midnight.
+	// "" = WindowDefault; WindowOff disables it.
+	Window string
+	// Timezone is the IANA zone of Window. "" = TimezoneDefault.
+	Timezone string
+	// DrainThreshold: outside the window, deferrable jobs go to batches
+	// when Drain() exceeds it. 0 = DrainThresholdDefault; -1 disables.
+	DrainThreshold time.Duration
+	// Drain estimates how long the live lane needs to drain its backlog.
+	// nil disables the drain rule.
+	Drain func() time.Duration
+	// CompletionWindow is the provider's completion window ("24h"). 0 =
+	// CompletionWindowDefault. Set it lower against a time-scaled simulator.
+	CompletionWindow time.Duration
+	// DeadlineMargin: a job with a deadline goes to batches only when the
+	// deadline is more than CompletionWindow + DeadlineMargin away.
+	// 0 = DeadlineMarginDefault; -1 = no margin.
+	DeadlineMargin time.Duration
+	// PullBackBefore: a batch-lane job goes back live when its deadline is
+	// this close. 0 = PullBackBeforeDefault.
+	PullBackBefore time.Duration
+
+	// FlushInterval is the longest a pending job waits for its batch to
+	// fill. 0 = FlushIntervalDefault.
+	FlushInterval time.Duration
+	// MaxLines bounds the jobs per batch. 0 = MaxLinesDefault (also the
+	// maximum).
+	MaxLines int
+	// MaxBytes bounds an input file. 0 = MaxBytesDefault (also the maximum).
+	MaxBytes int
+	// PollInterval is the Service's period. 0 = PollIntervalDefault.
+	PollInterval time.Duration
+	// FailedLines is the policy for permanently failed lines.
+	// "" = FailedLinesDeadLetter.
+	FailedLines FailedLinePolicy
+	// ReconcilePages bounds the provider list pages searched when resuming
+	// a submission. 0 = ReconcilePagesDefault.
+	ReconcilePages int
+	// Prices holds the live price of each model, for costs; a model not
+	// listed costs 0.
+	Prices map[string]Price
+
+	// Logger receives logs. nil = slog.Default().
+	Logger *slog.Logger
+	// Registerer receives metrics. nil = not registered.
+	Registerer prometheus.Registerer
+	// Now is the clock of routing, flush and deadline decisions; it must
+	// agree with the store's clock (pending ages are read from job rows).
+	// nil = time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Window == "" {
+		c.Window = WindowDefault
+	}
+	if c.Timezone == "" {
+		c.Timezone = TimezoneDefault
+	}
+	if c.DrainThreshold == 0 {
+		c.DrainThreshold = DrainThresholdDefault
+	}
+	if c.CompletionWindow == 0 {
+		c.CompletionWindow = CompletionWindowDefault
+	}
+	if c.DeadlineMargin == 0 {
+		c.DeadlineMargin = DeadlineMarginDefault
+	}
+	if c.PullBackBefore == 0 {
+		c.PullBackBefore = PullBackBeforeDefault
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = FlushIntervalDefault
+	}
+	if c.MaxLines == 0 {
+		c.MaxLines = MaxLinesDefault
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = MaxBytesDefault
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = PollIntervalDefault
+	}
+	if c.FailedLines == "" {
+		c.FailedLines = FailedLinesDeadLetter
+	}
+	if c.ReconcilePages == 0 {
+		c.ReconcilePages = ReconcilePagesDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// validate checks c (after WithDefaults); full also requires what the
+// collector and poller need.
+func (c Config) validate(full bool) error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("batchapi: Config.Store is required"))
+	}
+	if full {
+		if c.Client == nil {
+			errs = append(errs, errors.New("batchapi: Config.Client is required"))
+		}
+		if c.Publisher == nil {
+			errs = append(errs, errors.New("batchapi: Config.Publisher is required"))
+		}
+		if c.Destination == "" {
+			errs = append(errs, errors.New("batchapi: Config.Destination is required"))
+		}
+	}
+	if _, err := ParseWindow(c.Window, c.Timezone); err != nil {
+		errs = append(errs, fmt.Errorf("batchapi: Config.Window/Timezone: %w", err))
+	}
+	if c.DrainThreshold < -1 {
+		errs = append(errs, fmt.Errorf("batchapi: Config.DrainThreshold must be positive or -1; got %v", c.DrainThreshold))
+	}
+	if c.CompletionWindow < 0 {
+		errs = append(errs, fmt.Errorf("batchapi: Config.CompletionWindow must be positive; got %v", c.CompletionWindow))
+	}
+	if c.DeadlineMargin < -1 {
+		errs = append(errs, fmt.Errorf("batchapi: Config.DeadlineMargin must be positive or -1; got %v", c.DeadlineMargin))
+	}
+	if c.PullBackBefore < 0 || c.PullBackBefore >= c.minDeadlineLead() {
+		errs = append(errs, fmt.Errorf("batchapi: Config.PullBackBefore must be in [0, CompletionWindow+DeadlineMargin); got %v", c.PullBackBefore))
+	}
+	if c.FlushInterval < 0 {
+		errs = append(errs, fmt.Errorf("batchapi: Config.FlushInterval must be positive; got %v", c.FlushInterval))
+	}
+	if c.MaxLines < 1 || c.MaxLines > MaxLinesDefault {
+		errs = append(errs, fmt.Errorf("batchapi: Config.MaxLines must be in 1..%d; got %d", MaxLinesDefault, c.MaxLines))
+	}
+	if c.MaxBytes < 1 || c.MaxBytes > MaxBytesDefault {
+		errs = append(errs, fmt.Errorf("batchapi: Config.MaxBytes must be in 1..%d; got %d", MaxBytesDefault, c.MaxBytes))
+	}
+	if c.PollInterval < 0 {
+		errs = append(errs, fmt.Errorf("batchapi: Config.PollInterval must be positive; got %v", c.PollInterval))
+	}
+	if c.FailedLines != FailedLinesDeadLetter && c.FailedLines != FailedLinesLive {
+		errs = append(errs, fmt.Errorf("batchapi: Config.FailedLines: unknown policy %q (want dead_letter or live)", c.FailedLines))
+	}
+	for m, p := range c.Prices {
+		if p.InputPer1M < 0 || p.OutputPer1M < 0 || p.BatchDiscount < 0 || p.BatchDiscount > 1 {
+			errs = append(errs, fmt.Errorf("batchapi: Config.Prices[%q]: prices must not be negative and BatchDiscount in [0, 1]", m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) minDeadlineLead() time.Duration {
+	return c.CompletionWindow + max(c.DeadlineMargin, 0)
+}
+
+// policy builds the routing policy of a validated c.
+func (c Config) policy() Policy {
+	w, _ := ParseWindow(c.Window, c.Timezone)
+	return Policy{Window: w, DrainThreshold: max(c.DrainThreshold, 0), MinDeadlineLead: c.minDeadlineLead()}
+}
+
+// cost returns the batch and live price of a call.
+func (c Config) cost(model string, prompt, completion int) (batch, live float64) {
+	p := c.Prices[model]
+	live = (float64(prompt)*p.InputPer1M + float64(completion)*p.OutputPer1M) / 1e6
+	d := p.BatchDiscount
+	if d == 0 {
+		d = BatchDiscountDefault
+	}
+	return live * d, live
+}

@@ -1,0 +1,144 @@
+package batchapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/llmq/llmq/internal/store"
+)
+
+// Service runs the Collector and the Poller every PollInterval, for
+// `llmq worker` when batching is configured.
+type Service struct {
+	cfg       Config
+	collector *Collector
+	poller    *Poller
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started bool
+}
+
+// New validates cfg and returns a stopped Service.
+func New(cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(true); err != nil {
+		return nil, err
+	}
+	m := newMetrics(cfg.Registerer)
+	return &Service{cfg: cfg, collector: newCollector(cfg, m), poller: newPoller(cfg, m), log: cfg.Logger}, nil
+}
+
+// Collector returns the service's collector.
+func (s *Service) Collector() *Collector { return s.collector }
+
+// Poller returns the service's poller.
+func (s *Service) Poller() *Poller { return s.poller }
+
+// Start checks the database (one poll pass, which also republishes what a
+// crash left in the outbox) and then runs in the background until Stop or
+// ctx ends.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return ErrStarted
+	}
+	if _, err := s.cfg.Store.OpenBatches(ctx); err != nil {
+		return fmt.Errorf("batchapi: start: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	s.cancel = func() { stop(); cancel() }
+	s.done = make(chan struct{})
+	s.started = true
+	go s.loop(runCtx, s.done)
+	return nil
+}
+
+func (s *Service) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		s.pass(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pass runs the collector then the poller once, logging failures (the
+// next pass retries them).
+func (s *Service) pass(ctx context.Context) {
+	if _, err := s.collector.Flush(ctx); err != nil && ctx.Err() == nil {
+		s.log.Error("batch collector", slog.Any("error", err))
+	}
+	if _, err := s.poller.Poll(ctx); err != nil && ctx.Err() == nil {
+		s.log.Error("batch poller", slog.Any("error", err))
+	}
+}
+
+// Stop ends the background loop and waits for the pass in progress (every
+// state change it makes is transactional, so an interrupted pass is
+// resumed by the next start). It may be called more than once.
+func (s *Service) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("batchapi: stop: %w", ctx.Err())
+	}
+}
+
+// Cancel asks the provider to cancel the batch with llmq or provider id
+// ref and records its new status; the poller brings the partial results
+// home and sends the other jobs back to the live lane once it is
+// cancelled.
+func Cancel(ctx context.Context, st *store.Store, client *openai.Client, ref string) (*store.BatchRecord, error) {
+	b, err := st.GetBatch(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case b.Status == store.BatchSubmitting:
+		return b, fmt.Errorf("batchapi: cancel %s: %w", b.ID, ErrNotSubmitted)
+	case store.BatchTerminal(b.Status) || b.Status == store.BatchFinalizing:
+		return b, fmt.Errorf("batchapi: cancel %s (%s): %w", b.ID, b.Status, ErrFinished)
+	}
+	resp, err := client.CancelBatch(ctx, b.ProviderBatchID)
+	if err != nil {
+		return b, fmt.Errorf("batchapi: cancel %s (%s): %w", b.ID, b.ProviderBatchID, err)
+	}
+	if err := st.UpdateBatchProgress(ctx, b.ID, progress(&resp.Batch)); err != nil {
+		return b, err
+	}
+	return st.GetBatch(ctx, b.ID)
+}
+
+// CostReport sums what the batch lane's results cost since since (zero:
+// ever) and what the same tokens would have cost live; SavingUSD is the
+// difference. It is what `llmq batch show` and the bench report print.
+func CostReport(ctx context.Context, st *store.Store, since time.Time) (store.BatchCost, error) {
+	c, err := st.BatchCostSummary(ctx, since)
+	if err != nil {
+		return c, fmt.Errorf("batchapi: cost report: %w", err)
+	}
+	return c, nil
+}

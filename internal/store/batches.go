@@ -1,0 +1,795 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq"
+)
+
+// Errors of the batch lane's store operations.
+var (
+	// ErrBatchNotFound: no batch with that id or provider batch id.
+	ErrBatchNotFound = errors.New("store: batch not found")
+	// ErrBatchNotSubmitting: the batch is no longer in status submitting
+	// (another collector submitted or abandoned it).
+	ErrBatchNotSubmitting = errors.New("store: batch is not submitting")
+	// ErrBatchIngested: the batch's output was already brought home.
+	ErrBatchIngested = errors.New("store: batch already ingested")
+)
+
+// Batch statuses of BatchRecord.Status: BatchSubmitting is llmq's own (the
+// batch is recorded and its jobs reserved, but the provider has not accepted
+// it yet); the others are the provider's Batch API statuses.
+const (
+	BatchSubmitting = "submitting"
+	BatchValidating = "validating"
+	BatchInProgress = "in_progress"
+	BatchFinalizing = "finalizing"
+	BatchCompleted  = "completed"
+	BatchFailed     = "failed"
+	BatchExpired    = "expired"
+	BatchCancelling = "cancelling"
+	BatchCancelled  = "cancelled"
+)
+
+// BatchTerminal reports whether a provider batch status is final (its
+// output can be ingested).
+func BatchTerminal(status string) bool {
+	switch status {
+	case BatchCompleted, BatchFailed, BatchExpired, BatchCancelled:
+		return true
+	}
+	return false
+}
+
+// Outbox actions of the batch lane (table batch_outbox).
+const (
+	// OutboxRequeue: the job is back in the live lane (queued); its message
+	// must be published again.
+	OutboxRequeue = "requeue"
+	// OutboxDeadLetter: the job is dead_lettered; its dead letter must be
+	// published.
+	OutboxDeadLetter = "dead_letter"
+)
+
+// BatchRecord is one row of the batches table.
+type BatchRecord struct {
+	// ID is llmq's id of the batch (jobs.batch_id).
+	ID string `db:"id"`
+	// ProviderBatchID is the provider's batch id; "" while submitting.
+	ProviderBatchID  string            `db:"provider_batch_id"`
+	Model            string            `db:"model"`
+	Status           string            `db:"status"`
+	InputFileID      string            `db:"input_file_id"`
+	OutputFileID     string            `db:"output_file_id"`
+	ErrorFileID      string            `db:"error_file_id"`
+	JobCount         int               `db:"job_count"`
+	RequestTotal     int               `db:"request_total"`
+	RequestCompleted int               `db:"request_completed"`
+	RequestFailed    int               `db:"request_failed"`
+	CreatedAt        time.Time         `db:"created_at"`
+	UpdatedAt        time.Time         `db:"updated_at"`
+	SubmittedAt      *time.Time        `db:"submitted_at"`
+	CompletedAt      *time.Time        `db:"completed_at"`
+	IngestedAt       *time.Time        `db:"ingested_at"`
+	Error            string            `db:"error"`
+	Metadata         map[string]string `db:"metadata"`
+	// CostUSD is what the batch's stored results cost at batch prices;
+	// LiveCostUSD what the same tokens would have cost live.
+	CostUSD     float64 `db:"cost_usd"`
+	LiveCostUSD float64 `db:"live_cost_usd"`
+}
+
+const batchColumns = `id, provider_batch_id, model, status, input_file_id, output_file_id, error_file_id,
+	job_count, request_total, request_completed, request_failed, created_at, updated_at, submitted_at,
+	completed_at, ingested_at, error, metadata, cost_usd, live_cost_usd`
+
+func (s *Store) queryBatches(ctx context.Context, op, sql string, args ...any) ([]*BatchRecord, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", op, err)
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[BatchRecord])
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", op, err)
+	}
+	return recs, nil
+}
+
+// RouteToBatch hands the running job id, claimed by owner, to the batch
+// lane: it goes back to queued (lease cleared, the claim's attempt given
+// back) with lane batch and reason, where the batch collector finds it. A
+// job already reserved for a batch the provider accepted goes straight to
+// batched. It reports true when the job is now in the batch lane (also
+// when it already was: a redelivery); false with ErrLeased when owner does
+// not hold it.
+func (s *Store) RouteToBatch(ctx context.Context, id, owner, reason string) (bool, error) {
+	now := s.clock()
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET
+		status = CASE WHEN batch_id <> '' AND EXISTS (SELECT 1 FROM batches b
+			WHERE b.id = jobs.batch_id AND b.status <> 'submitting') THEN 'batched' ELSE 'queued' END,
+		lane = 'batch', lane_reason = CASE WHEN $3 = '' THEN lane_reason ELSE $3 END,
+		lease_owner = '', lease_expires_at = NULL,
+		attempts = greatest(attempts - 1, 0), started_at = CASE WHEN attempts <= 1 THEN NULL ELSE started_at END,
+		updated_at = $4
+	WHERE id = $1 AND status = 'running' AND lease_owner = $2`, id, owner, reason, now)
+	if err != nil {
+		return false, fmt.Errorf("store: route to batch %q: %w", id, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	rec, err := s.GetByID(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("store: route to batch %q: %w", id, err)
+	}
+	if rec.Lane == LaneBatch && (rec.Status == llmq.StatusBatched || rec.Status == llmq.StatusQueued) {
+		return true, nil
+	}
+	if rec.Status.Terminal() {
+		return false, &IllegalTransitionError{ID: id, From: rec.Status, To: llmq.StatusQueued}
+	}
+	return false, fmt.Errorf("store: route to batch %q: %w", id, ErrLeased)
+}
+
+// SetLane records the lane chosen for job id and why, without changing its
+// status.
+func (s *Store) SetLane(ctx context.Context, id, lane, reason string) error {
+	if lane != LaneLive && lane != LaneBatch {
+		return fmt.Errorf("store: set lane %q: unknown lane %q", id, lane)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET lane = $2, lane_reason = $3, updated_at = $4 WHERE id = $1`,
+		id, lane, reason, s.clock())
+	if err != nil {
+		return fmt.Errorf("store: set lane %q: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("store: set lane %q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// PendingModel summarises the jobs of one model waiting for a batch.
+type PendingModel struct {
+	Model string
+	Jobs  int
+	// Oldest is when the longest-waiting of them entered the batch lane.
+	Oldest time.Time
+}
+
+// PendingBatchModels lists, per model, the batch-lane jobs not yet in a
+// batch.
+func (s *Store) PendingBatchModels(ctx context.Context) ([]PendingModel, error) {
+	rows, err := s.pool.Query(ctx, `SELECT requested_model, count(*), min(updated_at) FROM jobs
+		WHERE lane = 'batch' AND status = 'queued' AND batch_id = '' GROUP BY requested_model ORDER BY 3`)
+	if err != nil {
+		return nil, fmt.Errorf("store: pending batch models: %w", err)
+	}
+	var out []PendingModel
+	var p PendingModel
+	_, err = pgx.ForEachRow(rows, []any{&p.Model, &p.Jobs, &p.Oldest}, func() error {
+		p.Oldest = p.Oldest.UTC()
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: pending batch models: %w", err)
+	}
+	return out, nil
+}
+
+// BatchJob is a job as it goes into a batch input file.
+type BatchJob struct {
+	ID   string
+	Body []byte
+}
+
+// BatchReservation asks ReserveBatch for the next batch of one model.
+type BatchReservation struct {
+	// ID is the new batch's id; Model the model of its jobs.
+	ID, Model string
+	// MaxJobs bounds the jobs taken.
+	MaxJobs int
+	// Fits is called with each candidate in order (oldest first) and the
+	// jobs accepted so far; the first refusal ends the batch. nil accepts
+	// all.
+	Fits func(j BatchJob, accepted int) bool
+	// NotBefore: jobs whose deadline is before it are left out (they must
+	// not wait for a batch).
+	NotBefore time.Time
+	// Metadata is stored with the batch.
+	Metadata map[string]string
+}
+
+// ReserveBatch records a new batch in status submitting and reserves for
+// it (jobs.batch_id, status still queued) the oldest pending batch-lane
+// jobs of the model, in one transaction; concurrent collectors get
+// disjoint jobs. It returns nil when no job is pending.
+func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRecord, []BatchJob, error) {
+	if r.ID == "" || r.Model == "" || r.MaxJobs <= 0 {
+		return nil, nil, fmt.Errorf("store: reserve batch: ID, Model and a positive MaxJobs are required")
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	rows, err := tx.Query(ctx, `SELECT id, body::text FROM jobs
+		WHERE lane = 'batch' AND status = 'queued' AND batch_id = '' AND requested_model = $1
+			AND (deadline IS NULL OR deadline > $2)
+		ORDER BY updated_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`, r.Model, r.NotBefore, r.MaxJobs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
+	}
+	var jobs []BatchJob
+	var id, body string
+	_, err = pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+		jobs = append(jobs, BatchJob{ID: id, Body: []byte(body)})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
+	}
+	if r.Fits != nil {
+		for i, j := range jobs {
+			if !r.Fits(j, i) {
+				jobs = jobs[:i]
+				break
+			}
+		}
+	}
+	if len(jobs) == 0 {
+		return nil, nil, nil
+	}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	now := s.clock()
+	meta := r.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE jobs SET batch_id = $1, updated_at = $2 WHERE id = ANY($3)`, r.ID, now, ids); err != nil {
+		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
+	}
+	brows, err := tx.Query(ctx, `INSERT INTO batches (id, model, status, job_count, created_at, updated_at, metadata)
+		VALUES ($1, $2, 'submitting', $3, $4, $4, $5) RETURNING `+batchColumns, r.ID, r.Model, len(jobs), now, meta)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
+	}
+	rec, err := pgx.CollectOneRow(brows, pgx.RowToAddrOfStructByName[BatchRecord])
+	if err != nil {
+		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
+	}
+	return rec, jobs, nil
+}
+
+// BatchJobs returns the jobs reserved for (or inside) batch id, in a
+// stable order, as they go into its input file.
+func (s *Store) BatchJobs(ctx context.Context, id string) ([]BatchJob, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, body::text FROM jobs WHERE batch_id = $1 ORDER BY updated_at, id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("store: batch jobs %q: %w", id, err)
+	}
+	var jobs []BatchJob
+	var jid, body string
+	_, err = pgx.ForEachRow(rows, []any{&jid, &body}, func() error {
+		jobs = append(jobs, BatchJob{ID: jid, Body: []byte(body)})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: batch jobs %q: %w", id, err)
+	}
+	return jobs, nil
+}
+
+// SetBatchInputFile records the uploaded input file of a submitting batch.
+func (s *Store) SetBatchInputFile(ctx context.Context, id, fileID string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE batches SET input_file_id = $2, updated_at = $3 WHERE id = $1`, id, fileID, s.clock())
+	if err != nil {
+		return fmt.Errorf("store: set batch input file %q: %w", id, err)
+	}
+	return nil
+}
+
+// BatchSubmission is what the provider answered to a batch creation.
+type BatchSubmission struct {
+	ID, ProviderBatchID, Status, InputFileID string
+}
+
+// MarkBatchSubmitted records that the provider accepted batch ID and moves
+// its reserved jobs to batched, in one transaction. It returns the number
+// of jobs moved. Reserved jobs a worker holds for an instant (a duplicate
+// delivery, about to be handed back by the router) are moved too.
+func (s *Store) MarkBatchSubmitted(ctx context.Context, sub BatchSubmission) (int, error) {
+	now := s.clock()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	tag, err := tx.Exec(ctx, `UPDATE batches SET provider_batch_id = $2, status = $3, input_file_id = $4,
+		submitted_at = $5, updated_at = $5 WHERE id = $1 AND status = 'submitting'`,
+		sub.ID, sub.ProviderBatchID, sub.Status, sub.InputFileID, now)
+	if err != nil {
+		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, ErrBatchNotSubmitting)
+	}
+	tag, err = tx.Exec(ctx, `UPDATE jobs SET status = 'batched', lease_owner = '', lease_expires_at = NULL, updated_at = $2
+		WHERE batch_id = $1 AND lane = 'batch' AND status IN ('queued', 'running')`, sub.ID, now)
+	if err != nil {
+		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE batches SET job_count = $2 WHERE id = $1`, sub.ID, tag.RowsAffected()); err != nil {
+		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// AbandonBatch gives up a submitting batch that never reached the provider
+// (e.g. its upload was refused): its reserved jobs go back to the pending
+// pool of the batch lane, or to the live lane with reason when live is set,
+// and the batch row is closed as failed with errMsg.
+func (s *Store) AbandonBatch(ctx context.Context, id, errMsg string, live bool, reason string) (int, error) {
+	now := s.clock()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	tag, err := tx.Exec(ctx, `UPDATE batches SET status = 'failed', error = $2, ingested_at = $3, updated_at = $3
+		WHERE id = $1 AND status = 'submitting'`, id, errMsg, now)
+	if err != nil {
+		return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return 0, fmt.Errorf("store: abandon batch %q: %w", id, ErrBatchNotSubmitting)
+	}
+	var n int
+	if live {
+		rows, err := tx.Query(ctx, `UPDATE jobs SET lane = 'live', lane_reason = $2, batch_id = '', updated_at = $3
+			WHERE batch_id = $1 AND status = 'queued' RETURNING id`, id, reason, now)
+		var ids []string
+		if err == nil {
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err == nil {
+			err = insertOutbox(ctx, tx, ids, OutboxRequeue, reason, now)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
+		}
+		n = len(ids)
+	} else {
+		tag, err = tx.Exec(ctx, `UPDATE jobs SET batch_id = '', updated_at = $2 WHERE batch_id = $1 AND status = 'queued'`, id, now)
+		if err != nil {
+			return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
+		}
+		n = int(tag.RowsAffected())
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
+	}
+	return n, nil
+}
+
+// GetBatch returns the batch with llmq id or provider batch id ref.
+func (s *Store) GetBatch(ctx context.Context, ref string) (*BatchRecord, error) {
+	recs, err := s.queryBatches(ctx, "get batch "+strconv.Quote(ref),
+		`SELECT `+batchColumns+` FROM batches WHERE id = $1 OR (provider_batch_id = $1 AND $1 <> '')`, ref)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("store: get batch %q: %w", ref, ErrBatchNotFound)
+	}
+	return recs[0], nil
+}
+
+// OpenBatches returns the batches not yet ingested (submitting, followed
+// at the provider, or final but not yet brought home), oldest first.
+func (s *Store) OpenBatches(ctx context.Context) ([]*BatchRecord, error) {
+	return s.queryBatches(ctx, "open batches",
+		`SELECT `+batchColumns+` FROM batches WHERE ingested_at IS NULL ORDER BY created_at, id`)
+}
+
+// ListBatches returns up to limit batches, newest first; with open set only
+// those not yet ingested.
+func (s *Store) ListBatches(ctx context.Context, limit int, open bool) ([]*BatchRecord, error) {
+	if limit <= 0 {
+		limit = ListLimitDefault
+	}
+	return s.queryBatches(ctx, "list batches", `SELECT `+batchColumns+` FROM batches
+		WHERE NOT $2 OR ingested_at IS NULL ORDER BY created_at DESC, id DESC LIMIT $1`, min(limit, ListLimitMax), open)
+}
+
+// BatchProgress is the provider's view of a batch.
+type BatchProgress struct {
+	Status                                        string
+	OutputFileID, ErrorFileID                     string
+	RequestTotal, RequestCompleted, RequestFailed int
+	// CompletedAt is when the batch reached a final status (nil if not).
+	CompletedAt *time.Time
+	// Error describes a failed batch's validation errors.
+	Error string
+}
+
+// UpdateBatchProgress records the provider's view of a submitted batch.
+func (s *Store) UpdateBatchProgress(ctx context.Context, id string, p BatchProgress) error {
+	_, err := s.pool.Exec(ctx, `UPDATE batches SET status = $2, output_file_id = $3, error_file_id = $4,
+		request_total = $5, request_completed = $6, request_failed = $7, completed_at = coalesce(completed_at, $8),
+		error = CASE WHEN $9 = '' THEN error ELSE $9 END, updated_at = $10
+		WHERE id = $1 AND ingested_at IS NULL AND status <> 'submitting'`,
+		id, p.Status, p.OutputFileID, p.ErrorFileID, p.RequestTotal, p.RequestCompleted, p.RequestFailed,
+		p.CompletedAt, p.Error, s.clock())
+	if err != nil {
+		return fmt.Errorf("store: update batch %q: %w", id, err)
+	}
+	return nil
+}
+
+// BatchResult is the result of one batch line to store on its job.
+type BatchResult struct {
+	JobID            string
+	Response         []byte
+	UsedModel        string
+	PromptTokens     int
+	CompletionTokens int
+	// CostUSD is the batch price of the call; LiveCostUSD the live price of
+	// the same tokens.
+	CostUSD, LiveCostUSD float64
+}
+
+// BatchReturn is a job the batch lane hands back, with the reason.
+type BatchReturn struct {
+	JobID string
+	// Code and Reason describe why (Code is the job's error_code for a dead
+	// letter; Reason goes to lane_reason or error_message).
+	Code, Reason string
+}
+
+// BatchIngest is everything a final batch brought home.
+type BatchIngest struct {
+	// BatchID is llmq's id of the batch.
+	BatchID string
+	// Results are stored on their jobs.
+	Results []BatchResult
+	// Live jobs go back to the live lane (queued, outbox requeue).
+	Live []BatchReturn
+	// DeadLetter jobs end dead_lettered (outbox dead_letter).
+	DeadLetter []BatchReturn
+}
+
+// IngestStats says what IngestBatch changed.
+type IngestStats struct {
+	Stored, Live, DeadLettered int
+	CostUSD, LiveCostUSD       float64
+}
+
+// ingestChunk bounds the rows per statement.
+const ingestChunk = 1000
+
+// IngestBatch brings a final batch home in one transaction: each result is
+// stored on its job if the job is still batched in this batch (so exactly
+// once, whatever the retries or restarts), the returned jobs go back to
+// the live lane or end dead_lettered (with an outbox row each), and the
+// batch is closed with its costs. A batch already ingested changes
+// nothing (ErrBatchIngested).
+func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, error) {
+	var st IngestStats
+	now := s.clock()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	var ingested *time.Time
+	if err := tx.QueryRow(ctx, `SELECT ingested_at FROM batches WHERE id = $1 FOR UPDATE`, in.BatchID).Scan(&ingested); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, ErrBatchNotFound)
+		}
+		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+	}
+	if ingested != nil {
+		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, ErrBatchIngested)
+	}
+	live := map[string]float64{}
+	for chunk := range chunks(in.Results) {
+		n := len(chunk)
+		ids, bodies, models := make([]string, n), make([]string, n), make([]string, n)
+		pt, ct, cost := make([]int32, n), make([]int32, n), make([]float64, n)
+		for i, r := range chunk {
+			ids[i], bodies[i], models[i] = r.JobID, string(r.Response), r.UsedModel
+			pt[i], ct[i], cost[i] = int32(r.PromptTokens), int32(r.CompletionTokens), r.CostUSD
+			live[r.JobID] = r.LiveCostUSD
+		}
+		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = 'succeeded', result = u.body::jsonb,
+			used_model = u.model, prompt_tokens = u.pt, completion_tokens = u.ct, cost_usd = u.cost,
+			finished_at = $2, updated_at = $2, lease_expires_at = NULL, error_code = '', error_message = ''
+		FROM unnest($3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::float8[]) AS u(id, body, model, pt, ct, cost)
+		WHERE j.id = u.id AND j.status = 'batched' AND j.batch_id = $1
+		RETURNING j.id, j.cost_usd`, in.BatchID, now, ids, bodies, models, pt, ct, cost)
+		if err != nil {
+			return st, dataError("ingest batch "+strconv.Quote(in.BatchID), err)
+		}
+		var id string
+		var c float64
+		_, err = pgx.ForEachRow(rows, []any{&id, &c}, func() error {
+			st.Stored++
+			st.CostUSD += c
+			st.LiveCostUSD += live[id]
+			return nil
+		})
+		if err != nil {
+			return st, dataError("ingest batch "+strconv.Quote(in.BatchID), err)
+		}
+	}
+	for chunk := range chunks(in.Live) {
+		ids, reasons := returnCols(chunk)
+		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = 'queued', lane = 'live', batch_id = '',
+			lane_reason = u.reason, updated_at = $2
+		FROM unnest($3::text[], $4::text[]) AS u(id, reason)
+		WHERE j.id = u.id AND j.status = 'batched' AND j.batch_id = $1 RETURNING j.id, u.reason`,
+			in.BatchID, now, ids, reasons)
+		if err != nil {
+			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+		}
+		n, err := outboxFrom(ctx, tx, rows, OutboxRequeue, now)
+		if err != nil {
+			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+		}
+		st.Live += n
+	}
+	for chunk := range chunks(in.DeadLetter) {
+		ids, reasons := returnCols(chunk)
+		codes := make([]string, len(chunk))
+		for i, r := range chunk {
+			codes[i] = r.Code
+		}
+		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = 'dead_lettered', error_code = u.code,
+			error_message = u.reason, finished_at = $2, updated_at = $2, lease_expires_at = NULL
+		FROM unnest($3::text[], $4::text[], $5::text[]) AS u(id, reason, code)
+		WHERE j.id = u.id AND j.status = 'batched' AND j.batch_id = $1 RETURNING j.id, u.reason`,
+			in.BatchID, now, ids, reasons, codes)
+		if err != nil {
+			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+		}
+		n, err := outboxFrom(ctx, tx, rows, OutboxDeadLetter, now)
+		if err != nil {
+			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+		}
+		st.DeadLettered += n
+	}
+	if _, err := tx.Exec(ctx, `UPDATE batches SET ingested_at = $2, updated_at = $2, cost_usd = $3, live_cost_usd = $4
+		WHERE id = $1`, in.BatchID, now, st.CostUSD, st.LiveCostUSD); err != nil {
+		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+	}
+	return st, nil
+}
+
+func chunks[T any](s []T) func(func([]T) bool) {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			n := min(len(s), ingestChunk)
+			if !yield(s[:n]) {
+				return
+			}
+			s = s[n:]
+		}
+	}
+}
+
+func returnCols(rs []BatchReturn) (ids, reasons []string) {
+	ids, reasons = make([]string, len(rs)), make([]string, len(rs))
+	for i, r := range rs {
+		ids[i], reasons[i] = r.JobID, r.Reason
+	}
+	return ids, reasons
+}
+
+// outboxFrom reads (id, reason) rows and writes one outbox row each.
+func outboxFrom(ctx context.Context, tx pgx.Tx, rows pgx.Rows, action string, now time.Time) (int, error) {
+	var ids, reasons []string
+	var id, reason string
+	_, err := pgx.ForEachRow(rows, []any{&id, &reason}, func() error {
+		ids = append(ids, id)
+		reasons = append(reasons, reason)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO batch_outbox (job_id, action, reason, created_at)
+		SELECT u.id, $1, u.reason, $2 FROM unnest($3::text[], $4::text[]) AS u(id, reason)
+		ON CONFLICT (job_id) DO UPDATE SET action = excluded.action, reason = excluded.reason`, action, now, ids, reasons)
+	return len(ids), err
+}
+
+func insertOutbox(ctx context.Context, tx pgx.Tx, ids []string, action, reason string, now time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO batch_outbox (job_id, action, reason, created_at)
+		SELECT id, $1, $2, $3 FROM unnest($4::text[]) AS id
+		ON CONFLICT (job_id) DO UPDATE SET action = excluded.action, reason = excluded.reason`, action, reason, now, ids)
+	return err
+}
+
+// PullBack returns to the live lane (queued, outbox requeue) the batch-lane
+// jobs whose deadline is too near: pending jobs (not yet in a batch) whose
+// deadline is at or before pending, and batched jobs whose deadline is at
+// or before batched; jobs reserved for a batch still being submitted are
+// left until it is submitted. The batches themselves are not touched: a
+// late result of a pulled-back job is ignored. It returns the ids moved.
+func (s *Store) PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]string, error) {
+	now := s.clock()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: pull back: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	rows, err := tx.Query(ctx, `UPDATE jobs SET status = 'queued', lane = 'live', batch_id = '', lane_reason = $3, updated_at = $4
+		WHERE lane = 'batch' AND deadline IS NOT NULL AND status IN ('queued', 'batched')
+			AND ((status = 'batched' AND deadline <= $2) OR (status = 'queued' AND batch_id = '' AND deadline <= $1))
+		RETURNING id`, pending, batched, reason, now)
+	if err != nil {
+		return nil, fmt.Errorf("store: pull back: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err == nil {
+		err = insertOutbox(ctx, tx, ids, OutboxRequeue, reason, now)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: pull back: %w", err)
+	}
+	return ids, nil
+}
+
+// OutboxEntry is one job the batch lane handed back and whose message is
+// not yet published.
+type OutboxEntry struct {
+	Action, Reason string
+	Job            *JobRecord
+}
+
+// Outbox returns up to limit outbox entries, oldest first.
+func (s *Store) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
+	rows, err := s.pool.Query(ctx, `SELECT o.action AS outbox_action, o.reason AS outbox_reason, j.*
+		FROM batch_outbox o JOIN LATERAL (SELECT `+jobColumns+` FROM jobs WHERE jobs.id = o.job_id) j ON true
+		ORDER BY o.created_at, o.job_id LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: outbox: %w", err)
+	}
+	type outboxRow struct {
+		OutboxAction string `db:"outbox_action"`
+		OutboxReason string `db:"outbox_reason"`
+		JobRecord
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[outboxRow])
+	if err != nil {
+		return nil, fmt.Errorf("store: outbox: %w", err)
+	}
+	out := make([]OutboxEntry, len(recs))
+	for i, r := range recs {
+		job := r.JobRecord
+		if job.Metadata == nil {
+			job.Metadata = map[string]string{}
+		}
+		out[i] = OutboxEntry{Action: r.OutboxAction, Reason: r.OutboxReason, Job: &job}
+	}
+	return out, nil
+}
+
+// DeleteOutbox removes the outbox entries of ids (their messages are out).
+func (s *Store) DeleteOutbox(ctx context.Context, ids []string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM batch_outbox WHERE job_id = ANY($1)`, ids); err != nil {
+		return fmt.Errorf("store: delete outbox: %w", err)
+	}
+	return nil
+}
+
+// BatchCost sums the batch lane's cost: what its results cost at batch
+// prices against what they would have cost live.
+type BatchCost struct {
+	Batches, Jobs        int
+	CostUSD, LiveCostUSD float64
+}
+
+// SavingUSD is LiveCostUSD - CostUSD.
+func (c BatchCost) SavingUSD() float64 { return c.LiveCostUSD - c.CostUSD }
+
+// BatchCostSummary sums the costs of the ingested batches created at or
+// after since (zero: all).
+func (s *Store) BatchCostSummary(ctx context.Context, since time.Time) (BatchCost, error) {
+	var c BatchCost
+	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(b.stored), 0), coalesce(sum(b.cost_usd), 0),
+		coalesce(sum(b.live_cost_usd), 0) FROM (SELECT id, cost_usd, live_cost_usd,
+			(SELECT count(*) FROM jobs WHERE batch_id = batches.id AND status = 'succeeded') AS stored
+		FROM batches WHERE ingested_at IS NOT NULL AND created_at >= $1) b`, since).
+		Scan(&c.Batches, &c.Jobs, &c.CostUSD, &c.LiveCostUSD)
+	if err != nil {
+		return c, fmt.Errorf("store: batch cost summary: %w", err)
+	}
+	return c, nil
+}
+
+// BatchJobCounts counts the jobs of batch id per status.
+func (s *Store) BatchJobCounts(ctx context.Context, id string) (map[llmq.Status]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM jobs WHERE batch_id = $1 GROUP BY status`, id)
+	if err != nil {
+		return nil, fmt.Errorf("store: batch job counts %q: %w", id, err)
+	}
+	out := map[llmq.Status]int{}
+	var st string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
+		out[llmq.Status(st)] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: batch job counts %q: %w", id, err)
+	}
+	return out, nil
+}
+
+// WithAdvisoryLock runs fn while holding the session advisory lock name on
+// one connection, so that of several processes only one runs fn at a
+// time. It returns ran=false without calling fn when another holds it.
+func (s *Store) WithAdvisoryLock(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("store: lock %q: %w", name, err)
+	}
+	defer conn.Release()
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, name).Scan(&got); err != nil {
+		return false, fmt.Errorf("store: lock %q: %w", name, err)
+	}
+	if !got {
+		return false, nil
+	}
+	defer func() {
+		if _, uerr := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, name); uerr != nil {
+			// A lock we cannot release must not stay on a pooled connection.
+			conn.Conn().Close(context.WithoutCancel(ctx)) //nolint:errcheck
+		}
+	}()
+	return true, fn(ctx)
+}
+
+// BatchJobIDs returns the ids of the jobs of batch id that are in status.
+func (s *Store) BatchJobIDs(ctx context.Context, id string, status llmq.Status) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM jobs WHERE batch_id = $1 AND status = $2 ORDER BY id`, id, string(status))
+	if err != nil {
+		return nil, fmt.Errorf("store: batch job ids %q: %w", id, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: batch job ids %q: %w", id, err)
+	}
+	return ids, nil
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/store"
+)
+
+func init() {
+	register(newStatusCmd)
+	register(newJobsCmd)
+}
+
+func newStatusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status <job-id>",
+		Short: "Show a job's status, error and result (from Postgres, any tenant)",
+		Args:  cobra.ExactArgs(1),
+	}
+	flags := config.BindFlags(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job record as JSON")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return withJobStore(cmd, flags, func(st *store.Store) error {
+			rec, err := st.GetByID(cmd.Context(), args[0])
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("no job %q", args[0])
+			}
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rec)
+			}
+			printJob(out, rec)
+			return nil
+		})
+	}
+	return cmd
+}
+
+func newJobsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "jobs", Short: "List jobs"}
+	cmd.AddCommand(newJobsLsCmd())
+	return cmd
+}
+
+func newJobsLsCmd() *cobra.Command {
+	var (
+		status, tenant, after string
+		limit                 int
+		asJSON                bool
+	)
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List jobs, newest first (all tenants unless --tenant)",
+		Args:  cobra.NoArgs,
+	}
+	flags := config.BindFlags(cmd)
+	fs := cmd.Flags()
+	fs.StringVar(&status, "status", "", "only jobs in this status ("+statusNames()+")")
+	fs.StringVar(&tenant, "tenant", "", "only this tenant's jobs")
+	fs.IntVar(&limit, "limit", 50, fmt.Sprintf("jobs per page (1-%d)", store.ListLimitMax))
+	fs.StringVar(&after, "after", "", "cursor printed after the previous page")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON record per line")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if status != "" && !slices.Contains(llmq.Statuses, llmq.Status(status)) {
+			return fmt.Errorf("--status %q: want one of %s", status, statusNames())
+		}
+		if limit < 1 || limit > store.ListLimitMax {
+			return fmt.Errorf("--limit must be 1-%d", store.ListLimitMax)
+		}
+		return withJobStore(cmd, flags, func(st *store.Store) error {
+			recs, next, err := st.ListAny(cmd.Context(), store.ListOptions{
+				Tenant: tenant, Status: llmq.Status(status), Limit: limit, After: after})
+			if errors.Is(err, store.ErrBadCursor) {
+				return fmt.Errorf("--after: not a cursor printed by llmq jobs ls")
+			}
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				for _, r := range recs {
+					if err := enc.Encode(r); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTENANT\tSTATUS\tPRIORITY\tMODEL\tATTEMPTS\tCREATED\tERROR")
+			for _, r := range recs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Tenant, r.Status, r.Priority,
+					r.RequestedModel, r.Attempts, r.CreatedAt.Format(time.RFC3339), jobOneLine(r.ErrorCode, r.ErrorMessage))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(out, "more: llmq jobs ls --after %s\n", next)
+			}
+			return nil
+		})
+	}
+	return cmd
+}
+
+func withJobStore(cmd *cobra.Command, flags *config.Flags, fn func(*store.Store) error) error {
+	cfg, err := flags.Load()
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(cmd.Context(), cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return fn(st)
+}
+
+func statusNames() string {
+	names := make([]string, len(llmq.Statuses))
+	for i, s := range llmq.Statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+func jobOneLine(code, msg string) string {
+	s := strings.TrimSpace(strings.Join(slices.DeleteFunc([]string{code, msg}, func(s string) bool { return s == "" }), ": "))
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 60 {
+		s = s[:57] + "..."
+	}
+	return s
+}
+
+func printJob(w io.Writer, r *store.JobRecord) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.Format(time.RFC3339Nano)
+	}
+	row("id", r.ID)
+	row("tenant", r.Tenant)
+	row("status", string(r.Status))
+	row("priority", string(r.Priority))
+	row("model", r.RequestedModel)
+	row("used model", r.UsedModel)
+	row("attempts", fmt.Sprint(r.Attempts))
+	row("created", r.CreatedAt.Format(time.RFC3339Nano))
+	row("started", ts(r.StartedAt))
+	row("finished", ts(r.FinishedAt))
+	row("deadline", ts(r.Deadline))
+	if r.ErrorCode != "" || r.ErrorMessage != "" {
+		row("error", jobOneLine(r.ErrorCode, r.ErrorMessage))
+	}
+	if r.PromptTokens != 0 || r.CompletionTokens != 0 {
+		row("tokens", fmt.Sprintf("%d prompt, %d completion", r.PromptTokens, r.CompletionTokens))
+		row("cost", fmt.Sprintf("$%.6f", r.CostUSD))
+	}
+	_ = tw.Flush()
+	if len(r.Result) > 0 {
+		var resp struct {
+			Choices []struct {
+				Message struct {
+					Content string `json:"content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(r.Result, &resp) == nil && len(resp.Choices) > 0 {
+			fmt.Fprintf(w, "answer:\n%s\n", resp.Choices[0].Message.Content)
+		} else {
+			fmt.Fprintf(w, "result: %s\n", r.Result)
+		}
+	}
+}

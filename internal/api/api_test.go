@@ -1,0 +1,462 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/store/storetest"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/internal/transport/memory"
+	"github.com/llmq/llmq/producer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+const (
+	keyAcme   = "key-acme"
+	keyGlobex = "key-globex"
+)
+
+type testBundle struct {
+	clock    *fakeClock
+	store    *store.Store
+	broker   *memory.Broker
+	sub      *memory.Subscriber
+	producer *producer.Producer
+	api      *api.API
+	srv      *httptest.Server
+	registry *prometheus.Registry
+}
+
+type options struct {
+	producer func(*producer.Config)
+	api      func(*api.Config)
+}
+
+func setup(t *testing.T, o options) *testBundle {
+	t.Helper()
+	clk := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	st := store.New(storetest.NewPool(t), store.WithClock(clk.Now))
+	b := memory.New()
+	sub, err := b.NewSubscriber("jobs", memory.Config{Prefetch: 1000})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	reg := prometheus.NewRegistry()
+	pcfg := producer.Config{
+		Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub, ProbeCountsInFlight: true,
+		DepthTTL: -1, Clock: clk.Now, Logger: quiet, Registerer: reg,
+	}
+	if o.producer != nil {
+		o.producer(&pcfg)
+	}
+	p, err := producer.New(pcfg)
+	require.NoError(t, err)
+	acfg := api.Config{
+		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
+		Logger: quiet, Registerer: reg, Gatherer: reg, Clock: clk.Now,
+	}
+	if o.api != nil {
+		o.api(&acfg)
+	}
+	a, err := api.New(acfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(a)
+	t.Cleanup(srv.Close)
+	return &testBundle{clock: clk, store: st, broker: b, sub: sub, producer: p, api: a, srv: srv, registry: reg}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &m), "body: %s", r.body)
+	return m
+}
+
+// apiError returns the error object of an error response.
+func (r response) apiError(t *testing.T) api.Error {
+	t.Helper()
+	var e struct {
+		Error api.Error `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &e), "body: %s", r.body)
+	return e.Error
+}
+
+func (b *testBundle) do(t *testing.T, method, path, key, contentType string, body []byte) response {
+	t.Helper()
+	req, err := http.NewRequest(method, b.srv.URL+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+func (b *testBundle) post(t *testing.T, key, body string) response {
+	t.Helper()
+	return b.do(t, http.MethodPost, "/v1/jobs", key, "application/json", []byte(body))
+}
+
+func (b *testBundle) get(t *testing.T, key, path string) response {
+	t.Helper()
+	return b.do(t, http.MethodGet, path, key, "", nil)
+}
+
+const validBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+
+func jobJSON(id string) string {
+	if id == "" {
+		return `{"body":` + validBody + `}`
+	}
+	return `{"id":"` + id + `","body":` + validBody + `}`
+}
+
+func TestEnqueueAndPoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	r := b.post(t, keyAcme, `{"priority":"high","metadata":{"k":"v"},"body":`+validBody+`}`)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	m := r.json(t)
+	id := m["id"].(string)
+	require.Equal(t, map[string]any{"id": id, "tenant": "acme", "status": "queued", "created": true, "published": true,
+		"queue_depth": 0.0, "estimated_wait_seconds": 0.0, "backpressure": "ok"}, m)
+	require.Equal(t, "/v1/jobs/"+id, r.header.Get("Location"))
+
+	r = b.get(t, keyAcme, "/v1/jobs/"+id)
+	require.Equal(t, http.StatusOK, r.status)
+	job := r.json(t)
+	require.Equal(t, "queued", job["status"])
+	require.Equal(t, "high", job["priority"])
+	require.Equal(t, "gpt-4o-mini", job["model"])
+	require.Equal(t, map[string]any{"k": "v"}, job["metadata"])
+
+	msgs, err := b.sub.Consume(context.Background())
+	require.NoError(t, err)
+	msg := receive(t, msgs)
+	require.Equal(t, "acme", string(msg.Key))
+	require.Equal(t, uint8(9), msg.Priority)
+
+	// Re-posting the same id is idempotent.
+	r = b.post(t, keyAcme, `{"id":"`+id+`","body":`+validBody+`}`)
+	require.Equal(t, http.StatusAccepted, r.status)
+	require.Equal(t, false, r.json(t)["created"])
+	require.Equal(t, int64(1), b.broker.Depth("jobs"))
+
+	// The result is served once stored.
+	j := &llmq.Job{ID: id, Tenant: "acme", Priority: llmq.PriorityHigh, Body: json.RawMessage(validBody)}
+	require.NoError(t, j.Validate())
+	_, err = b.store.Claim(context.Background(), j, "w", time.Minute)
+	require.NoError(t, err)
+	_, err = b.store.StoreResult(context.Background(), id, store.Result{
+		Response:  json.RawMessage(`{"id":"chatcmpl-1","choices":[{"message":{"role":"assistant","content":"hello"}}]}`),
+		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
+	require.NoError(t, err)
+	job = b.get(t, keyAcme, "/v1/jobs/"+id).json(t)
+	require.Equal(t, "succeeded", job["status"])
+	require.Equal(t, "chatcmpl-1", job["result"].(map[string]any)["id"])
+	require.Equal(t, map[string]any{"prompt_tokens": 3.0, "completion_tokens": 1.0}, job["usage"])
+	require.NoError(t, msg.Ack(context.Background()))
+}
+
+func receive(t *testing.T, msgs <-chan *transport.Message) *transport.Message {
+	t.Helper()
+	select {
+	case m := <-msgs:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message within 5s")
+		return nil
+	}
+}
+
+func TestBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	require.Equal(t, http.StatusAccepted, b.post(t, keyGlobex, jobJSON("taken")).status)
+	r := b.post(t, keyAcme, `{"jobs":[`+jobJSON("b1")+`,`+jobJSON("taken")+`,`+jobJSON("")+`]}`)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	var out struct {
+		Jobs []struct {
+			ID, Status         string
+			Created, Published bool
+			Error              *api.Error
+		}
+		QueueDepth int64 `json:"queue_depth"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &out))
+	require.Len(t, out.Jobs, 3)
+	require.Equal(t, "b1", out.Jobs[0].ID)
+	require.True(t, out.Jobs[0].Published)
+	require.Equal(t, api.CodeIDConflict, out.Jobs[1].Error.Code)
+	require.Equal(t, "jobs[1].id", out.Jobs[1].Error.Field)
+	require.NotEmpty(t, out.Jobs[2].ID)
+	require.Equal(t, int64(1), out.QueueDepth, "measured before the batch: globex's job")
+	require.Equal(t, int64(3), b.broker.Depth("jobs"))
+
+	// A single job whose id another tenant holds: 409.
+	r = b.post(t, keyAcme, jobJSON("taken"))
+	require.Equal(t, http.StatusConflict, r.status)
+	require.Equal(t, api.Error{Code: api.CodeIDConflict, Field: "id", Message: `job id "taken" is taken: choose another id`}, r.apiError(t))
+
+	// 1000 jobs are accepted in one request.
+	var sb strings.Builder
+	sb.WriteString(`{"jobs":[`)
+	for i := 0; i < api.MaxBatch; i++ {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString(jobJSON(fmt.Sprintf("big-%d", i)))
+	}
+	sb.WriteString("]}")
+	r = b.post(t, keyAcme, sb.String())
+	require.Equal(t, http.StatusAccepted, r.status)
+	require.Equal(t, int64(1003), b.broker.Depth("jobs"))
+}
+
+func TestAuthAndTenantIsolation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	r := b.post(t, keyAcme, jobJSON("acme-1"))
+	require.Equal(t, http.StatusAccepted, r.status)
+
+	for _, tc := range []struct{ name, auth string }{
+		{"none", ""}, {"unknown key", "Bearer nope"}, {"basic", "Basic a2V5LWFjbWU6"}, {"empty bearer", "Bearer "},
+		{"key without scheme", keyAcme},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, req := range []struct{ method, path string }{
+				{"POST", "/v1/jobs"}, {"GET", "/v1/jobs"}, {"GET", "/v1/jobs/acme-1"}, {"DELETE", "/v1/jobs/acme-1"}, {"GET", "/v1/queue"},
+			} {
+				hr, err := http.NewRequest(req.method, b.srv.URL+req.path, strings.NewReader(jobJSON("")))
+				require.NoError(t, err)
+				hr.Header.Set("Content-Type", "application/json")
+				if tc.auth != "" {
+					hr.Header.Set("Authorization", tc.auth)
+				}
+				resp, err := b.srv.Client().Do(hr)
+				require.NoError(t, err)
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s %s", req.method, req.path)
+				require.Equal(t, `Bearer realm="llmq"`, resp.Header.Get("WWW-Authenticate"))
+				require.Contains(t, string(body), `"code":"unauthorized"`)
+			}
+		})
+	}
+	// Nothing was enqueued or cancelled by the refused requests.
+	require.Equal(t, int64(1), b.broker.Depth("jobs"))
+
+	// globex cannot see, list or cancel acme's job: 404 as if missing.
+	r = b.get(t, keyGlobex, "/v1/jobs/acme-1")
+	require.Equal(t, http.StatusNotFound, r.status)
+	require.Equal(t, api.Error{Code: api.CodeNotFound, Field: "id", Message: `no job "acme-1"`}, r.apiError(t))
+	require.Equal(t, r.body, b.get(t, keyGlobex, "/v1/jobs/acme-1").body)
+	missing := b.get(t, keyGlobex, "/v1/jobs/never-existed")
+	require.Equal(t, http.StatusNotFound, missing.status)
+	r = b.do(t, http.MethodDelete, "/v1/jobs/acme-1", keyGlobex, "", nil)
+	require.Equal(t, http.StatusNotFound, r.status)
+	list := b.get(t, keyGlobex, "/v1/jobs").json(t)
+	require.Equal(t, []any{}, list["jobs"])
+	require.Equal(t, "queued", b.get(t, keyAcme, "/v1/jobs/acme-1").json(t)["status"])
+
+	// The tenant of a posted job is the key's.
+	r = b.post(t, keyGlobex, `{"tenant":"acme","body":`+validBody+`}`)
+	require.Equal(t, http.StatusBadRequest, r.status)
+	require.Equal(t, "tenant", r.apiError(t).Field)
+	require.Equal(t, api.CodeTenantMismatch, r.apiError(t).Code)
+	r = b.post(t, keyGlobex, `{"tenant":"globex","body":`+validBody+`}`)
+	require.Equal(t, http.StatusAccepted, r.status)
+	require.Equal(t, "globex", r.json(t)["tenant"])
+
+	// Unauthenticated endpoints.
+	require.Equal(t, http.StatusOK, b.get(t, "", "/healthz").status)
+	require.Equal(t, http.StatusOK, b.get(t, "", "/readyz").status)
+	require.Equal(t, http.StatusOK, b.get(t, "", "/openapi.yaml").status)
+	metrics := b.get(t, "", "/metrics")
+	require.Equal(t, http.StatusOK, metrics.status)
+	require.Contains(t, string(metrics.body), `llmq_api_requests_total{code="401",route="POST /v1/jobs"} 5`)
+}
+
+func TestCancelAndList(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, jobJSON(fmt.Sprintf("j%d", i))).status)
+		b.clock.Advance(time.Second)
+	}
+	r := b.do(t, http.MethodDelete, "/v1/jobs/j0", keyAcme, "", nil)
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, "cancelled", r.json(t)["status"])
+	r = b.do(t, http.MethodDelete, "/v1/jobs/j0", keyAcme, "", nil)
+	require.Equal(t, http.StatusConflict, r.status)
+	require.Equal(t, api.CodeNotCancellable, r.apiError(t).Code)
+
+	rec, err := b.store.GetByID(ctx, "j1")
+	require.NoError(t, err)
+	_, err = b.store.Claim(ctx, rec.Job(), "w", time.Minute)
+	require.NoError(t, err)
+	r = b.do(t, http.MethodDelete, "/v1/jobs/j1", keyAcme, "", nil)
+	require.Equal(t, http.StatusConflict, r.status)
+	require.Equal(t, api.Error{Code: api.CodeNotCancellable,
+		Message: `job "j1" is running: only a job that has not started can be cancelled`}, r.apiError(t))
+
+	// Paging: newest first, two per page.
+	var ids []string
+	next := ""
+	for page := 0; ; page++ {
+		path := "/v1/jobs?limit=2"
+		if next != "" {
+			path += "&after=" + next
+		}
+		var out struct {
+			Jobs []struct {
+				ID string `json:"id"`
+			} `json:"jobs"`
+			NextCursor *string `json:"next_cursor"`
+		}
+		r := b.get(t, keyAcme, path)
+		require.Equal(t, http.StatusOK, r.status)
+		require.NoError(t, json.Unmarshal(r.body, &out))
+		for _, j := range out.Jobs {
+			ids = append(ids, j.ID)
+		}
+		if out.NextCursor == nil {
+			break
+		}
+		next = *out.NextCursor
+		require.Less(t, page, 5)
+	}
+	require.Equal(t, []string{"j4", "j3", "j2", "j1", "j0"}, ids)
+
+	var out struct {
+		Jobs []struct {
+			ID string `json:"id"`
+		} `json:"jobs"`
+	}
+	require.NoError(t, json.Unmarshal(b.get(t, keyAcme, "/v1/jobs?status=cancelled").body, &out))
+	require.Len(t, out.Jobs, 1)
+	require.Equal(t, "j0", out.Jobs[0].ID)
+}
+
+func TestBackpressureHTTP(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{producer: func(c *producer.Config) {
+		c.SoftDepth, c.HardDepth, c.RateWindow = 2, 4, time.Minute
+	}})
+	ctx := context.Background()
+	// 12 jobs finished in the last minute: 12/min, one every 5 s.
+	for i := 0; i < 12; i++ {
+		j := &llmq.Job{ID: fmt.Sprintf("done-%d", i), Tenant: "acme", Priority: llmq.PriorityNormal, Body: json.RawMessage(validBody)}
+		require.NoError(t, j.Validate())
+		_, err := b.store.Claim(ctx, j, "w", time.Minute)
+		require.NoError(t, err)
+		_, err = b.store.StoreResult(ctx, j.ID, store.Result{Response: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	states := []string{"ok", "ok", "throttled", "throttled"}
+	for i, want := range states {
+		r := b.post(t, keyAcme, jobJSON(fmt.Sprintf("j%d", i)))
+		require.Equal(t, http.StatusAccepted, r.status)
+		require.Equal(t, want, r.json(t)["backpressure"], "job %d", i)
+		require.Equal(t, want, r.header.Get("X-Llmq-Backpressure"))
+		require.Equal(t, float64(i*5), r.json(t)["estimated_wait_seconds"])
+	}
+	q := b.get(t, keyAcme, "/v1/queue")
+	require.Equal(t, http.StatusOK, q.status)
+	require.Equal(t, map[string]any{"depth": 4.0, "lag": 4.0, "in_flight": 0.0, "completion_rate_per_min": 12.0,
+		"estimated_drain_seconds": 20.0, "state": "rejecting", "measured_at": "2026-11-30T12:00:00Z"}, q.json(t))
+
+	r := b.post(t, keyAcme, jobJSON("refused"))
+	require.Equal(t, http.StatusTooManyRequests, r.status)
+	require.Equal(t, "10", r.header.Get("Retry-After"), "(4 - soft 2) jobs at 12/min")
+	require.Equal(t, api.CodeQueueFull, r.apiError(t).Code)
+	require.Equal(t, http.StatusNotFound, b.get(t, keyAcme, "/v1/jobs/refused").status)
+
+	// Drain two: throttled, and a deadline 5 s away cannot be met (10 s wait).
+	msgs, err := b.sub.Consume(ctx)
+	require.NoError(t, err)
+	for i := 0; i < 2; i++ {
+		require.NoError(t, receive(t, msgs).Ack(ctx))
+	}
+	deadline := b.clock.Now().Add(5 * time.Second).Format(time.RFC3339)
+	r = b.post(t, keyAcme, `{"jobs":[`+jobJSON("ok1")+`,{"id":"urgent","deadline":"`+deadline+`","body":`+validBody+`}]}`)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Equal(t, "5", r.header.Get("Retry-After"))
+	require.Equal(t, api.CodeDeadlineUnreachable, r.apiError(t).Code)
+	require.Equal(t, "jobs[1].deadline", r.apiError(t).Field)
+	later := b.clock.Now().Add(time.Minute).Format(time.RFC3339)
+	r = b.post(t, keyAcme, `{"id":"relaxed","deadline":"`+later+`","body":`+validBody+`}`)
+	require.Equal(t, http.StatusAccepted, r.status)
+
+	// Drain everything: ok again.
+	for i := 0; i < 3; i++ {
+		require.NoError(t, receive(t, msgs).Ack(ctx))
+	}
+	require.Equal(t, "ok", b.get(t, keyAcme, "/v1/queue").json(t)["state"])
+	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, jobJSON("after")).status)
+}
+
+func TestDeadLettersMounted(t *testing.T) {
+	t.Parallel()
+	dl := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.Path, api.TenantOf(r))
+	})
+	b := setup(t, options{api: func(c *api.Config) { c.DeadLetters = dl }})
+	r := b.get(t, keyAcme, "/v1/dead-letters?limit=1")
+	require.Equal(t, http.StatusOK, r.status)
+	require.Equal(t, "GET /v1/dead-letters acme", string(r.body))
+	r = b.do(t, http.MethodPost, "/v1/dead-letters/7/replay", keyGlobex, "", nil)
+	require.Equal(t, "POST /v1/dead-letters/7/replay globex", string(r.body))
+	require.Equal(t, http.StatusUnauthorized, b.get(t, "", "/v1/dead-letters").status)
+}

@@ -1,0 +1,94 @@
+package api
+
+import (
+	"cmp"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/producer"
+)
+
+// Defaults of Config.
+const (
+	// MaxBodyBytesDefault limits a request body (a batch of 1,000 jobs of
+	// 16 KiB each).
+	MaxBodyBytesDefault = 16 << 20
+	// RetryAfterUnavailableDefault is the Retry-After of a 503.
+	RetryAfterUnavailableDefault = 5 * time.Second
+)
+
+// Config configures the API. Fields marked required have no default.
+type Config struct {
+	// Producer admits, records and publishes jobs and measures the queue.
+	// Required.
+	Producer *producer.Producer
+	// Store reads and cancels jobs. Required.
+	Store *store.Store
+	// Keys maps an API key to its tenant. Empty: every /v1 request is 401.
+	Keys map[string]string
+	// DeadLetters, when set, is mounted behind the authentication at
+	// /v1/dead-letters and below (see dlq.NewHTTPHandler; pass TenantOf).
+	DeadLetters http.Handler
+	// MaxBodyBytes limits a request body (413 above). 0 =
+	// MaxBodyBytesDefault.
+	MaxBodyBytes int64
+	// MaxMessageBytes limits one encoded job. 0 = llmq's default (1 MiB);
+	// -1 = no limit.
+	MaxMessageBytes int
+	// RetryAfterUnavailable is the Retry-After of a 503. 0 =
+	// RetryAfterUnavailableDefault.
+	RetryAfterUnavailable time.Duration
+
+	// Logger receives server errors. nil = slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the API's metrics. nil = not registered.
+	Registerer prometheus.Registerer
+	// Gatherer is served at /metrics. nil = /metrics is not served.
+	Gatherer prometheus.Gatherer
+	// Clock checks deadlines against now; it should agree with the
+	// producer's. nil = time.Now.
+	Clock func() time.Time
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, llmq.MaxMessageBytesDefault)
+	c.RetryAfterUnavailable = cmp.Or(c.RetryAfterUnavailable, RetryAfterUnavailableDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Producer == nil {
+		errs = append(errs, errors.New("api: Config.Producer is required"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("api: Config.Store is required"))
+	}
+	if c.MaxBodyBytes < 1 {
+		errs = append(errs, errors.New("api: Config.MaxBodyBytes must be positive"))
+	}
+	if c.MaxMessageBytes < -1 {
+		errs = append(errs, errors.New("api: Config.MaxMessageBytes must be positive, or -1"))
+	}
+	for k, tenant := range c.Keys {
+		if k == "" || !llmq.ValidID(tenant) {
+			errs = append(errs, errors.New("api: Config.Keys: every key must be non-empty and map to a valid tenant"))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,38 @@
+// Package api is llmq's HTTP API (`llmq api`): enqueue jobs, poll their
+// status, cancel them, read the queue's backpressure, health, readiness and
+// metrics. The contract is the OpenAPI 3 document openapi.yaml, embedded
+// and served at GET /openapi.yaml; a test checks the running server against
+// it.
+//
+// # Authentication and tenants
+//
+// Every /v1 endpoint needs Authorization: Bearer <key>; each key is bound to
+// one tenant (LLMQ_API_KEYS=key1:tenantA,... or api_keys in the config
+// file). A request acts for its key's tenant only: another tenant's job
+// answers 404, exactly like a missing one. A posted job belongs to the key's
+// tenant: a body "tenant" that names another tenant is refused with 400
+// (field "tenant", code tenant_mismatch); an absent tenant, or the key's own,
+// is accepted.
+//
+// # Enqueueing and what 202 means
+//
+// POST /v1/jobs takes one job or {"jobs": [...]} (1 to 1,000 jobs, all or
+// none). Before anything is recorded the queue is measured: a broker that
+// cannot be measured answers 503 broker_unavailable; a depth at the hard
+// threshold answers 429 queue_full; a job whose deadline falls before the
+// estimated drain time (depth / completion rate) answers 429
+// deadline_unreachable at once. Both 429s carry Retry-After (seconds).
+// Otherwise the jobs are inserted as queued in Postgres (one transaction)
+// and published. 202 means the jobs are durably recorded: "published": true
+// when the broker confirmed them, false when the publish failed after the
+// insert — the jobs are then kept queued and the outbox sweeper (run by
+// llmq api) publishes them once the broker is back; they must not be sent
+// again. Polling works from the 202 on. Re-posting a job id the tenant
+// already has changes nothing and answers 202 with the job's current status
+// ("created": false); an id held by another tenant answers 409 id_conflict.
+//
+// Errors are {"error": {"code", "message", "field"}} (field names the JSON
+// path of the first failing field; "details" lists them all): 400 bad input,
+// 401 missing or unknown key, 404, 405, 409, 413 body over the limit, 415
+// content type not application/json, 429, 503.
+package api

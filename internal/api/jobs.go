@@ -1,0 +1,403 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/producer"
+)
+
+// MaxBatch is the most jobs of one POST /v1/jobs.
+const MaxBatch = producer.MaxBatchDefault
+
+// queueInfo is the queue part of a 202.
+type queueInfo struct {
+	QueueDepth int64 `json:"queue_depth"`
+	// EstimatedWaitSeconds is null when the wait cannot be estimated (no
+	// job finished recently).
+	EstimatedWaitSeconds *float64 `json:"estimated_wait_seconds"`
+	Backpressure         string   `json:"backpressure"`
+}
+
+type receiptJSON struct {
+	ID        string `json:"id"`
+	Tenant    string `json:"tenant"`
+	Status    string `json:"status"`
+	Created   bool   `json:"created"`
+	Published bool   `json:"published"`
+}
+
+type acceptedJob struct {
+	receiptJSON
+	queueInfo
+}
+
+type batchItem struct {
+	receiptJSON
+	Error *Error `json:"error,omitempty"`
+}
+
+type acceptedBatch struct {
+	Jobs []batchItem `json:"jobs"`
+	queueInfo
+}
+
+func drainSeconds(q producer.QueueState) *float64 {
+	if !q.DrainKnown {
+		return nil
+	}
+	s := q.EstimatedDrain.Seconds()
+	return &s
+}
+
+// postJobs enqueues one job or a batch ({"jobs": [...]}).
+func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
+	tenant := TenantOf(r)
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, Error{Code: CodeUnsupportedMedia,
+			Message: "Content-Type must be application/json"})
+		return
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeError(w, http.StatusRequestEntityTooLarge, Error{Code: llmq.CodeTooLarge,
+			Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)})
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidJSON, Message: "read body: " + err.Error()})
+		return
+	}
+	raw, batch, e := splitBody(data)
+	if e != nil {
+		writeError(w, http.StatusBadRequest, *e)
+		return
+	}
+	jobs := make([]*llmq.Job, len(raw))
+	for i, b := range raw {
+		prefix := ""
+		if batch {
+			prefix = fmt.Sprintf("jobs[%d]", i)
+		}
+		j, e := a.decodeJob(b, tenant, prefix)
+		if e != nil {
+			writeError(w, http.StatusBadRequest, *e)
+			return
+		}
+		jobs[i] = j
+	}
+	rs, q, err := a.cfg.Producer.PublishBatch(r.Context(), jobs)
+	if err != nil && !errors.Is(err, producer.ErrUnpublished) {
+		a.publishError(w, r, err, batch)
+		return
+	}
+	qi := queueInfo{QueueDepth: q.Depth, EstimatedWaitSeconds: drainSeconds(q), Backpressure: string(q.State)}
+	w.Header().Set("X-Llmq-Backpressure", string(q.State))
+	if !batch {
+		rec := rs[0]
+		if rec.Conflict {
+			writeError(w, http.StatusConflict, Error{Code: CodeIDConflict, Field: "id",
+				Message: fmt.Sprintf("job id %q is taken: choose another id", rec.ID)})
+			return
+		}
+		w.Header().Set("Location", "/v1/jobs/"+rec.ID)
+		writeJSON(w, http.StatusAccepted, acceptedJob{receiptJSON: toReceipt(rec), queueInfo: qi})
+		return
+	}
+	out := acceptedBatch{Jobs: make([]batchItem, len(rs)), queueInfo: qi}
+	for i, rec := range rs {
+		out.Jobs[i] = batchItem{receiptJSON: toReceipt(rec)}
+		if rec.Conflict {
+			out.Jobs[i].Error = &Error{Code: CodeIDConflict, Field: fmt.Sprintf("jobs[%d].id", i),
+				Message: fmt.Sprintf("job id %q is taken: this job was not enqueued", rec.ID)}
+		}
+	}
+	writeJSON(w, http.StatusAccepted, out)
+}
+
+func toReceipt(r producer.Receipt) receiptJSON {
+	return receiptJSON{ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Created: r.Created, Published: r.Published}
+}
+
+// splitBody returns the raw jobs of a body: one, or the elements of "jobs".
+func splitBody(data []byte) ([]json.RawMessage, bool, *Error) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, false, &Error{Code: llmq.CodeInvalidJSON, Message: "request body is empty: send a job or {\"jobs\": [...]}"}
+	}
+	var top map[string]json.RawMessage
+	if trimmed[0] != '{' || json.Unmarshal(trimmed, &top) != nil {
+		return nil, false, &Error{Code: llmq.CodeInvalidJSON, Message: "request body is not a JSON object"}
+	}
+	list, ok := top["jobs"]
+	if !ok {
+		return []json.RawMessage{trimmed}, false, nil
+	}
+	var jobs []json.RawMessage
+	if err := json.Unmarshal(list, &jobs); err != nil || jobs == nil {
+		return nil, true, &Error{Code: llmq.CodeInvalidType, Field: "jobs", Message: "must be an array of jobs"}
+	}
+	switch {
+	case len(jobs) == 0:
+		return nil, true, &Error{Code: llmq.CodeInvalidValue, Field: "jobs", Message: "must not be empty"}
+	case len(jobs) > MaxBatch:
+		return nil, true, &Error{Code: CodeTooManyJobs, Field: "jobs",
+			Message: fmt.Sprintf("has %d jobs, at most %d are accepted per request", len(jobs), MaxBatch)}
+	}
+	return jobs, true, nil
+}
+
+// decodeJob decodes and checks one job for tenant; field paths get prefix.
+func (a *API) decodeJob(b json.RawMessage, tenant, prefix string) (*llmq.Job, *Error) {
+	path := func(f string) string {
+		switch {
+		case prefix == "":
+			return f
+		case f == "":
+			return prefix
+		}
+		return prefix + "." + f
+	}
+	j, err := llmq.Decode(b, llmq.DecodeOptions{MaxMessageBytes: a.cfg.MaxMessageBytes})
+	var ve *llmq.ValidationError
+	if errors.As(err, &ve) {
+		details := slices.Clone(ve.Errors)
+		for i := range details {
+			details[i].Field = path(details[i].Field)
+		}
+		return nil, &Error{Code: details[0].Code, Field: details[0].Field, Message: details[0].Message, Details: details}
+	}
+	if err != nil {
+		return nil, &Error{Code: llmq.CodeInvalidJSON, Field: path(""), Message: err.Error()}
+	}
+	var given struct {
+		Tenant *string `json:"tenant"`
+	}
+	_ = json.Unmarshal(b, &given) // Decode accepted it: a string or null
+	if given.Tenant != nil && *given.Tenant != tenant {
+		return nil, &Error{Code: CodeTenantMismatch, Field: path("tenant"),
+			Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", tenant, tenant)}
+	}
+	j.Tenant = tenant
+	if j.Deadline != nil && !j.Deadline.After(a.cfg.Clock()) {
+		return nil, &Error{Code: llmq.CodeInvalidValue, Field: path("deadline"),
+			Message: fmt.Sprintf("deadline %s has already passed", j.Deadline.Format(time.RFC3339))}
+	}
+	return j, nil
+}
+
+// publishError answers a refused PublishBatch.
+func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, batch bool) {
+	var bp *producer.ErrBackpressure
+	switch {
+	case errors.As(err, &bp):
+		setRetryAfter(w, bp.RetryAfter)
+		w.Header().Set("X-Llmq-Backpressure", string(bp.Queue.State))
+		if bp.Reason == producer.ReasonDeadline {
+			field := "deadline"
+			if batch {
+				field = fmt.Sprintf("jobs[%d].deadline", bp.Index)
+			}
+			msg := fmt.Sprintf("the estimated wait (%.0f s for %d queued jobs) passes the deadline of job %q",
+				bp.Queue.EstimatedDrain.Seconds(), bp.Queue.Depth, bp.JobID)
+			writeError(w, http.StatusTooManyRequests, Error{Code: CodeDeadlineUnreachable, Field: field, Message: msg})
+			return
+		}
+		writeError(w, http.StatusTooManyRequests, Error{Code: CodeQueueFull,
+			Message: fmt.Sprintf("the queue holds %d jobs, at the hard limit: retry later", bp.Queue.Depth)})
+	case errors.Is(err, producer.ErrBrokerUnavailable):
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeBrokerUnavailable,
+			Message: "the message broker cannot be reached: nothing was recorded, retry later"})
+	case errors.Is(err, producer.ErrDatabaseUnavailable):
+		a.log.Warn("api: database unavailable", slog.String("error", err.Error()))
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeDatabaseUnavailable,
+			Message: "the database cannot be reached: nothing was recorded, retry later"})
+	case errors.Is(err, store.ErrInvalidJob):
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Message: "the database refused the job: " + err.Error()})
+	default:
+		a.internalError(w, r, err)
+	}
+}
+
+// jobJSON is a job as the API shows it.
+type jobJSON struct {
+	ID             string            `json:"id"`
+	Tenant         string            `json:"tenant"`
+	Status         string            `json:"status"`
+	Priority       string            `json:"priority"`
+	Model          string            `json:"model"`
+	UsedModel      string            `json:"used_model,omitempty"`
+	Deferrable     bool              `json:"deferrable"`
+	Deadline       *time.Time        `json:"deadline,omitempty"`
+	FallbackModels []string          `json:"fallback_models"`
+	Metadata       map[string]string `json:"metadata"`
+	Attempts       int               `json:"attempts"`
+	CreatedAt      time.Time         `json:"created_at"`
+	StartedAt      *time.Time        `json:"started_at,omitempty"`
+	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+	Result         json.RawMessage   `json:"result,omitempty"`
+	Error          *jobError         `json:"error,omitempty"`
+	Usage          *usage            `json:"usage,omitempty"`
+	CostUSD        float64           `json:"cost_usd"`
+}
+
+type jobError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+func toJob(r *store.JobRecord) jobJSON {
+	j := jobJSON{
+		ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Priority: string(r.Priority),
+		Model: r.RequestedModel, UsedModel: r.UsedModel, Deferrable: r.Deferrable, Deadline: r.Deadline,
+		FallbackModels: r.FallbackModels, Metadata: r.Metadata, Attempts: r.Attempts,
+		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, UpdatedAt: r.UpdatedAt,
+		Result: r.Result, CostUSD: r.CostUSD,
+	}
+	if j.FallbackModels == nil {
+		j.FallbackModels = []string{}
+	}
+	if j.Metadata == nil {
+		j.Metadata = map[string]string{}
+	}
+	if r.ErrorCode != "" || r.ErrorMessage != "" {
+		j.Error = &jobError{Code: r.ErrorCode, Message: r.ErrorMessage}
+	}
+	if r.PromptTokens != 0 || r.CompletionTokens != 0 {
+		j.Usage = &usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens}
+	}
+	return j
+}
+
+func notFound(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no job %q", id)})
+}
+
+func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, err := a.cfg.Store.Get(r.Context(), TenantOf(r), id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		notFound(w, id)
+	case err != nil:
+		a.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, toJob(rec))
+	}
+}
+
+func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, err := a.cfg.Store.Cancel(r.Context(), TenantOf(r), id)
+	var ite *store.IllegalTransitionError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		notFound(w, id)
+	case errors.As(err, &ite):
+		writeError(w, http.StatusConflict, Error{Code: CodeNotCancellable,
+			Message: fmt.Sprintf("job %q is %s: only a job that has not started can be cancelled", id, ite.From)})
+	case err != nil:
+		a.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, toJob(rec))
+	}
+}
+
+type jobList struct {
+	Jobs []jobJSON `json:"jobs"`
+	// NextCursor is passed as after= for the next page; null after the
+	// last page.
+	NextCursor *string `json:"next_cursor"`
+}
+
+func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	opts := store.ListOptions{Tenant: TenantOf(r), After: q.Get("after")}
+	if s := q.Get("status"); s != "" {
+		if !slices.Contains(llmq.Statuses, llmq.Status(s)) {
+			writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "status",
+				Message: fmt.Sprintf("unknown status %q", s)})
+			return
+		}
+		opts.Status = llmq.Status(s)
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > store.ListLimitMax {
+			writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "limit",
+				Message: fmt.Sprintf("must be an integer from 1 to %d", store.ListLimitMax)})
+			return
+		}
+		opts.Limit = n
+	}
+	recs, next, err := a.cfg.Store.List(r.Context(), opts)
+	switch {
+	case errors.Is(err, store.ErrBadCursor):
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "after",
+			Message: "not a cursor returned by this API"})
+		return
+	case err != nil:
+		a.internalError(w, r, err)
+		return
+	}
+	out := jobList{Jobs: make([]jobJSON, len(recs))}
+	for i, rec := range recs {
+		out.Jobs[i] = toJob(rec)
+	}
+	if next != "" {
+		out.NextCursor = &next
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+type queueJSON struct {
+	Depth                 int64     `json:"depth"`
+	Lag                   int64     `json:"lag"`
+	InFlight              int64     `json:"in_flight"`
+	CompletionRatePerMin  float64   `json:"completion_rate_per_min"`
+	EstimatedDrainSeconds *float64  `json:"estimated_drain_seconds"`
+	State                 string    `json:"state"`
+	MeasuredAt            time.Time `json:"measured_at"`
+}
+
+func (a *API) queue(w http.ResponseWriter, r *http.Request) {
+	q, err := a.cfg.Producer.Queue(r.Context())
+	switch {
+	case errors.Is(err, producer.ErrBrokerUnavailable):
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeBrokerUnavailable,
+			Message: "the message broker cannot be reached"})
+	case errors.Is(err, producer.ErrDatabaseUnavailable):
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeDatabaseUnavailable,
+			Message: "the database cannot be reached"})
+	case err != nil:
+		a.internalError(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, queueJSON{
+			Depth: q.Depth, Lag: q.Lag, InFlight: q.InFlight, CompletionRatePerMin: q.CompletionRatePerMin,
+			EstimatedDrainSeconds: drainSeconds(q), State: string(q.State), MeasuredAt: q.MeasuredAt,
+		})
+	}
+}

@@ -1,0 +1,187 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	legacyrouter "github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/producer"
+)
+
+// conformance checks exchanges with the running server against the
+// embedded OpenAPI document.
+type conformance struct {
+	doc    *openapi3.T
+	router routers.Router
+	seen   map[string]bool // "METHOD path status"
+}
+
+func newConformance(t *testing.T) *conformance {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI())
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(loader.Context))
+	router, err := legacyrouter.NewRouter(doc)
+	require.NoError(t, err)
+	return &conformance{doc: doc, router: router, seen: map[string]bool{}}
+}
+
+// check sends the request to b's server; the response must be documented
+// for the operation (status, headers, body schema). validRequest says the
+// request itself must satisfy the document too.
+func (c *conformance) check(t *testing.T, b *testBundle, method, path, key, ctype, body string, validRequest bool, wantStatus int) {
+	t.Helper()
+	req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	// The document's server is "/": route on the path alone.
+	routed := req.Clone(context.Background())
+	routed.URL = &url.URL{Path: req.URL.Path, RawQuery: req.URL.RawQuery}
+	routed.Body = io.NopCloser(strings.NewReader(body))
+	route, params, err := c.router.FindRoute(routed)
+	require.NoError(t, err, "%s %s is not documented", method, path)
+	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true}
+	in := &openapi3filter.RequestValidationInput{Request: routed, PathParams: params, Route: route, Options: opts}
+	if validRequest {
+		require.NoError(t, openapi3filter.ValidateRequest(context.Background(), in), "request %s %s", method, path)
+	}
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, wantStatus, resp.StatusCode, "%s %s: %s", method, path, data)
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode,
+		Header: resp.Header, Options: opts}
+	out.SetBodyBytes(data)
+	require.NoError(t, openapi3filter.ValidateResponse(context.Background(), out), "response of %s %s (%d): %s",
+		method, path, resp.StatusCode, data)
+	c.seen[fmt.Sprintf("%s %s %d", route.Method, route.Path, resp.StatusCode)] = true
+}
+
+func TestOpenAPIConformance(t *testing.T) {
+	t.Parallel()
+	c := newConformance(t)
+	const ct = "application/json"
+	b := setup(t, options{api: func(cfg *api.Config) { cfg.MaxBodyBytes = 4 << 10 }})
+
+	c.check(t, b, "GET", "/healthz", "", "", "", true, 200)
+	c.check(t, b, "GET", "/readyz", "", "", "", true, 200)
+	c.check(t, b, "GET", "/openapi.yaml", "", "", "", true, 200)
+	c.check(t, b, "POST", "/v1/jobs", keyAcme, ct, `{"id":"one","priority":"low","metadata":{"a":"b"},"body":`+validBody+`}`, true, 202)
+	c.check(t, b, "POST", "/v1/jobs", keyAcme, ct, `{"id":"one","body":`+validBody+`}`, true, 202)
+	c.check(t, b, "POST", "/v1/jobs", keyGlobex, ct, `{"jobs":[`+jobJSON("g1")+`,`+jobJSON("one")+`]}`, true, 202)
+	c.check(t, b, "POST", "/v1/jobs", keyGlobex, ct, jobJSON("one"), true, 409)
+	c.check(t, b, "POST", "/v1/jobs", keyAcme, ct, `{"body":{"model":"m"}}`, false, 400)
+	c.check(t, b, "POST", "/v1/jobs", "", ct, jobJSON(""), true, 401)
+	c.check(t, b, "POST", "/v1/jobs", keyAcme, ct, `{"body":{"model":"m","pad":"`+strings.Repeat("x", 5<<10)+`"}}`, false, 413)
+	c.check(t, b, "POST", "/v1/jobs", keyAcme, "text/plain", jobJSON(""), false, 415)
+	c.check(t, b, "GET", "/v1/jobs?limit=1", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/jobs?status=queued&limit=100", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/jobs?limit=0", keyAcme, "", "", false, 400)
+	c.check(t, b, "GET", "/v1/jobs", "", "", "", true, 401)
+	c.check(t, b, "GET", "/v1/jobs/one", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/jobs/one", keyGlobex, "", "", true, 404)
+	c.check(t, b, "GET", "/v1/jobs/one", "", "", "", true, 401)
+	c.check(t, b, "GET", "/v1/queue", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/queue", "", "", "", true, 401)
+	c.check(t, b, "DELETE", "/v1/jobs/one", keyAcme, "", "", true, 200)
+	c.check(t, b, "DELETE", "/v1/jobs/one", keyAcme, "", "", true, 409)
+	c.check(t, b, "DELETE", "/v1/jobs/one", keyGlobex, "", "", true, 404)
+	c.check(t, b, "DELETE", "/v1/jobs/one", "", "", "", true, 401)
+	c.check(t, b, "GET", "/metrics", "", "", "", true, 200)
+
+	// A full queue and a deadline that cannot be met.
+	full := setup(t, options{producer: func(pc *producer.Config) { pc.SoftDepth, pc.HardDepth = 1, 2 }})
+	c.check(t, full, "POST", "/v1/jobs", keyAcme, ct, `{"jobs":[`+jobJSON("f1")+`,`+jobJSON("f2")+`]}`, true, 202)
+	c.check(t, full, "POST", "/v1/jobs", keyAcme, ct, jobJSON("f3"), true, 429)
+
+	// The broker cannot be measured: 503, and readyz says so.
+	down := setup(t, options{})
+	require.NoError(t, down.sub.Close())
+	c.check(t, down, "POST", "/v1/jobs", keyAcme, ct, jobJSON("d1"), true, 503)
+	c.check(t, down, "GET", "/v1/queue", keyAcme, "", "", true, 503)
+	c.check(t, down, "GET", "/readyz", "", "", "", true, 503)
+	require.Equal(t, http.StatusNotFound, down.get(t, keyAcme, "/v1/jobs/d1").status, "a 503 records nothing")
+
+	// Postgres is gone: 503 database_unavailable.
+	dbDown := setup(t, options{})
+	dbDown.store.Pool().Close()
+	c.check(t, dbDown, "POST", "/v1/jobs", keyAcme, ct, jobJSON("x1"), true, 503)
+	require.Equal(t, api.CodeDatabaseUnavailable, dbDown.post(t, keyAcme, jobJSON("x1")).apiError(t).Code)
+	c.check(t, dbDown, "GET", "/v1/queue", keyAcme, "", "", true, 503)
+	c.check(t, dbDown, "GET", "/readyz", "", "", "", true, 503)
+	require.Equal(t, int64(0), dbDown.broker.Depth("jobs"))
+
+	// Every documented operation was exercised.
+	for path, item := range c.doc.Paths.Map() {
+		for method := range item.Operations() {
+			found := false
+			for k := range c.seen {
+				if strings.HasPrefix(k, method+" "+path+" ") {
+					found = true
+				}
+			}
+			require.True(t, found, "%s %s was not exercised", method, path)
+		}
+	}
+}
+
+// TestPublishFailureStillAccepted: the broker was measured, the row is
+// recorded, then the publish fails: 202 with published false, and the
+// sweeper publishes the job once the broker takes messages again.
+func TestPublishFailureStillAccepted(t *testing.T) {
+	t.Parallel()
+	failing := &flakyPublisher{}
+	failing.fail.Store(true)
+	b := setup(t, options{producer: func(pc *producer.Config) { pc.Publisher = failing }})
+	failing.inner = b.broker.NewPublisher()
+	r := b.post(t, keyAcme, jobJSON("kept"))
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	require.Equal(t, false, r.json(t)["published"])
+	require.Equal(t, "queued", b.get(t, keyAcme, "/v1/jobs/kept").json(t)["status"])
+	require.Equal(t, int64(0), b.broker.Depth("jobs"))
+
+	failing.fail.Store(false)
+	b.clock.Advance(producer.SweepGraceDefault + time.Second)
+	n, err := b.producer.Sweep(context.Background(), producer.SweepGraceDefault, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, int64(1), b.broker.Depth("jobs"))
+}
+
+// flakyPublisher refuses every publish while fail is set (a broker that
+// went away after the depth probe), else publishes through inner.
+type flakyPublisher struct {
+	fail  atomic.Bool
+	inner transport.Publisher
+}
+
+func (p *flakyPublisher) Publish(ctx context.Context, dest string, msgs ...transport.Message) error {
+	if p.fail.Load() {
+		return fmt.Errorf("broker went away: %w", io.ErrUnexpectedEOF)
+	}
+	return p.inner.Publish(ctx, dest, msgs...)
+}
+
+func (p *flakyPublisher) Close() error { return nil }

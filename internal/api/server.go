@@ -1,0 +1,230 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/llmq/llmq/producer"
+)
+
+//go:embed openapi.yaml
+var openAPIDocument []byte
+
+// OpenAPI returns the embedded OpenAPI 3 document (YAML).
+func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
+
+// API is the HTTP handler of llmq's API. It is safe for concurrent use.
+type API struct {
+	cfg      Config
+	log      *slog.Logger
+	mux      *http.ServeMux
+	keys     map[[sha256.Size]byte]string
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// New returns the API handler.
+func New(cfg Config) (*API, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	a := &API{
+		cfg:  cfg,
+		log:  cfg.Logger,
+		mux:  http.NewServeMux(),
+		keys: make(map[[sha256.Size]byte]string, len(cfg.Keys)),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_api_requests_total",
+			Help: "HTTP API requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "llmq_api_request_duration_seconds",
+			Help:    "HTTP API request latency by route pattern.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"route"}),
+	}
+	for k, tenant := range cfg.Keys {
+		a.keys[sha256.Sum256([]byte(k))] = tenant
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{a.requests, a.duration} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("api: register metrics: %w", err)
+			}
+		}
+	}
+	a.routes()
+	return a, nil
+}
+
+func (a *API) routes() {
+	a.mux.Handle("POST /v1/jobs", a.authed(a.postJobs))
+	a.mux.Handle("GET /v1/jobs", a.authed(a.listJobs))
+	a.mux.Handle("GET /v1/jobs/{id}", a.authed(a.getJob))
+	a.mux.Handle("DELETE /v1/jobs/{id}", a.authed(a.cancelJob))
+	a.mux.Handle("GET /v1/queue", a.authed(a.queue))
+	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.mux.HandleFunc("GET /readyz", a.readyz)
+	a.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(openAPIDocument)
+	})
+	if a.cfg.Gatherer != nil {
+		a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if a.cfg.DeadLetters != nil {
+		h := a.authed(a.cfg.DeadLetters.ServeHTTP)
+		a.mux.Handle("/v1/dead-letters", h)
+		a.mux.Handle("/v1/dead-letters/", h)
+	}
+}
+
+// ServeHTTP routes the request. Unknown paths answer 404 and known paths
+// with another method 405 (with Allow), both as JSON errors.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	h, pattern := a.mux.Handler(r)
+	rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	route := pattern
+	if pattern == "" {
+		route = "unmatched"
+		a.unmatched(h)(rw, r)
+	} else {
+		// mux.ServeHTTP (not h) so that r.PathValue is set.
+		a.mux.ServeHTTP(rw, r)
+	}
+	a.requests.WithLabelValues(route, strconv.Itoa(rw.status)).Inc()
+	a.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+}
+
+// unmatched turns the mux's plain-text 404 and 405 into JSON errors.
+func (a *API) unmatched(mux http.Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		probe := &headerProbe{header: http.Header{}}
+		mux.ServeHTTP(probe, r)
+		if probe.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", probe.header.Get("Allow"))
+			writeError(w, http.StatusMethodNotAllowed, Error{Code: CodeMethodNotAllowed,
+				Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, probe.header.Get("Allow"))})
+			return
+		}
+		writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Message: "no such endpoint: " + r.URL.Path})
+	}
+}
+
+// headerProbe records what the mux's fallback handler would answer.
+type headerProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *headerProbe) Header() http.Header { return p.header }
+func (p *headerProbe) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		p.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (p *headerProbe) WriteHeader(status int) {
+	if p.status == 0 {
+		p.status = status
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	w.status = status
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type tenantKey struct{}
+
+// TenantOf returns the tenant an authenticated request acts for; "" for a
+// request that did not pass the API's authentication.
+func TenantOf(r *http.Request) string {
+	t, _ := r.Context().Value(tenantKey{}).(string)
+	return t
+}
+
+// authed requires a known bearer key and puts its tenant in the context.
+func (a *API) authed(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := bearer(r.Header.Get("Authorization"))
+		tenant := ""
+		if ok {
+			tenant = a.keys[sha256.Sum256([]byte(key))]
+		}
+		if tenant == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
+			msg := "missing bearer token: send Authorization: Bearer <key>"
+			if ok {
+				msg = "unknown API key"
+			}
+			writeError(w, http.StatusUnauthorized, Error{Code: CodeUnauthorized, Message: msg})
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
+	})
+}
+
+func bearer(h string) (string, bool) {
+	scheme, key, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	key = strings.TrimSpace(key)
+	return key, key != ""
+}
+
+func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+type readyBody struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// readyz checks the database (ping) and the broker (a queue measurement).
+func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	body := readyBody{Status: "ready", Checks: map[string]string{"database": "ok", "broker": "ok"}}
+	if err := a.cfg.Store.Ping(ctx); err != nil {
+		body.Status, body.Checks["database"] = "unavailable", err.Error()
+	}
+	if _, err := a.cfg.Producer.Queue(ctx); errors.Is(err, producer.ErrBrokerUnavailable) {
+		body.Status, body.Checks["broker"] = "unavailable", err.Error()
+	}
+	if body.Status != "ready" {
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// internalError logs err and answers 500.
+func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	a.log.Error("api: request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("error", err.Error()))
+	writeError(w, http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"})
+}

@@ -1,0 +1,117 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq"
+)
+
+// The producer's outbox (migration 0003): a row inserted by InsertOutbox has
+// published_at NULL until MarkPublished records the broker's confirm;
+// Unpublished finds the queued rows a crash left unconfirmed.
+
+const insertOutboxSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
+	updated_at, deadline, "deferrable", fallback_models, metadata, published_at)
+VALUES ($1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, NULL)
+ON CONFLICT (id) DO NOTHING`
+
+// InsertOutbox records jobs as queued and not yet published, all in one
+// round trip and one transaction (all rows or none). created[i] is false
+// when a row with jobs[i].ID already existed (that row is left as it is).
+// Every job must be valid; an invalid one returns ErrInvalidJob and nothing
+// is written.
+func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) (created []bool, err error) {
+	for _, j := range jobs {
+		if err := validate("insert", j); err != nil {
+			return nil, err
+		}
+	}
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	now := s.clock()
+	b := &pgx.Batch{}
+	for _, j := range jobs {
+		b.Queue(insertOutboxSQL, insertArgs(j, now)...)
+	}
+	// A batch is sent with one Sync: its statements form one implicit
+	// transaction, so a failure leaves none of the rows.
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	created = make([]bool, len(jobs))
+	for i := range jobs {
+		tag, err := br.Exec()
+		if err != nil {
+			return nil, dataError(fmt.Sprintf("insert outbox %q", jobs[i].ID), err)
+		}
+		created[i] = tag.RowsAffected() == 1
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("store: insert outbox: %w", err)
+	}
+	return created, nil
+}
+
+// MarkPublished records that the broker confirmed the messages of ids.
+// Rows already marked keep their first time.
+func (s *Store) MarkPublished(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE jobs SET published_at = $2 WHERE id = ANY($1) AND published_at IS NULL`,
+		ids, s.clock())
+	if err != nil {
+		return fmt.Errorf("store: mark %d jobs published: %w", len(ids), err)
+	}
+	return nil
+}
+
+// Unpublished returns up to limit queued jobs created before cutoff whose
+// publish was never confirmed, oldest first.
+func (s *Store) Unpublished(ctx context.Context, cutoff time.Time, limit int) ([]*JobRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
+		WHERE published_at IS NULL AND status = 'queued' AND created_at < $1
+		ORDER BY created_at, id LIMIT $2`, cutoff, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: unpublished: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("store: unpublished: %w", err)
+	}
+	return recs, nil
+}
+
+// QueueStats are the Postgres side of the queue's backpressure figures.
+type QueueStats struct {
+	// InFlight counts the jobs running or retrying (held by workers).
+	InFlight int64
+	// Finished counts the jobs that reached a terminal state since the
+	// time asked for.
+	Finished int64
+}
+
+// QueueStats counts the jobs in flight and those finished since since.
+func (s *Store) QueueStats(ctx context.Context, since time.Time) (QueueStats, error) {
+	var st QueueStats
+	err := s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM jobs WHERE status IN ('running', 'retrying')),
+		(SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1)`, since).
+		Scan(&st.InFlight, &st.Finished)
+	if err != nil {
+		return QueueStats{}, fmt.Errorf("store: queue stats: %w", err)
+	}
+	return st, nil
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package store_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/store"
+)
+
+func TestOutbox(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	created, err := b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o1"), newJob(t, "o2")})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, created)
+	// A row inserted any other way counts as published (it came from the
+	// broker).
+	_, err = b.store.Insert(b.ctx, newJob(t, "direct"))
+	require.NoError(t, err)
+
+	b.clock.Advance(time.Minute)
+	created, err = b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o1"), newJob(t, "o3")})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false, true}, created)
+
+	recs, err := b.store.Unpublished(b.ctx, b.clock.Now(), 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"o1", "o2"}, outboxIDs(recs), "o3 is younger than the cutoff")
+
+	require.NoError(t, b.store.MarkPublished(b.ctx, []string{"o1"}))
+	_, err = b.store.Cancel(b.ctx, "acme", "o2")
+	require.NoError(t, err)
+	recs, err = b.store.Unpublished(b.ctx, b.clock.Now().Add(time.Second), 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"o3"}, outboxIDs(recs), "published and cancelled rows are not swept")
+
+	// An invalid job writes nothing.
+	bad := newJob(t, "o4")
+	bad.Tenant = "bad tenant"
+	_, err = b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o5"), bad})
+	require.ErrorIs(t, err, store.ErrInvalidJob)
+	_, err = b.store.GetByID(b.ctx, "o5")
+	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func TestQueueStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := 0; i < 4; i++ {
+		_, err := b.store.Claim(b.ctx, newJob(t, fmt.Sprintf("r%d", i)), "w", time.Minute)
+		require.NoError(t, err)
+	}
+	_, err := b.store.StoreResult(b.ctx, "r0", store.Result{})
+	require.NoError(t, err)
+	start := b.clock.Now()
+	b.clock.Advance(time.Minute)
+	_, err = b.store.StoreResult(b.ctx, "r1", store.Result{})
+	require.NoError(t, err)
+	st, err := b.store.QueueStats(b.ctx, start.Add(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, store.QueueStats{InFlight: 2, Finished: 1}, st)
+	require.NoError(t, b.store.Ping(b.ctx))
+}
+
+func TestListAny(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i, tenant := range []string{"acme", "globex", "acme"} {
+		j := newJob(t, fmt.Sprintf("l%d", i))
+		j.Tenant = tenant
+		_, err := b.store.Insert(b.ctx, j)
+		require.NoError(t, err)
+		b.clock.Advance(time.Second)
+	}
+	page, next, err := b.store.ListAny(b.ctx, store.ListOptions{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"l2", "l1"}, outboxIDs(page))
+	page, next, err = b.store.ListAny(b.ctx, store.ListOptions{Limit: 2, After: next})
+	require.NoError(t, err)
+	require.Equal(t, []string{"l0"}, outboxIDs(page))
+	require.Empty(t, next)
+	page, _, err = b.store.ListAny(b.ctx, store.ListOptions{Tenant: "globex"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"l1"}, outboxIDs(page))
+	page, _, err = b.store.ListAny(b.ctx, store.ListOptions{Status: llmq.StatusRunning})
+	require.NoError(t, err)
+	require.Empty(t, page)
+	_, _, err = b.store.ListAny(b.ctx, store.ListOptions{After: "zz"})
+	require.ErrorIs(t, err, store.ErrBadCursor)
+}
+
+func outboxIDs(recs []*store.JobRecord) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.ID
+	}
+	return out
+}

@@ -1,0 +1,177 @@
+package producer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/transport"
+)
+
+// Defaults of Config and SweeperConfig.
+const (
+	// SoftDepthDefault is the depth from which the state is throttled.
+	SoftDepthDefault = 10000
+	// HardDepthDefault is the depth from which jobs are refused.
+	HardDepthDefault = 100000
+	// DepthTTLDefault is how long a queue measurement is reused.
+	DepthTTLDefault = time.Second
+	// ProbeTimeoutDefault bounds one measurement (broker and Postgres).
+	ProbeTimeoutDefault = 2 * time.Second
+	// RateWindowDefault is the window of the completion rate.
+	RateWindowDefault = 5 * time.Minute
+	// RetryAfterDefault is the hint when no completion was measured.
+	RetryAfterDefault = 30 * time.Second
+	// RetryAfterMax caps every retry hint.
+	RetryAfterMax = 10 * time.Minute
+	// MaxBatchDefault is the most jobs of one PublishBatch.
+	MaxBatchDefault = 1000
+	// PublishTimeoutDefault bounds the publish of recorded jobs (it runs
+	// on after the caller's context is cancelled: the rows exist).
+	PublishTimeoutDefault = 10 * time.Second
+
+	// SweepGraceDefault is how old an unconfirmed row must be before the
+	// sweeper republishes it.
+	SweepGraceDefault = 30 * time.Second
+	// SweepIntervalDefault is the time between sweeps.
+	SweepIntervalDefault = 10 * time.Second
+	// SweepLimitDefault is the most rows republished per round trip.
+	SweepLimitDefault = 500
+)
+
+// DepthProbe measures the broker side of the queue; a
+// [transport.Subscriber] that is never consumed is one.
+type DepthProbe interface {
+	Depth(ctx context.Context) (int64, error)
+}
+
+// Config configures a Producer. Fields marked required have no default.
+type Config struct {
+	// Publisher sends the job messages. Required.
+	Publisher transport.Publisher
+	// Store records the jobs. Required.
+	Store *store.Store
+	// Destination is the Kafka topic or RabbitMQ queue. Required.
+	Destination string
+	// DepthProbe measures the messages waiting at the broker (Kafka
+	// consumer-group lag of the workers' group, RabbitMQ ready messages).
+	// nil: the broker figure is 0 (only Postgres is measured).
+	DepthProbe DepthProbe
+	// ProbeCountsInFlight says the probe's figure already includes the
+	// messages workers hold (true for Kafka lag, whose uncommitted messages
+	// are in it); false (RabbitMQ ready count) adds the jobs in flight to
+	// make the depth. Default false.
+	ProbeCountsInFlight bool
+	// SoftDepth is the depth from which the state is throttled.
+	// 0 = SoftDepthDefault.
+	SoftDepth int64
+	// HardDepth is the depth from which jobs are refused; it must exceed
+	// SoftDepth. 0 = HardDepthDefault.
+	HardDepth int64
+	// DepthTTL is how long a measurement is reused. 0 = DepthTTLDefault;
+	// -1 = measure on every call.
+	DepthTTL time.Duration
+	// ProbeTimeout bounds one measurement. 0 = ProbeTimeoutDefault.
+	ProbeTimeout time.Duration
+	// RateWindow is the window of the completion rate.
+	// 0 = RateWindowDefault.
+	RateWindow time.Duration
+	// MaxBatch is the most jobs of one PublishBatch. 0 = MaxBatchDefault.
+	MaxBatch int
+	// PublishTimeout bounds the publish and confirm of recorded jobs.
+	// 0 = PublishTimeoutDefault.
+	PublishTimeout time.Duration
+
+	// Logger receives warnings (failed publishes). nil = slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the metrics. nil = not registered.
+	Registerer prometheus.Registerer
+	// Clock is the time source of deadlines and the rate window; it must
+	// agree with the Store's clock. nil = time.Now.
+	Clock func() time.Time
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	c.SoftDepth = cmp.Or(c.SoftDepth, SoftDepthDefault)
+	c.HardDepth = cmp.Or(c.HardDepth, HardDepthDefault)
+	c.DepthTTL = cmp.Or(c.DepthTTL, DepthTTLDefault)
+	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, ProbeTimeoutDefault)
+	c.RateWindow = cmp.Or(c.RateWindow, RateWindowDefault)
+	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Publisher == nil {
+		errs = append(errs, errors.New("producer: Config.Publisher is required"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("producer: Config.Store is required"))
+	}
+	if c.Destination == "" {
+		errs = append(errs, errors.New("producer: Config.Destination is required"))
+	}
+	if c.SoftDepth < 1 {
+		errs = append(errs, errors.New("producer: Config.SoftDepth must be positive"))
+	}
+	if c.HardDepth <= c.SoftDepth {
+		errs = append(errs, errors.New("producer: Config.HardDepth must exceed Config.SoftDepth"))
+	}
+	if c.DepthTTL < -1 {
+		errs = append(errs, errors.New("producer: Config.DepthTTL must be positive, or -1"))
+	}
+	if c.ProbeTimeout < 0 || c.RateWindow < 0 || c.PublishTimeout < 0 {
+		errs = append(errs, errors.New("producer: Config.ProbeTimeout, RateWindow and PublishTimeout must not be negative"))
+	}
+	if c.MaxBatch < 1 {
+		errs = append(errs, errors.New("producer: Config.MaxBatch must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// SweeperConfig configures a Sweeper.
+type SweeperConfig struct {
+	// Producer republishes the rows. Required.
+	Producer *Producer
+	// Grace is how old an unconfirmed row must be before it is
+	// republished: longer than any publish takes. 0 = SweepGraceDefault.
+	Grace time.Duration
+	// Interval is the time between sweeps. 0 = SweepIntervalDefault.
+	Interval time.Duration
+	// Limit is the most rows republished per round trip.
+	// 0 = SweepLimitDefault.
+	Limit int
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c SweeperConfig) WithDefaults() SweeperConfig {
+	c.Grace = cmp.Or(c.Grace, SweepGraceDefault)
+	c.Interval = cmp.Or(c.Interval, SweepIntervalDefault)
+	c.Limit = cmp.Or(c.Limit, SweepLimitDefault)
+	return c
+}
+
+func (c SweeperConfig) validate() error {
+	var errs []error
+	if c.Producer == nil {
+		errs = append(errs, errors.New("producer: SweeperConfig.Producer is required"))
+	}
+	if c.Grace < 0 || c.Interval <= 0 || c.Limit < 1 {
+		errs = append(errs, errors.New("producer: SweeperConfig.Grace must not be negative, Interval and Limit must be positive"))
+	}
+	return errors.Join(errs...)
+}

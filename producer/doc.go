@@ -1,0 +1,32 @@
+// Package producer publishes llmq jobs to Kafka or RabbitMQ with
+// backpressure and a transactional outbox.
+//
+// # Publishing
+//
+// [Producer.Publish] and [Producer.PublishBatch] validate each job
+// (Normalize, then Validate), admit it against the queue's backpressure,
+// record it as queued in Postgres with published_at NULL (so polling works
+// from the first moment), publish it (Kafka: key = tenant, value = the job's
+// JSON; RabbitMQ: persistent, confirmed, priority high 9 / normal 5 / low 1)
+// and, once the broker confirmed, set published_at.
+//
+// # Outbox
+//
+// A crash (or a broker outage) between the insert and the confirm leaves the
+// row queued with published_at NULL. [Producer.Sweep], run periodically by a
+// [Sweeper] (llmq api runs one), republishes such rows once they are older
+// than a grace period. A message may therefore reach the broker twice; the
+// worker claims jobs idempotently by id, so the job runs once.
+//
+// # Backpressure
+//
+// [Producer.Queue] reports the queue as a [QueueState], cached for DepthTTL:
+// the broker figure of the [DepthProbe] (Kafka consumer-group lag, RabbitMQ
+// ready messages), the jobs in flight and the completion rate (jobs finished
+// per minute over RateWindow, from Postgres), the estimated drain time
+// (depth divided by that rate) and a state: ok below SoftDepth, throttled
+// from SoftDepth (jobs are accepted), rejecting from HardDepth (Publish
+// returns an [*ErrBackpressure] carrying a RetryAfter). A job whose deadline
+// falls before the estimated drain time is refused the same way at once
+// (reason deadline) rather than queued to expire.
+package producer

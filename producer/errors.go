@@ -1,0 +1,72 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrBrokerUnavailable: the depth probe could not reach the broker, so
+	// nothing was recorded or published. Retry later.
+	ErrBrokerUnavailable = errors.New("producer: broker unavailable")
+	// ErrUnpublished: the jobs are recorded as queued in Postgres but the
+	// broker did not confirm their publish; the outbox sweeper publishes
+	// them once the broker is back. They are accepted: do not resubmit.
+	ErrUnpublished = errors.New("producer: jobs recorded but not yet published (the outbox sweeper will publish them)")
+	// ErrDatabaseUnavailable: Postgres failed while the queue was measured
+	// or the jobs recorded; nothing was recorded. Retry later.
+	ErrDatabaseUnavailable = errors.New("producer: database unavailable")
+	// ErrTooManyJobs: a batch larger than Config.MaxBatch.
+	ErrTooManyJobs = errors.New("producer: too many jobs in one batch")
+)
+
+// Backpressure reasons.
+const (
+	// ReasonQueueFull: the queue depth reached HardDepth.
+	ReasonQueueFull = "queue_full"
+	// ReasonDeadline: the estimated wait passes the job's deadline.
+	ReasonDeadline = "deadline"
+)
+
+// ErrBackpressure is returned (as *ErrBackpressure) when jobs are refused
+// because of the queue's backpressure. Nothing was recorded or published.
+type ErrBackpressure struct {
+	// Reason is ReasonQueueFull or ReasonDeadline.
+	Reason string
+	// RetryAfter is how long to wait before trying again: the time the
+	// queue needs to drain to SoftDepth (queue full) or to shrink by the
+	// wait beyond the deadline (deadline), at the measured completion rate;
+	// RetryAfterDefault when no completion was measured.
+	RetryAfter time.Duration
+	// Queue is the state that refused the jobs.
+	Queue QueueState
+	// Index is the refused job's position in the batch (deadline only; -1
+	// for the whole batch).
+	Index int
+	// JobID is the refused job's id (deadline only).
+	JobID string
+}
+
+func (e *ErrBackpressure) Error() string {
+	if e.Reason == ReasonDeadline {
+		return fmt.Sprintf("producer: job %q: estimated wait %s passes its deadline; retry after %s",
+			e.JobID, e.Queue.EstimatedDrain.Round(time.Second), e.RetryAfter)
+	}
+	return fmt.Sprintf("producer: queue depth %d reached the hard limit; retry after %s", e.Queue.Depth, e.RetryAfter)
+}
+
+// JobError is a problem with one job of a batch (a validation error).
+type JobError struct {
+	// Index is the job's position in the batch.
+	Index int
+	// ID is the job's id ("" when it had none yet).
+	ID  string
+	Err error
+}
+
+func (e *JobError) Error() string {
+	return fmt.Sprintf("producer: job %d (%q): %v", e.Index, e.ID, e.Err)
+}
+
+func (e *JobError) Unwrap() error { return e.Err }

@@ -1,0 +1,520 @@
+package producer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/store/storetest"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/internal/transport/memory"
+	"github.com/llmq/llmq/internal/transport/rabbitmq"
+	"github.com/llmq/llmq/producer"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+type testBundle struct {
+	clock  *fakeClock
+	pool   *pgxpool.Pool
+	store  *store.Store
+	broker *memory.Broker
+	sub    *memory.Subscriber
+	dest   string
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	clk := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	pool := storetest.NewPool(t)
+	b := memory.New()
+	sub, err := b.NewSubscriber("jobs", memory.Config{Prefetch: 1000})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	return &testBundle{clock: clk, pool: pool, store: store.New(pool, store.WithClock(clk.Now)), broker: b, sub: sub, dest: "jobs"}
+}
+
+func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *producer.Producer {
+	t.Helper()
+	cfg := producer.Config{
+		Publisher: b.broker.NewPublisher(), Store: b.store, Destination: b.dest, DepthProbe: b.sub,
+		ProbeCountsInFlight: true, Clock: b.clock.Now, DepthTTL: -1, Logger: quiet,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := producer.New(cfg)
+	require.NoError(t, err)
+	return p
+}
+
+func newJob(id string) *llmq.Job {
+	return &llmq.Job{ID: id, Tenant: "acme", Body: json.RawMessage(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)}
+}
+
+// receive takes the next message of the subscriber's queue within a second.
+func receive(t *testing.T, msgs <-chan *transport.Message) *transport.Message {
+	t.Helper()
+	select {
+	case m := <-msgs:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message within 5s")
+		return nil
+	}
+}
+
+func publishedAt(t *testing.T, pool *pgxpool.Pool, id string) *time.Time {
+	t.Helper()
+	var at *time.Time
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT published_at FROM jobs WHERE id = $1`, id).Scan(&at))
+	return at
+}
+
+func TestPublishRecordsThenPublishes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, nil)
+	ctx := context.Background()
+
+	j := newJob("")
+	j.Priority = llmq.PriorityHigh
+	r, q, err := p.Publish(ctx, j)
+	require.NoError(t, err)
+	require.NotEmpty(t, r.ID)
+	require.Equal(t, producer.Receipt{ID: r.ID, Tenant: "acme", Status: llmq.StatusQueued, Created: true, Published: true}, r)
+	require.Equal(t, producer.StateOK, q.State)
+
+	rec, err := b.store.Get(ctx, "acme", r.ID)
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusQueued, rec.Status)
+	require.NotNil(t, publishedAt(t, b.pool, r.ID))
+
+	msgs, err := b.sub.Consume(ctx)
+	require.NoError(t, err)
+	m := receive(t, msgs)
+	require.Equal(t, "acme", string(m.Key))
+	require.Equal(t, uint8(9), m.Priority)
+	got, err := llmq.Decode(m.Value, llmq.DecodeOptions{})
+	require.NoError(t, err)
+	require.Equal(t, r.ID, got.ID)
+	require.JSONEq(t, string(j.Body), string(got.Body))
+
+	// Priorities map high 9 / normal 5 / low 1.
+	for _, tc := range []struct {
+		p    llmq.Priority
+		want uint8
+	}{{llmq.PriorityNormal, 5}, {llmq.PriorityLow, 1}} {
+		j := newJob("")
+		j.Priority = tc.p
+		_, _, err := p.Publish(ctx, j)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, receive(t, msgs).Priority)
+	}
+}
+
+func TestPublishBatchDuplicatesAndConflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, nil)
+	ctx := context.Background()
+
+	_, _, err := p.Publish(ctx, newJob("a"))
+	require.NoError(t, err)
+	other := newJob("b")
+	other.Tenant = "globex"
+	_, _, err = p.Publish(ctx, other)
+	require.NoError(t, err)
+
+	rs, _, err := p.PublishBatch(ctx, []*llmq.Job{newJob("a"), newJob("b"), newJob("c")})
+	require.NoError(t, err)
+	require.Equal(t, []producer.Receipt{
+		{ID: "a", Tenant: "acme", Status: llmq.StatusQueued},
+		{ID: "b", Tenant: "acme", Conflict: true},
+		{ID: "c", Tenant: "acme", Status: llmq.StatusQueued, Created: true, Published: true},
+	}, rs)
+	require.Equal(t, int64(3), b.broker.Depth(b.dest), "a, b (globex) and c: the duplicates were not republished")
+
+	// A validation error names the job and its field; nothing is recorded.
+	bad := newJob("d")
+	bad.Body = json.RawMessage(`{"messages":[{"role":"user","content":"x"}]}`)
+	_, _, err = p.PublishBatch(ctx, []*llmq.Job{newJob("e"), bad})
+	var je *producer.JobError
+	require.ErrorAs(t, err, &je)
+	require.Equal(t, 1, je.Index)
+	var ve *llmq.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, []string{"body.model"}, ve.Fields())
+	_, err = b.store.GetByID(ctx, "e")
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	jobs := make([]*llmq.Job, producer.MaxBatchDefault+1)
+	for i := range jobs {
+		jobs[i] = newJob("")
+	}
+	_, _, err = p.PublishBatch(ctx, jobs)
+	require.ErrorIs(t, err, producer.ErrTooManyJobs)
+}
+
+// finish records n jobs that finished at the current time (they count in
+// the completion rate).
+func finish(t *testing.T, b *testBundle, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		j := newJob(fmt.Sprintf("done-%d-%d", b.clock.Now().UnixNano(), i))
+		require.NoError(t, j.Normalize())
+		require.NoError(t, j.Validate())
+		_, err := b.store.Claim(ctx, j, "w", time.Minute)
+		require.NoError(t, err)
+		_, err = b.store.StoreResult(ctx, j.ID, store.Result{Response: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+}
+
+func TestBackpressureThresholds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, func(c *producer.Config) {
+		c.SoftDepth, c.HardDepth, c.RateWindow = 5, 10, time.Minute
+	})
+	ctx := context.Background()
+	// 6 jobs finished in the last minute: 6/min, one every 10 s.
+	finish(t, b, 6)
+
+	for i := 0; i < 10; i++ {
+		q, err := p.Queue(ctx)
+		require.NoError(t, err)
+		want := producer.StateOK
+		if i >= 5 {
+			want = producer.StateThrottled
+		}
+		require.Equal(t, want, q.State, "depth %d", i)
+		require.Equal(t, int64(i), q.Depth)
+		_, q, err = p.Publish(ctx, newJob(fmt.Sprintf("j%d", i)))
+		require.NoError(t, err, "depth %d is below the hard limit", i)
+		require.Equal(t, want, q.State)
+	}
+
+	q, err := p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.QueueState{
+		Depth: 10, Lag: 10, CompletionRatePerMin: 6, EstimatedDrain: 100 * time.Second, DrainKnown: true,
+		State: producer.StateRejecting, MeasuredAt: b.clock.Now(),
+	}, q)
+	_, _, err = p.Publish(ctx, newJob("refused"))
+	var bp *producer.ErrBackpressure
+	require.ErrorAs(t, err, &bp)
+	require.Equal(t, producer.ReasonQueueFull, bp.Reason)
+	require.Equal(t, 50*time.Second, bp.RetryAfter, "(10 - soft 5) jobs at 6/min")
+	_, err = b.store.GetByID(ctx, "refused")
+	require.ErrorIs(t, err, store.ErrNotFound, "a refused job is not recorded")
+
+	// The workers drain the queue: the state switches back off.
+	msgs, err := b.sub.Consume(ctx)
+	require.NoError(t, err)
+	for i := 0; i < 10; i++ {
+		require.NoError(t, receive(t, msgs).Ack(ctx))
+	}
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.StateOK, q.State)
+	require.Equal(t, int64(0), q.Depth)
+	_, _, err = p.Publish(ctx, newJob("after-drain"))
+	require.NoError(t, err)
+}
+
+func TestBackpressureUnknownRateAndCache(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, func(c *producer.Config) {
+		c.SoftDepth, c.HardDepth, c.DepthTTL = 1, 2, time.Second
+	})
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		_, _, err := p.Publish(ctx, newJob(fmt.Sprintf("j%d", i)))
+		require.NoError(t, err)
+		b.clock.Advance(time.Second)
+	}
+	q, err := p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.StateRejecting, q.State)
+	require.False(t, q.DrainKnown, "no job finished: the drain time is unknown")
+	_, _, err = p.Publish(ctx, newJob("x"))
+	var bp *producer.ErrBackpressure
+	require.ErrorAs(t, err, &bp)
+	require.Equal(t, producer.RetryAfterDefault, bp.RetryAfter)
+
+	// Within the TTL the cached state is used even though the queue drained.
+	msgs, err := b.sub.Consume(ctx)
+	require.NoError(t, err)
+	require.NoError(t, receive(t, msgs).Ack(ctx))
+	require.NoError(t, receive(t, msgs).Ack(ctx))
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), q.Depth)
+	b.clock.Advance(time.Second)
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), q.Depth)
+	require.Equal(t, producer.StateOK, q.State)
+}
+
+func TestDeadlineAdmission(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, func(c *producer.Config) { c.RateWindow = time.Minute })
+	ctx := context.Background()
+	finish(t, b, 6) // 6/min
+	for i := 0; i < 10; i++ {
+		_, _, err := p.Publish(ctx, newJob(fmt.Sprintf("j%d", i)))
+		require.NoError(t, err)
+	}
+	// Depth 10 at 6/min: 100 s to drain.
+	soon := b.clock.Now().Add(30 * time.Second)
+	j := newJob("urgent")
+	j.Deadline = &soon
+	rs, _, err := p.PublishBatch(ctx, []*llmq.Job{newJob("fine"), j})
+	require.Nil(t, rs)
+	var bp *producer.ErrBackpressure
+	require.ErrorAs(t, err, &bp)
+	require.Equal(t, producer.ReasonDeadline, bp.Reason)
+	require.Equal(t, 1, bp.Index)
+	require.Equal(t, "urgent", bp.JobID)
+	require.Equal(t, 70*time.Second, bp.RetryAfter)
+	require.Equal(t, 100*time.Second, bp.Queue.EstimatedDrain)
+
+	later := b.clock.Now().Add(101 * time.Second)
+	j.Deadline = &later
+	_, _, err = p.Publish(ctx, j)
+	require.NoError(t, err)
+}
+
+func TestOutboxSweepAfterCrash(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, nil)
+	ctx := context.Background()
+
+	// The producer "crashes" between the insert and the publish: the row
+	// exists, the broker never got the message.
+	j := newJob("crashed")
+	require.NoError(t, j.Normalize())
+	require.NoError(t, j.Validate())
+	created, err := b.store.InsertOutbox(ctx, []*llmq.Job{j})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, created)
+	require.Nil(t, publishedAt(t, b.pool, "crashed"))
+	// A job published normally is never swept.
+	_, _, err = p.Publish(ctx, newJob("fine"))
+	require.NoError(t, err)
+	msgs, err := b.sub.Consume(ctx)
+	require.NoError(t, err)
+	fine := receive(t, msgs)
+	require.Equal(t, "fine", mustDecode(t, fine).ID)
+	require.NoError(t, fine.Ack(ctx))
+
+	n, err := p.Sweep(ctx, time.Minute, 10)
+	require.NoError(t, err)
+	require.Equal(t, 0, n, "within the grace period the publish may still be under way")
+
+	b.clock.Advance(time.Minute + time.Microsecond)
+	n, err = p.Sweep(ctx, time.Minute, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	m := receive(t, msgs)
+	require.Equal(t, "crashed", mustDecode(t, m).ID)
+	require.Equal(t, "acme", string(m.Key))
+	require.NotNil(t, publishedAt(t, b.pool, "crashed"))
+	require.NoError(t, m.Ack(ctx))
+
+	n, err = p.Sweep(ctx, time.Minute, 10)
+	require.NoError(t, err)
+	require.Equal(t, 0, n, "exactly once more")
+	require.Equal(t, int64(0), b.broker.Depth(b.dest), "no other message was published")
+}
+
+func mustDecode(t *testing.T, m *transport.Message) *llmq.Job {
+	t.Helper()
+	j, err := llmq.Decode(m.Value, llmq.DecodeOptions{})
+	require.NoError(t, err)
+	return j
+}
+
+func TestSweepPagesAndSkipsFinished(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, nil)
+	ctx := context.Background()
+	var jobs []*llmq.Job
+	for i := 0; i < 7; i++ {
+		j := newJob(fmt.Sprintf("c%d", i))
+		require.NoError(t, j.Normalize())
+		require.NoError(t, j.Validate())
+		jobs = append(jobs, j)
+	}
+	_, err := b.store.InsertOutbox(ctx, jobs)
+	require.NoError(t, err)
+	_, err = b.store.Cancel(ctx, "acme", "c6")
+	require.NoError(t, err)
+	b.clock.Advance(time.Hour)
+	n, err := p.Sweep(ctx, time.Minute, 2)
+	require.NoError(t, err)
+	require.Equal(t, 6, n, "the cancelled job is not republished")
+	require.Equal(t, int64(6), b.broker.Depth(b.dest))
+}
+
+func TestSweeperStartStop(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, nil)
+	ctx := context.Background()
+	j := newJob("orphan")
+	require.NoError(t, j.Normalize())
+	require.NoError(t, j.Validate())
+	_, err := b.store.InsertOutbox(ctx, []*llmq.Job{j})
+	require.NoError(t, err)
+	b.clock.Advance(time.Hour)
+
+	s, err := producer.NewSweeper(producer.SweeperConfig{Producer: p, Interval: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, s.Start(ctx))
+	msgs, err := b.sub.Consume(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "orphan", mustDecode(t, receive(t, msgs)).ID)
+	require.NoError(t, s.Stop(ctx))
+	require.NoError(t, s.Stop(ctx), "a second Stop is harmless")
+}
+
+func amqpURL() string {
+	if u := os.Getenv("LLMQ_TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// TestBrokerDownOutbox runs against RabbitMQ: with the broker unreachable
+// the probe refuses jobs (nothing recorded); a publish failing after the
+// insert leaves the job queued and the sweeper publishes it, with its
+// priority, once a broker answers.
+func TestBrokerDownOutbox(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("RabbitMQ")
+	}
+	b := setup(t)
+	ctx := context.Background()
+	dead := rabbitmq.Config{URL: "amqp://guest:guest@127.0.0.1:1/", Queue: "llmq-test-dead", DialTimeout: time.Second,
+		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 20 * time.Millisecond, Logger: quiet}
+	deadPub, err := rabbitmq.NewPublisher(dead)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = deadPub.Close() })
+	deadSub, err := rabbitmq.NewSubscriber(dead)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = deadSub.Close() })
+
+	probed := b.producer(t, func(c *producer.Config) { c.Publisher, c.DepthProbe = deadPub, deadSub })
+	_, _, err = probed.Publish(ctx, newJob("refused"))
+	require.ErrorIs(t, err, producer.ErrBrokerUnavailable)
+	_, err = b.store.GetByID(ctx, "refused")
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	// The probe passed (none configured) but the publish fails.
+	unprobed := b.producer(t, func(c *producer.Config) {
+		c.Publisher, c.DepthProbe, c.PublishTimeout = deadPub, nil, 2*time.Second
+	})
+	j := newJob("kept")
+	j.Priority = llmq.PriorityLow
+	r, _, err := unprobed.Publish(ctx, j)
+	require.ErrorIs(t, err, producer.ErrUnpublished)
+	require.Equal(t, producer.Receipt{ID: "kept", Tenant: "acme", Status: llmq.StatusQueued, Created: true}, r)
+	rec, err := b.store.GetByID(ctx, "kept")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusQueued, rec.Status)
+
+	// The broker is back.
+	queue := fmt.Sprintf("llmq-test-producer-%d", time.Now().UnixNano())
+	deleteQueue(t, queue)
+	live := rabbitmq.Config{URL: amqpURL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Logger: quiet}
+	pub, err := rabbitmq.NewPublisher(live)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	sub, err := rabbitmq.NewSubscriber(live)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	p := b.producer(t, func(c *producer.Config) { c.Publisher, c.DepthProbe, c.Destination = pub, sub, queue })
+	b.clock.Advance(producer.SweepGraceDefault + time.Second)
+	n, err := p.Sweep(ctx, producer.SweepGraceDefault, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	msgs, err := sub.Consume(ctx)
+	require.NoError(t, err)
+	m := receive(t, msgs)
+	require.Equal(t, "kept", mustDecode(t, m).ID)
+	require.Equal(t, uint8(1), m.Priority)
+	require.NoError(t, m.Ack(ctx))
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	_, err := producer.New(producer.Config{SoftDepth: 10, HardDepth: 5})
+	require.Error(t, err)
+	for _, field := range []string{"Publisher", "Store", "Destination", "HardDepth"} {
+		require.ErrorContains(t, err, "Config."+field)
+	}
+	_, err = producer.NewSweeper(producer.SweeperConfig{})
+	require.ErrorContains(t, err, "SweeperConfig.Producer")
+	require.True(t, errors.Is(fmt.Errorf("x: %w", producer.ErrUnpublished), producer.ErrUnpublished))
+}
+
+// deleteQueue deletes the test queue when the test ends (after the
+// publisher and subscribers registered later are closed).
+func deleteQueue(t *testing.T, name string) {
+	t.Helper()
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(amqpURL())
+		if err != nil {
+			t.Logf("delete queue %s: %v", name, err)
+			return
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Logf("delete queue %s: %v", name, err)
+			return
+		}
+		_, _ = ch.QueueDelete(name, false, false, false)
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -42,6 +43,12 @@ type Worker struct {
 	budget   *RetryBudget
 	rngMu    sync.Mutex
 	rng      *rand.Rand
+
+	// finished counts terminal jobs; depth is the last queue depth read;
+	// drain is the estimated time to empty the queue (see Drain).
+	finished atomic.Int64
+	depth    atomic.Int64
+	drain    atomic.Int64
 
 	// consumeCancel stops fetching; workCancel aborts in-flight jobs.
 	consumeCancel context.CancelFunc
@@ -157,17 +164,39 @@ func (w *Worker) consumeLoop(msgs <-chan *transport.Message) {
 	}
 }
 
-// observeLoop refreshes the gauges of queue depth and lane state.
+// Drain is the estimated time to work off the queue at the completion rate
+// of the last minute: 0 with an empty queue, DrainUnknown when jobs wait
+// but none finished lately. The batch router compares it with its
+// threshold.
+func (w *Worker) Drain() time.Duration { return time.Duration(w.drain.Load()) }
+
+// DrainUnknown is Drain's answer when jobs wait and none completed lately.
+const DrainUnknown = 24 * time.Hour
+
+// drainWindow is how far back the completion rate is measured.
+const drainWindow = 60
+
+// observeLoop refreshes the gauges of queue depth and lane state, and the
+// drain estimate.
 func (w *Worker) observeLoop(ctx context.Context) {
 	defer w.background.Done()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var done [drainWindow]int64 // finished count per second, a ring
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		now := w.finished.Load()
+		oldest := done[(n+1)%drainWindow]
+		if n+1 < drainWindow {
+			oldest = done[0]
+		}
+		done[n%drainWindow] = now
+		secs := min(n, drainWindow-1)
+		w.drain.Store(int64(drainEstimate(w.depth.Load(), now-oldest, secs)))
 		w.lanesMu.Lock()
 		for name, l := range w.lanes {
 			s := l.shaper.Snapshot()
@@ -179,6 +208,7 @@ func (w *Worker) observeLoop(ctx context.Context) {
 		w.lanesMu.Unlock()
 		if n%5 == 0 {
 			if d, err := w.cfg.Subscriber.Depth(ctx); err == nil {
+				w.depth.Store(d)
 				w.metrics.queueDepth.Set(float64(d))
 			}
 		}
@@ -530,8 +560,24 @@ func (w *Worker) poison(ctx context.Context, msg *transport.Message, cause error
 	w.ack(msg, log)
 }
 
+// drainEstimate is depth / (finished per second over secs seconds).
+func drainEstimate(depth, finished int64, secs int) time.Duration {
+	switch {
+	case depth <= 0:
+		return 0
+	case finished <= 0 || secs <= 0:
+		return DrainUnknown
+	}
+	seconds := float64(depth) / (float64(finished) / float64(secs))
+	if seconds >= DrainUnknown.Seconds() {
+		return DrainUnknown
+	}
+	return time.Duration(seconds * float64(time.Second))
+}
+
 // finish counts a terminal job and acks its message.
 func (w *Worker) finish(p *job, status llmq.Status, log *slog.Logger) {
+	w.finished.Add(1)
 	w.metrics.jobs.WithLabelValues(string(status)).Inc()
 	w.metrics.jobDuration.Observe(w.cfg.Clock.Now().Sub(p.start).Seconds())
 	w.ack(p.msg, log)

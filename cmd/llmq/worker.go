@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/store"
@@ -131,12 +132,29 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 	}
 	defer stopWithin(letters.Stop, 10*time.Second)
 
-	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: st, DeadLetters: letters,
-		Client: worker.NewOpenAIClient(worker.UpstreamConfig{
-			BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Timeout: wf.upstreamTimeout,
-			DashScopeWaitTimeout: wf.dashScopeWait, Provider: worker.Provider(wf.provider),
-		}),
+	client := worker.NewOpenAIClient(worker.UpstreamConfig{
+		BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Timeout: wf.upstreamTimeout,
+		DashScopeWaitTimeout: wf.dashScopeWait, Provider: worker.Provider(wf.provider),
+	})
+	// The batch lane: deferrable jobs go to the provider's Batch API off-peak
+	// or when the live queue would take too long to drain.
+	var w *worker.Worker
+	bc := batchapi.FromConfig(cfg)
+	bc.Store, bc.Client, bc.Publisher, bc.Destination = st, client, pub, target.Dest
+	bc.DeadLetters, bc.Logger, bc.Registerer = letters, logger, reg
+	bc.Drain = func() time.Duration { return w.Drain() }
+	router, err := batchapi.NewRouter(bc)
+	if err != nil {
+		return err
+	}
+	batches, err := batchapi.New(bc)
+	if err != nil {
+		return err
+	}
+
+	w, err = worker.New(worker.Config{
+		Subscriber: sub, Store: st, DeadLetters: letters, Router: router,
+		Client:          client,
 		Strategy:        strategy,
 		Models:          workerModels(cfg),
 		Default:         worker.Model{RPM: float64(wf.rpm), TPM: float64(wf.tpm), Concurrency: wf.concurrency},
@@ -159,6 +177,10 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 		return err
 	}
 	defer stopMetrics()
+	if err := batches.Start(ctx); err != nil {
+		return err
+	}
+	defer stopWithin(batches.Stop, 30*time.Second)
 	logger.Info("worker started", slog.String("broker", target.Kind+"/"+target.Dest),
 		slog.String("strategy", string(strategy)), slog.String("upstream", cfg.OpenAIBaseURL))
 	err = w.Run(ctx)

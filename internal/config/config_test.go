@@ -30,10 +30,9 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, config.OpenAIBaseURLDefault, c.OpenAIBaseURL)
 	require.Equal(t, config.OpenAIAPIKeyDefault, c.OpenAIAPIKey)
 	require.Equal(t, config.BrokerAMQP, c.Broker.Kind)
-	require.Equal(t, "llmq.jobs", c.Broker.Queue)
-	require.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", c.Broker.URL)
-	require.Equal(t, []string{"127.0.0.1:5672"}, c.Broker.Addrs)
-	require.Equal(t, "amqp://guest:xxxxx@127.0.0.1:5672/", c.Broker.String())
+	require.Equal(t, "llmq.jobs", c.Broker.Dest)
+	require.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", c.Broker.AMQPURL)
+	require.Equal(t, "amqp://guest:xxxxx@127.0.0.1:5672/?queue=llmq.jobs", c.Broker.String())
 	require.Equal(t, config.MaxMessageBytesDefault, c.MaxMessageBytes)
 	require.Equal(t, config.Retry{MaxAttempts: 6, BaseDelay: 500 * time.Millisecond, MaxDelay: 30 * time.Second, Budget: 0.5}, c.Retry)
 	require.Equal(t, "22:00-06:00", c.Batch.Window)
@@ -120,8 +119,7 @@ alerts:
 	require.NoError(t, err)
 	require.Equal(t, "postgres://env@db:5432/envdb", c.DatabaseURL)
 	require.Equal(t, config.BrokerKafka, c.Broker.Kind)
-	require.Equal(t, []string{"k1:9092", "k2:9093"}, c.Broker.Addrs)
-	require.Equal(t, "jobs", c.Broker.Topic)
+	require.Equal(t, []string{"k1:9092", "k2:9093"}, c.Broker.Brokers)
 	require.Equal(t, "jobs", c.Broker.Destination())
 	require.Equal(t, "g1", c.Broker.Group)
 }
@@ -130,16 +128,15 @@ func TestParseBroker(t *testing.T) {
 	t.Parallel()
 	b, err := config.ParseBroker("kafka://127.0.0.1:9092")
 	require.NoError(t, err)
-	require.Equal(t, config.DestinationDefault, b.Topic)
-	require.Equal(t, config.KafkaGroupDefault, b.Group)
+	require.Equal(t, config.DestinationDefault, b.Destination())
+	require.Equal(t, "", b.Group, "the Kafka adapter's default group")
 	b, err = config.ParseBroker("amqp://u:p@rabbit/vh?queue=q1&prefetch=50")
 	require.NoError(t, err)
-	require.Equal(t, "q1", b.Queue)
+	require.Equal(t, config.BrokerAMQP, b.Kind)
 	require.Equal(t, "q1", b.Destination())
-	require.Equal(t, []string{"rabbit:5672"}, b.Addrs)
-	require.Equal(t, "50", b.Options.Get("prefetch"))
+	require.Equal(t, 50, b.Prefetch)
 	require.Equal(t, "amqp://u:p@rabbit/vh?queue=q1&prefetch=50", b.Raw)
-	require.Equal(t, "amqp://u:p@rabbit/vh?prefetch=50", b.URL)
+	require.Equal(t, "amqp://u:p@rabbit/vh", b.AMQPURL)
 
 	for _, bad := range []string{"foo://x", "nothing", "kafka://:9092/t", "kafka://h:0/t", "kafka://h:1,h/t", "kafka://h:1/a/b", "amqp://h:99999/"} {
 		_, err := config.ParseBroker(bad)
@@ -156,7 +153,7 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		yaml string
 		want string
 	}{
-		{env: map[string]string{config.EnvBroker: "foo://x"}, want: `LLMQ_BROKER: unknown scheme "foo"`},
+		{env: map[string]string{config.EnvBroker: "foo://x"}, want: `LLMQ_BROKER: open: bad broker URL: scheme "foo"`},
 		{env: map[string]string{config.EnvDatabaseURL: "postgres://h:notaport/db"}, want: "LLMQ_DATABASE_URL: "},
 		{env: map[string]string{config.EnvOpenAIBaseURL: "ftp://x"}, want: "OPENAI_BASE_URL: "},
 		{env: map[string]string{config.EnvAPIKeys: "k1:ok,k2"}, want: "LLMQ_API_KEYS: entry 2"},

@@ -7,6 +7,6 @@
 // Precedence, highest first: flag, environment variable, YAML file, default.
 // Every setting has a documented default (the *Default constants); Load
 // applies them and validates, and an invalid setting is reported by name
-// (for example `LLMQ_BROKER: unknown scheme "foo"` or
+// (for example `LLMQ_BROKER: open: bad broker URL: scheme "foo" ...` or
 // `models.gpt-4o-mini.rpm: must not be negative`).
 package config

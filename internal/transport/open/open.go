@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -80,19 +81,25 @@ func Parse(brokerURL string) (Target, error) {
 	case "kafka":
 		t.Kind = KindKafka
 		for _, h := range strings.Split(u.Host, ",") {
-			if h != "" {
-				t.Brokers = append(t.Brokers, h)
+			if err := checkHostPort(h); err != nil {
+				return Target{}, err
 			}
-		}
-		if len(t.Brokers) == 0 {
-			return Target{}, fmt.Errorf("%w: %q names no broker", ErrBadURL, brokerURL)
+			t.Brokers = append(t.Brokers, h)
 		}
 		if topic := strings.Trim(u.Path, "/"); topic != "" {
+			if strings.Contains(topic, "/") {
+				return Target{}, fmt.Errorf("%w: topic %q contains '/'", ErrBadURL, topic)
+			}
 			t.Dest = topic
 		}
 		t.Group = q.Get("group")
 	case "amqp", "amqps":
 		t.Kind = KindRabbitMQ
+		if u.Port() != "" {
+			if err := checkHostPort(u.Host); err != nil {
+				return Target{}, err
+			}
+		}
 		if queue := q.Get("queue"); queue != "" {
 			t.Dest = queue
 		}
@@ -120,6 +127,18 @@ func Parse(brokerURL string) (Target, error) {
 		return Target{}, fmt.Errorf("%w: scheme %q (want kafka, amqp, amqps or memory)", ErrBadURL, u.Scheme)
 	}
 	return t, nil
+}
+
+// checkHostPort checks a host:port pair of a broker URL.
+func checkHostPort(h string) error {
+	host, port, err := net.SplitHostPort(h)
+	if err != nil || host == "" {
+		return fmt.Errorf("%w: address %q is not host:port", ErrBadURL, h)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%w: address %q has no valid port", ErrBadURL, h)
+	}
+	return nil
 }
 
 // Open parses brokerURL and returns a publisher and a subscriber to the

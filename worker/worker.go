@@ -54,10 +54,8 @@ type Worker struct {
 	consumeCancel context.CancelFunc
 	workCtx       context.Context
 	workCancel    context.CancelCauseFunc
-	slots         chan struct{}
 	jobs          sync.WaitGroup
 	background    sync.WaitGroup
-	loopDone      chan struct{}
 	startOnce     sync.Once
 	stopOnce      sync.Once
 	stopErr       error
@@ -77,15 +75,13 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	return &Worker{
-		cfg:      cfg,
-		log:      cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
-		metrics:  newMetrics(cfg.Registerer),
-		est:      est,
-		lanes:    make(map[string]*lane),
-		budget:   NewRetryBudget(cfg.RetryBudget, 0, 0),
-		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		slots:    make(chan struct{}, cfg.MaxInFlight),
-		loopDone: make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
+		metrics: newMetrics(cfg.Registerer),
+		est:     est,
+		lanes:   make(map[string]*lane),
+		budget:  NewRetryBudget(cfg.RetryBudget, 0, 0),
+		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}, nil
 }
 
@@ -102,13 +98,17 @@ func (w *Worker) Start(ctx context.Context) error {
 		if err != nil {
 			cancel()
 			w.workCancel(err)
-			close(w.loopDone)
 			err = fmt.Errorf("worker: consume: %w", err)
 			return
 		}
-		w.background.Add(2)
+		w.background.Add(1)
 		go w.observeLoop(consumeCtx)
-		go w.consumeLoop(msgs)
+		// MaxInFlight long-lived processors bound the work in flight; each
+		// keeps its grown stack from job to job.
+		w.jobs.Add(w.cfg.MaxInFlight)
+		for range w.cfg.MaxInFlight {
+			go w.process(msgs)
+		}
 	})
 	return err
 }
@@ -123,7 +123,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 			return
 		}
 		w.consumeCancel()
-		<-w.loopDone
 		ctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
 		defer cancel()
 		finished := make(chan struct{})
@@ -151,16 +150,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.Stop(context.WithoutCancel(ctx))
 }
 
-func (w *Worker) consumeLoop(msgs <-chan *transport.Message) {
-	defer w.background.Done()
-	defer close(w.loopDone)
+// process handles messages one after another until the subscription ends.
+func (w *Worker) process(msgs <-chan *transport.Message) {
+	defer w.jobs.Done()
 	for msg := range msgs {
-		w.slots <- struct{}{}
-		w.jobs.Add(1)
-		go func() {
-			defer func() { <-w.slots; w.jobs.Done() }()
-			w.handle(w.workCtx, msg)
-		}()
+		w.handle(w.workCtx, msg)
 	}
 }
 

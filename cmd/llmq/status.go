@@ -85,8 +85,8 @@ func newJobsLsCmd() *cobra.Command {
 			return fmt.Errorf("--limit must be 1-%d", store.ListLimitMax)
 		}
 		return withJobStore(cmd, flags, func(st *store.Store) error {
-			recs, next, err := st.ListAny(cmd.Context(), store.ListOptions{
-				Tenant: tenant, Status: llmq.Status(status), Limit: limit, After: after})
+			recs, next, err := st.List(cmd.Context(), store.ListOptions{
+				Tenant: tenant, AllTenants: true, Status: llmq.Status(status), Limit: limit, After: after})
 			if errors.Is(err, store.ErrBadCursor) {
 				return fmt.Errorf("--after: not a cursor printed by llmq jobs ls")
 			}

@@ -322,8 +322,12 @@ const (
 
 // ListOptions select a page of one tenant's jobs, newest first.
 type ListOptions struct {
-	// Tenant is required.
+	// Tenant is required unless AllTenants is set.
 	Tenant string
+	// AllTenants lists every tenant's jobs (operators' tools only; the
+	// HTTP API always lists one tenant). Tenant then narrows to one
+	// tenant when set.
+	AllTenants bool
 	// Status filters to one status; "" lists all.
 	Status llmq.Status
 	// Limit is the page size: 0 means ListLimitDefault, capped at ListLimitMax.
@@ -341,8 +345,15 @@ func (s *Store) List(ctx context.Context, o ListOptions) ([]*JobRecord, string, 
 		limit = ListLimitDefault
 	}
 	limit = min(limit, ListLimitMax)
-	sql := `SELECT ` + jobColumns + ` FROM jobs WHERE tenant = $1`
-	args := []any{o.Tenant}
+	if o.Tenant == "" && !o.AllTenants {
+		return nil, "", errors.New("store: list: a tenant is required unless AllTenants is set")
+	}
+	sql := `SELECT ` + jobColumns + ` FROM jobs WHERE true`
+	var args []any
+	if o.Tenant != "" {
+		args = append(args, o.Tenant)
+		sql += fmt.Sprintf(` AND tenant = $%d`, len(args))
+	}
 	if o.Status != "" {
 		args = append(args, string(o.Status))
 		sql += fmt.Sprintf(` AND status = $%d`, len(args))

@@ -66,7 +66,7 @@ func TestQueueStats(t *testing.T) {
 	require.NoError(t, b.store.Ping(b.ctx))
 }
 
-func TestListAny(t *testing.T) {
+func TestListAllTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for i, tenant := range []string{"acme", "globex", "acme"} {
@@ -76,21 +76,23 @@ func TestListAny(t *testing.T) {
 		require.NoError(t, err)
 		b.clock.Advance(time.Second)
 	}
-	page, next, err := b.store.ListAny(b.ctx, store.ListOptions{Limit: 2})
+	page, next, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l2", "l1"}, outboxIDs(page))
-	page, next, err = b.store.ListAny(b.ctx, store.ListOptions{Limit: 2, After: next})
+	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2, After: next})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l0"}, outboxIDs(page))
 	require.Empty(t, next)
-	page, _, err = b.store.ListAny(b.ctx, store.ListOptions{Tenant: "globex"})
+	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Tenant: "globex"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l1"}, outboxIDs(page))
-	page, _, err = b.store.ListAny(b.ctx, store.ListOptions{Status: llmq.StatusRunning})
+	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
 	require.NoError(t, err)
 	require.Empty(t, page)
-	_, _, err = b.store.ListAny(b.ctx, store.ListOptions{After: "zz"})
+	_, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, After: "zz"})
 	require.ErrorIs(t, err, store.ErrBadCursor)
+	_, _, err = b.store.List(b.ctx, store.ListOptions{})
+	require.ErrorContains(t, err, "a tenant is required", "never every tenant by accident")
 }
 
 func outboxIDs(recs []*store.JobRecord) []string {

@@ -597,7 +597,13 @@ func (w *Worker) giveBack(msg *transport.Message, j *llmq.Job, claimed bool, log
 func (w *Worker) ack(msg *transport.Message, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := msg.Ack(ctx); err != nil && !errors.Is(err, transport.ErrClosed) {
+	switch err := msg.Ack(ctx); {
+	case err == nil, errors.Is(err, transport.ErrClosed):
+	case errors.Is(err, transport.ErrStaleDelivery):
+		// A rebalance or reconnect took the message away; it comes back
+		// and its claim finds the job terminal.
+		log.Debug("ack of a stale delivery", slog.Any("error", err))
+	default:
 		log.Error("ack", slog.Any("error", err))
 	}
 }
@@ -605,7 +611,7 @@ func (w *Worker) ack(msg *transport.Message, log *slog.Logger) {
 func (w *Worker) nack(msg *transport.Message, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := msg.Nack(ctx); err != nil && !errors.Is(err, transport.ErrClosed) {
+	if err := msg.Nack(ctx); err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, transport.ErrStaleDelivery) {
 		log.Error("nack", slog.Any("error", err))
 	}
 }

@@ -315,3 +315,45 @@ func TestWorkerRedeliveryOfTerminalJobIsAckedWithoutCall(t *testing.T) {
 	require.Eventually(t, func() bool { return tb.broker.Depth(tb.queue) == 0 }, 10*time.Second, 10*time.Millisecond)
 	require.EqualValues(t, 1, tb.sim.Sim.Stats().Models["gpt-4o-mini"].Accepted)
 }
+
+// TestWorkerGracefulShutdownHandsBackUnfinishedJobs stops a worker whose
+// calls take longer than its grace period: the unfinished jobs go back to
+// queued with their messages requeued, and a second worker completes them.
+func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 11, Latency: upstreamsim.LatencyConfig{TTFT: 3 * time.Second}})
+	sub, err := tb.broker.NewSubscriber(tb.queue, memory.Config{Prefetch: 8})
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{
+		Subscriber: sub, Store: tb.store, DeadLetters: tb.letters,
+		Client:          worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 10 * time.Second}),
+		Strategy:        shaping.StrategyRetry,
+		MaxInFlight:     8,
+		ShutdownTimeout: 100 * time.Millisecond,
+		Logger:          slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	ids := []string{"gs-1", "gs-2", "gs-3"}
+	tb.publish(t, jobJSON(ids[0], "m", ""), jobJSON(ids[1], "m", ""), jobJSON(ids[2], "m", ""))
+	require.Eventually(t, func() bool {
+		var running int
+		require.NoError(t, tb.store.Pool().QueryRow(context.Background(),
+			`SELECT count(*) FROM jobs WHERE status = 'running'`).Scan(&running))
+		return running == len(ids)
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, w.Stop(context.Background()))
+	for _, id := range ids {
+		rec, err := tb.store.GetByID(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, llmq.StatusQueued, rec.Status, "%s handed back", id)
+		require.Empty(t, rec.LeaseOwner)
+	}
+	require.EqualValues(t, len(ids), tb.broker.Depth(tb.queue), "messages requeued")
+
+	tb.start(t, nil)
+	recs := tb.waitTerminal(t, ids, 30*time.Second)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status)
+	}
+}

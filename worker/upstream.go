@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -56,8 +59,53 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 		}
 		timeout += c.DashScopeWaitTimeout
 	}
-	cfg.HTTPClient = &http.Client{Transport: rt, Timeout: timeout}
+	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt}, Timeout: timeout}
 	return openai.NewClientWithConfig(cfg)
+}
+
+// exchange carries one call's bytes past go-openai, which only speaks
+// structs: the job's body is sent as the producer wrote it (DESIGN: passed
+// through unchanged except "model"), and the upstream's answer is kept as
+// it came, so the stored result loses no field the client library does not
+// know.
+type exchange struct {
+	request  []byte
+	response bytes.Buffer
+}
+
+type exchangeKey struct{}
+
+func withExchange(ctx context.Context, x *exchange) context.Context {
+	return context.WithValue(ctx, exchangeKey{}, x)
+}
+
+// passthroughTransport swaps in the request bytes of the call's exchange
+// and tees the response body into it.
+type passthroughTransport struct{ base http.RoundTripper }
+
+func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
+	if x == nil {
+		return t.base.RoundTrip(r)
+	}
+	if x.request != nil {
+		r = r.Clone(r.Context())
+		body := x.request
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		r.ContentLength = int64(len(body))
+	}
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = teeReadCloser{Reader: io.TeeReader(resp.Body, &x.response), Closer: resp.Body}
+	return resp, nil
+}
+
+type teeReadCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // headerTransport adds one header to every request.

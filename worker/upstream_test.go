@@ -11,6 +11,8 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/worker"
 )
 
@@ -40,4 +42,36 @@ func TestDashScopeWaitHeaderAndTimeout(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "chatcmpl-1", resp.ID)
 	require.Equal(t, "1", <-got)
+}
+
+// TestBodyPassesThroughAndRawResultIsStored checks DESIGN's contract: the
+// job's body reaches the upstream unchanged (fields go-openai does not know
+// included), and the stored result is the upstream's JSON as it came.
+func TestBodyPassesThroughAndRawResultIsStored(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 12})
+	seen := make(chan map[string]any, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		seen <- body
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"chatcmpl-raw","object":"chat.completion","created":1,"model":"m",` +
+			`"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop","logprobs":null}],` +
+			`"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4},"x_vendor":{"region":"eu"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	tb.start(t, func(c *worker.Config) {
+		c.Client = worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: srv.URL + "/v1", APIKey: "k", Timeout: 5 * time.Second})
+	})
+	tb.publish(t, []byte(`{"id":"pt-1","body":{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":5,"x_param":{"keep":true}}}`))
+	rec := tb.waitTerminal(t, []string{"pt-1"}, 20*time.Second)["pt-1"]
+	require.Equal(t, llmq.StatusSucceeded, rec.Status)
+	body := <-seen
+	require.Equal(t, map[string]any{"keep": true}, body["x_param"], "unknown request fields pass through")
+	require.Equal(t, "m", body["model"])
+	var stored map[string]any
+	require.NoError(t, json.Unmarshal(rec.Result, &stored))
+	require.Equal(t, map[string]any{"region": "eu"}, stored["x_vendor"], "unknown response fields are kept")
+	require.Equal(t, 3, rec.PromptTokens)
 }

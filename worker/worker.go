@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -322,8 +323,14 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 			w.giveBack(p.msg, p.job, true, log, err)
 			return
 		}
+		x := &exchange{}
+		if x.request, err = p.job.WithModel(model); err != nil {
+			permit.Cancel()
+			w.finishFailed(ctx, p, log, "invalid_body", err.Error())
+			return
+		}
 		w.metrics.inFlight.Inc()
-		resp, err := w.cfg.Client.CreateChatCompletion(ctx, req)
+		resp, err := w.cfg.Client.CreateChatCompletion(withExchange(ctx, x), req)
 		w.metrics.inFlight.Dec()
 		p.calls++
 		out := Classify(err, resp.Header(), w.cfg.Provider)
@@ -336,7 +343,7 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 		}
 		switch out.Class {
 		case ClassSuccess:
-			w.succeed(ctx, p, model, resp, log)
+			w.succeed(ctx, p, model, resp, x.response.Bytes(), log)
 			return
 		case ClassPermanent:
 			w.finishFailed(ctx, p, log, out.Code, out.Message)
@@ -475,12 +482,17 @@ func (w *Worker) settle(permit *shaping.Permit, model string, resp openai.ChatCo
 	}
 }
 
-func (w *Worker) succeed(ctx context.Context, p *job, model string, resp openai.ChatCompletionResponse, log *slog.Logger) {
+// succeed stores the upstream's answer as it came (raw), or as go-openai
+// decoded it when the raw bytes are not one JSON value.
+func (w *Worker) succeed(ctx context.Context, p *job, model string, resp openai.ChatCompletionResponse, raw []byte, log *slog.Logger) {
 	w.est.Observe(model, p.est.PromptTokens, resp.Usage.PromptTokens)
-	body, err := json.Marshal(resp)
-	if err != nil {
-		w.finishFailed(ctx, p, log, "invalid_response", err.Error())
-		return
+	body := bytes.TrimSpace(raw)
+	var err error
+	if !json.Valid(body) {
+		if body, err = json.Marshal(resp); err != nil {
+			w.finishFailed(ctx, p, log, "invalid_response", err.Error())
+			return
+		}
 	}
 	m := w.cfg.model(model)
 	cost := (float64(resp.Usage.PromptTokens)*m.InputPricePer1M + float64(resp.Usage.CompletionTokens)*m.OutputPricePer1M) / 1e6

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
@@ -32,7 +33,7 @@ import (
 type testBundle struct {
 	st     *store.Store
 	sim    *upstreamsim.TestServer
-	clock  *upstreamsim.FakeClock
+	clock  *clockwork.FakeClock
 	client *openai.Client
 	broker *memory.Broker
 	queue  string
@@ -66,7 +67,7 @@ func setup(t *testing.T, simCfg upstreamsim.Config, mod func(*Config)) *testBund
 	st, err := store.Open(ctx, storetest.NewDB(t))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	clock := upstreamsim.NewFakeClock(time.Date(2026, 6, 15, 23, 0, 0, 0, time.UTC))
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 6, 15, 23, 0, 0, 0, time.UTC))
 	sim := upstreamsim.NewTestServer(t, simCfg, upstreamsim.WithClock(clock))
 	b := &testBundle{
 		st: st, sim: sim, clock: clock, client: newClient(t, sim, nil), broker: memory.New(),

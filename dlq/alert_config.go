@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -97,8 +98,8 @@ type AlertConfig struct {
 	// Timeout is SendTimeout.
 	HTTPClient *http.Client
 
-	// Clock is the time source. Default SystemClock.
-	Clock Clock
+	// Clock is the time source. Default clockwork.NewRealClock().
+	Clock clockwork.Clock
 	// Logger receives delivery failures. Default: discard.
 	Logger *slog.Logger
 	// Registerer receives the llmq_alerts_* metrics. Nil: not registered.
@@ -125,7 +126,7 @@ func (c AlertConfig) WithDefaults() AlertConfig {
 		c.HTTPClient = &http.Client{Timeout: c.SendTimeout}
 	}
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

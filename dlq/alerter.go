@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -157,7 +158,7 @@ func (a *Alerter) groupLoop(ctx context.Context, queues []chan notification) {
 	}()
 	g := newGrouper(a.cfg)
 	var (
-		timer   Timer
+		timer   clockwork.Timer
 		timerC  <-chan time.Time
 		armedAt time.Time
 	)
@@ -175,7 +176,7 @@ func (a *Alerter) groupLoop(ctx context.Context, queues []chan notification) {
 			armedAt = next
 			if !next.IsZero() {
 				timer = a.cfg.Clock.NewTimer(next.Sub(a.cfg.Clock.Now()))
-				timerC = timer.C()
+				timerC = timer.Chan()
 			}
 		}
 		select {
@@ -266,7 +267,7 @@ func (a *Alerter) deliver(ctx context.Context, s sink, n notification) {
 			slog.String("sink", s.name), slog.Int("attempt", attempt), slog.Duration("wait", wait), slog.Any("error", err))
 		t := a.cfg.Clock.NewTimer(wait)
 		select {
-		case <-t.C():
+		case <-t.Chan():
 		case <-ctx.Done():
 			t.Stop()
 			a.giveUp(s, n, attempt, context.Cause(ctx))

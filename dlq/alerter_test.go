@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -109,7 +110,7 @@ func (l logRecords) next(t *testing.T) map[string]string {
 type testBundle struct {
 	t       *testing.T
 	alerter *Alerter
-	clock   *fakeClock
+	clock   *clockwork.FakeClock
 	reg     *prometheus.Registry
 	logs    logRecords
 }
@@ -118,7 +119,7 @@ type testBundle struct {
 // sinks. Stop runs in cleanup.
 func setup(t *testing.T, cfg AlertConfig) *testBundle {
 	t.Helper()
-	b := &testBundle{t: t, clock: newFakeClock(t0), reg: prometheus.NewPedanticRegistry(), logs: make(logRecords, 100)}
+	b := &testBundle{t: t, clock: clockwork.NewFakeClockAt(t0), reg: prometheus.NewPedanticRegistry(), logs: make(logRecords, 100)}
 	cfg.Clock = b.clock
 	cfg.Registerer = b.reg
 	cfg.Logger = slog.New(b.logs)
@@ -136,6 +137,15 @@ func setup(t *testing.T, cfg AlertConfig) *testBundle {
 func (b *testBundle) start(t *testing.T) {
 	t.Helper()
 	require.NoError(t, b.alerter.Start(context.Background()))
+}
+
+// waitTimers waits until clock has at least n pending timers (so the
+// goroutine under test is parked on them) and fails the test after waitLimit.
+func waitTimers(t *testing.T, clock *clockwork.FakeClock, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, n), "waiting for %d pending timers", n)
 }
 
 // counterValue reads one counter.
@@ -193,9 +203,9 @@ func TestAlerterBurstOfHundredGivesOneAlertAndOneResolved(t *testing.T) {
 	require.Equal(t, "[FIRING] 100 jobs of tenant acme dead-lettered (retries_exhausted)", msg.Text)
 
 	// Nothing more until the burst has been quiet for ResolveTimeout.
-	b.clock.waitTimers(t, AlertResolveTimeoutDefault-AlertGroupWaitDefault)
+	waitTimers(t, b.clock, 1) // the resolve timer, ResolveTimeout-GroupWait from now
 	b.clock.Advance(AlertResolveTimeoutDefault - AlertGroupWaitDefault - time.Nanosecond)
-	b.clock.waitTimers(t, time.Nanosecond)
+	waitTimers(t, b.clock, 1) // still pending, 1ns from now
 	b.clock.Advance(time.Nanosecond)
 	resolved := recv.next(t)
 	require.NoError(t, json.Unmarshal(resolved.body, &msg))
@@ -254,7 +264,7 @@ func TestAlerterAlertmanagerPayload(t *testing.T) {
 		]
 	}`, string(hookFiring.body))
 
-	b.clock.waitTimers(t, 4*time.Minute+50*time.Second)
+	waitTimers(t, b.clock, 1) // the resolve timer, 4m50s from now
 	b.clock.Advance(4*time.Minute + 50*time.Second)
 	resolved := am.next(t)
 	require.JSONEq(t, `[{
@@ -300,7 +310,7 @@ func TestAlerterReceiverDownRetriesThenLogs(t *testing.T) {
 	resolveIn := AlertResolveTimeoutDefault - 10*time.Second
 	for attempt, backoff := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		recv.next(t)
-		b.clock.waitTimers(t, resolveIn, backoff)
+		waitTimers(t, b.clock, 2) // the resolve timer (resolveIn) and the backoff
 		require.EqualValues(t, attempt+1, recv.count.Load())
 		b.clock.Advance(backoff)
 		resolveIn -= backoff
@@ -331,7 +341,7 @@ func TestAlerterHonoursRetryAfter(t *testing.T) {
 	b.alerter.Notify(deadLetter("j1", "acme", ReasonPoison))
 	b.clock.Advance(10 * time.Second)
 	recv.next(t)
-	b.clock.waitTimers(t, AlertResolveTimeoutDefault-10*time.Second, 7*time.Second)
+	waitTimers(t, b.clock, 2) // the resolve timer and the 7s Retry-After
 	b.clock.Advance(7 * time.Second)
 	recv.next(t)
 	require.Equal(t, "2", b.logs.next(t)["attempts"])
@@ -350,7 +360,7 @@ func TestAlerterPermanentErrorIsNotRetried(t *testing.T) {
 	rec := b.logs.next(t)
 	require.Equal(t, "1", rec["attempts"])
 	require.Contains(t, rec["error"], "answered 400")
-	b.clock.waitTimers(t, AlertResolveTimeoutDefault-10*time.Second)
+	waitTimers(t, b.clock, 1) // the resolve timer only: no retry
 	require.EqualValues(t, 1, recv.count.Load())
 	require.Equal(t, 1.0, b.failed(SinkWebhook))
 }
@@ -387,7 +397,7 @@ func TestAlerterUnreachableReceiver(t *testing.T) {
 	b.clock.Advance(10 * time.Second)
 	resolveIn := AlertResolveTimeoutDefault - 10*time.Second
 	for _, backoff := range []time.Duration{time.Second, 1500 * time.Millisecond} {
-		b.clock.waitTimers(t, resolveIn, backoff)
+		waitTimers(t, b.clock, 2) // the resolve timer (resolveIn) and the backoff
 		b.clock.Advance(backoff)
 		resolveIn -= backoff
 	}
@@ -540,5 +550,5 @@ func TestAlertConfigDefaults(t *testing.T) {
 	require.Equal(t, AlertMaxAttemptsDefault, c.MaxAttempts)
 	require.Equal(t, AlertSendTimeoutDefault, c.HTTPClient.Timeout)
 	require.Equal(t, AlertSeverityDefault, c.Severity)
-	require.Equal(t, SystemClock{}, c.Clock)
+	require.Equal(t, clockwork.NewRealClock(), c.Clock)
 }

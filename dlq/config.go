@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq/internal/store"
@@ -80,8 +81,8 @@ type Config struct {
 	RepairBatch int
 
 	// Clock is the time source (letter times, repair timing). Default
-	// SystemClock.
-	Clock Clock
+	// clockwork.NewRealClock().
+	Clock clockwork.Clock
 	// Logger receives the dead-letter logs. Default: discard.
 	Logger *slog.Logger
 	// Registerer receives the llmq_dlq_* metrics. Nil: not registered. A
@@ -96,7 +97,7 @@ func (c Config) WithDefaults() Config {
 	c.RepairInterval = cmp.Or(c.RepairInterval, RepairIntervalDefault)
 	c.RepairBatch = cmp.Or(c.RepairBatch, RepairBatchDefault)
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = clockwork.NewRealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -64,8 +64,9 @@
 // and finally logs the failure and counts it in llmq_alerts_failed_total.
 // Delivered notifications are counted in llmq_alerts_sent_total{sink,state}.
 //
-// All timing goes through an injected [Clock], so tests drive bursts,
-// resolution and retry backoff on a virtual clock without sleeping.
+// All timing goes through an injected clock ([github.com/jonboulle/clockwork.Clock],
+// [AlertConfig.Clock] and [Config.Clock]), so tests drive bursts, resolution,
+// retry backoff and repair passes on clockwork's fake clock without sleeping.
 // [Alerter.Start] runs the alerter in the background; [Alerter.Stop] sends a
 // firing notification for every burst with unreported events and waits for
 // the sinks to deliver them, within its context.

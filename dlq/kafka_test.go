@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/store"
@@ -43,7 +44,7 @@ func TestWriterAndReplayOnKafka(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	addrs := kafkatest.NewCluster(t, "jobs")
-	clock := newFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -69,7 +70,7 @@ func TestWriterAndReplayOnRabbitMQ(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	queue := rabbitQueue(t)
-	clock := newFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)

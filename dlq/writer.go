@@ -250,7 +250,7 @@ func (w *Writer) repairLoop(ctx context.Context) {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C():
+		case <-t.Chan():
 		}
 		st, err := w.Repair(ctx)
 		if err != nil && ctx.Err() == nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -97,7 +98,7 @@ func (n *notifier) got() []Event {
 
 type dlqBundle struct {
 	ctx    context.Context
-	clock  *fakeClock
+	clock  *clockwork.FakeClock
 	store  *store.Store
 	pub    *testPublisher
 	alerts *notifier
@@ -111,7 +112,7 @@ const testDest = "jobs"
 func setupDLQ(t *testing.T) *dlqBundle {
 	t.Helper()
 	ctx := context.Background()
-	clock := newFakeClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
@@ -312,13 +313,13 @@ func TestWriterStartRunsRepair(t *testing.T) {
 
 	require.NoError(t, b.writer.Start(b.ctx))
 	require.ErrorIs(t, b.writer.Start(b.ctx), ErrAlreadyStarted)
-	b.clock.waitTimers(t, RepairIntervalDefault)
+	waitTimers(t, b.clock, 1)              // the next repair pass, RepairInterval from now
 	b.clock.Advance(RepairIntervalDefault) // = RepairAfterDefault: not yet older
-	b.clock.waitTimers(t, RepairIntervalDefault)
+	waitTimers(t, b.clock, 1)              // the next repair pass, RepairInterval from now
 	b.pub.none(t)
 	b.clock.Advance(RepairIntervalDefault)
 	require.Equal(t, []byte("x"), b.pub.next(t).msg.Value)
-	b.clock.waitTimers(t, RepairIntervalDefault)
+	waitTimers(t, b.clock, 1) // the next repair pass, RepairInterval from now
 	require.NoError(t, b.writer.Stop(b.ctx))
 	require.NoError(t, b.writer.Stop(b.ctx))
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"golang.org/x/time/rate"
 )
 
@@ -12,7 +13,7 @@ import (
 // limits are high enough that no call waits.
 
 func benchLane(b *testing.B) *Lane {
-	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 1e12, TPM: 1e15, WarmUp: -1, MinInterval: -1, Clock: NewManualClock(t0)})
+	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 1e12, TPM: 1e15, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -77,7 +78,7 @@ func TestBucketCancelSettleAndChanges(t *testing.T) {
 
 func TestBucketWaitDeadline(t *testing.T) {
 	t.Parallel()
-	clock := NewManualClock(t0)
+	clock := clockwork.NewFakeClockAt(t0)
 	b, err := NewBucket(BucketConfig{Limit: 60, Start: StartEmpty}, t0)
 	require.NoError(t, err)
 	ctx, cancel := context.WithDeadline(context.Background(), sec(2))
@@ -144,7 +145,7 @@ func TestPacer(t *testing.T) {
 
 func TestLaneAdmit(t *testing.T) {
 	t.Parallel()
-	clock := NewManualClock(t0)
+	clock := clockwork.NewFakeClockAt(t0)
 	lane, err := NewLane(LaneConfig{Name: "k/m", Strategy: StrategyShape, RPM: 60, TPM: 6000, Concurrency: 1, WarmUp: -1, MinInterval: -1, Clock: clock})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -183,18 +184,26 @@ func TestLaneAdmit(t *testing.T) {
 		}
 		done <- err
 	}()
-	<-clock.TimerAdded()
-	next, ok := clock.NextTimer()
-	require.True(t, ok)
-	require.Equal(t, sec(3), next)
-	clock.Set(next)
+	// The waiter parks on one timer due exactly at sec(3), the end of the
+	// pause: it is still waiting 1ns before and admitted at sec(3).
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	require.NoError(t, clock.BlockUntilContext(wctx, 1))
+	clock.Advance(3*time.Second - time.Nanosecond)
+	select {
+	case err := <-done:
+		t.Fatalf("admitted before the pause ended (err %v)", err)
+	default:
+	}
+	clock.Advance(time.Nanosecond)
+	require.Equal(t, sec(3), clock.Now())
 	require.NoError(t, <-done)
 	require.Equal(t, uint64(1), lane.Snapshot().RateLimited)
 }
 
 func TestLaneCalibration(t *testing.T) {
 	t.Parallel()
-	clock := NewManualClock(t0)
+	clock := clockwork.NewFakeClockAt(t0)
 	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Clock: clock})
 	require.NoError(t, err)
 	require.Empty(t, lane.Snapshot().Buckets, "quotas unknown")
@@ -214,7 +223,7 @@ func TestLaneSharedQuotaAllOrNothing(t *testing.T) {
 	t.Parallel()
 	tenant, err := NewBucket(BucketConfig{Name: "tenant", Limit: 100}, t0)
 	require.NoError(t, err)
-	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 1e6, WarmUp: -1, Clock: NewManualClock(t0)})
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 1e6, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
 	require.NoError(t, err)
 	_, err = lane.ReserveAt(t0, Request{PromptTokens: 150, MaxOutputTokens: 1, Quotas: []Quota{{Bucket: tenant, Unit: UnitTokens}}})
 	require.ErrorIs(t, err, ErrTooLarge)

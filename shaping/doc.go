@@ -3,7 +3,7 @@
 // estimation rules of seed 001, as a pure package. The algorithms start no
 // goroutines, do no I/O and take the time as an argument (ReserveAt(now, …));
 // a thin waiting layer ([Lane.Admit], [Bucket.Wait]) runs on an injected
-// [Clock] ([SystemClock] in production, [ManualClock] in tests).
+// [Clock] (see "Clocks" below).
 //
 // # The lane
 //
@@ -80,4 +80,18 @@
 // retry storms (and loses goodput where rejected requests use up quota),
 // and adaptive finds an unknown quota, and its halving, within 30
 // simulated seconds, from headers or from 429s alone.
+//
+// # Clocks
+//
+// The package keeps its own small [Clock] interface (Now and After) rather
+// than taking a [github.com/jonboulle/clockwork.Clock]: the waiting layer
+// needs nothing more, and a two-method interface is what callers with their
+// own time source (the worker's backoff, a test harness) can satisfy without
+// implementing tickers, timers and AfterFunc. Every clockwork clock satisfies
+// it (checked at compile time), so there is no clock implementation here:
+// the default is clockwork.NewRealClock(), and tests use
+// clockwork.NewFakeClockAt(t) with Advance and BlockUntilContext (to wait
+// until an Admit is parked on the clock). The discrete-event simulation
+// needs no timer introspection: it never blocks, it only moves the fake
+// clock to the time of each event.
 package shaping

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/llmq/llmq/shaping"
 )
 
@@ -29,7 +31,7 @@ func ExampleBucket() {
 
 // Admission on a lane, then settlement to the real usage.
 func ExampleLane_Admit() {
-	clock := shaping.NewManualClock(start)
+	clock := clockwork.NewFakeClockAt(start)
 	lane, _ := shaping.NewLane(shaping.LaneConfig{
 		Name: "key/gpt-4o-mini", Strategy: shaping.StrategyShape,
 		RPM: 60, TPM: 10_000, WarmUp: -1, Clock: clock,
@@ -56,7 +58,7 @@ func ExampleLane_Admit() {
 
 // A wait past the deadline fails at once with the predicted wait.
 func ExampleWaitError() {
-	clock := shaping.NewManualClock(start)
+	clock := clockwork.NewFakeClockAt(start)
 	lane, _ := shaping.NewLane(shaping.LaneConfig{Strategy: shaping.StrategyRPM, RPM: 60, Concurrency: 4, Start: shaping.StartEmpty, Clock: clock})
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(500*time.Millisecond))
 	defer cancel()

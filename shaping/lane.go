@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Lane defaults.
@@ -96,7 +98,8 @@ type LaneConfig struct {
 	// PauseDefault is how long a 429 without Retry-After pauses the lane.
 	// Default LanePauseDefault.
 	PauseDefault time.Duration
-	// Clock is the time source of Admit and Done. Default SystemClock.
+	// Clock is the time source of Admit and Done. Default
+	// clockwork.NewRealClock().
 	Clock Clock
 }
 
@@ -115,7 +118,7 @@ func (c LaneConfig) WithDefaults() LaneConfig {
 	c.DefaultMaxOutput = cmp.Or(c.DefaultMaxOutput, LaneMaxOutputDefault)
 	c.PauseDefault = cmp.Or(c.PauseDefault, LanePauseDefault)
 	if c.Clock == nil {
-		c.Clock = SystemClock{}
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }

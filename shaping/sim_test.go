@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // This file is the deterministic simulation harness: a discrete-event loop on
@@ -245,7 +247,7 @@ type simResult struct {
 
 func runSim(cfg simConfig) (*simResult, error) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := NewManualClock(start)
+	clock := clockwork.NewFakeClockAt(start)
 	cfg.lane.Clock = clock
 	lane, err := NewLane(cfg.lane)
 	if err != nil {
@@ -319,7 +321,7 @@ func runSim(cfg simConfig) (*simResult, error) {
 			break
 		}
 		now := e.at
-		clock.Set(now)
+		clock.Advance(now.Sub(clock.Now()))
 		switch e.kind {
 		case evArrive:
 			backlog = append(backlog, newJob())

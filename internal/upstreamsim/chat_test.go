@@ -9,19 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 )
 
 type bundle struct {
 	ts     *TestServer
-	clock  *FakeClock
+	clock  *clockwork.FakeClock
 	client *openai.Client
 }
 
 func setup(t *testing.T, cfg Config) *bundle {
 	t.Helper()
-	clock := NewFakeClock(t0)
+	clock := clockwork.NewFakeClockAt(t0)
 	ts := NewTestServer(t, cfg, WithClock(clock))
 	return &bundle{ts: ts, clock: clock, client: ts.Client("sk-test-key-0001")}
 }

@@ -67,14 +67,16 @@
 //
 // NewTestServer starts a simulator on a random loopback port for one test;
 // its URL is a go-openai BaseURL and Client returns a ready client. Pass
-// WithClock(NewFakeClock(t0)) to run limits, latency and batches in
-// virtual time.
+// WithClock(clockwork.NewFakeClockAt(t0)) to run limits, latency and batches
+// in virtual time (github.com/jonboulle/clockwork); BlockUntilContext waits
+// until a request is parked on the clock before the test advances it.
 //
 // # Time
 //
-// All time is read from a Clock (WithClock). Limiter decisions, the quota
-// schedule and the batch state machine are functions of the clock's Now, so
-// tests drive them with a FakeClock and never sleep. Batch progress is
-// computed lazily from the clock whenever a batch, a file or the stats are
-// read, so no background goroutine is needed.
+// All time is read from a [github.com/jonboulle/clockwork.Clock] (WithClock).
+// Limiter decisions, the quota schedule and the batch state machine are
+// functions of the clock's Now, so tests drive them with a
+// clockwork.FakeClock and never sleep. Batch progress is computed lazily from
+// the clock whenever a batch, a file or the stats are read, so no background
+// goroutine is needed.
 package upstreamsim

@@ -86,7 +86,7 @@ func TestLatency(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, b.clock.WaitTimers(ctx, 1))
+	require.NoError(t, b.clock.BlockUntilContext(ctx, 1))
 	b.clock.Advance(1999 * time.Millisecond)
 	select {
 	case <-done:
@@ -221,7 +221,7 @@ func TestDashScopeMode(t *testing.T) {
 	}()
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	require.NoError(t, b.clock.WaitTimers(wctx, 1), "%+v", b.ts.Sim.Stats().Total)
+	require.NoError(t, b.clock.BlockUntilContext(wctx, 1), "%+v", b.ts.Sim.Stats().Total)
 	b.clock.Advance(time.Second)
 	select {
 	case err := <-done:
@@ -436,7 +436,7 @@ func TestConcurrency429(t *testing.T) {
 		_, err := b.client.CreateChatCompletion(ctx, chatReq("gpt-4o-mini", "hi", 5))
 		done <- err
 	}()
-	require.NoError(t, b.clock.WaitTimers(ctx, 1))
+	require.NoError(t, b.clock.BlockUntilContext(ctx, 1))
 	resp, err := b.client.CreateChatCompletion(ctx, chatReq("gpt-4o-mini", "hi", 5))
 	e := apiErr(t, err)
 	require.Equal(t, 429, e.HTTPStatusCode)

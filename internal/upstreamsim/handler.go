@@ -232,7 +232,7 @@ func (s *Server) serveFault(w http.ResponseWriter, r *http.Request, kind FaultKi
 			return
 		case <-stopped:
 			resetConnection(w)
-		case <-t.C():
+		case <-t.Chan():
 			writeHTML(w, http.StatusGatewayTimeout, gatewayTimeoutHTML)
 		}
 	}

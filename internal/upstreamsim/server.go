@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -22,13 +23,14 @@ import (
 type Option func(*options)
 
 type options struct {
-	clock      Clock
+	clock      clockwork.Clock
 	logger     *slog.Logger
 	registerer prometheus.Registerer
 }
 
-// WithClock sets the clock (default RealClock).
-func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+// WithClock sets the clock (default clockwork.NewRealClock()). Tests pass a
+// clockwork.FakeClock to run in virtual time.
+func WithClock(c clockwork.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -41,7 +43,7 @@ func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { 
 // call Start. It is safe for concurrent use.
 type Server struct {
 	cfg     Config
-	clock   Clock
+	clock   clockwork.Clock
 	log     *slog.Logger
 	born    time.Time
 	limiter *Limiter
@@ -79,7 +81,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
-	o := options{clock: RealClock{}, logger: slog.New(slog.DiscardHandler)}
+	o := options{clock: clockwork.NewRealClock(), logger: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -127,7 +129,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 func (s *Server) Config() Config { return s.cfg }
 
 // Clock returns the server's clock.
-func (s *Server) Clock() Clock { return s.clock }
+func (s *Server) Clock() clockwork.Clock { return s.clock }
 
 // Handler returns the HTTP handler serving every endpoint.
 func (s *Server) Handler() http.Handler { return s.handler }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/internal/store"
 )
 
@@ -20,10 +20,7 @@ type Service struct {
 	poller    *Poller
 	log       *slog.Logger
 
-	mu      sync.Mutex
-	cancel  context.CancelFunc
-	done    chan struct{}
-	started bool
+	runner background.Runner
 }
 
 // New validates cfg and returns a stopped Service.
@@ -46,25 +43,16 @@ func (s *Service) Poller() *Poller { return s.poller }
 // crash left in the outbox) and then runs in the background until Stop or
 // ctx ends.
 func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return ErrStarted
-	}
 	if _, err := s.cfg.Store.OpenBatches(ctx); err != nil {
 		return fmt.Errorf("batchapi: start: %w", err)
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, cancel)
-	s.cancel = func() { stop(); cancel() }
-	s.done = make(chan struct{})
-	s.started = true
-	go s.loop(runCtx, s.done)
+	if err := s.runner.Start(ctx, s.loop); err != nil {
+		return ErrStarted
+	}
 	return nil
 }
 
-func (s *Service) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Service) loop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
@@ -92,19 +80,10 @@ func (s *Service) pass(ctx context.Context) {
 // state change it makes is transactional, so an interrupted pass is
 // resumed by the next start). It may be called more than once.
 func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.mu.Unlock()
-	if cancel == nil {
-		return nil
+	if err := s.runner.Stop(ctx); err != nil {
+		return fmt.Errorf("batchapi: %w", err)
 	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("batchapi: stop: %w", ctx.Err())
-	}
+	return nil
 }
 
 // Cancel asks the provider to cancel the batch with llmq or provider id

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/transport"
 )
@@ -46,11 +46,7 @@ func newCore(cfg Config, writer bool) (*core, error) {
 // A Writer is safe for concurrent use.
 type Writer struct {
 	*core
-
-	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	repair background.Runner
 }
 
 // NewWriter checks the config and registers the metrics.
@@ -230,20 +226,13 @@ func (w *Writer) Repair(ctx context.Context) (RepairStats, error) {
 // Start runs Repair every RepairInterval in the background until Stop or
 // until ctx is cancelled. It fails with ErrAlreadyStarted when called twice.
 func (w *Writer) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
+	if err := w.repair.Start(ctx, w.repairLoop); err != nil {
 		return ErrAlreadyStarted
 	}
-	w.started = true
-	ctx, w.cancel = context.WithCancel(ctx)
-	w.done = make(chan struct{})
-	go w.repairLoop(ctx)
 	return nil
 }
 
 func (w *Writer) repairLoop(ctx context.Context) {
-	defer close(w.done)
 	for {
 		t := w.cfg.Clock.NewTimer(w.cfg.RepairInterval)
 		select {
@@ -266,17 +255,8 @@ func (w *Writer) repairLoop(ctx context.Context) {
 // Stop ends the repair loop and waits for a pass in progress, within ctx.
 // Stopping a Writer that was not started, or twice, does nothing.
 func (w *Writer) Stop(ctx context.Context) error {
-	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel == nil {
-		return nil
+	if err := w.repair.Stop(ctx); err != nil {
+		return fmt.Errorf("dlq: stop writer: %w", err)
 	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("dlq: stop writer: %w", ctx.Err())
-	}
+	return nil
 }

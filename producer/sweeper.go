@@ -2,10 +2,11 @@ package producer
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/llmq/llmq/internal/background"
 )
 
 // Sweeper runs [Producer.Sweep] every Interval in the background: the
@@ -14,9 +15,7 @@ type Sweeper struct {
 	cfg SweeperConfig
 	log *slog.Logger
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	runner background.Runner
 }
 
 // NewSweeper returns a Sweeper; Start runs it.
@@ -30,19 +29,13 @@ func NewSweeper(cfg SweeperConfig) (*Sweeper, error) {
 
 // Start sweeps once at once, then every Interval, until Stop or ctx ends.
 func (s *Sweeper) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done != nil {
-		return errors.New("producer: sweeper already started")
+	if err := s.runner.Start(ctx, s.run); err != nil {
+		return fmt.Errorf("producer: sweeper: %w", err)
 	}
-	ctx, s.cancel = context.WithCancel(ctx)
-	s.done = make(chan struct{})
-	go s.run(ctx, s.done)
 	return nil
 }
 
-func (s *Sweeper) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Sweeper) run(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -64,17 +57,8 @@ func (s *Sweeper) run(ctx context.Context, done chan struct{}) {
 // Stop ends the sweeps and waits for the current one (bounded by ctx). It
 // may be called more than once.
 func (s *Sweeper) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.mu.Unlock()
-	if done == nil {
-		return nil
+	if err := s.runner.Stop(ctx); err != nil {
+		return fmt.Errorf("producer: sweeper: %w", err)
 	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }

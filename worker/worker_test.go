@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -18,7 +19,7 @@ import (
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/store/storetest"
 	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/memory"
+	"github.com/llmq/llmq/internal/transport/open"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/worker"
@@ -55,13 +56,16 @@ func (l *letters) all() []dlq.Letter {
 	return append([]dlq.Letter(nil), l.got...)
 }
 
+// testBundle is one test's world: its own database, its own RabbitMQ
+// queue, a simulator and a dead-letter recorder.
 type testBundle struct {
-	store   *store.Store
-	broker  *memory.Broker
-	pub     transport.Publisher
-	sim     *upstreamsim.TestServer
-	letters *letters
-	queue   string
+	store     *store.Store
+	brokerURL string
+	pub       transport.Publisher
+	probe     transport.Subscriber // never consumed: for Depth
+	sim       *upstreamsim.TestServer
+	letters   *letters
+	queue     string
 }
 
 func setup(t testing.TB, simCfg upstreamsim.Config) *testBundle {
@@ -69,20 +73,42 @@ func setup(t testing.TB, simCfg upstreamsim.Config) *testBundle {
 	st, err := store.Open(context.Background(), storetest.NewDB(t))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	b := memory.New()
+	queue := "llmq.worker-test." + uuid.NewString()[:8]
+	brokerURL := "amqp://guest:guest@127.0.0.1:5672/?queue=" + queue
+	pub, probe, err := open.Open(context.Background(), brokerURL, open.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = probe.Close()
+		_ = pub.Close()
+		deleteQueues(t, queue, queue+".dlq")
+	})
 	return &testBundle{
-		store: st, broker: b, pub: b.NewPublisher(), sim: upstreamsim.NewTestServer(t, simCfg),
-		letters: &letters{store: st}, queue: "jobs",
+		store: st, brokerURL: brokerURL, pub: pub, probe: probe, sim: upstreamsim.NewTestServer(t, simCfg),
+		letters: &letters{store: st}, queue: queue,
 	}
+}
+
+// subscriber opens a consumer of the bundle's queue.
+func (tb *testBundle) subscriber(t testing.TB, prefetch int) transport.Subscriber {
+	t.Helper()
+	_, sub, err := open.Open(context.Background(), tb.brokerURL, open.Options{Prefetch: prefetch, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	return sub
+}
+
+// depth is the number of messages waiting in the bundle's queue.
+func (tb *testBundle) depth(t testing.TB) int64 {
+	t.Helper()
+	d, err := tb.probe.Depth(context.Background())
+	require.NoError(t, err)
+	return d
 }
 
 // start runs a worker over the bundle's queue until the test ends.
 func (tb *testBundle) start(t *testing.T, mutate func(*worker.Config)) *worker.Worker {
 	t.Helper()
-	sub, err := tb.broker.NewSubscriber(tb.queue, memory.Config{Prefetch: 64})
-	require.NoError(t, err)
 	cfg := worker.Config{
-		Subscriber:  sub,
+		Subscriber:  tb.subscriber(t, 64),
 		Store:       tb.store,
 		Client:      worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 5 * time.Second}),
 		DeadLetters: tb.letters,
@@ -177,7 +203,7 @@ func TestWorkerRunsJobsToSuccess(t *testing.T) {
 	}
 	require.EqualValues(t, 200, tb.sim.Sim.Stats().Total.Accepted, "one upstream call per job")
 	require.Empty(t, tb.letters.all())
-	require.Zero(t, tb.broker.Depth(tb.queue))
+	require.Zero(t, tb.depth(t))
 }
 
 func TestWorkerPoisonMessagesAreDeadLettered(t *testing.T) {
@@ -312,7 +338,7 @@ func TestWorkerRedeliveryOfTerminalJobIsAckedWithoutCall(t *testing.T) {
 	tb.publish(t, jobJSON("dup-1", "gpt-4o-mini", ""))
 	tb.waitTerminal(t, []string{"dup-1"}, 30*time.Second)
 	tb.publish(t, jobJSON("dup-1", "gpt-4o-mini", ""))
-	require.Eventually(t, func() bool { return tb.broker.Depth(tb.queue) == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return tb.depth(t) == 0 }, 10*time.Second, 10*time.Millisecond)
 	require.EqualValues(t, 1, tb.sim.Sim.Stats().Models["gpt-4o-mini"].Accepted)
 }
 
@@ -322,10 +348,8 @@ func TestWorkerRedeliveryOfTerminalJobIsAckedWithoutCall(t *testing.T) {
 func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 11, Latency: upstreamsim.LatencyConfig{TTFT: 3 * time.Second}})
-	sub, err := tb.broker.NewSubscriber(tb.queue, memory.Config{Prefetch: 8})
-	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: tb.store, DeadLetters: tb.letters,
+		Subscriber: tb.subscriber(t, 8), Store: tb.store, DeadLetters: tb.letters,
 		Client:          worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 10 * time.Second}),
 		Strategy:        shaping.StrategyRetry,
 		MaxInFlight:     8,
@@ -349,7 +373,8 @@ func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 		require.Equal(t, llmq.StatusQueued, rec.Status, "%s handed back", id)
 		require.Empty(t, rec.LeaseOwner)
 	}
-	require.EqualValues(t, len(ids), tb.broker.Depth(tb.queue), "messages requeued")
+	require.Eventually(t, func() bool { return tb.depth(t) == int64(len(ids)) }, 10*time.Second, 10*time.Millisecond,
+		"messages requeued")
 
 	tb.start(t, nil)
 	recs := tb.waitTerminal(t, ids, 30*time.Second)

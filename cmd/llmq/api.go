@@ -20,6 +20,7 @@ import (
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/internal/transport/open"
+	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
 )
 
@@ -55,6 +56,11 @@ SIGINT/SIGTERM stop accepting connections, finish the requests in flight and sto
 		}
 		ctx := cmd.Context()
 		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+		// Like llmq worker, the API brings the schema up to date itself
+		// (idempotent, and safe against a worker migrating at the same time).
+		if _, err := migrations.Up(ctx, cfg.DatabaseURL); err != nil {
+			return fmt.Errorf("migrate %s: %w", cfg.DatabaseURL, err)
+		}
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		env, err := openProducer(ctx, cfg, log, reg)

@@ -9,82 +9,100 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Admission cost, side by side with x/time/rate's Limiter.ReserveN. The
-// limits are high enough that no call waits.
+// Admission cost, side by side with golang.org/x/time/rate in the same run
+// (issue 4). The limits are high enough that no call waits, so every figure
+// is the bookkeeping alone.
+//
+// Like with like: a Lane with RPM and TPM reserves in two buckets together,
+// so rate is measured both with ONE Limiter (ReserveN(now, 1)) and with TWO
+// (an RPM Limiter and a TPM Limiter, ReserveN on each: what a caller of rate
+// would do, without the all-or-nothing reservation the Lane gives). Each
+// case runs uncontended (one goroutine, the time advancing 1 ns per call)
+// and with 64 goroutines (RunParallel with SetParallelism, each goroutine
+// advancing its own time, so calls arrive slightly out of order as they do
+// in a worker). Lane.Admit+Done is the full waiting layer on a fake clock:
+// TickAt, ReserveAt, ReadyAt, a concurrency slot, the pacer, SendAt, and
+// Done's settlement.
+//
+//	go test -run XXX -bench Admission -benchtime=1000000x -count=6 ./shaping/
+
+const benchTPM = 1e15
+
+// benchReq reserves 1 request and 200 tokens.
+var benchReq = Request{PromptTokens: 100, MaxOutputTokens: 100}
 
 func benchLane(b *testing.B) *Lane {
-	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 1e12, TPM: 1e15, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 1e12, TPM: benchTPM, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return l
 }
 
+func benchLimiters() (rpm, tpm *rate.Limiter) {
+	return rate.NewLimiter(rate.Limit(1e12/60), 1e9), rate.NewLimiter(rate.Limit(benchTPM/60), 1e12)
+}
+
+// parallel64 runs f from 64 goroutines, each with its own advancing time.
+func parallel64(b *testing.B, f func(now time.Time)) {
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		now := t0
+		for pb.Next() {
+			now = now.Add(time.Nanosecond)
+			f(now)
+		}
+	})
+}
+
+// uncontended runs f from one goroutine with an advancing time.
+func uncontended(b *testing.B, f func(now time.Time)) {
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Nanosecond)
+		f(now)
+	}
+}
+
 func BenchmarkAdmission(b *testing.B) {
-	req := Request{PromptTokens: 100, MaxOutputTokens: 100}
-	b.Run("xrate.ReserveN/uncontended", func(b *testing.B) {
-		lim := rate.NewLimiter(rate.Limit(1e12), 1e9)
-		now := t0
-		b.ReportAllocs()
-		for b.Loop() {
-			now = now.Add(time.Nanosecond)
-			_ = lim.ReserveN(now, 1)
-		}
-	})
-	b.Run("lane.ReserveAt/uncontended", func(b *testing.B) {
-		l := benchLane(b)
-		now := t0
-		b.ReportAllocs()
-		for b.Loop() {
-			now = now.Add(time.Nanosecond)
-			if _, err := l.ReserveAt(now, req); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("bucket.ReserveAt/uncontended", func(b *testing.B) {
-		bk, _ := NewBucket(BucketConfig{Limit: 1e15}, t0)
-		now := t0
-		b.ReportAllocs()
-		for b.Loop() {
-			now = now.Add(time.Nanosecond)
-			_, _ = bk.ReserveAt(now, 1)
-		}
-	})
-	b.Run("xrate.ReserveN/parallel64", func(b *testing.B) {
-		lim := rate.NewLimiter(rate.Limit(1e12), 1e9)
-		b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0))) // 64 goroutines
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			now := t0
-			for pb.Next() {
-				now = now.Add(time.Nanosecond)
-				_ = lim.ReserveN(now, 1)
-			}
+	for _, mode := range []struct {
+		name string
+		run  func(*testing.B, func(time.Time))
+	}{{"uncontended", uncontended}, {"parallel64", parallel64}} {
+		b.Run("xrate.1limiter/"+mode.name, func(b *testing.B) {
+			lim, _ := benchLimiters()
+			mode.run(b, func(now time.Time) { _ = lim.ReserveN(now, 1) })
 		})
-	})
-	b.Run("lane.ReserveAt/parallel64", func(b *testing.B) {
-		l := benchLane(b)
-		b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0))) // 64 goroutines
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			now := t0
-			for pb.Next() {
-				now = now.Add(time.Nanosecond)
-				_, _ = l.ReserveAt(now, req)
-			}
+		b.Run("xrate.2limiters/"+mode.name, func(b *testing.B) {
+			rpm, tpm := benchLimiters()
+			mode.run(b, func(now time.Time) {
+				_ = rpm.ReserveN(now, 1)
+				_ = tpm.ReserveN(now, 200)
+			})
 		})
-	})
+		b.Run("lane.ReserveAt/"+mode.name, func(b *testing.B) {
+			l := benchLane(b)
+			mode.run(b, func(now time.Time) {
+				if _, err := l.ReserveAt(now, benchReq); err != nil {
+					b.Error(err)
+				}
+			})
+		})
+	}
 	b.Run("lane.Admit+Done/uncontended", func(b *testing.B) {
 		l := benchLane(b)
 		ctx := b.Context()
 		b.ReportAllocs()
 		for b.Loop() {
-			p, err := l.Admit(ctx, req)
+			p, err := l.Admit(ctx, benchReq)
 			if err != nil {
 				b.Fatal(err)
 			}
-			_ = p.Done(Outcome{PromptTokens: 100, CompletionTokens: 50, Latency: time.Second})
+			if err := p.Done(Outcome{PromptTokens: 100, CompletionTokens: 50, Latency: time.Second}); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

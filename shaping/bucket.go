@@ -424,10 +424,15 @@ func (b *Bucket) rebase() {
 // peekLocked refills to now and returns when n tokens would be covered;
 // immediate reports that this is now.
 func (b *Bucket) peekLocked(now time.Time, n float64) (ready float64, immediate bool, err error) {
+	return b.peekRel(b.rel(now), n)
+}
+
+// peekRel is peekLocked at s = b.rel(now), for callers that convert the
+// time once for several buckets with the same origin.
+func (b *Bucket) peekRel(s, n float64) (ready float64, immediate bool, err error) {
 	if n > b.capacity {
-		return 0, false, fmt.Errorf("%w: %v tokens, bucket %q holds %v", ErrTooLarge, n, b.name, b.capacity)
+		return 0, false, b.tooLarge(n)
 	}
-	s := b.rel(now)
 	b.advance(s)
 	if b.level >= n && s >= b.last {
 		return s, true, nil
@@ -437,6 +442,10 @@ func (b *Bucket) peekLocked(now time.Time, n float64) (ready float64, immediate 
 		return s, false, nil
 	}
 	return max(s, b.timeFor(b.cum(s)+n-b.level)), false, nil
+}
+
+func (b *Bucket) tooLarge(n float64) error {
+	return fmt.Errorf("%w: %v tokens, bucket %q holds %v", ErrTooLarge, n, b.name, b.capacity)
 }
 
 func (b *Bucket) commitLocked(n, ready float64, readyAt time.Time) Claim {

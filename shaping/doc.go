@@ -60,8 +60,52 @@
 // (cumulative tokens R t²/2T, then RT/2 + R(t−T)), and an atomic reservation
 // across several limiters (rate offers no peek-then-commit under a lock).
 // [Pacer] and [ConcurrencyLimiter] (FIFO, limit changeable at run time) are
-// small and ours as well. The benchmark in bench_test.go runs rate's
-// Limiter.ReserveN beside [Lane.ReserveAt].
+// small and ours as well.
+//
+// # Performance
+//
+// BenchmarkAdmission (bench_test.go) runs rate beside the lane in the same
+// process, with one Limiter and with two (RPM and TPM, ReserveN on each, as
+// a caller of rate would do without the lane's all-or-nothing reservation),
+// uncontended and from 64 goroutines; limits high enough that nothing
+// waits:
+//
+//	go test -run XXX -bench Admission -benchtime=1000000x -count=6 ./shaping/
+//
+// Medians of 18 runs (three sessions of -count=6) on a shared 2-core AMD
+// EPYC, load average 1.6 to 2.4, Go 1.26; "before" is the code prior to the
+// fast path below, measured in the same sessions. Run-to-run noise on this
+// machine is about ±20%.
+//
+//	                               before            now
+//	rate, 1 Limiter, uncontended     75 ns 0 alloc     74 ns 0 alloc
+//	rate, 2 Limiters, uncontended   131 ns 0 alloc    121 ns 0 alloc
+//	Lane.ReserveAt, uncontended     242 ns 0 alloc     84 ns 0 alloc
+//	rate, 1 Limiter, 64 goroutines  137 ns 0 alloc    149 ns 0 alloc
+//	rate, 2 Limiters, 64 goroutines 196 ns 0 alloc    233 ns 0 alloc
+//	Lane.ReserveAt, 64 goroutines   420 ns 0 alloc    262 ns 0 alloc
+//	Lane.Admit+Done, uncontended    794 ns 1 alloc    305 ns 0 alloc
+//
+// Uncontended, a lane admission (RPM + TPM) costs 1.2 to 1.3 times one rate
+// Limiter and less than two. With 64 goroutines it costs 1.6 to 1.9 times
+// one Limiter and about as much as two: the time goes to the contended
+// mutex hand-off, and the lane's single critical section covers both
+// buckets and the all-or-nothing check, where each of rate's covers one.
+//
+// What makes it cheap: a lane owns its RPM and TPM buckets (they never
+// leave the package), so the lane's lock guards them and a reservation
+// without quotas takes one lock, not three; shared quota buckets keep their
+// own locks, taken after the lane's in bucket id order, and every other
+// path to an owned bucket (ReadyAt, CancelAt, Done, calibration, Snapshot)
+// holds the lane's lock too. The instant is converted to the buckets'
+// float seconds once when both share an origin, the Reservation is built in
+// place rather than copied through the call chain, and the hot path has no
+// defer, closure or charge list. [Lane.Admit] ticks the controller and
+// reserves under one lock hold and skips the waits' re-checks when the
+// reservation is ready at once. A [Permit] is a small value handle onto a
+// pooled record with a generation counter: Done or Cancel advances the
+// generation before the record is recycled, so a stale copy is refused and
+// never touches a reused record, and Admit+Done allocates nothing.
 //
 // # Estimation
 //

@@ -189,7 +189,8 @@ type Outcome struct {
 const maxInline = 3
 
 // Reservation is an admitted claim on every bucket of a lane, made by
-// [Lane.ReserveAt].
+// [Lane.ReserveAt]. It belongs to the lane that made it: pass it only to
+// that lane's methods.
 type Reservation struct {
 	// ReadyAt is when all buckets (and any pause) allow the send.
 	ReadyAt time.Time
@@ -209,14 +210,8 @@ func (r *Reservation) add(c Claim) {
 	r.extra = append(r.extra, c)
 }
 
-func (r *Reservation) each(f func(Claim)) {
-	for i := range r.n {
-		f(r.claims[i])
-	}
-	for _, c := range r.extra {
-		f(c)
-	}
-}
+// lists returns r's claims as (at most) two slices, without allocating.
+func (r *Reservation) lists() [2][]Claim { return [2][]Claim{r.claims[:r.n], r.extra} }
 
 // Lane is the admission control of one (API key, model) pair: the buckets,
 // the concurrency limiter, the pacer, the adaptive controller and the
@@ -232,6 +227,11 @@ type Lane struct {
 	slots *ConcurrencyLimiter
 	pacer *Pacer
 
+	// mu guards the fields below, and also the state of rpm and tpm: the
+	// lane owns them (they are never shared and never leave the package),
+	// every access to them holds mu, so the admission path does not take
+	// their own locks. Quota buckets may be shared: they are locked, after
+	// mu, in bucket id order.
 	mu         sync.Mutex
 	rpm, tpm   *Bucket
 	ctrl       Controller
@@ -310,13 +310,17 @@ func (l *Lane) tokensFor(req Request) int {
 // returned ReadyAt says when to proceed. It fails with [ErrTooLarge] when a
 // bucket can never hold the request.
 func (l *Lane) ReserveAt(now time.Time, req Request) (Reservation, error) {
-	return l.reserve(now, req, time.Time{})
+	var res Reservation
+	err := l.reserve(now, req, time.Time{}, &res)
+	return res, err
 }
 
 // ReserveBeforeAt is ReserveAt that reserves nothing and fails with a
 // [*WaitError] when the request would not be ready by deadline.
 func (l *Lane) ReserveBeforeAt(now time.Time, req Request, deadline time.Time) (Reservation, error) {
-	return l.reserve(now, req, deadline)
+	var res Reservation
+	err := l.reserve(now, req, deadline, &res)
+	return res, err
 }
 
 type charge struct {
@@ -328,23 +332,111 @@ type charge struct {
 	readyAt time.Time
 }
 
-func (l *Lane) reserve(now time.Time, req Request, deadline time.Time) (Reservation, error) {
+// reserve fills *res, which must be zero; on error it stays zero.
+func (l *Lane) reserve(now time.Time, req Request, deadline time.Time, res *Reservation) error {
 	tokens := l.tokensFor(req)
-	res := Reservation{ReadyAt: now, Tokens: tokens}
+	l.mu.Lock()
+	err := l.reserveLocked(now, tokens, req.Quotas, deadline, res)
+	l.mu.Unlock()
+	return err
+}
+
+// reserveLocked is reserve with l.mu held.
+func (l *Lane) reserveLocked(now time.Time, tokens int, quotas []Quota, deadline time.Time, res *Reservation) error {
 	if l.cfg.Strategy == StrategyRetry {
-		return res, nil
+		res.ReadyAt, res.Tokens = now, tokens
+		return nil
 	}
+	if len(l.cfg.Quotas) > 0 || len(quotas) > 0 {
+		return l.reserveSharedLocked(now, tokens, quotas, deadline, res)
+	}
+	if l.rpm == nil || l.tpm == nil {
+		var own [1]charge
+		cs := own[:0]
+		if l.rpm != nil {
+			cs = append(cs, charge{b: l.rpm, cost: 1})
+		}
+		if l.tpm != nil {
+			cs = append(cs, charge{b: l.tpm, cost: float64(tokens), share: 1})
+		}
+		return l.chargeLocked(now, tokens, cs, deadline, res)
+	}
+	return l.chargeOwnLocked(now, tokens, deadline, res)
+}
+
+// chargeOwnLocked is chargeLocked for a lane with both an RPM and a TPM
+// bucket and no quota, the common case: only the lane's own buckets,
+// guarded by l.mu, so no bucket lock and no charge list.
+func (l *Lane) chargeOwnLocked(now time.Time, tokens int, deadline time.Time, res *Reservation) error {
+	rpm, tpm := l.rpm, l.tpm
+	cost := float64(tokens)
+	sr := rpm.rel(now)
+	st := sr
+	if tpm.origin != rpm.origin {
+		st = tpm.rel(now)
+	}
+	// Peek in id order, as chargeLocked does.
+	var rr, rt float64
+	var ir, it bool
+	var err error
+	if rpm.id < tpm.id {
+		if rr, ir, err = rpm.peekRel(sr, 1); err == nil {
+			rt, it, err = tpm.peekRel(st, cost)
+		}
+	} else if rt, it, err = tpm.peekRel(st, cost); err == nil {
+		rr, ir, err = rpm.peekRel(sr, 1)
+	}
+	if err != nil {
+		return fmt.Errorf("shaping: lane %q: %w", l.cfg.Name, err)
+	}
+	ready := now
+	if l.pauseUntil.After(ready) {
+		ready = l.pauseUntil
+	}
+	atR, atT := now, now
+	if !ir {
+		if atR = rpm.abs(rr); atR.After(ready) {
+			ready = atR
+		}
+	}
+	if !it {
+		if atT = tpm.abs(rt); atT.After(ready) {
+			ready = atT
+		}
+	}
+	if !deadline.IsZero() && ready.After(deadline) {
+		return &WaitError{Wait: ready.Sub(now), Deadline: deadline}
+	}
+	rpm.level--
+	rpm.lastEvent = max(rpm.lastEvent, rr)
+	rpm.seq++
+	tpm.level -= cost
+	tpm.lastEvent = max(tpm.lastEvent, rt)
+	tpm.seq++
+	res.ReadyAt, res.Tokens, res.n = ready, tokens, 2
+	cr, ct := &res.claims[0], &res.claims[1]
+	if tpm.id < rpm.id {
+		cr, ct = ct, cr
+	}
+	cr.bucket, cr.Tokens, cr.ReadyAt, cr.seq = rpm, 1, atR, rpm.seq
+	ct.bucket, ct.Tokens, ct.ReadyAt, ct.share, ct.seq = tpm, cost, atT, 1, tpm.seq
+	l.resReq++
+	l.resTok += cost
+	return nil
+}
+
+// reserveSharedLocked is reserveLocked with quotas: the quota buckets may be
+// shared with other lanes, so every bucket is locked, in id order.
+func (l *Lane) reserveSharedLocked(now time.Time, tokens int, quotas []Quota, deadline time.Time, res *Reservation) error {
 	var inline [8]charge
 	cs := inline[:0]
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.rpm != nil {
 		cs = append(cs, charge{b: l.rpm, cost: 1})
 	}
 	if l.tpm != nil {
 		cs = append(cs, charge{b: l.tpm, cost: float64(tokens), share: 1})
 	}
-	for _, qs := range [2][]Quota{l.cfg.Quotas, req.Quotas} {
+	for _, qs := range [2][]Quota{l.cfg.Quotas, quotas} {
 		for _, q := range qs {
 			c := charge{b: q.Bucket, cost: 1}
 			if q.Unit == UnitTokens {
@@ -357,46 +449,58 @@ func (l *Lane) reserve(now time.Time, req Request, deadline time.Time) (Reservat
 	for _, c := range cs {
 		c.b.mu.Lock()
 	}
-	unlock := func() {
-		for _, c := range cs {
-			c.b.mu.Unlock()
-		}
+	err := l.chargeLocked(now, tokens, cs, deadline, res)
+	for _, c := range cs {
+		c.b.mu.Unlock()
 	}
+	return err
+}
+
+// chargeLocked reserves cs (in lock order, all locked or owned) into *res,
+// or nothing. Buckets with the same origin share one time conversion.
+func (l *Lane) chargeLocked(now time.Time, tokens int, cs []charge, deadline time.Time, res *Reservation) error {
 	ready := now
 	if l.pauseUntil.After(ready) {
 		ready = l.pauseUntil
 	}
+	var s float64
+	var origin time.Time
 	for i := range cs {
 		c := &cs[i]
-		r, imm, err := c.b.peekLocked(now, c.cost)
-		if err != nil {
-			unlock()
-			return Reservation{}, fmt.Errorf("shaping: lane %q: %w", l.cfg.Name, err)
+		if i == 0 || c.b.origin != origin {
+			origin, s = c.b.origin, c.b.rel(now)
 		}
-		c.ready, c.readyAt = r, c.b.readyTime(r, imm, now)
-		if c.readyAt.After(ready) {
-			ready = c.readyAt
+		r, imm, err := c.b.peekRel(s, c.cost)
+		if err != nil {
+			return fmt.Errorf("shaping: lane %q: %w", l.cfg.Name, err)
+		}
+		c.ready, c.readyAt = r, now
+		if !imm {
+			c.readyAt = c.b.abs(r)
+			if c.readyAt.After(ready) {
+				ready = c.readyAt
+			}
 		}
 	}
 	if !deadline.IsZero() && ready.After(deadline) {
-		unlock()
-		return Reservation{}, &WaitError{Wait: ready.Sub(now), Deadline: deadline}
+		return &WaitError{Wait: ready.Sub(now), Deadline: deadline}
 	}
-	for _, c := range cs {
-		c.b.level -= c.cost
-		c.b.lastEvent = max(c.b.lastEvent, c.ready)
-		c.b.seq++
-		res.add(Claim{bucket: c.b, Tokens: c.cost, ReadyAt: c.readyAt, share: c.share, seq: c.b.seq})
+	res.ReadyAt, res.Tokens = ready, tokens
+	for i := range cs {
+		c := &cs[i]
+		b := c.b
+		b.level -= c.cost
+		b.lastEvent = max(b.lastEvent, c.ready)
+		b.seq++
+		res.add(Claim{bucket: b, Tokens: c.cost, ReadyAt: c.readyAt, share: c.share, seq: b.seq})
 	}
-	unlock()
-	res.ReadyAt = ready
 	if l.rpm != nil {
 		l.resReq++
 	}
 	if l.tpm != nil {
 		l.resTok += float64(tokens)
 	}
-	return res, nil
+	return nil
 }
 
 // sortCharges orders charges by bucket id (the global lock order) and merges
@@ -424,23 +528,31 @@ func sortCharges(cs []charge) []charge {
 // moves the ready times of queued reservations later. It is r.ReadyAt when
 // nothing changed.
 func (l *Lane) ReadyAt(r *Reservation) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	ready := r.ReadyAt
-	r.each(func(c Claim) {
-		if at := c.bucket.ReadyAt(c); at.After(ready) {
-			ready = at
+	for _, cs := range r.lists() {
+		for _, c := range cs {
+			if at := c.bucket.ReadyAt(c); at.After(ready) {
+				ready = at
+			}
 		}
-	})
-	if p := l.PausedUntil(); p.After(ready) {
-		ready = p
+	}
+	if l.pauseUntil.After(ready) {
+		ready = l.pauseUntil
 	}
 	return ready
 }
 
 // CancelAt gives back the tokens of a reservation that will not be sent.
 func (l *Lane) CancelAt(now time.Time, r *Reservation) {
-	r.each(func(c Claim) { c.bucket.CancelAt(now, c) })
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, cs := range r.lists() {
+		for _, c := range cs {
+			c.bucket.CancelAt(now, c)
+		}
+	}
 	if l.rpm != nil && r.n > 0 {
 		l.canReq++
 	}
@@ -471,6 +583,10 @@ func (l *Lane) PausedUntil() time.Time {
 func (l *Lane) TickAt(now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.tickLocked(now)
+}
+
+func (l *Lane) tickLocked(now time.Time) {
 	if l.ctrl != nil {
 		l.slots.SetLimit(l.ctrl.Tick(now))
 	}
@@ -479,19 +595,24 @@ func (l *Lane) TickAt(now time.Time) {
 // SendAt records that a reservation holding a slot is sent at now and
 // returns its permit.
 func (l *Lane) SendAt(now time.Time, r Reservation) *Permit {
+	p := l.send(now, &r)
+	return &p
+}
+
+func (l *Lane) send(now time.Time, r *Reservation) Permit {
+	rec := permitPool.Get().(*permitRec)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.rpm != nil {
 		l.sentReq++
 	}
 	if l.tpm != nil {
 		l.sentTok += float64(r.Tokens)
 	}
+	rec.res, rec.inFlight = *r, l.slots.InFlight()
+	rec.markReq, rec.markTok, rec.markRef = l.sentReq, l.sentTok, l.refTok
+	l.mu.Unlock()
 	l.admitted.Add(1)
-	return &Permit{
-		lane: l, res: r, sentAt: now, inFlight: l.slots.InFlight(),
-		markReq: l.sentReq, markTok: l.sentTok, markRef: l.refTok,
-	}
+	return Permit{lane: l, rec: rec, gen: rec.gen.Load(), tokens: r.Tokens, sentAt: now}
 }
 
 // Admit waits, in the seeds' order, for every bucket (all together), then a
@@ -501,55 +622,77 @@ func (l *Lane) SendAt(now time.Time, r Reservation) *Permit {
 // [*WaitError] when the buckets or a pause would pass ctx's deadline, with
 // [ErrTooLarge] (permanent) when the request can never fit, and with ctx's
 // cause if ctx ends while waiting; then nothing stays reserved.
-func (l *Lane) Admit(ctx context.Context, req Request) (*Permit, error) {
+//
+// When nothing waits, Admit takes the lane's lock twice (tick and reserve
+// together, then the send), allocates nothing and returns a Permit by value.
+func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 	now := l.clock.Now()
-	l.TickAt(now)
 	deadline, _ := ctx.Deadline()
-	r, err := l.reserve(now, req, deadline)
+	tokens := l.tokensFor(req)
+	var r Reservation
+	l.mu.Lock()
+	l.tickLocked(now)
+	err := l.reserveLocked(now, tokens, req.Quotas, deadline, &r)
+	l.mu.Unlock()
 	if err != nil {
-		return nil, err
+		return Permit{}, err
 	}
-	fail := func(err error) (*Permit, error) {
-		l.CancelAt(l.clock.Now(), &r)
-		return nil, err
-	}
-	for {
+	// r.ReadyAt includes the pause as of the reservation: when it is not
+	// after now, the first bucket and pause checks below would pass.
+	waited := r.ReadyAt.After(now)
+	for waited {
 		ready := l.ReadyAt(&r)
 		if !ready.After(l.clock.Now()) {
 			break
 		}
 		if !deadline.IsZero() && ready.After(deadline) {
-			return fail(&WaitError{Wait: ready.Sub(l.clock.Now()), Deadline: deadline})
+			return l.abandon(&r, &WaitError{Wait: ready.Sub(l.clock.Now()), Deadline: deadline})
 		}
 		if err := sleepUntil(ctx, l.clock, ready); err != nil {
-			return fail(err)
+			return l.abandon(&r, err)
 		}
 	}
 	for {
-		if until := l.PausedUntil(); until.After(l.clock.Now()) {
-			if !deadline.IsZero() && until.After(deadline) {
-				now := l.clock.Now()
-				return fail(&WaitError{Wait: until.Sub(now), Deadline: deadline})
-			}
-			if err := sleepUntil(ctx, l.clock, until); err != nil {
-				return fail(err)
+		if waited {
+			if until := l.PausedUntil(); until.After(l.clock.Now()) {
+				if !deadline.IsZero() && until.After(deadline) {
+					now := l.clock.Now()
+					return l.abandon(&r, &WaitError{Wait: until.Sub(now), Deadline: deadline})
+				}
+				if err := sleepUntil(ctx, l.clock, until); err != nil {
+					return l.abandon(&r, err)
+				}
 			}
 		}
+		waited = true
 		if err := l.slots.Acquire(ctx); err != nil {
-			return fail(err)
+			return l.abandon(&r, err)
 		}
-		if !l.PausedUntil().After(l.clock.Now()) {
+		now = l.clock.Now()
+		if !l.PausedUntil().After(now) {
 			break
 		}
 		l.slots.Release()
 	}
-	at := l.pacer.ReserveAt(l.clock.Now())
-	if err := sleepUntil(ctx, l.clock, at); err != nil {
+	at := l.pacer.ReserveAt(now)
+	if at.After(now) {
+		err = sleepUntil(ctx, l.clock, at)
+		now = l.clock.Now()
+	} else {
+		err = ctx.Err()
+	}
+	if err != nil {
 		l.pacer.CancelAt(at)
 		l.slots.Release()
-		return fail(err)
+		return l.abandon(&r, err)
 	}
-	return l.SendAt(l.clock.Now(), r), nil
+	return l.send(now, &r), nil
+}
+
+// abandon gives back r for an Admit that fails with err.
+func (l *Lane) abandon(r *Reservation, err error) (Permit, error) {
+	l.CancelAt(l.clock.Now(), r)
+	return Permit{}, err
 }
 
 // ObserveAt applies headers that arrived at now outside a permit (for
@@ -675,44 +818,76 @@ func (l *Lane) SnapshotAt(now time.Time) Snapshot {
 // Snapshot is SnapshotAt on the lane's clock.
 func (l *Lane) Snapshot() Snapshot { return l.SnapshotAt(l.clock.Now()) }
 
-// Permit is an admitted request. Exactly one of Done or Cancel must follow.
+// Permit is an admitted request: a small handle, passed by value. Exactly
+// one of Done or Cancel must follow; after that the permit (and every copy
+// of it) is spent: Done fails with [ErrPermitDone] and Cancel does nothing.
+// The zero Permit is spent.
 type Permit struct {
-	lane             *Lane
+	lane   *Lane
+	rec    *permitRec
+	gen    uint64
+	tokens int
+	sentAt time.Time
+}
+
+// permitRec is the state of a permit in flight. Records are recycled: the
+// generation counter, advanced once by Done or Cancel, tells a spent handle
+// from the live one, so a stale copy never touches a recycled record.
+type permitRec struct {
+	gen              atomic.Uint64
 	res              Reservation
-	sentAt           time.Time
 	inFlight         int
 	markReq, markTok float64
 	markRef          float64
-	done             atomic.Bool
+}
+
+var permitPool = sync.Pool{New: func() any { return new(permitRec) }}
+
+// claim spends p, reporting false when it was spent already.
+func (p Permit) claim() bool {
+	return p.rec != nil && p.rec.gen.CompareAndSwap(p.gen, p.gen+1)
+}
+
+// recycle returns a claimed record to the pool.
+func (r *permitRec) recycle() {
+	r.res = Reservation{}
+	permitPool.Put(r)
 }
 
 // Tokens returns the tokens reserved for the request.
-func (p *Permit) Tokens() int { return p.res.Tokens }
+func (p Permit) Tokens() int { return p.tokens }
 
 // SentAt returns when the permit was issued.
-func (p *Permit) SentAt() time.Time { return p.sentAt }
+func (p Permit) SentAt() time.Time { return p.sentAt }
 
 // Cancel gives everything back for a request that was not sent.
-func (p *Permit) Cancel() {
-	if !p.done.CompareAndSwap(false, true) {
+func (p Permit) Cancel() {
+	if !p.claim() {
 		return
 	}
-	p.lane.slots.Release()
-	p.lane.CancelAt(p.lane.clock.Now(), &p.res)
+	l := p.lane
+	l.slots.Release()
+	l.CancelAt(l.clock.Now(), &p.rec.res)
+	p.rec.recycle()
 }
 
 // Done is DoneAt on the lane's clock.
-func (p *Permit) Done(o Outcome) error { return p.DoneAt(p.lane.clock.Now(), o) }
+func (p Permit) Done(o Outcome) error {
+	if p.lane == nil {
+		return ErrPermitDone
+	}
+	return p.DoneAt(p.lane.clock.Now(), o)
+}
 
 // DoneAt ends a sent request at now: it releases the slot, settles the
 // tokens to the real usage (per LaneConfig.Settlement), calibrates the
 // buckets from the headers, pauses the whole lane on a 429 until the
 // advertised Retry-After, and feeds the adaptive controller.
-func (p *Permit) DoneAt(now time.Time, o Outcome) error {
-	if !p.done.CompareAndSwap(false, true) {
+func (p Permit) DoneAt(now time.Time, o Outcome) error {
+	if !p.claim() {
 		return ErrPermitDone
 	}
-	l := p.lane
+	rec, l := p.rec, p.lane
 	l.slots.Release()
 	latency := o.Latency
 	if latency <= 0 {
@@ -720,18 +895,20 @@ func (p *Permit) DoneAt(now time.Time, o Outcome) error {
 	}
 	actual := o.PromptTokens + o.CompletionTokens
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if actual > 0 && !o.RateLimited && l.cfg.Settlement == SettleActual {
-		p.res.each(func(c Claim) {
-			if c.share > 0 {
-				c.bucket.AdjustAt(now, c.share*float64(p.res.Tokens-actual))
+		delta := float64(rec.res.Tokens - actual)
+		for _, cs := range rec.res.lists() {
+			for _, c := range cs {
+				if c.share > 0 {
+					c.bucket.AdjustAt(now, c.share*delta)
+				}
 			}
-		})
+		}
 		if l.tpm != nil {
-			l.refTok += float64(p.res.Tokens - actual)
+			l.refTok += delta
 		}
 	}
-	l.calibrateLocked(now, p.sentAt, p.markReq, p.markTok, p.markRef, o.Headers)
+	l.calibrateLocked(now, p.sentAt, rec.markReq, rec.markTok, rec.markRef, o.Headers)
 	if o.RateLimited {
 		l.rateLimited.Add(1)
 	}
@@ -747,8 +924,10 @@ func (p *Permit) DoneAt(now time.Time, o Outcome) error {
 	if l.ctrl != nil {
 		l.slots.SetLimit(l.ctrl.Update(Sample{
 			At: now, Latency: latency, Tokens: actual, OutputTokens: o.CompletionTokens,
-			InFlight: p.inFlight, Dropped: o.RateLimited || o.Overloaded,
+			InFlight: rec.inFlight, Dropped: o.RateLimited || o.Overloaded,
 		}))
 	}
+	l.mu.Unlock()
+	rec.recycle()
 	return nil
 }

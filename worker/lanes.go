@@ -40,9 +40,7 @@ func (t *ticket) answer(a admission) {
 		t.done <- a
 		return
 	}
-	if a.permit != nil {
-		a.permit.Cancel()
-	}
+	a.permit.Cancel() // a no-op for the zero Permit of a failed admission
 }
 
 // wait returns the admission, or ctx's error when ctx ends first.
@@ -59,7 +57,7 @@ func (t *ticket) wait(ctx context.Context) admission {
 }
 
 type admission struct {
-	permit *shaping.Permit
+	permit shaping.Permit
 	err    error
 }
 

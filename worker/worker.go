@@ -430,7 +430,7 @@ func (w *Worker) request(p *job, model string) (openai.ChatCompletionRequest, er
 
 // admit waits in the model's lane: priority order first, then shaping. The
 // first attempt waits no longer than the job's deadline.
-func (w *Worker) admit(ctx context.Context, p *job, model string) (*shaping.Permit, error) {
+func (w *Worker) admit(ctx context.Context, p *job, model string) (shaping.Permit, error) {
 	if p.calls == 0 && p.job.Deadline != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, *p.job.Deadline)
@@ -447,7 +447,7 @@ func (w *Worker) admit(ctx context.Context, p *job, model string) (*shaping.Perm
 	a := t.wait(ctx)
 	w.metrics.shapingWait.Observe(w.cfg.Clock.Now().Sub(begin).Seconds())
 	if a.err != nil && p.job.Deadline != nil && errors.Is(a.err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
-		return nil, &shaping.WaitError{Deadline: *p.job.Deadline}
+		return shaping.Permit{}, &shaping.WaitError{Deadline: *p.job.Deadline}
 	}
 	return a.permit, a.err
 }
@@ -458,7 +458,7 @@ func isWaitError(err error) bool {
 }
 
 // settle gives the lane the outcome of one call and counts it.
-func (w *Worker) settle(permit *shaping.Permit, model string, resp openai.ChatCompletionResponse, out Outcome) {
+func (w *Worker) settle(permit shaping.Permit, model string, resp openai.ChatCompletionResponse, out Outcome) {
 	code := "error"
 	if out.Status > 0 {
 		code = strconv.Itoa(out.Status)

@@ -25,6 +25,7 @@ const (
 	MaxInFlightDefault      = 256
 	MaxAttemptsDefault      = 6
 	FallbackAfterDefault    = 3
+	FallbackMaxWaitDefault  = 10 * time.Second
 	LeaseDefault            = 2 * time.Minute
 	ShutdownTimeoutDefault  = 30 * time.Second
 	DefaultMaxOutputDefault = 1024
@@ -102,6 +103,10 @@ type Config struct {
 	// FallbackAfter is how many rate-limited calls a model gets before the
 	// job moves to the next fallback model. Default 3.
 	FallbackAfter int
+	// FallbackMaxWait is the longest wait on a rate-limited model (its
+	// Retry-After, or its lane's pause after 429s) before a job with a
+	// fallback moves on at once rather than wait. Default 10s.
+	FallbackMaxWait time.Duration
 	// Backoff shapes retry delays; zero fields take its defaults.
 	Backoff Backoff
 	// RetryBudget is the retries each successful call earns across the
@@ -142,6 +147,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.FallbackAfter <= 0 {
 		c.FallbackAfter = FallbackAfterDefault
+	}
+	if c.FallbackMaxWait <= 0 {
+		c.FallbackMaxWait = FallbackMaxWaitDefault
 	}
 	c.Backoff = c.Backoff.WithDefaults()
 	if c.Lease <= 0 {

@@ -306,6 +306,10 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 			w.expire(ctx, p, log, "deadline passed before the job started")
 			return
 		}
+		if until := w.lane(model).shaper.PausedUntil(); until.Sub(w.cfg.Clock.Now()) > w.cfg.FallbackMaxWait &&
+			w.fallBack(p, "lane paused by 429s", log) {
+			continue
+		}
 		req, err := w.request(p, model)
 		if err != nil {
 			w.finishFailed(ctx, p, log, "invalid_body", err.Error())
@@ -356,13 +360,11 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 		}
 		if out.Class == ClassRateLimited {
 			p.rateLimited++
-			if p.rateLimited >= w.cfg.FallbackAfter {
-				if next, ok := w.nextFallback(p); ok {
-					w.metrics.fallbacks.WithLabelValues(model, p.models[next]).Inc()
-					log.Info("falling back", slog.String("from", model), slog.String("to", p.models[next]))
-					p.model, p.rateLimited = next, 0
-					continue
-				}
+			switch {
+			case p.rateLimited >= w.cfg.FallbackAfter && w.fallBack(p, "rate limited "+strconv.Itoa(p.rateLimited)+" times", log):
+				continue
+			case out.Headers.RetryAfter > w.cfg.FallbackMaxWait && w.fallBack(p, "retry-after "+out.Headers.RetryAfter.String(), log):
+				continue
 			}
 		}
 		if err := w.backoff(ctx, p, out, log); err != nil {
@@ -370,6 +372,20 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 			return
 		}
 	}
+}
+
+// fallBack moves p to its next usable fallback model, reporting whether
+// there was one.
+func (w *Worker) fallBack(p *job, why string, log *slog.Logger) bool {
+	next, ok := w.nextFallback(p)
+	if !ok {
+		return false
+	}
+	from, to := p.models[p.model], p.models[next]
+	w.metrics.fallbacks.WithLabelValues(from, to).Inc()
+	log.Info("falling back", slog.String("from", from), slog.String("to", to), slog.String("why", why))
+	p.model, p.rateLimited = next, 0
+	return true
 }
 
 // nextFallback returns the index of the next model in the chain whose

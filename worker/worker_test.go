@@ -382,3 +382,27 @@ func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 		require.Equal(t, llmq.StatusSucceeded, recs[id].Status)
 	}
 }
+
+// TestWorkerFallsBackAtOnceOnALongRetryAfter: a 1 RPM primary answers 429
+// with a Retry-After near a minute; jobs with a fallback move to it after
+// that first 429 instead of waiting out FallbackAfter retries.
+func TestWorkerFallsBackAtOnceOnALongRetryAfter(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 13,
+		Models: map[string]upstreamsim.ModelConfig{"primary": {Limits: upstreamsim.Limits{RPM: 1, TPM: -1}}}})
+	tb.start(t, func(c *worker.Config) { c.FallbackAfter = 3; c.FallbackMaxWait = 5 * time.Second })
+	ids := []string{"long-1", "long-2", "long-3", "long-4"}
+	for _, id := range ids {
+		tb.publish(t, jobJSON(id, "primary", `,"fallback_models":["backup"]`))
+	}
+	recs := tb.waitTerminal(t, ids, 20*time.Second) // far below the minute a wait on the primary would take
+	backup := 0
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status)
+		if recs[id].UsedModel == "backup" {
+			backup++
+			require.LessOrEqual(t, recs[id].Attempts, 2, "%s: one 429 on the primary at most", id)
+		}
+	}
+	require.Equal(t, len(ids)-1, backup, "all but the job the primary's one request served")
+}

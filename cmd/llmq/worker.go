@@ -163,6 +163,8 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 		MaxAttempts:     cfg.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay},
 		RetryBudget:     cfg.Retry.Budget,
+		FallbackAfter:   cfg.Retry.FallbackAfter,
+		FallbackMaxWait: cfg.Retry.FallbackMaxWait,
 		ShutdownTimeout: wf.shutdownTimeout,
 		Lease:           wf.lease,
 		MaxMessageBytes: cfg.MaxMessageBytes,

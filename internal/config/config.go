@@ -52,6 +52,13 @@ const (
 	// RetryBudgetDefault is how many retries each successful call earns
 	// (a retry budget bounds retry storms).
 	RetryBudgetDefault = 0.5
+	// RetryFallbackAfterDefault is how many 429s a model gets before a job
+	// moves to its next fallback model.
+	RetryFallbackAfterDefault = 3
+	// RetryFallbackMaxWaitDefault is the longest rate-limit wait (a
+	// Retry-After, or the model's lane paused by 429s) a job with a
+	// fallback sits out before it moves on at once.
+	RetryFallbackMaxWaitDefault = 10 * time.Second
 
 	// BatchWindowDefault is the off-peak window in which deferrable jobs go
 	// to the provider's Batch API.
@@ -154,6 +161,11 @@ type Retry struct {
 	// Budget is the retries each successful call earns; default
 	// RetryBudgetDefault.
 	Budget float64 `yaml:"budget"`
+	// FallbackAfter and FallbackMaxWait decide when a rate-limited job
+	// moves to its next fallback model; defaults RetryFallbackAfterDefault
+	// and RetryFallbackMaxWaitDefault.
+	FallbackAfter   int           `yaml:"fallback_after"`
+	FallbackMaxWait time.Duration `yaml:"fallback_max_wait"`
 }
 
 // Batch configures the Batch API lane. Zero fields mean their defaults.
@@ -297,6 +309,8 @@ func (c *Config) WithDefaults() *Config {
 	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, RetryBaseDelayDefault)
 	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, RetryMaxDelayDefault)
 	c.Retry.Budget = cmp.Or(c.Retry.Budget, RetryBudgetDefault)
+	c.Retry.FallbackAfter = cmp.Or(c.Retry.FallbackAfter, RetryFallbackAfterDefault)
+	c.Retry.FallbackMaxWait = cmp.Or(c.Retry.FallbackMaxWait, RetryFallbackMaxWaitDefault)
 	c.Batch.Window = cmp.Or(c.Batch.Window, BatchWindowDefault)
 	c.Batch.Timezone = cmp.Or(c.Batch.Timezone, BatchTimezoneDefault)
 	c.Batch.DrainThreshold = cmp.Or(c.Batch.DrainThreshold, BatchDrainThresholdDefault)
@@ -371,6 +385,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Retry.Budget < 0 {
 		bad("retry.budget", "must not be negative")
+	}
+	if c.Retry.FallbackAfter < 1 {
+		bad("retry.fallback_after", "must be at least 1")
+	}
+	if c.Retry.FallbackMaxWait <= 0 {
+		bad("retry.fallback_max_wait", "must be positive")
 	}
 	loc, err := time.LoadLocation(c.Batch.Timezone)
 	if err != nil {

@@ -7,9 +7,9 @@ BIN       ?= bin/llmq
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-BENCH_TARGETS ?= bench-go
+BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all build test lint vet fmt-check unit fuzz bench bench-go run migrate clean
+.PHONY: all build test lint vet fmt-check unit fuzz bench bench-go bench-llmq demo run migrate clean
 
 all: build
 
@@ -43,6 +43,14 @@ bench: $(BENCH_TARGETS)
 ## bench-go: the Go benchmarks of every package
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+## bench-llmq: the seeds' experiments against the simulator (about 6 min), report in docs/bench
+bench-llmq:
+	$(GO) run ./cmd/llmq bench --out docs/bench
+
+## demo: the whole pipeline in one process on embedded defaults (under 2 min)
+demo:
+	$(GO) run ./cmd/llmq demo
 
 ## migrate: create and migrate the database of LLMQ_DATABASE_URL
 migrate: build

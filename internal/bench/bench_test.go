@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq/shaping"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/puddle/v2.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+func TestArrivals(t *testing.T) {
+	t.Parallel()
+	s := spec{load: []phase{{until: 10 * time.Second, rate: 1}, {until: 20 * time.Second, rate: 5}, {until: 30 * time.Second, rate: 1}}}
+	for _, tc := range []struct {
+		at   time.Duration
+		want int
+	}{
+		{0, 0}, {999 * time.Millisecond, 0}, {time.Second, 1}, {10 * time.Second, 10},
+		{12 * time.Second, 20}, {20 * time.Second, 60}, {25 * time.Second, 65}, {30 * time.Second, 70}, {time.Hour, 70},
+	} {
+		require.Equal(t, tc.want, s.arrivals(tc.at), "at %s", tc.at)
+	}
+	half := s.scaled(0.5)
+	require.Equal(t, 35, half.arrivals(15*time.Second), "scaling shortens every phase, not the rates")
+}
+
+func TestConvergence(t *testing.T) {
+	t.Parallel()
+	pts := make([]point, 20)
+	for i := range pts {
+		pts[i] = point{t: i, requests: 10, tokens: 100}
+		if i < 6 {
+			pts[i].tokens, pts[i].rateLimited = 50, 5 // still probing: 429s, half the limit
+		}
+	}
+	limit := func(int) float64 { return 100 }
+	d, ok := convergence(pts, 0, 4, 0.8, math.Inf(1), limit)
+	require.True(t, ok)
+	require.Equal(t, 6*time.Second, d, "first clean window is [6, 10)")
+	d, ok = convergence(pts, 8, 4, 0.8, math.Inf(1), limit)
+	require.True(t, ok)
+	require.Equal(t, time.Duration(0), d)
+	_, ok = convergence(pts, 0, 4, 0.8, math.Inf(1), func(int) float64 { return 1000 })
+	require.False(t, ok, "never reaches 80% of a limit ten times higher")
+	_, ok = convergence(pts, 0, 4, 0.8, 1.2, func(int) float64 { return 50 })
+	require.False(t, ok, "never settles within 20% of a limit it exceeds twice")
+	d, ok = convergence(pts, 0, 2, 0.8, 1.2, func(t int) float64 { return 50 + 50*float64(min(t/6, 1)) })
+	require.True(t, ok)
+	require.Equal(t, 6*time.Second, d, "settles once the limit is 100 and no 429s come")
+}
+
+func TestRecoveryAndAverages(t *testing.T) {
+	t.Parallel()
+	pts := []point{{t: 0, depth: 1}, {t: 1, depth: 8}, {t: 2, depth: 6}, {t: 3, depth: 2}, {t: 4, depth: 1}}
+	d, ok := recovery(pts, 1, 2)
+	require.True(t, ok)
+	require.Equal(t, 2*time.Second, d)
+	_, ok = recovery(pts, 1, 0)
+	require.False(t, ok)
+	require.Equal(t, []float64{2, 3, 4, 6}, movingAverage([]float64{2, 4, 6, 8}, 3))
+	ds := []time.Duration{5, 1, 4, 2, 3}
+	require.Equal(t, time.Duration(3), percentile(ds, 0.5))
+	require.Equal(t, time.Duration(5), percentile(ds, 0.99))
+	require.Equal(t, time.Duration(0), percentile(nil, 0.5))
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	_, err := Run(context.Background(), Config{Scale: -1})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = Run(context.Background(), Config{Only: []string{"nope"}})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+// TestRunScaledDown runs the strategy comparison and the fallback
+// experiment at a tenth of their durations and checks the report.
+func TestRunScaledDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline for about 20 s")
+	}
+	out := t.TempDir()
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Out: out, Scale: 0.1, Only: []string{ScenarioStrategies, ScenarioFallback}, Progress: &progress})
+	require.NoError(t, err, progress.String())
+
+	require.Len(t, rep.Strategies, len(shaping.Strategies))
+	want := strategySpec(shaping.StrategyShape).scaled(0.1)
+	for i, r := range rep.Strategies {
+		require.Equal(t, shaping.Strategies[i], r.Strategy)
+		require.Equal(t, want.arrivals(want.duration), r.Arrived, "every job published is in Postgres")
+		require.Equal(t, r.Arrived, r.Succeeded+r.DeadLettered+r.Unfinished, "no job failed or expired")
+		require.Positive(t, r.Succeeded, "%s served some jobs", r.Strategy)
+		require.Positive(t, r.TPMUtilisation)
+	}
+	for _, name := range []string{ReportFile, ThroughputFile, QueueFile, FallbackFile} {
+		require.Contains(t, rep.Files, filepath.Join(out, name))
+	}
+	for _, name := range []string{ThroughputFile, QueueFile, FallbackFile} {
+		f, err := os.Open(filepath.Join(out, name))
+		require.NoError(t, err)
+		cfg, err := png.DecodeConfig(f)
+		f.Close()
+		require.NoError(t, err, name)
+		require.Greater(t, cfg.Width, 500)
+	}
+	md, err := os.ReadFile(filepath.Join(out, ReportFile))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "| `adaptive` |")
+	require.Contains(t, string(md), "## 3. Primary model exhausted")
+	require.Contains(t, string(md), "These figures are floors")
+}

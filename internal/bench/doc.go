@@ -1,0 +1,26 @@
+// Package bench runs `llmq bench`: the seeds' experiments against the
+// in-process upstream simulator, with the real worker on the in-memory
+// transport and a real Postgres database (created for each run and dropped
+// after it), in real time with scaled-down quotas.
+//
+// Every upstream figure (goodput, quota utilisation, 429s) is measured from
+// the simulator's own accounting (its Stats, served as /sim/stats), not
+// from llmq's counters; job latencies come from the job rows in Postgres.
+//
+// The scenarios:
+//
+//   - strategies: seed 000's comparison of the four client strategies
+//     (retry, rpm, shape, adaptive) under the same 5x overload of a
+//     long/short mix, TPM being the binding quota;
+//   - burst: seed 001's first acceptance experiment, the arrival rate
+//     raised to 5x its steady value for 10 s;
+//   - fallback: seed 001's fourth, the primary model's quota exhausted
+//     by another client so jobs move to the fallback model;
+//   - adaptive: the adaptive strategy with no quota configured, against a
+//     limit that halves mid-run: time to converge.
+//
+// The long/short mix (seed 001's second experiment) is in every scenario;
+// the report gives latencies per kind.
+//
+// [Run] writes report.md and PNG plots (gonum/plot) to Config.Out.
+package bench

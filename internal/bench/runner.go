@@ -1,0 +1,393 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/transport/memory"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/internal/workload"
+	"github.com/llmq/llmq/migrations"
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/worker"
+)
+
+// Settings shared by every run.
+const (
+	queueName       = "llmq.bench"
+	tenant          = "bench"
+	simAPIKey       = "sk-llmq-bench"
+	publishTick     = 100 * time.Millisecond
+	shutdownTimeout = 2 * time.Second
+)
+
+// phase is a constant arrival rate until an offset from the start.
+type phase struct {
+	until time.Duration
+	rate  float64 // jobs per second
+}
+
+// event changes the simulator at an offset from the start.
+type event struct {
+	at   time.Duration
+	what string
+	do   func(*upstreamsim.Server)
+}
+
+// spec is one run: a simulator, a worker configuration and a load.
+type spec struct {
+	name      string
+	strategy  shaping.Strategy
+	sim       upstreamsim.Config
+	models    map[string]worker.Model
+	model     string
+	fallbacks []string
+	mix       workload.Mix
+	sizes     workload.Sizes
+	load      []phase
+	events    []event
+	duration  time.Duration
+	// hogs is the number of other clients that keep a call to model in
+	// flight all the time, on the worker's API key.
+	hogs int
+}
+
+// scaled returns s with every duration multiplied by f.
+func (s spec) scaled(f float64) spec {
+	mul := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
+	s.duration = mul(s.duration)
+	load := make([]phase, len(s.load))
+	for i, p := range s.load {
+		load[i] = phase{until: mul(p.until), rate: p.rate}
+	}
+	s.load = load
+	events := make([]event, len(s.events))
+	for i, e := range s.events {
+		events[i] = e
+		events[i].at = mul(e.at)
+	}
+	s.events = events
+	return s
+}
+
+// arrivals is the number of jobs due by offset t.
+func (s spec) arrivals(t time.Duration) int {
+	var n float64
+	var from time.Duration
+	for _, p := range s.load {
+		to := min(t, p.until)
+		if to > from {
+			n += p.rate * (to - from).Seconds()
+		}
+		from = p.until
+		if t <= p.until {
+			break
+		}
+	}
+	return int(n)
+}
+
+// sample is the state of a run at one second.
+type sample struct {
+	// at is the offset from the start.
+	at time.Duration
+	// arrived, terminal are jobs published and jobs in a terminal state.
+	arrived, terminal int
+	// rateLimited is the simulator's 429 count so far.
+	rateLimited int64
+	// concurrency is the worker's concurrency limit of the primary model.
+	concurrency float64
+}
+
+// jobResult is one job's final row.
+type jobResult struct {
+	id        string
+	kind      workload.Kind
+	status    llmq.Status
+	usedModel string
+	latency   time.Duration // enqueue to terminal state; 0 when unfinished
+}
+
+// result is what one run measured.
+type result struct {
+	spec    spec
+	start   time.Time
+	stats   upstreamsim.Stats
+	samples []sample
+	jobs    []jobResult
+}
+
+// runOne runs spec s in a database of its own and returns what it measured.
+func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
+	dbURL, drop, err := b.database(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	if _, err := migrations.Up(ctx, dbURL); err != nil {
+		return nil, fmt.Errorf("bench: %s: migrate: %w", s.name, err)
+	}
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", s.name, err)
+	}
+	defer st.Close()
+
+	sim, err := upstreamsim.New(s.sim, upstreamsim.WithLogger(b.log))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: simulator: %w", s.name, err)
+	}
+	root, err := sim.Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer stopWithin(sim.Stop)
+
+	broker := memory.New()
+	pub := broker.NewPublisher()
+	defer pub.Close()
+	sub, err := broker.NewSubscriber(queueName, memory.Config{Prefetch: worker.MaxInFlightDefault})
+	if err != nil {
+		return nil, err
+	}
+	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queueName, Logger: b.log})
+	if err != nil {
+		return nil, err
+	}
+	if err := letters.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer stopWithin(letters.Stop)
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(worker.Config{
+		Subscriber: sub, Store: st, DeadLetters: letters,
+		Client:   worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: root + "/v1", APIKey: simAPIKey, Timeout: 30 * time.Second}),
+		Strategy: s.strategy, Models: s.models,
+		ShutdownTimeout: shutdownTimeout, Logger: b.log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s: %w", s.name, err)
+	}
+	sim.Reset()
+	hogCtx, stopHogs := context.WithCancel(ctx)
+	hogsDone := startHogs(hogCtx, s.hogs, root+"/v1", s.model)
+	defer func() { stopHogs(); hogsDone.Wait() }()
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			stopWithin(w.Stop)
+		}
+	}()
+
+	res := &result{spec: s, start: time.Now()}
+	kinds := map[string]workload.Kind{}
+	var ids []string
+	publish := func(n int) error {
+		id := fmt.Sprintf("%s-%05d", s.name, n)
+		raw, err := s.mix.Job(s.sizes, id, tenant, s.model, n).Encode()
+		if err != nil {
+			return err
+		}
+		j, err := llmq.Decode(raw, llmq.DecodeOptions{})
+		if err != nil {
+			return fmt.Errorf("bench: job %s: %w", id, err)
+		}
+		j.FallbackModels = s.fallbacks
+		if _, err := st.Insert(ctx, j); err != nil {
+			return err
+		}
+		msg, err := producer.Message(j)
+		if err != nil {
+			return err
+		}
+		kinds[id] = s.mix.Kind(n)
+		ids = append(ids, id)
+		return pub.Publish(ctx, queueName, msg)
+	}
+
+	tick := time.NewTicker(publishTick)
+	defer tick.Stop()
+	nextSample := time.Duration(0)
+	events := s.events
+	for {
+		at := time.Since(res.start)
+		for len(events) > 0 && at >= events[0].at {
+			b.log.Info("bench: event", slog.String("run", s.name), slog.String("event", events[0].what))
+			events[0].do(sim)
+			events = events[1:]
+		}
+		for due := s.arrivals(at); len(ids) < due; {
+			if err := publish(len(ids)); err != nil {
+				return nil, fmt.Errorf("bench: %s: publish: %w", s.name, err)
+			}
+		}
+		if at >= nextSample {
+			smp, err := takeSample(ctx, st, sim, reg, s.model)
+			if err != nil {
+				return nil, err
+			}
+			smp.at, smp.arrived = at.Round(time.Second), len(ids)
+			res.samples = append(res.samples, smp)
+			nextSample += time.Second
+		}
+		if at >= s.duration {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+	res.stats = sim.Stats()
+	stopped = true
+	stopWithin(w.Stop)
+	res.jobs, err = readJobs(ctx, st, kinds)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// startHogs starts n other clients that each keep one call to model in
+// flight until ctx is done (pausing 50 ms after a refused call).
+func startHogs(ctx context.Context, n int, baseURL, model string) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	if n == 0 {
+		return &wg
+	}
+	client := worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: baseURL, APIKey: simAPIKey, Timeout: 30 * time.Second})
+	req := openai.ChatCompletionRequest{Model: model, MaxTokens: hogMaxTokens,
+		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "Write a long story."}}}
+	for range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := client.CreateChatCompletion(ctx, req); err != nil {
+					select {
+					case <-ctx.Done():
+					case <-time.After(50 * time.Millisecond):
+					}
+				}
+			}
+		})
+	}
+	return &wg
+}
+
+// takeSample reads the terminal jobs, the simulator's 429s and the
+// worker's concurrency limit.
+func takeSample(ctx context.Context, st *store.Store, sim *upstreamsim.Server, reg *prometheus.Registry, model string) (sample, error) {
+	var s sample
+	err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status IN ('succeeded', 'failed', 'dead_lettered', 'expired', 'cancelled')`).Scan(&s.terminal)
+	if err != nil {
+		return s, fmt.Errorf("bench: count jobs: %w", err)
+	}
+	s.rateLimited = total(sim.Stats().Total.RateLimited)
+	if mfs, err := reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() != "llmq_concurrency_limit" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetValue() == model {
+						s.concurrency = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return s, nil
+}
+
+// readJobs reads every job's final state.
+func readJobs(ctx context.Context, st *store.Store, kinds map[string]workload.Kind) ([]jobResult, error) {
+	rows, err := st.Pool().Query(ctx, `SELECT id, status, used_model,
+		coalesce(extract(epoch FROM finished_at - created_at), 0)::float8 FROM jobs ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("bench: read jobs: %w", err)
+	}
+	defer rows.Close()
+	var out []jobResult
+	for rows.Next() {
+		var (
+			j      jobResult
+			status string
+			secs   float64
+		)
+		if err := rows.Scan(&j.id, &status, &j.usedModel, &secs); err != nil {
+			return nil, fmt.Errorf("bench: read jobs: %w", err)
+		}
+		j.status, j.kind = llmq.Status(status), kinds[j.id]
+		if j.status.Terminal() {
+			j.latency = time.Duration(secs * float64(time.Second))
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bench: read jobs: %w", err)
+	}
+	return out, nil
+}
+
+// database creates an empty database for one run and returns its URL and
+// a function that drops it.
+func (b *Bench) database(ctx context.Context) (string, func(), error) {
+	u, err := url.Parse(b.cfg.PostgresURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: PostgresURL: %w", ErrInvalidConfig, err)
+	}
+	name := "llmq_bench_" + uuid.NewString()[:8]
+	u.Path = "/" + name
+	admin := *u
+	admin.Path = "/postgres"
+	drop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, admin.String())
+		if err != nil {
+			b.log.Warn("bench: drop database", slog.String("database", name), slog.Any("error", err))
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			b.log.Warn("bench: drop database", slog.String("database", name), slog.Any("error", err))
+		}
+	}
+	if _, err := migrations.EnsureDatabase(ctx, u.String()); err != nil {
+		return "", nil, fmt.Errorf("bench: create database: %w", err)
+	}
+	return u.String(), drop, nil
+}
+
+// stopWithin calls stop with a context that ends after 10 s. A shutdown
+// error does not change the figures already read, so it is not returned.
+func stopWithin(stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = stop(ctx)
+}
+
+func total(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"time"
+
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/internal/workload"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/worker"
+)
+
+// The simulated provider of every scenario: RPM 600 and TPM 60,000 per
+// model, so that with the long/short mix below TPM is the binding quota
+// (the mix averages about 500 tokens per job: 120 jobs per minute by TPM
+// against 600 by RPM).
+const (
+	Primary  = "gpt-4o-mini"
+	Fallback = "gpt-4.1-mini"
+	RPM      = 600
+	TPM      = 60_000
+	// Overload is the arrival rate of the strategy comparison over what
+	// the binding quota serves.
+	Overload = 5
+)
+
+// sizes is the long/short mix: one job in five is a 1,500-token document
+// with max_tokens 500 (about 2,000 tokens charged), the others 100-token
+// answers to one-line questions (about 120).
+var (
+	sizes = workload.Sizes{ShortMaxTokens: 100, LongPromptWords: 1500, LongMaxTokens: 500}
+	mix   = workload.Mix{LongEvery: 5, Priorities: true}
+)
+
+// capacity is the jobs per second the binding quota serves with the mix.
+func capacity() float64 {
+	perJob := (4*float64(sizes.Charge(workload.KindShort)) + float64(sizes.Charge(workload.KindLong))) / 5
+	return TPM / perJob / 60
+}
+
+// simConfig is a simulator with the given limits per model. Completions
+// are exactly max_tokens long, so the tokens served equal the tokens
+// charged at admission and the utilisation of TPM is exact. Latency: 100 ms
+// to the first token and 1 ms per token, slowing down above 32 requests in
+// flight (the congestion signal of the adaptive strategy).
+func simConfig(models map[string]upstreamsim.Limits) upstreamsim.Config {
+	c := upstreamsim.Config{
+		Models:  map[string]upstreamsim.ModelConfig{},
+		Latency: upstreamsim.LatencyConfig{TTFT: 100 * time.Millisecond, PerToken: time.Millisecond, Capacity: 32},
+		Output:  upstreamsim.OutputConfig{Distribution: upstreamsim.DistFixed, Min: 1, Max: 1 << 20, Mean: 1 << 20},
+		Seed:    7,
+	}
+	for name, l := range models {
+		c.Models[name] = upstreamsim.ModelConfig{Limits: l}
+	}
+	return c
+}
+
+func known(fallbacks ...string) worker.Model {
+	return worker.Model{RPM: RPM, TPM: TPM, Fallbacks: fallbacks}
+}
+
+// strategyRun is the length of one strategy's run; steadyFrom is where its
+// steady state is taken to begin (the provider's initial full bucket is
+// spent by then).
+const (
+	strategyRun = 40 * time.Second
+	steadyFrom  = 20 * time.Second
+)
+
+// strategySpec is seed 000's comparison: arrivals at Overload times the
+// capacity for the whole 40 s run, so every strategy stays backlogged.
+func strategySpec(st shaping.Strategy) spec {
+	return spec{
+		name: string(st), strategy: st,
+		sim:    simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}}),
+		models: map[string]worker.Model{Primary: known()},
+		model:  Primary, mix: mix, sizes: sizes,
+		load:     []phase{{until: strategyRun, rate: Overload * capacity()}},
+		duration: strategyRun,
+	}
+}
+
+// Burst scenario timing: steady at half the capacity, five times that for
+// 10 s, then steady again.
+const (
+	burstStart = 10 * time.Second
+	burstEnd   = 20 * time.Second
+	burstRun   = 55 * time.Second
+	burstRatio = 5
+)
+
+func burstSteady() float64 { return capacity() / 2 }
+
+// burstSpec is seed 001's first acceptance experiment with the default
+// strategy (shape, quota known).
+func burstSpec() spec {
+	steady := burstSteady()
+	return spec{
+		name: "burst", strategy: shaping.StrategyShape,
+		sim:    simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}}),
+		models: map[string]worker.Model{Primary: known()},
+		model:  Primary, mix: mix, sizes: sizes,
+		load: []phase{
+			{until: burstStart, rate: steady},
+			{until: burstEnd, rate: burstRatio * steady},
+			{until: burstRun, rate: steady},
+		},
+		duration: burstRun,
+	}
+}
+
+// The primary of the fallback scenario allows primaryConcurrency calls in
+// flight, and as many other clients (on the same key) keep a call of
+// hogMaxTokens in flight each, all the time.
+const (
+	primaryConcurrency = 4
+	hogMaxTokens       = 1000
+)
+
+// fallbackSpec is seed 001's fourth experiment: other clients exhaust the
+// primary (its concurrency, then its TPM), and the jobs name a fallback
+// model with quota to spare.
+func fallbackSpec() spec {
+	return spec{
+		name: "fallback", strategy: shaping.StrategyShape,
+		sim: simConfig(map[string]upstreamsim.Limits{
+			Primary:  {RPM: RPM, TPM: TPM, MaxConcurrency: primaryConcurrency},
+			Fallback: {RPM: RPM, TPM: TPM},
+		}),
+		models:    map[string]worker.Model{Primary: known(), Fallback: known()},
+		model:     Primary,
+		fallbacks: []string{Fallback},
+		hogs:      primaryConcurrency,
+		mix:       mix, sizes: sizes,
+		load:     []phase{{until: 15 * time.Second, rate: capacity()}},
+		duration: 35 * time.Second,
+	}
+}
+
+// Adaptive scenario timing: the limit halves at adaptiveChange.
+const (
+	adaptiveChange = 35 * time.Second
+	adaptiveRun    = 75 * time.Second
+)
+
+// adaptiveSpec runs the adaptive strategy with no quota configured at
+// twice the capacity while the provider halves TPM (and RPM) mid-run.
+func adaptiveSpec() spec {
+	return spec{
+		name: "adaptive-halving", strategy: shaping.StrategyAdaptive,
+		sim:    simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}}),
+		models: map[string]worker.Model{},
+		model:  Primary, mix: mix, sizes: sizes,
+		load: []phase{{until: adaptiveRun, rate: 2 * capacity()}},
+		events: []event{{at: adaptiveChange, what: "limits halve", do: func(s *upstreamsim.Server) {
+			s.SetLimits(Primary, upstreamsim.Limits{RPM: RPM / 2, TPM: TPM / 2})
+		}}},
+		duration: adaptiveRun,
+	}
+}

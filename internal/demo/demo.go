@@ -1,0 +1,502 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/batchapi"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/internal/transport/kafka"
+	"github.com/llmq/llmq/internal/transport/open"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/internal/workload"
+	"github.com/llmq/llmq/migrations"
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/worker"
+)
+
+// Settings of the pipeline the demo builds.
+const (
+	simAPIKey       = "sk-llmq-local"
+	maxInFlight     = 256
+	maxAttempts     = 8
+	publishChunk    = 100
+	shutdownTimeout = 10 * time.Second
+)
+
+// simConfig is the simulated provider: the demo model and its fallback
+// with their quotas, 100 ms to the first token and 1 ms per token, 2% of
+// calls failing with a retryable 500 or 503, and a Batch API running 100
+// times faster than real time.
+func simConfig(c Config) upstreamsim.Config {
+	return upstreamsim.Config{
+		Models: map[string]upstreamsim.ModelConfig{
+			ModelDefault:         {Limits: upstreamsim.Limits{RPM: int64(c.RPM), TPM: int64(c.TPM)}},
+			FallbackModelDefault: {Limits: upstreamsim.Limits{RPM: FallbackRPM, TPM: FallbackTPM}},
+		},
+		Latency: upstreamsim.LatencyConfig{TTFT: 100 * time.Millisecond, PerToken: time.Millisecond},
+		Faults: upstreamsim.FaultConfig{Rates: map[upstreamsim.FaultKind]float64{
+			upstreamsim.FaultServerError: FaultRate / 2, upstreamsim.FaultOverloaded: FaultRate / 2,
+		}},
+		Batch: upstreamsim.BatchConfig{TimeScale: 100},
+		Seed:  1,
+	}
+}
+
+// run is one demo run: what it started and what it enqueued.
+type run struct {
+	cfg     Config
+	log     *slog.Logger
+	sim     *upstreamsim.Server
+	st      *store.Store
+	reg     *prometheus.Registry
+	apiURL  string
+	good    []string
+	bad     []string
+	started time.Time
+	stops   []func(context.Context) error
+	// malformedTo publishes messages straight to the jobs topic.
+	malformedTo func(context.Context, []transport.Message) error
+}
+
+// Run runs the demo: it starts the pipeline, enqueues the jobs, shows
+// progress on Config.Out until every job reached a terminal state, prints
+// the summary and returns it. With KeepRunning it then serves until ctx is
+// done. Every component it started is stopped before it returns.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return Summary{}, err
+	}
+	r := &run{cfg: cfg, log: cfg.Logger}
+	defer r.stop()
+	if err := r.start(ctx); err != nil {
+		return Summary{}, err
+	}
+	if err := r.enqueue(ctx); err != nil {
+		return Summary{}, err
+	}
+	if err := r.wait(ctx); err != nil {
+		return Summary{}, err
+	}
+	sum, err := r.summary(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
+	sum.Print(cfg.Out, cfg.KeepRunning)
+	if cfg.KeepRunning {
+		<-ctx.Done()
+	}
+	return sum, nil
+}
+
+// onStop registers f to run at shutdown (in reverse order).
+func (r *run) onStop(f func(context.Context) error) { r.stops = append(r.stops, f) }
+
+func (r *run) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*shutdownTimeout)
+	defer cancel()
+	for i := len(r.stops) - 1; i >= 0; i-- {
+		if err := r.stops[i](ctx); err != nil {
+			r.log.Warn("demo: stop", slog.Any("error", err))
+		}
+	}
+}
+
+// start brings up the simulator, the broker, the database, the worker and
+// the API.
+func (r *run) start(ctx context.Context) error {
+	cfg, out := r.cfg, r.cfg.Out
+	sim, err := upstreamsim.New(simConfig(cfg), upstreamsim.WithLogger(r.log))
+	if err != nil {
+		return err
+	}
+	root, err := sim.Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	r.sim = sim
+	r.onStop(sim.Stop)
+	fmt.Fprintf(out, "upstream   simulator at %s/v1: %s %d RPM / %s TPM (fallback %s), 2%% faults\n",
+		root, ModelDefault, cfg.RPM, kilo(float64(cfg.TPM)), FallbackModelDefault)
+
+	brokerURL := cfg.Broker
+	if brokerURL == "" || brokerURL == "embedded" {
+		addrs, stopKafka, err := kafka.StartEmbedded(ctx, TopicDefault, TopicDefault+dlq.DLQSuffix)
+		if err != nil {
+			return err
+		}
+		r.onStop(func(context.Context) error { stopKafka(); return nil })
+		brokerURL = "kafka://" + strings.Join(addrs, ",") + "/" + TopicDefault
+		fmt.Fprintf(out, "broker     embedded Kafka (kfake) at %s\n", strings.Join(addrs, ","))
+	} else {
+		fmt.Fprintf(out, "broker     %s\n", redact(brokerURL))
+	}
+	target, err := open.Parse(brokerURL)
+	if err != nil {
+		return fmt.Errorf("demo: broker: %w", err)
+	}
+
+	applied, err := migrations.Up(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("demo: migrate %s: %w", redact(cfg.DatabaseURL), err)
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	r.st = st
+	r.onStop(func(context.Context) error { st.Close(); return nil })
+	fmt.Fprintf(out, "database   %s (%d migrations applied)\n", redact(cfg.DatabaseURL), len(applied))
+
+	pub, sub, err := open.Open(ctx, brokerURL, open.Options{Prefetch: maxInFlight, Logger: r.log})
+	if err != nil {
+		return err
+	}
+	r.onStop(func(context.Context) error { return pub.Close() })
+	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: target.Dest, Logger: r.log})
+	if err != nil {
+		return err
+	}
+	if err := letters.Start(ctx); err != nil {
+		return err
+	}
+	r.onStop(letters.Stop)
+
+	client := worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: root + "/v1", APIKey: simAPIKey, Timeout: 30 * time.Second})
+	// The demo treats the live lane as backed up (Drain above the
+	// threshold), so every deferrable job takes the Batch API lane.
+	bcfg := batchapi.Config{
+		Store: st, Client: client, Publisher: pub, Destination: target.Dest, DeadLetters: letters,
+		Window: batchapi.WindowOff, Drain: func() time.Duration { return time.Hour },
+		FlushInterval: 2 * time.Second, PollInterval: time.Second, Logger: r.log,
+	}
+	router, err := batchapi.NewRouter(bcfg)
+	if err != nil {
+		return err
+	}
+	batches, err := batchapi.New(bcfg)
+	if err != nil {
+		return err
+	}
+	if err := batches.Start(ctx); err != nil {
+		return err
+	}
+	r.onStop(batches.Stop)
+
+	r.reg = prometheus.NewRegistry()
+	w, err := worker.New(worker.Config{
+		Subscriber: sub, Store: st, Client: client, DeadLetters: letters, Router: router,
+		Strategy: shaping.StrategyShape,
+		Models: map[string]worker.Model{
+			ModelDefault: {RPM: float64(cfg.RPM), TPM: float64(cfg.TPM), Fallbacks: []string{FallbackModelDefault},
+				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
+			FallbackModelDefault: {RPM: FallbackRPM, TPM: FallbackTPM,
+				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
+		},
+		MaxInFlight: maxInFlight, MaxAttempts: maxAttempts,
+		Backoff:         worker.Backoff{Base: 250 * time.Millisecond, Max: 5 * time.Second},
+		ShutdownTimeout: shutdownTimeout, Logger: r.log, Registerer: r.reg,
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	r.onStop(w.Stop)
+	fmt.Fprintf(out, "worker     strategy shape, %d messages in flight at most, %d attempts per job\n", maxInFlight, maxAttempts)
+
+	prod, err := producer.New(producer.Config{
+		Publisher: pub, Store: st, Destination: target.Dest, DepthProbe: sub,
+		ProbeCountsInFlight: target.Kind == open.KindKafka, Logger: r.log,
+	})
+	if err != nil {
+		return err
+	}
+	handler, err := api.New(api.Config{Producer: prod, Store: st, Keys: map[string]string{APIKeyDefault: TenantDefault}, Logger: r.log})
+	if err != nil {
+		return err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	if errors.Is(err, syscall.EADDRINUSE) && cfg.Listen == ListenDefault {
+		// Another program has the default port: any free one will do.
+		ln, err = lc.Listen(ctx, "tcp", "127.0.0.1:0")
+	}
+	if err != nil {
+		return fmt.Errorf("demo: API listen %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			r.log.Error("demo: API", slog.Any("error", err))
+		}
+	}()
+	r.onStop(func(ctx context.Context) error { err := srv.Shutdown(ctx); <-served; return err })
+	r.apiURL = "http://" + ln.Addr().String()
+	fmt.Fprintf(out, "api        %s (API key %s)\n\n", r.apiURL, APIKeyDefault)
+	r.malformedTo = func(ctx context.Context, msgs []transport.Message) error {
+		return pub.Publish(ctx, target.Dest, msgs...)
+	}
+	return nil
+}
+
+// enqueue posts the valid jobs to the API in chunks and publishes the
+// malformed messages straight to the broker (the API would refuse them).
+func (r *run) enqueue(ctx context.Context) error {
+	cfg := r.cfg
+	runID := uuid.NewString()[:8]
+	mix := workload.Mix{LongEvery: LongEvery, DeferrableEvery: DeferrableEvery, Priorities: true}
+	sizes := workload.Sizes{LongPromptWords: LongPromptWords, LongMaxTokens: LongMaxTokens}
+	r.started = time.Now()
+	msgs := make([]transport.Message, cfg.Malformed)
+	for i := range msgs {
+		id := fmt.Sprintf("demo-%s-bad-%d", runID, i)
+		r.bad = append(r.bad, id)
+		msgs[i] = transport.Message{Key: []byte(id), Value: workload.Malformed(id, i)}
+	}
+	if len(msgs) > 0 {
+		if err := r.malformedTo(ctx, msgs); err != nil {
+			return fmt.Errorf("demo: publish malformed messages: %w", err)
+		}
+	}
+	for from := 0; from < cfg.Jobs; from += publishChunk {
+		var batch struct {
+			Jobs []*llmq.Job `json:"jobs"`
+		}
+		for n := from; n < min(from+publishChunk, cfg.Jobs); n++ {
+			id := fmt.Sprintf("demo-%s-%04d", runID, n)
+			j := mix.Job(sizes, id, TenantDefault, ModelDefault, n)
+			j.Metadata = map[string]string{"kind": string(mix.Kind(n))}
+			batch.Jobs = append(batch.Jobs, j)
+			r.good = append(r.good, id)
+		}
+		if err := r.post(ctx, batch); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(r.cfg.Out, "enqueued   %d jobs through POST /v1/jobs (1 in %d long, 1 in %d deferrable, all priorities) + %d malformed messages straight to the broker\n\n",
+		cfg.Jobs, LongEvery, DeferrableEvery, cfg.Malformed)
+	return nil
+}
+
+// post sends one batch of jobs to the API.
+func (r *run) post(ctx context.Context, batch any) error {
+	body, err := json.Marshal(batch)
+	if err != nil {
+		return fmt.Errorf("demo: encode jobs: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.apiURL+"/v1/jobs", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("demo: post jobs: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+APIKeyDefault)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("demo: post jobs: %w", err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("demo: post jobs: %s: %s", resp.Status, bytes.TrimSpace(data))
+	}
+	var got struct {
+		Jobs []struct {
+			ID    string          `json:"id"`
+			Error json.RawMessage `json:"error"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		return fmt.Errorf("demo: post jobs: read answer: %w", err)
+	}
+	for _, j := range got.Jobs {
+		if len(j.Error) > 0 {
+			return fmt.Errorf("demo: job %s refused: %s", j.ID, j.Error)
+		}
+	}
+	return nil
+}
+
+// wait shows progress until every job is terminal and every malformed
+// message is dead-lettered.
+func (r *run) wait(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	tick := time.NewTicker(min(r.cfg.ProgressEvery, 250*time.Millisecond))
+	defer tick.Stop()
+	var lastShown time.Time
+	for {
+		c, err := r.count(ctx)
+		if err != nil {
+			return err
+		}
+		done := c.terminal() == len(r.good) && c.poison == len(r.bad)
+		if now := time.Now(); done || now.Sub(lastShown) >= r.cfg.ProgressEvery {
+			lastShown = now
+			r.progress(c, done)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("%w: %d of %d jobs terminal after %s", ErrTimeout, c.terminal(), len(r.good), r.cfg.Timeout)
+			}
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// counts are the states of the run's jobs, read from Postgres.
+type counts struct {
+	byStatus    map[llmq.Status]int
+	viaBatch    int
+	viaFallback int
+	poison      int
+}
+
+func (c counts) terminal() int {
+	n := 0
+	for s, k := range c.byStatus {
+		if s.Terminal() {
+			n += k
+		}
+	}
+	return n
+}
+
+func (r *run) count(ctx context.Context) (counts, error) {
+	c := counts{byStatus: map[llmq.Status]int{}}
+	rows, err := r.st.Pool().Query(ctx, `SELECT status, lane = 'batch' AND status = 'succeeded',
+		used_model <> '' AND used_model <> requested_model, count(*)
+		FROM jobs WHERE id = ANY($1) GROUP BY 1, 2, 3`, r.good)
+	if err != nil {
+		return c, fmt.Errorf("demo: count jobs: %w", err)
+	}
+	for rows.Next() {
+		var (
+			status          string
+			batch, fallback bool
+			n               int
+		)
+		if err := rows.Scan(&status, &batch, &fallback, &n); err != nil {
+			rows.Close()
+			return c, fmt.Errorf("demo: count jobs: %w", err)
+		}
+		c.byStatus[llmq.Status(status)] += n
+		if batch {
+			c.viaBatch += n
+		}
+		if fallback && status == string(llmq.StatusSucceeded) {
+			c.viaFallback += n
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("demo: count jobs: %w", err)
+	}
+	err = r.st.Pool().QueryRow(ctx, `SELECT count(DISTINCT job_id) FROM dead_letters WHERE job_id = ANY($1) AND reason = $2`,
+		r.bad, string(dlq.ReasonPoison)).Scan(&c.poison)
+	if err != nil {
+		return c, fmt.Errorf("demo: count dead letters: %w", err)
+	}
+	return c, nil
+}
+
+// progress prints one progress line.
+func (r *run) progress(c counts, final bool) {
+	st := r.sim.Stats()
+	m := st.Models[ModelDefault]
+	now := time.Now()
+	var req, tok int64
+	for _, p := range m.Timeline {
+		if now.Unix()-p.Second < 60 {
+			req += p.Requests
+			tok += p.Tokens
+		}
+	}
+	line := fmt.Sprintf("[%3.0fs] done %d/%d  ok %d (batch %d)  dead letters %d  |  last 60s %s: %d/%d req, %s/%s tok  |  429s %d  retries %d",
+		now.Sub(r.started).Seconds(), c.terminal()+c.poison, len(r.good)+len(r.bad),
+		c.byStatus[llmq.StatusSucceeded], c.viaBatch, c.byStatus[llmq.StatusDeadLettered]+c.poison,
+		ModelDefault, req, r.cfg.RPM, kilo(float64(tok)), kilo(float64(r.cfg.TPM)),
+		sum(st.Total.RateLimited), r.retries())
+	switch {
+	case !r.cfg.TTY:
+		fmt.Fprintln(r.cfg.Out, line)
+	case final:
+		fmt.Fprintf(r.cfg.Out, "\r\033[K%s\n", line)
+	default:
+		fmt.Fprintf(r.cfg.Out, "\r\033[K%s", line)
+	}
+}
+
+// retries reads the worker's retry counter.
+func (r *run) retries() int64 {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == "llmq_retries_total" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int64(n)
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// kilo formats n as 12.3k above a thousand.
+func kilo(n float64) string {
+	if n >= 1000 {
+		return fmt.Sprintf("%.1fk", n/1000)
+	}
+	return fmt.Sprintf("%.0f", n)
+}
+
+// redact hides a URL's password.
+func redact(raw string) string {
+	at := strings.LastIndex(raw, "@")
+	scheme := strings.Index(raw, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return raw
+	}
+	cred := raw[scheme+3 : at]
+	if user, _, ok := strings.Cut(cred, ":"); ok {
+		return raw[:scheme+3] + user + ":***" + raw[at:]
+	}
+	return raw
+}

@@ -1,0 +1,8 @@
+// Package workload builds the synthetic jobs of `llmq demo` and `llmq bench`:
+// short questions and long documents (seed 001's long/short mix), every
+// priority, deferrable jobs and malformed messages that must be
+// dead-lettered as poison.
+//
+// Everything is a pure function of its arguments, so a run is reproducible:
+// job n of a mix is always the same job.
+package workload

@@ -25,7 +25,7 @@ const (
 	MaxInFlightDefault      = 256
 	MaxAttemptsDefault      = 6
 	FallbackAfterDefault    = 3
-	FallbackMaxWaitDefault  = 10 * time.Second
+	FallbackMaxWaitDefault  = 2 * time.Second
 	LeaseDefault            = 2 * time.Minute
 	ShutdownTimeoutDefault  = 30 * time.Second
 	DefaultMaxOutputDefault = 1024
@@ -105,7 +105,7 @@ type Config struct {
 	FallbackAfter int
 	// FallbackMaxWait is the longest wait on a rate-limited model (its
 	// Retry-After, or its lane's pause after 429s) before a job with a
-	// fallback moves on at once rather than wait. Default 10s.
+	// fallback moves on at once rather than wait. Default 2s.
 	FallbackMaxWait time.Duration
 	// Backoff shapes retry delays; zero fields take its defaults.
 	Backoff Backoff

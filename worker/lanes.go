@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/llmq/llmq/shaping"
 )
@@ -22,11 +24,18 @@ type lane struct {
 // the job abandons the ticket (its context ended) and the dispatcher gives
 // back any permit it got for it.
 type ticket struct {
-	ctx   context.Context
-	req   shaping.Request
-	done  chan admission // buffered 1
-	state atomic.Int32
+	ctx context.Context
+	req shaping.Request
+	// maxPause, when > 0, is how long a paused lane may hold this ticket:
+	// the job has a fallback model and moves on rather than wait longer.
+	maxPause time.Duration
+	done     chan admission // buffered 1
+	state    atomic.Int32
 }
+
+// errLanePaused answers a ticket whose lane is paused by 429s for longer
+// than the ticket may wait.
+var errLanePaused = errors.New("worker: model rate limited (lane paused by 429s)")
 
 const (
 	ticketWaiting int32 = iota
@@ -100,6 +109,10 @@ func (w *Worker) dispatch(l *lane) {
 			return
 		}
 		if t.state.Load() == ticketAbandoned {
+			continue
+		}
+		if t.maxPause > 0 && l.shaper.PausedUntil().Sub(w.cfg.Clock.Now()) > t.maxPause {
+			t.answer(admission{err: errLanePaused})
 			continue
 		}
 		p, err := l.shaper.Admit(t.ctx, t.req)

@@ -306,10 +306,6 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 			w.expire(ctx, p, log, "deadline passed before the job started")
 			return
 		}
-		if until := w.lane(model).shaper.PausedUntil(); until.Sub(w.cfg.Clock.Now()) > w.cfg.FallbackMaxWait &&
-			w.fallBack(p, "lane paused by 429s", log) {
-			continue
-		}
 		req, err := w.request(p, model)
 		if err != nil {
 			w.finishFailed(ctx, p, log, "invalid_body", err.Error())
@@ -317,6 +313,8 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 		}
 		permit, err := w.admit(ctx, p, model)
 		switch {
+		case errors.Is(err, errLanePaused) && w.fallBack(p, "lane paused by 429s", log):
+			continue
 		case errors.Is(err, shaping.ErrTooLarge):
 			w.finishFailed(ctx, p, log, "request_too_large", err.Error())
 			return
@@ -367,7 +365,13 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 				continue
 			}
 		}
-		if err := w.backoff(ctx, p, out, log); err != nil {
+		w.budgetMu.Lock()
+		budgeted := w.budget.Withdraw()
+		w.budgetMu.Unlock()
+		if !budgeted && out.Class == ClassRateLimited && w.fallBack(p, "retry budget spent", log) {
+			continue
+		}
+		if err := w.backoff(ctx, p, out, budgeted, log); err != nil {
 			w.giveBack(p.msg, p.job, true, log, err)
 			return
 		}
@@ -401,19 +405,17 @@ func (w *Worker) nextFallback(p *job) (int, bool) {
 	return 0, false
 }
 
-// backoff records the retryable failure, waits out the delay, and claims the
-// job again (retrying → running).
-func (w *Worker) backoff(ctx context.Context, p *job, out Outcome, log *slog.Logger) error {
+// backoff records the retryable failure, waits out the delay (the longest
+// one when the retry budget refused this retry), and claims the job again
+// (retrying → running).
+func (w *Worker) backoff(ctx context.Context, p *job, out Outcome, budgeted bool, log *slog.Logger) error {
 	wctx := context.WithoutCancel(ctx)
 	if err := w.cfg.Store.MarkRetrying(wctx, p.job.ID, w.cfg.Owner, out.Code, out.Message); err != nil {
 		return err
 	}
 	w.metrics.jobs.WithLabelValues(string(llmq.StatusRetrying)).Inc()
-	w.budgetMu.Lock()
-	allowed := w.budget.Withdraw()
-	w.budgetMu.Unlock()
 	var delay time.Duration
-	if allowed {
+	if budgeted {
 		w.rngMu.Lock()
 		delay = w.cfg.Backoff.Delay(p.retries, out.Headers.RetryAfter, w.rng)
 		w.rngMu.Unlock()
@@ -459,6 +461,9 @@ func (w *Worker) admit(ctx context.Context, p *job, model string) (shaping.Permi
 	}
 	begin := w.cfg.Clock.Now()
 	t := &ticket{ctx: ctx, req: req, done: make(chan admission, 1)}
+	if _, ok := w.nextFallback(p); ok {
+		t.maxPause = w.cfg.FallbackMaxWait
+	}
 	l.sched.Push(t, p.job.Priority.Rank())
 	a := t.wait(ctx)
 	w.metrics.shapingWait.Observe(w.cfg.Clock.Now().Sub(begin).Seconds())

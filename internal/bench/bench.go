@@ -286,8 +286,10 @@ Other clients exhaust the primary: `+"`%s`"+` allows %d calls in flight, and %d 
 the same API key keep a %d-token call in flight each all the time, taking its concurrency and
 then its TPM; the worker is configured with the primary's full %d RPM / %s TPM. Jobs name
 `+"`%s`"+` as their fallback. Arrivals at %.1f jobs/s for %s, run of %s. The worker moves a job
-to the fallback after 3 rate-limited calls (`+"`FallbackAfter`"+`) and only on 429s. Calls and 429s
-below are the simulator's, every client included; jobs answered are llmq's.
+to the fallback only on 429s: after 3 rate-limited calls (`+"`retry.fallback_after`"+`), at once when
+the primary's lane is paused by 429s for longer than 2 s (`+"`retry.fallback_max_wait`"+`), or when
+the retry budget refuses another retry. Calls and 429s below are the simulator's, every client
+included; jobs answered are llmq's.
 
 | model | calls admitted | 429s | llmq jobs answered |
 |---|---:|---:|---:|
@@ -295,8 +297,8 @@ below are the simulator's, every client included; jobs answered are llmq's.
 | `+"`%s`"+` (fallback) | %d | %d | %d |
 
 %d of %d jobs succeeded (%d dead-lettered, %d unfinished); latency p50 %s, p99 %s. The worker falls
-back only after 429s: a job its shaper holds back in the primary's lane collects none, so it waits
-for the primary rather than moving to the fallback.
+back only after 429s: a job its shaper holds back in the primary's lane (waiting for the
+primary's buckets, not for a 429 pause) stays with the primary.
 
 `, Primary, primaryConcurrency, s.hogs, hogMaxTokens, RPM, kilo(TPM), Fallback, capacity(), s.load[0].until.Round(time.Second), s.duration.Round(time.Second),
 		Primary, prim.Accepted, total(prim.RateLimited), res.usedModel(Primary),

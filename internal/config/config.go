@@ -58,7 +58,7 @@ const (
 	// RetryFallbackMaxWaitDefault is the longest rate-limit wait (a
 	// Retry-After, or the model's lane paused by 429s) a job with a
 	// fallback sits out before it moves on at once.
-	RetryFallbackMaxWaitDefault = 10 * time.Second
+	RetryFallbackMaxWaitDefault = 2 * time.Second
 
 	// BatchWindowDefault is the off-peak window in which deferrable jobs go
 	// to the provider's Batch API.

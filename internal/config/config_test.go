@@ -35,7 +35,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "amqp://guest:xxxxx@127.0.0.1:5672/?queue=llmq.jobs", c.Broker.String())
 	require.Equal(t, config.MaxMessageBytesDefault, c.MaxMessageBytes)
 	require.Equal(t, config.Retry{MaxAttempts: 6, BaseDelay: 500 * time.Millisecond, MaxDelay: 30 * time.Second, Budget: 0.5,
-		FallbackAfter: 3, FallbackMaxWait: 10 * time.Second}, c.Retry)
+		FallbackAfter: 3, FallbackMaxWait: 2 * time.Second}, c.Retry)
 	require.Equal(t, "22:00-06:00", c.Batch.Window)
 	require.Equal(t, int64(config.SoftDepthDefault), c.Backpressure.SoftDepth)
 	require.Equal(t, int64(config.HardDepthDefault), c.Backpressure.HardDepth)
@@ -113,7 +113,7 @@ alerts:
 	require.Equal(t, config.Model{RPM: 500, TPM: 200000, Concurrency: 20, ContextWindow: 128000, MaxOutputDefault: 512,
 		InputPricePer1M: 0.15, OutputPricePer1M: 0.6, BatchDiscount: 0.5, Fallbacks: []string{"gpt-4o-nano"}}, m)
 	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second, Budget: 0.5,
-		FallbackAfter: 3, FallbackMaxWait: 10 * time.Second}, c.Retry)
+		FallbackAfter: 3, FallbackMaxWait: 2 * time.Second}, c.Retry)
 	require.Equal(t, config.Backpressure{SoftDepth: 100, HardDepth: 1000}, c.Backpressure)
 	require.Equal(t, "http://127.0.0.1:9999/hook", c.Alerts.WebhookURL)
 

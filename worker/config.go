@@ -22,14 +22,13 @@ import (
 
 // Defaults of Config.
 const (
-	MaxInFlightDefault      = 256
-	MaxAttemptsDefault      = 6
-	FallbackAfterDefault    = 3
-	FallbackMaxWaitDefault  = 2 * time.Second
-	LeaseDefault            = 2 * time.Minute
-	ShutdownTimeoutDefault  = 30 * time.Second
-	DefaultMaxOutputDefault = 1024
-	leasedRecheckMax        = 30 * time.Second
+	MaxInFlightDefault     = 256
+	MaxAttemptsDefault     = 6
+	FallbackAfterDefault   = 3
+	FallbackMaxWaitDefault = 2 * time.Second
+	LeaseDefault           = 2 * time.Minute
+	ShutdownTimeoutDefault = 30 * time.Second
+	leasedRecheckMax       = 30 * time.Second
 )
 
 // Model is what the worker knows about one model: its quota (which shapes
@@ -45,7 +44,7 @@ type Model struct {
 	// unknown, not checked.
 	ContextWindow int
 	// MaxOutputDefault is reserved for a job that sets no max tokens.
-	// 0 = DefaultMaxOutputDefault.
+	// 0 = shaping.LaneMaxOutputDefault.
 	MaxOutputDefault int
 	// InputPricePer1M and OutputPricePer1M are USD per million tokens, for
 	// the cost stored with each result. 0 = free.
@@ -204,7 +203,7 @@ func (c Config) model(name string) Model {
 		m = c.Default
 	}
 	if m.MaxOutputDefault <= 0 {
-		m.MaxOutputDefault = DefaultMaxOutputDefault
+		m.MaxOutputDefault = shaping.LaneMaxOutputDefault
 	}
 	return m
 }

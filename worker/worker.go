@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -395,9 +396,9 @@ func (w *Worker) fallBack(p *job, why string, log *slog.Logger) bool {
 // nextFallback returns the index of the next model in the chain whose
 // context window fits the request.
 func (w *Worker) nextFallback(p *job) (int, bool) {
-	need := p.est.PromptTokens + p.est.MaxOutputTokens
 	for i := p.model + 1; i < len(p.models); i++ {
-		if cw := w.cfg.model(p.models[i]).ContextWindow; cw > 0 && need > cw {
+		m := w.cfg.model(p.models[i])
+		if need := p.est.PromptTokens + cmp.Or(p.est.MaxOutputTokens, m.MaxOutputDefault); m.ContextWindow > 0 && need > m.ContextWindow {
 			continue
 		}
 		return i, true

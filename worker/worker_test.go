@@ -406,3 +406,30 @@ func TestWorkerFallsBackAtOnceOnALongRetryAfter(t *testing.T) {
 	}
 	require.Equal(t, len(ids)-1, backup, "all but the job the primary's one request served")
 }
+
+// TestWorkerFallbackChecksTheContextWindow: a fallback model whose context
+// window cannot hold the request is skipped for the next one.
+func TestWorkerFallbackChecksTheContextWindow(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 14, OmitRetryAfterOn429: true, OmitRateLimitHeadersOn429: true,
+		Models: map[string]upstreamsim.ModelConfig{"primary": {Limits: upstreamsim.Limits{RPM: 1, TPM: -1}}}})
+	tb.start(t, func(c *worker.Config) {
+		c.FallbackAfter = 1
+		c.Models = map[string]worker.Model{"tiny": {ContextWindow: 10}}
+	})
+	ids := []string{"cw-1", "cw-2", "cw-3"}
+	for _, id := range ids {
+		tb.publish(t, jobJSON(id, "primary", `,"fallback_models":["tiny","big"]`))
+	}
+	recs := tb.waitTerminal(t, ids, 30*time.Second)
+	big := 0
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status)
+		require.NotEqual(t, "tiny", recs[id].UsedModel)
+		if recs[id].UsedModel == "big" {
+			big++
+		}
+	}
+	require.Equal(t, len(ids)-1, big)
+	require.Zero(t, tb.sim.Sim.Stats().Models["tiny"].Accepted, "tiny (10-token window) never called")
+}

@@ -11,7 +11,7 @@ import (
 // Defaults of Config.
 const (
 	// JobsDefault is the number of valid jobs enqueued.
-	JobsDefault = 300
+	JobsDefault = 200
 	// ModelDefault is the model the jobs ask for.
 	ModelDefault = "gpt-4o-mini"
 	// FallbackModelDefault is the fallback of ModelDefault.

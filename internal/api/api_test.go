@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -31,30 +31,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.DiscardHandler)
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 const (
 	keyAcme   = "key-acme"
 	keyGlobex = "key-globex"
 )
 
 type testBundle struct {
-	clock    *fakeClock
+	clock    *clockwork.FakeClock
 	store    *store.Store
 	broker   *memory.Broker
 	sub      *memory.Subscriber
@@ -71,7 +54,7 @@ type options struct {
 
 func setup(t *testing.T, o options) *testBundle {
 	t.Helper()
-	clk := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clk := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st := store.New(storetest.NewPool(t), store.WithClock(clk.Now))
 	b := memory.New()
 	sub, err := b.NewSubscriber("jobs", memory.Config{Prefetch: 1000})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -283,17 +284,27 @@ func (st *batchStore) handleUpload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, obj)
 }
 
+// listLimit reads a list endpoint's limit parameter (1 to max, def when
+// absent); on a bad value it answers 400 and reports false.
+func listLimit(w http.ResponseWriter, q url.Values, def, max int) (int, bool) {
+	v := q.Get("limit")
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > max {
+		badRequest(w, "limit", fmt.Sprintf("Invalid 'limit': expected an integer between 1 and %d.", max))
+		return 0, false
+	}
+	return n, true
+}
+
 func (st *batchStore) handleListFiles(w http.ResponseWriter, r *http.Request) {
 	st.begin(w)
 	q := r.URL.Query()
-	limit := 10000
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			badRequest(w, "limit", "Invalid 'limit': expected an integer between 1 and 10000.")
-			return
-		}
-		limit = n
+	limit, ok := listLimit(w, q, 10000, 10000)
+	if !ok {
+		return
 	}
 	st.mu.Lock()
 	ids := slices.Clone(st.fileIDs)
@@ -594,14 +605,9 @@ func (st *batchStore) handleCancel(w http.ResponseWriter, r *http.Request) {
 func (st *batchStore) handleList(w http.ResponseWriter, r *http.Request) {
 	st.begin(w)
 	q := r.URL.Query()
-	limit := 20
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			badRequest(w, "limit", "Invalid 'limit': expected an integer between 1 and 100.")
-			return
-		}
-		limit = n
+	limit, ok := listLimit(w, q, 20, 100)
+	if !ok {
+		return
 	}
 	after := q.Get("after")
 	st.mu.Lock()

@@ -284,16 +284,16 @@ func (st *batchStore) handleUpload(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, obj)
 }
 
-// listLimit reads a list endpoint's limit parameter (1 to max, def when
+// listLimit reads a list endpoint's limit parameter (1 to most, def when
 // absent); on a bad value it answers 400 and reports false.
-func listLimit(w http.ResponseWriter, q url.Values, def, max int) (int, bool) {
+func listLimit(w http.ResponseWriter, q url.Values, def, most int) (int, bool) {
 	v := q.Get("limit")
 	if v == "" {
 		return def, true
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > max {
-		badRequest(w, "limit", fmt.Sprintf("Invalid 'limit': expected an integer between 1 and %d.", max))
+	if err != nil || n < 1 || n > most {
+		badRequest(w, "limit", fmt.Sprintf("Invalid 'limit': expected an integer between 1 and %d.", most))
 		return 0, false
 	}
 	return n, true

@@ -307,11 +307,6 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 			w.expire(ctx, p, log, "deadline passed before the job started")
 			return
 		}
-		req, err := w.request(p, model)
-		if err != nil {
-			w.finishFailed(ctx, p, log, "invalid_body", err.Error())
-			return
-		}
 		permit, err := w.admit(ctx, p, model)
 		switch {
 		case errors.Is(err, errLanePaused) && w.fallBack(p, "lane paused by 429s", log):
@@ -333,7 +328,9 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 			return
 		}
 		w.metrics.inFlight.Inc()
-		resp, err := w.cfg.Client.CreateChatCompletion(withExchange(ctx, x), req)
+		// go-openai only needs the model from the struct: the bytes sent are
+		// the exchange's, the job's own body.
+		resp, err := w.cfg.Client.CreateChatCompletion(withExchange(ctx, x), openai.ChatCompletionRequest{Model: model})
 		w.metrics.inFlight.Dec()
 		p.calls++
 		out := Classify(err, resp.Header(), w.cfg.Provider)
@@ -435,16 +432,6 @@ func (w *Worker) backoff(ctx context.Context, p *job, out Outcome, budgeted bool
 	}
 	_, err := w.cfg.Store.Claim(ctx, p.job, w.cfg.Owner, w.cfg.Lease)
 	return err
-}
-
-// request builds the go-openai request for model from the job's body.
-func (w *Worker) request(p *job, model string) (openai.ChatCompletionRequest, error) {
-	var req openai.ChatCompletionRequest
-	if err := json.Unmarshal(p.job.Body, &req); err != nil {
-		return req, fmt.Errorf("body is not a chat-completions request: %w", err)
-	}
-	req.Model = model
-	return req, nil
 }
 
 // admit waits in the model's lane: priority order first, then shaping. The

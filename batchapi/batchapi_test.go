@@ -19,29 +19,30 @@ func TestRouter(t *testing.T) {
 	ctx := context.Background()
 	drain := time.Duration(0)
 	b := setup(t, simConfig(), func(c *Config) { c.Drain = func() time.Duration { return drain } })
+	// route claims j as owner, routes it and returns the decision and the row.
+	route := func(j *llmq.Job, owner string) (bool, *store.JobRecord) {
+		t.Helper()
+		rec, err := b.st.Claim(ctx, j, owner, time.Minute)
+		require.NoError(t, err)
+		ok, err := b.router.Route(ctx, rec)
+		require.NoError(t, err)
+		got, err := b.st.GetByID(ctx, j.ID)
+		require.NoError(t, err)
+		return ok, got
+	}
 
 	// Not deferrable: live, nothing written.
 	plain := job("plain", "gpt-4o-mini", nil)
 	plain.Deferrable = false
-	rec, err := b.st.Claim(ctx, plain, "w", time.Minute)
-	require.NoError(t, err)
-	ok, err := b.router.Route(ctx, rec)
-	require.NoError(t, err)
+	ok, got := route(plain, "w")
 	require.False(t, ok)
-	got, err := b.st.GetByID(ctx, "plain")
-	require.NoError(t, err)
 	require.Equal(t, store.LaneLive, got.Lane)
 	require.Empty(t, got.LaneReason)
 
 	// Deferrable at night: batch lane, queued for the collector, lease and
 	// attempt given back.
-	rec, err = b.st.Claim(ctx, job("night", "gpt-4o-mini", nil), "w", time.Minute)
-	require.NoError(t, err)
-	ok, err = b.router.Route(ctx, rec)
-	require.NoError(t, err)
+	ok, got = route(job("night", "gpt-4o-mini", nil), "w")
 	require.True(t, ok)
-	got, err = b.st.GetByID(ctx, "night")
-	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, got.Status)
 	require.Equal(t, store.LaneBatch, got.Lane)
 	require.Equal(t, "batch: inside off-peak window 22:00-06:00 UTC", got.LaneReason)
@@ -49,52 +50,32 @@ func TestRouter(t *testing.T) {
 	require.Empty(t, got.LeaseOwner)
 
 	// A redelivery of it is claimed again and routed again, same reason.
-	rec, err = b.st.Claim(ctx, job("night", "gpt-4o-mini", nil), "w2", time.Minute)
-	require.NoError(t, err)
-	ok, err = b.router.Route(ctx, rec)
-	require.NoError(t, err)
+	ok, got = route(job("night", "gpt-4o-mini", nil), "w2")
 	require.True(t, ok)
-	got, err = b.st.GetByID(ctx, "night")
-	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, got.Status)
 	require.Equal(t, "batch: inside off-peak window 22:00-06:00 UTC", got.LaneReason)
 
 	// A near deadline keeps a job live, with the reason.
 	soon := night.Add(3 * time.Hour)
-	rec, err = b.st.Claim(ctx, job("soon", "gpt-4o-mini", &soon), "w", time.Minute)
-	require.NoError(t, err)
-	ok, err = b.router.Route(ctx, rec)
-	require.NoError(t, err)
+	ok, got = route(job("soon", "gpt-4o-mini", &soon), "w")
 	require.False(t, ok)
-	got, err = b.st.GetByID(ctx, "soon")
-	require.NoError(t, err)
 	require.Equal(t, llmq.StatusRunning, got.Status)
 	require.Equal(t, store.LaneLive, got.Lane)
 	require.Equal(t, "live: deadline in 3h0m0s, batch needs more than 25h0m0s", got.LaneReason)
 
 	// Daytime: live unless the live lane is backed up.
 	b.now.Set(time.Date(2026, 6, 16, 12, 0, 0, 0, time.UTC))
-	rec, err = b.st.Claim(ctx, job("day", "gpt-4o-mini", nil), "w", time.Minute)
-	require.NoError(t, err)
-	ok, err = b.router.Route(ctx, rec)
-	require.NoError(t, err)
+	ok, got = route(job("day", "gpt-4o-mini", nil), "w")
 	require.False(t, ok)
-	got, err = b.st.GetByID(ctx, "day")
-	require.NoError(t, err)
 	require.Equal(t, "live: outside off-peak window 22:00-06:00 UTC, live lane drains in 0s", got.LaneReason)
 	// The decision sticks for redeliveries, even once the backlog grows.
 	drain = time.Hour
-	ok, err = b.router.Route(ctx, got)
+	ok, err := b.router.Route(ctx, got)
 	require.NoError(t, err)
 	require.False(t, ok)
 
-	rec, err = b.st.Claim(ctx, job("backlog", "gpt-4o-mini", nil), "w", time.Minute)
-	require.NoError(t, err)
-	ok, err = b.router.Route(ctx, rec)
-	require.NoError(t, err)
+	ok, got = route(job("backlog", "gpt-4o-mini", nil), "w")
 	require.True(t, ok)
-	got, err = b.st.GetByID(ctx, "backlog")
-	require.NoError(t, err)
 	require.Equal(t, "batch: live lane drains in 1h0m0s, over the 30m0s threshold", got.LaneReason)
 }
 

@@ -29,6 +29,9 @@ const (
 	LeaseDefault           = 2 * time.Minute
 	ShutdownTimeoutDefault = 30 * time.Second
 	leasedRecheckMax       = 30 * time.Second
+	// storeRetryDelay holds a message whose claim failed on a database
+	// error before it is handed back.
+	storeRetryDelay = time.Second
 )
 
 // Model is what the worker knows about one model: its quota (which shapes

@@ -240,6 +240,12 @@ func (w *Worker) handle(ctx context.Context, msg *transport.Message) {
 		w.ack(msg, log)
 		return
 	case err != nil:
+		// Postgres is unreachable or refused: hold the message a moment
+		// before it goes back, so a database outage is not a hot loop of
+		// redeliveries.
+		if ctx.Err() == nil {
+			_ = sleep(ctx, w.cfg.Clock, storeRetryDelay)
+		}
 		w.giveBack(msg, j, false, log, err)
 		return
 	}

@@ -1,10 +1,7 @@
 package dlq
 
 import (
-	"cmp"
 	"context"
-	"fmt"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -17,35 +14,13 @@ import (
 	"github.com/llmq/llmq/internal/store/storetest"
 	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/internal/transport/rabbitmq"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 )
-
-func amqpURL() string {
-	return cmp.Or(os.Getenv("LLMQ_TEST_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/")
-}
-
-// rabbitQueue returns a queue name unique to the test and deletes it and its
-// ".dlq" when the test ends.
-func rabbitQueue(t *testing.T) string {
-	name := fmt.Sprintf("llmq-dlq-test-%d", time.Now().UnixNano())
-	t.Cleanup(func() {
-		conn, err := amqp.Dial(amqpURL())
-		require.NoError(t, err)
-		defer conn.Close()
-		ch, err := conn.Channel()
-		require.NoError(t, err)
-		defer ch.Close()
-		for _, q := range []string{name, name + DLQSuffix} {
-			_, err := ch.QueueDelete(q, false, false, false)
-			require.NoError(t, err)
-		}
-	})
-	return name
-}
 
 // consumeOne returns the next message of queue, acked.
 func consumeOne(t *testing.T, queue string) *transport.Message {
 	t.Helper()
-	sub, err := rabbitmq.NewSubscriber(rabbitmq.Config{URL: amqpURL(), Queue: queue, Prefetch: 10})
+	sub, err := rabbitmq.NewSubscriber(rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, Prefetch: 10})
 	require.NoError(t, err)
 	defer sub.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -69,12 +44,12 @@ func TestWriterAndReplayOnRabbitMQ(t *testing.T) {
 	}
 	t.Parallel()
 	ctx := context.Background()
-	queue := rabbitQueue(t)
+	queue := rabbitmqtest.NewQueue(t)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: amqpURL()})
+	pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: rabbitmqtest.URL()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, pub.Close()) })
 	cfg := Config{Store: st, Publisher: pub, Destination: queue, Clock: clock}
@@ -110,7 +85,7 @@ func TestWriterAndReplayOnRabbitMQ(t *testing.T) {
 	require.Equal(t, strconv.FormatInt(recs[0].ID, 10), again.Headers[HeaderReplayOf])
 
 	// Each queue got exactly one message.
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(rabbitmqtest.URL())
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/internal/transport/memory"
 	"github.com/llmq/llmq/internal/transport/rabbitmq"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/producer"
 )
 
@@ -401,13 +400,6 @@ func TestSweeperStartStop(t *testing.T) {
 	require.NoError(t, s.Stop(ctx), "a second Stop is harmless")
 }
 
-func amqpURL() string {
-	if u := os.Getenv("LLMQ_TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
 // TestBrokerDownOutbox runs against RabbitMQ: with the broker unreachable
 // the probe refuses jobs (nothing recorded); a publish failing after the
 // insert leaves the job queued and the sweeper publishes it, with its
@@ -448,9 +440,8 @@ func TestBrokerDownOutbox(t *testing.T) {
 	require.Equal(t, llmq.StatusQueued, rec.Status)
 
 	// The broker is back.
-	queue := fmt.Sprintf("llmq-test-producer-%d", time.Now().UnixNano())
-	deleteQueue(t, queue)
-	live := rabbitmq.Config{URL: amqpURL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Logger: quiet}
+	queue := rabbitmqtest.NewQueue(t)
+	live := rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Logger: quiet}
 	pub, err := rabbitmq.NewPublisher(live)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
@@ -480,24 +471,4 @@ func TestConfigValidate(t *testing.T) {
 	_, err = producer.NewSweeper(producer.SweeperConfig{})
 	require.ErrorContains(t, err, "SweeperConfig.Producer")
 	require.True(t, errors.Is(fmt.Errorf("x: %w", producer.ErrUnpublished), producer.ErrUnpublished))
-}
-
-// deleteQueue deletes the test queue when the test ends (after the
-// publisher and subscribers registered later are closed).
-func deleteQueue(t *testing.T, name string) {
-	t.Helper()
-	t.Cleanup(func() {
-		conn, err := amqp.Dial(amqpURL())
-		if err != nil {
-			t.Logf("delete queue %s: %v", name, err)
-			return
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Logf("delete queue %s: %v", name, err)
-			return
-		}
-		_, _ = ch.QueueDelete(name, false, false, false)
-	})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
 	"github.com/llmq/llmq/internal/transport/open"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/worker"
@@ -26,9 +27,7 @@ import (
 func BenchmarkPipeline(b *testing.B) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
-			queue := "llmq.bench." + uuid.NewString()[:8]
-			b.Cleanup(func() { deleteQueues(b, queue, queue+".dlq") })
-			return "amqp://guest:guest@127.0.0.1:5672/?queue=" + queue
+			return rabbitmqtest.BrokerURL(rabbitmqtest.NewQueue(b))
 		},
 		"memory": func(b *testing.B) string { return "memory://bench-" + uuid.NewString()[:8] + "/jobs" },
 		"kafka": func(b *testing.B) string {

@@ -8,15 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
 	"github.com/llmq/llmq/internal/transport/open"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/worker"
@@ -32,9 +31,7 @@ func TestWorkerThroughBrokers(t *testing.T) {
 	const n = 2000
 	brokers := map[string]func(t *testing.T) string{
 		"rabbitmq": func(t *testing.T) string {
-			queue := "llmq.test." + uuid.NewString()[:8]
-			t.Cleanup(func() { deleteQueues(t, queue, queue+".dlq") })
-			return "amqp://guest:guest@127.0.0.1:5672/?queue=" + queue
+			return rabbitmqtest.BrokerURL(rabbitmqtest.NewQueue(t))
 		},
 		"kafka": func(t *testing.T) string {
 			addrs := kafkatest.NewCluster(t)
@@ -78,23 +75,5 @@ func TestWorkerThroughBrokers(t *testing.T) {
 			}
 			require.EqualValues(t, n, tb.sim.Sim.Stats().Total.Succeeded, "one upstream call per job")
 		})
-	}
-}
-
-// deleteQueues removes a test's RabbitMQ queues.
-func deleteQueues(t testing.TB, names ...string) {
-	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
-		t.Logf("delete queues: %v", err)
-		return
-	}
-	defer conn.Close()
-	for _, name := range names {
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		_, _ = ch.QueueDelete(name, false, false, false)
-		_ = ch.Close()
 	}
 }

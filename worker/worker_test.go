@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/llmq/llmq/internal/store/storetest"
 	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/internal/transport/open"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/worker"
@@ -73,14 +73,13 @@ func setup(t testing.TB, simCfg upstreamsim.Config) *testBundle {
 	st, err := store.Open(context.Background(), storetest.NewDB(t))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	queue := "llmq.worker-test." + uuid.NewString()[:8]
-	brokerURL := "amqp://guest:guest@127.0.0.1:5672/?queue=" + queue
+	queue := rabbitmqtest.NewQueue(t)
+	brokerURL := rabbitmqtest.BrokerURL(queue)
 	pub, probe, err := open.Open(context.Background(), brokerURL, open.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = probe.Close()
 		_ = pub.Close()
-		deleteQueues(t, queue, queue+".dlq")
 	})
 	return &testBundle{
 		store: st, brokerURL: brokerURL, pub: pub, probe: probe, sim: upstreamsim.NewTestServer(t, simCfg),

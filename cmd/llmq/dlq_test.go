@@ -2,10 +2,8 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/store/storetest"
 	"github.com/llmq/llmq/internal/transport/memory"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 )
 
 // runLLMQ runs the llmq command line with args and returns its output.
@@ -39,19 +38,13 @@ func TestDLQCommands(t *testing.T) {
 	t.Setenv("LLMQ_CONFIG", "")
 	ctx := context.Background()
 	dbURL := storetest.NewDB(t)
-	amqpBase := cmp.Or(os.Getenv("LLMQ_TEST_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/")
-	queue := fmt.Sprintf("llmq-cli-dlq-test-%d", time.Now().UnixNano())
-	conn, err := amqp.Dial(amqpBase)
+	queue := rabbitmqtest.NewQueue(t)
+	conn, err := amqp.Dial(rabbitmqtest.URL())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, err := ch.QueueDelete(queue, false, false, false)
-		require.NoError(t, err)
-		_ = ch.Close()
-	})
-	common := []string{"--database-url", dbURL, "--broker", amqpBase + "?queue=" + queue}
+	common := []string{"--database-url", dbURL, "--broker", rabbitmqtest.BrokerURL(queue)}
 
 	// Two dead-lettered jobs of acme and a poison message.
 	st, err := store.Open(ctx, dbURL)

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
@@ -19,6 +17,7 @@ import (
 	"github.com/llmq/llmq/internal/store/storetest"
 	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/internal/transport/open"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/upstreamsim"
 )
 
@@ -45,9 +44,8 @@ func TestWorkerKill9(t *testing.T) {
 	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 9,
 		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}},
 		Latency: upstreamsim.LatencyConfig{TTFT: 100 * time.Millisecond}})
-	queue := "llmq.kill9." + uuid.NewString()[:8]
-	brokerURL := "amqp://guest:guest@127.0.0.1:5672/?queue=" + queue
-	t.Cleanup(func() { deleteQueues(t, queue, queue+".dlq") })
+	queue := rabbitmqtest.NewQueue(t)
+	brokerURL := rabbitmqtest.BrokerURL(queue)
 
 	pub, _, err := open.Open(context.Background(), brokerURL, open.Options{})
 	require.NoError(t, err)
@@ -105,20 +103,4 @@ func TestWorkerKill9(t *testing.T) {
 	rec, err := st.GetByID(context.Background(), ids[0])
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
-}
-
-// deleteQueues removes a test's RabbitMQ queues.
-func deleteQueues(t *testing.T, names ...string) {
-	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")
-	if err != nil {
-		t.Logf("delete queues: %v", err)
-		return
-	}
-	defer conn.Close()
-	for _, name := range names {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(name, false, false, false)
-			_ = ch.Close()
-		}
-	}
 }

@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/dlq"
@@ -21,6 +18,7 @@ import (
 	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/store/storetest"
 	"github.com/llmq/llmq/internal/transport/rabbitmq"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
@@ -88,9 +86,8 @@ func TestEndToEnd(t *testing.T) {
 	upstream := httptest.NewServer(rec.wrap(sim.Sim.Handler()))
 	t.Cleanup(upstream.Close)
 
-	queue := fmt.Sprintf("llmq-test-api-e2e-%d", time.Now().UnixNano())
-	deleteQueue(t, queue)
-	rcfg := rabbitmq.Config{URL: amqpURL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Prefetch: 16, Logger: quiet}
+	queue := rabbitmqtest.NewQueue(t)
+	rcfg := rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Prefetch: 16, Logger: quiet}
 	pub, err := rabbitmq.NewPublisher(rcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
@@ -202,31 +199,4 @@ func pollUntil(t *testing.T, b *testBundle, id, want string) map[string]any {
 		case <-tick.C:
 		}
 	}
-}
-
-func amqpURL() string {
-	if u := os.Getenv("LLMQ_TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
-// deleteQueue deletes the test queue when the test ends (after the
-// publisher and subscribers registered later are closed).
-func deleteQueue(t *testing.T, name string) {
-	t.Helper()
-	t.Cleanup(func() {
-		conn, err := amqp.Dial(amqpURL())
-		if err != nil {
-			t.Logf("delete queue %s: %v", name, err)
-			return
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Logf("delete queue %s: %v", name, err)
-			return
-		}
-		_, _ = ch.QueueDelete(name, false, false, false)
-	})
 }

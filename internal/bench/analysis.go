@@ -2,7 +2,6 @@ package bench
 
 import (
 	"math"
-	"slices"
 	"time"
 
 	"github.com/llmq/llmq"
@@ -137,18 +136,7 @@ func (r *result) latency(kind workload.Kind, q float64) time.Duration {
 			d = append(d, j.latency)
 		}
 	}
-	return percentile(d, q)
-}
-
-// percentile is the nearest-rank q-quantile of d (0 when empty).
-func percentile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
+	return workload.Percentile(d, q)
 }
 
 // usedModel counts the succeeded jobs answered by model.

@@ -74,10 +74,6 @@ func TestRecoveryAndAverages(t *testing.T) {
 	_, ok = recovery(pts, 1, 0)
 	require.False(t, ok)
 	require.Equal(t, []float64{2, 3, 4, 6}, movingAverage([]float64{2, 4, 6, 8}, 3))
-	ds := []time.Duration{5, 1, 4, 2, 3}
-	require.Equal(t, time.Duration(3), percentile(ds, 0.5))
-	require.Equal(t, time.Duration(5), percentile(ds, 0.99))
-	require.Equal(t, time.Duration(0), percentile(nil, 0.5))
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
-	"slices"
 	"time"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/workload"
 )
 
 // Summary is the outcome of a demo run. Job counts come from Postgres,
@@ -103,20 +102,9 @@ func (r *run) summary(ctx context.Context) (Summary, error) {
 		Retries: r.retries(),
 		RPM:     r.cfg.RPM, TPM: r.cfg.TPM,
 		RPMUsed: float64(m.Accepted) / minutes, TPMUsed: float64(m.PromptTokens+m.CompletionTokens) / minutes,
-		P50: percentile(lat, 0.50), P99: percentile(lat, 0.99),
+		P50: workload.Percentile(lat, 0.50), P99: workload.Percentile(lat, 0.99),
 		APIURL: r.apiURL, APIKey: APIKeyDefault, ExampleJobID: example,
 	}, nil
-}
-
-// percentile returns the nearest-rank q-quantile of d (0 when empty).
-func percentile(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 // Clean reports whether every valid job succeeded and every malformed

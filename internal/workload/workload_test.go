@@ -2,6 +2,7 @@ package workload
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -58,4 +59,14 @@ func TestMalformedIsPoison(t *testing.T) {
 		var ve *llmq.ValidationError
 		require.ErrorAs(t, err, &ve, "malformed %d", n)
 	}
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ds := []time.Duration{5, 1, 4, 2, 3}
+	require.Equal(t, time.Duration(3), Percentile(ds, 0.5))
+	require.Equal(t, time.Duration(5), Percentile(ds, 0.99))
+	require.Equal(t, time.Duration(1), Percentile(ds, 0))
+	require.Equal(t, time.Duration(0), Percentile(nil, 0.5))
+	require.Equal(t, []time.Duration{5, 1, 4, 2, 3}, ds, "the input is not reordered")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/llmq/llmq/internal/transport/memory"
 	"github.com/llmq/llmq/internal/transport/open"
 	"github.com/llmq/llmq/internal/transport/rabbitmq"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -90,7 +91,7 @@ func TestOpenRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			defer sub.Close()
 			if target.Kind == open.KindRabbitMQ {
-				defer deleteQueue(t, target)
+				defer rabbitmqtest.Delete(t, target.Dest)
 			}
 			require.NoError(t, pub.Publish(ctx, target.Dest, transport.Message{Value: []byte("hello")}))
 			ch, err := sub.Consume(ctx)

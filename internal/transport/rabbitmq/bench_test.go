@@ -6,19 +6,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/transport/rabbitmq"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/transport/transporttest"
 )
 
 func benchRabbit(b *testing.B, queueType string, consume bool) {
-	q := newQueueB(b)
-	pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: amqpURL(), QueueType: queueType})
+	q := rabbitmqtest.NewQueue(b)
+	pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: rabbitmqtest.URL(), QueueType: queueType})
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, pub.Close()) })
 	if !consume {
 		transporttest.BenchPublish(b, pub, q)
 		return
 	}
-	sub, err := rabbitmq.NewSubscriber(rabbitmq.Config{URL: amqpURL(), Queue: q, QueueType: queueType, Prefetch: 500})
+	sub, err := rabbitmq.NewSubscriber(rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: q, QueueType: queueType, Prefetch: 500})
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, sub.Close()) })
 	transporttest.BenchConsume(b, pub, q, sub)

@@ -11,10 +11,11 @@ import (
 
 	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/internal/transport/rabbitmq"
+	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 )
 
 func newPublisher(t *testing.T, cfg rabbitmq.Config) *rabbitmq.Publisher {
-	cfg.URL = amqpURL()
+	cfg.URL = rabbitmqtest.URL()
 	cfg.ReconnectMin = 20 * time.Millisecond
 	p, err := rabbitmq.NewPublisher(cfg)
 	require.NoError(t, err)
@@ -23,7 +24,7 @@ func newPublisher(t *testing.T, cfg rabbitmq.Config) *rabbitmq.Publisher {
 }
 
 func newSubscriber(t *testing.T, cfg rabbitmq.Config) *rabbitmq.Subscriber {
-	cfg.URL = amqpURL()
+	cfg.URL = rabbitmqtest.URL()
 	cfg.ReconnectMin = 20 * time.Millisecond
 	s, err := rabbitmq.NewSubscriber(cfg)
 	require.NoError(t, err)
@@ -37,7 +38,7 @@ func TestPublisherReconnects(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	q := newQueue(t)
+	q := rabbitmqtest.NewQueue(t)
 	pub := newPublisher(t, rabbitmq.Config{})
 	require.NoError(t, pub.Publish(ctx, q, transport.Message{Value: []byte("first")}))
 	require.NoError(t, rabbitmq.SeverPublisher(pub))
@@ -58,8 +59,8 @@ func TestExistingQueueWithOtherArguments(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	q := newQueue(t)
-	conn, err := amqp.Dial(amqpURL())
+	q := rabbitmqtest.NewQueue(t)
+	conn, err := amqp.Dial(rabbitmqtest.URL())
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()

@@ -21,20 +21,7 @@ func consumeKafka(t *testing.T, addrs []string, topic string) *transport.Message
 	t.Helper()
 	sub, err := kafka.NewSubscriber(kafkatest.Config(addrs, topic, "dlq-test-"+topic))
 	require.NoError(t, err)
-	defer func() { require.NoError(t, sub.Close()) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	msgs, err := sub.Consume(ctx)
-	require.NoError(t, err)
-	select {
-	case m := <-msgs:
-		require.NotNil(t, m, "subscriber closed")
-		require.NoError(t, m.Ack(ctx))
-		return m
-	case <-ctx.Done():
-		t.Fatalf("no message on %s", topic)
-		return nil
-	}
+	return first(t, sub, topic)
 }
 
 func TestWriterAndReplayOnKafka(t *testing.T) {

@@ -22,8 +22,14 @@ func consumeOne(t *testing.T, queue string) *transport.Message {
 	t.Helper()
 	sub, err := rabbitmq.NewSubscriber(rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, Prefetch: 10})
 	require.NoError(t, err)
-	defer sub.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return first(t, sub, queue)
+}
+
+// first returns the first message sub delivers, acked, then closes sub.
+func first(t *testing.T, sub transport.Subscriber, dest string) *transport.Message {
+	t.Helper()
+	defer func() { require.NoError(t, sub.Close()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	msgs, err := sub.Consume(ctx)
 	require.NoError(t, err)
@@ -33,7 +39,7 @@ func consumeOne(t *testing.T, queue string) *transport.Message {
 		require.NoError(t, m.Ack(ctx))
 		return m
 	case <-ctx.Done():
-		t.Fatalf("no message on %s", queue)
+		t.Fatalf("no message on %s", dest)
 		return nil
 	}
 }

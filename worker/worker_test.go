@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -431,4 +432,28 @@ func TestWorkerFallbackChecksTheContextWindow(t *testing.T) {
 	}
 	require.Equal(t, len(ids)-1, big)
 	require.Zero(t, tb.sim.Sim.Stats().Models["tiny"].Accepted, "tiny (10-token window) never called")
+}
+
+// TestWorkerHoldsMessagesWhileTheDatabaseIsDown: a claim that fails on a
+// database error holds its message a second (on the worker's clock) before
+// handing it back, so an outage is no hot redelivery loop.
+func TestWorkerHoldsMessagesWhileTheDatabaseIsDown(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 15})
+	down, err := store.Open(context.Background(), storetest.NewDB(t))
+	require.NoError(t, err)
+	down.Close() // every operation now fails at once
+	clock := clockwork.NewFakeClock()
+	tb.start(t, func(c *worker.Config) { c.Store, c.Clock, c.MaxInFlight = down, clock, 1 })
+	tb.publish(t, jobJSON("outage-1", "m", ""))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 3 {
+		// The processor waits on the clock with the message in hand: not
+		// requeued, so the queue shows nothing ready.
+		require.NoError(t, clock.BlockUntilContext(ctx, 1))
+		require.Zero(t, tb.depth(t))
+		clock.Advance(time.Second) // handed back, redelivered, held again
+	}
+	require.Zero(t, tb.sim.Sim.Stats().Total.Accepted, "no upstream call without a claim")
 }

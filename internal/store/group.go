@@ -53,6 +53,11 @@ type committer struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
+
+	// mu guards closed: enqueue holds it shared, close exclusively, so
+	// no op is queued after close drained the queue.
+	mu     sync.RWMutex
+	closed bool
 }
 
 func newCommitter(pool *pgxpool.Pool, flushes, maxOps int) *committer {
@@ -70,6 +75,9 @@ func newCommitter(pool *pgxpool.Pool, flushes, maxOps int) *committer {
 // close stops taking ops, waits for the flushes under way and fails the
 // ops still queued.
 func (c *committer) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 	c.once.Do(func() { close(c.stop) })
 	c.wg.Wait()
 	for {
@@ -187,6 +195,21 @@ func readOp(br pgx.BatchResults, n int) (*JobRecord, error) {
 	return rec, err
 }
 
+// enqueue queues o, or fails when the committer is closed or ctx ends.
+func (c *committer) enqueue(ctx context.Context, o *op) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return errStoreClosed
+	}
+	select {
+	case c.ops <- o:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // run executes one op: through the committer when the store has one,
 // otherwise directly.
 func (s *Store) run(ctx context.Context, stmts ...stmt) (*JobRecord, error) {
@@ -194,10 +217,8 @@ func (s *Store) run(ctx context.Context, stmts ...stmt) (*JobRecord, error) {
 		return runOp(ctx, s.pool, stmts)
 	}
 	o := &op{stmts: stmts, done: make(chan opResult, 1)}
-	select {
-	case s.group.ops <- o:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := s.group.enqueue(ctx, o); err != nil {
+		return nil, err
 	}
 	select {
 	case r := <-o.done:

@@ -67,3 +67,14 @@ func TestStoreWithoutGroupCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, stored)
 }
+
+// TestClosedStoreFailsAtOnce: an operation on a closed store returns an
+// error instead of waiting for a committer that is gone.
+func TestClosedStoreFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j := newJob(t, "closed-1")
+	b.store.Close()
+	_, err := b.store.Claim(b.ctx, j, "w", time.Minute)
+	require.ErrorContains(t, err, "closed")
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"github.com/llmq/llmq/internal/config"
+)
+
+// TestDeployFilesMatchTheBinary checks deploy/ against the real binary: the
+// sample llmq.yaml loads, and every llmq command line in the compose file
+// and the Kubernetes manifests names a real subcommand with real flags.
+func TestDeployFilesMatchTheBinary(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{config.EnvConfig: filepath.Join("..", "..", "deploy", "llmq.yaml")}
+	_, err := config.Load(func(k string) string { return env[k] }, config.Flags{})
+	require.NoError(t, err, "deploy/llmq.yaml")
+
+	files := []string{"docker-compose.yml", "kubernetes/worker.yaml", "kubernetes/api.yaml"}
+	var lines [][]string
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join("..", "..", "deploy", f))
+		require.NoError(t, err)
+		dec := yaml.NewDecoder(strings.NewReader(string(data)))
+		for {
+			var doc any
+			if err := dec.Decode(&doc); err != nil {
+				break
+			}
+			lines = append(lines, commandLines(doc)...)
+		}
+	}
+	require.GreaterOrEqual(t, len(lines), 5, "sim, worker, api and migrate in compose; worker and api in Kubernetes")
+	for _, args := range lines {
+		root := newRootCmd()
+		cmd, rest, err := root.Find(args)
+		require.NoError(t, err, "%v", args)
+		require.NotEqual(t, root, cmd, "%v names no subcommand", args)
+		require.NoError(t, cmd.ParseFlags(rest), "%v", args)
+	}
+}
+
+// commandLines finds the llmq invocations of a parsed YAML document: the
+// string lists under "command" or "args" whose first word is a subcommand.
+func commandLines(node any) [][]string {
+	var out [][]string
+	switch n := node.(type) {
+	case map[string]any:
+		for k, v := range n {
+			if list, ok := v.([]any); ok && (k == "command" || k == "args") {
+				if args := stringList(list); len(args) > 0 && isSubcommand(args[0]) {
+					out = append(out, args)
+					continue
+				}
+			}
+			out = append(out, commandLines(v)...)
+		}
+	case []any:
+		for _, v := range n {
+			out = append(out, commandLines(v)...)
+		}
+	}
+	return out
+}
+
+// stringList returns list as strings, or nil when an item is not a string.
+func stringList(list []any) []string {
+	out := make([]string, 0, len(list))
+	for _, v := range list {
+		s, ok := v.(string)
+		if !ok {
+			return nil
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func isSubcommand(name string) bool {
+	for _, c := range newRootCmd().Commands() {
+		if c.Name() == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,6 +1,7 @@
 package batchapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,42 +150,18 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Window == "" {
-		c.Window = WindowDefault
-	}
-	if c.Timezone == "" {
-		c.Timezone = TimezoneDefault
-	}
-	if c.DrainThreshold == 0 {
-		c.DrainThreshold = DrainThresholdDefault
-	}
-	if c.CompletionWindow == 0 {
-		c.CompletionWindow = CompletionWindowDefault
-	}
-	if c.DeadlineMargin == 0 {
-		c.DeadlineMargin = DeadlineMarginDefault
-	}
-	if c.PullBackBefore == 0 {
-		c.PullBackBefore = PullBackBeforeDefault
-	}
-	if c.FlushInterval == 0 {
-		c.FlushInterval = FlushIntervalDefault
-	}
-	if c.MaxLines == 0 {
-		c.MaxLines = MaxLinesDefault
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = MaxBytesDefault
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = PollIntervalDefault
-	}
-	if c.FailedLines == "" {
-		c.FailedLines = FailedLinesDeadLetter
-	}
-	if c.ReconcilePages == 0 {
-		c.ReconcilePages = ReconcilePagesDefault
-	}
+	c.Window = cmp.Or(c.Window, WindowDefault)
+	c.Timezone = cmp.Or(c.Timezone, TimezoneDefault)
+	c.DrainThreshold = cmp.Or(c.DrainThreshold, DrainThresholdDefault)
+	c.CompletionWindow = cmp.Or(c.CompletionWindow, CompletionWindowDefault)
+	c.DeadlineMargin = cmp.Or(c.DeadlineMargin, DeadlineMarginDefault)
+	c.PullBackBefore = cmp.Or(c.PullBackBefore, PullBackBeforeDefault)
+	c.FlushInterval = cmp.Or(c.FlushInterval, FlushIntervalDefault)
+	c.MaxLines = cmp.Or(c.MaxLines, MaxLinesDefault)
+	c.MaxBytes = cmp.Or(c.MaxBytes, MaxBytesDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.FailedLines = cmp.Or(c.FailedLines, FailedLinesDeadLetter)
+	c.ReconcilePages = cmp.Or(c.ReconcilePages, ReconcilePagesDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

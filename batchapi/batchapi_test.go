@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/store"
 )
 
 func TestRouter(t *testing.T) {

@@ -21,11 +21,11 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/memory"
 	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/memory"
 )
 
 // testBundle is one isolated world: its own database, simulator (on a fake

@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/store"
 )
 
 // Metadata keys llmq sets on the batches it creates.

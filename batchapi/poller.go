@@ -17,8 +17,8 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
 )
 
 const (

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/store"
 )
 
 // Router sends deferrable jobs to the batch lane (it implements the

@@ -9,7 +9,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq/internal/background"
-	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/store"
 )
 
 // Service runs the Collector and the Poller every PollInterval, for

@@ -11,10 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/memory"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/memory"
 	"github.com/llmq/llmq/worker"
 )
 

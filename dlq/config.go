@@ -8,8 +8,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
 )
 
 // Defaults of [Config].

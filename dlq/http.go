@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/store"
 )
 
 // NewHTTPHandler serves the dead letters of the caller's tenant:

@@ -9,11 +9,11 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/kafka"
-	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka"
+	"github.com/llmq/llmq/transport/kafka/kafkatest"
 )
 
 // consumeKafka returns the first message of topic, read by a new group.

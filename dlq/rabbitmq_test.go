@@ -10,11 +10,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/rabbitmq"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/rabbitmq"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 )
 
 // consumeOne returns the next message of queue, acked.

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
 )
 
 // Service reads, replays and purges dead letters, for `llmq dlq` and the

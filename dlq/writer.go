@@ -9,8 +9,8 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/background"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
 )
 
 // core is what a Writer and a Service share.

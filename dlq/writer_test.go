@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/memory"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/memory"
 )
 
 // testPublisher wraps a publisher: it fails while fail is set and reports

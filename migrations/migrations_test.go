@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/store/storetest"
 	"github.com/llmq/llmq/migrations"
+	"github.com/llmq/llmq/store/storetest"
 )
 
 func tables(t *testing.T, url string) []string {

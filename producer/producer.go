@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
 )
 
 // Producer publishes jobs through the outbox. It is safe for concurrent

@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
-	"github.com/llmq/llmq/internal/transport/open"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/transport/open"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/worker"
 )
 

@@ -15,9 +15,9 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
 )
 
 // Defaults of Config.

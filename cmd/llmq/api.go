@@ -17,11 +17,11 @@ import (
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/api"
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/open"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/open"
 )
 
 func init() { register(newAPICmd) }

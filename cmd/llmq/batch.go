@@ -14,7 +14,7 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/store"
+	"github.com/llmq/llmq/store"
 )
 
 func init() { register(newBatchCmd) }

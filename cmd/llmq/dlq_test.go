@@ -13,10 +13,10 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
-	"github.com/llmq/llmq/internal/transport/memory"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport/memory"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 )
 
 // runLLMQ runs the llmq command line with args and returns its output.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"strings"
 
-	"github.com/llmq/llmq/internal/transport/kafka"
+	"github.com/llmq/llmq/transport/kafka"
 )
 
 // startEmbeddedKafka starts the in-process Kafka cluster (kfake) that

@@ -19,10 +19,10 @@ import (
 	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport/open"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport/open"
 	"github.com/llmq/llmq/worker"
 )
 

@@ -13,12 +13,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/open"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/open"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 )
 
 // buildLLMQ compiles the binary once per test into a temporary folder.

@@ -20,11 +20,11 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/api"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/memory"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

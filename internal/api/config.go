@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
 )
 
 // Defaults of Config.

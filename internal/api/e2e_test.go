@@ -15,13 +15,13 @@ import (
 
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/api"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
-	"github.com/llmq/llmq/internal/transport/rabbitmq"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport/rabbitmq"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/worker"
 )
 

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
 )
 
 // MaxBatch is the most jobs of one POST /v1/jobs.

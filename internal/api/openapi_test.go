@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/api"
-	"github.com/llmq/llmq/internal/transport"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/transport"
 )
 
 // conformance checks exchanges with the running server against the

@@ -15,13 +15,13 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/transport/memory"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport/memory"
 	"github.com/llmq/llmq/worker"
 )
 

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/llmq/llmq/internal/transport/open"
+	"github.com/llmq/llmq/transport/open"
 )
 
 // BrokerKind names a broker adapter.

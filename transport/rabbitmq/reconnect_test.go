@@ -9,9 +9,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/rabbitmq"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/rabbitmq"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 )
 
 func newPublisher(t *testing.T, cfg rabbitmq.Config) *rabbitmq.Publisher {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/kafka"
-	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka"
+	"github.com/llmq/llmq/transport/kafka/kafkatest"
 )
 
 type bundle struct {

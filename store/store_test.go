@@ -15,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -6,10 +6,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/kafka"
-	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
-	"github.com/llmq/llmq/internal/transport/transporttest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka"
+	"github.com/llmq/llmq/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/transport/transporttest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

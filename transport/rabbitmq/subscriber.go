@@ -12,7 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/transport"
 )
 
 // Subscriber consumes one queue with manual acks, reconnecting when the

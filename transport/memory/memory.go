@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/transport"
 )
 
 // PrefetchDefault is the default Config.Prefetch.

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/store"
-	"github.com/llmq/llmq/internal/store/storetest"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
 )
 
 // BenchmarkJobLifecycle measures one job's path through the store as the

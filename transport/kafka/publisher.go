@@ -9,7 +9,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/transport"
 )
 
 // Publisher writes messages to Kafka topics. Safe for concurrent use;

@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/transport/kafka"
-	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
-	"github.com/llmq/llmq/internal/transport/transporttest"
+	"github.com/llmq/llmq/transport/kafka"
+	"github.com/llmq/llmq/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/transport/transporttest"
 )
 
 func benchSetup(b *testing.B) (*kafka.Publisher, []string, string) {

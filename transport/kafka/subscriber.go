@@ -11,7 +11,7 @@ import (
 
 	kafkago "github.com/segmentio/kafka-go"
 
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/transport"
 )
 
 // Subscriber consumes one topic as a member of a consumer group.

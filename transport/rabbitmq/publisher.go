@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/transport"
 )
 
 // Publisher publishes persistent messages to queues through the default

@@ -8,13 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/kafka"
-	"github.com/llmq/llmq/internal/transport/kafka/kafkatest"
-	"github.com/llmq/llmq/internal/transport/memory"
-	"github.com/llmq/llmq/internal/transport/open"
-	"github.com/llmq/llmq/internal/transport/rabbitmq"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka"
+	"github.com/llmq/llmq/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/transport/memory"
+	"github.com/llmq/llmq/transport/open"
+	"github.com/llmq/llmq/transport/rabbitmq"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

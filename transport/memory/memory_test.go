@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/memory"
-	"github.com/llmq/llmq/internal/transport/transporttest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/memory"
+	"github.com/llmq/llmq/transport/transporttest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

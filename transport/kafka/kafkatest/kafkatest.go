@@ -10,7 +10,7 @@ import (
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/transport/kafka"
+	"github.com/llmq/llmq/transport/kafka"
 )
 
 // NewCluster starts an embedded cluster with topics seeded (10 partitions

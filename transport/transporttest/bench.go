@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/transport"
 )
 
 // BenchBatch is the messages per Publish call in the benchmarks.

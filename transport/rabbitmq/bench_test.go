@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/transport/rabbitmq"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
-	"github.com/llmq/llmq/internal/transport/transporttest"
+	"github.com/llmq/llmq/transport/rabbitmq"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/transport/transporttest"
 )
 
 func benchRabbit(b *testing.B, queueType string, consume bool) {

@@ -7,10 +7,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/rabbitmq"
-	"github.com/llmq/llmq/internal/transport/rabbitmq/rabbitmqtest"
-	"github.com/llmq/llmq/internal/transport/transporttest"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/rabbitmq"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/transport/transporttest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

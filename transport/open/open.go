@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/llmq/llmq/internal/transport"
-	"github.com/llmq/llmq/internal/transport/kafka"
-	"github.com/llmq/llmq/internal/transport/memory"
-	"github.com/llmq/llmq/internal/transport/rabbitmq"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka"
+	"github.com/llmq/llmq/transport/memory"
+	"github.com/llmq/llmq/transport/rabbitmq"
 )
 
 // DestDefault is the topic or queue used when the URL names none.

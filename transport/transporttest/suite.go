@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/transport"
+	"github.com/llmq/llmq/transport"
 )
 
 // TimeoutDefault is the default Features.Timeout.

@@ -75,7 +75,7 @@ func setup(t *testing.T, simCfg upstreamsim.Config, mod func(*Config)) *testBund
 	}
 	b.cfg = Config{
 		Store: st, Client: b.client, Publisher: b.broker.NewPublisher(), Destination: b.queue,
-		Prices:   map[string]Price{"gpt-4o-mini": {InputPer1M: 0.15, OutputPer1M: 0.60}},
+		Catalog:  llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {InputPricePer1M: 0.15, OutputPricePer1M: 0.60}}},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:      b.now.Now,
 		MaxLines: 1000,

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
@@ -43,8 +44,6 @@ const (
 	// PollIntervalDefault is how often the service runs the collector and
 	// the poller.
 	PollIntervalDefault = 30 * time.Second
-	// BatchDiscountDefault is the price factor of batch calls (50% off).
-	BatchDiscountDefault = 0.5
 	// ReconcilePagesDefault bounds the pages of the provider's batch list
 	// searched (100 batches each) when a submission is resumed.
 	ReconcilePagesDefault = 20
@@ -62,14 +61,6 @@ const (
 	// FailedLinesLive retries the job in the live lane.
 	FailedLinesLive FailedLinePolicy = "live"
 )
-
-// Price is a model's live price in USD per million tokens and the factor
-// applied to batch calls.
-type Price struct {
-	InputPer1M, OutputPer1M float64
-	// BatchDiscount is the batch price factor; 0 means BatchDiscountDefault.
-	BatchDiscount float64
-}
 
 // DeadLetterer publishes the dead letter of a job the batch lane gave up on.
 // The job row is already dead_lettered when it is called.
@@ -134,9 +125,9 @@ type Config struct {
 	// ReconcilePages bounds the provider list pages searched when resuming
 	// a submission. 0 = ReconcilePagesDefault.
 	ReconcilePages int
-	// Prices holds the live price of each model, for costs; a model not
-	// listed costs 0.
-	Prices map[string]Price
+	// Catalog holds each model's prices and batch discount, for the cost
+	// stored with each result; a model it does not list costs nothing.
+	Catalog llmq.Catalog
 
 	// Logger receives logs. nil = slog.Default().
 	Logger *slog.Logger
@@ -219,9 +210,9 @@ func (c Config) validate(full bool) error {
 	if c.FailedLines != FailedLinesDeadLetter && c.FailedLines != FailedLinesLive {
 		errs = append(errs, fmt.Errorf("batchapi: Config.FailedLines: unknown policy %q (want dead_letter or live)", c.FailedLines))
 	}
-	for m, p := range c.Prices {
-		if p.InputPer1M < 0 || p.OutputPer1M < 0 || p.BatchDiscount < 0 || p.BatchDiscount > 1 {
-			errs = append(errs, fmt.Errorf("batchapi: Config.Prices[%q]: prices must not be negative and BatchDiscount in [0, 1]", m))
+	for m, p := range c.Catalog.Models {
+		if p.InputPricePer1M < 0 || p.OutputPricePer1M < 0 || p.BatchDiscount < 0 || p.BatchDiscount > 1 {
+			errs = append(errs, fmt.Errorf("batchapi: Config.Catalog.Models[%q]: prices must not be negative and BatchDiscount in [0, 1]", m))
 		}
 	}
 	return errors.Join(errs...)
@@ -239,11 +230,6 @@ func (c Config) policy() Policy {
 
 // cost returns the batch and live price of a call.
 func (c Config) cost(model string, prompt, completion int) (batch, live float64) {
-	p := c.Prices[model]
-	live = (float64(prompt)*p.InputPer1M + float64(completion)*p.OutputPer1M) / 1e6
-	d := p.BatchDiscount
-	if d == 0 {
-		d = BatchDiscountDefault
-	}
-	return live * d, live
+	m := c.Catalog.Lookup(model)
+	return m.BatchCost(prompt, completion), m.Cost(prompt, completion)
 }

@@ -1,6 +1,9 @@
 package batchapi
 
-import "github.com/llmq/llmq/internal/config"
+import (
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/config"
+)
 
 // FromConfig returns the Config fields that come from llmq's configuration
 // file: the window, zone, drain threshold, flush interval, line limit and
@@ -13,10 +16,7 @@ func FromConfig(c *config.Config) Config {
 		DrainThreshold: c.Batch.DrainThreshold,
 		FlushInterval:  c.Batch.FlushInterval,
 		MaxLines:       c.Batch.MaxLines,
-		Prices:         make(map[string]Price, len(c.Models)),
-	}
-	for name, m := range c.Models {
-		out.Prices[name] = Price{InputPer1M: m.InputPricePer1M, OutputPer1M: m.OutputPricePer1M, BatchDiscount: m.BatchDiscount}
+		Catalog:        llmq.Catalog{Models: c.Models},
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
@@ -33,28 +34,6 @@ const (
 	// error before it is handed back.
 	storeRetryDelay = time.Second
 )
-
-// Model is what the worker knows about one model: its quota (which shapes
-// its lane), its context window (checked before a fallback) and its prices.
-type Model struct {
-	// RPM and TPM are the provider's per-minute limits; 0 = unknown (the
-	// adaptive strategy learns them).
-	RPM, TPM float64
-	// Concurrency is the starting (or, for fixed strategies, the fixed)
-	// number of requests in flight. 0 = shaping.LaneConcurrencyDefault.
-	Concurrency int
-	// ContextWindow is the model's maximum prompt + output tokens; 0 =
-	// unknown, not checked.
-	ContextWindow int
-	// MaxOutputDefault is reserved for a job that sets no max tokens.
-	// 0 = shaping.LaneMaxOutputDefault.
-	MaxOutputDefault int
-	// InputPricePer1M and OutputPricePer1M are USD per million tokens, for
-	// the cost stored with each result. 0 = free.
-	InputPricePer1M, OutputPricePer1M float64
-	// Fallbacks are tried, in order, after a job's own fallback_models.
-	Fallbacks []string
-}
 
 // DeadLetterer takes the jobs that must not be retried any more: it records
 // the letter, publishes it to the dead-letter queue, marks the job
@@ -87,10 +66,10 @@ type Config struct {
 	// Strategy is the shaping strategy of every lane. "" = shape when a
 	// model's quota is known, adaptive when not.
 	Strategy shaping.Strategy
-	// Models holds per-model settings; a model not listed uses Default.
-	Models map[string]Model
-	// Default is the settings of any model not in Models.
-	Default Model
+	// Catalog holds each model's quota (which shapes its lane), context
+	// window (checked before a fallback), prices (the cost stored with each
+	// result) and fallbacks; a model it does not list uses Catalog.Default.
+	Catalog llmq.Catalog
 	// Provider selects the upstream's error dialect. Default ProviderOpenAI.
 	Provider Provider
 	// Estimator counts prompt tokens. nil = a new shaping.Estimator.
@@ -199,12 +178,10 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// model returns the settings of a model.
-func (c Config) model(name string) Model {
-	m, ok := c.Models[name]
-	if !ok {
-		m = c.Default
-	}
+// model returns the catalog entry of a model, with the shaping package's
+// output allowance when it sets none.
+func (c Config) model(name string) llmq.Model {
+	m := c.Catalog.Lookup(name)
 	if m.MaxOutputDefault <= 0 {
 		m.MaxOutputDefault = shaping.LaneMaxOutputDefault
 	}

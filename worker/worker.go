@@ -266,22 +266,8 @@ func (w *Worker) handle(ctx context.Context, msg *transport.Message) {
 		w.finishFailed(ctx, p, log, "invalid_body", err.Error())
 		return
 	}
-	p.models = w.modelChain(j)
+	p.models = w.cfg.Catalog.Chain(j)
 	w.run(ctx, p, log)
-}
-
-// modelChain is the job's model, its own fallbacks, then the configured
-// fallbacks of its model, without repeats.
-func (w *Worker) modelChain(j *llmq.Job) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, m := range append(append([]string{j.Model()}, j.FallbackModels...), w.cfg.model(j.Model()).Fallbacks...) {
-		if !seen[m] {
-			seen[m] = true
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // claim takes the job in Postgres. When another live worker holds it, it
@@ -509,8 +495,7 @@ func (w *Worker) succeed(ctx context.Context, p *job, model string, resp openai.
 			return
 		}
 	}
-	m := w.cfg.model(model)
-	cost := (float64(resp.Usage.PromptTokens)*m.InputPricePer1M + float64(resp.Usage.CompletionTokens)*m.OutputPricePer1M) / 1e6
+	cost := w.cfg.model(model).Cost(resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
 	_, err = w.cfg.Store.StoreResult(context.WithoutCancel(ctx), p.job.ID, store.Result{
 		Response: body, UsedModel: model, CostUSD: cost,
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,

@@ -415,7 +415,7 @@ func TestWorkerFallbackChecksTheContextWindow(t *testing.T) {
 		Models: map[string]upstreamsim.ModelConfig{"primary": {Limits: upstreamsim.Limits{RPM: 1, TPM: -1}}}})
 	tb.start(t, func(c *worker.Config) {
 		c.FallbackAfter = 1
-		c.Models = map[string]worker.Model{"tiny": {ContextWindow: 10}}
+		c.Catalog.Models = map[string]llmq.Model{"tiny": {ContextWindow: 10}}
 	})
 	ids := []string{"cw-1", "cw-2", "cw-3"}
 	for _, id := range ids {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/config"
@@ -154,10 +155,12 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 
 	w, err = worker.New(worker.Config{
 		Subscriber: sub, Store: st, DeadLetters: letters, Router: router,
-		Client:          client,
-		Strategy:        strategy,
-		Models:          workerModels(cfg),
-		Default:         worker.Model{RPM: float64(wf.rpm), TPM: float64(wf.tpm), Concurrency: wf.concurrency},
+		Client:   client,
+		Strategy: strategy,
+		Catalog: llmq.Catalog{
+			Models:  cfg.Models,
+			Default: llmq.Model{RPM: float64(wf.rpm), TPM: float64(wf.tpm), Concurrency: wf.concurrency},
+		},
 		Provider:        worker.Provider(wf.provider),
 		MaxInFlight:     wf.maxInFlight,
 		MaxAttempts:     cfg.Retry.MaxAttempts,
@@ -188,20 +191,6 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 	err = w.Run(ctx)
 	logger.Info("worker stopped")
 	return err
-}
-
-// workerModels turns the config file's models into the worker's.
-func workerModels(cfg *config.Config) map[string]worker.Model {
-	out := make(map[string]worker.Model, len(cfg.Models))
-	for name, m := range cfg.Models {
-		out[name] = worker.Model{
-			RPM: float64(m.RPM), TPM: float64(m.TPM), Concurrency: m.Concurrency,
-			ContextWindow: m.ContextWindow, MaxOutputDefault: m.MaxOutputDefault,
-			InputPricePer1M: m.InputPricePer1M, OutputPricePer1M: m.OutputPricePer1M,
-			Fallbacks: m.Fallbacks,
-		}
-	}
-	return out
 }
 
 // newAlerter builds the dead-letter alerter when an alert sink is configured.

@@ -52,7 +52,7 @@ type spec struct {
 	name      string
 	strategy  shaping.Strategy
 	sim       upstreamsim.Config
-	models    map[string]worker.Model
+	models    map[string]llmq.Model
 	model     string
 	fallbacks []string
 	mix       workload.Mix
@@ -175,7 +175,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	w, err := worker.New(worker.Config{
 		Subscriber: sub, Store: st, DeadLetters: letters,
 		Client:   worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: root + "/v1", APIKey: simAPIKey, Timeout: 30 * time.Second}),
-		Strategy: s.strategy, Models: s.models,
+		Strategy: s.strategy, Catalog: llmq.Catalog{Models: s.models},
 		ShutdownTimeout: shutdownTimeout, Logger: b.log, Registerer: reg,
 	})
 	if err != nil {

@@ -3,10 +3,10 @@ package bench
 import (
 	"time"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/shaping"
-	"github.com/llmq/llmq/worker"
 )
 
 // The simulated provider of every scenario: RPM 600 and TPM 60,000 per
@@ -55,8 +55,8 @@ func simConfig(models map[string]upstreamsim.Limits) upstreamsim.Config {
 	return c
 }
 
-func known(fallbacks ...string) worker.Model {
-	return worker.Model{RPM: RPM, TPM: TPM, Fallbacks: fallbacks}
+func known(fallbacks ...string) llmq.Model {
+	return llmq.Model{RPM: RPM, TPM: TPM, Fallbacks: fallbacks}
 }
 
 // strategyRun is the length of one strategy's run; steadyFrom is where its
@@ -73,7 +73,7 @@ func strategySpec(st shaping.Strategy) spec {
 	return spec{
 		name: string(st), strategy: st,
 		sim:    simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}}),
-		models: map[string]worker.Model{Primary: known()},
+		models: map[string]llmq.Model{Primary: known()},
 		model:  Primary, mix: mix, sizes: sizes,
 		load:     []phase{{until: strategyRun, rate: Overload * capacity()}},
 		duration: strategyRun,
@@ -98,7 +98,7 @@ func burstSpec() spec {
 	return spec{
 		name: "burst", strategy: shaping.StrategyShape,
 		sim:    simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}}),
-		models: map[string]worker.Model{Primary: known()},
+		models: map[string]llmq.Model{Primary: known()},
 		model:  Primary, mix: mix, sizes: sizes,
 		load: []phase{
 			{until: burstStart, rate: steady},
@@ -127,7 +127,7 @@ func fallbackSpec() spec {
 			Primary:  {RPM: RPM, TPM: TPM, MaxConcurrency: primaryConcurrency},
 			Fallback: {RPM: RPM, TPM: TPM},
 		}),
-		models:    map[string]worker.Model{Primary: known(), Fallback: known()},
+		models:    map[string]llmq.Model{Primary: known(), Fallback: known()},
 		model:     Primary,
 		fallbacks: []string{Fallback},
 		hogs:      primaryConcurrency,
@@ -149,7 +149,7 @@ func adaptiveSpec() spec {
 	return spec{
 		name: "adaptive-halving", strategy: shaping.StrategyAdaptive,
 		sim:    simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}}),
-		models: map[string]worker.Model{},
+		models: map[string]llmq.Model{},
 		model:  Primary, mix: mix, sizes: sizes,
 		load: []phase{{until: adaptiveRun, rate: 2 * capacity()}},
 		events: []event{{at: adaptiveChange, what: "limits halve", do: func(s *upstreamsim.Server) {

@@ -74,8 +74,6 @@ const (
 	BatchFlushIntervalDefault = time.Minute
 	// BatchMaxLinesDefault is the provider's limit on requests per batch.
 	BatchMaxLinesDefault = 50000
-	// BatchDiscountDefault is the price factor of batch calls (50% off).
-	BatchDiscountDefault = 0.5
 
 	// SoftDepthDefault is the queue depth from which producers are told to
 	// slow down.
@@ -102,9 +100,10 @@ type Config struct {
 	// Path is the YAML file read (LLMQ_CONFIG, --config); "" for none.
 	Path string `yaml:"-"`
 
-	// Models maps a model name to its quota, prices and fallbacks. A model
-	// not listed runs with unknown quotas (adaptive shaping).
-	Models map[string]Model `yaml:"models"`
+	// Models maps a model name to its quota, prices and fallbacks (the
+	// model catalog). A model not listed runs with unknown quotas (adaptive
+	// shaping).
+	Models map[string]llmq.Model `yaml:"models"`
 	// Strategy is the shaping strategy: retry, rpm, shape or adaptive; ""
 	// (default) picks shape for models with a quota, adaptive otherwise.
 	Strategy string `yaml:"strategy"`
@@ -123,30 +122,6 @@ type Config struct {
 	// MaxMessageBytes limits an encoded job. 0 means
 	// MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
-}
-
-// Model is one model's quota, prices and fallbacks. Zero quotas mean
-// unknown (learned adaptively).
-type Model struct {
-	// RPM and TPM are requests and tokens per minute; 0: unknown.
-	RPM int `yaml:"rpm"`
-	TPM int `yaml:"tpm"`
-	// Concurrency is the limit of calls in flight; 0: unknown.
-	Concurrency int `yaml:"concurrency"`
-	// ContextWindow is the model's context in tokens; 0: not checked.
-	ContextWindow int `yaml:"context_window"`
-	// MaxOutputDefault is the output reserved for a job that sets no
-	// max_tokens; 0: the shaping package's default.
-	MaxOutputDefault int `yaml:"max_output_default"`
-	// InputPricePer1M and OutputPricePer1M are USD per million tokens.
-	InputPricePer1M  float64 `yaml:"input_price_per_1m"`
-	OutputPricePer1M float64 `yaml:"output_price_per_1m"`
-	// BatchDiscount is the price factor of batch calls; 0 means
-	// BatchDiscountDefault.
-	BatchDiscount float64 `yaml:"batch_discount"`
-	// Fallbacks are tried in order when this model stays rate limited
-	// (jobs may name their own).
-	Fallbacks []string `yaml:"fallbacks"`
 }
 
 // Retry is the retry policy. Zero fields mean their defaults.
@@ -318,10 +293,6 @@ func (c *Config) WithDefaults() *Config {
 	c.Batch.MaxLines = cmp.Or(c.Batch.MaxLines, BatchMaxLinesDefault)
 	c.Backpressure.SoftDepth = cmp.Or(c.Backpressure.SoftDepth, SoftDepthDefault)
 	c.Backpressure.HardDepth = cmp.Or(c.Backpressure.HardDepth, HardDepthDefault)
-	for name, m := range c.Models {
-		m.BatchDiscount = cmp.Or(m.BatchDiscount, BatchDiscountDefault)
-		c.Models[name] = m
-	}
 	if c.APIKeys == nil {
 		c.APIKeys = map[string]string{}
 	}
@@ -353,10 +324,10 @@ func (c *Config) Validate() error {
 		if strings.TrimSpace(name) == "" {
 			bad("models", "a model name is empty")
 		}
-		for field, v := range map[string]int{"rpm": m.RPM, "tpm": m.TPM, "concurrency": m.Concurrency,
-			"context_window": m.ContextWindow, "max_output_default": m.MaxOutputDefault} {
+		for field, v := range map[string]float64{"rpm": m.RPM, "tpm": m.TPM, "concurrency": float64(m.Concurrency),
+			"context_window": float64(m.ContextWindow), "max_output_default": float64(m.MaxOutputDefault)} {
 			if v < 0 {
-				bad(p+"."+field, "must not be negative; got %d", v)
+				bad(p+"."+field, "must not be negative; got %v", v)
 			}
 		}
 		if m.InputPricePer1M < 0 {
@@ -365,8 +336,8 @@ func (c *Config) Validate() error {
 		if m.OutputPricePer1M < 0 {
 			bad(p+".output_price_per_1m", "must not be negative")
 		}
-		if m.BatchDiscount <= 0 || m.BatchDiscount > 1 {
-			bad(p+".batch_discount", "must be in (0, 1]; got %v", m.BatchDiscount)
+		if m.BatchDiscount < 0 || m.BatchDiscount > 1 {
+			bad(p+".batch_discount", "must be in (0, 1] (0: the default, %v); got %v", llmq.BatchDiscountDefault, m.BatchDiscount)
 		}
 		for i, f := range m.Fallbacks {
 			if strings.TrimSpace(f) == "" || f == name {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/config"
 )
 
@@ -110,8 +111,8 @@ alerts:
 	require.Equal(t, "adaptive", c.Strategy)
 	require.Equal(t, 2048, c.MaxMessageBytes)
 	m := c.Models["gpt-4o-mini"]
-	require.Equal(t, config.Model{RPM: 500, TPM: 200000, Concurrency: 20, ContextWindow: 128000, MaxOutputDefault: 512,
-		InputPricePer1M: 0.15, OutputPricePer1M: 0.6, BatchDiscount: 0.5, Fallbacks: []string{"gpt-4o-nano"}}, m)
+	require.Equal(t, llmq.Model{RPM: 500, TPM: 200000, Concurrency: 20, ContextWindow: 128000, MaxOutputDefault: 512,
+		InputPricePer1M: 0.15, OutputPricePer1M: 0.6, Fallbacks: []string{"gpt-4o-nano"}}, m)
 	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second, Budget: 0.5,
 		FallbackAfter: 3, FallbackMaxWait: 2 * time.Second}, c.Retry)
 	require.Equal(t, config.Backpressure{SoftDepth: 100, HardDepth: 1000}, c.Backpressure)

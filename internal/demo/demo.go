@@ -206,12 +206,12 @@ func (r *run) start(ctx context.Context) error {
 	w, err := worker.New(worker.Config{
 		Subscriber: sub, Store: st, Client: client, DeadLetters: letters, Router: router,
 		Strategy: shaping.StrategyShape,
-		Models: map[string]worker.Model{
+		Catalog: llmq.Catalog{Models: map[string]llmq.Model{
 			ModelDefault: {RPM: float64(cfg.RPM), TPM: float64(cfg.TPM), Fallbacks: []string{FallbackModelDefault},
 				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
 			FallbackModelDefault: {RPM: FallbackRPM, TPM: FallbackTPM,
 				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
-		},
+		}},
 		MaxInFlight: maxInFlight, MaxAttempts: maxAttempts,
 		Backoff:         worker.Backoff{Base: 250 * time.Millisecond, Max: 5 * time.Second},
 		ShutdownTimeout: shutdownTimeout, Logger: r.log, Registerer: r.reg,

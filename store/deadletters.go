@@ -379,11 +379,11 @@ const LaneReasonReplayed = "replayed"
 // is returned unchanged (a replay resumed by the repair sweep); any other
 // state is an *IllegalTransitionError, a missing job ErrNotFound.
 func (s *Store) Requeue(ctx context.Context, id string) (*JobRecord, error) {
-	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = 'queued', attempts = 0, error_code = '',
+	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = `+tRequeue.to+`, attempts = 0, error_code = '',
 		error_message = '', result = NULL, used_model = '', prompt_tokens = 0, completion_tokens = 0,
 		cost_usd = 0, started_at = NULL, finished_at = NULL, lease_owner = '', lease_expires_at = NULL,
 		batch_id = '', lane = 'live', lane_reason = '`+LaneReasonReplayed+`', updated_at = $2
-	WHERE id = $1 AND status = 'dead_lettered' RETURNING `+jobColumns, id, s.clock())
+	WHERE id = $1 AND status `+tRequeue.in+` RETURNING `+jobColumns, id, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("store: requeue %q: %w", id, err)
 	}

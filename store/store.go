@@ -190,18 +190,6 @@ func (s *Store) queryJob(ctx context.Context, sql string, args ...any) (*JobReco
 	return r, err
 }
 
-// sources lists the statuses from which to is legal (running → running
-// included), as text for "status = ANY($n)".
-func sources(to llmq.Status) []string {
-	var out []string
-	for _, from := range llmq.Statuses {
-		if llmq.CanTransition(from, to) {
-			out = append(out, string(from))
-		}
-	}
-	return out
-}
-
 // dataError marks errors from data Postgres refuses (class 22) as ErrInvalidJob.
 func dataError(op string, err error) error {
 	var pgErr *pgconn.PgError

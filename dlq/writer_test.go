@@ -113,7 +113,7 @@ func setupDLQ(t *testing.T) *dlqBundle {
 	t.Helper()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
+	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	b := &dlqBundle{

@@ -45,7 +45,7 @@ func setup(t *testing.T) *testBundle {
 	sub, err := b.NewSubscriber("jobs", memory.Config{Prefetch: 1000})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
-	return &testBundle{clock: clk, pool: pool, store: store.New(pool, store.WithClock(clk.Now)), broker: b, sub: sub, dest: "jobs"}
+	return &testBundle{clock: clk, pool: pool, store: store.New(pool, store.WithClock(clk)), broker: b, sub: sub, dest: "jobs"}
 }
 
 func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *producer.Producer {

@@ -7,3 +7,7 @@ type Transition = transition
 
 // Transitions lists every status change the store makes.
 func Transitions() []*Transition { return slices.Clone(transitions) }
+
+// QueuedOps is the number of operations waiting for a flush slot of s's
+// group committer.
+func QueuedOps(s *Store) int { return len(s.group.ops) }

@@ -30,7 +30,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
-	s, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
+	s, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return &testBundle{ctx: ctx, store: s, clock: clock}

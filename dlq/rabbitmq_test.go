@@ -72,7 +72,7 @@ func TestWriterAndReplayOnRabbitMQ(t *testing.T) {
 	require.NoError(t, w.DeadLetter(ctx, l))
 
 	got := consumeOne(t, queue+DLQSuffix)
-	recs, _, err := svc.List(ctx, Query{})
+	recs, _, err := svc.List(ctx, store.DeadLetterListOptions{})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, msg, got.Value)

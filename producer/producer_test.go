@@ -26,6 +26,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// The job store is one a Producer can use.
+var _ producer.Store = (*store.Store)(nil)
+
 var quiet = slog.New(slog.DiscardHandler)
 
 type testBundle struct {
@@ -52,7 +55,7 @@ func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *produce
 	t.Helper()
 	cfg := producer.Config{
 		Publisher: b.broker.NewPublisher(), Store: b.store, Destination: b.dest, DepthProbe: b.sub,
-		ProbeCountsInFlight: true, Clock: b.clock.Now, DepthTTL: -1, Logger: quiet,
+		ProbeCountsInFlight: true, Clock: b.clock, DepthTTL: -1, Logger: quiet,
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,9 +23,7 @@ type lossyCluster struct {
 	t    *testing.T
 	dir  string
 	port int
-
-	mu sync.Mutex
-	c  *kfake.Cluster
+	c    *kfake.Cluster
 }
 
 func newLossyCluster(t *testing.T) *lossyCluster {
@@ -50,16 +47,10 @@ func (l *lossyCluster) start() {
 	}
 	c, err := kfake.NewCluster(opts...)
 	require.NoError(l.t, err)
-	l.mu.Lock()
 	l.c = c
-	l.mu.Unlock()
 }
 
-func (l *lossyCluster) stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.c.Close() // a second Close is a no-op
-}
+func (l *lossyCluster) stop() { l.c.Close() } // a second Close is a no-op
 
 func (l *lossyCluster) addrs() []string {
 	return []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(l.port))}

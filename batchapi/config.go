@@ -165,9 +165,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives metrics. nil = not registered.
 	Registerer prometheus.Registerer
-	// Clock is the clock of routing, flush and deadline decisions; it must
-	// agree with the store's clock (pending ages are read from job rows).
-	// nil = clockwork.NewRealClock().
+	// Clock is the clock of routing, flush and deadline decisions and of
+	// the Service's period; it must agree with the store's clock (pending
+	// ages are read from job rows). nil = clockwork.NewRealClock().
 	Clock clockwork.Clock
 }
 

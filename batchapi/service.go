@@ -53,14 +53,14 @@ func (s *Service) Start(ctx context.Context) error {
 }
 
 func (s *Service) loop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.PollInterval)
+	t := s.cfg.Clock.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
 		s.pass(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

@@ -13,14 +13,21 @@ const (
 	StatusQueued Status = "queued"
 	// StatusRunning: claimed by a worker holding a lease. A worker moves it to
 	// succeeded, retrying, failed or dead_lettered. Another worker may claim it
-	// again (running → running) once the lease has expired.
+	// again (running → running) once the lease has expired. The batch router
+	// takes a deferrable job it has claimed into the batch lane: back to
+	// queued for the batch collector, or straight to batched when the job is
+	// already reserved for a batch the provider accepted; the collector's
+	// submission also moves a reserved job that a duplicate delivery holds
+	// for an instant (running → batched).
 	StatusRunning Status = "running"
 	// StatusRetrying: an attempt failed with a retryable error and the worker
 	// waits out its backoff, still holding the lease, before the next attempt
 	// (retrying → running); a worker shutting down hands it back (queued).
 	StatusRetrying Status = "retrying"
-	// StatusBatched: inside a provider Batch API batch; the batch poller moves
-	// it to succeeded or dead_lettered, or back to queued for the live lane.
+	// StatusBatched: inside a provider Batch API batch. Moved in from queued
+	// by the batch collector, or from running by the batch router and the
+	// collector (see StatusRunning). The batch poller moves it to succeeded,
+	// failed or dead_lettered, or back to queued for the live lane.
 	StatusBatched Status = "batched"
 	// StatusSucceeded is terminal: the result is stored.
 	StatusSucceeded Status = "succeeded"
@@ -45,10 +52,14 @@ var Statuses = []Status{
 	StatusSucceeded, StatusFailed, StatusDeadLettered, StatusExpired, StatusCancelled,
 }
 
-// transitions is the legal-transition table of DESIGN.md.
+// transitions is the legal-transition table: every status change the store
+// makes is checked against it (docs/architecture.md lists the operation
+// behind each move).
 var transitions = map[Status][]Status{
-	StatusQueued:   {StatusRunning, StatusBatched, StatusExpired, StatusCancelled, StatusDeadLettered},
-	StatusRunning:  {StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDeadLettered, StatusExpired, StatusQueued},
+	StatusQueued: {StatusRunning, StatusBatched, StatusExpired, StatusCancelled, StatusDeadLettered},
+	// running → batched: the batch router takes a job it has claimed (see
+	// StatusRunning).
+	StatusRunning:  {StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDeadLettered, StatusExpired, StatusQueued, StatusBatched},
 	StatusRetrying: {StatusRunning, StatusDeadLettered, StatusExpired, StatusFailed, StatusQueued, StatusSucceeded},
 	StatusBatched:  {StatusSucceeded, StatusDeadLettered, StatusQueued, StatusFailed},
 }
@@ -61,6 +72,13 @@ func (s Status) Valid() bool {
 		}
 	}
 	return false
+}
+
+// Leased reports whether a job in status s is held by a worker under a
+// lease (running, retrying): only the lease holder, or anyone once the lease
+// has expired, may move it.
+func (s Status) Leased() bool {
+	return s == StatusRunning || s == StatusRetrying
 }
 
 // Terminal reports whether s is a final state that is never left (except by

@@ -23,6 +23,7 @@ var legal = map[[2]llmq.Status]bool{
 	{llmq.StatusRunning, llmq.StatusDeadLettered}:  true,
 	{llmq.StatusRunning, llmq.StatusExpired}:       true, // deadline found passed after the claim
 	{llmq.StatusRunning, llmq.StatusQueued}:        true, // graceful shutdown hands it back
+	{llmq.StatusRunning, llmq.StatusBatched}:       true, // the batch router takes a job it has claimed
 	{llmq.StatusRetrying, llmq.StatusRunning}:      true,
 	{llmq.StatusRetrying, llmq.StatusDeadLettered}: true,
 	{llmq.StatusRetrying, llmq.StatusExpired}:      true,
@@ -79,4 +80,14 @@ func TestTerminalStatesAreNeverLeft(t *testing.T) {
 	ts := llmq.TransitionsFrom(llmq.StatusQueued)
 	ts[0] = llmq.StatusSucceeded
 	require.False(t, llmq.CanTransition(llmq.StatusQueued, llmq.StatusSucceeded))
+}
+
+// TestLeasedStatuses: a worker's lease holds a job exactly while it runs or
+// waits out a backoff.
+func TestLeasedStatuses(t *testing.T) {
+	t.Parallel()
+	leased := map[llmq.Status]bool{llmq.StatusRunning: true, llmq.StatusRetrying: true}
+	for _, s := range llmq.Statuses {
+		require.Equal(t, leased[s], s.Leased(), s)
+	}
 }

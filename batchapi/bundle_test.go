@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jonboulle/clockwork"
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
@@ -33,23 +34,17 @@ import (
 type testBundle struct {
 	st     *store.Store
 	sim    *upstreamsim.TestServer
+	simCfg upstreamsim.Config
 	clock  *clockwork.FakeClock
 	client *openai.Client
 	broker *memory.Broker
 	queue  string
 	cfg    Config
-	now    *testClock
+	// lane is the batch lane's clock (routing and deadlines), apart
+	// from the simulator's.
+	lane   *clockwork.FakeClock
 	router *Router
 }
-
-// testClock is the batch lane's clock (routing and deadlines).
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
 
 // night is inside the default off-peak window.
 var night = time.Date(2026, 6, 15, 23, 0, 0, 0, time.UTC)
@@ -70,14 +65,14 @@ func setup(t *testing.T, simCfg upstreamsim.Config, mod func(*Config)) *testBund
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 6, 15, 23, 0, 0, 0, time.UTC))
 	sim := upstreamsim.NewTestServer(t, simCfg, upstreamsim.WithClock(clock))
 	b := &testBundle{
-		st: st, sim: sim, clock: clock, client: newClient(t, sim, nil), broker: memory.New(),
-		queue: "jobs." + strings.ReplaceAll(t.Name(), "/", "."), now: &testClock{t: night},
+		st: st, sim: sim, simCfg: simCfg, clock: clock, client: newClient(t, sim, nil), broker: memory.New(),
+		queue: "jobs." + strings.ReplaceAll(t.Name(), "/", "."), lane: clockwork.NewFakeClockAt(night),
 	}
 	b.cfg = Config{
 		Store: st, Client: b.client, Publisher: b.broker.NewPublisher(), Destination: b.queue,
 		Catalog:  llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {InputPricePer1M: 0.15, OutputPricePer1M: 0.60}}},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now:      b.now.Now,
+		Clock:    b.lane,
 		MaxLines: 1000,
 	}
 	if mod != nil {
@@ -86,6 +81,14 @@ func setup(t *testing.T, simCfg upstreamsim.Config, mod func(*Config)) *testBund
 	b.router, err = NewRouter(b.cfg)
 	require.NoError(t, err)
 	return b
+}
+
+// setNow moves the batch lane's clock forward to at.
+func (b *testBundle) setNow(t *testing.T, at time.Time) {
+	t.Helper()
+	d := at.Sub(b.lane.Now())
+	require.GreaterOrEqual(t, d, time.Duration(0), "the lane's clock only moves forward")
+	b.lane.Advance(d)
 }
 
 // newClient returns a go-openai client of sim whose transport is rt (nil:
@@ -196,6 +199,54 @@ func (b *testBundle) liveWorker(t *testing.T, want int) {
 		require.True(t, stored)
 		require.NoError(t, msg.Ack(ctx))
 	}
+}
+
+// requireOwnResults checks that each of the want succeeded jobs holds the
+// answer to its own request, whichever lane ran it. The simulator's
+// completion is a function of the request (seed, model, messages), and
+// every job asks about its own id, so a second simulator with the same
+// seed, asked live, gives each job's expected text.
+func (b *testBundle) requireOwnResults(t *testing.T, want int) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := b.simCfg
+	cfg.Default.RPM, cfg.Default.TPM = -1, -1
+	cfg.Models = nil
+	client := newClient(t, upstreamsim.NewTestServer(t, cfg), nil)
+	type row struct{ id, body, content string }
+	rows, err := b.st.Pool().Query(ctx, `SELECT id, body::text, coalesce(result->'choices'->0->'message'->>'content', '')
+		FROM jobs WHERE status = 'succeeded' ORDER BY id`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		return x, r.Scan(&x.id, &x.body, &x.content)
+	})
+	require.NoError(t, err)
+	require.Len(t, got, want)
+	var g errgroup.Group
+	g.SetLimit(8)
+	var mu sync.Mutex
+	var wrong []string
+	for _, r := range got {
+		g.Go(func() error {
+			var req openai.ChatCompletionRequest
+			if err := json.Unmarshal([]byte(r.body), &req); err != nil {
+				return err
+			}
+			resp, err := client.CreateChatCompletion(ctx, req)
+			if err != nil {
+				return err
+			}
+			if resp.Choices[0].Message.Content != r.content {
+				mu.Lock()
+				wrong = append(wrong, r.id)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	require.Empty(t, wrong, "jobs holding another job's answer")
 }
 
 // flakyPublisher fails its first fail publishes.

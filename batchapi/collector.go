@@ -75,7 +75,7 @@ func (c *Collector) run(ctx context.Context, all bool) (int, error) {
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		now := c.cfg.Now()
+		now := c.cfg.Clock.Now()
 		for _, p := range pending {
 			if !all && p.Jobs < c.cfg.MaxLines && now.Sub(p.Oldest) < c.cfg.FlushInterval {
 				continue
@@ -97,7 +97,7 @@ func (c *Collector) submitModel(ctx context.Context, model string) (int, error) 
 		size := 0
 		rec, jobs, err := c.cfg.Store.ReserveBatch(ctx, store.BatchReservation{
 			ID: id, Model: model, MaxJobs: c.cfg.MaxLines,
-			NotBefore: c.cfg.Now().Add(c.cfg.minDeadlineLead()),
+			NotBefore: c.cfg.Clock.Now().Add(c.cfg.minDeadlineLead()),
 			Fits: func(j store.BatchJob, _ int) bool {
 				size += lineSize(j)
 				return size <= c.cfg.MaxBytes

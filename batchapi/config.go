@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	openai "github.com/sashabaranov/go-openai"
 
@@ -68,12 +69,43 @@ type DeadLetterer interface {
 	DeadLetter(ctx context.Context, l dlq.Letter) error
 }
 
+// Store is what the batch lane needs of the job store; *store.Store is
+// one.
+type Store interface {
+	// RouteToBatch and SetLane serve the Router.
+	RouteToBatch(ctx context.Context, id, owner, reason string) (bool, error)
+	SetLane(ctx context.Context, id, lane, reason string) error
+	// WithAdvisoryLock lets one collector and one poller work at a time.
+	WithAdvisoryLock(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error)
+	// OpenBatches, PendingBatchModels, ReserveBatch, BatchJobs,
+	// SetBatchInputFile, MarkBatchSubmitted and AbandonBatch serve the
+	// Collector.
+	OpenBatches(ctx context.Context) ([]*store.BatchRecord, error)
+	PendingBatchModels(ctx context.Context) ([]store.PendingModel, error)
+	ReserveBatch(ctx context.Context, r store.BatchReservation) (*store.BatchRecord, []store.BatchJob, error)
+	BatchJobs(ctx context.Context, id string) ([]store.BatchJob, error)
+	SetBatchInputFile(ctx context.Context, id, fileID string) error
+	MarkBatchSubmitted(ctx context.Context, sub store.BatchSubmission) (int, error)
+	AbandonBatch(ctx context.Context, id, errMsg string, live bool, reason string) (int, error)
+	// UpdateBatchProgress, BatchJobIDs, IngestBatch, PullBack, Outbox and
+	// DeleteOutbox serve the Poller (and Cancel).
+	UpdateBatchProgress(ctx context.Context, id string, p store.BatchProgress) error
+	BatchJobIDs(ctx context.Context, id string, status llmq.Status) ([]string, error)
+	IngestBatch(ctx context.Context, in store.BatchIngest) (store.IngestStats, error)
+	PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]string, error)
+	Outbox(ctx context.Context, limit int) ([]store.OutboxEntry, error)
+	DeleteOutbox(ctx context.Context, ids []string) error
+	// GetBatch and BatchCostSummary serve Cancel and CostReport.
+	GetBatch(ctx context.Context, ref string) (*store.BatchRecord, error)
+	BatchCostSummary(ctx context.Context, since time.Time) (store.BatchCost, error)
+}
+
 // Config configures the Router, Collector, Poller and Service. The Router
 // needs only Store and the routing fields; the others need Client,
 // Publisher and Destination too.
 type Config struct {
 	// Store is the Postgres job store. Required.
-	Store *store.Store
+	Store Store
 	// Client talks to the provider's Files and Batch API. Required except
 	// for the Router.
 	Client *openai.Client
@@ -133,10 +165,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives metrics. nil = not registered.
 	Registerer prometheus.Registerer
-	// Now is the clock of routing, flush and deadline decisions; it must
-	// agree with the store's clock (pending ages are read from job rows).
-	// nil = time.Now.
-	Now func() time.Time
+	// Clock is the clock of routing, flush and deadline decisions and of
+	// the Service's period; it must agree with the store's clock (pending
+	// ages are read from job rows). nil = clockwork.NewRealClock().
+	Clock clockwork.Clock
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -156,8 +188,8 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }

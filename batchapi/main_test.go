@@ -4,7 +4,12 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq/store"
 )
+
+// The job store is one the batch lane can use.
+var _ Store = (*store.Store)(nil)
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,

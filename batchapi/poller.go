@@ -80,7 +80,7 @@ func (p *Poller) Poll(ctx context.Context) (PollStats, error) {
 		st.Republished += n
 		errs = append(errs, err)
 
-		now := p.cfg.Now()
+		now := p.cfg.Clock.Now()
 		ids, err := p.cfg.Store.PullBack(ctx, now.Add(p.cfg.minDeadlineLead()), now.Add(p.cfg.PullBackBefore),
 			"live: deadline too near for the batch lane, pulled back")
 		st.PulledBack = len(ids)

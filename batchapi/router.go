@@ -6,16 +6,18 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/llmq/llmq/store"
 )
 
 // Router sends deferrable jobs to the batch lane (it implements the
 // worker's Router). It is safe for concurrent use.
 type Router struct {
-	st     *store.Store
+	st     Store
 	policy Policy
 	drain  func() time.Duration
-	now    func() time.Time
+	clock  clockwork.Clock
 	log    *slog.Logger
 	m      *metrics
 }
@@ -27,7 +29,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := cfg.validate(false); err != nil {
 		return nil, err
 	}
-	return &Router{st: cfg.Store, policy: cfg.policy(), drain: cfg.Drain, now: cfg.Now, log: cfg.Logger,
+	return &Router{st: cfg.Store, policy: cfg.policy(), drain: cfg.Drain, clock: cfg.Clock, log: cfg.Logger,
 		m: newMetrics(cfg.Registerer)}, nil
 }
 
@@ -51,7 +53,7 @@ func (r *Router) Route(ctx context.Context, rec *store.JobRecord) (bool, error) 
 	if r.drain != nil {
 		drain = r.drain()
 	}
-	d := r.policy.Decide(r.now(), rec.Deadline, drain)
+	d := r.policy.Decide(r.clock.Now(), rec.Deadline, drain)
 	if d.Batch {
 		return r.toBatch(ctx, rec, d.Reason)
 	}

@@ -53,14 +53,14 @@ func (s *Service) Start(ctx context.Context) error {
 }
 
 func (s *Service) loop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.PollInterval)
+	t := s.cfg.Clock.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
 		s.pass(ctx)
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }
@@ -90,7 +90,7 @@ func (s *Service) Stop(ctx context.Context) error {
 // ref and records its new status; the poller brings the partial results
 // home and sends the other jobs back to the live lane once it is
 // cancelled.
-func Cancel(ctx context.Context, st *store.Store, client *openai.Client, ref string) (*store.BatchRecord, error) {
+func Cancel(ctx context.Context, st Store, client *openai.Client, ref string) (*store.BatchRecord, error) {
 	b, err := st.GetBatch(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func Cancel(ctx context.Context, st *store.Store, client *openai.Client, ref str
 // CostReport sums what the batch lane's results cost since since (zero:
 // ever) and what the same tokens would have cost live; SavingUSD is the
 // difference. It is what `llmq batch show` and the bench report print.
-func CostReport(ctx context.Context, st *store.Store, since time.Time) (store.BatchCost, error) {
+func CostReport(ctx context.Context, st Store, since time.Time) (store.BatchCost, error) {
 	c, err := st.BatchCostSummary(ctx, since)
 	if err != nil {
 		return c, fmt.Errorf("batchapi: cost report: %w", err)

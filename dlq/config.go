@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"cmp"
+	"context"
 	"log/slog"
 	"time"
 
@@ -50,11 +51,35 @@ type Notifier interface {
 	Notify(ev Event)
 }
 
+// Store is what a [Writer] and a [Service] need of the job store: the
+// dead_letters table and the few job moves a dead letter makes.
+// *store.Store is one.
+type Store interface {
+	// RecordDeadLetter, MarkDeadLetterPublished, UnpublishedDeadLetters,
+	// UnfinishedReplays and MarkDeadLettered serve the Writer.
+	RecordDeadLetter(ctx context.Context, d store.NewDeadLetter) (rec *store.DeadLetter, created bool, err error)
+	MarkDeadLetterPublished(ctx context.Context, id int64) (bool, error)
+	UnpublishedDeadLetters(ctx context.Context, olderThan time.Time, limit int) ([]*store.DeadLetter, error)
+	UnfinishedReplays(ctx context.Context, olderThan time.Time, limit int) ([]*store.DeadLetter, error)
+	MarkDeadLettered(ctx context.Context, id, code, msg string) error
+	// GetDeadLetter, ListDeadLetters, PurgeDeadLetters, BeginReplay,
+	// MarkReplayPublished and Requeue serve the Service (Repair purges
+	// and completes replays too).
+	GetDeadLetter(ctx context.Context, tenant string, id int64) (*store.DeadLetter, error)
+	ListDeadLetters(ctx context.Context, o store.DeadLetterListOptions) ([]*store.DeadLetter, string, error)
+	PurgeDeadLetters(ctx context.Context, f store.DeadLetterFilter) (int64, error)
+	BeginReplay(ctx context.Context, tenant string, id int64) (rec *store.DeadLetter, begun bool, err error)
+	MarkReplayPublished(ctx context.Context, id int64) (bool, error)
+	Requeue(ctx context.Context, id string) (*store.JobRecord, error)
+	// GetByID reads the letter's job.
+	GetByID(ctx context.Context, id string) (*store.JobRecord, error)
+}
+
 // Config configures a [Writer] and a [Service]. Fields marked required have
 // no default.
 type Config struct {
 	// Store holds the dead_letters and jobs tables. Required.
-	Store *store.Store
+	Store Store
 	// Publisher publishes dead letters and replays. Required by NewWriter;
 	// a Service without one can list, show and purge but not replay.
 	Publisher transport.Publisher

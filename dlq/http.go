@@ -1,7 +1,6 @@
 package dlq
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -32,51 +31,6 @@ func NewHTTPHandler(svc *Service, tenantOf func(*http.Request) string) http.Hand
 type httpHandler struct {
 	svc      *Service
 	tenantOf func(*http.Request) string
-}
-
-// letterJSON is a dead letter as the API shows it. The message is inlined
-// when it is JSON, base64-encoded otherwise.
-type letterJSON struct {
-	ID                int64             `json:"id"`
-	JobID             string            `json:"job_id"`
-	Tenant            string            `json:"tenant"`
-	Reason            Reason            `json:"reason"`
-	LastError         string            `json:"last_error"`
-	Attempts          int               `json:"attempts"`
-	Model             string            `json:"model"`
-	Source            string            `json:"source"`
-	Destination       string            `json:"destination"`
-	Headers           map[string]string `json:"headers"`
-	Message           json.RawMessage   `json:"message,omitempty"`
-	MessageBase64     string            `json:"message_base64,omitempty"`
-	CreatedAt         time.Time         `json:"created_at"`
-	PublishedAt       *time.Time        `json:"published_at"`
-	ReplayedAt        *time.Time        `json:"replayed_at"`
-	ReplayPublishedAt *time.Time        `json:"replay_published_at"`
-	ReplayCount       int               `json:"replay_count"`
-}
-
-// MarshalJSON renders the record as the HTTP API and `llmq dlq --json`
-// show it: snake_case fields, the message inlined when it is JSON and
-// base64-encoded as message_base64 otherwise.
-func (r Record) MarshalJSON() ([]byte, error) { return json.Marshal(toJSON(r)) }
-
-func toJSON(r Record) letterJSON {
-	out := letterJSON{
-		ID: r.ID, JobID: r.JobID, Tenant: r.Tenant, Reason: r.Reason, LastError: r.LastError,
-		Attempts: r.Attempts, Model: r.Model, Source: r.Source, Destination: r.Destination,
-		Headers: r.Headers, CreatedAt: r.At, PublishedAt: r.PublishedAt, ReplayedAt: r.ReplayedAt,
-		ReplayPublishedAt: r.ReplayPublishedAt, ReplayCount: r.ReplayCount,
-	}
-	if out.Headers == nil {
-		out.Headers = map[string]string{}
-	}
-	if json.Valid(r.Message) {
-		out.Message = r.Message
-	} else {
-		out.MessageBase64 = base64.StdEncoding.EncodeToString(r.Message)
-	}
-	return out
 }
 
 type apiError struct {
@@ -126,7 +80,10 @@ func (h *httpHandler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	query := Query{Filter: Filter{Tenant: tenant, Reason: Reason(q.Get("reason")), JobID: q.Get("job_id")}, Cursor: q.Get("cursor")}
+	query := store.DeadLetterListOptions{
+		DeadLetterFilter: store.DeadLetterFilter{Tenant: tenant, Reason: q.Get("reason"), JobID: q.Get("job_id")},
+		After:            q.Get("cursor"),
+	}
 	for _, p := range []struct {
 		name string
 		dst  *time.Time
@@ -158,8 +115,8 @@ func (h *httpHandler) list(w http.ResponseWriter, r *http.Request) {
 		cursor = &next
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Data       []Record `json:"data"`
-		NextCursor *string  `json:"next_cursor"`
+		Data       []*store.DeadLetter `json:"data"`
+		NextCursor *string             `json:"next_cursor"`
 	}{recs, cursor})
 }
 
@@ -179,7 +136,7 @@ func (h *httpHandler) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Data     Record `json:"data"`
-		Replayed bool   `json:"replayed"`
+		Data     *store.DeadLetter `json:"data"`
+		Replayed bool              `json:"replayed"`
 	}{res.Record, res.Replayed})
 }

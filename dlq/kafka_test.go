@@ -32,7 +32,7 @@ func TestWriterAndReplayOnKafka(t *testing.T) {
 	ctx := context.Background()
 	addrs := kafkatest.NewCluster(t, "jobs")
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
+	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})

@@ -10,8 +10,9 @@ import (
 )
 
 // Letter is one dead-lettered message: the original bytes and why they are
-// here. The worker builds it; a [Writer] records it in Postgres, publishes
-// it to the dead-letter queue and raises an alert.
+// here. The worker and the batch lane build it; a [Writer] records it in
+// Postgres (a [store.DeadLetter] row, which is what the [Service] reads
+// back), publishes it to the dead-letter queue and raises an alert.
 type Letter struct {
 	// JobID is the job's id; empty for a poison message whose id could not
 	// be read.
@@ -59,34 +60,8 @@ func (l Letter) keyBase() string {
 	return "msg:" + hex.EncodeToString(h.Sum(nil))
 }
 
-// Record is a stored dead letter.
-type Record struct {
-	Letter
-	// ID is the letter's id (x-llmq-dead-letter-id).
-	ID int64
-	// Destination is the dead-letter topic or queue.
-	Destination string
-	// PublishedAt is when the publish to Destination was confirmed; nil
-	// until then (Repair retries it).
-	PublishedAt *time.Time
-	// ReplayedAt is when the letter's replay began; nil when it was never
-	// replayed.
-	ReplayedAt *time.Time
-	// ReplayPublishedAt is when the replayed message was confirmed on the
-	// main queue; nil while a begun replay is unfinished.
-	ReplayPublishedAt *time.Time
-	// ReplayCount is how many replays the letter had (0 or 1).
-	ReplayCount int
-}
-
-func recordOf(d *store.DeadLetter) Record {
-	return Record{
-		Letter: Letter{
-			JobID: d.JobID, Tenant: d.Tenant, Reason: Reason(d.Reason), LastError: d.LastError,
-			Attempts: d.Attempts, Model: d.Model, Message: d.Message, Key: d.MessageKey,
-			Headers: d.Headers, Source: d.Source, At: d.CreatedAt,
-		},
-		ID: d.ID, Destination: d.Destination, PublishedAt: d.PublishedAt, ReplayedAt: d.ReplayedAt,
-		ReplayPublishedAt: d.ReplayPublishedAt, ReplayCount: d.ReplayCount,
-	}
+// eventOf is the alert event of a stored letter.
+func eventOf(d *store.DeadLetter) Event {
+	return Event{JobID: d.JobID, Tenant: d.Tenant, Reason: Reason(d.Reason), LastError: d.LastError, Model: d.Model,
+		Time: d.CreatedAt}
 }

@@ -52,7 +52,7 @@ func TestWriterAndReplayOnRabbitMQ(t *testing.T) {
 	ctx := context.Background()
 	queue := rabbitmqtest.NewQueue(t)
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
+	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: rabbitmqtest.URL()})
@@ -72,7 +72,7 @@ func TestWriterAndReplayOnRabbitMQ(t *testing.T) {
 	require.NoError(t, w.DeadLetter(ctx, l))
 
 	got := consumeOne(t, queue+DLQSuffix)
-	recs, _, err := svc.List(ctx, Query{})
+	recs, _, err := svc.List(ctx, store.DeadLetterListOptions{})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, msg, got.Value)

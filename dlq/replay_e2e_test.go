@@ -139,7 +139,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	require.Equal(t, llmq.StatusDeadLettered, rec.Status)
 	require.Equal(t, int64(1), broker.Depth("jobs.dlq"))
 
-	recs, _, err := svc.List(ctx, dlq.Query{Filter: dlq.Filter{Tenant: "acme"}})
+	recs, _, err := svc.List(ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "acme"}})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, job, recs[0].Message)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
@@ -30,66 +29,28 @@ func NewService(cfg Config) (*Service, error) {
 	return &Service{core: c}, nil
 }
 
-// Filter selects dead letters; zero fields do not filter.
-type Filter struct {
-	// IDs selects these letters.
-	IDs []int64
-	// JobID selects the letters of one job.
-	JobID string
-	// Reason selects one reason class.
-	Reason Reason
-	// Tenant selects one tenant's letters.
-	Tenant string
-	// Since and Until bound the time the letter was dead-lettered:
-	// Since <= t < Until.
-	Since, Until time.Time
-	// All must be set to purge every letter; it changes nothing else.
-	All bool
-}
-
-func (f Filter) store() store.DeadLetterFilter {
-	return store.DeadLetterFilter{
-		IDs: f.IDs, JobID: f.JobID, Reason: string(f.Reason), Tenant: f.Tenant,
-		Since: f.Since, Until: f.Until, All: f.All,
-	}
-}
-
-// Query selects a page of dead letters, newest first.
-type Query struct {
-	Filter
-	// Limit is the page size: 0 means 100, at most 1000.
-	Limit int
-	// Cursor is the NextCursor of the previous page; "" starts at the newest.
-	Cursor string
-}
-
-// ErrBadCursor is returned for a Query.Cursor that List did not produce.
+// ErrBadCursor is returned for a cursor that List did not produce.
 var ErrBadCursor = store.ErrBadCursor
 
 // List returns one page of letters, newest first, and the cursor of the next
-// page ("" after the last).
-func (s *Service) List(ctx context.Context, q Query) ([]Record, string, error) {
-	rows, next, err := s.cfg.Store.ListDeadLetters(ctx, store.DeadLetterListOptions{
-		DeadLetterFilter: q.Filter.store(), Limit: q.Limit, After: q.Cursor,
-	})
+// page ("" after the last). q.Limit 0 means 100, at most 1000; q.After is
+// the cursor of the previous page.
+func (s *Service) List(ctx context.Context, q store.DeadLetterListOptions) ([]*store.DeadLetter, string, error) {
+	recs, next, err := s.cfg.Store.ListDeadLetters(ctx, q)
 	if err != nil {
 		return nil, "", fmt.Errorf("dlq: list: %w", err)
 	}
-	out := make([]Record, len(rows))
-	for i, d := range rows {
-		out[i] = recordOf(d)
-	}
-	return out, next, nil
+	return recs, next, nil
 }
 
 // Get returns letter id of tenant ("" = any tenant); ErrNotFound when there
 // is none.
-func (s *Service) Get(ctx context.Context, tenant string, id int64) (Record, error) {
+func (s *Service) Get(ctx context.Context, tenant string, id int64) (*store.DeadLetter, error) {
 	d, err := s.cfg.Store.GetDeadLetter(ctx, tenant, id)
 	if err != nil {
-		return Record{}, notFound(err)
+		return nil, notFound(err)
 	}
-	return recordOf(d), nil
+	return d, nil
 }
 
 func notFound(err error) error {
@@ -102,8 +63,8 @@ func notFound(err error) error {
 // Purge deletes the letters f selects and returns how many. A filter that
 // selects nothing explicitly (no field set, All false) is refused with
 // ErrEmptyFilter. Purging a letter does not touch its job.
-func (s *Service) Purge(ctx context.Context, f Filter) (int64, error) {
-	n, err := s.cfg.Store.PurgeDeadLetters(ctx, f.store())
+func (s *Service) Purge(ctx context.Context, f store.DeadLetterFilter) (int64, error) {
+	n, err := s.cfg.Store.PurgeDeadLetters(ctx, f)
 	if errors.Is(err, store.ErrEmptyFilter) {
 		return 0, ErrEmptyFilter
 	}
@@ -116,7 +77,7 @@ func (s *Service) Purge(ctx context.Context, f Filter) (int64, error) {
 // ReplayResult is the outcome of a Replay.
 type ReplayResult struct {
 	// Record is the letter after the call.
-	Record Record
+	Record *store.DeadLetter
 	// Replayed is true for the one call that replayed the letter; false
 	// when it had been replayed before (nothing was published).
 	Replayed bool
@@ -145,7 +106,7 @@ func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayRe
 		return ReplayResult{}, notFound(err)
 	}
 	if d.ReplayedAt != nil {
-		return ReplayResult{Record: recordOf(d)}, nil
+		return ReplayResult{Record: d}, nil
 	}
 	if d.JobID != "" {
 		job, err := s.cfg.Store.GetByID(ctx, d.JobID)
@@ -157,7 +118,7 @@ func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayRe
 			// A concurrent replay begins (replayed_at) before it requeues
 			// the job: if one did, this call is the repeated replay.
 			if again, err := s.cfg.Store.GetDeadLetter(ctx, tenant, id); err == nil && again.ReplayedAt != nil {
-				return ReplayResult{Record: recordOf(again)}, nil
+				return ReplayResult{Record: again}, nil
 			}
 			return ReplayResult{}, fmt.Errorf("dlq: replay %d: job %q is %s: %w", id, d.JobID, job.Status, ErrNotReplayable)
 		}
@@ -167,11 +128,11 @@ func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayRe
 		return ReplayResult{}, notFound(err)
 	}
 	if !begun {
-		return ReplayResult{Record: recordOf(d)}, nil
+		return ReplayResult{Record: d}, nil
 	}
 	s.m.replays.Inc()
 	if err := s.finishReplay(ctx, d); err != nil {
-		return ReplayResult{Record: recordOf(d)}, err
+		return ReplayResult{Record: d}, err
 	}
 	s.log.Info("dead letter replayed", slog.Int64("dead_letter_id", d.ID), slog.String("job_id", d.JobID),
 		slog.String("tenant", d.Tenant))
@@ -179,7 +140,7 @@ func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayRe
 	if err != nil {
 		return ReplayResult{}, notFound(err)
 	}
-	return ReplayResult{Record: recordOf(d), Replayed: true}, nil
+	return ReplayResult{Record: d, Replayed: true}, nil
 }
 
 // finishReplay requeues the letter's job (when it has one), publishes the

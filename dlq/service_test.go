@@ -14,15 +14,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store"
 )
 
 // deadLettered runs job id through the writer and returns its letter.
-func (b *dlqBundle) deadLettered(t *testing.T, id string) Record {
+func (b *dlqBundle) deadLettered(t *testing.T, id string) *store.DeadLetter {
 	t.Helper()
 	msg := b.claimedJob(t, id)
 	require.NoError(t, b.writer.DeadLetter(b.ctx, b.letter(id, msg)))
 	require.Equal(t, "jobs.dlq", b.pub.next(t).dest)
-	recs, _, err := b.svc.List(b.ctx, Query{Filter: Filter{JobID: id}})
+	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{JobID: id}})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	return recs[0]
@@ -76,7 +77,7 @@ func TestReplayTwiceGivesOneNewMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.writer.DeadLetter(b.ctx, b.letter("j1", r.Message)))
 	b.pub.next(t)
-	recs, _, err := b.svc.List(b.ctx, Query{Filter: Filter{JobID: "j1"}})
+	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{JobID: "j1"}})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	require.Nil(t, recs[0].ReplayedAt)
@@ -93,7 +94,7 @@ func TestReplayRefusesJobNotDeadLettered(t *testing.T) {
 	b.pub.setFail(errors.New("broker down"))
 	require.Error(t, b.writer.DeadLetter(b.ctx, b.letter("j1", msg)))
 	b.pub.setFail(nil)
-	recs, _, err := b.svc.List(b.ctx, Query{})
+	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{})
 	require.NoError(t, err)
 	// The job is still with the worker (running): replaying would run it twice.
 	_, err = b.svc.Replay(b.ctx, "acme", recs[0].ID)
@@ -153,16 +154,16 @@ func TestPurgeNeedsFilter(t *testing.T) {
 	require.NoError(t, b.writer.DeadLetter(b.ctx, Letter{Reason: ReasonPoison, Message: []byte("x")}))
 	b.pub.next(t)
 
-	_, err := b.svc.Purge(b.ctx, Filter{})
+	_, err := b.svc.Purge(b.ctx, store.DeadLetterFilter{})
 	require.ErrorIs(t, err, ErrEmptyFilter)
-	recs, _, err := b.svc.List(b.ctx, Query{})
+	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{})
 	require.NoError(t, err)
 	require.Len(t, recs, 3)
 
-	n, err := b.svc.Purge(b.ctx, Filter{Reason: ReasonPoison})
+	n, err := b.svc.Purge(b.ctx, store.DeadLetterFilter{Reason: string(ReasonPoison)})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	n, err = b.svc.Purge(b.ctx, Filter{All: true})
+	n, err = b.svc.Purge(b.ctx, store.DeadLetterFilter{All: true})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n)
 	// Purging a letter leaves its job as it is.
@@ -181,7 +182,7 @@ func TestHTTPHandler(t *testing.T) {
 	// Another tenant's letter.
 	require.NoError(t, b.writer.DeadLetter(b.ctx, Letter{JobID: "x", Tenant: "other", Reason: ReasonPoison, Message: []byte("bad")}))
 	b.pub.next(t)
-	others, _, err := b.svc.List(b.ctx, Query{Filter: Filter{Tenant: "other"}})
+	others, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "other"}})
 	require.NoError(t, err)
 
 	srv := httptest.NewServer(NewHTTPHandler(b.svc, func(r *http.Request) string { return r.Header.Get("X-Tenant") }))

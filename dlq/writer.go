@@ -109,7 +109,7 @@ func (w *Writer) settle(ctx context.Context, d *store.DeadLetter) error {
 		if set {
 			w.m.published.Inc()
 			if w.cfg.Alerter != nil {
-				w.cfg.Alerter.Notify(recordOf(d).Event())
+				w.cfg.Alerter.Notify(eventOf(d))
 			}
 		}
 	}

@@ -113,7 +113,7 @@ func setupDLQ(t *testing.T) *dlqBundle {
 	t.Helper()
 	ctx := context.Background()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
+	st, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	b := &dlqBundle{
@@ -174,13 +174,13 @@ func TestWriterIdempotentUnderRepeatedCalls(t *testing.T) {
 	}
 	require.NoError(t, b.writer.DeadLetter(b.ctx, l))
 
-	recs, next, err := b.svc.List(b.ctx, Query{})
+	recs, next, err := b.svc.List(b.ctx, store.DeadLetterListOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "", next)
 	require.Len(t, recs, 1)
 	r := recs[0]
 	require.Equal(t, "j1", r.JobID)
-	require.Equal(t, ReasonRetriesExhausted, r.Reason)
+	require.Equal(t, string(ReasonRetriesExhausted), r.Reason)
 	require.Equal(t, testDest+DLQSuffix, r.Destination)
 	require.NotNil(t, r.PublishedAt)
 	require.Equal(t, msg, r.Message)
@@ -238,7 +238,7 @@ func TestWriterPoisonMessage(t *testing.T) {
 	b.pub.none(t)
 	require.Equal(t, []byte("{not json"), p.msg.Value)
 	require.Equal(t, "poison", p.msg.Headers[HeaderReason])
-	recs, _, err := b.svc.List(b.ctx, Query{Filter: Filter{Tenant: llmq.DefaultTenant}})
+	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: llmq.DefaultTenant}})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, "", recs[0].JobID)
@@ -294,7 +294,7 @@ func TestWriterPublishFailureThenRepair(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, RepairStats{}, st)
 
-	recs, _, err := b.svc.List(b.ctx, Query{})
+	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{})
 	require.NoError(t, err)
 	require.Len(t, recs, 2)
 	for _, r := range recs {

@@ -72,7 +72,7 @@ func retryHint(d time.Duration, known bool) time.Duration {
 // Queue returns the queue's state, measured at most DepthTTL ago. A broker
 // that cannot be measured returns ErrBrokerUnavailable.
 func (p *Producer) Queue(ctx context.Context) (QueueState, error) {
-	now := p.cfg.Clock()
+	now := p.cfg.Clock.Now()
 	p.mu.Lock()
 	q, err, fresh := p.cached, p.cachedErr, p.cfg.DepthTTL > 0 && now.Before(p.expires)
 	p.mu.Unlock()
@@ -82,14 +82,14 @@ func (p *Producer) Queue(ctx context.Context) (QueueState, error) {
 	p.probeMu.Lock()
 	defer p.probeMu.Unlock()
 	p.mu.Lock()
-	q, err, fresh = p.cached, p.cachedErr, p.cfg.DepthTTL > 0 && p.cfg.Clock().Before(p.expires)
+	q, err, fresh = p.cached, p.cachedErr, p.cfg.DepthTTL > 0 && p.cfg.Clock.Now().Before(p.expires)
 	p.mu.Unlock()
 	if fresh {
 		return q, err
 	}
 	q, err = p.measure(ctx)
 	p.mu.Lock()
-	p.cached, p.cachedErr, p.expires = q, err, p.cfg.Clock().Add(p.cfg.DepthTTL)
+	p.cached, p.cachedErr, p.expires = q, err, p.cfg.Clock.Now().Add(p.cfg.DepthTTL)
 	p.mu.Unlock()
 	if err == nil {
 		p.metrics.observeQueue(q)
@@ -107,7 +107,7 @@ func (p *Producer) invalidate() {
 func (p *Producer) measure(ctx context.Context) (QueueState, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
 	defer cancel()
-	now := p.cfg.Clock()
+	now := p.cfg.Clock.Now()
 	q := QueueState{MeasuredAt: now}
 	if p.cfg.DepthProbe != nil {
 		lag, err := p.probe(ctx)

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
@@ -50,12 +52,30 @@ type DepthProbe interface {
 	Depth(ctx context.Context) (int64, error)
 }
 
+// Store is what a Producer needs of the job store: the outbox (jobs
+// recorded before they are published) and the queue's Postgres figures.
+// *store.Store is one.
+type Store interface {
+	// InsertOutbox records jobs as queued and not yet published, all or
+	// none; created[i] is false when jobs[i] existed.
+	InsertOutbox(ctx context.Context, jobs []*llmq.Job) (created []bool, err error)
+	// MarkPublished records the broker's confirm of the jobs ids.
+	MarkPublished(ctx context.Context, ids []string) error
+	// Unpublished returns up to limit queued jobs created before cutoff
+	// whose publish was never confirmed, oldest first.
+	Unpublished(ctx context.Context, cutoff time.Time, limit int) ([]*store.JobRecord, error)
+	// GetByID reads a job that already existed.
+	GetByID(ctx context.Context, id string) (*store.JobRecord, error)
+	// QueueStats counts the jobs in flight and those finished since since.
+	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
+}
+
 // Config configures a Producer. Fields marked required have no default.
 type Config struct {
 	// Publisher sends the job messages. Required.
 	Publisher transport.Publisher
 	// Store records the jobs. Required.
-	Store *store.Store
+	Store Store
 	// Destination is the Kafka topic or RabbitMQ queue. Required.
 	Destination string
 	// DepthProbe measures the messages waiting at the broker (Kafka
@@ -91,9 +111,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the metrics. nil = not registered.
 	Registerer prometheus.Registerer
-	// Clock is the time source of deadlines and the rate window; it must
-	// agree with the Store's clock. nil = time.Now.
-	Clock func() time.Time
+	// Clock is the time source of deadlines, the rate window, the depth
+	// cache and the Sweeper; it must agree with the Store's clock.
+	// nil = clockwork.NewRealClock().
+	Clock clockwork.Clock
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -109,7 +130,7 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }

@@ -152,7 +152,7 @@ func (p *Producer) admit(q QueueState, jobs []*llmq.Job) *ErrBackpressure {
 	if !q.DrainKnown {
 		return nil
 	}
-	now := p.cfg.Clock()
+	now := p.cfg.Clock.Now()
 	for i, j := range jobs {
 		if j.Deadline == nil {
 			continue
@@ -205,14 +205,14 @@ func (p *Producer) publish(ctx context.Context, jobs []*llmq.Job) error {
 		}
 		msgs[i], ids[i] = m, j.ID
 	}
-	start := time.Now()
+	start := p.cfg.Clock.Now()
 	if err := p.cfg.Publisher.Publish(ctx, p.cfg.Destination, msgs...); err != nil {
 		p.invalidate()
 		p.log.Warn("publish failed; the outbox sweeper will republish", slog.Int("jobs", len(jobs)),
 			slog.String("destination", p.cfg.Destination), slog.String("error", err.Error()))
 		return err
 	}
-	p.metrics.publishSeconds.Observe(time.Since(start).Seconds())
+	p.metrics.publishSeconds.Observe(p.cfg.Clock.Since(start).Seconds())
 	if err := p.cfg.Store.MarkPublished(ctx, ids); err != nil {
 		// The messages are on the broker; the sweeper will send them once
 		// more, which the workers' idempotent claim absorbs.
@@ -232,7 +232,7 @@ var errNotMarked = errors.New("producer: published but not marked")
 func (p *Producer) Sweep(ctx context.Context, grace time.Duration, limit int) (int, error) {
 	total := 0
 	for {
-		recs, err := p.cfg.Store.Unpublished(ctx, p.cfg.Clock().Add(-grace), limit)
+		recs, err := p.cfg.Store.Unpublished(ctx, p.cfg.Clock.Now().Add(-grace), limit)
 		if err != nil {
 			return total, fmt.Errorf("producer: sweep: %w", err)
 		}

@@ -26,6 +26,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// The job store is one a Producer can use.
+var _ producer.Store = (*store.Store)(nil)
+
 var quiet = slog.New(slog.DiscardHandler)
 
 type testBundle struct {
@@ -45,14 +48,14 @@ func setup(t *testing.T) *testBundle {
 	sub, err := b.NewSubscriber("jobs", memory.Config{Prefetch: 1000})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
-	return &testBundle{clock: clk, pool: pool, store: store.New(pool, store.WithClock(clk.Now)), broker: b, sub: sub, dest: "jobs"}
+	return &testBundle{clock: clk, pool: pool, store: store.New(pool, store.WithClock(clk)), broker: b, sub: sub, dest: "jobs"}
 }
 
 func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *producer.Producer {
 	t.Helper()
 	cfg := producer.Config{
 		Publisher: b.broker.NewPublisher(), Store: b.store, Destination: b.dest, DepthProbe: b.sub,
-		ProbeCountsInFlight: true, Clock: b.clock.Now, DepthTTL: -1, Logger: quiet,
+		ProbeCountsInFlight: true, Clock: b.clock, DepthTTL: -1, Logger: quiet,
 	}
 	if mod != nil {
 		mod(&cfg)

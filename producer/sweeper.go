@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/llmq/llmq/internal/background"
 )
@@ -36,7 +35,7 @@ func (s *Sweeper) Start(ctx context.Context) error {
 }
 
 func (s *Sweeper) run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
+	t := s.cfg.Producer.cfg.Clock.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	for {
 		n, err := s.cfg.Producer.Sweep(ctx, s.cfg.Grace, s.cfg.Limit)
@@ -49,7 +48,7 @@ func (s *Sweeper) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.Chan():
 		}
 	}
 }

@@ -102,6 +102,18 @@ func (s *Store) queryBatches(ctx context.Context, op, sql string, args ...any) (
 	return recs, nil
 }
 
+// routeToBatchSQL hands job $1, held by $2, to the batch lane with reason
+// $3 at $4: to batched when it is reserved for a batch the provider
+// accepted (tRouteToBatchAccepted), else to queued (tRouteToBatch).
+var routeToBatchSQL = `UPDATE jobs SET
+		status = CASE WHEN batch_id <> '' AND EXISTS (SELECT 1 FROM batches b
+			WHERE b.id = jobs.batch_id AND b.status <> 'submitting') THEN ` + tRouteToBatchAccepted.to + ` ELSE ` + tRouteToBatch.to + ` END,
+		lane = 'batch', lane_reason = CASE WHEN $3 = '' THEN lane_reason ELSE $3 END,
+		lease_owner = '', lease_expires_at = NULL,
+		attempts = greatest(attempts - 1, 0), started_at = CASE WHEN attempts <= 1 THEN NULL ELSE started_at END,
+		updated_at = $4
+	WHERE id = $1 AND status ` + common(tRouteToBatch, tRouteToBatchAccepted) + ` AND lease_owner = $2`
+
 // RouteToBatch hands the running job id, claimed by owner, to the batch
 // lane: it goes back to queued (lease cleared, the claim's attempt given
 // back) with lane batch and reason, where the batch collector finds it. A
@@ -111,14 +123,7 @@ func (s *Store) queryBatches(ctx context.Context, op, sql string, args ...any) (
 // not hold it.
 func (s *Store) RouteToBatch(ctx context.Context, id, owner, reason string) (bool, error) {
 	now := s.clock()
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET
-		status = CASE WHEN batch_id <> '' AND EXISTS (SELECT 1 FROM batches b
-			WHERE b.id = jobs.batch_id AND b.status <> 'submitting') THEN 'batched' ELSE 'queued' END,
-		lane = 'batch', lane_reason = CASE WHEN $3 = '' THEN lane_reason ELSE $3 END,
-		lease_owner = '', lease_expires_at = NULL,
-		attempts = greatest(attempts - 1, 0), started_at = CASE WHEN attempts <= 1 THEN NULL ELSE started_at END,
-		updated_at = $4
-	WHERE id = $1 AND status = 'running' AND lease_owner = $2`, id, owner, reason, now)
+	tag, err := s.pool.Exec(ctx, routeToBatchSQL, id, owner, reason, now)
 	if err != nil {
 		return false, fmt.Errorf("store: route to batch %q: %w", id, err)
 	}
@@ -327,8 +332,8 @@ func (s *Store) MarkBatchSubmitted(ctx context.Context, sub BatchSubmission) (in
 	if tag.RowsAffected() == 0 {
 		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, ErrBatchNotSubmitting)
 	}
-	tag, err = tx.Exec(ctx, `UPDATE jobs SET status = 'batched', lease_owner = '', lease_expires_at = NULL, updated_at = $2
-		WHERE batch_id = $1 AND lane = 'batch' AND status IN ('queued', 'running')`, sub.ID, now)
+	tag, err = tx.Exec(ctx, `UPDATE jobs SET status = `+tMarkBatchSubmitted.to+`, lease_owner = '', lease_expires_at = NULL,
+		updated_at = $2 WHERE batch_id = $1 AND lane = 'batch' AND status `+tMarkBatchSubmitted.in, sub.ID, now)
 	if err != nil {
 		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, err)
 	}
@@ -518,11 +523,11 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 			pt[i], ct[i], cost[i] = int32(r.PromptTokens), int32(r.CompletionTokens), r.CostUSD
 			live[r.JobID] = r.LiveCostUSD
 		}
-		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = 'succeeded', result = u.body::jsonb,
+		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = `+tIngestResult.to+`, result = u.body::jsonb,
 			used_model = u.model, prompt_tokens = u.pt, completion_tokens = u.ct, cost_usd = u.cost,
 			finished_at = $2, updated_at = $2, lease_expires_at = NULL, error_code = '', error_message = ''
 		FROM unnest($3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::float8[]) AS u(id, body, model, pt, ct, cost)
-		WHERE j.id = u.id AND j.status = 'batched' AND j.batch_id = $1
+		WHERE j.id = u.id AND j.status `+tIngestResult.in+` AND j.batch_id = $1
 		RETURNING j.id, j.cost_usd`, in.BatchID, now, ids, bodies, models, pt, ct, cost)
 		if err != nil {
 			return st, dataError("ingest batch "+strconv.Quote(in.BatchID), err)
@@ -541,10 +546,10 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 	}
 	for chunk := range chunks(in.Live) {
 		ids, reasons := returnCols(chunk)
-		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = 'queued', lane = 'live', batch_id = '',
+		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = `+tIngestLive.to+`, lane = 'live', batch_id = '',
 			lane_reason = u.reason, updated_at = $2
 		FROM unnest($3::text[], $4::text[]) AS u(id, reason)
-		WHERE j.id = u.id AND j.status = 'batched' AND j.batch_id = $1 RETURNING j.id, u.reason`,
+		WHERE j.id = u.id AND j.status `+tIngestLive.in+` AND j.batch_id = $1 RETURNING j.id, u.reason`,
 			in.BatchID, now, ids, reasons)
 		if err != nil {
 			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
@@ -561,10 +566,10 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 		for i, r := range chunk {
 			codes[i] = r.Code
 		}
-		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = 'dead_lettered', error_code = u.code,
+		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = `+tIngestDeadLetter.to+`, error_code = u.code,
 			error_message = u.reason, finished_at = $2, updated_at = $2, lease_expires_at = NULL
 		FROM unnest($3::text[], $4::text[], $5::text[]) AS u(id, reason, code)
-		WHERE j.id = u.id AND j.status = 'batched' AND j.batch_id = $1 RETURNING j.id, u.reason`,
+		WHERE j.id = u.id AND j.status `+tIngestDeadLetter.in+` AND j.batch_id = $1 RETURNING j.id, u.reason`,
 			in.BatchID, now, ids, reasons, codes)
 		if err != nil {
 			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
@@ -636,6 +641,15 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, ids []string, action, reason s
 	return err
 }
 
+// pullBackSQL moves batch-lane jobs with a deadline back to the live lane:
+// pending ones (not yet in a batch) whose deadline is at or before $1 are
+// queued already and only change lane; batched ones whose deadline is at or
+// before $2 make the transition tPullBack.
+var pullBackSQL = `UPDATE jobs SET status = ` + tPullBack.to + `, lane = 'live', batch_id = '', lane_reason = $3, updated_at = $4
+	WHERE lane = 'batch' AND deadline IS NOT NULL AND status ` + sqlIn(append([]llmq.Status{tPullBack.To}, tPullBack.From...)...) + `
+		AND ((status ` + tPullBack.in + ` AND deadline <= $2) OR (status = ` + tPullBack.to + ` AND batch_id = '' AND deadline <= $1))
+	RETURNING id`
+
 // PullBack returns to the live lane (queued, outbox requeue) the batch-lane
 // jobs whose deadline is too near: pending jobs (not yet in a batch) whose
 // deadline is at or before pending, and batched jobs whose deadline is at
@@ -649,10 +663,7 @@ func (s *Store) PullBack(ctx context.Context, pending, batched time.Time, reason
 		return nil, fmt.Errorf("store: pull back: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	rows, err := tx.Query(ctx, `UPDATE jobs SET status = 'queued', lane = 'live', batch_id = '', lane_reason = $3, updated_at = $4
-		WHERE lane = 'batch' AND deadline IS NOT NULL AND status IN ('queued', 'batched')
-			AND ((status = 'batched' AND deadline <= $2) OR (status = 'queued' AND batch_id = '' AND deadline <= $1))
-		RETURNING id`, pending, batched, reason, now)
+	rows, err := tx.Query(ctx, pullBackSQL, pending, batched, reason, now)
 	if err != nil {
 		return nil, fmt.Errorf("store: pull back: %w", err)
 	}

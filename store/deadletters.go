@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -21,7 +23,9 @@ var (
 	ErrEmptyFilter = errors.New("store: purge needs an explicit filter")
 )
 
-// DeadLetter is one row of the dead_letters table.
+// DeadLetter is one row of the dead_letters table: a message llmq gave up
+// on, the original bytes and why. It is what the dead-letter service, the
+// HTTP API and `llmq dlq` show; its JSON form (MarshalJSON) is the API's.
 type DeadLetter struct {
 	ID int64 `db:"id"`
 	// LetterKey makes recording idempotent: "job:<id>:<n>" or
@@ -29,12 +33,17 @@ type DeadLetter struct {
 	// same job or message.
 	LetterKey string `db:"letter_key"`
 	// JobID is "" for a poison message whose id could not be read.
-	JobID     string `db:"job_id"`
-	Tenant    string `db:"tenant"`
-	Reason    string `db:"reason"`
+	JobID  string `db:"job_id"`
+	Tenant string `db:"tenant"`
+	// Reason is the reason class (dlq.Reason).
+	Reason string `db:"reason"`
+	// LastError is the last error met (a validation error, the last
+	// upstream error).
 	LastError string `db:"last_error"`
-	Attempts  int    `db:"attempts"`
-	Model     string `db:"model"`
+	// Attempts is how many upstream calls were made.
+	Attempts int `db:"attempts"`
+	// Model is the model of the last attempt; may be empty.
+	Model string `db:"model"`
 	// Message and MessageKey are the original message body and Kafka key,
 	// byte for byte.
 	Message    []byte            `db:"message"`
@@ -44,8 +53,9 @@ type DeadLetter struct {
 	// queue/delivery-tag).
 	Source string `db:"source"`
 	// Destination is the DLQ topic or queue the letter is published to.
-	Destination string    `db:"destination"`
-	CreatedAt   time.Time `db:"created_at"`
+	Destination string `db:"destination"`
+	// CreatedAt is when the job was dead-lettered.
+	CreatedAt time.Time `db:"created_at"`
 	// PublishedAt is when the DLQ publish was confirmed; nil until then.
 	PublishedAt *time.Time `db:"published_at"`
 	// ReplayedAt is when a replay began; nil when never replayed.
@@ -54,6 +64,49 @@ type DeadLetter struct {
 	// ReplayPublishedAt is when the replayed message was confirmed on the
 	// main queue; nil while the replay is unfinished.
 	ReplayPublishedAt *time.Time `db:"replay_published_at"`
+}
+
+// deadLetterJSON is a dead letter as the API shows it.
+type deadLetterJSON struct {
+	ID                int64             `json:"id"`
+	JobID             string            `json:"job_id"`
+	Tenant            string            `json:"tenant"`
+	Reason            string            `json:"reason"`
+	LastError         string            `json:"last_error"`
+	Attempts          int               `json:"attempts"`
+	Model             string            `json:"model"`
+	Source            string            `json:"source"`
+	Destination       string            `json:"destination"`
+	Headers           map[string]string `json:"headers"`
+	Message           json.RawMessage   `json:"message,omitempty"`
+	MessageBase64     string            `json:"message_base64,omitempty"`
+	CreatedAt         time.Time         `json:"created_at"`
+	PublishedAt       *time.Time        `json:"published_at"`
+	ReplayedAt        *time.Time        `json:"replayed_at"`
+	ReplayPublishedAt *time.Time        `json:"replay_published_at"`
+	ReplayCount       int               `json:"replay_count"`
+}
+
+// MarshalJSON renders the letter as the HTTP API and `llmq dlq --json`
+// show it: snake_case fields, the message inlined when it is JSON and
+// base64-encoded as message_base64 otherwise, without the letter key and
+// the Kafka key.
+func (d DeadLetter) MarshalJSON() ([]byte, error) {
+	out := deadLetterJSON{
+		ID: d.ID, JobID: d.JobID, Tenant: d.Tenant, Reason: d.Reason, LastError: d.LastError,
+		Attempts: d.Attempts, Model: d.Model, Source: d.Source, Destination: d.Destination,
+		Headers: d.Headers, CreatedAt: d.CreatedAt, PublishedAt: d.PublishedAt, ReplayedAt: d.ReplayedAt,
+		ReplayPublishedAt: d.ReplayPublishedAt, ReplayCount: d.ReplayCount,
+	}
+	if out.Headers == nil {
+		out.Headers = map[string]string{}
+	}
+	if json.Valid(d.Message) {
+		out.Message = d.Message
+	} else {
+		out.MessageBase64 = base64.StdEncoding.EncodeToString(d.Message)
+	}
+	return json.Marshal(out)
 }
 
 const deadLetterColumns = `id, letter_key, job_id, tenant, reason, last_error, attempts, model, message,
@@ -379,11 +432,11 @@ const LaneReasonReplayed = "replayed"
 // is returned unchanged (a replay resumed by the repair sweep); any other
 // state is an *IllegalTransitionError, a missing job ErrNotFound.
 func (s *Store) Requeue(ctx context.Context, id string) (*JobRecord, error) {
-	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = 'queued', attempts = 0, error_code = '',
+	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = `+tRequeue.to+`, attempts = 0, error_code = '',
 		error_message = '', result = NULL, used_model = '', prompt_tokens = 0, completion_tokens = 0,
 		cost_usd = 0, started_at = NULL, finished_at = NULL, lease_owner = '', lease_expires_at = NULL,
 		batch_id = '', lane = 'live', lane_reason = '`+LaneReasonReplayed+`', updated_at = $2
-	WHERE id = $1 AND status = 'dead_lettered' RETURNING `+jobColumns, id, s.clock())
+	WHERE id = $1 AND status `+tRequeue.in+` RETURNING `+jobColumns, id, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("store: requeue %q: %w", id, err)
 	}

@@ -3,9 +3,11 @@
 // adapter share.
 //
 // Every state change is one conditional UPDATE whose WHERE clause lists the
-// legal source states of [llmq.CanTransition] (plus a lease check where a
-// worker acts on a job it holds), so two processes can never both move a job
-// and a terminal job is never left. When the UPDATE matches no row the store
+// source states of one declared transition (transition.go), plus a lease
+// check where a worker acts on a job it holds, so two processes can never
+// both move a job and a terminal job is never left. Each declaration is
+// checked against [llmq.CanTransition] when the package loads, and a test
+// runs every operation on every status against that table. When the UPDATE matches no row the store
 // reads the row once to say why: [ErrNotFound], [ErrLeased], [ErrBatched], or
 // an [*IllegalTransitionError] (which also matches [ErrTerminal] when the job
 // is finished).

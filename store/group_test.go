@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -52,6 +53,65 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 		require.Equal(t, llmq.StatusFailed, rec.Status)
 		require.Equal(t, "upstream said no", rec.ErrorMessage)
 	}
+}
+
+// TestGroupCommitSharesATransaction: operations that queue while every
+// flush slot is busy are written by one transaction, which Postgres shows
+// as one xmin on the rows they wrote.
+func TestGroupCommitSharesATransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := store.New(b.store.Pool(), store.WithClock(b.clock), store.WithGroupCommit(1))
+	t.Cleanup(s.Close)
+	blocker := newJob(t, "blocker")
+	_, err := b.store.Insert(b.ctx, blocker)
+	require.NoError(t, err)
+
+	// The one flush slot runs a claim that waits on a row lock held here.
+	tx, err := b.store.Pool().Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	_, err = tx.Exec(b.ctx, `SELECT 1 FROM jobs WHERE id = 'blocker' FOR UPDATE`)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 51)
+	wg.Go(func() {
+		_, err := s.Claim(b.ctx, blocker, "w", time.Minute)
+		errs <- err
+	})
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := b.store.Pool().QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 10*time.Second, 5*time.Millisecond, "the blocker's flush waits on the lock")
+
+	// Meanwhile 50 claims queue for the slot; once it is free, they run.
+	const n = 50
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("grouped-%02d", i)
+		wg.Go(func() {
+			_, err := s.Claim(b.ctx, newJob(t, ids[i]), "w", time.Minute)
+			errs <- err
+		})
+	}
+	require.Eventually(t, func() bool { return store.QueuedOps(s) == n }, 10*time.Second, time.Millisecond)
+	require.NoError(t, tx.Rollback(b.ctx))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	var txns, running int
+	var blockerTxn, groupTxn string
+	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(DISTINCT xmin::text), min(xmin::text),
+		count(*) FILTER (WHERE status = 'running') FROM jobs WHERE id = ANY($1)`, ids).Scan(&txns, &groupTxn, &running))
+	require.Equal(t, n, running)
+	require.Equal(t, 1, txns, "the queued claims share one transaction")
+	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT xmin::text FROM jobs WHERE id = 'blocker'`).Scan(&blockerTxn))
+	require.NotEqual(t, blockerTxn, groupTxn, "the blocker committed on its own first")
 }
 
 // TestStoreWithoutGroupCommit checks the direct path New takes by default.

@@ -55,6 +55,15 @@ func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err erro
 	return tag.RowsAffected() == 1, nil
 }
 
+// claimSQL moves a job to running for owner $2 until $3 (now is $4): from
+// an unleased status, or from a leased one whose lease has expired or that
+// owner already holds.
+var claimSQL = `UPDATE jobs SET status = ` + tClaim.to + `, lease_owner = $2, lease_expires_at = $3,
+		started_at = coalesce(started_at, $4), attempts = attempts + 1, updated_at = $4
+	WHERE id = $1 AND status ` + tClaim.in + `
+		AND (status NOT ` + leasedIn + ` OR lease_expires_at IS NULL OR lease_expires_at <= $4 OR lease_owner = $2)
+	RETURNING ` + jobColumns
+
 // Claim takes j for work by owner for the lease duration. It first records j
 // as queued when no row exists (a message published straight to the broker
 // has none), then moves it to running in one conditional UPDATE: from queued
@@ -74,24 +83,20 @@ func (s *Store) Claim(ctx context.Context, j *llmq.Job, owner string, lease time
 		return nil, err
 	}
 	now := s.clock()
-	rec, err := s.run(ctx, stmt{insertSQL, insertArgs(j, now)}, stmt{`UPDATE jobs SET status = 'running', lease_owner = $2, lease_expires_at = $3,
-		started_at = coalesce(started_at, $4), attempts = attempts + 1, updated_at = $4
-	WHERE id = $1 AND status = ANY($5)
-		AND (status = 'queued' OR lease_expires_at IS NULL OR lease_expires_at <= $4 OR lease_owner = $2)
-	RETURNING ` + jobColumns, []any{j.ID, owner, now.Add(lease), now, sources(llmq.StatusRunning)}})
+	rec, err := s.run(ctx, stmt{insertSQL, insertArgs(j, now)}, stmt{claimSQL, []any{j.ID, owner, now.Add(lease), now}})
 	switch {
 	case err != nil:
 		return nil, dataError("claim "+strconv.Quote(j.ID), err)
 	case rec != nil:
 		return rec, nil
 	}
-	return s.refused(ctx, "claim", j.ID, "", llmq.StatusRunning, sources(llmq.StatusRunning))
+	return s.refused(ctx, "claim", j.ID, "", tClaim.To, tClaim.From)
 }
 
 // refused reads the job after a conditional UPDATE (to, from the statuses
 // in from) matched no row and says why. The record is returned with the
 // error (ErrTerminal, ErrLeased, ErrBatched).
-func (s *Store) refused(ctx context.Context, op, id, tenant string, to llmq.Status, from []string) (*JobRecord, error) {
+func (s *Store) refused(ctx context.Context, op, id, tenant string, to llmq.Status, from []llmq.Status) (*JobRecord, error) {
 	sql := `SELECT ` + jobColumns + ` FROM jobs WHERE id = $1`
 	args := []any{id}
 	if tenant != "" {
@@ -106,33 +111,29 @@ func (s *Store) refused(ctx context.Context, op, id, tenant string, to llmq.Stat
 		return nil, fmt.Errorf("store: %s %q: %w", op, id, ErrNotFound)
 	case rec.Status == llmq.StatusBatched && to == llmq.StatusRunning:
 		return rec, fmt.Errorf("store: %s %q: %w", op, id, ErrBatched)
-	case slices.Contains(from, string(rec.Status)):
+	case slices.Contains(from, rec.Status):
 		// The status allowed the move; the lease (owner) check refused it.
 		return rec, fmt.Errorf("store: %s %q: %w", op, id, ErrLeased)
 	}
 	return rec, &IllegalTransitionError{ID: id, From: rec.Status, To: to}
 }
 
-// move runs one conditional transition: UPDATE ... SET status = to, <set>
-// WHERE id = $1 AND status = ANY(from) <cond>. Placeholders $1..$4 are id,
-// to, now and from; extra args start at $5. It returns nil when no row
-// matched.
-func (s *Store) move(ctx context.Context, id string, to llmq.Status, from []string, set, cond string, args ...any) (*JobRecord, error) {
-	sql := `UPDATE jobs SET status = $2, updated_at = $3` + set +
-		` WHERE id = $1 AND status = ANY($4)` + cond + ` RETURNING ` + jobColumns
-	all := append([]any{id, string(to), s.clock(), from}, args...)
-	return s.run(ctx, stmt{sql, all})
-}
-
-func (s *Store) transition(ctx context.Context, op, id, tenant string, to llmq.Status, from []string, set, cond string, args ...any) (*JobRecord, error) {
-	rec, err := s.move(ctx, id, to, from, set, cond, args...)
+// move runs transition t on job id in one conditional UPDATE:
+// UPDATE jobs SET status = t.To, <set> WHERE id = $1 AND status IN t.From
+// <cond>. Placeholders $1 and $2 are id and now; extra args start at $3.
+// When no row matched it reads the job to say why (see refused); tenant,
+// when set, scopes that read.
+func (s *Store) move(ctx context.Context, op string, t *transition, id, tenant, set, cond string, args ...any) (*JobRecord, error) {
+	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $2` + set +
+		` WHERE id = $1 AND status ` + t.in + cond + ` RETURNING ` + jobColumns
+	rec, err := s.run(ctx, stmt{sql, append([]any{id, s.clock()}, args...)})
 	if err != nil {
 		return nil, dataError(op+" "+strconv.Quote(id), err)
 	}
 	if rec != nil {
 		return rec, nil
 	}
-	return s.refused(ctx, op, id, tenant, to, from)
+	return s.refused(ctx, op, id, tenant, t.To, t.From)
 }
 
 // ExtendLease pushes the lease of a running or retrying job held by owner to
@@ -140,7 +141,7 @@ func (s *Store) transition(ctx context.Context, op, id, tenant string, to llmq.S
 func (s *Store) ExtendLease(ctx context.Context, id, owner string, lease time.Duration) error {
 	now := s.clock()
 	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET lease_expires_at = $3, updated_at = $4
-		WHERE id = $1 AND lease_owner = $2 AND status IN ('running', 'retrying')`, id, owner, now.Add(lease), now)
+		WHERE id = $1 AND lease_owner = $2 AND status `+leasedIn, id, owner, now.Add(lease), now)
 	if err != nil {
 		return fmt.Errorf("store: extend lease %q: %w", id, err)
 	}
@@ -159,9 +160,8 @@ func (s *Store) ExtendLease(ctx context.Context, id, owner string, lease time.Du
 // Release hands a running or retrying job held by owner back to queued and
 // clears its lease, for a worker that shuts down before finishing it.
 func (s *Store) Release(ctx context.Context, id, owner string) error {
-	_, err := s.transition(ctx, "release", id, "", llmq.StatusQueued,
-		[]string{string(llmq.StatusRunning), string(llmq.StatusRetrying)},
-		`, lease_owner = '', lease_expires_at = NULL`, ` AND lease_owner = $5`, owner)
+	_, err := s.move(ctx, "release", tRelease, id, "",
+		`, lease_owner = '', lease_expires_at = NULL`, ` AND lease_owner = $3`, owner)
 	return err
 }
 
@@ -169,8 +169,8 @@ func (s *Store) Release(ctx context.Context, id, owner string) error {
 // (running → retrying). The lease is kept: the worker waits out its backoff
 // and claims again (extend the lease if the backoff is longer).
 func (s *Store) MarkRetrying(ctx context.Context, id, owner, code, msg string) error {
-	_, err := s.transition(ctx, "mark retrying", id, "", llmq.StatusRetrying, sources(llmq.StatusRetrying),
-		`, error_code = $6, error_message = $7`, ` AND lease_owner = $5`, owner, code, msg)
+	_, err := s.move(ctx, "mark retrying", tMarkRetrying, id, "",
+		`, error_code = $4, error_message = $5`, ` AND lease_owner = $3`, owner, code, msg)
 	return err
 }
 
@@ -197,9 +197,9 @@ func (s *Store) StoreResult(ctx context.Context, id string, r Result) (stored bo
 	if len(r.Response) > 0 {
 		resp = []byte(r.Response)
 	}
-	_, err = s.transition(ctx, "store result", id, "", llmq.StatusSucceeded, sources(llmq.StatusSucceeded),
-		`, result = $5, used_model = $6, prompt_tokens = $7, completion_tokens = $8, cost_usd = $9,
-		finished_at = $3, lease_expires_at = NULL, error_code = '', error_message = ''`, ``,
+	_, err = s.move(ctx, "store result", tStoreResult, id, "",
+		`, result = $3, used_model = $4, prompt_tokens = $5, completion_tokens = $6, cost_usd = $7,
+		finished_at = $2, lease_expires_at = NULL, error_code = '', error_message = ''`, ``,
 		resp, r.UsedModel, r.PromptTokens, r.CompletionTokens, r.CostUSD)
 	var ite *IllegalTransitionError
 	if errors.As(err, &ite) && ite.From == llmq.StatusSucceeded {
@@ -210,22 +210,22 @@ func (s *Store) StoreResult(ctx context.Context, id string, r Result) (stored bo
 
 // terminal moves a job to a terminal failure state with an error code and
 // message.
-func (s *Store) terminal(ctx context.Context, op, id string, to llmq.Status, code, msg string) error {
-	_, err := s.transition(ctx, op, id, "", to, sources(to),
-		`, error_code = $5, error_message = $6, finished_at = $3, lease_expires_at = NULL`, ``, code, msg)
+func (s *Store) terminal(ctx context.Context, op string, t *transition, id, code, msg string) error {
+	_, err := s.move(ctx, op, t, id, "",
+		`, error_code = $3, error_message = $4, finished_at = $2, lease_expires_at = NULL`, ``, code, msg)
 	return err
 }
 
 // MarkFailed ends a running, retrying or batched job with a permanent error
 // (failed).
 func (s *Store) MarkFailed(ctx context.Context, id, code, msg string) error {
-	return s.terminal(ctx, "mark failed", id, llmq.StatusFailed, code, msg)
+	return s.terminal(ctx, "mark failed", tMarkFailed, id, code, msg)
 }
 
 // MarkDeadLettered ends a job whose retries are exhausted or whose message is
 // poison (dead_lettered); code is the dead-letter reason class.
 func (s *Store) MarkDeadLettered(ctx context.Context, id, code, msg string) error {
-	return s.terminal(ctx, "mark dead-lettered", id, llmq.StatusDeadLettered, code, msg)
+	return s.terminal(ctx, "mark dead-lettered", tMarkDeadLettered, id, code, msg)
 }
 
 // ErrorCodeExpired is the error_code of an expired job.
@@ -233,16 +233,16 @@ const ErrorCodeExpired = "expired"
 
 // MarkExpired ends a job whose deadline passed before it could run.
 func (s *Store) MarkExpired(ctx context.Context, id string) error {
-	return s.terminal(ctx, "mark expired", id, llmq.StatusExpired, ErrorCodeExpired, "deadline passed before the job started")
+	return s.terminal(ctx, "mark expired", tMarkExpired, id, ErrorCodeExpired, "deadline passed before the job started")
 }
 
 // ExpireOverdue moves every queued job whose deadline has passed to expired
 // and returns their ids (a sweep, so that pollers see expired jobs whose
 // messages are still waiting in the broker).
 func (s *Store) ExpireOverdue(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = 'expired', error_code = $2,
+	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
 		error_message = 'deadline passed before the job started', finished_at = $1, updated_at = $1
-		WHERE status = 'queued' AND deadline <= $1 RETURNING id`, s.clock(), ErrorCodeExpired)
+		WHERE status `+tExpireOverdue.in+` AND deadline <= $1 RETURNING id`, s.clock(), ErrorCodeExpired)
 	if err != nil {
 		return nil, fmt.Errorf("store: expire overdue: %w", err)
 	}
@@ -260,18 +260,18 @@ const ErrorCodeCancelled = "cancelled"
 // tenant has no such job; an *IllegalTransitionError when it has started or
 // finished.
 func (s *Store) Cancel(ctx context.Context, tenant, id string) (*JobRecord, error) {
-	return s.transition(ctx, "cancel", id, tenant, llmq.StatusCancelled, sources(llmq.StatusCancelled),
-		`, error_code = '`+ErrorCodeCancelled+`', error_message = 'cancelled by the API', finished_at = $3`,
-		` AND tenant = $5`, tenant)
+	return s.move(ctx, "cancel", tCancel, id, tenant,
+		`, error_code = '`+ErrorCodeCancelled+`', error_message = 'cancelled by the API', finished_at = $2`,
+		` AND tenant = $3`, tenant)
 }
 
 // MarkBatched moves the queued jobs among ids into provider batch batchID
 // (lane batch) and returns the ids it moved; the others were no longer
 // queued and are left alone.
 func (s *Store) MarkBatched(ctx context.Context, batchID, reason string, ids []string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = 'batched', batch_id = $2, lane = 'batch',
-		lane_reason = $3, updated_at = $4 WHERE id = ANY($1) AND status = ANY($5) RETURNING id`,
-		ids, batchID, reason, s.clock(), sources(llmq.StatusBatched))
+	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = `+tMarkBatched.to+`, batch_id = $2, lane = 'batch',
+		lane_reason = $3, updated_at = $4 WHERE id = ANY($1) AND status `+tMarkBatched.in+` RETURNING id`,
+		ids, batchID, reason, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("store: mark batched %q: %w", batchID, err)
 	}
@@ -285,8 +285,8 @@ func (s *Store) MarkBatched(ctx context.Context, batchID, reason string, ids []s
 // Unbatch returns a batched job to the live lane (batched → queued), e.g.
 // when its batch failed or expired; reason is kept in lane_reason.
 func (s *Store) Unbatch(ctx context.Context, id, reason string) error {
-	_, err := s.transition(ctx, "unbatch", id, "", llmq.StatusQueued, []string{string(llmq.StatusBatched)},
-		`, lane = 'live', batch_id = '', lane_reason = $5`, ``, reason)
+	_, err := s.move(ctx, "unbatch", tUnbatch, id, "",
+		`, lane = 'live', batch_id = '', lane_reason = $3`, ``, reason)
 	return err
 }
 

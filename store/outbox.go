@@ -99,7 +99,7 @@ type QueueStats struct {
 func (s *Store) QueueStats(ctx context.Context, since time.Time) (QueueStats, error) {
 	var st QueueStats
 	err := s.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM jobs WHERE status IN ('running', 'retrying')),
+		(SELECT count(*) FROM jobs WHERE status `+leasedIn+`),
 		(SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1)`, since).
 		Scan(&st.InFlight, &st.Finished)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/llmq/llmq"
 )
@@ -20,7 +21,7 @@ import (
 type Store struct {
 	pool  *pgxpool.Pool
 	owned bool
-	now   func() time.Time
+	clk   clockwork.Clock
 	// group batches hot-path writes into shared transactions; nil runs
 	// each operation on its own.
 	group *committer
@@ -29,8 +30,9 @@ type Store struct {
 // Option tunes a Store.
 type Option func(*Store)
 
-// WithClock sets the clock used for every stored time (default time.Now).
-func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+// WithClock sets the clock of every stored time and lease expiry (default
+// clockwork.NewRealClock()).
+func WithClock(c clockwork.Clock) Option { return func(s *Store) { s.clk = c } }
 
 // WithGroupCommit runs claims and state changes of concurrent callers as
 // shared transactions, with up to flushes transactions in flight (see
@@ -80,7 +82,7 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 
 // New wraps an existing pool; Close then leaves the pool open.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, now: time.Now}
+	s := &Store{pool: pool, clk: clockwork.NewRealClock()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -101,7 +103,7 @@ func (s *Store) Close() {
 }
 
 // clock is the current time at Postgres precision (microseconds).
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *Store) clock() time.Time { return s.clk.Now().UTC().Truncate(time.Microsecond) }
 
 // Lane values of JobRecord.Lane.
 const (
@@ -188,18 +190,6 @@ func (s *Store) queryJob(ctx context.Context, sql string, args ...any) (*JobReco
 		return nil, nil
 	}
 	return r, err
-}
-
-// sources lists the statuses from which to is legal (running → running
-// included), as text for "status = ANY($n)".
-func sources(to llmq.Status) []string {
-	var out []string
-	for _, from := range llmq.Statuses {
-		if llmq.CanTransition(from, to) {
-			out = append(out, string(from))
-		}
-	}
-	return out
 }
 
 // dataError marks errors from data Postgres refuses (class 22) as ErrInvalidJob.

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -31,7 +30,7 @@ func setup(t *testing.T) *testBundle {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
-	s, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock.Now))
+	s, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return &testBundle{ctx: ctx, store: s, clock: clock}
@@ -196,96 +195,6 @@ func TestClaimBatched(t *testing.T) {
 	require.Equal(t, store.LaneLive, rec.Lane)
 	require.Equal(t, "", rec.BatchID)
 	require.Equal(t, "batch_expired", rec.LaneReason)
-}
-
-// setStatus forces a job into a status, leased by w0 with an expired lease.
-func setStatus(t *testing.T, b *testBundle, id string, st llmq.Status) {
-	t.Helper()
-	_, err := b.store.Insert(b.ctx, newJob(t, id))
-	require.NoError(t, err)
-	_, err = b.store.Pool().Exec(b.ctx, `UPDATE jobs SET status = $2, lease_owner = 'w0', lease_expires_at = $3
-		WHERE id = $1`, id, string(st), b.clock.Now().Add(-time.Second))
-	require.NoError(t, err)
-}
-
-// TestTransitions drives every (from, to) pair through the store operation
-// that moves a job to "to" and checks the store agrees with
-// llmq.CanTransition.
-func TestTransitions(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ops := map[llmq.Status]func(id string, from llmq.Status) error{
-		llmq.StatusQueued: func(id string, from llmq.Status) error {
-			if from == llmq.StatusBatched {
-				return b.store.Unbatch(b.ctx, id, "test")
-			}
-			return b.store.Release(b.ctx, id, "w0")
-		},
-		llmq.StatusRunning: func(id string, _ llmq.Status) error {
-			_, err := b.store.Claim(b.ctx, newJob(t, id), "w1", time.Minute)
-			return err
-		},
-		llmq.StatusRetrying: func(id string, _ llmq.Status) error {
-			return b.store.MarkRetrying(b.ctx, id, "w0", "rate_limited", "429")
-		},
-		llmq.StatusBatched: func(id string, from llmq.Status) error {
-			moved, err := b.store.MarkBatched(b.ctx, "batch_x", "test", []string{id})
-			if err == nil && len(moved) == 0 {
-				return &store.IllegalTransitionError{ID: id, From: from, To: llmq.StatusBatched}
-			}
-			return err
-		},
-		llmq.StatusSucceeded: func(id string, from llmq.Status) error {
-			stored, err := b.store.StoreResult(b.ctx, id, store.Result{Response: json.RawMessage(`{}`)})
-			if err == nil && !stored {
-				return &store.IllegalTransitionError{ID: id, From: from, To: llmq.StatusSucceeded}
-			}
-			return err
-		},
-		llmq.StatusFailed: func(id string, _ llmq.Status) error {
-			return b.store.MarkFailed(b.ctx, id, "bad_request", "400")
-		},
-		llmq.StatusDeadLettered: func(id string, _ llmq.Status) error {
-			return b.store.MarkDeadLettered(b.ctx, id, "retries_exhausted", "gave up")
-		},
-		llmq.StatusExpired: func(id string, _ llmq.Status) error {
-			return b.store.MarkExpired(b.ctx, id)
-		},
-		llmq.StatusCancelled: func(id string, _ llmq.Status) error {
-			_, err := b.store.Cancel(b.ctx, "acme", id)
-			return err
-		},
-	}
-	require.Len(t, ops, len(llmq.Statuses))
-	legal := 0
-	for _, from := range llmq.Statuses {
-		for _, to := range llmq.Statuses {
-			id := fmt.Sprintf("%s-to-%s", from, to)
-			setStatus(t, b, id, from)
-			err := ops[to](id, from)
-			rec, gerr := b.store.GetByID(b.ctx, id)
-			require.NoError(t, gerr)
-			if llmq.CanTransition(from, to) {
-				legal++
-				require.NoError(t, err, id)
-				require.Equal(t, to, rec.Status, id)
-				continue
-			}
-			require.Error(t, err, id)
-			if from == llmq.StatusBatched && to == llmq.StatusRunning {
-				require.ErrorIs(t, err, store.ErrBatched, id)
-			} else {
-				require.ErrorIs(t, err, store.ErrIllegalTransition, id)
-				var ite *store.IllegalTransitionError
-				require.ErrorAs(t, err, &ite, id)
-				require.Equal(t, from, ite.From, id)
-				require.Equal(t, to, ite.To, id)
-			}
-			require.Equal(t, from.Terminal(), errors.Is(err, store.ErrTerminal), id)
-			require.Equal(t, from, rec.Status, "%s: a refused transition changes nothing", id)
-		}
-	}
-	require.Equal(t, 22, legal)
 }
 
 func TestConcurrentClaims(t *testing.T) {

@@ -196,3 +196,66 @@ func TestDepthOfMissingTopic(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, lag)
 }
+
+// A rebalance ends the generation between commits: its final commit sends
+// the acked prefix, so the partition resumes at the first unacked offset
+// (whichever member gets it), the acks behind the gap are redelivered, and
+// a late ack of the old delivery is stale.
+func TestRebalanceCommitsAckedPrefix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("rebalance takes a few seconds")
+	}
+	t.Parallel()
+	b := setup(t, 1)
+	b.publish(t, 10)
+	ctx := context.Background()
+	cfg := kafkatest.Config(b.addrs, b.topic, "g")
+	cfg.Prefetch = 10
+	cfg.CommitInterval = time.Hour // only the generation's final commit runs
+	sub1, err := kafka.NewSubscriber(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sub1.Close()) })
+	ch1, err := sub1.Consume(ctx)
+	require.NoError(t, err)
+	var held *transport.Message
+	for want := range 10 {
+		m := recv(t, ch1)
+		require.Equal(t, strconv.Itoa(want), string(m.Value))
+		if want == 5 {
+			held = m
+			continue
+		}
+		require.NoError(t, m.Ack(ctx))
+	}
+	lag, err := sub1.Depth(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), lag, "nothing committed before the generation ends")
+
+	sub2, ch2 := b.subscribe(t, "g", 10)
+	got := make([]string, 0, 5)
+	for len(got) < 5 {
+		var m *transport.Message
+		select {
+		case m = <-ch1:
+		case m = <-ch2:
+		case <-time.After(15 * time.Second):
+			require.FailNow(t, "no redelivery", "got %v", got)
+		}
+		got = append(got, string(m.Value))
+		require.NoError(t, m.Ack(ctx))
+	}
+	require.Equal(t, []string{"5", "6", "7", "8", "9"}, got, "resumed at the first unacked offset")
+	require.ErrorIs(t, held.Ack(ctx), transport.ErrStaleDelivery)
+	// Whichever member acked them, its generation's commit sends them:
+	// sub1 leaving ends every generation.
+	require.NoError(t, sub1.Close())
+	require.Eventually(t, func() bool {
+		lag, err := sub2.Depth(ctx)
+		return err == nil && lag == 0
+	}, 10*time.Second, 20*time.Millisecond)
+	select {
+	case m := <-ch2:
+		require.FailNow(t, "redelivered again", string(m.Value))
+	default:
+	}
+}

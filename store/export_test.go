@@ -1,0 +1,13 @@
+package store
+
+import "slices"
+
+// Transition is a declared status change, for the table test.
+type Transition = transition
+
+// Transitions lists every status change the store makes.
+func Transitions() []*Transition { return slices.Clone(transitions) }
+
+// QueuedOps is the number of operations waiting for a flush slot of s's
+// group committer.
+func QueuedOps(s *Store) int { return len(s.group.ops) }

@@ -1,0 +1,148 @@
+package store
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/llmq/llmq"
+)
+
+// A transition is one kind of status change a store operation makes: a job
+// in one of the statuses From moves to To. Every status change the store
+// makes is declared below, and each declaration is checked against
+// [llmq.CanTransition] when the package loads (a move the table forbids
+// panics), so no statement can move a job along an edge that the table in
+// status.go does not list. A statement that changes a status never spells
+// one: it splices in the SQL text rendered once from To and From
+// (status = 'running', status IN ('queued', 'retrying')), which keeps the
+// statement text constant and lets the planner match the partial indexes
+// on status.
+//
+// Rows are created queued (Insert, Claim, InsertOutbox); that is not a
+// transition.
+type transition struct {
+	// Op names the store operation (a test runs each one against every
+	// status).
+	Op string
+	// To is the status the operation moves a job to.
+	To llmq.Status
+	// From are the statuses it moves a job from: every status from which
+	// llmq.CanTransition allows To, unless the operation is narrower and
+	// names them.
+	From []llmq.Status
+	// Replay marks the one exit from a terminal state, dead_lettered →
+	// queued by an operator's replay, which llmq.CanTransition does not
+	// list (see llmq.StatusDeadLettered).
+	Replay bool
+
+	to string // To as an SQL literal: 'running'
+	in string // From as an SQL list: IN ('queued', 'retrying')
+}
+
+// transitions lists every declared transition, in declaration order.
+var transitions []*transition
+
+// declare records the transition op makes to to, from the statuses from
+// (none: every status CanTransition allows). It panics when the table
+// forbids one of them, or allows none.
+func declare(op string, to llmq.Status, from ...llmq.Status) *transition {
+	if len(from) == 0 {
+		for _, f := range llmq.Statuses {
+			if llmq.CanTransition(f, to) {
+				from = append(from, f)
+			}
+		}
+	}
+	if len(from) == 0 {
+		panic(fmt.Sprintf("store: %s: no status may move to %s", op, to))
+	}
+	for _, f := range from {
+		if !llmq.CanTransition(f, to) {
+			panic(fmt.Sprintf("store: %s: %s → %s is not a legal transition", op, f, to))
+		}
+	}
+	return register(&transition{Op: op, To: to, From: from})
+}
+
+func register(t *transition) *transition {
+	t.to, t.in = literal(t.To), sqlIn(t.From...)
+	transitions = append(transitions, t)
+	return t
+}
+
+// literal renders a status as an SQL string literal. Statuses are lower
+// case words (the CHECK constraint of jobs.status lists them); anything
+// else panics rather than reach a statement.
+func literal(s llmq.Status) string {
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && r != '_' {
+			panic(fmt.Sprintf("store: status %q cannot be spliced into SQL", s))
+		}
+	}
+	return "'" + string(s) + "'"
+}
+
+// sqlIn renders statuses as an SQL list: IN ('a', 'b').
+func sqlIn(ss ...llmq.Status) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = literal(s)
+	}
+	return "IN (" + strings.Join(q, ", ") + ")"
+}
+
+// The store's transitions. Where an operation names its from-statuses, it
+// makes only some of the moves the table allows.
+var (
+	tClaim            = declare("Claim", llmq.StatusRunning)
+	tRelease          = declare("Release", llmq.StatusQueued, llmq.StatusRunning, llmq.StatusRetrying)
+	tMarkRetrying     = declare("MarkRetrying", llmq.StatusRetrying)
+	tStoreResult      = declare("StoreResult", llmq.StatusSucceeded)
+	tMarkFailed       = declare("MarkFailed", llmq.StatusFailed)
+	tMarkDeadLettered = declare("MarkDeadLettered", llmq.StatusDeadLettered)
+	tMarkExpired      = declare("MarkExpired", llmq.StatusExpired)
+	// ExpireOverdue sweeps jobs still waiting in the broker; a job a worker
+	// holds is expired by that worker.
+	tExpireOverdue = declare("ExpireOverdue", llmq.StatusExpired, llmq.StatusQueued)
+	tCancel        = declare("Cancel", llmq.StatusCancelled)
+	tMarkBatched   = declare("MarkBatched", llmq.StatusBatched, llmq.StatusQueued)
+	tUnbatch       = declare("Unbatch", llmq.StatusQueued, llmq.StatusBatched)
+	// RouteToBatch acts on a job its caller has claimed: to queued for the
+	// collector, or to batched when the job is reserved for a batch the
+	// provider accepted.
+	tRouteToBatch         = declare("RouteToBatch", llmq.StatusQueued, llmq.StatusRunning)
+	tRouteToBatchAccepted = declare("RouteToBatch (accepted batch)", llmq.StatusBatched, llmq.StatusRunning)
+	tMarkBatchSubmitted   = declare("MarkBatchSubmitted", llmq.StatusBatched)
+	// IngestBatch and PullBack act on the jobs inside a batch only.
+	tIngestResult     = declare("IngestBatch (result)", llmq.StatusSucceeded, llmq.StatusBatched)
+	tIngestLive       = declare("IngestBatch (live)", llmq.StatusQueued, llmq.StatusBatched)
+	tIngestDeadLetter = declare("IngestBatch (dead letter)", llmq.StatusDeadLettered, llmq.StatusBatched)
+	tPullBack         = declare("PullBack", llmq.StatusQueued, llmq.StatusBatched)
+	tRequeue          = register(&transition{Op: "Requeue", To: llmq.StatusQueued,
+		From: []llmq.Status{llmq.StatusDeadLettered}, Replay: true})
+)
+
+// leasedIn lists the statuses in which a worker holds a job under a lease
+// (llmq.Status.Leased) as an SQL list: IN ('running', 'retrying').
+var leasedIn = func() string {
+	var ss []llmq.Status
+	for _, s := range llmq.Statuses {
+		if s.Leased() {
+			ss = append(ss, s)
+		}
+	}
+	return sqlIn(ss...)
+}()
+
+// common renders as an SQL list the from-statuses two transitions made by
+// one statement share.
+func common(a, b *transition) string {
+	var ss []llmq.Status
+	for _, f := range a.From {
+		if slices.Contains(b.From, f) {
+			ss = append(ss, f)
+		}
+	}
+	return sqlIn(ss...)
+}

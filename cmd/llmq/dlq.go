@@ -61,8 +61,8 @@ func (f *dlqFilterFlags) bind(cmd *cobra.Command) {
 	fs.StringVar(&f.until, "until", "", "dead-lettered before: RFC 3339 time or a duration ago")
 }
 
-func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
-	out := dlq.Filter{IDs: f.ids, JobID: f.job, Reason: dlq.Reason(f.reason), Tenant: f.tenant}
+func (f *dlqFilterFlags) filter(now time.Time) (store.DeadLetterFilter, error) {
+	out := store.DeadLetterFilter{IDs: f.ids, JobID: f.job, Reason: f.reason, Tenant: f.tenant}
 	var err error
 	if out.Since, err = parseWhen("since", f.since, now); err != nil {
 		return out, err
@@ -162,7 +162,7 @@ func newDLQLsCmd() *cobra.Command {
 			return err
 		}
 		defer env.close()
-		recs, next, err := env.svc.List(cmd.Context(), dlq.Query{Filter: filter, Limit: limit, Cursor: cursor})
+		recs, next, err := env.svc.List(cmd.Context(), store.DeadLetterListOptions{DeadLetterFilter: filter, Limit: limit, After: cursor})
 		if err != nil {
 			return err
 		}
@@ -173,14 +173,14 @@ func newDLQLsCmd() *cobra.Command {
 				nc = &next
 			}
 			return dlqWriteJSON(out, struct {
-				Data       []dlq.Record `json:"data"`
+				Data       []*store.DeadLetter `json:"data"`
 				NextCursor *string      `json:"next_cursor"`
 			}{recs, nc})
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tDEAD-LETTERED\tTENANT\tREASON\tJOB\tATTEMPTS\tPUBLISHED\tREPLAYED\tLAST ERROR")
 		for _, r := range recs {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.At.UTC().Format(time.RFC3339),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.CreatedAt.UTC().Format(time.RFC3339),
 				r.Tenant, r.Reason, dlqDash(r.JobID), r.Attempts, dlqYesNo(r.PublishedAt != nil),
 				dlqYesNo(r.ReplayedAt != nil), dlqOneLine(r.LastError, 60))
 		}
@@ -230,7 +230,7 @@ func newDLQShowCmd() *cobra.Command {
 		row("reason", string(r.Reason))
 		row("attempts", strconv.Itoa(r.Attempts))
 		row("model", dlqDash(r.Model))
-		row("dead-lettered", r.At.UTC().Format(time.RFC3339Nano))
+		row("dead-lettered", r.CreatedAt.UTC().Format(time.RFC3339Nano))
 		row("source", dlqDash(r.Source))
 		row("destination", r.Destination)
 		row("published", dlqTime(r.PublishedAt))
@@ -277,7 +277,7 @@ skipped, so running the same replay twice gives one new attempt per letter.`,
 		if err != nil {
 			return err
 		}
-		if dlqEmptyFilter(filter) {
+		if filter.Empty() {
 			return errors.New("replay: name letters by id or give a filter (--id, --job, --reason, --tenant, --since, --until)")
 		}
 		ctx := cmd.Context()
@@ -290,7 +290,7 @@ skipped, so running the same replay twice gives one new attempt per letter.`,
 		// Collect first: replaying while paging would shift the pages.
 		var ids []int64
 		for cursor := ""; ; {
-			recs, next, err := env.svc.List(ctx, dlq.Query{Filter: filter, Limit: store.ListLimitMax, Cursor: cursor})
+			recs, next, err := env.svc.List(ctx, store.DeadLetterListOptions{DeadLetterFilter: filter, Limit: store.ListLimitMax, After: cursor})
 			if err != nil {
 				return err
 			}
@@ -361,9 +361,6 @@ func newDLQPurgeCmd() *cobra.Command {
 	return cmd
 }
 
-func dlqEmptyFilter(f dlq.Filter) bool {
-	return len(f.IDs) == 0 && f.JobID == "" && f.Reason == "" && f.Tenant == "" && f.Since.IsZero() && f.Until.IsZero()
-}
 
 func dlqWriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

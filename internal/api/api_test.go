@@ -55,7 +55,7 @@ type options struct {
 func setup(t *testing.T, o options) *testBundle {
 	t.Helper()
 	clk := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	st := store.New(storetest.NewPool(t), store.WithClock(clk.Now))
+	st := store.New(storetest.NewPool(t), store.WithClock(clk))
 	b := memory.New()
 	sub, err := b.NewSubscriber("jobs", memory.Config{Prefetch: 1000})
 	require.NoError(t, err)
@@ -63,7 +63,7 @@ func setup(t *testing.T, o options) *testBundle {
 	reg := prometheus.NewRegistry()
 	pcfg := producer.Config{
 		Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub, ProbeCountsInFlight: true,
-		DepthTTL: -1, Clock: clk.Now, Logger: quiet, Registerer: reg,
+		DepthTTL: -1, Clock: clk, Logger: quiet, Registerer: reg,
 	}
 	if o.producer != nil {
 		o.producer(&pcfg)

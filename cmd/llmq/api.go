@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"

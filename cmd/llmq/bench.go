@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmq/llmq/internal/bench"
+	"github.com/llmq/llmq/internal/app/bench"
 )
 
 func init() { register(newBenchCmd) }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/llmq/llmq/internal/app/demo"
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/demo"
 )
 
 func init() { register(newDemoCmd) }

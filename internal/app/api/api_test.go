@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"

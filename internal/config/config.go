@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/redact"
 )
 
 // Environment variables read by Load.
@@ -385,7 +386,7 @@ func (c *Config) Validate() error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.APIKeys)) {
 		if k == "" || !validTenant(c.APIKeys[k]) {
-			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact(k))
+			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact.Key(k))
 		}
 	}
 	if c.Backpressure.SoftDepth < 1 {
@@ -452,7 +453,7 @@ func ParseAPIKeys(s string) (map[string]string, error) {
 		}
 		key, tenant, ok := strings.Cut(entry, ":")
 		if !ok || key == "" || !validTenant(tenant) {
-			return nil, fmt.Errorf("entry %d (%q) is not key:tenant with a tenant of [A-Za-z0-9._:-]", i+1, redact(key)+":"+tenant)
+			return nil, fmt.Errorf("entry %d (%q) is not key:tenant with a tenant of [A-Za-z0-9._:-]", i+1, redact.Key(key)+":"+tenant)
 		}
 		out[key] = tenant
 	}
@@ -460,11 +461,3 @@ func ParseAPIKeys(s string) (map[string]string, error) {
 }
 
 func validTenant(t string) bool { return llmq.ValidID(t) }
-
-// redact keeps the first 4 characters of an API key.
-func redact(key string) string {
-	if len(key) <= 4 {
-		return key
-	}
-	return key[:4] + "…"
-}

@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/migrations"
@@ -148,7 +149,7 @@ func (r *run) start(ctx context.Context) error {
 		brokerURL = "kafka://" + strings.Join(addrs, ",") + "/" + TopicDefault
 		fmt.Fprintf(out, "broker     embedded Kafka (kfake) at %s\n", strings.Join(addrs, ","))
 	} else {
-		fmt.Fprintf(out, "broker     %s\n", redact(brokerURL))
+		fmt.Fprintf(out, "broker     %s\n", redact.URL(brokerURL))
 	}
 	target, err := open.Parse(brokerURL)
 	if err != nil {
@@ -157,7 +158,7 @@ func (r *run) start(ctx context.Context) error {
 
 	applied, err := migrations.Up(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("demo: migrate %s: %w", redact(cfg.DatabaseURL), err)
+		return fmt.Errorf("demo: migrate %s: %w", redact.URL(cfg.DatabaseURL), err)
 	}
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
@@ -165,7 +166,7 @@ func (r *run) start(ctx context.Context) error {
 	}
 	r.st = st
 	r.onStop(func(context.Context) error { st.Close(); return nil })
-	fmt.Fprintf(out, "database   %s (%d migrations applied)\n", redact(cfg.DatabaseURL), len(applied))
+	fmt.Fprintf(out, "database   %s (%d migrations applied)\n", redact.URL(cfg.DatabaseURL), len(applied))
 
 	pub, sub, err := open.Open(ctx, brokerURL, open.Options{Prefetch: maxInFlight, Logger: r.log})
 	if err != nil {
@@ -485,18 +486,4 @@ func kilo(n float64) string {
 		return fmt.Sprintf("%.1fk", n/1000)
 	}
 	return fmt.Sprintf("%.0f", n)
-}
-
-// redact hides a URL's password.
-func redact(raw string) string {
-	at := strings.LastIndex(raw, "@")
-	scheme := strings.Index(raw, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return raw
-	}
-	cred := raw[scheme+3 : at]
-	if user, _, ok := strings.Cut(cred, ":"); ok {
-		return raw[:scheme+3] + user + ":***" + raw[at:]
-	}
-	return raw
 }

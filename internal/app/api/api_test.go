@@ -72,7 +72,7 @@ func setup(t *testing.T, o options) *testBundle {
 	require.NoError(t, err)
 	acfg := api.Config{
 		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		Logger: quiet, Registerer: reg, Gatherer: reg, Clock: clk.Now,
+		Logger: quiet, Registerer: reg, Gatherer: reg, Clock: clk,
 	}
 	if o.api != nil {
 		o.api(&acfg)

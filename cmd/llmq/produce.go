@@ -109,7 +109,7 @@ deadline the queue cannot meet is rejected. Exit status 1 when any job was rejec
 			return err
 		}
 		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 64<<10), cfg.MaxMessageBytes+1)
+		sc.Buffer(make([]byte, 64<<10), cmp.Or(cfg.MaxMessageBytes, llmq.MaxMessageBytesDefault)+1)
 		if cfg.MaxMessageBytes < 0 {
 			sc.Buffer(make([]byte, 64<<10), 1<<30)
 		}

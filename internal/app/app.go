@@ -62,7 +62,11 @@ type App struct {
 // New opens the store and the broker and builds the components cfg asks
 // for; nothing runs until Start. When New fails, what it opened is closed.
 func New(ctx context.Context, cfg Config) (*App, error) {
-	if err := cfg.validate(); err != nil {
+	err := cfg.validate()
+	if err == nil {
+		err = Check(cfg.Settings)
+	}
+	if err != nil {
 		if cfg.API != nil && cfg.API.Listener != nil {
 			_ = cfg.API.Listener.Close()
 		}

@@ -254,7 +254,7 @@ func startHogs(ctx context.Context, n int, baseURL, model string) *sync.WaitGrou
 		return &wg
 	}
 	client := worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: baseURL, APIKey: simAPIKey, Timeout: 30 * time.Second})
-	req := openai.ChatCompletionRequest{Model: model, MaxTokens: hogMaxTokens,
+	req := openai.ChatCompletionRequest{Model: model, MaxCompletionTokens: hogMaxTokens,
 		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "Write a long story."}}}
 	for range n {
 		wg.Go(func() {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,7 +45,7 @@ SIGINT/SIGTERM stop accepting connections, finish the requests in flight and sto
 		// Like llmq worker, the API brings the schema up to date itself
 		// (idempotent, and safe against a worker migrating at the same time).
 		a, err := app.New(ctx, app.Config{
-			Settings: cfg, Migrate: true, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+			Settings: cfg, Migrate: true, Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 			API: &app.APIConfig{Listen: listen, SweepInterval: sweepInterval, SweepGrace: sweepGrace},
 		})
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -62,7 +61,7 @@ finish within --shutdown-timeout and leaves the rest for redelivery.`,
 		if err != nil {
 			return err
 		}
-		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		return runWorker(cmd.Context(), cfg, wf, logger)
 	}
 	return cmd

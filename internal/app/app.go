@@ -244,7 +244,7 @@ func (a *App) startWorker(ctx context.Context) error {
 		return err
 	}
 	a.log.Info("worker started", slog.String("broker", a.target.Kind+"/"+a.target.Dest),
-		slog.String("strategy", string(a.strategy)), slog.String("upstream", a.cfg.Settings.OpenAIBaseURL))
+		slog.String("strategy", string(a.strategy)), slog.String("upstream", redact.URL(a.cfg.Settings.OpenAIBaseURL)))
 	return nil
 }
 

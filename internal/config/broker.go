@@ -52,7 +52,7 @@ func ParseBroker(s string) (Broker, error) {
 		return Broker{Kind: BrokerEmbedded, Target: open.Target{Dest: DestinationDefault}, Raw: s}, nil
 	}
 	if !strings.Contains(s, "://") {
-		return Broker{}, fmt.Errorf("%q is not kafka://..., amqp://... or embedded", s)
+		return Broker{}, fmt.Errorf("%q is not kafka://..., amqp://... or embedded", redact.URL(s))
 	}
 	t, err := open.Parse(s)
 	if err != nil {

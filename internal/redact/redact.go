@@ -149,10 +149,11 @@ func redactKeywords(s string) string {
 }
 
 // Key returns an API key reduced to its first four characters and "…", so
-// that an operator can tell keys apart in an error without reading them.
+// that an operator can tell keys apart in an error without reading them; a
+// key shorter than 12 characters, of which four would be a third, is Mask.
 func Key(k string) string {
-	if len(k) <= 4 {
-		return k
+	if len(k) < 12 {
+		return Mask
 	}
 	return k[:4] + "…"
 }

@@ -46,6 +46,7 @@ func TestURL(t *testing.T) {
 func TestKey(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "sk-l…", redact.Key("sk-llmq-local"))
-	require.Equal(t, "abcd", redact.Key("abcd"))
-	require.Equal(t, "", redact.Key(""))
+	require.Equal(t, "xxxxx", redact.Key("abcd"), "a short key is hidden whole")
+	require.Equal(t, "xxxxx", redact.Key("abcdefghijk"))
+	require.Equal(t, "xxxxx", redact.Key(""))
 }

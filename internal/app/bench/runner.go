@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/app"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/migrations"
@@ -332,7 +334,12 @@ func readJobs(ctx context.Context, st *store.Store, kinds map[string]workload.Ki
 func (b *Bench) database(ctx context.Context) (string, func(), error) {
 	u, err := url.Parse(b.cfg.PostgresURL)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: PostgresURL: %w", ErrInvalidConfig, err)
+		// url.Error repeats the URL, password included: keep its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", nil, fmt.Errorf("%w: PostgresURL %s: %w", ErrInvalidConfig, redact.URL(b.cfg.PostgresURL), err)
 	}
 	name := "llmq_bench_" + uuid.NewString()[:8]
 	u.Path = "/" + name

@@ -48,7 +48,7 @@ type App struct {
 
 	worker   *worker.Worker
 	producer *producer.Producer
-	apiAddr  net.Addr
+	apiLn    net.Listener
 	strategy shaping.Strategy
 
 	parts    parts
@@ -76,8 +76,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		failed: make(chan error, 1), stopDone: make(chan struct{})}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := a.build(ctx); err != nil {
-		if cfg.API != nil && cfg.API.Listener != nil && a.apiAddr == nil {
-			_ = cfg.API.Listener.Close()
+		if cfg.API != nil && cfg.API.Listener != nil && a.apiLn == nil {
+			_ = cfg.API.Listener.Close() // handed over, but not yet in the list
 		}
 		_ = a.parts.stopAll(ctx, a.log)
 		return nil, err
@@ -160,9 +160,8 @@ func (a *App) openResources(ctx context.Context) error {
 				return fmt.Errorf("api: listen: %w", err)
 			}
 		}
-		a.apiAddr = ln.Addr()
+		a.apiLn = ln
 		a.parts.opened("api listener", closeListener(ln))
-		a.cfg.API.Listener = ln
 	}
 	if a.cfg.MetricsListen != "" {
 		ln, err := net.Listen("tcp", a.cfg.MetricsListen)
@@ -300,7 +299,7 @@ func (a *App) buildAPI() error {
 	if len(s.APIKeys) == 0 {
 		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys): every /v1 request will be refused")
 	}
-	a.addServer("api", ac.Listener, handler, apiStopTimeout,
+	a.addServer("api", a.apiLn, handler, apiStopTimeout,
 		slog.String("broker", a.brokerName()), slog.String("destination", a.target.Dest))
 	return nil
 }
@@ -427,4 +426,9 @@ func (a *App) Worker() *worker.Worker { return a.worker }
 func (a *App) Producer() *producer.Producer { return a.producer }
 
 // APIAddr is the address the API listens on; nil without Config.API.
-func (a *App) APIAddr() net.Addr { return a.apiAddr }
+func (a *App) APIAddr() net.Addr {
+	if a.apiLn == nil {
+		return nil
+	}
+	return a.apiLn.Addr()
+}

@@ -2,11 +2,11 @@ package main
 
 import (
 	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/llmq/llmq/internal/bench"
+	"github.com/llmq/llmq/internal/app/bench"
+	"github.com/llmq/llmq/internal/redact"
 )
 
 func init() { register(newBenchCmd) }
@@ -29,14 +29,14 @@ It writes report.md and PNG plots to --out. About 6 minutes with the default --s
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&cfg.Out, "out", bench.OutDefault, "folder of report.md and the PNG plots")
-	fs.StringVar(&cfg.PostgresURL, "postgres-url", bench.PostgresURLDefault, "Postgres server on which each run creates and drops its own database")
+	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "Postgres server on which each run creates and drops its own database (default "+redact.URL(bench.PostgresURLDefault)+")")
 	fs.Float64Var(&cfg.Scale, "scale", bench.ScaleDefault, "multiply every scenario's duration (quotas are kept)")
 	fs.StringSliceVar(&cfg.Only, "only", nil, "run only these scenarios: strategies, burst, fallback, adaptive (default: all)")
 	fs.BoolVar(&verbose, "verbose", false, "print the components' logs on stderr")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg.Progress = cmd.ErrOrStderr()
 		if verbose {
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
 		rep, err := bench.Run(cmd.Context(), cfg)
 		if err != nil {

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/llmq/llmq/internal/app/demo"
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/demo"
 )
 
 func init() { register(newDemoCmd) }
@@ -48,7 +48,7 @@ succeeded and every malformed message was dead-lettered.`,
 			cfg.TTY = fi.Mode()&os.ModeCharDevice != 0
 		}
 		if verbose {
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
 		sum, err := demo.Run(cmd.Context(), cfg)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/app"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/producer"
 )
@@ -84,11 +85,11 @@ deadline the queue cannot meet is rejected. Exit status 1 when any job was rejec
 		}
 		ctx := cmd.Context()
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
-		env, err := openProducer(ctx, cfg, log, nil)
+		a, err := app.New(ctx, app.Config{Settings: cfg, Producer: true, Logger: log})
 		if err != nil {
 			return err
 		}
-		defer env.close()
+		defer func() { _ = a.Stop(ctx) }()
 		bar := progressbar.NewOptions64(total,
 			progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetDescription("publishing"),
 			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("jobs"),
@@ -102,13 +103,13 @@ deadline the queue cannot meet is rejected. Exit status 1 when any job was rejec
 			if len(pending) == 0 {
 				return nil
 			}
-			err := publishLines(ctx, env.producer, pending, lines, sum, retryBackoff, maxRetryAfter)
+			err := publishLines(ctx, a.Producer(), pending, lines, sum, retryBackoff, maxRetryAfter)
 			_ = bar.Add(len(pending))
 			pending, lines = pending[:0], lines[:0]
 			return err
 		}
 		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 64<<10), cfg.MaxMessageBytes+1)
+		sc.Buffer(make([]byte, 64<<10), cmp.Or(cfg.MaxMessageBytes, llmq.MaxMessageBytesDefault)+1)
 		if cfg.MaxMessageBytes < 0 {
 			sc.Buffer(make([]byte, 64<<10), 1<<30)
 		}

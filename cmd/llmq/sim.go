@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -90,7 +89,7 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 					cfg.Models[name] = m
 				}
 			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			sim, err := upstreamsim.New(cfg, upstreamsim.WithLogger(logger))
 			if err != nil {
 				return err

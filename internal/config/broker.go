@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/transport/open"
 )
 
@@ -42,13 +43,7 @@ type Broker struct {
 func (b Broker) Destination() string { return b.Dest }
 
 // String is the URL without credentials, for logs.
-func (b Broker) String() string {
-	u, err := url.Parse(b.Raw)
-	if err != nil {
-		return redactURL(b.Raw)
-	}
-	return u.Redacted()
-}
+func (b Broker) String() string { return redact.URL(b.Raw) }
 
 // ParseBroker parses the forms of LLMQ_BROKER.
 func ParseBroker(s string) (Broker, error) {
@@ -57,7 +52,7 @@ func ParseBroker(s string) (Broker, error) {
 		return Broker{Kind: BrokerEmbedded, Target: open.Target{Dest: DestinationDefault}, Raw: s}, nil
 	}
 	if !strings.Contains(s, "://") {
-		return Broker{}, fmt.Errorf("%q is not kafka://..., amqp://... or embedded", s)
+		return Broker{}, fmt.Errorf("%q is not kafka://..., amqp://... or embedded", redact.URL(s))
 	}
 	t, err := open.Parse(s)
 	if err != nil {
@@ -71,22 +66,15 @@ func ParseBroker(s string) (Broker, error) {
 func checkURL(s string, schemes ...string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL", redactURL(s))
+		return fmt.Errorf("%q is not a URL", redact.URL(s))
 	}
 	for _, sc := range schemes {
 		if strings.EqualFold(u.Scheme, sc) {
 			if u.Host == "" {
-				return fmt.Errorf("%q has no host", u.Redacted())
+				return fmt.Errorf("%q has no host", redact.URL(s))
 			}
 			return nil
 		}
 	}
-	return fmt.Errorf("%q: scheme must be %s", u.Redacted(), strings.Join(schemes, " or "))
-}
-
-func redactURL(s string) string {
-	if at := strings.LastIndex(s, "@"); at >= 0 {
-		return "…" + s[at:]
-	}
-	return s
+	return fmt.Errorf("%q: scheme must be %s", redact.URL(s), strings.Join(schemes, " or "))
 }

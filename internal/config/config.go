@@ -16,6 +16,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/redact"
+	"github.com/llmq/llmq/shaping"
 )
 
 // Environment variables read by Load.
@@ -28,7 +30,9 @@ const (
 	EnvAPIKeys       = "LLMQ_API_KEYS"
 )
 
-// Defaults.
+// Defaults of the settings no component owns: where the services are.
+// Every other setting's zero value means the default of the component that
+// reads it (worker, batchapi, producer, dlq, llmq), which exports it.
 const (
 	// DatabaseURLDefault is the Postgres database of the local services;
 	// `llmq migrate` creates it when missing.
@@ -39,53 +43,7 @@ const (
 	OpenAIBaseURLDefault = "http://127.0.0.1:8081/v1"
 	// OpenAIAPIKeyDefault is the key the simulator accepts.
 	OpenAIAPIKeyDefault = "sk-llmq-local"
-	// MaxMessageBytesDefault limits an encoded job (1 MiB).
-	MaxMessageBytesDefault = llmq.MaxMessageBytesDefault
-
-	// RetryMaxAttemptsDefault is the number of upstream attempts of one job
-	// (first call included) before it is dead-lettered.
-	RetryMaxAttemptsDefault = 6
-	// RetryBaseDelayDefault caps the jitter window of the first retry.
-	RetryBaseDelayDefault = 500 * time.Millisecond
-	// RetryMaxDelayDefault caps any backoff.
-	RetryMaxDelayDefault = 30 * time.Second
-	// RetryBudgetDefault is how many retries each successful call earns
-	// (a retry budget bounds retry storms).
-	RetryBudgetDefault = 0.5
-	// RetryFallbackAfterDefault is how many 429s a model gets before a job
-	// moves to its next fallback model.
-	RetryFallbackAfterDefault = 3
-	// RetryFallbackMaxWaitDefault is the longest rate-limit wait (a
-	// Retry-After, or the model's lane paused by 429s) a job with a
-	// fallback sits out before it moves on at once.
-	RetryFallbackMaxWaitDefault = 2 * time.Second
-
-	// BatchWindowDefault is the off-peak window in which deferrable jobs go
-	// to the provider's Batch API.
-	BatchWindowDefault = "22:00-06:00"
-	// BatchTimezoneDefault is the time zone of the batch window.
-	BatchTimezoneDefault = "UTC"
-	// BatchDrainThresholdDefault: outside the window, deferrable jobs still
-	// go to the Batch API when the live backlog would take longer than this
-	// to drain.
-	BatchDrainThresholdDefault = 30 * time.Minute
-	// BatchFlushIntervalDefault is how long the collector waits before it
-	// submits a partial batch.
-	BatchFlushIntervalDefault = time.Minute
-	// BatchMaxLinesDefault is the provider's limit on requests per batch.
-	BatchMaxLinesDefault = 50000
-
-	// SoftDepthDefault is the queue depth from which producers are told to
-	// slow down.
-	SoftDepthDefault = 10000
-	// HardDepthDefault is the queue depth from which the API refuses new
-	// jobs (429 with Retry-After).
-	HardDepthDefault = 100000
 )
-
-// Strategies the strategy setting accepts ("" picks shape when a model's
-// quota is known and adaptive when not).
-var Strategies = []string{"retry", "rpm", "shape", "adaptive"}
 
 // Config is the whole configuration.
 type Config struct {
@@ -120,70 +78,52 @@ type Config struct {
 	// Alerts names the dead-letter alert sinks; both empty: no alerts.
 	Alerts Alerts `yaml:"alerts"`
 	// MaxMessageBytes limits an encoded job. 0 means
-	// MaxMessageBytesDefault; -1 means no limit.
+	// llmq.MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
 }
 
-// Retry is the retry policy. Zero fields mean their defaults.
+// Retry is the retry policy of the worker. Zero fields mean the worker's
+// defaults.
 type Retry struct {
-	// MaxAttempts counts every upstream attempt; default
-	// RetryMaxAttemptsDefault.
+	// MaxAttempts counts every upstream attempt; 0 = worker.MaxAttemptsDefault.
 	MaxAttempts int `yaml:"max_attempts"`
 	// BaseDelay and MaxDelay bound the exponential backoff with jitter;
-	// defaults RetryBaseDelayDefault and RetryMaxDelayDefault.
+	// 0 = worker.BackoffBaseDefault and worker.BackoffMaxDefault.
 	BaseDelay time.Duration `yaml:"base_delay"`
 	MaxDelay  time.Duration `yaml:"max_delay"`
-	// Budget is the retries each successful call earns; default
-	// RetryBudgetDefault.
+	// Budget is the retries each successful call earns;
+	// 0 = worker.RetryBudgetRatioDefault.
 	Budget float64 `yaml:"budget"`
 	// FallbackAfter and FallbackMaxWait decide when a rate-limited job
-	// moves to its next fallback model; defaults RetryFallbackAfterDefault
-	// and RetryFallbackMaxWaitDefault.
+	// moves to its next fallback model; 0 = worker.FallbackAfterDefault and
+	// worker.FallbackMaxWaitDefault.
 	FallbackAfter   int           `yaml:"fallback_after"`
 	FallbackMaxWait time.Duration `yaml:"fallback_max_wait"`
 }
 
-// Batch configures the Batch API lane. Zero fields mean their defaults.
+// Batch configures the Batch API lane. Zero fields mean batchapi's
+// defaults; the lane parses and checks the window and the zone.
 type Batch struct {
 	// Window is the daily off-peak window "HH:MM-HH:MM" (it may wrap
-	// midnight); default BatchWindowDefault. "off" disables the window
+	// midnight); "" = batchapi.WindowDefault; "off" disables the window
 	// (only the drain threshold routes jobs to batches).
 	Window string `yaml:"window"`
-	// Timezone is an IANA zone name; default BatchTimezoneDefault.
+	// Timezone is an IANA zone name; "" = batchapi.TimezoneDefault.
 	Timezone string `yaml:"timezone"`
-	// DrainThreshold: default BatchDrainThresholdDefault.
+	// DrainThreshold: 0 = batchapi.DrainThresholdDefault.
 	DrainThreshold time.Duration `yaml:"drain_threshold"`
-	// FlushInterval: default BatchFlushIntervalDefault.
+	// FlushInterval: 0 = batchapi.FlushIntervalDefault.
 	FlushInterval time.Duration `yaml:"flush_interval"`
-	// MaxLines is the most jobs per batch; default BatchMaxLinesDefault.
+	// MaxLines is the most jobs per batch; 0 = batchapi.MaxLinesDefault
+	// (also the maximum).
 	MaxLines int `yaml:"max_lines"`
-
-	start, end int // minutes after midnight; start == end: no window
-	loc        *time.Location
 }
 
-// InWindow reports whether t falls inside the off-peak window. The Batch
-// must come from a validated Config.
-func (b Batch) InWindow(t time.Time) bool {
-	if b.start == b.end || b.loc == nil {
-		return false
-	}
-	lt := t.In(b.loc)
-	m := lt.Hour()*60 + lt.Minute()
-	if b.start < b.end {
-		return m >= b.start && m < b.end
-	}
-	return m >= b.start || m < b.end
-}
-
-// Location is the window's time zone (UTC before validation).
-func (b Batch) Location() *time.Location { return cmp.Or(b.loc, time.UTC) }
-
-// Backpressure thresholds; zero fields mean their defaults.
+// Backpressure thresholds of the producer; zero fields mean its defaults.
 type Backpressure struct {
-	// SoftDepth: default SoftDepthDefault.
+	// SoftDepth: 0 = producer.SoftDepthDefault.
 	SoftDepth int64 `yaml:"soft_depth"`
-	// HardDepth: default HardDepthDefault; must exceed SoftDepth.
+	// HardDepth: 0 = producer.HardDepthDefault; it must exceed SoftDepth.
 	HardDepth int64 `yaml:"hard_depth"`
 }
 
@@ -271,7 +211,9 @@ func (c *Config) parseYAML(data []byte) error {
 	return nil
 }
 
-// WithDefaults fills every zero setting with its default and returns c.
+// WithDefaults fills the settings no component owns (database, broker,
+// upstream) with their defaults and returns c. The other zero settings stay
+// zero: the components apply their own defaults.
 func (c *Config) WithDefaults() *Config {
 	c.DatabaseURL = cmp.Or(c.DatabaseURL, DatabaseURLDefault)
 	if c.Broker.Kind == "" {
@@ -279,28 +221,17 @@ func (c *Config) WithDefaults() *Config {
 	}
 	c.OpenAIBaseURL = cmp.Or(c.OpenAIBaseURL, OpenAIBaseURLDefault)
 	c.OpenAIAPIKey = cmp.Or(c.OpenAIAPIKey, OpenAIAPIKeyDefault)
-	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, MaxMessageBytesDefault)
-	c.Retry.MaxAttempts = cmp.Or(c.Retry.MaxAttempts, RetryMaxAttemptsDefault)
-	c.Retry.BaseDelay = cmp.Or(c.Retry.BaseDelay, RetryBaseDelayDefault)
-	c.Retry.MaxDelay = cmp.Or(c.Retry.MaxDelay, RetryMaxDelayDefault)
-	c.Retry.Budget = cmp.Or(c.Retry.Budget, RetryBudgetDefault)
-	c.Retry.FallbackAfter = cmp.Or(c.Retry.FallbackAfter, RetryFallbackAfterDefault)
-	c.Retry.FallbackMaxWait = cmp.Or(c.Retry.FallbackMaxWait, RetryFallbackMaxWaitDefault)
-	c.Batch.Window = cmp.Or(c.Batch.Window, BatchWindowDefault)
-	c.Batch.Timezone = cmp.Or(c.Batch.Timezone, BatchTimezoneDefault)
-	c.Batch.DrainThreshold = cmp.Or(c.Batch.DrainThreshold, BatchDrainThresholdDefault)
-	c.Batch.FlushInterval = cmp.Or(c.Batch.FlushInterval, BatchFlushIntervalDefault)
-	c.Batch.MaxLines = cmp.Or(c.Batch.MaxLines, BatchMaxLinesDefault)
-	c.Backpressure.SoftDepth = cmp.Or(c.Backpressure.SoftDepth, SoftDepthDefault)
-	c.Backpressure.HardDepth = cmp.Or(c.Backpressure.HardDepth, HardDepthDefault)
 	if c.APIKeys == nil {
 		c.APIKeys = map[string]string{}
 	}
 	return c
 }
 
-// Validate checks every setting (call WithDefaults first) and prepares the
-// parsed forms (batch window). The error names each failing setting.
+// Validate checks every setting it can check alone (call WithDefaults
+// first); zero means the component's default and is accepted. The checks
+// that need a component (the batch window's grammar, a limit against a
+// component's default) are app.Check's. The error names each failing
+// setting.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(setting, format string, args ...any) {
@@ -312,8 +243,8 @@ func (c *Config) Validate() error {
 	if err := checkURL(c.OpenAIBaseURL, "http", "https"); err != nil {
 		bad(EnvOpenAIBaseURL, "%v", err)
 	}
-	if c.Strategy != "" && !slices.Contains(Strategies, c.Strategy) {
-		bad("strategy", "unknown strategy %q (want %s)", c.Strategy, strings.Join(Strategies, ", "))
+	if _, err := shaping.ParseStrategy(c.Strategy); err != nil {
+		bad("strategy", "%v", err)
 	}
 	if c.MaxMessageBytes < -1 {
 		bad("max_message_bytes", "must be positive, or -1 for no limit")
@@ -345,54 +276,25 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	if c.Retry.MaxAttempts < 1 {
-		bad("retry.max_attempts", "must be at least 1")
-	}
-	if c.Retry.BaseDelay <= 0 {
-		bad("retry.base_delay", "must be positive")
-	}
-	if c.Retry.MaxDelay < c.Retry.BaseDelay {
-		bad("retry.max_delay", "must be at least retry.base_delay (%v)", c.Retry.BaseDelay)
-	}
-	if c.Retry.Budget < 0 {
-		bad("retry.budget", "must not be negative")
-	}
-	if c.Retry.FallbackAfter < 1 {
-		bad("retry.fallback_after", "must be at least 1")
-	}
-	if c.Retry.FallbackMaxWait <= 0 {
-		bad("retry.fallback_max_wait", "must be positive")
-	}
-	loc, err := time.LoadLocation(c.Batch.Timezone)
-	if err != nil {
-		bad("batch.timezone", "unknown time zone %q", c.Batch.Timezone)
-	} else {
-		c.Batch.loc = loc
-	}
-	if start, end, err := parseWindow(c.Batch.Window); err != nil {
-		bad("batch.window", "%v", err)
-	} else {
-		c.Batch.start, c.Batch.end = start, end
-	}
-	if c.Batch.DrainThreshold < 0 {
-		bad("batch.drain_threshold", "must not be negative")
-	}
-	if c.Batch.FlushInterval <= 0 {
-		bad("batch.flush_interval", "must be positive")
-	}
-	if c.Batch.MaxLines < 1 || c.Batch.MaxLines > BatchMaxLinesDefault {
-		bad("batch.max_lines", "must be in 1..%d; got %d", BatchMaxLinesDefault, c.Batch.MaxLines)
+	for _, f := range []struct {
+		setting string
+		v       float64
+	}{
+		{"retry.max_attempts", float64(c.Retry.MaxAttempts)}, {"retry.base_delay", float64(c.Retry.BaseDelay)},
+		{"retry.max_delay", float64(c.Retry.MaxDelay)}, {"retry.budget", c.Retry.Budget},
+		{"retry.fallback_after", float64(c.Retry.FallbackAfter)}, {"retry.fallback_max_wait", float64(c.Retry.FallbackMaxWait)},
+		{"batch.drain_threshold", float64(c.Batch.DrainThreshold)}, {"batch.flush_interval", float64(c.Batch.FlushInterval)},
+		{"batch.max_lines", float64(c.Batch.MaxLines)},
+		{"backpressure.soft_depth", float64(c.Backpressure.SoftDepth)}, {"backpressure.hard_depth", float64(c.Backpressure.HardDepth)},
+	} {
+		if f.v < 0 {
+			bad(f.setting, "must not be negative (0: the default)")
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.APIKeys)) {
 		if k == "" || !validTenant(c.APIKeys[k]) {
-			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact(k))
+			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact.Key(k))
 		}
-	}
-	if c.Backpressure.SoftDepth < 1 {
-		bad("backpressure.soft_depth", "must be positive")
-	}
-	if c.Backpressure.HardDepth <= c.Backpressure.SoftDepth {
-		bad("backpressure.hard_depth", "must exceed backpressure.soft_depth (%d)", c.Backpressure.SoftDepth)
 	}
 	if c.Alerts.AlertmanagerURL != "" {
 		if err := checkURL(c.Alerts.AlertmanagerURL, "http", "https"); err != nil {
@@ -410,38 +312,6 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// parseWindow reads "HH:MM-HH:MM" as minutes after midnight; "off" is no
-// window (start == end).
-func parseWindow(s string) (start, end int, err error) {
-	if s == "off" {
-		return 0, 0, nil
-	}
-	a, b, ok := strings.Cut(s, "-")
-	if !ok {
-		return 0, 0, fmt.Errorf("%q is not HH:MM-HH:MM", s)
-	}
-	start, err1 := parseClock(a)
-	end, err2 := parseClock(b)
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("%q is not HH:MM-HH:MM", s)
-	}
-	if start == end {
-		return 0, 0, fmt.Errorf("%q is empty (use \"off\" for no window)", s)
-	}
-	return start, end, nil
-}
-
-func parseClock(s string) (int, error) {
-	t, err := time.Parse("15:04", strings.TrimSpace(s))
-	if err != nil {
-		if strings.TrimSpace(s) == "24:00" {
-			return 0, nil
-		}
-		return 0, err
-	}
-	return t.Hour()*60 + t.Minute(), nil
-}
-
 // ParseAPIKeys reads "key1:tenantA,key2:tenantB".
 func ParseAPIKeys(s string) (map[string]string, error) {
 	out := map[string]string{}
@@ -452,7 +322,7 @@ func ParseAPIKeys(s string) (map[string]string, error) {
 		}
 		key, tenant, ok := strings.Cut(entry, ":")
 		if !ok || key == "" || !validTenant(tenant) {
-			return nil, fmt.Errorf("entry %d (%q) is not key:tenant with a tenant of [A-Za-z0-9._:-]", i+1, redact(key)+":"+tenant)
+			return nil, fmt.Errorf("entry %d (%q) is not key:tenant with a tenant of [A-Za-z0-9._:-]", i+1, redact.Key(key)+":"+tenant)
 		}
 		out[key] = tenant
 	}
@@ -460,11 +330,3 @@ func ParseAPIKeys(s string) (map[string]string, error) {
 }
 
 func validTenant(t string) bool { return llmq.ValidID(t) }
-
-// redact keeps the first 4 characters of an API key.
-func redact(key string) string {
-	if len(key) <= 4 {
-		return key
-	}
-	return key[:4] + "…"
-}

@@ -34,37 +34,15 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, "llmq.jobs", c.Broker.Dest)
 	require.Equal(t, "amqp://guest:guest@127.0.0.1:5672/", c.Broker.AMQPURL)
 	require.Equal(t, "amqp://guest:xxxxx@127.0.0.1:5672/?queue=llmq.jobs", c.Broker.String())
-	require.Equal(t, config.MaxMessageBytesDefault, c.MaxMessageBytes)
-	require.Equal(t, config.Retry{MaxAttempts: 6, BaseDelay: 500 * time.Millisecond, MaxDelay: 30 * time.Second, Budget: 0.5,
-		FallbackAfter: 3, FallbackMaxWait: 2 * time.Second}, c.Retry)
-	require.Equal(t, "22:00-06:00", c.Batch.Window)
-	require.Equal(t, int64(config.SoftDepthDefault), c.Backpressure.SoftDepth)
-	require.Equal(t, int64(config.HardDepthDefault), c.Backpressure.HardDepth)
+	// The components' settings stay zero: each component applies its own
+	// default.
+	require.Zero(t, c.MaxMessageBytes)
+	require.Zero(t, c.Retry)
+	require.Zero(t, c.Batch)
+	require.Zero(t, c.Backpressure)
 	require.Empty(t, c.APIKeys)
 	require.Empty(t, c.Models)
 	require.Equal(t, "", c.Strategy)
-}
-
-func TestBatchWindow(t *testing.T) {
-	t.Parallel()
-	c, err := config.Load(env(nil), config.Flags{})
-	require.NoError(t, err)
-	at := func(h, m int) time.Time { return time.Date(2026, 11, 30, h, m, 0, 0, time.UTC) }
-	require.True(t, c.Batch.InWindow(at(22, 0)))
-	require.True(t, c.Batch.InWindow(at(3, 30)))
-	require.False(t, c.Batch.InWindow(at(6, 0)))
-	require.False(t, c.Batch.InWindow(at(12, 0)))
-
-	p := writeYAML(t, "batch:\n  window: \"09:00-17:30\"\n  timezone: Asia/Shanghai\n")
-	c, err = config.Load(env(map[string]string{config.EnvConfig: p}), config.Flags{})
-	require.NoError(t, err)
-	require.True(t, c.Batch.InWindow(at(1, 0)), "09:00 in Shanghai is 01:00 UTC")
-	require.False(t, c.Batch.InWindow(at(9, 30)), "17:30 in Shanghai is 09:30 UTC")
-
-	p = writeYAML(t, "batch:\n  window: \"off\"\n")
-	c, err = config.Load(env(map[string]string{config.EnvConfig: p}), config.Flags{})
-	require.NoError(t, err)
-	require.False(t, c.Batch.InWindow(at(23, 0)))
 }
 
 func TestPrecedence(t *testing.T) {
@@ -113,8 +91,8 @@ alerts:
 	m := c.Models["gpt-4o-mini"]
 	require.Equal(t, llmq.Model{RPM: 500, TPM: 200000, Concurrency: 20, ContextWindow: 128000, MaxOutputDefault: 512,
 		InputPricePer1M: 0.15, OutputPricePer1M: 0.6, Fallbacks: []string{"gpt-4o-nano"}}, m)
-	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second, Budget: 0.5,
-		FallbackAfter: 3, FallbackMaxWait: 2 * time.Second}, c.Retry)
+	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second}, c.Retry,
+		"the settings not given stay zero")
 	require.Equal(t, config.Backpressure{SoftDepth: 100, HardDepth: 1000}, c.Backpressure)
 	require.Equal(t, "http://127.0.0.1:9999/hook", c.Alerts.WebhookURL)
 
@@ -161,19 +139,16 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{env: map[string]string{config.EnvOpenAIBaseURL: "ftp://x"}, want: "OPENAI_BASE_URL: "},
 		{env: map[string]string{config.EnvAPIKeys: "k1:ok,k2"}, want: "LLMQ_API_KEYS: entry 2"},
 		{env: map[string]string{config.EnvAPIKeys: "k1:bad tenant"}, want: "LLMQ_API_KEYS: entry 1"},
-		{yaml: "strategy: fastest", want: `strategy: unknown strategy "fastest"`},
+		{yaml: "strategy: fastest", want: `strategy: shaping: unknown strategy "fastest"`},
 		{yaml: "models:\n  m: {rpm: -1}", want: "models.m.rpm: must not be negative"},
 		{yaml: "models:\n  m: {batch_discount: 2}", want: "models.m.batch_discount"},
 		{yaml: "models:\n  m: {fallbacks: [m]}", want: "models.m.fallbacks[0]"},
 		{yaml: "models:\n  m: {output_price_per_1m: -1}", want: "models.m.output_price_per_1m"},
-		{yaml: "retry: {max_attempts: -1}", want: "retry.max_attempts"},
-		{yaml: "retry: {base_delay: 2s, max_delay: 1s}", want: "retry.max_delay"},
+		{yaml: "retry: {max_attempts: -1}", want: "retry.max_attempts: must not be negative"},
+		{yaml: "retry: {fallback_max_wait: -1s}", want: "retry.fallback_max_wait: must not be negative"},
 		{yaml: "retry: {base_delay: soon}", want: "LLMQ_CONFIG"},
-		{yaml: "batch: {window: \"25:00-06:00\"}", want: "batch.window"},
-		{yaml: "batch: {window: \"06:00-06:00\"}", want: "batch.window"},
-		{yaml: "batch: {timezone: Mars/Olympus}", want: "batch.timezone"},
-		{yaml: "batch: {max_lines: 50001}", want: "batch.max_lines"},
-		{yaml: "backpressure: {soft_depth: 10, hard_depth: 5}", want: "backpressure.hard_depth"},
+		{yaml: "batch: {max_lines: -1}", want: "batch.max_lines: must not be negative"},
+		{yaml: "backpressure: {hard_depth: -5}", want: "backpressure.hard_depth: must not be negative"},
 		{yaml: "alerts: {alertmanager_url: \"not a url\"}", want: "alerts.alertmanager_url"},
 		{yaml: "api_keys: {k: \"a b\"}", want: "api_keys"},
 		{yaml: "max_message_bytes: -2", want: "max_message_bytes"},

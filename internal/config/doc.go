@@ -5,8 +5,12 @@
 // thresholds, alert sinks).
 //
 // Precedence, highest first: flag, environment variable, YAML file, default.
-// Every setting has a documented default (the *Default constants); Load
-// applies them and validates, and an invalid setting is reported by name
-// (for example `LLMQ_BROKER: open: bad broker URL: scheme "foo" ...` or
-// `models.gpt-4o-mini.rpm: must not be negative`).
+// The package only parses and validates: the defaults of where the services
+// are (database, broker, upstream) are its own constants, and every other
+// setting left zero means the default of the component that reads it
+// (worker, batchapi, producer, dlq), which exports it. Load validates what
+// it can check alone; app.Check checks what needs a component (the batch
+// window's grammar, bounds against a component's default). An invalid
+// setting is reported by name (for example `LLMQ_BROKER: open: bad broker
+// URL: scheme "foo" ...` or `models.gpt-4o-mini.rpm: must not be negative`).
 package config

@@ -66,6 +66,11 @@ type Target struct {
 func Parse(brokerURL string) (Target, error) {
 	u, err := url.Parse(brokerURL)
 	if err != nil {
+		// url.Error repeats the URL, password included: keep its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return Target{}, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}
 	q := u.Query()

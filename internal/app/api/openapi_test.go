@@ -17,7 +17,7 @@ import (
 	legacyrouter "github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/transport"
 )

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,22 +16,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/app"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
-	"github.com/llmq/llmq/migrations"
-	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
-	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
-	"github.com/llmq/llmq/transport/kafka"
-	"github.com/llmq/llmq/transport/open"
-	"github.com/llmq/llmq/worker"
 )
 
 // Settings of the pipeline the demo builds.
@@ -66,15 +62,11 @@ type run struct {
 	cfg     Config
 	log     *slog.Logger
 	sim     *upstreamsim.Server
-	st      *store.Store
-	reg     *prometheus.Registry
+	app     *app.App
 	apiURL  string
 	good    []string
 	bad     []string
 	started time.Time
-	stops   []func(context.Context) error
-	// malformedTo publishes messages straight to the jobs topic.
-	malformedTo func(context.Context, []transport.Message) error
 }
 
 // Run runs the demo: it starts the pipeline, enqueues the jobs, shows
@@ -87,7 +79,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		return Summary{}, err
 	}
 	r := &run{cfg: cfg, log: cfg.Logger}
-	defer r.stop()
+	defer r.stop(ctx)
 	if err := r.start(ctx); err != nil {
 		return Summary{}, err
 	}
@@ -108,21 +100,45 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	return sum, nil
 }
 
-// onStop registers f to run at shutdown (in reverse order).
-func (r *run) onStop(f func(context.Context) error) { r.stops = append(r.stops, f) }
-
-func (r *run) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*shutdownTimeout)
-	defer cancel()
-	for i := len(r.stops) - 1; i >= 0; i-- {
-		if err := r.stops[i](ctx); err != nil {
-			r.log.Warn("demo: stop", slog.Any("error", err))
+// stop stops the pipeline, then the simulator.
+func (r *run) stop(ctx context.Context) {
+	if r.app != nil {
+		_ = r.app.Stop(ctx) // the app logs each failure
+	}
+	if r.sim != nil {
+		if err := app.StopWithin(ctx, r.sim.Stop, shutdownTimeout); err != nil {
+			r.log.Warn("demo: stop simulator", slog.Any("error", err))
 		}
 	}
 }
 
-// start brings up the simulator, the broker, the database, the worker and
-// the API.
+// settings is the configuration of the demo's pipeline: the simulator as
+// upstream, the demo model and its fallback with their quotas and prices,
+// a patient retry policy, the Batch API lane without an off-peak window
+// (only the drain rule routes jobs there) and the demo's API key.
+func settings(cfg Config, simRoot string) (*config.Config, error) {
+	broker, err := config.ParseBroker(cmp.Or(cfg.Broker, string(config.BrokerEmbedded)))
+	if err != nil {
+		return nil, fmt.Errorf("demo: broker: %w", err)
+	}
+	return &config.Config{
+		DatabaseURL: cfg.DatabaseURL, Broker: broker,
+		OpenAIBaseURL: simRoot + "/v1", OpenAIAPIKey: simAPIKey,
+		Strategy: string(shaping.StrategyShape),
+		Models: map[string]llmq.Model{
+			ModelDefault: {RPM: float64(cfg.RPM), TPM: float64(cfg.TPM), Fallbacks: []string{FallbackModelDefault},
+				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
+			FallbackModelDefault: {RPM: FallbackRPM, TPM: FallbackTPM,
+				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
+		},
+		Retry:   config.Retry{MaxAttempts: maxAttempts, BaseDelay: 250 * time.Millisecond, MaxDelay: 5 * time.Second},
+		Batch:   config.Batch{Window: batchapi.WindowOff, FlushInterval: 2 * time.Second},
+		APIKeys: map[string]string{APIKeyDefault: TenantDefault},
+	}, nil
+}
+
+// start brings up the simulator, then the pipeline: broker, database,
+// worker and API.
 func (r *run) start(ctx context.Context) error {
 	cfg, out := r.cfg, r.cfg.Out
 	sim, err := upstreamsim.New(simConfig(cfg), upstreamsim.WithLogger(r.log))
@@ -134,105 +150,10 @@ func (r *run) start(ctx context.Context) error {
 		return err
 	}
 	r.sim = sim
-	r.onStop(sim.Stop)
 	fmt.Fprintf(out, "upstream   simulator at %s/v1: %s %d RPM / %s TPM (fallback %s), 2%% faults\n",
 		root, ModelDefault, cfg.RPM, kilo(float64(cfg.TPM)), FallbackModelDefault)
 
-	brokerURL := cfg.Broker
-	if brokerURL == "" || brokerURL == "embedded" {
-		addrs, stopKafka, err := kafka.StartEmbedded(ctx, TopicDefault, TopicDefault+dlq.DLQSuffix)
-		if err != nil {
-			return err
-		}
-		r.onStop(func(context.Context) error { stopKafka(); return nil })
-		brokerURL = "kafka://" + strings.Join(addrs, ",") + "/" + TopicDefault
-		fmt.Fprintf(out, "broker     embedded Kafka (kfake) at %s\n", strings.Join(addrs, ","))
-	} else {
-		fmt.Fprintf(out, "broker     %s\n", redact(brokerURL))
-	}
-	target, err := open.Parse(brokerURL)
-	if err != nil {
-		return fmt.Errorf("demo: broker: %w", err)
-	}
-
-	applied, err := migrations.Up(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("demo: migrate %s: %w", redact(cfg.DatabaseURL), err)
-	}
-	st, err := store.Open(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	r.st = st
-	r.onStop(func(context.Context) error { st.Close(); return nil })
-	fmt.Fprintf(out, "database   %s (%d migrations applied)\n", redact(cfg.DatabaseURL), len(applied))
-
-	pub, sub, err := open.Open(ctx, brokerURL, open.Options{Prefetch: maxInFlight, Logger: r.log})
-	if err != nil {
-		return err
-	}
-	r.onStop(func(context.Context) error { return pub.Close() })
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: target.Dest, Logger: r.log})
-	if err != nil {
-		return err
-	}
-	if err := letters.Start(ctx); err != nil {
-		return err
-	}
-	r.onStop(letters.Stop)
-
-	client := worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: root + "/v1", APIKey: simAPIKey, Timeout: 30 * time.Second})
-	// The demo treats the live lane as backed up (Drain above the
-	// threshold), so every deferrable job takes the Batch API lane.
-	bcfg := batchapi.Config{
-		Store: st, Client: client, Publisher: pub, Destination: target.Dest, DeadLetters: letters,
-		Window: batchapi.WindowOff, Drain: func() time.Duration { return time.Hour },
-		FlushInterval: 2 * time.Second, PollInterval: time.Second, Logger: r.log,
-	}
-	router, err := batchapi.NewRouter(bcfg)
-	if err != nil {
-		return err
-	}
-	batches, err := batchapi.New(bcfg)
-	if err != nil {
-		return err
-	}
-	if err := batches.Start(ctx); err != nil {
-		return err
-	}
-	r.onStop(batches.Stop)
-
-	r.reg = prometheus.NewRegistry()
-	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: st, Client: client, DeadLetters: letters, Router: router,
-		Strategy: shaping.StrategyShape,
-		Catalog: llmq.Catalog{Models: map[string]llmq.Model{
-			ModelDefault: {RPM: float64(cfg.RPM), TPM: float64(cfg.TPM), Fallbacks: []string{FallbackModelDefault},
-				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
-			FallbackModelDefault: {RPM: FallbackRPM, TPM: FallbackTPM,
-				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
-		}},
-		MaxInFlight: maxInFlight, MaxAttempts: maxAttempts,
-		Backoff:         worker.Backoff{Base: 250 * time.Millisecond, Max: 5 * time.Second},
-		ShutdownTimeout: shutdownTimeout, Logger: r.log, Registerer: r.reg,
-	})
-	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	r.onStop(w.Stop)
-	fmt.Fprintf(out, "worker     strategy shape, %d messages in flight at most, %d attempts per job\n", maxInFlight, maxAttempts)
-
-	prod, err := producer.New(producer.Config{
-		Publisher: pub, Store: st, Destination: target.Dest, DepthProbe: sub,
-		ProbeCountsInFlight: target.Kind == open.KindKafka, Logger: r.log,
-	})
-	if err != nil {
-		return err
-	}
-	handler, err := api.New(api.Config{Producer: prod, Store: st, Keys: map[string]string{APIKeyDefault: TenantDefault}, Logger: r.log})
+	s, err := settings(cfg, root)
 	if err != nil {
 		return err
 	}
@@ -245,20 +166,33 @@ func (r *run) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("demo: API listen %s: %w", cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			r.log.Error("demo: API", slog.Any("error", err))
-		}
-	}()
-	r.onStop(func(ctx context.Context) error { err := srv.Shutdown(ctx); <-served; return err })
-	r.apiURL = "http://" + ln.Addr().String()
-	fmt.Fprintf(out, "api        %s (API key %s)\n\n", r.apiURL, APIKeyDefault)
-	r.malformedTo = func(ctx context.Context, msgs []transport.Message) error {
-		return pub.Publish(ctx, target.Dest, msgs...)
+	a, err := app.New(ctx, app.Config{
+		Settings: s, Migrate: true, Logger: r.log,
+		Worker: &app.WorkerConfig{
+			MaxInFlight: maxInFlight, ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second,
+			// The demo treats the live lane as backed up (Drain above the
+			// threshold), so every deferrable job takes the Batch API lane.
+			BatchDrain: func() time.Duration { return time.Hour }, BatchPollInterval: time.Second,
+		},
+		API: &app.APIConfig{Listener: ln},
+	})
+	if err != nil {
+		return err
 	}
+	r.app = a
+	brokerURL, target := a.Broker()
+	if s.Broker.Kind == config.BrokerEmbedded {
+		fmt.Fprintf(out, "broker     embedded Kafka (kfake) at %s\n", strings.Join(target.Brokers, ","))
+	} else {
+		fmt.Fprintf(out, "broker     %s\n", redact.URL(brokerURL))
+	}
+	fmt.Fprintf(out, "database   %s (%d migrations applied)\n", redact.URL(cfg.DatabaseURL), len(a.Migrated()))
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "worker     strategy shape, %d messages in flight at most, %d attempts per job\n", maxInFlight, maxAttempts)
+	r.apiURL = "http://" + a.APIAddr().String()
+	fmt.Fprintf(out, "api        %s (API key %s)\n\n", r.apiURL, APIKeyDefault)
 	return nil
 }
 
@@ -277,7 +211,8 @@ func (r *run) enqueue(ctx context.Context) error {
 		msgs[i] = transport.Message{Key: []byte(id), Value: workload.Malformed(id, i)}
 	}
 	if len(msgs) > 0 {
-		if err := r.malformedTo(ctx, msgs); err != nil {
+		_, target := r.app.Broker()
+		if err := r.app.Publisher().Publish(ctx, target.Dest, msgs...); err != nil {
 			return fmt.Errorf("demo: publish malformed messages: %w", err)
 		}
 	}
@@ -391,7 +326,7 @@ func (c counts) terminal() int {
 
 func (r *run) count(ctx context.Context) (counts, error) {
 	c := counts{byStatus: map[llmq.Status]int{}}
-	rows, err := r.st.Pool().Query(ctx, `SELECT status, lane = 'batch' AND status = 'succeeded',
+	rows, err := r.app.Store().Pool().Query(ctx, `SELECT status, lane = 'batch' AND status = 'succeeded',
 		used_model <> '' AND used_model <> requested_model, count(*)
 		FROM jobs WHERE id = ANY($1) GROUP BY 1, 2, 3`, r.good)
 	if err != nil {
@@ -419,7 +354,7 @@ func (r *run) count(ctx context.Context) (counts, error) {
 	if err := rows.Err(); err != nil {
 		return c, fmt.Errorf("demo: count jobs: %w", err)
 	}
-	err = r.st.Pool().QueryRow(ctx, `SELECT count(DISTINCT job_id) FROM dead_letters WHERE job_id = ANY($1) AND reason = $2`,
+	err = r.app.Store().Pool().QueryRow(ctx, `SELECT count(DISTINCT job_id) FROM dead_letters WHERE job_id = ANY($1) AND reason = $2`,
 		r.bad, string(dlq.ReasonPoison)).Scan(&c.poison)
 	if err != nil {
 		return c, fmt.Errorf("demo: count dead letters: %w", err)
@@ -456,7 +391,7 @@ func (r *run) progress(c counts, final bool) {
 
 // retries reads the worker's retry counter.
 func (r *run) retries() int64 {
-	mfs, err := r.reg.Gather()
+	mfs, err := r.app.Registry().Gather()
 	if err != nil {
 		return 0
 	}
@@ -485,18 +420,4 @@ func kilo(n float64) string {
 		return fmt.Sprintf("%.1fk", n/1000)
 	}
 	return fmt.Sprintf("%.0f", n)
-}
-
-// redact hides a URL's password.
-func redact(raw string) string {
-	at := strings.LastIndex(raw, "@")
-	scheme := strings.Index(raw, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return raw
-	}
-	cred := raw[scheme+3 : at]
-	if user, _, ok := strings.Cut(cred, ":"); ok {
-		return raw[:scheme+3] + user + ":***" + raw[at:]
-	}
-	return raw
 }

@@ -10,14 +10,13 @@ import (
 
 // point is one second of a run as the simulator counted it.
 type point struct {
-	t             int // seconds since the start
-	requests      int64
-	tokens        int64
-	rateLimited   int64 // 429s in that second (from the samples)
-	arrivals      int64 // jobs published in that second
-	depth         int64 // jobs published and not yet terminal at its end
-	concurrency   float64
-	limitTokensPS float64 // the TPM limit in force, per second
+	t           int // seconds since the start
+	requests    int64
+	tokens      int64
+	rateLimited int64 // 429s in that second (from the samples)
+	arrivals    int64 // jobs published in that second
+	depth       int64 // jobs published and not yet terminal at its end
+	concurrency float64
 }
 
 // seconds is the run length in whole seconds.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/app/api"
 )
 
 // TestMalformedRequests sends bad requests and checks the exact status,

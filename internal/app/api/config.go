@@ -2,11 +2,13 @@ package api
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq"
@@ -29,7 +31,7 @@ type Config struct {
 	// Required.
 	Producer *producer.Producer
 	// Store reads and cancels jobs. Required.
-	Store *store.Store
+	Store JobStore
 	// Keys maps an API key to its tenant. Empty: every /v1 request is 401.
 	Keys map[string]string
 	// DeadLetters, when set, is mounted behind the authentication at
@@ -52,8 +54,21 @@ type Config struct {
 	// Gatherer is served at /metrics. nil = /metrics is not served.
 	Gatherer prometheus.Gatherer
 	// Clock checks deadlines against now; it should agree with the
-	// producer's. nil = time.Now.
-	Clock func() time.Time
+	// producer's. nil = the system clock.
+	Clock clockwork.Clock
+}
+
+// JobStore is what the API reads and changes of the job store; a
+// [*store.Store] is one.
+type JobStore interface {
+	// Get returns a tenant's job, or store.ErrNotFound.
+	Get(ctx context.Context, tenant, id string) (*store.JobRecord, error)
+	// List returns a page of a tenant's jobs and the cursor of the next.
+	List(ctx context.Context, o store.ListOptions) ([]*store.JobRecord, string, error)
+	// Cancel cancels a job that has not started.
+	Cancel(ctx context.Context, tenant, id string) (*store.JobRecord, error)
+	// Ping checks the database connection (GET /readyz).
+	Ping(ctx context.Context) error
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -65,7 +80,7 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }

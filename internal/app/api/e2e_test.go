@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/dlq"
-	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"

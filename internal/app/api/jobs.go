@@ -192,7 +192,7 @@ func (a *API) decodeJob(b json.RawMessage, tenant, prefix string) (*llmq.Job, *E
 			Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", tenant, tenant)}
 	}
 	j.Tenant = tenant
-	if j.Deadline != nil && !j.Deadline.After(a.cfg.Clock()) {
+	if j.Deadline != nil && !j.Deadline.After(a.cfg.Clock.Now()) {
 		return nil, &Error{Code: llmq.CodeInvalidValue, Field: path("deadline"),
 			Message: fmt.Sprintf("deadline %s has already passed", j.Deadline.Format(time.RFC3339))}
 	}

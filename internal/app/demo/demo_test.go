@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/llmq/llmq/internal/demo"
+	"github.com/llmq/llmq/internal/app/demo"
 )
 
 func TestMain(m *testing.M) {

@@ -56,7 +56,7 @@ func (r *run) summary(ctx context.Context) (Summary, error) {
 	var last time.Time
 	var lat []time.Duration
 	var example string
-	rows, err := r.st.Pool().Query(ctx, `SELECT id, extract(epoch FROM finished_at - created_at)::float8, finished_at, lane FROM jobs
+	rows, err := r.app.Store().Pool().Query(ctx, `SELECT id, extract(epoch FROM finished_at - created_at)::float8, finished_at, lane FROM jobs
 		WHERE id = ANY($1) AND status = 'succeeded' ORDER BY id`, r.good)
 	if err != nil {
 		return Summary{}, fmt.Errorf("demo: read latencies: %w", err)

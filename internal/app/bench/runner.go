@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -14,14 +15,15 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/app"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
-	"github.com/llmq/llmq/transport/memory"
 	"github.com/llmq/llmq/worker"
 )
 
@@ -32,6 +34,8 @@ const (
 	simAPIKey       = "sk-llmq-bench"
 	publishTick     = 100 * time.Millisecond
 	shutdownTimeout = 2 * time.Second
+	// stopTimeout bounds the stop of the simulator and of the worker.
+	stopTimeout = 10 * time.Second
 )
 
 // phase is a constant arrival rate until an offset from the start.
@@ -137,15 +141,6 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		return nil, err
 	}
 	defer drop()
-	if _, err := migrations.Up(ctx, dbURL); err != nil {
-		return nil, fmt.Errorf("bench: %s: migrate: %w", s.name, err)
-	}
-	st, err := store.Open(ctx, dbURL)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %s: %w", s.name, err)
-	}
-	defer st.Close()
-
 	sim, err := upstreamsim.New(s.sim, upstreamsim.WithLogger(b.log))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: simulator: %w", s.name, err)
@@ -154,46 +149,33 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer stopWithin(sim.Stop)
+	defer func() { _ = app.StopWithin(ctx, sim.Stop, stopTimeout) }()
 
-	broker := memory.New()
-	pub := broker.NewPublisher()
-	defer pub.Close()
-	sub, err := broker.NewSubscriber(queueName, memory.Config{Prefetch: worker.MaxInFlightDefault})
+	// The worker alone (no batch lane) on an in-memory broker of its own.
+	broker, err := config.ParseBroker("memory://" + s.name + "-" + uuid.NewString()[:8] + "/" + queueName)
 	if err != nil {
 		return nil, err
 	}
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queueName, Logger: b.log})
-	if err != nil {
-		return nil, err
-	}
-	if err := letters.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer stopWithin(letters.Stop)
-	reg := prometheus.NewRegistry()
-	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: st, DeadLetters: letters,
-		Client:   worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: root + "/v1", APIKey: simAPIKey, Timeout: 30 * time.Second}),
-		Strategy: s.strategy, Catalog: llmq.Catalog{Models: s.models},
-		ShutdownTimeout: shutdownTimeout, Logger: b.log, Registerer: reg,
+	a, err := app.New(ctx, app.Config{
+		Settings: &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
+			Models: s.models},
+		Migrate: true, Logger: b.log,
+		Worker: &app.WorkerConfig{Strategy: s.strategy, ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second,
+			NoBatchLane: true},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s: %w", s.name, err)
 	}
+	// A shutdown error does not change the figures already read.
+	defer func() { _ = a.Stop(ctx) }()
+	st, pub, reg := a.Store(), a.Publisher(), a.Registry()
 	sim.Reset()
 	hogCtx, stopHogs := context.WithCancel(ctx)
 	hogsDone := startHogs(hogCtx, s.hogs, root+"/v1", s.model)
 	defer func() { stopHogs(); hogsDone.Wait() }()
-	if err := w.Start(ctx); err != nil {
+	if err := a.Start(ctx); err != nil {
 		return nil, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			stopWithin(w.Stop)
-		}
-	}()
 
 	res := &result{spec: s, start: time.Now()}
 	kinds := map[string]workload.Kind{}
@@ -256,8 +238,9 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		}
 	}
 	res.stats = sim.Stats()
-	stopped = true
-	stopWithin(w.Stop)
+	// The worker stops before the jobs are read: what it finishes while
+	// stopping counts.
+	_ = app.StopWithin(ctx, a.Worker().Stop, stopTimeout)
 	res.jobs, err = readJobs(ctx, st, kinds)
 	if err != nil {
 		return nil, err
@@ -273,7 +256,7 @@ func startHogs(ctx context.Context, n int, baseURL, model string) *sync.WaitGrou
 		return &wg
 	}
 	client := worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: baseURL, APIKey: simAPIKey, Timeout: 30 * time.Second})
-	req := openai.ChatCompletionRequest{Model: model, MaxTokens: hogMaxTokens,
+	req := openai.ChatCompletionRequest{Model: model, MaxCompletionTokens: hogMaxTokens,
 		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "Write a long story."}}}
 	for range n {
 		wg.Go(func() {
@@ -351,7 +334,12 @@ func readJobs(ctx context.Context, st *store.Store, kinds map[string]workload.Ki
 func (b *Bench) database(ctx context.Context) (string, func(), error) {
 	u, err := url.Parse(b.cfg.PostgresURL)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: PostgresURL: %w", ErrInvalidConfig, err)
+		// url.Error repeats the URL, password included: keep its reason.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", nil, fmt.Errorf("%w: PostgresURL %s: %w", ErrInvalidConfig, redact.URL(b.cfg.PostgresURL), err)
 	}
 	name := "llmq_bench_" + uuid.NewString()[:8]
 	u.Path = "/" + name
@@ -374,14 +362,6 @@ func (b *Bench) database(ctx context.Context) (string, func(), error) {
 		return "", nil, fmt.Errorf("bench: create database: %w", err)
 	}
 	return u.String(), drop, nil
-}
-
-// stopWithin calls stop with a context that ends after 10 s. A shutdown
-// error does not change the figures already read, so it is not returned.
-func stopWithin(stop func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = stop(ctx)
 }
 
 func total(m map[string]int64) int64 {

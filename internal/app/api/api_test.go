@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/api"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
@@ -72,7 +72,7 @@ func setup(t *testing.T, o options) *testBundle {
 	require.NoError(t, err)
 	acfg := api.Config{
 		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		Logger: quiet, Registerer: reg, Gatherer: reg, Clock: clk.Now,
+		Logger: quiet, Registerer: reg, Gatherer: reg, Clock: clk,
 	}
 	if o.api != nil {
 		o.api(&acfg)

@@ -1,0 +1,434 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/llmq/llmq/batchapi"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/redact"
+	"github.com/llmq/llmq/migrations"
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka"
+	"github.com/llmq/llmq/transport/open"
+	"github.com/llmq/llmq/worker"
+)
+
+// App is one llmq process: the store, the broker, and the components
+// Config asks for, built from one configuration and started and stopped as
+// one ordered list.
+type App struct {
+	cfg Config
+	log *slog.Logger
+	reg *prometheus.Registry
+
+	migrated  []migrations.Migration
+	store     *store.Store
+	brokerURL string
+	target    open.Target
+	pub       transport.Publisher
+	sub       transport.Subscriber
+
+	worker   *worker.Worker
+	producer *producer.Producer
+	apiLn    net.Listener
+	strategy shaping.Strategy
+
+	parts    parts
+	failed   chan error
+	mu       sync.Mutex // guards parts and stopped
+	stopped  bool
+	stopErr  error
+	stopDone chan struct{}
+}
+
+// New opens the store and the broker and builds the components cfg asks
+// for; nothing runs until Start. When New fails, what it opened is closed.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	err := cfg.validate()
+	if err == nil {
+		err = Check(cfg.Settings)
+	}
+	if err != nil {
+		if cfg.API != nil && cfg.API.Listener != nil {
+			_ = cfg.API.Listener.Close()
+		}
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), reg: prometheus.NewRegistry(),
+		failed: make(chan error, 1), stopDone: make(chan struct{})}
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := a.build(ctx); err != nil {
+		if cfg.API != nil && cfg.API.Listener != nil && a.apiLn == nil {
+			_ = cfg.API.Listener.Close() // handed over, but not yet in the list
+		}
+		_ = a.parts.stopAll(ctx, a.log)
+		return nil, err
+	}
+	return a, nil
+}
+
+// build opens the resources, then builds the components in the order they
+// start.
+func (a *App) build(ctx context.Context) error {
+	if err := a.openResources(ctx); err != nil {
+		return err
+	}
+	if a.cfg.Worker != nil {
+		if err := a.buildWorker(); err != nil {
+			return err
+		}
+	}
+	if a.cfg.API != nil || a.cfg.Producer {
+		if err := a.buildProducer(); err != nil {
+			return err
+		}
+	}
+	if a.cfg.API != nil {
+		return a.buildAPI()
+	}
+	return nil
+}
+
+// openResources opens, in order, the store (after the migrations), the
+// embedded broker, the publisher and subscriber, and the listeners.
+func (a *App) openResources(ctx context.Context) error {
+	s := a.cfg.Settings
+	if a.cfg.Migrate {
+		applied, err := migrations.Up(ctx, s.DatabaseURL)
+		if err != nil {
+			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
+		}
+		a.migrated = applied
+	}
+	st, err := store.Open(ctx, s.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	a.store = st
+	a.parts.opened("store", quietly(st.Close))
+
+	a.brokerURL = s.Broker.Raw
+	if s.Broker.Kind == config.BrokerEmbedded {
+		// An in-process Kafka cluster with the topic and its dead-letter
+		// topic seeded.
+		topic := s.Broker.Destination()
+		addrs, stop, err := kafka.StartEmbedded(ctx, topic, topic+dlq.DLQSuffix)
+		if err != nil {
+			return err
+		}
+		a.parts.opened("embedded broker", quietly(stop))
+		a.brokerURL = "kafka://" + strings.Join(addrs, ",") + "/" + topic
+	}
+	if a.target, err = open.Parse(a.brokerURL); err != nil {
+		return fmt.Errorf("%s: %w", config.EnvBroker, err)
+	}
+	// The worker consumes the subscriber; without a worker it is the
+	// producer's depth probe, never consumed (it reads the lag of the
+	// consumer group the URL names: the workers').
+	opts := open.Options{Logger: a.log}
+	if a.cfg.Worker != nil {
+		opts.Prefetch = cmp.Or(a.cfg.Worker.MaxInFlight, worker.MaxInFlightDefault)
+	}
+	if a.pub, a.sub, err = open.Open(ctx, a.brokerURL, opts); err != nil {
+		return err
+	}
+	a.parts.opened("publisher", closer(a.pub.Close))
+	a.parts.opened("subscriber", closer(a.sub.Close))
+
+	if a.cfg.API != nil {
+		ln := a.cfg.API.Listener
+		if ln == nil {
+			if ln, err = net.Listen("tcp", a.cfg.API.Listen); err != nil {
+				return fmt.Errorf("api: listen: %w", err)
+			}
+		}
+		a.apiLn = ln
+		a.parts.opened("api listener", closeListener(ln))
+	}
+	if a.cfg.MetricsListen != "" {
+		ln, err := net.Listen("tcp", a.cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen %s: %w", a.cfg.MetricsListen, err)
+		}
+		a.parts.opened("metrics listener", closeListener(ln))
+		a.addServer("metrics", ln, a.metricsHandler(), metricsStopTimeout)
+	}
+	return nil
+}
+
+// buildWorker builds the alerter, the dead-letter writer, the upstream
+// client, the batch lane and the worker.
+func (a *App) buildWorker() error {
+	s, wc := a.cfg.Settings, a.cfg.Worker
+	strategy := wc.Strategy
+	if strategy == "" {
+		var err error
+		if strategy, err = shaping.ParseStrategy(s.Strategy); err != nil {
+			return fmt.Errorf("strategy: %w", err)
+		}
+	}
+	a.strategy = strategy
+	var notifier dlq.Notifier
+	if ac, ok := alertConfig(s); ok {
+		ac.Logger, ac.Registerer = a.log, a.reg
+		alerter, err := dlq.NewAlerter(ac)
+		if err != nil {
+			return err
+		}
+		a.parts.add("alerter", alerter.Start, alerter.Stop, stopTimeout)
+		notifier = alerter
+	}
+	letters, err := dlq.NewWriter(dlq.Config{
+		Store: a.store, Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
+		Logger: a.log, Registerer: a.reg,
+	})
+	if err != nil {
+		return err
+	}
+	a.parts.add("dead-letter writer", letters.Start, letters.Stop, stopTimeout)
+
+	client := worker.NewOpenAIClient(upstreamConfig(s, wc))
+	wcfg := workerConfig(s, wc)
+	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Client = a.sub, a.store, letters, client
+	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.reg
+	if !wc.NoBatchLane {
+		// The batch lane: deferrable jobs go to the provider's Batch API
+		// off-peak, or when the live lane would take too long to drain.
+		bc := batchConfig(s, wc)
+		bc.Store, bc.Client, bc.Publisher, bc.Destination = a.store, client, a.pub, a.target.Dest
+		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.reg
+		bc.Drain = wc.BatchDrain
+		if bc.Drain == nil {
+			bc.Drain = func() time.Duration { return a.worker.Drain() }
+		}
+		router, err := batchapi.NewRouter(bc)
+		if err != nil {
+			return err
+		}
+		batches, err := batchapi.New(bc)
+		if err != nil {
+			return err
+		}
+		a.parts.add("batch lane", batches.Start, batches.Stop, batchStopTimeout)
+		wcfg.Router = router
+	}
+	if a.worker, err = worker.New(wcfg); err != nil {
+		return err
+	}
+	// The worker's Stop bounds itself (its ShutdownTimeout).
+	a.parts.add("worker", a.startWorker, a.stopWorker, 0)
+	return nil
+}
+
+func (a *App) startWorker(ctx context.Context) error {
+	if err := a.worker.Start(ctx); err != nil {
+		return err
+	}
+	a.log.Info("worker started", slog.String("broker", a.target.Kind+"/"+a.target.Dest),
+		slog.String("strategy", string(a.strategy)), slog.String("upstream", redact.URL(a.cfg.Settings.OpenAIBaseURL)))
+	return nil
+}
+
+func (a *App) stopWorker(ctx context.Context) error {
+	err := a.worker.Stop(ctx)
+	a.log.Info("worker stopped")
+	return err
+}
+
+// buildProducer builds the producer, whose depth probe is the subscriber.
+func (a *App) buildProducer() error {
+	pc := producerConfig(a.cfg.Settings)
+	pc.Publisher, pc.Store, pc.Destination, pc.DepthProbe = a.pub, a.store, a.target.Dest, a.sub
+	// Kafka lag and the memory broker's depth include the messages workers
+	// hold; RabbitMQ's ready count does not.
+	pc.ProbeCountsInFlight = a.target.Kind != open.KindRabbitMQ
+	pc.Logger = a.log
+	// The worker exports its own llmq_queue_depth: a process with both
+	// exports the worker's (the two gauges share a name, not a help text).
+	if a.worker == nil {
+		pc.Registerer = a.reg
+	}
+	p, err := producer.New(pc)
+	if err != nil {
+		return err
+	}
+	a.producer = p
+	return nil
+}
+
+// buildAPI builds the outbox sweeper, the dead-letter service and the HTTP
+// API on the producer.
+func (a *App) buildAPI() error {
+	s, ac := a.cfg.Settings, a.cfg.API
+	sweeper, err := producer.NewSweeper(producer.SweeperConfig{Producer: a.producer, Interval: ac.SweepInterval, Grace: ac.SweepGrace})
+	if err != nil {
+		return err
+	}
+	a.parts.add("outbox sweeper", sweeper.Start, sweeper.Stop, stopTimeout)
+	svc, err := dlq.NewService(dlq.Config{Store: a.store, Publisher: a.pub, Destination: a.target.Dest,
+		Logger: a.log, Registerer: a.reg})
+	if err != nil {
+		return err
+	}
+	handler, err := api.New(api.Config{
+		Producer: a.producer, Store: a.store, Keys: s.APIKeys,
+		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf), MaxMessageBytes: s.MaxMessageBytes,
+		Logger: a.log, Registerer: a.reg, Gatherer: a.reg,
+	})
+	if err != nil {
+		return err
+	}
+	if len(s.APIKeys) == 0 {
+		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys): every /v1 request will be refused")
+	}
+	a.addServer("api", a.apiLn, handler, apiStopTimeout,
+		slog.String("broker", a.brokerName()), slog.String("destination", a.target.Dest))
+	return nil
+}
+
+// addServer adds an HTTP server on ln: Start serves, Stop shuts it down. A
+// server that fails ends Run.
+func (a *App) addServer(name string, ln net.Listener, h http.Handler, timeout time.Duration, attrs ...any) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	served := make(chan struct{})
+	start := func(context.Context) error {
+		go func() {
+			defer close(served)
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error(name+" server", slog.Any("error", err))
+				select {
+				case a.failed <- fmt.Errorf("%s: serve: %w", name, err):
+				default:
+				}
+			}
+		}()
+		a.log.Info(name+" listening", append([]any{slog.String("addr", ln.Addr().String())}, attrs...)...)
+		return nil
+	}
+	stop := func(ctx context.Context) error {
+		err := srv.Shutdown(ctx)
+		<-served
+		return err
+	}
+	a.parts.add(name+" server", start, stop, timeout)
+}
+
+// brokerName names the broker in logs, without credentials.
+func (a *App) brokerName() string {
+	if a.cfg.Settings.Broker.Kind == config.BrokerEmbedded {
+		return "embedded " + a.brokerURL
+	}
+	return a.cfg.Settings.Broker.String()
+}
+
+func (a *App) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	return mux
+}
+
+// closeListener closes ln unless a server's shutdown already did.
+func closeListener(ln net.Listener) func(context.Context) error {
+	return func(context.Context) error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	}
+}
+
+// Start starts the components in order: alerts, dead-letter writer, batch
+// lane, worker, outbox sweeper, API; the metrics endpoint first of all. The
+// components run until Stop, whatever becomes of ctx (only its values are
+// kept). When a component fails to start, Start returns its error; call
+// Stop to stop the ones that started.
+func (a *App) Start(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return errors.New("app: Start after Stop")
+	}
+	return a.parts.startAll(context.WithoutCancel(ctx))
+}
+
+// Stop stops the components last to first, each within its budget and on
+// a context that ctx's cancellation does not end (final writes complete),
+// then closes the broker and the store. It may be called more than once;
+// every call returns the first one's result.
+func (a *App) Stop(ctx context.Context) error {
+	a.mu.Lock()
+	if a.stopped {
+		a.mu.Unlock()
+		<-a.stopDone
+		return a.stopErr
+	}
+	a.stopped = true
+	a.mu.Unlock()
+	a.log.Info("shutting down")
+	a.stopErr = a.parts.stopAll(ctx, a.log)
+	close(a.stopDone)
+	return a.stopErr
+}
+
+// Run starts the app, waits until ctx is done or a server fails, and stops
+// it.
+func (a *App) Run(ctx context.Context) error {
+	if err := a.Start(ctx); err != nil {
+		return errors.Join(err, a.Stop(ctx))
+	}
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-a.failed:
+	}
+	return errors.Join(failed, a.Stop(ctx))
+}
+
+// Store is the job store.
+func (a *App) Store() *store.Store { return a.store }
+
+// Publisher publishes to the broker (the demo sends malformed messages
+// through it, the benchmark its load).
+func (a *App) Publisher() transport.Publisher { return a.pub }
+
+// Broker is the broker URL opened (for "embedded", the in-process
+// cluster's) and its parsed form.
+func (a *App) Broker() (url string, target open.Target) { return a.brokerURL, a.target }
+
+// Registry holds every component's metrics.
+func (a *App) Registry() *prometheus.Registry { return a.reg }
+
+// Migrated lists the migrations New applied.
+func (a *App) Migrated() []migrations.Migration { return a.migrated }
+
+// Worker is the worker; nil without Config.Worker.
+func (a *App) Worker() *worker.Worker { return a.worker }
+
+// Producer is the producer; nil without Config.API or Config.Producer.
+func (a *App) Producer() *producer.Producer { return a.producer }
+
+// APIAddr is the address the API listens on; nil without Config.API.
+func (a *App) APIAddr() net.Addr {
+	if a.apiLn == nil {
+		return nil
+	}
+	return a.apiLn.Addr()
+}

@@ -1,0 +1,131 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/app"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"))
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// settings is a configuration on a database, an in-memory broker and a
+// simulator of the test's own.
+func settings(t *testing.T) *config.Config {
+	t.Helper()
+	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 1})
+	broker, err := config.ParseBroker("memory://app-" + uuid.NewString()[:8] + "/jobs")
+	require.NoError(t, err)
+	return &config.Config{
+		DatabaseURL: storetest.NewDB(t), Broker: broker, OpenAIBaseURL: sim.URL, OpenAIAPIKey: "sk-test",
+		APIKeys: map[string]string{"key-acme": "acme"},
+	}
+}
+
+// TestWorkerAndAPI runs a worker and the API in one App: a job posted to
+// the API succeeds through the worker; Stop stops everything, twice.
+func TestWorkerAndAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, err := app.New(ctx, app.Config{
+		Settings: settings(t), Migrate: true, Logger: quiet, MetricsListen: "127.0.0.1:0",
+		Worker: &app.WorkerConfig{}, API: &app.APIConfig{Listen: "127.0.0.1:0"},
+	})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx))
+	base := "http://" + a.APIAddr().String()
+
+	do := func(method, path, body string) (int, map[string]any) {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer key-acme")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		return resp.StatusCode, out
+	}
+	code, _ := do(http.MethodPost, "/v1/jobs",
+		`{"id":"app-1","body":{"model":"gpt-4o-mini","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`)
+	require.Equal(t, http.StatusAccepted, code)
+	require.Eventually(t, func() bool {
+		_, job := do(http.MethodGet, "/v1/jobs/app-1", "")
+		return job["status"] == string(llmq.StatusSucceeded)
+	}, 30*time.Second, 20*time.Millisecond)
+	code, _ = do(http.MethodGet, "/v1/dead-letters", "")
+	require.Equal(t, http.StatusOK, code, "the API mounts the dead-letter endpoints")
+
+	mfs, err := a.Registry().Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"llmq_upstream_requests_total", "llmq_api_requests_total", "llmq_dlq_letters_recorded_total", "go_goroutines"} {
+		require.True(t, names[n], "one registry holds every component's metrics: %s", n)
+	}
+
+	require.NoError(t, a.Stop(ctx))
+	require.NoError(t, a.Stop(ctx), "a second Stop returns the first one's result")
+	require.Error(t, a.Start(ctx), "no Start after Stop")
+	require.Error(t, a.Store().Ping(ctx), "the store is closed")
+	_, err = net.DialTimeout("tcp", a.APIAddr().String(), time.Second)
+	require.Error(t, err, "the API listener is closed")
+}
+
+// TestRunStopsWithTheContext runs an App until its context ends.
+func TestRunStopsWithTheContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.New(ctx, app.Config{Settings: settings(t), Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	require.Error(t, a.Store().Ping(context.Background()), "Run stopped the app")
+}
+
+// TestNewFailureClosesWhatItOpened fails New after the store, the broker
+// and the API's listener are open (the worker's strategy is unknown): the
+// listener it was handed is closed.
+func TestNewFailureClosesWhatItOpened(t *testing.T) {
+	t.Parallel()
+	s := settings(t)
+	s.Strategy = "bogus"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	_, err = app.New(context.Background(), app.Config{Settings: s, Logger: quiet,
+		Worker: &app.WorkerConfig{}, API: &app.APIConfig{Listener: ln}})
+	require.ErrorContains(t, err, `strategy: shaping: unknown strategy "bogus"`)
+	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second)) // fails when closed
+	_, err = ln.Accept()
+	require.True(t, errors.Is(err, net.ErrClosed), "listener closed: %v", err)
+}

@@ -1,0 +1,114 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/worker"
+)
+
+// Defaults of the process (the components own theirs).
+const (
+	// APIListenDefault is the address of `llmq api`.
+	APIListenDefault = ":8080"
+	// MetricsListenDefault is the address of `llmq worker`'s /metrics.
+	MetricsListenDefault = ":9090"
+)
+
+// Config says which parts of llmq one process runs and what differs from
+// the parsed configuration. What is not set here comes from Settings, and
+// a zero there means the component's own default.
+type Config struct {
+	// Settings is the parsed configuration (config.Load, or built by hand
+	// by the demo and the benchmark). Required.
+	Settings *config.Config
+
+	// Migrate brings the schema up to date (creating the database when it
+	// is missing) before the store opens.
+	Migrate bool
+	// Worker, when set, runs the worker with its dead-letter writer, alert
+	// sinks, upstream client and batch lane.
+	Worker *WorkerConfig
+	// API, when set, serves the HTTP API with its producer, outbox sweeper
+	// and dead-letter endpoints.
+	API *APIConfig
+	// Producer builds a producer without an API (`llmq produce`). The API
+	// has one anyway.
+	Producer bool
+	// MetricsListen is the address of a Prometheus /metrics endpoint.
+	// "" = none.
+	MetricsListen string
+
+	// Logger receives every component's logs. nil = slog.Default().
+	Logger *slog.Logger
+}
+
+// WorkerConfig is what the worker takes beyond the settings.
+type WorkerConfig struct {
+	// Strategy is the shaping strategy. "" = Settings.Strategy.
+	Strategy shaping.Strategy
+	// DefaultModel is the quota of every model Settings.Models does not
+	// list (zero fields: unknown).
+	DefaultModel llmq.Model
+	// MaxInFlight bounds the messages held at once, and is the
+	// subscriber's prefetch. 0 = worker.MaxInFlightDefault.
+	MaxInFlight int
+	// ShutdownTimeout is how long in-flight jobs may finish at Stop.
+	// 0 = worker.ShutdownTimeoutDefault.
+	ShutdownTimeout time.Duration
+	// Lease is how long a claimed job is kept from other workers.
+	// 0 = worker.LeaseDefault.
+	Lease time.Duration
+	// Provider is the upstream's error dialect. "" = worker.ProviderOpenAI.
+	Provider worker.Provider
+	// UpstreamTimeout bounds one upstream call.
+	// 0 = worker.UpstreamTimeoutDefault.
+	UpstreamTimeout time.Duration
+	// DashScopeWaitTimeout, when positive, is sent as
+	// X-DashScope-Wait-Timeout and added to the call's timeout.
+	DashScopeWaitTimeout time.Duration
+
+	// NoBatchLane runs the live lane only: deferrable jobs are not routed
+	// to the provider's Batch API.
+	NoBatchLane bool
+	// BatchPollInterval is the batch lane's period.
+	// 0 = batchapi.PollIntervalDefault.
+	BatchPollInterval time.Duration
+	// BatchDrain replaces the worker's drain estimate in the batch lane's
+	// routing rule (the demo pretends the live lane is backed up).
+	// nil = the worker's own estimate.
+	BatchDrain func() time.Duration
+}
+
+// APIConfig is what the HTTP API takes beyond the settings.
+type APIConfig struct {
+	// Listen is the address to serve on. Required unless Listener is set.
+	Listen string
+	// Listener, when set, is served instead of Listen. The App owns it
+	// from New on: Stop closes it, as does a failing New.
+	Listener net.Listener
+	// SweepInterval and SweepGrace drive the outbox sweeper. 0 = the
+	// producer's SweepIntervalDefault and SweepGraceDefault.
+	SweepInterval time.Duration
+	SweepGrace    time.Duration
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Settings == nil {
+		errs = append(errs, errors.New("app: Config.Settings is required"))
+	}
+	if c.API != nil && c.API.Listen == "" && c.API.Listener == nil {
+		errs = append(errs, errors.New("app: Config.API.Listen or Config.API.Listener is required"))
+	}
+	if c.Worker != nil && c.Worker.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("app: Config.Worker.MaxInFlight must not be negative; got %d", c.Worker.MaxInFlight))
+	}
+	return errors.Join(errs...)
+}

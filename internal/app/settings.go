@@ -1,0 +1,73 @@
+package app
+
+import (
+	"cmp"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/batchapi"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/worker"
+)
+
+// The settings of the configuration file, mapped onto the components'
+// configurations. A zero setting stays zero: the component applies its own
+// default. The caller adds what is not a setting (store, broker, logger...).
+
+// batchConfig is the batch lane's share of the settings: window, zone,
+// drain threshold, flush interval, line limit and the model catalog's prices.
+func batchConfig(s *config.Config, wc *WorkerConfig) batchapi.Config {
+	return batchapi.Config{
+		Window:         s.Batch.Window,
+		Timezone:       s.Batch.Timezone,
+		DrainThreshold: s.Batch.DrainThreshold,
+		FlushInterval:  s.Batch.FlushInterval,
+		MaxLines:       s.Batch.MaxLines,
+		PollInterval:   wc.BatchPollInterval,
+		Catalog:        llmq.Catalog{Models: s.Models},
+	}
+}
+
+// workerConfig is the worker's share of the settings: the model catalog,
+// the retry policy and the message limit, with the worker's own options.
+func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
+	return worker.Config{
+		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel},
+		Provider:        wc.Provider,
+		MaxInFlight:     wc.MaxInFlight,
+		MaxAttempts:     s.Retry.MaxAttempts,
+		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay},
+		RetryBudget:     s.Retry.Budget,
+		FallbackAfter:   s.Retry.FallbackAfter,
+		FallbackMaxWait: s.Retry.FallbackMaxWait,
+		ShutdownTimeout: wc.ShutdownTimeout,
+		Lease:           wc.Lease,
+		MaxMessageBytes: s.MaxMessageBytes,
+	}
+}
+
+// upstreamConfig addresses the OpenAI-compatible upstream.
+func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
+	return worker.UpstreamConfig{
+		BaseURL: s.OpenAIBaseURL, APIKey: s.OpenAIAPIKey, Timeout: wc.UpstreamTimeout,
+		DashScopeWaitTimeout: wc.DashScopeWaitTimeout, Provider: wc.Provider,
+	}
+}
+
+// producerConfig is the producer's share of the settings: the backpressure
+// thresholds.
+func producerConfig(s *config.Config) producer.Config {
+	return producer.Config{SoftDepth: s.Backpressure.SoftDepth, HardDepth: s.Backpressure.HardDepth}
+}
+
+// alertConfig is the dead-letter alerter's share of the settings; ok is
+// false when no sink is configured.
+func alertConfig(s *config.Config) (c dlq.AlertConfig, ok bool) {
+	a := s.Alerts
+	return dlq.AlertConfig{
+		AlertmanagerURL: a.AlertmanagerURL, WebhookURL: a.WebhookURL, Severity: a.Severity,
+		GroupWait: a.GroupWait, GroupInterval: a.GroupInterval, ResolveTimeout: a.ResolveTimeout,
+		MaxPerMinute: a.MaxPerMinute,
+	}, cmp.Or(a.AlertmanagerURL, a.WebhookURL) != ""
+}

@@ -15,10 +15,13 @@ import (
 
 // Defaults of the process (the components own theirs).
 const (
-	// APIListenDefault is the address of `llmq api`.
-	APIListenDefault = ":8080"
-	// MetricsListenDefault is the address of `llmq worker`'s /metrics.
-	MetricsListenDefault = ":9090"
+	// APIListenDefault is the address of `llmq api`: loopback, so that a
+	// process started by hand is not reachable from the network until an
+	// operator says so (the deploy/ files listen on 0.0.0.0 explicitly).
+	APIListenDefault = "127.0.0.1:8080"
+	// MetricsListenDefault is the address of `llmq worker`'s /metrics,
+	// loopback for the same reason.
+	MetricsListenDefault = "127.0.0.1:9090"
 )
 
 // Config says which parts of llmq one process runs and what differs from

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
@@ -38,6 +39,7 @@ const (
 
 type testBundle struct {
 	clock    *clockwork.FakeClock
+	letters  *dlq.Writer
 	store    *store.Store
 	broker   *memory.Broker
 	sub      *memory.Subscriber
@@ -70,9 +72,15 @@ func setup(t *testing.T, o options) *testBundle {
 	}
 	p, err := producer.New(pcfg)
 	require.NoError(t, err)
+	dcfg := dlq.Config{Store: st, Publisher: b.NewPublisher(), Destination: "jobs", Clock: clk, Logger: quiet}
+	svc, err := dlq.NewService(dcfg)
+	require.NoError(t, err)
+	letters, err := dlq.NewWriter(dcfg)
+	require.NoError(t, err)
 	acfg := api.Config{
 		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		Logger: quiet, Registerer: reg, Gatherer: reg, Clock: clk,
+		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf),
+		Logger:      quiet, Registerer: reg, Gatherer: reg, Clock: clk,
 	}
 	if o.api != nil {
 		o.api(&acfg)
@@ -81,7 +89,7 @@ func setup(t *testing.T, o options) *testBundle {
 	require.NoError(t, err)
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	return &testBundle{clock: clk, store: st, broker: b, sub: sub, producer: p, api: a, srv: srv, registry: reg}
+	return &testBundle{clock: clk, letters: letters, store: st, broker: b, sub: sub, producer: p, api: a, srv: srv, registry: reg}
 }
 
 type response struct {
@@ -289,7 +297,7 @@ func TestAuthAndTenantIsolation(t *testing.T) {
 	r = b.do(t, http.MethodDelete, "/v1/jobs/acme-1", keyGlobex, "", nil)
 	require.Equal(t, http.StatusNotFound, r.status)
 	list := b.get(t, keyGlobex, "/v1/jobs").json(t)
-	require.Equal(t, []any{}, list["jobs"])
+	require.Equal(t, []any{}, list["data"])
 	require.Equal(t, "queued", b.get(t, keyAcme, "/v1/jobs/acme-1").json(t)["status"])
 
 	// The tenant of a posted job is the key's.
@@ -345,7 +353,7 @@ func TestCancelAndList(t *testing.T) {
 		var out struct {
 			Jobs []struct {
 				ID string `json:"id"`
-			} `json:"jobs"`
+			} `json:"data"`
 			NextCursor *string `json:"next_cursor"`
 		}
 		r := b.get(t, keyAcme, path)
@@ -365,7 +373,7 @@ func TestCancelAndList(t *testing.T) {
 	var out struct {
 		Jobs []struct {
 			ID string `json:"id"`
-		} `json:"jobs"`
+		} `json:"data"`
 	}
 	require.NoError(t, json.Unmarshal(b.get(t, keyAcme, "/v1/jobs?status=cancelled").body, &out))
 	require.Len(t, out.Jobs, 1)

@@ -234,62 +234,6 @@ func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, ba
 	}
 }
 
-// jobJSON is a job as the API shows it.
-type jobJSON struct {
-	ID             string            `json:"id"`
-	Tenant         string            `json:"tenant"`
-	Status         string            `json:"status"`
-	Priority       string            `json:"priority"`
-	Model          string            `json:"model"`
-	UsedModel      string            `json:"used_model,omitempty"`
-	Deferrable     bool              `json:"deferrable"`
-	Deadline       *time.Time        `json:"deadline,omitempty"`
-	FallbackModels []string          `json:"fallback_models"`
-	Metadata       map[string]string `json:"metadata"`
-	Attempts       int               `json:"attempts"`
-	CreatedAt      time.Time         `json:"created_at"`
-	StartedAt      *time.Time        `json:"started_at,omitempty"`
-	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
-	UpdatedAt      time.Time         `json:"updated_at"`
-	Result         json.RawMessage   `json:"result,omitempty"`
-	Error          *jobError         `json:"error,omitempty"`
-	Usage          *usage            `json:"usage,omitempty"`
-	CostUSD        float64           `json:"cost_usd"`
-}
-
-type jobError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-}
-
-func toJob(r *store.JobRecord) jobJSON {
-	j := jobJSON{
-		ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Priority: string(r.Priority),
-		Model: r.RequestedModel, UsedModel: r.UsedModel, Deferrable: r.Deferrable, Deadline: r.Deadline,
-		FallbackModels: r.FallbackModels, Metadata: r.Metadata, Attempts: r.Attempts,
-		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, UpdatedAt: r.UpdatedAt,
-		Result: r.Result, CostUSD: r.CostUSD,
-	}
-	if j.FallbackModels == nil {
-		j.FallbackModels = []string{}
-	}
-	if j.Metadata == nil {
-		j.Metadata = map[string]string{}
-	}
-	if r.ErrorCode != "" || r.ErrorMessage != "" {
-		j.Error = &jobError{Code: r.ErrorCode, Message: r.ErrorMessage}
-	}
-	if r.PromptTokens != 0 || r.CompletionTokens != 0 {
-		j.Usage = &usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens}
-	}
-	return j
-}
-
 func notFound(w http.ResponseWriter, id string) {
 	writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no job %q", id)})
 }
@@ -303,7 +247,7 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, toJob(rec))
+		writeJSON(w, http.StatusOK, JobView(rec))
 	}
 }
 
@@ -320,15 +264,8 @@ func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, toJob(rec))
+		writeJSON(w, http.StatusOK, JobView(rec))
 	}
-}
-
-type jobList struct {
-	Jobs []jobJSON `json:"jobs"`
-	// NextCursor is passed as after= for the next page; null after the
-	// last page.
-	NextCursor *string `json:"next_cursor"`
 }
 
 func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
@@ -361,14 +298,7 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.internalError(w, r, err)
 		return
 	}
-	out := jobList{Jobs: make([]jobJSON, len(recs))}
-	for i, rec := range recs {
-		out.Jobs[i] = toJob(rec)
-	}
-	if next != "" {
-		out.NextCursor = &next
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, JobList(recs, next))
 }
 
 type queueJSON struct {

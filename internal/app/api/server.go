@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/producer"
 )
 
@@ -85,9 +86,12 @@ func (a *API) routes() {
 		a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
 	if a.cfg.DeadLetters != nil {
+		// The dead-letter handler's own patterns, so that the route label
+		// of every request is a "METHOD /path" pattern.
 		h := a.authed(a.cfg.DeadLetters.ServeHTTP)
-		a.mux.Handle("/v1/dead-letters", h)
-		a.mux.Handle("/v1/dead-letters/", h)
+		for _, pattern := range dlq.HTTPRoutes {
+			a.mux.Handle(pattern, h)
+		}
 	}
 }
 
@@ -95,6 +99,9 @@ func (a *API) routes() {
 // with another method 405 (with Allow), both as JSON errors.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	// Every answer is for its requester only and is what it says it is.
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	h, pattern := a.mux.Handler(r)
 	rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	route := pattern

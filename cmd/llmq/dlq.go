@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -15,7 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/open"
@@ -168,14 +169,7 @@ func newDLQLsCmd() *cobra.Command {
 		}
 		out := cmd.OutOrStdout()
 		if asJSON {
-			var nc *string
-			if next != "" {
-				nc = &next
-			}
-			return dlqWriteJSON(out, struct {
-				Data       []*store.DeadLetter `json:"data"`
-				NextCursor *string      `json:"next_cursor"`
-			}{recs, nc})
+			return writeJSON(out, api.NewList(dlq.Views(recs), next))
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tDEAD-LETTERED\tTENANT\tREASON\tJOB\tATTEMPTS\tPUBLISHED\tREPLAYED\tLAST ERROR")
@@ -220,7 +214,7 @@ func newDLQShowCmd() *cobra.Command {
 		}
 		out := cmd.OutOrStdout()
 		if asJSON {
-			return dlqWriteJSON(out, r)
+			return writeJSON(out, dlq.NewView(r, true))
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
@@ -235,7 +229,7 @@ func newDLQShowCmd() *cobra.Command {
 		row("destination", r.Destination)
 		row("published", dlqTime(r.PublishedAt))
 		row("replayed", dlqTime(r.ReplayedAt))
-		row("last error", r.LastError)
+		row("last error", redact.Text(r.LastError, redact.ErrorMaxBytes))
 		for k, v := range r.Headers {
 			row("header "+k, v)
 		}
@@ -245,7 +239,7 @@ func newDLQShowCmd() *cobra.Command {
 		fmt.Fprintln(out, "message:")
 		var pretty any
 		if json.Unmarshal(r.Message, &pretty) == nil {
-			return dlqWriteJSON(out, pretty)
+			return writeJSON(out, pretty)
 		}
 		fmt.Fprintf(out, "%q\n", r.Message)
 		return nil
@@ -361,13 +355,6 @@ func newDLQPurgeCmd() *cobra.Command {
 	return cmd
 }
 
-
-func dlqWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 func dlqDash(s string) string {
 	if s == "" {
 		return "-"
@@ -389,11 +376,7 @@ func dlqTime(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// dlqOneLine shortens s to one line of at most n runes.
+// dlqOneLine is s sanitised on one line of at most n bytes.
 func dlqOneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
+	return redact.Text(strings.Join(strings.Fields(s), " "), n)
 }

@@ -31,7 +31,7 @@ job whose publish was not confirmed (a crash, a broker outage) after --sweep-gra
 SIGINT/SIGTERM stop accepting connections, finish the requests in flight and stop the sweeper.`,
 		Args: cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker|config.FlagAPIKeys)
 	fs := cmd.Flags()
 	fs.StringVar(&listen, "listen", app.APIListenDefault, "address to serve on")
 	fs.DurationVar(&sweepInterval, "sweep-interval", producer.SweepIntervalDefault, "time between outbox sweeps")

@@ -148,7 +148,7 @@ func newDLQLsCmd() *cobra.Command {
 		Short: "List dead letters, newest first",
 		Args:  cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	f.bind(cmd)
 	cmd.Flags().IntVar(&limit, "limit", 50, "letters per page (at most 1000)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after the page that printed this cursor")
@@ -196,7 +196,7 @@ func newDLQShowCmd() *cobra.Command {
 		Short: "Show one dead letter with its original message",
 		Args:  cobra.ExactArgs(1),
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, err := strconv.ParseInt(args[0], 10, 64)
@@ -257,7 +257,7 @@ queue of LLMQ_BROKER and requeues its job with attempts reset. Select letters by
 (arguments or --id) or by filters; at least one is required. A letter already replayed is
 skipped, so running the same replay twice gives one new attempt per letter.`,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker)
 	f.bind(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		for _, a := range args {
@@ -328,7 +328,7 @@ func newDLQPurgeCmd() *cobra.Command {
 		Short: "Delete dead letters (a filter or --all is required)",
 		Args:  cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "purge every dead letter")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

@@ -56,7 +56,7 @@ waits the Retry-After the queue suggests and tries again (unless --no-wait); a j
 deadline the queue cannot meet is rejected. Exit status 1 when any job was rejected.`,
 		Args: cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker)
 	fs := cmd.Flags()
 	fs.StringVarP(&file, "file", "f", "-", "JSONL file of jobs; - reads stdin")
 	fs.IntVar(&batch, "batch", 100, "jobs per publish (1-1000)")

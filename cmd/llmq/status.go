@@ -32,7 +32,7 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show a job's status, error and result (from Postgres, any tenant)",
 		Args:  cobra.ExactArgs(1),
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as the API does (GET /v1/jobs/{id})")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return withJobStore(cmd, flags, func(st *store.Store) error {
@@ -71,7 +71,7 @@ func newJobsLsCmd() *cobra.Command {
 		Short: "List jobs, newest first (all tenants unless --tenant)",
 		Args:  cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	fs := cmd.Flags()
 	fs.StringVar(&status, "status", "", "only jobs in this status ("+statusNames()+")")
 	fs.StringVar(&tenant, "tenant", "", "only this tenant's jobs")

@@ -43,7 +43,7 @@ and dead-letters what cannot succeed. SIGTERM or SIGINT stops fetching, lets in-
 finish within --shutdown-timeout and leaves the rest for redelivery.`,
 		Args: cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker|config.FlagUpstream)
 	fs := cmd.Flags()
 	fs.StringVar(&wf.strategy, "strategy", "", "shaping strategy: retry, rpm, shape or adaptive (default: config file, else shape when quotas are known, adaptive when not)")
 	fs.IntVar(&wf.rpm, "rpm", 0, "requests per minute of every model the config file does not list (0: unknown)")

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/llmq/llmq/internal/redact"
@@ -45,18 +46,31 @@ func (b Broker) Destination() string { return b.Dest }
 // String is the URL without credentials, for logs.
 func (b Broker) String() string { return redact.URL(b.Raw) }
 
-// ParseBroker parses the forms of LLMQ_BROKER.
+// BrokerForms lists the broker URLs llmq takes: every broker URL error
+// and the --broker help say it, the same way.
+const BrokerForms = "kafka://host:port[,host:port]/topic, amqp://user:pass@host:port/vhost?queue=name (amqps:// for TLS), " +
+	"memory://name/queue (one process) or embedded"
+
+// brokerSchemes are the URL schemes of BrokerForms.
+var brokerSchemes = []string{"kafka", "amqp", "amqps", "memory"}
+
+// ParseBroker parses the forms of LLMQ_BROKER. Its errors never show a
+// password and always list BrokerForms.
 func ParseBroker(s string) (Broker, error) {
 	s = strings.TrimSpace(s)
 	if s == string(BrokerEmbedded) {
 		return Broker{Kind: BrokerEmbedded, Target: open.Target{Dest: DestinationDefault}, Raw: s}, nil
 	}
-	if !strings.Contains(s, "://") {
-		return Broker{}, fmt.Errorf("%q is not kafka://..., amqp://... or embedded", redact.URL(s))
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok {
+		return Broker{}, fmt.Errorf("%q is not a broker URL; want %s", redact.URL(s), BrokerForms)
+	}
+	if !slices.Contains(brokerSchemes, strings.ToLower(scheme)) {
+		return Broker{}, fmt.Errorf("%q: unknown scheme %q; want %s", redact.URL(s), scheme, BrokerForms)
 	}
 	t, err := open.Parse(s)
 	if err != nil {
-		return Broker{}, err
+		return Broker{}, fmt.Errorf("%q: %w; want %s", redact.URL(s), err, BrokerForms)
 	}
 	kinds := map[string]BrokerKind{open.KindKafka: BrokerKafka, open.KindRabbitMQ: BrokerAMQP, open.KindMemory: BrokerMemory}
 	return Broker{Kind: kinds[t.Kind], Target: t, Raw: s}, nil

@@ -30,6 +30,13 @@ const (
 	EnvAPIKeys       = "LLMQ_API_KEYS"
 )
 
+// FileSuffix names the variable that gives a secret setting's file instead
+// of its value (OPENAI_API_KEY_FILE, LLMQ_API_KEYS_FILE,
+// LLMQ_DATABASE_URL_FILE, LLMQ_BROKER_FILE; a mounted Secret), so that no
+// key has to be a flag, which ps shows to every user of the machine. The
+// file's content, trimmed of surrounding white space, is the value.
+const FileSuffix = "_FILE"
+
 // Defaults of the settings no component owns: where the services are.
 // Every other setting's zero value means the default of the component that
 // reads it (worker, batchapi, producer, dlq, llmq), which exports it.
@@ -159,7 +166,16 @@ type Flags struct {
 // YAML file it names and flags, applies defaults and validates. Errors name
 // the setting and match ErrInvalid (file read errors excepted).
 func Load(getenv func(string) string, flags Flags) (*Config, error) {
+	var errs []error
 	pick := func(flag, env string) string { return cmp.Or(flag, getenv(env)) }
+	// pickSecret also reads env's _FILE variable.
+	pickSecret := func(flag, env string) string {
+		v, err := secretValue(getenv, flag, env)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return v
+	}
 	c := &Config{}
 	c.Path = pick(flags.Config, EnvConfig)
 	if c.Path != "" {
@@ -171,17 +187,16 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 			return nil, err
 		}
 	}
-	c.DatabaseURL = pick(flags.DatabaseURL, EnvDatabaseURL)
+	c.DatabaseURL = pickSecret(flags.DatabaseURL, EnvDatabaseURL)
 	c.OpenAIBaseURL = pick(flags.OpenAIBaseURL, EnvOpenAIBaseURL)
-	c.OpenAIAPIKey = pick(flags.OpenAIAPIKey, EnvOpenAIAPIKey)
-	brokerURL := cmp.Or(pick(flags.Broker, EnvBroker), BrokerDefault)
-	var errs []error
+	c.OpenAIAPIKey = pickSecret(flags.OpenAIAPIKey, EnvOpenAIAPIKey)
+	brokerURL := cmp.Or(pickSecret(flags.Broker, EnvBroker), BrokerDefault)
 	b, err := ParseBroker(brokerURL)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, EnvBroker, err))
 	}
 	c.Broker = b
-	if keys := pick(flags.APIKeys, EnvAPIKeys); keys != "" {
+	if keys := pickSecret(flags.APIKeys, EnvAPIKeys); keys != "" {
 		m, err := ParseAPIKeys(keys)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, EnvAPIKeys, err))
@@ -199,6 +214,27 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// secretValue is the flag when given, else the variable env, else the
+// content of the file env_FILE names; both variables set is an error.
+func secretValue(getenv func(string) string, flag, env string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	v, path := getenv(env), getenv(env+FileSuffix)
+	switch {
+	case path == "":
+		return v, nil
+	case v != "":
+		return "", fmt.Errorf("%w: %s and %s are both set: set one", ErrInvalid, env, env+FileSuffix)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		// The error names the file, never its content.
+		return "", fmt.Errorf("%w: %s: %w", ErrInvalid, env+FileSuffix, err)
+	}
+	return strings.TrimSpace(string(data)), nil
 }
 
 // parseYAML reads the file's settings; unknown keys are errors.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -31,4 +32,20 @@ func TestReadOnlyCommandsListNoBroker(t *testing.T) {
 	cmd, _, err := newRootCmd().Find([]string{"worker"})
 	require.NoError(t, err)
 	require.Contains(t, cmd.Flags().Lookup("broker").Usage, "memory://")
+}
+
+// TestBenchDatabaseURL: bench takes --database-url like every command; the
+// old --postgres-url still works, hidden.
+func TestBenchDatabaseURL(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"database-url", "postgres-url"} {
+		cmd, _, err := newRootCmd().Find([]string{"bench"})
+		require.NoError(t, err)
+		require.NoError(t, cmd.ParseFlags([]string{"--" + name, "postgres://h/x"}))
+		require.Equal(t, "postgres://h/x", cmd.Flags().Lookup("database-url").Value.String(), name)
+	}
+	out, err := runLeaf(t, []string{"bench"}, []string{"--help"}, 10*time.Second)
+	require.NoError(t, err)
+	require.Contains(t, out, "--database-url")
+	require.NotContains(t, out, "--postgres-url")
 }

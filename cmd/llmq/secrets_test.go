@@ -138,7 +138,7 @@ func TestNoCommandPrintsASecret(t *testing.T) {
 			}
 			args := extraArgs(t, name)
 			if name == "bench" {
-				args = append(args, "--postgres-url", round.benchPostgres)
+				args = append(args, "--database-url", round.benchPostgres)
 			}
 			printed, err := runLeaf(t, path, args, 30*time.Second)
 			require.Error(t, err, "%s (%s) must fail: nothing answers", name, round.name)

@@ -29,7 +29,7 @@ func init() { register(newDLQCmd) }
 func newDLQCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "List, show, replay and purge dead letters",
+		Short: "List, show, replay, purge and drain dead letters",
 		Long: `dlq works on the dead letters recorded in Postgres (LLMQ_DATABASE_URL): the jobs llmq
 gave up on, with the reason, the last error and the original message.
 

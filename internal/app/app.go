@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -35,9 +36,10 @@ import (
 // Config asks for, built from one configuration and started and stopped as
 // one ordered list.
 type App struct {
-	cfg Config
-	log *slog.Logger
-	reg *prometheus.Registry
+	cfg   Config
+	log   *slog.Logger
+	clock clockwork.Clock
+	reg   *prometheus.Registry
 
 	migrated  []migrations.Migration
 	store     *store.Store
@@ -72,8 +74,11 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), reg: prometheus.NewRegistry(),
+	a := &App{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), clock: cfg.Clock, reg: prometheus.NewRegistry(),
 		failed: make(chan error, 1), stopDone: make(chan struct{})}
+	if a.clock == nil {
+		a.clock = clockwork.NewRealClock()
+	}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := a.build(ctx); err != nil {
 		if cfg.API != nil && cfg.API.Listener != nil && a.apiLn == nil {
@@ -152,6 +157,9 @@ func (a *App) openResources(ctx context.Context) error {
 	}
 	a.parts.opened("publisher", closer(a.pub.Close))
 	a.parts.opened("subscriber", closer(a.sub.Close))
+	if err := a.waitForBroker(ctx); err != nil {
+		return err
+	}
 
 	if a.cfg.API != nil {
 		ln := a.cfg.API.Listener

@@ -7,6 +7,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/shaping"
@@ -50,6 +52,9 @@ type Config struct {
 
 	// Logger receives every component's logs. nil = slog.Default().
 	Logger *slog.Logger
+	// Clock times New's retries of a broker that is down at start-up.
+	// nil = the system clock.
+	Clock clockwork.Clock
 }
 
 // WorkerConfig is what the worker takes beyond the settings.

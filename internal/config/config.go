@@ -66,9 +66,14 @@ type Config struct {
 	Path string `yaml:"-"`
 
 	// Models maps a model name to its quota, prices and fallbacks (the
-	// model catalog). A model not listed runs with unknown quotas (adaptive
-	// shaping).
+	// model catalog). It is also the allowlist: when it lists models, a job
+	// that names another (body.model or a fallback) that is neither listed
+	// nor a listed model's fallback is refused, unless AllowAnyModel. Empty: every name is allowed, with unknown quotas
+	// (adaptive shaping).
 	Models map[string]llmq.Model `yaml:"models"`
+	// AllowAnyModel lets jobs name models that Models does not list; they
+	// run with unknown quotas. Default false.
+	AllowAnyModel bool `yaml:"allow_any_model"`
 	// Strategy is the shaping strategy: retry, rpm, shape or adaptive; ""
 	// (default) picks shape for models with a quota, adaptive otherwise.
 	Strategy string `yaml:"strategy"`
@@ -106,7 +111,25 @@ type Retry struct {
 	// worker.FallbackMaxWaitDefault.
 	FallbackAfter   int           `yaml:"fallback_after"`
 	FallbackMaxWait time.Duration `yaml:"fallback_max_wait"`
+	// FallbackOn lists the failures that move a job to its next fallback
+	// model: FallbackRateLimit, FallbackServerError, FallbackTimeout.
+	// Empty = [rate_limit] (a 429 only: a fallback model rarely helps with a
+	// provider's 5xx).
+	FallbackOn []string `yaml:"fallback_on"`
 }
+
+// The failures retry.fallback_on may name.
+const (
+	// FallbackRateLimit: the model stays rate limited (429).
+	FallbackRateLimit = "rate_limit"
+	// FallbackServerError: the model answers 5xx.
+	FallbackServerError = "server_error"
+	// FallbackTimeout: the call to the model times out.
+	FallbackTimeout = "timeout"
+)
+
+// FallbackOnValues are the values of retry.fallback_on.
+var FallbackOnValues = []string{FallbackRateLimit, FallbackServerError, FallbackTimeout}
 
 // Batch configures the Batch API lane. Zero fields mean batchapi's
 // defaults; the lane parses and checks the window and the zone.
@@ -247,6 +270,12 @@ func (c *Config) parseYAML(data []byte) error {
 	return nil
 }
 
+// Catalog is the model catalog of the settings: Models, allowing only them
+// unless AllowAnyModel (or none are listed).
+func (c *Config) Catalog() llmq.Catalog {
+	return llmq.Catalog{Models: c.Models, AllowAny: c.AllowAnyModel}
+}
+
 // WithDefaults fills the settings no component owns (database, broker,
 // upstream) with their defaults and returns c. The other zero settings stay
 // zero: the components apply their own defaults.
@@ -325,6 +354,11 @@ func (c *Config) Validate() error {
 	} {
 		if f.v < 0 {
 			bad(f.setting, "must not be negative (0: the default)")
+		}
+	}
+	for i, v := range c.Retry.FallbackOn {
+		if !slices.Contains(FallbackOnValues, v) {
+			bad(fmt.Sprintf("retry.fallback_on[%d]", i), "%q: want %s", v, strings.Join(FallbackOnValues, ", "))
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.APIKeys)) {

@@ -153,6 +153,7 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "api_keys: {k: \"a b\"}", want: "api_keys"},
 		{yaml: "max_message_bytes: -2", want: "max_message_bytes"},
 		{yaml: "modles: {}", want: "field modles not found"},
+		{yaml: "retry: {fallback_on: [rate_limit, oops]}", want: `retry.fallback_on[1]: "oops": want rate_limit, server_error, timeout`},
 	}
 	for _, tc := range cases {
 		e := map[string]string{}
@@ -268,4 +269,24 @@ func TestReadOnlyFlags(t *testing.T) {
 	for _, name := range []string{"openai-api-key", "api-keys"} {
 		require.Contains(t, cmd.Flags().Lookup(name).Usage, "shows in ps", name)
 	}
+}
+
+func TestModelsAllowlist(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{config.EnvConfig: writeYAML(t, `
+models:
+  gpt-4o-mini: {fallbacks: [gpt-4.1-mini]}
+retry: {fallback_on: [rate_limit, server_error, timeout]}
+`)}), config.Flags{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"rate_limit", "server_error", "timeout"}, c.Retry.FallbackOn)
+	require.False(t, c.AllowAnyModel)
+	require.True(t, c.Catalog().Allows("gpt-4.1-mini"))
+	require.False(t, c.Catalog().Allows("o3-pro"))
+	c, err = config.Load(env(map[string]string{config.EnvConfig: writeYAML(t, "models: {a: {}}\nallow_any_model: true\n")}), config.Flags{})
+	require.NoError(t, err)
+	require.True(t, c.Catalog().Allows("o3-pro"))
+	c, err = config.Load(env(nil), config.Flags{})
+	require.NoError(t, err)
+	require.True(t, c.Catalog().Allows("o3-pro"), "no models named: any name")
 }

@@ -54,7 +54,8 @@ func newProduceCmd() *cobra.Command {
 		Short: "Publish jobs from a JSONL file (or stdin) with backpressure, progress and a summary",
 		Long: `produce reads one job per line (the llmq wire format; blank lines are skipped), records each
 as queued in Postgres and publishes it to the broker, in batches. A line that is not a valid
-job is rejected with its line number and field. When the queue is full (backpressure) produce
+job, or one that names a model the configuration does not allow (models:), is rejected with
+its line number and field. When the queue is full (backpressure) produce
 waits the Retry-After the queue suggests and tries again (unless --wait=false); a job whose
 deadline the queue cannot meet is rejected. Exit status 1 when any job was rejected.
 
@@ -105,7 +106,7 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 			producer: a.Producer(), out: cmd.OutOrStdout(), sum: &produceSummary{reasons: map[string]int{}},
 			progress: newProgress(cmd.ErrOrStderr(), total, time.Now), file: file,
 			wait: retryBackoff, maxWait: maxRetryAfter,
-			decode: llmq.DecodeOptions{MaxMessageBytes: cfg.MaxMessageBytes},
+			decode: llmq.DecodeOptions{MaxMessageBytes: cfg.MaxMessageBytes}, catalog: cfg.Catalog(),
 		}
 		maxLine := cmp.Or(cfg.MaxMessageBytes, llmq.MaxMessageBytesDefault) + 1
 		if cfg.MaxMessageBytes < 0 {
@@ -127,6 +128,9 @@ type produceRun struct {
 	wait     bool
 	maxWait  time.Duration
 	decode   llmq.DecodeOptions
+	// catalog refuses the jobs that name a model the configuration does
+	// not allow.
+	catalog llmq.Catalog
 
 	pending []*llmq.Job
 	lines   []int // the line of each pending job
@@ -211,6 +215,11 @@ func (r *produceRun) add(l line) {
 		return
 	}
 	j, err := llmq.Decode(data, r.decode)
+	if err == nil {
+		if errs := r.catalog.CheckModels(j); len(errs) > 0 {
+			err = &llmq.ValidationError{Errors: errs}
+		}
+	}
 	if err != nil {
 		var ve *llmq.ValidationError
 		reason := "invalid job"

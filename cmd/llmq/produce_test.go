@@ -148,3 +148,20 @@ func TestProgress(t *testing.T) {
 	q.update(21, s)
 	require.Empty(t, buf.String())
 }
+
+// TestProduceRefusesModelsNotAllowed: a line naming a model the
+// configuration does not list is rejected, with its line and field.
+func TestProduceRefusesModelsNotAllowed(t *testing.T) {
+	b := setupCLI(t)
+	t.Setenv(config.EnvBroker, rabbitmqtest.BrokerURL(rabbitmqtest.NewQueue(t)))
+	cfgPath := t.TempDir() + "/llmq.yaml"
+	require.NoError(t, os.WriteFile(cfgPath, []byte("models: {gpt-4o-mini: {}}\n"), 0o600))
+	in := jobLines(1) + `{"id":"x","body":{"model":"o3-pro","messages":[{"role":"user","content":"hi"}]}}` + "\n"
+	var out syncBuffer
+	code := execute(context.Background(), []string{"produce", "--config", cfgPath}, strings.NewReader(in), &out, &out)
+	require.Equal(t, 1, code, out.String())
+	require.Contains(t, out.String(), "published: 1\n")
+	require.Contains(t, out.String(), "1  invalid body.model (model_not_allowed)")
+	require.Contains(t, out.String(), `line 2: invalid job: body.model: model "o3-pro" is not one this service runs; allowed: gpt-4o-mini`)
+	require.Equal(t, 1, b.countJobs(t))
+}

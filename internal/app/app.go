@@ -194,6 +194,10 @@ func (a *App) buildWorker() error {
 		}
 	}
 	a.strategy = strategy
+	if len(s.Models) == 0 && !s.AllowAnyModel {
+		a.log.Warn("the configuration names no model: jobs may name any model, each with unknown quotas; " +
+			"list the models to run under models: (or set allow_any_model: true to say so)")
+	}
 	var notifier dlq.Notifier
 	if ac, ok := alertConfig(s); ok {
 		ac.Logger, ac.Registerer = a.log, a.reg
@@ -297,7 +301,7 @@ func (a *App) buildAPI() error {
 		return err
 	}
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, Keys: s.APIKeys,
+		Producer: a.producer, Store: a.store, Keys: s.APIKeys, Catalog: s.Catalog(),
 		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf), MaxMessageBytes: s.MaxMessageBytes,
 		Logger: a.log, Registerer: a.reg, Gatherer: a.reg,
 	})

@@ -451,3 +451,27 @@ func TestDeadLettersMounted(t *testing.T) {
 	require.Equal(t, "POST /v1/dead-letters/7/replay globex", string(r.body))
 	require.Equal(t, http.StatusUnauthorized, b.get(t, "", "/v1/dead-letters").status)
 }
+
+// TestModelAllowlist: a job that names a model the catalog does not list
+// is refused with 400 naming the field; nothing is recorded.
+func TestModelAllowlist(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{api: func(c *api.Config) {
+		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {Fallbacks: []string{"gpt-4.1-mini"}}}}
+	}})
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	for body, field := range map[string]string{
+		`{"body":{"model":"o3-pro",` + msgs + `}}`:                                       "body.model",
+		`{"fallback_models":["<!channel>"],"body":{"model":"gpt-4o-mini",` + msgs + `}}`: "fallback_models[0]",
+		`{"jobs":[` + jobJSON("ok") + `,{"body":{"model":"x",` + msgs + `}}]}`:           "jobs[1].body.model",
+	} {
+		r := b.post(t, keyAcme, body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+		e := r.apiError(t)
+		require.Equal(t, llmq.CodeModelNotAllowed, e.Code)
+		require.Equal(t, field, e.Field)
+		require.Contains(t, e.Message, "allowed: gpt-4.1-mini, gpt-4o-mini")
+	}
+	require.Equal(t, int64(0), b.broker.Depth("jobs"))
+	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"fallback_models":["gpt-4.1-mini"],"body":`+validBody+`}`).status)
+}

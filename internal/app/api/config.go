@@ -34,6 +34,10 @@ type Config struct {
 	Store JobStore
 	// Keys maps an API key to its tenant. Empty: every /v1 request is 401.
 	Keys map[string]string
+	// Catalog says which models a job may name (body.model and
+	// fallback_models); any other is refused with 400 model_not_allowed.
+	// The zero Catalog allows every name.
+	Catalog llmq.Catalog
 	// DeadLetters, when set, is mounted behind the authentication at
 	// /v1/dead-letters and below (see dlq.NewHTTPHandler; pass TenantOf).
 	DeadLetters http.Handler

@@ -192,6 +192,12 @@ func (a *API) decodeJob(b json.RawMessage, tenant, prefix string) (*llmq.Job, *E
 			Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", tenant, tenant)}
 	}
 	j.Tenant = tenant
+	if errs := a.cfg.Catalog.CheckModels(j); len(errs) > 0 {
+		for i := range errs {
+			errs[i].Field = path(errs[i].Field)
+		}
+		return nil, &Error{Code: errs[0].Code, Field: errs[0].Field, Message: errs[0].Message, Details: errs}
+	}
 	if j.Deadline != nil && !j.Deadline.After(a.cfg.Clock.Now()) {
 		return nil, &Error{Code: llmq.CodeInvalidValue, Field: path("deadline"),
 			Message: fmt.Sprintf("deadline %s has already passed", j.Deadline.Format(time.RFC3339))}

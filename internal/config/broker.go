@@ -76,19 +76,21 @@ func ParseBroker(s string) (Broker, error) {
 	return Broker{Kind: kinds[t.Kind], Target: t, Raw: s}, nil
 }
 
-// checkURL checks that s is an absolute URL with one of the schemes.
-func checkURL(s string, schemes ...string) error {
+// checkURL checks that s is an absolute URL with one of the schemes. Its
+// errors show s through show (redact.URL, or redact.Endpoint for a URL
+// whose path is a secret).
+func checkURL(s string, show func(string) string, schemes ...string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL", redact.URL(s))
+		return fmt.Errorf("%q is not a URL", show(s))
 	}
 	for _, sc := range schemes {
 		if strings.EqualFold(u.Scheme, sc) {
 			if u.Host == "" {
-				return fmt.Errorf("%q has no host", redact.URL(s))
+				return fmt.Errorf("%q has no host", show(s))
 			}
 			return nil
 		}
 	}
-	return fmt.Errorf("%q: scheme must be %s", redact.URL(s), strings.Join(schemes, " or "))
+	return fmt.Errorf("%q: scheme must be %s", show(s), strings.Join(schemes, " or "))
 }

@@ -305,7 +305,7 @@ func (c *Config) Validate() error {
 	if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
 		bad(EnvDatabaseURL, "%v", err)
 	}
-	if err := checkURL(c.OpenAIBaseURL, "http", "https"); err != nil {
+	if err := checkURL(c.OpenAIBaseURL, redact.URL, "http", "https"); err != nil {
 		bad(EnvOpenAIBaseURL, "%v", err)
 	}
 	if _, err := shaping.ParseStrategy(c.Strategy); err != nil {
@@ -367,7 +367,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Alerts.AlertmanagerURL != "" {
-		if err := checkURL(c.Alerts.AlertmanagerURL, "http", "https"); err != nil {
+		if err := checkURL(c.Alerts.AlertmanagerURL, redact.URL, "http", "https"); err != nil {
 			bad("alerts.alertmanager_url", "%v", err)
 		}
 	}
@@ -375,7 +375,7 @@ func (c *Config) Validate() error {
 		bad("alerts", "group_wait, group_interval, resolve_timeout and max_per_minute must not be negative")
 	}
 	if c.Alerts.WebhookURL != "" {
-		if err := checkURL(c.Alerts.WebhookURL, "http", "https"); err != nil {
+		if err := checkURL(c.Alerts.WebhookURL, redact.Endpoint, "http", "https"); err != nil {
 			bad("alerts.webhook_url", "%v", err)
 		}
 	}

@@ -153,6 +153,7 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "api_keys: {k: \"a b\"}", want: "api_keys"},
 		{yaml: "max_message_bytes: -2", want: "max_message_bytes"},
 		{yaml: "modles: {}", want: "field modles not found"},
+		{yaml: "alerts: {webhook_url: \"ftp://hooks.example/services/T0/SECRET\"}", want: `alerts.webhook_url: "ftp://hooks.example/…": scheme`},
 		{yaml: "retry: {fallback_on: [rate_limit, oops]}", want: `retry.fallback_on[1]: "oops": want rate_limit, server_error, timeout`},
 	}
 	for _, tc := range cases {

@@ -475,3 +475,48 @@ func TestModelAllowlist(t *testing.T) {
 	require.Equal(t, int64(0), b.broker.Depth("jobs"))
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"fallback_models":["gpt-4.1-mini"],"body":`+validBody+`}`).status)
 }
+
+// zeros is an endless {"jobs":[0,0,0,... body that counts what was read.
+type zeros struct{ read int }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		switch {
+		case z.read+i < len(`{"jobs":[`):
+			p[i] = `{"jobs":[`[z.read+i]
+		case (z.read+i-len(`{"jobs":[`))%2 == 0:
+			p[i] = '0'
+		default:
+			p[i] = ','
+		}
+	}
+	z.read += len(p)
+	return len(p), nil
+}
+
+// TestBatchReadStopsAtTheLimit: the API stops reading a jobs array at the
+// 1,001st element, and any value at the size of a job, instead of holding
+// the whole body.
+func TestBatchReadStopsAtTheLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	z := &zeros{}
+	req := httptest.NewRequest(http.MethodPost, "/v1/jobs", z)
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	b.api.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), `"code":"too_many_jobs"`)
+	require.Less(t, z.read, 64<<10, "read %d bytes of an endless body", z.read)
+
+	// One element, or one field of a single job, larger than a job may be.
+	small := setup(t, options{api: func(c *api.Config) { c.MaxMessageBytes = 4 << 10 }})
+	big := `{"body":{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 200<<10) + `"}]}}`
+	for body, field := range map[string]string{`{"jobs":[` + jobJSON("") + `,` + big + `]}`: "jobs[1]", big: ""} {
+		r := small.post(t, keyAcme, body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+		require.Equal(t, llmq.CodeTooLarge, r.apiError(t).Code)
+		require.Equal(t, field, r.apiError(t).Field)
+	}
+}

@@ -1,16 +1,15 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/llmq/llmq"
@@ -70,20 +69,13 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 			Message: "Content-Type must be application/json"})
 		return
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, Error{Code: llmq.CodeTooLarge,
-			Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)})
-		return
-	case err != nil:
-		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidJSON, Message: "read body: " + err.Error()})
-		return
-	}
-	raw, batch, e := splitBody(data)
+	raw, batch, e := a.readBody(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
 	if e != nil {
-		writeError(w, http.StatusBadRequest, *e)
+		status := http.StatusBadRequest
+		if e.Code == llmq.CodeTooLarge && e.Field == "" && strings.HasPrefix(e.Message, "request body") {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeError(w, status, *e)
 		return
 	}
 	jobs := make([]*llmq.Job, len(raw))
@@ -130,34 +122,6 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 
 func toReceipt(r producer.Receipt) receiptJSON {
 	return receiptJSON{ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Created: r.Created, Published: r.Published}
-}
-
-// splitBody returns the raw jobs of a body: one, or the elements of "jobs".
-func splitBody(data []byte) ([]json.RawMessage, bool, *Error) {
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 {
-		return nil, false, &Error{Code: llmq.CodeInvalidJSON, Message: "request body is empty: send a job or {\"jobs\": [...]}"}
-	}
-	var top map[string]json.RawMessage
-	if trimmed[0] != '{' || json.Unmarshal(trimmed, &top) != nil {
-		return nil, false, &Error{Code: llmq.CodeInvalidJSON, Message: "request body is not a JSON object"}
-	}
-	list, ok := top["jobs"]
-	if !ok {
-		return []json.RawMessage{trimmed}, false, nil
-	}
-	var jobs []json.RawMessage
-	if err := json.Unmarshal(list, &jobs); err != nil || jobs == nil {
-		return nil, true, &Error{Code: llmq.CodeInvalidType, Field: "jobs", Message: "must be an array of jobs"}
-	}
-	switch {
-	case len(jobs) == 0:
-		return nil, true, &Error{Code: llmq.CodeInvalidValue, Field: "jobs", Message: "must not be empty"}
-	case len(jobs) > MaxBatch:
-		return nil, true, &Error{Code: CodeTooManyJobs, Field: "jobs",
-			Message: fmt.Sprintf("has %d jobs, at most %d are accepted per request", len(jobs), MaxBatch)}
-	}
-	return jobs, true, nil
 }
 
 // decodeJob decodes and checks one job for tenant; field paths get prefix.

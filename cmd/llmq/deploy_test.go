@@ -55,7 +55,7 @@ func TestDeployFilesMatchTheBinary(t *testing.T) {
 }
 
 // listenFlags are the address flags of the commands that serve.
-var listenFlags = map[string][]string{"api": {"listen"}, "worker": {"metrics-listen"}, "sim": {"listen"}}
+var listenFlags = map[string][]string{"api": {"listen", "metrics-listen"}, "worker": {"metrics-listen"}, "sim": {"listen"}}
 
 // TestListenDefaultsAreLoopback: a command started by hand serves on
 // 127.0.0.1 only, until an address says otherwise.

@@ -3,6 +3,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,6 +52,7 @@ type App struct {
 	worker   *worker.Worker
 	producer *producer.Producer
 	apiLn    net.Listener
+	metLn    net.Listener
 	strategy shaping.Strategy
 
 	parts    parts
@@ -176,8 +178,10 @@ func (a *App) openResources(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("--metrics-listen %s: %w", a.cfg.MetricsListen, err)
 		}
+		a.metLn = ln
 		a.parts.opened("metrics listener", closeListener(ln))
-		a.addServer("metrics", ln, a.metricsHandler(), metricsStopTimeout)
+		a.addServer("metrics", ln, &http.Server{Handler: a.metricsHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}, metricsStopTimeout)
 	}
 	return nil
 }
@@ -303,7 +307,7 @@ func (a *App) buildAPI() error {
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, Keys: s.APIKeys, Catalog: s.Catalog(),
 		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf), MaxMessageBytes: s.MaxMessageBytes,
-		Logger: a.log, Registerer: a.reg, Gatherer: a.reg,
+		Logger: a.log, Registerer: a.reg,
 	})
 	if err != nil {
 		return err
@@ -311,15 +315,31 @@ func (a *App) buildAPI() error {
 	if len(s.APIKeys) == 0 {
 		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys): every /v1 request will be refused")
 	}
-	a.addServer("api", a.apiLn, handler, apiStopTimeout,
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: timeout(ac.ReadHeaderTimeout, APIReadHeaderTimeoutDefault),
+		ReadTimeout:       timeout(ac.ReadTimeout, APIReadTimeoutDefault),
+		WriteTimeout:      timeout(ac.WriteTimeout, APIWriteTimeoutDefault),
+		IdleTimeout:       timeout(ac.IdleTimeout, APIIdleTimeoutDefault),
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	ln, scheme := a.apiLn, "http"
+	if ac.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(ac.TLSCert, ac.TLSKey)
+		if err != nil {
+			return fmt.Errorf("api: TLS certificate %s and key %s: %w", ac.TLSCert, ac.TLSKey, err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		ln, scheme = tls.NewListener(ln, srv.TLSConfig), "https"
+	}
+	a.addServer("api", ln, srv, apiStopTimeout, slog.String("scheme", scheme),
 		slog.String("broker", a.brokerName()), slog.String("destination", a.target.Dest))
 	return nil
 }
 
-// addServer adds an HTTP server on ln: Start serves, Stop shuts it down. A
-// server that fails ends Run.
-func (a *App) addServer(name string, ln net.Listener, h http.Handler, timeout time.Duration, attrs ...any) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+// addServer adds srv on ln: Start serves, Stop shuts it down. A server
+// that fails ends Run.
+func (a *App) addServer(name string, ln net.Listener, srv *http.Server, timeout time.Duration, attrs ...any) {
 	served := make(chan struct{})
 	start := func(context.Context) error {
 		go func() {
@@ -351,9 +371,15 @@ func (a *App) brokerName() string {
 	return a.cfg.Settings.Broker.String()
 }
 
+// metricsHandler serves /metrics and /healthz (the process is up: the
+// liveness probe of a worker, which has no other port).
 func (a *App) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
 	return mux
 }
 
@@ -436,6 +462,15 @@ func (a *App) Worker() *worker.Worker { return a.worker }
 
 // Producer is the producer; nil without Config.API or Config.Producer.
 func (a *App) Producer() *producer.Producer { return a.producer }
+
+// MetricsAddr is the address of /metrics and /healthz; nil without
+// Config.MetricsListen.
+func (a *App) MetricsAddr() net.Addr {
+	if a.metLn == nil {
+		return nil
+	}
+	return a.metLn.Addr()
+}
 
 // APIAddr is the address the API listens on; nil without Config.API.
 func (a *App) APIAddr() net.Addr {

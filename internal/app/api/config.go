@@ -53,10 +53,11 @@ type Config struct {
 
 	// Logger receives server errors. nil = slog.Default().
 	Logger *slog.Logger
-	// Registerer receives the API's metrics. nil = not registered.
+	// Registerer receives the API's metrics. nil = not registered. The
+	// API does not serve them: /metrics is on a listener of its own
+	// (internal/app's MetricsListen), so that the port tenants reach
+	// shows nothing about other tenants' traffic.
 	Registerer prometheus.Registerer
-	// Gatherer is served at /metrics. nil = /metrics is not served.
-	Gatherer prometheus.Gatherer
 	// Clock checks deadlines against now; it should agree with the
 	// producer's. nil = the system clock.
 	Clock clockwork.Clock

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
@@ -205,11 +207,26 @@ func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, ba
 }
 
 func notFound(w http.ResponseWriter, id string) {
-	writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no job %q", id)})
+	writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no job %.128q", id)})
+}
+
+// jobID returns the {id} of the path; a path that cannot be a job id
+// (invalid UTF-8, NUL, other characters than a job id has) answers 404
+// without asking the database, like a missing job.
+func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !llmq.ValidID(id) {
+		notFound(w, id)
+		return "", false
+	}
+	return id, true
 }
 
 func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	rec, err := a.cfg.Store.Get(r.Context(), TenantOf(r), id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -222,7 +239,10 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	rec, err := a.cfg.Store.Cancel(r.Context(), TenantOf(r), id)
 	var ite *store.IllegalTransitionError
 	switch {
@@ -238,13 +258,29 @@ func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// maxCursorBytes bounds an after= cursor: an encoded time and job id.
+const maxCursorBytes = 256
+
+// isDataException reports whether the database refused a value of the
+// request itself (SQLSTATE class 22: invalid UTF-8, NUL, out of range): bad
+// input, answered 400, not a server error.
+func isDataException(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
+}
+
 func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	opts := store.ListOptions{Tenant: TenantOf(r), After: q.Get("after")}
+	if len(opts.After) > maxCursorBytes {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "after",
+			Message: "not a cursor returned by this API"})
+		return
+	}
 	if s := q.Get("status"); s != "" {
 		if !slices.Contains(llmq.Statuses, llmq.Status(s)) {
 			writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "status",
-				Message: fmt.Sprintf("unknown status %q", s)})
+				Message: fmt.Sprintf("unknown status %.64q", s)})
 			return
 		}
 		opts.Status = llmq.Status(s)
@@ -260,7 +296,9 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	recs, next, err := a.cfg.Store.List(r.Context(), opts)
 	switch {
-	case errors.Is(err, store.ErrBadCursor):
+	case errors.Is(err, store.ErrBadCursor), isDataException(err):
+		// A cursor the store did not print, or one forged with bytes the
+		// database cannot compare (invalid UTF-8, NUL).
 		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "after",
 			Message: "not a cursor returned by this API"})
 		return

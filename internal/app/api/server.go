@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/producer"
@@ -56,9 +55,11 @@ func New(cfg Config) (*API, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route"}),
 	}
+	// Keys are looked up by their hash; the API keeps no key itself.
 	for k, tenant := range cfg.Keys {
 		a.keys[sha256.Sum256([]byte(k))] = tenant
 	}
+	a.cfg.Keys = nil
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{a.requests, a.duration} {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -82,9 +83,6 @@ func (a *API) routes() {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)
 	})
-	if a.cfg.Gatherer != nil {
-		a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{}))
-	}
 	if a.cfg.DeadLetters != nil {
 		// The dead-letter handler's own patterns, so that the route label
 		// of every request is a "METHOD /path" pattern.
@@ -211,15 +209,19 @@ type readyBody struct {
 }
 
 // readyz checks the database (ping) and the broker (a queue measurement).
+// It is not authenticated: it says "unavailable" and logs the cause, never
+// showing a dial error (addresses, user names) to whoever asks.
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	body := readyBody{Status: "ready", Checks: map[string]string{"database": "ok", "broker": "ok"}}
 	if err := a.cfg.Store.Ping(ctx); err != nil {
-		body.Status, body.Checks["database"] = "unavailable", err.Error()
+		body.Status, body.Checks["database"] = "unavailable", "unavailable"
+		a.log.Warn("api: not ready: database", slog.String("error", err.Error()))
 	}
 	if _, err := a.cfg.Producer.Queue(ctx); errors.Is(err, producer.ErrBrokerUnavailable) {
-		body.Status, body.Checks["broker"] = "unavailable", err.Error()
+		body.Status, body.Checks["broker"] = "unavailable", "unavailable"
+		a.log.Warn("api: not ready: broker", slog.String("error", err.Error()))
 	}
 	if body.Status != "ready" {
 		setRetryAfter(w, a.cfg.RetryAfterUnavailable)

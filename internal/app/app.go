@@ -41,6 +41,9 @@ type App struct {
 	log   *slog.Logger
 	clock clockwork.Clock
 	reg   *prometheus.Registry
+	// registerer is what the components register with: reg, and
+	// Config.Registerer when set.
+	registerer prometheus.Registerer
 
 	migrated  []migrations.Migration
 	store     *store.Store
@@ -80,6 +83,10 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		failed: make(chan error, 1), stopDone: make(chan struct{})}
 	if a.clock == nil {
 		a.clock = clockwork.NewRealClock()
+	}
+	a.registerer = a.reg
+	if cfg.Registerer != nil {
+		a.registerer = teeRegisterer{a.reg, cfg.Registerer}
 	}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := a.build(ctx); err != nil {
@@ -204,7 +211,7 @@ func (a *App) buildWorker() error {
 	}
 	var notifier dlq.Notifier
 	if ac, ok := alertConfig(s); ok {
-		ac.Logger, ac.Registerer = a.log, a.reg
+		ac.Logger, ac.Registerer = a.log, a.registerer
 		alerter, err := dlq.NewAlerter(ac)
 		if err != nil {
 			return err
@@ -214,7 +221,7 @@ func (a *App) buildWorker() error {
 	}
 	letters, err := dlq.NewWriter(dlq.Config{
 		Store: a.store, Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
-		Logger: a.log, Registerer: a.reg,
+		Logger: a.log, Registerer: a.registerer,
 	})
 	if err != nil {
 		return err
@@ -224,13 +231,13 @@ func (a *App) buildWorker() error {
 	client := worker.NewOpenAIClient(upstreamConfig(s, wc))
 	wcfg := workerConfig(s, wc)
 	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Client = a.sub, a.store, letters, client
-	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.reg
+	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
 	if !wc.NoBatchLane {
 		// The batch lane: deferrable jobs go to the provider's Batch API
 		// off-peak, or when the live lane would take too long to drain.
 		bc := batchConfig(s, wc)
 		bc.Store, bc.Client, bc.Publisher, bc.Destination = a.store, client, a.pub, a.target.Dest
-		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.reg
+		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.registerer
 		bc.Drain = wc.BatchDrain
 		if bc.Drain == nil {
 			bc.Drain = func() time.Duration { return a.worker.Drain() }
@@ -280,7 +287,7 @@ func (a *App) buildProducer() error {
 	// The worker exports its own llmq_queue_depth: a process with both
 	// exports the worker's (the two gauges share a name, not a help text).
 	if a.worker == nil {
-		pc.Registerer = a.reg
+		pc.Registerer = a.registerer
 	}
 	p, err := producer.New(pc)
 	if err != nil {
@@ -300,14 +307,14 @@ func (a *App) buildAPI() error {
 	}
 	a.parts.add("outbox sweeper", sweeper.Start, sweeper.Stop, stopTimeout)
 	svc, err := dlq.NewService(dlq.Config{Store: a.store, Publisher: a.pub, Destination: a.target.Dest,
-		Logger: a.log, Registerer: a.reg})
+		Logger: a.log, Registerer: a.registerer})
 	if err != nil {
 		return err
 	}
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, Keys: s.APIKeys, Catalog: s.Catalog(),
 		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf), MaxMessageBytes: s.MaxMessageBytes,
-		Logger: a.log, Registerer: a.reg,
+		Logger: a.log, Registerer: a.registerer,
 	})
 	if err != nil {
 		return err
@@ -478,4 +485,28 @@ func (a *App) APIAddr() net.Addr {
 		return nil
 	}
 	return a.apiLn.Addr()
+}
+
+// teeRegisterer registers every collector with both registerers.
+type teeRegisterer [2]prometheus.Registerer
+
+func (t teeRegisterer) Register(c prometheus.Collector) error {
+	if err := t[0].Register(c); err != nil {
+		return err
+	}
+	return t[1].Register(c)
+}
+
+func (t teeRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t teeRegisterer) Unregister(c prometheus.Collector) bool {
+	a := t[0].Unregister(c)
+	b := t[1].Unregister(c)
+	return a || b
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/config"
@@ -69,6 +70,10 @@ type Config struct {
 
 	// Logger receives every component's logs. nil = slog.Default().
 	Logger *slog.Logger
+	// Registerer, when set, receives every component's collectors too,
+	// besides the App's own registry (Registry): for a program that serves
+	// its own /metrics, or a test that lists them.
+	Registerer prometheus.Registerer
 	// Clock times New's retries of a broker that is down at start-up.
 	// nil = the system clock.
 	Clock clockwork.Clock

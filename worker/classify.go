@@ -79,7 +79,9 @@ type Outcome struct {
 }
 
 // Classify turns the error of one go-openai call (and the response headers,
-// which go-openai keeps on the error path too) into an Outcome.
+// which go-openai keeps on the error path too) into an Outcome. An HTTP-date
+// Retry-After is read against the system clock: it is the server's wall
+// time, whatever clock the worker runs on.
 func Classify(err error, header http.Header, provider Provider) Outcome {
 	if err == nil {
 		o := Outcome{Class: ClassSuccess, Status: http.StatusOK}

@@ -111,8 +111,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the worker's metrics. nil = not registered.
 	Registerer prometheus.Registerer
-	// Clock drives shaping waits and backoff. nil = the system clock.
-	Clock shaping.Clock
+	// Clock is the worker's time: shaping waits, priority aging, backoff,
+	// deadlines, lease rechecks and the gauges' refresh. nil = the system
+	// clock.
+	Clock clockwork.Clock
 }
 
 // WithDefaults returns c with every zero field set to its default.

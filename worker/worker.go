@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq"
@@ -176,14 +177,14 @@ const drainWindow = 60
 // drain estimate.
 func (w *Worker) observeLoop(ctx context.Context) {
 	defer w.background.Done()
-	tick := time.NewTicker(time.Second)
+	tick := w.cfg.Clock.NewTicker(time.Second)
 	defer tick.Stop()
 	var done [drainWindow]int64 // finished count per second, a ring
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick.Chan():
 		}
 		now := w.finished.Load()
 		oldest := done[(n+1)%drainWindow]
@@ -281,7 +282,7 @@ func (w *Worker) claim(ctx context.Context, j *llmq.Job) (*store.JobRecord, erro
 		}
 		wait := time.Second
 		if rec != nil && rec.LeaseExpiresAt != nil {
-			wait = time.Until(*rec.LeaseExpiresAt) + 50*time.Millisecond
+			wait = w.cfg.Clock.Until(*rec.LeaseExpiresAt) + 50*time.Millisecond
 		}
 		wait = min(max(wait, 50*time.Millisecond), leasedRecheckMax)
 		if err := sleep(ctx, w.cfg.Clock, wait); err != nil {
@@ -633,7 +634,7 @@ func (w *Worker) pastDeadline(j *llmq.Job) bool {
 }
 
 // sleep waits d on clock, or until ctx is done.
-func sleep(ctx context.Context, clock shaping.Clock, d time.Duration) error {
+func sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

@@ -449,9 +449,10 @@ func TestWorkerHoldsMessagesWhileTheDatabaseIsDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for range 3 {
-		// The processor waits on the clock with the message in hand: not
-		// requeued, so the queue shows nothing ready.
-		require.NoError(t, clock.BlockUntilContext(ctx, 1))
+		// The processor waits on the clock with the message in hand (the
+		// second waiter is the gauges' ticker): not requeued, so the queue
+		// shows nothing ready.
+		require.NoError(t, clock.BlockUntilContext(ctx, 2))
 		require.Zero(t, tb.depth(t))
 		clock.Advance(time.Second) // handed back, redelivered, held again
 	}

@@ -35,6 +35,28 @@ const (
 	storeRetryDelay = time.Second
 )
 
+// JobStore is what the worker needs of the job store: the claim and the
+// state changes of one job. [*store.Store] implements it; its methods
+// document the transitions and errors (store.ErrTerminal, store.ErrLeased,
+// store.ErrBatched) the worker relies on.
+type JobStore interface {
+	// Claim takes the job for owner for lease (queued, retrying or an
+	// expired or own lease → running), recording it first when absent.
+	Claim(ctx context.Context, j *llmq.Job, owner string, lease time.Duration) (*store.JobRecord, error)
+	// ExtendLease pushes owner's lease to now+lease.
+	ExtendLease(ctx context.Context, id, owner string, lease time.Duration) error
+	// Release hands owner's job back to queued.
+	Release(ctx context.Context, id, owner string) error
+	// MarkRetrying records a retryable failure (running → retrying).
+	MarkRetrying(ctx context.Context, id, owner, code, msg string) error
+	// StoreResult records the answer (→ succeeded), once.
+	StoreResult(ctx context.Context, id string, r store.Result) (stored bool, err error)
+	// MarkFailed records a permanent failure (→ failed).
+	MarkFailed(ctx context.Context, id, code, msg string) error
+	// MarkExpired records a job whose deadline passed before it started.
+	MarkExpired(ctx context.Context, id string) error
+}
+
 // DeadLetterer takes the jobs that must not be retried any more: it records
 // the letter, publishes it to the dead-letter queue, marks the job
 // dead_lettered and raises an alert. [dlq.Writer] implements it.
@@ -53,8 +75,8 @@ type Router interface {
 type Config struct {
 	// Subscriber delivers the job messages. Required.
 	Subscriber transport.Subscriber
-	// Store is the Postgres job store. Required.
-	Store *store.Store
+	// Store holds the jobs' state (a *store.Store). Required.
+	Store JobStore
 	// Client calls the OpenAI-compatible upstream (see NewOpenAIClient).
 	// Required.
 	Client *openai.Client

@@ -26,6 +26,9 @@ import (
 	"github.com/llmq/llmq/worker"
 )
 
+// The Postgres store is the worker's job store.
+var _ worker.JobStore = (*store.Store)(nil)
+
 // letters records dead letters and marks their jobs, as dlq.Writer does,
 // without a broker: the worker's own tests check what it hands over.
 type letters struct {

@@ -57,7 +57,7 @@ func BenchmarkPipeline(b *testing.B) {
 			gate := newGate(sub, b.N)
 			w, err := worker.New(worker.Config{
 				Subscriber: gate, Store: tb.store, DeadLetters: tb.letters,
-				Client:      worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-bench", Timeout: 30 * time.Second}),
+				Upstream:    upstreamAt(tb.sim.URL, 30*time.Second),
 				Strategy:    shaping.StrategyRetry,
 				MaxInFlight: benchInFlight,
 				Logger:      slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),

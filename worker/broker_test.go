@@ -50,7 +50,7 @@ func TestWorkerThroughBrokers(t *testing.T) {
 			t.Cleanup(func() { _ = pub.Close() })
 			w, err := worker.New(worker.Config{
 				Subscriber: sub, Store: tb.store, DeadLetters: tb.letters,
-				Client:      worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 10 * time.Second}),
+				Upstream:    upstreamAt(tb.sim.URL, 10*time.Second),
 				Strategy:    shaping.StrategyRetry,
 				MaxInFlight: 256,
 				Logger:      slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),

@@ -54,11 +54,20 @@ func (c Class) String() string {
 // Provider selects the error dialect of the upstream.
 type Provider string
 
+// ParseProvider returns the named provider: openai or dashscope.
+func ParseProvider(s string) (Provider, error) {
+	switch p := Provider(s); p {
+	case ProviderOpenAI, ProviderDashScope:
+		return p, nil
+	}
+	return "", fmt.Errorf("worker: unknown provider %q (want openai or dashscope)", s)
+}
+
 const (
 	// ProviderOpenAI: insufficient_quota means billing and is permanent.
 	ProviderOpenAI Provider = "openai"
 	// ProviderDashScope: insufficient_quota means TPM throttling and is
-	// retryable (reference §4).
+	// retryable.
 	ProviderDashScope Provider = "dashscope"
 )
 

@@ -52,3 +52,14 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+func TestParseProvider(t *testing.T) {
+	t.Parallel()
+	for _, p := range []Provider{ProviderOpenAI, ProviderDashScope} {
+		got, err := ParseProvider(string(p))
+		require.NoError(t, err)
+		require.Equal(t, p, got)
+	}
+	_, err := ParseProvider("dashcope")
+	require.ErrorContains(t, err, `unknown provider "dashcope"`)
+}

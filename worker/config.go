@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
-	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
@@ -77,9 +76,9 @@ type Config struct {
 	Subscriber transport.Subscriber
 	// Store holds the jobs' state (a *store.Store). Required.
 	Store JobStore
-	// Client calls the OpenAI-compatible upstream (see NewOpenAIClient).
-	// Required.
-	Client *openai.Client
+	// Upstream makes the chat completion calls (OpenAIUpstream over
+	// NewOpenAIClient). Required.
+	Upstream Upstream
 	// DeadLetters takes exhausted and poison jobs. Required.
 	DeadLetters DeadLetterer
 	// Router, when set, may divert deferrable jobs to the batch lane.
@@ -92,8 +91,6 @@ type Config struct {
 	// window (checked before a fallback), prices (the cost stored with each
 	// result) and fallbacks; a model it does not list uses Catalog.Default.
 	Catalog llmq.Catalog
-	// Provider selects the upstream's error dialect. Default ProviderOpenAI.
-	Provider Provider
 	// Estimator counts prompt tokens. nil = a new shaping.Estimator.
 	Estimator *shaping.Estimator
 
@@ -141,9 +138,6 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Provider == "" {
-		c.Provider = ProviderOpenAI
-	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = MaxInFlightDefault
 	}
@@ -187,17 +181,14 @@ func (c Config) validate() error {
 	if c.Store == nil {
 		errs = append(errs, errors.New("worker: Config.Store is required"))
 	}
-	if c.Client == nil {
-		errs = append(errs, errors.New("worker: Config.Client is required"))
+	if c.Upstream == nil {
+		errs = append(errs, errors.New("worker: Config.Upstream is required"))
 	}
 	if c.DeadLetters == nil {
 		errs = append(errs, errors.New("worker: Config.DeadLetters is required"))
 	}
 	if _, err := shaping.ParseStrategy(string(c.Strategy)); err != nil {
 		errs = append(errs, fmt.Errorf("worker: Config.Strategy: %w", err))
-	}
-	if c.Provider != ProviderOpenAI && c.Provider != ProviderDashScope {
-		errs = append(errs, fmt.Errorf("worker: Config.Provider: unknown provider %q (want openai or dashscope)", c.Provider))
 	}
 	return errors.Join(errs...)
 }

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
@@ -314,21 +312,19 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 			w.giveBack(p.msg, p.job, true, log, err)
 			return
 		}
-		x := &exchange{}
-		if x.request, err = p.job.WithModel(model); err != nil {
+		body, err := p.job.WithModel(model)
+		if err != nil {
 			permit.Cancel()
 			w.finishFailed(ctx, p, log, "invalid_body", err.Error())
 			return
 		}
 		w.metrics.inFlight.Inc()
-		// go-openai only needs the model from the struct: the bytes sent are
-		// the exchange's, the job's own body.
-		resp, err := w.cfg.Client.CreateChatCompletion(withExchange(ctx, x), openai.ChatCompletionRequest{Model: model})
+		reply := w.cfg.Upstream.Call(ctx, model, body)
 		w.metrics.inFlight.Dec()
 		p.calls++
-		out := Classify(err, resp.Header(), w.cfg.Provider)
+		out := reply.Outcome
 		p.last = out
-		w.settle(permit, model, resp, out)
+		w.settle(permit, model, reply)
 		if ctx.Err() != nil {
 			// The call was cut by shutdown, not by the upstream.
 			w.giveBack(p.msg, p.job, true, log, context.Cause(ctx))
@@ -336,7 +332,7 @@ func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
 		}
 		switch out.Class {
 		case ClassSuccess:
-			w.succeed(ctx, p, model, resp, x.response.Bytes(), log)
+			w.succeed(ctx, p, model, reply, log)
 			return
 		case ClassPermanent:
 			w.finishFailed(ctx, p, log, out.Code, out.Message)
@@ -460,7 +456,8 @@ func isWaitError(err error) bool {
 }
 
 // settle gives the lane the outcome of one call and counts it.
-func (w *Worker) settle(permit shaping.Permit, model string, resp openai.ChatCompletionResponse, out Outcome) {
+func (w *Worker) settle(permit shaping.Permit, model string, reply Reply) {
+	out := reply.Outcome
 	code := "error"
 	if out.Status > 0 {
 		code = strconv.Itoa(out.Status)
@@ -472,9 +469,9 @@ func (w *Worker) settle(permit shaping.Permit, model string, resp openai.ChatCom
 		Headers:     out.Headers,
 	}
 	if out.Class == ClassSuccess {
-		so.PromptTokens, so.CompletionTokens = resp.Usage.PromptTokens, resp.Usage.CompletionTokens
-		w.metrics.tokens.WithLabelValues(model, "prompt").Add(float64(resp.Usage.PromptTokens))
-		w.metrics.tokens.WithLabelValues(model, "completion").Add(float64(resp.Usage.CompletionTokens))
+		so.PromptTokens, so.CompletionTokens = reply.PromptTokens, reply.CompletionTokens
+		w.metrics.tokens.WithLabelValues(model, "prompt").Add(float64(reply.PromptTokens))
+		w.metrics.tokens.WithLabelValues(model, "completion").Add(float64(reply.CompletionTokens))
 		w.budgetMu.Lock()
 		w.budget.Deposit()
 		w.budgetMu.Unlock()
@@ -484,22 +481,13 @@ func (w *Worker) settle(permit shaping.Permit, model string, resp openai.ChatCom
 	}
 }
 
-// succeed stores the upstream's answer as it came (raw), or as go-openai
-// decoded it when the raw bytes are not one JSON value.
-func (w *Worker) succeed(ctx context.Context, p *job, model string, resp openai.ChatCompletionResponse, raw []byte, log *slog.Logger) {
-	w.est.Observe(model, p.est.PromptTokens, resp.Usage.PromptTokens)
-	body := bytes.TrimSpace(raw)
-	var err error
-	if !json.Valid(body) {
-		if body, err = json.Marshal(resp); err != nil {
-			w.finishFailed(ctx, p, log, "invalid_response", err.Error())
-			return
-		}
-	}
-	cost := w.cfg.model(model).Cost(resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
-	_, err = w.cfg.Store.StoreResult(context.WithoutCancel(ctx), p.job.ID, store.Result{
-		Response: body, UsedModel: model, CostUSD: cost,
-		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
+// succeed stores the upstream's answer.
+func (w *Worker) succeed(ctx context.Context, p *job, model string, reply Reply, log *slog.Logger) {
+	w.est.Observe(model, p.est.PromptTokens, reply.PromptTokens)
+	cost := w.cfg.model(model).Cost(reply.PromptTokens, reply.CompletionTokens)
+	_, err := w.cfg.Store.StoreResult(context.WithoutCancel(ctx), p.job.ID, store.Result{
+		Response: reply.Body, UsedModel: model, CostUSD: cost,
+		PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens,
 	})
 	if err != nil {
 		// The result could not be stored: leave the message for redelivery

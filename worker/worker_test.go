@@ -113,7 +113,7 @@ func (tb *testBundle) start(t *testing.T, mutate func(*worker.Config)) *worker.W
 	cfg := worker.Config{
 		Subscriber:  tb.subscriber(t, 64),
 		Store:       tb.store,
-		Client:      worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 5 * time.Second}),
+		Upstream:    upstreamAt(tb.sim.URL, 5*time.Second),
 		DeadLetters: tb.letters,
 		Strategy:    shaping.StrategyRetry,
 		MaxInFlight: 64,
@@ -133,6 +133,12 @@ func (tb *testBundle) start(t *testing.T, mutate func(*worker.Config)) *worker.W
 		require.NoError(t, w.Stop(ctx))
 	})
 	return w
+}
+
+// upstreamAt is the real HTTP path to the OpenAI-compatible server at
+// baseURL (the simulator, mostly).
+func upstreamAt(baseURL string, timeout time.Duration) worker.Upstream {
+	return worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: baseURL, APIKey: "sk-test", Timeout: timeout}), worker.ProviderOpenAI)
 }
 
 func jobJSON(id, model string, extra string) []byte {
@@ -353,7 +359,7 @@ func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 	tb := setup(t, upstreamsim.Config{Seed: 11, Latency: upstreamsim.LatencyConfig{TTFT: 3 * time.Second}})
 	w, err := worker.New(worker.Config{
 		Subscriber: tb.subscriber(t, 8), Store: tb.store, DeadLetters: tb.letters,
-		Client:          worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 10 * time.Second}),
+		Upstream:        upstreamAt(tb.sim.URL, 10*time.Second),
 		Strategy:        shaping.StrategyRetry,
 		MaxInFlight:     8,
 		ShutdownTimeout: 100 * time.Millisecond,

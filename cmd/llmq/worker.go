@@ -133,9 +133,13 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 	}
 	defer stopWithin(letters.Stop, 10*time.Second)
 
+	provider, err := worker.ParseProvider(wf.provider)
+	if err != nil {
+		return err
+	}
 	client := worker.NewOpenAIClient(worker.UpstreamConfig{
 		BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Timeout: wf.upstreamTimeout,
-		DashScopeWaitTimeout: wf.dashScopeWait, Provider: worker.Provider(wf.provider),
+		DashScopeWaitTimeout: wf.dashScopeWait, Provider: provider,
 	})
 	// The batch lane: deferrable jobs go to the provider's Batch API off-peak
 	// or when the live queue would take too long to drain.
@@ -155,13 +159,12 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 
 	w, err = worker.New(worker.Config{
 		Subscriber: sub, Store: st, DeadLetters: letters, Router: router,
-		Client:   client,
+		Upstream: worker.OpenAIUpstream(client, provider),
 		Strategy: strategy,
 		Catalog: llmq.Catalog{
 			Models:  cfg.Models,
 			Default: llmq.Model{RPM: float64(wf.rpm), TPM: float64(wf.tpm), Concurrency: wf.concurrency},
 		},
-		Provider:        worker.Provider(wf.provider),
 		MaxInFlight:     wf.maxInFlight,
 		MaxAttempts:     cfg.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: cfg.Retry.BaseDelay, Max: cfg.Retry.MaxDelay},

@@ -174,7 +174,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(worker.Config{
 		Subscriber: sub, Store: st, DeadLetters: letters,
-		Client:   worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: root + "/v1", APIKey: simAPIKey, Timeout: 30 * time.Second}),
+		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: root + "/v1", APIKey: simAPIKey, Timeout: 30 * time.Second}), worker.ProviderOpenAI),
 		Strategy: s.strategy, Catalog: llmq.Catalog{Models: s.models},
 		ShutdownTimeout: shutdownTimeout, Logger: b.log, Registerer: reg,
 	})

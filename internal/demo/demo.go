@@ -204,7 +204,7 @@ func (r *run) start(ctx context.Context) error {
 
 	r.reg = prometheus.NewRegistry()
 	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: st, Client: client, DeadLetters: letters, Router: router,
+		Subscriber: sub, Store: st, Upstream: worker.OpenAIUpstream(client, worker.ProviderOpenAI), DeadLetters: letters, Router: router,
 		Strategy: shaping.StrategyShape,
 		Catalog: llmq.Catalog{Models: map[string]llmq.Model{
 			ModelDefault: {RPM: float64(cfg.RPM), TPM: float64(cfg.TPM), Fallbacks: []string{FallbackModelDefault},

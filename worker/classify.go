@@ -164,6 +164,12 @@ func codeString(code any) string {
 		return ""
 	case string:
 		return c
+	case int:
+		// go-openai decodes "code": null (OpenAI's 5xx) as the int 0.
+		if c == 0 {
+			return ""
+		}
+		return strconv.Itoa(c)
 	default:
 		return fmt.Sprint(c)
 	}

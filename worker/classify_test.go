@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"syscall"
@@ -15,6 +16,13 @@ func TestClassify(t *testing.T) {
 	t.Parallel()
 	api := func(status int, code any, typ string) error {
 		return fmt.Errorf("call: %w", &openai.APIError{HTTPStatusCode: status, Code: code, Type: typ, Message: "m"})
+	}
+	// decoded is the error go-openai makes of an error body.
+	decoded := func(status int, body string) error {
+		var e openai.ErrorResponse
+		require.NoError(t, json.Unmarshal([]byte(body), &e))
+		e.Error.HTTPStatusCode = status
+		return fmt.Errorf("call: %w", e.Error)
 	}
 	tests := []struct {
 		name     string
@@ -34,6 +42,8 @@ func TestClassify(t *testing.T) {
 		{"dashscope burst", api(429, "limit_burst_rate", "limit_burst_rate"), ProviderDashScope, ClassRateLimited, "limit_burst_rate"},
 		{"azure numeric-string 429", api(429, "429", ""), ProviderOpenAI, ClassRateLimited, "429"},
 		{"500", api(500, nil, "server_error"), ProviderOpenAI, ClassRetryable, "server_error"},
+		{"500 with a null code", decoded(500, `{"error":{"message":"m","type":"server_error","param":null,"code":null}}`), ProviderOpenAI, ClassRetryable, "server_error"},
+		{"numeric code", decoded(429, `{"error":{"message":"m","type":"","code":429}}`), ProviderOpenAI, ClassRateLimited, "429"},
 		{"503 overloaded", api(503, "server_is_overloaded", "service_unavailable_error"), ProviderOpenAI, ClassRetryable, "server_is_overloaded"},
 		{"502 html", &openai.RequestError{HTTPStatusCode: 502, Err: errors.New("bad gateway")}, ProviderOpenAI, ClassRetryable, "http_502"},
 		{"408", &openai.RequestError{HTTPStatusCode: 408}, ProviderOpenAI, ClassRetryable, "http_408"},

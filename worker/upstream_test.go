@@ -104,6 +104,8 @@ func TestOpenAIUpstreamCall(t *testing.T) {
 			class: worker.ClassPermanent, status: 429, code: "insufficient_quota"},
 		{name: "insufficient_quota is TPM on DashScope", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultInsufficientQuota)},
 			provider: worker.ProviderDashScope, class: worker.ClassRateLimited, status: 429, code: "insufficient_quota"},
+		{name: "500", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultServerError)},
+			class: worker.ClassRetryable, status: 500, code: "server_error"},
 		{name: "502 html page", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultBadGateway)},
 			class: worker.ClassRetryable, status: 502, code: "http_502"},
 		{name: "connection reset", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultConnectionReset)},

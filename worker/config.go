@@ -192,13 +192,3 @@ func (c Config) validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// model returns the catalog entry of a model, with the shaping package's
-// output allowance when it sets none.
-func (c Config) model(name string) llmq.Model {
-	m := c.Catalog.Lookup(name)
-	if m.MaxOutputDefault <= 0 {
-		m.MaxOutputDefault = shaping.LaneMaxOutputDefault
-	}
-	return m
-}

@@ -77,7 +77,7 @@ func (w *Worker) lane(model string) *lane {
 	if l, ok := w.lanes[model]; ok {
 		return l
 	}
-	m := w.cfg.model(model)
+	m := w.model(model)
 	strategy := w.cfg.Strategy
 	if strategy == "" {
 		strategy = shaping.DefaultStrategy(m.RPM, m.TPM)

@@ -606,3 +606,67 @@ func TestWorkerHoldsMessagesWhileTheDatabaseIsDown(t *testing.T) {
 	}
 	require.Zero(t, tb.sim.Sim.Stats().Total.Accepted, "no upstream call without a claim")
 }
+
+// scripted is an Upstream that answers from a script, one reply per call
+// (the last one again once the script runs out), for tests of the
+// pipeline's mechanics rather than of HTTP.
+type scripted struct {
+	mu      sync.Mutex
+	replies []worker.Reply
+	models  []string
+}
+
+func (s *scripted) Call(_ context.Context, model string, _ []byte) worker.Reply {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.replies[min(len(s.models), len(s.replies)-1)]
+	s.models = append(s.models, model)
+	return r
+}
+
+func (s *scripted) calls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.models...)
+}
+
+// TestWorkerPerformsARetry: a 503 with Retry-After 90 s is recorded as
+// retrying, the lease is extended past the wait (over half the lease), the
+// wait runs on the worker's clock, and the job is claimed again and called
+// again.
+func TestWorkerPerformsARetry(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 18})
+	up := &scripted{replies: []worker.Reply{
+		{Outcome: worker.Outcome{Class: worker.ClassRetryable, Status: 503, Code: "server_is_overloaded", Message: "busy",
+			Headers: shaping.RateLimitHeaders{RetryAfter: 90 * time.Second, HasRetryAfter: true}}},
+		{Outcome: worker.Outcome{Class: worker.ClassSuccess, Status: 200}, Body: []byte(`{"object":"chat.completion"}`),
+			PromptTokens: 3, CompletionTokens: 4},
+	}}
+	clock := clockwork.NewFakeClockAt(time.Now())
+	tb.start(t, func(c *worker.Config) {
+		c.Upstream, c.Clock, c.Lease = up, clock, 2*time.Minute
+		c.Backoff.MaxRetryAfter = 5 * time.Minute
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	published := time.Now()
+	tb.publish(t, jobJSON("retry-1", "m", ""))
+	require.NoError(t, clock.BlockUntilContext(ctx, 2)) // the backoff and the gauges' ticker
+	rec, err := tb.store.GetByID(ctx, "retry-1")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusRetrying, rec.Status)
+	require.Equal(t, "server_is_overloaded", rec.ErrorCode)
+	require.Equal(t, "busy", rec.ErrorMessage)
+	require.True(t, rec.LeaseExpiresAt.After(published.Add(90*time.Second+2*time.Minute)),
+		"lease extended by the wait: %v", rec.LeaseExpiresAt)
+	require.Equal(t, []string{"m"}, up.calls())
+
+	clock.Advance(90 * time.Second)
+	rec = tb.waitTerminal(t, []string{"retry-1"}, 10*time.Second)["retry-1"]
+	require.Equal(t, llmq.StatusSucceeded, rec.Status)
+	require.JSONEq(t, `{"object":"chat.completion"}`, string(rec.Result))
+	require.Equal(t, 2, rec.Attempts, "claimed again after the wait")
+	require.Equal(t, 3, rec.PromptTokens)
+	require.Equal(t, []string{"m", "m"}, up.calls())
+}

@@ -80,8 +80,6 @@ type UpstreamConfig struct {
 	// (whole seconds) so the server queues burst-limited requests instead of
 	// answering 429, and the client timeout grows by the same amount.
 	DashScopeWaitTimeout time.Duration
-	// Provider selects the error dialect. Default ProviderOpenAI.
-	Provider Provider
 	// Transport is the HTTP transport; nil means a clone of
 	// http.DefaultTransport with enough idle connections per host for the
 	// worker's concurrency.

@@ -139,7 +139,7 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 	}
 	client := worker.NewOpenAIClient(worker.UpstreamConfig{
 		BaseURL: cfg.OpenAIBaseURL, APIKey: cfg.OpenAIAPIKey, Timeout: wf.upstreamTimeout,
-		DashScopeWaitTimeout: wf.dashScopeWait, Provider: provider,
+		DashScopeWaitTimeout: wf.dashScopeWait,
 	})
 	// The batch lane: deferrable jobs go to the provider's Batch API off-peak
 	// or when the live queue would take too long to drain.

@@ -101,8 +101,10 @@ func (tb *testBundle) subscriber(t testing.TB, prefetch int) transport.Subscribe
 	return sub
 }
 
-// depth is the number of messages waiting in the bundle's queue.
-func (tb *testBundle) depth(t testing.TB) int64 {
+// ready is the number of messages ready in the bundle's queue: the probe
+// holds none, so its depth counts neither the messages a worker holds nor
+// whether they were acked (waitDrained asks the worker's own subscriber).
+func (tb *testBundle) ready(t testing.TB) int64 {
 	t.Helper()
 	d, err := tb.probe.Depth(context.Background())
 	require.NoError(t, err)
@@ -521,7 +523,7 @@ func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 		require.Equal(t, llmq.StatusQueued, rec.Status, "%s handed back", id)
 		require.Empty(t, rec.LeaseOwner)
 	}
-	require.Eventually(t, func() bool { return tb.depth(t) == int64(len(ids)) }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return tb.ready(t) == int64(len(ids)) }, 10*time.Second, 10*time.Millisecond,
 		"messages requeued")
 
 	tb.start(t, nil)
@@ -605,7 +607,7 @@ func TestWorkerHoldsMessagesWhileTheDatabaseIsDown(t *testing.T) {
 		// second waiter is the gauges' ticker): not requeued, so the queue
 		// shows nothing ready.
 		require.NoError(t, clock.BlockUntilContext(ctx, 2))
-		require.Zero(t, tb.depth(t))
+		require.Zero(t, tb.ready(t))
 		clock.Advance(time.Second) // handed back, redelivered, held again
 	}
 	require.Zero(t, tb.sim.Sim.Stats().Total.Accepted, "no upstream call without a claim")

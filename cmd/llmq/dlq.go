@@ -174,7 +174,7 @@ func newDLQLsCmd() *cobra.Command {
 			}
 			return dlqWriteJSON(out, struct {
 				Data       []*store.DeadLetter `json:"data"`
-				NextCursor *string      `json:"next_cursor"`
+				NextCursor *string             `json:"next_cursor"`
 			}{recs, nc})
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -360,7 +360,6 @@ func newDLQPurgeCmd() *cobra.Command {
 	}
 	return cmd
 }
-
 
 func dlqWriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -207,7 +207,8 @@ func (a *App) buildWorker() error {
 
 	client := worker.NewOpenAIClient(upstreamConfig(s, wc))
 	wcfg := workerConfig(s, wc)
-	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Client = a.sub, a.store, letters, client
+	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters = a.sub, a.store, letters
+	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.reg
 	if !wc.NoBatchLane {
 		// The batch lane: deferrable jobs go to the provider's Batch API

@@ -29,8 +29,9 @@ type Message struct {
 	// Source names where the message came from, for dead letters:
 	// "topic/partition/offset" or "queue/delivery-tag".
 	Source string
-	// Redelivered is true when the broker knows it delivered this message
-	// before (RabbitMQ redelivered flag; Kafka cannot tell and says false).
+	// Redelivered is true when the message was handed out before: always
+	// after a Nack; after a restart or reconnect when the broker knows
+	// (RabbitMQ's redelivered flag; Kafka cannot tell and says false).
 	Redelivered bool
 	// ReceivedAt is when the consumer got the message.
 	ReceivedAt time.Time
@@ -59,9 +60,11 @@ func (m *Message) Ack(ctx context.Context) error {
 	return m.ack(ctx)
 }
 
-// Nack gives the message back for redelivery (RabbitMQ requeue). On Kafka it
-// leaves the offset uncommitted so it is delivered again after a restart or
-// rebalance.
+// Nack gives the message back: it is handed out again at once, with
+// Redelivered set, however often it is nacked (RabbitMQ requeues it; Kafka
+// hands it out again from memory and commits nothing past its offset until
+// it is acked). Nack never settles a message: only Ack does. It returns
+// the same errors as Ack.
 func (m *Message) Nack(ctx context.Context) error {
 	if m.nack == nil {
 		return errors.New("transport: nack of a message that was not delivered")

@@ -25,7 +25,12 @@
 // (or minus the log start when nothing was committed), summed over the
 // topic's partitions.
 //
-// Kafka has no message priority: Message.Priority is not transmitted, and
-// Nack leaves the offset uncommitted (the message comes back after a restart
-// or rebalance, and the partition's commits stop at it until then).
+// Nack hands the message out again at once from memory (it is not fetched
+// again, so no other message is repeated) while its offset stays pending:
+// the partition's commits stop at it until a redelivery is acked, so the
+// lag stays true and a restart or rebalance meanwhile brings it back. The
+// redelivered message comes after messages fetched since: partition order
+// is not kept for it.
+//
+// Kafka has no message priority: Message.Priority is not transmitted.
 package kafka

@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 		},
 	}, transporttest.Features{
 		Key: true, Priority: true, PriorityOrder: true, Redelivered: true,
-		ExactRedelivery: true, NackRequeues: true, Depth: true,
+		ExactRedelivery: true, Depth: true,
 	})
 }
 

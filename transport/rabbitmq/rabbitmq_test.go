@@ -40,7 +40,7 @@ func sever(t *testing.T, sub transport.Subscriber) {
 
 func TestConformanceQuorum(t *testing.T) {
 	transporttest.Run(t, factory(rabbitmq.QueueQuorum), transporttest.Features{
-		Priority: true, Redelivered: true, ExactRedelivery: true, NackRequeues: true,
+		Priority: true, Redelivered: true, ExactRedelivery: true,
 		Depth: true, BreakConnection: sever,
 	})
 }
@@ -48,6 +48,6 @@ func TestConformanceQuorum(t *testing.T) {
 func TestConformanceClassic(t *testing.T) {
 	transporttest.Run(t, factory(rabbitmq.QueueClassic), transporttest.Features{
 		Priority: true, PriorityOrder: true, Redelivered: true, ExactRedelivery: true,
-		NackRequeues: true, Depth: true, BreakConnection: sever,
+		Depth: true, BreakConnection: sever,
 	})
 }

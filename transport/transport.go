@@ -98,3 +98,12 @@ type Subscriber interface {
 	Depth(ctx context.Context) (int64, error)
 	Close() error
 }
+
+// SizeLimiter is implemented by a Publisher that knows the largest message
+// its broker takes (Kafka's max.message.bytes), so a producer can refuse a
+// message that would be rejected before it records or sends anything.
+type SizeLimiter interface {
+	// MaxValueBytes is the largest Value the broker takes in a message
+	// with m's Key and Headers (m.Value is ignored).
+	MaxValueBytes(m Message) int
+}

@@ -19,7 +19,14 @@ const (
 	BatchTimeoutDefault      = 5 * time.Millisecond
 	BatchSizeDefault         = 1000
 	TimeoutDefault           = 10 * time.Second
+	// MaxMessageBytesDefault is Kafka's default message.max.bytes: the
+	// largest record batch a broker takes.
+	MaxMessageBytesDefault = 1048588
 )
+
+// RecordBatchOverhead is the size of a record batch's header, which a broker
+// counts against max.message.bytes.
+const RecordBatchOverhead = 61
 
 // Config configures a Subscriber.
 type Config struct {
@@ -98,6 +105,12 @@ type PublisherConfig struct {
 	// BatchSize is the most messages in one produce batch.
 	// Default BatchSizeDefault.
 	BatchSize int
+	// MaxMessageBytes is the broker's message.max.bytes (or the topics'
+	// max.message.bytes when lower): the largest record batch it takes.
+	// Produce batches are kept under it, and MaxValueBytes tells how large
+	// a message may be. Default MaxMessageBytesDefault; must be at least
+	// 1024.
+	MaxMessageBytes int
 	// TopicPartitions is the partition count of a topic Publish creates;
 	// zero means the broker's default.
 	TopicPartitions int
@@ -114,6 +127,7 @@ type PublisherConfig struct {
 func (c PublisherConfig) WithDefaults() PublisherConfig {
 	c.BatchTimeout = cmp.Or(c.BatchTimeout, BatchTimeoutDefault)
 	c.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, MaxMessageBytesDefault)
 	c.Timeout = cmp.Or(c.Timeout, TimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -129,6 +143,8 @@ func (c PublisherConfig) validate() error {
 		return fmt.Errorf("kafka: PublisherConfig.BatchSize must be >= 1, got %d", c.BatchSize)
 	case c.TopicPartitions < 0:
 		return fmt.Errorf("kafka: PublisherConfig.TopicPartitions must not be negative, got %d", c.TopicPartitions)
+	case c.MaxMessageBytes < 1024:
+		return fmt.Errorf("kafka: PublisherConfig.MaxMessageBytes must be at least 1024, got %d", c.MaxMessageBytes)
 	}
 	return nil
 }

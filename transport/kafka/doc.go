@@ -19,7 +19,11 @@
 // Publisher writes with a kafka-go Writer (RequiredAcks all, 5 ms batch
 // timeout, key = Message.Key hashed with murmur2 like the Java client) and
 // creates a missing destination topic (for example "<topic>.dlq") on first
-// use.
+// use. Produce batches stay under PublisherConfig.MaxMessageBytes (the
+// broker's message.max.bytes, 1 MB by default), which the broker applies
+// to a whole batch; Publisher.MaxValueBytes tells how large one message
+// may be. A message refused for itself (too large, invalid) makes Publish
+// return an error wrapping transport.ErrMessageRejected.
 //
 // Depth is the consumer group's lag: high watermark minus committed offset
 // (or minus the log start when nothing was committed), summed over the

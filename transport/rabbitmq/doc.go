@@ -22,7 +22,10 @@
 // priority property, and waits for publisher confirms in windows of
 // Config.ConfirmWindow deferred confirmations rather than one by one. A
 // publish interrupted by a lost connection is retried on a new connection
-// (the broker may then hold a duplicate: delivery is at-least-once).
+// (the broker may then hold a duplicate: delivery is at-least-once). A
+// message over the broker's max_message_size (the channel closes with 406)
+// is not retried: Publish returns an error wrapping
+// transport.ErrMessageRejected.
 //
 // Delivered headers are the AMQP headers as strings; quorum queues add
 // x-delivery-count on redeliveries. Message.Key is not transmitted.

@@ -36,9 +36,27 @@ type Message struct {
 	// ReceivedAt is when the consumer got the message.
 	ReceivedAt time.Time
 
+	// Rejected is set on a message the broker gave up delivering: it was
+	// delivered more times than the queue's delivery limit and the broker
+	// dead-lettered it (RabbitMQ: to "<queue>.rejected", which the
+	// subscriber consumes too; memory: Config.DeliveryLimit). It holds the
+	// broker's reason, "delivery_limit" (RabbitMQ also says "rejected",
+	// "expired" or "maxlen" for messages a policy dead-lettered). Such a
+	// message is not work to do: the consumer records it as a dead letter
+	// and acks it. Empty for an ordinary delivery.
+	Rejected string
+	// RejectedCount is, on a rejected message, how many times the broker
+	// rejected it from its queue (RabbitMQ's x-death count): 1 the first
+	// time, more when a replay of it was rejected again; 0 when unknown.
+	RejectedCount int
+
 	ack  func(ctx context.Context) error
 	nack func(ctx context.Context) error
 }
+
+// RejectedDeliveryLimit is Message.Rejected for a message delivered more
+// times than its queue's delivery limit.
+const RejectedDeliveryLimit = "delivery_limit"
 
 // NewMessage builds a delivered message whose Ack and Nack call the given
 // functions. Adapters use it; producers build a plain Message literal.

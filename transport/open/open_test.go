@@ -91,7 +91,7 @@ func TestOpenRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			defer sub.Close()
 			if target.Kind == open.KindRabbitMQ {
-				defer rabbitmqtest.Delete(t, target.Dest)
+				defer rabbitmqtest.Delete(t, target.Dest, target.Dest+rabbitmq.RejectedSuffix)
 			}
 			require.NoError(t, pub.Publish(ctx, target.Dest, transport.Message{Value: []byte("hello")}))
 			ch, err := sub.Consume(ctx)

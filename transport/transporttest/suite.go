@@ -46,6 +46,13 @@ type Features struct {
 	ExactRedelivery bool
 	// Depth: Subscriber.Depth reports ready plus unacked messages.
 	Depth bool
+	// DeliveryLimit is the delivery limit of the factory's subscribers; 0
+	// when the adapter has none (Kafka redelivers a nacked message
+	// forever). With a limit, a message handed back more often is
+	// delivered once more with Message.Rejected set
+	// (transport.RejectedDeliveryLimit), and is gone once that delivery is
+	// acked.
+	DeliveryLimit int
 	// BreakConnection, when not nil, severs sub's broker connection the way
 	// a network failure would; the suite then checks that consuming resumes
 	// on the same channel and that the unacked messages come back.
@@ -67,6 +74,7 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"ManyOnce", s.manyOnce},
 		{"UnackedComeBack", s.unackedComeBack},
 		{"NackRedelivers", s.nackRedelivers},
+		{"DeliveryLimit", s.deliveryLimit},
 		{"PrefetchBound", s.prefetchBound},
 		{"CloseDuringConsume", s.closeDuringConsume},
 		{"CancelDuringConsume", s.cancelDuringConsume},
@@ -374,6 +382,49 @@ func (s *suite) nackRedelivers(t *testing.T) {
 		s.waitDepth(t, sub, 0)
 	}
 	nothing(t, ch, 200*time.Millisecond)
+}
+
+// deliveryLimit: a message nacked on every delivery is delivered
+// DeliveryLimit+1 times, then once more marked rejected with its body,
+// headers and priority; acking that ends it, and the message after it was
+// never held up.
+func (s *suite) deliveryLimit(t *testing.T) {
+	if s.feat.DeliveryLimit == 0 {
+		t.Skip("adapter has no delivery limit")
+	}
+	b := s.setup(t)
+	poison := transport.Message{Value: []byte("poison"), Headers: map[string]string{"x-tenant": "acme"}, Priority: 5}
+	require.NoError(t, b.pub.Publish(s.ctx(t), b.dest, poison))
+	sub, ch := s.subscribe(t, b, 5)
+	for n := 1; n <= s.feat.DeliveryLimit+1; n++ {
+		m := s.receive(t, ch, 1)[0]
+		require.Equal(t, "poison", string(m.Value))
+		require.Empty(t, m.Rejected, "delivery %d of %d allowed", n, s.feat.DeliveryLimit+1)
+		require.NoError(t, m.Nack(s.ctx(t)))
+	}
+	m := s.receive(t, ch, 1)[0]
+	require.Equal(t, "poison", string(m.Value))
+	require.Equal(t, transport.RejectedDeliveryLimit, m.Rejected)
+	require.Equal(t, 1, m.RejectedCount)
+	require.Equal(t, "acme", m.Headers["x-tenant"])
+	require.NotEmpty(t, m.Source)
+	if s.feat.Priority {
+		require.Equal(t, uint8(5), m.Priority)
+	}
+	require.NoError(t, m.Nack(s.ctx(t)), "a rejected message can be handed back too")
+	m = s.receive(t, ch, 1)[0]
+	require.Equal(t, transport.RejectedDeliveryLimit, m.Rejected)
+	require.NoError(t, m.Ack(s.ctx(t)))
+
+	s.publishN(t, b, "after", 1)
+	m = s.receive(t, ch, 1)[0]
+	require.Equal(t, "after0", string(m.Value))
+	require.Empty(t, m.Rejected)
+	require.NoError(t, m.Ack(s.ctx(t)))
+	nothing(t, ch, 200*time.Millisecond)
+	if s.feat.Depth {
+		s.waitDepth(t, sub, 0)
+	}
 }
 
 func (s *suite) prefetchBound(t *testing.T) {

@@ -39,7 +39,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tr := &kafkago.Transport{}
+	tr := cfg.Security.transport()
 	p := &Publisher{
 		cfg:       cfg,
 		log:       cfg.Logger,

@@ -54,7 +54,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tr := &kafkago.Transport{}
+	tr := cfg.Security.transport()
 	return &Subscriber{
 		cfg:       cfg,
 		log:       cfg.Logger.With(slog.String("topic", cfg.Topic), slog.String("group", cfg.Group)),
@@ -87,6 +87,7 @@ func (s *Subscriber) Consume(ctx context.Context) (<-chan *transport.Message, er
 		JoinGroupBackoff:  s.cfg.HeartbeatInterval,
 		StartOffset:       kafkago.FirstOffset,
 		Timeout:           s.cfg.Timeout,
+		Dialer:            s.cfg.Security.dialer(s.cfg.Timeout),
 		ErrorLogger:       s.errorLogger(),
 	})
 	if err != nil {
@@ -177,6 +178,7 @@ func (s *Subscriber) fetch(ctx context.Context, t *tracker, offset int64, out ch
 		MaxWait:         s.cfg.MaxWait,
 		QueueCapacity:   min(s.cfg.Prefetch, 100),
 		ReadLagInterval: -1,
+		Dialer:          s.cfg.Security.dialer(s.cfg.Timeout),
 		ErrorLogger:     s.errorLogger(),
 	})
 	defer r.Close()

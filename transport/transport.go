@@ -16,7 +16,8 @@ import (
 
 // Message is one job message and its broker metadata.
 type Message struct {
-	// Key is the Kafka key (tenant or id); empty on RabbitMQ.
+	// Key is the Kafka key (the producer uses the job id, or the tenant);
+	// empty on RabbitMQ.
 	Key []byte
 	// Value is the job's JSON wire form.
 	Value []byte

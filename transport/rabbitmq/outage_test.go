@@ -70,7 +70,7 @@ func TestOutage(t *testing.T) {
 	// subscriber notices the loss and redials, refused while the broker
 	// is away.
 	away := time.After(10 * time.Second)
-	for strings.Count(logs.String(), "reconnect failed") < 2 {
+	for strings.Count(logs.String(), "reconnect failed") < 5 {
 		select {
 		case m := <-out:
 			require.ErrorIs(t, m.Ack(ctx), transport.ErrStaleDelivery)

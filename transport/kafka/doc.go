@@ -36,5 +36,9 @@
 // redelivered message comes after messages fetched since: partition order
 // is not kept for it.
 //
+// Config.Security and PublisherConfig.Security carry TLS and SASL (PLAIN,
+// SCRAM-SHA-256, SCRAM-SHA-512; NewSASL) to every connection: the group,
+// the partition readers, the writer and the lag probe.
+//
 // Kafka has no message priority: Message.Priority is not transmitted.
 package kafka

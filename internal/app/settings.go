@@ -57,7 +57,8 @@ func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
 // producerConfig is the producer's share of the settings: the backpressure
 // thresholds.
 func producerConfig(s *config.Config) producer.Config {
-	return producer.Config{SoftDepth: s.Backpressure.SoftDepth, HardDepth: s.Backpressure.HardDepth}
+	return producer.Config{SoftDepth: s.Backpressure.SoftDepth, HardDepth: s.Backpressure.HardDepth,
+		MaxMessageBytes: s.MaxMessageBytes}
 }
 
 // alertConfig is the dead-letter alerter's share of the settings; ok is

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // BucketStart says how full a [Bucket] is when it is created.
@@ -331,7 +333,7 @@ func (b *Bucket) Capacity() float64 {
 // wait would pass ctx's deadline it fails at once with a [*WaitError] carrying
 // the predicted wait, and reserves nothing. When ctx ends while waiting, the
 // tokens are given back.
-func (b *Bucket) Wait(ctx context.Context, clock Clock, n float64) error {
+func (b *Bucket) Wait(ctx context.Context, clock clockwork.Clock, n float64) error {
 	now := clock.Now()
 	b.mu.Lock()
 	ready, imm, err := b.peekLocked(now, n)

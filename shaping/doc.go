@@ -3,7 +3,7 @@
 // estimation rules of seed 001, as a pure package. The algorithms start no
 // goroutines, do no I/O and take the time as an argument (ReserveAt(now, …));
 // a thin waiting layer ([Lane.Admit], [Bucket.Wait]) runs on an injected
-// [Clock] (see "Clocks" below).
+// clock (see "Clocks" below).
 //
 // # The lane
 //
@@ -127,13 +127,11 @@
 //
 // # Clocks
 //
-// The package keeps its own small [Clock] interface (Now and After) rather
-// than taking a [github.com/jonboulle/clockwork.Clock]: the waiting layer
-// needs nothing more, and a two-method interface is what callers with their
-// own time source (the worker's backoff, a test harness) can satisfy without
-// implementing tickers, timers and AfterFunc. Every clockwork clock satisfies
-// it (checked at compile time), so there is no clock implementation here:
-// the default is clockwork.NewRealClock(), and tests use
+// The waiting layer reads the time from a [github.com/jonboulle/clockwork.Clock],
+// the one clock type of llmq ([LaneConfig.Clock], [Bucket.Wait]), so a
+// worker passes its own clock straight through and no adapter or second
+// clock interface exists. The algorithms never read a clock: they take the
+// time as an argument. The default is clockwork.NewRealClock(); tests use
 // clockwork.NewFakeClockAt(t) with Advance and BlockUntilContext (to wait
 // until an Admit is parked on the clock). The discrete-event simulation
 // needs no timer introspection: it never blocks, it only moves the fake

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Lane is the admission control of one (API key, model) pair: the buckets,
@@ -24,7 +26,7 @@ import (
 // controller's glue).
 type Lane struct {
 	cfg   LaneConfig
-	clock Clock
+	clock clockwork.Clock
 	slots *ConcurrencyLimiter
 	pacer *Pacer
 
@@ -88,7 +90,7 @@ func NewLane(cfg LaneConfig) (*Lane, error) {
 func (l *Lane) Strategy() Strategy { return l.cfg.Strategy }
 
 // Clock returns the lane's clock.
-func (l *Lane) Clock() Clock { return l.clock }
+func (l *Lane) Clock() clockwork.Clock { return l.clock }
 
 // TryAcquireSlot takes a concurrency slot if one is free.
 func (l *Lane) TryAcquireSlot() bool { return l.slots.TryAcquire() }

@@ -97,7 +97,7 @@ type LaneConfig struct {
 	PauseDefault time.Duration
 	// Clock is the time source of Admit and Done. Default
 	// clockwork.NewRealClock().
-	Clock Clock
+	Clock clockwork.Clock
 }
 
 // WithDefaults returns c with the defaults applied.

@@ -41,8 +41,8 @@ type BucketConfig struct {
 	// single request it accepts. Default (0): Limit, one period's worth.
 	Capacity float64
 	// WarmUp ramps the refill rate linearly from 0 to Limit/Per over this
-	// duration after creation (seed 000's cumulative formula). 0 = no
-	// warm-up.
+	// duration after creation (the cumulative formula of
+	// docs/design/rate-limiting.md). 0 = no warm-up.
 	WarmUp time.Duration
 	// Start is the initial level. Default StartDefault.
 	Start BucketStart
@@ -85,9 +85,9 @@ var bucketIDs atomic.Uint64
 // Because every reservation takes its tokens at once and later ones queue
 // behind the debt, waiters are served strictly first-in first-out.
 //
-// The refill rate may ramp up linearly during a warm-up (seed 000):
-// cumulative tokens generated t seconds after creation are R t²/(2T) for
-// t <= T and RT/2 + R(t-T) after.
+// The refill rate may ramp up linearly during a warm-up (see
+// docs/design/rate-limiting.md): cumulative tokens generated t seconds after
+// creation are R t²/(2T) for t <= T and RT/2 + R(t-T) after.
 //
 // All methods take the time explicitly and are safe for concurrent use. A
 // Bucket may be shared by several [Lane]s (a tenant or API-key quota).

@@ -11,8 +11,8 @@ import (
 
 // Lane is the admission control of one (API key, model) pair: the buckets,
 // the concurrency limiter, the pacer, the adaptive controller and the
-// calibration from the server's headers, in the seeds' order. It is safe for
-// concurrent use.
+// calibration from the server's headers, in the order
+// docs/design/rate-limiting.md gives. It is safe for concurrent use.
 //
 // The core methods (ReserveAt, CancelAt, TryAcquireSlot, PaceAt, SendAt,
 // [Permit.DoneAt]) take the time explicitly and never block; [Lane.Admit]

@@ -2,13 +2,14 @@ package shaping
 
 import "context"
 
-// Admit waits, in the seeds' order, for every bucket (all together), then a
-// concurrency slot, then the pacing inside the slot, and returns the permit
-// to send. It never waits long while holding a slot: a lane pause that
-// begins meanwhile gives the slot back first. It fails at once with a
-// [*WaitError] when the buckets or a pause would pass ctx's deadline, with
-// [ErrTooLarge] (permanent) when the request can never fit, and with ctx's
-// cause if ctx ends while waiting; then nothing stays reserved.
+// Admit waits, in the order of docs/design/rate-limiting.md, for every
+// bucket (all together), then a concurrency slot, then the pacing inside
+// the slot, and returns the permit to send. It never waits long while
+// holding a slot: a lane pause that begins meanwhile gives the slot back
+// first. It fails at once with a [*WaitError] when the buckets or a pause
+// would pass ctx's deadline, with [ErrTooLarge] (permanent) when the request
+// can never fit, and with ctx's cause if ctx ends while waiting; then
+// nothing stays reserved.
 //
 // When nothing waits, Admit takes the lane's lock twice (tick and reserve
 // together, then the send), allocates nothing and returns a Permit by value.

@@ -17,7 +17,8 @@ const (
 	// LaneMaxConcurrencyDefault is adaptive's upper bound.
 	LaneMaxConcurrencyDefault = 512
 	// LaneMaxOutputDefault is reserved for a request that sets no maximum
-	// output (seed 001: a configured cap, never the model's maximum).
+	// output: a configured cap, never the model's maximum
+	// (docs/design/quotas.md).
 	LaneMaxOutputDefault = 1024
 	// LaneWarmUpDefault is the warm-up of shape and adaptive.
 	LaneWarmUpDefault = 10 * time.Second
@@ -46,8 +47,9 @@ type Quota struct {
 type Settlement int
 
 const (
-	// SettleActual corrects the reservation to the real usage (seeds 000
-	// and 001): unused max output is given back, an overrun is taken.
+	// SettleActual corrects the reservation to the real usage (see
+	// docs/design/quotas.md): unused max output is given back, an overrun
+	// is taken.
 	SettleActual Settlement = iota
 	// SettleReserved keeps the reservation, as OpenAI counts max_tokens
 	// whatever the output.

@@ -31,3 +31,47 @@ func TestConcurrencyLimiterFIFOAndResize(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, c.Acquire(ctx), context.Canceled)
 }
+
+// TestConcurrencyLimiterCounts: the counts after every way out of the queue,
+// and a Release with nothing in flight.
+func TestConcurrencyLimiterCounts(t *testing.T) {
+	t.Parallel()
+	c := NewConcurrencyLimiter(0)
+	require.Equal(t, 1, c.Limit(), "at least 1")
+	c.Release()
+	require.Equal(t, 0, c.InFlight(), "a Release with nothing in flight")
+	require.NoError(t, c.Acquire(context.Background()))
+	require.Equal(t, 1, c.InFlight())
+
+	// A waiter whose context ends leaves the queue.
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() { gone <- c.Acquire(ctx) }()
+	require.Eventually(t, func() bool { return c.Waiting() == 1 }, 5*time.Second, time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-gone, context.Canceled)
+	require.Equal(t, 0, c.Waiting())
+	require.False(t, c.TryAcquire())
+
+	// A granted waiter is no longer waiting; the gone one is skipped.
+	got := make(chan error, 1)
+	go func() { got <- c.Acquire(context.Background()) }()
+	require.Eventually(t, func() bool { return c.Waiting() == 1 }, 5*time.Second, time.Millisecond)
+	c.Release()
+	require.NoError(t, <-got)
+	require.Equal(t, 0, c.Waiting())
+	require.Equal(t, 1, c.InFlight())
+
+	// A lower limit delays new slots without revoking held ones.
+	c.SetLimit(3)
+	require.True(t, c.TryAcquire())
+	require.True(t, c.TryAcquire())
+	c.SetLimit(1)
+	require.Equal(t, 3, c.InFlight())
+	require.False(t, c.TryAcquire())
+	c.Release()
+	c.Release()
+	require.False(t, c.TryAcquire(), "1 in flight, limit 1")
+	c.Release()
+	require.True(t, c.TryAcquire())
+}

@@ -346,3 +346,50 @@ func requireSameLaneState(t *testing.T, fast, gen *Lane, msg string) {
 	require.Equal(t, ledger(fast), ledger(gen), msg)
 	require.Equal(t, fast.slots.Limit(), gen.slots.Limit(), msg)
 }
+
+// TestLaneQuotaCharges: a quota bucket charges 1 per request or the
+// request's tokens; one bucket named twice (the lane's and the request's)
+// is charged once for both, and settlement corrects only the tokens.
+func TestLaneQuotaCharges(t *testing.T) {
+	t.Parallel()
+	tenant, err := NewBucket(BucketConfig{Name: "tenant", Limit: 6e5}, t0)
+	require.NoError(t, err)
+	keyReqs, err := NewBucket(BucketConfig{Name: "key", Limit: 100}, t0)
+	require.NoError(t, err)
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 6e5, WarmUp: -1, MinInterval: -1,
+		Quotas: []Quota{{Bucket: tenant, Unit: UnitTokens}, {Bucket: keyReqs, Unit: UnitRequests}}, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	r, err := lane.ReserveAt(t0, Request{PromptTokens: 100, MaxOutputTokens: 100, Quotas: []Quota{{Bucket: tenant, Unit: UnitRequests}}})
+	require.NoError(t, err)
+	require.Equal(t, 4, r.n+len(r.extra), "rpm, tpm, tenant (merged), key")
+	require.InDelta(t, 6e5-201, tenant.LevelAt(t0), 1e-9)
+	require.InDelta(t, 99, keyReqs.LevelAt(t0), 1e-9)
+	p := lane.SendAt(t0, r)
+	require.NoError(t, p.DoneAt(t0, Outcome{PromptTokens: 100, CompletionTokens: 20}))
+	require.InDelta(t, 6e5-121, tenant.LevelAt(t0), 1e-9, "80 unused tokens back, the request stays")
+	require.InDelta(t, 99, keyReqs.LevelAt(t0), 1e-9)
+	s := lane.SnapshotAt(t0)
+	require.Equal(t, []BucketSnapshot{
+		{Name: "rpm", Level: 59, Capacity: 60, Limit: 60},
+		{Name: "tpm", Level: 6e5 - 120, Capacity: 6e5, Limit: 6e5},
+		{Name: "tenant", Level: 6e5 - 121, Capacity: 6e5, Limit: 6e5},
+		{Name: "key", Level: 99, Capacity: 100, Limit: 100},
+	}, s.Buckets)
+
+	// More quotas than a Reservation holds inline; Cancel gives all back.
+	extra := []Quota{{Bucket: keyReqs}, {Bucket: tenant}}
+	for range 3 {
+		b, err := NewBucket(BucketConfig{Limit: 10}, t0)
+		require.NoError(t, err)
+		extra = append(extra, Quota{Bucket: b, Unit: UnitTokens})
+	}
+	r, err = lane.ReserveAt(t0, Request{PromptTokens: 5, MaxOutputTokens: 5, Quotas: extra})
+	require.NoError(t, err)
+	require.Equal(t, maxInline, r.n)
+	require.Len(t, r.extra, 4)
+	require.InDelta(t, 0, extra[4].Bucket.LevelAt(t0), 1e-9)
+	lane.CancelAt(t0, &r)
+	require.InDelta(t, 10, extra[4].Bucket.LevelAt(t0), 1e-9)
+	require.InDelta(t, 6e5-121, tenant.LevelAt(t0), 1e-9)
+	require.InDelta(t, 99, keyReqs.LevelAt(t0), 1e-9)
+}

@@ -109,9 +109,13 @@ func TestElasticTrace(t *testing.T) {
 	// 0.945, below MinStep 1.
 	check(want{3.15 + 1/3.15, StateProbing, 0.8*1.448 + 0.2, 0.8*0.132 + 0.2*0.1, 0.8*112.8 + 0.2*100}, "probing again")
 
+	// A sample of unknown usage feeds only the latency EMA.
+	e.Update(Sample{At: at(5.5), Latency: time.Second, InFlight: 1})
+	check(want{3.15 + 1/3.15, StateProbing, 0.8*(0.8*1.448+0.2) + 0.2, 0.8*0.132 + 0.2*0.1, 0.8*112.8 + 0.2*100}, "usage unknown")
+
 	e.Update(Sample{At: at(6), Latency: time.Second, Tokens: 100, InFlight: 10, Dropped: true})
 	require.Equal(t, StateDrain, e.State())
-	e.Update(Sample{At: at(6).Add(1358400 * time.Microsecond), Latency: time.Second, Dropped: true})
+	e.Update(Sample{At: e.drainUntil, Latency: time.Second, Dropped: true})
 	require.InDelta(t, (3.15+1/3.15)*0.7*0.7, e.limit, 1e-12, "a drop at the end of a drain counts again")
 }
 

@@ -88,6 +88,11 @@ func TestEstimatorSafety(t *testing.T) {
 	_, err = NewEstimator(EstimatorConfig{MaxSafety: 0.5})
 	require.EqualError(t, err, "shaping: invalid config: EstimatorConfig.Window, MinSamples must be >= 1 and MaxSafety >= 1")
 	require.Equal(t, EstimatorConfig{Window: 512, MinSamples: 20, MaxSafety: 2}, EstimatorConfig{}.WithDefaults())
+	one, err := NewEstimator(EstimatorConfig{Window: 1, MinSamples: 1, MaxSafety: 1})
+	require.NoError(t, err, "every bound is inclusive")
+	one.Observe("m", 10, 20)
+	one.Observe("m", 10, 15)
+	require.Equal(t, ErrorStats{Count: 1, P50: 1.5, P95: 1.5, Safety: 1}, one.Stats("m"), "a window of one, safety capped at 1")
 
 	e, err := NewEstimator(EstimatorConfig{Window: 4, MinSamples: 3, MaxSafety: 1.5})
 	require.NoError(t, err)

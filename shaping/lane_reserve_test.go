@@ -393,3 +393,30 @@ func TestLaneQuotaCharges(t *testing.T) {
 	require.InDelta(t, 6e5-121, tenant.LevelAt(t0), 1e-9)
 	require.InDelta(t, 99, keyReqs.LevelAt(t0), 1e-9)
 }
+
+// TestLaneReserveTokens: a request reserves its prompt plus its max output,
+// the lane's DefaultMaxOutput when it sets none; a negative prompt counts 0.
+func TestLaneReserveTokens(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 1e6, DefaultMaxOutput: 50, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		req    Request
+		tokens int
+	}{
+		{Request{PromptTokens: 10, MaxOutputTokens: 1}, 11},
+		{Request{PromptTokens: 10}, 60},
+		{Request{PromptTokens: 10, MaxOutputTokens: -5}, 60},
+		{Request{PromptTokens: -3, MaxOutputTokens: 7}, 7},
+	} {
+		r, err := lane.ReserveAt(t0, tc.req)
+		require.NoError(t, err)
+		require.Equal(t, tc.tokens, r.Tokens, "%+v", tc.req)
+		require.Equal(t, float64(tc.tokens), r.claims[0].Tokens)
+	}
+	retry, err := NewLane(LaneConfig{Strategy: StrategyRetry, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	r, err := retry.ReserveAt(sec(1), Request{PromptTokens: 10})
+	require.NoError(t, err)
+	require.Equal(t, Reservation{ReadyAt: sec(1), Tokens: 10 + LaneMaxOutputDefault}, r, "retry reserves nowhere")
+}

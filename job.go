@@ -3,6 +3,7 @@ package llmq
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -75,13 +76,50 @@ func (j *Job) Model() string { return j.model }
 // (unset) as decoded.
 func (j *Job) MaxOutputTokens() int { return j.maxTokens }
 
-// Encode returns the wire form of j.
+// Encode returns the wire form of j: compact JSON, with <, > and & kept as
+// they are (json.Marshal would write each as a 6-byte \u escape, so a body
+// full of markup would grow up to sixfold past the size limit).
 func (j *Job) Encode() ([]byte, error) {
-	b, err := json.Marshal(j)
-	if err != nil {
+	var buf bytes.Buffer
+	buf.Grow(len(j.Body) + 256)
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(j); err != nil {
 		return nil, fmt.Errorf("llmq: encode job %q: %w", j.ID, err)
 	}
-	return b, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}
+
+// ErrTooLarge is matched (errors.Is) by every *TooLargeError.
+var ErrTooLarge = errors.New("llmq: message over the size limit")
+
+// TooLargeError is an encoded job larger than the message size limit: the
+// configured max_message_bytes, or a smaller limit of the broker. The API
+// answers it with 413 and `llmq produce` reports it; nothing is recorded.
+type TooLargeError struct {
+	// Size is the encoded job's size in bytes.
+	Size int
+	// Limit is the largest size allowed, in bytes.
+	Limit int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("llmq: message is %d bytes, over the %d byte limit", e.Size, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrTooLarge) true.
+func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
+
+// CheckSize returns a *TooLargeError when the encoded job is longer than
+// limit bytes: 0 means MaxMessageBytesDefault, -1 means no limit.
+func CheckSize(encoded []byte, limit int) error {
+	if limit == 0 {
+		limit = MaxMessageBytesDefault
+	}
+	if limit > 0 && len(encoded) > limit {
+		return &TooLargeError{Size: len(encoded), Limit: limit}
+	}
+	return nil
 }
 
 // WithModel returns the body with "model" replaced, every other field kept
@@ -108,13 +146,10 @@ type DecodeOptions struct {
 // An absent id is replaced by a new UUIDv7, an absent tenant by "default" and
 // an absent priority by "normal".
 func Decode(data []byte, opts DecodeOptions) (*Job, error) {
-	limit := opts.MaxMessageBytes
-	if limit == 0 {
-		limit = MaxMessageBytesDefault
-	}
-	if limit > 0 && len(data) > limit {
+	var tl *TooLargeError
+	if errors.As(CheckSize(data, opts.MaxMessageBytes), &tl) {
 		return nil, &ValidationError{Errors: []FieldError{{
-			Field: "", Message: fmt.Sprintf("message is %d bytes, over the %d byte limit", len(data), limit),
+			Field: "", Message: fmt.Sprintf("message is %d bytes, over the %d byte limit", tl.Size, tl.Limit),
 			Code: CodeTooLarge,
 		}}}
 	}

@@ -28,7 +28,7 @@ var layers = []struct {
 }{
 	{"ground: the job contract and what is pure", []string{"", "shaping", "migrations", "internal/redact"}},
 	{"infrastructure", []string{"store/...", "transport/...", "internal/config", "internal/background",
-		"internal/upstreamsim", "internal/workload"}},
+		"internal/upstreamsim", "internal/workload", "internal/chaos"}},
 	{"components used by others", []string{"producer", "dlq"}},
 	{"components", []string{"worker", "batchapi"}},
 	{"apps", []string{"internal/app/..."}},

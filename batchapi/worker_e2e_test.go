@@ -41,7 +41,7 @@ func TestWithWorker(t *testing.T) {
 	w, err := worker.New(worker.Config{
 		Subscriber:  sub,
 		Store:       b.st,
-		Client:      worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: b.sim.URL, APIKey: "sk-test", Timeout: 5 * time.Second}),
+		Upstream:    worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: b.sim.URL, APIKey: "sk-test", Timeout: 5 * time.Second}), worker.ProviderOpenAI),
 		DeadLetters: markLetters{b.st},
 		Router:      b.router,
 		Strategy:    shaping.StrategyRetry,

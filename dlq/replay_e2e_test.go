@@ -103,9 +103,9 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	w, err := worker.New(worker.Config{
 		Subscriber: sub,
 		Store:      st,
-		Client: worker.NewOpenAIClient(worker.UpstreamConfig{
+		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{
 			BaseURL: upstream.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second,
-		}),
+		}), worker.ProviderOpenAI),
 		DeadLetters: letters,
 		Strategy:    shaping.StrategyRetry,
 		MaxInFlight: 8,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
@@ -45,6 +47,30 @@ const (
 	// SweepLimitDefault is the most rows republished per round trip.
 	SweepLimitDefault = 500
 )
+
+// KeyBy says what keys a job's Kafka message (RabbitMQ ignores keys).
+type KeyBy string
+
+const (
+	// KeyByID keys a message by its job id: one tenant's backlog spreads
+	// over every partition (and so over every worker of the group).
+	KeyByID KeyBy = "id"
+	// KeyByTenant keys a message by its tenant: a tenant's jobs stay in one
+	// partition, in order, and one worker takes them all.
+	KeyByTenant KeyBy = "tenant"
+	// KeyByDefault is the default Config.KeyBy.
+	KeyByDefault = KeyByID
+)
+
+// Valid reports whether k is KeyByID or KeyByTenant.
+func (k KeyBy) Valid() bool { return k == KeyByID || k == KeyByTenant }
+
+// DeadLetterer records a job the outbox cannot publish as a dead letter and
+// moves the job to dead_lettered, once however often it is called;
+// *dlq.Writer is one.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, l dlq.Letter) error
+}
 
 // DepthProbe measures the broker side of the queue; a
 // [transport.Subscriber] that is never consumed is one.
@@ -103,6 +129,21 @@ type Config struct {
 	RateWindow time.Duration
 	// MaxBatch is the most jobs of one PublishBatch. 0 = MaxBatchDefault.
 	MaxBatch int
+	// MaxMessageBytes is the largest encoded job accepted: a larger one is
+	// refused with a *llmq.TooLargeError before anything is recorded.
+	// When the Publisher is a transport.SizeLimiter (Kafka), its broker's
+	// limit applies too, whichever is lower. 0 = llmq.MaxMessageBytesDefault;
+	// -1 = no limit of llmq's own.
+	MaxMessageBytes int
+	// KeyBy is the Kafka message key: KeyByID (spread over partitions) or
+	// KeyByTenant. "" = KeyByDefault.
+	KeyBy KeyBy
+	// DeadLetters receives the jobs Sweep cannot publish because the broker
+	// refuses the message itself (too large, invalid): each is recorded as
+	// a dead letter (reason ReasonUnpublishable) and Sweep goes on with the
+	// later jobs. nil: Sweep stops at such a job with an error wrapping
+	// ErrUnpublishable, and it and the jobs after it stay unpublished.
+	DeadLetters DeadLetterer
 	// PublishTimeout bounds the publish and confirm of recorded jobs.
 	// 0 = PublishTimeoutDefault.
 	PublishTimeout time.Duration
@@ -125,6 +166,8 @@ func (c Config) WithDefaults() Config {
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, ProbeTimeoutDefault)
 	c.RateWindow = cmp.Or(c.RateWindow, RateWindowDefault)
 	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, llmq.MaxMessageBytesDefault)
+	c.KeyBy = cmp.Or(c.KeyBy, KeyByDefault)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -160,6 +203,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, errors.New("producer: Config.MaxBatch must be positive"))
+	}
+	if c.MaxMessageBytes < -1 {
+		errs = append(errs, errors.New("producer: Config.MaxMessageBytes must be positive, or -1 for no limit"))
+	}
+	if !c.KeyBy.Valid() {
+		errs = append(errs, fmt.Errorf("producer: Config.KeyBy must be %q or %q, got %q", KeyByID, KeyByTenant, c.KeyBy))
 	}
 	return errors.Join(errs...)
 }

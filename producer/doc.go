@@ -4,11 +4,14 @@
 // # Publishing
 //
 // [Producer.Publish] and [Producer.PublishBatch] validate each job
-// (Normalize, then Validate), admit it against the queue's backpressure,
-// record it as queued in Postgres with published_at NULL (so polling works
-// from the first moment), publish it (Kafka: key = tenant, value = the job's
-// JSON; RabbitMQ: persistent, confirmed, priority high 9 / normal 5 / low 1)
-// and, once the broker confirmed, set published_at.
+// (Normalize, then Validate), encode it and check the size of the bytes
+// that will be published (MaxMessageBytes, and the broker's own limit when
+// the publisher knows it: a *llmq.TooLargeError, nothing recorded), admit
+// it against the queue's backpressure, record it as queued in Postgres with
+// published_at NULL (so polling works from the first moment), publish it
+// (Kafka: key = the job id by default, or its tenant (Config.KeyBy), value
+// = the job's JSON; RabbitMQ: persistent, confirmed, priority high 9 /
+// normal 5 / low 1) and, once the broker confirmed, set published_at.
 //
 // # Outbox
 //
@@ -16,7 +19,10 @@
 // row queued with published_at NULL. [Producer.Sweep], run periodically by a
 // [Sweeper] (llmq api runs one), republishes such rows once they are older
 // than a grace period. A message may therefore reach the broker twice; the
-// worker claims jobs idempotently by id, so the job runs once.
+// worker ingests jobs idempotently by id, so the job runs once. A row whose
+// message the broker refuses for itself (too large, invalid) is handed to
+// Config.DeadLetters (a dlq.Writer) as a dead letter with reason
+// unpublishable, so it does not block the rows after it.
 //
 // # Backpressure
 //

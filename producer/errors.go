@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/llmq/llmq/dlq"
 )
 
 var (
@@ -19,7 +21,16 @@ var (
 	ErrDatabaseUnavailable = errors.New("producer: database unavailable")
 	// ErrTooManyJobs: a batch larger than Config.MaxBatch.
 	ErrTooManyJobs = errors.New("producer: too many jobs in one batch")
+	// ErrUnpublishable: Sweep met a recorded job the broker refuses (or
+	// that is over the size limit) and Config.DeadLetters is nil; the job
+	// stays queued and unpublished.
+	ErrUnpublishable = errors.New("producer: job cannot be published")
 )
+
+// ReasonUnpublishable is the dead-letter reason of a recorded job that the
+// outbox cannot publish: its message is over the size limit or the broker
+// refuses it (transport.ErrMessageRejected).
+const ReasonUnpublishable dlq.Reason = "unpublishable"
 
 // Backpressure reasons.
 const (
@@ -56,7 +67,8 @@ func (e *ErrBackpressure) Error() string {
 	return fmt.Sprintf("producer: queue depth %d reached the hard limit; retry after %s", e.Queue.Depth, e.RetryAfter)
 }
 
-// JobError is a problem with one job of a batch (a validation error).
+// JobError is a problem with one job of a batch: a *llmq.ValidationError,
+// or a *llmq.TooLargeError when its encoded message is over the limit.
 type JobError struct {
 	// Index is the job's position in the batch.
 	Index int

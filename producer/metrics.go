@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	jobs           *prometheus.CounterVec
 	republished    prometheus.Counter
+	deadLettered   prometheus.Counter
 	publishSeconds prometheus.Histogram
 	depth          prometheus.Gauge
 	inFlight       prometheus.Gauge
@@ -20,11 +21,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_producer_jobs_total",
-			Help: "Jobs handed to the producer, by result (published, duplicate, unpublished, rejected_queue_full, rejected_deadline, broker_unavailable).",
+			Help: "Jobs handed to the producer, by result (published, duplicate, unpublished, too_large, rejected_queue_full, rejected_deadline, broker_unavailable).",
 		}, []string{"result"}),
 		republished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "llmq_producer_outbox_republished_total",
 			Help: "Jobs the outbox sweeper republished after their publish was not confirmed.",
+		}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_producer_outbox_dead_lettered_total",
+			Help: "Recorded jobs the outbox sweeper dead-lettered because the broker refuses their message (too large, invalid).",
 		}),
 		publishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "llmq_producer_publish_seconds",
@@ -47,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.jobs, m.republished, m.publishSeconds, m.depth, m.inFlight, m.rate} {
+	for _, c := range []prometheus.Collector{m.jobs, m.republished, m.deadLettered, m.publishSeconds, m.depth, m.inFlight, m.rate} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

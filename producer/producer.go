@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
@@ -78,7 +79,9 @@ func (p *Producer) Publish(ctx context.Context, job *llmq.Job) (Receipt, QueueSt
 //
 // Errors, in the order they are checked (nothing is recorded for the first
 // four): ErrTooManyJobs; a *JobError wrapping the job's
-// *llmq.ValidationError; ErrBrokerUnavailable or ErrDatabaseUnavailable
+// *llmq.ValidationError, or its *llmq.TooLargeError when the encoded
+// message is over MaxMessageBytes or the broker's limit (the API answers
+// 413 with the limit); ErrBrokerUnavailable or ErrDatabaseUnavailable
 // (the queue could not be measured); *ErrBackpressure (queue full, or a
 // deadline the estimated wait passes). Then the jobs are recorded in one
 // transaction (ErrDatabaseUnavailable, or store.ErrInvalidJob for data
@@ -97,6 +100,15 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 			return nil, QueueState{}, &JobError{Index: i, ID: j.ID, Err: err}
 		}
 	}
+	msgs := make([]transport.Message, len(jobs))
+	for i, j := range jobs {
+		m, err := p.message(j)
+		if err != nil {
+			p.metrics.jobs.WithLabelValues("too_large").Add(float64(len(jobs)))
+			return nil, QueueState{}, &JobError{Index: i, ID: j.ID, Err: err}
+		}
+		msgs[i] = m
+	}
 	q, err := p.Queue(ctx)
 	if err != nil {
 		p.metrics.jobs.WithLabelValues("broker_unavailable").Add(float64(len(jobs)))
@@ -114,11 +126,12 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		return nil, q, fmt.Errorf("%w: record jobs: %w", ErrDatabaseUnavailable, err)
 	}
 	rs := make([]Receipt, len(jobs))
-	var fresh []*llmq.Job
+	var fresh []transport.Message
+	var freshIDs []string
 	for i, j := range jobs {
 		rs[i] = Receipt{ID: j.ID, Tenant: j.Tenant, Status: llmq.StatusQueued, Created: created[i]}
 		if created[i] {
-			fresh = append(fresh, j)
+			fresh, freshIDs = append(fresh, msgs[i]), append(freshIDs, j.ID)
 			continue
 		}
 		rec, err := p.cfg.Store.GetByID(ctx, j.ID)
@@ -132,7 +145,7 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		}
 	}
 	p.metrics.jobs.WithLabelValues("duplicate").Add(float64(len(jobs) - len(fresh)))
-	if err := p.publish(ctx, fresh); err != nil && !errors.Is(err, errNotMarked) {
+	if err := p.publish(ctx, fresh, freshIDs); err != nil && !errors.Is(err, errNotMarked) {
 		p.metrics.jobs.WithLabelValues("unpublished").Add(float64(len(fresh)))
 		return rs, q, fmt.Errorf("%w: %w", ErrUnpublished, err)
 	}
@@ -177,38 +190,53 @@ func priority(p llmq.Priority) uint8 {
 	return 5
 }
 
-// Message is the broker message of j: key = tenant, value = the job's JSON,
-// priority high 9 / normal 5 / low 1.
-func Message(j *llmq.Job) (transport.Message, error) {
+// Message is the broker message of j: key = its id or tenant (key), value =
+// its wire form (llmq.Job.Encode), priority high 9 / normal 5 / low 1.
+func Message(j *llmq.Job, key KeyBy) (transport.Message, error) {
 	v, err := j.Encode()
 	if err != nil {
 		return transport.Message{}, err
 	}
-	return transport.Message{Key: []byte(j.Tenant), Value: v, Priority: priority(j.Priority)}, nil
+	k := j.ID
+	if key == KeyByTenant {
+		k = j.Tenant
+	}
+	return transport.Message{Key: []byte(k), Value: v, Priority: priority(j.Priority)}, nil
 }
 
-// publish sends jobs (already recorded) and marks them published. It runs
-// on after ctx is cancelled, bounded by PublishTimeout: the rows exist, and
-// finishing now spares the sweeper a republish.
-func (p *Producer) publish(ctx context.Context, jobs []*llmq.Job) error {
-	if len(jobs) == 0 {
+// message is the broker message of j, or a *llmq.TooLargeError when its
+// value is over MaxMessageBytes or over what the broker takes.
+func (p *Producer) message(j *llmq.Job) (transport.Message, error) {
+	m, err := Message(j, p.cfg.KeyBy)
+	if err != nil {
+		return transport.Message{}, err
+	}
+	limit := p.cfg.MaxMessageBytes
+	if sl, ok := p.cfg.Publisher.(transport.SizeLimiter); ok {
+		if broker := max(sl.MaxValueBytes(m), 1); limit < 0 || broker < limit {
+			limit = broker
+		}
+	}
+	if err := llmq.CheckSize(m.Value, limit); err != nil {
+		return transport.Message{}, err
+	}
+	return m, nil
+}
+
+// publish sends msgs (of jobs already recorded, ids in the same order) and
+// marks them published. It runs on after ctx is cancelled, bounded by
+// PublishTimeout: the rows exist, and finishing now spares the sweeper a
+// republish.
+func (p *Producer) publish(ctx context.Context, msgs []transport.Message, ids []string) error {
+	if len(msgs) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
 	defer cancel()
-	msgs := make([]transport.Message, len(jobs))
-	ids := make([]string, len(jobs))
-	for i, j := range jobs {
-		m, err := Message(j)
-		if err != nil {
-			return err
-		}
-		msgs[i], ids[i] = m, j.ID
-	}
 	start := p.cfg.Clock.Now()
 	if err := p.cfg.Publisher.Publish(ctx, p.cfg.Destination, msgs...); err != nil {
 		p.invalidate()
-		p.log.Warn("publish failed; the outbox sweeper will republish", slog.Int("jobs", len(jobs)),
+		p.log.Warn("publish failed; the outbox sweeper will republish", slog.Int("jobs", len(msgs)),
 			slog.String("destination", p.cfg.Destination), slog.String("error", err.Error()))
 		return err
 	}
@@ -216,7 +244,7 @@ func (p *Producer) publish(ctx context.Context, jobs []*llmq.Job) error {
 	if err := p.cfg.Store.MarkPublished(ctx, ids); err != nil {
 		// The messages are on the broker; the sweeper will send them once
 		// more, which the workers' idempotent claim absorbs.
-		p.log.Warn("mark published failed", slog.Int("jobs", len(jobs)), slog.String("error", err.Error()))
+		p.log.Warn("mark published failed", slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
 		return fmt.Errorf("%w: %w", errNotMarked, err)
 	}
 	return nil
@@ -228,7 +256,10 @@ var errNotMarked = errors.New("producer: published but not marked")
 
 // Sweep republishes the queued jobs recorded more than grace ago whose
 // publish was never confirmed, limit per round trip, and returns how many
-// it published.
+// it published. A job the broker refuses for itself (over the size limit,
+// or transport.ErrMessageRejected) is handed to Config.DeadLetters with
+// reason ReasonUnpublishable and the sweep goes on; when a batch is
+// refused, its jobs are published one by one to find the refused ones.
 func (p *Producer) Sweep(ctx context.Context, grace time.Duration, limit int) (int, error) {
 	total := 0
 	for {
@@ -239,17 +270,72 @@ func (p *Producer) Sweep(ctx context.Context, grace time.Duration, limit int) (i
 		if len(recs) == 0 {
 			return total, nil
 		}
-		jobs := make([]*llmq.Job, len(recs))
-		for i, r := range recs {
-			jobs[i] = r.Job()
+		jobs := make([]*llmq.Job, 0, len(recs))
+		msgs := make([]transport.Message, 0, len(recs))
+		ids := make([]string, 0, len(recs))
+		for _, r := range recs {
+			j := r.Job()
+			m, err := p.message(j)
+			if err != nil {
+				if err := p.deadLetter(ctx, j, transport.Message{}, err); err != nil {
+					return total, err
+				}
+				continue
+			}
+			jobs, msgs, ids = append(jobs, j), append(msgs, m), append(ids, j.ID)
 		}
-		if err := p.publish(ctx, jobs); err != nil {
-			return total, fmt.Errorf("producer: sweep: %w", err)
+		n, err := p.republish(ctx, jobs, msgs, ids)
+		total += n
+		if err != nil {
+			return total, err
 		}
-		total += len(jobs)
-		p.metrics.republished.Add(float64(len(jobs)))
 		if len(recs) < limit {
 			return total, nil
 		}
 	}
+}
+
+// republish publishes the sweep's messages together, or one by one when the
+// broker refused the batch, dead-lettering each one it refuses alone. It
+// returns how many were published.
+func (p *Producer) republish(ctx context.Context, jobs []*llmq.Job, msgs []transport.Message, ids []string) (int, error) {
+	err := p.publish(ctx, msgs, ids)
+	switch {
+	case err == nil || errors.Is(err, errNotMarked):
+		p.metrics.republished.Add(float64(len(msgs)))
+		return len(msgs), nil
+	case !errors.Is(err, transport.ErrMessageRejected):
+		return 0, fmt.Errorf("producer: sweep: %w", err)
+	case len(msgs) == 1:
+		return 0, p.deadLetter(ctx, jobs[0], msgs[0], err)
+	}
+	n := 0
+	for i := range msgs {
+		k, err := p.republish(ctx, jobs[i:i+1], msgs[i:i+1], ids[i:i+1])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// deadLetter hands a job that cannot be published to Config.DeadLetters.
+// The letter carries no message: the broker would refuse it on the
+// dead-letter topic too, and the job keeps its body in the jobs table.
+func (p *Producer) deadLetter(ctx context.Context, j *llmq.Job, m transport.Message, cause error) error {
+	if p.cfg.DeadLetters == nil {
+		return fmt.Errorf("producer: sweep: job %q: %w: %w", j.ID, ErrUnpublishable, cause)
+	}
+	err := p.cfg.DeadLetters.DeadLetter(ctx, dlq.Letter{
+		JobID: j.ID, Tenant: j.Tenant, Reason: ReasonUnpublishable, LastError: cause.Error(),
+		Model: j.Model(), Key: m.Key, Source: "outbox",
+	})
+	if err != nil {
+		return fmt.Errorf("producer: sweep: dead-letter job %q: %w", j.ID, err)
+	}
+	p.metrics.deadLettered.Inc()
+	p.log.Error("outbox job cannot be published; dead-lettered", slog.String("job_id", j.ID),
+		slog.String("tenant", j.Tenant), slog.String("error", cause.Error()))
+	return nil
 }

@@ -110,7 +110,7 @@ func TestPublishRecordsThenPublishes(t *testing.T) {
 	msgs, err := b.sub.Consume(ctx)
 	require.NoError(t, err)
 	m := receive(t, msgs)
-	require.Equal(t, "acme", string(m.Key))
+	require.Equal(t, r.ID, string(m.Key), "keyed by job id by default")
 	require.Equal(t, uint8(9), m.Priority)
 	got, err := llmq.Decode(m.Value, llmq.DecodeOptions{})
 	require.NoError(t, err)
@@ -341,7 +341,7 @@ func TestOutboxSweepAfterCrash(t *testing.T) {
 	require.Equal(t, 1, n)
 	m := receive(t, msgs)
 	require.Equal(t, "crashed", mustDecode(t, m).ID)
-	require.Equal(t, "acme", string(m.Key))
+	require.Equal(t, "crashed", string(m.Key))
 	require.NotNil(t, publishedAt(t, b.pool, "crashed"))
 	require.NoError(t, m.Ack(ctx))
 

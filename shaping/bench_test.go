@@ -9,8 +9,8 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Admission cost, side by side with golang.org/x/time/rate in the same run
-// (issue 4). The limits are high enough that no call waits, so every figure
+// Admission cost, side by side with golang.org/x/time/rate in the same run.
+// The limits are high enough that no call waits, so every figure
 // is the bookkeeping alone.
 //
 // Like with like: a Lane with RPM and TPM reserves in two buckets together,

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // BucketStart says how full a [Bucket] is when it is created.
@@ -39,8 +41,8 @@ type BucketConfig struct {
 	// single request it accepts. Default (0): Limit, one period's worth.
 	Capacity float64
 	// WarmUp ramps the refill rate linearly from 0 to Limit/Per over this
-	// duration after creation (seed 000's cumulative formula). 0 = no
-	// warm-up.
+	// duration after creation (the cumulative formula of
+	// docs/design/rate-limiting.md). 0 = no warm-up.
 	WarmUp time.Duration
 	// Start is the initial level. Default StartDefault.
 	Start BucketStart
@@ -83,9 +85,9 @@ var bucketIDs atomic.Uint64
 // Because every reservation takes its tokens at once and later ones queue
 // behind the debt, waiters are served strictly first-in first-out.
 //
-// The refill rate may ramp up linearly during a warm-up (seed 000):
-// cumulative tokens generated t seconds after creation are R t²/(2T) for
-// t <= T and RT/2 + R(t-T) after.
+// The refill rate may ramp up linearly during a warm-up (see
+// docs/design/rate-limiting.md): cumulative tokens generated t seconds after
+// creation are R t²/(2T) for t <= T and RT/2 + R(t-T) after.
 //
 // All methods take the time explicitly and are safe for concurrent use. A
 // Bucket may be shared by several [Lane]s (a tenant or API-key quota).
@@ -331,7 +333,7 @@ func (b *Bucket) Capacity() float64 {
 // wait would pass ctx's deadline it fails at once with a [*WaitError] carrying
 // the predicted wait, and reserves nothing. When ctx ends while waiting, the
 // tokens are given back.
-func (b *Bucket) Wait(ctx context.Context, clock Clock, n float64) error {
+func (b *Bucket) Wait(ctx context.Context, clock clockwork.Clock, n float64) error {
 	now := clock.Now()
 	b.mu.Lock()
 	ready, imm, err := b.peekLocked(now, n)

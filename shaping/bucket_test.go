@@ -2,21 +2,14 @@ package shaping
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func sec(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
 func TestBucketDebtFIFO(t *testing.T) {
 	t.Parallel()
@@ -90,167 +83,6 @@ func TestBucketWaitDeadline(t *testing.T) {
 	require.InDelta(t, 0, b.LevelAt(t0), 1e-9, "a refused wait reserves nothing")
 }
 
-func TestParseHeaders(t *testing.T) {
-	t.Parallel()
-	h := http.Header{}
-	h.Set("x-ratelimit-limit-requests", "60")
-	h.Set("x-ratelimit-remaining-tokens", "149984")
-	h.Set("x-ratelimit-reset-tokens", "6m0s")
-	h.Set("retry-after", "20")
-	r := ParseHeaders(h, t0)
-	require.Equal(t, RateLimitHeaders{
-		LimitRequests: 60, HasLimitRequests: true,
-		RemainingTokens: 149984, HasRemainingTokens: true,
-		ResetTokens: 6 * time.Minute, RetryAfter: 20 * time.Second, HasRetryAfter: true,
-	}, r)
-	h.Set("retry-after-ms", "1500")
-	require.Equal(t, 1500*time.Millisecond, ParseHeaders(h, t0).RetryAfter)
-}
-
-func TestConcurrencyLimiterFIFOAndResize(t *testing.T) {
-	t.Parallel()
-	c := NewConcurrencyLimiter(1)
-	require.True(t, c.TryAcquire())
-	require.False(t, c.TryAcquire())
-	got := make(chan int, 2)
-	for i := range 2 {
-		go func() {
-			if c.Acquire(context.Background()) == nil {
-				got <- i
-			}
-		}()
-		require.Eventually(t, func() bool { return c.Waiting() == i+1 }, time.Second, time.Millisecond)
-	}
-	c.Release()
-	require.Equal(t, 0, <-got, "first come, first served")
-	c.SetLimit(2)
-	require.Equal(t, 1, <-got, "a raised limit admits the next waiter")
-	require.Equal(t, 2, c.InFlight())
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	require.ErrorIs(t, c.Acquire(ctx), context.Canceled)
-}
-
-func TestPacer(t *testing.T) {
-	t.Parallel()
-	p := NewPacer(100 * time.Millisecond)
-	require.Equal(t, t0, p.ReserveAt(t0))
-	require.Equal(t, sec(0.1), p.ReserveAt(t0))
-	at := p.ReserveAt(t0)
-	require.Equal(t, sec(0.2), at)
-	p.CancelAt(at)
-	require.Equal(t, sec(0.2), p.ReserveAt(sec(0.05)))
-	require.Equal(t, sec(1), p.ReserveAt(sec(1)))
-}
-
-func TestLaneAdmit(t *testing.T) {
-	t.Parallel()
-	clock := clockwork.NewFakeClockAt(t0)
-	lane, err := NewLane(LaneConfig{Name: "k/m", Strategy: StrategyShape, RPM: 60, TPM: 6000, Concurrency: 1, WarmUp: -1, MinInterval: -1, Clock: clock})
-	require.NoError(t, err)
-	ctx := context.Background()
-
-	_, err = lane.Admit(ctx, Request{PromptTokens: 6000, MaxOutputTokens: 1})
-	require.ErrorIs(t, err, ErrTooLarge)
-
-	p1, err := lane.Admit(ctx, Request{PromptTokens: 1000, MaxOutputTokens: 4000})
-	require.NoError(t, err)
-	require.Equal(t, 5000, p1.Tokens())
-
-	// 5000 of 6000 used: the next 2000 is ready 10 s later (100 tokens/s).
-	dl, cancel := context.WithDeadline(ctx, sec(5))
-	defer cancel()
-	_, err = lane.Admit(dl, Request{PromptTokens: 1000, MaxOutputTokens: 1000})
-	var we *WaitError
-	require.ErrorAs(t, err, &we)
-	require.Equal(t, 10*time.Second, we.Wait)
-
-	// Settling to the real usage gives back the unused output.
-	require.NoError(t, p1.DoneAt(t0, Outcome{PromptTokens: 1000, CompletionTokens: 500}))
-	require.ErrorIs(t, p1.Done(Outcome{}), ErrPermitDone)
-	s := lane.Snapshot()
-	require.InDelta(t, 4500, s.Buckets[1].Level, 1e-9)
-	require.InDelta(t, 59, s.Buckets[0].Level, 1e-9)
-
-	// A 429 pauses the whole lane until Retry-After.
-	p2, err := lane.Admit(ctx, Request{PromptTokens: 10, MaxOutputTokens: 10})
-	require.NoError(t, err)
-	require.NoError(t, p2.Done(Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: 3 * time.Second, HasRetryAfter: true}}))
-	done := make(chan error, 1)
-	go func() {
-		p, err := lane.Admit(ctx, Request{PromptTokens: 10, MaxOutputTokens: 10})
-		if err == nil {
-			err = p.Done(Outcome{})
-		}
-		done <- err
-	}()
-	// The waiter parks on one timer due exactly at sec(3), the end of the
-	// pause: it is still waiting 1ns before and admitted at sec(3).
-	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-	defer wcancel()
-	require.NoError(t, clock.BlockUntilContext(wctx, 1))
-	clock.Advance(3*time.Second - time.Nanosecond)
-	select {
-	case err := <-done:
-		t.Fatalf("admitted before the pause ended (err %v)", err)
-	default:
-	}
-	clock.Advance(time.Nanosecond)
-	require.Equal(t, sec(3), clock.Now())
-	require.NoError(t, <-done)
-	require.Equal(t, uint64(1), lane.Snapshot().RateLimited)
-}
-
-func TestLaneCalibration(t *testing.T) {
-	t.Parallel()
-	clock := clockwork.NewFakeClockAt(t0)
-	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Clock: clock})
-	require.NoError(t, err)
-	require.Empty(t, lane.Snapshot().Buckets, "quotas unknown")
-	p, err := lane.Admit(context.Background(), Request{PromptTokens: 10, MaxOutputTokens: 10})
-	require.NoError(t, err)
-	require.NoError(t, p.Done(Outcome{PromptTokens: 10, CompletionTokens: 5, Headers: RateLimitHeaders{
-		LimitRequests: 100, HasLimitRequests: true, RemainingRequests: 40, HasRemainingRequests: true,
-		LimitTokens: 10000, HasLimitTokens: true, RemainingTokens: 2000, HasRemainingTokens: true,
-	}}))
-	s := lane.Snapshot()
-	require.Len(t, s.Buckets, 2)
-	require.Equal(t, BucketSnapshot{Name: "rpm", Level: 40, Capacity: 100, Limit: 100}, s.Buckets[0])
-	require.Equal(t, BucketSnapshot{Name: "tpm", Level: 2000, Capacity: 10000, Limit: 10000}, s.Buckets[1])
-}
-
-func TestLaneSharedQuotaAllOrNothing(t *testing.T) {
-	t.Parallel()
-	tenant, err := NewBucket(BucketConfig{Name: "tenant", Limit: 100}, t0)
-	require.NoError(t, err)
-	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 1e6, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
-	require.NoError(t, err)
-	_, err = lane.ReserveAt(t0, Request{PromptTokens: 150, MaxOutputTokens: 1, Quotas: []Quota{{Bucket: tenant, Unit: UnitTokens}}})
-	require.ErrorIs(t, err, ErrTooLarge)
-	s := lane.SnapshotAt(t0)
-	require.InDelta(t, 60, s.Buckets[0].Level, 1e-9, "nothing reserved in the other buckets")
-	require.InDelta(t, 100, tenant.LevelAt(t0), 1e-9)
-}
-
-func TestEstimator(t *testing.T) {
-	t.Parallel()
-	e, err := NewEstimator(EstimatorConfig{MinSamples: 4})
-	require.NoError(t, err)
-	est, err := e.EstimateBody([]byte(`{"model":"gpt-4o-mini","max_tokens":100,"n":2,"messages":[{"role":"user","content":"Hello world"}]}`))
-	require.NoError(t, err)
-	// 3 priming + 3 per message + "user" (1) + "Hello world" (2)
-	require.Equal(t, Estimate{Model: "gpt-4o-mini", PromptTokens: 9, SafePromptTokens: 9, MaxOutputTokens: 200}, est)
-	for _, actual := range []int{100, 110, 120, 130} {
-		e.Observe("m", 100, actual)
-	}
-	st := e.Stats("m")
-	require.Equal(t, ErrorStats{Count: 4, P50: 1.1, P95: 1.3, Safety: 1.3}, st)
-	require.Equal(t, 1.0, e.Safety("other"))
-	_, err = e.EstimateBody([]byte(`{`))
-	var se *json.SyntaxError
-	require.ErrorAs(t, err, &se)
-}
-
 func TestBucketRetimeQueued(t *testing.T) {
 	t.Parallel()
 	b, err := NewBucket(BucketConfig{Limit: 60, Capacity: 10, Start: StartEmpty}, t0)
@@ -267,4 +99,209 @@ func TestBucketRetimeQueued(t *testing.T) {
 	c2, _ := b.ReserveAt(sec(2), 1)
 	require.Equal(t, sec(12), c2.ReadyAt)
 	require.Equal(t, c2.ReadyAt, b.ReadyAt(c2))
+}
+
+func TestBucketConfigDefaults(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, BucketConfig{Limit: 60, Per: time.Minute, Capacity: 60, Start: StartFull}, BucketConfig{Limit: 60}.WithDefaults())
+	require.Equal(t, BucketConfig{Limit: 60, Per: time.Minute, Capacity: 60, WarmUp: time.Second, Start: StartEmpty},
+		BucketConfig{Limit: 60, WarmUp: time.Second}.WithDefaults(), "empty with warm-up")
+	set := BucketConfig{Limit: 60, Per: time.Second, Capacity: 5, WarmUp: time.Second, Start: StartFull}
+	require.Equal(t, set, set.WithDefaults())
+
+	// A limit per second refills 60 times faster than per minute.
+	b, err := NewBucket(BucketConfig{Limit: 2, Per: time.Second, Capacity: 10, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	require.Equal(t, 2.0, b.Limit())
+	require.Equal(t, 10.0, b.Capacity())
+	require.InDelta(t, 3, b.LevelAt(sec(1.5)), 1e-9)
+}
+
+func TestBucketConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg BucketConfig
+		err string // "" = valid
+	}{
+		{BucketConfig{}, "BucketConfig.Limit must be > 0, got 0"},
+		{BucketConfig{Limit: -1}, "BucketConfig.Limit must be > 0, got -1"},
+		{BucketConfig{Limit: math.NaN()}, "BucketConfig.Limit must be > 0, got NaN"},
+		{BucketConfig{Limit: math.Inf(1)}, "BucketConfig.Limit must be > 0, got +Inf"},
+		{BucketConfig{Limit: 1e-9}, ""},
+		{BucketConfig{Limit: 1, Per: -1}, "BucketConfig.Per must be >= 0, got -1ns"},
+		{BucketConfig{Limit: 1, Capacity: -1}, "BucketConfig.Capacity must be >= 0, got -1"},
+		{BucketConfig{Limit: 1, Capacity: math.Inf(1)}, "BucketConfig.Capacity must be >= 0, got +Inf"},
+		{BucketConfig{Limit: 1, Capacity: math.NaN()}, "BucketConfig.Capacity must be >= 0, got NaN"},
+		{BucketConfig{Limit: 1, WarmUp: -1}, "BucketConfig.WarmUp must be >= 0, got -1ns"},
+		{BucketConfig{Limit: 1, Start: -1}, "BucketConfig.Start unknown value -1"},
+		{BucketConfig{Limit: 1, Start: StartEmpty + 1}, "BucketConfig.Start unknown value 3"},
+		{BucketConfig{Limit: 1, Start: StartEmpty}, ""},
+	} {
+		b, err := NewBucket(tc.cfg, t0)
+		if tc.err == "" {
+			require.NoError(t, err, "%+v", tc.cfg)
+			require.NotNil(t, b)
+			continue
+		}
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		require.EqualError(t, err, "shaping: invalid config: "+tc.err)
+		require.Nil(t, b)
+	}
+}
+
+// TestBucketRetimeOrder: a correction moves only the reservations handed out
+// before it, and a rate change does not move a reservation that was ready
+// before the change; a level cut below zero does.
+func TestBucketRetimeOrder(t *testing.T) {
+	t.Parallel()
+	b, err := NewBucket(BucketConfig{Limit: 60, Capacity: 10, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	c1, _ := b.ReserveAt(t0, 4) // ready at 4 s
+	b.LowerAt(sec(1), -5)       // 2 tokens short: c1 at 6 s
+	c2, _ := b.ReserveAt(sec(1), 1)
+	require.Equal(t, sec(7), c2.ReadyAt, "computed after the cut")
+	require.NoError(t, b.SetLimitAt(sec(2), 30)) // half the rate from 2 s
+	require.Equal(t, sec(10), b.ReadyAt(c1), "both corrections")
+	require.Equal(t, sec(12), b.ReadyAt(c2), "only the rate change")
+
+	full, err := NewBucket(BucketConfig{Limit: 60, Capacity: 10}, t0)
+	require.NoError(t, err)
+	ready, _ := full.ReserveAt(t0, 1)
+	require.Equal(t, t0, ready.ReadyAt)
+	require.NoError(t, full.SetLimitAt(sec(5), 30))
+	require.Equal(t, t0, full.ReadyAt(ready), "ready before the rate change")
+
+	cut, err := NewBucket(BucketConfig{Limit: 60, Capacity: 10}, t0)
+	require.NoError(t, err)
+	ready, _ = cut.ReserveAt(t0, 1)
+	cut.LowerAt(sec(2), -3) // 3 tokens short at 2 s
+	require.Equal(t, sec(5), cut.ReadyAt(ready), "a cut below zero delays even a reservation that was ready")
+
+	other, err := NewBucket(BucketConfig{Limit: 60}, t0)
+	require.NoError(t, err)
+	require.Equal(t, c1.ReadyAt, other.ReadyAt(c1), "another bucket's claim is returned as is")
+}
+
+// TestBucketRetimeLog: corrections that change nothing take no room in the
+// log; beyond maxRetimes corrections the oldest is forgotten.
+func TestBucketRetimeLog(t *testing.T) {
+	t.Parallel()
+	b, err := NewBucket(BucketConfig{Limit: 60, Capacity: 10, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	c, _ := b.ReserveAt(t0, 4)
+	b.LowerAt(sec(1), -5) // c at 6 s
+	for range 2 * maxRetimes {
+		require.NoError(t, b.SetLimitAt(sec(1), 60)) // the same rate
+		b.LowerAt(sec(1), -5)                        // the same level
+		b.LowerAt(sec(1), 0)                         // above the level
+	}
+	require.Equal(t, sec(6), b.ReadyAt(c))
+
+	b, err = NewBucket(BucketConfig{Limit: 60, Capacity: 10, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	c, _ = b.ReserveAt(t0, 4)
+	for i := range maxRetimes + 1 {
+		b.LowerAt(sec(1), float64(-4-i)) // one token short each time
+	}
+	require.Equal(t, sec(4+maxRetimes), b.ReadyAt(c), "the first of %d corrections is forgotten", maxRetimes+1)
+}
+
+func TestBucketSetLimitAndCapacity(t *testing.T) {
+	t.Parallel()
+	b, err := NewBucket(BucketConfig{Name: "tpm", Limit: 60}, t0)
+	require.NoError(t, err)
+	for _, bad := range []float64{0, -1, math.Inf(1), math.NaN()} {
+		require.EqualError(t, b.SetLimitAt(t0, bad), fmt.Sprintf("shaping: invalid config: bucket \"tpm\" limit must be > 0, got %v", bad))
+		require.EqualError(t, b.SetCapacityAt(t0, bad), fmt.Sprintf("shaping: invalid config: bucket \"tpm\" capacity must be > 0, got %v", bad))
+	}
+	require.Equal(t, 60.0, b.Limit())
+	require.Equal(t, 60.0, b.Capacity())
+	require.NoError(t, b.SetCapacityAt(t0, 60))
+	c, err := b.ReserveAt(t0, 60)
+	require.NoError(t, err, "exactly the capacity fits")
+	require.Equal(t, t0, c.ReadyAt)
+	_, err = b.ReserveAt(t0, 60.001)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.EqualError(t, err, `shaping: request larger than bucket capacity: 60.001 tokens, bucket "tpm" holds 60`)
+}
+
+// TestBucketWarmUpRate: during warm-up the time for n tokens is
+// sqrt(2 T n / R), after it (n - RT/2)/R + T; R = 2 tokens/s here.
+func TestBucketWarmUpRate(t *testing.T) {
+	t.Parallel()
+	b, err := NewBucket(BucketConfig{Limit: 120, Capacity: 100, WarmUp: 10 * time.Second}, t0)
+	require.NoError(t, err)
+	c, _ := b.ReserveAt(t0, 4)
+	require.Equal(t, t0.Add(time.Duration(math.Ceil(math.Sqrt(40)*1e9))), c.ReadyAt)
+	c, _ = b.ReserveAt(t0, 10) // 14 in all, 10 by the end of warm-up
+	require.Equal(t, sec(12), c.ReadyAt)
+	require.InDelta(t, 2*12-10-14, b.LevelAt(sec(12)), 1e-9)
+}
+
+// TestBucketRebase: an hour after warm-up the origin moves to the last
+// refill (small float seconds), and nothing observable changes; a warm-up
+// longer than an hour is not cut short by it.
+func TestBucketRebase(t *testing.T) {
+	t.Parallel()
+	b, err := NewBucket(BucketConfig{Limit: 60, Capacity: 1e6, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	require.InDelta(t, 3599, b.LevelAt(sec(3599)), 1e-6)
+	require.Equal(t, t0, b.origin, "not yet an hour")
+	require.InDelta(t, 7200, b.LevelAt(sec(7200)), 1e-6)
+	require.Equal(t, sec(7200), b.origin)
+	require.Zero(t, b.last)
+	c, _ := b.ReserveAt(sec(7200), 7210)
+	require.Equal(t, sec(7210), c.ReadyAt)
+
+	long, err := NewBucket(BucketConfig{Limit: 60, Capacity: 1e6, WarmUp: 2 * time.Hour}, t0)
+	require.NoError(t, err)
+	require.InDelta(t, 3600.0*3600/14400, long.LevelAt(sec(3600)), 1e-6)
+	require.InDelta(t, 5400.0*5400/14400, long.LevelAt(sec(5400)), 1e-6)
+	require.Equal(t, t0, long.origin, "still warming up")
+}
+
+// TestBucketCancelKeepsLaterClaims: a cancelled claim gives back only what
+// the claims made after it do not already count on.
+func TestBucketCancelKeepsLaterClaims(t *testing.T) {
+	t.Parallel()
+	b, err := NewBucket(BucketConfig{Limit: 60, Capacity: 10, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	a, _ := b.ReserveAt(t0, 4) // ready at 4 s
+	c, _ := b.ReserveAt(t0, 1) // ready at 5 s: counts on 1 s of a's refill
+	require.Equal(t, sec(5), c.ReadyAt)
+	b.CancelAt(t0, a)
+	require.InDelta(t, -2, b.LevelAt(t0), 1e-9, "3 of a's 4 tokens come back")
+	b.CancelAt(t0, Claim{}) // not this bucket's: nothing
+	b.CancelAt(t0, Claim{bucket: b})
+	require.InDelta(t, -2, b.LevelAt(t0), 1e-9)
+	b.SettleAt(t0, Claim{Tokens: 5}, 0) // not this bucket's: nothing
+	require.InDelta(t, -2, b.LevelAt(t0), 1e-9)
+}
+
+// TestBucketWaitCancelled: a Wait whose context ends gives its tokens back;
+// one that is covered returns when the clock reaches the ready time.
+func TestBucketWaitCancelled(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(t0)
+	b, err := NewBucket(BucketConfig{Limit: 60, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Wait(ctx, clock, 5) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer wcancel()
+	require.NoError(t, clock.BlockUntilContext(wctx, 1))
+	require.InDelta(t, -5, b.LevelAt(t0), 1e-9)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.InDelta(t, 0, b.LevelAt(t0), 1e-9, "given back")
+
+	go func() { done <- b.Wait(context.Background(), clock, 2) }()
+	require.NoError(t, clock.BlockUntilContext(wctx, 1))
+	clock.Advance(2 * time.Second)
+	require.NoError(t, <-done)
+	require.InDelta(t, 0, b.LevelAt(sec(2)), 1e-9)
+	_, err = b.ReserveAt(t0, 61)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.ErrorIs(t, b.Wait(context.Background(), clock, 61), ErrTooLarge)
 }

@@ -1,14 +1,15 @@
 // Package shaping is llmq's admission control for rate-limited LLM APIs: the
-// four client strategies of seed 000 (retry, rpm, shape, adaptive) and the
-// estimation rules of seed 001, as a pure package. The algorithms start no
+// four client strategies of docs/design/rate-limiting.md (retry, rpm, shape,
+// adaptive) and the estimation and settlement rules of
+// docs/design/quotas.md, as a pure package. The algorithms start no
 // goroutines, do no I/O and take the time as an argument (ReserveAt(now, …));
 // a thin waiting layer ([Lane.Admit], [Bucket.Wait]) runs on an injected
-// [Clock] (see "Clocks" below).
+// clock (see "Clocks" below).
 //
 // # The lane
 //
 // A worker holds one [Lane] per (API key, model). [Lane.Admit] runs the
-// seeds' order:
+// order docs/design/rate-limiting.md argues for:
 //
 //  1. every bucket of the admission is reserved together or not at all:
 //     RPM (1), TPM (prompt + max output, [LaneConfig.DefaultMaxOutput] when
@@ -43,8 +44,9 @@
 //   - shape: RPM and TPM buckets, a fixed slot, pacing of 60s/RPM inside the
 //     slot, and a linear warm-up (default 10 s, buckets start empty).
 //   - adaptive: shape with the concurrency limit computed by a [Controller]
-//     (default [Elastic], seed 000's BBR-like controller; [AIMD] is the
-//     other) and the quotas learned from the server's headers when unknown.
+//     (default [Elastic], the BBR-like controller of
+//     docs/design/rate-limiting.md; [AIMD] is the other) and the quotas
+//     learned from the server's headers when unknown.
 //
 // [DefaultStrategy] is shape when a quota is configured, adaptive when not.
 //
@@ -56,9 +58,10 @@
 // settlement that drives the level negative after the fact (rate has no way
 // to take tokens without a reservation, and its burst is an int), a capacity
 // independent of the reservation size with float token counts, setting or
-// lowering the level from a server's header, seed 000's linear warm-up
-// (cumulative tokens R t²/2T, then RT/2 + R(t−T)), and an atomic reservation
-// across several limiters (rate offers no peek-then-commit under a lock).
+// lowering the level from a server's header, the linear warm-up of
+// docs/design/rate-limiting.md (cumulative tokens R t²/2T, then RT/2 + R(t−T)),
+// and an atomic reservation across several limiters (rate offers no
+// peek-then-commit under a lock).
 // [Pacer] and [ConcurrencyLimiter] (FIFO, limit changeable at run time) are
 // small and ours as well.
 //
@@ -119,7 +122,8 @@
 // [Lane.ReserveAt], [Lane.ReadyAt], [Lane.CancelAt], [Lane.TryAcquireSlot],
 // [Lane.PaceAt], [Lane.SendAt] and [Permit.DoneAt] never block. The package's tests drive
 // them from a discrete-event loop on virtual time against an in-memory
-// upstream (RPM, TPM, saturation, 429s) and assert the seed's comparison:
+// upstream (RPM, TPM, saturation, 429s) and assert the comparison of
+// docs/design/rate-limiting.md:
 // shape reaches 95% of the binding quota with no 429 under 5x overload,
 // retry storms (and loses goodput where rejected requests use up quota),
 // and adaptive finds an unknown quota, and its halving, within 30
@@ -127,13 +131,11 @@
 //
 // # Clocks
 //
-// The package keeps its own small [Clock] interface (Now and After) rather
-// than taking a [github.com/jonboulle/clockwork.Clock]: the waiting layer
-// needs nothing more, and a two-method interface is what callers with their
-// own time source (the worker's backoff, a test harness) can satisfy without
-// implementing tickers, timers and AfterFunc. Every clockwork clock satisfies
-// it (checked at compile time), so there is no clock implementation here:
-// the default is clockwork.NewRealClock(), and tests use
+// The waiting layer reads the time from a [github.com/jonboulle/clockwork.Clock],
+// the one clock type of llmq ([LaneConfig.Clock], [Bucket.Wait]), so a
+// worker passes its own clock straight through and no adapter or second
+// clock interface exists. The algorithms never read a clock: they take the
+// time as an argument. The default is clockwork.NewRealClock(); tests use
 // clockwork.NewFakeClockAt(t) with Advance and BlockUntilContext (to wait
 // until an Admit is parked on the clock). The discrete-event simulation
 // needs no timer introspection: it never blocks, it only moves the fake

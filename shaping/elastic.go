@@ -107,7 +107,8 @@ func (c ElasticConfig) validate() error {
 	return nil
 }
 
-// Elastic is seed 000's BBR-like controller ("elastic bandwidth probing").
+// Elastic is the BBR-like controller ("elastic bandwidth probing") of
+// docs/design/rate-limiting.md.
 // Each success grows the limit by one share of a per-round step (a round
 // being one limit's worth of samples): the step is the larger of a spring
 // term that pulls fast towards the best known level and slows near it, and a

@@ -48,7 +48,7 @@ func (c EstimatorConfig) WithDefaults() EstimatorConfig {
 // for gpt-4o, gpt-4.1, gpt-5 and o-series models, cl100k otherwise), and
 // learns per model how far its estimates fall below the real usage: the p95
 // of actual/estimated becomes a safety factor (>= 1) applied to later
-// estimates (seed 001). Safe for concurrent use.
+// estimates (docs/design/quotas.md). Safe for concurrent use.
 type Estimator struct {
 	cfg    EstimatorConfig
 	cl100k tokenizer.Codec

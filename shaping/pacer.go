@@ -5,10 +5,11 @@ import (
 	"time"
 )
 
-// Pacer spaces sends at least a minimum interval apart (seed 000's
-// SmoothRateLimiter). Each reservation books the next free send time, so
-// concurrent senders leave in order, one interval apart. It is safe for
-// concurrent use; an interval of 0 disables it.
+// Pacer spaces sends at least a minimum interval apart (Guava's
+// SmoothRateLimiter idea, docs/design/rate-limiting.md). Each reservation
+// books the next free send time, so concurrent senders leave in order, one
+// interval apart. It is safe for concurrent use; an interval of 0 disables
+// it.
 type Pacer struct {
 	mu       sync.Mutex
 	interval time.Duration

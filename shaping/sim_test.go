@@ -26,7 +26,8 @@ type upstreamConfig struct {
 	// Headers sends x-ratelimit-* on every answer.
 	Headers bool
 	// ChargeRejected makes a rejected request use up quota too (down to
-	// zero): "failed requests count" (reference §1.1, §1.2).
+	// zero): "failed requests count"
+	// (https://help.openai.com/en/articles/5955604).
 	ChargeRejected bool
 	// Saturation is the in-flight count above which time per token grows.
 	Saturation int

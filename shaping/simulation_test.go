@@ -7,7 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The seed's long/short mix at 5x the binding quota (TPM binds).
+// The long/short mix of docs/design/rate-limiting.md at 5x the binding
+// quota (TPM binds).
 const (
 	simRPM = 300.0
 	simTPM = 300_000.0

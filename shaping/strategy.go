@@ -2,7 +2,8 @@ package shaping
 
 import "fmt"
 
-// Strategy names one of seed 000's four client strategies.
+// Strategy names one of the four client strategies of
+// docs/design/rate-limiting.md.
 type Strategy string
 
 const (
@@ -21,7 +22,8 @@ const (
 	StrategyAdaptive Strategy = "adaptive"
 )
 
-// Strategies lists the strategies in the seed's order.
+// Strategies lists the strategies from the least to the most control, as
+// docs/design/rate-limiting.md compares them.
 var Strategies = []Strategy{StrategyRetry, StrategyRPM, StrategyShape, StrategyAdaptive}
 
 // ParseStrategy returns the named strategy; "" is returned as "".

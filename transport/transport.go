@@ -16,7 +16,8 @@ import (
 
 // Message is one job message and its broker metadata.
 type Message struct {
-	// Key is the Kafka key (tenant or id); empty on RabbitMQ.
+	// Key is the Kafka key (the producer uses the job id, or the tenant);
+	// empty on RabbitMQ.
 	Key []byte
 	// Value is the job's JSON wire form.
 	Value []byte
@@ -29,15 +30,34 @@ type Message struct {
 	// Source names where the message came from, for dead letters:
 	// "topic/partition/offset" or "queue/delivery-tag".
 	Source string
-	// Redelivered is true when the broker knows it delivered this message
-	// before (RabbitMQ redelivered flag; Kafka cannot tell and says false).
+	// Redelivered is true when the message was handed out before: always
+	// after a Nack; after a restart or reconnect when the broker knows
+	// (RabbitMQ's redelivered flag; Kafka cannot tell and says false).
 	Redelivered bool
 	// ReceivedAt is when the consumer got the message.
 	ReceivedAt time.Time
 
+	// Rejected is set on a message the broker gave up delivering: it was
+	// delivered more times than the queue's delivery limit and the broker
+	// dead-lettered it (RabbitMQ: to "<queue>.rejected", which the
+	// subscriber consumes too; memory: Config.DeliveryLimit). It holds the
+	// broker's reason, "delivery_limit" (RabbitMQ also says "rejected",
+	// "expired" or "maxlen" for messages a policy dead-lettered). Such a
+	// message is not work to do: the consumer records it as a dead letter
+	// and acks it. Empty for an ordinary delivery.
+	Rejected string
+	// RejectedCount is, on a rejected message, how many times the broker
+	// rejected it from its queue (RabbitMQ's x-death count): 1 the first
+	// time, more when a replay of it was rejected again; 0 when unknown.
+	RejectedCount int
+
 	ack  func(ctx context.Context) error
 	nack func(ctx context.Context) error
 }
+
+// RejectedDeliveryLimit is Message.Rejected for a message delivered more
+// times than its queue's delivery limit.
+const RejectedDeliveryLimit = "delivery_limit"
 
 // NewMessage builds a delivered message whose Ack and Nack call the given
 // functions. Adapters use it; producers build a plain Message literal.
@@ -59,9 +79,11 @@ func (m *Message) Ack(ctx context.Context) error {
 	return m.ack(ctx)
 }
 
-// Nack gives the message back for redelivery (RabbitMQ requeue). On Kafka it
-// leaves the offset uncommitted so it is delivered again after a restart or
-// rebalance.
+// Nack gives the message back: it is handed out again at once, with
+// Redelivered set, however often it is nacked (RabbitMQ requeues it; Kafka
+// hands it out again from memory and commits nothing past its offset until
+// it is acked). Nack never settles a message: only Ack does. It returns
+// the same errors as Ack.
 func (m *Message) Nack(ctx context.Context) error {
 	if m.nack == nil {
 		return errors.New("transport: nack of a message that was not delivered")
@@ -94,4 +116,13 @@ type Subscriber interface {
 	// other consumers' unacked messages), memory ready plus unacked.
 	Depth(ctx context.Context) (int64, error)
 	Close() error
+}
+
+// SizeLimiter is implemented by a Publisher that knows the largest message
+// its broker takes (Kafka's max.message.bytes), so a producer can refuse a
+// message that would be rejected before it records or sends anything.
+type SizeLimiter interface {
+	// MaxValueBytes is the largest Value the broker takes in a message
+	// with m's Key and Headers (m.Value is ignored).
+	MaxValueBytes(m Message) int
 }

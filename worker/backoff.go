@@ -106,9 +106,12 @@ func NewRetryBudget(ratio, minRetries, maxRetries float64) *RetryBudget {
 // Deposit records a successful call.
 func (b *RetryBudget) Deposit() { b.balance = min(b.balance+b.Ratio, b.Max) }
 
+// Available reports whether the budget holds a retry.
+func (b *RetryBudget) Available() bool { return b.balance >= 1 }
+
 // Withdraw takes one retry from the budget and reports whether it was there.
 func (b *RetryBudget) Withdraw() bool {
-	if b.balance < 1 {
+	if !b.Available() {
 		return false
 	}
 	b.balance--

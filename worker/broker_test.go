@@ -50,7 +50,7 @@ func TestWorkerThroughBrokers(t *testing.T) {
 			t.Cleanup(func() { _ = pub.Close() })
 			w, err := worker.New(worker.Config{
 				Subscriber: sub, Store: tb.store, DeadLetters: tb.letters,
-				Client:      worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: tb.sim.URL, APIKey: "sk-test", Timeout: 10 * time.Second}),
+				Upstream:    upstreamAt(tb.sim.URL, 10*time.Second),
 				Strategy:    shaping.StrategyRetry,
 				MaxInFlight: 256,
 				Logger:      slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
@@ -66,7 +66,8 @@ func TestWorkerThroughBrokers(t *testing.T) {
 			msgs := make([]transport.Message, n)
 			for i := range n {
 				ids[i] = fmt.Sprintf("%s-%04d", name, i)
-				msgs[i] = transport.Message{Key: []byte(llmq.DefaultTenant), Value: jobJSON(ids[i], "gpt-4o-mini", "")}
+				// Keyed by job id, so the jobs spread over the partitions.
+				msgs[i] = transport.Message{Key: []byte(ids[i]), Value: jobJSON(ids[i], "gpt-4o-mini", "")}
 			}
 			require.NoError(t, pub.Publish(context.Background(), target.Dest, msgs...))
 			recs := tb.waitTerminal(t, ids, 3*time.Minute)
@@ -74,6 +75,7 @@ func TestWorkerThroughBrokers(t *testing.T) {
 				require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
 			}
 			require.EqualValues(t, n, tb.sim.Sim.Stats().Total.Succeeded, "one upstream call per job")
+			waitDrained(t, sub) // every message acked (Kafka: committed on every partition)
 		})
 	}
 }

@@ -54,11 +54,20 @@ func (c Class) String() string {
 // Provider selects the error dialect of the upstream.
 type Provider string
 
+// ParseProvider returns the named provider: openai or dashscope.
+func ParseProvider(s string) (Provider, error) {
+	switch p := Provider(s); p {
+	case ProviderOpenAI, ProviderDashScope:
+		return p, nil
+	}
+	return "", fmt.Errorf("worker: unknown provider %q (want openai or dashscope)", s)
+}
+
 const (
 	// ProviderOpenAI: insufficient_quota means billing and is permanent.
 	ProviderOpenAI Provider = "openai"
 	// ProviderDashScope: insufficient_quota means TPM throttling and is
-	// retryable (reference §4).
+	// retryable.
 	ProviderDashScope Provider = "dashscope"
 )
 
@@ -79,7 +88,9 @@ type Outcome struct {
 }
 
 // Classify turns the error of one go-openai call (and the response headers,
-// which go-openai keeps on the error path too) into an Outcome.
+// which go-openai keeps on the error path too) into an Outcome. An HTTP-date
+// Retry-After is read against the system clock: it is the server's wall
+// time, whatever clock the worker runs on.
 func Classify(err error, header http.Header, provider Provider) Outcome {
 	if err == nil {
 		o := Outcome{Class: ClassSuccess, Status: http.StatusOK}
@@ -153,6 +164,12 @@ func codeString(code any) string {
 		return ""
 	case string:
 		return c
+	case int:
+		// go-openai decodes "code": null (OpenAI's 5xx) as the int 0.
+		if c == 0 {
+			return ""
+		}
+		return strconv.Itoa(c)
 	default:
 		return fmt.Sprint(c)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
-	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
@@ -35,6 +34,28 @@ const (
 	storeRetryDelay = time.Second
 )
 
+// JobStore is what the worker needs of the job store: the claim and the
+// state changes of one job. [*store.Store] implements it; its methods
+// document the transitions and errors (store.ErrTerminal, store.ErrLeased,
+// store.ErrBatched) the worker relies on.
+type JobStore interface {
+	// Claim takes the job for owner for lease (queued, retrying or an
+	// expired or own lease → running), recording it first when absent.
+	Claim(ctx context.Context, j *llmq.Job, owner string, lease time.Duration) (*store.JobRecord, error)
+	// ExtendLease pushes owner's lease to now+lease.
+	ExtendLease(ctx context.Context, id, owner string, lease time.Duration) error
+	// Release hands owner's job back to queued.
+	Release(ctx context.Context, id, owner string) error
+	// MarkRetrying records a retryable failure (running → retrying).
+	MarkRetrying(ctx context.Context, id, owner, code, msg string) error
+	// StoreResult records the answer (→ succeeded), once.
+	StoreResult(ctx context.Context, id string, r store.Result) (stored bool, err error)
+	// MarkFailed records a permanent failure (→ failed).
+	MarkFailed(ctx context.Context, id, code, msg string) error
+	// MarkExpired records a job whose deadline passed before it started.
+	MarkExpired(ctx context.Context, id string) error
+}
+
 // DeadLetterer takes the jobs that must not be retried any more: it records
 // the letter, publishes it to the dead-letter queue, marks the job
 // dead_lettered and raises an alert. [dlq.Writer] implements it.
@@ -53,11 +74,11 @@ type Router interface {
 type Config struct {
 	// Subscriber delivers the job messages. Required.
 	Subscriber transport.Subscriber
-	// Store is the Postgres job store. Required.
-	Store *store.Store
-	// Client calls the OpenAI-compatible upstream (see NewOpenAIClient).
-	// Required.
-	Client *openai.Client
+	// Store holds the jobs' state (a *store.Store). Required.
+	Store JobStore
+	// Upstream makes the chat completion calls (OpenAIUpstream over
+	// NewOpenAIClient). Required.
+	Upstream Upstream
 	// DeadLetters takes exhausted and poison jobs. Required.
 	DeadLetters DeadLetterer
 	// Router, when set, may divert deferrable jobs to the batch lane.
@@ -70,8 +91,6 @@ type Config struct {
 	// window (checked before a fallback), prices (the cost stored with each
 	// result) and fallbacks; a model it does not list uses Catalog.Default.
 	Catalog llmq.Catalog
-	// Provider selects the upstream's error dialect. Default ProviderOpenAI.
-	Provider Provider
 	// Estimator counts prompt tokens. nil = a new shaping.Estimator.
 	Estimator *shaping.Estimator
 
@@ -111,15 +130,14 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the worker's metrics. nil = not registered.
 	Registerer prometheus.Registerer
-	// Clock drives shaping waits and backoff. nil = the system clock.
-	Clock shaping.Clock
+	// Clock is the worker's time: shaping waits, priority aging, backoff,
+	// deadlines, lease rechecks and the gauges' refresh. nil = the system
+	// clock.
+	Clock clockwork.Clock
 }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Provider == "" {
-		c.Provider = ProviderOpenAI
-	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = MaxInFlightDefault
 	}
@@ -163,8 +181,8 @@ func (c Config) validate() error {
 	if c.Store == nil {
 		errs = append(errs, errors.New("worker: Config.Store is required"))
 	}
-	if c.Client == nil {
-		errs = append(errs, errors.New("worker: Config.Client is required"))
+	if c.Upstream == nil {
+		errs = append(errs, errors.New("worker: Config.Upstream is required"))
 	}
 	if c.DeadLetters == nil {
 		errs = append(errs, errors.New("worker: Config.DeadLetters is required"))
@@ -172,18 +190,5 @@ func (c Config) validate() error {
 	if _, err := shaping.ParseStrategy(string(c.Strategy)); err != nil {
 		errs = append(errs, fmt.Errorf("worker: Config.Strategy: %w", err))
 	}
-	if c.Provider != ProviderOpenAI && c.Provider != ProviderDashScope {
-		errs = append(errs, fmt.Errorf("worker: Config.Provider: unknown provider %q (want openai or dashscope)", c.Provider))
-	}
 	return errors.Join(errs...)
-}
-
-// model returns the catalog entry of a model, with the shaping package's
-// output allowance when it sets none.
-func (c Config) model(name string) llmq.Model {
-	m := c.Catalog.Lookup(name)
-	if m.MaxOutputDefault <= 0 {
-		m.MaxOutputDefault = shaping.LaneMaxOutputDefault
-	}
-	return m
 }

@@ -77,7 +77,7 @@ func (w *Worker) lane(model string) *lane {
 	if l, ok := w.lanes[model]; ok {
 		return l
 	}
-	m := w.cfg.model(model)
+	m := w.model(model)
 	strategy := w.cfg.Strategy
 	if strategy == "" {
 		strategy = shaping.DefaultStrategy(m.RPM, m.TPM)
@@ -92,7 +92,7 @@ func (w *Worker) lane(model string) *lane {
 		w.log.Error("build shaping lane; using strategy retry", "model", model, "error", err)
 		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: model, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
 	}
-	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock.Now)}
+	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock)}
 	w.lanes[model] = l
 	w.background.Add(1)
 	go w.dispatch(l)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Scheduler orders ready work by priority with aging: an item's effective
@@ -13,7 +15,7 @@ import (
 // by the worker's in-flight limit, not by itself.
 type Scheduler[T any] struct {
 	agingStep time.Duration
-	now       func() time.Time
+	clock     clockwork.Clock
 
 	mu     sync.Mutex
 	items  []schedItem[T]
@@ -23,22 +25,22 @@ type Scheduler[T any] struct {
 // AgingStepDefault is how long a job waits to gain one priority level.
 const AgingStepDefault = 30 * time.Second
 
-// NewScheduler returns an empty scheduler. agingStep <= 0 means
-// AgingStepDefault; now == nil means time.Now.
-func NewScheduler[T any](agingStep time.Duration, now func() time.Time) *Scheduler[T] {
+// NewScheduler returns an empty scheduler whose waits are measured on clock.
+// agingStep <= 0 means AgingStepDefault; a nil clock means the system clock.
+func NewScheduler[T any](agingStep time.Duration, clock clockwork.Clock) *Scheduler[T] {
 	if agingStep <= 0 {
 		agingStep = AgingStepDefault
 	}
-	if now == nil {
-		now = time.Now
+	if clock == nil {
+		clock = clockwork.NewRealClock()
 	}
-	return &Scheduler[T]{agingStep: agingStep, now: now, notify: make(chan struct{}, 1)}
+	return &Scheduler[T]{agingStep: agingStep, clock: clock, notify: make(chan struct{}, 1)}
 }
 
 // Push adds an item with the given priority rank, enqueued now.
 func (s *Scheduler[T]) Push(v T, rank int) {
 	s.mu.Lock()
-	s.items = append(s.items, schedItem[T]{value: v, rank: rank, enqueued: s.now()})
+	s.items = append(s.items, schedItem[T]{value: v, rank: rank, enqueued: s.clock.Now()})
 	s.mu.Unlock()
 	select {
 	case s.notify <- struct{}{}:
@@ -64,7 +66,7 @@ func (s *Scheduler[T]) TryPop() (T, bool) {
 	if len(s.items) == 0 {
 		return zero, false
 	}
-	now := s.now()
+	now := s.clock.Now()
 	best := 0
 	bestRank := s.items[0].effectiveAt(now, s.agingStep)
 	for i := 1; i < len(s.items); i++ {

@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -10,6 +11,62 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 )
+
+// Upstream makes the worker's chat completion calls. It must be safe for
+// concurrent use. [OpenAIUpstream] is the implementation over go-openai;
+// tests of the pipeline's mechanics may give a fake.
+type Upstream interface {
+	// Call sends body, a chat completion request whose "model" is model
+	// (llmq.Job.WithModel), once, and returns the classified reply. Every
+	// failure, a cancelled ctx included, is a Reply whose Outcome says what
+	// it was; Call has no error of its own.
+	Call(ctx context.Context, model string, body []byte) Reply
+}
+
+// Reply is the result of one upstream call.
+type Reply struct {
+	// Outcome classifies the call: its class, HTTP status, error code and
+	// message, and the rate-limit headers (see Classify).
+	Outcome Outcome
+	// Body is the answer as the upstream sent it, one JSON value. Set on
+	// success only.
+	Body []byte
+	// PromptTokens and CompletionTokens are the answer's usage. Set on
+	// success only.
+	PromptTokens, CompletionTokens int
+}
+
+// OpenAIUpstream is the Upstream of an OpenAI-compatible API reached through
+// client (see NewOpenAIClient). provider selects the error dialect Classify
+// reads; anything but ProviderDashScope reads as OpenAI's.
+func OpenAIUpstream(client *openai.Client, provider Provider) Upstream {
+	return &openAIUpstream{client: client, provider: provider}
+}
+
+type openAIUpstream struct {
+	client   *openai.Client
+	provider Provider
+}
+
+func (u *openAIUpstream) Call(ctx context.Context, model string, body []byte) Reply {
+	x := &exchange{request: body}
+	// go-openai only needs the model from the struct: the bytes sent are
+	// the exchange's, the job's own body.
+	resp, err := u.client.CreateChatCompletion(withExchange(ctx, x), openai.ChatCompletionRequest{Model: model})
+	r := Reply{Outcome: Classify(err, resp.Header(), u.provider)}
+	if r.Outcome.Class != ClassSuccess {
+		return r
+	}
+	r.PromptTokens, r.CompletionTokens = resp.Usage.PromptTokens, resp.Usage.CompletionTokens
+	// The answer as it came, or as go-openai decoded it when the raw bytes
+	// are not one JSON value.
+	if r.Body = bytes.TrimSpace(x.response.Bytes()); !json.Valid(r.Body) {
+		if r.Body, err = json.Marshal(resp); err != nil {
+			r.Outcome = Outcome{Class: ClassPermanent, Status: r.Outcome.Status, Code: "invalid_response", Message: err.Error(), Err: err}
+		}
+	}
+	return r
+}
 
 // UpstreamConfig says how to reach the OpenAI-compatible API.
 type UpstreamConfig struct {
@@ -23,8 +80,6 @@ type UpstreamConfig struct {
 	// (whole seconds) so the server queues burst-limited requests instead of
 	// answering 429, and the client timeout grows by the same amount.
 	DashScopeWaitTimeout time.Duration
-	// Provider selects the error dialect. Default ProviderOpenAI.
-	Provider Provider
 	// Transport is the HTTP transport; nil means a clone of
 	// http.DefaultTransport with enough idle connections per host for the
 	// worker's concurrency.
@@ -34,9 +89,9 @@ type UpstreamConfig struct {
 // UpstreamTimeoutDefault bounds one upstream call.
 const UpstreamTimeoutDefault = 60 * time.Second
 
-// NewOpenAIClient builds the go-openai client the worker calls through.
-// go-openai has no per-call headers, so the DashScope wait header travels in
-// a RoundTripper (platform notes).
+// NewOpenAIClient builds the go-openai client the worker calls through
+// (wrap it with OpenAIUpstream) and the batch lane uses. go-openai has no
+// per-call headers, so the DashScope wait header travels in a RoundTripper.
 func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 	cfg := openai.DefaultConfig(c.APIKey)
 	cfg.BaseURL = c.BaseURL
@@ -64,10 +119,10 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 }
 
 // exchange carries one call's bytes past go-openai, which only speaks
-// structs: the job's body is sent as the producer wrote it (DESIGN: passed
-// through unchanged except "model"), and the upstream's answer is kept as
-// it came, so the stored result loses no field the client library does not
-// know.
+// structs: the job's body is sent as the producer wrote it (passed through
+// unchanged except "model", docs/architecture.md), and the upstream's answer
+// is kept as it came, so the stored result loses no field the client library
+// does not know.
 type exchange struct {
 	request  []byte
 	response bytes.Buffer

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -62,7 +63,7 @@ func TestBodyPassesThroughAndRawResultIsStored(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	tb.start(t, func(c *worker.Config) {
-		c.Client = worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: srv.URL + "/v1", APIKey: "k", Timeout: 5 * time.Second})
+		c.Upstream = upstreamAt(srv.URL+"/v1", 5*time.Second)
 	})
 	tb.publish(t, []byte(`{"id":"pt-1","body":{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":5,"x_param":{"keep":true}}}`))
 	rec := tb.waitTerminal(t, []string{"pt-1"}, 20*time.Second)["pt-1"]
@@ -74,4 +75,73 @@ func TestBodyPassesThroughAndRawResultIsStored(t *testing.T) {
 	require.NoError(t, json.Unmarshal(rec.Result, &stored))
 	require.Equal(t, map[string]any{"region": "eu"}, stored["x_vendor"], "unknown response fields are kept")
 	require.Equal(t, 3, rec.PromptTokens)
+}
+
+// TestOpenAIUpstreamCall sends one request through OpenAIUpstream to the
+// simulator per case and checks the classified reply.
+func TestOpenAIUpstreamCall(t *testing.T) {
+	t.Parallel()
+	faults := func(kind upstreamsim.FaultKind) upstreamsim.FaultConfig {
+		return upstreamsim.FaultConfig{Rates: map[upstreamsim.FaultKind]float64{kind: 1}}
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name     string
+		sim      upstreamsim.Config
+		provider worker.Provider
+		ctx      context.Context
+		class    worker.Class
+		status   int
+		code     string
+		// retryAfter is the Retry-After the reply's headers carry.
+		retryAfter time.Duration
+	}{
+		{name: "success", class: worker.ClassSuccess, status: 200},
+		{name: "slow_down 429 with Retry-After", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultSlowDown)},
+			class: worker.ClassRateLimited, status: 429, code: "slow_down", retryAfter: time.Second},
+		{name: "insufficient_quota is billing on OpenAI", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultInsufficientQuota)},
+			class: worker.ClassPermanent, status: 429, code: "insufficient_quota"},
+		{name: "insufficient_quota is TPM on DashScope", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultInsufficientQuota)},
+			provider: worker.ProviderDashScope, class: worker.ClassRateLimited, status: 429, code: "insufficient_quota"},
+		{name: "500", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultServerError)},
+			class: worker.ClassRetryable, status: 500, code: "server_error"},
+		{name: "502 html page", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultBadGateway)},
+			class: worker.ClassRetryable, status: 502, code: "http_502"},
+		{name: "connection reset", sim: upstreamsim.Config{Faults: faults(upstreamsim.FaultConnectionReset)},
+			class: worker.ClassRetryable, code: "connection_error"},
+		{name: "cancelled", ctx: cancelled, class: worker.ClassRetryable, code: "cancelled"},
+	}
+	body := []byte(`{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sim := upstreamsim.NewTestServer(t, tt.sim)
+			up := worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL, APIKey: "k", Timeout: 5 * time.Second}),
+				cmp.Or(tt.provider, worker.ProviderOpenAI))
+			r := up.Call(cmp.Or(tt.ctx, context.Background()), "m", body)
+			require.Equal(t, tt.class, r.Outcome.Class, "%s: %v", r.Outcome.Class, r.Outcome.Err)
+			require.Equal(t, tt.status, r.Outcome.Status)
+			require.Equal(t, tt.code, r.Outcome.Code)
+			require.Equal(t, tt.retryAfter, r.Outcome.Headers.RetryAfter)
+			if tt.class != worker.ClassSuccess {
+				require.Nil(t, r.Body)
+				require.Zero(t, r.PromptTokens+r.CompletionTokens)
+				return
+			}
+			var got struct {
+				Object string `json:"object"`
+				Usage  struct {
+					PromptTokens     int `json:"prompt_tokens"`
+					CompletionTokens int `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			require.NoError(t, json.Unmarshal(r.Body, &got), "the body is the upstream's JSON")
+			require.Equal(t, "chat.completion", got.Object)
+			require.Equal(t, got.Usage.PromptTokens, r.PromptTokens)
+			require.Equal(t, got.Usage.CompletionTokens, r.CompletionTokens)
+			require.Positive(t, r.PromptTokens)
+			require.EqualValues(t, 1, sim.Sim.Stats().Total.Succeeded)
+		})
+	}
 }

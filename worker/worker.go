@@ -1,8 +1,6 @@
 package worker
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	openai "github.com/sashabaranov/go-openai"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
@@ -41,9 +39,11 @@ type Worker struct {
 	lanesMu sync.Mutex
 	lanes   map[string]*lane
 
-	budgetMu sync.Mutex
+	policy policy
+	// policyMu guards the retry budget and the jitter source, which every
+	// job's decisions share.
+	policyMu sync.Mutex
 	budget   *RetryBudget
-	rngMu    sync.Mutex
 	rng      *rand.Rand
 
 	// finished counts terminal jobs; depth is the last queue depth read;
@@ -82,8 +82,12 @@ func New(cfg Config) (*Worker, error) {
 		metrics: newMetrics(cfg.Registerer),
 		est:     est,
 		lanes:   make(map[string]*lane),
-		budget:  NewRetryBudget(cfg.RetryBudget, 0, 0),
-		rng:     rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		policy: policy{
+			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
+			FallbackMaxWait: cfg.FallbackMaxWait, Backoff: cfg.Backoff,
+		},
+		budget: NewRetryBudget(cfg.RetryBudget, 0, 0),
+		rng:    rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}, nil
 }
 
@@ -176,14 +180,14 @@ const drainWindow = 60
 // drain estimate.
 func (w *Worker) observeLoop(ctx context.Context) {
 	defer w.background.Done()
-	tick := time.NewTicker(time.Second)
+	tick := w.cfg.Clock.NewTicker(time.Second)
 	defer tick.Stop()
 	var done [drainWindow]int64 // finished count per second, a ring
 	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick.Chan():
 		}
 		now := w.finished.Load()
 		oldest := done[(n+1)%drainWindow]
@@ -211,19 +215,17 @@ func (w *Worker) observeLoop(ctx context.Context) {
 	}
 }
 
-// job is the state of one message in the pipeline.
+// job is one message in the pipeline: the decoded job, its model chain
+// and the policy's state of it.
 type job struct {
-	msg     *transport.Message
-	job     *llmq.Job
-	est     shaping.Estimate
-	models  []string
-	model   int
-	calls   int
-	retries int
-	// rateLimited counts the 429s of the current model.
-	rateLimited int
-	start       time.Time
-	last        Outcome
+	msg    *transport.Message
+	job    *llmq.Job
+	est    shaping.Estimate
+	models []string
+	state  state
+	start  time.Time
+	// reply is the last call's: the result, or the dead letter's error.
+	reply Reply
 }
 
 func (w *Worker) handle(ctx context.Context, msg *transport.Message) {
@@ -281,7 +283,7 @@ func (w *Worker) claim(ctx context.Context, j *llmq.Job) (*store.JobRecord, erro
 		}
 		wait := time.Second
 		if rec != nil && rec.LeaseExpiresAt != nil {
-			wait = time.Until(*rec.LeaseExpiresAt) + 50*time.Millisecond
+			wait = w.cfg.Clock.Until(*rec.LeaseExpiresAt) + 50*time.Millisecond
 		}
 		wait = min(max(wait, 50*time.Millisecond), leasedRecheckMax)
 		if err := sleep(ctx, w.cfg.Clock, wait); err != nil {
@@ -290,130 +292,119 @@ func (w *Worker) claim(ctx context.Context, j *llmq.Job) (*store.JobRecord, erro
 	}
 }
 
-// run makes upstream attempts until the job reaches a terminal state or the
-// worker shuts down.
+// run performs the policy's decisions about p until the job leaves the
+// pipeline: terminal, or handed back.
 func (w *Worker) run(ctx context.Context, p *job, log *slog.Logger) {
+	e := event{Step: stepReady}
 	for {
-		model := p.models[p.model]
-		if p.calls == 0 && w.pastDeadline(p.job) {
-			w.expire(ctx, p, log, "deadline passed before the job started")
-			return
-		}
-		permit, err := w.admit(ctx, p, model)
-		switch {
-		case errors.Is(err, errLanePaused) && w.fallBack(p, "lane paused by 429s", log):
-			continue
-		case errors.Is(err, shaping.ErrTooLarge):
-			w.finishFailed(ctx, p, log, "request_too_large", err.Error())
-			return
-		case isWaitError(err):
-			w.expire(ctx, p, log, "predicted wait passes the deadline: "+err.Error())
-			return
-		case err != nil:
-			w.giveBack(p.msg, p.job, true, log, err)
-			return
-		}
-		x := &exchange{}
-		if x.request, err = p.job.WithModel(model); err != nil {
-			permit.Cancel()
-			w.finishFailed(ctx, p, log, "invalid_body", err.Error())
-			return
-		}
-		w.metrics.inFlight.Inc()
-		// go-openai only needs the model from the struct: the bytes sent are
-		// the exchange's, the job's own body.
-		resp, err := w.cfg.Client.CreateChatCompletion(withExchange(ctx, x), openai.ChatCompletionRequest{Model: model})
-		w.metrics.inFlight.Dec()
-		p.calls++
-		out := Classify(err, resp.Header(), w.cfg.Provider)
-		p.last = out
-		w.settle(permit, model, resp, out)
-		if ctx.Err() != nil {
-			// The call was cut by shutdown, not by the upstream.
-			w.giveBack(p.msg, p.job, true, log, context.Cause(ctx))
-			return
-		}
-		switch out.Class {
-		case ClassSuccess:
-			w.succeed(ctx, p, model, resp, x.response.Bytes(), log)
-			return
-		case ClassPermanent:
-			w.finishFailed(ctx, p, log, out.Code, out.Message)
-			return
-		}
-		w.metrics.retries.WithLabelValues(model).Inc()
-		if p.calls >= w.cfg.MaxAttempts {
-			w.deadLetter(ctx, p, dlq.ReasonRetriesExhausted, log)
-			return
-		}
-		if out.Class == ClassRateLimited {
-			p.rateLimited++
-			switch {
-			case p.rateLimited >= w.cfg.FallbackAfter && w.fallBack(p, "rate limited "+strconv.Itoa(p.rateLimited)+" times", log):
-				continue
-			case out.Headers.RetryAfter > w.cfg.FallbackMaxWait && w.fallBack(p, "retry-after "+out.Headers.RetryAfter.String(), log):
-				continue
+		from := p.state.Model
+		act := w.decide(p, e)
+		switch act.Verb {
+		case doCall:
+			var ok bool
+			if e, ok = w.call(ctx, p, act, log); !ok {
+				return
 			}
-		}
-		w.budgetMu.Lock()
-		budgeted := w.budget.Withdraw()
-		w.budgetMu.Unlock()
-		if !budgeted && out.Class == ClassRateLimited && w.fallBack(p, "retry budget spent", log) {
-			continue
-		}
-		if err := w.backoff(ctx, p, out, budgeted, log); err != nil {
-			w.giveBack(p.msg, p.job, true, log, err)
+		case doRetry:
+			if err := w.backoff(ctx, p, act.Delay, log); err != nil {
+				w.giveBack(p.msg, p.job, true, log, err)
+				return
+			}
+			e = event{Step: stepReady}
+		case doFallBack:
+			to := p.models[p.state.Model]
+			w.metrics.fallbacks.WithLabelValues(p.models[from], to).Inc()
+			log.Info("falling back", slog.String("from", p.models[from]), slog.String("to", to), slog.String("why", act.Why))
+			e = event{Step: stepReady}
+		case doSucceed:
+			w.succeed(ctx, p, log)
+			return
+		case doFail:
+			w.finishFailed(ctx, p, log, act.Code, act.Message)
+			return
+		case doExpire:
+			w.expire(ctx, p, log, act.Why)
+			return
+		case doDeadLetter:
+			w.deadLetter(ctx, p, act.Reason, log)
+			return
+		case doHandBack:
+			w.giveBack(p.msg, p.job, true, log, errors.New(act.Why))
 			return
 		}
 	}
 }
 
-// fallBack moves p to its next usable fallback model, reporting whether
-// there was one.
-func (w *Worker) fallBack(p *job, why string, log *slog.Logger) bool {
-	next, ok := w.nextFallback(p)
-	if !ok {
-		return false
+// decide gives the policy p's step e with the facts only the worker knows,
+// keeps the new state and returns the action. The retry budget and the
+// jitter source are shared by every job: the decision and the budget's
+// withdrawal happen under one lock.
+func (w *Worker) decide(p *job, e event) action {
+	e.Now = w.cfg.Clock.Now()
+	if p.job.Deadline != nil {
+		e.Deadline = *p.job.Deadline
 	}
-	from, to := p.models[p.model], p.models[next]
-	w.metrics.fallbacks.WithLabelValues(from, to).Inc()
-	log.Info("falling back", slog.String("from", from), slog.String("to", to), slog.String("why", why))
-	p.model, p.rateLimited = next, 0
-	return true
+	e.Next = nextFallback(w.cfg.Catalog, p.models, p.state.Model, p.est)
+	w.policyMu.Lock()
+	e.BudgetLeft = w.budget.Available()
+	next, act := w.policy.decide(p.state, e, w.rng)
+	if act.Budgeted {
+		w.budget.Withdraw()
+	}
+	w.policyMu.Unlock()
+	p.state = next
+	return act
 }
 
-// nextFallback returns the index of the next model in the chain whose
-// context window fits the request.
-func (w *Worker) nextFallback(p *job) (int, bool) {
-	for i := p.model + 1; i < len(p.models); i++ {
-		m := w.cfg.model(p.models[i])
-		if need := p.est.PromptTokens + cmp.Or(p.est.MaxOutputTokens, m.MaxOutputDefault); m.ContextWindow > 0 && need > m.ContextWindow {
-			continue
-		}
-		return i, true
+// call waits for admission in the lane of p's current model and makes one
+// upstream call. It returns the step that came of it, or false when the job
+// left the pipeline on the way (handed back on shutdown, or failed on its
+// body).
+func (w *Worker) call(ctx context.Context, p *job, act action, log *slog.Logger) (event, bool) {
+	model := p.models[p.state.Model]
+	permit, err := w.admit(ctx, p, model, act)
+	switch {
+	case errors.Is(err, errLanePaused):
+		return event{Step: stepLanePaused}, true
+	case errors.Is(err, shaping.ErrTooLarge):
+		return event{Step: stepTooLarge, Detail: err.Error()}, true
+	case isWaitError(err):
+		return event{Step: stepWaitTooLong, Detail: err.Error()}, true
+	case err != nil:
+		w.giveBack(p.msg, p.job, true, log, err)
+		return event{}, false
 	}
-	return 0, false
+	body, err := p.job.WithModel(model)
+	if err != nil {
+		permit.Cancel()
+		w.finishFailed(ctx, p, log, "invalid_body", err.Error())
+		return event{}, false
+	}
+	w.metrics.inFlight.Inc()
+	p.reply = w.cfg.Upstream.Call(ctx, model, body)
+	w.metrics.inFlight.Dec()
+	w.settle(permit, model, p.reply)
+	if ctx.Err() != nil {
+		// The call was cut by shutdown, not by the upstream.
+		w.giveBack(p.msg, p.job, true, log, context.Cause(ctx))
+		return event{}, false
+	}
+	if c := p.reply.Outcome.Class; c == ClassRateLimited || c == ClassRetryable {
+		w.metrics.retries.WithLabelValues(model).Inc()
+	}
+	return event{Step: stepCalled, Outcome: p.reply.Outcome}, true
 }
 
-// backoff records the retryable failure, waits out the delay (the longest
-// one when the retry budget refused this retry), and claims the job again
-// (retrying → running).
-func (w *Worker) backoff(ctx context.Context, p *job, out Outcome, budgeted bool, log *slog.Logger) error {
+// backoff records the retryable failure, waits delay and claims the job
+// again (retrying → running).
+func (w *Worker) backoff(ctx context.Context, p *job, delay time.Duration, log *slog.Logger) error {
 	wctx := context.WithoutCancel(ctx)
+	out := p.reply.Outcome
 	if err := w.cfg.Store.MarkRetrying(wctx, p.job.ID, w.cfg.Owner, out.Code, out.Message); err != nil {
 		return err
 	}
 	w.metrics.jobs.WithLabelValues(string(llmq.StatusRetrying)).Inc()
-	var delay time.Duration
-	if budgeted {
-		w.rngMu.Lock()
-		delay = w.cfg.Backoff.Delay(p.retries, out.Headers.RetryAfter, w.rng)
-		w.rngMu.Unlock()
-	} else {
-		delay = max(w.cfg.Backoff.Max, out.Headers.RetryAfter)
-	}
-	p.retries++
-	log.Debug("retrying", slog.String("code", out.Code), slog.Duration("delay", delay), slog.Int("calls", p.calls))
+	log.Debug("retrying", slog.String("code", out.Code), slog.Duration("delay", delay), slog.Int("calls", p.state.Attempts))
 	if delay > w.cfg.Lease/2 {
 		if err := w.cfg.Store.ExtendLease(wctx, p.job.ID, w.cfg.Owner, delay+w.cfg.Lease); err != nil {
 			return err
@@ -426,32 +417,34 @@ func (w *Worker) backoff(ctx context.Context, p *job, out Outcome, budgeted bool
 	return err
 }
 
-// admit waits in the model's lane: priority order first, then shaping. The
-// first attempt waits no longer than the job's deadline.
-func (w *Worker) admit(ctx context.Context, p *job, model string) (shaping.Permit, error) {
-	if p.calls == 0 && p.job.Deadline != nil {
+// admit waits in the model's lane: priority order first, then shaping,
+// no longer than act.Deadline. The lane predicts waits on the worker's
+// clock; the deadline's timer is the system clock's, as a job's deadline is
+// wall time.
+func (w *Worker) admit(ctx context.Context, p *job, model string, act action) (shaping.Permit, error) {
+	if !act.Deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, *p.job.Deadline)
+		ctx, cancel = context.WithDeadline(ctx, act.Deadline)
 		defer cancel()
 	}
 	l := w.lane(model)
 	req := p.est.Request()
 	if req.MaxOutputTokens == 0 {
-		req.MaxOutputTokens = w.cfg.model(model).MaxOutputDefault
+		req.MaxOutputTokens = w.model(model).MaxOutputDefault
 	}
 	begin := w.cfg.Clock.Now()
-	t := &ticket{ctx: ctx, req: req, done: make(chan admission, 1)}
-	if _, ok := w.nextFallback(p); ok {
-		t.maxPause = w.cfg.FallbackMaxWait
-	}
+	t := &ticket{ctx: ctx, req: req, maxPause: act.MaxPause, done: make(chan admission, 1)}
 	l.sched.Push(t, p.job.Priority.Rank())
 	a := t.wait(ctx)
 	w.metrics.shapingWait.Observe(w.cfg.Clock.Now().Sub(begin).Seconds())
-	if a.err != nil && p.job.Deadline != nil && errors.Is(a.err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
-		return shaping.Permit{}, &shaping.WaitError{Deadline: *p.job.Deadline}
+	if a.err != nil && !act.Deadline.IsZero() && errors.Is(a.err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
+		return shaping.Permit{}, &shaping.WaitError{Deadline: act.Deadline}
 	}
 	return a.permit, a.err
 }
+
+// model returns the catalog entry of a model, as its lane sees it.
+func (w *Worker) model(name string) llmq.Model { return laneModel(w.cfg.Catalog, name) }
 
 func isWaitError(err error) bool {
 	var we *shaping.WaitError
@@ -459,7 +452,8 @@ func isWaitError(err error) bool {
 }
 
 // settle gives the lane the outcome of one call and counts it.
-func (w *Worker) settle(permit shaping.Permit, model string, resp openai.ChatCompletionResponse, out Outcome) {
+func (w *Worker) settle(permit shaping.Permit, model string, reply Reply) {
+	out := reply.Outcome
 	code := "error"
 	if out.Status > 0 {
 		code = strconv.Itoa(out.Status)
@@ -471,34 +465,26 @@ func (w *Worker) settle(permit shaping.Permit, model string, resp openai.ChatCom
 		Headers:     out.Headers,
 	}
 	if out.Class == ClassSuccess {
-		so.PromptTokens, so.CompletionTokens = resp.Usage.PromptTokens, resp.Usage.CompletionTokens
-		w.metrics.tokens.WithLabelValues(model, "prompt").Add(float64(resp.Usage.PromptTokens))
-		w.metrics.tokens.WithLabelValues(model, "completion").Add(float64(resp.Usage.CompletionTokens))
-		w.budgetMu.Lock()
+		so.PromptTokens, so.CompletionTokens = reply.PromptTokens, reply.CompletionTokens
+		w.metrics.tokens.WithLabelValues(model, "prompt").Add(float64(reply.PromptTokens))
+		w.metrics.tokens.WithLabelValues(model, "completion").Add(float64(reply.CompletionTokens))
+		w.policyMu.Lock()
 		w.budget.Deposit()
-		w.budgetMu.Unlock()
+		w.policyMu.Unlock()
 	}
 	if err := permit.Done(so); err != nil {
 		w.log.Error("settle permit", slog.Any("error", err))
 	}
 }
 
-// succeed stores the upstream's answer as it came (raw), or as go-openai
-// decoded it when the raw bytes are not one JSON value.
-func (w *Worker) succeed(ctx context.Context, p *job, model string, resp openai.ChatCompletionResponse, raw []byte, log *slog.Logger) {
-	w.est.Observe(model, p.est.PromptTokens, resp.Usage.PromptTokens)
-	body := bytes.TrimSpace(raw)
-	var err error
-	if !json.Valid(body) {
-		if body, err = json.Marshal(resp); err != nil {
-			w.finishFailed(ctx, p, log, "invalid_response", err.Error())
-			return
-		}
-	}
-	cost := w.cfg.model(model).Cost(resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
-	_, err = w.cfg.Store.StoreResult(context.WithoutCancel(ctx), p.job.ID, store.Result{
-		Response: body, UsedModel: model, CostUSD: cost,
-		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
+// succeed stores the upstream's answer.
+func (w *Worker) succeed(ctx context.Context, p *job, log *slog.Logger) {
+	model, reply := p.models[p.state.Model], p.reply
+	w.est.Observe(model, p.est.PromptTokens, reply.PromptTokens)
+	cost := w.model(model).Cost(reply.PromptTokens, reply.CompletionTokens)
+	_, err := w.cfg.Store.StoreResult(context.WithoutCancel(ctx), p.job.ID, store.Result{
+		Response: reply.Body, UsedModel: model, CostUSD: cost,
+		PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens,
 	})
 	if err != nil {
 		// The result could not be stored: leave the message for redelivery
@@ -529,8 +515,8 @@ func (w *Worker) expire(ctx context.Context, p *job, log *slog.Logger, why strin
 
 func (w *Worker) deadLetter(ctx context.Context, p *job, reason dlq.Reason, log *slog.Logger) {
 	l := dlq.Letter{
-		JobID: p.job.ID, Tenant: p.job.Tenant, Reason: reason, Attempts: p.calls,
-		LastError: p.last.Code + ": " + p.last.Message, Model: p.models[p.model],
+		JobID: p.job.ID, Tenant: p.job.Tenant, Reason: reason, Attempts: p.state.Attempts,
+		LastError: p.reply.Outcome.Code + ": " + p.reply.Outcome.Message, Model: p.models[p.state.Model],
 		Message: p.msg.Value, Key: p.msg.Key, Headers: p.msg.Headers, Source: p.msg.Source,
 		At: w.cfg.Clock.Now(),
 	}
@@ -628,12 +614,8 @@ func (w *Worker) nack(msg *transport.Message, log *slog.Logger) {
 	}
 }
 
-func (w *Worker) pastDeadline(j *llmq.Job) bool {
-	return j.Deadline != nil && !w.cfg.Clock.Now().Before(*j.Deadline)
-}
-
 // sleep waits d on clock, or until ctx is done.
-func sleep(ctx context.Context, clock shaping.Clock, d time.Duration) error {
+func sleep(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

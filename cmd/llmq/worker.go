@@ -73,6 +73,10 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 	if err != nil {
 		return fmt.Errorf("--strategy: %w", err)
 	}
+	provider, err := worker.ParseProvider(wf.provider)
+	if err != nil {
+		return fmt.Errorf("--provider: %w", err)
+	}
 	a, err := app.New(ctx, app.Config{
 		Settings: cfg, Migrate: true, MetricsListen: wf.metricsListen, Logger: logger,
 		Worker: &app.WorkerConfig{
@@ -81,7 +85,7 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 			MaxInFlight:          wf.maxInFlight,
 			ShutdownTimeout:      wf.shutdownTimeout,
 			Lease:                wf.lease,
-			Provider:             worker.Provider(wf.provider),
+			Provider:             provider,
 			UpstreamTimeout:      wf.upstreamTimeout,
 			DashScopeWaitTimeout: wf.dashScopeWait,
 		},

@@ -52,6 +52,7 @@ type App struct {
 	pub       transport.Publisher
 	sub       transport.Subscriber
 
+	letters  *dlq.Writer
 	worker   *worker.Worker
 	producer *producer.Producer
 	apiLn    net.Listener
@@ -209,28 +210,15 @@ func (a *App) buildWorker() error {
 		a.log.Warn("the configuration names no model: jobs may name any model, each with unknown quotas; " +
 			"list the models to run under models: (or set allow_any_model: true to say so)")
 	}
-	var notifier dlq.Notifier
-	if ac, ok := alertConfig(s); ok {
-		ac.Logger, ac.Registerer = a.log, a.registerer
-		alerter, err := dlq.NewAlerter(ac)
-		if err != nil {
-			return err
-		}
-		a.parts.add("alerter", alerter.Start, alerter.Stop, stopTimeout)
-		notifier = alerter
-	}
-	letters, err := dlq.NewWriter(dlq.Config{
-		Store: a.store, Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
-		Logger: a.log, Registerer: a.registerer,
-	})
+	letters, err := a.deadLetters()
 	if err != nil {
 		return err
 	}
-	a.parts.add("dead-letter writer", letters.Start, letters.Stop, stopTimeout)
 
 	client := worker.NewOpenAIClient(upstreamConfig(s, wc))
 	wcfg := workerConfig(s, wc)
-	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Client = a.sub, a.store, letters, client
+	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters = a.sub, a.store, letters
+	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
 	if !wc.NoBatchLane {
 		// The batch lane: deferrable jobs go to the provider's Batch API
@@ -276,10 +264,46 @@ func (a *App) stopWorker(ctx context.Context) error {
 	return err
 }
 
+// deadLetters returns the process's one dead-letter writer (and its
+// alerter, when a sink is configured), building it on first use: the worker
+// and the producer's outbox sweeper share it.
+func (a *App) deadLetters() (*dlq.Writer, error) {
+	if a.letters != nil {
+		return a.letters, nil
+	}
+	s := a.cfg.Settings
+	var notifier dlq.Notifier
+	if ac, ok := alertConfig(s); ok {
+		ac.Logger, ac.Registerer = a.log, a.registerer
+		alerter, err := dlq.NewAlerter(ac)
+		if err != nil {
+			return nil, err
+		}
+		a.parts.add("alerter", alerter.Start, alerter.Stop, stopTimeout)
+		notifier = alerter
+	}
+	letters, err := dlq.NewWriter(dlq.Config{
+		Store: a.store, Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
+		Logger: a.log, Registerer: a.registerer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.parts.add("dead-letter writer", letters.Start, letters.Stop, stopTimeout)
+	a.letters = letters
+	return letters, nil
+}
+
 // buildProducer builds the producer, whose depth probe is the subscriber.
 func (a *App) buildProducer() error {
 	pc := producerConfig(a.cfg.Settings)
 	pc.Publisher, pc.Store, pc.Destination, pc.DepthProbe = a.pub, a.store, a.target.Dest, a.sub
+	pc.KeyBy = producer.KeyBy(a.target.Key)
+	letters, err := a.deadLetters()
+	if err != nil {
+		return err
+	}
+	pc.DeadLetters = letters
 	// Kafka lag and the memory broker's depth include the messages workers
 	// hold; RabbitMQ's ready count does not.
 	pc.ProbeCountsInFlight = a.target.Kind != open.KindRabbitMQ

@@ -34,7 +34,6 @@ func batchConfig(s *config.Config, wc *WorkerConfig) batchapi.Config {
 func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 	return worker.Config{
 		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel, AllowAny: s.AllowAnyModel},
-		Provider:        wc.Provider,
 		MaxInFlight:     wc.MaxInFlight,
 		MaxAttempts:     s.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay},
@@ -51,14 +50,15 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
 	return worker.UpstreamConfig{
 		BaseURL: s.OpenAIBaseURL, APIKey: s.OpenAIAPIKey, Timeout: wc.UpstreamTimeout,
-		DashScopeWaitTimeout: wc.DashScopeWaitTimeout, Provider: wc.Provider,
+		DashScopeWaitTimeout: wc.DashScopeWaitTimeout,
 	}
 }
 
 // producerConfig is the producer's share of the settings: the backpressure
 // thresholds.
 func producerConfig(s *config.Config) producer.Config {
-	return producer.Config{SoftDepth: s.Backpressure.SoftDepth, HardDepth: s.Backpressure.HardDepth}
+	return producer.Config{SoftDepth: s.Backpressure.SoftDepth, HardDepth: s.Backpressure.HardDepth,
+		MaxMessageBytes: s.MaxMessageBytes}
 }
 
 // alertConfig is the dead-letter alerter's share of the settings; ok is

@@ -19,13 +19,26 @@
 // Publisher writes with a kafka-go Writer (RequiredAcks all, 5 ms batch
 // timeout, key = Message.Key hashed with murmur2 like the Java client) and
 // creates a missing destination topic (for example "<topic>.dlq") on first
-// use.
+// use. Produce batches stay under PublisherConfig.MaxMessageBytes (the
+// broker's message.max.bytes, 1 MB by default), which the broker applies
+// to a whole batch; Publisher.MaxValueBytes tells how large one message
+// may be. A message refused for itself (too large, invalid) makes Publish
+// return an error wrapping transport.ErrMessageRejected.
 //
 // Depth is the consumer group's lag: high watermark minus committed offset
 // (or minus the log start when nothing was committed), summed over the
 // topic's partitions.
 //
-// Kafka has no message priority: Message.Priority is not transmitted, and
-// Nack leaves the offset uncommitted (the message comes back after a restart
-// or rebalance, and the partition's commits stop at it until then).
+// Nack hands the message out again at once from memory (it is not fetched
+// again, so no other message is repeated) while its offset stays pending:
+// the partition's commits stop at it until a redelivery is acked, so the
+// lag stays true and a restart or rebalance meanwhile brings it back. The
+// redelivered message comes after messages fetched since: partition order
+// is not kept for it.
+//
+// Config.Security and PublisherConfig.Security carry TLS and SASL (PLAIN,
+// SCRAM-SHA-256, SCRAM-SHA-512; NewSASL) to every connection: the group,
+// the partition readers, the writer and the lag probe.
+//
+// Kafka has no message priority: Message.Priority is not transmitted.
 package kafka

@@ -104,7 +104,9 @@ func TestBrokerLossAndReturn(t *testing.T) {
 	down, cancel := context.WithTimeout(ctx, 2*time.Second)
 	// The error is no promise that nothing is written: kafka-go keeps the
 	// batch and may write it once the broker is back (at least once).
-	require.Error(t, publish(down, 100, 101), "publishing to a lost broker fails")
+	err = publish(down, 100, 101)
+	require.Error(t, err, "publishing to a lost broker fails")
+	require.NotErrorIs(t, err, transport.ErrMessageRejected, "an outage is not a refusal of the message")
 	cancel()
 	for _, m := range unacked {
 		_ = m.Ack(ctx) // its commit cannot reach the broker: it may come back

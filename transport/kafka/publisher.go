@@ -28,7 +28,10 @@ type Publisher struct {
 	topics   map[string]bool // topics known to exist
 }
 
-var _ transport.Publisher = (*Publisher)(nil)
+var (
+	_ transport.Publisher   = (*Publisher)(nil)
+	_ transport.SizeLimiter = (*Publisher)(nil)
+)
 
 // NewPublisher returns a publisher.
 func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
@@ -36,7 +39,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tr := &kafkago.Transport{}
+	tr := cfg.Security.transport()
 	p := &Publisher{
 		cfg:       cfg,
 		log:       cfg.Logger,
@@ -50,7 +53,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		RequiredAcks: kafkago.RequireAll,
 		BatchTimeout: cfg.BatchTimeout,
 		BatchSize:    cfg.BatchSize,
-		BatchBytes:   16 << 20,
+		BatchBytes:   int64(cfg.MaxMessageBytes - RecordBatchOverhead),
 		Transport:    tr,
 		ErrorLogger: kafkago.LoggerFunc(func(msg string, args ...any) {
 			p.log.Warn("kafka writer", slog.String("error", fmt.Sprintf(msg, args...)))
@@ -85,9 +88,57 @@ func (p *Publisher) Publish(ctx context.Context, dest string, msgs ...transport.
 		kms[i] = km
 	}
 	if err := p.w.WriteMessages(ctx, kms...); err != nil {
+		if rejected(err) {
+			return fmt.Errorf("kafka: publish %d messages to %s: %w: %w", len(kms), dest, transport.ErrMessageRejected, err)
+		}
 		return fmt.Errorf("kafka: publish %d messages to %s: %w", len(kms), dest, err)
 	}
 	return nil
+}
+
+// rejected tells a refusal of the messages themselves (too large for the
+// batch limit or the broker, or malformed) from a failure worth retrying.
+// kafka-go reports a message over the batch limit before sending anything
+// (MessageTooLargeError, which unwraps to MessageSizeTooLarge) and the
+// broker's answers per message in WriteErrors.
+func rejected(err error) bool {
+	var werrs kafkago.WriteErrors
+	if errors.As(err, &werrs) {
+		for _, e := range werrs {
+			if e != nil && rejected(e) {
+				return true
+			}
+		}
+		return false
+	}
+	return errors.Is(err, kafkago.MessageSizeTooLarge) || errors.Is(err, kafkago.RecordListTooLarge) ||
+		errors.Is(err, kafkago.InvalidRecord)
+}
+
+// MaxValueBytes is the largest Value a message with m's key and headers may
+// have to fit in a record batch under MaxMessageBytes. It counts the
+// record's size as the writer does before it batches (as a v1 message, a
+// few bytes more than the v2 record the broker measures): a message of
+// that size is sent, and one byte more is refused.
+func (p *Publisher) MaxValueBytes(m transport.Message) int {
+	// offset/length/CRC (4), magic (1), attributes (1), key and value
+	// lengths (4 each), timestamp (8); then the headers as varint-sized
+	// strings.
+	size := 4 + 1 + 1 + 4 + len(m.Key) + 4 + 8 + varintLen(len(m.Headers))
+	for k, v := range m.Headers {
+		size += varintLen(len(k)) + len(k) + varintLen(len(v)) + len(v)
+	}
+	return max(p.cfg.MaxMessageBytes-RecordBatchOverhead-size, 0)
+}
+
+// varintLen is the length of n as a zig-zag varint.
+func varintLen(n int) int {
+	u := uint64(n) << 1
+	l := 1
+	for ; u >= 0x80; u >>= 7 {
+		l++
+	}
+	return l
 }
 
 // ensureTopic creates topic unless it is known to exist.

@@ -32,8 +32,18 @@ type Subscriber struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
-	// fetchers counts the running partition fetch loops.
+	// fetchers counts the running partition fetch loops and the
+	// redelivery loop: the goroutines that send on the Consume channel.
 	fetchers sync.WaitGroup
+
+	// nacked are the deliveries nacked and not yet handed out again, in
+	// nack order; wake tells the redelivery loop there are some. Guarded
+	// by mu. stopped is set once nothing is handed out any more (the
+	// Consume ctx ended): a Nack then leaves its message to the next
+	// generation.
+	nacked  []*delivery
+	wake    chan struct{}
+	stopped bool
 }
 
 var _ transport.Subscriber = (*Subscriber)(nil)
@@ -44,7 +54,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tr := &kafkago.Transport{}
+	tr := cfg.Security.transport()
 	return &Subscriber{
 		cfg:       cfg,
 		log:       cfg.Logger.With(slog.String("topic", cfg.Topic), slog.String("group", cfg.Group)),
@@ -52,6 +62,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		transport: tr,
 		slots:     make(chan struct{}, cfg.Prefetch),
 		closing:   make(chan struct{}),
+		wake:      make(chan struct{}, 1),
 	}, nil
 }
 
@@ -76,6 +87,7 @@ func (s *Subscriber) Consume(ctx context.Context) (<-chan *transport.Message, er
 		JoinGroupBackoff:  s.cfg.HeartbeatInterval,
 		StartOffset:       kafkago.FirstOffset,
 		Timeout:           s.cfg.Timeout,
+		Dialer:            s.cfg.Security.dialer(s.cfg.Timeout),
 		ErrorLogger:       s.errorLogger(),
 	})
 	if err != nil {
@@ -108,7 +120,14 @@ func (s *Subscriber) run(ctx context.Context, cg *kafkago.ConsumerGroup, out cha
 		}
 	}()
 	defer close(out)
-	defer s.fetchers.Wait()
+	defer func() {
+		s.fetchers.Wait()
+		s.mu.Lock()
+		s.stopped, s.nacked = true, nil
+		s.mu.Unlock()
+	}()
+	s.fetchers.Add(1)
+	go s.redeliverLoop(ctx, out)
 	for {
 		gen, err := cg.Next(ctx)
 		switch {
@@ -159,6 +178,7 @@ func (s *Subscriber) fetch(ctx context.Context, t *tracker, offset int64, out ch
 		MaxWait:         s.cfg.MaxWait,
 		QueueCapacity:   min(s.cfg.Prefetch, 100),
 		ReadLagInterval: -1,
+		Dialer:          s.cfg.Security.dialer(s.cfg.Timeout),
 		ErrorLogger:     s.errorLogger(),
 	})
 	defer r.Close()
@@ -180,31 +200,100 @@ func (s *Subscriber) fetch(ctx context.Context, t *tracker, offset int64, out ch
 			}
 			continue
 		}
+		if !s.handOut(ctx, t, km, out) {
+			return
+		}
+	}
+}
+
+// handOut takes a prefetch slot, records km in t and hands it out; false
+// when ctx ended first. A message not handed out stays unacked below the
+// commit point and comes back in the next generation.
+func (s *Subscriber) handOut(ctx context.Context, t *tracker, km kafkago.Message, out chan<- *transport.Message) bool {
+	select {
+	case s.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	s.mu.Lock()
+	d := t.add(km)
+	m := s.messageLocked(d, false)
+	s.mu.Unlock()
+	return s.send(ctx, d, m, out)
+}
+
+// send hands m (a hand-out of d) to the consumer; when ctx ends first the
+// hand-out is taken back and its slot freed.
+func (s *Subscriber) send(ctx context.Context, d *delivery, m *transport.Message, out chan<- *transport.Message) bool {
+	select {
+	case out <- m:
+		return true
+	case <-ctx.Done():
+		s.mu.Lock()
+		d.outstanding = false
+		s.mu.Unlock()
+		<-s.slots
+		return false
+	}
+}
+
+// redeliverLoop hands nacked deliveries out again, each with a prefetch
+// slot, until ctx ends. They are sent from memory, not fetched again, so
+// a nacked message comes back at once and among later offsets of its
+// partition (partition order is not kept for it), while the commit point
+// stays at its offset until it is acked.
+func (s *Subscriber) redeliverLoop(ctx context.Context, out chan<- *transport.Message) {
+	defer s.fetchers.Done()
+	for {
+		s.mu.Lock()
+		var d *delivery
+		if len(s.nacked) > 0 {
+			d = s.nacked[0]
+			s.nacked[0] = nil
+			s.nacked = s.nacked[1:]
+		}
+		s.mu.Unlock()
+		if d == nil {
+			select {
+			case <-s.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
 		select {
 		case s.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
 		s.mu.Lock()
-		d := t.add(km.Offset)
-		s.mu.Unlock()
-		select {
-		case out <- s.message(km, d):
-		case <-ctx.Done():
-			// Not handed out: it stays unacked below the commit point and
-			// comes back in the next generation.
+		if d.t.revoked {
+			// The generation ended: its next owner fetches it again.
+			s.mu.Unlock()
 			<-s.slots
+			continue
+		}
+		m := s.messageLocked(d, true)
+		s.mu.Unlock()
+		if !s.send(ctx, d, m, out) {
 			return
 		}
 	}
 }
 
-func (s *Subscriber) message(km kafkago.Message, d *delivery) *transport.Message {
+// messageLocked starts a hand-out of d and returns its message. s.mu must
+// be held.
+func (s *Subscriber) messageLocked(d *delivery, redelivered bool) *transport.Message {
+	km := d.msg
+	d.handouts++
+	d.outstanding = true
+	n := d.handouts
 	m := transport.Message{
-		Key:        km.Key,
-		Value:      km.Value,
-		Source:     fmt.Sprintf("%s/%d/%d", km.Topic, km.Partition, km.Offset),
-		ReceivedAt: time.Now(),
+		Key:         km.Key,
+		Value:       km.Value,
+		Source:      fmt.Sprintf("%s/%d/%d", km.Topic, km.Partition, km.Offset),
+		Redelivered: redelivered,
+		ReceivedAt:  time.Now(),
 	}
 	if len(km.Headers) > 0 {
 		m.Headers = make(map[string]string, len(km.Headers))
@@ -213,28 +302,35 @@ func (s *Subscriber) message(km kafkago.Message, d *delivery) *transport.Message
 		}
 	}
 	return transport.NewMessage(m,
-		func(context.Context) error { return s.settle(d, true) },
-		func(context.Context) error { return s.settle(d, false) })
+		func(context.Context) error { return s.settle(d, n, true) },
+		func(context.Context) error { return s.settle(d, n, false) })
 }
 
-// settle acks (or nacks) d and frees its prefetch slot. A nacked offset is
-// never committed by this generation.
-func (s *Subscriber) settle(d *delivery, ack bool) error {
+// settle acks or nacks hand-out n of d and frees its prefetch slot; a
+// settle of a hand-out already settled is a no-op. An ack may move the
+// commit point; a nack queues d for redelivery, and its offset is not
+// committed until a later hand-out is acked.
+func (s *Subscriber) settle(d *delivery, n int, ack bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if d.settled {
+	if d.handouts != n || !d.outstanding {
 		return nil
 	}
-	d.settled = true
+	d.outstanding = false
 	<-s.slots
 	switch {
 	case s.closed:
 		return fmt.Errorf("kafka: settle %s/%d/%d: %w", d.t.topic, d.t.partition, d.offset, transport.ErrClosed)
 	case d.t.revoked:
 		return fmt.Errorf("kafka: settle %s/%d/%d: %w", d.t.topic, d.t.partition, d.offset, transport.ErrStaleDelivery)
-	}
-	if ack {
+	case ack:
 		d.t.ack(d)
+	case !s.stopped:
+		s.nacked = append(s.nacked, d)
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }

@@ -1,10 +1,13 @@
 package kafka
 
+import kafkago "github.com/segmentio/kafka-go"
+
 // tracker follows the delivered offsets of one partition in one generation
 // and computes the offset that may be committed: one past the end of the
-// contiguous acked prefix. Offsets are delivered in increasing order (gaps,
-// for compacted logs or transaction markers, are fine). Not safe for
-// concurrent use; the Subscriber guards it.
+// contiguous acked prefix. Offsets are added in increasing order (gaps, for
+// compacted logs or transaction markers, are fine). A nacked delivery stays
+// pending, so the commit point stops at it until its redelivery is acked.
+// Not safe for concurrent use; the Subscriber guards it.
 type tracker struct {
 	topic     string
 	partition int
@@ -21,22 +24,28 @@ type tracker struct {
 	revoked bool
 }
 
-// delivery is one delivered message's place in its tracker.
+// delivery is one fetched message's place in its tracker. A nacked delivery
+// is handed out again from msg (not fetched again), so it may be handed out
+// several times; each hand-out is settled once.
 type delivery struct {
 	t      *tracker
 	offset int64
 	acked  bool
-	// settled is set by the first Ack or Nack; later ones are no-ops.
-	settled bool
+	// msg is the fetched message, kept for redelivery until acked.
+	msg kafkago.Message
+	// handouts counts the hand-outs; a settle names the one it settles.
+	handouts int
+	// outstanding is true between a hand-out and its Ack or Nack.
+	outstanding bool
 }
 
 func newTracker(topic string, partition int) *tracker {
 	return &tracker{topic: topic, partition: partition, commitAt: -1, committed: -1}
 }
 
-// add records a delivered offset.
-func (t *tracker) add(offset int64) *delivery {
-	d := &delivery{t: t, offset: offset}
+// add records a fetched message.
+func (t *tracker) add(msg kafkago.Message) *delivery {
+	d := &delivery{t: t, offset: msg.Offset, msg: msg}
 	t.pending = append(t.pending, d)
 	return d
 }
@@ -44,6 +53,7 @@ func (t *tracker) add(offset int64) *delivery {
 // ack marks d acked and advances the commit point over the acked prefix.
 func (t *tracker) ack(d *delivery) {
 	d.acked = true
+	d.msg = kafkago.Message{} // only a nacked message is needed again
 	for t.head < len(t.pending) && t.pending[t.head].acked {
 		t.commitAt = t.pending[t.head].offset + 1
 		t.pending[t.head] = nil

@@ -3,6 +3,7 @@ package kafka
 import (
 	"testing"
 
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -10,7 +11,7 @@ func TestTrackerCommitsContiguousPrefix(t *testing.T) {
 	tr := newTracker("t", 0)
 	var ds []*delivery
 	for _, off := range []int64{10, 11, 12, 14, 15} { // 13 is a gap (compaction)
-		ds = append(ds, tr.add(off))
+		ds = append(ds, tr.add(kafkago.Message{Offset: off}))
 	}
 	_, ok := tr.toCommit()
 	require.False(t, ok)
@@ -39,7 +40,7 @@ func TestTrackerCommitsContiguousPrefix(t *testing.T) {
 func TestTrackerCompacts(t *testing.T) {
 	tr := newTracker("t", 0)
 	for off := range int64(1000) {
-		tr.ack(tr.add(off))
+		tr.ack(tr.add(kafkago.Message{Offset: off}))
 	}
 	require.Equal(t, int64(1000), tr.commitAt)
 	require.LessOrEqual(t, len(tr.pending)-tr.head, 1)

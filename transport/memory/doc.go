@@ -6,5 +6,8 @@
 // Priority first and in publish order within a priority. A subscriber holds
 // at most Prefetch unacked messages; a message nacked, or still unacked when
 // its subscriber closes, goes back to its place in the queue and is delivered
-// again with Redelivered set. Nothing survives the process.
+// again with Redelivered set. With Config.DeliveryLimit, a message handed
+// back more often than the limit is delivered from then on with
+// Message.Rejected set, as RabbitMQ dead-letters it to the rejected queue.
+// Nothing survives the process.
 package memory

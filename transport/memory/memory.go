@@ -19,6 +19,13 @@ type Config struct {
 	// Prefetch is the most messages a subscriber holds unacked.
 	// Default PrefetchDefault when zero; must not be negative.
 	Prefetch int
+	// DeliveryLimit, when positive, is how many times a message may be
+	// handed back (nacked, or unacked at Close) and delivered again: a
+	// message delivered DeliveryLimit+1 times and handed back once more is
+	// delivered from then on with Message.Rejected set to
+	// transport.RejectedDeliveryLimit, as RabbitMQ's quorum queues do.
+	// 0 = no limit.
+	DeliveryLimit int
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -30,6 +37,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) validate() error {
 	if c.Prefetch < 1 {
 		return fmt.Errorf("memory: Config.Prefetch must be >= 1, got %d", c.Prefetch)
+	}
+	if c.DeliveryLimit < 0 {
+		return fmt.Errorf("memory: Config.DeliveryLimit must not be negative, got %d", c.DeliveryLimit)
 	}
 	return nil
 }
@@ -70,6 +80,10 @@ type entry struct {
 	msg         transport.Message
 	seq         uint64
 	redelivered bool
+	// deliveries counts the deliveries; rejected is set once they passed
+	// the subscriber's delivery limit.
+	deliveries int
+	rejected   bool
 }
 
 type entries []*entry
@@ -139,6 +153,7 @@ func (b *Broker) NewSubscriber(queue string, cfg Config) (*Subscriber, error) {
 	return &Subscriber{
 		b:           b,
 		queue:       queue,
+		limit:       cfg.DeliveryLimit,
 		slots:       make(chan struct{}, cfg.Prefetch),
 		outstanding: map[uint64]*entry{},
 		done:        make(chan struct{}),
@@ -192,6 +207,7 @@ func (p *Publisher) Close() error {
 type Subscriber struct {
 	b     *Broker
 	queue string
+	limit int // Config.DeliveryLimit
 	// slots is the prefetch semaphore: one token per outstanding message.
 	slots chan struct{}
 
@@ -282,11 +298,15 @@ func (s *Subscriber) deliver(e *entry) (*transport.Message, uint64) {
 	s.nextTag++
 	tag := s.nextTag
 	s.outstanding[tag] = e
+	e.deliveries++
 	s.mu.Unlock()
 	m := e.msg
 	m.Headers = cloneHeaders(m.Headers)
 	m.Source = fmt.Sprintf("%s/%d", s.queue, tag)
 	m.Redelivered = e.redelivered
+	if e.rejected {
+		m.Rejected, m.RejectedCount = transport.RejectedDeliveryLimit, 1
+	}
 	m.ReceivedAt = time.Now()
 	return transport.NewMessage(m,
 		func(context.Context) error { return s.settleTag(tag, false) },
@@ -308,8 +328,7 @@ func (s *Subscriber) settleTag(tag uint64, requeue bool) error {
 	q := s.b.queueLocked(s.queue)
 	q.unacked--
 	if requeue {
-		e.redelivered = true
-		s.b.pushLocked(q, e)
+		s.requeueLocked(q, e)
 	}
 	s.b.mu.Unlock()
 	<-s.slots
@@ -352,10 +371,20 @@ func (s *Subscriber) Close() error {
 	for tag, e := range s.outstanding {
 		delete(s.outstanding, tag)
 		q.unacked--
-		e.redelivered = true
-		s.b.pushLocked(q, e)
+		s.requeueLocked(q, e)
 	}
 	return nil
+}
+
+// requeueLocked puts a handed-back message back into q, rejected once it
+// was delivered more than the delivery limit allows. s.mu and s.b.mu must
+// be held.
+func (s *Subscriber) requeueLocked(q *queue, e *entry) {
+	e.redelivered = true
+	if s.limit > 0 && e.deliveries > s.limit {
+		e.rejected = true
+	}
+	s.b.pushLocked(q, e)
 }
 
 func clone(b []byte) []byte {

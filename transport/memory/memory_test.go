@@ -24,13 +24,13 @@ func TestConformance(t *testing.T) {
 			return b.NewPublisher()
 		},
 		NewSubscriber: func(t *testing.T, dest, _ string, prefetch int) transport.Subscriber {
-			s, err := b.NewSubscriber(dest, memory.Config{Prefetch: prefetch})
+			s, err := b.NewSubscriber(dest, memory.Config{Prefetch: prefetch, DeliveryLimit: 3})
 			require.NoError(t, err)
 			return s
 		},
 	}, transporttest.Features{
 		Key: true, Priority: true, PriorityOrder: true, Redelivered: true,
-		ExactRedelivery: true, NackRequeues: true, Depth: true,
+		ExactRedelivery: true, Depth: true, DeliveryLimit: 3,
 	})
 }
 

@@ -1,12 +1,17 @@
 package open
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,6 +34,14 @@ const (
 // ErrBadURL is returned for a broker URL that cannot be used.
 var ErrBadURL = errors.New("open: bad broker URL")
 
+// Environment variables Open reads for Kafka SASL credentials the URL
+// does not carry (keep the password out of the URL: URLs end up in
+// process lists and shell histories).
+const (
+	EnvKafkaUsername = "LLMQ_KAFKA_USERNAME"
+	EnvKafkaPassword = "LLMQ_KAFKA_PASSWORD"
+)
+
 // Options tune what Open builds; zero values keep the adapters' defaults.
 type Options struct {
 	// Prefetch overrides the URL's prefetch parameter and the adapter's
@@ -38,9 +51,13 @@ type Options struct {
 	Group string
 	// Logger is passed to the adapters. Default slog.Default().
 	Logger *slog.Logger
+	// Getenv reads EnvKafkaUsername and EnvKafkaPassword. Default
+	// os.Getenv.
+	Getenv func(string) string
 }
 
-// Target is a parsed broker URL.
+// Target is a parsed broker URL. It holds no password: Open reads it from
+// the URL or the environment when it connects.
 type Target struct {
 	// Kind is KindKafka, KindRabbitMQ or KindMemory.
 	Kind string
@@ -50,59 +67,90 @@ type Target struct {
 	Brokers []string
 	// Group is the Kafka consumer group ("" = the adapter's default).
 	Group string
-	// AMQPURL is the AMQP URI without llmq's query parameters.
+	// Key is the Kafka message key the producer uses: "id" or "tenant"
+	// ("" = the producer's default, id).
+	Key string
+	// MaxMessageBytes is the Kafka brokers' message.max.bytes
+	// (max_message_bytes; 0 = the adapter's default, 1048588).
+	MaxMessageBytes int
+	// TLS is the Kafka TLS setup.
+	TLS TLS
+	// SASL is the Kafka SASL mechanism, as Kafka spells it (PLAIN,
+	// SCRAM-SHA-256, SCRAM-SHA-512; "" = none), and SASLUsername the user
+	// from the URL ("" = EnvKafkaUsername).
+	SASL, SASLUsername string
+	// AMQPURL is the AMQP URI without llmq's query parameters. It holds
+	// the password, if any: never print it (print the broker URL's
+	// url.URL.Redacted instead).
 	AMQPURL string
 	// QueueType and MaxPriority configure RabbitMQ queues ("" / 0 =
 	// defaults).
 	QueueType   string
 	MaxPriority int
+	// DeliveryLimit is the RabbitMQ quorum queues' delivery limit
+	// (delivery_limit; 0 = the adapter's default, 20; -1 = none).
+	DeliveryLimit int
 	// Memory is the in-memory broker's name.
 	Memory string
 	// Prefetch is the URL's prefetch parameter (0 = default).
 	Prefetch int
 }
 
-// Parse parses a broker URL.
+// TLS is the TLS setup of a kafka:// URL.
+type TLS struct {
+	// Enabled is tls=true, or implied by any other tls_ parameter.
+	Enabled bool
+	// CAFile (tls_ca) is a PEM file of the CAs to trust; "" = the system
+	// roots.
+	CAFile string
+	// CertFile and KeyFile (tls_cert, tls_key) are the PEM client
+	// certificate and key, for brokers that authenticate clients by TLS.
+	CertFile, KeyFile string
+	// ServerName (tls_server_name) is the name the broker certificates
+	// must carry; "" = the host dialed.
+	ServerName string
+	// InsecureSkipVerify (tls_insecure_skip_verify=true) accepts any
+	// certificate. For tests only: it gives up the protection TLS is for.
+	InsecureSkipVerify bool
+}
+
+// kafkaParams are the query parameters of a kafka:// URL.
+var kafkaParams = []string{"group", "prefetch", "key", "max_message_bytes", "tls", "tls_ca", "tls_cert", "tls_key",
+	"tls_server_name", "tls_insecure_skip_verify", "sasl"}
+
+// Parse parses a broker URL. Its errors never repeat the URL's password.
 func Parse(brokerURL string) (Target, error) {
+	t, _, err := parse(brokerURL)
+	return t, err
+}
+
+// parse is Parse that also returns the password of the URL's userinfo.
+func parse(brokerURL string) (Target, string, error) {
 	u, err := url.Parse(brokerURL)
 	if err != nil {
-		// url.Error repeats the URL, password included: keep its reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return Target{}, fmt.Errorf("%w: %w", ErrBadURL, err)
+		return Target{}, "", fmt.Errorf("%w: %s: %w", ErrBadURL, redact(brokerURL), parseError(brokerURL))
 	}
 	q := u.Query()
 	t := Target{Dest: DestDefault}
 	if p := q.Get("prefetch"); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 {
-			return Target{}, fmt.Errorf("%w: prefetch=%q must be a positive integer", ErrBadURL, p)
+			return Target{}, "", fmt.Errorf("%w: prefetch=%q must be a positive integer", ErrBadURL, p)
 		}
 		t.Prefetch = n
 	}
+	var password string
 	switch u.Scheme {
 	case "kafka":
 		t.Kind = KindKafka
-		for _, h := range strings.Split(u.Host, ",") {
-			if err := checkHostPort(h); err != nil {
-				return Target{}, err
-			}
-			t.Brokers = append(t.Brokers, h)
+		if password, err = parseKafka(u, q, &t); err != nil {
+			return Target{}, "", err
 		}
-		if topic := strings.Trim(u.Path, "/"); topic != "" {
-			if strings.Contains(topic, "/") {
-				return Target{}, fmt.Errorf("%w: topic %q contains '/'", ErrBadURL, topic)
-			}
-			t.Dest = topic
-		}
-		t.Group = q.Get("group")
 	case "amqp", "amqps":
 		t.Kind = KindRabbitMQ
 		if u.Port() != "" {
 			if err := checkHostPort(u.Host); err != nil {
-				return Target{}, err
+				return Target{}, "", err
 			}
 		}
 		if queue := q.Get("queue"); queue != "" {
@@ -112,11 +160,18 @@ func Parse(brokerURL string) (Target, error) {
 		if mp := q.Get("max_priority"); mp != "" {
 			n, err := strconv.Atoi(mp)
 			if err != nil {
-				return Target{}, fmt.Errorf("%w: max_priority=%q: %w", ErrBadURL, mp, err)
+				return Target{}, "", fmt.Errorf("%w: max_priority=%q must be an integer", ErrBadURL, mp)
 			}
 			t.MaxPriority = n
 		}
-		for _, k := range []string{"queue", "queue_type", "max_priority", "prefetch"} {
+		if dl := q.Get("delivery_limit"); dl != "" {
+			n, err := strconv.Atoi(dl)
+			if err != nil || n == 0 || n < -1 {
+				return Target{}, "", fmt.Errorf("%w: delivery_limit=%q must be a positive integer, or -1 for none", ErrBadURL, dl)
+			}
+			t.DeliveryLimit = n
+		}
+		for _, k := range []string{"queue", "queue_type", "max_priority", "delivery_limit", "prefetch"} {
 			q.Del(k)
 		}
 		amqpURL := *u
@@ -129,9 +184,128 @@ func Parse(brokerURL string) (Target, error) {
 			t.Dest = queue
 		}
 	default:
-		return Target{}, fmt.Errorf("%w: scheme %q (want kafka, amqp, amqps or memory)", ErrBadURL, u.Scheme)
+		return Target{}, "", fmt.Errorf("%w: scheme %q (want kafka, amqp, amqps or memory)", ErrBadURL, u.Scheme)
 	}
-	return t, nil
+	return t, password, nil
+}
+
+// parseKafka fills t from a kafka:// URL and returns the userinfo's
+// password.
+func parseKafka(u *url.URL, q url.Values, t *Target) (string, error) {
+	for k := range q {
+		if !slices.Contains(kafkaParams, k) {
+			return "", fmt.Errorf("%w: unknown kafka parameter %q (known: %s)", ErrBadURL, k, strings.Join(kafkaParams, ", "))
+		}
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		if err := checkHostPort(h); err != nil {
+			return "", err
+		}
+		t.Brokers = append(t.Brokers, h)
+	}
+	if topic := strings.Trim(u.Path, "/"); topic != "" {
+		if strings.Contains(topic, "/") {
+			return "", fmt.Errorf("%w: topic %q contains '/'", ErrBadURL, topic)
+		}
+		t.Dest = topic
+	}
+	t.Group = q.Get("group")
+	switch t.Key = q.Get("key"); t.Key {
+	case "", "id", "tenant":
+	default:
+		return "", fmt.Errorf("%w: key=%q (want id or tenant)", ErrBadURL, t.Key)
+	}
+	if m := q.Get("max_message_bytes"); m != "" {
+		n, err := strconv.Atoi(m)
+		if err != nil || n < 1024 {
+			return "", fmt.Errorf("%w: max_message_bytes=%q must be an integer of at least 1024", ErrBadURL, m)
+		}
+		t.MaxMessageBytes = n
+	}
+	if err := parseTLS(q, &t.TLS); err != nil {
+		return "", err
+	}
+	var password string
+	if u.User != nil {
+		t.SASLUsername = u.User.Username()
+		password, _ = u.User.Password()
+	}
+	switch mech := q.Get("sasl"); strings.ToLower(mech) {
+	case "":
+		if u.User != nil {
+			return "", fmt.Errorf("%w: the URL carries credentials but no sasl= mechanism (plain, scram-sha-256 or scram-sha-512)", ErrBadURL)
+		}
+	case "plain", "scram-sha-256", "scram-sha-512":
+		t.SASL = strings.ToUpper(mech)
+	default:
+		return "", fmt.Errorf("%w: sasl=%q (want plain, scram-sha-256 or scram-sha-512)", ErrBadURL, mech)
+	}
+	return password, nil
+}
+
+// parseTLS reads the tls parameters of a kafka:// URL.
+func parseTLS(q url.Values, t *TLS) error {
+	boolParam := func(name string) (bool, bool, error) {
+		v := q.Get(name)
+		if v == "" {
+			return false, false, nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, false, fmt.Errorf("%w: %s=%q must be true or false", ErrBadURL, name, v)
+		}
+		return b, true, nil
+	}
+	enabled, set, err := boolParam("tls")
+	if err != nil {
+		return err
+	}
+	if t.InsecureSkipVerify, _, err = boolParam("tls_insecure_skip_verify"); err != nil {
+		return err
+	}
+	t.CAFile, t.CertFile, t.KeyFile, t.ServerName = q.Get("tls_ca"), q.Get("tls_cert"), q.Get("tls_key"), q.Get("tls_server_name")
+	implied := t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" || t.InsecureSkipVerify
+	switch {
+	case set && !enabled && implied:
+		return fmt.Errorf("%w: tls=false with other tls_ parameters", ErrBadURL)
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		return fmt.Errorf("%w: tls_cert and tls_key go together", ErrBadURL)
+	}
+	t.Enabled = enabled || implied
+	return nil
+}
+
+// parseError says why raw does not parse as a URL without repeating its
+// password: url.Parse's error quotes the whole URL, and its reason may
+// quote part of the password too (a "/" in it ends the host early), so
+// the reason is taken from the URL with its userinfo masked.
+func parseError(raw string) error {
+	masked := redact(raw)
+	_, err := url.Parse(masked)
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ue):
+		return ue.Err
+	case err != nil:
+		return err
+	case masked != raw:
+		return errors.New("invalid user or password (escape reserved characters in them with %XX)")
+	}
+	return errors.New("not a URL")
+}
+
+// redact masks the userinfo of a URL that did not parse: everything
+// between "://" and the last "@".
+func redact(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		if at := strings.LastIndex(raw, "@"); at >= 0 {
+			return "xxxxx" + raw[at:]
+		}
+		return raw
+	}
+	return scheme + "://xxxxx" + rest[at:]
 }
 
 // checkHostPort checks a host:port pair of a broker URL.
@@ -153,7 +327,7 @@ func Open(ctx context.Context, brokerURL string, opts Options) (transport.Publis
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("open: %w", err)
 	}
-	t, err := Parse(brokerURL)
+	t, password, err := parse(brokerURL)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -167,12 +341,22 @@ func Open(ctx context.Context, brokerURL string, opts Options) (transport.Publis
 	}
 	switch t.Kind {
 	case KindKafka:
-		pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: t.Brokers, Logger: opts.Logger})
+		getenv := opts.Getenv
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		sec, err := kafkaSecurity(t, password, getenv)
+		if err != nil {
+			return nil, nil, err
+		}
+		pub, err := kafka.NewPublisher(kafka.PublisherConfig{
+			Brokers: t.Brokers, MaxMessageBytes: t.MaxMessageBytes, Security: sec, Logger: opts.Logger,
+		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open: %w", err)
 		}
 		sub, err := kafka.NewSubscriber(kafka.Config{
-			Brokers: t.Brokers, Topic: t.Dest, Group: group, Prefetch: prefetch, Logger: opts.Logger,
+			Brokers: t.Brokers, Topic: t.Dest, Group: group, Prefetch: prefetch, Security: sec, Logger: opts.Logger,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("open: %w", errors.Join(err, pub.Close()))
@@ -181,7 +365,7 @@ func Open(ctx context.Context, brokerURL string, opts Options) (transport.Publis
 	case KindRabbitMQ:
 		cfg := rabbitmq.Config{
 			URL: t.AMQPURL, Queue: t.Dest, QueueType: t.QueueType, MaxPriority: t.MaxPriority,
-			Prefetch: prefetch, Logger: opts.Logger,
+			DeliveryLimit: t.DeliveryLimit, Prefetch: prefetch, Logger: opts.Logger,
 		}
 		pub, err := rabbitmq.NewPublisher(cfg)
 		if err != nil {
@@ -200,4 +384,55 @@ func Open(ctx context.Context, brokerURL string, opts Options) (transport.Publis
 		}
 		return b.NewPublisher(), sub, nil
 	}
+}
+
+// kafkaSecurity builds the TLS config and SASL mechanism of t; password is
+// the URL's, and getenv supplies the credentials the URL lacks.
+func kafkaSecurity(t Target, password string, getenv func(string) string) (kafka.Security, error) {
+	var sec kafka.Security
+	if t.TLS.Enabled {
+		cfg, err := tlsConfig(t.TLS)
+		if err != nil {
+			return kafka.Security{}, err
+		}
+		sec.TLS = cfg
+	}
+	if t.SASL != "" {
+		user := cmp.Or(t.SASLUsername, getenv(EnvKafkaUsername))
+		password = cmp.Or(password, getenv(EnvKafkaPassword))
+		if user == "" || password == "" {
+			return kafka.Security{}, fmt.Errorf("open: sasl=%s needs a user and a password: in the URL (kafka://user:password@host...) or in %s and %s",
+				strings.ToLower(t.SASL), EnvKafkaUsername, EnvKafkaPassword)
+		}
+		mech, err := kafka.NewSASL(t.SASL, user, password)
+		if err != nil {
+			return kafka.Security{}, fmt.Errorf("open: %w", err)
+		}
+		sec.SASL = mech
+	}
+	return sec, nil
+}
+
+// tlsConfig builds the client TLS config of a kafka:// URL.
+func tlsConfig(t TLS) (*tls.Config, error) {
+	// InsecureSkipVerify only when the URL asks for it (tests).
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("open: tls_ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("open: tls_ca: no PEM certificate in %s", t.CAFile)
+		}
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("open: tls_cert, tls_key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,24 +54,53 @@ func (d *dialer) sever() error {
 	return d.sock.Close()
 }
 
-// queueArgs are the declare arguments for the configured queue type.
-func queueArgs(cfg Config) amqp.Table {
+// rejectedDeliveryLimit is the delivery limit of a "<queue>.rejected"
+// queue: in effect none, but explicit, because RabbitMQ 4 would apply its
+// default of 20 to a queue that names none and drop the message (a
+// rejected queue has no dead-letter target of its own).
+const rejectedDeliveryLimit = 1<<31 - 1
+
+// queueArgs are the declare arguments of queue name: its type, and unless
+// it is a rejected queue a dead-letter target (the default exchange,
+// routing key name+RejectedSuffix) and, for quorum queues, the delivery
+// limit.
+func queueArgs(cfg Config, name string) amqp.Table {
+	args := amqp.Table{"x-queue-type": cfg.QueueType}
 	if cfg.QueueType == QueueClassic {
-		return amqp.Table{"x-queue-type": QueueClassic, "x-max-priority": cfg.MaxPriority}
+		args["x-max-priority"] = cfg.MaxPriority
 	}
-	return amqp.Table{"x-queue-type": QueueQuorum}
+	if strings.HasSuffix(name, RejectedSuffix) {
+		if cfg.QueueType == QueueQuorum {
+			args["x-delivery-limit"] = rejectedDeliveryLimit
+		}
+		return args
+	}
+	args["x-dead-letter-exchange"] = ""
+	args["x-dead-letter-routing-key"] = name + RejectedSuffix
+	if cfg.QueueType == QueueQuorum && cfg.DeliveryLimit > 0 {
+		args["x-delivery-limit"] = cfg.DeliveryLimit
+	}
+	return args
 }
 
-// declare declares the durable queue name on conn. A queue that exists with
-// other arguments (PRECONDITION_FAILED) is accepted as it is, after a
-// passive declare confirms it exists. Each declare uses its own channel,
-// since a failed declare closes its channel.
+// declare declares the durable queue name on conn, after its rejected
+// queue (so that the dead-letter target exists before anything can be
+// dead-lettered to it). A queue that exists with other arguments
+// (PRECONDITION_FAILED) is used as it is, after a passive declare confirms
+// it exists, with a warning naming the arguments it may lack. Each declare
+// uses its own channel, since a failed declare closes its channel.
 func declare(conn *amqp.Connection, cfg Config, name string) error {
+	if !strings.HasSuffix(name, RejectedSuffix) {
+		if err := declare(conn, cfg, name+RejectedSuffix); err != nil {
+			return err
+		}
+	}
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("rabbitmq: declare %s: open channel: %w", name, err)
 	}
-	_, err = ch.QueueDeclare(name, true, false, false, false, queueArgs(cfg))
+	args := queueArgs(cfg, name)
+	_, err = ch.QueueDeclare(name, true, false, false, false, args)
 	if err == nil {
 		return ch.Close()
 	}
@@ -84,8 +116,21 @@ func declare(conn *amqp.Connection, cfg Config, name string) error {
 	if _, err := ch.QueueDeclarePassive(name, true, false, false, false, nil); err != nil {
 		return fmt.Errorf("rabbitmq: declare %s: %w", name, err)
 	}
-	cfg.Logger.Info("rabbitmq: queue exists with other arguments; using it as it is", "queue", name, "queue_type", cfg.QueueType)
+	cfg.Logger.Warn("rabbitmq: queue exists with other arguments; using it as it is. "+
+		"Without a delivery limit and a dead-letter target RabbitMQ 4 drops a message delivered 20 times: "+
+		"apply them with a policy or redeclare the queue (README: Upgrading an existing RabbitMQ queue)",
+		slog.String("queue", name), slog.String("wanted_arguments", formatArgs(args)), slog.String("broker_said", aerr.Reason))
 	return nil
+}
+
+// formatArgs lists declare arguments as k=v, sorted.
+func formatArgs(args amqp.Table) string {
+	var kv []string
+	for k, v := range args {
+		kv = append(kv, fmt.Sprintf("%s=%q", k, fmt.Sprint(v)))
+	}
+	slices.Sort(kv)
+	return strings.Join(kv, " ")
 }
 
 // readyCount returns the ready messages of queue with a passive declare on

@@ -8,8 +8,25 @@
 // 47k/s consume against 17k/23k for classic), but RabbitMQ 3.10 quorum
 // queues ignore message priority. Config.QueueType = QueueClassic declares a
 // classic queue with x-max-priority (Config.MaxPriority, default 9), which
-// delivers high priority first. A queue that already exists with other
-// arguments is used as it is.
+// delivers high priority first.
+//
+// Every queue is declared with a dead-letter target, the default exchange
+// with routing key "<queue>.rejected" (declared first, a queue of the same
+// type), and quorum queues with x-delivery-limit = Config.DeliveryLimit
+// (default 20, RabbitMQ 4's own default): a message delivered more times
+// than that goes to "<queue>.rejected" instead of being redelivered
+// forever (3.x without a limit) or dropped (4.x, whose default limit drops
+// when no target is declared). The Subscriber consumes the rejected queue
+// too, on the same channel with a small prefetch, and hands its messages
+// out with Message.Rejected set (the x-death reason, "delivery_limit") for
+// the consumer to record as dead letters. A rejected queue has no target
+// of its own and a limit too high to reach, so nothing is dropped there.
+//
+// A queue that already exists with other arguments (declared by an older
+// llmq, or by hand) answers the declare with 406 PRECONDITION_FAILED; it
+// is then used as it is, after a passive declare on a fresh channel, with
+// a warning naming the arguments llmq wanted. Apply them with a policy or
+// redeclare the queue (README, "Upgrading an existing RabbitMQ queue").
 //
 // Subscriber consumes with manual acks and a QoS prefetch of
 // Config.Prefetch, which is also the bound on messages outstanding at the
@@ -22,10 +39,15 @@
 // priority property, and waits for publisher confirms in windows of
 // Config.ConfirmWindow deferred confirmations rather than one by one. A
 // publish interrupted by a lost connection is retried on a new connection
-// (the broker may then hold a duplicate: delivery is at-least-once).
+// (the broker may then hold a duplicate: delivery is at-least-once). A
+// message over the broker's max_message_size (the channel closes with 406)
+// is not retried: Publish returns an error wrapping
+// transport.ErrMessageRejected.
 //
 // Delivered headers are the AMQP headers as strings; quorum queues add
-// x-delivery-count on redeliveries. Message.Key is not transmitted.
+// x-delivery-count on redeliveries (a rejected message carries its x-death
+// in Message.Rejected and RejectedCount instead). Message.Key is not
+// transmitted.
 //
 // Depth is the queue's ready count (a passive declare on a spare channel,
 // since a failed passive declare closes its channel) plus the messages this

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -24,9 +25,11 @@ type Publisher struct {
 	closeMu sync.RWMutex // Publish holds it shared, Close exclusive
 	closed  bool
 
-	mu       sync.Mutex // guards the fields below and sending on ch
-	conn     *amqp.Connection
-	ch       *amqp.Channel
+	mu   sync.Mutex // guards the fields below and sending on ch
+	conn *amqp.Connection
+	ch   *amqp.Channel
+	// chClosed receives the broker's reason when it closes ch.
+	chClosed chan *amqp.Error
 	declared map[string]bool // queues declared on conn
 }
 
@@ -77,10 +80,20 @@ func (p *Publisher) Publish(ctx context.Context, dest string, msgs ...transport.
 	return nil
 }
 
+// tooLarge tells the channel exception RabbitMQ raises for a message over
+// its max_message_size (406 PRECONDITION_FAILED "message size N is larger
+// than configured max size M") from other closes.
+func tooLarge(aerr *amqp.Error) bool {
+	return aerr != nil && aerr.Code == amqp.PreconditionFailed && strings.Contains(aerr.Reason, "larger than configured max size")
+}
+
 // connLost tells a dropped connection (worth a redial: I/O errors, closed
 // channels, nacks, connection-level exceptions) from a refusal by the broker
 // (a channel exception such as 403 or 404, or a failed dial handshake).
 func connLost(err error) bool {
+	if errors.Is(err, transport.ErrMessageRejected) {
+		return false
+	}
 	if errors.Is(err, amqp.ErrClosed) || errors.Is(err, errNacked) {
 		return true
 	}
@@ -100,7 +113,7 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, msgs []trans
 		p.mu.Unlock()
 		return 0, nil, err
 	}
-	conn, ch := p.conn, p.ch
+	conn, ch, chClosed := p.conn, p.ch, p.chClosed
 	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
 	var sendErr error
 	for _, m := range msgs {
@@ -129,8 +142,16 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, msgs []trans
 			return i, conn, err
 		}
 		if !ok {
-			// A nack, or the channel closed before the confirm.
+			// A nack, or the channel closed before the confirm: by the
+			// broker refusing a message, or with the connection.
 			if ch.IsClosed() {
+				select {
+				case aerr := <-chClosed:
+					if tooLarge(aerr) {
+						return i, conn, fmt.Errorf("%w: %w", transport.ErrMessageRejected, aerr)
+					}
+				default:
+				}
 				return i, conn, amqp.ErrClosed
 			}
 			return i, conn, errNacked
@@ -157,6 +178,7 @@ func (p *Publisher) ensure(dest string) error {
 			return fmt.Errorf("rabbitmq: open confirm channel: %w", err)
 		}
 		p.conn, p.ch, p.declared = conn, ch, map[string]bool{}
+		p.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	}
 	if p.declared[dest] {
 		return nil

@@ -1,12 +1,15 @@
 package rabbitmq
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,7 +74,7 @@ func (s *Subscriber) Consume(ctx context.Context) (<-chan *transport.Message, er
 	case s.consuming:
 		return nil, fmt.Errorf("rabbitmq: consume %s: %w", s.cfg.Queue, transport.ErrConsuming)
 	}
-	deliveries, err := s.connectLocked()
+	ds, err := s.connectLocked()
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: consume %s: %w", s.cfg.Queue, err)
 	}
@@ -79,21 +82,31 @@ func (s *Subscriber) Consume(ctx context.Context) (<-chan *transport.Message, er
 	ctx, s.cancel = context.WithCancel(ctx)
 	out := make(chan *transport.Message)
 	s.wg.Add(1)
-	go s.run(ctx, deliveries, out)
+	go s.run(ctx, ds, out)
 	return out, nil
+}
+
+// rejectedPrefetch is the QoS prefetch of the consumer of the rejected
+// queue: its messages are rare and each is one dead letter to record.
+const rejectedPrefetch = 8
+
+// deliveries are the delivery channels of one connection: the queue's, and
+// its rejected queue's (nil when the queue is itself a rejected queue).
+type deliveries struct {
+	jobs, rejected <-chan amqp.Delivery
 }
 
 // connectLocked dials, declares the queue, sets QoS and starts consuming.
 // s.mu must be held.
-func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
+func (s *Subscriber) connectLocked() (deliveries, error) {
 	conn, err := s.dialer.dial()
 	if err != nil {
-		return nil, err
+		return deliveries{}, err
 	}
-	deliveries, ch, err := s.setup(conn)
+	ds, ch, err := s.setup(conn)
 	if err != nil {
 		_ = conn.Close()
-		return nil, err
+		return deliveries{}, err
 	}
 	if s.conn != nil {
 		_ = s.conn.Close()
@@ -101,34 +114,55 @@ func (s *Subscriber) connectLocked() (<-chan amqp.Delivery, error) {
 	s.conn, s.ch = conn, ch
 	s.closeErr = conn.NotifyClose(make(chan *amqp.Error, 1))
 	s.epoch++
-	return deliveries, nil
+	return ds, nil
 }
 
-func (s *Subscriber) setup(conn *amqp.Connection) (<-chan amqp.Delivery, *amqp.Channel, error) {
+// setup declares the queue (and its rejected queue) on conn and consumes
+// both on one channel, each with its own prefetch (QoS applies to the
+// consumers started after it).
+func (s *Subscriber) setup(conn *amqp.Connection) (deliveries, *amqp.Channel, error) {
 	if err := declare(conn, s.cfg, s.cfg.Queue); err != nil {
-		return nil, nil, err
+		return deliveries{}, nil, err
 	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return nil, nil, fmt.Errorf("open channel: %w", err)
+		return deliveries{}, nil, fmt.Errorf("open channel: %w", err)
 	}
 	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
-		return nil, nil, fmt.Errorf("qos: %w", err)
+		return deliveries{}, nil, fmt.Errorf("qos: %w", err)
 	}
-	deliveries, err := ch.Consume(s.cfg.Queue, s.tag, false, false, false, false, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("consume: %w", err)
+	var ds deliveries
+	if ds.jobs, err = ch.Consume(s.cfg.Queue, s.tag, false, false, false, false, nil); err != nil {
+		return deliveries{}, nil, fmt.Errorf("consume: %w", err)
 	}
-	return deliveries, ch, nil
+	if s.rejectedQueue() == "" {
+		return ds, ch, nil
+	}
+	if err := ch.Qos(min(s.cfg.Prefetch, rejectedPrefetch), 0, false); err != nil {
+		return deliveries{}, nil, fmt.Errorf("qos: %w", err)
+	}
+	if ds.rejected, err = ch.Consume(s.rejectedQueue(), s.tag+RejectedSuffix, false, false, false, false, nil); err != nil {
+		return deliveries{}, nil, fmt.Errorf("consume %s: %w", s.rejectedQueue(), err)
+	}
+	return ds, ch, nil
+}
+
+// rejectedQueue is the queue the consumed queue dead-letters to; "" when
+// the consumed queue is a rejected queue itself.
+func (s *Subscriber) rejectedQueue() string {
+	if strings.HasSuffix(s.cfg.Queue, RejectedSuffix) {
+		return ""
+	}
+	return s.cfg.Queue + RejectedSuffix
 }
 
 // run forwards deliveries to out and redials when the channel closes under
 // it, until ctx ends.
-func (s *Subscriber) run(ctx context.Context, deliveries <-chan amqp.Delivery, out chan<- *transport.Message) {
+func (s *Subscriber) run(ctx context.Context, ds deliveries, out chan<- *transport.Message) {
 	defer s.wg.Done()
 	defer close(out)
 	for {
-		if !s.forward(ctx, deliveries, out) {
+		if !s.forward(ctx, ds, out) {
 			return
 		}
 		s.mu.Lock()
@@ -143,75 +177,88 @@ func (s *Subscriber) run(ctx context.Context, deliveries <-chan amqp.Delivery, o
 		default:
 		}
 		s.log.Warn("rabbitmq: connection lost; reconnecting", slog.Any("error", reason))
-		deliveries = s.reconnect(ctx)
-		if deliveries == nil {
+		var ok bool
+		if ds, ok = s.reconnect(ctx); !ok {
 			return
 		}
 		s.log.Info("rabbitmq: reconnected")
 	}
 }
 
-// forward hands deliveries out until ctx ends (false) or the delivery
-// channel closes because the connection dropped (true).
-func (s *Subscriber) forward(ctx context.Context, deliveries <-chan amqp.Delivery, out chan<- *transport.Message) bool {
+// forward hands deliveries of both consumers out until ctx ends (false)
+// or a delivery channel closes because the connection dropped (true).
+func (s *Subscriber) forward(ctx context.Context, ds deliveries, out chan<- *transport.Message) bool {
 	s.mu.Lock()
 	epoch, ch := s.epoch, s.ch
 	s.mu.Unlock()
 	for {
 		var d amqp.Delivery
-		var ok bool
+		var ok, rejected bool
 		select {
-		case d, ok = <-deliveries:
-			if !ok {
-				return true
-			}
+		case d, ok = <-ds.jobs:
+		case d, ok = <-ds.rejected:
+			rejected = true
 		case <-ctx.Done():
-			s.stopConsuming(ch, deliveries)
+			s.stopConsuming(ch, ds)
 			return false
+		}
+		if !ok {
+			return true
 		}
 		select {
 		case s.slots <- struct{}{}:
 		case <-ctx.Done():
 			_ = d.Nack(false, true)
-			s.stopConsuming(ch, deliveries)
+			s.stopConsuming(ch, ds)
 			return false
 		}
 		s.mu.Lock()
 		s.unacked++
 		s.mu.Unlock()
 		select {
-		case out <- s.message(d, epoch):
+		case out <- s.message(d, epoch, rejected):
 		case <-ctx.Done():
 			_ = s.settle(&settleState{}, d, epoch, false)
-			s.stopConsuming(ch, deliveries)
+			s.stopConsuming(ch, ds)
 			return false
 		}
 	}
 }
 
-// stopConsuming cancels the AMQP consumer and gives back what the broker had
-// already pushed, keeping the channel open for acks of handed-out messages.
-func (s *Subscriber) stopConsuming(ch *amqp.Channel, deliveries <-chan amqp.Delivery) {
+// stopConsuming cancels the AMQP consumers and gives back what the broker
+// had already pushed, keeping the channel open for acks of handed-out
+// messages.
+func (s *Subscriber) stopConsuming(ch *amqp.Channel, ds deliveries) {
 	if err := ch.Cancel(s.tag, false); err != nil {
 		return // the channel is gone and the broker requeues by itself
 	}
-	for d := range deliveries {
-		_ = d.Nack(false, true)
+	if ds.rejected != nil {
+		if err := ch.Cancel(s.tag+RejectedSuffix, false); err != nil {
+			return
+		}
+	}
+	for _, c := range []<-chan amqp.Delivery{ds.jobs, ds.rejected} {
+		if c == nil {
+			continue
+		}
+		for d := range c {
+			_ = d.Nack(false, true)
+		}
 	}
 }
 
-// reconnect redials with backoff until it succeeds (the new deliveries) or
-// ctx ends (nil).
-func (s *Subscriber) reconnect(ctx context.Context) <-chan amqp.Delivery {
+// reconnect redials with backoff until it succeeds (the new deliveries,
+// true) or ctx ends (false).
+func (s *Subscriber) reconnect(ctx context.Context) (deliveries, bool) {
 	for attempt := 0; ; attempt++ {
 		if !sleep(ctx, backoff(s.cfg, attempt)) {
-			return nil
+			return deliveries{}, false
 		}
 		s.mu.Lock()
-		deliveries, err := s.connectLocked()
+		ds, err := s.connectLocked()
 		s.mu.Unlock()
 		if err == nil {
-			return deliveries
+			return ds, true
 		}
 		s.log.Warn("rabbitmq: reconnect failed", slog.Int("attempt", attempt+1), slog.Any("error", err))
 	}
@@ -220,17 +267,34 @@ func (s *Subscriber) reconnect(ctx context.Context) <-chan amqp.Delivery {
 // settleState makes the first Ack or Nack of a message the only one.
 type settleState struct{ settled bool }
 
-func (s *Subscriber) message(d amqp.Delivery, epoch uint64) *transport.Message {
+// Headers RabbitMQ adds to a dead-lettered message; a rejected message
+// carries what they say in Message.Rejected and RejectedCount instead.
+var deathHeaders = []string{"x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+	"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"}
+
+func (s *Subscriber) message(d amqp.Delivery, epoch uint64, rejected bool) *transport.Message {
+	queue := s.cfg.Queue
+	if rejected {
+		queue = s.rejectedQueue()
+	}
 	m := transport.Message{
 		Value:       d.Body,
 		Priority:    d.Priority,
-		Source:      fmt.Sprintf("%s/%d", s.cfg.Queue, d.DeliveryTag),
+		Source:      fmt.Sprintf("%s/%d", queue, d.DeliveryTag),
 		Redelivered: d.Redelivered,
 		ReceivedAt:  time.Now(),
 	}
-	if len(d.Headers) > 0 {
-		m.Headers = make(map[string]string, len(d.Headers))
-		for k, v := range d.Headers {
+	h := d.Headers
+	if rejected {
+		m.Rejected, m.RejectedCount = death(h, s.cfg.Queue)
+		h = maps.Clone(h)
+		for _, k := range deathHeaders {
+			delete(h, k)
+		}
+	}
+	if len(h) > 0 {
+		m.Headers = make(map[string]string, len(h))
+		for k, v := range h {
 			if str, ok := v.(string); ok {
 				m.Headers[k] = str
 			} else {
@@ -242,6 +306,38 @@ func (s *Subscriber) message(d amqp.Delivery, epoch uint64) *transport.Message {
 	return transport.NewMessage(m,
 		func(context.Context) error { return s.settle(st, d, epoch, true) },
 		func(context.Context) error { return s.settle(st, d, epoch, false) })
+}
+
+// death reads why and how often a message was dead-lettered from queue: the
+// reason ("delivery_limit", "rejected", "expired", "maxlen") and count of
+// its x-death entry for queue (the newest entry when none names it), and
+// "unknown" when the header is missing.
+func death(h amqp.Table, queue string) (reason string, count int) {
+	entries, _ := h["x-death"].([]any)
+	var found amqp.Table
+	for _, e := range entries {
+		t, ok := e.(amqp.Table)
+		if !ok {
+			continue
+		}
+		if found == nil {
+			found = t
+		}
+		if q, _ := t["queue"].(string); q == queue {
+			found = t
+			break
+		}
+	}
+	reason, _ = found["reason"].(string)
+	switch n := found["count"].(type) {
+	case int64:
+		count = int(n)
+	case int32:
+		count = int(n)
+	case int:
+		count = n
+	}
+	return cmp.Or(reason, "unknown"), count
 }
 
 // settle acks d, or nacks it with requeue, and frees its prefetch slot.

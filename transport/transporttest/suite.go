@@ -44,10 +44,15 @@ type Features struct {
 	// messages come back. Without it (Kafka) everything from the first
 	// unacked offset of each partition comes back.
 	ExactRedelivery bool
-	// NackRequeues: Nack hands the message out again at once.
-	NackRequeues bool
 	// Depth: Subscriber.Depth reports ready plus unacked messages.
 	Depth bool
+	// DeliveryLimit is the delivery limit of the factory's subscribers; 0
+	// when the adapter has none (Kafka redelivers a nacked message
+	// forever). With a limit, a message handed back more often is
+	// delivered once more with Message.Rejected set
+	// (transport.RejectedDeliveryLimit), and is gone once that delivery is
+	// acked.
+	DeliveryLimit int
 	// BreakConnection, when not nil, severs sub's broker connection the way
 	// a network failure would; the suite then checks that consuming resumes
 	// on the same channel and that the unacked messages come back.
@@ -68,7 +73,8 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"RoundTrip", s.roundTrip},
 		{"ManyOnce", s.manyOnce},
 		{"UnackedComeBack", s.unackedComeBack},
-		{"NackRequeues", s.nackRequeues},
+		{"NackRedelivers", s.nackRedelivers},
+		{"DeliveryLimit", s.deliveryLimit},
 		{"PrefetchBound", s.prefetchBound},
 		{"CloseDuringConsume", s.closeDuringConsume},
 		{"CancelDuringConsume", s.cancelDuringConsume},
@@ -341,21 +347,84 @@ func keys(m map[string]bool) []string {
 	return k
 }
 
-func (s *suite) nackRequeues(t *testing.T) {
-	if !s.feat.NackRequeues {
-		t.Skip("adapter does not requeue on Nack")
+// nackRedelivers: every adapter hands a nacked message out again at once,
+// marked Redelivered, however often it is nacked; only that message comes
+// back, and once it is acked the depth returns to 0 (on Kafka the commit
+// point waited at its offset).
+func (s *suite) nackRedelivers(t *testing.T) {
+	b := s.setup(t)
+	s.publishN(t, b, "n", 5)
+	sub, ch := s.subscribe(t, b, 5)
+	got := s.receive(t, ch, 5)
+	nacked := got[2]
+	for _, m := range got {
+		if m != nacked {
+			require.NoError(t, m.Ack(s.ctx(t)))
+		}
+	}
+	require.NoError(t, nacked.Nack(s.ctx(t)))
+	require.NoError(t, nacked.Nack(s.ctx(t)), "a second settle of one delivery is a no-op")
+	require.NoError(t, nacked.Ack(s.ctx(t)), "a settle of a nacked delivery is a no-op")
+	for round := range 3 {
+		m := s.receive(t, ch, 1)[0]
+		require.Equal(t, string(nacked.Value), string(m.Value), "round %d: only the nacked message comes back", round)
+		require.True(t, m.Redelivered, "round %d", round)
+		if s.feat.Depth && s.feat.ExactRedelivery {
+			s.waitDepth(t, sub, 1)
+		}
+		if round < 2 {
+			require.NoError(t, m.Nack(s.ctx(t)))
+			continue
+		}
+		require.NoError(t, m.Ack(s.ctx(t)))
+	}
+	if s.feat.Depth {
+		s.waitDepth(t, sub, 0)
+	}
+	nothing(t, ch, 200*time.Millisecond)
+}
+
+// deliveryLimit: a message nacked on every delivery is delivered
+// DeliveryLimit+1 times, then once more marked rejected with its body,
+// headers and priority; acking that ends it, and the message after it was
+// never held up.
+func (s *suite) deliveryLimit(t *testing.T) {
+	if s.feat.DeliveryLimit == 0 {
+		t.Skip("adapter has no delivery limit")
 	}
 	b := s.setup(t)
-	s.publishN(t, b, "n", 1)
-	_, ch := s.subscribe(t, b, 5)
-	m := s.receive(t, ch, 1)[0]
-	require.NoError(t, m.Nack(s.ctx(t)))
-	m2 := s.receive(t, ch, 1)[0]
-	require.Equal(t, "n0", string(m2.Value))
-	if s.feat.Redelivered {
-		require.True(t, m2.Redelivered)
+	poison := transport.Message{Value: []byte("poison"), Headers: map[string]string{"x-tenant": "acme"}, Priority: 5}
+	require.NoError(t, b.pub.Publish(s.ctx(t), b.dest, poison))
+	sub, ch := s.subscribe(t, b, 5)
+	for n := 1; n <= s.feat.DeliveryLimit+1; n++ {
+		m := s.receive(t, ch, 1)[0]
+		require.Equal(t, "poison", string(m.Value))
+		require.Empty(t, m.Rejected, "delivery %d of %d allowed", n, s.feat.DeliveryLimit+1)
+		require.NoError(t, m.Nack(s.ctx(t)))
 	}
-	require.NoError(t, m2.Ack(s.ctx(t)))
+	m := s.receive(t, ch, 1)[0]
+	require.Equal(t, "poison", string(m.Value))
+	require.Equal(t, transport.RejectedDeliveryLimit, m.Rejected)
+	require.Equal(t, 1, m.RejectedCount)
+	require.Equal(t, "acme", m.Headers["x-tenant"])
+	require.NotEmpty(t, m.Source)
+	if s.feat.Priority {
+		require.Equal(t, uint8(5), m.Priority)
+	}
+	require.NoError(t, m.Nack(s.ctx(t)), "a rejected message can be handed back too")
+	m = s.receive(t, ch, 1)[0]
+	require.Equal(t, transport.RejectedDeliveryLimit, m.Rejected)
+	require.NoError(t, m.Ack(s.ctx(t)))
+
+	s.publishN(t, b, "after", 1)
+	m = s.receive(t, ch, 1)[0]
+	require.Equal(t, "after0", string(m.Value))
+	require.Empty(t, m.Rejected)
+	require.NoError(t, m.Ack(s.ctx(t)))
+	nothing(t, ch, 200*time.Millisecond)
+	if s.feat.Depth {
+		s.waitDepth(t, sub, 0)
+	}
 }
 
 func (s *suite) prefetchBound(t *testing.T) {

@@ -174,7 +174,7 @@ func TestEnqueueAndPoll(t *testing.T) {
 	msgs, err := b.sub.Consume(context.Background())
 	require.NoError(t, err)
 	msg := receive(t, msgs)
-	require.Equal(t, "acme", string(msg.Key))
+	require.Equal(t, id, string(msg.Key), "Kafka messages are keyed by job id")
 	require.Equal(t, uint8(9), msg.Priority)
 
 	// Re-posting the same id is idempotent.

@@ -111,8 +111,8 @@ func TestEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
 		Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
-		Client: worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: upstream.URL + "/v1", APIKey: "sk-test", Timeout: 10 * time.Second}),
-		Logger: quiet, Registerer: prometheus.NewRegistry(),
+		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: upstream.URL + "/v1", APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
+		Logger:   quiet, Registerer: prometheus.NewRegistry(),
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))

@@ -194,7 +194,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		if _, err := st.Insert(ctx, j); err != nil {
 			return err
 		}
-		msg, err := producer.Message(j)
+		msg, err := producer.Message(j, producer.KeyByDefault)
 		if err != nil {
 			return err
 		}

@@ -25,13 +25,14 @@ func BrokerURL(queue string) string { return URL() + "?queue=" + queue }
 
 var seq atomic.Int64
 
-// NewQueue returns a queue name unique to this run and deletes the queue and
-// its ".dlq" when the test ends. Cleanups run last-registered first, so the
-// publishers and subscribers a test opens afterwards are closed before.
+// NewQueue returns a queue name unique to this run and deletes the queue,
+// its ".dlq" and their ".rejected" queues when the test ends. Cleanups run
+// last-registered first, so the publishers and subscribers a test opens
+// afterwards are closed before.
 func NewQueue(t testing.TB) string {
 	t.Helper()
 	name := fmt.Sprintf("llmq-test-%d-%d", time.Now().UnixNano()%1e9, seq.Add(1))
-	t.Cleanup(func() { Delete(t, name, name+".dlq") })
+	t.Cleanup(func() { Delete(t, name, name+".rejected", name+".dlq", name+".dlq.rejected") })
 	return name
 }
 

@@ -1,0 +1,84 @@
+package shaping
+
+import "context"
+
+// Admit waits, in the order of docs/design/rate-limiting.md, for every
+// bucket (all together), then a concurrency slot, then the pacing inside
+// the slot, and returns the permit to send. It never waits long while
+// holding a slot: a lane pause that begins meanwhile gives the slot back
+// first. It fails at once with a [*WaitError] when the buckets or a pause
+// would pass ctx's deadline, with [ErrTooLarge] (permanent) when the request
+// can never fit, and with ctx's cause if ctx ends while waiting; then
+// nothing stays reserved.
+//
+// When nothing waits, Admit takes the lane's lock twice (tick and reserve
+// together, then the send), allocates nothing and returns a Permit by value.
+func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
+	now := l.clock.Now()
+	deadline, _ := ctx.Deadline()
+	tokens := l.tokensFor(req)
+	var r Reservation
+	l.mu.Lock()
+	l.tickLocked(now)
+	err := l.reserveLocked(now, tokens, req.Quotas, deadline, &r)
+	l.mu.Unlock()
+	if err != nil {
+		return Permit{}, err
+	}
+	// r.ReadyAt includes the pause as of the reservation: when it is not
+	// after now, the first bucket and pause checks below would pass.
+	waited := r.ReadyAt.After(now)
+	for waited {
+		ready := l.ReadyAt(&r)
+		if !ready.After(l.clock.Now()) {
+			break
+		}
+		if !deadline.IsZero() && ready.After(deadline) {
+			return l.abandon(&r, &WaitError{Wait: ready.Sub(l.clock.Now()), Deadline: deadline})
+		}
+		if err := sleepUntil(ctx, l.clock, ready); err != nil {
+			return l.abandon(&r, err)
+		}
+	}
+	for {
+		if waited {
+			if until := l.PausedUntil(); until.After(l.clock.Now()) {
+				if !deadline.IsZero() && until.After(deadline) {
+					now := l.clock.Now()
+					return l.abandon(&r, &WaitError{Wait: until.Sub(now), Deadline: deadline})
+				}
+				if err := sleepUntil(ctx, l.clock, until); err != nil {
+					return l.abandon(&r, err)
+				}
+			}
+		}
+		waited = true
+		if err := l.slots.Acquire(ctx); err != nil {
+			return l.abandon(&r, err)
+		}
+		now = l.clock.Now()
+		if !l.PausedUntil().After(now) {
+			break
+		}
+		l.slots.Release()
+	}
+	at := l.pacer.ReserveAt(now)
+	if at.After(now) {
+		err = sleepUntil(ctx, l.clock, at)
+		now = l.clock.Now()
+	} else {
+		err = ctx.Err()
+	}
+	if err != nil {
+		l.pacer.CancelAt(at)
+		l.slots.Release()
+		return l.abandon(&r, err)
+	}
+	return l.send(now, &r), nil
+}
+
+// abandon gives back r for an Admit that fails with err.
+func (l *Lane) abandon(r *Reservation, err error) (Permit, error) {
+	l.CancelAt(l.clock.Now(), r)
+	return Permit{}, err
+}

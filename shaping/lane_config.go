@@ -1,0 +1,157 @@
+package shaping
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// Lane defaults.
+const (
+	// LaneConcurrencyDefault is the concurrency limit of rpm and shape, and
+	// the initial limit of adaptive.
+	LaneConcurrencyDefault = 16
+	// LaneMaxConcurrencyDefault is adaptive's upper bound.
+	LaneMaxConcurrencyDefault = 512
+	// LaneMaxOutputDefault is reserved for a request that sets no maximum
+	// output: a configured cap, never the model's maximum
+	// (docs/design/quotas.md).
+	LaneMaxOutputDefault = 1024
+	// LaneWarmUpDefault is the warm-up of shape and adaptive.
+	LaneWarmUpDefault = 10 * time.Second
+	// LanePauseDefault is how long a 429 without Retry-After pauses the lane.
+	LanePauseDefault = time.Second
+)
+
+// Unit is what a [Quota] counts.
+type Unit int
+
+const (
+	// UnitRequests charges 1 per request.
+	UnitRequests Unit = iota
+	// UnitTokens charges the request's reserved tokens, settled after.
+	UnitTokens
+)
+
+// Quota is an extra bucket an admission must pass: a tenant, project or API
+// key quota, possibly shared by many lanes.
+type Quota struct {
+	Bucket *Bucket
+	Unit   Unit
+}
+
+// Settlement says what happens to reserved tokens when the usage is known.
+type Settlement int
+
+const (
+	// SettleActual corrects the reservation to the real usage (see
+	// docs/design/quotas.md): unused max output is given back, an overrun
+	// is taken.
+	SettleActual Settlement = iota
+	// SettleReserved keeps the reservation, as OpenAI counts max_tokens
+	// whatever the output.
+	SettleReserved
+)
+
+// LaneConfig configures a [Lane]: one (API key, model) pair.
+type LaneConfig struct {
+	// Name labels the lane, e.g. "key1/gpt-4o-mini". Optional.
+	Name string
+	// Strategy is the admission strategy. Default: DefaultStrategy(RPM, TPM).
+	Strategy Strategy
+	// RPM is the requests-per-minute quota; 0 = unknown (adaptive learns it
+	// from headers). Ignored by retry.
+	RPM float64
+	// TPM is the tokens-per-minute quota; 0 = unknown. Used by shape and
+	// adaptive.
+	TPM float64
+	// Concurrency is the fixed limit of rpm and shape and the initial limit
+	// of adaptive. Default LaneConcurrencyDefault.
+	Concurrency int
+	// MaxConcurrency bounds adaptive. Default LaneMaxConcurrencyDefault.
+	MaxConcurrency int
+	// MinInterval is the pacing between sends inside the slot. Default: one
+	// RPM period (60s/RPM) for shape and adaptive when RPM is known, else
+	// none; -1 disables.
+	MinInterval time.Duration
+	// WarmUp ramps the RPM and TPM refill from 0 over this time. Default
+	// LaneWarmUpDefault for shape and adaptive, none for rpm; -1 disables.
+	WarmUp time.Duration
+	// Start is the buckets' initial level. Default StartDefault (empty with
+	// warm-up, full without).
+	Start BucketStart
+	// DefaultMaxOutput is reserved when a request sets no max output.
+	// Default LaneMaxOutputDefault.
+	DefaultMaxOutput int
+	// Settlement is what Done does with the reserved tokens. Default
+	// SettleActual.
+	Settlement Settlement
+	// Controller computes adaptive's concurrency limit. Default: an
+	// [Elastic] starting at Concurrency, bounded by MaxConcurrency.
+	Controller Controller
+	// Quotas are further buckets every admission of this lane passes.
+	Quotas []Quota
+	// PauseDefault is how long a 429 without Retry-After pauses the lane.
+	// Default LanePauseDefault.
+	PauseDefault time.Duration
+	// Clock is the time source of Admit and Done. Default
+	// clockwork.NewRealClock().
+	Clock clockwork.Clock
+}
+
+// WithDefaults returns c with the defaults applied.
+func (c LaneConfig) WithDefaults() LaneConfig {
+	c.Strategy = cmp.Or(c.Strategy, DefaultStrategy(c.RPM, c.TPM))
+	c.Concurrency = cmp.Or(c.Concurrency, LaneConcurrencyDefault)
+	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, max(LaneMaxConcurrencyDefault, c.Concurrency))
+	shaped := c.Strategy == StrategyShape || c.Strategy == StrategyAdaptive
+	if c.MinInterval == 0 && shaped && c.RPM > 0 {
+		c.MinInterval = time.Duration(float64(time.Minute) / c.RPM)
+	}
+	if c.WarmUp == 0 && shaped {
+		c.WarmUp = LaneWarmUpDefault
+	}
+	c.DefaultMaxOutput = cmp.Or(c.DefaultMaxOutput, LaneMaxOutputDefault)
+	c.PauseDefault = cmp.Or(c.PauseDefault, LanePauseDefault)
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	return c
+}
+
+func (c LaneConfig) validate() error {
+	if _, err := ParseStrategy(string(c.Strategy)); err != nil {
+		return fmt.Errorf("%w: LaneConfig.Strategy: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.RPM < 0 || math.IsInf(c.RPM, 0) || math.IsNaN(c.RPM):
+		return fmt.Errorf("%w: LaneConfig.RPM must be >= 0, got %v", ErrInvalidConfig, c.RPM)
+	case c.TPM < 0 || math.IsInf(c.TPM, 0) || math.IsNaN(c.TPM):
+		return fmt.Errorf("%w: LaneConfig.TPM must be >= 0, got %v", ErrInvalidConfig, c.TPM)
+	case c.Strategy == StrategyRPM && c.RPM == 0:
+		return fmt.Errorf("%w: LaneConfig.RPM is required by strategy rpm", ErrInvalidConfig)
+	case c.Strategy == StrategyShape && c.RPM == 0 && c.TPM == 0:
+		return fmt.Errorf("%w: LaneConfig.RPM or TPM is required by strategy shape", ErrInvalidConfig)
+	case c.Concurrency < 1:
+		return fmt.Errorf("%w: LaneConfig.Concurrency must be >= 1, got %d", ErrInvalidConfig, c.Concurrency)
+	case c.MaxConcurrency < c.Concurrency:
+		return fmt.Errorf("%w: LaneConfig.MaxConcurrency %d below Concurrency %d", ErrInvalidConfig, c.MaxConcurrency, c.Concurrency)
+	case c.MinInterval < -1 || c.WarmUp < -1:
+		return fmt.Errorf("%w: LaneConfig.MinInterval and WarmUp must be >= -1", ErrInvalidConfig)
+	case c.DefaultMaxOutput < 1:
+		return fmt.Errorf("%w: LaneConfig.DefaultMaxOutput must be >= 1, got %d", ErrInvalidConfig, c.DefaultMaxOutput)
+	case c.Settlement != SettleActual && c.Settlement != SettleReserved:
+		return fmt.Errorf("%w: LaneConfig.Settlement unknown value %d", ErrInvalidConfig, c.Settlement)
+	case c.PauseDefault < 0:
+		return fmt.Errorf("%w: LaneConfig.PauseDefault must be >= 0, got %v", ErrInvalidConfig, c.PauseDefault)
+	}
+	for i, q := range c.Quotas {
+		if q.Bucket == nil {
+			return fmt.Errorf("%w: LaneConfig.Quotas[%d].Bucket is nil", ErrInvalidConfig, i)
+		}
+	}
+	return nil
+}

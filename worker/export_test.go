@@ -1,0 +1,14 @@
+package worker
+
+// Waiting is the number of jobs in model's priority queue, not yet handed
+// to its shaping lane; 0 when the lane does not exist. Tests use it to know
+// that jobs are queued before they let the lane admit the next one.
+func (w *Worker) Waiting(model string) int {
+	w.lanesMu.Lock()
+	l, ok := w.lanes[model]
+	w.lanesMu.Unlock()
+	if !ok {
+		return 0
+	}
+	return l.sched.Len()
+}

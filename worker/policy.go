@@ -1,0 +1,225 @@
+package worker
+
+import (
+	"cmp"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/shaping"
+)
+
+// The worker's policy is one pure function, policy.decide: from a job's
+// state and the step it just took, the state after the step and what to do
+// next. The pipeline (run in worker.go) only performs the actions.
+// docs/worker-policy.md has the decision table.
+
+// state is what the policy remembers of one job between its steps. It is
+// plain data, so a pipeline that keeps its jobs in Postgres can store it
+// with the job and go on where the last claim stopped.
+type state struct {
+	// Attempts counts the upstream calls made, fallbacks included.
+	Attempts int
+	// Retries counts the backoff waits taken; it sizes the next jitter
+	// window.
+	Retries int
+	// Model is the index, in the job's model chain, of the model it is on.
+	Model int
+	// RateLimited counts the 429s of the current model.
+	RateLimited int
+}
+
+// step is what just happened to a job: the question a decision answers.
+type step int
+
+const (
+	// stepReady: the job is about to ask its model's lane for admission
+	// (when it starts, after a fallback and after a backoff).
+	stepReady step = iota
+	// stepLanePaused: the lane is paused by 429s for longer than the
+	// admission's MaxPause.
+	stepLanePaused
+	// stepTooLarge: the request can never fit the lane's buckets.
+	stepTooLarge
+	// stepWaitTooLong: the predicted admission passes the deadline.
+	stepWaitTooLong
+	// stepCalled: an upstream call came back.
+	stepCalled
+)
+
+// event is one step of a job with every fact the decision reads besides
+// the job's state and the policy's settings.
+type event struct {
+	Step step
+	// Now is the worker's clock at the step.
+	Now time.Time
+	// Deadline is the job's deadline; zero when it has none.
+	Deadline time.Time
+	// Next is the index in the chain of the first model after the current
+	// one whose context window holds the request (nextFallback); 0 when
+	// there is none.
+	Next int
+	// Outcome is the classified reply of the call (stepCalled).
+	Outcome Outcome
+	// BudgetLeft reports whether the retry budget has a retry to give
+	// (stepCalled).
+	BudgetLeft bool
+	// Detail is the admission's error message (stepTooLarge,
+	// stepWaitTooLong).
+	Detail string
+}
+
+// verb is what the pipeline does next with a job.
+type verb int
+
+const (
+	// doCall: wait for admission in the current model's lane (no longer
+	// than Deadline; leaving a lane paused longer than MaxPause), then call.
+	doCall verb = iota
+	// doRetry: record the failure (retrying), wait Delay, claim the job
+	// again and go on from stepReady on the same model. Budgeted: take the
+	// retry from the budget.
+	doRetry
+	// doFallBack: the state is on the next model now; go on from stepReady
+	// at once.
+	doFallBack
+	// doSucceed: store the reply as the result; ack.
+	doSucceed
+	// doFail: record the permanent failure Code, Message; ack.
+	doFail
+	// doExpire: record the job expired (Why); ack.
+	doExpire
+	// doDeadLetter: dead-letter the job with Reason; ack.
+	doDeadLetter
+	// doHandBack: release the claim and give the message back (Why).
+	doHandBack
+)
+
+// action is a decision: a verb and what performing it needs.
+type action struct {
+	Verb verb
+	// Deadline bounds the admission's wait (doCall before the first
+	// call); zero = no bound.
+	Deadline time.Time
+	// MaxPause is how long a paused lane may hold the admission before it
+	// answers stepLanePaused (doCall); 0 = as long as the pause lasts.
+	MaxPause time.Duration
+	// Delay is the wait before the retry (doRetry).
+	Delay time.Duration
+	// Budgeted says the retry is taken from the retry budget (doRetry).
+	Budgeted bool
+	// Code and Message are the failure recorded (doFail).
+	Code, Message string
+	// Reason is the dead letter's reason (doDeadLetter).
+	Reason dlq.Reason
+	// Why says why, for the log (doFallBack, doExpire, doHandBack).
+	Why string
+}
+
+// policy holds the settings the decisions read (Config's fields of the
+// same names).
+type policy struct {
+	MaxAttempts     int
+	FallbackAfter   int
+	FallbackMaxWait time.Duration
+	Backoff         Backoff
+}
+
+// decide returns the state after e and what to do next. It is pure: its
+// only source of randomness, the backoff jitter, is rng.
+func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
+	switch e.Step {
+	case stepReady:
+		a := action{Verb: doCall}
+		if e.Next > 0 {
+			a.MaxPause = p.FallbackMaxWait
+		}
+		if s.Attempts == 0 {
+			// Only the first call is held to the deadline: a job that
+			// started is finished.
+			if !e.Deadline.IsZero() && !e.Now.Before(e.Deadline) {
+				return s, action{Verb: doExpire, Why: "deadline passed before the job started"}
+			}
+			a.Deadline = e.Deadline
+		}
+		return s, a
+	case stepLanePaused:
+		if e.Next > 0 {
+			return fallBack(s, e, "lane paused by 429s")
+		}
+		return s, action{Verb: doHandBack, Why: errLanePaused.Error()}
+	case stepTooLarge:
+		return s, action{Verb: doFail, Code: "request_too_large", Message: e.Detail}
+	case stepWaitTooLong:
+		return s, action{Verb: doExpire, Why: "predicted wait passes the deadline: " + e.Detail}
+	}
+
+	s.Attempts++
+	out := e.Outcome
+	switch out.Class {
+	case ClassSuccess:
+		return s, action{Verb: doSucceed}
+	case ClassPermanent:
+		return s, action{Verb: doFail, Code: out.Code, Message: out.Message}
+	}
+	if s.Attempts >= p.MaxAttempts {
+		return s, action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}
+	}
+	// Only a 429 moves a job to a fallback model: a 5xx or a timeout says
+	// nothing about the model's quota.
+	if out.Class == ClassRateLimited {
+		s.RateLimited++
+		if e.Next > 0 {
+			switch {
+			case s.RateLimited >= p.FallbackAfter:
+				return fallBack(s, e, "rate limited "+strconv.Itoa(s.RateLimited)+" times")
+			case out.Headers.RetryAfter > p.FallbackMaxWait:
+				return fallBack(s, e, "retry-after "+out.Headers.RetryAfter.String())
+			case !e.BudgetLeft:
+				return fallBack(s, e, "retry budget spent")
+			}
+		}
+	}
+	a := action{Verb: doRetry, Budgeted: e.BudgetLeft}
+	if e.BudgetLeft {
+		a.Delay = p.Backoff.Delay(s.Retries, out.Headers.RetryAfter, rng)
+	} else {
+		// Refused by the budget: not given up, delayed the longest.
+		a.Delay = max(p.Backoff.Max, out.Headers.RetryAfter)
+	}
+	s.Retries++
+	return s, a
+}
+
+// fallBack moves s to the model e.Next, whose 429s are counted afresh.
+func fallBack(s state, e event, why string) (state, action) {
+	s.Model, s.RateLimited = e.Next, 0
+	return s, action{Verb: doFallBack, Why: why}
+}
+
+// nextFallback is the index in chain of the first model after from whose
+// context window holds the request (its prompt and its output allowance,
+// the model's default when the request sets none); 0 when there is none.
+// A model whose window is unknown holds any request.
+func nextFallback(cat llmq.Catalog, chain []string, from int, est shaping.Estimate) int {
+	for i := from + 1; i < len(chain); i++ {
+		m := laneModel(cat, chain[i])
+		if need := est.PromptTokens + cmp.Or(est.MaxOutputTokens, m.MaxOutputDefault); m.ContextWindow > 0 && need > m.ContextWindow {
+			continue
+		}
+		return i
+	}
+	return 0
+}
+
+// laneModel returns the catalog entry of a model, with the shaping
+// package's output allowance when it sets none.
+func laneModel(cat llmq.Catalog, name string) llmq.Model {
+	m := cat.Lookup(name)
+	if m.MaxOutputDefault <= 0 {
+		m.MaxOutputDefault = shaping.LaneMaxOutputDefault
+	}
+	return m
+}

@@ -9,9 +9,13 @@ BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all build test lint vet fmt-check unit fuzz bench bench-go bench-llmq demo run migrate clean
+.PHONY: all help build test lint vet fmt-check unit fuzz bench bench-go bench-llmq demo run migrate clean
 
 all: build
+
+## help: list the targets and what each does
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST) | awk '{ i = index($$0, ": "); printf "  %-11s %s\n", substr($$0, 1, i - 1), substr($$0, i + 2) }'
 
 ## build: the single binary, bin/llmq
 build:
@@ -23,13 +27,16 @@ test: lint unit fuzz
 ## lint: go vet and the gofmt check
 lint: vet fmt-check
 
+## vet: go vet ./...
 vet:
 	$(GO) vet ./...
 
+## fmt-check: fail when a file is not gofmt'ed
 fmt-check:
 	@out="$$(gofmt -l .)"; \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
+## unit: go test -race ./... (Postgres and RabbitMQ on localhost)
 unit:
 	$(GO) test -race -count=1 ./...
 
@@ -60,5 +67,6 @@ migrate: build
 run: migrate
 	$(BIN) worker
 
+## clean: remove bin/
 clean:
 	rm -rf bin

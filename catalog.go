@@ -1,5 +1,12 @@
 package llmq
 
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
 // BatchDiscountDefault is the price factor of a Batch API call when a model
 // sets none: the providers' batch lanes charge half the live price.
 const BatchDiscountDefault = 0.5
@@ -54,12 +61,76 @@ func (m Model) BatchCost(prompt, completion int) float64 {
 }
 
 // Catalog is the set of models llmq is configured for. The zero Catalog
-// knows no model and gives every name the zero Model.
+// knows no model, allows every name and gives it the zero Model.
 type Catalog struct {
 	// Models holds the configured models by name.
 	Models map[string]Model
 	// Default describes any model not in Models.
 	Default Model
+	// AllowAny lets jobs name models that Models does not list (they run
+	// with Default). Without it, a catalog that lists models allows only
+	// those: a tenant cannot spend the operator's key on any model at any
+	// price, and the lanes and metric labels of the worker stay bounded.
+	AllowAny bool
+}
+
+// CodeModelNotAllowed is the field error code of a model the catalog does
+// not allow.
+const CodeModelNotAllowed = "model_not_allowed"
+
+// Allows reports whether a job may name model: it is in Models or is the
+// fallback of a model there, or Models is empty (a configuration that names
+// no model allows every name), or AllowAny is set.
+func (c Catalog) Allows(model string) bool {
+	if c.AllowAny || len(c.Models) == 0 {
+		return true
+	}
+	if _, ok := c.Models[model]; ok {
+		return true
+	}
+	for _, m := range c.Models {
+		if slices.Contains(m.Fallbacks, model) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxModelsNamed bounds the allowed models an error lists.
+const maxModelsNamed = 10
+
+// CheckModels returns a field error for each model of j (body.model and
+// fallback_models[i]) that c does not allow, naming the models it does.
+func (c Catalog) CheckModels(j *Job) []FieldError {
+	var errs []FieldError
+	check := func(field, model string) {
+		if c.Allows(model) {
+			return
+		}
+		errs = append(errs, FieldError{Field: field, Code: CodeModelNotAllowed,
+			Message: fmt.Sprintf("model %.64q is not one this service runs; allowed: %s", model, c.allowedNames())})
+	}
+	check("body.model", j.Model())
+	for i, m := range j.FallbackModels {
+		check(fmt.Sprintf("fallback_models[%d]", i), m)
+	}
+	return errs
+}
+
+// allowedNames lists the first allowed models, sorted.
+func (c Catalog) allowedNames() string {
+	set := map[string]bool{}
+	for name, m := range c.Models {
+		set[name] = true
+		for _, f := range m.Fallbacks {
+			set[f] = true
+		}
+	}
+	names := slices.Sorted(maps.Keys(set))
+	if n := len(names); n > maxModelsNamed {
+		names = append(names[:maxModelsNamed], fmt.Sprintf("and %d more", n-maxModelsNamed))
+	}
+	return strings.Join(names, ", ")
 }
 
 // Lookup returns the facts of model name: its entry, or Default.

@@ -1,6 +1,7 @@
 package llmq_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,4 +41,34 @@ func decode(t *testing.T, msg string) *llmq.Job {
 	j, err := llmq.Decode([]byte(msg), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	return j
+}
+
+func TestCatalogAllows(t *testing.T) {
+	t.Parallel()
+	listed := llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {Fallbacks: []string{"gpt-4o"}}, "gpt-4.1-mini": {}}}
+	require.True(t, listed.Allows("gpt-4o-mini"))
+	require.True(t, listed.Allows("gpt-4o"), "a listed model's fallback")
+	require.False(t, listed.Allows("gpt-5-pro"), "a listed catalog allows only its models")
+	require.False(t, listed.Allows(""))
+	require.True(t, llmq.Catalog{}.Allows("anything"), "a configuration that names no model allows every name")
+	listed.AllowAny = true
+	require.True(t, listed.Allows("gpt-5-pro"), "allow_any_model")
+}
+
+func TestCatalogCheckModels(t *testing.T) {
+	t.Parallel()
+	c := llmq.Catalog{Models: map[string]llmq.Model{"b": {}, "a": {}}}
+	j, err := llmq.Decode([]byte(`{"fallback_models":["a","<!channel>"],"body":{"model":"`+strings.Repeat("x", 8000)+`","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
+	require.NoError(t, err)
+	errs := c.CheckModels(j)
+	require.Len(t, errs, 2)
+	require.Equal(t, "body.model", errs[0].Field)
+	require.Equal(t, llmq.CodeModelNotAllowed, errs[0].Code)
+	require.Less(t, len(errs[0].Message), 200, "a long name is not echoed whole")
+	require.True(t, strings.HasSuffix(errs[0].Message, "is not one this service runs; allowed: a, b"), errs[0].Message)
+	require.Equal(t, llmq.FieldError{Field: "fallback_models[1]", Code: llmq.CodeModelNotAllowed,
+		Message: `model "<!channel>" is not one this service runs; allowed: a, b`}, errs[1])
+	j, err = llmq.Decode([]byte(`{"fallback_models":["b"],"body":{"model":"a","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
+	require.NoError(t, err)
+	require.Empty(t, c.CheckModels(j))
 }

@@ -155,7 +155,7 @@ func Decode(data []byte, opts DecodeOptions) (*Job, error) {
 	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, &ValidationError{Errors: []FieldError{{Field: "", Message: "message is not a JSON object", Code: CodeInvalidJSON}}}
+		return nil, &ValidationError{Errors: []FieldError{{Field: "", Message: notAnObject(trimmed), Code: CodeInvalidJSON}}}
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &raw); err != nil {

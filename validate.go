@@ -83,6 +83,27 @@ func decodeField[T any](raw map[string]json.RawMessage, name string, dst *T, wan
 
 func isNull(b json.RawMessage) bool { return string(b) == "null" }
 
+// notAnObject says what a message that is not a JSON object is instead.
+func notAnObject(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return "message is empty"
+	case !utf8.Valid(b):
+		at := 0
+		for at < len(b) {
+			r, size := utf8.DecodeRune(b[at:])
+			if r == utf8.RuneError && size <= 1 {
+				break
+			}
+			at += size
+		}
+		return fmt.Sprintf("message is not valid UTF-8 (byte %d)", at)
+	case json.Valid(b):
+		return "message is JSON but not an object: a job is {\"body\": {...}}"
+	}
+	return "message is not JSON: a job is one JSON object per message"
+}
+
 func hasField(errs []FieldError, name string) bool {
 	for _, e := range errs {
 		if e.Field == name {

@@ -230,3 +230,22 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+// TestNotAnObjectSaysWhat: a message that is not a job object is named for
+// what it is.
+func TestNotAnObjectSaysWhat(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"not json at all": "message is not JSON: a job is one JSON object per message",
+		"":                "message is empty",
+		"  \n":            "message is empty",
+		`["a job?"]`:      `message is JSON but not an object: a job is {"body": {...}}`,
+		`42`:              `message is JSON but not an object: a job is {"body": {...}}`,
+		"\xffnot json":    "message is not valid UTF-8 (byte 0)",
+	} {
+		_, err := llmq.Decode([]byte(in), llmq.DecodeOptions{})
+		var ve *llmq.ValidationError
+		require.ErrorAs(t, err, &ve, "%q", in)
+		require.Equal(t, []llmq.FieldError{{Field: "", Code: llmq.CodeInvalidJSON, Message: want}}, ve.Errors, "%q", in)
+	}
+}

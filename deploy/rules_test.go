@@ -29,11 +29,27 @@ var promql = parser.NewParser(parser.Options{})
 // contractMetrics reads the metric names of docs/metrics.md.
 func contractMetrics(t *testing.T) []string {
 	t.Helper()
+	return sectionMetrics(t, "")
+}
+
+// sectionMetrics reads the metric names of one section of docs/metrics.md
+// (the "## Worker" section for "Worker"; "" for every section).
+func sectionMetrics(t *testing.T, section string) []string {
+	t.Helper()
 	doc, err := os.ReadFile(filepath.Join("..", "docs", "metrics.md"))
 	require.NoError(t, err)
+	text := string(doc)
+	if section != "" {
+		start := strings.Index(text, "\n## "+section+"\n")
+		require.GreaterOrEqual(t, start, 0, "no section %q", section)
+		text = text[start+1:]
+		if end := strings.Index(text[3:], "\n## "); end >= 0 {
+			text = text[:end+3]
+		}
+	}
 	var names []string
-	for _, m := range regexp.MustCompile("(?m)^\\| `(llmq_[a-z_]+)` \\|").FindAllSubmatch(doc, -1) {
-		names = append(names, string(m[1]))
+	for _, m := range regexp.MustCompile("(?m)^\\| `(llmq_[a-z_]+)` \\|").FindAllStringSubmatch(text, -1) {
+		names = append(names, m[1])
 	}
 	return names
 }
@@ -71,13 +87,16 @@ func requireInContract(t *testing.T, contract []string, name, where string) {
 
 func TestMetricsContract(t *testing.T) {
 	t.Parallel()
+	// The worker's families, which the rules and the dashboard use (the
+	// whole contract is checked against the registries by
+	// internal/app's TestMetricsDocMatchesTheRegistries).
 	want := []string{
 		"llmq_jobs_total", "llmq_upstream_requests_total", "llmq_tokens_total", "llmq_retries_total",
 		"llmq_fallbacks_total", "llmq_shaping_wait_seconds", "llmq_in_flight", "llmq_concurrency_limit",
 		"llmq_bucket_level", "llmq_job_duration_seconds", "llmq_queue_depth", "llmq_dead_letters_total",
-		"llmq_alerts_sent_total", "llmq_alerts_failed_total", "llmq_alerts_dropped_total",
 	}
-	require.Equal(t, want, contractMetrics(t))
+	require.Equal(t, want, sectionMetrics(t, "Worker"))
+	require.Subset(t, contractMetrics(t), append(want, "llmq_alerts_sent_total", "llmq_api_requests_total", "llmq_sim_requests_total"))
 
 	// The alerter exports exactly the alert metrics of the contract.
 	reg := prometheus.NewRegistry()
@@ -198,8 +217,8 @@ func TestGrafanaDashboard(t *testing.T) {
 	for _, title := range []string{"Jobs by status", "Upstream requests by code", "Tokens per second", "Shaping wait", "Queue depth", "Dead letters by reason"} {
 		require.Contains(t, titles, title)
 	}
-	// Every metric of the contract is on the dashboard.
-	for _, name := range contract {
+	// Every worker and alert metric is on the dashboard.
+	for _, name := range append(sectionMetrics(t, "Worker"), sectionMetrics(t, "Dead-letter alerts (package `dlq`, in the worker)")...) {
 		require.True(t, used[name], "no panel shows %s", name)
 	}
 }
@@ -218,7 +237,7 @@ func TestDockerCompose(t *testing.T) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	require.Equal(t, []string{"api", "migrate", "postgres", "prometheus", "rabbitmq", "sim", "worker"}, names)
+	require.Equal(t, []string{"alertmanager", "api", "migrate", "postgres", "prometheus", "rabbitmq", "sim", "worker"}, names)
 	for name, sub := range map[string]string{"migrate": "migrate", "sim": "sim", "worker": "worker", "api": "api"} {
 		svc := compose.Services[name]
 		require.Equal(t, "llmq:dev", svc.Image, name)
@@ -226,18 +245,53 @@ func TestDockerCompose(t *testing.T) {
 	}
 
 	var prom struct {
-		RuleFiles     []string `yaml:"rule_files"`
+		RuleFiles []string `yaml:"rule_files"`
+		Alerting  struct {
+			Alertmanagers []struct {
+				StaticConfigs []struct {
+					Targets []string `yaml:"targets"`
+				} `yaml:"static_configs"`
+			} `yaml:"alertmanagers"`
+		} `yaml:"alerting"`
 		ScrapeConfigs []struct {
 			JobName string `yaml:"job_name"`
 		} `yaml:"scrape_configs"`
 	}
 	decodeYAML(t, filepath.Join("prometheus", "prometheus.yml"), &prom)
 	require.Equal(t, []string{"/etc/prometheus/llmq-rules.yml"}, prom.RuleFiles)
+	// Prometheus and llmq's dead-letter alerts (llmq.yaml) both send to the
+	// compose file's Alertmanager.
+	require.Equal(t, []string{"alertmanager:9093"}, prom.Alerting.Alertmanagers[0].StaticConfigs[0].Targets)
+	var sample struct {
+		Alerts struct {
+			AlertmanagerURL string `yaml:"alertmanager_url"`
+		} `yaml:"alerts"`
+	}
+	decodeYAML(t, "llmq.yaml", &sample)
+	require.Equal(t, "http://alertmanager:9093", sample.Alerts.AlertmanagerURL)
+	var am struct {
+		Route struct {
+			Receiver string `yaml:"receiver"`
+		} `yaml:"route"`
+		Receivers []struct {
+			Name string `yaml:"name"`
+		} `yaml:"receivers"`
+	}
+	decodeYAML(t, filepath.Join("alertmanager", "alertmanager.yml"), &am)
+	require.Equal(t, "default", am.Route.Receiver)
+	require.Equal(t, "default", am.Receivers[0].Name)
 	var jobs []string
 	for _, sc := range prom.ScrapeConfigs {
 		jobs = append(jobs, sc.JobName)
 	}
 	require.Contains(t, jobs, "llmq-worker")
+}
+
+// probe is a Kubernetes HTTP probe.
+type probe struct {
+	HTTPGet struct {
+		Path string `yaml:"path"`
+	} `yaml:"httpGet"`
 }
 
 func TestKubernetesManifests(t *testing.T) {
@@ -246,15 +300,32 @@ func TestKubernetesManifests(t *testing.T) {
 		APIVersion string `yaml:"apiVersion"`
 		Kind       string `yaml:"kind"`
 		Metadata   struct {
-			Name string `yaml:"name"`
+			Name   string            `yaml:"name"`
+			Labels map[string]string `yaml:"labels"`
 		} `yaml:"metadata"`
 		Data       map[string]string `yaml:"data"`
 		StringData map[string]string `yaml:"stringData"`
 		Resources  []string          `yaml:"resources"`
+		Spec       struct {
+			Selector struct {
+				MatchLabels map[string]string `yaml:"matchLabels"`
+			} `yaml:"selector"`
+			Endpoints []struct {
+				Port string `yaml:"port"`
+			} `yaml:"endpoints"`
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						LivenessProbe  probe `yaml:"livenessProbe"`
+						ReadinessProbe probe `yaml:"readinessProbe"`
+					} `yaml:"containers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
 	}
 	objects := map[string]object{}
 	var refs []string // secret keys the Deployments reference
-	for _, file := range []string{"configmap.yaml", "worker.yaml", "api.yaml", "secret.example.yaml", "kustomization.yaml"} {
+	for _, file := range []string{"configmap.yaml", "worker.yaml", "api.yaml", "secret.example.yaml", "kustomization.yaml", "servicemonitor.yaml"} {
 		raw, err := os.ReadFile(filepath.Join("kubernetes", file))
 		require.NoError(t, err)
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
@@ -274,9 +345,22 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	for _, want := range []string{
 		"ConfigMap/llmq-config", "Secret/llmq-secrets", "Deployment/llmq-worker", "Service/llmq-worker",
-		"Deployment/llmq-api", "Service/llmq-api", "Kustomization/",
+		"Deployment/llmq-api", "Service/llmq-api", "Service/llmq-api-metrics", "Kustomization/",
+		"ServiceMonitor/llmq-worker", "ServiceMonitor/llmq-api",
 	} {
 		require.Contains(t, objects, want)
+	}
+	// The ServiceMonitor the worker's Service comment names is shipped,
+	// and selects that Service's labels and port.
+	require.Equal(t, objects["Service/llmq-worker"].Metadata.Labels, objects["ServiceMonitor/llmq-worker"].Spec.Selector.MatchLabels)
+	require.Equal(t, "metrics", objects["ServiceMonitor/llmq-worker"].Spec.Endpoints[0].Port)
+	// The example Secret's database URL is the one its comment shows.
+	require.Contains(t, objects["Secret/llmq-secrets"].StringData["database-url"], "sslmode=require")
+	// Both Deployments probe HTTP endpoints that exist: /healthz (and the
+	// API's /readyz).
+	for name, paths := range map[string][]string{"Deployment/llmq-worker": {"/healthz", "/healthz"}, "Deployment/llmq-api": {"/healthz", "/readyz"}} {
+		c := objects[name].Spec.Template.Spec.Containers[0]
+		require.Equal(t, paths, []string{c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path}, name)
 	}
 	require.Equal(t, []string{"configmap.yaml", "worker.yaml", "api.yaml"}, objects["Kustomization/"].Resources)
 

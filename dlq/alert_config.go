@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq/internal/redact"
 )
 
 // Defaults of [AlertConfig].
@@ -173,15 +176,17 @@ func validateURL(raw string) error {
 	if raw == "" {
 		return nil
 	}
+	// The errors name the URL by its endpoint only: a webhook's path is
+	// its secret.
 	u, err := url.Parse(raw)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", redact.Endpoint(raw), withoutURL(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return &url.Error{Op: "parse", URL: raw, Err: errNotHTTP}
+		return fmt.Errorf("%s: %w", redact.Endpoint(raw), errNotHTTP)
 	}
 	if u.Host == "" {
-		return &url.Error{Op: "parse", URL: raw, Err: errNoHost}
+		return fmt.Errorf("%s: %w", redact.Endpoint(raw), errNoHost)
 	}
 	return nil
 }

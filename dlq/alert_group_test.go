@@ -188,10 +188,3 @@ func TestWindow(t *testing.T) {
 	require.False(t, w.allow(t0.Add(time.Minute)))
 	require.Equal(t, t0.Add(time.Minute+time.Second), w.nextFree())
 }
-
-func TestTruncate(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, "abc", truncate("abc", 3))
-	require.Equal(t, "ab...", truncate("abcd", 2))
-	require.Equal(t, "a...", truncate("aé", 2)) // é is two bytes
-}

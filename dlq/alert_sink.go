@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/llmq/llmq/internal/redact"
 )
 
 // Sink names, the sink label of the llmq_alerts_* metrics.
@@ -24,9 +27,12 @@ const maxErrorLen = 500
 
 // sink renders a notification for one receiver and posts it.
 type sink struct {
-	name   string
-	url    string
-	render func(notification) ([]byte, error)
+	name string
+	url  string
+	// endpoint is url without its path, for errors and logs: a webhook's
+	// path is its secret.
+	endpoint string
+	render   func(notification) ([]byte, error)
 }
 
 // newSinks returns the sinks c configures, Alertmanager first.
@@ -34,8 +40,9 @@ func newSinks(c AlertConfig) []sink {
 	var sinks []sink
 	if c.AlertmanagerURL != "" {
 		sinks = append(sinks, sink{
-			name: SinkAlertmanager,
-			url:  strings.TrimSuffix(c.AlertmanagerURL, "/") + "/api/v2/alerts",
+			name:     SinkAlertmanager,
+			url:      strings.TrimSuffix(c.AlertmanagerURL, "/") + "/api/v2/alerts",
+			endpoint: redact.Endpoint(c.AlertmanagerURL),
 			render: func(n notification) ([]byte, error) {
 				return json.Marshal([]alertmanagerAlert{alertmanagerPayload(n, c.Severity)})
 			},
@@ -43,8 +50,9 @@ func newSinks(c AlertConfig) []sink {
 	}
 	if c.WebhookURL != "" {
 		sinks = append(sinks, sink{
-			name: SinkWebhook,
-			url:  c.WebhookURL,
+			name:     SinkWebhook,
+			url:      c.WebhookURL,
+			endpoint: redact.Endpoint(c.WebhookURL),
 			render: func(n notification) ([]byte, error) {
 				return json.Marshal(webhookPayload(n, c.Severity))
 			},
@@ -57,12 +65,12 @@ func newSinks(c AlertConfig) []sink {
 func (s sink) post(ctx context.Context, client *http.Client, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("dlq: %s request: %w", s.name, err)
+		return fmt.Errorf("dlq: %s request to %s: %w", s.name, s.endpoint, withoutURL(err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("dlq: post to %s: %w", s.name, err)
+		return fmt.Errorf("dlq: post to %s %s: %w", s.name, s.endpoint, withoutURL(err))
 	}
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -70,11 +78,21 @@ func (s sink) post(ctx context.Context, client *http.Client, body []byte) error 
 	if resp.StatusCode/100 == 2 {
 		return nil
 	}
-	derr := &DeliveryError{Sink: s.name, StatusCode: resp.StatusCode, Body: strings.TrimSpace(string(head))}
+	derr := &DeliveryError{Sink: s.name, StatusCode: resp.StatusCode, Body: redact.Text(string(head), 512)}
 	if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs > 0 {
 		derr.RetryAfter = time.Duration(secs) * time.Second
 	}
 	return derr
+}
+
+// withoutURL drops the URL a *url.Error repeats (a webhook's secret path),
+// keeping the operation and the cause.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
 }
 
 // alertmanagerAlert is one element of the Alertmanager API v2
@@ -122,20 +140,32 @@ type webhookText struct {
 	Text string `json:"text"`
 }
 
+// webhookPayload renders n for Slack. Every text Slack reads as mrkdwn
+// (the notification text, the section, the context) is escaped: a model
+// name, a tenant, a job id or an upstream error comes from outside and
+// must not mention a channel (<!channel>), link (<url|text>) or user.
+// The header is plain_text, which Slack does not parse.
 func webhookPayload(n notification, severity string) webhookMessage {
 	title := fmt.Sprintf("[%s] %s", strings.ToUpper(string(n.State)), summary(n))
 	return webhookMessage{
-		Text: title,
+		Text: mrkdwnEscape(title),
 		Blocks: []webhookBlock{
 			{Type: "header", Text: &webhookText{Type: "plain_text", Text: title}},
-			{Type: "section", Text: &webhookText{Type: "mrkdwn", Text: description(n)}},
+			{Type: "section", Text: &webhookText{Type: "mrkdwn", Text: mrkdwnEscape(description(n))}},
 			{Type: "context", Elements: []webhookText{{
 				Type: "mrkdwn",
-				Text: fmt.Sprintf("alertname=%s severity=%s reason=%s tenant=%s", AlertName, severity, n.Reason, n.Tenant),
+				Text: mrkdwnEscape(fmt.Sprintf("alertname=%s severity=%s reason=%s tenant=%s", AlertName, severity, n.Reason, n.Tenant)),
 			}}},
 		},
 	}
 }
+
+// mrkdwnEscaper escapes the three characters Slack's mrkdwn gives a
+// meaning to: with them escaped no text can form a mention, a link or a
+// special command.
+var mrkdwnEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+func mrkdwnEscape(s string) string { return mrkdwnEscaper.Replace(s) }
 
 func summary(n notification) string {
 	noun := "jobs"
@@ -157,18 +187,7 @@ func description(n notification) string {
 	}
 	fmt.Fprintf(&b, " Sample job ids: %s.", strings.Join(n.SampleIDs, ", "))
 	if n.LastError != "" {
-		fmt.Fprintf(&b, " Last error: %s", truncate(n.LastError, maxErrorLen))
+		fmt.Fprintf(&b, " Last error: %s", redact.Text(n.LastError, maxErrorLen))
 	}
 	return b.String()
-}
-
-// truncate cuts s to at most max bytes on a rune boundary, marking the cut.
-func truncate(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	for max > 0 && !utf8.RuneStart(s[max]) {
-		max--
-	}
-	return s[:max] + "..."
 }

@@ -409,6 +409,56 @@ func TestAlerterUnreachableReceiver(t *testing.T) {
 	require.Equal(t, 1.0, b.failed(SinkAlertmanager))
 }
 
+// TestAlerterWebhookSecretNeverLogged: the path of a webhook URL is its
+// secret; a failed delivery and a bad configuration name its host only.
+func TestAlerterWebhookSecretNeverLogged(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	const secret = "T0AAA/B0BBB/XXXXSECRETXXXX"
+	b := setup(t, AlertConfig{WebhookURL: "http://" + addr + "/services/" + secret, MaxAttempts: 1})
+	b.start(t)
+	b.alerter.Notify(deadLetter("j1", "acme", ReasonPoison))
+	b.clock.Advance(10 * time.Second)
+	rec := b.logs.next(t)
+	require.Contains(t, rec["error"], "connection refused")
+	require.Contains(t, rec["error"], "http://"+addr+"/…")
+	for k, v := range rec {
+		require.NotContains(t, v, "SECRET", k)
+	}
+	for _, bad := range []string{"ftp://hooks.example/services/" + secret, "http:///services/" + secret, "http://h:bad/services/" + secret} {
+		_, err := NewAlerter(AlertConfig{WebhookURL: bad})
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		require.NotContains(t, err.Error(), "SECRET", bad)
+	}
+}
+
+// TestAlerterSlackEscaping: text from outside (a model name, a tenant's job
+// id, an upstream error) cannot mention a channel or make a link in Slack,
+// and a credential in an upstream error does not reach the channel.
+func TestAlerterSlackEscaping(t *testing.T) {
+	t.Parallel()
+	hook := newReceiver(t, false)
+	b := setup(t, AlertConfig{WebhookURL: hook.srv.URL + "/hook"})
+	b.start(t)
+	b.alerter.Notify(Event{JobID: "<@U0ADMIN>", Tenant: "acme", Reason: ReasonRetriesExhausted, Model: "<!channel> gpt",
+		LastError: "<https://evil.example/login|Click to re-authenticate> & Authorization: Bearer sk-live0123456789", Time: t0})
+	b.clock.Advance(10 * time.Second)
+	var msg webhookMessage
+	require.NoError(t, json.Unmarshal(hook.next(t).body, &msg))
+	texts := []string{msg.Text, msg.Blocks[1].Text.Text, msg.Blocks[2].Elements[0].Text}
+	for _, text := range texts {
+		require.NotContains(t, text, "<", text)
+		require.NotContains(t, text, ">", text)
+		require.NotContains(t, text, "sk-live", text)
+	}
+	require.Contains(t, msg.Blocks[1].Text.Text, "Models: &lt;!channel&gt; gpt.")
+	require.Contains(t, msg.Blocks[1].Text.Text, "Sample job ids: &lt;@U0ADMIN&gt;.")
+	require.Contains(t, msg.Blocks[1].Text.Text, "&lt;https://evil.example/login|Click to re-authenticate&gt; &amp; Authorization: xxxxx")
+}
+
 func TestAlerterNotifyNeverBlocks(t *testing.T) {
 	t.Parallel()
 	recv := newReceiver(t, true)

@@ -22,6 +22,10 @@ const (
 	ReasonUnknown Reason = "unknown"
 )
 
+// Reasons are the reasons a letter can be recorded with, the values the
+// reason filters accept.
+var Reasons = []Reason{ReasonPoison, ReasonRetriesExhausted, ReasonPermanentError, ReasonExpired}
+
 // Event is one dead-lettered job, as reported to an [Alerter].
 type Event struct {
 	// JobID is the dead-lettered job's id.

@@ -1,13 +1,20 @@
 package dlq
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
 )
 
@@ -15,18 +22,30 @@ import (
 //
 //	GET  /v1/dead-letters              ?reason= &job_id= &since= &until= (RFC 3339) &limit= &cursor=
 //	     -> 200 {"data": [letter...], "next_cursor": "..." | null}, newest first
+//	GET  /v1/dead-letters/{id}         -> 200 letter, whole (headers and message)
 //	POST /v1/dead-letters/{id}/replay  -> 200 {"data": letter, "replayed": true | false}
 //
-// tenantOf returns the tenant the (already authenticated) request acts for;
-// "" is answered 401. A letter of another tenant is 404, like a missing one.
-// Errors are {"error": {"code", "message", "field"}}.
+// Letters are shown as [View]s: whole on GET /v1/dead-letters/{id}, as
+// bounded list entries elsewhere. tenantOf returns the tenant the (already
+// authenticated) request acts for; "" is answered 401. A letter of another
+// tenant is 404, like a missing one. Errors are {"error": {"code",
+// "message", "field"}}. Every answer carries Cache-Control: no-store and
+// X-Content-Type-Options: nosniff.
 func NewHTTPHandler(svc *Service, tenantOf func(*http.Request) string) http.Handler {
 	h := &httpHandler{svc: svc, tenantOf: tenantOf}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/dead-letters", h.list)
-	mux.HandleFunc("POST /v1/dead-letters/{id}/replay", h.replay)
+	for _, r := range HTTPRoutes {
+		mux.HandleFunc(r, map[string]http.HandlerFunc{
+			"GET /v1/dead-letters": h.list, "GET /v1/dead-letters/{id}": h.get,
+			"POST /v1/dead-letters/{id}/replay": h.replay,
+		}[r])
+	}
 	return mux
 }
+
+// HTTPRoutes are the patterns NewHTTPHandler serves, for a server that
+// mounts it (and labels its metrics by pattern).
+var HTTPRoutes = []string{"GET /v1/dead-letters", "GET /v1/dead-letters/{id}", "POST /v1/dead-letters/{id}/replay"}
 
 type httpHandler struct {
 	svc      *Service
@@ -36,7 +55,7 @@ type httpHandler struct {
 type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
+	Field   string `json:"field"`
 }
 
 func (h *httpHandler) fail(w http.ResponseWriter, status int, code, msg, field string) {
@@ -47,10 +66,16 @@ func (h *httpHandler) failErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		h.fail(w, http.StatusNotFound, "not_found", "dead letter not found", "id")
+	case errors.Is(err, ErrTenantMismatch):
+		h.fail(w, http.StatusConflict, "not_replayable", "the letter names a job of another tenant: it cannot be replayed", "id")
 	case errors.Is(err, ErrNotReplayable):
 		h.fail(w, http.StatusConflict, "not_replayable", err.Error(), "id")
 	case errors.Is(err, ErrBadCursor):
-		h.fail(w, http.StatusBadRequest, "invalid_argument", "cursor was not returned by this API", "cursor")
+		h.fail(w, http.StatusBadRequest, "invalid_value", "cursor was not returned by this API", "cursor")
+	case isDataException(err):
+		// A filter the database cannot even compare (a forged cursor's
+		// bytes): bad input, not a server error.
+		h.fail(w, http.StatusBadRequest, "invalid_value", "a parameter holds bytes the database cannot read", "")
 	case errors.Is(err, ErrNoPublisher):
 		h.fail(w, http.StatusServiceUnavailable, "unavailable", "replay is not configured on this server", "")
 	default:
@@ -61,6 +86,8 @@ func (h *httpHandler) failErr(w http.ResponseWriter, err error) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
@@ -68,7 +95,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (h *httpHandler) tenant(w http.ResponseWriter, r *http.Request) (string, bool) {
 	t := h.tenantOf(r)
 	if t == "" {
-		h.fail(w, http.StatusUnauthorized, "unauthenticated", "no tenant for this request", "")
+		h.fail(w, http.StatusUnauthorized, "unauthorized", "no tenant for this request", "")
 		return "", false
 	}
 	return t, true
@@ -84,6 +111,19 @@ func (h *httpHandler) list(w http.ResponseWriter, r *http.Request) {
 		DeadLetterFilter: store.DeadLetterFilter{Tenant: tenant, Reason: q.Get("reason"), JobID: q.Get("job_id")},
 		After:            q.Get("cursor"),
 	}
+	if v := query.Reason; v != "" && !slices.Contains(Reasons, Reason(v)) {
+		h.fail(w, http.StatusBadRequest, "invalid_value", "reason must be one of "+reasonNames(), "reason")
+		return
+	}
+	if v := query.JobID; v != "" && !llmq.ValidID(v) {
+		h.fail(w, http.StatusBadRequest, "invalid_value",
+			fmt.Sprintf("job_id must be 1-%d characters of [A-Za-z0-9._:-]", llmq.MaxIDLength), "job_id")
+		return
+	}
+	if v := query.After; v != "" && !validCursor(v) {
+		h.fail(w, http.StatusBadRequest, "invalid_value", "cursor was not returned by this API", "cursor")
+		return
+	}
 	for _, p := range []struct {
 		name string
 		dst  *time.Time
@@ -91,7 +131,7 @@ func (h *httpHandler) list(w http.ResponseWriter, r *http.Request) {
 		if v := q.Get(p.name); v != "" {
 			t, err := time.Parse(time.RFC3339, v)
 			if err != nil {
-				h.fail(w, http.StatusBadRequest, "invalid_argument", p.name+" must be an RFC 3339 time", p.name)
+				h.fail(w, http.StatusBadRequest, "invalid_value", p.name+" must be an RFC 3339 time", p.name)
 				return
 			}
 			*p.dst = t
@@ -100,7 +140,7 @@ func (h *httpHandler) list(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > store.ListLimitMax {
-			h.fail(w, http.StatusBadRequest, "invalid_argument", "limit must be an integer from 1 to "+strconv.Itoa(store.ListLimitMax), "limit")
+			h.fail(w, http.StatusBadRequest, "invalid_value", "limit must be an integer from 1 to "+strconv.Itoa(store.ListLimitMax), "limit")
 			return
 		}
 		query.Limit = n
@@ -115,9 +155,60 @@ func (h *httpHandler) list(w http.ResponseWriter, r *http.Request) {
 		cursor = &next
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Data       []*store.DeadLetter `json:"data"`
-		NextCursor *string             `json:"next_cursor"`
-	}{recs, cursor})
+		Data       []View  `json:"data"`
+		NextCursor *string `json:"next_cursor"`
+	}{Views(recs), cursor})
+}
+
+func (h *httpHandler) get(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := h.tenant(w, r)
+	if !ok {
+		return
+	}
+	id, ok := letterID(w, r, h)
+	if !ok {
+		return
+	}
+	d, err := h.svc.Get(r.Context(), tenant, id)
+	if err != nil {
+		h.failErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, NewView(d, true))
+}
+
+// letterID reads the {id} of the path; a path that is no letter id answers
+// 404, like a missing letter.
+func letterID(w http.ResponseWriter, r *http.Request, h *httpHandler) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		h.fail(w, http.StatusNotFound, "not_found", "dead letter not found", "id")
+		return 0, false
+	}
+	return id, true
+}
+
+func reasonNames() string {
+	names := make([]string, len(Reasons))
+	for i, r := range Reasons {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// validCursor reports whether c can be a cursor this API printed: URL-safe
+// base64 (the store's own check then refuses what it did not produce).
+func validCursor(c string) bool {
+	_, err := base64.RawURLEncoding.DecodeString(c)
+	return err == nil && len(c) <= 256
+}
+
+// isDataException reports whether the database refused a value of the
+// query itself (SQLSTATE class 22: invalid UTF-8, NUL, a value out of
+// range).
+func isDataException(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
 func (h *httpHandler) replay(w http.ResponseWriter, r *http.Request) {
@@ -125,9 +216,8 @@ func (h *httpHandler) replay(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id < 1 {
-		h.fail(w, http.StatusNotFound, "not_found", "dead letter not found", "id")
+	id, ok := letterID(w, r, h)
+	if !ok {
 		return
 	}
 	res, err := h.svc.Replay(r.Context(), tenant, id)
@@ -136,7 +226,7 @@ func (h *httpHandler) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Data     *store.DeadLetter `json:"data"`
-		Replayed bool              `json:"replayed"`
-	}{res.Record, res.Replayed})
+		Data     View `json:"data"`
+		Replayed bool `json:"replayed"`
+	}{NewView(res.Record, false), res.Replayed})
 }

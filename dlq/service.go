@@ -96,7 +96,8 @@ type ReplayResult struct {
 // after RepairAfter.
 //
 // Errors: ErrNotFound (no such letter for the tenant), ErrNotReplayable (the
-// letter's job exists but is not dead-lettered), ErrNoPublisher.
+// letter's job exists but is not dead-lettered), ErrTenantMismatch (the
+// letter's job is another tenant's), ErrNoPublisher.
 func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayResult, error) {
 	if s.cfg.Publisher == nil {
 		return ReplayResult{}, fmt.Errorf("dlq: replay %d: %w", id, ErrNoPublisher)
@@ -114,6 +115,8 @@ func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayRe
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return ReplayResult{}, fmt.Errorf("dlq: replay %d: %w", id, err)
+		case job.Tenant != d.Tenant:
+			return ReplayResult{}, fmt.Errorf("dlq: replay %d: job %q: %w", id, d.JobID, ErrTenantMismatch)
 		case job.Status != llmq.StatusDeadLettered:
 			// A concurrent replay begins (replayed_at) before it requeues
 			// the job: if one did, this call is the repeated replay.

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,6 +201,8 @@ func TestHTTPHandler(t *testing.T) {
 		defer resp.Body.Close()
 		require.Equal(t, wantStatus, resp.StatusCode, path)
 		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
 	}
 	type page struct {
@@ -209,6 +213,8 @@ func TestHTTPHandler(t *testing.T) {
 			Reason   string          `json:"reason"`
 			Attempts int             `json:"attempts"`
 			Message  json.RawMessage `json:"message"`
+			Preview  string          `json:"message_preview"`
+			Bytes    int             `json:"message_bytes"`
 		} `json:"data"`
 		NextCursor *string `json:"next_cursor"`
 	}
@@ -222,7 +228,17 @@ func TestHTTPHandler(t *testing.T) {
 			require.Equal(t, "acme", d.Tenant)
 			require.Equal(t, "retries_exhausted", d.Reason)
 			require.Equal(t, 8, d.Attempts)
-			require.JSONEq(t, fmt.Sprintf(`{"id":%q,"tenant":"acme","priority":"high","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, d.JobID), string(d.Message))
+			msg := fmt.Sprintf(`{"id":%q,"tenant":"acme","priority":"high","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, d.JobID)
+			// A list shows the start of the message, the single letter
+			// the whole.
+			require.Nil(t, d.Message)
+			require.Equal(t, len(msg), d.Bytes)
+			require.JSONEq(t, msg, d.Preview)
+			var whole struct {
+				Message json.RawMessage `json:"message"`
+			}
+			do("GET", fmt.Sprintf("/v1/dead-letters/%d", d.ID), "acme", http.StatusOK, &whole)
+			require.JSONEq(t, msg, string(whole.Message))
 			got = append(got, d.ID)
 		}
 		if p.NextCursor == nil {
@@ -244,14 +260,26 @@ func TestHTTPHandler(t *testing.T) {
 	}
 	var e errBody
 	do("GET", "/v1/dead-letters?limit=0", "acme", http.StatusBadRequest, &e)
-	require.Equal(t, "invalid_argument", e.Error.Code)
+	require.Equal(t, "invalid_value", e.Error.Code)
 	require.Equal(t, "limit", e.Error.Field)
+	// Values the database could not even compare are refused first.
+	for path, field := range map[string]string{
+		"/v1/dead-letters?reason=oops": "reason", "/v1/dead-letters?reason=a%00": "reason",
+		"/v1/dead-letters?job_id=%FF": "job_id", "/v1/dead-letters?job_id=a%00b": "job_id",
+		"/v1/dead-letters?cursor=%FF%00": "cursor",
+	} {
+		e = errBody{}
+		do("GET", path, "acme", http.StatusBadRequest, &e)
+		require.Equal(t, field, e.Error.Field, path)
+	}
+	do("GET", "/v1/dead-letters/%FF", "acme", http.StatusNotFound, &e)
+	do("GET", fmt.Sprintf("/v1/dead-letters/%d", others[0].ID), "acme", http.StatusNotFound, &e)
 	do("GET", "/v1/dead-letters?since=yesterday", "acme", http.StatusBadRequest, &e)
 	require.Equal(t, "since", e.Error.Field)
 	do("GET", "/v1/dead-letters?cursor=zz", "acme", http.StatusBadRequest, &e)
 	require.Equal(t, "cursor", e.Error.Field)
 	do("GET", "/v1/dead-letters", "", http.StatusUnauthorized, &e)
-	require.Equal(t, "unauthenticated", e.Error.Code)
+	require.Equal(t, "unauthorized", e.Error.Code)
 
 	// Replay: another tenant's letter is not found; ours replays once.
 	e = errBody{}
@@ -278,13 +306,66 @@ func TestHTTPHandler(t *testing.T) {
 	b.pub.none(t)
 
 	// The other tenant's poison letter shows its bytes in base64.
-	var raw struct {
-		Data []map[string]any `json:"data"`
+	var raw map[string]any
+	do("GET", fmt.Sprintf("/v1/dead-letters/%d", others[0].ID), "other", http.StatusOK, &raw)
+	require.Equal(t, "YmFk", raw["message_base64"])
+	require.NotContains(t, raw, "message")
+}
+
+// TestHTTPListIsBounded: a page of letters of 1 MiB messages and long
+// upstream errors stays small: previews, not messages, and sanitised,
+// bounded last errors.
+func TestHTTPListIsBounded(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t)
+	big := []byte(`{"body":{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}}`)
+	lastErr := "502: <html>" + strings.Repeat("gateway error ", 1000) + "Authorization: Bearer sk-secret0123456789</html>"
+	for i := range 5 {
+		require.NoError(t, b.writer.DeadLetter(b.ctx, Letter{JobID: fmt.Sprintf("big-%d", i), Tenant: "acme",
+			Reason: ReasonRetriesExhausted, LastError: lastErr, Message: big}))
+		b.pub.next(t)
 	}
-	do("GET", "/v1/dead-letters", "other", http.StatusOK, &raw)
-	require.Len(t, raw.Data, 1)
-	require.Equal(t, "YmFk", raw.Data[0]["message_base64"])
-	require.NotContains(t, raw.Data[0], "message")
+	srv := httptest.NewServer(NewHTTPHandler(b.svc, func(*http.Request) string { return "acme" }))
+	t.Cleanup(srv.Close)
+	resp, err := srv.Client().Get(srv.URL + "/v1/dead-letters")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Less(t, len(body), 5*2<<10, "five letters of 1 MiB in %d bytes", len(body))
+	require.NotContains(t, string(body), "sk-secret")
+	var p struct {
+		Data []View `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(body, &p))
+	require.Len(t, p.Data, 5)
+	for _, v := range p.Data {
+		require.Equal(t, len(big), v.MessageBytes)
+		require.LessOrEqual(t, len(v.MessagePreview), MessagePreviewBytes)
+		require.LessOrEqual(t, len(v.LastError), 1024)
+	}
+}
+
+// TestReplayRefusesAnotherTenantsJob: a letter of tenant evil that names
+// acme's job (a message forged with acme's job id) does not requeue it.
+func TestReplayRefusesAnotherTenantsJob(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t)
+	b.claimedJob(t, "victim") // acme's job
+	require.NoError(t, b.writer.DeadLetter(b.ctx, Letter{JobID: "victim", Tenant: "evil", Reason: ReasonPoison,
+		Message: []byte(`{"id":"victim","tenant":"evil","body":{}}`)}))
+	b.pub.next(t)
+	// The writer marks the job of the letter's id dead-lettered whatever
+	// its tenant (ids are global in the store today): acme's job is now
+	// dead_lettered, so a replay would requeue it.
+	require.Equal(t, llmq.StatusDeadLettered, b.jobStatus(t, "victim").Status)
+	forged, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "evil"}})
+	require.NoError(t, err)
+	require.Len(t, forged, 1)
+	_, err = b.svc.Replay(b.ctx, "evil", forged[0].ID)
+	require.ErrorIs(t, err, ErrTenantMismatch)
+	b.pub.none(t)
+	require.Equal(t, llmq.StatusDeadLettered, b.jobStatus(t, "victim").Status, "acme's job was not requeued")
 }
 
 func TestRepairSkipsReplayOfJobAlreadyLive(t *testing.T) {

@@ -57,7 +57,7 @@ func newBatchLsCmd() *cobra.Command {
 		Short: "List batches, newest first",
 		Args:  cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	cmd.Flags().IntVar(&limit, "limit", 50, "most batches listed")
 	cmd.Flags().BoolVar(&open, "open", false, "only batches not yet brought home")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -85,7 +85,7 @@ func newBatchShowCmd() *cobra.Command {
 		Short: "Show one batch, or the batch lane's total cost and saving",
 		Args:  cobra.MaximumNArgs(1),
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return withBatchStore(cmd, flags, func(ctx context.Context, _ *config.Config, st *store.Store) error {
 			out := cmd.OutOrStdout()
@@ -118,7 +118,7 @@ func newBatchCancelCmd() *cobra.Command {
 		Short: "Ask the provider to cancel a batch",
 		Args:  cobra.ExactArgs(1),
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagUpstream)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return withBatchStore(cmd, flags, func(ctx context.Context, cfg *config.Config, st *store.Store) error {
 			cc := openai.DefaultConfig(cfg.OpenAIAPIKey)

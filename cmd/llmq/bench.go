@@ -29,7 +29,10 @@ It writes report.md and PNG plots to --out. About 6 minutes with the default --s
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&cfg.Out, "out", bench.OutDefault, "folder of report.md and the PNG plots")
-	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "Postgres server on which each run creates and drops its own database (default "+redact.URL(bench.PostgresURLDefault)+")")
+	fs.StringVar(&cfg.PostgresURL, "database-url", "", "Postgres server on which each run creates and drops its own database (default "+redact.URL(bench.PostgresURLDefault)+")")
+	// The flag's first name, kept for the scripts that use it.
+	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "")
+	_ = fs.MarkDeprecated("postgres-url", "use --database-url, like every other command")
 	fs.Float64Var(&cfg.Scale, "scale", bench.ScaleDefault, "multiply every scenario's duration (quotas are kept)")
 	fs.StringSliceVar(&cfg.Only, "only", nil, "run only these scenarios: strategies, burst, fallback, adaptive (default: all)")
 	fs.BoolVar(&verbose, "verbose", false, "print the components' logs on stderr")

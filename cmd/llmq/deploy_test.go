@@ -42,6 +42,32 @@ func TestDeployFilesMatchTheBinary(t *testing.T) {
 		require.NoError(t, err, "%v", args)
 		require.NotEqual(t, root, cmd, "%v names no subcommand", args)
 		require.NoError(t, cmd.ParseFlags(rest), "%v", args)
+		// A container must be reachable from outside: the deploy files
+		// listen on every interface, and say so, since the defaults are
+		// loopback.
+		for _, name := range listenFlags[cmd.Name()] {
+			f := cmd.Flags().Lookup(name)
+			require.NotNil(t, f, "%v: no --%s", args, name)
+			require.True(t, f.Changed, "%v must set --%s explicitly (the default is loopback)", args, name)
+			require.True(t, strings.HasPrefix(f.Value.String(), "0.0.0.0:"), "%v: --%s %s", args, name, f.Value)
+		}
+	}
+}
+
+// listenFlags are the address flags of the commands that serve.
+var listenFlags = map[string][]string{"api": {"listen", "metrics-listen"}, "worker": {"metrics-listen"}, "sim": {"listen"}}
+
+// TestListenDefaultsAreLoopback: a command started by hand serves on
+// 127.0.0.1 only, until an address says otherwise.
+func TestListenDefaultsAreLoopback(t *testing.T) {
+	t.Parallel()
+	for cmdName, names := range listenFlags {
+		cmd, _, err := newRootCmd().Find([]string{cmdName})
+		require.NoError(t, err)
+		for _, name := range names {
+			def := cmd.Flags().Lookup(name).DefValue
+			require.True(t, strings.HasPrefix(def, "127.0.0.1:"), "%s --%s defaults to %q", cmdName, name, def)
+		}
 	}
 }
 

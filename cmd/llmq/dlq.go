@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,10 +15,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/open"
+	"github.com/llmq/llmq/transport/rabbitmq"
 )
 
 func init() { register(newDLQCmd) }
@@ -26,20 +29,24 @@ func init() { register(newDLQCmd) }
 func newDLQCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq",
-		Short: "List, show, replay and purge dead letters",
+		Short: "List, show, replay, purge and drain dead letters",
 		Long: `dlq works on the dead letters recorded in Postgres (LLMQ_DATABASE_URL): the jobs llmq
 gave up on, with the reason, the last error and the original message.
 
-Filters (ls, replay, purge): --id (letter ids, repeatable), --job, --reason (poison,
-retries_exhausted, permanent_error, expired), --tenant, --since and --until (RFC 3339 time,
-or a duration meaning that long ago, e.g. 24h).
+Filters (ls, replay, purge): --id (letter ids, repeatable), --job, --reason (` + dlqReasonNames() + `),
+--tenant, --since and --until (RFC 3339 time, or a duration meaning that long ago, e.g. 24h).
 
 replay republishes each letter's original message to the main topic or queue of
 LLMQ_BROKER with the job requeued and its attempts reset; a letter is replayed once,
 replaying it again does nothing. purge deletes letters and refuses to run without a
-filter (--all purges every letter).`,
+filter (--all purges every letter).
+
+The letters in Postgres are llmq's record. Each is also published once to <queue>.dlq (the
+topic or queue of LLMQ_BROKER with ".dlq" appended) for the operator's own tools: llmq never
+reads it back, and purge does not touch it. Whoever consumes it owns it; when nothing
+does, drain empties the RabbitMQ queue (a Kafka topic is emptied by its retention).`,
 	}
-	cmd.AddCommand(newDLQLsCmd(), newDLQShowCmd(), newDLQReplayCmd(), newDLQPurgeCmd())
+	cmd.AddCommand(newDLQLsCmd(), newDLQShowCmd(), newDLQReplayCmd(), newDLQPurgeCmd(), newDLQDrainCmd())
 	return cmd
 }
 
@@ -55,7 +62,7 @@ func (f *dlqFilterFlags) bind(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.Int64SliceVar(&f.ids, "id", nil, "dead letter id (repeatable, or comma-separated)")
 	fs.StringVar(&f.job, "job", "", "job id")
-	fs.StringVar(&f.reason, "reason", "", "reason: poison, retries_exhausted, permanent_error, expired")
+	fs.StringVar(&f.reason, "reason", "", "reason: "+dlqReasonNames())
 	fs.StringVar(&f.tenant, "tenant", "", "tenant")
 	fs.StringVar(&f.since, "since", "", "dead-lettered at or after: RFC 3339 time or a duration ago (24h)")
 	fs.StringVar(&f.until, "until", "", "dead-lettered before: RFC 3339 time or a duration ago")
@@ -63,6 +70,9 @@ func (f *dlqFilterFlags) bind(cmd *cobra.Command) {
 
 func (f *dlqFilterFlags) filter(now time.Time) (store.DeadLetterFilter, error) {
 	out := store.DeadLetterFilter{IDs: f.ids, JobID: f.job, Reason: f.reason, Tenant: f.tenant}
+	if f.reason != "" && !slices.Contains(dlq.Reasons, dlq.Reason(f.reason)) {
+		return out, fmt.Errorf("--reason %q: want one of %s", f.reason, dlqReasonNames())
+	}
 	var err error
 	if out.Since, err = parseWhen("since", f.since, now); err != nil {
 		return out, err
@@ -147,7 +157,7 @@ func newDLQLsCmd() *cobra.Command {
 		Short: "List dead letters, newest first",
 		Args:  cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	f.bind(cmd)
 	cmd.Flags().IntVar(&limit, "limit", 50, "letters per page (at most 1000)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "continue after the page that printed this cursor")
@@ -168,14 +178,7 @@ func newDLQLsCmd() *cobra.Command {
 		}
 		out := cmd.OutOrStdout()
 		if asJSON {
-			var nc *string
-			if next != "" {
-				nc = &next
-			}
-			return dlqWriteJSON(out, struct {
-				Data       []*store.DeadLetter `json:"data"`
-				NextCursor *string             `json:"next_cursor"`
-			}{recs, nc})
+			return writeJSON(out, api.NewList(dlq.Views(recs), next))
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tDEAD-LETTERED\tTENANT\tREASON\tJOB\tATTEMPTS\tPUBLISHED\tREPLAYED\tLAST ERROR")
@@ -202,7 +205,7 @@ func newDLQShowCmd() *cobra.Command {
 		Short: "Show one dead letter with its original message",
 		Args:  cobra.ExactArgs(1),
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, err := strconv.ParseInt(args[0], 10, 64)
@@ -215,12 +218,15 @@ func newDLQShowCmd() *cobra.Command {
 		}
 		defer env.close()
 		r, err := env.svc.Get(cmd.Context(), "", id)
+		if errors.Is(err, dlq.ErrNotFound) {
+			return fmt.Errorf("no dead letter %d", id)
+		}
 		if err != nil {
 			return err
 		}
 		out := cmd.OutOrStdout()
 		if asJSON {
-			return dlqWriteJSON(out, r)
+			return writeJSON(out, dlq.NewView(r, true))
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
@@ -235,7 +241,7 @@ func newDLQShowCmd() *cobra.Command {
 		row("destination", r.Destination)
 		row("published", dlqTime(r.PublishedAt))
 		row("replayed", dlqTime(r.ReplayedAt))
-		row("last error", r.LastError)
+		row("last error", redact.Text(r.LastError, redact.ErrorMaxBytes))
 		for k, v := range r.Headers {
 			row("header "+k, v)
 		}
@@ -245,7 +251,7 @@ func newDLQShowCmd() *cobra.Command {
 		fmt.Fprintln(out, "message:")
 		var pretty any
 		if json.Unmarshal(r.Message, &pretty) == nil {
-			return dlqWriteJSON(out, pretty)
+			return writeJSON(out, pretty)
 		}
 		fmt.Fprintf(out, "%q\n", r.Message)
 		return nil
@@ -263,7 +269,7 @@ queue of LLMQ_BROKER and requeues its job with attempts reset. Select letters by
 (arguments or --id) or by filters; at least one is required. A letter already replayed is
 skipped, so running the same replay twice gives one new attempt per letter.`,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker)
 	f.bind(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		for _, a := range args {
@@ -304,12 +310,20 @@ skipped, so running the same replay twice gives one new attempt per letter.`,
 		}
 		replayed, skipped := 0, 0
 		var errs []error
+		// A letter named by id that does not exist is an error, not
+		// silence.
+		for _, id := range f.ids {
+			if !slices.Contains(ids, id) {
+				errs = append(errs, fmt.Errorf("no dead letter %d", id))
+				fmt.Fprintf(out, "%d\tfailed: no such dead letter\n", id)
+			}
+		}
 		for _, id := range ids {
 			res, err := env.svc.Replay(ctx, "", id)
 			switch {
 			case err != nil:
-				errs = append(errs, err)
-				fmt.Fprintf(out, "%d\tfailed: %v\n", id, err)
+				errs = append(errs, fmt.Errorf("dead letter %d: %s", id, dlqFailure(err)))
+				fmt.Fprintf(out, "%d\tfailed: %s\n", id, dlqFailure(err))
 			case res.Replayed:
 				replayed++
 				fmt.Fprintf(out, "%d\treplayed\t%s\n", id, dlqDash(res.Record.JobID))
@@ -319,7 +333,10 @@ skipped, so running the same replay twice gives one new attempt per letter.`,
 			}
 		}
 		fmt.Fprintf(out, "replay: %d replayed, %d already replayed, %d failed\n", replayed, skipped, len(errs))
-		return errors.Join(errs...)
+		if len(errs) > 0 {
+			return fmt.Errorf("replay: %d failed: %w", len(errs), errors.Join(errs...))
+		}
+		return nil
 	}
 	return cmd
 }
@@ -334,7 +351,7 @@ func newDLQPurgeCmd() *cobra.Command {
 		Short: "Delete dead letters (a filter or --all is required)",
 		Args:  cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "purge every dead letter")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -361,10 +378,97 @@ func newDLQPurgeCmd() *cobra.Command {
 	return cmd
 }
 
-func dlqWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// dlqFailure says in one phrase why a letter could not be replayed.
+func dlqFailure(err error) string {
+	switch {
+	case errors.Is(err, dlq.ErrNotFound):
+		return "no such dead letter"
+	case errors.Is(err, dlq.ErrTenantMismatch):
+		return "its job belongs to another tenant"
+	case errors.Is(err, dlq.ErrNotReplayable):
+		return "its job is no longer dead-lettered"
+	}
+	return err.Error()
+}
+
+func dlqReasonNames() string {
+	names := make([]string, len(dlq.Reasons))
+	for i, r := range dlq.Reasons {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+func newDLQDrainCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "drain",
+		Short: "Empty the RabbitMQ dead-letter queue <queue>.dlq (the letters in Postgres stay)",
+		Long: `drain acknowledges and so deletes the messages waiting in <queue>.dlq, the queue every dead
+letter is published to for the operator's tools, when nothing else consumes it. The letters in
+Postgres (ls, show, replay, purge) are not touched. Messages published while it runs are left.
+Only RabbitMQ: a Kafka dead-letter topic is emptied by its retention (retention.ms).`,
+		Args: cobra.NoArgs,
+	}
+	flags := config.BindFlags(cmd, config.FlagBroker)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := flags.Load()
+		if err != nil {
+			return err
+		}
+		if cfg.Broker.Kind != config.BrokerAMQP {
+			return fmt.Errorf("drain empties a RabbitMQ queue; %s is a %s broker: a Kafka topic is emptied by its retention", cfg.Broker, cfg.Broker.Kind)
+		}
+		queue := cfg.Broker.Destination() + dlq.DLQSuffix
+		n, err := drainQueue(cmd.Context(), rabbitmq.Config{
+			URL: cfg.Broker.AMQPURL, Queue: queue, QueueType: cfg.Broker.QueueType, MaxPriority: cfg.Broker.MaxPriority,
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		fmt.Fprintf(cmd.OutOrStdout(), "drain: %d messages removed from %s\n", n, queue)
+		return err
+	}
+	return cmd
+}
+
+// drainIdle ends a drain that receives nothing for this long (another
+// consumer took the rest).
+const drainIdle = 5 * time.Second
+
+// drainQueue acknowledges the messages the queue holds when it starts.
+func drainQueue(ctx context.Context, cfg rabbitmq.Config) (int64, error) {
+	sub, err := rabbitmq.NewSubscriber(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Close()
+	want, err := sub.Depth(ctx)
+	if err != nil || want == 0 {
+		return 0, err
+	}
+	msgs, err := sub.Consume(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	idle := time.NewTimer(drainIdle)
+	defer idle.Stop()
+	for n < want {
+		select {
+		case <-ctx.Done():
+			return n, interrupted(ctx)
+		case <-idle.C:
+			return n, nil
+		case m, ok := <-msgs:
+			idle.Reset(drainIdle)
+			if !ok {
+				return n, fmt.Errorf("drain %s: the broker closed the consumer after %d of %d messages", cfg.Queue, n, want)
+			}
+			if err := m.Ack(ctx); err != nil {
+				return n, fmt.Errorf("drain %s: %w", cfg.Queue, err)
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 func dlqDash(s string) string {
@@ -388,11 +492,7 @@ func dlqTime(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// dlqOneLine shortens s to one line of at most n runes.
+// dlqOneLine is s sanitised on one line of at most n bytes.
 func dlqOneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
+	return redact.Text(strings.Join(strings.Fields(s), " "), n)
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/memory"
+	"github.com/llmq/llmq/transport/open"
 	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 )
 
@@ -44,7 +46,8 @@ func TestDLQCommands(t *testing.T) {
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
 	require.NoError(t, err)
-	common := []string{"--database-url", dbURL, "--broker", rabbitmqtest.BrokerURL(queue)}
+	common := []string{"--database-url", dbURL}
+	t.Setenv("LLMQ_BROKER", rabbitmqtest.BrokerURL(queue)) // replay's; the other commands take no broker
 
 	// Two dead-lettered jobs of acme and a poison message.
 	st, err := store.Open(ctx, dbURL)
@@ -75,6 +78,16 @@ func TestDLQCommands(t *testing.T) {
 	require.Contains(t, out, "j2")
 	require.NotContains(t, out, "j1")
 	require.Contains(t, out, "more: --cursor ")
+
+	// An unknown reason is refused, like jobs ls --status done.
+	_, err = runLLMQ(t, append([]string{"dlq", "ls", "--reason", "oops"}, common...)...)
+	require.EqualError(t, err, `--reason "oops": want one of poison, retries_exhausted, permanent_error, expired`)
+	// A missing letter is said once, plainly, and fails.
+	_, err = runLLMQ(t, append([]string{"dlq", "show", "99"}, common...)...)
+	require.EqualError(t, err, "no dead letter 99")
+	out, err = runLLMQ(t, append([]string{"dlq", "replay", "--id", "99"}, common...)...)
+	require.EqualError(t, err, "replay: 1 failed: no dead letter 99")
+	require.Contains(t, out, "99\tfailed: no such dead letter\n")
 
 	out, err = runLLMQ(t, append([]string{"dlq", "show", "1"}, common...)...)
 	require.NoError(t, err)
@@ -110,4 +123,36 @@ func TestDLQCommands(t *testing.T) {
 	out, err = runLLMQ(t, append([]string{"dlq", "purge", "--all"}, common...)...)
 	require.NoError(t, err)
 	require.Contains(t, out, "purge: 2 dead letters deleted")
+}
+
+// TestDLQDrain: drain empties <queue>.dlq, which nothing in llmq consumes.
+func TestDLQDrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("RabbitMQ")
+	}
+	t.Setenv("LLMQ_CONFIG", "")
+	queue := rabbitmqtest.NewQueue(t)
+	pub, _, err := open.Open(context.Background(), rabbitmqtest.BrokerURL(queue+dlq.DLQSuffix), open.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	for i := range 3 {
+		require.NoError(t, pub.Publish(context.Background(), queue+dlq.DLQSuffix, transport.Message{Value: []byte(fmt.Sprint(i))}))
+	}
+	conn, err := amqp.Dial(rabbitmqtest.URL())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	depth := func() int {
+		info, err := ch.QueueDeclarePassive(queue+dlq.DLQSuffix, true, false, false, false, nil)
+		require.NoError(t, err)
+		return info.Messages
+	}
+	require.Equal(t, 3, depth())
+	out, err := runLLMQ(t, "dlq", "drain", "--broker", rabbitmqtest.BrokerURL(queue))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("drain: 3 messages removed from %s.dlq\n", queue), out)
+	require.Equal(t, 0, depth())
+	_, err = runLLMQ(t, "dlq", "drain", "--broker", "embedded")
+	require.ErrorContains(t, err, "retention")
 }

@@ -5,7 +5,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -32,12 +34,66 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "llmq:", err)
-		os.Exit(1)
+// signalError is the cause of the command context's end when a signal
+// interrupted the process.
+type signalError struct{ sig os.Signal }
+
+func (e signalError) Error() string { return "interrupted by " + e.sig.String() }
+
+// exitError is an error with its own exit status: a command interrupted
+// before the end of its work exits 128 + the signal's number (130 for
+// Ctrl-C), as shells do.
+type exitError struct {
+	err  error
+	code int
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// interrupted returns the error of a command that stopped its work because
+// ctx ended: exit status 128 + the signal's number (130 when ctx ended
+// without a signal, as Ctrl-C does).
+func interrupted(ctx context.Context) error {
+	code := 130
+	var se signalError
+	if errors.As(context.Cause(ctx), &se) {
+		if s, ok := se.sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
 	}
+	return &exitError{err: context.Cause(ctx), code: code}
+}
+
+// execute runs the command line args on ctx and returns the exit status,
+// printing the error (if any) on stderr.
+func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "llmq:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+func main() {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		cancel(signalError{<-sigs})
+		// A second signal stops at once.
+		<-sigs
+		os.Exit(130)
+	}()
+	os.Exit(execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }

@@ -22,7 +22,7 @@ the schema is up to date and safe to run from several processes at once (they se
 an advisory lock). With --down it rolls back the newest applied migration.`,
 		Args: cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	cmd.Flags().BoolVar(&down, "down", false, "roll back the newest applied migration")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := flags.Load()

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/llmq/llmq"
@@ -27,8 +26,11 @@ func init() { register(newProduceCmd) }
 // produceSummary counts what happened to the lines of the input.
 type produceSummary struct {
 	published, duplicates, unpublished, rejected int
-	reasons                                      map[string]int
-	examples                                     []string
+	// notSent counts the jobs read but not sent when the run was
+	// interrupted.
+	notSent  int
+	reasons  map[string]int
+	examples []string
 }
 
 func (s *produceSummary) reject(n int, reason, example string) {
@@ -43,28 +45,38 @@ func newProduceCmd() *cobra.Command {
 	var (
 		file          string
 		batch         int
+		fromLine      int
 		retryBackoff  bool
 		maxRetryAfter time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "produce",
-		Short: "Publish jobs from a JSONL file (or stdin) with backpressure, a progress bar and a summary",
+		Short: "Publish jobs from a JSONL file (or stdin) with backpressure, progress and a summary",
 		Long: `produce reads one job per line (the llmq wire format; blank lines are skipped), records each
 as queued in Postgres and publishes it to the broker, in batches. A line that is not a valid
-job is rejected with its line number and field. When the queue is full (backpressure) produce
-waits the Retry-After the queue suggests and tries again (unless --no-wait); a job whose
-deadline the queue cannot meet is rejected. Exit status 1 when any job was rejected.`,
+job, or one that names a model the configuration does not allow (models:), is rejected with
+its line number and field. When the queue is full (backpressure) produce
+waits the Retry-After the queue suggests and tries again (unless --wait=false); a job whose
+deadline the queue cannot meet is rejected. Exit status 1 when any job was rejected.
+
+Ctrl-C (or SIGTERM) lets the batch being published finish, then prints the summary with the
+jobs not sent and the line to resume from (--from-line), and exits 130 (143 on SIGTERM).
+Resending a line is harmless when its job has an id: the same id is recorded once.`,
 		Args: cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker)
 	fs := cmd.Flags()
 	fs.StringVarP(&file, "file", "f", "-", "JSONL file of jobs; - reads stdin")
 	fs.IntVar(&batch, "batch", 100, "jobs per publish (1-1000)")
+	fs.IntVar(&fromLine, "from-line", 1, "skip the lines before this one (resume an interrupted run)")
 	fs.BoolVar(&retryBackoff, "wait", true, "on a full queue, wait the suggested Retry-After and retry (--wait=false rejects)")
 	fs.DurationVar(&maxRetryAfter, "max-wait", 10*time.Minute, "give up on a batch after waiting this long in total")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if batch < 1 || batch > producer.MaxBatchDefault {
 			return fmt.Errorf("--batch must be 1-%d", producer.MaxBatchDefault)
+		}
+		if fromLine < 1 {
+			return fmt.Errorf("--from-line must be 1 or more")
 		}
 		cfg, err := flags.Load()
 		if err != nil {
@@ -90,78 +102,180 @@ deadline the queue cannot meet is rejected. Exit status 1 when any job was rejec
 			return err
 		}
 		defer func() { _ = a.Stop(ctx) }()
-		bar := progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetDescription("publishing"),
-			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("jobs"),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionOnCompletion(func() {
-				fmt.Fprintln(cmd.ErrOrStderr())
-			}))
-		sum := &produceSummary{reasons: map[string]int{}}
-		pending := make([]*llmq.Job, 0, batch)
-		lines := make([]int, 0, batch)
-		flush := func() error {
-			if len(pending) == 0 {
-				return nil
-			}
-			err := publishLines(ctx, a.Producer(), pending, lines, sum, retryBackoff, maxRetryAfter)
-			_ = bar.Add(len(pending))
-			pending, lines = pending[:0], lines[:0]
-			return err
+		run := &produceRun{
+			producer: a.Producer(), out: cmd.OutOrStdout(), sum: &produceSummary{reasons: map[string]int{}},
+			progress: newProgress(cmd.ErrOrStderr(), total, time.Now), file: file,
+			wait: retryBackoff, maxWait: maxRetryAfter,
+			decode: llmq.DecodeOptions{MaxMessageBytes: cfg.MaxMessageBytes}, catalog: cfg.Catalog(),
 		}
-		sc := bufio.NewScanner(in)
-		sc.Buffer(make([]byte, 64<<10), cmp.Or(cfg.MaxMessageBytes, llmq.MaxMessageBytesDefault)+1)
+		maxLine := cmp.Or(cfg.MaxMessageBytes, llmq.MaxMessageBytesDefault) + 1
 		if cfg.MaxMessageBytes < 0 {
-			sc.Buffer(make([]byte, 64<<10), 1<<30)
+			maxLine = 1 << 30
 		}
-		n := 0
-		for sc.Scan() {
-			n++
-			line := bytes.TrimSpace(sc.Bytes())
-			if len(line) == 0 {
-				_ = bar.Add(1)
-				continue
-			}
-			j, err := llmq.Decode(line, llmq.DecodeOptions{MaxMessageBytes: cfg.MaxMessageBytes})
-			if err != nil {
-				var ve *llmq.ValidationError
-				reason := "invalid job"
-				if errors.As(err, &ve) && len(ve.Errors) > 0 {
-					reason = "invalid " + cmp.Or(ve.Errors[0].Field, "message") + " (" + ve.Errors[0].Code + ")"
-				}
-				sum.reject(1, reason, fmt.Sprintf("line %d: %v", n, err))
-				_ = bar.Add(1)
-				continue
-			}
-			pending, lines = append(pending, j), append(lines, n)
-			if len(pending) == batch {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-		if err := sc.Err(); err != nil {
-			return fmt.Errorf("read line %d: %w", n+1, err)
-		}
-		if err := flush(); err != nil {
-			return err
-		}
-		_ = bar.Finish()
-		printProduceSummary(cmd.OutOrStdout(), sum)
-		if sum.rejected > 0 {
-			return fmt.Errorf("%d jobs rejected", sum.rejected)
-		}
-		return nil
+		return run.run(ctx, in, maxLine, batch, fromLine)
 	}
 	return cmd
 }
 
-// publishLines publishes one batch, waiting out backpressure when asked.
-// Only an interrupted run is an error; refused jobs are counted.
+// produceRun is one `llmq produce`: the lines read, the batch being
+// filled and the counts of what became of each line.
+type produceRun struct {
+	producer *producer.Producer
+	out      io.Writer
+	sum      *produceSummary
+	progress *progress
+	file     string
+	wait     bool
+	maxWait  time.Duration
+	decode   llmq.DecodeOptions
+	// catalog refuses the jobs that name a model the configuration does
+	// not allow.
+	catalog llmq.Catalog
+
+	pending []*llmq.Job
+	lines   []int // the line of each pending job
+}
+
+// line is one line of the input, or the error that ended the reading.
+type line struct {
+	n    int
+	data []byte
+	err  error
+}
+
+// readLines sends the lines of in (copies) until its end, an error, or
+// stop is closed. It runs beside the publishing so that an interrupt is
+// seen while a read (stdin) blocks.
+func readLines(in io.Reader, maxLine int, out chan<- line, stop <-chan struct{}) {
+	defer close(out)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	for n := 1; ; n++ {
+		l := line{n: n}
+		if sc.Scan() {
+			l.data = bytes.Clone(sc.Bytes())
+		} else if l.err = sc.Err(); l.err == nil {
+			return
+		}
+		select {
+		case out <- l:
+		case <-stop:
+			return
+		}
+		if l.err != nil {
+			return
+		}
+	}
+}
+
+func (r *produceRun) run(ctx context.Context, in io.Reader, maxLine, batch, fromLine int) error {
+	lines := make(chan line)
+	stop := make(chan struct{})
+	defer close(stop)
+	go readLines(in, maxLine, lines, stop)
+	read := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return r.interrupted(ctx, read)
+		case l, ok := <-lines:
+			if !ok {
+				if err := r.flush(ctx); err != nil {
+					return r.interrupted(ctx, read)
+				}
+				r.progress.done()
+				printProduceSummary(r.out, r.sum)
+				if r.sum.rejected > 0 {
+					return fmt.Errorf("%d jobs rejected", r.sum.rejected)
+				}
+				return nil
+			}
+			if l.err != nil {
+				return fmt.Errorf("read line %d: %w", l.n, l.err)
+			}
+			read = l.n
+			if l.n < fromLine {
+				continue
+			}
+			r.add(l)
+			if len(r.pending) == batch {
+				if err := r.flush(ctx); err != nil {
+					return r.interrupted(ctx, read)
+				}
+			}
+			r.progress.update(read, r.sum)
+		}
+	}
+}
+
+// add decodes a line into the batch, or counts it rejected.
+func (r *produceRun) add(l line) {
+	data := bytes.TrimSpace(l.data)
+	if len(data) == 0 {
+		return
+	}
+	j, err := llmq.Decode(data, r.decode)
+	if err == nil {
+		if errs := r.catalog.CheckModels(j); len(errs) > 0 {
+			err = &llmq.ValidationError{Errors: errs}
+		}
+	}
+	if err != nil {
+		var ve *llmq.ValidationError
+		reason := "invalid job"
+		if errors.As(err, &ve) && len(ve.Errors) > 0 {
+			reason = "invalid " + cmp.Or(ve.Errors[0].Field, "message") + " (" + ve.Errors[0].Code + ")"
+		}
+		r.sum.reject(1, reason, fmt.Sprintf("line %d: %v", l.n, err))
+		return
+	}
+	r.pending, r.lines = append(r.pending, j), append(r.lines, l.n)
+}
+
+// flush publishes the batch. It returns an error only when ctx ended
+// while the batch waited for room: its jobs stay pending, not sent.
+func (r *produceRun) flush(ctx context.Context) error {
+	if len(r.pending) == 0 {
+		return nil
+	}
+	jobs, lines, err := publishLines(ctx, r.producer, r.pending, r.lines, r.sum, r.wait, r.maxWait)
+	r.pending, r.lines = jobs, lines
+	return err
+}
+
+// interrupted prints the summary of an interrupted run with what was not
+// sent and where to resume, and returns the interrupted error (exit 130).
+func (r *produceRun) interrupted(ctx context.Context, read int) error {
+	r.progress.done()
+	resume := read + 1
+	if len(r.lines) > 0 {
+		resume = r.lines[0]
+	}
+	r.sum.notSent = len(r.pending)
+	printProduceSummary(r.out, r.sum)
+	hint := fmt.Sprintf("llmq produce --file %s --from-line %d", shellWord(r.file), resume)
+	if r.file == "-" {
+		hint = fmt.Sprintf("send the same input to llmq produce --from-line %d", resume)
+	}
+	fmt.Fprintf(r.out, "interrupted: resume from line %d: %s\n", resume, hint)
+	return interrupted(ctx)
+}
+
+// publishTimeout bounds the publish of one batch, which an interrupt lets
+// finish so that every line is either sent or not.
+const publishTimeout = time.Minute
+
+// publishLines publishes one batch, waiting out backpressure when asked,
+// and counts what became of each job. A publish in progress finishes
+// whatever ctx does; a wait for room ends with ctx, and then the jobs not
+// sent and their lines are returned with ctx's error.
 func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, lines []int, sum *produceSummary,
-	wait bool, maxWait time.Duration) error {
+	wait bool, maxWait time.Duration) ([]*llmq.Job, []int, error) {
 	waited := time.Duration(0)
 	for {
-		rs, _, err := p.PublishBatch(ctx, jobs)
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+		rs, _, err := p.PublishBatch(pctx, jobs)
+		cancel()
 		var bp *producer.ErrBackpressure
 		switch {
 		case err == nil || errors.Is(err, producer.ErrUnpublished):
@@ -177,30 +291,30 @@ func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, l
 					sum.unpublished++
 				}
 			}
-			return nil
+			return nil, nil, nil
 		case errors.As(err, &bp) && bp.Reason == producer.ReasonDeadline:
 			// Drop the job that cannot make its deadline and retry the rest.
 			sum.reject(1, "deadline unreachable", fmt.Sprintf("line %d: %v", lines[bp.Index], err))
 			jobs = append(jobs[:bp.Index:bp.Index], jobs[bp.Index+1:]...)
 			lines = append(lines[:bp.Index:bp.Index], lines[bp.Index+1:]...)
 			if len(jobs) == 0 {
-				return nil
+				return nil, nil, nil
 			}
 		case errors.As(err, &bp) && wait && waited+bp.RetryAfter <= maxWait:
 			waited += bp.RetryAfter
+			t := time.NewTimer(bp.RetryAfter)
 			select {
 			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(bp.RetryAfter):
+				t.Stop()
+				return jobs, lines, context.Cause(ctx)
+			case <-t.C:
 			}
 		case errors.As(err, &bp):
 			sum.reject(len(jobs), "queue full", fmt.Sprintf("lines %d-%d: %v", lines[0], lines[len(lines)-1], err))
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
+			return nil, nil, nil
 		default:
 			sum.reject(len(jobs), "error: "+err.Error(), fmt.Sprintf("lines %d-%d", lines[0], lines[len(lines)-1]))
-			return nil
+			return nil, nil, nil
 		}
 	}
 }
@@ -214,6 +328,9 @@ func printProduceSummary(w io.Writer, s *produceSummary) {
 		fmt.Fprintf(w, "already present (same id, unchanged): %d\n", s.duplicates)
 	}
 	fmt.Fprintf(w, "rejected: %d\n", s.rejected)
+	if s.notSent > 0 {
+		fmt.Fprintf(w, "not sent (interrupted): %d\n", s.notSent)
+	}
 	reasons := make([]string, 0, len(s.reasons))
 	for r := range s.reasons {
 		reasons = append(reasons, r)

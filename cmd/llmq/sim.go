@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -99,9 +103,7 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 			if err != nil {
 				return err
 			}
-			eff := sim.Config()
-			fmt.Fprintf(cmd.OutOrStdout(), "llmq sim: OPENAI_BASE_URL=%s/v1 mode=%s rpm=%d tpm=%d concurrency=%d seed=%d\n",
-				url, eff.Mode, eff.Default.RPM, eff.Default.TPM, eff.Default.MaxConcurrency, eff.Seed)
+			printSimLimits(cmd.OutOrStdout(), url, sim)
 			<-ctx.Done()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
@@ -121,4 +123,37 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 	f.Float64Var(&timeScale, "batch-time-scale", upstreamsim.BatchTimeScaleDefault, "divide every Batch API duration by this factor")
 	f.StringSliceVar(&apiKeys, "api-key", nil, "accepted API key (repeatable); none means any key")
 	return cmd
+}
+
+// printSimLimits prints where the simulator listens and the limits it
+// enforces: each configured model's, then every other name's (or that it
+// refuses them).
+func printSimLimits(w io.Writer, url string, sim *upstreamsim.Server) {
+	eff := sim.Config()
+	fmt.Fprintf(w, "llmq sim: OPENAI_BASE_URL=%s/v1 mode=%s seed=%d\n", url, eff.Mode, eff.Seed)
+	limits := func(l upstreamsim.Limits) string {
+		n := func(v int64) string {
+			if v < 0 {
+				return "unlimited"
+			}
+			return strconv.FormatInt(v, 10)
+		}
+		c := "unlimited"
+		if l.MaxConcurrency > 0 {
+			c = strconv.Itoa(l.MaxConcurrency)
+		}
+		return fmt.Sprintf("rpm=%s tpm=%s concurrency=%s", n(l.RPM), n(l.TPM), c)
+	}
+	for _, name := range slices.Sorted(maps.Keys(eff.Models)) {
+		fmt.Fprintf(w, "  model %s: %s\n", name, limits(sim.Limits(name)))
+	}
+	if eff.RestrictModels {
+		fmt.Fprintln(w, "  any other model: 404 model_not_found (restrict_models)")
+		return
+	}
+	other := "any model"
+	if len(eff.Models) > 0 {
+		other = "any other model"
+	}
+	fmt.Fprintf(w, "  %s: %s (set restrict_models to refuse unknown names)\n", other, limits(eff.Default.Limits))
 }

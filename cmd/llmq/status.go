@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,7 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/store"
 )
 
@@ -29,8 +32,8 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show a job's status, error and result (from Postgres, any tenant)",
 		Args:  cobra.ExactArgs(1),
 	}
-	flags := config.BindFlags(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job record as JSON")
+	flags := config.BindFlags(cmd, config.FlagDatabase)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as the API does (GET /v1/jobs/{id})")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return withJobStore(cmd, flags, func(st *store.Store) error {
 			rec, err := st.GetByID(cmd.Context(), args[0])
@@ -42,9 +45,7 @@ func newStatusCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rec)
+				return writeJSON(out, api.JobView(rec))
 			}
 			printJob(out, rec)
 			return nil
@@ -70,13 +71,13 @@ func newJobsLsCmd() *cobra.Command {
 		Short: "List jobs, newest first (all tenants unless --tenant)",
 		Args:  cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase)
 	fs := cmd.Flags()
 	fs.StringVar(&status, "status", "", "only jobs in this status ("+statusNames()+")")
 	fs.StringVar(&tenant, "tenant", "", "only this tenant's jobs")
 	fs.IntVar(&limit, "limit", 50, fmt.Sprintf("jobs per page (1-%d)", store.ListLimitMax))
 	fs.StringVar(&after, "after", "", "cursor printed after the previous page")
-	fs.BoolVar(&asJSON, "json", false, "print one JSON record per line")
+	fs.BoolVar(&asJSON, "json", false, `print the page as the API does: {"data": [job...], "next_cursor": ...}`)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if status != "" && !slices.Contains(llmq.Statuses, llmq.Status(status)) {
 			return fmt.Errorf("--status %q: want one of %s", status, statusNames())
@@ -95,13 +96,7 @@ func newJobsLsCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				for _, r := range recs {
-					if err := enc.Encode(r); err != nil {
-						return err
-					}
-				}
-				return nil
+				return writeJSON(out, api.JobList(recs, next))
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tTENANT\tSTATUS\tPRIORITY\tMODEL\tATTEMPTS\tCREATED\tERROR")
@@ -113,7 +108,17 @@ func newJobsLsCmd() *cobra.Command {
 				return err
 			}
 			if next != "" {
-				fmt.Fprintf(out, "more: llmq jobs ls --after %s\n", next)
+				// The next page of the same listing: every filter kept.
+				hint := []string{"llmq", "jobs", "ls"}
+				for _, f := range []struct{ name, value string }{{"status", status}, {"tenant", tenant}} {
+					if f.value != "" {
+						hint = append(hint, "--"+f.name, shellWord(f.value))
+					}
+				}
+				if cmd.Flags().Changed("limit") {
+					hint = append(hint, "--limit", strconv.Itoa(limit))
+				}
+				fmt.Fprintf(out, "more: %s --after %s\n", strings.Join(hint, " "), next)
 			}
 			return nil
 		})
@@ -142,13 +147,10 @@ func statusNames() string {
 	return strings.Join(names, ", ")
 }
 
+// jobOneLine is a job's error for a table column: sanitised, at most 60
+// bytes.
 func jobOneLine(code, msg string) string {
-	s := strings.TrimSpace(strings.Join(slices.DeleteFunc([]string{code, msg}, func(s string) bool { return s == "" }), ": "))
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 60 {
-		s = s[:57] + "..."
-	}
-	return s
+	return redact.Text(strings.Join(slices.DeleteFunc([]string{code, msg}, func(s string) bool { return s == "" }), ": "), 60)
 }
 
 func printJob(w io.Writer, r *store.JobRecord) {
@@ -175,8 +177,9 @@ func printJob(w io.Writer, r *store.JobRecord) {
 	row("started", ts(r.StartedAt))
 	row("finished", ts(r.FinishedAt))
 	row("deadline", ts(r.Deadline))
-	if r.ErrorCode != "" || r.ErrorMessage != "" {
-		row("error", jobOneLine(r.ErrorCode, r.ErrorMessage))
+	if e := api.JobView(r).Error; e != nil {
+		// Whole (sanitised and bounded), not cut to a table column.
+		row("error", strings.Join(slices.DeleteFunc([]string{e.Code, e.Message}, func(s string) bool { return s == "" }), ": "))
 	}
 	if r.PromptTokens != 0 || r.CompletionTokens != 0 {
 		row("tokens", fmt.Sprintf("%d prompt, %d completion", r.PromptTokens, r.CompletionTokens))
@@ -197,4 +200,20 @@ func printJob(w io.Writer, r *store.JobRecord) {
 			fmt.Fprintf(w, "result: %s\n", r.Result)
 		}
 	}
+}
+
+// writeJSON prints v indented, as the commands' --json do.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// shellWord quotes s for a POSIX shell when it holds anything but
+// [A-Za-z0-9._:/=-], so that a printed command line can be pasted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/=-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -43,14 +43,14 @@ and dead-letters what cannot succeed. SIGTERM or SIGINT stops fetching, lets in-
 finish within --shutdown-timeout and leaves the rest for redelivery.`,
 		Args: cobra.NoArgs,
 	}
-	flags := config.BindFlags(cmd)
+	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker|config.FlagUpstream)
 	fs := cmd.Flags()
 	fs.StringVar(&wf.strategy, "strategy", "", "shaping strategy: retry, rpm, shape or adaptive (default: config file, else shape when quotas are known, adaptive when not)")
 	fs.IntVar(&wf.rpm, "rpm", 0, "requests per minute of every model the config file does not list (0: unknown)")
 	fs.IntVar(&wf.tpm, "tpm", 0, "tokens per minute of every model the config file does not list (0: unknown)")
 	fs.IntVar(&wf.concurrency, "concurrency", 0, fmt.Sprintf("calls in flight per model the config file does not list (0: shaping's default, %d)", shaping.LaneConcurrencyDefault))
 	fs.IntVar(&wf.maxInFlight, "max-in-flight", worker.MaxInFlightDefault, "messages held at once (waiting, calling or backing off)")
-	fs.StringVar(&wf.metricsListen, "metrics-listen", app.MetricsListenDefault, "address of the Prometheus /metrics endpoint (empty: none)")
+	fs.StringVar(&wf.metricsListen, "metrics-listen", app.MetricsListenDefault, "address of the Prometheus /metrics endpoint and of /healthz (empty: none)")
 	fs.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", worker.ShutdownTimeoutDefault, "how long in-flight jobs may finish after SIGTERM")
 	fs.StringVar(&wf.provider, "provider", string(worker.ProviderOpenAI), "upstream error dialect: openai or dashscope")
 	fs.DurationVar(&wf.dashScopeWait, "dashscope-wait-timeout", 0, "send X-DashScope-Wait-Timeout and add it to the client timeout (0: off)")

@@ -3,6 +3,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -35,9 +37,13 @@ import (
 // Config asks for, built from one configuration and started and stopped as
 // one ordered list.
 type App struct {
-	cfg Config
-	log *slog.Logger
-	reg *prometheus.Registry
+	cfg   Config
+	log   *slog.Logger
+	clock clockwork.Clock
+	reg   *prometheus.Registry
+	// registerer is what the components register with: reg, and
+	// Config.Registerer when set.
+	registerer prometheus.Registerer
 
 	migrated  []migrations.Migration
 	store     *store.Store
@@ -50,6 +56,7 @@ type App struct {
 	worker   *worker.Worker
 	producer *producer.Producer
 	apiLn    net.Listener
+	metLn    net.Listener
 	strategy shaping.Strategy
 
 	parts    parts
@@ -73,8 +80,15 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		}
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), reg: prometheus.NewRegistry(),
+	a := &App{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), clock: cfg.Clock, reg: prometheus.NewRegistry(),
 		failed: make(chan error, 1), stopDone: make(chan struct{})}
+	if a.clock == nil {
+		a.clock = clockwork.NewRealClock()
+	}
+	a.registerer = a.reg
+	if cfg.Registerer != nil {
+		a.registerer = teeRegisterer{a.reg, cfg.Registerer}
+	}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := a.build(ctx); err != nil {
 		if cfg.API != nil && cfg.API.Listener != nil && a.apiLn == nil {
@@ -153,6 +167,9 @@ func (a *App) openResources(ctx context.Context) error {
 	}
 	a.parts.opened("publisher", closer(a.pub.Close))
 	a.parts.opened("subscriber", closer(a.sub.Close))
+	if err := a.waitForBroker(ctx); err != nil {
+		return err
+	}
 
 	if a.cfg.API != nil {
 		ln := a.cfg.API.Listener
@@ -169,8 +186,10 @@ func (a *App) openResources(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("--metrics-listen %s: %w", a.cfg.MetricsListen, err)
 		}
+		a.metLn = ln
 		a.parts.opened("metrics listener", closeListener(ln))
-		a.addServer("metrics", ln, a.metricsHandler(), metricsStopTimeout)
+		a.addServer("metrics", ln, &http.Server{Handler: a.metricsHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}, metricsStopTimeout)
 	}
 	return nil
 }
@@ -187,6 +206,10 @@ func (a *App) buildWorker() error {
 		}
 	}
 	a.strategy = strategy
+	if len(s.Models) == 0 && !s.AllowAnyModel {
+		a.log.Warn("the configuration names no model: jobs may name any model, each with unknown quotas; " +
+			"list the models to run under models: (or set allow_any_model: true to say so)")
+	}
 	letters, err := a.deadLetters()
 	if err != nil {
 		return err
@@ -196,13 +219,13 @@ func (a *App) buildWorker() error {
 	wcfg := workerConfig(s, wc)
 	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters = a.sub, a.store, letters
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
-	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.reg
+	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
 	if !wc.NoBatchLane {
 		// The batch lane: deferrable jobs go to the provider's Batch API
 		// off-peak, or when the live lane would take too long to drain.
 		bc := batchConfig(s, wc)
 		bc.Store, bc.Client, bc.Publisher, bc.Destination = a.store, client, a.pub, a.target.Dest
-		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.reg
+		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.registerer
 		bc.Drain = wc.BatchDrain
 		if bc.Drain == nil {
 			bc.Drain = func() time.Duration { return a.worker.Drain() }
@@ -251,7 +274,7 @@ func (a *App) deadLetters() (*dlq.Writer, error) {
 	s := a.cfg.Settings
 	var notifier dlq.Notifier
 	if ac, ok := alertConfig(s); ok {
-		ac.Logger, ac.Registerer = a.log, a.reg
+		ac.Logger, ac.Registerer = a.log, a.registerer
 		alerter, err := dlq.NewAlerter(ac)
 		if err != nil {
 			return nil, err
@@ -261,7 +284,7 @@ func (a *App) deadLetters() (*dlq.Writer, error) {
 	}
 	letters, err := dlq.NewWriter(dlq.Config{
 		Store: a.store, Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
-		Logger: a.log, Registerer: a.reg,
+		Logger: a.log, Registerer: a.registerer,
 	})
 	if err != nil {
 		return nil, err
@@ -288,7 +311,7 @@ func (a *App) buildProducer() error {
 	// The worker exports its own llmq_queue_depth: a process with both
 	// exports the worker's (the two gauges share a name, not a help text).
 	if a.worker == nil {
-		pc.Registerer = a.reg
+		pc.Registerer = a.registerer
 	}
 	p, err := producer.New(pc)
 	if err != nil {
@@ -308,14 +331,14 @@ func (a *App) buildAPI() error {
 	}
 	a.parts.add("outbox sweeper", sweeper.Start, sweeper.Stop, stopTimeout)
 	svc, err := dlq.NewService(dlq.Config{Store: a.store, Publisher: a.pub, Destination: a.target.Dest,
-		Logger: a.log, Registerer: a.reg})
+		Logger: a.log, Registerer: a.registerer})
 	if err != nil {
 		return err
 	}
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, Keys: s.APIKeys,
+		Producer: a.producer, Store: a.store, Keys: s.APIKeys, Catalog: s.Catalog(),
 		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf), MaxMessageBytes: s.MaxMessageBytes,
-		Logger: a.log, Registerer: a.reg, Gatherer: a.reg,
+		Logger: a.log, Registerer: a.registerer,
 	})
 	if err != nil {
 		return err
@@ -323,15 +346,31 @@ func (a *App) buildAPI() error {
 	if len(s.APIKeys) == 0 {
 		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys): every /v1 request will be refused")
 	}
-	a.addServer("api", a.apiLn, handler, apiStopTimeout,
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: timeout(ac.ReadHeaderTimeout, APIReadHeaderTimeoutDefault),
+		ReadTimeout:       timeout(ac.ReadTimeout, APIReadTimeoutDefault),
+		WriteTimeout:      timeout(ac.WriteTimeout, APIWriteTimeoutDefault),
+		IdleTimeout:       timeout(ac.IdleTimeout, APIIdleTimeoutDefault),
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+	}
+	ln, scheme := a.apiLn, "http"
+	if ac.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(ac.TLSCert, ac.TLSKey)
+		if err != nil {
+			return fmt.Errorf("api: TLS certificate %s and key %s: %w", ac.TLSCert, ac.TLSKey, err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		ln, scheme = tls.NewListener(ln, srv.TLSConfig), "https"
+	}
+	a.addServer("api", ln, srv, apiStopTimeout, slog.String("scheme", scheme),
 		slog.String("broker", a.brokerName()), slog.String("destination", a.target.Dest))
 	return nil
 }
 
-// addServer adds an HTTP server on ln: Start serves, Stop shuts it down. A
-// server that fails ends Run.
-func (a *App) addServer(name string, ln net.Listener, h http.Handler, timeout time.Duration, attrs ...any) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+// addServer adds srv on ln: Start serves, Stop shuts it down. A server
+// that fails ends Run.
+func (a *App) addServer(name string, ln net.Listener, srv *http.Server, timeout time.Duration, attrs ...any) {
 	served := make(chan struct{})
 	start := func(context.Context) error {
 		go func() {
@@ -363,9 +402,15 @@ func (a *App) brokerName() string {
 	return a.cfg.Settings.Broker.String()
 }
 
+// metricsHandler serves /metrics and /healthz (the process is up: the
+// liveness probe of a worker, which has no other port).
 func (a *App) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
 	return mux
 }
 
@@ -449,10 +494,43 @@ func (a *App) Worker() *worker.Worker { return a.worker }
 // Producer is the producer; nil without Config.API or Config.Producer.
 func (a *App) Producer() *producer.Producer { return a.producer }
 
+// MetricsAddr is the address of /metrics and /healthz; nil without
+// Config.MetricsListen.
+func (a *App) MetricsAddr() net.Addr {
+	if a.metLn == nil {
+		return nil
+	}
+	return a.metLn.Addr()
+}
+
 // APIAddr is the address the API listens on; nil without Config.API.
 func (a *App) APIAddr() net.Addr {
 	if a.apiLn == nil {
 		return nil
 	}
 	return a.apiLn.Addr()
+}
+
+// teeRegisterer registers every collector with both registerers.
+type teeRegisterer [2]prometheus.Registerer
+
+func (t teeRegisterer) Register(c prometheus.Collector) error {
+	if err := t[0].Register(c); err != nil {
+		return err
+	}
+	return t[1].Register(c)
+}
+
+func (t teeRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := t.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (t teeRegisterer) Unregister(c prometheus.Collector) bool {
+	a := t[0].Unregister(c)
+	b := t[1].Unregister(c)
+	return a || b
 }

@@ -7,6 +7,9 @@ import (
 	"net"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/shaping"
@@ -15,10 +18,30 @@ import (
 
 // Defaults of the process (the components own theirs).
 const (
-	// APIListenDefault is the address of `llmq api`.
-	APIListenDefault = ":8080"
-	// MetricsListenDefault is the address of `llmq worker`'s /metrics.
-	MetricsListenDefault = ":9090"
+	// APIListenDefault is the address of `llmq api`: loopback, so that a
+	// process started by hand is not reachable from the network until an
+	// operator says so (the deploy/ files listen on 0.0.0.0 explicitly).
+	APIListenDefault = "127.0.0.1:8080"
+	// MetricsListenDefault is the address of `llmq worker`'s /metrics and
+	// /healthz, loopback for the same reason.
+	MetricsListenDefault = "127.0.0.1:9090"
+	// APIMetricsListenDefault is the address of `llmq api`'s /metrics: a
+	// listener of its own, not the port tenants reach.
+	APIMetricsListenDefault = "127.0.0.1:9091"
+
+	// APIReadHeaderTimeoutDefault bounds the reading of a request's
+	// headers.
+	APIReadHeaderTimeoutDefault = 10 * time.Second
+	// APIReadTimeoutDefault bounds the reading of a whole request, body
+	// included: a 16 MiB batch at 1 MB/s fits, a client that trickles its
+	// body is cut off.
+	APIReadTimeoutDefault = 30 * time.Second
+	// APIWriteTimeoutDefault bounds a request from the end of its headers
+	// to the end of its answer. The job API answers at once; an endpoint
+	// that waits for a completion (a gateway) needs a longer one.
+	APIWriteTimeoutDefault = time.Minute
+	// APIIdleTimeoutDefault bounds an idle keep-alive connection.
+	APIIdleTimeoutDefault = 2 * time.Minute
 )
 
 // Config says which parts of llmq one process runs and what differs from
@@ -47,6 +70,13 @@ type Config struct {
 
 	// Logger receives every component's logs. nil = slog.Default().
 	Logger *slog.Logger
+	// Registerer, when set, receives every component's collectors too,
+	// besides the App's own registry (Registry): for a program that serves
+	// its own /metrics, or a test that lists them.
+	Registerer prometheus.Registerer
+	// Clock times New's retries of a broker that is down at start-up.
+	// nil = the system clock.
+	Clock clockwork.Clock
 }
 
 // WorkerConfig is what the worker takes beyond the settings.
@@ -97,6 +127,28 @@ type APIConfig struct {
 	// producer's SweepIntervalDefault and SweepGraceDefault.
 	SweepInterval time.Duration
 	SweepGrace    time.Duration
+
+	// TLSCert and TLSKey are the PEM files of the certificate (chain
+	// first) and its key: when both are set the API serves HTTPS only.
+	// Both empty: plain HTTP (behind a proxy that terminates TLS).
+	TLSCert, TLSKey string
+
+	// The server's timeouts: 0 = the APIXxxTimeoutDefault, -1 = none.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+}
+
+// timeout is d with 0 meaning def and -1 none.
+func timeout(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
 }
 
 func (c Config) validate() error {
@@ -106,6 +158,17 @@ func (c Config) validate() error {
 	}
 	if c.API != nil && c.API.Listen == "" && c.API.Listener == nil {
 		errs = append(errs, errors.New("app: Config.API.Listen or Config.API.Listener is required"))
+	}
+	if c.API != nil {
+		if (c.API.TLSCert == "") != (c.API.TLSKey == "") {
+			errs = append(errs, errors.New("app: Config.API.TLSCert and TLSKey go together: set both or neither"))
+		}
+		for name, d := range map[string]time.Duration{"ReadHeaderTimeout": c.API.ReadHeaderTimeout,
+			"ReadTimeout": c.API.ReadTimeout, "WriteTimeout": c.API.WriteTimeout, "IdleTimeout": c.API.IdleTimeout} {
+			if d < -1 {
+				errs = append(errs, fmt.Errorf("app: Config.API.%s must be positive, 0 (the default) or -1 (none); got %v", name, d))
+			}
+		}
 	}
 	if c.Worker != nil && c.Worker.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("app: Config.Worker.MaxInFlight must not be negative; got %d", c.Worker.MaxInFlight))

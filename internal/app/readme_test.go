@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -82,4 +83,25 @@ func duration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// TestREADMEMakeTargetsAreDocumented: every `make <target>` the README
+// names is a target of the Makefile that `make help` lists (a "## target:"
+// line).
+func TestREADMEMakeTargetsAreDocumented(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	makefile, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
+	require.NoError(t, err)
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^## ([a-z-]+): `).FindAllStringSubmatch(string(makefile), -1) {
+		listed[m[1]] = true
+	}
+	require.True(t, listed["help"])
+	named := regexp.MustCompile("`make ([a-z-]+)").FindAllStringSubmatch(string(readme), -1)
+	require.NotEmpty(t, named)
+	for _, m := range named {
+		require.True(t, listed[m[1]], "README names make %s, which make help does not list", m[1])
+	}
 }

@@ -25,7 +25,7 @@ func batchConfig(s *config.Config, wc *WorkerConfig) batchapi.Config {
 		FlushInterval:  s.Batch.FlushInterval,
 		MaxLines:       s.Batch.MaxLines,
 		PollInterval:   wc.BatchPollInterval,
-		Catalog:        llmq.Catalog{Models: s.Models},
+		Catalog:        s.Catalog(),
 	}
 }
 
@@ -33,7 +33,7 @@ func batchConfig(s *config.Config, wc *WorkerConfig) batchapi.Config {
 // the retry policy and the message limit, with the worker's own options.
 func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 	return worker.Config{
-		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel},
+		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel, AllowAny: s.AllowAnyModel},
 		MaxInFlight:     wc.MaxInFlight,
 		MaxAttempts:     s.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay},

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/llmq/llmq/internal/redact"
@@ -45,36 +46,51 @@ func (b Broker) Destination() string { return b.Dest }
 // String is the URL without credentials, for logs.
 func (b Broker) String() string { return redact.URL(b.Raw) }
 
-// ParseBroker parses the forms of LLMQ_BROKER.
+// BrokerForms lists the broker URLs llmq takes: every broker URL error
+// and the --broker help say it, the same way.
+const BrokerForms = "kafka://host:port[,host:port]/topic, amqp://user:pass@host:port/vhost?queue=name (amqps:// for TLS), " +
+	"memory://name/queue (one process) or embedded"
+
+// brokerSchemes are the URL schemes of BrokerForms.
+var brokerSchemes = []string{"kafka", "amqp", "amqps", "memory"}
+
+// ParseBroker parses the forms of LLMQ_BROKER. Its errors never show a
+// password and always list BrokerForms.
 func ParseBroker(s string) (Broker, error) {
 	s = strings.TrimSpace(s)
 	if s == string(BrokerEmbedded) {
 		return Broker{Kind: BrokerEmbedded, Target: open.Target{Dest: DestinationDefault}, Raw: s}, nil
 	}
-	if !strings.Contains(s, "://") {
-		return Broker{}, fmt.Errorf("%q is not kafka://..., amqp://... or embedded", redact.URL(s))
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok {
+		return Broker{}, fmt.Errorf("%q is not a broker URL; want %s", redact.URL(s), BrokerForms)
+	}
+	if !slices.Contains(brokerSchemes, strings.ToLower(scheme)) {
+		return Broker{}, fmt.Errorf("%q: unknown scheme %q; want %s", redact.URL(s), scheme, BrokerForms)
 	}
 	t, err := open.Parse(s)
 	if err != nil {
-		return Broker{}, err
+		return Broker{}, fmt.Errorf("%q: %w; want %s", redact.URL(s), err, BrokerForms)
 	}
 	kinds := map[string]BrokerKind{open.KindKafka: BrokerKafka, open.KindRabbitMQ: BrokerAMQP, open.KindMemory: BrokerMemory}
 	return Broker{Kind: kinds[t.Kind], Target: t, Raw: s}, nil
 }
 
-// checkURL checks that s is an absolute URL with one of the schemes.
-func checkURL(s string, schemes ...string) error {
+// checkURL checks that s is an absolute URL with one of the schemes. Its
+// errors show s through show (redact.URL, or redact.Endpoint for a URL
+// whose path is a secret).
+func checkURL(s string, show func(string) string, schemes ...string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL", redact.URL(s))
+		return fmt.Errorf("%q is not a URL", show(s))
 	}
 	for _, sc := range schemes {
 		if strings.EqualFold(u.Scheme, sc) {
 			if u.Host == "" {
-				return fmt.Errorf("%q has no host", redact.URL(s))
+				return fmt.Errorf("%q has no host", show(s))
 			}
 			return nil
 		}
 	}
-	return fmt.Errorf("%q: scheme must be %s", redact.URL(s), strings.Join(schemes, " or "))
+	return fmt.Errorf("%q: scheme must be %s", show(s), strings.Join(schemes, " or "))
 }

@@ -30,6 +30,13 @@ const (
 	EnvAPIKeys       = "LLMQ_API_KEYS"
 )
 
+// FileSuffix names the variable that gives a secret setting's file instead
+// of its value (OPENAI_API_KEY_FILE, LLMQ_API_KEYS_FILE,
+// LLMQ_DATABASE_URL_FILE, LLMQ_BROKER_FILE; a mounted Secret), so that no
+// key has to be a flag, which ps shows to every user of the machine. The
+// file's content, trimmed of surrounding white space, is the value.
+const FileSuffix = "_FILE"
+
 // Defaults of the settings no component owns: where the services are.
 // Every other setting's zero value means the default of the component that
 // reads it (worker, batchapi, producer, dlq, llmq), which exports it.
@@ -59,9 +66,14 @@ type Config struct {
 	Path string `yaml:"-"`
 
 	// Models maps a model name to its quota, prices and fallbacks (the
-	// model catalog). A model not listed runs with unknown quotas (adaptive
-	// shaping).
+	// model catalog). It is also the allowlist: when it lists models, a job
+	// that names another (body.model or a fallback) that is neither listed
+	// nor a listed model's fallback is refused, unless AllowAnyModel. Empty: every name is allowed, with unknown quotas
+	// (adaptive shaping).
 	Models map[string]llmq.Model `yaml:"models"`
+	// AllowAnyModel lets jobs name models that Models does not list; they
+	// run with unknown quotas. Default false.
+	AllowAnyModel bool `yaml:"allow_any_model"`
 	// Strategy is the shaping strategy: retry, rpm, shape or adaptive; ""
 	// (default) picks shape for models with a quota, adaptive otherwise.
 	Strategy string `yaml:"strategy"`
@@ -99,7 +111,25 @@ type Retry struct {
 	// worker.FallbackMaxWaitDefault.
 	FallbackAfter   int           `yaml:"fallback_after"`
 	FallbackMaxWait time.Duration `yaml:"fallback_max_wait"`
+	// FallbackOn lists the failures that move a job to its next fallback
+	// model: FallbackRateLimit, FallbackServerError, FallbackTimeout.
+	// Empty = [rate_limit] (a 429 only: a fallback model rarely helps with a
+	// provider's 5xx).
+	FallbackOn []string `yaml:"fallback_on"`
 }
+
+// The failures retry.fallback_on may name.
+const (
+	// FallbackRateLimit: the model stays rate limited (429).
+	FallbackRateLimit = "rate_limit"
+	// FallbackServerError: the model answers 5xx.
+	FallbackServerError = "server_error"
+	// FallbackTimeout: the call to the model times out.
+	FallbackTimeout = "timeout"
+)
+
+// FallbackOnValues are the values of retry.fallback_on.
+var FallbackOnValues = []string{FallbackRateLimit, FallbackServerError, FallbackTimeout}
 
 // Batch configures the Batch API lane. Zero fields mean batchapi's
 // defaults; the lane parses and checks the window and the zone.
@@ -159,7 +189,16 @@ type Flags struct {
 // YAML file it names and flags, applies defaults and validates. Errors name
 // the setting and match ErrInvalid (file read errors excepted).
 func Load(getenv func(string) string, flags Flags) (*Config, error) {
+	var errs []error
 	pick := func(flag, env string) string { return cmp.Or(flag, getenv(env)) }
+	// pickSecret also reads env's _FILE variable.
+	pickSecret := func(flag, env string) string {
+		v, err := secretValue(getenv, flag, env)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return v
+	}
 	c := &Config{}
 	c.Path = pick(flags.Config, EnvConfig)
 	if c.Path != "" {
@@ -171,17 +210,16 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 			return nil, err
 		}
 	}
-	c.DatabaseURL = pick(flags.DatabaseURL, EnvDatabaseURL)
+	c.DatabaseURL = pickSecret(flags.DatabaseURL, EnvDatabaseURL)
 	c.OpenAIBaseURL = pick(flags.OpenAIBaseURL, EnvOpenAIBaseURL)
-	c.OpenAIAPIKey = pick(flags.OpenAIAPIKey, EnvOpenAIAPIKey)
-	brokerURL := cmp.Or(pick(flags.Broker, EnvBroker), BrokerDefault)
-	var errs []error
+	c.OpenAIAPIKey = pickSecret(flags.OpenAIAPIKey, EnvOpenAIAPIKey)
+	brokerURL := cmp.Or(pickSecret(flags.Broker, EnvBroker), BrokerDefault)
 	b, err := ParseBroker(brokerURL)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, EnvBroker, err))
 	}
 	c.Broker = b
-	if keys := pick(flags.APIKeys, EnvAPIKeys); keys != "" {
+	if keys := pickSecret(flags.APIKeys, EnvAPIKeys); keys != "" {
 		m, err := ParseAPIKeys(keys)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, EnvAPIKeys, err))
@@ -201,6 +239,27 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 	return c, nil
 }
 
+// secretValue is the flag when given, else the variable env, else the
+// content of the file env_FILE names; both variables set is an error.
+func secretValue(getenv func(string) string, flag, env string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	v, path := getenv(env), getenv(env+FileSuffix)
+	switch {
+	case path == "":
+		return v, nil
+	case v != "":
+		return "", fmt.Errorf("%w: %s and %s are both set: set one", ErrInvalid, env, env+FileSuffix)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		// The error names the file, never its content.
+		return "", fmt.Errorf("%w: %s: %w", ErrInvalid, env+FileSuffix, err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
 // parseYAML reads the file's settings; unknown keys are errors.
 func (c *Config) parseYAML(data []byte) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -209,6 +268,12 @@ func (c *Config) parseYAML(data []byte) error {
 		return fmt.Errorf("%w: %s %s: %w", ErrInvalid, EnvConfig, c.Path, err)
 	}
 	return nil
+}
+
+// Catalog is the model catalog of the settings: Models, allowing only them
+// unless AllowAnyModel (or none are listed).
+func (c *Config) Catalog() llmq.Catalog {
+	return llmq.Catalog{Models: c.Models, AllowAny: c.AllowAnyModel}
 }
 
 // WithDefaults fills the settings no component owns (database, broker,
@@ -240,7 +305,7 @@ func (c *Config) Validate() error {
 	if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
 		bad(EnvDatabaseURL, "%v", err)
 	}
-	if err := checkURL(c.OpenAIBaseURL, "http", "https"); err != nil {
+	if err := checkURL(c.OpenAIBaseURL, redact.URL, "http", "https"); err != nil {
 		bad(EnvOpenAIBaseURL, "%v", err)
 	}
 	if _, err := shaping.ParseStrategy(c.Strategy); err != nil {
@@ -291,13 +356,18 @@ func (c *Config) Validate() error {
 			bad(f.setting, "must not be negative (0: the default)")
 		}
 	}
+	for i, v := range c.Retry.FallbackOn {
+		if !slices.Contains(FallbackOnValues, v) {
+			bad(fmt.Sprintf("retry.fallback_on[%d]", i), "%q: want %s", v, strings.Join(FallbackOnValues, ", "))
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(c.APIKeys)) {
 		if k == "" || !validTenant(c.APIKeys[k]) {
 			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact.Key(k))
 		}
 	}
 	if c.Alerts.AlertmanagerURL != "" {
-		if err := checkURL(c.Alerts.AlertmanagerURL, "http", "https"); err != nil {
+		if err := checkURL(c.Alerts.AlertmanagerURL, redact.URL, "http", "https"); err != nil {
 			bad("alerts.alertmanager_url", "%v", err)
 		}
 	}
@@ -305,7 +375,7 @@ func (c *Config) Validate() error {
 		bad("alerts", "group_wait, group_interval, resolve_timeout and max_per_minute must not be negative")
 	}
 	if c.Alerts.WebhookURL != "" {
-		if err := checkURL(c.Alerts.WebhookURL, "http", "https"); err != nil {
+		if err := checkURL(c.Alerts.WebhookURL, redact.Endpoint, "http", "https"); err != nil {
 			bad("alerts.webhook_url", "%v", err)
 		}
 	}

@@ -134,7 +134,7 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		yaml string
 		want string
 	}{
-		{env: map[string]string{config.EnvBroker: "foo://x"}, want: `LLMQ_BROKER: open: bad broker URL: scheme "foo"`},
+		{env: map[string]string{config.EnvBroker: "foo://x"}, want: `LLMQ_BROKER: "foo://x": unknown scheme "foo"; want kafka://`},
 		{env: map[string]string{config.EnvDatabaseURL: "postgres://h:notaport/db"}, want: "LLMQ_DATABASE_URL: "},
 		{env: map[string]string{config.EnvOpenAIBaseURL: "ftp://x"}, want: "OPENAI_BASE_URL: "},
 		{env: map[string]string{config.EnvAPIKeys: "k1:ok,k2"}, want: "LLMQ_API_KEYS: entry 2"},
@@ -153,6 +153,8 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "api_keys: {k: \"a b\"}", want: "api_keys"},
 		{yaml: "max_message_bytes: -2", want: "max_message_bytes"},
 		{yaml: "modles: {}", want: "field modles not found"},
+		{yaml: "alerts: {webhook_url: \"ftp://hooks.example/services/T0/SECRET\"}", want: `alerts.webhook_url: "ftp://hooks.example/…": scheme`},
+		{yaml: "retry: {fallback_on: [rate_limit, oops]}", want: `retry.fallback_on[1]: "oops": want rate_limit, server_error, timeout`},
 	}
 	for _, tc := range cases {
 		e := map[string]string{}
@@ -187,11 +189,105 @@ func TestBindFlags(t *testing.T) {
 	t.Setenv(config.EnvDatabaseURL, "postgres://env@h:5432/envdb")
 	t.Setenv(config.EnvBroker, "embedded")
 	cmd := &cobra.Command{Use: "x", RunE: func(*cobra.Command, []string) error { return nil }}
-	f := config.BindFlags(cmd)
+	f := config.BindFlags(cmd, config.FlagsAll)
 	cmd.SetArgs([]string{"--database-url", "postgres://flag@h:5432/flagdb"})
 	require.NoError(t, cmd.Execute())
 	c, err := f.Load()
 	require.NoError(t, err)
 	require.Equal(t, "postgres://flag@h:5432/flagdb", c.DatabaseURL)
 	require.Equal(t, config.BrokerEmbedded, c.Broker.Kind)
+}
+
+// TestBrokerErrors: whatever is wrong with a broker URL, the error lists
+// the same forms and never shows the password.
+func TestBrokerErrors(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{
+		"guest:S3cret@127.0.0.1:5672", "foo://guest:S3cret@h/x", "http://guest:S3cret@h:5672/",
+		"amqp://guest:S3cret%zz@h:5672/", "amqp://guest:S3cret@h:99999/", "kafka://u:S3cret@:9092/t",
+		"kafka://u:S3cret@h:1/a/b", "amqp://guest:S3cret@h/?prefetch=-1", "memory",
+	} {
+		_, err := config.ParseBroker(bad)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), config.BrokerForms, bad)
+		require.NotContains(t, err.Error(), "S3cret", bad)
+	}
+	require.Contains(t, config.BrokerForms, "memory://")
+	require.Contains(t, config.BrokerForms, "embedded")
+}
+
+// TestSecretFiles: a key may come from a file named by NAME_FILE (a mounted
+// Secret) instead of a flag (ps shows flags) or the variable itself.
+func TestSecretFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o600))
+		return p
+	}
+	e := map[string]string{
+		config.EnvOpenAIAPIKey + config.FileSuffix: write("openai", "sk-from-file\n"),
+		config.EnvAPIKeys + config.FileSuffix:      write("keys", " k1:acme,k2:globex \n"),
+		config.EnvDatabaseURL + config.FileSuffix:  write("db", "postgres://app:pw@db:5432/llmq\n"),
+		config.EnvBroker + config.FileSuffix:       write("broker", "amqp://u:pw@mq:5672/?queue=q\n"),
+	}
+	c, err := config.Load(env(e), config.Flags{})
+	require.NoError(t, err)
+	require.Equal(t, "sk-from-file", c.OpenAIAPIKey)
+	require.Equal(t, map[string]string{"k1": "acme", "k2": "globex"}, c.APIKeys)
+	require.Equal(t, "postgres://app:pw@db:5432/llmq", c.DatabaseURL)
+	require.Equal(t, "q", c.Broker.Destination())
+
+	// A flag still wins; the variable and its file together are refused.
+	c, err = config.Load(env(e), config.Flags{OpenAIAPIKey: "sk-flag"})
+	require.NoError(t, err)
+	require.Equal(t, "sk-flag", c.OpenAIAPIKey)
+	e[config.EnvOpenAIAPIKey] = "sk-env"
+	_, err = config.Load(env(e), config.Flags{})
+	require.ErrorIs(t, err, config.ErrInvalid)
+	require.ErrorContains(t, err, "OPENAI_API_KEY and OPENAI_API_KEY_FILE are both set")
+	require.NotContains(t, err.Error(), "sk-env")
+
+	// A missing file is named, and nothing of a secret is shown.
+	_, err = config.Load(env(map[string]string{config.EnvAPIKeys + config.FileSuffix: filepath.Join(dir, "none")}), config.Flags{})
+	require.ErrorContains(t, err, "LLMQ_API_KEYS_FILE")
+}
+
+// TestReadOnlyFlags: a command binds only the flags it uses.
+func TestReadOnlyFlags(t *testing.T) {
+	t.Parallel()
+	cmd := &cobra.Command{Use: "x"}
+	config.BindFlags(cmd, config.FlagDatabase)
+	require.NotNil(t, cmd.Flags().Lookup("database-url"))
+	require.NotNil(t, cmd.Flags().Lookup("config"))
+	for _, name := range []string{"broker", "openai-base-url", "openai-api-key", "api-keys"} {
+		require.Nil(t, cmd.Flags().Lookup(name), name)
+	}
+	cmd = &cobra.Command{Use: "y"}
+	config.BindFlags(cmd, config.FlagsAll)
+	require.Contains(t, cmd.Flags().Lookup("broker").Usage, "memory://")
+	for _, name := range []string{"openai-api-key", "api-keys"} {
+		require.Contains(t, cmd.Flags().Lookup(name).Usage, "shows in ps", name)
+	}
+}
+
+func TestModelsAllowlist(t *testing.T) {
+	t.Parallel()
+	c, err := config.Load(env(map[string]string{config.EnvConfig: writeYAML(t, `
+models:
+  gpt-4o-mini: {fallbacks: [gpt-4.1-mini]}
+retry: {fallback_on: [rate_limit, server_error, timeout]}
+`)}), config.Flags{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"rate_limit", "server_error", "timeout"}, c.Retry.FallbackOn)
+	require.False(t, c.AllowAnyModel)
+	require.True(t, c.Catalog().Allows("gpt-4.1-mini"))
+	require.False(t, c.Catalog().Allows("o3-pro"))
+	c, err = config.Load(env(map[string]string{config.EnvConfig: writeYAML(t, "models: {a: {}}\nallow_any_model: true\n")}), config.Flags{})
+	require.NoError(t, err)
+	require.True(t, c.Catalog().Allows("o3-pro"))
+	c, err = config.Load(env(nil), config.Flags{})
+	require.NoError(t, err)
+	require.True(t, c.Catalog().Allows("o3-pro"), "no models named: any name")
 }

@@ -157,3 +157,19 @@ func Key(k string) string {
 	}
 	return k[:4] + "…"
 }
+
+// Endpoint returns a URL reduced to its scheme and host, with "/…" for a
+// path it hides: for the URLs whose path is the secret (a Slack webhook's
+// https://hooks.slack.com/services/T0/B0/XXXX). A string that is not an
+// absolute URL is Mask.
+func Endpoint(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return Mask
+	}
+	out := u.Scheme + "://" + u.Host
+	if strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
+		out += "/…"
+	}
+	return out
+}

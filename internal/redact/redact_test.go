@@ -50,3 +50,17 @@ func TestKey(t *testing.T) {
 	require.Equal(t, "xxxxx", redact.Key("abcdefghijk"))
 	require.Equal(t, "xxxxx", redact.Key(""))
 }
+
+func TestEndpoint(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"https://hooks.slack.com/services/T000/B000/XXXXSECRET": "https://hooks.slack.com/…",
+		"https://u:pw@hooks.example:8443/h?token=s":             "https://hooks.example:8443/…",
+		"http://alertmanager:9093":                              "http://alertmanager:9093",
+		"http://alertmanager:9093/":                             "http://alertmanager:9093",
+		"://nope/SECRET":                                        redact.Mask,
+		"hooks.slack.com/services/SECRET":                       redact.Mask,
+	} {
+		require.Equal(t, want, redact.Endpoint(in), in)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
@@ -38,6 +39,7 @@ const (
 
 type testBundle struct {
 	clock    *clockwork.FakeClock
+	letters  *dlq.Writer
 	store    *store.Store
 	broker   *memory.Broker
 	sub      *memory.Subscriber
@@ -70,9 +72,15 @@ func setup(t *testing.T, o options) *testBundle {
 	}
 	p, err := producer.New(pcfg)
 	require.NoError(t, err)
+	dcfg := dlq.Config{Store: st, Publisher: b.NewPublisher(), Destination: "jobs", Clock: clk, Logger: quiet}
+	svc, err := dlq.NewService(dcfg)
+	require.NoError(t, err)
+	letters, err := dlq.NewWriter(dcfg)
+	require.NoError(t, err)
 	acfg := api.Config{
 		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		Logger: quiet, Registerer: reg, Gatherer: reg, Clock: clk,
+		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf),
+		Logger:      quiet, Registerer: reg, Clock: clk,
 	}
 	if o.api != nil {
 		o.api(&acfg)
@@ -81,7 +89,7 @@ func setup(t *testing.T, o options) *testBundle {
 	require.NoError(t, err)
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	return &testBundle{clock: clk, store: st, broker: b, sub: sub, producer: p, api: a, srv: srv, registry: reg}
+	return &testBundle{clock: clk, letters: letters, store: st, broker: b, sub: sub, producer: p, api: a, srv: srv, registry: reg}
 }
 
 type response struct {
@@ -289,7 +297,7 @@ func TestAuthAndTenantIsolation(t *testing.T) {
 	r = b.do(t, http.MethodDelete, "/v1/jobs/acme-1", keyGlobex, "", nil)
 	require.Equal(t, http.StatusNotFound, r.status)
 	list := b.get(t, keyGlobex, "/v1/jobs").json(t)
-	require.Equal(t, []any{}, list["jobs"])
+	require.Equal(t, []any{}, list["data"])
 	require.Equal(t, "queued", b.get(t, keyAcme, "/v1/jobs/acme-1").json(t)["status"])
 
 	// The tenant of a posted job is the key's.
@@ -305,9 +313,8 @@ func TestAuthAndTenantIsolation(t *testing.T) {
 	require.Equal(t, http.StatusOK, b.get(t, "", "/healthz").status)
 	require.Equal(t, http.StatusOK, b.get(t, "", "/readyz").status)
 	require.Equal(t, http.StatusOK, b.get(t, "", "/openapi.yaml").status)
-	metrics := b.get(t, "", "/metrics")
-	require.Equal(t, http.StatusOK, metrics.status)
-	require.Contains(t, string(metrics.body), `llmq_api_requests_total{code="401",route="POST /v1/jobs"} 5`)
+	require.Equal(t, http.StatusNotFound, b.get(t, "", "/metrics").status, "metrics have a listener of their own")
+	require.Equal(t, 5.0, series(t, b.registry, "llmq_api_requests_total", "401", "POST /v1/jobs"))
 }
 
 func TestCancelAndList(t *testing.T) {
@@ -345,7 +352,7 @@ func TestCancelAndList(t *testing.T) {
 		var out struct {
 			Jobs []struct {
 				ID string `json:"id"`
-			} `json:"jobs"`
+			} `json:"data"`
 			NextCursor *string `json:"next_cursor"`
 		}
 		r := b.get(t, keyAcme, path)
@@ -365,7 +372,7 @@ func TestCancelAndList(t *testing.T) {
 	var out struct {
 		Jobs []struct {
 			ID string `json:"id"`
-		} `json:"jobs"`
+		} `json:"data"`
 	}
 	require.NoError(t, json.Unmarshal(b.get(t, keyAcme, "/v1/jobs?status=cancelled").body, &out))
 	require.Len(t, out.Jobs, 1)
@@ -442,4 +449,97 @@ func TestDeadLettersMounted(t *testing.T) {
 	r = b.do(t, http.MethodPost, "/v1/dead-letters/7/replay", keyGlobex, "", nil)
 	require.Equal(t, "POST /v1/dead-letters/7/replay globex", string(r.body))
 	require.Equal(t, http.StatusUnauthorized, b.get(t, "", "/v1/dead-letters").status)
+}
+
+// TestModelAllowlist: a job that names a model the catalog does not list
+// is refused with 400 naming the field; nothing is recorded.
+func TestModelAllowlist(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{api: func(c *api.Config) {
+		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {Fallbacks: []string{"gpt-4.1-mini"}}}}
+	}})
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	for body, field := range map[string]string{
+		`{"body":{"model":"o3-pro",` + msgs + `}}`:                                       "body.model",
+		`{"fallback_models":["<!channel>"],"body":{"model":"gpt-4o-mini",` + msgs + `}}`: "fallback_models[0]",
+		`{"jobs":[` + jobJSON("ok") + `,{"body":{"model":"x",` + msgs + `}}]}`:           "jobs[1].body.model",
+	} {
+		r := b.post(t, keyAcme, body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+		e := r.apiError(t)
+		require.Equal(t, llmq.CodeModelNotAllowed, e.Code)
+		require.Equal(t, field, e.Field)
+		require.Contains(t, e.Message, "allowed: gpt-4.1-mini, gpt-4o-mini")
+	}
+	require.Equal(t, int64(0), b.broker.Depth("jobs"))
+	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"fallback_models":["gpt-4.1-mini"],"body":`+validBody+`}`).status)
+}
+
+// zeros is an endless {"jobs":[0,0,0,... body that counts what was read.
+type zeros struct{ read int }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		switch {
+		case z.read+i < len(`{"jobs":[`):
+			p[i] = `{"jobs":[`[z.read+i]
+		case (z.read+i-len(`{"jobs":[`))%2 == 0:
+			p[i] = '0'
+		default:
+			p[i] = ','
+		}
+	}
+	z.read += len(p)
+	return len(p), nil
+}
+
+// TestBatchReadStopsAtTheLimit: the API stops reading a jobs array at the
+// 1,001st element, and any value at the size of a job, instead of holding
+// the whole body.
+func TestBatchReadStopsAtTheLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	z := &zeros{}
+	req := httptest.NewRequest(http.MethodPost, "/v1/jobs", z)
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	b.api.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), `"code":"too_many_jobs"`)
+	require.Less(t, z.read, 64<<10, "read %d bytes of an endless body", z.read)
+
+	// One element, or one field of a single job, larger than a job may be.
+	small := setup(t, options{api: func(c *api.Config) { c.MaxMessageBytes = 4 << 10 }})
+	big := `{"body":{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 200<<10) + `"}]}}`
+	for body, field := range map[string]string{`{"jobs":[` + jobJSON("") + `,` + big + `]}`: "jobs[1]", big: ""} {
+		r := small.post(t, keyAcme, body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+		require.Equal(t, llmq.CodeTooLarge, r.apiError(t).Code)
+		require.Equal(t, field, r.apiError(t).Field)
+	}
+}
+
+// series returns the value of the counter of family name whose labels
+// are code and route.
+func series(t *testing.T, reg *prometheus.Registry, name, code, route string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["code"] == code && labels["route"] == route {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no %s{code=%q,route=%q}", name, code, route)
+	return 0
 }

@@ -34,6 +34,10 @@ type Config struct {
 	Store JobStore
 	// Keys maps an API key to its tenant. Empty: every /v1 request is 401.
 	Keys map[string]string
+	// Catalog says which models a job may name (body.model and
+	// fallback_models); any other is refused with 400 model_not_allowed.
+	// The zero Catalog allows every name.
+	Catalog llmq.Catalog
 	// DeadLetters, when set, is mounted behind the authentication at
 	// /v1/dead-letters and below (see dlq.NewHTTPHandler; pass TenantOf).
 	DeadLetters http.Handler
@@ -49,10 +53,11 @@ type Config struct {
 
 	// Logger receives server errors. nil = slog.Default().
 	Logger *slog.Logger
-	// Registerer receives the API's metrics. nil = not registered.
+	// Registerer receives the API's metrics. nil = not registered. The
+	// API does not serve them: /metrics is on a listener of its own
+	// (internal/app's MetricsListen), so that the port tenants reach
+	// shows nothing about other tenants' traffic.
 	Registerer prometheus.Registerer
-	// Gatherer is served at /metrics. nil = /metrics is not served.
-	Gatherer prometheus.Gatherer
 	// Clock checks deadlines against now; it should agree with the
 	// producer's. nil = the system clock.
 	Clock clockwork.Clock

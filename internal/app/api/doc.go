@@ -31,8 +31,18 @@
 // already has changes nothing and answers 202 with the job's current status
 // ("created": false); an id held by another tenant answers 409 id_conflict.
 //
+// The body is read as a stream: reading stops at the 1,001st job and at
+// any value larger than a job may be (max_message_bytes), so a hostile body
+// costs no more memory than the jobs it may carry. A job that names a model
+// the configuration does not allow (body.model or a fallback) is refused
+// with 400 model_not_allowed.
+//
 // Errors are {"error": {"code", "message", "field"}} (field names the JSON
 // path of the first failing field; "details" lists them all): 400 bad input,
 // 401 missing or unknown key, 404, 405, 409, 413 body over the limit, 415
-// content type not application/json, 429, 503.
+// content type not application/json, 429, 503. A path or a query holding
+// bytes no id or cursor can hold (invalid UTF-8, NUL) is 400 or 404, never a
+// server error. Every answer carries Cache-Control: no-store and
+// X-Content-Type-Options: nosniff; lists use one envelope, {"data": [...],
+// "next_cursor": ...}; a job's error is sanitised and bounded (redact.Text).
 package api

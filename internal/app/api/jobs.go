@@ -1,17 +1,18 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/producer"
@@ -70,20 +71,13 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 			Message: "Content-Type must be application/json"})
 		return
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, Error{Code: llmq.CodeTooLarge,
-			Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)})
-		return
-	case err != nil:
-		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidJSON, Message: "read body: " + err.Error()})
-		return
-	}
-	raw, batch, e := splitBody(data)
+	raw, batch, e := a.readBody(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
 	if e != nil {
-		writeError(w, http.StatusBadRequest, *e)
+		status := http.StatusBadRequest
+		if e.Code == llmq.CodeTooLarge && e.Field == "" && strings.HasPrefix(e.Message, "request body") {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeError(w, status, *e)
 		return
 	}
 	jobs := make([]*llmq.Job, len(raw))
@@ -132,34 +126,6 @@ func toReceipt(r producer.Receipt) receiptJSON {
 	return receiptJSON{ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Created: r.Created, Published: r.Published}
 }
 
-// splitBody returns the raw jobs of a body: one, or the elements of "jobs".
-func splitBody(data []byte) ([]json.RawMessage, bool, *Error) {
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 {
-		return nil, false, &Error{Code: llmq.CodeInvalidJSON, Message: "request body is empty: send a job or {\"jobs\": [...]}"}
-	}
-	var top map[string]json.RawMessage
-	if trimmed[0] != '{' || json.Unmarshal(trimmed, &top) != nil {
-		return nil, false, &Error{Code: llmq.CodeInvalidJSON, Message: "request body is not a JSON object"}
-	}
-	list, ok := top["jobs"]
-	if !ok {
-		return []json.RawMessage{trimmed}, false, nil
-	}
-	var jobs []json.RawMessage
-	if err := json.Unmarshal(list, &jobs); err != nil || jobs == nil {
-		return nil, true, &Error{Code: llmq.CodeInvalidType, Field: "jobs", Message: "must be an array of jobs"}
-	}
-	switch {
-	case len(jobs) == 0:
-		return nil, true, &Error{Code: llmq.CodeInvalidValue, Field: "jobs", Message: "must not be empty"}
-	case len(jobs) > MaxBatch:
-		return nil, true, &Error{Code: CodeTooManyJobs, Field: "jobs",
-			Message: fmt.Sprintf("has %d jobs, at most %d are accepted per request", len(jobs), MaxBatch)}
-	}
-	return jobs, true, nil
-}
-
 // decodeJob decodes and checks one job for tenant; field paths get prefix.
 func (a *API) decodeJob(b json.RawMessage, tenant, prefix string) (*llmq.Job, *Error) {
 	path := func(f string) string {
@@ -192,6 +158,12 @@ func (a *API) decodeJob(b json.RawMessage, tenant, prefix string) (*llmq.Job, *E
 			Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", tenant, tenant)}
 	}
 	j.Tenant = tenant
+	if errs := a.cfg.Catalog.CheckModels(j); len(errs) > 0 {
+		for i := range errs {
+			errs[i].Field = path(errs[i].Field)
+		}
+		return nil, &Error{Code: errs[0].Code, Field: errs[0].Field, Message: errs[0].Message, Details: errs}
+	}
 	if j.Deadline != nil && !j.Deadline.After(a.cfg.Clock.Now()) {
 		return nil, &Error{Code: llmq.CodeInvalidValue, Field: path("deadline"),
 			Message: fmt.Sprintf("deadline %s has already passed", j.Deadline.Format(time.RFC3339))}
@@ -234,68 +206,27 @@ func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, ba
 	}
 }
 
-// jobJSON is a job as the API shows it.
-type jobJSON struct {
-	ID             string            `json:"id"`
-	Tenant         string            `json:"tenant"`
-	Status         string            `json:"status"`
-	Priority       string            `json:"priority"`
-	Model          string            `json:"model"`
-	UsedModel      string            `json:"used_model,omitempty"`
-	Deferrable     bool              `json:"deferrable"`
-	Deadline       *time.Time        `json:"deadline,omitempty"`
-	FallbackModels []string          `json:"fallback_models"`
-	Metadata       map[string]string `json:"metadata"`
-	Attempts       int               `json:"attempts"`
-	CreatedAt      time.Time         `json:"created_at"`
-	StartedAt      *time.Time        `json:"started_at,omitempty"`
-	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
-	UpdatedAt      time.Time         `json:"updated_at"`
-	Result         json.RawMessage   `json:"result,omitempty"`
-	Error          *jobError         `json:"error,omitempty"`
-	Usage          *usage            `json:"usage,omitempty"`
-	CostUSD        float64           `json:"cost_usd"`
-}
-
-type jobError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-}
-
-func toJob(r *store.JobRecord) jobJSON {
-	j := jobJSON{
-		ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Priority: string(r.Priority),
-		Model: r.RequestedModel, UsedModel: r.UsedModel, Deferrable: r.Deferrable, Deadline: r.Deadline,
-		FallbackModels: r.FallbackModels, Metadata: r.Metadata, Attempts: r.Attempts,
-		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, UpdatedAt: r.UpdatedAt,
-		Result: r.Result, CostUSD: r.CostUSD,
-	}
-	if j.FallbackModels == nil {
-		j.FallbackModels = []string{}
-	}
-	if j.Metadata == nil {
-		j.Metadata = map[string]string{}
-	}
-	if r.ErrorCode != "" || r.ErrorMessage != "" {
-		j.Error = &jobError{Code: r.ErrorCode, Message: r.ErrorMessage}
-	}
-	if r.PromptTokens != 0 || r.CompletionTokens != 0 {
-		j.Usage = &usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens}
-	}
-	return j
-}
-
 func notFound(w http.ResponseWriter, id string) {
-	writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no job %q", id)})
+	writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: fmt.Sprintf("no job %.128q", id)})
+}
+
+// jobID returns the {id} of the path; a path that cannot be a job id
+// (invalid UTF-8, NUL, other characters than a job id has) answers 404
+// without asking the database, like a missing job.
+func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if !llmq.ValidID(id) {
+		notFound(w, id)
+		return "", false
+	}
+	return id, true
 }
 
 func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	rec, err := a.cfg.Store.Get(r.Context(), TenantOf(r), id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -303,12 +234,15 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, toJob(rec))
+		writeJSON(w, http.StatusOK, JobView(rec))
 	}
 }
 
 func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, ok := jobID(w, r)
+	if !ok {
+		return
+	}
 	rec, err := a.cfg.Store.Cancel(r.Context(), TenantOf(r), id)
 	var ite *store.IllegalTransitionError
 	switch {
@@ -320,24 +254,33 @@ func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, toJob(rec))
+		writeJSON(w, http.StatusOK, JobView(rec))
 	}
 }
 
-type jobList struct {
-	Jobs []jobJSON `json:"jobs"`
-	// NextCursor is passed as after= for the next page; null after the
-	// last page.
-	NextCursor *string `json:"next_cursor"`
+// maxCursorBytes bounds an after= cursor: an encoded time and job id.
+const maxCursorBytes = 256
+
+// isDataException reports whether the database refused a value of the
+// request itself (SQLSTATE class 22: invalid UTF-8, NUL, out of range): bad
+// input, answered 400, not a server error.
+func isDataException(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
 func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	opts := store.ListOptions{Tenant: TenantOf(r), After: q.Get("after")}
+	if len(opts.After) > maxCursorBytes {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "after",
+			Message: "not a cursor returned by this API"})
+		return
+	}
 	if s := q.Get("status"); s != "" {
 		if !slices.Contains(llmq.Statuses, llmq.Status(s)) {
 			writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "status",
-				Message: fmt.Sprintf("unknown status %q", s)})
+				Message: fmt.Sprintf("unknown status %.64q", s)})
 			return
 		}
 		opts.Status = llmq.Status(s)
@@ -353,7 +296,9 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	recs, next, err := a.cfg.Store.List(r.Context(), opts)
 	switch {
-	case errors.Is(err, store.ErrBadCursor):
+	case errors.Is(err, store.ErrBadCursor), isDataException(err):
+		// A cursor the store did not print, or one forged with bytes the
+		// database cannot compare (invalid UTF-8, NUL).
 		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "after",
 			Message: "not a cursor returned by this API"})
 		return
@@ -361,14 +306,7 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.internalError(w, r, err)
 		return
 	}
-	out := jobList{Jobs: make([]jobJSON, len(recs))}
-	for i, rec := range recs {
-		out.Jobs[i] = toJob(rec)
-	}
-	if next != "" {
-		out.NextCursor = &next
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, JobList(recs, next))
 }
 
 type queueJSON struct {

@@ -106,5 +106,5 @@ func TestMalformedRequests(t *testing.T) {
 	}
 	require.Equal(t, int64(0), b.broker.Depth("jobs"), "no bad request published anything")
 	list := b.get(t, keyAcme, "/v1/jobs").json(t)
-	require.Equal(t, []any{}, list["jobs"], "no bad request recorded anything")
+	require.Equal(t, []any{}, list["data"], "no bad request recorded anything")
 }

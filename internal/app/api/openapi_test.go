@@ -17,6 +17,8 @@ import (
 	legacyrouter "github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/transport"
@@ -109,7 +111,38 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, b, "DELETE", "/v1/jobs/one", keyAcme, "", "", true, 409)
 	c.check(t, b, "DELETE", "/v1/jobs/one", keyGlobex, "", "", true, 404)
 	c.check(t, b, "DELETE", "/v1/jobs/one", "", "", "", true, 401)
-	c.check(t, b, "GET", "/metrics", "", "", "", true, 200)
+
+	// Dead letters: acme's job "dl" was dead-lettered, and a poison message.
+	ctx := context.Background()
+	j, err := llmq.Decode([]byte(jobJSON("dl")), llmq.DecodeOptions{})
+	require.NoError(t, err)
+	j.Tenant = "acme"
+	_, err = b.store.Claim(ctx, j, "w", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{JobID: "dl", Tenant: "acme", Reason: dlq.ReasonRetriesExhausted,
+		LastError: "server_error: 500", Attempts: 6, Model: "gpt-4o-mini", Message: []byte(jobJSON("dl"))}))
+	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{Tenant: "acme", Reason: dlq.ReasonPoison,
+		LastError: "not JSON", Message: []byte("\xffnot json")}))
+	c.check(t, b, "GET", "/v1/dead-letters", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/dead-letters?reason=retries_exhausted&limit=1", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/dead-letters?reason=oops", keyAcme, "", "", false, 400)
+	c.check(t, b, "GET", "/v1/dead-letters", "", "", "", true, 401)
+	c.check(t, b, "GET", "/v1/dead-letters/1", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/dead-letters/2", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/dead-letters/1", keyGlobex, "", "", true, 404)
+	c.check(t, b, "GET", "/v1/dead-letters/1", "", "", "", true, 401)
+	c.check(t, b, "POST", "/v1/dead-letters/1/replay", keyAcme, "", "", true, 200)
+	c.check(t, b, "POST", "/v1/dead-letters/1/replay", keyAcme, "", "", true, 200)
+	c.check(t, b, "POST", "/v1/dead-letters/1/replay", keyGlobex, "", "", true, 404)
+	c.check(t, b, "POST", "/v1/dead-letters/1/replay", "", "", "", true, 401)
+	// The job of letter 3 left dead_lettered another way: 409.
+	_, err = b.store.Claim(ctx, j, "w", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{JobID: "dl", Tenant: "acme", Reason: dlq.ReasonExpired,
+		Message: []byte(jobJSON("dl"))}))
+	_, err = b.store.Requeue(ctx, "dl")
+	require.NoError(t, err)
+	c.check(t, b, "POST", "/v1/dead-letters/3/replay", keyAcme, "", "", true, 409)
 
 	// A full queue and a deadline that cannot be met.
 	full := setup(t, options{producer: func(pc *producer.Config) { pc.SoftDepth, pc.HardDepth = 1, 2 }})
@@ -131,6 +164,12 @@ func TestOpenAPIConformance(t *testing.T) {
 	require.Equal(t, api.CodeDatabaseUnavailable, dbDown.post(t, keyAcme, jobJSON("x1")).apiError(t).Code)
 	c.check(t, dbDown, "GET", "/v1/queue", keyAcme, "", "", true, 503)
 	c.check(t, dbDown, "GET", "/readyz", "", "", "", true, 503)
+	// readyz is not authenticated: it names the failing part, not its
+	// error (addresses, users).
+	require.Equal(t, map[string]any{"status": "unavailable", "checks": map[string]any{"database": "unavailable", "broker": "ok"}},
+		dbDown.get(t, "", "/readyz").json(t))
+	require.Equal(t, map[string]any{"status": "unavailable", "checks": map[string]any{"database": "ok", "broker": "unavailable"}},
+		down.get(t, "", "/readyz").json(t))
 	require.Equal(t, int64(0), dbDown.broker.Depth("jobs"))
 
 	// Every documented operation was exercised.

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/producer"
 )
 
@@ -55,9 +55,11 @@ func New(cfg Config) (*API, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route"}),
 	}
+	// Keys are looked up by their hash; the API keeps no key itself.
 	for k, tenant := range cfg.Keys {
 		a.keys[sha256.Sum256([]byte(k))] = tenant
 	}
+	a.cfg.Keys = nil
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{a.requests, a.duration} {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -81,13 +83,13 @@ func (a *API) routes() {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)
 	})
-	if a.cfg.Gatherer != nil {
-		a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{}))
-	}
 	if a.cfg.DeadLetters != nil {
+		// The dead-letter handler's own patterns, so that the route label
+		// of every request is a "METHOD /path" pattern.
 		h := a.authed(a.cfg.DeadLetters.ServeHTTP)
-		a.mux.Handle("/v1/dead-letters", h)
-		a.mux.Handle("/v1/dead-letters/", h)
+		for _, pattern := range dlq.HTTPRoutes {
+			a.mux.Handle(pattern, h)
+		}
 	}
 }
 
@@ -95,6 +97,9 @@ func (a *API) routes() {
 // with another method 405 (with Allow), both as JSON errors.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	// Every answer is for its requester only and is what it says it is.
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	h, pattern := a.mux.Handler(r)
 	rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	route := pattern
@@ -204,15 +209,19 @@ type readyBody struct {
 }
 
 // readyz checks the database (ping) and the broker (a queue measurement).
+// It is not authenticated: it says "unavailable" and logs the cause, never
+// showing a dial error (addresses, user names) to whoever asks.
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	body := readyBody{Status: "ready", Checks: map[string]string{"database": "ok", "broker": "ok"}}
 	if err := a.cfg.Store.Ping(ctx); err != nil {
-		body.Status, body.Checks["database"] = "unavailable", err.Error()
+		body.Status, body.Checks["database"] = "unavailable", "unavailable"
+		a.log.Warn("api: not ready: database", slog.String("error", err.Error()))
 	}
 	if _, err := a.cfg.Producer.Queue(ctx); errors.Is(err, producer.ErrBrokerUnavailable) {
-		body.Status, body.Checks["broker"] = "unavailable", err.Error()
+		body.Status, body.Checks["broker"] = "unavailable", "unavailable"
+		a.log.Warn("api: not ready: broker", slog.String("error", err.Error()))
 	}
 	if body.Status != "ready" {
 		setRetryAfter(w, a.cfg.RetryAfterUnavailable)

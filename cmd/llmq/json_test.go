@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport/memory"
+)
+
+// cliBundle is a database with jobs of two tenants and dead letters, and
+// the environment that points the commands at it.
+type cliBundle struct {
+	ctx   context.Context
+	store *store.Store
+}
+
+func setupCLI(t *testing.T) *cliBundle {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("Postgres")
+	}
+	dbURL := storetest.NewDB(t)
+	t.Setenv(config.EnvDatabaseURL, dbURL)
+	t.Setenv(config.EnvConfig, "")
+	ctx := context.Background()
+	st, err := store.Open(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	return &cliBundle{ctx: ctx, store: st}
+}
+
+// job records a job of tenant and returns it claimed (running).
+func (b *cliBundle) job(t *testing.T, tenant, id string) *llmq.Job {
+	t.Helper()
+	j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":%q,"tenant":%q,"metadata":{"k":"v"},"body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`, id, tenant)), llmq.DecodeOptions{})
+	require.NoError(t, err)
+	_, err = b.store.Insert(b.ctx, j)
+	require.NoError(t, err)
+	return j
+}
+
+// schema returns a component schema of the API's OpenAPI document.
+func schema(t *testing.T, name string) *openapi3.Schema {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI())
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(loader.Context))
+	ref, ok := doc.Components.Schemas[name]
+	require.True(t, ok, "no schema %s", name)
+	return ref.Value
+}
+
+// requireSchema decodes out and validates it against the named schema.
+func requireSchema(t *testing.T, name, out string) map[string]any {
+	t.Helper()
+	var v map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &v), "%s", out)
+	require.NoError(t, schema(t, name).VisitJSON(v), "%s does not match schema %s", out, name)
+	return v
+}
+
+// TestJSONOutputMatchesOpenAPI: the commands' --json print exactly the
+// API's views, so their output validates against the OpenAPI schemas.
+func TestJSONOutputMatchesOpenAPI(t *testing.T) {
+	b := setupCLI(t)
+	ok := b.job(t, "acme", "ok-1")
+	_, err := b.store.Claim(b.ctx, ok, "w", time.Minute)
+	require.NoError(t, err)
+	_, err = b.store.StoreResult(b.ctx, "ok-1", store.Result{Response: json.RawMessage(`{"choices":[{"message":{"content":"hello"}}]}`),
+		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
+	require.NoError(t, err)
+	failed := b.job(t, "acme", "failed-1")
+	_, err = b.store.Claim(b.ctx, failed, "w", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, b.store.MarkFailed(b.ctx, "failed-1", "invalid_request_error",
+		"HTTP 400: <html>"+strings.Repeat("bad request ", 200)+"\nAuthorization: Bearer sk-leaked0123456789</html>"))
+	b.job(t, "globex", "queued-1")
+	long := b.job(t, "acme", "long-1")
+	_, err = b.store.Claim(b.ctx, long, "w", time.Minute)
+	require.NoError(t, err)
+	longErr := "The model gpt-4o-mini does not exist or you do not have access to it. Check the model name and your " +
+		"organization's access, then send the job again with a model you may use."
+	require.NoError(t, b.store.MarkFailed(b.ctx, "long-1", "model_not_found", longErr))
+	out, err := runLLMQ(t, "status", "long-1")
+	require.NoError(t, err)
+	require.Contains(t, out, "model_not_found: "+longErr, "status shows the whole error")
+
+	out, err = runLLMQ(t, "status", "failed-1", "--json")
+	require.NoError(t, err)
+	v := requireSchema(t, "Job", out)
+	require.Equal(t, "failed-1", v["id"])
+	require.NotContains(t, out, "sk-leaked", "the stored error is shown sanitised")
+	out, err = runLLMQ(t, "status", "ok-1", "--json")
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"prompt_tokens": 3.0, "completion_tokens": 1.0}, requireSchema(t, "Job", out)["usage"])
+
+	out, err = runLLMQ(t, "jobs", "ls", "--json")
+	require.NoError(t, err)
+	v = requireSchema(t, "JobList", out)
+	require.Len(t, v["data"], 4)
+	require.Nil(t, v["next_cursor"])
+	out, err = runLLMQ(t, "jobs", "ls", "--json", "--limit", "1")
+	require.NoError(t, err)
+	require.NotNil(t, requireSchema(t, "JobList", out)["next_cursor"])
+
+	// Dead letters: a job's, and a poison message that is not JSON.
+	w, err := dlq.NewWriter(dlq.Config{Store: b.store, Publisher: memory.New().NewPublisher(), Destination: "jobs"})
+	require.NoError(t, err)
+	require.NoError(t, w.DeadLetter(b.ctx, dlq.Letter{JobID: "queued-1", Tenant: "globex", Reason: dlq.ReasonExpired,
+		Message: []byte(`{"id":"queued-1","body":{}}`)}))
+	require.NoError(t, w.DeadLetter(b.ctx, dlq.Letter{Tenant: "acme", Reason: dlq.ReasonPoison, LastError: "not JSON",
+		Message: []byte("\xff\x00 not json")}))
+	out, err = runLLMQ(t, "dlq", "ls", "--json")
+	require.NoError(t, err)
+	require.Len(t, requireSchema(t, "DeadLetterList", out)["data"], 2)
+	for _, id := range []string{"1", "2"} {
+		out, err = runLLMQ(t, "dlq", "show", id, "--json")
+		require.NoError(t, err)
+		requireSchema(t, "DeadLetter", out)
+	}
+}
+
+// TestJobsLsMoreHintKeepsTheFilters: following the "more:" line lists the
+// next page of the same listing, never another tenant's jobs.
+func TestJobsLsMoreHintKeepsTheFilters(t *testing.T) {
+	b := setupCLI(t)
+	for i := range 3 {
+		b.job(t, "acme", fmt.Sprintf("a%d", i))
+		b.job(t, "globex", fmt.Sprintf("g%d", i))
+	}
+	args := []string{"jobs", "ls", "--tenant", "acme", "--limit", "2"}
+	var seen []string
+	for page := 0; ; page++ {
+		require.Less(t, page, 3, "paging does not end")
+		out, err := runLLMQ(t, args...)
+		require.NoError(t, err)
+		more := ""
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+			if rest, ok := strings.CutPrefix(line, "more: llmq "); ok {
+				more = rest
+				continue
+			}
+			fields := strings.Fields(line)
+			require.Equal(t, "acme", fields[1], "page %d lists %s", page, line)
+			seen = append(seen, fields[0])
+		}
+		if more == "" {
+			break
+		}
+		require.Contains(t, more, "--tenant acme --limit 2 --after ")
+		args = strings.Fields(more)
+	}
+	require.ElementsMatch(t, []string{"a0", "a1", "a2"}, seen)
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	openai "github.com/sashabaranov/go-openai"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -335,16 +336,25 @@ func (a *App) buildAPI() error {
 	if err != nil {
 		return err
 	}
+	// Cancelling a provider batch asks the provider: the upstream's
+	// Batch API, with the worker's address and key.
+	batches := openai.DefaultConfig(s.OpenAIAPIKey)
+	batches.BaseURL = s.OpenAIBaseURL
+	batches.HTTPClient = &http.Client{Timeout: time.Minute}
+	batchClient := openai.NewClientWithConfig(batches)
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, Keys: s.APIKeys, Catalog: s.Catalog(),
-		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf), MaxMessageBytes: s.MaxMessageBytes,
-		Logger: a.log, Registerer: a.registerer,
+		Producer: a.producer, Store: a.store, Keys: s.APIKeys, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
+		DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc, Batches: a.store,
+		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
+			return batchapi.Cancel(ctx, a.store, batchClient, ref)
+		},
+		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
 	})
 	if err != nil {
 		return err
 	}
-	if len(s.APIKeys) == 0 {
-		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys): every /v1 request will be refused")
+	if len(s.APIKeys) == 0 && len(s.OperatorKeys) == 0 {
+		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys, LLMQ_OPERATOR_KEYS or operator_keys): every /v1 request will be refused")
 	}
 	srv := &http.Server{
 		Handler:           handler,

@@ -20,9 +20,17 @@ type segment struct {
 	Value int64
 }
 
-// stackedBar draws parts of a whole as one bar across the card's width.
-// An empty whole draws an empty track.
-func stackedBar(parts []segment, height int) template.HTML {
+// Heights of a stacked bar (classes of console.css).
+const (
+	barThick = "bar"
+	barThin  = "bar thin"
+)
+
+// stackedBar draws parts of a whole as one bar across the card's width, as
+// high as class says (barThick, barThin). An empty whole draws an empty
+// track.
+func stackedBar(parts []segment, class string) template.HTML {
+	const height = 10
 	const width = 1000.0
 	var total int64
 	for _, p := range parts {
@@ -38,9 +46,9 @@ func stackedBar(parts []segment, height int) template.HTML {
 	if len(title) == 0 {
 		title = []string{"nothing to show"}
 	}
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" preserveAspectRatio="none" role="img" aria-label="%s" height="%d">`,
-		int(width), height, template.HTMLEscapeString(strings.Join(title, ", ")), height)
-	fmt.Fprintf(&b, `<rect class="c-empty" x="0" y="0" width="%d" height="%d" rx="3"/>`, int(width), height)
+	fmt.Fprintf(&b, `<svg class="chart %s" viewBox="0 0 %d %d" preserveAspectRatio="none" role="img" aria-label="%s">`,
+		class, int(width), height, template.HTMLEscapeString(strings.Join(title, ", ")))
+	fmt.Fprintf(&b, `<rect class="c-empty" x="0" y="0" width="%d" height="%d"/>`, int(width), height)
 	x := 0.0
 	for _, p := range parts {
 		if p.Value <= 0 || total == 0 {

@@ -129,7 +129,7 @@ func dur(d time.Duration) string {
 		return "-" + dur(-d)
 	case d < time.Second:
 		return fmt.Sprintf("%d ms", d.Milliseconds())
-	case d < 10*time.Second:
+	case d < 10*time.Second && d%time.Second != 0:
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	case d < time.Minute:
 		return fmt.Sprintf("%d s", int(d.Seconds()))

@@ -171,7 +171,7 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 			p.Active += n
 		}
 	}
-	p.Bar = stackedBar(p.Legend, 18)
+	p.Bar = stackedBar(p.Legend, barThick)
 	p.Since = c.cfg.Clock.Now().Add(-deadLetterWindow).UTC().Truncate(time.Second)
 	dq := url.Values{"since": {p.Since.Format(time.RFC3339)}}
 	if t := q.Get("tenant"); t != "" {
@@ -351,7 +351,8 @@ func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request, s session) {
 
 // confirm is the dialog that asks before an action.
 type confirm struct {
-	Title, Text, Button, Action string
+	// Keep is the label of the way out.
+	Title, Text, Button, Keep, Action string
 	Danger                      bool
 	// Fields are the form's hidden fields.
 	Fields map[string]string
@@ -460,10 +461,15 @@ func (c *Console) deadLetterConfirm(in url.Values, p deadLettersPage) *confirm {
 	if p.Tenant != "" {
 		d.Fields["tenant"] = p.Tenant
 	}
-	what := ""
+	what, one := "", false
 	if id, err := strconv.ParseInt(in.Get("id"), 10, 64); err == nil && id > 0 {
 		d.Fields["id"] = strconv.FormatInt(id, 10)
-		what = "dead letter " + strconv.FormatInt(id, 10)
+		what, one = "dead letter "+strconv.FormatInt(id, 10), true
+		for _, l := range p.Letters {
+			if l.ID == id && l.JobID != "" {
+				what += " (job " + l.JobID + ")"
+			}
+		}
 	} else if g := in.Get("group"); slices.Contains(dlq.Reasons, dlq.Reason(g)) {
 		d.Fields["reason"] = g
 		for _, rc := range p.Reasons.Data {
@@ -481,14 +487,18 @@ func (c *Console) deadLetterConfirm(in url.Values, p deadLettersPage) *confirm {
 	if p.Tenant != "" {
 		what += " of tenant " + p.Tenant
 	}
+	subject, keep := "Each letter's original message is", "Keep them"
+	if one {
+		subject, keep = "The letter's original message is", "Keep it"
+	}
 	if action == "replay" {
-		d.Title, d.Button = "Replay "+what+"?", "Replay"
-		d.Text = "Each letter's original message is published again with its job queued and its attempts reset. " +
-			"A letter is replayed once: one replayed before is left alone. This is what llmq dlq replay does."
+		d.Title, d.Button, d.Keep = "Replay "+what+"?", "Replay", "Not now"
+		d.Text = subject + " published again, with its job queued and its attempts reset. " +
+			"A letter is replayed once: one replayed before is left alone. llmq dlq replay does the same."
 	} else {
-		d.Title, d.Button, d.Danger = "Purge "+what+"?", "Purge", true
-		d.Text = "The letters are deleted from Postgres; their jobs and the copies in the .dlq topic or queue stay. " +
-			"This cannot be undone. This is what llmq dlq purge does."
+		d.Title, d.Button, d.Danger, d.Keep = "Purge "+what+"?", "Purge", true, keep
+		d.Text = strings.Replace(subject, "original message is", "record is", 1) + " deleted from Postgres; the jobs and the copies in the .dlq " +
+			"topic or queue stay. This cannot be undone. llmq dlq purge does the same."
 	}
 	return d
 }
@@ -574,7 +584,7 @@ func batchBar(b api.Batch) template.HTML {
 	total := int64(max(b.RequestTotal, b.JobCount))
 	done, failed := int64(b.RequestCompleted), int64(b.RequestFailed)
 	return stackedBar([]segment{{Key: "succeeded", Label: "completed", Value: done}, {Key: "failed", Label: "failed", Value: failed},
-		{Key: "empty", Label: "waiting", Value: max(total-done-failed, 0)}}, 10)
+		{Key: "empty", Label: "waiting", Value: max(total-done-failed, 0)}}, barThin)
 }
 
 func (c *Console) batches(w http.ResponseWriter, r *http.Request, s session) {
@@ -618,11 +628,11 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s session) {
 			p.Jobs = append(p.Jobs, segment{Key: string(st), Label: strings.ReplaceAll(string(st), "_", " "), Value: int64(n)})
 		}
 	}
-	p.JobsBar = stackedBar(p.Jobs, 14)
+	p.JobsBar = stackedBar(p.Jobs, barThin)
 	p.Cancellable = slices.Contains([]string{"validating", "in_progress"}, p.Batch.Status)
 	if r.URL.Query().Get("confirm") == "cancel" && p.Cancellable {
 		self := Prefix + "/batches/" + url.PathEscape(p.Batch.ID)
-		p.Confirm = &confirm{Action: self + "/cancel", Back: self, Button: "Cancel the batch", Danger: true,
+		p.Confirm = &confirm{Action: self + "/cancel", Back: self, Button: "Cancel the batch", Keep: "Let it run", Danger: true,
 			Title: "Cancel batch " + p.Batch.ID + "?",
 			Text: "The provider is asked to cancel it. Results it finished are brought home as usual; its other " +
 				num(int64(p.Batch.JobCount-p.Batch.RequestCompleted-p.Batch.RequestFailed)) +

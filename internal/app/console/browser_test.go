@@ -375,4 +375,3 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.Zero(t, g.count(`[data-answer]`))
 	g.open("/ui/login", "#overview")
 }
-

@@ -353,7 +353,7 @@ func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request, s session) {
 type confirm struct {
 	// Keep is the label of the way out.
 	Title, Text, Button, Keep, Action string
-	Danger                      bool
+	Danger                            bool
 	// Fields are the form's hidden fields.
 	Fields map[string]string
 	// Back is where Cancel goes (the page without the dialog).

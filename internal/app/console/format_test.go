@@ -48,3 +48,17 @@ func TestChartsEscape(t *testing.T) {
 	require.Contains(t, bar, `class="c-failed" x="750.00" y="0" width="250.00"`)
 	require.Contains(t, bar, `aria-label="succeeded 3, failed 1"`)
 }
+
+// TestVendoredHTMX: the embedded htmx is the version its README names.
+func TestVendoredHTMX(t *testing.T) {
+	t.Parallel()
+	js, err := staticFS.ReadFile("static/htmx.min.js")
+	require.NoError(t, err)
+	require.Contains(t, string(js), `version:"`+htmxVersion+`"`)
+	readme, err := staticFS.ReadFile("static/README.md")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "htmx "+htmxVersion)
+	lic, err := staticFS.ReadFile("static/htmx.LICENSE")
+	require.NoError(t, err)
+	require.Contains(t, string(lic), "Zero-Clause BSD")
+}

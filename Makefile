@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all help build test lint vet fmt-check unit fuzz bench bench-go bench-llmq demo run migrate clean
+.PHONY: all help build test lint vet fmt-check unit fuzz bench bench-go bench-llmq demo console-screenshots run migrate clean
 
 all: build
 
@@ -58,6 +58,10 @@ bench-llmq:
 ## demo: the whole pipeline in one process on embedded defaults (under 2 min)
 demo:
 	$(GO) run ./cmd/llmq demo
+
+## console-screenshots: run the console's browser test (chromium) and save its screenshots in docs/console
+console-screenshots:
+	LLMQ_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./internal/app/console/
 
 ## migrate: create and migrate the database of LLMQ_DATABASE_URL
 migrate: build

@@ -26,13 +26,14 @@ import (
 //	POST /v1/dead-letters/{id}/replay  -> 200 {"data": letter, "replayed": true | false}
 //
 // Letters are shown as [View]s: whole on GET /v1/dead-letters/{id}, as
-// bounded list entries elsewhere. tenantOf returns the tenant the (already
-// authenticated) request acts for; "" is answered 401. A letter of another
-// tenant is 404, like a missing one. Errors are {"error": {"code",
+// bounded list entries elsewhere. scopeOf returns the tenant the (already
+// authenticated) request acts on and true, "" meaning every tenant (an
+// operator); false is answered 401. A letter of another tenant is 404, like
+// a missing one. Errors are {"error": {"code",
 // "message", "field"}}. Every answer carries Cache-Control: no-store and
 // X-Content-Type-Options: nosniff.
-func NewHTTPHandler(svc *Service, tenantOf func(*http.Request) string) http.Handler {
-	h := &httpHandler{svc: svc, tenantOf: tenantOf}
+func NewHTTPHandler(svc *Service, scopeOf func(*http.Request) (tenant string, ok bool)) http.Handler {
+	h := &httpHandler{svc: svc, scopeOf: scopeOf}
 	mux := http.NewServeMux()
 	for _, r := range HTTPRoutes {
 		mux.HandleFunc(r, map[string]http.HandlerFunc{
@@ -48,8 +49,8 @@ func NewHTTPHandler(svc *Service, tenantOf func(*http.Request) string) http.Hand
 var HTTPRoutes = []string{"GET /v1/dead-letters", "GET /v1/dead-letters/{id}", "POST /v1/dead-letters/{id}/replay"}
 
 type httpHandler struct {
-	svc      *Service
-	tenantOf func(*http.Request) string
+	svc     *Service
+	scopeOf func(*http.Request) (string, bool)
 }
 
 type apiError struct {
@@ -93,8 +94,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func (h *httpHandler) tenant(w http.ResponseWriter, r *http.Request) (string, bool) {
-	t := h.tenantOf(r)
-	if t == "" {
+	t, ok := h.scopeOf(r)
+	if !ok {
 		h.fail(w, http.StatusUnauthorized, "unauthorized", "no tenant for this request", "")
 		return "", false
 	}

@@ -187,7 +187,10 @@ func TestHTTPHandler(t *testing.T) {
 	others, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "other"}})
 	require.NoError(t, err)
 
-	srv := httptest.NewServer(NewHTTPHandler(b.svc, func(r *http.Request) string { return r.Header.Get("X-Tenant") }))
+	srv := httptest.NewServer(NewHTTPHandler(b.svc, func(r *http.Request) (string, bool) {
+		t := r.Header.Get("X-Tenant")
+		return t, t != ""
+	}))
 	t.Cleanup(srv.Close)
 	do := func(method, path, tenant string, wantStatus int, out any) {
 		t.Helper()
@@ -325,7 +328,7 @@ func TestHTTPListIsBounded(t *testing.T) {
 			Reason: ReasonRetriesExhausted, LastError: lastErr, Message: big}))
 		b.pub.next(t)
 	}
-	srv := httptest.NewServer(NewHTTPHandler(b.svc, func(*http.Request) string { return "acme" }))
+	srv := httptest.NewServer(NewHTTPHandler(b.svc, func(*http.Request) (string, bool) { return "acme", true }))
 	t.Cleanup(srv.Close)
 	resp, err := srv.Client().Get(srv.URL + "/v1/dead-letters")
 	require.NoError(t, err)

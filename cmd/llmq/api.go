@@ -22,12 +22,15 @@ func newAPICmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "api",
-		Short: "Serve the HTTP job API (enqueue, status, cancel, queue backpressure) and run the outbox sweeper",
-		Long: `api serves POST/GET/DELETE /v1/jobs, GET /v1/queue, /v1/dead-letters, /healthz, /readyz and
-/openapi.yaml on --listen, and /metrics on --metrics-listen (a port of its own, loopback by
-default: metrics name every tenant's traffic). API keys come from LLMQ_API_KEYS (or
-LLMQ_API_KEYS_FILE) or api_keys in the config file; backpressure thresholds from
-backpressure.soft_depth / hard_depth.
+		Short: "Serve the HTTP job API (enqueue, status, cancel, queue backpressure) and the web console, and run the outbox sweeper",
+		Long: `api serves POST/GET/DELETE /v1/jobs, GET /v1/queue, /v1/stats/jobs, /v1/dead-letters, /v1/batches,
+/healthz, /readyz and /openapi.yaml on --listen, the web console at /ui, and /metrics on
+--metrics-listen (a port of its own, loopback by default: metrics name every tenant's
+traffic). API keys come from LLMQ_API_KEYS (or LLMQ_API_KEYS_FILE) or api_keys in the config
+file, operator keys (every tenant, and the batches) from LLMQ_OPERATOR_KEYS(_FILE) or
+operator_keys; backpressure thresholds from backpressure.soft_depth / hard_depth. The
+console's sessions are sealed with LLMQ_CONSOLE_SECRET(_FILE), the same on every replica
+(random per process when unset); cancelling a batch asks OPENAI_BASE_URL with OPENAI_API_KEY.
 
 TLS: with --tls-cert and --tls-key the API serves HTTPS only. Behind a reverse proxy or a
 load balancer that terminates TLS, leave them out, keep --listen on an address only the proxy

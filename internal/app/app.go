@@ -17,10 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/app/console"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/migrations"
@@ -321,8 +323,8 @@ func (a *App) buildProducer() error {
 	return nil
 }
 
-// buildAPI builds the outbox sweeper, the dead-letter service and the HTTP
-// API on the producer.
+// buildAPI builds the outbox sweeper, the dead-letter service, the HTTP
+// API on the producer and the web console over the API.
 func (a *App) buildAPI() error {
 	s, ac := a.cfg.Settings, a.cfg.API
 	sweeper, err := producer.NewSweeper(producer.SweeperConfig{Producer: a.producer, Interval: ac.SweepInterval, Grace: ac.SweepGrace})
@@ -335,19 +337,33 @@ func (a *App) buildAPI() error {
 	if err != nil {
 		return err
 	}
+	// Cancelling a provider batch asks the provider: the upstream's
+	// Batch API, with the worker's address and key.
+	batches := openai.DefaultConfig(s.OpenAIAPIKey)
+	batches.BaseURL = s.OpenAIBaseURL
+	batches.HTTPClient = &http.Client{Timeout: time.Minute}
+	batchClient := openai.NewClientWithConfig(batches)
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, Keys: s.APIKeys, Catalog: s.Catalog(),
-		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf), MaxMessageBytes: s.MaxMessageBytes,
-		Logger: a.log, Registerer: a.registerer,
+		Producer: a.producer, Store: a.store, Keys: s.APIKeys, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
+		DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc, Batches: a.store,
+		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
+			return batchapi.Cancel(ctx, a.store, batchClient, ref)
+		},
+		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
 	})
 	if err != nil {
 		return err
 	}
-	if len(s.APIKeys) == 0 {
-		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys): every /v1 request will be refused")
+	if len(s.APIKeys) == 0 && len(s.OperatorKeys) == 0 {
+		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys, LLMQ_OPERATOR_KEYS or operator_keys): every /v1 request will be refused")
+	}
+	ui, err := console.New(console.Config{API: handler, Secret: s.ConsoleSecret, Secure: ac.TLSCert != "",
+		Refresh: ac.ConsoleRefresh, Logger: a.log})
+	if err != nil {
+		return err
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           withConsole(handler, ui),
 		ReadHeaderTimeout: timeout(ac.ReadHeaderTimeout, APIReadHeaderTimeoutDefault),
 		ReadTimeout:       timeout(ac.ReadTimeout, APIReadTimeoutDefault),
 		WriteTimeout:      timeout(ac.WriteTimeout, APIWriteTimeoutDefault),
@@ -366,6 +382,18 @@ func (a *App) buildAPI() error {
 	a.addServer("api", ln, srv, apiStopTimeout, slog.String("scheme", scheme),
 		slog.String("broker", a.brokerName()), slog.String("destination", a.target.Dest))
 	return nil
+}
+
+// withConsole serves the console at console.Prefix and below, the API
+// everywhere else.
+func withConsole(apiHandler, ui http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p == console.Prefix || strings.HasPrefix(p, console.Prefix+"/") {
+			ui.ServeHTTP(w, r)
+			return
+		}
+		apiHandler.ServeHTTP(w, r)
+	})
 }
 
 // addServer adds srv on ln: Start serves, Stop shuts it down. A server

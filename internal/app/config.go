@@ -133,6 +133,10 @@ type APIConfig struct {
 	// Both empty: plain HTTP (behind a proxy that terminates TLS).
 	TLSCert, TLSKey string
 
+	// ConsoleRefresh is how often the web console's live parts poll.
+	// 0 = console.RefreshDefault.
+	ConsoleRefresh time.Duration
+
 	// The server's timeouts: 0 = the APIXxxTimeoutDefault, -1 = none.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration

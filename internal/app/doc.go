@@ -12,7 +12,8 @@
 // benchmark's in-memory broker, per-run database and strategy) is a field
 // of Config or of the settings, never a second copy of the assembly.
 //
-// The apps built on it live below: api (the HTTP handler), demo and bench.
+// The apps built on it live below: api (the HTTP handler), console (the
+// web console over the API, mounted at /ui), demo and bench.
 //
 // Layers, lowest first (layers_test.go at the module root enforces them):
 // the job contract, shaping and migrations; the infrastructure (store,

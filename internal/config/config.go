@@ -28,10 +28,15 @@ const (
 	EnvOpenAIAPIKey  = "OPENAI_API_KEY"
 	EnvConfig        = "LLMQ_CONFIG"
 	EnvAPIKeys       = "LLMQ_API_KEYS"
+	// EnvOperatorKeys lists the operator keys, comma-separated.
+	EnvOperatorKeys = "LLMQ_OPERATOR_KEYS"
+	// EnvConsoleSecret seals the web console's session cookies.
+	EnvConsoleSecret = "LLMQ_CONSOLE_SECRET"
 )
 
 // FileSuffix names the variable that gives a secret setting's file instead
 // of its value (OPENAI_API_KEY_FILE, LLMQ_API_KEYS_FILE,
+// LLMQ_OPERATOR_KEYS_FILE, LLMQ_CONSOLE_SECRET_FILE,
 // LLMQ_DATABASE_URL_FILE, LLMQ_BROKER_FILE; a mounted Secret), so that no
 // key has to be a flag, which ps shows to every user of the machine. The
 // file's content, trimmed of surrounding white space, is the value.
@@ -85,6 +90,18 @@ type Config struct {
 	// LLMQ_API_KEYS (--api-keys) entries added over them. Empty: the API
 	// refuses every request.
 	APIKeys map[string]string `yaml:"api_keys"`
+	// OperatorKeys are the HTTP API keys of operators: the YAML
+	// operator_keys with the LLMQ_OPERATOR_KEYS entries (key1,key2) added.
+	// An operator key is bound to no tenant: it sees every tenant's jobs,
+	// dead letters and batches and may act on all of them. Empty: no
+	// operator.
+	OperatorKeys []string `yaml:"operator_keys"`
+	// ConsoleSecret (LLMQ_CONSOLE_SECRET, environment only) seals the web
+	// console's session cookies, so that every API replica behind one
+	// address accepts the sessions of the others. At least
+	// ConsoleSecretMinBytes bytes. "": a random secret per process
+	// (sessions end when the process does).
+	ConsoleSecret string `yaml:"-"`
 	// Backpressure thresholds on queue depth.
 	Backpressure Backpressure `yaml:"backpressure"`
 	// Alerts names the dead-letter alert sinks; both empty: no alerts.
@@ -229,6 +246,10 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 		}
 		maps.Copy(c.APIKeys, m)
 	}
+	if keys := pickSecret("", EnvOperatorKeys); keys != "" {
+		c.OperatorKeys = append(c.OperatorKeys, ParseOperatorKeys(keys)...)
+	}
+	c.ConsoleSecret = pickSecret("", EnvConsoleSecret)
 	c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
@@ -366,6 +387,17 @@ func (c *Config) Validate() error {
 			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact.Key(k))
 		}
 	}
+	for i, k := range c.OperatorKeys {
+		switch _, tenant := c.APIKeys[k]; {
+		case strings.TrimSpace(k) == "":
+			bad(fmt.Sprintf("operator_keys[%d]", i), "must not be empty")
+		case tenant:
+			bad(fmt.Sprintf("operator_keys[%d]", i), "key %q is also a tenant's key in api_keys: a key is one or the other", redact.Key(k))
+		}
+	}
+	if c.ConsoleSecret != "" && len(c.ConsoleSecret) < ConsoleSecretMinBytes {
+		bad(EnvConsoleSecret, "must be at least %d bytes (e.g. openssl rand -hex 32); got %d", ConsoleSecretMinBytes, len(c.ConsoleSecret))
+	}
 	if c.Alerts.AlertmanagerURL != "" {
 		if err := checkURL(c.Alerts.AlertmanagerURL, redact.URL, "http", "https"); err != nil {
 			bad("alerts.alertmanager_url", "%v", err)
@@ -398,5 +430,19 @@ func ParseAPIKeys(s string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// ParseOperatorKeys reads "key1,key2"; blank entries are skipped.
+func ParseOperatorKeys(s string) []string {
+	var out []string
+	for _, k := range strings.Split(s, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ConsoleSecretMinBytes is the shortest LLMQ_CONSOLE_SECRET accepted.
+const ConsoleSecretMinBytes = 32
 
 func validTenant(t string) bool { return llmq.ValidID(t) }

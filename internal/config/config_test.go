@@ -291,3 +291,54 @@ retry: {fallback_on: [rate_limit, server_error, timeout]}
 	require.NoError(t, err)
 	require.True(t, c.Catalog().Allows("o3-pro"), "no models named: any name")
 }
+
+// TestOperatorKeysAndConsoleSecret: operator keys come from the YAML and
+// LLMQ_OPERATOR_KEYS (or its file), added together; a key cannot be both a
+// tenant's and an operator's; the console secret is environment-only and
+// long enough.
+func TestOperatorKeysAndConsoleSecret(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ops")
+	require.NoError(t, os.WriteFile(file, []byte(" op-file-1, op-file-2 \n"), 0o600))
+	secret := strings.Repeat("s", config.ConsoleSecretMinBytes)
+	c, err := config.Load(env(map[string]string{
+		config.EnvConfig:        writeYAML(t, "operator_keys: [op-yaml]\napi_keys: {k1: acme}\n"),
+		config.EnvOperatorKeys:  "op-env-1, ,op-env-2",
+		config.EnvConsoleSecret: secret,
+	}), config.Flags{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"op-yaml", "op-env-1", "op-env-2"}, c.OperatorKeys)
+	require.Equal(t, secret, c.ConsoleSecret)
+	c, err = config.Load(env(map[string]string{config.EnvOperatorKeys + config.FileSuffix: file}), config.Flags{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"op-file-1", "op-file-2"}, c.OperatorKeys)
+	c, err = config.Load(env(nil), config.Flags{})
+	require.NoError(t, err)
+	require.Empty(t, c.OperatorKeys)
+	require.Empty(t, c.ConsoleSecret, "none configured: the console makes one per process")
+
+	for _, tc := range []struct {
+		env  map[string]string
+		yaml string
+		want string
+	}{
+		{env: map[string]string{config.EnvOperatorKeys: "shared-key-123", config.EnvAPIKeys: "shared-key-123:acme"},
+			want: "operator_keys[0]: key \"shar"},
+		{yaml: "operator_keys: [\" \"]", want: "operator_keys[0]: must not be empty"},
+		{env: map[string]string{config.EnvConsoleSecret: "short-secret"}, want: "LLMQ_CONSOLE_SECRET: must be at least 32 bytes"},
+	} {
+		e := tc.env
+		if e == nil {
+			e = map[string]string{}
+		}
+		if tc.yaml != "" {
+			e[config.EnvConfig] = writeYAML(t, tc.yaml)
+		}
+		_, err := config.Load(env(e), config.Flags{})
+		require.ErrorIs(t, err, config.ErrInvalid)
+		require.ErrorContains(t, err, tc.want)
+		require.NotContains(t, err.Error(), "shared-key-123", "no key in an error")
+		require.NotContains(t, err.Error(), "short-secret")
+	}
+}

@@ -2,7 +2,7 @@
 // environment variables, the flags that override them, and an optional YAML
 // file (LLMQ_CONFIG) for what does not fit in a variable (per-model quotas,
 // prices and fallbacks, retry policy, batch window, API keys, backpressure
-// thresholds, alert sinks).
+// thresholds, alert sinks, operator keys).
 //
 // Precedence, highest first: flag, environment variable, YAML file, default.
 // The package only parses and validates: the defaults of where the services

@@ -15,12 +15,15 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
@@ -35,6 +38,7 @@ var quiet = slog.New(slog.DiscardHandler)
 const (
 	keyAcme   = "key-acme"
 	keyGlobex = "key-globex"
+	keyOps    = "key-operator"
 )
 
 type testBundle struct {
@@ -47,11 +51,17 @@ type testBundle struct {
 	api      *api.API
 	srv      *httptest.Server
 	registry *prometheus.Registry
+	// batches is the batch lane's configuration, on a simulator of the
+	// test's own (options.batches).
+	batches batchapi.Config
 }
 
 type options struct {
 	producer func(*producer.Config)
 	api      func(*api.Config)
+	// batches starts a simulator for the provider batches of the test
+	// (see testBundle.batch) and lets the API cancel them there.
+	batches bool
 }
 
 func setup(t *testing.T, o options) *testBundle {
@@ -78,9 +88,22 @@ func setup(t *testing.T, o options) *testBundle {
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
 	acfg := api.Config{
-		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		DeadLetters: dlq.NewHTTPHandler(svc, api.TenantOf),
-		Logger:      quiet, Registerer: reg, Clock: clk,
+		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []string{keyOps},
+		DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc, Batches: st,
+		Logger: quiet, Registerer: reg, Clock: clk,
+	}
+	var bcfg batchapi.Config
+	if o.batches {
+		sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 1}, upstreamsim.WithLogger(quiet))
+		cc := sim.ClientConfig("sk-test")
+		tr := &http.Transport{}
+		t.Cleanup(tr.CloseIdleConnections)
+		cc.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+		client := openai.NewClientWithConfig(cc)
+		bcfg = batchapi.Config{Store: st, Client: client, Publisher: b.NewPublisher(), Destination: "jobs", Logger: quiet, Clock: clk}
+		acfg.CancelBatch = func(ctx context.Context, ref string) (*store.BatchRecord, error) {
+			return batchapi.Cancel(ctx, st, client, ref)
+		}
 	}
 	if o.api != nil {
 		o.api(&acfg)
@@ -89,7 +112,28 @@ func setup(t *testing.T, o options) *testBundle {
 	require.NoError(t, err)
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
-	return &testBundle{clock: clk, letters: letters, store: st, broker: b, sub: sub, producer: p, api: a, srv: srv, registry: reg}
+	return &testBundle{clock: clk, letters: letters, store: st, broker: b, sub: sub, producer: p, api: a, srv: srv, registry: reg,
+		batches: bcfg}
+}
+
+// batch puts the queued jobs ids into one provider batch at the simulator,
+// as the batch lane does (the jobs join the lane, its collector submits
+// them), and returns the batch's llmq id.
+func (b *testBundle) batch(t *testing.T, ids ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ids {
+		require.NoError(t, b.store.SetLane(ctx, id, store.LaneBatch, "test"))
+	}
+	c, err := batchapi.NewCollector(b.batches)
+	require.NoError(t, err)
+	n, err := c.FlushAll(ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(ids), n)
+	open, err := b.store.ListBatches(ctx, 1, true)
+	require.NoError(t, err)
+	require.Len(t, open, 1)
+	return open[0].ID
 }
 
 type response struct {
@@ -440,7 +484,8 @@ func TestBackpressureHTTP(t *testing.T) {
 func TestDeadLettersMounted(t *testing.T) {
 	t.Parallel()
 	dl := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.Path, api.TenantOf(r))
+		tenant, _ := api.Scope(r)
+		_, _ = fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.Path, tenant)
 	})
 	b := setup(t, options{api: func(c *api.Config) { c.DeadLetters = dl }})
 	r := b.get(t, keyAcme, "/v1/dead-letters?limit=1")

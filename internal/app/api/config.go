@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 )
@@ -32,15 +33,33 @@ type Config struct {
 	Producer *producer.Producer
 	// Store reads and cancels jobs. Required.
 	Store JobStore
-	// Keys maps an API key to its tenant. Empty: every /v1 request is 401.
+	// Keys maps an API key to its tenant. Empty (and no OperatorKeys):
+	// every /v1 request is 401.
 	Keys map[string]string
+	// OperatorKeys are keys bound to no tenant: they see every tenant
+	// (the tenant parameter narrows to one) and may act on everything.
+	// Empty: no operator.
+	OperatorKeys []string
 	// Catalog says which models a job may name (body.model and
 	// fallback_models); any other is refused with 400 model_not_allowed.
 	// The zero Catalog allows every name.
 	Catalog llmq.Catalog
 	// DeadLetters, when set, is mounted behind the authentication at
-	// /v1/dead-letters and below (see dlq.NewHTTPHandler; pass TenantOf).
+	// /v1/dead-letters and below (see dlq.NewHTTPHandler; pass Scope).
 	DeadLetters http.Handler
+	// DeadLetterService, when set, serves what spans many letters:
+	// GET /v1/dead-letters/reasons and POST /v1/dead-letters/replay and
+	// /purge. A *dlq.Service is one. The counts of /reasons are read
+	// from the database of Store, which must then be a *store.Store.
+	DeadLetterService DeadLetterService
+	// Batches, when set, serves the provider batches of the batch lane to
+	// operator keys: GET /v1/batches and /v1/batches/{id}. A *store.Store
+	// is one.
+	Batches BatchStore
+	// CancelBatch asks the provider to cancel a batch (llmq or provider
+	// id) and returns it after (see batchapi.Cancel). nil: POST
+	// /v1/batches/{id}/cancel answers 503.
+	CancelBatch func(ctx context.Context, ref string) (*store.BatchRecord, error)
 	// MaxBodyBytes limits a request body (413 above). 0 =
 	// MaxBodyBytesDefault.
 	MaxBodyBytes int64
@@ -72,8 +91,32 @@ type JobStore interface {
 	List(ctx context.Context, o store.ListOptions) ([]*store.JobRecord, string, error)
 	// Cancel cancels a job that has not started.
 	Cancel(ctx context.Context, tenant, id string) (*store.JobRecord, error)
+	// CountByStatus counts a tenant's jobs per status ("" = every
+	// tenant).
+	CountByStatus(ctx context.Context, tenant string) (map[llmq.Status]int64, error)
 	// Ping checks the database connection (GET /readyz).
 	Ping(ctx context.Context) error
+}
+
+// BatchStore is what the API reads of the batch lane's batches; a
+// [*store.Store] is one.
+type BatchStore interface {
+	// ListBatches returns the newest batches, only those not yet brought
+	// home when open.
+	ListBatches(ctx context.Context, limit int, open bool) ([]*store.BatchRecord, error)
+	// GetBatch returns a batch by llmq or provider id, or
+	// store.ErrBatchNotFound.
+	GetBatch(ctx context.Context, ref string) (*store.BatchRecord, error)
+	// BatchJobCounts counts a batch's jobs per status.
+	BatchJobCounts(ctx context.Context, id string) (map[llmq.Status]int, error)
+}
+
+// DeadLetterService is what the API does with many dead letters at once;
+// a [*dlq.Service] is one.
+type DeadLetterService interface {
+	List(ctx context.Context, q store.DeadLetterListOptions) ([]*store.DeadLetter, string, error)
+	Replay(ctx context.Context, tenant string, id int64) (dlq.ReplayResult, error)
+	Purge(ctx context.Context, f store.DeadLetterFilter) (int64, error)
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -107,6 +150,12 @@ func (c Config) validate() error {
 	for k, tenant := range c.Keys {
 		if k == "" || !llmq.ValidID(tenant) {
 			errs = append(errs, errors.New("api: Config.Keys: every key must be non-empty and map to a valid tenant"))
+			break
+		}
+	}
+	for _, k := range c.OperatorKeys {
+		if _, tenant := c.Keys[k]; k == "" || tenant {
+			errs = append(errs, errors.New("api: Config.OperatorKeys: every key must be non-empty and not also in Keys"))
 			break
 		}
 	}

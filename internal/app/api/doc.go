@@ -1,6 +1,8 @@
 // Package api is llmq's HTTP API (`llmq api`): enqueue jobs, poll their
-// status, cancel them, read the queue's backpressure, health, readiness and
-// metrics. The contract is the OpenAPI 3 document openapi.yaml, embedded
+// status, cancel them, read the queue's backpressure, the jobs by status,
+// the dead letters (by reason; replay and purge) and the provider batches,
+// health and readiness. The web console (internal/app/console) renders
+// these endpoints and nothing else. The contract is the OpenAPI 3 document openapi.yaml, embedded
 // and served at GET /openapi.yaml; a test checks the running server against
 // it.
 //
@@ -13,6 +15,14 @@
 // tenant: a body "tenant" that names another tenant is refused with 400
 // (field "tenant", code tenant_mismatch); an absent tenant, or the key's own,
 // is accepted.
+//
+// Operator keys (Config.OperatorKeys) are bound to no tenant: they see every
+// tenant's jobs and dead letters and act on them, and alone see the
+// provider batches (a batch holds several tenants' jobs: 403 for a tenant
+// key). The tenant query parameter, on any /v1 endpoint, narrows an
+// operator's request to one tenant, and is required on the endpoints of one
+// job (ids are scoped by tenant); a tenant key may send only its own. GET
+// /v1/me says which kind a key is.
 //
 // # Enqueueing and what 202 means
 //

@@ -14,6 +14,7 @@ import (
 // invalid_json, too_large, required, invalid_type and invalid_value).
 const (
 	CodeUnauthorized        = "unauthorized"
+	CodeForbidden           = "forbidden"
 	CodeNotFound            = "not_found"
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodeUnsupportedMedia    = "unsupported_media_type"
@@ -21,6 +22,9 @@ const (
 	CodeTooManyJobs         = "too_many_jobs"
 	CodeIDConflict          = "id_conflict"
 	CodeNotCancellable      = "not_cancellable"
+	CodeEmptyFilter         = "empty_filter"
+	CodeUpstream            = "upstream_error"
+	CodeUnavailable         = "unavailable"
 	CodeQueueFull           = "queue_full"
 	CodeDeadlineUnreachable = "deadline_unreachable"
 	CodeBrokerUnavailable   = "broker_unavailable"

@@ -64,7 +64,7 @@ func drainSeconds(q producer.QueueState) *float64 {
 
 // postJobs enqueues one job or a batch ({"jobs": [...]}).
 func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
-	tenant := TenantOf(r)
+	s, _ := scopeOf(r)
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
 		writeError(w, http.StatusUnsupportedMediaType, Error{Code: CodeUnsupportedMedia,
@@ -86,7 +86,7 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 		if batch {
 			prefix = fmt.Sprintf("jobs[%d]", i)
 		}
-		j, e := a.decodeJob(b, tenant, prefix)
+		j, e := a.decodeJob(b, s, prefix)
 		if e != nil {
 			writeError(w, http.StatusBadRequest, *e)
 			return
@@ -126,8 +126,11 @@ func toReceipt(r producer.Receipt) receiptJSON {
 	return receiptJSON{ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Created: r.Created, Published: r.Published}
 }
 
-// decodeJob decodes and checks one job for tenant; field paths get prefix.
-func (a *API) decodeJob(b json.RawMessage, tenant, prefix string) (*llmq.Job, *Error) {
+// decodeJob decodes and checks one job for the request's scope: a tenant
+// key's jobs are its tenant's; an operator's are the tenant parameter's
+// when given, else the job's own (llmq's default tenant when it names
+// none). Field paths get prefix.
+func (a *API) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *Error) {
 	path := func(f string) string {
 		switch {
 		case prefix == "":
@@ -153,11 +156,14 @@ func (a *API) decodeJob(b json.RawMessage, tenant, prefix string) (*llmq.Job, *E
 		Tenant *string `json:"tenant"`
 	}
 	_ = json.Unmarshal(b, &given) // Decode accepted it: a string or null
-	if given.Tenant != nil && *given.Tenant != tenant {
+	switch tenant := s.tenant; {
+	case tenant == "": // an operator, for the job's own tenant
+	case given.Tenant != nil && *given.Tenant != tenant:
 		return nil, &Error{Code: CodeTenantMismatch, Field: path("tenant"),
 			Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", tenant, tenant)}
+	default:
+		j.Tenant = tenant
 	}
-	j.Tenant = tenant
 	if errs := a.cfg.Catalog.CheckModels(j); len(errs) > 0 {
 		for i := range errs {
 			errs[i].Field = path(errs[i].Field)
@@ -227,14 +233,20 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rec, err := a.cfg.Store.Get(r.Context(), TenantOf(r), id)
+	tenant, ok := jobTenant(w, r)
+	if !ok {
+		return
+	}
+	rec, err := a.cfg.Store.Get(r.Context(), tenant, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		notFound(w, id)
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, JobView(rec))
+		v := JobView(rec)
+		v.Body = rec.Body
+		writeJSON(w, http.StatusOK, v)
 	}
 }
 
@@ -243,7 +255,11 @@ func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rec, err := a.cfg.Store.Cancel(r.Context(), TenantOf(r), id)
+	tenant, ok := jobTenant(w, r)
+	if !ok {
+		return
+	}
+	rec, err := a.cfg.Store.Cancel(r.Context(), tenant, id)
 	var ite *store.IllegalTransitionError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -271,7 +287,8 @@ func isDataException(err error) bool {
 
 func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	opts := store.ListOptions{Tenant: TenantOf(r), After: q.Get("after")}
+	s, _ := scopeOf(r)
+	opts := store.ListOptions{Tenant: s.tenant, AllTenants: s.operator && s.tenant == "", After: q.Get("after")}
 	if len(opts.After) > maxCursorBytes {
 		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "after",
 			Message: "not a cursor returned by this API"})
@@ -309,16 +326,6 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, JobList(recs, next))
 }
 
-type queueJSON struct {
-	Depth                 int64     `json:"depth"`
-	Lag                   int64     `json:"lag"`
-	InFlight              int64     `json:"in_flight"`
-	CompletionRatePerMin  float64   `json:"completion_rate_per_min"`
-	EstimatedDrainSeconds *float64  `json:"estimated_drain_seconds"`
-	State                 string    `json:"state"`
-	MeasuredAt            time.Time `json:"measured_at"`
-}
-
 func (a *API) queue(w http.ResponseWriter, r *http.Request) {
 	q, err := a.cfg.Producer.Queue(r.Context())
 	switch {
@@ -333,7 +340,7 @@ func (a *API) queue(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, queueJSON{
+		writeJSON(w, http.StatusOK, Queue{
 			Depth: q.Depth, Lag: q.Lag, InFlight: q.InFlight, CompletionRatePerMin: q.CompletionRatePerMin,
 			EstimatedDrainSeconds: drainSeconds(q), State: string(q.State), MeasuredAt: q.MeasuredAt,
 		})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 )
@@ -26,20 +27,28 @@ func (noStore) List(context.Context, store.ListOptions) ([]*store.JobRecord, str
 func (noStore) Cancel(context.Context, string, string) (*store.JobRecord, error) {
 	return nil, store.ErrNotFound
 }
-func (noStore) Ping(context.Context) error { return nil }
+func (noStore) CountByStatus(context.Context, string) (map[llmq.Status]int64, error) { return nil, nil }
+func (noStore) Ping(context.Context) error                                           { return nil }
 
-// TestKeysByHash: the API keeps only the hashes of its keys and looks a
-// key up by its hash.
+// TestKeysByHash: the API keeps only the hashes of its keys, tenants' and
+// operators', and looks a key up by its hash.
 func TestKeysByHash(t *testing.T) {
 	t.Parallel()
-	a, err := New(Config{Producer: &producer.Producer{}, Store: noStore{}, Keys: map[string]string{"key-acme-0123": "acme"}})
+	a, err := New(Config{Producer: &producer.Producer{}, Store: noStore{}, Keys: map[string]string{"key-acme-0123": "acme"},
+		OperatorKeys: []string{"key-operator-0123"}})
 	require.NoError(t, err)
 	require.Nil(t, a.cfg.Keys, "no key is kept")
-	require.Equal(t, map[[sha256.Size]byte]string{sha256.Sum256([]byte("key-acme-0123")): "acme"}, a.keys)
-	var tenant string
-	h := a.authed(func(_ http.ResponseWriter, r *http.Request) { tenant = TenantOf(r) })
-	req := httptest.NewRequest(http.MethodGet, "/v1/jobs", nil)
-	req.Header.Set("Authorization", "Bearer key-acme-0123")
-	h.ServeHTTP(httptest.NewRecorder(), req)
-	require.Equal(t, "acme", tenant)
+	require.Nil(t, a.cfg.OperatorKeys, "no key is kept")
+	require.Equal(t, map[[sha256.Size]byte]caller{
+		sha256.Sum256([]byte("key-acme-0123")):     {tenant: "acme"},
+		sha256.Sum256([]byte("key-operator-0123")): {operator: true},
+	}, a.keys)
+	for key, want := range map[string]scope{"key-acme-0123": {tenant: "acme"}, "key-operator-0123": {operator: true}} {
+		var got scope
+		h := a.authed(func(_ http.ResponseWriter, r *http.Request) { got, _ = scopeOf(r) })
+		req := httptest.NewRequest(http.MethodGet, "/v1/jobs", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		require.Equal(t, want, got)
+	}
 }

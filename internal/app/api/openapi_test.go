@@ -144,6 +144,56 @@ func TestOpenAPIConformance(t *testing.T) {
 	require.NoError(t, err)
 	c.check(t, b, "POST", "/v1/dead-letters/3/replay", keyAcme, "", "", true, 409)
 
+	// Letters counted by reason, replayed and purged by filter.
+	c.check(t, b, "GET", "/v1/dead-letters/reasons", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/dead-letters/reasons?since=2026-11-30T00:00:00Z&tenant=acme", keyOps, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/dead-letters/reasons?since=yesterday", keyAcme, "", "", false, 400)
+	c.check(t, b, "GET", "/v1/dead-letters/reasons", "", "", "", true, 401)
+	c.check(t, b, "POST", "/v1/dead-letters/replay", keyAcme, ct, `{"reason":"poison"}`, true, 200)
+	c.check(t, b, "POST", "/v1/dead-letters/replay", keyAcme, ct, `{}`, true, 400)
+	c.check(t, b, "POST", "/v1/dead-letters/replay", keyAcme, "text/plain", `{}`, false, 415)
+	c.check(t, b, "POST", "/v1/dead-letters/replay", "", ct, `{"ids":[1]}`, true, 401)
+	c.check(t, b, "POST", "/v1/dead-letters/purge", keyAcme, ct, `{"ids":[2]}`, true, 200)
+	c.check(t, b, "POST", "/v1/dead-letters/purge", keyAcme, ct, `{}`, true, 400)
+	c.check(t, b, "POST", "/v1/dead-letters/purge", keyAcme, "text/plain", `{}`, false, 415)
+	c.check(t, b, "POST", "/v1/dead-letters/purge", "", ct, `{"all":true}`, true, 401)
+
+	// Who a key is; the jobs by status; an operator sees every tenant and
+	// names the tenant of one job.
+	c.check(t, b, "GET", "/v1/me", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/me", keyOps, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/me", "", "", "", true, 401)
+	c.check(t, b, "GET", "/v1/stats/jobs", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/stats/jobs?tenant=globex", keyOps, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/stats/jobs?tenant=globex", keyAcme, "", "", true, 400)
+	c.check(t, b, "GET", "/v1/stats/jobs", "", "", "", true, 401)
+	c.check(t, b, "GET", "/v1/jobs", keyOps, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/jobs/g1?tenant=globex", keyOps, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/jobs/g1", keyOps, "", "", true, 400)
+	c.check(t, b, "DELETE", "/v1/jobs/g1", keyOps, "", "", true, 400)
+	c.check(t, b, "DELETE", "/v1/jobs/g1?tenant=globex", keyOps, "", "", true, 200)
+	c.check(t, b, "POST", "/v1/jobs?tenant=globex", keyOps, ct, jobJSON("by-ops"), true, 202)
+
+	// Provider batches: operators only. b cannot reach a provider: a
+	// cancellation is 503.
+	c.check(t, b, "POST", "/v1/batches/lb_x/cancel", keyOps, "", "", true, 503)
+	lane := setup(t, options{batches: true})
+	c.check(t, lane, "POST", "/v1/jobs", keyAcme, ct, `{"jobs":[`+jobJSON("b1")+`,`+jobJSON("b2")+`]}`, true, 202)
+	batch := lane.batch(t, "b1", "b2")
+	c.check(t, lane, "GET", "/v1/batches", keyOps, "", "", true, 200)
+	c.check(t, lane, "GET", "/v1/batches?open=true&limit=10", keyOps, "", "", true, 200)
+	c.check(t, lane, "GET", "/v1/batches?limit=0", keyOps, "", "", false, 400)
+	c.check(t, lane, "GET", "/v1/batches", keyAcme, "", "", true, 403)
+	c.check(t, lane, "GET", "/v1/batches", "", "", "", true, 401)
+	c.check(t, lane, "GET", "/v1/batches/"+batch, keyOps, "", "", true, 200)
+	c.check(t, lane, "GET", "/v1/batches/lb_none", keyOps, "", "", true, 404)
+	c.check(t, lane, "GET", "/v1/batches/"+batch, keyAcme, "", "", true, 403)
+	c.check(t, lane, "GET", "/v1/batches/"+batch, "", "", "", true, 401)
+	c.check(t, lane, "POST", "/v1/batches/"+batch+"/cancel", keyAcme, "", "", true, 403)
+	c.check(t, lane, "POST", "/v1/batches/lb_none/cancel", keyOps, "", "", true, 404)
+	c.check(t, lane, "POST", "/v1/batches/"+batch+"/cancel", keyOps, "", "", true, 200)
+	c.check(t, lane, "POST", "/v1/batches/"+batch+"/cancel", "", "", "", true, 401)
+
 	// A full queue and a deadline that cannot be met.
 	full := setup(t, options{producer: func(pc *producer.Config) { pc.SoftDepth, pc.HardDepth = 1, 2 }})
 	c.check(t, full, "POST", "/v1/jobs", keyAcme, ct, `{"jobs":[`+jobJSON("f1")+`,`+jobJSON("f2")+`]}`, true, 202)

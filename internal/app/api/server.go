@@ -29,7 +29,7 @@ type API struct {
 	cfg      Config
 	log      *slog.Logger
 	mux      *http.ServeMux
-	keys     map[[sha256.Size]byte]string
+	keys     map[[sha256.Size]byte]caller
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
@@ -44,7 +44,7 @@ func New(cfg Config) (*API, error) {
 		cfg:  cfg,
 		log:  cfg.Logger,
 		mux:  http.NewServeMux(),
-		keys: make(map[[sha256.Size]byte]string, len(cfg.Keys)),
+		keys: make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
@@ -57,9 +57,12 @@ func New(cfg Config) (*API, error) {
 	}
 	// Keys are looked up by their hash; the API keeps no key itself.
 	for k, tenant := range cfg.Keys {
-		a.keys[sha256.Sum256([]byte(k))] = tenant
+		a.keys[sha256.Sum256([]byte(k))] = caller{tenant: tenant}
 	}
-	a.cfg.Keys = nil
+	for _, k := range cfg.OperatorKeys {
+		a.keys[sha256.Sum256([]byte(k))] = caller{operator: true}
+	}
+	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{a.requests, a.duration} {
 			if err := cfg.Registerer.Register(c); err != nil {
@@ -83,6 +86,18 @@ func (a *API) routes() {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)
 	})
+	a.mux.Handle("GET /v1/me", a.authed(a.me))
+	a.mux.Handle("GET /v1/stats/jobs", a.authed(a.jobStats))
+	if a.cfg.Batches != nil {
+		a.mux.Handle("GET /v1/batches", a.authed(a.operatorOnly(a.listBatches)))
+		a.mux.Handle("GET /v1/batches/{id}", a.authed(a.operatorOnly(a.getBatch)))
+		a.mux.Handle("POST /v1/batches/{id}/cancel", a.authed(a.operatorOnly(a.cancelBatch)))
+	}
+	if a.cfg.DeadLetterService != nil {
+		a.mux.Handle("GET /v1/dead-letters/reasons", a.authed(a.deadLetterReasons))
+		a.mux.Handle("POST /v1/dead-letters/replay", a.authed(a.replayDeadLetters))
+		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
+	}
 	if a.cfg.DeadLetters != nil {
 		// The dead-letter handler's own patterns, so that the route label
 		// of every request is a "METHOD /path" pattern.
@@ -159,36 +174,6 @@ func (w *statusWriter) WriteHeader(status int) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-type tenantKey struct{}
-
-// TenantOf returns the tenant an authenticated request acts for; "" for a
-// request that did not pass the API's authentication.
-func TenantOf(r *http.Request) string {
-	t, _ := r.Context().Value(tenantKey{}).(string)
-	return t
-}
-
-// authed requires a known bearer key and puts its tenant in the context.
-func (a *API) authed(h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key, ok := bearer(r.Header.Get("Authorization"))
-		tenant := ""
-		if ok {
-			tenant = a.keys[sha256.Sum256([]byte(key))]
-		}
-		if tenant == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
-			msg := "missing bearer token: send Authorization: Bearer <key>"
-			if ok {
-				msg = "unknown API key"
-			}
-			writeError(w, http.StatusUnauthorized, Error{Code: CodeUnauthorized, Message: msg})
-			return
-		}
-		h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, tenant)))
-	})
-}
 
 func bearer(h string) (string, bool) {
 	scheme, key, ok := strings.Cut(strings.TrimSpace(h), " ")

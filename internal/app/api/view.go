@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/store"
 )
@@ -36,6 +37,9 @@ type Job struct {
 	Usage  *Usage          `json:"usage,omitempty"`
 	// CostUSD is the job's cost at the model's prices.
 	CostUSD float64 `json:"cost_usd"`
+	// Body is the job's chat-completions request, in GET /v1/jobs/{id}
+	// only (lists stay small).
+	Body json.RawMessage `json:"body,omitempty"`
 }
 
 // JobError is why a job failed or is retrying: a code (the upstream's, or
@@ -109,4 +113,134 @@ func JobList(recs []*store.JobRecord, next string) List[Job] {
 		jobs[i] = JobView(r)
 	}
 	return NewList(jobs, next)
+}
+
+// Me is who an API key is (schema Me): a tenant's key, or an operator's,
+// bound to no tenant (tenant null).
+type Me struct {
+	Tenant   *string `json:"tenant"`
+	Operator bool    `json:"operator"`
+}
+
+// Queue is the queue's backpressure (schema Queue).
+type Queue struct {
+	Depth                int64   `json:"depth"`
+	Lag                  int64   `json:"lag"`
+	InFlight             int64   `json:"in_flight"`
+	CompletionRatePerMin float64 `json:"completion_rate_per_min"`
+	// EstimatedDrainSeconds is null when nothing finished recently.
+	EstimatedDrainSeconds *float64  `json:"estimated_drain_seconds"`
+	State                 string    `json:"state"`
+	MeasuredAt            time.Time `json:"measured_at"`
+}
+
+// JobCounts is how many jobs are in each status (schema JobCounts).
+type JobCounts struct {
+	// Tenant is the tenant counted; null for every tenant (an operator).
+	Tenant *string `json:"tenant"`
+	// ByStatus has every status, 0 included.
+	ByStatus map[string]int64 `json:"by_status"`
+	Total    int64            `json:"total"`
+}
+
+// NewJobCounts returns counts as llmq shows them: every status present.
+func NewJobCounts(tenant string, counts map[llmq.Status]int64) JobCounts {
+	c := JobCounts{ByStatus: make(map[string]int64, len(llmq.Statuses))}
+	if tenant != "" {
+		c.Tenant = &tenant
+	}
+	for _, st := range llmq.Statuses {
+		c.ByStatus[string(st)] = counts[st]
+		c.Total += counts[st]
+	}
+	return c
+}
+
+// Batch is a provider batch of the batch lane (schema Batch).
+type Batch struct {
+	ID              string `json:"id"`
+	ProviderBatchID string `json:"provider_batch_id"`
+	Model           string `json:"model"`
+	// Status is llmq's submitting or the provider's batch status.
+	Status string `json:"status"`
+	// Open is true until the batch's output is brought home.
+	Open             bool       `json:"open"`
+	JobCount         int        `json:"job_count"`
+	RequestTotal     int        `json:"request_total"`
+	RequestCompleted int        `json:"request_completed"`
+	RequestFailed    int        `json:"request_failed"`
+	CreatedAt        time.Time  `json:"created_at"`
+	UpdatedAt        time.Time  `json:"updated_at"`
+	SubmittedAt      *time.Time `json:"submitted_at"`
+	CompletedAt      *time.Time `json:"completed_at"`
+	IngestedAt       *time.Time `json:"ingested_at"`
+	// Error is why the batch failed, sanitised and bounded.
+	Error string `json:"error"`
+	// CostUSD is what its results cost at batch prices; LiveCostUSD what
+	// the same tokens cost live.
+	CostUSD     float64 `json:"cost_usd"`
+	LiveCostUSD float64 `json:"live_cost_usd"`
+	// JobsByStatus counts the batch's jobs per status, in GET
+	// /v1/batches/{id} only.
+	JobsByStatus map[string]int `json:"jobs_by_status,omitempty"`
+}
+
+// BatchView is b as llmq shows it.
+func BatchView(b *store.BatchRecord) Batch {
+	return Batch{
+		ID: b.ID, ProviderBatchID: b.ProviderBatchID, Model: b.Model, Status: b.Status, Open: b.IngestedAt == nil,
+		JobCount: b.JobCount, RequestTotal: b.RequestTotal, RequestCompleted: b.RequestCompleted,
+		RequestFailed: b.RequestFailed, CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt,
+		SubmittedAt: b.SubmittedAt, CompletedAt: b.CompletedAt, IngestedAt: b.IngestedAt,
+		Error: redact.Text(b.Error, redact.ErrorMaxBytes), CostUSD: b.CostUSD, LiveCostUSD: b.LiveCostUSD,
+	}
+}
+
+// DeadLetterReasons counts dead letters by reason (schema
+// DeadLetterReasons).
+type DeadLetterReasons struct {
+	// Data has one entry per reason, every reason present, in the order
+	// of dlq.Reasons.
+	Data        []ReasonCount `json:"data"`
+	Total       int64         `json:"total"`
+	NotReplayed int64         `json:"not_replayed"`
+	// Since and Until are the window counted; null when unbounded.
+	Since *time.Time `json:"since"`
+	Until *time.Time `json:"until"`
+}
+
+// ReasonCount is the dead letters of one reason.
+type ReasonCount struct {
+	Reason string `json:"reason"`
+	Count  int64  `json:"count"`
+	// NotReplayed counts the letters no one replayed yet.
+	NotReplayed int64 `json:"not_replayed"`
+	// NewestAt is when the newest was dead-lettered; null without letters.
+	NewestAt *time.Time `json:"newest_at"`
+}
+
+// ReplayReport is the outcome of replaying the letters a filter selects
+// (schema ReplayReport).
+type ReplayReport struct {
+	// Replayed counts the letters replayed by this call.
+	Replayed int `json:"replayed"`
+	// AlreadyReplayed counts the letters replayed before (left alone).
+	AlreadyReplayed int `json:"already_replayed"`
+	// Failed lists the letters that could not be replayed.
+	Failed []ReplayFailure `json:"failed"`
+	// More is true when more letters awaited a replay than one call
+	// replays: call again.
+	More bool `json:"more"`
+}
+
+// ReplayFailure is a letter a replay could not replay, and why.
+type ReplayFailure struct {
+	ID      int64  `json:"id"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// PurgeReport is the outcome of a purge (schema PurgeReport).
+type PurgeReport struct {
+	Purged int64 `json:"purged"`
 }

@@ -31,6 +31,9 @@ const (
 	TopicDefault = "llmq.jobs"
 	// APIKeyDefault is the API key of the demo tenant.
 	APIKeyDefault = "sk-llmq-demo"
+	// OperatorKeyDefault is the demo's operator key: it signs in to the
+	// web console (/ui) with every tenant and the batches in view.
+	OperatorKeyDefault = "sk-llmq-demo-operator"
 	// TenantDefault is the tenant of the demo jobs.
 	TenantDefault = "demo"
 	// TimeoutDefault bounds a run.

@@ -115,7 +115,8 @@ func (r *run) stop(ctx context.Context) {
 // settings is the configuration of the demo's pipeline: the simulator as
 // upstream, the demo model and its fallback with their quotas and prices,
 // a patient retry policy, the Batch API lane without an off-peak window
-// (only the drain rule routes jobs there) and the demo's API key.
+// (only the drain rule routes jobs there), the demo's API key and its
+// operator key (for the console).
 func settings(cfg Config, simRoot string) (*config.Config, error) {
 	broker, err := config.ParseBroker(cmp.Or(cfg.Broker, string(config.BrokerEmbedded)))
 	if err != nil {
@@ -131,9 +132,10 @@ func settings(cfg Config, simRoot string) (*config.Config, error) {
 			FallbackModelDefault: {RPM: FallbackRPM, TPM: FallbackTPM,
 				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
 		},
-		Retry:   config.Retry{MaxAttempts: maxAttempts, BaseDelay: 250 * time.Millisecond, MaxDelay: 5 * time.Second},
-		Batch:   config.Batch{Window: batchapi.WindowOff, FlushInterval: 2 * time.Second},
-		APIKeys: map[string]string{APIKeyDefault: TenantDefault},
+		Retry:        config.Retry{MaxAttempts: maxAttempts, BaseDelay: 250 * time.Millisecond, MaxDelay: 5 * time.Second},
+		Batch:        config.Batch{Window: batchapi.WindowOff, FlushInterval: 2 * time.Second},
+		APIKeys:      map[string]string{APIKeyDefault: TenantDefault},
+		OperatorKeys: []string{OperatorKeyDefault},
 	}, nil
 }
 
@@ -192,7 +194,8 @@ func (r *run) start(ctx context.Context) error {
 	}
 	fmt.Fprintf(out, "worker     strategy shape, %d messages in flight at most, %d attempts per job\n", maxInFlight, maxAttempts)
 	r.apiURL = "http://" + a.APIAddr().String()
-	fmt.Fprintf(out, "api        %s (API key %s)\n\n", r.apiURL, APIKeyDefault)
+	fmt.Fprintf(out, "api        %s (API key %s)\n", r.apiURL, APIKeyDefault)
+	fmt.Fprintf(out, "console    %s/ui (sign in with the operator key %s)\n\n", r.apiURL, OperatorKeyDefault)
 	return nil
 }
 

@@ -79,6 +79,19 @@ func TestDemoRun(t *testing.T) {
 	require.Contains(t, text, "40 jobs through POST /v1/jobs")
 	require.Contains(t, text, "result        clean")
 	require.Contains(t, text, "curl -s -H 'Authorization: Bearer "+demo.APIKeyDefault+"' "+sum.APIURL+"/v1/jobs/"+sum.ExampleJobID)
+	require.Contains(t, text, "console    "+sum.APIURL+"/ui (sign in with the operator key "+demo.OperatorKeyDefault+")")
+}
+
+// TestSummaryNamesTheConsole: with --keep-running the summary ends with
+// the console's address and the key to sign in with.
+func TestSummaryNamesTheConsole(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	demo.Summary{APIURL: "http://127.0.0.1:8080", APIKey: demo.APIKeyDefault, ExampleJobID: "j1"}.Print(&out, true)
+	require.Contains(t, out.String(), "the web console: http://127.0.0.1:8080/ui (sign in with the operator key "+demo.OperatorKeyDefault+")")
+	out.Reset()
+	demo.Summary{APIURL: "http://127.0.0.1:8080", APIKey: demo.APIKeyDefault, ExampleJobID: "j1"}.Print(&out, false)
+	require.NotContains(t, out.String(), "/ui")
 }
 
 func TestConfigValidate(t *testing.T) {

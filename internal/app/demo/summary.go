@@ -136,6 +136,7 @@ func (s Summary) Print(w io.Writer, keepRunning bool) {
 	fmt.Fprintf(w, "\npoll a job through the API:\n  curl -s -H 'Authorization: Bearer %s' %s/v1/jobs/%s\n", s.APIKey, s.APIURL, s.ExampleJobID)
 	fmt.Fprintf(w, "  curl -s -H 'Authorization: Bearer %s' %s/v1/queue\n", s.APIKey, s.APIURL)
 	if keepRunning {
+		fmt.Fprintf(w, "\nthe web console: %s/ui (sign in with the operator key %s)\n", s.APIURL, OperatorKeyDefault)
 		fmt.Fprintln(w, "\nthe API and the worker keep running (Ctrl-C to stop)")
 	} else {
 		fmt.Fprintln(w, "\n(the demo has stopped; run it with --keep-running to keep the API up and try these)")

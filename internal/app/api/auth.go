@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+
+	"github.com/llmq/llmq"
+)
+
+// caller is who a key belongs to: a tenant, or an operator (bound to no
+// tenant).
+type caller struct {
+	tenant   string
+	operator bool
+}
+
+// scope is what an authenticated request may see and act on.
+type scope struct {
+	// tenant is the key's tenant; for an operator, the tenant query
+	// parameter, "" meaning every tenant.
+	tenant   string
+	operator bool
+}
+
+type scopeKey struct{}
+
+func scopeOf(r *http.Request) (scope, bool) {
+	s, ok := r.Context().Value(scopeKey{}).(scope)
+	return s, ok
+}
+
+// Scope returns the tenant an authenticated request acts on, and true: the
+// key's tenant, or for an operator key the tenant query parameter ("" =
+// every tenant). It returns false for a request that did not pass the
+// API's authentication. It is what a handler mounted behind the API (the
+// dead-letter endpoints) filters by.
+func Scope(r *http.Request) (tenant string, ok bool) {
+	s, ok := scopeOf(r)
+	return s.tenant, ok
+}
+
+// Operator reports whether the request was authenticated with an operator
+// key.
+func Operator(r *http.Request) bool {
+	s, _ := scopeOf(r)
+	return s.operator
+}
+
+// authed requires a known bearer key and puts the request's scope in the
+// context. The tenant query parameter, on any endpoint, narrows an
+// operator's scope to one tenant; a tenant key may only name its own
+// (400 tenant_mismatch otherwise).
+func (a *API) authed(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := bearer(r.Header.Get("Authorization"))
+		var (
+			c     caller
+			known bool
+		)
+		if ok {
+			c, known = a.keys[sha256.Sum256([]byte(key))]
+		}
+		if !known {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
+			msg := "missing bearer token: send Authorization: Bearer <key>"
+			if ok {
+				msg = "unknown API key"
+			}
+			writeError(w, http.StatusUnauthorized, Error{Code: CodeUnauthorized, Message: msg})
+			return
+		}
+		s := scope(c)
+		if t := r.URL.Query().Get("tenant"); t != "" {
+			switch {
+			case !llmq.ValidID(t):
+				writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "tenant",
+					Message: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9._:-]", llmq.MaxIDLength)})
+				return
+			case c.operator:
+				s.tenant = t
+			case t != c.tenant:
+				writeError(w, http.StatusBadRequest, Error{Code: CodeTenantMismatch, Field: "tenant",
+					Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", c.tenant, c.tenant)})
+				return
+			}
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), scopeKey{}, s)))
+	})
+}
+
+// operatorOnly refuses a tenant key with 403: the resource spans tenants.
+func (a *API) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !Operator(r) {
+			writeError(w, http.StatusForbidden, Error{Code: CodeForbidden,
+				Message: "provider batches hold several tenants' jobs: this endpoint needs an operator key"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// jobTenant is the tenant of the one job a request names: the key's, or
+// for an operator the tenant parameter, which is then required (job ids
+// are scoped by tenant).
+func jobTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
+	s, _ := scopeOf(r)
+	if s.tenant == "" {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeRequired, Field: "tenant",
+			Message: "an operator key names the job's tenant: add ?tenant=<tenant> (job ids are scoped by tenant)"})
+		return "", false
+	}
+	return s.tenant, true
+}
+
+// me says who the key is: GET /v1/me.
+func (a *API) me(w http.ResponseWriter, r *http.Request) {
+	s, _ := scopeOf(r)
+	out := Me{Operator: s.operator}
+	if !s.operator {
+		out.Tenant = &s.tenant
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,262 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/store"
+)
+
+// MaxReplay is the most letters one POST /v1/dead-letters/replay replays;
+// the answer says when more await (more: true).
+const MaxReplay = 1000
+
+// replayPage is the page size of the letters a bulk replay reads: a page
+// holds the letters' messages.
+const replayPage = 100
+
+// window reads since= and until= (RFC 3339) of the query.
+func window(w http.ResponseWriter, r *http.Request) (since, until time.Time, ok bool) {
+	q := r.URL.Query()
+	for _, p := range []struct {
+		name string
+		dst  *time.Time
+	}{{"since", &since}, {"until", &until}} {
+		if v := q.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: p.name, Message: "must be an RFC 3339 time"})
+				return since, until, false
+			}
+			*p.dst = t
+		}
+	}
+	return since, until, true
+}
+
+// deadLetterReasons counts the letters in scope by reason: GET
+// /v1/dead-letters/reasons ?since= &until=.
+func (a *API) deadLetterReasons(w http.ResponseWriter, r *http.Request) {
+	since, until, ok := window(w, r)
+	if !ok {
+		return
+	}
+	s, _ := scopeOf(r)
+	pooled, ok := a.cfg.Store.(interface{ Pool() *pgxpool.Pool })
+	if !ok {
+		a.internalError(w, r, errors.New("dead-letter counts need the store's database"))
+		return
+	}
+	out, err := countDeadLetters(r.Context(), pooled.Pool(), s.tenant, since, until)
+	if err != nil {
+		a.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// countDeadLetters counts the letters of tenant ("" = every tenant)
+// dead-lettered in [since, until) (zero: unbounded) by reason. It is the
+// one read of the API the store has no method for (a GROUP BY on
+// dead_letters; see the report of the console's first phase): it reads
+// through the store's pool and the dead_letters_tenant_created_idx and
+// dead_letters_created_idx indexes.
+func countDeadLetters(ctx context.Context, pool *pgxpool.Pool, tenant string, since, until time.Time) (DeadLetterReasons, error) {
+	out := DeadLetterReasons{Data: make([]ReasonCount, len(dlq.Reasons))}
+	for i, reason := range dlq.Reasons {
+		out.Data[i].Reason = string(reason)
+	}
+	var lo, hi *time.Time
+	if !since.IsZero() {
+		lo, out.Since = &since, &since
+	}
+	if !until.IsZero() {
+		hi, out.Until = &until, &until
+	}
+	rows, err := pool.Query(ctx, `SELECT reason, count(*), count(*) FILTER (WHERE replayed_at IS NULL), max(created_at)
+		FROM dead_letters
+		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR created_at >= $2)
+			AND ($3::timestamptz IS NULL OR created_at < $3)
+		GROUP BY reason`, tenant, lo, hi)
+	if err != nil {
+		return out, fmt.Errorf("api: count dead letters: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c ReasonCount
+		if err := rows.Scan(&c.Reason, &c.Count, &c.NotReplayed, &c.NewestAt); err != nil {
+			return out, fmt.Errorf("api: count dead letters: %w", err)
+		}
+		out.Total += c.Count
+		out.NotReplayed += c.NotReplayed
+		if i := slices.Index(dlq.Reasons, dlq.Reason(c.Reason)); i >= 0 {
+			out.Data[i] = c
+		} else {
+			out.Data = append(out.Data, c)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("api: count dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// letterFilter is the body of POST /v1/dead-letters/replay and /purge:
+// the letters to act on, within the request's scope.
+type letterFilter struct {
+	IDs    []int64    `json:"ids"`
+	JobID  string     `json:"job_id"`
+	Reason string     `json:"reason"`
+	Since  *time.Time `json:"since"`
+	Until  *time.Time `json:"until"`
+	// All, for a purge only, means every letter in scope.
+	All bool `json:"all"`
+}
+
+// readFilter reads and checks the filter body; the scope's tenant is
+// added. named says whether the request named letters itself: a tenant
+// key's own tenant does not count (it is not a choice), an operator's
+// tenant parameter does (like `llmq dlq purge --tenant`).
+func readFilter(w http.ResponseWriter, r *http.Request) (f store.DeadLetterFilter, named, ok bool) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, Error{Code: CodeUnsupportedMedia, Message: "Content-Type must be application/json"})
+		return f, false, false
+	}
+	var in letterFilter
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidJSON,
+			Message: "the body must be a JSON filter {ids, job_id, reason, since, until, all}: " + err.Error()})
+		return f, false, false
+	}
+	bad := func(field, msg string) (store.DeadLetterFilter, bool, bool) {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: field, Message: msg})
+		return f, false, false
+	}
+	switch {
+	case len(in.IDs) > store.ListLimitMax:
+		return bad("ids", fmt.Sprintf("names more than %d letters", store.ListLimitMax))
+	case slices.ContainsFunc(in.IDs, func(id int64) bool { return id < 1 }):
+		return bad("ids", "letter ids are positive integers")
+	case in.JobID != "" && !llmq.ValidID(in.JobID):
+		return bad("job_id", fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9._:-]", llmq.MaxIDLength))
+	case in.Reason != "" && !slices.Contains(dlq.Reasons, dlq.Reason(in.Reason)):
+		return bad("reason", fmt.Sprintf("unknown reason %.64q", in.Reason))
+	}
+	s, _ := scopeOf(r)
+	f = store.DeadLetterFilter{IDs: in.IDs, JobID: in.JobID, Reason: in.Reason, Tenant: s.tenant, All: in.All}
+	if in.Since != nil {
+		f.Since = *in.Since
+	}
+	if in.Until != nil {
+		f.Until = *in.Until
+	}
+	named = len(in.IDs) > 0 || in.JobID != "" || in.Reason != "" || in.Since != nil || in.Until != nil ||
+		(s.operator && s.tenant != "")
+	return f, named, true
+}
+
+// purgeDeadLetters deletes the letters a filter selects: POST
+// /v1/dead-letters/purge. Like `llmq dlq purge`, a request that names no
+// letters is refused unless it says all; a purge leaves the letters' jobs
+// alone.
+func (a *API) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
+	f, named, ok := readFilter(w, r)
+	if !ok {
+		return
+	}
+	if !named && !f.All {
+		writeError(w, http.StatusBadRequest, Error{Code: CodeEmptyFilter,
+			Message: "name the letters to purge (ids, job_id, reason, since, until) or send \"all\": true"})
+		return
+	}
+	n, err := a.cfg.DeadLetterService.Purge(r.Context(), f)
+	if err != nil {
+		a.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, PurgeReport{Purged: n})
+}
+
+// replayDeadLetters replays the letters a filter selects, each once, the
+// newest first: POST /v1/dead-letters/replay. Like `llmq dlq replay`, the
+// request must name letters; a letter replayed before is counted and left
+// alone. At most MaxReplay letters are replayed per call.
+func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
+	f, named, ok := readFilter(w, r)
+	if !ok {
+		return
+	}
+	if f.All {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "all",
+			Message: "a replay names its letters (ids, job_id, reason, since, until); all is for a purge"})
+		return
+	}
+	if !named {
+		writeError(w, http.StatusBadRequest, Error{Code: CodeEmptyFilter,
+			Message: "name the letters to replay: ids, job_id, reason, since or until"})
+		return
+	}
+	ctx := r.Context()
+	out := ReplayReport{Failed: []ReplayFailure{}}
+	// Collect first: replaying while paging would shift the pages.
+	var ids []int64
+	for cursor := ""; ; {
+		recs, next, err := a.cfg.DeadLetterService.List(ctx, store.DeadLetterListOptions{DeadLetterFilter: f, Limit: replayPage, After: cursor})
+		if err != nil {
+			a.internalError(w, r, err)
+			return
+		}
+		for _, d := range recs {
+			switch {
+			case d.ReplayedAt != nil:
+				out.AlreadyReplayed++
+			case len(ids) == MaxReplay:
+				out.More = true
+			default:
+				ids = append(ids, d.ID)
+			}
+		}
+		if next == "" || out.More {
+			break
+		}
+		cursor = next
+	}
+	s, _ := scopeOf(r)
+	for _, id := range ids {
+		res, err := a.cfg.DeadLetterService.Replay(ctx, s.tenant, id)
+		switch {
+		case errors.Is(err, dlq.ErrNoPublisher):
+			setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+			writeError(w, http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "replay is not configured on this server"})
+			return
+		case errors.Is(err, dlq.ErrNotFound):
+			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: CodeNotFound, Message: "the letter was purged meanwhile"})
+		case errors.Is(err, dlq.ErrTenantMismatch):
+			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: "not_replayable", Message: "its job belongs to another tenant"})
+		case errors.Is(err, dlq.ErrNotReplayable):
+			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: "not_replayable", Message: "its job is no longer dead-lettered"})
+		case err != nil:
+			a.log.Error("api: replay dead letter", slog.Int64("dead_letter_id", id), slog.String("error", err.Error()))
+			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: CodeInternal,
+				Message: "the replay failed (the server log says why); a replay that had begun is completed by the repair sweep"})
+		case res.Replayed:
+			out.Replayed++
+		default:
+			out.AlreadyReplayed++
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}

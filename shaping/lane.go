@@ -42,6 +42,26 @@ type Lane struct {
 	// limitsAt is the send time of the response whose limit headers were
 	// applied last; older responses' limits are stale.
 	limitsAt time.Time
+	// remainingAt is the same for remaining headers: an older one may
+	// lower a level, never raise it.
+	remainingAt time.Time
+	// distrustUntil ends the minute after a 429 during which headers may
+	// only lower the levels.
+	distrustUntil time.Time
+	// The provider as the lane learns it (lane_provider.go): rpmQ and tpmQ
+	// are the provider's limits behind rpm and tpm; share is the part of
+	// them the lane runs on.
+	rpmQ, tpmQ  view
+	share       float64
+	kind        ProviderKind
+	probing     bool // a cold start's probe: no answer with headers yet
+	headersSeen bool
+	// paceAll paces every send; otherwise only those that leave a bucket
+	// with less than a second of refill.
+	paceAll bool
+	// wake, when not nil, is closed when a level is raised, to wake the
+	// Admits waiting for their reservations.
+	wake chan struct{}
 	// ledger, for calibration: all-time sums of requests and tokens
 	// reserved, cancelled, and sent.
 	resReq, resTok, canReq, canTok, sentReq, sentTok float64
@@ -59,7 +79,8 @@ func NewLane(cfg LaneConfig) (*Lane, error) {
 		return nil, err
 	}
 	now := cfg.Clock.Now()
-	l := &Lane{cfg: cfg, clock: cfg.Clock, pacer: NewPacer(max(0, cfg.MinInterval))}
+	l := &Lane{cfg: cfg, clock: cfg.Clock, pacer: NewPacer(max(0, cfg.MinInterval)), share: 1}
+	l.setKindLocked(ProviderUnknown)
 	warm := max(0, cfg.WarmUp)
 	var err error
 	switch cfg.Strategy {
@@ -67,14 +88,27 @@ func NewLane(cfg LaneConfig) (*Lane, error) {
 		l.slots = NewConcurrencyLimiter(math.MaxInt32)
 		return l, nil
 	}
+	start := cfg.Start
+	l.probing = cfg.ColdStart == ColdStartProbe
+	if l.probing {
+		start = StartEmpty
+	}
 	if cfg.RPM > 0 {
-		if l.rpm, err = NewBucket(BucketConfig{Name: "rpm", Limit: cfg.RPM, WarmUp: warm, Start: cfg.Start}, now); err != nil {
+		if l.rpm, err = NewBucket(BucketConfig{Name: "rpm", Limit: cfg.RPM, WarmUp: warm, Start: start}, now); err != nil {
 			return nil, err
+		}
+		l.rpmQ = view{limit: cfg.RPM, burst: cfg.RPM}
+		if l.probing {
+			l.startProbeLocked(now, l.rpm, &l.rpmQ, 1)
 		}
 	}
 	if cfg.TPM > 0 && cfg.Strategy != StrategyRPM {
-		if l.tpm, err = NewBucket(BucketConfig{Name: "tpm", Limit: cfg.TPM, WarmUp: warm, Start: cfg.Start}, now); err != nil {
+		if l.tpm, err = NewBucket(BucketConfig{Name: "tpm", Limit: cfg.TPM, WarmUp: warm, Start: start}, now); err != nil {
 			return nil, err
+		}
+		l.tpmQ = view{limit: cfg.TPM, burst: cfg.TPM}
+		if l.probing {
+			l.startProbeLocked(now, l.tpm, &l.tpmQ, cfg.TPM)
 		}
 	}
 	l.slots = NewConcurrencyLimiter(cfg.Concurrency)
@@ -102,6 +136,17 @@ func (l *Lane) ReleaseSlot() { l.slots.Release() }
 // PaceAt books a send inside the slot and returns when it may go.
 func (l *Lane) PaceAt(now time.Time) time.Time { return l.pacer.ReserveAt(now) }
 
+// PaceReservationAt is PaceAt for the send of r, which is paced only when
+// the lane paces every send (the provider's kind is not yet known to be a
+// minute bucket, or the lane is static) or r left a bucket with less than
+// a second of refill: a burst the provider's bucket holds goes at once.
+func (l *Lane) PaceReservationAt(now time.Time, r *Reservation) time.Time {
+	if !r.pace {
+		return now
+	}
+	return l.pacer.ReserveAt(now)
+}
+
 // PausedUntil returns the end of the current 429 pause (zero if none).
 func (l *Lane) PausedUntil() time.Time {
 	l.mu.Lock()
@@ -120,6 +165,11 @@ type Snapshot struct {
 	PausedUntil      time.Time
 	// State is the controller's state ("probing", "hold", "drain"), or "".
 	State string
+	// Provider is how the provider enforces its limits, as the lane has
+	// told from the answers.
+	Provider ProviderKind
+	// Share is the part of the provider's quota the lane runs on.
+	Share float64
 	// Admitted counts permits issued; RateLimited counts 429 outcomes.
 	Admitted, RateLimited uint64
 }
@@ -138,6 +188,7 @@ func (l *Lane) SnapshotAt(now time.Time) Snapshot {
 		Name: l.cfg.Name, Strategy: l.cfg.Strategy,
 		ConcurrencyLimit: l.slots.Limit(), InFlight: l.slots.InFlight(), Waiting: l.slots.Waiting(),
 		PausedUntil: l.pauseUntil, Admitted: l.admitted.Load(), RateLimited: l.rateLimited.Load(),
+		Provider: l.kind, Share: l.share,
 	}
 	if st, ok := l.ctrl.(Stateful); ok {
 		s.State = st.State()

@@ -4,7 +4,9 @@ import "context"
 
 // Admit waits, in the order of docs/design/rate-limiting.md, for every
 // bucket (all together), then a concurrency slot, then the pacing inside
-// the slot, and returns the permit to send. It never waits long while
+// the slot (see [Lane.PaceReservationAt]), and returns the permit to send.
+// A level raised from a server's header while it waits for the buckets
+// wakes it at once. It never waits long while
 // holding a slot: a lane pause that begins meanwhile gives the slot back
 // first. It fails at once with a [*WaitError] when the buckets or a pause
 // would pass ctx's deadline, with [ErrTooLarge] (permanent) when the request
@@ -29,14 +31,14 @@ func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 	// after now, the first bucket and pause checks below would pass.
 	waited := r.ReadyAt.After(now)
 	for waited {
-		ready := l.ReadyAt(&r)
-		if !ready.After(l.clock.Now()) {
+		ready, wake := l.readyWake(l.clock.Now(), &r)
+		if wake == nil {
 			break
 		}
 		if !deadline.IsZero() && ready.After(deadline) {
 			return l.abandon(&r, &WaitError{Wait: ready.Sub(l.clock.Now()), Deadline: deadline})
 		}
-		if err := sleepUntil(ctx, l.clock, ready); err != nil {
+		if err := sleepUntil(ctx, l.clock, ready, wake); err != nil {
 			return l.abandon(&r, err)
 		}
 	}
@@ -47,7 +49,7 @@ func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 					now := l.clock.Now()
 					return l.abandon(&r, &WaitError{Wait: until.Sub(now), Deadline: deadline})
 				}
-				if err := sleepUntil(ctx, l.clock, until); err != nil {
+				if err := sleepUntil(ctx, l.clock, until, nil); err != nil {
 					return l.abandon(&r, err)
 				}
 			}
@@ -62,15 +64,17 @@ func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 		}
 		l.slots.Release()
 	}
-	at := l.pacer.ReserveAt(now)
+	at := l.PaceReservationAt(now, &r)
 	if at.After(now) {
-		err = sleepUntil(ctx, l.clock, at)
+		err = sleepUntil(ctx, l.clock, at, nil)
 		now = l.clock.Now()
 	} else {
 		err = ctx.Err()
 	}
 	if err != nil {
-		l.pacer.CancelAt(at)
+		if r.pace {
+			l.pacer.CancelAt(at)
+		}
 		l.slots.Release()
 		return l.abandon(&r, err)
 	}

@@ -10,21 +10,43 @@ import (
 func (l *Lane) ObserveAt(now time.Time, h RateLimitHeaders) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.calibrateLocked(now, now, l.sentReq, l.sentTok, l.refTok, h)
+	l.calibrateLocked(now, now, marks{l.sentReq, l.sentTok, l.refTok}, h, false)
 }
 
 // Observe is ObserveAt on the lane's clock.
 func (l *Lane) Observe(h RateLimitHeaders) { l.ObserveAt(l.clock.Now(), h) }
 
-// calibrateLocked makes the server the source of truth: a limit header
-// replaces (or, for adaptive, creates) the bucket's limit, and a remaining
-// header lowers the level to what the server had at `at` plus the refill
-// and the settlements since, minus what this lane reserved that the server
-// had not yet seen.
-// It never raises a level, so stale or reordered headers stay safe.
-func (l *Lane) calibrateLocked(now, at time.Time, markReq, markTok, markRef float64, h RateLimitHeaders) {
+// marks are the lane's ledger at a permit's send: the requests and tokens
+// sent, and the tokens settlement had given back, so far.
+type marks struct{ req, tok, ref float64 }
+
+// calibrateLocked makes the server the source of truth about the minute.
+// A limit header replaces (or, for adaptive, creates) the bucket's limit;
+// without one, a remaining header with its reset gives the limit when the
+// lane has none from a header. A remaining header, which describes the
+// server when it received the request sent at `at`, sets the level to what
+// the server had then, plus the refill since, minus what this lane reserved
+// that the server had not yet seen (see levelLocked): it may lower the
+// level whatever its age, and raise it only when it is the newest applied
+// (a stale header must not move the level back), no 429 arrived in the
+// last minute (this one included) and the buckets are past their warm-up.
+// The first header ends a cold start's probe.
+func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, refused bool) {
 	if l.cfg.Strategy == StrategyRetry {
 		return
+	}
+	if !h.HasLimitRequests && !h.HasLimitTokens && !h.HasRemainingRequests && !h.HasRemainingTokens {
+		if !l.headersSeen {
+			l.kind = ProviderNoHeaders
+		}
+		return
+	}
+	if !l.headersSeen {
+		l.headersSeen = true
+		if l.kind == ProviderNoHeaders {
+			l.kind = ProviderUnknown
+		}
+		l.endProbeLocked(now)
 	}
 	learn := l.cfg.Strategy == StrategyAdaptive
 	if at.Before(l.limitsAt) {
@@ -32,51 +54,131 @@ func (l *Lane) calibrateLocked(now, at time.Time, markReq, markTok, markRef floa
 	} else if h.HasLimitRequests || h.HasLimitTokens {
 		l.limitsAt = at
 	}
-	if h.HasLimitRequests && h.LimitRequests > 0 {
-		l.rpm = l.learnLocked(now, l.rpm, "rpm", h.LimitRequests, learn)
+	if limit, stated, ok := headerLimit(h.HasLimitRequests, h.LimitRequests, h.HasRemainingRequests, h.RemainingRequests, h.ResetRequests, l.rpm, &l.rpmQ); ok {
+		l.rpm = l.learnLocked(now, l.rpm, &l.rpmQ, "rpm", limit, stated, learn)
 		if l.cfg.MinInterval == 0 && l.rpm != nil {
 			l.pacer.SetInterval(time.Duration(float64(time.Minute) / l.rpm.Limit()))
 		}
 	}
-	if h.HasLimitTokens && h.LimitTokens > 0 && l.cfg.Strategy != StrategyRPM {
-		l.tpm = l.learnLocked(now, l.tpm, "tpm", h.LimitTokens, learn)
+	if limit, stated, ok := headerLimit(h.HasLimitTokens, h.LimitTokens, h.HasRemainingTokens, h.RemainingTokens, h.ResetTokens, l.tpm, &l.tpmQ); ok && l.cfg.Strategy != StrategyRPM {
+		l.tpm = l.learnLocked(now, l.tpm, &l.tpmQ, "tpm", limit, stated, learn)
 	}
 	if l.ctrl != nil {
 		l.guideLocked()
 	}
+	fresh := !at.Before(l.remainingAt)
+	if fresh && (h.HasRemainingRequests || h.HasRemainingTokens) {
+		l.remainingAt = at
+	}
+	raise := fresh && !now.Before(l.distrustUntil) // a 429 starts the distrust
+	raised := false
 	if h.HasRemainingRequests && l.rpm != nil {
-		l.rpm.lowerSince(now, at, h.RemainingRequests, l.resReq-l.canReq-markReq)
+		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, raise)
+		if !refused {
+			l.admittedLocked(now, l.rpm, &l.rpmQ, h.RemainingRequests, fresh)
+		}
 	}
 	if h.HasRemainingTokens && l.tpm != nil {
-		l.tpm.lowerSince(now, at, h.RemainingTokens+l.refTok-markRef, l.resTok-l.canTok-markTok)
+		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, l.resTok-l.canTok-m.tok, raise) || raised
+		if !refused {
+			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens, fresh)
+		}
+	}
+	if raised {
+		l.wakeLocked()
 	}
 }
 
-// learnLocked applies a limit header to b: a changed limit (by half a token
-// or more) replaces the refill and scales the capacity with it; a nil b is
-// created full at the limit when create is set (adaptive), else stays nil.
-func (l *Lane) learnLocked(now time.Time, b *Bucket, name string, limit float64, create bool) *Bucket {
+// wakeLocked wakes the Admits waiting for their reservations to be ready:
+// a level was raised, so they may be ready earlier.
+func (l *Lane) wakeLocked() {
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
+}
+
+// levelLocked applies a remaining header to b, in the band between two
+// readings of the server: with and without the tokens this lane's
+// settlements gave back since the send (a provider that settles to the
+// real usage has them back; one that keeps the reservation, as OpenAI does,
+// has not). A level above the band is lowered to its top; a level below it
+// is raised to its bottom when raise is set. The server's level is its
+// remaining plus its refill since the send (at most its limit); the lane
+// trusts only its burst of it (limit − burst less, for a short-bucket
+// provider), takes its share, and takes off what it reserved that the
+// server had not seen when it answered. It reports a raise.
+func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen float64, raise bool) bool {
+	server := remaining + max(0, now.Sub(at).Seconds())*v.limit/60
+	level := func(server float64) float64 {
+		return l.share*(min(v.limit, server)-(v.limit-v.burst)) - unseen
+	}
+	lo, hi := level(server+min(0, refunded)), level(server+max(0, refunded))
+	return b.calibrateAt(now, lo, hi, raise)
+}
+
+// headerLimit returns the limit a response gives for the bucket b with view
+// v: its limit header (stated), or, when it has none and the lane never had
+// one, the limit its remaining and reset imply: the bucket refills limit/60
+// per second, so it is full again after reset = (limit − remaining) /
+// (limit/60s). That reading counts only while the bucket is at least half
+// full, where it is exact enough, and only when it differs from the limit
+// in force by more than 5% (the header's rounding stays below that).
+func headerLimit(hasLimit bool, limit float64, hasRemaining bool, remaining float64, reset time.Duration, b *Bucket, v *view) (float64, bool, bool) {
+	switch {
+	case hasLimit:
+		return limit, true, limit > 0
+	case v.fromHeader || !hasRemaining || remaining <= 0 || reset <= 0 || reset > 30*time.Second:
+		return 0, false, false
+	}
+	limit = remaining / (1 - reset.Seconds()/60)
+	return limit, false, b == nil || math.Abs(limit-v.limit) > 0.05*v.limit
+}
+
+// learnLocked applies a limit from a header to b and its view v: a changed
+// limit (by half a token or more) replaces the refill, and the capacity
+// follows it; a nil b is created full at the limit when create is set
+// (adaptive), else stays nil. stated is a limit header (not a reading of
+// remaining and reset).
+func (l *Lane) learnLocked(now time.Time, b *Bucket, v *view, name string, limit float64, stated, create bool) *Bucket {
 	if b == nil {
 		if !create {
 			return nil
 		}
-		nb, err := NewBucket(BucketConfig{Name: name, Limit: limit, Start: StartFull}, now)
+		nb, err := NewBucket(BucketConfig{Name: name, Limit: limit * l.share, Start: StartFull}, now)
 		if err != nil {
 			return nil
 		}
+		*v = view{limit: limit, burst: limit, fromHeader: stated}
+		nb.setCapacity(limit*l.share, limit)
 		return nb
 	}
-	if old := b.Limit(); math.Abs(old-limit) >= 0.5 {
-		ratio := b.Capacity() / old
-		_ = b.SetLimitAt(now, limit)
-		_ = b.SetCapacityAt(now, limit*ratio)
+	v.fromHeader = v.fromHeader || stated
+	if math.Abs(v.limit-limit) >= 0.5 {
+		if v.burst >= v.limit {
+			v.burst = limit
+		}
+		v.limit, v.burst = limit, min(v.burst, limit)
+		l.applyLocked(now, b, v)
 	}
 	return b
 }
 
+// applyLocked gives b the lane's share of v: the refill of the limit, the
+// capacity of the trusted burst, and reservations up to the provider's
+// whole limit (one larger than the capacity waits for a full bucket).
+func (l *Lane) applyLocked(now time.Time, b *Bucket, v *view) {
+	_ = b.SetLimitAt(now, v.limit*l.share)
+	b.mu.Lock()
+	b.advance(b.rel(now))
+	b.setCapacity(v.burst*l.share, v.limit)
+	b.mu.Unlock()
+}
+
 // pauseLocked pauses the whole lane after a 429, until the advertised
-// Retry-After (LaneConfig.PauseDefault without one); a pause already longer
-// stays. Retry has no admission control, so nothing pauses it.
+// Retry-After (LaneConfig.PauseDefault without one), at most
+// LaneConfig.MaxRetryAfter; a pause already longer stays. Retry has no
+// admission control, so nothing pauses it.
 func (l *Lane) pauseLocked(now time.Time, h RateLimitHeaders) {
 	if l.cfg.Strategy == StrategyRetry {
 		return
@@ -85,6 +187,7 @@ func (l *Lane) pauseLocked(now time.Time, h RateLimitHeaders) {
 	if h.HasRetryAfter {
 		wait = h.RetryAfter
 	}
+	wait = min(max(0, wait), l.cfg.MaxRetryAfter)
 	if until := now.Add(wait); until.After(l.pauseUntil) {
 		l.pauseUntil = until
 	}

@@ -108,9 +108,10 @@ func (p Permit) Done(o Outcome) error {
 }
 
 // DoneAt ends a sent request at now: it releases the slot, settles the
-// tokens to the real usage (per LaneConfig.Settlement), calibrates the
-// buckets from the headers, pauses the whole lane on a 429 until the
-// advertised Retry-After, and feeds the adaptive controller.
+// tokens to the real usage (per LaneConfig.Settlement), learns from a 429
+// (see [ProviderShort]), calibrates the buckets from the headers, pauses
+// the whole lane on a 429 until the advertised Retry-After (at most
+// LaneConfig.MaxRetryAfter), and feeds the adaptive controller.
 func (p Permit) DoneAt(now time.Time, o Outcome) error {
 	if !p.claim() {
 		return ErrPermitDone
@@ -136,9 +137,12 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 			l.refTok += delta
 		}
 	}
-	l.calibrateLocked(now, p.sentAt, rec.markReq, rec.markTok, rec.markRef, o.Headers)
 	if o.RateLimited {
 		l.rateLimited.Add(1)
+		l.refusedLocked(now, float64(rec.res.Tokens), o.Headers)
+	}
+	l.calibrateLocked(now, p.sentAt, marks{rec.markReq, rec.markTok, rec.markRef}, o.Headers, o.RateLimited)
+	if o.RateLimited {
 		l.pauseLocked(now, o.Headers)
 	}
 	if l.ctrl != nil {

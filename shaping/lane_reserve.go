@@ -10,8 +10,11 @@ type Request struct {
 	// PromptTokens is the estimated prompt size (see [Estimator]).
 	PromptTokens int
 	// MaxOutputTokens is the request's max output (n x max_tokens);
-	// 0 = unset, LaneConfig.DefaultMaxOutput is reserved.
+	// 0 = unset, N x LaneConfig.DefaultMaxOutput is reserved.
 	MaxOutputTokens int
+	// N is the number of choices the request asks for (its n): each may
+	// be as long as the max output. 0 means 1.
+	N int
 	// Quotas are further buckets for this request only (its tenant's).
 	Quotas []Quota
 }
@@ -46,11 +49,12 @@ func (r *Reservation) add(c Claim) {
 // lists returns r's claims as (at most) two slices, without allocating.
 func (r *Reservation) lists() [2][]Claim { return [2][]Claim{r.claims[:r.n], r.extra} }
 
-// tokensFor is the reservation of req: prompt plus max output.
+// tokensFor is the reservation of req: prompt plus max output (N default
+// outputs when the request sets none).
 func (l *Lane) tokensFor(req Request) int {
 	out := req.MaxOutputTokens
 	if out <= 0 {
-		out = l.cfg.DefaultMaxOutput
+		out = l.cfg.DefaultMaxOutput * max(1, req.N)
 	}
 	return max(0, req.PromptTokens) + out
 }

@@ -15,13 +15,14 @@ func init() { register(newSimCmd) }
 
 func newSimCmd() *cobra.Command {
 	var (
-		listen, configPath, mode string
-		rpm, tpm                 int64
-		concurrency              int
-		seed                     uint64
-		ttft, perToken           time.Duration
-		timeScale                float64
-		apiKeys                  []string
+		listen, configPath, mode      string
+		enforcement, rateLimitHeaders string
+		rpm, tpm                      int64
+		concurrency                   int
+		seed                          uint64
+		ttft, perToken, shortBucket   time.Duration
+		timeScale                     float64
+		apiKeys                       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -32,6 +33,10 @@ limits, a latency model, fault injection and the Batch API.
 --rpm, --tpm and --concurrency apply to every model name; --config FILE (YAML, see
 upstreamsim.Config) sets several models, faults, latency, batch speed and quota
 schedules. Flags given on the command line override the file.
+
+--enforcement short enforces each limit over --short-bucket (5s) of refill instead
+of a whole minute (OpenAI's quantized limits), while the x-ratelimit-* headers keep
+the per-minute view; --rate-limit-headers none sends no x-ratelimit-* header at all.
 
 Endpoints: /v1/chat/completions, /v1/files, /v1/batches, /v1/models,
 GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
@@ -74,6 +79,15 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 			if f.Changed("api-key") {
 				cfg.APIKeys = apiKeys
 			}
+			if f.Changed("enforcement") {
+				cfg.Enforcement = upstreamsim.Enforcement(enforcement)
+			}
+			if f.Changed("short-bucket") {
+				cfg.ShortBucket = shortBucket
+			}
+			if f.Changed("rate-limit-headers") {
+				cfg.RateLimitHeaders = upstreamsim.HeaderMode(rateLimitHeaders)
+			}
 			if f.Changed("rpm") || f.Changed("tpm") || f.Changed("concurrency") {
 				// The flags apply to every model name, including configured ones.
 				for name, m := range cfg.Models {
@@ -100,8 +114,8 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 				return err
 			}
 			eff := sim.Config()
-			fmt.Fprintf(cmd.OutOrStdout(), "llmq sim: OPENAI_BASE_URL=%s/v1 mode=%s rpm=%d tpm=%d concurrency=%d seed=%d\n",
-				url, eff.Mode, eff.Default.RPM, eff.Default.TPM, eff.Default.MaxConcurrency, eff.Seed)
+			fmt.Fprintf(cmd.OutOrStdout(), "llmq sim: OPENAI_BASE_URL=%s/v1 mode=%s rpm=%d tpm=%d concurrency=%d enforcement=%s rate-limit-headers=%s seed=%d\n",
+				url, eff.Mode, eff.Default.RPM, eff.Default.TPM, eff.Default.MaxConcurrency, enforcementLabel(eff), eff.RateLimitHeaders, eff.Seed)
 			<-ctx.Done()
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
@@ -120,5 +134,16 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 	f.DurationVar(&perToken, "per-token", 0, "time per output token")
 	f.Float64Var(&timeScale, "batch-time-scale", upstreamsim.BatchTimeScaleDefault, "divide every Batch API duration by this factor")
 	f.StringSliceVar(&apiKeys, "api-key", nil, "accepted API key (repeatable); none means any key")
+	f.StringVar(&enforcement, "enforcement", string(upstreamsim.EnforcementDefault), "how limits are enforced: minute (a bucket of one minute) or short (a bucket of --short-bucket)")
+	f.DurationVar(&shortBucket, "short-bucket", upstreamsim.ShortBucketDefault, "refill a short bucket holds (--enforcement short)")
+	f.StringVar(&rateLimitHeaders, "rate-limit-headers", string(upstreamsim.RateLimitHeadersDefault), "x-ratelimit-* headers on answers: all or none")
 	return cmd
+}
+
+// enforcementLabel is the enforcement in force, with its bucket when short.
+func enforcementLabel(c upstreamsim.Config) string {
+	if c.Enforcement == upstreamsim.EnforcementShort {
+		return fmt.Sprintf("short(%v)", c.ShortBucket)
+	}
+	return string(c.Enforcement)
 }

@@ -54,7 +54,8 @@ type Lane struct {
 	rpmQ, tpmQ  view
 	share       float64
 	kind        ProviderKind
-	probing     bool // a cold start's probe: no answer with headers yet
+	shortAt     time.Time // when the lane learned a short bucket
+	probing     bool      // a cold start's probe: no answer with headers yet
 	headersSeen bool
 	// paceAll paces every send; otherwise only those that leave a bucket
 	// with less than a second of refill.
@@ -65,9 +66,19 @@ type Lane struct {
 	// ledger, for calibration: all-time sums of requests and tokens
 	// reserved, cancelled, and sent.
 	resReq, resTok, canReq, canTok, sentReq, sentTok float64
-	// refTok is the all-time sum of tokens settlement gave back to the TPM
-	// bucket (negative for overruns).
+	// refTok is the all-time sum of the tokens settlement found unused
+	// (negative for overruns).
 	refTok float64
+	// refunds is the share of unused tokens the provider gives back, as
+	// the headers show it (refundsKnown: they have; see refundsLocked and
+	// refundShare), and lastTok the newest fresh TPM reading it is
+	// measured from.
+	refunds      float64
+	refundsKnown bool
+	lastTok      reading
+	// rfdTok is the all-time sum of tokens of refused (429) requests whose
+	// headers said the tokens remaining: the server did not charge them.
+	rfdTok float64
 
 	admitted, rateLimited atomic.Uint64
 }

@@ -10,15 +10,16 @@ import (
 func (l *Lane) ObserveAt(now time.Time, h RateLimitHeaders) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.calibrateLocked(now, now, marks{l.sentReq, l.sentTok, l.refTok}, h, false)
+	l.calibrateLocked(now, now, marks{l.sentReq, l.sentTok, l.refTok, l.rfdTok, 0}, h, false)
 }
 
 // Observe is ObserveAt on the lane's clock.
 func (l *Lane) Observe(h RateLimitHeaders) { l.ObserveAt(l.clock.Now(), h) }
 
 // marks are the lane's ledger at a permit's send: the requests and tokens
-// sent, and the tokens settlement had given back, so far.
-type marks struct{ req, tok, ref float64 }
+// sent, the tokens settlement had given back, and the tokens of refused
+// requests, so far; own is the permit's tokens when it was refused.
+type marks struct{ req, tok, ref, rfd, own float64 }
 
 // calibrateLocked makes the server the source of truth about the minute.
 // A limit header replaces (or, for adaptive, creates) the bucket's limit;
@@ -70,7 +71,9 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	if fresh && (h.HasRemainingRequests || h.HasRemainingTokens) {
 		l.remainingAt = at
 	}
-	raise := fresh && !now.Before(l.distrustUntil) // a 429 starts the distrust
+	// A 429 starts the distrust; a short bucket's capping does not show in
+	// the per-minute headers, so its lane runs on its own refill.
+	raise := fresh && !now.Before(l.distrustUntil) && l.kind != ProviderShort
 	raised := false
 	if h.HasRemainingRequests && l.rpm != nil {
 		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, raise)
@@ -79,9 +82,15 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		}
 	}
 	if h.HasRemainingTokens && l.tpm != nil {
-		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, l.resTok-l.canTok-m.tok, raise) || raised
+		// Unseen: reserved since the send, less cancelled and refused
+		// (the permit's own refusal is not one of them).
+		unseen := max(0, l.resTok-l.canTok-m.tok-(l.rfdTok-m.rfd-m.own))
+		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, raise) || raised
 		if !refused {
 			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens, fresh)
+			if fresh {
+				l.refundsLocked(reading{ok: true, at: at, remaining: h.RemainingTokens, m: m})
+			}
 		}
 	}
 	if raised {
@@ -98,23 +107,80 @@ func (l *Lane) wakeLocked() {
 	}
 }
 
-// levelLocked applies a remaining header to b, in the band between two
-// readings of the server: with and without the tokens this lane's
-// settlements gave back since the send (a provider that settles to the
-// real usage has them back; one that keeps the reservation, as OpenAI does,
-// has not). A level above the band is lowered to its top; a level below it
-// is raised to its bottom when raise is set. The server's level is its
-// remaining plus its refill since the send (at most its limit); the lane
-// trusts only its burst of it (limit − burst less, for a short-bucket
-// provider), takes its share, and takes off what it reserved that the
-// server had not seen when it answered. It reports a raise.
+// levelLocked applies a remaining header to b, keeping the level between
+// two bounds of the lane's part of the server's level. The server had
+// remaining when it answered the request sent at `at`; since then it has
+// refilled (at most to its limit) and got back what the lane's settlements
+// found unused, as far as it gives it back (refundShare; OpenAI does not, a
+// provider that settles to the real usage does); the lane trusts only its
+// burst of it (limit − burst less, for a short-bucket provider), takes its
+// share, and takes off what it reserved that the server had not seen. The
+// lower bound counts the refill as landing before those reservations (it
+// may have been lost at the limit); the upper bound counts them first and
+// every unused token back. A level above the upper bound is lowered to it;
+// one below the lower bound is raised to it when raise is set. It reports
+// a raise.
 func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen float64, raise bool) bool {
 	server := remaining + max(0, now.Sub(at).Seconds())*v.limit/60
-	level := func(server float64) float64 {
-		return l.share*(min(v.limit, server)-(v.limit-v.burst)) - unseen
-	}
-	lo, hi := level(server+min(0, refunded)), level(server+max(0, refunded))
+	cut := v.limit - v.burst
+	lo := l.share*(min(v.limit, server+min(refunded, l.refundShare()*refunded))-cut) - unseen
+	hi := l.share * (min(v.limit, server+max(0, refunded)-unseen/l.share) - cut)
 	return b.calibrateAt(now, lo, hi, raise)
+}
+
+// reading is a fresh remaining-tokens header: the send time of its request,
+// what remained, and the lane's ledger at that send.
+type reading struct {
+	ok        bool
+	at        time.Time
+	remaining float64
+	m         marks
+}
+
+// refundsLocked measures, between the newest fresh reading and r, how much
+// of the tokens the lane's settlements found unused the provider gave back:
+// its remaining should be the previous one, plus the refill, less what the
+// lane sent in between (not refused), plus what it gave back. Only when the
+// minute bucket cannot have filled in between, once enough was unused to
+// tell (0.5% of the limit); the first sample, then an average (weight
+// 0.5), in [0, 1]. Another client spending on the key makes it look lower:
+// safe.
+func (l *Lane) refundsLocked(r reading) {
+	last, v := l.lastTok, &l.tpmQ
+	if !last.ok || !r.at.After(last.at) {
+		l.lastTok = r
+		return
+	}
+	start := last.remaining + r.at.Sub(last.at).Seconds()*v.limit/60
+	unused := r.m.ref - last.m.ref
+	switch {
+	case start >= v.limit:
+		l.lastTok = r // the bucket may have filled: start again from r
+	case unused >= 0.005*v.limit:
+		sent := (r.m.tok - r.m.rfd) - (last.m.tok - last.m.rfd)
+		back := min(1, max(0, (r.remaining-(start-sent))/unused))
+		if !l.refundsKnown {
+			l.refunds, l.refundsKnown = back, true
+		}
+		l.refunds += 0.5 * (back - l.refunds)
+		l.lastTok = r
+	}
+}
+
+// refundShare is the share of the unused tokens the lane counts as back at
+// the provider once it sends headers: as measured; before a measure, none
+// on a minute bucket (the headers show them when they are back) and all on
+// a short one (its per-minute headers are about full while the lane keeps
+// it busy, so they cannot show them; a provider that does not give them
+// back refuses, and halves the burst).
+func (l *Lane) refundShare() float64 {
+	switch {
+	case l.refundsKnown:
+		return l.refunds
+	case l.kind == ProviderShort:
+		return 1
+	}
+	return 0
 }
 
 // headerLimit returns the limit a response gives for the bucket b with view

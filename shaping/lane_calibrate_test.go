@@ -29,8 +29,11 @@ func TestLaneCalibration(t *testing.T) {
 }
 
 // TestLaneCalibrationSinceSend: a remaining header describes the server at
-// the send; the lane adds the refill since, the tokens settlement gave back
-// since, and takes off what it reserved that the server had not seen.
+// the send; the lane adds the refill since and takes off what it reserved
+// that the server had not seen. The tokens its settlements found unused
+// since the send count when it lowers the level (they may be back at the
+// server), not when it raises it until the headers have shown that the
+// provider gives them back (OpenAI does not).
 func TestLaneCalibrationSinceSend(t *testing.T) {
 	t.Parallel()
 	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 6000, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
@@ -41,14 +44,15 @@ func TestLaneCalibrationSinceSend(t *testing.T) {
 	p1 := lane.SendAt(sec(1), r1)
 	r2, err := lane.ReserveAt(sec(2), req) // after p1's send: the server's answer to p1 has not seen it
 	require.NoError(t, err)
-	lane.SendAt(sec(2), r2)
+	p2 := lane.SendAt(sec(2), r2)
 	require.NoError(t, p1.DoneAt(sec(3), Outcome{PromptTokens: 100, CompletionTokens: 50, Headers: RateLimitHeaders{
 		RemainingRequests: 50, HasRemainingRequests: true, RemainingTokens: 5000, HasRemainingTokens: true,
 	}}))
 	s := lane.SnapshotAt(sec(3))
 	// RPM: 50 at the send, +2 refilled, -1 unseen (r2).
 	require.InDelta(t, 51, s.Buckets[0].Level, 1e-9)
-	// TPM: 5000 at the send, +200 refilled, +50 settled back, -200 unseen.
+	// TPM: 5000 at the send, +200 refilled, -200 unseen, and the 50 the
+	// settlement gave back may be back at the server: lowered to 5050.
 	require.InDelta(t, 5050, s.Buckets[1].Level, 1e-9)
 
 	// A newer header raises a level too: the server is full, and nothing
@@ -57,20 +61,22 @@ func TestLaneCalibrationSinceSend(t *testing.T) {
 	s = lane.SnapshotAt(sec(3))
 	require.InDelta(t, 60, s.Buckets[0].Level, 1e-9)
 	require.InDelta(t, 6000, s.Buckets[1].Level, 1e-9)
-	lane.ObserveAt(sec(3), RateLimitHeaders{RemainingTokens: 5000, HasRemainingTokens: true})
-	require.InDelta(t, 5000, lane.SnapshotAt(sec(3)).Buckets[1].Level, 1e-9)
 
-	// A permit sent after a settlement: only the settlements since its send
-	// are added to the server's count.
+	// Once headers come, unused tokens come back as far as the headers show
+	// the provider gives them back: the full bucket at 3 s counts the 50 of
+	// p1 back (5000 + 200 refilled - 200 sent + 50), so all of them.
+	require.Equal(t, []any{true, 1.0}, []any{lane.refundsKnown, lane.refunds})
 	r3, err := lane.ReserveAt(sec(3), req)
 	require.NoError(t, err)
-	p3 := lane.SendAt(sec(3), r3) // the lane has given back 50 tokens so far
-	require.NoError(t, p3.DoneAt(sec(3), Outcome{PromptTokens: 100, CompletionTokens: 100, Headers: RateLimitHeaders{
-		RemainingTokens: 4000, HasRemainingTokens: true,
-	}}))
-	// 4000 at the send; nothing refilled, settled or reserved since (the
-	// 50 given back before it are in the server's count already).
-	require.InDelta(t, 4000, lane.SnapshotAt(sec(3)).Buckets[1].Level, 1e-9)
+	p3 := lane.SendAt(sec(3), r3)
+	require.NoError(t, p3.DoneAt(sec(3), Outcome{PromptTokens: 100, CompletionTokens: 10}))
+	require.InDelta(t, 5800+90, lane.SnapshotAt(sec(3)).Buckets[1].Level, 1e-9)
+
+	// p2's answer is stale (the ObserveAt was newer): it lowers to 3000 +
+	// 100 refilled + the 50 + 90 unused since its send (in case the
+	// provider has them) - the 200 of r3, unseen.
+	require.NoError(t, p2.DoneAt(sec(3), Outcome{Headers: RateLimitHeaders{RemainingTokens: 3000, HasRemainingTokens: true}}))
+	require.InDelta(t, 3040, lane.SnapshotAt(sec(3)).Buckets[1].Level, 1e-9)
 }
 
 // TestLaneCalibrationLimits: a limit header replaces a bucket's limit when it
@@ -175,14 +181,16 @@ func TestLaneHeadersRaise(t *testing.T) {
 	require.NoError(t, p3.DoneAt(sec(5), Outcome{Headers: remaining(40, 4000)}))
 	require.Equal(t, []float64{40 + 1 - 1, 4000 + 100 - 200}, levels(lane, sec(5)))
 
-	// A 429 never raises, even when its headers say more, and no header
-	// raises for a minute after it; one still lowers.
+	// A 429 never raises, even when its headers say more, and, unless a
+	// short bucket explains it, no header raises for a minute after it;
+	// one still lowers. Its headers say tokens remain: its own tokens
+	// come back (the retry will take them again).
 	p4 := send(5)
 	require.NoError(t, p4.DoneAt(sec(5), Outcome{RateLimited: true, Headers: remaining(1, 6000)}))
-	require.Equal(t, []float64{0, 3700}, levels(lane, sec(5)))
+	require.Equal(t, []float64{0, 3900}, levels(lane, sec(5)))
 	p5 := send(6)
 	require.NoError(t, p5.DoneAt(sec(6), Outcome{Headers: remaining(60, 6000)}))
-	require.Equal(t, []float64{0, 3600}, levels(lane, sec(6)), "distrusted for a minute (the pause is over)")
+	require.Equal(t, []float64{0, 3800}, levels(lane, sec(6)), "distrusted for a minute (the pause is over)")
 	p6 := send(7)
 	require.NoError(t, p6.DoneAt(sec(7), Outcome{Headers: remaining(30, 3000)}))
 	require.Equal(t, []float64{0, 3000 - 200}, levels(lane, sec(7)), "lowering still works")
@@ -313,4 +321,59 @@ func TestLaneLimitFromReset(t *testing.T) {
 	l.ObserveAt(t0, RateLimitHeaders{LimitTokens: 120000, HasLimitTokens: true})
 	l.ObserveAt(t0, h)
 	require.Equal(t, 120000.0, l.SnapshotAt(t0).Buckets[0].Limit)
+}
+
+// TestLaneRefundsMeasured: the headers show whether the provider gives back
+// the tokens a settlement finds unused: between two fresh readings its
+// remaining is the first, plus the refill, less what the lane sent, plus
+// what came back. The lane gives back to its TPM bucket only that share;
+// before a measure, none on a minute bucket and all on a short one.
+func TestLaneRefundsMeasured(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		second   float64 // remaining in the second answer
+		known    bool
+		refunds  float64
+		giveBack float64 // of r3's 500 unused
+	}{
+		{"gives back", 50800, true, 1, 500},
+		{"keeps", 50000, true, 0, 0},
+		{"half", 50400, true, 0.5, 250},
+	} {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		r1, err := lane.ReserveAt(t0, Request{PromptTokens: 9000, MaxOutputTokens: 1000})
+		require.NoError(t, err)
+		p1 := lane.SendAt(t0, r1)
+		require.NoError(t, p1.DoneAt(sec(1), Outcome{PromptTokens: 9000, CompletionTokens: 200, Headers: RateLimitHeaders{RemainingTokens: 50000, HasRemainingTokens: true}}))
+		require.False(t, lane.refundsKnown, "one reading")
+		r2, err := lane.ReserveAt(sec(1), Request{PromptTokens: 500, MaxOutputTokens: 500})
+		require.NoError(t, err)
+		p2 := lane.SendAt(sec(1), r2)
+		// 50000 + 1000 refilled - the 1000 of p2 (+ the 800 p1 left unused,
+		// when they come back).
+		require.NoError(t, p2.DoneAt(sec(2), Outcome{Headers: RateLimitHeaders{RemainingTokens: tc.second, HasRemainingTokens: true}}))
+		require.Equal(t, []any{tc.known, tc.refunds}, []any{lane.refundsKnown, lane.refunds}, tc.name)
+		before := levels(lane, sec(2))[0]
+		r3, err := lane.ReserveAt(sec(2), Request{PromptTokens: 500, MaxOutputTokens: 500})
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(sec(2), r3).DoneAt(sec(2), Outcome{PromptTokens: 500, CompletionTokens: 0}))
+		require.InDelta(t, before-1000+tc.giveBack, levels(lane, sec(2))[0], 1e-9, tc.name)
+	}
+
+	// A reading from a bucket that may have filled in between is no
+	// measure: the remaining then says nothing of what came back.
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	r1, err := lane.ReserveAt(t0, Request{PromptTokens: 500, MaxOutputTokens: 500})
+	require.NoError(t, err)
+	require.NoError(t, lane.SendAt(t0, r1).DoneAt(sec(1), Outcome{PromptTokens: 500, CompletionTokens: 100, Headers: RateLimitHeaders{RemainingTokens: 59000, HasRemainingTokens: true}}))
+	r2, err := lane.ReserveAt(sec(1), Request{PromptTokens: 500, MaxOutputTokens: 500})
+	require.NoError(t, err)
+	require.NoError(t, lane.SendAt(sec(1), r2).DoneAt(sec(2), Outcome{Headers: RateLimitHeaders{RemainingTokens: 59000, HasRemainingTokens: true}}))
+	require.False(t, lane.refundsKnown, "59000 + 1000 refilled: the bucket may have been full")
+	require.Equal(t, 0.0, lane.refundShare(), "a minute bucket: none before a measure")
+	lane.setKindLocked(ProviderShort)
+	require.Equal(t, 1.0, lane.refundShare(), "a short bucket: all")
 }

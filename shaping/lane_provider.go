@@ -33,10 +33,11 @@ const (
 	ProviderNoHeaders ProviderKind = "no_headers"
 )
 
-// distrustAfter429 is how long after a 429 the headers may only lower the
-// levels: the refusal showed that what they said was not what the provider
-// admits (a short bucket, another client on the key, or a header that
-// lies). After it, a minute bucket has refilled and can be believed again.
+// distrustAfter429 is how long after a 429 that no short bucket explains
+// the headers may only lower the levels: the refusal showed that what they
+// said was not what the provider admits (another client on the key, or a
+// header that lies). After it, a minute bucket has refilled and can be
+// believed again.
 const distrustAfter429 = time.Minute
 
 // view is the lane's picture of one provider limit (requests or tokens per
@@ -139,33 +140,55 @@ func (l *Lane) admittedLocked(now time.Time, b *Bucket, v *view, remaining float
 	}
 }
 
-// refusedLocked learns from a 429 on a request of tokens, before its
-// headers are applied. For a minute the headers may only lower the levels.
-// When its headers (or, without them, the newest ones) showed room for
-// twice the request, the provider enforces a short bucket: from an unknown
-// kind, the lane caps its burst to what the provider admitted so far (at
-// least a second of refill); on a known short bucket, it halves the burst.
-func (l *Lane) refusedLocked(now time.Time, tokens float64, h RateLimitHeaders) {
-	l.distrustUntil = now.Add(distrustAfter429)
+// refusedLocked learns from a 429 on a request of tokens sent at sentAt,
+// before its headers are applied. When its headers (or, without them, the
+// newest ones) showed room for twice the request, the provider enforces a
+// short bucket: from an unknown kind, the lane caps its burst to what the
+// provider admitted (at least a second of refill): the largest deficit an
+// answer showed, or the deficit the refusal shows, since a short bucket
+// refuses when it is about empty, that is when the deficit is about its
+// capacity. On a known short bucket, a refusal with room of a request sent
+// after the lane learned it halves the burst. A refusal without room (the
+// quota spent by someone else, or a header that lied) makes the headers
+// only lower the levels for a minute.
+func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitHeaders) {
 	if !l.roomLocked(tokens, h) {
+		l.distrustUntil = now.Add(distrustAfter429)
 		return
 	}
 	switch l.kind {
 	case ProviderUnknown:
 		l.setKindLocked(ProviderShort)
-		for _, q := range l.views() {
-			if q.b != nil {
-				q.v.burst = min(q.v.limit, max(floorBurst(q.v.limit), q.v.admitted))
-				l.applyLocked(now, q.b, q.v)
+		l.shortAt = now
+		refused := [2]struct {
+			has       bool
+			remaining float64
+		}{{h.HasRemainingRequests, h.RemainingRequests}, {h.HasRemainingTokens, h.RemainingTokens}}
+		for i, q := range l.views() {
+			if q.b == nil {
+				continue
 			}
+			admitted := q.v.admitted
+			if r := refused[i]; r.has {
+				admitted = max(admitted, q.v.limit-r.remaining)
+			} else if q.v.has {
+				admitted = max(admitted, q.v.limit-q.v.remaining)
+			}
+			q.v.burst = min(q.v.limit, max(floorBurst(q.v.limit), admitted))
+			l.applyLocked(now, q.b, q.v)
 		}
 	case ProviderShort:
+		if !sentAt.After(l.shortAt) {
+			return // sent before the lane knew: no news
+		}
 		for _, q := range l.views() {
 			if q.b != nil {
 				q.v.burst = max(floorBurst(q.v.limit), q.v.burst/2)
 				l.applyLocked(now, q.b, q.v)
 			}
 		}
+	default:
+		l.distrustUntil = now.Add(distrustAfter429)
 	}
 }
 

@@ -138,10 +138,11 @@ func TestLaneStaticWarmUp(t *testing.T) {
 
 // TestLaneShortBucketDetected: a 429 while the headers showed room for
 // twice the request means a short bucket: the lane caps its burst to the
-// largest deficit the provider admitted (at least a second of refill),
-// lowers its level to match, paces every send, and lets the burst grow
-// with what the provider admits later; a further refusal with room halves
-// it. A 429 with no room does not.
+// deficit the provider admitted (the largest an answer or the refusal
+// showed, at least a second of refill), lowers its level to match, paces
+// every send, and lets the burst grow with what the provider admits later;
+// a further refusal with room of a request sent after it learned halves
+// it, one sent before is no news. A 429 with no room does not.
 func TestLaneShortBucketDetected(t *testing.T) {
 	t.Parallel()
 	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})
@@ -152,28 +153,33 @@ func TestLaneShortBucketDetected(t *testing.T) {
 		return lane.SendAt(sec(at), r)
 	}
 	require.NoError(t, send(0, 1000).DoneAt(sec(1), Outcome{Headers: headers600(599, 59000)}))
-	p2, p3 := send(1, 2000), send(1, 2000)
+	p2, p3, p4 := send(1, 2000), send(1, 2000), send(1, 2000)
 	require.NoError(t, p2.DoneAt(sec(1), Outcome{Headers: headers600(597, 56000)}))
 	require.Equal(t, ProviderUnknown, lane.SnapshotAt(sec(1)).Provider)
-	require.NoError(t, p3.DoneAt(sec(1), Outcome{RateLimited: true, Headers: headers600(596, 56000)}))
+	// Refused with 55,000 remaining: a deficit of 5,000 admitted, more
+	// than any answer showed (4,000).
+	require.NoError(t, p3.DoneAt(sec(1), Outcome{RateLimited: true, Headers: headers600(595, 55000)}))
 	s := lane.SnapshotAt(sec(1))
 	require.Equal(t, ProviderShort, s.Provider)
 	require.Equal(t, []BucketSnapshot{
-		// Bursts of 10 requests (a second; 3 admitted) and 4000 tokens; the
-		// 429 says a deficit of 4 requests and 4000 tokens.
-		{Name: "rpm", Level: 10 - 4, Capacity: 10, Limit: 600},
-		{Name: "tpm", Level: 0, Capacity: 4000, Limit: 60000},
+		// Bursts of 10 requests (a second; 5 admitted) and 5000 tokens; the
+		// refusal leaves nothing but p4, unseen.
+		{Name: "rpm", Level: 10 - 5 - 1, Capacity: 10, Limit: 600},
+		{Name: "tpm", Level: -3024, Capacity: 5000, Limit: 60000}, // p4: 2000 + 1024 of default output
 	}, s.Buckets)
 	require.True(t, lane.paceAll)
+	// p4 was sent before the lane learned: its refusal is no news.
+	require.NoError(t, p4.DoneAt(sec(1), Outcome{RateLimited: true, Headers: headers600(594, 55000)}))
+	require.Equal(t, []float64{10, 5000}, []float64{lane.rpm.Capacity(), lane.tpm.Capacity()})
 
 	// The provider admits more: the burst grows with it, never above the
 	// limit.
-	require.NoError(t, send(3, 100).DoneAt(sec(3), Outcome{Headers: headers600(590, 55000)}))
-	require.Equal(t, []float64{10, 5000}, []float64{lane.rpm.Capacity(), lane.tpm.Capacity()})
+	require.NoError(t, send(3, 100).DoneAt(sec(3), Outcome{Headers: headers600(590, 54500)}))
+	require.Equal(t, []float64{10, 5500}, []float64{lane.rpm.Capacity(), lane.tpm.Capacity()})
 	// Refused with room again: the burst halves, to at least a second.
 	require.NoError(t, send(3, 100).DoneAt(sec(3), Outcome{RateLimited: true, Headers: headers600(590, 55000)}))
-	require.Equal(t, []float64{10, 2500}, []float64{lane.rpm.Capacity(), lane.tpm.Capacity()})
-	require.Equal(t, uint64(2), lane.SnapshotAt(sec(3)).RateLimited)
+	require.Equal(t, []float64{10, 2750}, []float64{lane.rpm.Capacity(), lane.tpm.Capacity()})
+	require.Equal(t, uint64(3), lane.SnapshotAt(sec(3)).RateLimited)
 
 	// Room for the request but not for twice it is not a short bucket: the
 	// provider may just have been spent by someone else.

@@ -60,6 +60,13 @@ type Lane struct {
 	// paceAll paces every send; otherwise only those that leave a bucket
 	// with less than a second of refill.
 	paceAll bool
+	// learned: the TPM bucket was learned from 429s (lane_adaptive.go);
+	// refusedAt is the last 429 it was learned from, refusedTaken the
+	// tokens the provider had taken then, learnBest the learned limit that
+	// 429 found.
+	learned                 bool
+	refusedAt               time.Time
+	refusedTaken, learnBest float64
 	// wake, when not nil, is closed when a level is raised, to wake the
 	// Admits waiting for their reservations.
 	wake chan struct{}
@@ -77,8 +84,13 @@ type Lane struct {
 	refundsKnown bool
 	lastTok      reading
 	// rfdTok is the all-time sum of tokens of refused (429) requests whose
-	// headers said the tokens remaining: the server did not charge them.
-	rfdTok float64
+	// headers said the tokens remaining: the server did not charge them;
+	// refusedTok is that of every refused request.
+	rfdTok, refusedTok float64
+	// sentAll and unusedAll are the all-time sums of the tokens sent and
+	// of those settlement found unused, whatever the buckets (for a quota
+	// learned from 429s).
+	sentAll, unusedAll float64
 
 	admitted, rateLimited atomic.Uint64
 }

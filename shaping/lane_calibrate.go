@@ -63,6 +63,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	}
 	if limit, stated, ok := headerLimit(h.HasLimitTokens, h.LimitTokens, h.HasRemainingTokens, h.RemainingTokens, h.ResetTokens, l.tpm, &l.tpmQ); ok && l.cfg.Strategy != StrategyRPM {
 		l.tpm = l.learnLocked(now, l.tpm, &l.tpmQ, "tpm", limit, stated, learn)
+		l.learned = false // a quota from the headers replaces one learned from 429s
 	}
 	if l.ctrl != nil {
 		l.guideLocked()
@@ -77,8 +78,8 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	raised := false
 	if h.HasRemainingRequests && l.rpm != nil {
 		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, raise)
-		if !refused {
-			l.admittedLocked(now, l.rpm, &l.rpmQ, h.RemainingRequests, fresh)
+		if !refused && fresh {
+			l.admittedLocked(now, l.rpm, &l.rpmQ, h.RemainingRequests)
 		}
 	}
 	if h.HasRemainingTokens && l.tpm != nil {
@@ -86,11 +87,9 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		// (the permit's own refusal is not one of them).
 		unseen := max(0, l.resTok-l.canTok-m.tok-(l.rfdTok-m.rfd-m.own))
 		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, raise) || raised
-		if !refused {
-			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens, fresh)
-			if fresh {
-				l.refundsLocked(reading{ok: true, at: at, remaining: h.RemainingTokens, m: m})
-			}
+		if !refused && fresh {
+			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens)
+			l.refundsLocked(reading{ok: true, at: at, remaining: h.RemainingTokens, m: m})
 		}
 	}
 	if raised {
@@ -113,8 +112,9 @@ func (l *Lane) wakeLocked() {
 // refilled (at most to its limit) and got back what the lane's settlements
 // found unused, as far as it gives it back (refundShare; OpenAI does not, a
 // provider that settles to the real usage does); the lane trusts only its
-// burst of it (limit − burst less, for a short-bucket provider), takes its
-// share, and takes off what it reserved that the server had not seen. The
+// burst of it (limit − burst less; on a short-bucket provider, what it has
+// above the remaining its refusal showed), takes its share, and takes off
+// what it reserved that the server had not seen. The
 // lower bound counts the refill as landing before those reservations (it
 // may have been lost at the limit); the upper bound counts them first and
 // every unused token back. A level above the upper bound is lowered to it;
@@ -123,6 +123,9 @@ func (l *Lane) wakeLocked() {
 func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen float64, raise bool) bool {
 	server := remaining + max(0, now.Sub(at).Seconds())*v.limit/60
 	cut := v.limit - v.burst
+	if l.kind == ProviderShort {
+		cut = v.anchor
+	}
 	lo := l.share*(min(v.limit, server+min(refunded, l.refundShare()*refunded))-cut) - unseen
 	hi := l.share * (min(v.limit, server+max(0, refunded)-unseen/l.share) - cut)
 	return b.calibrateAt(now, lo, hi, raise)
@@ -221,8 +224,14 @@ func (l *Lane) learnLocked(now time.Time, b *Bucket, v *view, name string, limit
 	}
 	v.fromHeader = v.fromHeader || stated
 	if math.Abs(v.limit-limit) >= 0.5 {
-		if v.burst >= v.limit {
+		switch {
+		case v.burst >= v.limit:
 			v.burst = limit
+		case l.kind == ProviderShort:
+			// A short bucket holds a time of refill: it scales with the
+			// limit, and so does the remaining it is measured from.
+			ratio := limit / v.limit
+			v.burst, v.anchor = v.burst*ratio, v.anchor*ratio
 		}
 		v.limit, v.burst = limit, min(v.burst, limit)
 		l.applyLocked(now, b, v)

@@ -64,6 +64,7 @@ func (l *Lane) send(now time.Time, r *Reservation) Permit {
 	if l.tpm != nil {
 		l.sentTok += float64(r.Tokens)
 	}
+	l.sentAll += float64(r.Tokens)
 	rec.res, rec.inFlight = *r, l.slots.InFlight()
 	rec.markReq, rec.markTok, rec.markRef, rec.markRfd = l.sentReq, l.sentTok, l.refTok, l.rfdTok
 	l.mu.Unlock()
@@ -145,6 +146,7 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 		if l.tpm != nil {
 			l.refTok += delta
 		}
+		l.unusedAll += delta
 	}
 	m := marks{rec.markReq, rec.markTok, rec.markRef, rec.markRfd, 0}
 	if o.RateLimited {
@@ -157,7 +159,11 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 			l.tpm.AdjustAt(now, m.own)
 			l.rfdTok += m.own
 		}
+		l.refusedTok += float64(rec.res.Tokens)
 		l.refusedLocked(now, p.sentAt, float64(rec.res.Tokens), o.Headers)
+		l.learnFromRefusalLocked(now)
+	} else {
+		l.growLocked(now, float64(actual))
 	}
 	l.calibrateLocked(now, p.sentAt, m, o.Headers, o.RateLimited)
 	if o.RateLimited {

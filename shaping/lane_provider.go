@@ -17,10 +17,11 @@ type ProviderKind string
 const (
 	// ProviderUnknown: no answer has shown the kind yet.
 	ProviderUnknown ProviderKind = "unknown"
-	// ProviderMinute: the provider admitted more at once than any short
+	// ProviderMinute: the provider admitted a deficit larger than any short
 	// bucket holds (twice LaneConfig.ShortBucket of refill): its remaining
 	// headers describe a per-minute bucket, and the lane spends what they
-	// say is available at once.
+	// say is available at once. A refusal with room still shows a short
+	// bucket.
 	ProviderMinute ProviderKind = "minute"
 	// ProviderShort: the provider refused a request while its remaining
 	// headers showed room for twice it: it enforces its limits over a few
@@ -52,6 +53,10 @@ type view struct {
 	// admitted is the largest deficit (limit − remaining) an answer that
 	// was not refused showed.
 	admitted float64
+	// anchor, on a short-bucket provider, is the remaining its refusal
+	// showed: its short bucket was about empty then, so it holds about
+	// remaining − anchor (at most the burst) as the headers go on.
+	anchor float64
 	// remaining is the newest remaining header (has: there was one), for
 	// a 429 that comes without headers.
 	remaining float64
@@ -118,14 +123,12 @@ func (l *Lane) setKindLocked(k ProviderKind) {
 	l.paceAll = l.cfg.ColdStart != ColdStartProbe || k != ProviderMinute
 }
 
-// admittedLocked records an answer that was not refused, whose header said
-// remaining: the provider admitted a deficit of limit − remaining. More
-// than twice ShortBucket of refill proves a per-minute bucket; on a
+// admittedLocked records a fresh answer that was not refused, whose header
+// said remaining: the provider admitted a deficit of limit − remaining.
+// More than twice ShortBucket of refill proves a per-minute bucket; on a
 // short-bucket provider the trusted burst grows to what it admitted.
-func (l *Lane) admittedLocked(now time.Time, b *Bucket, v *view, remaining float64, fresh bool) {
-	if fresh {
-		v.remaining, v.has = remaining, true
-	}
+func (l *Lane) admittedLocked(now time.Time, b *Bucket, v *view, remaining float64) {
+	v.remaining, v.has = remaining, true
 	v.admitted = max(v.admitted, v.limit-remaining)
 	switch l.kind {
 	case ProviderUnknown:
@@ -133,31 +136,39 @@ func (l *Lane) admittedLocked(now time.Time, b *Bucket, v *view, remaining float
 			l.setKindLocked(ProviderMinute)
 		}
 	case ProviderShort:
-		if a := min(v.admitted, v.limit); a > v.burst {
+		if a := min(v.admitted, l.shortMax(v.limit)); a > v.burst {
 			v.burst = a
 			l.applyLocked(now, b, v)
 		}
 	}
 }
 
+// shortMax is the most a short bucket holds: twice ShortBucket of refill
+// (a provider that admits more enforces per minute).
+func (l *Lane) shortMax(limit float64) float64 {
+	return min(limit, 2*l.cfg.ShortBucket.Seconds()*limit/60)
+}
+
 // refusedLocked learns from a 429 on a request of tokens sent at sentAt,
 // before its headers are applied. When its headers (or, without them, the
 // newest ones) showed room for twice the request, the provider enforces a
-// short bucket: from an unknown kind, the lane caps its burst to what the
-// provider admitted (at least a second of refill): the largest deficit an
-// answer showed, or the deficit the refusal shows, since a short bucket
-// refuses when it is about empty, that is when the deficit is about its
-// capacity. On a known short bucket, a refusal with room of a request sent
-// after the lane learned it halves the burst. A refusal without room (the
-// quota spent by someone else, or a header that lied) makes the headers
-// only lower the levels for a minute.
+// short bucket (even when the lane had taken it for a minute one): the
+// lane caps its burst to what the provider admitted (at least a second of
+// refill): the largest deficit an answer showed, or the deficit the
+// refusal shows, since a short bucket refuses when it is about empty, that
+// is when the deficit is about its capacity; at most twice ShortBucket of
+// refill (a deficit is larger when the bucket was not full to start with).
+// On a known short bucket, a refusal with
+// room of a request sent after the lane learned it halves the burst. A
+// refusal without room (the quota spent by someone else, or a header that
+// lied) makes the headers only lower the levels for a minute.
 func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitHeaders) {
 	if !l.roomLocked(tokens, h) {
 		l.distrustUntil = now.Add(distrustAfter429)
 		return
 	}
 	switch l.kind {
-	case ProviderUnknown:
+	case ProviderUnknown, ProviderMinute:
 		l.setKindLocked(ProviderShort)
 		l.shortAt = now
 		refused := [2]struct {
@@ -171,10 +182,12 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 			admitted := q.v.admitted
 			if r := refused[i]; r.has {
 				admitted = max(admitted, q.v.limit-r.remaining)
-			} else if q.v.has {
-				admitted = max(admitted, q.v.limit-q.v.remaining)
 			}
-			q.v.burst = min(q.v.limit, max(floorBurst(q.v.limit), admitted))
+			q.v.burst = max(floorBurst(q.v.limit), min(admitted, l.shortMax(q.v.limit)))
+			q.v.anchor = q.v.limit - q.v.burst
+			if r := refused[i]; r.has {
+				q.v.anchor = r.remaining
+			}
 			l.applyLocked(now, q.b, q.v)
 		}
 	case ProviderShort:

@@ -162,9 +162,10 @@ func TestLaneShortBucketDetected(t *testing.T) {
 	s := lane.SnapshotAt(sec(1))
 	require.Equal(t, ProviderShort, s.Provider)
 	require.Equal(t, []BucketSnapshot{
-		// Bursts of 10 requests (a second; 5 admitted) and 5000 tokens; the
-		// refusal leaves nothing but p4, unseen.
-		{Name: "rpm", Level: 10 - 5 - 1, Capacity: 10, Limit: 600},
+		// Bursts of 10 requests (a second; 5 admitted) and 5000 tokens;
+		// both buckets empty at the refusal (it does not say which one
+		// refused), less p4, unseen.
+		{Name: "rpm", Level: -1, Capacity: 10, Limit: 600},
 		{Name: "tpm", Level: -3024, Capacity: 5000, Limit: 60000}, // p4: 2000 + 1024 of default output
 	}, s.Buckets)
 	require.True(t, lane.paceAll)
@@ -180,6 +181,22 @@ func TestLaneShortBucketDetected(t *testing.T) {
 	require.NoError(t, send(3, 100).DoneAt(sec(3), Outcome{RateLimited: true, Headers: headers600(590, 55000)}))
 	require.Equal(t, []float64{10, 2750}, []float64{lane.rpm.Capacity(), lane.tpm.Capacity()})
 	require.Equal(t, uint64(3), lane.SnapshotAt(sec(3)).RateLimited)
+
+	// The limit halves: a short bucket holds a time of refill, so the burst
+	// halves with it.
+	lane.ObserveAt(sec(4), RateLimitHeaders{LimitTokens: 30000, HasLimitTokens: true})
+	require.Equal(t, 1375.0, lane.tpm.Capacity())
+
+	// A refusal whose deficit is more than a short bucket holds (the
+	// minute was not full to start with): the burst is at most twice
+	// ShortBucket of refill.
+	low, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	r0, err := low.ReserveAt(t0, Request{PromptTokens: 1000})
+	require.NoError(t, err)
+	require.NoError(t, low.SendAt(t0, r0).DoneAt(sec(1), Outcome{RateLimited: true, Headers: headers600(590, 20000)}))
+	require.Equal(t, ProviderShort, low.SnapshotAt(sec(1)).Provider)
+	require.Equal(t, 10000.0, low.tpm.Capacity(), "10 s of 1,000 a second, not the 40,000 deficit")
 
 	// Room for the request but not for twice it is not a short bucket: the
 	// provider may just have been spent by someone else.

@@ -140,13 +140,12 @@ type simJob struct {
 }
 
 type answer struct {
-	latency  time.Duration
-	limited  bool
-	headers  RateLimitHeaders
-	charged  float64
-	refund   float64
-	outcome  Outcome
-	finished bool
+	latency time.Duration
+	limited bool
+	headers RateLimitHeaders
+	charged float64
+	refund  float64
+	outcome Outcome
 }
 
 func (u *upstream) headers(h *RateLimitHeaders) {

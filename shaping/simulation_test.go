@@ -115,9 +115,9 @@ func firstReach(u *upstream, from, until time.Time, limit, frac float64) (time.T
 // 30 s after it halves, on both kinds of provider: from the rate-limit
 // headers when the server sends them, and from 429s alone when it sends
 // none (a TPM quota learned from them, lane_adaptive.go), with at most 2%
-// of the calls answered 429 (issue 13's goal is the provider without
-// headers). It then holds at least 90% of the limit, with two exceptions.
-// Without headers on a short-bucket provider, the bucket fills and loses
+// of the calls answered 429 (the goal of docs/design/rate-limiting.md is
+// the provider without headers). It then holds at least 90% of the limit,
+// with two exceptions. Without headers on a short-bucket provider, the bucket fills and loses
 // refill between refusals unseen, so the quota learned from them runs low:
 // 80%. With headers on a short-bucket provider whose minute starts empty
 // (no free burst), the deficits the headers show say little of the short
@@ -172,8 +172,9 @@ func TestSimulationAdaptiveUnknownQuota(t *testing.T) {
 	}
 }
 
-// backlogJob is the backlog of issue 13: one job in five a document of
-// about 3,000 tokens (prompt and max output), the others short questions.
+// backlogJob is the backlog of docs/design/rate-limiting.md ("Measured"):
+// one job in five a document of about 3,000 tokens (prompt and max output),
+// the others short questions.
 func backlogJob(rng *rand.Rand) *simJob {
 	if rng.IntN(5) == 0 {
 		return &simJob{prompt: 2600 + rng.IntN(300), maxOut: 300, out: 100 + rng.IntN(200)}
@@ -219,8 +220,9 @@ func runBacklog(t *testing.T, short time.Duration, seed uint64) backlogRun {
 	return r
 }
 
-// TestSimulationColdStartBacklog: the goal of issue 13 for one worker, on
-// both kinds of provider: at least 95% of the physical limit, at most 0.1%
+// TestSimulationColdStartBacklog: the cold-start goal of
+// docs/design/rate-limiting.md for one worker, on both kinds of provider:
+// at least 95% of the physical limit, at most 0.1%
 // of the calls answered 429 (at least one allowed on a minute bucket; five
 // on a short one, where learning its kind costs them), and the lane tells
 // which kind it faced.

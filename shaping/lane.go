@@ -14,16 +14,18 @@ import (
 // calibration from the server's headers, in the order
 // docs/design/rate-limiting.md gives. It is safe for concurrent use.
 //
-// The core methods (ReserveAt, CancelAt, TryAcquireSlot, PaceAt, SendAt,
-// [Permit.DoneAt]) take the time explicitly and never block; [Lane.Admit]
-// and [Permit.Done] are the waiting layer on the configured Clock.
+// The core methods (ReserveAt, CancelAt, TryAcquireSlot, PaceReservationAt,
+// SendAt, [Permit.DoneAt]) take the time explicitly and never block;
+// [Lane.Admit] and [Permit.Done] are the waiting layer on the configured
+// Clock.
 //
 // A lane's code is split by concern: lane_config.go (configuration and
 // defaults), lane_reserve.go (the all-or-nothing reservation across the
 // buckets, with its fast path), lane_admit.go (the waiting layer),
 // lane_permit.go (send and settlement), lane_calibrate.go (the server's
-// rate-limit headers and the 429 pause) and lane_adaptive.go (the adaptive
-// controller's glue).
+// rate-limit headers and the 429 pause), lane_provider.go (the cold start's
+// probe, the provider's kind, the share of its quota) and lane_adaptive.go
+// (the adaptive controller's glue, and a quota learned from 429s).
 type Lane struct {
 	cfg   LaneConfig
 	clock clockwork.Clock
@@ -156,13 +158,11 @@ func (l *Lane) TryAcquireSlot() bool { return l.slots.TryAcquire() }
 // not be sent.
 func (l *Lane) ReleaseSlot() { l.slots.Release() }
 
-// PaceAt books a send inside the slot and returns when it may go.
-func (l *Lane) PaceAt(now time.Time) time.Time { return l.pacer.ReserveAt(now) }
-
-// PaceReservationAt is PaceAt for the send of r, which is paced only when
-// the lane paces every send (the provider's kind is not yet known to be a
-// minute bucket, or the lane is static) or r left a bucket with less than
-// a second of refill: a burst the provider's bucket holds goes at once.
+// PaceReservationAt books the send of r inside its slot and returns when it
+// may go. It is paced only when the lane paces every send (the provider's
+// kind is not yet known to be a minute bucket, or the lane is static) or r
+// left a bucket with less than a second of refill: a burst the provider's
+// bucket holds goes at once.
 func (l *Lane) PaceReservationAt(now time.Time, r *Reservation) time.Time {
 	if !r.pace {
 		return now

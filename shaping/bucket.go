@@ -96,11 +96,16 @@ type Bucket struct {
 	name string
 	per  time.Duration
 
-	mu        sync.Mutex
-	origin    time.Time // warm-up origin; times below are seconds since it
-	rate      float64   // tokens per second at the end of warm-up
-	warm      float64   // warm-up seconds
-	capacity  float64
+	mu       sync.Mutex
+	origin   time.Time // warm-up origin; times below are seconds since it
+	rate     float64   // tokens per second at the end of warm-up
+	warm     float64   // warm-up seconds
+	capacity float64
+	// maxN is the largest reservation: the capacity, unless a lane lowered
+	// the capacity below the provider's limit (a short-bucket provider, or
+	// a share of the quota); a reservation above the capacity then waits
+	// for a full bucket and leaves it in debt.
+	maxN      float64
 	level     float64
 	last      float64 // time of the last refill
 	lastEvent float64 // latest ready time handed out
@@ -111,7 +116,8 @@ type Bucket struct {
 }
 
 // retime maps the ready time r of a reservation with seq < seq to
-// at + (max(r, at)-at)*scale + shift.
+// at + (max(r, at)-at)*scale + shift; a negative shift (a raised level)
+// maps an r after at to max(at, r+shift) and leaves the others.
 type retime struct {
 	seq              uint64
 	at, scale, shift float64
@@ -145,6 +151,7 @@ func NewBucket(cfg BucketConfig, now time.Time) (*Bucket, error) {
 		rate:     cfg.Limit / cfg.Per.Seconds(),
 		warm:     cfg.WarmUp.Seconds(),
 		capacity: cfg.Capacity,
+		maxN:     cfg.Capacity,
 	}
 	if cfg.Start == StartFull {
 		b.level = b.capacity
@@ -167,7 +174,8 @@ type Claim struct {
 
 // ReadyAt returns when c is ready now that later corrections are known: a
 // level lowered from a server's header, or a lowered rate, moves the ready
-// times of reservations already handed out, never earlier.
+// times of reservations already handed out later; a level raised from a
+// server's header moves them earlier, never before the raise.
 func (b *Bucket) ReadyAt(c Claim) time.Time {
 	if c.bucket != b {
 		return c.ReadyAt
@@ -182,21 +190,24 @@ func (b *Bucket) readyLocked(c Claim) time.Time {
 		return c.ReadyAt
 	}
 	r := b.rel(c.ReadyAt)
-	moved := false
+	moved, raised := false, false
 	for _, x := range b.retimes {
-		if x.seq <= c.seq {
-			continue
+		switch {
+		case x.seq <= c.seq:
+		case x.shift < 0: // a raise: earlier, but not before it
+			if r > x.at {
+				r, moved, raised = max(x.at, r+x.shift), true, true
+			}
+		case r < x.at && x.shift == 0:
+		default:
+			r = x.at + (max(r, x.at)-x.at)*x.scale + x.shift
+			moved = true
 		}
-		if r < x.at && x.shift == 0 {
-			continue
-		}
-		r = x.at + (max(r, x.at)-x.at)*x.scale + x.shift
-		moved = true
 	}
 	if !moved {
 		return c.ReadyAt
 	}
-	if at := b.abs(r); at.After(c.ReadyAt) {
+	if at := b.abs(r); raised || at.After(c.ReadyAt) {
 		return at
 	}
 	return c.ReadyAt
@@ -310,9 +321,16 @@ func (b *Bucket) SetCapacityAt(now time.Time, capacity float64) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.advance(b.rel(now))
-	b.capacity = capacity
-	b.level = min(b.level, capacity)
+	b.setCapacity(capacity, capacity)
 	return nil
+}
+
+// setCapacity sets the capacity and the largest reservation (maxN >=
+// capacity); a level above the capacity is cut. The caller has advanced the
+// bucket.
+func (b *Bucket) setCapacity(capacity, maxN float64) {
+	b.capacity, b.maxN = capacity, max(maxN, capacity)
+	b.level = min(b.level, capacity)
 }
 
 // Limit returns the refill per period at the end of warm-up.
@@ -348,7 +366,7 @@ func (b *Bucket) Wait(ctx context.Context, clock clockwork.Clock, n float64) err
 	}
 	c := b.commitLocked(n, ready, readyAt)
 	b.mu.Unlock()
-	if err := sleepUntil(ctx, clock, readyAt); err != nil {
+	if err := sleepUntil(ctx, clock, readyAt, nil); err != nil {
 		b.CancelAt(clock.Now(), c)
 		return err
 	}
@@ -432,22 +450,26 @@ func (b *Bucket) peekLocked(now time.Time, n float64) (ready float64, immediate 
 // peekRel is peekLocked at s = b.rel(now), for callers that convert the
 // time once for several buckets with the same origin.
 func (b *Bucket) peekRel(s, n float64) (ready float64, immediate bool, err error) {
-	if n > b.capacity {
+	if n > b.maxN {
 		return 0, false, b.tooLarge(n)
 	}
+	need := n
+	if need > b.capacity {
+		need = b.capacity // goes when the bucket is full
+	}
 	b.advance(s)
-	if b.level >= n && s >= b.last {
+	if b.level >= need && s >= b.last {
 		return s, true, nil
 	}
 	s = max(s, b.last)
-	if b.level >= n {
+	if b.level >= need {
 		return s, false, nil
 	}
-	return max(s, b.timeFor(b.cum(s)+n-b.level)), false, nil
+	return max(s, b.timeFor(b.cum(s)+need-b.level)), false, nil
 }
 
 func (b *Bucket) tooLarge(n float64) error {
-	return fmt.Errorf("%w: %v tokens, bucket %q holds %v", ErrTooLarge, n, b.name, b.capacity)
+	return fmt.Errorf("%w: %v tokens, bucket %q holds %v", ErrTooLarge, n, b.name, b.maxN)
 }
 
 func (b *Bucket) commitLocked(n, ready float64, readyAt time.Time) Claim {
@@ -478,14 +500,52 @@ func (b *Bucket) cancelLocked(now time.Time, c Claim) {
 	}
 }
 
-// lowerSince lowers the level to a server's remaining count observed at
-// `at`, plus the refill since, minus unseen tokens the server had not yet
-// counted.
-func (b *Bucket) lowerSince(now, at time.Time, remaining, unseen float64) {
+// raiseTo raises the level at s (the caller has advanced the bucket) to
+// level, at most the capacity. The reservations queued behind the debt are
+// ready earlier by the time the refill takes to bring the difference, never
+// before s. Only after the warm-up, where the refill is linear.
+func (b *Bucket) raiseTo(s, level float64) {
+	level = min(level, b.capacity)
+	if level <= b.level {
+		return
+	}
+	// Only a level below zero has reservations waiting on it.
+	if b.level < 0 {
+		b.addRetime(retime{seq: b.seq + 1, at: s, scale: 1, shift: -(level - b.level) / b.rate})
+	}
+	b.level = level
+}
+
+// calibrateAt moves the level at now into [lo, hi], the band a server's
+// header allows: above hi it is lowered to hi; below lo it is raised to lo
+// when raise is set (never during the warm-up). It reports a raise.
+func (b *Bucket) calibrateAt(now time.Time, lo, hi float64, raise bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.rel(now)
 	b.advance(s)
-	gen := max(0, b.cum(s)-b.cum(b.rel(at)))
-	b.lowerTo(s, min(b.level, min(b.capacity, remaining+gen)-unseen))
+	switch {
+	case b.level > hi:
+		b.lowerTo(s, hi)
+	case raise && b.level < lo && s >= b.warm:
+		b.raiseTo(s, lo)
+		return true
+	}
+	return false
+}
+
+// warmingAt reports whether the warm-up is still running at now.
+func (b *Bucket) warmingAt(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rel(now) < b.warm
+}
+
+// endWarmUpAt ends a warm-up in progress: the refill runs at the full rate
+// from now on (reservations already queued keep their later ready times).
+func (b *Bucket) endWarmUpAt(now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.advance(b.rel(now))
+	b.warm = 0
 }

@@ -305,3 +305,73 @@ func TestBucketWaitCancelled(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge)
 	require.ErrorIs(t, b.Wait(context.Background(), clock, 61), ErrTooLarge)
 }
+
+// TestBucketRaiseRetimesEarlier: a level raised (from a server's header)
+// makes the reservations queued behind the debt ready earlier by the time
+// the refill takes to bring the difference, never before the raise; those
+// ready already, and reservations made after the raise, stay.
+func TestBucketRaiseRetimesEarlier(t *testing.T) {
+	t.Parallel()
+	b, err := NewBucket(BucketConfig{Name: "tpm", Limit: 600, Start: StartEmpty}, t0) // 10/s
+	require.NoError(t, err)
+	c1, err := b.ReserveAt(t0, 10) // ready at 1 s
+	require.NoError(t, err)
+	c2, err := b.ReserveAt(t0, 30) // ready at 4 s
+	require.NoError(t, err)
+	require.Equal(t, []time.Time{sec(1), sec(4)}, []time.Time{c1.ReadyAt, c2.ReadyAt})
+	require.True(t, b.calibrateAt(sec(0.5), 15, 15, true), "a raise from -35 to 15 (level at 0.5 s: -35)")
+	require.Equal(t, sec(0.5), b.ReadyAt(c1), "5 s earlier, but not before the raise")
+	require.Equal(t, sec(0.5), b.ReadyAt(c2))
+	require.InDelta(t, 15, b.LevelAt(sec(0.5)), 1e-9)
+	c3, err := b.ReserveAt(sec(0.5), 25) // 10 short: ready 1 s later
+	require.NoError(t, err)
+	require.Equal(t, sec(1.5), c3.ReadyAt)
+	require.False(t, b.calibrateAt(sec(0.5), -100, 1000, true), "inside the band: no change")
+	require.Equal(t, sec(1.5), b.ReadyAt(c3))
+	require.True(t, b.calibrateAt(sec(1), -5+3, 500, true), "-5 raised to -2: 0.3 s earlier")
+	require.Equal(t, sec(1.2), b.ReadyAt(c3))
+	require.False(t, b.calibrateAt(sec(1), 500, 500, false), "no raise when not allowed")
+	require.InDelta(t, -2, b.LevelAt(sec(1)), 1e-9)
+	require.False(t, b.calibrateAt(sec(1), -10, -10, true), "lowered to the band's top")
+	require.Equal(t, sec(2), b.ReadyAt(c3), "a cut delays it again")
+	require.True(t, b.calibrateAt(sec(1), 1e9, 1e9, true))
+	require.InDelta(t, 600, b.LevelAt(sec(1)), 1e-9, "at most the capacity")
+	require.Equal(t, sec(1), b.ReadyAt(c3))
+
+	// No raise during the warm-up; once it ends, the refill is linear.
+	w, err := NewBucket(BucketConfig{Name: "warm", Limit: 600, WarmUp: 10 * time.Second}, t0)
+	require.NoError(t, err)
+	require.False(t, w.calibrateAt(sec(1), 100, 100, true))
+	require.True(t, w.warmingAt(sec(9.9)))
+	w.endWarmUpAt(sec(2))
+	require.False(t, w.warmingAt(sec(2)))
+	before := w.LevelAt(sec(2))
+	require.InDelta(t, before+10, w.LevelAt(sec(3)), 1e-9, "the full rate at once")
+	require.True(t, w.calibrateAt(sec(3), 100, 100, true))
+}
+
+// TestBucketLargerThanCapacity: below the largest reservation (a lane's
+// provider limit), a request larger than the capacity waits for a full
+// bucket and leaves it in debt; above it, it is too large.
+func TestBucketLargerThanCapacity(t *testing.T) {
+	t.Parallel()
+	b, err := NewBucket(BucketConfig{Name: "tpm", Limit: 600}, t0) // 10/s, full
+	require.NoError(t, err)
+	b.setCapacity(100, 600)
+	c1, err := b.ReserveAt(t0, 250) // the bucket is full: at once
+	require.NoError(t, err)
+	require.Equal(t, t0, c1.ReadyAt)
+	require.InDelta(t, -150, b.LevelAt(t0), 1e-9)
+	c2, err := b.ReserveAt(t0, 300) // waits until the bucket is full again: 25 s
+	require.NoError(t, err)
+	require.Equal(t, sec(25), c2.ReadyAt)
+	c3, err := b.ReserveAt(t0, 10) // behind it: its debt of 200, then 10
+	require.NoError(t, err)
+	require.Equal(t, sec(46), c3.ReadyAt)
+	_, err = b.ReserveAt(t0, 601)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.EqualError(t, err, `shaping: request larger than bucket capacity: 601 tokens, bucket "tpm" holds 600`)
+	require.NoError(t, b.SetCapacityAt(t0, 50))
+	_, err = b.ReserveAt(t0, 51)
+	require.ErrorIs(t, err, ErrTooLarge, "SetCapacityAt sets the largest reservation too")
+}

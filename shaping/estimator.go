@@ -131,11 +131,14 @@ type Estimate struct {
 	// MaxOutputTokens is n x (max_completion_tokens, else max_tokens);
 	// 0 when the body sets none.
 	MaxOutputTokens int
+	// N is the body's n (choices), at least 1: without a max output, the
+	// lane reserves N default outputs.
+	N int
 }
 
 // Request returns the admission request for e (quotas not included).
 func (e Estimate) Request() Request {
-	return Request{PromptTokens: e.SafePromptTokens, MaxOutputTokens: e.MaxOutputTokens}
+	return Request{PromptTokens: e.SafePromptTokens, MaxOutputTokens: e.MaxOutputTokens, N: e.N}
 }
 
 type chatBody struct {
@@ -163,7 +166,8 @@ func (e *Estimator) EstimateBody(body []byte) (Estimate, error) {
 	}
 	est := Estimate{Model: b.Model, PromptTokens: e.CountMessages(b.Model, msgs)}
 	out := cmp.Or(b.MaxCompletionTokens, b.MaxTokens)
-	est.MaxOutputTokens = out * max(1, b.N)
+	est.N = max(1, b.N)
+	est.MaxOutputTokens = out * est.N
 	est.SafePromptTokens = int(math.Ceil(float64(est.PromptTokens) * e.Safety(b.Model)))
 	return est, nil
 }

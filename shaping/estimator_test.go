@@ -14,7 +14,7 @@ func TestEstimator(t *testing.T) {
 	est, err := e.EstimateBody([]byte(`{"model":"gpt-4o-mini","max_tokens":100,"n":2,"messages":[{"role":"user","content":"Hello world"}]}`))
 	require.NoError(t, err)
 	// 3 priming + 3 per message + "user" (1) + "Hello world" (2)
-	require.Equal(t, Estimate{Model: "gpt-4o-mini", PromptTokens: 9, SafePromptTokens: 9, MaxOutputTokens: 200}, est)
+	require.Equal(t, Estimate{Model: "gpt-4o-mini", PromptTokens: 9, SafePromptTokens: 9, MaxOutputTokens: 200, N: 2}, est)
 	for _, actual := range []int{100, 110, 120, 130} {
 		e.Observe("m", 100, actual)
 	}
@@ -58,21 +58,23 @@ func TestEstimatorMessages(t *testing.T) {
 	}{
 		// Text parts of a multi-part content count; other parts do not.
 		{`{"model":"gpt-4o","messages":[{"role":"user","content":[{"type":"text","text":"Hello"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":" world"}]}]}`,
-			Estimate{Model: "gpt-4o", PromptTokens: 9, SafePromptTokens: 9}},
+			Estimate{Model: "gpt-4o", PromptTokens: 9, SafePromptTokens: 9, N: 1}},
 		// A content that is neither a string nor parts counts nothing.
 		{`{"model":"gpt-4o","messages":[{"role":"user","name":"bob","content":5}]}`,
-			Estimate{Model: "gpt-4o", PromptTokens: 3 + 3 + 1 + 1 + 1, SafePromptTokens: 9}},
+			Estimate{Model: "gpt-4o", PromptTokens: 3 + 3 + 1 + 1 + 1, SafePromptTokens: 9, N: 1}},
 		// max_completion_tokens wins over max_tokens; n multiplies it.
 		{`{"model":"gpt-4o","max_tokens":100,"max_completion_tokens":30,"n":3,"messages":[]}`,
-			Estimate{Model: "gpt-4o", PromptTokens: 3, SafePromptTokens: 3, MaxOutputTokens: 90}},
+			Estimate{Model: "gpt-4o", PromptTokens: 3, SafePromptTokens: 3, MaxOutputTokens: 90, N: 3}},
 		{`{"model":"gpt-4o","max_tokens":100,"messages":[]}`,
-			Estimate{Model: "gpt-4o", PromptTokens: 3, SafePromptTokens: 3, MaxOutputTokens: 100}},
-		{`{"model":"gpt-4o","messages":[]}`, Estimate{Model: "gpt-4o", PromptTokens: 3, SafePromptTokens: 3}},
+			Estimate{Model: "gpt-4o", PromptTokens: 3, SafePromptTokens: 3, MaxOutputTokens: 100, N: 1}},
+		{`{"model":"gpt-4o","messages":[]}`, Estimate{Model: "gpt-4o", PromptTokens: 3, SafePromptTokens: 3, N: 1}},
+		// n without a max output: the lane reserves n default outputs.
+		{`{"model":"gpt-4o","n":4,"messages":[]}`, Estimate{Model: "gpt-4o", PromptTokens: 3, SafePromptTokens: 3, N: 4}},
 	} {
 		est, err := e.EstimateBody([]byte(tc.body))
 		require.NoError(t, err)
 		require.Equal(t, tc.want, est, tc.body)
-		require.Equal(t, Request{PromptTokens: tc.want.SafePromptTokens, MaxOutputTokens: tc.want.MaxOutputTokens}, est.Request())
+		require.Equal(t, Request{PromptTokens: tc.want.SafePromptTokens, MaxOutputTokens: tc.want.MaxOutputTokens, N: tc.want.N}, est.Request())
 	}
 }
 

@@ -1,6 +1,7 @@
 package shaping
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,7 +26,10 @@ type RateLimitHeaders struct {
 }
 
 // ParseHeaders reads the x-ratelimit-* and Retry-After headers of h. now is
-// used for an HTTP-date Retry-After. Malformed values are treated as absent.
+// used for an HTTP-date Retry-After. Malformed values (negative, NaN,
+// infinite, not a number) are treated as absent; durations too large for a
+// time.Duration saturate at its maximum instead of overflowing, and the lane
+// caps the pause it takes from them ([LaneConfig.MaxRetryAfter]).
 func ParseHeaders(h http.Header, now time.Time) RateLimitHeaders {
 	var r RateLimitHeaders
 	r.LimitRequests, r.HasLimitRequests = headerFloat(h, "X-Ratelimit-Limit-Requests")
@@ -34,19 +38,37 @@ func ParseHeaders(h http.Header, now time.Time) RateLimitHeaders {
 	r.RemainingTokens, r.HasRemainingTokens = headerFloat(h, "X-Ratelimit-Remaining-Tokens")
 	r.ResetRequests, _ = headerDuration(h, "X-Ratelimit-Reset-Requests")
 	r.ResetTokens, _ = headerDuration(h, "X-Ratelimit-Reset-Tokens")
-	if v := h.Get("Retry-After-Ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
-			r.RetryAfter, r.HasRetryAfter = time.Duration(ms*float64(time.Millisecond)), true
-		}
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		r.RetryAfter, r.HasRetryAfter = parseDuration(v, time.Millisecond)
 	}
-	if v := h.Get("Retry-After"); v != "" && !r.HasRetryAfter {
-		if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-			r.RetryAfter, r.HasRetryAfter = time.Duration(s*float64(time.Second)), true
-		} else if t, err := http.ParseTime(v); err == nil {
-			r.RetryAfter, r.HasRetryAfter = max(0, t.Sub(now)), true
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" && !r.HasRetryAfter {
+		if r.RetryAfter, r.HasRetryAfter = parseDuration(v, time.Second); !r.HasRetryAfter {
+			if t, err := http.ParseTime(v); err == nil {
+				// Sub saturates; a date in the past means now.
+				r.RetryAfter, r.HasRetryAfter = max(0, t.Sub(now)), true
+			}
 		}
 	}
 	return r
+}
+
+// parseDuration reads a non-negative, finite number of units (fractions
+// allowed), saturating at the largest time.Duration.
+func parseDuration(v string, unit time.Duration) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f >= 0) || math.IsInf(f, 1) {
+		return 0, false
+	}
+	return saturate(f * float64(unit)), true
+}
+
+// saturate converts nanoseconds to a Duration, capped at the largest one (a
+// float conversion out of range is not defined in Go).
+func saturate(ns float64) time.Duration {
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }
 
 // Any reports whether any rate-limit header was present.
@@ -61,7 +83,7 @@ func headerFloat(h http.Header, key string) (float64, bool) {
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f < 0 {
+	if err != nil || !(f >= 0) || math.IsInf(f, 1) {
 		return 0, false
 	}
 	return f, true
@@ -76,8 +98,5 @@ func headerDuration(h http.Header, key string) (time.Duration, bool) {
 	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
 		return d, true
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
-		return time.Duration(s * float64(time.Second)), true
-	}
-	return 0, false
+	return parseDuration(v, time.Second)
 }

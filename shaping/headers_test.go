@@ -1,6 +1,7 @@
 package shaping
 
 import (
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -52,6 +53,17 @@ func TestParseHeadersCases(t *testing.T) {
 		{"retry-after-ms wins", map[string]string{"retry-after-ms": "250", "retry-after": "20"}, RateLimitHeaders{RetryAfter: 250 * time.Millisecond, HasRetryAfter: true}},
 		{"a bad retry-after-ms falls back", map[string]string{"retry-after-ms": "-5", "retry-after": "2"}, RateLimitHeaders{RetryAfter: 2 * time.Second, HasRetryAfter: true}},
 		{"retry-after-ms zero", map[string]string{"retry-after-ms": "0", "retry-after": "2"}, RateLimitHeaders{HasRetryAfter: true}},
+		{"retry-after-ms fractional, spaces trimmed", map[string]string{"retry-after-ms": " 1.5 "}, RateLimitHeaders{RetryAfter: 1500 * time.Microsecond, HasRetryAfter: true}},
+		{"a huge retry-after saturates", map[string]string{"retry-after": "1e300"}, RateLimitHeaders{RetryAfter: math.MaxInt64, HasRetryAfter: true}},
+		{"a huge retry-after-ms saturates", map[string]string{"retry-after-ms": "9223372036855"}, RateLimitHeaders{RetryAfter: math.MaxInt64, HasRetryAfter: true}},
+		{"a day in milliseconds", map[string]string{"retry-after-ms": "86400000"}, RateLimitHeaders{RetryAfter: 24 * time.Hour, HasRetryAfter: true}},
+		{"an infinite or NaN retry-after is absent", map[string]string{"retry-after-ms": "+Inf", "retry-after": "NaN"}, RateLimitHeaders{}},
+		{"an out-of-range retry-after is absent", map[string]string{"retry-after": "1e400"}, RateLimitHeaders{}},
+		{"an HTTP date far ahead saturates", map[string]string{"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}, RateLimitHeaders{RetryAfter: math.MaxInt64, HasRetryAfter: true}},
+		{"infinite and NaN counts are absent",
+			map[string]string{"x-ratelimit-remaining-tokens": "Inf", "x-ratelimit-limit-tokens": "NaN", "x-ratelimit-remaining-requests": "-0"},
+			RateLimitHeaders{HasRemainingRequests: true}},
+		{"a huge reset in seconds saturates", map[string]string{"x-ratelimit-reset-tokens": "1e300"}, RateLimitHeaders{ResetTokens: math.MaxInt64}},
 	} {
 		h := http.Header{}
 		for k, v := range tc.h {

@@ -14,16 +14,18 @@ import (
 // calibration from the server's headers, in the order
 // docs/design/rate-limiting.md gives. It is safe for concurrent use.
 //
-// The core methods (ReserveAt, CancelAt, TryAcquireSlot, PaceAt, SendAt,
-// [Permit.DoneAt]) take the time explicitly and never block; [Lane.Admit]
-// and [Permit.Done] are the waiting layer on the configured Clock.
+// The core methods (ReserveAt, CancelAt, TryAcquireSlot, PaceReservationAt,
+// SendAt, [Permit.DoneAt]) take the time explicitly and never block;
+// [Lane.Admit] and [Permit.Done] are the waiting layer on the configured
+// Clock.
 //
 // A lane's code is split by concern: lane_config.go (configuration and
 // defaults), lane_reserve.go (the all-or-nothing reservation across the
 // buckets, with its fast path), lane_admit.go (the waiting layer),
 // lane_permit.go (send and settlement), lane_calibrate.go (the server's
-// rate-limit headers and the 429 pause) and lane_adaptive.go (the adaptive
-// controller's glue).
+// rate-limit headers and the 429 pause), lane_provider.go (the cold start's
+// probe, the provider's kind, the share of its quota) and lane_adaptive.go
+// (the adaptive controller's glue, and a quota learned from 429s).
 type Lane struct {
 	cfg   LaneConfig
 	clock clockwork.Clock
@@ -42,12 +44,55 @@ type Lane struct {
 	// limitsAt is the send time of the response whose limit headers were
 	// applied last; older responses' limits are stale.
 	limitsAt time.Time
+	// remainingAt is the same for remaining headers: an older one may
+	// lower a level, never raise it.
+	remainingAt time.Time
+	// distrustUntil ends the minute after a 429 during which headers may
+	// only lower the levels.
+	distrustUntil time.Time
+	// The provider as the lane learns it (lane_provider.go): rpmQ and tpmQ
+	// are the provider's limits behind rpm and tpm; share is the part of
+	// them the lane runs on.
+	rpmQ, tpmQ  view
+	share       float64
+	kind        ProviderKind
+	shortAt     time.Time // when the lane learned a short bucket
+	probing     bool      // a cold start's probe: no answer with headers yet
+	headersSeen bool
+	// paceAll paces every send; otherwise only those that leave a bucket
+	// with less than a second of refill.
+	paceAll bool
+	// learned: the TPM bucket was learned from 429s (lane_adaptive.go);
+	// refusedAt is the last 429 it was learned from, refusedTaken the
+	// tokens the provider had taken then, learnBest the learned limit that
+	// 429 found.
+	learned                 bool
+	refusedAt               time.Time
+	refusedTaken, learnBest float64
+	// wake, when not nil, is closed when a level is raised, to wake the
+	// Admits waiting for their reservations.
+	wake chan struct{}
 	// ledger, for calibration: all-time sums of requests and tokens
 	// reserved, cancelled, and sent.
 	resReq, resTok, canReq, canTok, sentReq, sentTok float64
-	// refTok is the all-time sum of tokens settlement gave back to the TPM
-	// bucket (negative for overruns).
+	// refTok is the all-time sum of the tokens settlement found unused
+	// (negative for overruns).
 	refTok float64
+	// refunds is the share of unused tokens the provider gives back, as
+	// the headers show it (refundsKnown: they have; see refundsLocked and
+	// refundShare), and lastTok the newest fresh TPM reading it is
+	// measured from.
+	refunds      float64
+	refundsKnown bool
+	lastTok      reading
+	// rfdTok is the all-time sum of tokens of refused (429) requests whose
+	// headers said the tokens remaining: the server did not charge them;
+	// refusedTok is that of every refused request.
+	rfdTok, refusedTok float64
+	// sentAll and unusedAll are the all-time sums of the tokens sent and
+	// of those settlement found unused, whatever the buckets (for a quota
+	// learned from 429s).
+	sentAll, unusedAll float64
 
 	admitted, rateLimited atomic.Uint64
 }
@@ -59,7 +104,8 @@ func NewLane(cfg LaneConfig) (*Lane, error) {
 		return nil, err
 	}
 	now := cfg.Clock.Now()
-	l := &Lane{cfg: cfg, clock: cfg.Clock, pacer: NewPacer(max(0, cfg.MinInterval))}
+	l := &Lane{cfg: cfg, clock: cfg.Clock, pacer: NewPacer(max(0, cfg.MinInterval)), share: 1}
+	l.setKindLocked(ProviderUnknown)
 	warm := max(0, cfg.WarmUp)
 	var err error
 	switch cfg.Strategy {
@@ -67,14 +113,27 @@ func NewLane(cfg LaneConfig) (*Lane, error) {
 		l.slots = NewConcurrencyLimiter(math.MaxInt32)
 		return l, nil
 	}
+	start := cfg.Start
+	l.probing = cfg.ColdStart == ColdStartProbe
+	if l.probing {
+		start = StartEmpty
+	}
 	if cfg.RPM > 0 {
-		if l.rpm, err = NewBucket(BucketConfig{Name: "rpm", Limit: cfg.RPM, WarmUp: warm, Start: cfg.Start}, now); err != nil {
+		if l.rpm, err = NewBucket(BucketConfig{Name: "rpm", Limit: cfg.RPM, WarmUp: warm, Start: start}, now); err != nil {
 			return nil, err
+		}
+		l.rpmQ = view{limit: cfg.RPM, burst: cfg.RPM}
+		if l.probing {
+			l.startProbeLocked(now, l.rpm, &l.rpmQ, 1)
 		}
 	}
 	if cfg.TPM > 0 && cfg.Strategy != StrategyRPM {
-		if l.tpm, err = NewBucket(BucketConfig{Name: "tpm", Limit: cfg.TPM, WarmUp: warm, Start: cfg.Start}, now); err != nil {
+		if l.tpm, err = NewBucket(BucketConfig{Name: "tpm", Limit: cfg.TPM, WarmUp: warm, Start: start}, now); err != nil {
 			return nil, err
+		}
+		l.tpmQ = view{limit: cfg.TPM, burst: cfg.TPM}
+		if l.probing {
+			l.startProbeLocked(now, l.tpm, &l.tpmQ, cfg.TPM)
 		}
 	}
 	l.slots = NewConcurrencyLimiter(cfg.Concurrency)
@@ -99,8 +158,17 @@ func (l *Lane) TryAcquireSlot() bool { return l.slots.TryAcquire() }
 // not be sent.
 func (l *Lane) ReleaseSlot() { l.slots.Release() }
 
-// PaceAt books a send inside the slot and returns when it may go.
-func (l *Lane) PaceAt(now time.Time) time.Time { return l.pacer.ReserveAt(now) }
+// PaceReservationAt books the send of r inside its slot and returns when it
+// may go. It is paced only when the lane paces every send (the provider's
+// kind is not yet known to be a minute bucket, or the lane is static) or r
+// left a bucket with less than a second of refill: a burst the provider's
+// bucket holds goes at once.
+func (l *Lane) PaceReservationAt(now time.Time, r *Reservation) time.Time {
+	if !r.pace {
+		return now
+	}
+	return l.pacer.ReserveAt(now)
+}
 
 // PausedUntil returns the end of the current 429 pause (zero if none).
 func (l *Lane) PausedUntil() time.Time {
@@ -120,6 +188,11 @@ type Snapshot struct {
 	PausedUntil      time.Time
 	// State is the controller's state ("probing", "hold", "drain"), or "".
 	State string
+	// Provider is how the provider enforces its limits, as the lane has
+	// told from the answers.
+	Provider ProviderKind
+	// Share is the part of the provider's quota the lane runs on.
+	Share float64
 	// Admitted counts permits issued; RateLimited counts 429 outcomes.
 	Admitted, RateLimited uint64
 }
@@ -138,6 +211,7 @@ func (l *Lane) SnapshotAt(now time.Time) Snapshot {
 		Name: l.cfg.Name, Strategy: l.cfg.Strategy,
 		ConcurrencyLimit: l.slots.Limit(), InFlight: l.slots.InFlight(), Waiting: l.slots.Waiting(),
 		PausedUntil: l.pauseUntil, Admitted: l.admitted.Load(), RateLimited: l.rateLimited.Load(),
+		Provider: l.kind, Share: l.share,
 	}
 	if st, ok := l.ctrl.(Stateful); ok {
 		s.State = st.State()

@@ -4,7 +4,10 @@ import "context"
 
 // Admit waits, in the order of docs/design/rate-limiting.md, for every
 // bucket (all together), then a concurrency slot, then the pacing inside
-// the slot, and returns the permit to send. It never waits long while
+// the slot (see [Lane.PaceReservationAt]), and returns the permit to send.
+// A level raised from a server's header while it waits for the buckets
+// wakes it at once; a 429 pause that begins while it waits for its pacing
+// sends it back to wait out the pause without the slot. It never waits long while
 // holding a slot: a lane pause that begins meanwhile gives the slot back
 // first. It fails at once with a [*WaitError] when the buckets or a pause
 // would pass ctx's deadline, with [ErrTooLarge] (permanent) when the request
@@ -29,14 +32,14 @@ func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 	// after now, the first bucket and pause checks below would pass.
 	waited := r.ReadyAt.After(now)
 	for waited {
-		ready := l.ReadyAt(&r)
-		if !ready.After(l.clock.Now()) {
+		ready, wake := l.readyWake(l.clock.Now(), &r)
+		if wake == nil {
 			break
 		}
 		if !deadline.IsZero() && ready.After(deadline) {
 			return l.abandon(&r, &WaitError{Wait: ready.Sub(l.clock.Now()), Deadline: deadline})
 		}
-		if err := sleepUntil(ctx, l.clock, ready); err != nil {
+		if err := sleepUntil(ctx, l.clock, ready, wake); err != nil {
 			return l.abandon(&r, err)
 		}
 	}
@@ -47,7 +50,7 @@ func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 					now := l.clock.Now()
 					return l.abandon(&r, &WaitError{Wait: until.Sub(now), Deadline: deadline})
 				}
-				if err := sleepUntil(ctx, l.clock, until); err != nil {
+				if err := sleepUntil(ctx, l.clock, until, nil); err != nil {
 					return l.abandon(&r, err)
 				}
 			}
@@ -57,22 +60,33 @@ func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 			return l.abandon(&r, err)
 		}
 		now = l.clock.Now()
-		if !l.PausedUntil().After(now) {
+		if l.PausedUntil().After(now) {
+			l.slots.Release()
+			continue
+		}
+		at := l.PaceReservationAt(now, &r)
+		if !at.After(now) {
+			if err = ctx.Err(); err != nil {
+				if r.pace {
+					l.pacer.CancelAt(at)
+				}
+				l.slots.Release()
+				return l.abandon(&r, err)
+			}
 			break
 		}
-		l.slots.Release()
-	}
-	at := l.pacer.ReserveAt(now)
-	if at.After(now) {
-		err = sleepUntil(ctx, l.clock, at)
+		err = sleepUntil(ctx, l.clock, at, nil)
 		now = l.clock.Now()
-	} else {
-		err = ctx.Err()
-	}
-	if err != nil {
+		if err == nil && !l.PausedUntil().After(now) {
+			break
+		}
+		// Cancelled, or a 429 paused the lane while the send waited for
+		// its pacing: the booking and the slot go back.
 		l.pacer.CancelAt(at)
 		l.slots.Release()
-		return l.abandon(&r, err)
+		if err != nil {
+			return l.abandon(&r, err)
+		}
 	}
 	return l.send(now, &r), nil
 }

@@ -149,3 +149,49 @@ func TestLaneAdmitPauseGivesSlotBack(t *testing.T) {
 	require.Equal(t, result{sentAt: at(20)}, recv(done), "sent when the pause ends")
 	require.NoError(t, p3.Done(Outcome{}))
 }
+
+// TestLaneAdmitPauseDuringPacing: a 429 pause that begins while an Admit
+// waits for its pacing sends it back: it gives its pacing booking and its
+// slot back and is sent when the pause ends, not at its booked time.
+func TestLaneAdmitPauseDuringPacing(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(t0)
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 6000, WarmUp: -1, Clock: clock}) // paced 1 s apart
+	require.NoError(t, err)
+	ctx := context.Background()
+	req := Request{PromptTokens: 10, MaxOutputTokens: 10}
+	p1, err := lane.Admit(ctx, req)
+	require.NoError(t, err)
+	type result struct {
+		sentAt time.Time
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := lane.Admit(ctx, req)
+		if err == nil {
+			err = p.Done(Outcome{})
+		}
+		done <- result{p.SentAt(), err}
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(wctx, 1), "paced until 1 s")
+	require.Equal(t, 2, lane.Snapshot().InFlight, "holding its slot while paced")
+	require.NoError(t, p1.DoneAt(t0, Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: 3 * time.Second, HasRetryAfter: true}}))
+	clock.Advance(time.Second)
+	require.NoError(t, clock.BlockUntilContext(wctx, 1), "waiting out the pause")
+	require.Equal(t, 0, lane.Snapshot().InFlight, "the slot went back")
+	select {
+	case r := <-done:
+		t.Fatalf("sent during the pause: %+v", r)
+	default:
+	}
+	clock.Advance(2 * time.Second)
+	select {
+	case r := <-done:
+		require.Equal(t, result{sentAt: sec(3)}, r, "sent when the pause ends")
+	case <-wctx.Done():
+		t.Fatal("Admit did not return")
+	}
+}

@@ -10,21 +10,44 @@ import (
 func (l *Lane) ObserveAt(now time.Time, h RateLimitHeaders) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.calibrateLocked(now, now, l.sentReq, l.sentTok, l.refTok, h)
+	l.calibrateLocked(now, now, marks{l.sentReq, l.sentTok, l.refTok, l.rfdTok, 0}, h, false)
 }
 
 // Observe is ObserveAt on the lane's clock.
 func (l *Lane) Observe(h RateLimitHeaders) { l.ObserveAt(l.clock.Now(), h) }
 
-// calibrateLocked makes the server the source of truth: a limit header
-// replaces (or, for adaptive, creates) the bucket's limit, and a remaining
-// header lowers the level to what the server had at `at` plus the refill
-// and the settlements since, minus what this lane reserved that the server
-// had not yet seen.
-// It never raises a level, so stale or reordered headers stay safe.
-func (l *Lane) calibrateLocked(now, at time.Time, markReq, markTok, markRef float64, h RateLimitHeaders) {
+// marks are the lane's ledger at a permit's send: the requests and tokens
+// sent, the tokens settlement had given back, and the tokens of refused
+// requests, so far; own is the permit's tokens when it was refused.
+type marks struct{ req, tok, ref, rfd, own float64 }
+
+// calibrateLocked makes the server the source of truth about the minute.
+// A limit header replaces (or, for adaptive, creates) the bucket's limit;
+// without one, a remaining header with its reset gives the limit when the
+// lane has none from a header. A remaining header, which describes the
+// server when it received the request sent at `at`, sets the level to what
+// the server had then, plus the refill since, minus what this lane reserved
+// that the server had not yet seen (see levelLocked): it may lower the
+// level whatever its age, and raise it only when it is the newest applied
+// (a stale header must not move the level back), no 429 arrived in the
+// last minute (this one included) and the buckets are past their warm-up.
+// The first header ends a cold start's probe.
+func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, refused bool) {
 	if l.cfg.Strategy == StrategyRetry {
 		return
+	}
+	if !h.HasLimitRequests && !h.HasLimitTokens && !h.HasRemainingRequests && !h.HasRemainingTokens {
+		if !l.headersSeen {
+			l.kind = ProviderNoHeaders
+		}
+		return
+	}
+	if !l.headersSeen {
+		l.headersSeen = true
+		if l.kind == ProviderNoHeaders {
+			l.kind = ProviderUnknown
+		}
+		l.endProbeLocked(now)
 	}
 	learn := l.cfg.Strategy == StrategyAdaptive
 	if at.Before(l.limitsAt) {
@@ -32,51 +55,205 @@ func (l *Lane) calibrateLocked(now, at time.Time, markReq, markTok, markRef floa
 	} else if h.HasLimitRequests || h.HasLimitTokens {
 		l.limitsAt = at
 	}
-	if h.HasLimitRequests && h.LimitRequests > 0 {
-		l.rpm = l.learnLocked(now, l.rpm, "rpm", h.LimitRequests, learn)
+	if limit, stated, ok := headerLimit(h.HasLimitRequests, h.LimitRequests, h.HasRemainingRequests, h.RemainingRequests, h.ResetRequests, l.rpm, &l.rpmQ); ok {
+		l.rpm = l.learnLocked(now, l.rpm, &l.rpmQ, "rpm", limit, stated, learn)
 		if l.cfg.MinInterval == 0 && l.rpm != nil {
 			l.pacer.SetInterval(time.Duration(float64(time.Minute) / l.rpm.Limit()))
 		}
 	}
-	if h.HasLimitTokens && h.LimitTokens > 0 && l.cfg.Strategy != StrategyRPM {
-		l.tpm = l.learnLocked(now, l.tpm, "tpm", h.LimitTokens, learn)
+	if limit, stated, ok := headerLimit(h.HasLimitTokens, h.LimitTokens, h.HasRemainingTokens, h.RemainingTokens, h.ResetTokens, l.tpm, &l.tpmQ); ok && l.cfg.Strategy != StrategyRPM {
+		l.tpm = l.learnLocked(now, l.tpm, &l.tpmQ, "tpm", limit, stated, learn)
+		l.learned = false // a quota from the headers replaces one learned from 429s
 	}
 	if l.ctrl != nil {
 		l.guideLocked()
 	}
+	fresh := !at.Before(l.remainingAt)
+	if fresh && (h.HasRemainingRequests || h.HasRemainingTokens) {
+		l.remainingAt = at
+	}
+	// A 429 starts the distrust; a short bucket's capping does not show in
+	// the per-minute headers, so its lane runs on its own refill.
+	raise := fresh && !now.Before(l.distrustUntil) && l.kind != ProviderShort
+	raised := false
 	if h.HasRemainingRequests && l.rpm != nil {
-		l.rpm.lowerSince(now, at, h.RemainingRequests, l.resReq-l.canReq-markReq)
+		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, raise)
+		if !refused && fresh {
+			l.admittedLocked(now, l.rpm, &l.rpmQ, h.RemainingRequests)
+		}
 	}
 	if h.HasRemainingTokens && l.tpm != nil {
-		l.tpm.lowerSince(now, at, h.RemainingTokens+l.refTok-markRef, l.resTok-l.canTok-markTok)
+		// Unseen: reserved since the send, less cancelled and refused
+		// (the permit's own refusal is not one of them).
+		unseen := max(0, l.resTok-l.canTok-m.tok-(l.rfdTok-m.rfd-m.own))
+		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, raise) || raised
+		if !refused && fresh {
+			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens)
+			l.refundsLocked(reading{ok: true, at: at, remaining: h.RemainingTokens, m: m})
+		}
+	}
+	if raised {
+		l.wakeLocked()
 	}
 }
 
-// learnLocked applies a limit header to b: a changed limit (by half a token
-// or more) replaces the refill and scales the capacity with it; a nil b is
-// created full at the limit when create is set (adaptive), else stays nil.
-func (l *Lane) learnLocked(now time.Time, b *Bucket, name string, limit float64, create bool) *Bucket {
+// wakeLocked wakes the Admits waiting for their reservations to be ready:
+// a level was raised, so they may be ready earlier.
+func (l *Lane) wakeLocked() {
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
+}
+
+// levelLocked applies a remaining header to b, keeping the level between
+// two bounds of the lane's part of the server's level. The server had
+// remaining when it answered the request sent at `at`; since then it has
+// refilled (at most to its limit) and got back what the lane's settlements
+// found unused, as far as it gives it back (refundShare; OpenAI does not, a
+// provider that settles to the real usage does); the lane trusts only its
+// burst of it (limit − burst less; on a short-bucket provider, what it has
+// above the remaining its refusal showed), takes its share, and takes off
+// what it reserved that the server had not seen. The
+// lower bound counts the refill as landing before those reservations (it
+// may have been lost at the limit); the upper bound counts them first and
+// every unused token back. A level above the upper bound is lowered to it;
+// one below the lower bound is raised to it when raise is set. It reports
+// a raise.
+func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen float64, raise bool) bool {
+	server := remaining + max(0, now.Sub(at).Seconds())*v.limit/60
+	cut := v.limit - v.burst
+	if l.kind == ProviderShort {
+		cut = v.anchor
+	}
+	lo := l.share*(min(v.limit, server+min(refunded, l.refundShare()*refunded))-cut) - unseen
+	hi := l.share * (min(v.limit, server+max(0, refunded)-unseen/l.share) - cut)
+	return b.calibrateAt(now, lo, hi, raise)
+}
+
+// reading is a fresh remaining-tokens header: the send time of its request,
+// what remained, and the lane's ledger at that send.
+type reading struct {
+	ok        bool
+	at        time.Time
+	remaining float64
+	m         marks
+}
+
+// refundsLocked measures, between the newest fresh reading and r, how much
+// of the tokens the lane's settlements found unused the provider gave back:
+// its remaining should be the previous one, plus the refill, less what the
+// lane sent in between (not refused), plus what it gave back. Only when the
+// minute bucket cannot have filled in between, once enough was unused to
+// tell (0.5% of the limit); the first sample, then an average (weight
+// 0.5), in [0, 1]. Another client spending on the key makes it look lower:
+// safe.
+func (l *Lane) refundsLocked(r reading) {
+	last, v := l.lastTok, &l.tpmQ
+	if !last.ok || !r.at.After(last.at) {
+		l.lastTok = r
+		return
+	}
+	start := last.remaining + r.at.Sub(last.at).Seconds()*v.limit/60
+	unused := r.m.ref - last.m.ref
+	switch {
+	case start >= v.limit:
+		l.lastTok = r // the bucket may have filled: start again from r
+	case unused >= 0.005*v.limit:
+		sent := (r.m.tok - r.m.rfd) - (last.m.tok - last.m.rfd)
+		back := min(1, max(0, (r.remaining-(start-sent))/unused))
+		if !l.refundsKnown {
+			l.refunds, l.refundsKnown = back, true
+		}
+		l.refunds += 0.5 * (back - l.refunds)
+		l.lastTok = r
+	}
+}
+
+// refundShare is the share of the unused tokens the lane counts as back at
+// the provider once it sends headers: as measured; before a measure, none
+// on a minute bucket (the headers show them when they are back) and all on
+// a short one (its per-minute headers are about full while the lane keeps
+// it busy, so they cannot show them; a provider that does not give them
+// back refuses, and halves the burst).
+func (l *Lane) refundShare() float64 {
+	switch {
+	case l.refundsKnown:
+		return l.refunds
+	case l.kind == ProviderShort:
+		return 1
+	}
+	return 0
+}
+
+// headerLimit returns the limit a response gives for the bucket b with view
+// v: its limit header (stated), or, when it has none and the lane never had
+// one, the limit its remaining and reset imply: the bucket refills limit/60
+// per second, so it is full again after reset = (limit − remaining) /
+// (limit/60s). That reading counts only while the bucket is at least half
+// full, where it is exact enough, and only when it differs from the limit
+// in force by more than 5% (the header's rounding stays below that).
+func headerLimit(hasLimit bool, limit float64, hasRemaining bool, remaining float64, reset time.Duration, b *Bucket, v *view) (float64, bool, bool) {
+	switch {
+	case hasLimit:
+		return limit, true, limit > 0
+	case v.fromHeader || !hasRemaining || remaining <= 0 || reset <= 0 || reset > 30*time.Second:
+		return 0, false, false
+	}
+	limit = remaining / (1 - reset.Seconds()/60)
+	return limit, false, b == nil || math.Abs(limit-v.limit) > 0.05*v.limit
+}
+
+// learnLocked applies a limit from a header to b and its view v: a changed
+// limit (by half a token or more) replaces the refill, and the capacity
+// follows it; a nil b is created full at the limit when create is set
+// (adaptive), else stays nil. stated is a limit header (not a reading of
+// remaining and reset).
+func (l *Lane) learnLocked(now time.Time, b *Bucket, v *view, name string, limit float64, stated, create bool) *Bucket {
 	if b == nil {
 		if !create {
 			return nil
 		}
-		nb, err := NewBucket(BucketConfig{Name: name, Limit: limit, Start: StartFull}, now)
+		nb, err := NewBucket(BucketConfig{Name: name, Limit: limit * l.share, Start: StartFull}, now)
 		if err != nil {
 			return nil
 		}
+		*v = view{limit: limit, burst: limit, fromHeader: stated}
+		nb.setCapacity(limit*l.share, limit)
 		return nb
 	}
-	if old := b.Limit(); math.Abs(old-limit) >= 0.5 {
-		ratio := b.Capacity() / old
-		_ = b.SetLimitAt(now, limit)
-		_ = b.SetCapacityAt(now, limit*ratio)
+	v.fromHeader = v.fromHeader || stated
+	if math.Abs(v.limit-limit) >= 0.5 {
+		switch {
+		case v.burst >= v.limit:
+			v.burst = limit
+		case l.kind == ProviderShort:
+			// A short bucket holds a time of refill: it scales with the
+			// limit, and so does the remaining it is measured from.
+			ratio := limit / v.limit
+			v.burst, v.anchor = v.burst*ratio, v.anchor*ratio
+		}
+		v.limit, v.burst = limit, min(v.burst, limit)
+		l.applyLocked(now, b, v)
 	}
 	return b
 }
 
+// applyLocked gives b the lane's share of v: the refill of the limit, the
+// capacity of the trusted burst, and reservations up to the provider's
+// whole limit (one larger than the capacity waits for a full bucket).
+func (l *Lane) applyLocked(now time.Time, b *Bucket, v *view) {
+	_ = b.SetLimitAt(now, v.limit*l.share)
+	b.mu.Lock()
+	b.advance(b.rel(now))
+	b.setCapacity(v.burst*l.share, v.limit)
+	b.mu.Unlock()
+}
+
 // pauseLocked pauses the whole lane after a 429, until the advertised
-// Retry-After (LaneConfig.PauseDefault without one); a pause already longer
-// stays. Retry has no admission control, so nothing pauses it.
+// Retry-After (LaneConfig.PauseDefault without one), at most
+// LaneConfig.MaxRetryAfter; a pause already longer stays. Retry has no
+// admission control, so nothing pauses it.
 func (l *Lane) pauseLocked(now time.Time, h RateLimitHeaders) {
 	if l.cfg.Strategy == StrategyRetry {
 		return
@@ -85,6 +262,7 @@ func (l *Lane) pauseLocked(now time.Time, h RateLimitHeaders) {
 	if h.HasRetryAfter {
 		wait = h.RetryAfter
 	}
+	wait = min(max(0, wait), l.cfg.MaxRetryAfter)
 	if until := now.Add(wait); until.After(l.pauseUntil) {
 		l.pauseUntil = until
 	}

@@ -2,6 +2,7 @@ package shaping
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -28,8 +29,11 @@ func TestLaneCalibration(t *testing.T) {
 }
 
 // TestLaneCalibrationSinceSend: a remaining header describes the server at
-// the send; the lane adds the refill since, the tokens settlement gave back
-// since, and takes off what it reserved that the server had not seen.
+// the send; the lane adds the refill since and takes off what it reserved
+// that the server had not seen. The tokens its settlements found unused
+// since the send count when it lowers the level (they may be back at the
+// server), not when it raises it until the headers have shown that the
+// provider gives them back (OpenAI does not).
 func TestLaneCalibrationSinceSend(t *testing.T) {
 	t.Parallel()
 	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 6000, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
@@ -40,33 +44,39 @@ func TestLaneCalibrationSinceSend(t *testing.T) {
 	p1 := lane.SendAt(sec(1), r1)
 	r2, err := lane.ReserveAt(sec(2), req) // after p1's send: the server's answer to p1 has not seen it
 	require.NoError(t, err)
-	lane.SendAt(sec(2), r2)
+	p2 := lane.SendAt(sec(2), r2)
 	require.NoError(t, p1.DoneAt(sec(3), Outcome{PromptTokens: 100, CompletionTokens: 50, Headers: RateLimitHeaders{
 		RemainingRequests: 50, HasRemainingRequests: true, RemainingTokens: 5000, HasRemainingTokens: true,
 	}}))
 	s := lane.SnapshotAt(sec(3))
 	// RPM: 50 at the send, +2 refilled, -1 unseen (r2).
 	require.InDelta(t, 51, s.Buckets[0].Level, 1e-9)
-	// TPM: 5000 at the send, +200 refilled, +50 settled back, -200 unseen.
+	// TPM: 5000 at the send, +200 refilled, -200 unseen, and the 50 the
+	// settlement gave back may be back at the server: lowered to 5050.
 	require.InDelta(t, 5050, s.Buckets[1].Level, 1e-9)
 
-	// A header never raises a level.
+	// A newer header raises a level too: the server is full, and nothing
+	// the lane reserved is unseen (r2 was sent).
 	lane.ObserveAt(sec(3), RateLimitHeaders{RemainingRequests: 60, HasRemainingRequests: true, RemainingTokens: 6000, HasRemainingTokens: true})
 	s = lane.SnapshotAt(sec(3))
-	require.InDelta(t, 51, s.Buckets[0].Level, 1e-9)
-	require.InDelta(t, 5050, s.Buckets[1].Level, 1e-9)
+	require.InDelta(t, 60, s.Buckets[0].Level, 1e-9)
+	require.InDelta(t, 6000, s.Buckets[1].Level, 1e-9)
 
-	// A permit sent after a settlement: only the settlements since its send
-	// are added to the server's count.
+	// Once headers come, unused tokens come back as far as the headers show
+	// the provider gives them back: the full bucket at 3 s counts the 50 of
+	// p1 back (5000 + 200 refilled - 200 sent + 50), so all of them.
+	require.Equal(t, []any{true, 1.0}, []any{lane.refundsKnown, lane.refunds})
 	r3, err := lane.ReserveAt(sec(3), req)
 	require.NoError(t, err)
-	p3 := lane.SendAt(sec(3), r3) // the lane has given back 50 tokens so far
-	require.NoError(t, p3.DoneAt(sec(3), Outcome{PromptTokens: 100, CompletionTokens: 100, Headers: RateLimitHeaders{
-		RemainingTokens: 4000, HasRemainingTokens: true,
-	}}))
-	// 4000 at the send; nothing refilled, settled or reserved since (the
-	// 50 given back before it are in the server's count already).
-	require.InDelta(t, 4000, lane.SnapshotAt(sec(3)).Buckets[1].Level, 1e-9)
+	p3 := lane.SendAt(sec(3), r3)
+	require.NoError(t, p3.DoneAt(sec(3), Outcome{PromptTokens: 100, CompletionTokens: 10}))
+	require.InDelta(t, 5800+90, lane.SnapshotAt(sec(3)).Buckets[1].Level, 1e-9)
+
+	// p2's answer is stale (the ObserveAt was newer): it lowers to 3000 +
+	// 100 refilled + the 50 + 90 unused since its send (in case the
+	// provider has them) - the 200 of r3, unseen.
+	require.NoError(t, p2.DoneAt(sec(3), Outcome{Headers: RateLimitHeaders{RemainingTokens: 3000, HasRemainingTokens: true}}))
+	require.InDelta(t, 3040, lane.SnapshotAt(sec(3)).Buckets[1].Level, 1e-9)
 }
 
 // TestLaneCalibrationLimits: a limit header replaces a bucket's limit when it
@@ -119,4 +129,251 @@ func TestLaneCalibrationLimits(t *testing.T) {
 	require.NoError(t, err)
 	retry.ObserveAt(t0, RateLimitHeaders{LimitRequests: 120, HasLimitRequests: true, LimitTokens: 6000, HasLimitTokens: true})
 	require.Empty(t, retry.SnapshotAt(t0).Buckets)
+}
+
+// levels returns the levels of a lane's buckets at now (rpm, tpm).
+func levels(l *Lane, now time.Time) []float64 {
+	var out []float64
+	for _, b := range l.SnapshotAt(now).Buckets {
+		out = append(out, b.Level)
+	}
+	return out
+}
+
+// remaining is a header with both remaining counts.
+func remaining(req, tok float64) RateLimitHeaders {
+	return RateLimitHeaders{RemainingRequests: req, HasRemainingRequests: true, RemainingTokens: tok, HasRemainingTokens: true}
+}
+
+// TestLaneHeadersRaise: the server's remaining headers raise a level as well
+// as lower it, corrected for the refill since the send and for what the
+// lane reserved that the server had not seen; a stale header (from a
+// request sent before the newest applied) only lowers; a 429 never raises,
+// and for a minute after it no header does.
+func TestLaneHeadersRaise(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 6000, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	req := Request{PromptTokens: 100, MaxOutputTokens: 100} // 200 tokens; refill 1 request and 100 tokens per second
+	send := func(at float64) *Permit {
+		r, err := lane.ReserveAt(sec(at), req)
+		require.NoError(t, err)
+		return lane.SendAt(sec(at), r)
+	}
+	p0, p1, p2 := send(0.5), send(1), send(2)
+	_, err = lane.ReserveAt(sec(2), req) // queued: unseen by every answer below
+	require.NoError(t, err)
+	require.Equal(t, []float64{57.5, 5350}, levels(lane, sec(2)), "full, minus 4 requests, plus the refill")
+
+	// p2's answer (the newest send) lowers: 3000 + 100 refilled - 200 unseen.
+	require.NoError(t, p2.DoneAt(sec(3), Outcome{Headers: remaining(30, 3000)}))
+	require.Equal(t, []float64{30, 2900}, levels(lane, sec(3)))
+	// p1's answer is stale: it says more, and must not move the level back.
+	require.NoError(t, p1.DoneAt(sec(3), Outcome{Headers: remaining(50, 5000)}))
+	require.Equal(t, []float64{30, 2900}, levels(lane, sec(3)))
+	// A stale header still lowers: 1000 + 250 refilled since 0.5 s - 600
+	// unseen (p1, p2 and the queued one).
+	require.NoError(t, p0.DoneAt(sec(3), Outcome{Headers: remaining(20, 1000)}))
+	require.Equal(t, []float64{20 + 2.5 - 3, 1000 + 250 - 600}, levels(lane, sec(3)))
+
+	// A newer answer raises, to what the server says less the unseen.
+	p3 := send(4)
+	require.NoError(t, p3.DoneAt(sec(5), Outcome{Headers: remaining(40, 4000)}))
+	require.Equal(t, []float64{40 + 1 - 1, 4000 + 100 - 200}, levels(lane, sec(5)))
+
+	// A 429 never raises, even when its headers say more, and, unless a
+	// short bucket explains it, no header raises for a minute after it;
+	// one still lowers. Its headers say tokens remain: its own tokens
+	// come back (the retry will take them again).
+	p4 := send(5)
+	require.NoError(t, p4.DoneAt(sec(5), Outcome{RateLimited: true, Headers: remaining(1, 6000)}))
+	require.Equal(t, []float64{0, 3900}, levels(lane, sec(5)))
+	p5 := send(6)
+	require.NoError(t, p5.DoneAt(sec(6), Outcome{Headers: remaining(60, 6000)}))
+	require.Equal(t, []float64{0, 3800}, levels(lane, sec(6)), "distrusted for a minute (the pause is over)")
+	p6 := send(7)
+	require.NoError(t, p6.DoneAt(sec(7), Outcome{Headers: remaining(30, 3000)}))
+	require.Equal(t, []float64{0, 3000 - 200}, levels(lane, sec(7)), "lowering still works")
+	p7 := send(65)
+	require.Equal(t, []float64{57, 5800}, levels(lane, sec(65)))
+	require.NoError(t, p7.DoneAt(sec(65), Outcome{Headers: remaining(59, 6000)}))
+	require.Equal(t, []float64{59 - 1, 5800}, levels(lane, sec(65)), "a minute later, a raise again")
+	require.Equal(t, ProviderMinute, lane.SnapshotAt(sec(65)).Provider, "p0's answer showed a deficit of 40 s of refill")
+}
+
+// TestLaneHeaderLiesThenRefused: a header that says the provider is full
+// raises the level; the 429 that follows is believed over it. With honest
+// headers (nothing remains) the level drops to them and the same lie does
+// not raise it again for a minute: the lane runs on its own refill. Without
+// headers, the lie is all the lane has heard, and a refusal while it showed
+// room for twice the request is what a short bucket does: the lane caps its
+// burst to a second of refill and paces every send.
+func TestLaneHeaderLiesThenRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		refusal  RateLimitHeaders
+		later    []float64 // levels after the lie again, 11 s later
+		provider ProviderKind
+	}{
+		{"honest 429", remaining(0, 0), []float64{1 + 11, 100 + 1100}, ProviderUnknown},
+		{"429 without headers", RateLimitHeaders{}, []float64{1, 100}, ProviderShort},
+	} {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 6000, Start: StartEmpty, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		lie := remaining(60, 6000)
+		lane.ObserveAt(t0, lie)
+		require.Equal(t, []float64{60, 6000}, levels(lane, t0), "believed")
+		r, err := lane.ReserveAt(t0, Request{PromptTokens: 1000, MaxOutputTokens: 1000})
+		require.NoError(t, err)
+		p := lane.SendAt(t0, r)
+		require.NoError(t, p.DoneAt(sec(1), Outcome{RateLimited: true, Headers: tc.refusal}))
+		require.Equal(t, []float64{1, 100}, levels(lane, sec(1)), tc.name)
+		lane.ObserveAt(sec(12), lie)
+		require.Equal(t, tc.later, levels(lane, sec(12)), "%s: the lie no longer raises", tc.name)
+		require.Equal(t, tc.provider, lane.SnapshotAt(sec(12)).Provider, tc.name)
+	}
+}
+
+// TestLaneRaiseWakesAdmit: an Admit waiting for its reservation is woken
+// by a header that raises the level, without the clock moving.
+func TestLaneRaiseWakesAdmit(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(t0)
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 6000, Start: StartEmpty, WarmUp: -1, MinInterval: -1, Clock: clock})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		p, err := lane.Admit(context.Background(), Request{PromptTokens: 100, MaxOutputTokens: 100})
+		if err == nil {
+			err = p.Done(Outcome{})
+		}
+		done <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "waiting 2 s for its tokens")
+	lane.ObserveAt(t0, remaining(60, 6000))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the raise did not wake Admit")
+	}
+	require.Equal(t, t0, clock.Now())
+}
+
+// TestLanePauseCapped: a 429's Retry-After pauses the lane at most
+// MaxRetryAfter, even when it says hours or saturates time.Duration.
+func TestLanePauseCapped(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cap, retryAfter, want time.Duration
+	}{
+		{0, 3 * time.Second, 3 * time.Second},
+		{0, 5 * time.Hour, 10 * time.Minute},
+		{0, math.MaxInt64, 10 * time.Minute},
+		{time.Minute, 5 * time.Hour, time.Minute},
+	} {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 60, MaxRetryAfter: tc.cap, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		r, err := lane.ReserveAt(t0, Request{PromptTokens: 1, MaxOutputTokens: 1})
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(t0, r).DoneAt(sec(1), Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: tc.retryAfter, HasRetryAfter: true}}))
+		require.Equal(t, sec(1).Add(tc.want), lane.PausedUntil(), "%+v", tc)
+	}
+}
+
+// TestLaneLimitFromReset: without a limit header, remaining and reset give
+// the limit (full again after (limit - remaining) / (limit/60s)); adaptive
+// learns it, shape corrects a configured limit more than 5% off, and a
+// reading with the bucket less than half full is ignored.
+func TestLaneLimitFromReset(t *testing.T) {
+	t.Parallel()
+	h := RateLimitHeaders{RemainingTokens: 54000, HasRemainingTokens: true, ResetTokens: 6 * time.Second}
+	adaptive, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	adaptive.ObserveAt(t0, h)
+	require.Equal(t, []BucketSnapshot{{Name: "tpm", Level: 54000, Capacity: 60000, Limit: 60000}}, adaptive.SnapshotAt(t0).Buckets)
+
+	shape := func(tpm float64) *Lane {
+		l, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: tpm, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		return l
+	}
+	for _, tc := range []struct {
+		tpm  float64
+		h    RateLimitHeaders
+		want float64
+	}{
+		{120000, h, 60000},
+		{62000, h, 62000}, // within 5%: the header's rounding
+		{120000, RateLimitHeaders{RemainingTokens: 20000, HasRemainingTokens: true, ResetTokens: 40 * time.Second}, 120000},
+		{120000, RateLimitHeaders{RemainingTokens: 20000, HasRemainingTokens: true}, 120000},
+		{120000, RateLimitHeaders{LimitTokens: 90000, HasLimitTokens: true, RemainingTokens: 54000, HasRemainingTokens: true, ResetTokens: 6 * time.Second}, 90000},
+	} {
+		l := shape(tc.tpm)
+		l.ObserveAt(t0, tc.h)
+		require.InDelta(t, tc.want, l.SnapshotAt(t0).Buckets[0].Limit, 1e-6, "%+v", tc)
+	}
+	// Once a limit header has come, the reading no longer counts.
+	l := shape(120000)
+	l.ObserveAt(t0, RateLimitHeaders{LimitTokens: 120000, HasLimitTokens: true})
+	l.ObserveAt(t0, h)
+	require.Equal(t, 120000.0, l.SnapshotAt(t0).Buckets[0].Limit)
+}
+
+// TestLaneRefundsMeasured: the headers show whether the provider gives back
+// the tokens a settlement finds unused: between two fresh readings its
+// remaining is the first, plus the refill, less what the lane sent, plus
+// what came back. The lane gives back to its TPM bucket only that share;
+// before a measure, none on a minute bucket and all on a short one.
+func TestLaneRefundsMeasured(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		second   float64 // remaining in the second answer
+		known    bool
+		refunds  float64
+		giveBack float64 // of r3's 500 unused
+	}{
+		{"gives back", 50800, true, 1, 500},
+		{"keeps", 50000, true, 0, 0},
+		{"half", 50400, true, 0.5, 250},
+	} {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		r1, err := lane.ReserveAt(t0, Request{PromptTokens: 9000, MaxOutputTokens: 1000})
+		require.NoError(t, err)
+		p1 := lane.SendAt(t0, r1)
+		require.NoError(t, p1.DoneAt(sec(1), Outcome{PromptTokens: 9000, CompletionTokens: 200, Headers: RateLimitHeaders{RemainingTokens: 50000, HasRemainingTokens: true}}))
+		require.False(t, lane.refundsKnown, "one reading")
+		r2, err := lane.ReserveAt(sec(1), Request{PromptTokens: 500, MaxOutputTokens: 500})
+		require.NoError(t, err)
+		p2 := lane.SendAt(sec(1), r2)
+		// 50000 + 1000 refilled - the 1000 of p2 (+ the 800 p1 left unused,
+		// when they come back).
+		require.NoError(t, p2.DoneAt(sec(2), Outcome{Headers: RateLimitHeaders{RemainingTokens: tc.second, HasRemainingTokens: true}}))
+		require.Equal(t, []any{tc.known, tc.refunds}, []any{lane.refundsKnown, lane.refunds}, tc.name)
+		before := levels(lane, sec(2))[0]
+		r3, err := lane.ReserveAt(sec(2), Request{PromptTokens: 500, MaxOutputTokens: 500})
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(sec(2), r3).DoneAt(sec(2), Outcome{PromptTokens: 500, CompletionTokens: 0}))
+		require.InDelta(t, before-1000+tc.giveBack, levels(lane, sec(2))[0], 1e-9, tc.name)
+	}
+
+	// A reading from a bucket that may have filled in between is no
+	// measure: the remaining then says nothing of what came back.
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	r1, err := lane.ReserveAt(t0, Request{PromptTokens: 500, MaxOutputTokens: 500})
+	require.NoError(t, err)
+	require.NoError(t, lane.SendAt(t0, r1).DoneAt(sec(1), Outcome{PromptTokens: 500, CompletionTokens: 100, Headers: RateLimitHeaders{RemainingTokens: 59000, HasRemainingTokens: true}}))
+	r2, err := lane.ReserveAt(sec(1), Request{PromptTokens: 500, MaxOutputTokens: 500})
+	require.NoError(t, err)
+	require.NoError(t, lane.SendAt(sec(1), r2).DoneAt(sec(2), Outcome{Headers: RateLimitHeaders{RemainingTokens: 59000, HasRemainingTokens: true}}))
+	require.False(t, lane.refundsKnown, "59000 + 1000 refilled: the bucket may have been full")
+	require.Equal(t, 0.0, lane.refundShare(), "a minute bucket: none before a measure")
+	lane.setKindLocked(ProviderShort)
+	require.Equal(t, 1.0, lane.refundShare(), "a short bucket: all")
 }

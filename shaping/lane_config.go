@@ -24,6 +24,13 @@ const (
 	LaneWarmUpDefault = 10 * time.Second
 	// LanePauseDefault is how long a 429 without Retry-After pauses the lane.
 	LanePauseDefault = time.Second
+	// LaneShortBucketDefault is the longest bucket a provider that enforces
+	// its limits over a few seconds is assumed to hold (the simulator's
+	// short_bucket default; Azure checks windows of 1 or 10 s).
+	LaneShortBucketDefault = 5 * time.Second
+	// LaneMaxRetryAfterDefault caps a 429 pause: a Retry-After of hours (a
+	// daily limit, a broken proxy) must not stop a lane for longer.
+	LaneMaxRetryAfterDefault = 10 * time.Minute
 )
 
 // Unit is what a [Quota] counts.
@@ -42,6 +49,26 @@ type Quota struct {
 	Bucket *Bucket
 	Unit   Unit
 }
+
+// ColdStart is how a lane starts before it has heard from the provider.
+type ColdStart string
+
+const (
+	// ColdStartProbe starts from what the provider says is available: the
+	// buckets hold a probe (one request, and ShortBucket of token refill,
+	// so the first request goes at once whatever its size) and warm up
+	// from it, until the first answer with rate-limit headers ends the
+	// warm-up and sets the levels. While the provider's kind is unknown or
+	// short, every send is paced; once it is known to enforce per minute,
+	// only sends that leave a bucket near empty are. Without headers the
+	// warm-up runs its course and the burst stays at the probe's.
+	ColdStartProbe ColdStart = "probe"
+	// ColdStartStatic starts the buckets as LaneConfig.Start and WarmUp
+	// say and paces every send; headers raise a level only once the
+	// warm-up is over. For providers with burst protection (DashScope's
+	// growth-rate limit), where a warm-up protects something.
+	ColdStartStatic ColdStart = "static"
+)
 
 // Settlement says what happens to reserved tokens when the usage is known.
 type Settlement int
@@ -80,9 +107,18 @@ type LaneConfig struct {
 	// WarmUp ramps the RPM and TPM refill from 0 over this time. Default
 	// LaneWarmUpDefault for shape and adaptive, none for rpm; -1 disables.
 	WarmUp time.Duration
-	// Start is the buckets' initial level. Default StartDefault (empty with
-	// warm-up, full without).
+	// Start is the buckets' initial level under ColdStartStatic. Default
+	// StartDefault (empty with warm-up, full without).
 	Start BucketStart
+	// ColdStart is how the lane starts. Default: ColdStartProbe for shape
+	// and adaptive when neither WarmUp nor Start is set, else
+	// ColdStartStatic.
+	ColdStart ColdStart
+	// ShortBucket is the longest bucket a provider with short-period
+	// enforcement is assumed to hold: the probe's token burst, and a
+	// provider that admits more than twice it in refill enforces per
+	// minute. Default LaneShortBucketDefault (5 s).
+	ShortBucket time.Duration
 	// DefaultMaxOutput is reserved when a request sets no max output.
 	// Default LaneMaxOutputDefault.
 	DefaultMaxOutput int
@@ -97,6 +133,9 @@ type LaneConfig struct {
 	// PauseDefault is how long a 429 without Retry-After pauses the lane.
 	// Default LanePauseDefault.
 	PauseDefault time.Duration
+	// MaxRetryAfter caps how long a 429 pauses the lane, whatever its
+	// Retry-After says. Default LaneMaxRetryAfterDefault (10 min).
+	MaxRetryAfter time.Duration
 	// Clock is the time source of Admit and Done. Default
 	// clockwork.NewRealClock().
 	Clock clockwork.Clock
@@ -108,6 +147,13 @@ func (c LaneConfig) WithDefaults() LaneConfig {
 	c.Concurrency = cmp.Or(c.Concurrency, LaneConcurrencyDefault)
 	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, max(LaneMaxConcurrencyDefault, c.Concurrency))
 	shaped := c.Strategy == StrategyShape || c.Strategy == StrategyAdaptive
+	if c.ColdStart == "" {
+		c.ColdStart = ColdStartStatic
+		if shaped && c.WarmUp == 0 && c.Start == StartDefault {
+			c.ColdStart = ColdStartProbe
+		}
+	}
+	c.ShortBucket = cmp.Or(c.ShortBucket, LaneShortBucketDefault)
 	if c.MinInterval == 0 && shaped && c.RPM > 0 {
 		c.MinInterval = time.Duration(float64(time.Minute) / c.RPM)
 	}
@@ -116,6 +162,7 @@ func (c LaneConfig) WithDefaults() LaneConfig {
 	}
 	c.DefaultMaxOutput = cmp.Or(c.DefaultMaxOutput, LaneMaxOutputDefault)
 	c.PauseDefault = cmp.Or(c.PauseDefault, LanePauseDefault)
+	c.MaxRetryAfter = cmp.Or(c.MaxRetryAfter, LaneMaxRetryAfterDefault)
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -147,6 +194,12 @@ func (c LaneConfig) validate() error {
 		return fmt.Errorf("%w: LaneConfig.Settlement unknown value %d", ErrInvalidConfig, c.Settlement)
 	case c.PauseDefault < 0:
 		return fmt.Errorf("%w: LaneConfig.PauseDefault must be >= 0, got %v", ErrInvalidConfig, c.PauseDefault)
+	case c.ColdStart != ColdStartProbe && c.ColdStart != ColdStartStatic:
+		return fmt.Errorf("%w: LaneConfig.ColdStart must be probe or static, got %q", ErrInvalidConfig, c.ColdStart)
+	case c.ShortBucket < 0:
+		return fmt.Errorf("%w: LaneConfig.ShortBucket must be >= 0, got %v", ErrInvalidConfig, c.ShortBucket)
+	case c.MaxRetryAfter < 0:
+		return fmt.Errorf("%w: LaneConfig.MaxRetryAfter must be >= 0, got %v", ErrInvalidConfig, c.MaxRetryAfter)
 	}
 	for i, q := range c.Quotas {
 		if q.Bucket == nil {

@@ -43,7 +43,7 @@ type permitRec struct {
 	res              Reservation
 	inFlight         int
 	markReq, markTok float64
-	markRef          float64
+	markRef, markRfd float64
 }
 
 var permitPool = sync.Pool{New: func() any { return new(permitRec) }}
@@ -64,8 +64,9 @@ func (l *Lane) send(now time.Time, r *Reservation) Permit {
 	if l.tpm != nil {
 		l.sentTok += float64(r.Tokens)
 	}
+	l.sentAll += float64(r.Tokens)
 	rec.res, rec.inFlight = *r, l.slots.InFlight()
-	rec.markReq, rec.markTok, rec.markRef = l.sentReq, l.sentTok, l.refTok
+	rec.markReq, rec.markTok, rec.markRef, rec.markRfd = l.sentReq, l.sentTok, l.refTok, l.rfdTok
 	l.mu.Unlock()
 	l.admitted.Add(1)
 	return Permit{lane: l, rec: rec, gen: rec.gen.Load(), tokens: r.Tokens, sentAt: now}
@@ -108,9 +109,12 @@ func (p Permit) Done(o Outcome) error {
 }
 
 // DoneAt ends a sent request at now: it releases the slot, settles the
-// tokens to the real usage (per LaneConfig.Settlement), calibrates the
-// buckets from the headers, pauses the whole lane on a 429 until the
-// advertised Retry-After, and feeds the adaptive controller.
+// tokens to the real usage (per LaneConfig.Settlement; once the provider
+// sends rate-limit headers, the lane's TPM bucket gets back only the share
+// of the unused tokens they show the provider gives back), learns from a 429
+// (see [ProviderShort]), calibrates the buckets from the headers, pauses
+// the whole lane on a 429 until the advertised Retry-After (at most
+// LaneConfig.MaxRetryAfter), and feeds the adaptive controller.
 func (p Permit) DoneAt(now time.Time, o Outcome) error {
 	if !p.claim() {
 		return ErrPermitDone
@@ -127,18 +131,42 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 		delta := float64(rec.res.Tokens - actual)
 		for _, cs := range rec.res.lists() {
 			for _, c := range cs {
-				if c.share > 0 {
-					c.bucket.AdjustAt(now, c.share*delta)
+				if c.share == 0 {
+					continue
 				}
+				d := c.share * delta
+				if c.bucket == l.tpm && l.headersSeen && d > 0 {
+					// The provider's headers show how much of the unused
+					// tokens it gives back (OpenAI none).
+					d *= l.refundShare()
+				}
+				c.bucket.AdjustAt(now, d)
 			}
 		}
 		if l.tpm != nil {
 			l.refTok += delta
 		}
+		l.unusedAll += delta
 	}
-	l.calibrateLocked(now, p.sentAt, rec.markReq, rec.markTok, rec.markRef, o.Headers)
+	m := marks{rec.markReq, rec.markTok, rec.markRef, rec.markRfd, 0}
 	if o.RateLimited {
 		l.rateLimited.Add(1)
+		if l.tpm != nil && o.Headers.HasRemainingTokens {
+			// The server says what remains: the refused tokens come back
+			// (the retry reserves them again), and its reading below
+			// takes them again if it did charge them.
+			m.own = float64(rec.res.Tokens)
+			l.tpm.AdjustAt(now, m.own)
+			l.rfdTok += m.own
+		}
+		l.refusedTok += float64(rec.res.Tokens)
+		l.refusedLocked(now, p.sentAt, float64(rec.res.Tokens), o.Headers)
+		l.learnFromRefusalLocked(now)
+	} else {
+		l.growLocked(now, float64(actual))
+	}
+	l.calibrateLocked(now, p.sentAt, m, o.Headers, o.RateLimited)
+	if o.RateLimited {
 		l.pauseLocked(now, o.Headers)
 	}
 	if l.ctrl != nil {

@@ -10,8 +10,11 @@ type Request struct {
 	// PromptTokens is the estimated prompt size (see [Estimator]).
 	PromptTokens int
 	// MaxOutputTokens is the request's max output (n x max_tokens);
-	// 0 = unset, LaneConfig.DefaultMaxOutput is reserved.
+	// 0 = unset, N x LaneConfig.DefaultMaxOutput is reserved.
 	MaxOutputTokens int
+	// N is the number of choices the request asks for (its n): each may
+	// be as long as the max output. 0 means 1.
+	N int
 	// Quotas are further buckets for this request only (its tenant's).
 	Quotas []Quota
 }
@@ -30,6 +33,8 @@ type Reservation struct {
 	claims [maxInline]Claim
 	n      int
 	extra  []Claim
+	// pace: the send is paced inside its slot (see [Lane.PaceReservationAt]).
+	pace bool
 }
 
 func (r *Reservation) add(c Claim) {
@@ -44,11 +49,12 @@ func (r *Reservation) add(c Claim) {
 // lists returns r's claims as (at most) two slices, without allocating.
 func (r *Reservation) lists() [2][]Claim { return [2][]Claim{r.claims[:r.n], r.extra} }
 
-// tokensFor is the reservation of req: prompt plus max output.
+// tokensFor is the reservation of req: prompt plus max output (N default
+// outputs when the request sets none).
 func (l *Lane) tokensFor(req Request) int {
 	out := req.MaxOutputTokens
 	if out <= 0 {
-		out = l.cfg.DefaultMaxOutput
+		out = l.cfg.DefaultMaxOutput * max(1, req.N)
 	}
 	return max(0, req.PromptTokens) + out
 }
@@ -168,6 +174,7 @@ func (l *Lane) chargeOwnLocked(now time.Time, tokens int, deadline time.Time, re
 	}
 	cr.bucket, cr.Tokens, cr.ReadyAt, cr.seq = rpm, 1, atR, rpm.seq
 	ct.bucket, ct.Tokens, ct.ReadyAt, ct.share, ct.seq = tpm, cost, atT, 1, tpm.seq
+	res.pace = l.paceAll || rpm.level < rpm.rate || tpm.level < tpm.rate
 	l.resReq++
 	l.resTok += cost
 	return nil
@@ -242,6 +249,7 @@ func (l *Lane) chargeLocked(now time.Time, tokens int, cs []charge, deadline tim
 		b.seq++
 		res.add(Claim{bucket: b, Tokens: c.cost, ReadyAt: c.readyAt, share: c.share, seq: b.seq})
 	}
+	res.pace = l.paceAll || (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate)
 	if l.rpm != nil {
 		l.resReq++
 	}
@@ -273,12 +281,37 @@ func sortCharges(cs []charge) []charge {
 
 // ReadyAt returns when r may proceed, given what was learned since it was
 // made: a 429 pause, or a bucket corrected from the server's headers, which
-// moves the ready times of queued reservations later. It is r.ReadyAt when
-// nothing changed.
+// moves the ready times of queued reservations later (a level lowered, a
+// rate cut) or earlier (a level raised). It is r.ReadyAt when nothing
+// changed.
 func (l *Lane) ReadyAt(r *Reservation) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.readyLocked(r)
+}
+
+// readyWake is ReadyAt, and a channel closed when a raised level may make r
+// ready earlier (nil when r is ready at now).
+func (l *Lane) readyWake(now time.Time, r *Reservation) (time.Time, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ready := l.readyLocked(r)
+	if !ready.After(now) {
+		return ready, nil
+	}
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
+	return ready, l.wake
+}
+
+func (l *Lane) readyLocked(r *Reservation) time.Time {
+	// The claims' ready times as corrected since (a claim ready at once
+	// carries the reservation's time), and the pause.
 	ready := r.ReadyAt
+	if r.n > 0 {
+		ready = r.claims[0].bucket.ReadyAt(r.claims[0])
+	}
 	for _, cs := range r.lists() {
 		for _, c := range cs {
 			if at := c.bucket.ReadyAt(c); at.After(ready) {

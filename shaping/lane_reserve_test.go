@@ -408,6 +408,9 @@ func TestLaneReserveTokens(t *testing.T) {
 		{Request{PromptTokens: 10}, 60},
 		{Request{PromptTokens: 10, MaxOutputTokens: -5}, 60},
 		{Request{PromptTokens: -3, MaxOutputTokens: 7}, 7},
+		{Request{PromptTokens: 10, N: 3}, 10 + 3*50},                // n choices, each up to the default output
+		{Request{PromptTokens: 10, MaxOutputTokens: 90, N: 3}, 100}, // a max output set already counts n
+		{Request{PromptTokens: 10, N: -2}, 60},
 	} {
 		r, err := lane.ReserveAt(t0, tc.req)
 		require.NoError(t, err)

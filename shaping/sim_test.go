@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -12,8 +13,9 @@ import (
 
 // This file is the deterministic simulation harness: a discrete-event loop on
 // virtual time drives a Lane through its non-blocking core API (ReserveAt,
-// TryAcquireSlot, PaceAt, SendAt, DoneAt) against an in-memory upstream with
-// RPM and TPM buckets, saturation and 429s. No goroutines, no wall clock.
+// ReadyAt, TryAcquireSlot, PaceReservationAt, SendAt, DoneAt) against an
+// in-memory upstream with RPM and TPM buckets (per minute, or short as
+// quantized limits are), saturation and 429s. No goroutines, no wall clock.
 
 // upstreamConfig is the hidden server.
 type upstreamConfig struct {
@@ -33,19 +35,42 @@ type upstreamConfig struct {
 	Saturation int
 	TTFT       time.Duration
 	PerToken   time.Duration
+	// Short, when set, enforces both limits with buckets holding only this
+	// much refill (at least one request) besides the minute ones, as
+	// upstreamsim's enforcement short: a request larger than the bucket
+	// goes when it is full. The headers keep the minute's view.
+	Short time.Duration
 }
 
 type serverBucket struct {
-	limit, level float64
-	last         time.Time
+	limit, level, capacity float64
+	last                   time.Time
+}
+
+func newServerBucket(limit float64, window time.Duration, full bool, now time.Time) serverBucket {
+	b := serverBucket{limit: limit, last: now}
+	b.setLimit(limit, window)
+	if full {
+		b.level = b.capacity
+	}
+	return b
+}
+
+// setLimit sets the limit per minute and the refill the bucket holds.
+func (b *serverBucket) setLimit(limit float64, window time.Duration) {
+	b.limit, b.capacity = limit, max(1, limit/60*window.Seconds())
+	b.level = min(b.level, b.capacity)
 }
 
 func (b *serverBucket) refill(now time.Time) {
 	if now.After(b.last) {
-		b.level = min(b.limit, b.level+b.limit/60*now.Sub(b.last).Seconds())
+		b.level = min(b.capacity, b.level+b.limit/60*now.Sub(b.last).Seconds())
 		b.last = now
 	}
 }
+
+// need is what a charge of n waits for: at most a full bucket.
+func (b *serverBucket) need(n float64) float64 { return min(n, b.capacity) }
 
 // wait returns how long until n is available.
 func (b *serverBucket) wait(n float64) time.Duration {
@@ -58,10 +83,13 @@ func (b *serverBucket) wait(n float64) time.Duration {
 type upstream struct {
 	cfg      upstreamConfig
 	rpm, tpm serverBucket
-	inFlight int
+	// srpm and stpm are the short buckets (cfg.Short > 0).
+	srpm, stpm serverBucket
+	inFlight   int
 	// counters
 	ok, limited, okLong    int
 	okTokens               float64
+	latencies              time.Duration // of the successes
 	okLog                  []okEvent
 	rejectReq, rejectToken int
 }
@@ -73,19 +101,37 @@ type okEvent struct {
 
 func newUpstream(cfg upstreamConfig, now time.Time) *upstream {
 	u := &upstream{cfg: cfg}
-	u.rpm = serverBucket{limit: cfg.RPM, level: cfg.RPM, last: now}
-	u.tpm = serverBucket{limit: cfg.TPM, level: cfg.TPM, last: now}
-	if cfg.StartEmpty {
-		u.rpm.level, u.tpm.level = 0, 0
+	full := !cfg.StartEmpty
+	u.rpm = newServerBucket(cfg.RPM, time.Minute, full, now)
+	u.tpm = newServerBucket(cfg.TPM, time.Minute, full, now)
+	if cfg.Short > 0 {
+		u.srpm = newServerBucket(cfg.RPM, cfg.Short, full, now)
+		u.stpm = newServerBucket(cfg.TPM, cfg.Short, full, now)
 	}
 	return u
 }
 
+// buckets returns the server's request and token buckets, short ones too.
+func (u *upstream) buckets() (req, tok []*serverBucket) {
+	if u.cfg.Short > 0 {
+		return []*serverBucket{&u.rpm, &u.srpm}, []*serverBucket{&u.tpm, &u.stpm}
+	}
+	return []*serverBucket{&u.rpm}, []*serverBucket{&u.tpm}
+}
+
 func (u *upstream) setLimits(now time.Time, rpm, tpm float64) {
-	u.rpm.refill(now)
-	u.tpm.refill(now)
-	u.rpm.limit, u.tpm.limit = rpm, tpm
-	u.rpm.level, u.tpm.level = min(u.rpm.level, rpm), min(u.tpm.level, tpm)
+	req, tok := u.buckets()
+	for i, b := range append(req, tok...) {
+		b.refill(now)
+		limit, window := rpm, time.Minute
+		if i >= len(req) {
+			limit = tpm
+		}
+		if b == &u.srpm || b == &u.stpm {
+			window = u.cfg.Short
+		}
+		b.setLimit(limit, window)
+	}
 }
 
 type simJob struct {
@@ -94,13 +140,12 @@ type simJob struct {
 }
 
 type answer struct {
-	latency  time.Duration
-	limited  bool
-	headers  RateLimitHeaders
-	charged  float64
-	refund   float64
-	outcome  Outcome
-	finished bool
+	latency time.Duration
+	limited bool
+	headers RateLimitHeaders
+	charged float64
+	refund  float64
+	outcome Outcome
 }
 
 func (u *upstream) headers(h *RateLimitHeaders) {
@@ -115,18 +160,33 @@ func (u *upstream) headers(h *RateLimitHeaders) {
 
 // call admits or rejects a request arriving at now.
 func (u *upstream) call(now time.Time, j *simJob) answer {
-	u.rpm.refill(now)
-	u.tpm.refill(now)
+	req, tok := u.buckets()
 	cost := float64(j.prompt + j.maxOut)
+	reqOK, tokOK := true, true
+	var retry time.Duration
+	for _, b := range req {
+		b.refill(now)
+		reqOK = reqOK && b.level >= 1
+		retry = max(retry, b.wait(1))
+	}
+	for _, b := range tok {
+		b.refill(now)
+		tokOK = tokOK && b.level >= b.need(cost)
+		retry = max(retry, b.wait(b.need(cost)))
+	}
 	var a answer
-	if u.rpm.level < 1 || u.tpm.level < cost {
+	if !reqOK || !tokOK {
 		// Rejected requests count toward RPM.
-		u.rpm.level = max(0, u.rpm.level-1)
+		for _, b := range req {
+			b.level = max(0, b.level-1)
+		}
 		if u.cfg.ChargeRejected {
-			u.tpm.level = max(0, u.tpm.level-cost)
+			for _, b := range tok {
+				b.level = max(0, b.level-cost)
+			}
 		}
 		u.limited++
-		if u.tpm.level < cost {
+		if !tokOK {
 			u.rejectToken++
 		} else {
 			u.rejectReq++
@@ -134,13 +194,17 @@ func (u *upstream) call(now time.Time, j *simJob) answer {
 		a.limited = true
 		a.latency = 50 * time.Millisecond
 		u.headers(&a.headers)
-		a.headers.RetryAfter = max(u.rpm.wait(1), u.tpm.wait(cost))
+		a.headers.RetryAfter = retry
 		a.headers.HasRetryAfter = true
 		a.outcome = Outcome{RateLimited: true, Latency: a.latency, Headers: a.headers}
 		return a
 	}
-	u.rpm.level--
-	u.tpm.level -= cost
+	for _, b := range req {
+		b.level--
+	}
+	for _, b := range tok {
+		b.level -= cost
+	}
 	if j.maxOut >= 2000 {
 		u.okLong++
 	}
@@ -162,10 +226,14 @@ func (u *upstream) call(now time.Time, j *simJob) answer {
 
 func (u *upstream) finish(now time.Time, a answer) {
 	u.inFlight--
-	u.tpm.refill(now)
-	u.tpm.level = min(u.tpm.limit, u.tpm.level+a.refund)
+	_, tok := u.buckets()
+	for _, b := range tok {
+		b.refill(now)
+		b.level = min(b.capacity, b.level+a.refund)
+	}
 	u.ok++
 	u.okTokens += a.charged - a.refund
+	u.latencies += a.latency
 }
 
 // tokenRate returns the net tokens per minute of the successful requests the
@@ -198,6 +266,7 @@ type event struct {
 	seq  int
 	kind evKind
 	w    *simWorker
+	gen  int // an evReady of an older generation is stale
 }
 
 type eventQueue []*event
@@ -223,6 +292,10 @@ type simWorker struct {
 	res    Reservation
 	permit *Permit
 	ans    answer
+	// gen counts the worker's evReady events; readyAt is when the pending
+	// one fires (zero when none is pending).
+	gen     int
+	readyAt time.Time
 }
 
 type simConfig struct {
@@ -232,6 +305,15 @@ type simConfig struct {
 	arrivals float64 // jobs per second
 	duration time.Duration
 	seed     uint64
+	// backlog, when set, lands that many jobs at the start instead of the
+	// arrivals; the run ends when they are all done (or at duration).
+	backlog int
+	// job draws a job; default the long/short mix of overload.
+	job func(rng *rand.Rand) *simJob
+	// serial admits one job at a time, as a worker's dispatcher does: the
+	// next reservation is made once the previous job is sent; a job
+	// refused with a 429 goes back to the head of the queue.
+	serial bool
 	// change, when set, is applied once at changeAt.
 	changeAt time.Duration
 	change   func(now time.Time, u *upstream)
@@ -244,6 +326,17 @@ type simResult struct {
 	tooLarge  int
 	completed int
 	backlog   int
+	// end is when the last job completed.
+	end time.Time
+}
+
+// mixedJob is the long/short mix of docs/design/rate-limiting.md: one in
+// five a long document.
+func mixedJob(rng *rand.Rand) *simJob {
+	if rng.Float64() < 0.2 { // long documents
+		return &simJob{prompt: 4000 + rng.IntN(4000), maxOut: 2000, out: 500 + rng.IntN(1500)}
+	}
+	return &simJob{prompt: 100 + rng.IntN(300), maxOut: 300, out: 50 + rng.IntN(250)}
 }
 
 func runSim(cfg simConfig) (*simResult, error) {
@@ -258,37 +351,55 @@ func runSim(cfg simConfig) (*simResult, error) {
 	up := newUpstream(cfg.up, start)
 	res := &simResult{up: up, lane: lane, start: start}
 	end := start.Add(cfg.duration)
+	newJob := cfg.job
+	if newJob == nil {
+		newJob = mixedJob
+	}
 
 	var q eventQueue
 	seq := 0
 	push := func(at time.Time, k evKind, w *simWorker) {
 		seq++
-		heap.Push(&q, &event{at: at, seq: seq, kind: k, w: w})
+		e := &event{at: at, seq: seq, kind: k, w: w}
+		if k == evReady {
+			w.gen++
+			e.gen, w.readyAt = w.gen, at
+		}
+		heap.Push(&q, e)
 	}
 	var backlog []*simJob
 	var idle []*simWorker
 	var slotWait []*simWorker
-	newJob := func() *simJob {
-		if rng.Float64() < 0.2 { // long documents
-			return &simJob{prompt: 4000 + rng.IntN(4000), maxOut: 2000, out: 500 + rng.IntN(1500)}
-		}
-		return &simJob{prompt: 100 + rng.IntN(300), maxOut: 300, out: 50 + rng.IntN(250)}
-	}
+	// waiting are the workers whose reservation waits for its buckets, in
+	// the order they reserved.
+	var waiting []*simWorker
+	busy := false // the serial dispatcher holds a job not yet sent
 	for range cfg.workers {
 		idle = append(idle, &simWorker{})
 	}
-	push(start, evArrive, nil)
+	if cfg.backlog > 0 {
+		for range cfg.backlog {
+			backlog = append(backlog, newJob(rng))
+		}
+	} else {
+		push(start, evArrive, nil)
+	}
 	if cfg.change != nil {
 		push(start.Add(cfg.changeAt), evChange, nil)
 	}
 	dispatch := func(now time.Time) {
-		for len(idle) > 0 && len(backlog) > 0 {
+		for len(idle) > 0 && len(backlog) > 0 && !busy {
 			w := idle[len(idle)-1]
 			idle = idle[:len(idle)-1]
 			w.job = backlog[0]
 			backlog = backlog[1:]
+			busy = cfg.serial
 			push(now, evReserve, w)
 		}
+	}
+	dispatch(start)
+	send := func(now time.Time, w *simWorker) {
+		push(lane.PaceReservationAt(now, &w.res), evSend, w)
 	}
 	toSlot := func(now time.Time, w *simWorker) {
 		if p := lane.PausedUntil(); p.After(now) {
@@ -299,7 +410,7 @@ func runSim(cfg simConfig) (*simResult, error) {
 			slotWait = append(slotWait, w)
 			return
 		}
-		push(lane.PaceAt(now), evSend, w)
+		send(now, w)
 	}
 	wakeSlots := func(now time.Time) {
 		for len(slotWait) > 0 {
@@ -313,7 +424,16 @@ func runSim(cfg simConfig) (*simResult, error) {
 				return
 			}
 			slotWait = slotWait[1:]
-			push(lane.PaceAt(now), evSend, w)
+			send(now, w)
+		}
+	}
+	// wakeReady moves the waiting reservations that a raised level made
+	// ready earlier, as a raise wakes a waiting Admit.
+	wakeReady := func(now time.Time) {
+		for _, w := range waiting {
+			if at := lane.ReadyAt(&w.res); at.Before(w.readyAt) {
+				push(maxTime(now, at), evReady, w)
+			}
 		}
 	}
 	for q.Len() > 0 {
@@ -321,11 +441,14 @@ func runSim(cfg simConfig) (*simResult, error) {
 		if e.at.After(end) {
 			break
 		}
+		if e.kind == evReady && e.gen != e.w.gen {
+			continue
+		}
 		now := e.at
 		clock.Advance(now.Sub(clock.Now()))
 		switch e.kind {
 		case evArrive:
-			backlog = append(backlog, newJob())
+			backlog = append(backlog, newJob(rng))
 			dispatch(now)
 			push(now.Add(time.Duration(float64(time.Second)/cfg.arrivals)), evArrive, nil)
 		case evChange:
@@ -337,6 +460,7 @@ func runSim(cfg simConfig) (*simResult, error) {
 			if errors.Is(err, ErrTooLarge) {
 				res.tooLarge++
 				idle = append(idle, e.w)
+				busy = false
 				dispatch(now)
 				continue
 			}
@@ -344,18 +468,35 @@ func runSim(cfg simConfig) (*simResult, error) {
 				return nil, err
 			}
 			e.w.res = r
+			waiting = append(waiting, e.w)
 			push(r.ReadyAt, evReady, e.w)
 		case evReady:
+			e.w.readyAt = time.Time{}
 			if at := lane.ReadyAt(&e.w.res); at.After(now) {
 				push(at, evReady, e.w)
 				continue
 			}
+			waiting = slices.DeleteFunc(waiting, func(w *simWorker) bool { return w == e.w })
 			toSlot(now, e.w)
 		case evSend:
+			if p := lane.PausedUntil(); p.After(now) {
+				// A 429 paused the lane while this send waited for its
+				// pacing: the booking and the slot go back, as in Admit.
+				if e.w.res.pace {
+					lane.pacer.CancelAt(now)
+				}
+				lane.ReleaseSlot()
+				push(p, evReady, e.w)
+				continue
+			}
 			e.w.permit = lane.SendAt(now, e.w.res)
 			e.w.job.attempts++
 			e.w.ans = up.call(now, e.w.job)
 			push(now.Add(e.w.ans.latency), evDone, e.w)
+			if cfg.serial {
+				busy = false
+				dispatch(now)
+			}
 		case evDone:
 			w := e.w
 			if !w.ans.limited {
@@ -365,23 +506,41 @@ func runSim(cfg simConfig) (*simResult, error) {
 				return nil, err
 			}
 			wakeSlots(now)
+			wakeReady(now)
 			if w.ans.limited {
-				if cfg.lane.Strategy == StrategyRetry {
+				switch {
+				case cfg.lane.Strategy == StrategyRetry:
 					// exponential backoff with full jitter, honouring Retry-After
 					b := min(60*time.Second, time.Second<<min(w.job.attempts-1, 6))
 					d := max(w.ans.headers.RetryAfter, time.Duration(rng.Int64N(int64(b))+1))
 					push(now.Add(d), evReserve, w)
-				} else {
+				case cfg.serial:
+					backlog = append([]*simJob{w.job}, backlog...)
+					w.job = nil
+					idle = append(idle, w)
+					dispatch(now)
+				default:
 					push(now, evReserve, w)
 				}
 				continue
 			}
 			res.completed++
+			res.end = now
 			w.job = nil
 			idle = append(idle, w)
 			dispatch(now)
+			if cfg.backlog > 0 && res.completed == cfg.backlog {
+				q = nil
+			}
 		}
 	}
 	res.backlog = len(backlog)
 	return res, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -1,6 +1,8 @@
 package shaping
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -36,17 +38,31 @@ func overload(strategy Strategy, refund bool) simConfig {
 	return cfg
 }
 
+// TestSimulationShapeOverload: under 5x overload, one worker's lane
+// (admitting one job at a time, as the worker's dispatcher does) holds at
+// least 97% of the binding quota (TPM) with no 429 on a minute-bucket
+// provider, and with at most the 5 that learning it costs on a short-bucket
+// one; whether the provider gives unused tokens back (refund) or not.
 func TestSimulationShapeOverload(t *testing.T) {
 	t.Parallel()
-	for _, refund := range []bool{true, false} {
-		res, err := runSim(overload(StrategyShape, refund))
-		require.NoError(t, err)
-		from, to := res.start.Add(2*time.Minute), res.start.Add(10*time.Minute)
-		util := res.up.tokenRate(from, to) / simTPM
-		t.Logf("shape refund=%v: utilisation %.3f, ok %d, 429s %d, backlog %d", refund, util, res.up.ok, res.up.limited, res.backlog)
-		require.Zero(t, res.up.limited, "shape must cause no 429")
-		require.GreaterOrEqual(t, util, 0.95)
-		require.Positive(t, res.backlog, "the load must be an overload")
+	for _, short := range []time.Duration{0, 5 * time.Second} {
+		for _, refund := range []bool{true, false} {
+			cfg := overload(StrategyShape, refund)
+			cfg.up.Short, cfg.serial = short, true
+			res, err := runSim(cfg)
+			require.NoError(t, err)
+			from, to := res.start.Add(2*time.Minute), res.start.Add(10*time.Minute)
+			util := res.up.tokenRate(from, to) / simTPM
+			t.Logf("shape short %v refund=%v: utilisation %.3f, ok %d, 429s %d, backlog %d, provider %s",
+				short, refund, util, res.up.ok, res.up.limited, res.backlog, res.lane.Snapshot().Provider)
+			if short == 0 {
+				require.Zero(t, res.up.limited, "shape must cause no 429")
+			} else {
+				require.LessOrEqual(t, res.up.limited, 5)
+			}
+			require.GreaterOrEqual(t, util, 0.97)
+			require.Positive(t, res.backlog, "the load must be an overload")
+		}
 	}
 }
 
@@ -94,42 +110,137 @@ func firstReach(u *upstream, from, until time.Time, limit, frac float64) (time.T
 	return time.Time{}, false
 }
 
-// Adaptive with unknown quotas finds the hidden TPM, and its halving, within
-// 30 simulated seconds: from the rate-limit headers when the server sends
-// them, and from 429s with Retry-After alone when it does not.
+// Adaptive with unknown quotas, one worker's lane (admitting one job at a
+// time), finds the hidden TPM within 30 simulated seconds, and again within
+// 30 s after it halves, on both kinds of provider: from the rate-limit
+// headers when the server sends them, and from 429s alone when it sends
+// none (a TPM quota learned from them, lane_adaptive.go), with at most 2%
+// of the calls answered 429 (the goal of docs/design/rate-limiting.md is
+// the provider without headers). It then holds at least 90% of the limit,
+// with two exceptions. Without headers on a short-bucket provider, the bucket fills and loses
+// refill between refusals unseen, so the quota learned from them runs low:
+// 80%. With headers on a short-bucket provider whose minute starts empty
+// (no free burst), the deficits the headers show say little of the short
+// bucket, and learning it again after the limit halves costs more: 80%
+// held and at most 5% 429s.
 func TestSimulationAdaptiveUnknownQuota(t *testing.T) {
 	t.Parallel()
-	for _, headers := range []bool{true, false} {
-		for _, seed := range []uint64{11, 3, 21} {
-			up := simUpstream(true)
-			up.StartEmpty = true // no free burst from a full server bucket
-			up.Headers = headers
-			cfg := simConfig{
-				lane:     LaneConfig{Name: "sim", Strategy: StrategyAdaptive, Concurrency: 2},
-				up:       up,
-				workers:  64,
-				arrivals: 5 * simTPM / 60 / 1800,
-				duration: 4 * time.Minute,
-				seed:     seed,
-				changeAt: 2 * time.Minute,
-				change: func(now time.Time, u *upstream) {
-					u.setLimits(now, simRPM/2, simTPM/2)
-				},
+	for _, short := range []time.Duration{0, 5 * time.Second} {
+		for _, headers := range []bool{true, false} {
+			for _, seed := range []uint64{11, 3, 21, 5, 8} {
+				up := simUpstream(true)
+				up.StartEmpty = true // no free burst from a full server bucket
+				up.Headers, up.Short = headers, short
+				cfg := simConfig{
+					lane:     LaneConfig{Name: "sim", Strategy: StrategyAdaptive, Concurrency: 2},
+					up:       up,
+					workers:  64,
+					serial:   true,
+					arrivals: 5 * simTPM / 60 / 1800,
+					duration: 4 * time.Minute,
+					seed:     seed,
+					changeAt: 2 * time.Minute,
+					change: func(now time.Time, u *upstream) {
+						u.setLimits(now, simRPM/2, simTPM/2)
+					},
+				}
+				res, err := runSim(cfg)
+				require.NoError(t, err)
+				name := fmt.Sprintf("short %v headers %v seed %d", short, headers, seed)
+				s, change := res.start, res.start.Add(2*time.Minute)
+				reach, ok := firstReach(res.up, s, s.Add(30*time.Second), simTPM, 0.9)
+				require.True(t, ok, "%s: 90%% of the hidden TPM within 30 s", name)
+				reach2, ok := firstReach(res.up, change, change.Add(30*time.Second), simTPM/2, 0.9)
+				require.True(t, ok, "%s: 90%% of the halved TPM within 30 s", name)
+				sustained := res.up.tokenRate(reach, change) / simTPM
+				sustained2 := res.up.tokenRate(reach2, s.Add(4*time.Minute)) / (simTPM / 2)
+				calls := res.up.ok + res.up.limited
+				t.Logf("%s: reached at %v (sustained %.3f), after halving at +%v (sustained %.3f); 429s %d of %d (%.1f%%)",
+					name, reach.Sub(s), sustained, reach2.Sub(change), sustained2, res.up.limited, calls, 100*float64(res.up.limited)/float64(calls))
+				hold, refused := 0.9, 0.02
+				switch {
+				case short > 0 && headers:
+					hold, refused = 0.8, 0.05
+				case short > 0:
+					hold = 0.8
+				}
+				require.GreaterOrEqual(t, sustained, hold, name)
+				require.GreaterOrEqual(t, sustained2, hold, name)
+				require.LessOrEqual(t, float64(res.up.limited), refused*float64(calls), "%s: at most %.0f%% 429s", name, 100*refused)
 			}
-			res, err := runSim(cfg)
-			require.NoError(t, err)
-			s, change := res.start, res.start.Add(2*time.Minute)
-			reach, ok := firstReach(res.up, s, s.Add(30*time.Second), simTPM, 0.9)
-			require.True(t, ok, "headers %v seed %d: 90%% of the hidden TPM within 30 s", headers, seed)
-			reach2, ok := firstReach(res.up, change, change.Add(30*time.Second), simTPM/2, 0.9)
-			require.True(t, ok, "headers %v seed %d: 90%% of the halved TPM within 30 s", headers, seed)
-			sustained := res.up.tokenRate(reach, change) / simTPM
-			sustained2 := res.up.tokenRate(reach2, s.Add(4*time.Minute)) / (simTPM / 2)
-			t.Logf("headers %v seed %d: reached at %v (sustained %.3f), after halving at +%v (sustained %.3f); 429s %d of %d",
-				headers, seed, reach.Sub(s), sustained, reach2.Sub(change), sustained2, res.up.limited, res.up.ok+res.up.limited)
-			require.GreaterOrEqual(t, sustained, 0.9)
-			require.GreaterOrEqual(t, sustained2, 0.9)
-			require.Less(t, float64(res.up.limited), 0.1*float64(res.up.ok), "few 429s")
+		}
+	}
+}
+
+// backlogJob is the backlog of docs/design/rate-limiting.md ("Measured"):
+// one job in five a document of about 3,000 tokens (prompt and max output),
+// the others short questions.
+func backlogJob(rng *rand.Rand) *simJob {
+	if rng.IntN(5) == 0 {
+		return &simJob{prompt: 2600 + rng.IntN(300), maxOut: 300, out: 100 + rng.IntN(200)}
+	}
+	return &simJob{prompt: 100 + rng.IntN(300), maxOut: 300, out: 50 + rng.IntN(250)}
+}
+
+// backlogRun is one worker's lane (its defaults, as the worker builds it
+// from the quota) taking a backlog of 200 jobs that lands at once on an
+// idle 600 RPM / 60k TPM provider whose buckets are full, through a serial
+// dispatcher as the worker admits. It returns the share of the physical
+// limit: the provider admits its full bucket at once, then its refill, so
+// no client can finish before (tokens charged − the bucket) / (TPM per
+// second) + one call.
+type backlogRun struct {
+	share, makespan, physical float64
+	calls, limited            int
+	provider                  ProviderKind
+}
+
+func runBacklog(t *testing.T, short time.Duration, seed uint64) backlogRun {
+	t.Helper()
+	const rpm, tpm = 600.0, 60000.0
+	up := upstreamConfig{RPM: rpm, TPM: tpm, Headers: true, Saturation: 32, TTFT: 200 * time.Millisecond, PerToken: 5 * time.Millisecond, Short: short}
+	res, err := runSim(simConfig{
+		lane: LaneConfig{Name: "sim", RPM: rpm, TPM: tpm}, up: up,
+		workers: 64, serial: true, backlog: 200, job: backlogJob, duration: time.Hour, seed: seed,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 200, res.completed)
+	bucket := tpm
+	if short > 0 {
+		bucket = tpm / 60 * short.Seconds()
+	}
+	call := res.up.latencies.Seconds() / float64(res.up.ok)
+	r := backlogRun{
+		physical: (res.up.okTokens-bucket)/(tpm/60) + call,
+		makespan: res.end.Sub(res.start).Seconds(),
+		calls:    res.up.ok + res.up.limited, limited: res.up.limited,
+		provider: res.lane.Snapshot().Provider,
+	}
+	r.share = r.physical / r.makespan
+	return r
+}
+
+// TestSimulationColdStartBacklog: the cold-start goal of
+// docs/design/rate-limiting.md for one worker, on both kinds of provider:
+// at least 95% of the physical limit, at most 0.1%
+// of the calls answered 429 (at least one allowed on a minute bucket; five
+// on a short one, where learning its kind costs them), and the lane tells
+// which kind it faced.
+func TestSimulationColdStartBacklog(t *testing.T) {
+	t.Parallel()
+	for _, short := range []time.Duration{0, 5 * time.Second} {
+		for _, seed := range []uint64{1, 2, 3, 4, 5} {
+			r := runBacklog(t, short, seed)
+			t.Logf("short %v seed %d: makespan %.1f s, physical limit %.1f s, share %.3f; %d calls, %d answered 429; provider %s",
+				short, seed, r.makespan, r.physical, r.share, r.calls, r.limited, r.provider)
+			require.GreaterOrEqual(t, r.share, 0.95, "short %v seed %d", short, seed)
+			if short == 0 {
+				require.LessOrEqual(t, float64(r.limited), max(1, 0.001*float64(r.calls)), "seed %d", seed)
+				require.Equal(t, ProviderMinute, r.provider)
+			} else {
+				require.LessOrEqual(t, r.limited, 5, "seed %d", seed)
+				require.Equal(t, ProviderShort, r.provider)
+			}
 		}
 	}
 }

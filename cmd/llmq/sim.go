@@ -19,13 +19,14 @@ func init() { register(newSimCmd) }
 
 func newSimCmd() *cobra.Command {
 	var (
-		listen, configPath, mode string
-		rpm, tpm                 int64
-		concurrency              int
-		seed                     uint64
-		ttft, perToken           time.Duration
-		timeScale                float64
-		apiKeys                  []string
+		listen, configPath, mode      string
+		enforcement, rateLimitHeaders string
+		rpm, tpm                      int64
+		concurrency                   int
+		seed                          uint64
+		ttft, perToken, shortBucket   time.Duration
+		timeScale                     float64
+		apiKeys                       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -36,6 +37,10 @@ limits, a latency model, fault injection and the Batch API.
 --rpm, --tpm and --concurrency apply to every model name; --config FILE (YAML, see
 upstreamsim.Config) sets several models, faults, latency, batch speed and quota
 schedules. Flags given on the command line override the file.
+
+--enforcement short enforces each limit over --short-bucket (5s) of refill instead
+of a whole minute (OpenAI's quantized limits), while the x-ratelimit-* headers keep
+the per-minute view; --rate-limit-headers none sends no x-ratelimit-* header at all.
 
 Endpoints: /v1/chat/completions, /v1/files, /v1/batches, /v1/models,
 GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
@@ -77,6 +82,15 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 			}
 			if f.Changed("api-key") {
 				cfg.APIKeys = apiKeys
+			}
+			if f.Changed("enforcement") {
+				cfg.Enforcement = upstreamsim.Enforcement(enforcement)
+			}
+			if f.Changed("short-bucket") {
+				cfg.ShortBucket = shortBucket
+			}
+			if f.Changed("rate-limit-headers") {
+				cfg.RateLimitHeaders = upstreamsim.HeaderMode(rateLimitHeaders)
 			}
 			if f.Changed("rpm") || f.Changed("tpm") || f.Changed("concurrency") {
 				// The flags apply to every model name, including configured ones.
@@ -122,6 +136,9 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 	f.DurationVar(&perToken, "per-token", 0, "time per output token")
 	f.Float64Var(&timeScale, "batch-time-scale", upstreamsim.BatchTimeScaleDefault, "divide every Batch API duration by this factor")
 	f.StringSliceVar(&apiKeys, "api-key", nil, "accepted API key (repeatable); none means any key")
+	f.StringVar(&enforcement, "enforcement", string(upstreamsim.EnforcementDefault), "how limits are enforced: minute (a bucket of one minute) or short (a bucket of --short-bucket)")
+	f.DurationVar(&shortBucket, "short-bucket", upstreamsim.ShortBucketDefault, "refill a short bucket holds (--enforcement short)")
+	f.StringVar(&rateLimitHeaders, "rate-limit-headers", string(upstreamsim.RateLimitHeadersDefault), "x-ratelimit-* headers on answers: all or none")
 	return cmd
 }
 
@@ -130,7 +147,8 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 // refuses them).
 func printSimLimits(w io.Writer, url string, sim *upstreamsim.Server) {
 	eff := sim.Config()
-	fmt.Fprintf(w, "llmq sim: OPENAI_BASE_URL=%s/v1 mode=%s seed=%d\n", url, eff.Mode, eff.Seed)
+	fmt.Fprintf(w, "llmq sim: OPENAI_BASE_URL=%s/v1 mode=%s enforcement=%s rate-limit-headers=%s seed=%d\n",
+		url, eff.Mode, enforcementLabel(eff), eff.RateLimitHeaders, eff.Seed)
 	limits := func(l upstreamsim.Limits) string {
 		n := func(v int64) string {
 			if v < 0 {
@@ -156,4 +174,12 @@ func printSimLimits(w io.Writer, url string, sim *upstreamsim.Server) {
 		other = "any other model"
 	}
 	fmt.Fprintf(w, "  %s: %s (set restrict_models to refuse unknown names)\n", other, limits(eff.Default.Limits))
+}
+
+// enforcementLabel is the enforcement in force, with its bucket when short.
+func enforcementLabel(c upstreamsim.Config) string {
+	if c.Enforcement == upstreamsim.EnforcementShort {
+		return fmt.Sprintf("short(%v)", c.ShortBucket)
+	}
+	return string(c.Enforcement)
 }

@@ -23,7 +23,7 @@ func TestSimPrintsItsLimits(t *testing.T) {
 	require.NoError(t, err)
 	var out bytes.Buffer
 	printSimLimits(&out, "http://127.0.0.1:8081", sim)
-	require.Equal(t, `llmq sim: OPENAI_BASE_URL=http://127.0.0.1:8081/v1 mode=openai seed=0
+	require.Equal(t, `llmq sim: OPENAI_BASE_URL=http://127.0.0.1:8081/v1 mode=openai enforcement=minute rate-limit-headers=all seed=0
   model gpt-4.1-mini: rpm=100 tpm=20000 concurrency=unlimited
   model gpt-4o-mini: rpm=600 tpm=150000 concurrency=8
   any other model: rpm=100 tpm=unlimited concurrency=unlimited (set restrict_models to refuse unknown names)

@@ -35,6 +35,38 @@ const (
 	ChargeMax ChargeMode = "max"
 )
 
+// Enforcement is how the per-minute limits are enforced.
+type Enforcement string
+
+// Enforcements.
+const (
+	// EnforcementMinute enforces each limit with a bucket holding one
+	// minute of quota, starting full (default): a client may spend the
+	// whole minute at once.
+	EnforcementMinute Enforcement = "minute"
+	// EnforcementShort enforces each limit with a bucket holding only
+	// Config.ShortBucket of refill (limit/60 per second), starting full:
+	// OpenAI's quantized limits ("60,000 requests/minute may be enforced as
+	// 1,000 requests/second"). A request larger than the bucket is
+	// admitted when the bucket is full and leaves it in debt. The headers
+	// still report the per-minute view, so remaining can look high while a
+	// burst is refused.
+	EnforcementShort Enforcement = "short"
+)
+
+// HeaderMode says which rate-limit headers the answers carry.
+type HeaderMode string
+
+// Header modes.
+const (
+	// HeadersAll sends the six x-ratelimit-* headers (default; see also
+	// Config.OmitRateLimitHeadersOn429).
+	HeadersAll HeaderMode = "all"
+	// HeadersNone sends no x-ratelimit-* header on any answer (a provider
+	// without rate-limit headers). Retry-After on 429s is unaffected.
+	HeadersNone HeaderMode = "none"
+)
+
 // Distribution names for OutputConfig.Distribution.
 const (
 	DistUniform   = "uniform"
@@ -56,6 +88,9 @@ const (
 	InputPerMTokDefault           = 0.15
 	OutputPerMTokDefault          = 0.60
 	ChargeDefault                 = ChargeSum
+	EnforcementDefault            = EnforcementMinute
+	ShortBucketDefault            = 5 * time.Second
+	RateLimitHeadersDefault       = HeadersAll
 
 	OutputDistributionDefault = DistUniform
 	OutputMinDefault          = 16
@@ -325,6 +360,14 @@ type Config struct {
 	// TrueUp refunds the unused part of the TPM reservation once the
 	// completion is known. Default false: OpenAI keeps the reservation.
 	TrueUp bool `yaml:"true_up" json:"true_up"`
+	// Enforcement is minute (default) or short; see Enforcement.
+	Enforcement Enforcement `yaml:"enforcement" json:"enforcement"`
+	// ShortBucket is how much refill a short bucket holds (Enforcement
+	// short): limit/60 x ShortBucket, at least one request. 0 means
+	// ShortBucketDefault (5s).
+	ShortBucket time.Duration `yaml:"short_bucket" json:"short_bucket"`
+	// RateLimitHeaders is all (default) or none; see HeaderMode.
+	RateLimitHeaders HeaderMode `yaml:"rate_limit_headers" json:"rate_limit_headers"`
 	// OmitRateLimitHeadersOn429 drops the x-ratelimit-* headers from 429s.
 	OmitRateLimitHeadersOn429 bool `yaml:"omit_rate_limit_headers_on_429" json:"omit_rate_limit_headers_on_429"`
 	// OmitRetryAfterOn429 drops retry-after (and retry-after-ms) from 429s.
@@ -357,6 +400,9 @@ func (c Config) WithDefaults() Config {
 		c.Models = models
 	}
 	c.Charge = cmp.Or(c.Charge, ChargeDefault)
+	c.Enforcement = cmp.Or(c.Enforcement, EnforcementDefault)
+	c.ShortBucket = cmp.Or(c.ShortBucket, ShortBucketDefault)
+	c.RateLimitHeaders = cmp.Or(c.RateLimitHeaders, RateLimitHeadersDefault)
 	c.Latency.CongestionFactor = cmp.Or(c.Latency.CongestionFactor, CongestionFactorDefault)
 	c.Output.Distribution = cmp.Or(c.Output.Distribution, OutputDistributionDefault)
 	c.Output.Min = cmp.Or(c.Output.Min, OutputMinDefault)
@@ -390,6 +436,19 @@ func (c Config) Validate() error {
 	case "", ChargeSum, ChargeMax:
 	default:
 		return fmt.Errorf("%w: charge must be sum or max, got %q", ErrInvalidConfig, c.Charge)
+	}
+	switch c.Enforcement {
+	case "", EnforcementMinute, EnforcementShort:
+	default:
+		return fmt.Errorf("%w: enforcement must be minute or short, got %q", ErrInvalidConfig, c.Enforcement)
+	}
+	if c.ShortBucket < 0 {
+		return fmt.Errorf("%w: short_bucket must not be negative, got %v", ErrInvalidConfig, c.ShortBucket)
+	}
+	switch c.RateLimitHeaders {
+	case "", HeadersAll, HeadersNone:
+	default:
+		return fmt.Errorf("%w: rate_limit_headers must be all or none, got %q", ErrInvalidConfig, c.RateLimitHeaders)
 	}
 	if err := c.Default.validate("default"); err != nil {
 		return err

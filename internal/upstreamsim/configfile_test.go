@@ -24,6 +24,9 @@ faults:
 batch: {time_scale: 1000, lines_per_second: 200, completion_window: 24h}
 schedule:
   - {at: 30s, model: gpt-4o, limits: {rpm: 50, tpm: 10000}}
+enforcement: short
+short_bucket: 2s
+rate_limit_headers: none
 `))
 	require.NoError(t, err)
 	require.Equal(t, ModeDashScope, c.Mode)
@@ -37,6 +40,7 @@ schedule:
 	require.Equal(t, 2*time.Minute, c.Faults.HangDuration)
 	require.Equal(t, 1000.0, c.Batch.TimeScale)
 	require.Equal(t, []ScheduleEntry{{At: 30 * time.Second, Model: "gpt-4o", Limits: Limits{RPM: 50, TPM: 10000}}}, c.Schedule)
+	require.Equal(t, []any{EnforcementShort, 2 * time.Second, HeadersNone}, []any{c.Enforcement, c.ShortBucket, c.RateLimitHeaders})
 
 	d := c.WithDefaults()
 	require.Equal(t, int64(600), d.Models["qwen-plus"].RPM, "model entries inherit the default")

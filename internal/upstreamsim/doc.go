@@ -42,11 +42,25 @@
 // admitted request rate may rise from one second to the next (OpenAI
 // slow_down, DashScope limit_burst_rate).
 //
+// Config.Enforcement selects the kind of provider. minute (the default) is
+// the above: a client may spend the whole minute at once. short enforces
+// each limit with a bucket of only Config.ShortBucket of refill (5 s by
+// default; at least one request), starting full and refilling at limit/60
+// per second, as OpenAI documents its limits may be quantized ("60,000
+// requests/minute may be enforced as 1,000 requests/second"). A request
+// larger than the short bucket is admitted when it is full and leaves it in
+// debt, so one large request still fits. The x-ratelimit-* headers and the
+// 429 message's Used keep the per-minute view, so
+// x-ratelimit-remaining-tokens can look high while a burst is refused
+// (TestShortEnforcement); Retry-After is the wait for the short bucket.
+//
 // Successful responses carry the six x-ratelimit-* headers (resets as Go
 // durations: the time until the bucket is full again), x-request-id
 // (req_<32 hex>), openai-processing-ms and openai-version. A 429 carries
 // retry-after in whole seconds (rounded up), retry-after-ms in Azure mode,
 // and the rate-limit headers unless Config.OmitRateLimitHeadersOn429.
+// Config.RateLimitHeaders none sends no x-ratelimit-* header on any answer
+// (a provider without them); Retry-After is unaffected.
 //
 // # Batch API
 //

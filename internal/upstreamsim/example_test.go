@@ -28,8 +28,9 @@ func Example() {
 	cfg.BaseURL = root + "/v1"
 	client := openai.NewClientWithConfig(cfg)
 	resp, err := client.CreateChatCompletion(ctx, openai.ChatCompletionRequest{
-		Model:     "gpt-4o-mini",
-		Messages:  []openai.ChatCompletionMessage{{Role: "user", Content: "Hello"}},
+		Model:    "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "Hello"}},
+		//lint:ignore SA1019 the simulator must accept max_tokens, which clients still send
 		MaxTokens: 20,
 	})
 	if err != nil {

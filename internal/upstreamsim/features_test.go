@@ -368,6 +368,9 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Output: OutputConfig{Min: 10, Max: 5}}, "output.min"},
 		{Config{RestrictModels: true}, "restrict_models"},
 		{Config{Schedule: []ScheduleEntry{{At: -1}}}, "schedule[0].at"},
+		{Config{Enforcement: "second"}, `enforcement must be minute or short, got "second"`},
+		{Config{ShortBucket: -time.Second}, "short_bucket must not be negative"},
+		{Config{RateLimitHeaders: "some"}, `rate_limit_headers must be all or none, got "some"`},
 	} {
 		err := tc.cfg.Validate()
 		require.ErrorIs(t, err, ErrInvalidConfig)
@@ -377,7 +380,63 @@ func TestConfigValidate(t *testing.T) {
 	d := Config{}.WithDefaults()
 	require.Equal(t, RPMDefault, d.Default.RPM)
 	require.Equal(t, ModeOpenAI, d.Mode)
+	require.Equal(t, []any{EnforcementMinute, 5 * time.Second, HeadersAll}, []any{d.Enforcement, d.ShortBucket, d.RateLimitHeaders})
 	require.NoError(t, d.Validate())
+}
+
+// TestShortEnforcement: with enforcement short, a client that spends more
+// than 5 s of refill at once is refused, while the headers (the per-minute
+// view, as OpenAI's) still show plenty remaining; waiting the advertised
+// time is enough.
+func TestShortEnforcement(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{Enforcement: EnforcementShort, Default: ModelConfig{Limits: Limits{RPM: 600, TPM: 6000}}})
+	ctx := context.Background()
+	// "hi" is 8 prompt tokens: 308 charged of a 500-token short bucket.
+	resp, err := b.client.CreateChatCompletion(ctx, chatReq("gpt-4o-mini", "hi", 300))
+	require.NoError(t, err)
+	require.Equal(t, "5692", resp.Header().Get("x-ratelimit-remaining-tokens"))
+	resp, err = b.client.CreateChatCompletion(ctx, chatReq("gpt-4o-mini", "hi", 300))
+	e := apiErr(t, err)
+	require.Equal(t, 429, e.HTTPStatusCode)
+	require.Equal(t, "tokens", e.Type)
+	require.Equal(t, "rate_limit_exceeded", e.Code)
+	require.Equal(t, "Rate limit reached for gpt-4o-mini in organization org-llmqsim on tokens per min (TPM): Limit 6000, Used 308, Requested 308. Please try again in 1.16s. Visit https://platform.openai.com/account/rate-limits to learn more.", e.Message)
+	require.Equal(t, "5692", resp.Header().Get("x-ratelimit-remaining-tokens"), "the minute looks far from spent")
+	require.Equal(t, "598", resp.Header().Get("x-ratelimit-remaining-requests"))
+	require.Equal(t, "6000", resp.Header().Get("x-ratelimit-limit-tokens"))
+	require.Equal(t, "2", resp.Header().Get("retry-after"))
+
+	b.clock.Advance(1160 * time.Millisecond)
+	_, err = b.client.CreateChatCompletion(ctx, chatReq("gpt-4o-mini", "hi", 300))
+	require.NoError(t, err, "waiting exactly the advertised time is enough")
+	require.Equal(t, int64(1), b.ts.Sim.Stats().Total.RateLimited["tokens"])
+
+	// The minute enforcement admits the same burst.
+	m := setup(t, Config{Default: ModelConfig{Limits: Limits{RPM: 600, TPM: 6000}}})
+	for range 2 {
+		_, err := m.client.CreateChatCompletion(ctx, chatReq("gpt-4o-mini", "hi", 300))
+		require.NoError(t, err)
+	}
+}
+
+// TestRateLimitHeadersNone: rate_limit_headers none sends no x-ratelimit-*
+// header on any answer; a 429 still carries Retry-After.
+func TestRateLimitHeadersNone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{RateLimitHeaders: HeadersNone, Default: ModelConfig{Limits: Limits{RPM: 1, TPM: 1000}}})
+	ctx := context.Background()
+	ok, err := b.client.CreateChatCompletion(ctx, chatReq("gpt-4o-mini", "hi", 5))
+	require.NoError(t, err)
+	refused, err := b.client.CreateChatCompletion(ctx, chatReq("gpt-4o-mini", "hi", 5))
+	require.Equal(t, 429, apiErr(t, err).HTTPStatusCode)
+	for _, h := range []http.Header{ok.Header(), refused.Header()} {
+		for k := range h {
+			require.NotContains(t, strings.ToLower(k), "x-ratelimit", k)
+		}
+		require.Regexp(t, reqIDRe, h.Get("x-request-id"))
+	}
+	require.Equal(t, "60", refused.Header().Get("retry-after"))
 }
 
 func TestChargeModes(t *testing.T) {

@@ -67,48 +67,64 @@ type Decision struct {
 // Limiter enforces Limits per (API key, model): continuously refilling RPM
 // and TPM buckets (capacity = the per-minute limit, refill = limit/60 per
 // second, starting full), a concurrency cap and a burst (growth-rate) limit.
-// Every method takes the time explicitly, so it is tested as tables over
-// fixed instants. The zero value is not usable; call NewLimiter. It is safe
-// for concurrent use.
+// With ShortBuckets it also enforces each limit over a few seconds (see
+// EnforcementShort). Every method takes the time explicitly, so it is
+// tested as tables over fixed instants. The zero value is not usable; call
+// NewLimiter. It is safe for concurrent use.
 type Limiter struct {
 	mu     sync.Mutex
 	states map[limitKey]*limitState
+	// short is the refill a short bucket holds; 0 = per-minute buckets only.
+	short time.Duration
 }
+
+// LimiterOption configures a Limiter.
+type LimiterOption func(*Limiter)
+
+// ShortBuckets enforces every limit with a bucket holding only d of refill
+// besides the per-minute one (EnforcementShort); the decisions' remaining,
+// reset and used values stay the per-minute ones.
+func ShortBuckets(d time.Duration) LimiterOption { return func(l *Limiter) { l.short = d } }
 
 type limitKey struct{ key, model string }
 
 type bucket struct {
 	capacity float64
+	rate     float64
 	level    float64
 	last     time.Time
 }
 
-// refill brings the bucket to time now for capacity c (per minute).
-func (b *bucket) refill(now time.Time, c int64) {
-	capacity := float64(c)
+// refill brings the bucket to time now for limit c per minute, holding
+// window of refill (at least one unit).
+func (b *bucket) refill(now time.Time, c int64, window time.Duration) {
+	rate := float64(c) / 60
+	capacity := max(1, rate*window.Seconds())
 	if b.last.IsZero() {
-		b.capacity, b.level, b.last = capacity, capacity, now
+		b.capacity, b.rate, b.level, b.last = capacity, rate, capacity, now
 		return
 	}
 	if capacity != b.capacity {
-		b.capacity = capacity
+		b.capacity, b.rate = capacity, rate
 		b.level = min(b.level, capacity)
 	}
 	if now.After(b.last) {
-		b.level = min(b.capacity, b.level+b.rate()*now.Sub(b.last).Seconds())
+		b.level = min(b.capacity, b.level+b.rate*now.Sub(b.last).Seconds())
 		b.last = now
 	}
 }
-
-func (b *bucket) rate() float64 { return b.capacity / 60 }
 
 // wait is the time until the bucket holds n.
 func (b *bucket) wait(n float64) time.Duration {
 	if b.level >= n-eps {
 		return 0
 	}
-	return secondsToDuration((n - b.level) / b.rate())
+	return secondsToDuration((n - b.level) / b.rate)
 }
+
+// need is what a charge of n waits for: n, or a full bucket when n is
+// larger (a request larger than a short bucket goes into debt).
+func (b *bucket) need(n float64) float64 { return min(n, b.capacity) }
 
 // reset is the time until the bucket is full again.
 func (b *bucket) reset() time.Duration { return b.wait(b.capacity) }
@@ -128,15 +144,21 @@ func secondsToDuration(s float64) time.Duration {
 
 type limitState struct {
 	requests, tokens bucket
-	inFlight         int
-	burstSecond      int64
-	burstCount       float64
-	burstPrev        float64
+	// shortReq and shortTok are the short buckets (Limiter.short > 0).
+	shortReq, shortTok bucket
+	inFlight           int
+	burstSecond        int64
+	burstCount         float64
+	burstPrev          float64
 }
 
 // NewLimiter returns an empty Limiter.
-func NewLimiter() *Limiter {
-	return &Limiter{states: make(map[limitKey]*limitState)}
+func NewLimiter(opts ...LimiterOption) *Limiter {
+	l := &Limiter{states: make(map[limitKey]*limitState)}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
 
 // Reset forgets every bucket (all start full again) and in-flight count.
@@ -159,12 +181,20 @@ func (l *Limiter) Admit(now time.Time, lim Limits, a Admission) Decision {
 		l.states[k] = st
 	}
 	hasRPM, hasTPM := lim.RPM > 0, lim.TPM > 0
+	short := l.short > 0
 	if hasRPM {
-		st.requests.refill(now, lim.RPM)
+		st.requests.refill(now, lim.RPM, time.Minute)
+		if short {
+			st.shortReq.refill(now, lim.RPM, l.short)
+		}
 	}
 	if hasTPM {
-		st.tokens.refill(now, lim.TPM)
+		st.tokens.refill(now, lim.TPM, time.Minute)
+		if short {
+			st.shortTok.refill(now, lim.TPM, l.short)
+		}
 	}
+	tokens := float64(a.Tokens)
 	st.rollBurst(now)
 	d := Decision{Limits: lim}
 	if hasRPM {
@@ -176,19 +206,29 @@ func (l *Limiter) Admit(now time.Time, lim Limits, a Admission) Decision {
 	chargeRPM := func() {
 		if hasRPM {
 			st.requests.level--
+			if short {
+				st.shortReq.level--
+			}
 		}
 	}
 	switch {
 	case hasRPM && st.requests.level < 1-eps:
 		d.Reason = ReasonRequests
 		d.RetryAfter = st.requests.wait(1)
+	case hasRPM && short && st.shortReq.level < 1-eps:
+		d.Reason = ReasonRequests
+		d.RetryAfter = st.shortReq.wait(1)
 	case hasTPM && a.Tokens > lim.TPM:
 		chargeRPM()
 		d.Reason = ReasonTooLarge
-	case hasTPM && st.tokens.level < float64(a.Tokens)-eps:
+	case hasTPM && st.tokens.level < tokens-eps:
 		chargeRPM()
 		d.Reason = ReasonTokens
-		d.RetryAfter = st.tokens.wait(float64(a.Tokens))
+		d.RetryAfter = st.tokens.wait(tokens)
+	case hasTPM && short && st.shortTok.level < st.shortTok.need(tokens)-eps:
+		chargeRPM()
+		d.Reason = ReasonTokens
+		d.RetryAfter = st.shortTok.wait(st.shortTok.need(tokens))
 	case lim.MaxConcurrency > 0 && st.inFlight >= lim.MaxConcurrency:
 		chargeRPM()
 		d.Reason = ReasonConcurrency
@@ -202,7 +242,10 @@ func (l *Limiter) Admit(now time.Time, lim Limits, a Admission) Decision {
 	default:
 		chargeRPM()
 		if hasTPM {
-			st.tokens.level -= float64(a.Tokens)
+			st.tokens.level -= tokens
+			if short {
+				st.shortTok.level -= tokens
+			}
 		}
 		st.inFlight++
 		st.burstCount++
@@ -240,15 +283,21 @@ func (l *Limiter) Release(key, model string) {
 	}
 }
 
-// Refund returns tokens to the TPM bucket of (key, model), never above its
-// capacity (Config.TrueUp).
+// Refund returns tokens to the TPM buckets of (key, model), never above
+// their capacity (Config.TrueUp).
 func (l *Limiter) Refund(key, model string, tokens int64) {
 	if tokens <= 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if st := l.states[limitKey{key, model}]; st != nil && !st.tokens.last.IsZero() {
-		st.tokens.level = min(st.tokens.capacity, st.tokens.level+float64(tokens))
+	st := l.states[limitKey{key, model}]
+	if st == nil {
+		return
+	}
+	for _, b := range []*bucket{&st.tokens, &st.shortTok} {
+		if !b.last.IsZero() {
+			b.level = min(b.capacity, b.level+float64(tokens))
+		}
 	}
 }

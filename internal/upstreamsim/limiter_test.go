@@ -189,3 +189,63 @@ func TestLimiterTwiceTPM(t *testing.T) {
 		require.InDelta(t, tpm, got, tpm*0.01, "minute %d", m)
 	}
 }
+
+// TestLimiterShortBuckets: with short enforcement (5 s), a burst beyond 5 s
+// of refill is refused while the per-minute view (remaining, used, reset)
+// still shows room; a request larger than the short bucket goes when it is
+// full and leaves it in debt.
+func TestLimiterShortBuckets(t *testing.T) {
+	t.Parallel()
+	l := NewLimiter(ShortBuckets(5 * time.Second))
+	lim := Limits{RPM: 600, TPM: 60000, BurstFloor: 1} // 5 s: 50 requests, 5000 tokens
+	type step struct {
+		at      time.Duration
+		tokens  int64
+		allowed bool
+		retry   time.Duration
+		remReq  int64
+		remTok  int64
+	}
+	for i, s := range []step{
+		{at: 0, tokens: 3000, allowed: true, remReq: 599, remTok: 57000},
+		{at: 0, tokens: 2000, allowed: true, remReq: 598, remTok: 55000},
+		// The short bucket is empty; the minute says 55,000 remain.
+		{at: 0, tokens: 100, retry: 100 * time.Millisecond, remReq: 597, remTok: 55000},
+		{at: time.Second, tokens: 1000, allowed: true, remReq: 599, remTok: 55000},
+		// Full again after 5 s; 8,000 is larger than it: it goes, in debt.
+		{at: 6 * time.Second, tokens: 8000, allowed: true, remReq: 599, remTok: 52000},
+		{at: 6 * time.Second, tokens: 10, retry: 3010 * time.Millisecond, remReq: 598, remTok: 52000},
+		{at: 9010 * time.Millisecond, tokens: 10, allowed: true, remReq: 599, remTok: 55000},
+	} {
+		d := l.Admit(t0.Add(s.at), lim, Admission{Key: "k", Model: "m", Tokens: s.tokens})
+		require.Equal(t, s.allowed, d.Allowed, "step %d", i)
+		if !s.allowed {
+			require.Equal(t, ReasonTokens, d.Reason, "step %d", i)
+		}
+		require.Equal(t, s.retry, d.RetryAfter, "step %d", i)
+		require.Equal(t, []int64{s.remReq, s.remTok}, []int64{d.RemainingRequests, d.RemainingTokens}, "step %d", i)
+		if d.Allowed {
+			l.Release("k", "m")
+		}
+	}
+
+	// Requests: 5 s of 60 RPM is 5; the sixth waits a second, and being
+	// refused by a request bucket costs no request.
+	rl := NewLimiter(ShortBuckets(5 * time.Second))
+	rpm := Limits{RPM: 60, TPM: -1}
+	for range 5 {
+		require.True(t, rl.Admit(t0, rpm, Admission{Key: "k", Model: "m"}).Allowed)
+	}
+	d := rl.Admit(t0, rpm, Admission{Key: "k", Model: "m"})
+	require.Equal(t, ReasonRequests, d.Reason)
+	require.Equal(t, time.Second, d.RetryAfter)
+	require.Equal(t, int64(55), d.RemainingRequests)
+	require.Equal(t, int64(5), d.UsedRequests)
+	require.True(t, rl.Admit(t0.Add(time.Second), rpm, Admission{Key: "k", Model: "m"}).Allowed)
+
+	// Refunds (true-up) go back to both buckets, each up to its capacity.
+	l.Refund("k", "m", 100000)
+	d = l.Admit(t0.Add(9010*time.Millisecond), lim, Admission{Key: "k", Model: "m", Tokens: 5000})
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(55000), d.RemainingTokens)
+}

@@ -158,7 +158,12 @@ func formatDuration(d time.Duration) string {
 	return r.String()
 }
 
+// rateLimitHeaders sets the x-ratelimit-* headers of d, unless the
+// configuration sends none.
 func (s *Server) rateLimitHeaders(w http.ResponseWriter, d Decision) {
+	if s.cfg.RateLimitHeaders == HeadersNone {
+		return
+	}
 	h := w.Header()
 	if d.Limits.RPM > 0 {
 		h["X-Ratelimit-Limit-Requests"] = []string{strconv.FormatInt(d.Limits.RPM, 10)}

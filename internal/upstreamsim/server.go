@@ -97,7 +97,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		clock:     o.clock,
 		log:       o.logger,
 		born:      o.clock.Now(),
-		limiter:   NewLimiter(),
+		limiter:   newLimiter(cfg),
 		overrides: map[string]Limits{},
 		counters:  map[string]counter{},
 		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
@@ -123,6 +123,14 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.batches = newBatchStore(s)
 	s.handler = s.routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return s, nil
+}
+
+// newLimiter returns the limiter of cfg's enforcement.
+func newLimiter(cfg Config) *Limiter {
+	if cfg.Enforcement == EnforcementShort {
+		return NewLimiter(ShortBuckets(cfg.ShortBucket))
+	}
+	return NewLimiter()
 }
 
 // Config returns the configuration in force (with defaults applied).

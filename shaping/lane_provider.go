@@ -1,0 +1,281 @@
+package shaping
+
+import (
+	"fmt"
+	"time"
+)
+
+// The provider as a lane learns it from the answers: the cold start's probe,
+// the kind of enforcement (a per-minute bucket, or one of a few seconds),
+// and the share of the provider's quota the lane runs on. See
+// docs/design/rate-limiting.md, "Reading the server".
+
+// ProviderKind is how a provider enforces its limits, as a lane tells from
+// its answers (never from configuration).
+type ProviderKind string
+
+const (
+	// ProviderUnknown: no answer has shown the kind yet.
+	ProviderUnknown ProviderKind = "unknown"
+	// ProviderMinute: the provider admitted a deficit larger than any short
+	// bucket holds (twice LaneConfig.ShortBucket of refill): its remaining
+	// headers describe a per-minute bucket, and the lane spends what they
+	// say is available at once. A refusal with room still shows a short
+	// bucket.
+	ProviderMinute ProviderKind = "minute"
+	// ProviderShort: the provider refused a request while its remaining
+	// headers showed room for twice it: it enforces its limits over a few
+	// seconds (quantized limits, "60,000 requests/minute may be enforced as
+	// 1,000 requests/second"). The lane's burst is capped to what the
+	// provider was seen to admit, and it paces every send.
+	ProviderShort ProviderKind = "short"
+	// ProviderNoHeaders: the answers so far carried no x-ratelimit-*
+	// header; the lane keeps its warm-up and its probe's small burst.
+	ProviderNoHeaders ProviderKind = "no_headers"
+)
+
+// distrustAfter429 is how long after a 429 that no short bucket explains
+// the headers may only lower the levels: the refusal showed that what they
+// said was not what the provider admits (another client on the key, or a
+// header that lies). After it, a minute bucket has refilled and can be
+// believed again.
+const distrustAfter429 = time.Minute
+
+// view is the lane's picture of one provider limit (requests or tokens per
+// minute) in the provider's units; the lane's bucket holds Share times it.
+type view struct {
+	// limit is the per-minute limit: configured, or from the headers.
+	limit float64
+	// burst is what the lane trusts the provider to admit at once: the
+	// limit (a minute bucket), what a short-bucket provider was seen to
+	// admit, or the probe before the first answer with headers.
+	burst float64
+	// admitted is the largest deficit (limit − remaining) an answer that
+	// was not refused showed.
+	admitted float64
+	// anchor, on a short-bucket provider, is the remaining its refusal
+	// showed: its short bucket was about empty then, so it holds about
+	// remaining − anchor (at most the burst) as the headers go on.
+	anchor float64
+	// remaining is the newest remaining header (has: there was one), for
+	// a 429 that comes without headers.
+	remaining float64
+	has       bool
+	// fromHeader: a limit header has set the limit.
+	fromHeader bool
+}
+
+// probeBurst is the probe's burst for a limit: ShortBucket of refill, at
+// least one request, at most the limit.
+func (l *Lane) probeBurst(limit float64) float64 {
+	return min(limit, max(1, l.cfg.ShortBucket.Seconds()*limit/60))
+}
+
+// floorBurst is the least burst a short-bucket provider is trusted with:
+// one second of refill, at least one request.
+func floorBurst(limit float64) float64 { return min(limit, max(1, limit/60)) }
+
+// startProbeLocked sets a cold-starting bucket to the probe: its capacity
+// is ShortBucket of refill, full for tokens (so the first request goes at
+// once, whatever its size) and one request for requests; the rest of the
+// level comes from the first answer's headers, or from the warm-up while
+// none carries them.
+func (l *Lane) startProbeLocked(now time.Time, b *Bucket, v *view, first float64) {
+	v.burst = l.probeBurst(v.limit)
+	l.applyLocked(now, b, v)
+	b.level = min(first, b.capacity)
+}
+
+// endProbeLocked ends a cold start's probe at the first answer with
+// headers: the warm-up stops, and the buckets trust the provider's whole
+// minute (unless a refusal has already shown a short bucket).
+func (l *Lane) endProbeLocked(now time.Time) {
+	if !l.probing {
+		return
+	}
+	l.probing = false
+	for _, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		q.b.endWarmUpAt(now)
+		if l.kind != ProviderShort {
+			q.v.burst = q.v.limit
+			l.applyLocked(now, q.b, q.v)
+		}
+	}
+}
+
+type bucketView struct {
+	b *Bucket
+	v *view
+}
+
+func (l *Lane) views() [2]bucketView {
+	return [2]bucketView{{l.rpm, &l.rpmQ}, {l.tpm, &l.tpmQ}}
+}
+
+// setKindLocked records the provider's kind; the lane paces every send
+// unless the provider is known to enforce per minute (or the lane is
+// static: a warm-up protects against growth-rate limits).
+func (l *Lane) setKindLocked(k ProviderKind) {
+	l.kind = k
+	l.paceAll = l.cfg.ColdStart != ColdStartProbe || k != ProviderMinute
+}
+
+// admittedLocked records a fresh answer that was not refused, whose header
+// said remaining: the provider admitted a deficit of limit − remaining.
+// More than twice ShortBucket of refill proves a per-minute bucket; on a
+// short-bucket provider the trusted burst grows to what it admitted.
+func (l *Lane) admittedLocked(now time.Time, b *Bucket, v *view, remaining float64) {
+	v.remaining, v.has = remaining, true
+	v.admitted = max(v.admitted, v.limit-remaining)
+	switch l.kind {
+	case ProviderUnknown:
+		if v.admitted > 2*l.cfg.ShortBucket.Seconds()*v.limit/60 {
+			l.setKindLocked(ProviderMinute)
+		}
+	case ProviderShort:
+		if a := min(v.admitted, l.shortMax(v.limit)); a > v.burst {
+			v.burst = a
+			l.applyLocked(now, b, v)
+		}
+	}
+}
+
+// shortMax is the most a short bucket holds: twice ShortBucket of refill
+// (a provider that admits more enforces per minute).
+func (l *Lane) shortMax(limit float64) float64 {
+	return min(limit, 2*l.cfg.ShortBucket.Seconds()*limit/60)
+}
+
+// refusedLocked learns from a 429 on a request of tokens sent at sentAt,
+// before its headers are applied. When its headers (or, without them, the
+// newest ones) showed room for twice the request, the provider enforces a
+// short bucket (even when the lane had taken it for a minute one): the
+// lane caps its burst to what the provider admitted (at least a second of
+// refill): the largest deficit an answer showed, or the deficit the
+// refusal shows, since a short bucket refuses when it is about empty, that
+// is when the deficit is about its capacity; at most twice ShortBucket of
+// refill (a deficit is larger when the bucket was not full to start with).
+// On a known short bucket, a refusal with
+// room of a request sent after the lane learned it halves the burst. A
+// refusal without room (the quota spent by someone else, or a header that
+// lied) makes the headers only lower the levels for a minute.
+func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitHeaders) {
+	if !l.roomLocked(tokens, h) {
+		l.distrustUntil = now.Add(distrustAfter429)
+		return
+	}
+	switch l.kind {
+	case ProviderUnknown, ProviderMinute:
+		l.setKindLocked(ProviderShort)
+		l.shortAt = now
+		refused := [2]struct {
+			has       bool
+			remaining float64
+		}{{h.HasRemainingRequests, h.RemainingRequests}, {h.HasRemainingTokens, h.RemainingTokens}}
+		for i, q := range l.views() {
+			if q.b == nil {
+				continue
+			}
+			admitted := q.v.admitted
+			if r := refused[i]; r.has {
+				admitted = max(admitted, q.v.limit-r.remaining)
+			}
+			q.v.burst = max(floorBurst(q.v.limit), min(admitted, l.shortMax(q.v.limit)))
+			q.v.anchor = q.v.limit - q.v.burst
+			if r := refused[i]; r.has {
+				q.v.anchor = r.remaining
+			}
+			l.applyLocked(now, q.b, q.v)
+		}
+	case ProviderShort:
+		if !sentAt.After(l.shortAt) {
+			return // sent before the lane knew: no news
+		}
+		for _, q := range l.views() {
+			if q.b != nil {
+				q.v.burst = max(floorBurst(q.v.limit), q.v.burst/2)
+				l.applyLocked(now, q.b, q.v)
+			}
+		}
+	default:
+		l.distrustUntil = now.Add(distrustAfter429)
+	}
+}
+
+// roomLocked reports whether the remaining headers of a refused request of
+// tokens (or the newest ones, where it has none) showed room for twice it
+// in every bucket they name, and name at least one.
+func (l *Lane) roomLocked(tokens float64, h RateLimitHeaders) bool {
+	known := false
+	check := func(b *Bucket, v *view, has bool, remaining, need float64) bool {
+		if b == nil {
+			return true
+		}
+		if !has {
+			if !v.has {
+				return true
+			}
+			remaining = v.remaining
+		}
+		known = true
+		return remaining >= 2*need
+	}
+	ok := check(l.rpm, &l.rpmQ, h.HasRemainingRequests, h.RemainingRequests, 1)
+	ok = check(l.tpm, &l.tpmQ, h.HasRemainingTokens, h.RemainingTokens, tokens) && ok
+	return ok && known
+}
+
+// SetShareAt makes the lane run on share, in (0, 1], of the provider's
+// quota from now on: the refill and the capacity of its buckets, and the
+// levels it reads from the headers (the provider's remaining times share),
+// scale with it, and a positive level is scaled too. N replicas on one API
+// key that each set 1/N spend together what one lane would.
+func (l *Lane) SetShareAt(now time.Time, share float64) error {
+	if !(share > 0 && share <= 1) {
+		return fmt.Errorf("%w: lane %q share must be in (0, 1], got %v", ErrInvalidConfig, l.cfg.Name, share)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ratio := share / l.share
+	l.share = share
+	for _, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		if ratio > 1 {
+			l.applyLocked(now, q.b, q.v) // the capacity grows first
+		}
+		q.b.mu.Lock()
+		s := q.b.rel(now)
+		q.b.advance(s)
+		if level := q.b.level; level > 0 {
+			if ratio < 1 {
+				q.b.lowerTo(s, level*ratio)
+			} else if s >= q.b.warm {
+				q.b.raiseTo(s, level*ratio)
+			}
+		}
+		q.b.mu.Unlock()
+		if ratio <= 1 {
+			l.applyLocked(now, q.b, q.v)
+		}
+	}
+	l.wakeLocked()
+	if l.ctrl != nil {
+		l.guideLocked()
+	}
+	return nil
+}
+
+// SetShare is SetShareAt on the lane's clock.
+func (l *Lane) SetShare(share float64) error { return l.SetShareAt(l.clock.Now(), share) }
+
+// Share returns the share of the provider's quota the lane runs on.
+func (l *Lane) Share() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.share
+}

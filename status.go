@@ -7,32 +7,34 @@ package llmq
 type Status string
 
 const (
-	// StatusQueued: recorded by the producer or the API, waiting in the broker.
-	// Moved out by a worker's claim (running), by the batch collector
-	// (batched), by a deadline (expired) or by the API (cancelled).
+	// StatusQueued: recorded (by a worker's ingest, the producer or the
+	// API) and waiting in Postgres for its turn. Moved out by a worker's
+	// claim (running), by the batch lane's submission (batched), by a
+	// deadline (expired), by the API (cancelled), by a dead letter of its
+	// message (dead_lettered), or by the result of a call whose holder's
+	// lease had lapsed (succeeded: a paid answer is never thrown away).
 	StatusQueued Status = "queued"
-	// StatusRunning: claimed by a worker holding a lease. A worker moves it to
-	// succeeded, retrying, failed or dead_lettered. Another worker may claim it
-	// again (running → running) once the lease has expired. The batch router
-	// takes a deferrable job it has claimed into the batch lane: back to
-	// queued for the batch collector, or straight to batched when the job is
-	// already reserved for a batch the provider accepted; the collector's
-	// submission also moves a reserved job that a duplicate delivery holds
-	// for an instant (running → batched).
+	// StatusRunning: claimed by a worker holding a lease, which it renews
+	// while the job waits for admission, calls or backs off (the job's
+	// phase says which). The holder moves it to succeeded, retrying,
+	// failed, dead_lettered or expired, or hands it back (queued); a job
+	// whose lease expired is reaped back to queued. running → running is
+	// the holder starting a call.
 	StatusRunning Status = "running"
-	// StatusRetrying: an attempt failed with a retryable error and the worker
-	// waits out its backoff, still holding the lease, before the next attempt
-	// (retrying → running); a worker shutting down hands it back (queued).
+	// StatusRetrying: an attempt failed with a retryable error and the
+	// holder waits out its backoff, still holding (and renewing) the lease,
+	// before the next call (retrying → running); it is handed back or
+	// reaped like a running job (queued).
 	StatusRetrying Status = "retrying"
-	// StatusBatched: inside a provider Batch API batch. Moved in from queued
-	// by the batch collector, or from running by the batch router and the
-	// collector (see StatusRunning). The batch poller moves it to succeeded,
-	// failed or dead_lettered, or back to queued for the live lane.
+	// StatusBatched: inside a provider Batch API batch. Moved in from
+	// queued when the batch lane's submission is accepted. The batch poller
+	// moves it to succeeded or dead_lettered, or back to queued for the
+	// live lane.
 	StatusBatched Status = "batched"
 	// StatusSucceeded is terminal: the result is stored.
 	StatusSucceeded Status = "succeeded"
 	// StatusFailed is terminal: a permanent upstream error (400, 401, 404,
-	// insufficient_quota).
+	// insufficient_quota), or a result Postgres cannot store.
 	StatusFailed Status = "failed"
 	// StatusDeadLettered is terminal: retries exhausted or a poison message.
 	// It is the one terminal state that can be left, and only by an
@@ -56,12 +58,12 @@ var Statuses = []Status{
 // makes is checked against it (docs/architecture.md lists the operation
 // behind each move).
 var transitions = map[Status][]Status{
-	StatusQueued: {StatusRunning, StatusBatched, StatusExpired, StatusCancelled, StatusDeadLettered},
-	// running → batched: the batch router takes a job it has claimed (see
-	// StatusRunning).
-	StatusRunning:  {StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDeadLettered, StatusExpired, StatusQueued, StatusBatched},
+	// queued → succeeded: the answer of a call whose holder's lease lapsed
+	// and was reaped (see StatusQueued).
+	StatusQueued:   {StatusRunning, StatusBatched, StatusExpired, StatusCancelled, StatusDeadLettered, StatusSucceeded},
+	StatusRunning:  {StatusRunning, StatusSucceeded, StatusRetrying, StatusFailed, StatusDeadLettered, StatusExpired, StatusQueued},
 	StatusRetrying: {StatusRunning, StatusDeadLettered, StatusExpired, StatusFailed, StatusQueued, StatusSucceeded},
-	StatusBatched:  {StatusSucceeded, StatusDeadLettered, StatusQueued, StatusFailed},
+	StatusBatched:  {StatusSucceeded, StatusDeadLettered, StatusQueued},
 }
 
 // Valid reports whether s is one of the defined statuses.
@@ -92,11 +94,12 @@ func (s Status) Terminal() bool {
 }
 
 // CanTransition reports whether a job may move from one status to another.
-// running → running is legal: it is a new worker taking over an expired lease.
-// running → queued and retrying → queued are legal: a worker that shuts down
-// hands its job back. retrying → succeeded is legal: a worker whose lease
-// expired mid-call still stores its result after the job's new holder
-// marked it retrying (a result is never thrown away).
+// running → running is legal: the holder begins a call. running → queued
+// and retrying → queued are legal: a worker that shuts down hands its job
+// back, and the reaper hands back a job whose lease expired. retrying →
+// succeeded and queued → succeeded are legal: a worker whose lease expired
+// mid-call still stores its result after the job was reaped or claimed
+// again (a result is never thrown away).
 func CanTransition(from, to Status) bool {
 	for _, t := range transitions[from] {
 		if t == to {

@@ -15,15 +15,15 @@ var legal = map[[2]llmq.Status]bool{
 	{llmq.StatusQueued, llmq.StatusBatched}:        true, // moved into a provider batch
 	{llmq.StatusQueued, llmq.StatusExpired}:        true, // deadline passed before start
 	{llmq.StatusQueued, llmq.StatusCancelled}:      true, // DELETE /v1/jobs/{id}
-	{llmq.StatusQueued, llmq.StatusDeadLettered}:   true, // poison found before a claim
-	{llmq.StatusRunning, llmq.StatusRunning}:       true, // lease takeover
+	{llmq.StatusQueued, llmq.StatusDeadLettered}:   true, // its message dead-lettered before a claim
+	{llmq.StatusQueued, llmq.StatusSucceeded}:      true, // the late result of a holder whose lease was reaped
+	{llmq.StatusRunning, llmq.StatusRunning}:       true, // the holder begins a call
 	{llmq.StatusRunning, llmq.StatusSucceeded}:     true,
 	{llmq.StatusRunning, llmq.StatusRetrying}:      true,
 	{llmq.StatusRunning, llmq.StatusFailed}:        true,
 	{llmq.StatusRunning, llmq.StatusDeadLettered}:  true,
 	{llmq.StatusRunning, llmq.StatusExpired}:       true, // deadline found passed after the claim
-	{llmq.StatusRunning, llmq.StatusQueued}:        true, // graceful shutdown hands it back
-	{llmq.StatusRunning, llmq.StatusBatched}:       true, // the batch router takes a job it has claimed
+	{llmq.StatusRunning, llmq.StatusQueued}:        true, // handed back (shutdown) or reaped (lease expired)
 	{llmq.StatusRetrying, llmq.StatusRunning}:      true,
 	{llmq.StatusRetrying, llmq.StatusDeadLettered}: true,
 	{llmq.StatusRetrying, llmq.StatusExpired}:      true,
@@ -32,7 +32,6 @@ var legal = map[[2]llmq.Status]bool{
 	{llmq.StatusRetrying, llmq.StatusSucceeded}:    true, // a late result of an earlier holder
 	{llmq.StatusBatched, llmq.StatusSucceeded}:     true,
 	{llmq.StatusBatched, llmq.StatusDeadLettered}:  true,
-	{llmq.StatusBatched, llmq.StatusFailed}:        true,
 	{llmq.StatusBatched, llmq.StatusQueued}:        true, // batch failed/expired: back to the live lane
 }
 
@@ -78,8 +77,8 @@ func TestTerminalStatesAreNeverLeft(t *testing.T) {
 	require.False(t, llmq.Status("done").Valid())
 	// TransitionsFrom returns a copy.
 	ts := llmq.TransitionsFrom(llmq.StatusQueued)
-	ts[0] = llmq.StatusSucceeded
-	require.False(t, llmq.CanTransition(llmq.StatusQueued, llmq.StatusSucceeded))
+	ts[0] = llmq.StatusFailed
+	require.False(t, llmq.CanTransition(llmq.StatusQueued, llmq.StatusFailed))
 }
 
 // TestLeasedStatuses: a worker's lease holds a job exactly while it runs or

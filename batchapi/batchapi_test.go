@@ -15,69 +15,53 @@ import (
 	"github.com/llmq/llmq/store"
 )
 
+// TestRouter: the router's decision, and the live lane's claims that
+// follow it: deferrable jobs held at night (except those whose deadline is
+// too near for a batch), taken in the daytime unless the live lane is
+// backed up; each deferrable job the live lane takes records why.
 func TestRouter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	drain := time.Duration(0)
-	b := setup(t, simConfig(), func(c *Config) { c.Drain = func() time.Duration { return drain } })
-	// route claims j as owner, routes it and returns the decision and the row.
-	route := func(j *llmq.Job, owner string) (bool, *store.JobRecord) {
+	b := setup(t, simConfig(), nil)
+	claim := func(now time.Time, drain time.Duration) map[string]*store.JobRecord {
 		t.Helper()
-		rec, err := b.st.Claim(ctx, j, owner, time.Minute)
+		h := b.router.Hold(now, drain)
+		recs, err := b.st.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 100,
+			HoldDeferrable: h.Batch, HoldDeadlineAfter: h.DeadlineAfter, LiveReason: h.LiveReason})
 		require.NoError(t, err)
-		ok, err := b.router.Route(ctx, rec)
-		require.NoError(t, err)
-		got, err := b.st.GetByID(ctx, j.ID)
-		require.NoError(t, err)
-		return ok, got
+		out := map[string]*store.JobRecord{}
+		for _, r := range recs {
+			out[r.ID] = r
+		}
+		return out
 	}
-
-	// Not deferrable: live, nothing written.
 	plain := job("plain", "gpt-4o-mini", nil)
 	plain.Deferrable = false
-	ok, got := route(plain, "w")
-	require.False(t, ok)
-	require.Equal(t, store.LaneLive, got.Lane)
-	require.Empty(t, got.LaneReason)
-
-	// Deferrable at night: batch lane, queued for the collector, lease and
-	// attempt given back.
-	ok, got = route(job("night", "gpt-4o-mini", nil), "w")
-	require.True(t, ok)
-	require.Equal(t, llmq.StatusQueued, got.Status)
-	require.Equal(t, store.LaneBatch, got.Lane)
-	require.Equal(t, "batch: inside off-peak window 22:00-06:00 UTC", got.LaneReason)
-	require.Equal(t, 0, got.Attempts)
-	require.Empty(t, got.LeaseOwner)
-
-	// A redelivery of it is claimed again and routed again, same reason.
-	ok, got = route(job("night", "gpt-4o-mini", nil), "w2")
-	require.True(t, ok)
-	require.Equal(t, llmq.StatusQueued, got.Status)
-	require.Equal(t, "batch: inside off-peak window 22:00-06:00 UTC", got.LaneReason)
-
-	// A near deadline keeps a job live, with the reason.
 	soon := night.Add(3 * time.Hour)
-	ok, got = route(job("soon", "gpt-4o-mini", &soon), "w")
-	require.False(t, ok)
-	require.Equal(t, llmq.StatusRunning, got.Status)
-	require.Equal(t, store.LaneLive, got.Lane)
-	require.Equal(t, "live: deadline in 3h0m0s, batch needs more than 25h0m0s", got.LaneReason)
+	for _, j := range []*llmq.Job{plain, job("night", "gpt-4o-mini", nil), job("soon", "gpt-4o-mini", &soon)} {
+		_, err := b.st.Insert(ctx, j)
+		require.NoError(t, err)
+	}
+
+	require.Equal(t, Hold{Batch: true, DeadlineAfter: night.Add(25 * time.Hour),
+		LiveReason: "live: deadline within 25h0m0s, a batch needs more"}, b.router.Hold(night, 0))
+	got := claim(night, 0)
+	require.Len(t, got, 2, "night: the deferrable job without a deadline is held")
+	require.Empty(t, got["plain"].LaneReason, "not deferrable: no lane decision")
+	require.Equal(t, "live: deadline within 25h0m0s, a batch needs more", got["soon"].LaneReason)
+	held, err := b.st.Get(ctx, llmq.DefaultTenant, "night")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusQueued, held.Status)
+	require.Equal(t, store.LaneLive, held.Lane)
+	require.Empty(t, held.LaneReason, "undecided: the collector takes it into a batch")
 
 	// Daytime: live unless the live lane is backed up.
-	b.setNow(t, time.Date(2026, 6, 16, 12, 0, 0, 0, time.UTC))
-	ok, got = route(job("day", "gpt-4o-mini", nil), "w")
-	require.False(t, ok)
-	require.Equal(t, "live: outside off-peak window 22:00-06:00 UTC, live lane drains in 0s", got.LaneReason)
-	// The decision sticks for redeliveries, even once the backlog grows.
-	drain = time.Hour
-	ok, err := b.router.Route(ctx, got)
-	require.NoError(t, err)
-	require.False(t, ok)
-
-	ok, got = route(job("backlog", "gpt-4o-mini", nil), "w")
-	require.True(t, ok)
-	require.Equal(t, "batch: live lane drains in 1h0m0s, over the 30m0s threshold", got.LaneReason)
+	day := time.Date(2026, 6, 16, 12, 0, 0, 0, time.UTC)
+	require.True(t, b.router.Hold(day, time.Hour).Batch)
+	require.Empty(t, claim(day, time.Hour))
+	got = claim(day, 0)
+	require.Len(t, got, 1)
+	require.Equal(t, "live: outside off-peak window 22:00-06:00 UTC, live lane drains in 0s", got["night"].LaneReason)
 }
 
 // TestTenThousandJobs: 10,000 deferrable jobs go through batches of at
@@ -91,8 +75,8 @@ func TestTenThousandJobs(t *testing.T) {
 	b := setup(t, simConfig(), func(c *Config) { c.MaxLines = 2500 })
 	start := time.Now()
 	ids := b.route(t, "bulk", "gpt-4o-mini", 10000, nil)
-	t.Logf("claim + route of 10,000 jobs (8 goroutines): %v", time.Since(start))
-	require.Equal(t, 10000, b.count(t, `lane = 'batch' AND status = 'queued' AND batch_id = ''`))
+	t.Logf("ingest of 10,000 jobs: %v", time.Since(start))
+	require.Equal(t, 10000, b.count(t, `"deferrable" AND lane = 'live' AND lane_reason = '' AND status = 'queued'`))
 
 	svc, err := New(b.cfg)
 	require.NoError(t, err)
@@ -102,7 +86,8 @@ func TestTenThousandJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10000, n)
 	t.Logf("collect, upload and create 4 batches of 2,500: %v", time.Since(start))
-	require.Equal(t, 10000, b.count(t, `status = 'batched' AND lane = 'batch' AND batch_id LIKE 'lb_%'`))
+	require.Equal(t, 10000, b.count(t, `status = 'batched' AND lane = 'batch' AND batch_id LIKE 'lb_%'
+		AND lane_reason = 'batch: inside off-peak window 22:00-06:00 UTC'`))
 	batches, err := b.st.ListBatches(ctx, 10, true)
 	require.NoError(t, err)
 	require.Len(t, batches, 4)
@@ -159,8 +144,7 @@ func TestTenThousandJobs(t *testing.T) {
 }
 
 // TestExpiredBatch: a batch expires halfway; the finished half is kept and
-// the rest goes back to the live lane, even though the first republish
-// fails (the outbox keeps it).
+// the rest goes back to the live lane, where it is claimed from Postgres.
 func TestExpiredBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -168,12 +152,7 @@ func TestExpiredBatch(t *testing.T) {
 	// 100 lines at 10/s after 5s of validating, window 10s: 50 run.
 	sc.Batch.LinesPerSecond = 10
 	sc.Batch.CompletionWindow = 10 * time.Second
-	var pub *flakyPublisher
-	b := setup(t, sc, func(c *Config) {
-		pub = &flakyPublisher{Publisher: c.Publisher}
-		pub.fail.Store(1)
-		c.Publisher = pub
-	})
+	b := setup(t, sc, nil)
 	b.route(t, "exp", "gpt-4o-mini", 100, nil)
 	svc, err := New(b.cfg)
 	require.NoError(t, err)
@@ -183,17 +162,10 @@ func TestExpiredBatch(t *testing.T) {
 
 	b.clock.Advance(time.Minute)
 	ps, err := svc.Poller().Poll(ctx)
-	require.ErrorContains(t, err, "broker unavailable")
+	require.NoError(t, err)
 	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Stored: 50, Live: 50}, ps)
-	require.Zero(t, b.broker.Depth(b.queue))
 	require.Equal(t, 50, b.count(t, `status = 'succeeded' AND lane = 'batch'`))
 	require.Equal(t, 50, b.count(t, `status = 'queued' AND lane = 'live' AND batch_id = '' AND lane_reason LIKE '%expired%'`))
-
-	// The next pass republishes them.
-	ps, err = svc.Poller().Poll(ctx)
-	require.NoError(t, err)
-	require.Equal(t, PollStats{Republished: 50}, ps)
-	require.EqualValues(t, 50, b.broker.Depth(b.queue))
 
 	b.liveWorker(t, 50)
 	require.Equal(t, 100, b.count(t, `status = 'succeeded' AND result IS NOT NULL`))
@@ -298,7 +270,7 @@ func TestInvalidBatch(t *testing.T) {
 	b.clock.Advance(time.Minute)
 	ps, err := svc.Poller().Poll(ctx)
 	require.NoError(t, err)
-	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Live: 20, Republished: 20}, ps)
+	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Live: 20}, ps)
 	require.Equal(t, 20, b.count(t, `status = 'queued' AND lane = 'live' AND batch_id = ''
 		AND lane_reason LIKE 'live: batch lb_% failed: token_limit_exceeded: Enqueued token limit reached for tiny-quota%'`))
 	bt, err := b.st.ListBatches(ctx, 1, false)
@@ -329,7 +301,7 @@ func TestDeadlinePullBack(t *testing.T) {
 	b.setNow(t, deadline.Add(-20*time.Minute))
 	ps, err := svc.Poller().Poll(ctx)
 	require.NoError(t, err)
-	require.Equal(t, PollStats{Polled: 1, PulledBack: 5, Republished: 5}, ps)
+	require.Equal(t, PollStats{Polled: 1, PulledBack: 5}, ps)
 	require.Equal(t, 5, b.count(t, `id LIKE 'dl-%' AND status = 'queued' AND lane = 'live' AND lane_reason = 'live: deadline too near for the batch lane, pulled back'`))
 	bt, err := b.st.ListBatches(ctx, 1, true)
 	require.NoError(t, err)
@@ -358,15 +330,13 @@ func TestCancelAndFailedLines(t *testing.T) {
 	var letters []string
 	b := setup(t, sc, func(c *Config) { c.DeadLetters = recordLetters(&letters) })
 	// A body the provider refuses (over the model's context window) but
-	// llmq accepts; routed first, it is the first line of the batch.
-	bad := job("toolong", "gpt-4o-mini", nil)
+	// llmq accepts; recorded first (and first by id), it is the first line
+	// of the batch.
+	bad := job("a-toolong", "gpt-4o-mini", nil)
 	bad.Body = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`)
 	require.NoError(t, bad.Validate())
-	rec, err := b.st.Claim(ctx, bad, "w", time.Minute)
+	_, err := b.st.Insert(ctx, bad)
 	require.NoError(t, err)
-	ok, err := b.router.Route(ctx, rec)
-	require.NoError(t, err)
-	require.True(t, ok)
 	b.route(t, "ok", "gpt-4o-mini", 39, nil)
 
 	svc, err := New(b.cfg)
@@ -387,7 +357,7 @@ func TestCancelAndFailedLines(t *testing.T) {
 	b.clock.Advance(time.Minute)
 	ps, err := svc.Poller().Poll(ctx)
 	require.NoError(t, err)
-	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Stored: 19, DeadLettered: 1, Live: 20, Republished: 20}, ps)
+	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Stored: 19, DeadLettered: 1, Live: 20, Letters: 1}, ps)
 	require.Equal(t, 20, b.count(t, `status = 'queued' AND lane = 'live' AND lane_reason LIKE 'live: batch lb_% cancelled before the job ran'`))
 	got, err = b.st.GetBatch(ctx, bt[0].ID)
 	require.NoError(t, err)
@@ -395,14 +365,14 @@ func TestCancelAndFailedLines(t *testing.T) {
 	_, err = Cancel(ctx, b.st, b.client, got.ID)
 	require.ErrorIs(t, err, ErrFinished)
 
-	j, err := b.st.GetByID(ctx, "toolong")
+	j, err := b.st.Get(ctx, llmq.DefaultTenant, "a-toolong")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusDeadLettered, j.Status)
 	require.Equal(t, ErrorCodeBatchLineFailed, j.ErrorCode)
 	require.Contains(t, j.ErrorMessage, "http_400/context_length_exceeded")
-	require.Equal(t, []string{"toolong"}, letters)
+	require.Equal(t, []string{"a-toolong"}, letters)
 	require.Equal(t, 19, b.count(t, `status = 'succeeded' AND lane = 'batch'`))
-	require.EqualValues(t, 20, b.broker.Depth(b.queue))
+	b.liveWorker(t, 20)
 }
 
 // TestService: the service's loop submits due jobs and brings the results
@@ -418,12 +388,12 @@ func TestService(t *testing.T) {
 		c.PollInterval = 10 * time.Millisecond
 	})
 	b.route(t, "svc", "gpt-4o-mini", 50, nil)
-	require.Equal(t, 50, b.count(t, `lane_reason = 'batch: live lane drains in 1h0m0s, over the 30m0s threshold'`))
 	svc, err := New(b.cfg)
 	require.NoError(t, err)
 	require.NoError(t, svc.Start(ctx))
 	require.ErrorIs(t, svc.Start(ctx), ErrStarted)
 	require.Eventually(t, func() bool { return b.countOrNeg(`status = 'batched'`) == 50 }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 50, b.count(t, `lane_reason = 'batch: live lane drains in 1h0m0s, over the 30m0s threshold'`))
 	b.clock.Advance(time.Hour)
 	require.Eventually(t, func() bool { return b.countOrNeg(`status = 'succeeded'`) == 50 }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, svc.Stop(ctx))
@@ -434,8 +404,8 @@ func TestService(t *testing.T) {
 }
 
 // TestLostBatchAndPendingDeadline: a batch the provider no longer knows
-// sends its jobs live; a pending job whose deadline became too near for a
-// batch goes live before it is ever submitted.
+// sends its jobs live; a deferrable job whose deadline became too near for
+// a batch is never submitted, and the live lane claims it.
 func TestLostBatchAndPendingDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -453,13 +423,13 @@ func TestLostBatchAndPendingDeadline(t *testing.T) {
 	b.setNow(t, night.Add(6*time.Hour))
 	ps, err := svc.Poller().Poll(ctx)
 	require.NoError(t, err)
-	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Live: 3, PulledBack: 2, Republished: 5}, ps)
+	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Live: 3}, ps)
 	require.Equal(t, 3, b.count(t, `id LIKE 'lost-%' AND status = 'queued' AND lane = 'live'
 		AND lane_reason LIKE 'live: batch lb_% failed: the provider has no batch batch_%'`))
-	require.Equal(t, 2, b.count(t, `id LIKE 'late-%' AND status = 'queued' AND lane = 'live'
-		AND lane_reason = 'live: deadline too near for the batch lane, pulled back'`))
 	n, err = svc.Collector().FlushAll(ctx)
 	require.NoError(t, err)
-	require.Zero(t, n)
+	require.Zero(t, n, "the late jobs' deadline leaves no room for a batch")
 	b.liveWorker(t, 5)
+	require.Equal(t, 2, b.count(t, `id LIKE 'late-%' AND status = 'succeeded' AND lane = 'live'
+		AND lane_reason = 'live: deadline within 25h0m0s, a batch needs more'`))
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,8 +24,6 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
-	"github.com/llmq/llmq/transport"
-	"github.com/llmq/llmq/transport/memory"
 )
 
 // testBundle is one isolated world: its own database, simulator (on a fake
@@ -37,8 +34,6 @@ type testBundle struct {
 	simCfg upstreamsim.Config
 	clock  *clockwork.FakeClock
 	client *openai.Client
-	broker *memory.Broker
-	queue  string
 	cfg    Config
 	// lane is the batch lane's clock (routing and deadlines), apart
 	// from the simulator's.
@@ -65,11 +60,10 @@ func setup(t *testing.T, simCfg upstreamsim.Config, mod func(*Config)) *testBund
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 6, 15, 23, 0, 0, 0, time.UTC))
 	sim := upstreamsim.NewTestServer(t, simCfg, upstreamsim.WithClock(clock))
 	b := &testBundle{
-		st: st, sim: sim, simCfg: simCfg, clock: clock, client: newClient(t, sim, nil), broker: memory.New(),
-		queue: "jobs." + strings.ReplaceAll(t.Name(), "/", "."), lane: clockwork.NewFakeClockAt(night),
+		st: st, sim: sim, simCfg: simCfg, clock: clock, client: newClient(t, sim, nil), lane: clockwork.NewFakeClockAt(night),
 	}
 	b.cfg = Config{
-		Store: st, Client: b.client, Publisher: b.broker.NewPublisher(), Destination: b.queue,
+		Store: st, Client: b.client,
 		Catalog:  llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {InputPricePer1M: 0.15, OutputPricePer1M: 0.60}}},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Clock:    b.lane,
@@ -114,34 +108,22 @@ func job(id, model string, deadline *time.Time) *llmq.Job {
 	return j
 }
 
-// route plays the worker's part for n deferrable jobs: claim, then Route.
-// It returns the ids, all of which the router must have taken.
+// route records n deferrable jobs as the worker's ingest does: queued, lane
+// undecided. It returns their ids.
 func (b *testBundle) route(t *testing.T, prefix, model string, n int, deadline *time.Time) []string {
 	t.Helper()
 	ids := make([]string, n)
+	jobs := make([]store.NewJob, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%05d", prefix, i)
+		jobs[i] = store.NewJob{Job: job(ids[i], model, deadline)}
 	}
-	var g errgroup.Group
-	g.SetLimit(8)
-	for _, id := range ids {
-		g.Go(func() error {
-			ctx := context.Background()
-			rec, err := b.st.Claim(ctx, job(id, model, deadline), "worker-1", time.Minute)
-			if err != nil {
-				return err
-			}
-			ok, err := b.router.Route(ctx, rec)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return fmt.Errorf("job %s not routed to the batch lane", id)
-			}
-			return nil
-		})
+	for len(jobs) > 0 {
+		k := min(len(jobs), 1000)
+		_, err := b.st.Ingest(context.Background(), jobs[:k])
+		require.NoError(t, err)
+		jobs = jobs[k:]
 	}
-	require.NoError(t, g.Wait())
 	return ids
 }
 
@@ -161,43 +143,37 @@ func (b *testBundle) countOrNeg(where string) int {
 	return n
 }
 
-// liveWorker stands in for the live worker: it consumes the republished
-// messages, claims each job, asks the router (which must keep it live),
-// calls the simulator and stores the result, until want jobs are done.
+// liveWorker stands in for the live worker: it claims jobs from Postgres
+// as the worker's scheduler does while the router holds deferrable jobs
+// (at the lane clock's time), calls the simulator and stores the results,
+// until want jobs are done; none of them may stay in the batch lane.
 func (b *testBundle) liveWorker(t *testing.T, want int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub, err := b.broker.NewSubscriber(b.queue, memory.Config{})
-	require.NoError(t, err)
-	defer sub.Close()
-	msgs, err := sub.Consume(ctx)
-	require.NoError(t, err)
-	for done := 0; done < want; done++ {
-		var msg *transport.Message
-		select {
-		case msg = <-msgs:
-		case <-ctx.Done():
-			t.Fatalf("live worker: %d of %d jobs done: %v", done, want, ctx.Err())
+	for done := 0; done < want; {
+		h := b.router.Hold(b.lane.Now(), 0)
+		models, err := b.st.QueuedModels(ctx)
+		require.NoError(t, err)
+		require.NotEmpty(t, models, "live worker: %d of %d jobs done", done, want)
+		recs, err := b.st.Claim(ctx, store.ClaimRequest{Model: models[0], Owner: "live-worker", Lease: time.Minute,
+			Limit: want - done, HoldDeferrable: h.Batch, HoldDeadlineAfter: h.DeadlineAfter, LiveReason: h.LiveReason})
+		require.NoError(t, err)
+		require.NotEmpty(t, recs, "live worker: %d of %d jobs done", done, want)
+		for _, rec := range recs {
+			require.Equal(t, store.LaneLive, rec.Lane)
+			var req openai.ChatCompletionRequest
+			require.NoError(t, json.Unmarshal(rec.Body, &req))
+			resp, err := b.client.CreateChatCompletion(ctx, req)
+			require.NoError(t, err)
+			raw, err := json.Marshal(resp)
+			require.NoError(t, err)
+			stored, err := b.st.StoreResult(ctx, rec.Key(), store.Result{Response: raw, UsedModel: resp.Model,
+				PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens})
+			require.NoError(t, err)
+			require.True(t, stored)
+			done++
 		}
-		j, err := llmq.Decode(msg.Value, llmq.DecodeOptions{})
-		require.NoError(t, err)
-		rec, err := b.st.Claim(ctx, j, "live-worker", time.Minute)
-		require.NoError(t, err)
-		routed, err := b.router.Route(ctx, rec)
-		require.NoError(t, err)
-		require.False(t, routed, "a job handed back must stay live")
-		var req openai.ChatCompletionRequest
-		require.NoError(t, json.Unmarshal(j.Body, &req))
-		resp, err := b.client.CreateChatCompletion(ctx, req)
-		require.NoError(t, err)
-		raw, err := json.Marshal(resp)
-		require.NoError(t, err)
-		stored, err := b.st.StoreResult(ctx, j.ID, store.Result{Response: raw, UsedModel: resp.Model,
-			PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens})
-		require.NoError(t, err)
-		require.True(t, stored)
-		require.NoError(t, msg.Ack(ctx))
 	}
 }
 
@@ -247,19 +223,6 @@ func (b *testBundle) requireOwnResults(t *testing.T, want int) {
 	}
 	require.NoError(t, g.Wait())
 	require.Empty(t, wrong, "jobs holding another job's answer")
-}
-
-// flakyPublisher fails its first fail publishes.
-type flakyPublisher struct {
-	transport.Publisher
-	fail atomic.Int32
-}
-
-func (p *flakyPublisher) Publish(ctx context.Context, dest string, msgs ...transport.Message) error {
-	if p.fail.Add(-1) >= 0 {
-		return errors.New("broker unavailable")
-	}
-	return p.Publisher.Publish(ctx, dest, msgs...)
 }
 
 // cutAfter is a transport that lets a request matching match reach the

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	openai "github.com/sashabaranov/go-openai"
@@ -49,7 +50,10 @@ func newCollector(cfg Config, m *metrics) *Collector {
 
 // Flush resumes the batches left submitting, then submits the pending jobs
 // of every model that has MaxLines of them or whose oldest has waited
-// FlushInterval. It returns the jobs submitted.
+// FlushInterval. Pending are the jobs the batch lane took before, and,
+// while the routing policy says batch (off-peak, or the live lane backed
+// up), the deferrable jobs queued whose lane is undecided. It returns the
+// jobs submitted.
 func (c *Collector) Flush(ctx context.Context) (int, error) { return c.run(ctx, false) }
 
 // FlushAll is Flush submitting every pending job whatever its wait.
@@ -71,16 +75,22 @@ func (c *Collector) run(ctx context.Context, all bool) (int, error) {
 			n += k
 			errs = append(errs, err)
 		}
-		pending, err := c.cfg.Store.PendingBatchModels(ctx)
+		now := c.cfg.Clock.Now()
+		var drain time.Duration
+		if c.cfg.Drain != nil {
+			drain = c.cfg.Drain()
+		}
+		d := c.cfg.policy().Decide(now, nil, drain)
+		cands := store.BatchCandidates{Undecided: d.Batch, NotBefore: now.Add(c.cfg.minDeadlineLead())}
+		pending, err := c.cfg.Store.PendingBatchModels(ctx, cands)
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		now := c.cfg.Clock.Now()
 		for _, p := range pending {
 			if !all && p.Jobs < c.cfg.MaxLines && now.Sub(p.Oldest) < c.cfg.FlushInterval {
 				continue
 			}
-			k, err := c.submitModel(ctx, p.Model)
+			k, err := c.submitModel(ctx, p.Model, cands, d.Reason)
 			n += k
 			errs = append(errs, err)
 		}
@@ -89,15 +99,15 @@ func (c *Collector) run(ctx context.Context, all bool) (int, error) {
 	return n, err
 }
 
-// submitModel submits batches of model until none of its jobs is pending.
-func (c *Collector) submitModel(ctx context.Context, model string) (int, error) {
+// submitModel submits batches of model until none of its jobs cands
+// selects is pending; reason is recorded on the undecided jobs taken.
+func (c *Collector) submitModel(ctx context.Context, model string, cands store.BatchCandidates, reason string) (int, error) {
 	var n int
 	for {
 		id := "lb_" + uuid.Must(uuid.NewV7()).String()
 		size := 0
 		rec, jobs, err := c.cfg.Store.ReserveBatch(ctx, store.BatchReservation{
-			ID: id, Model: model, MaxJobs: c.cfg.MaxLines,
-			NotBefore: c.cfg.Clock.Now().Add(c.cfg.minDeadlineLead()),
+			ID: id, Model: model, MaxJobs: c.cfg.MaxLines, Candidates: cands, Reason: reason,
 			Fits: func(j store.BatchJob, _ int) bool {
 				size += lineSize(j)
 				return size <= c.cfg.MaxBytes
@@ -230,16 +240,17 @@ type inputLine struct {
 
 const lineOverhead = len(`{"custom_id":"","method":"POST","url":"/v1/chat/completions","body":}` + "\n")
 
-func lineSize(j store.BatchJob) int { return lineOverhead + len(j.ID) + len(j.Body) }
+func lineSize(j store.BatchJob) int { return lineOverhead + len(j.Key.String()) + len(j.Body) }
 
-// buildInput renders the JSONL input file of jobs (custom_id = job id).
+// buildInput renders the JSONL input file of jobs (custom_id = the job's
+// key, tenant/id: ids are unique per tenant only).
 func buildInput(jobs []store.BatchJob) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	for _, j := range jobs {
 		// A body read back from jsonb always encodes.
-		_ = enc.Encode(inputLine{CustomID: j.ID, Method: http.MethodPost,
+		_ = enc.Encode(inputLine{CustomID: j.Key.String(), Method: http.MethodPost,
 			URL: string(openai.BatchEndpointChatCompletions), Body: j.Body})
 	}
 	return buf.Bytes()

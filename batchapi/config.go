@@ -15,7 +15,6 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/store"
-	"github.com/llmq/llmq/transport"
 )
 
 // Defaults of Config.
@@ -72,49 +71,39 @@ type DeadLetterer interface {
 // Store is what the batch lane needs of the job store; *store.Store is
 // one.
 type Store interface {
-	// RouteToBatch and SetLane serve the Router.
-	RouteToBatch(ctx context.Context, id, owner, reason string) (bool, error)
-	SetLane(ctx context.Context, id, lane, reason string) error
 	// WithAdvisoryLock lets one collector and one poller work at a time.
 	WithAdvisoryLock(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error)
 	// OpenBatches, PendingBatchModels, ReserveBatch, BatchJobs,
 	// SetBatchInputFile, MarkBatchSubmitted and AbandonBatch serve the
 	// Collector.
 	OpenBatches(ctx context.Context) ([]*store.BatchRecord, error)
-	PendingBatchModels(ctx context.Context) ([]store.PendingModel, error)
+	PendingBatchModels(ctx context.Context, c store.BatchCandidates) ([]store.PendingModel, error)
 	ReserveBatch(ctx context.Context, r store.BatchReservation) (*store.BatchRecord, []store.BatchJob, error)
 	BatchJobs(ctx context.Context, id string) ([]store.BatchJob, error)
 	SetBatchInputFile(ctx context.Context, id, fileID string) error
 	MarkBatchSubmitted(ctx context.Context, sub store.BatchSubmission) (int, error)
 	AbandonBatch(ctx context.Context, id, errMsg string, live bool, reason string) (int, error)
-	// UpdateBatchProgress, BatchJobIDs, IngestBatch, PullBack, Outbox and
+	// UpdateBatchProgress, BatchJobKeys, IngestBatch, PullBack, Outbox and
 	// DeleteOutbox serve the Poller (and Cancel).
 	UpdateBatchProgress(ctx context.Context, id string, p store.BatchProgress) error
-	BatchJobIDs(ctx context.Context, id string, status llmq.Status) ([]string, error)
+	BatchJobKeys(ctx context.Context, id string, status llmq.Status) ([]store.Key, error)
 	IngestBatch(ctx context.Context, in store.BatchIngest) (store.IngestStats, error)
-	PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]string, error)
+	PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]store.Key, error)
 	Outbox(ctx context.Context, limit int) ([]store.OutboxEntry, error)
-	DeleteOutbox(ctx context.Context, ids []string) error
+	DeleteOutbox(ctx context.Context, keys []store.Key) error
 	// GetBatch and BatchCostSummary serve Cancel and CostReport.
 	GetBatch(ctx context.Context, ref string) (*store.BatchRecord, error)
 	BatchCostSummary(ctx context.Context, since time.Time) (store.BatchCost, error)
 }
 
 // Config configures the Router, Collector, Poller and Service. The Router
-// needs only Store and the routing fields; the others need Client,
-// Publisher and Destination too.
+// needs only the routing fields; the others need Store and Client too.
 type Config struct {
-	// Store is the Postgres job store. Required.
+	// Store is the Postgres job store. Required except for the Router.
 	Store Store
 	// Client talks to the provider's Files and Batch API. Required except
 	// for the Router.
 	Client *openai.Client
-	// Publisher republishes jobs handed back to the live lane. Required
-	// except for the Router.
-	Publisher transport.Publisher
-	// Destination is the topic or queue of job messages. Required except
-	// for the Router.
-	Destination string
 	// DeadLetters publishes dead letters; nil: the job row is marked
 	// dead_lettered and nothing is published.
 	DeadLetters DeadLetterer
@@ -127,8 +116,9 @@ type Config struct {
 	// DrainThreshold: outside the window, deferrable jobs go to batches
 	// when Drain() exceeds it. 0 = DrainThresholdDefault; -1 disables.
 	DrainThreshold time.Duration
-	// Drain estimates how long the live lane needs to drain its backlog.
-	// nil disables the drain rule.
+	// Drain estimates how long the live lane needs to drain its backlog
+	// (the Collector's; the worker gives its own to the Router). nil
+	// disables the drain rule for the Collector.
 	Drain func() time.Duration
 	// CompletionWindow is the provider's completion window ("24h"). 0 =
 	// CompletionWindowDefault. Set it lower against a time-scaled simulator.
@@ -198,18 +188,12 @@ func (c Config) WithDefaults() Config {
 // collector and poller need.
 func (c Config) validate(full bool) error {
 	var errs []error
-	if c.Store == nil {
-		errs = append(errs, errors.New("batchapi: Config.Store is required"))
-	}
 	if full {
+		if c.Store == nil {
+			errs = append(errs, errors.New("batchapi: Config.Store is required"))
+		}
 		if c.Client == nil {
 			errs = append(errs, errors.New("batchapi: Config.Client is required"))
-		}
-		if c.Publisher == nil {
-			errs = append(errs, errors.New("batchapi: Config.Publisher is required"))
-		}
-		if c.Destination == "" {
-			errs = append(errs, errors.New("batchapi: Config.Destination is required"))
 		}
 	}
 	if _, err := ParseWindow(c.Window, c.Timezone); err != nil {

@@ -3,11 +3,9 @@ package batchapi
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	routed    *prometheus.CounterVec
 	submitted prometheus.Counter
 	batches   prometheus.Counter
 	results   *prometheus.CounterVec
-	requeued  prometheus.Counter
 	open      prometheus.Gauge
 }
 
@@ -15,25 +13,19 @@ type metrics struct {
 // registered; an already registered collector is reused).
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		routed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_batch_routed_jobs_total",
-			Help: "Deferrable jobs routed, by lane (live or batch)."}, []string{"lane"}),
 		submitted: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_batch_submitted_jobs_total",
 			Help: "Jobs submitted inside provider batches."}),
 		batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_batch_submitted_batches_total",
 			Help: "Provider batches created."}),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_batch_results_total",
 			Help: "Jobs brought home from batches, by outcome (succeeded, live, dead_lettered)."}, []string{"outcome"}),
-		requeued: prometheus.NewCounter(prometheus.CounterOpts{Name: "llmq_batch_requeued_jobs_total",
-			Help: "Jobs republished to the live lane by the batch lane."}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{Name: "llmq_batch_open_batches",
 			Help: "Batches not yet brought home."}),
 	}
 	if reg != nil {
-		m.routed = register(reg, m.routed)
 		m.submitted = register(reg, m.submitted)
 		m.batches = register(reg, m.batches)
 		m.results = register(reg, m.results)
-		m.requeued = register(reg, m.requeued)
 		m.open = register(reg, m.open)
 	}
 	return m

@@ -18,7 +18,6 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/store"
-	"github.com/llmq/llmq/transport"
 )
 
 const (
@@ -65,19 +64,19 @@ type PollStats struct {
 	Stored, Live, DeadLettered int
 	// PulledBack counts the jobs sent live because their deadline came near.
 	PulledBack int
-	// Republished counts the messages published from the outbox.
-	Republished int
+	// Letters counts the dead letters published from the outbox.
+	Letters int
 }
 
-// Poll runs one pass: republishes what the outbox holds, pulls back jobs
-// whose deadline is near, looks up every submitted open batch and ingests
-// the final ones.
+// Poll runs one pass: publishes the dead letters the outbox holds, pulls
+// back jobs whose deadline is near, looks up every submitted open batch and
+// ingests the final ones.
 func (p *Poller) Poll(ctx context.Context) (PollStats, error) {
 	var st PollStats
 	_, err := p.cfg.Store.WithAdvisoryLock(ctx, pollerLock, func(ctx context.Context) error {
 		var errs []error
 		n, err := p.drainOutbox(ctx)
-		st.Republished += n
+		st.Letters += n
 		errs = append(errs, err)
 
 		now := p.cfg.Clock.Now()
@@ -106,7 +105,7 @@ func (p *Poller) Poll(ctx context.Context) (PollStats, error) {
 			errs = append(errs, err)
 		}
 		n, err = p.drainOutbox(ctx)
-		st.Republished += n
+		st.Letters += n
 		return errors.Join(append(errs, err)...)
 	})
 	return st, err
@@ -218,24 +217,31 @@ func (p *Poller) ingest(ctx context.Context, b *store.BatchRecord, pb *openai.Ba
 			return store.IngestStats{}, fmt.Errorf("batchapi: batch %s file %s: %w", b.ID, *f, err)
 		}
 	}
-	ids, err := p.cfg.Store.BatchJobIDs(ctx, b.ID, llmq.StatusBatched)
+	keys, err := p.cfg.Store.BatchJobKeys(ctx, b.ID, llmq.StatusBatched)
 	if err != nil {
 		return store.IngestStats{}, err
 	}
 	in := store.BatchIngest{BatchID: b.ID}
-	for _, id := range ids {
-		o := outcomes[id]
+	for _, k := range keys {
+		o := outcomes[k.String()]
+		if o == nil {
+			// A batch submitted before ids were scoped by tenant names
+			// its lines by id alone.
+			o = outcomes[k.ID]
+		}
 		switch {
 		case o != nil && o.result != nil:
-			in.Results = append(in.Results, *o.result)
+			r := *o.result
+			r.Job = k
+			in.Results = append(in.Results, r)
 		case o != nil && o.permanent && p.cfg.FailedLines == FailedLinesDeadLetter:
-			in.DeadLetter = append(in.DeadLetter, store.BatchReturn{JobID: id, Code: ErrorCodeBatchLineFailed,
+			in.DeadLetter = append(in.DeadLetter, store.BatchReturn{Job: k, Code: ErrorCodeBatchLineFailed,
 				Reason: fmt.Sprintf("batch %s line failed: %s: %s", b.ID, o.code, o.msg)})
 		case o != nil:
-			in.Live = append(in.Live, store.BatchReturn{JobID: id,
+			in.Live = append(in.Live, store.BatchReturn{Job: k,
 				Reason: fmt.Sprintf("live: batch %s line failed: %s: %s", b.ID, o.code, o.msg)})
 		default:
-			in.Live = append(in.Live, store.BatchReturn{JobID: id, Reason: missingReason(b)})
+			in.Live = append(in.Live, store.BatchReturn{Job: k, Reason: missingReason(b)})
 		}
 	}
 	st, err := p.cfg.Store.IngestBatch(ctx, in)
@@ -334,7 +340,7 @@ func (p *Poller) outcome(l *outputLine, model string) *lineOutcome {
 		}
 		cost, live := p.cfg.cost(used, body.Usage.PromptTokens, body.Usage.CompletionTokens)
 		return &lineOutcome{result: &store.BatchResult{
-			JobID: l.CustomID, Response: l.Response.Body, UsedModel: used,
+			Response: l.Response.Body, UsedModel: used,
 			PromptTokens: body.Usage.PromptTokens, CompletionTokens: body.Usage.CompletionTokens,
 			CostUSD: cost, LiveCostUSD: live,
 		}}
@@ -359,8 +365,8 @@ func (p *Poller) outcome(l *outputLine, model string) *lineOutcome {
 	return &lineOutcome{code: "empty_line", msg: "the batch line has neither response nor error"}
 }
 
-// drainOutbox publishes the messages of jobs handed back (requeue) and
-// their dead letters, then forgets them.
+// drainOutbox publishes the dead letters of the jobs the batch lane
+// dead-lettered, then forgets them.
 func (p *Poller) drainOutbox(ctx context.Context) (int, error) {
 	var total int
 	for {
@@ -368,50 +374,28 @@ func (p *Poller) drainOutbox(ctx context.Context) (int, error) {
 		if err != nil || len(entries) == 0 {
 			return total, err
 		}
-		var msgs []transport.Message
-		done := make([]string, 0, len(entries))
+		done := make([]store.Key, 0, len(entries))
 		for _, e := range entries {
 			j := e.Job.Job()
-			value, err := j.Encode()
-			if err != nil {
-				return total, err
-			}
-			switch {
-			case e.Action == store.OutboxRequeue && e.Job.Status == llmq.StatusQueued:
-				msgs = append(msgs, transport.Message{Key: []byte(j.Tenant), Value: value,
-					Headers: map[string]string{"llmq-lane-reason": e.Reason}, Priority: priority(j.Priority)})
-			case e.Action == store.OutboxDeadLetter && p.cfg.DeadLetters != nil:
-				err := p.cfg.DeadLetters.DeadLetter(ctx, dlq.Letter{
+			if e.Action == store.OutboxDeadLetter && p.cfg.DeadLetters != nil {
+				value, err := j.Encode()
+				if err != nil {
+					return total, err
+				}
+				err = p.cfg.DeadLetters.DeadLetter(ctx, dlq.Letter{
 					JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonPermanentError, LastError: e.Reason,
-					Attempts: e.Job.Attempts, Model: e.Job.RequestedModel, Message: value, Key: []byte(j.Tenant),
-					Source: "batch/" + e.Job.ID,
+					Attempts: e.Job.Attempts, Model: e.Job.RequestedModel, Message: value, Key: []byte(j.ID),
+					Source: "batch/" + e.Job.Key().String(),
 				})
 				if err != nil && !errors.Is(err, store.ErrTerminal) {
-					return total, fmt.Errorf("batchapi: dead letter %q: %w", j.ID, err)
+					return total, fmt.Errorf("batchapi: dead letter %q: %w", e.Job.Key().String(), err)
 				}
+				total++
 			}
-			done = append(done, e.Job.ID)
-		}
-		if len(msgs) > 0 {
-			if err := p.cfg.Publisher.Publish(ctx, p.cfg.Destination, msgs...); err != nil {
-				return total, fmt.Errorf("batchapi: republish %d jobs: %w", len(msgs), err)
-			}
-			p.m.requeued.Add(float64(len(msgs)))
-			total += len(msgs)
+			done = append(done, e.Job.Key())
 		}
 		if err := p.cfg.Store.DeleteOutbox(ctx, done); err != nil {
 			return total, err
 		}
 	}
-}
-
-// priority maps a job priority to the broker's 0..9.
-func priority(p llmq.Priority) uint8 {
-	switch p {
-	case llmq.PriorityHigh:
-		return 9
-	case llmq.PriorityLow:
-		return 1
-	}
-	return 5
 }

@@ -101,8 +101,7 @@ func TestPolicyDecide(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	err := Config{MaxLines: 60000, FailedLines: "maybe", Window: "x"}.WithDefaults().validate(true)
-	for _, field := range []string{"Config.Store", "Config.Client", "Config.Publisher", "Config.Destination",
-		"Config.MaxLines", "Config.FailedLines", "Config.Window"} {
+	for _, field := range []string{"Config.Store", "Config.Client", "Config.MaxLines", "Config.FailedLines", "Config.Window"} {
 		require.ErrorContains(t, err, field)
 	}
 	err = Config{PullBackBefore: 26 * time.Hour}.WithDefaults().validate(false)

@@ -61,7 +61,7 @@ type Store interface {
 	MarkDeadLetterPublished(ctx context.Context, id int64) (bool, error)
 	UnpublishedDeadLetters(ctx context.Context, olderThan time.Time, limit int) ([]*store.DeadLetter, error)
 	UnfinishedReplays(ctx context.Context, olderThan time.Time, limit int) ([]*store.DeadLetter, error)
-	MarkDeadLettered(ctx context.Context, id, code, msg string) error
+	MarkDeadLettered(ctx context.Context, k store.Key, code, msg string) error
 	// GetDeadLetter, ListDeadLetters, PurgeDeadLetters, BeginReplay,
 	// MarkReplayPublished and Requeue serve the Service (Repair purges
 	// and completes replays too).
@@ -70,9 +70,9 @@ type Store interface {
 	PurgeDeadLetters(ctx context.Context, f store.DeadLetterFilter) (int64, error)
 	BeginReplay(ctx context.Context, tenant string, id int64) (rec *store.DeadLetter, begun bool, err error)
 	MarkReplayPublished(ctx context.Context, id int64) (bool, error)
-	Requeue(ctx context.Context, id string) (*store.JobRecord, error)
-	// GetByID reads the letter's job.
-	GetByID(ctx context.Context, id string) (*store.JobRecord, error)
+	Requeue(ctx context.Context, tenant, id string) (*store.JobRecord, error)
+	// Get reads the letter's job.
+	Get(ctx context.Context, tenant, id string) (*store.JobRecord, error)
 }
 
 // Config configures a [Writer] and a [Service]. Fields marked required have

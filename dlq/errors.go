@@ -46,11 +46,6 @@ var (
 	errNoHost  = errors.New("no host")
 )
 
-// ErrTenantMismatch: the letter names a job of another tenant than its
-// own (a message forged with another tenant's job id); replaying it would
-// requeue that tenant's job, so it is refused.
-var ErrTenantMismatch = errors.New("dlq: the letter's job belongs to another tenant")
-
 // ErrNotFound: no dead letter with that id (for that tenant).
 var ErrNotFound = errors.New("dlq: dead letter not found")
 

@@ -18,6 +18,9 @@ const (
 	ReasonPermanentError Reason = "permanent_error"
 	// ReasonExpired: the job's deadline passed before it started.
 	ReasonExpired Reason = "expired"
+	// ReasonDeliveryLimit: the broker gave up delivering the message after
+	// its queue's delivery limit (it kept failing to be recorded).
+	ReasonDeliveryLimit Reason = "delivery_limit"
 	// ReasonUnknown stands in for an event that names no reason.
 	ReasonUnknown Reason = "unknown"
 )

@@ -67,8 +67,6 @@ func (h *httpHandler) failErr(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		h.fail(w, http.StatusNotFound, "not_found", "dead letter not found", "id")
-	case errors.Is(err, ErrTenantMismatch):
-		h.fail(w, http.StatusConflict, "not_replayable", "the letter names a job of another tenant: it cannot be replayed", "id")
 	case errors.Is(err, ErrNotReplayable):
 		h.fail(w, http.StatusConflict, "not_replayable", err.Error(), "id")
 	case errors.Is(err, ErrBadCursor):

@@ -44,7 +44,7 @@ func TestWriterAndReplayOnKafka(t *testing.T) {
 	svc, err := NewService(cfg)
 	require.NoError(t, err)
 
-	b := &dlqBundle{ctx: ctx, clock: clock, store: st}
+	b := &dlqBundle{ctx: ctx, clock: clock, store: st, leases: map[string]store.Lease{}}
 	msg := b.claimedJob(t, "j1")
 	require.NoError(t, w.DeadLetter(ctx, b.letter("j1", msg)))
 

@@ -1,11 +1,13 @@
 package dlq
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"time"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
 )
 
@@ -39,6 +41,11 @@ type Letter struct {
 	Source string
 	// At is when the job was dead-lettered; zero means now.
 	At time.Time
+	// LeaseToken, when not 0, is the lease of the worker that holds the
+	// job and dead-letters it: the job moves to dead_lettered when the
+	// letter is recorded, fenced to that lease (store.ErrLeaseLost when the
+	// worker no longer holds it; nothing is recorded then).
+	LeaseToken int64
 }
 
 // Event returns the alert event for the letter.
@@ -51,7 +58,7 @@ func (l Letter) Event() Event {
 // the same row. Two identical poison messages are one letter.
 func (l Letter) keyBase() string {
 	if l.JobID != "" {
-		return "job:" + l.JobID
+		return "job:" + cmp.Or(l.Tenant, llmq.DefaultTenant) + "/" + l.JobID
 	}
 	h := sha256.New()
 	_ = binary.Write(h, binary.BigEndian, uint64(len(l.Key)))

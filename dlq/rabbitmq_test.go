@@ -64,7 +64,7 @@ func TestWriterAndReplayOnRabbitMQ(t *testing.T) {
 	svc, err := NewService(cfg)
 	require.NoError(t, err)
 
-	b := &dlqBundle{ctx: ctx, clock: clock, store: st}
+	b := &dlqBundle{ctx: ctx, clock: clock, store: st, leases: map[string]store.Lease{}}
 	msg := b.claimedJob(t, "j1")
 	l := b.letter("j1", msg)
 	l.Key = nil // RabbitMQ has no key

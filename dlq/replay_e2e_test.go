@@ -134,7 +134,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	require.Equal(t, "replay-me", l.JobID)
 	require.Equal(t, dlq.ReasonRetriesExhausted, l.Reason)
 	require.Equal(t, 3, l.Attempts)
-	rec, err := st.GetByID(ctx, "replay-me")
+	rec, err := st.Get(ctx, "acme", "replay-me")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusDeadLettered, rec.Status)
 	require.Equal(t, int64(1), broker.Depth("jobs.dlq"))
@@ -142,7 +142,12 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	recs, _, err := svc.List(ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "acme"}})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
-	require.Equal(t, job, recs[0].Message)
+	// The letter carries the job as Postgres holds it, in its wire form.
+	letter, err := llmq.Decode(recs[0].Message, llmq.DecodeOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "replay-me", letter.ID)
+	require.Equal(t, "acme", letter.Tenant)
+	require.JSONEq(t, `{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"hello"}]}`, string(letter.Body))
 
 	// The faults stop; the letter is replayed twice.
 	healthy.Store(true)
@@ -154,8 +159,8 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	require.False(t, second.Replayed)
 	require.Equal(t, int64(2), pub.toMain.Load(), "the original publish and one replay")
 
-	// The job runs again from attempt 1, succeeds and its message is acked
-	// (the worker acks after storing the result), leaving nothing queued.
+	// The job runs again from attempt 1 (requeued in Postgres; the
+	// republished message is a duplicate, acked at once), and succeeds.
 	deadline := time.After(20 * time.Second)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -166,7 +171,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 				rec.Status, broker.Depth("jobs"))
 		case <-tick.C:
 		}
-		rec, err = st.GetByID(ctx, "replay-me")
+		rec, err = st.Get(ctx, "acme", "replay-me")
 		require.NoError(t, err)
 	}
 	require.Equal(t, 1, rec.Attempts)
@@ -182,7 +187,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, third.Replayed)
 	require.Equal(t, int64(2), pub.toMain.Load())
-	rec, err = st.GetByID(ctx, "replay-me")
+	rec, err = st.Get(ctx, "acme", "replay-me")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 }

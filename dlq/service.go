@@ -96,8 +96,9 @@ type ReplayResult struct {
 // after RepairAfter.
 //
 // Errors: ErrNotFound (no such letter for the tenant), ErrNotReplayable (the
-// letter's job exists but is not dead-lettered), ErrTenantMismatch (the
-// letter's job is another tenant's), ErrNoPublisher.
+// letter's job exists but is not dead-lettered), ErrNoPublisher. A job is
+// named by (tenant, id), so a letter can only ever requeue its own
+// tenant's job.
 func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayResult, error) {
 	if s.cfg.Publisher == nil {
 		return ReplayResult{}, fmt.Errorf("dlq: replay %d: %w", id, ErrNoPublisher)
@@ -110,13 +111,11 @@ func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayRe
 		return ReplayResult{Record: d}, nil
 	}
 	if d.JobID != "" {
-		job, err := s.cfg.Store.GetByID(ctx, d.JobID)
+		job, err := s.cfg.Store.Get(ctx, d.Tenant, d.JobID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return ReplayResult{}, fmt.Errorf("dlq: replay %d: %w", id, err)
-		case job.Tenant != d.Tenant:
-			return ReplayResult{}, fmt.Errorf("dlq: replay %d: job %q: %w", id, d.JobID, ErrTenantMismatch)
 		case job.Status != llmq.StatusDeadLettered:
 			// A concurrent replay begins (replayed_at) before it requeues
 			// the job: if one did, this call is the repeated replay.
@@ -154,7 +153,7 @@ func (c *core) finishReplay(ctx context.Context, d *store.DeadLetter) error {
 		return fmt.Errorf("dlq: replay %d: %w", d.ID, ErrNoPublisher)
 	}
 	if d.JobID != "" {
-		_, err := c.cfg.Store.Requeue(ctx, d.JobID)
+		_, err := c.cfg.Store.Requeue(ctx, d.Tenant, d.JobID)
 		var ite *store.IllegalTransitionError
 		switch {
 		case err == nil, errors.Is(err, store.ErrNotFound):

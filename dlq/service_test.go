@@ -75,8 +75,7 @@ func TestReplayTwiceGivesOneNewMessage(t *testing.T) {
 	require.Equal(t, 1.0, gather(t, b.reg)["llmq_dlq_replays_total"])
 
 	// Dead-lettered again after the replay: a new letter, replayable once.
-	_, err = b.store.Claim(b.ctx, job.Job(), "w2", time.Minute)
-	require.NoError(t, err)
+	b.claim(t, "j1")
 	require.NoError(t, b.writer.DeadLetter(b.ctx, b.letter("j1", r.Message)))
 	b.pub.next(t)
 	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{JobID: "j1"}})
@@ -94,7 +93,9 @@ func TestReplayRefusesJobNotDeadLettered(t *testing.T) {
 	b := setupDLQ(t)
 	msg := b.claimedJob(t, "j1")
 	b.pub.setFail(errors.New("broker down"))
-	require.Error(t, b.writer.DeadLetter(b.ctx, b.letter("j1", msg)))
+	l := b.letter("j1", msg)
+	l.LeaseToken = 0 // the broker gave up a message of the job
+	require.Error(t, b.writer.DeadLetter(b.ctx, l))
 	b.pub.setFail(nil)
 	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{})
 	require.NoError(t, err)
@@ -349,26 +350,28 @@ func TestHTTPListIsBounded(t *testing.T) {
 	}
 }
 
-// TestReplayRefusesAnotherTenantsJob: a letter of tenant evil that names
-// acme's job (a message forged with acme's job id) does not requeue it.
-func TestReplayRefusesAnotherTenantsJob(t *testing.T) {
+// TestForgedLetterCannotTouchAnotherTenantsJob: a letter of tenant evil
+// that names acme's job id (a message forged with acme's job id) names
+// evil's job of that id, never acme's: acme's running job is neither
+// dead-lettered by the letter nor requeued by its replay.
+func TestForgedLetterCannotTouchAnotherTenantsJob(t *testing.T) {
 	t.Parallel()
 	b := setupDLQ(t)
 	b.claimedJob(t, "victim") // acme's job
 	require.NoError(t, b.writer.DeadLetter(b.ctx, Letter{JobID: "victim", Tenant: "evil", Reason: ReasonPoison,
 		Message: []byte(`{"id":"victim","tenant":"evil","body":{}}`)}))
 	b.pub.next(t)
-	// The writer marks the job of the letter's id dead-lettered whatever
-	// its tenant (ids are global in the store today): acme's job is now
-	// dead_lettered, so a replay would requeue it.
-	require.Equal(t, llmq.StatusDeadLettered, b.jobStatus(t, "victim").Status)
+	require.Equal(t, llmq.StatusRunning, b.jobStatus(t, "victim").Status, "acme's job was not dead-lettered")
 	forged, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "evil"}})
 	require.NoError(t, err)
 	require.Len(t, forged, 1)
-	_, err = b.svc.Replay(b.ctx, "evil", forged[0].ID)
-	require.ErrorIs(t, err, ErrTenantMismatch)
+	res, err := b.svc.Replay(b.ctx, "evil", forged[0].ID)
+	require.NoError(t, err)
+	require.NotNil(t, res.Record.ReplayedAt)
+	// The replay publishes evil's own message again, for evil's job.
+	require.JSONEq(t, `{"id":"victim","tenant":"evil","body":{}}`, string(b.pub.next(t).msg.Value))
 	b.pub.none(t)
-	require.Equal(t, llmq.StatusDeadLettered, b.jobStatus(t, "victim").Status, "acme's job was not requeued")
+	require.Equal(t, llmq.StatusRunning, b.jobStatus(t, "victim").Status, "acme's job was not requeued")
 }
 
 func TestRepairSkipsReplayOfJobAlreadyLive(t *testing.T) {
@@ -379,12 +382,9 @@ func TestRepairSkipsReplayOfJobAlreadyLive(t *testing.T) {
 	_, err := b.svc.Replay(b.ctx, "acme", r.ID)
 	require.Error(t, err)
 	b.pub.setFail(nil)
-	// The requeued job is claimed (its original message came back) and
-	// finishes before the sweep.
-	job := b.jobStatus(t, "j1")
-	require.Equal(t, llmq.StatusQueued, job.Status)
-	_, err = b.store.Claim(b.ctx, job.Job(), "w2", time.Minute)
-	require.NoError(t, err)
+	// The requeued job is claimed before the sweep.
+	require.Equal(t, llmq.StatusQueued, b.jobStatus(t, "j1").Status)
+	b.claim(t, "j1")
 
 	b.clock.Advance(RepairAfterDefault + time.Second)
 	st, err := b.writer.Repair(b.ctx)

@@ -79,7 +79,7 @@ func (w *Writer) DeadLetter(ctx context.Context, l Letter) error {
 		msg = []byte{}
 	}
 	d, created, err := w.cfg.Store.RecordDeadLetter(ctx, store.NewDeadLetter{
-		KeyBase: l.keyBase(), JobID: l.JobID, Tenant: l.Tenant, Reason: string(l.Reason),
+		KeyBase: l.keyBase(), JobID: l.JobID, Tenant: l.Tenant, LeaseToken: l.LeaseToken, Reason: string(l.Reason),
 		LastError: l.LastError, Attempts: l.Attempts, Model: l.Model, Message: msg,
 		MessageKey: l.Key, Headers: l.Headers, Source: l.Source,
 		Destination: w.cfg.Destination + DLQSuffix, CreatedAt: l.At,
@@ -114,12 +114,14 @@ func (w *Writer) settle(ctx context.Context, d *store.DeadLetter) error {
 		}
 	}
 	if d.JobID != "" {
-		err := w.cfg.Store.MarkDeadLettered(ctx, d.JobID, d.Reason, d.LastError)
+		err := w.cfg.Store.MarkDeadLettered(ctx, store.Key{Tenant: d.Tenant, ID: d.JobID}, d.Reason, d.LastError)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			// A poison message whose id names no stored job.
-		case errors.Is(err, store.ErrTerminal):
-			// Already dead-lettered (a redelivery) or finished otherwise.
+		case errors.Is(err, store.ErrIllegalTransition):
+			// Already dead-lettered (by its holder, or a redelivery),
+			// finished otherwise, or held by a worker: only a queued job
+			// nobody holds is ended here.
 		case err != nil:
 			return fmt.Errorf("dlq: dead letter %d: %w", d.ID, err)
 		}
@@ -180,7 +182,7 @@ func (w *Writer) Repair(ctx context.Context) (RepairStats, error) {
 	var errs []error
 	for _, d := range letters {
 		if d.JobID != "" {
-			job, err := w.cfg.Store.GetByID(ctx, d.JobID)
+			job, err := w.cfg.Store.Get(ctx, d.Tenant, d.JobID)
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 			case err != nil:

@@ -105,6 +105,8 @@ type dlqBundle struct {
 	reg    *prometheus.Registry
 	writer *Writer
 	svc    *Service
+	// leases are the claims of claimedJob, by job id.
+	leases map[string]store.Lease
 }
 
 const testDest = "jobs"
@@ -117,7 +119,7 @@ func setupDLQ(t *testing.T) *dlqBundle {
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	b := &dlqBundle{
-		ctx: ctx, clock: clock, store: st, alerts: &notifier{}, reg: prometheus.NewRegistry(),
+		ctx: ctx, clock: clock, store: st, alerts: &notifier{}, reg: prometheus.NewRegistry(), leases: map[string]store.Lease{},
 		pub: &testPublisher{Publisher: memory.New().NewPublisher(), published: make(chan published, 100)},
 	}
 	cfg := Config{Store: st, Publisher: b.pub, Destination: testDest, Alerter: b.alerts, Clock: clock, Registerer: b.reg}
@@ -135,22 +137,35 @@ func (b *dlqBundle) claimedJob(t *testing.T, id string) []byte {
 	msg := []byte(fmt.Sprintf(`{"id":%q,"tenant":"acme","priority":"high","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, id))
 	j, err := llmq.Decode(msg, llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Claim(b.ctx, j, "w1", time.Minute)
+	_, err = b.store.Insert(b.ctx, j)
 	require.NoError(t, err)
+	b.claim(t, id)
 	return msg
 }
 
+// claim claims the queued job id (the only queued job) for w1.
+func (b *dlqBundle) claim(t *testing.T, id string) {
+	t.Helper()
+	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w1", Lease: time.Minute, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, id, recs[0].ID)
+	b.leases[id] = recs[0].Lease()
+}
+
+// letter is the worker's letter of job id: from its holder, with the lease
+// of its last claim.
 func (b *dlqBundle) letter(id string, msg []byte) Letter {
 	return Letter{
 		JobID: id, Tenant: "acme", Reason: ReasonRetriesExhausted, LastError: "rate_limited: 429 Too Many Requests",
 		Attempts: 8, Model: "m", Message: msg, Key: []byte("acme"), Headers: map[string]string{"trace": "t1"},
-		Source: "jobs/3/42", At: b.clock.Now(),
+		Source: "jobs/3/42", At: b.clock.Now(), LeaseToken: b.leases[id].Token,
 	}
 }
 
 func (b *dlqBundle) jobStatus(t *testing.T, id string) *store.JobRecord {
 	t.Helper()
-	rec, err := b.store.GetByID(b.ctx, id)
+	rec, err := b.store.Get(b.ctx, "acme", id)
 	require.NoError(t, err)
 	return rec
 }
@@ -254,18 +269,23 @@ func TestWriterPublishFailureThenRepair(t *testing.T) {
 	b := setupDLQ(t)
 	broken := errors.New("broker down")
 
-	// A job: the failed publish is returned, the job stays with the worker.
+	// A job: the failed publish is returned; its holder's letter is
+	// recorded and the job dead-lettered with it.
 	msg := b.claimedJob(t, "j1")
 	b.pub.setFail(broken)
 	err := b.writer.DeadLetter(b.ctx, b.letter("j1", msg))
 	require.ErrorIs(t, err, broken)
-	require.Equal(t, llmq.StatusRunning, b.jobStatus(t, "j1").Status)
-	// A poison message and a job that a redelivery then ran to success.
+	require.Equal(t, llmq.StatusDeadLettered, b.jobStatus(t, "j1").Status)
+	// A poison message, and a letter without a lease (the broker gave up
+	// a message) of a job that its holder then ran to success.
 	poison := Letter{Reason: ReasonPoison, Message: []byte("garbage")}
 	require.ErrorIs(t, b.writer.DeadLetter(b.ctx, poison), broken)
 	msg2 := b.claimedJob(t, "j2")
-	require.ErrorIs(t, b.writer.DeadLetter(b.ctx, b.letter("j2", msg2)), broken)
-	_, err = b.store.StoreResult(b.ctx, "j2", store.Result{})
+	unheld := b.letter("j2", msg2)
+	unheld.LeaseToken = 0
+	require.ErrorIs(t, b.writer.DeadLetter(b.ctx, unheld), broken)
+	require.Equal(t, llmq.StatusRunning, b.jobStatus(t, "j2").Status, "a letter without the lease leaves a held job alone")
+	_, err = b.store.StoreResult(b.ctx, b.leases["j2"].Key, store.Result{})
 	require.NoError(t, err)
 	require.Empty(t, b.alerts.got())
 	require.Equal(t, 3.0, gather(t, b.reg)["llmq_dlq_publish_failures_total"])
@@ -277,7 +297,7 @@ func TestWriterPublishFailureThenRepair(t *testing.T) {
 	require.Equal(t, RepairStats{}, st)
 	b.pub.none(t)
 
-	// The redelivered j1 is handed over again: published once.
+	// j1's holder hands the letter over again: published once.
 	require.NoError(t, b.writer.DeadLetter(b.ctx, b.letter("j1", msg)))
 	require.Equal(t, msg, b.pub.next(t).msg.Value)
 	require.Equal(t, llmq.StatusDeadLettered, b.jobStatus(t, "j1").Status)

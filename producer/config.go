@@ -83,15 +83,13 @@ type DepthProbe interface {
 // *store.Store is one.
 type Store interface {
 	// InsertOutbox records jobs as queued and not yet published, all or
-	// none; created[i] is false when jobs[i] existed.
-	InsertOutbox(ctx context.Context, jobs []*llmq.Job) (created []bool, err error)
-	// MarkPublished records the broker's confirm of the jobs ids.
-	MarkPublished(ctx context.Context, ids []string) error
+	// none, and says for each whether it was created and its status.
+	InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]store.Recorded, error)
+	// MarkPublished records the broker's confirm of the jobs keys.
+	MarkPublished(ctx context.Context, keys []store.Key) error
 	// Unpublished returns up to limit queued jobs created before cutoff
 	// whose publish was never confirmed, oldest first.
 	Unpublished(ctx context.Context, cutoff time.Time, limit int) ([]*store.JobRecord, error)
-	// GetByID reads a job that already existed.
-	GetByID(ctx context.Context, id string) (*store.JobRecord, error)
 	// QueueStats counts the jobs in flight and those finished since since.
 	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
 }

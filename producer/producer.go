@@ -36,12 +36,9 @@ type Receipt struct {
 	// Status is the job's status: queued for a new job, the stored status
 	// when the id already existed.
 	Status llmq.Status
-	// Created is false when a job with this id already existed for the
-	// same tenant (nothing was done: publishing is idempotent by id).
+	// Created is false when the tenant already had a job with this id
+	// (nothing was done: publishing is idempotent by tenant and id).
 	Created bool
-	// Conflict is true when the id belongs to another tenant's job; nothing
-	// was done for this job.
-	Conflict bool
 	// Published is true once the broker confirmed the message (false for
 	// a job that was not created, and when ErrUnpublished is returned).
 	Published bool
@@ -118,7 +115,10 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		p.metrics.jobs.WithLabelValues("rejected_" + err.Reason).Add(float64(len(jobs)))
 		return nil, q, err
 	}
-	created, err := p.cfg.Store.InsertOutbox(ctx, jobs)
+	// Once the rows are committed the jobs are accepted, whatever happens
+	// to the publish: the existing jobs' statuses come back with the
+	// insert, so nothing is left to read (and fail) after the commit.
+	recorded, err := p.cfg.Store.InsertOutbox(ctx, jobs)
 	switch {
 	case errors.Is(err, store.ErrInvalidJob):
 		return nil, q, fmt.Errorf("producer: record jobs: %w", err)
@@ -127,25 +127,15 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 	}
 	rs := make([]Receipt, len(jobs))
 	var fresh []transport.Message
-	var freshIDs []string
+	var freshKeys []store.Key
 	for i, j := range jobs {
-		rs[i] = Receipt{ID: j.ID, Tenant: j.Tenant, Status: llmq.StatusQueued, Created: created[i]}
-		if created[i] {
-			fresh, freshIDs = append(fresh, msgs[i]), append(freshIDs, j.ID)
-			continue
-		}
-		rec, err := p.cfg.Store.GetByID(ctx, j.ID)
-		switch {
-		case err != nil:
-			return nil, q, fmt.Errorf("%w: read existing job %q: %w", ErrDatabaseUnavailable, j.ID, err)
-		case rec.Tenant != j.Tenant:
-			rs[i].Conflict, rs[i].Status = true, ""
-		default:
-			rs[i].Status = rec.Status
+		rs[i] = Receipt{ID: j.ID, Tenant: j.Tenant, Status: recorded[i].Status, Created: recorded[i].Created}
+		if recorded[i].Created {
+			fresh, freshKeys = append(fresh, msgs[i]), append(freshKeys, store.Key{Tenant: j.Tenant, ID: j.ID})
 		}
 	}
 	p.metrics.jobs.WithLabelValues("duplicate").Add(float64(len(jobs) - len(fresh)))
-	if err := p.publish(ctx, fresh, freshIDs); err != nil && !errors.Is(err, errNotMarked) {
+	if err := p.publish(ctx, fresh, freshKeys); err != nil && !errors.Is(err, errNotMarked) {
 		p.metrics.jobs.WithLabelValues("unpublished").Add(float64(len(fresh)))
 		return rs, q, fmt.Errorf("%w: %w", ErrUnpublished, err)
 	}
@@ -223,11 +213,11 @@ func (p *Producer) message(j *llmq.Job) (transport.Message, error) {
 	return m, nil
 }
 
-// publish sends msgs (of jobs already recorded, ids in the same order) and
+// publish sends msgs (of jobs already recorded, keys in the same order) and
 // marks them published. It runs on after ctx is cancelled, bounded by
 // PublishTimeout: the rows exist, and finishing now spares the sweeper a
 // republish.
-func (p *Producer) publish(ctx context.Context, msgs []transport.Message, ids []string) error {
+func (p *Producer) publish(ctx context.Context, msgs []transport.Message, keys []store.Key) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -241,7 +231,7 @@ func (p *Producer) publish(ctx context.Context, msgs []transport.Message, ids []
 		return err
 	}
 	p.metrics.publishSeconds.Observe(p.cfg.Clock.Since(start).Seconds())
-	if err := p.cfg.Store.MarkPublished(ctx, ids); err != nil {
+	if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
 		// The messages are on the broker; the sweeper will send them once
 		// more, which the workers' idempotent claim absorbs.
 		p.log.Warn("mark published failed", slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
@@ -272,7 +262,7 @@ func (p *Producer) Sweep(ctx context.Context, grace time.Duration, limit int) (i
 		}
 		jobs := make([]*llmq.Job, 0, len(recs))
 		msgs := make([]transport.Message, 0, len(recs))
-		ids := make([]string, 0, len(recs))
+		keys := make([]store.Key, 0, len(recs))
 		for _, r := range recs {
 			j := r.Job()
 			m, err := p.message(j)
@@ -282,9 +272,9 @@ func (p *Producer) Sweep(ctx context.Context, grace time.Duration, limit int) (i
 				}
 				continue
 			}
-			jobs, msgs, ids = append(jobs, j), append(msgs, m), append(ids, j.ID)
+			jobs, msgs, keys = append(jobs, j), append(msgs, m), append(keys, r.Key())
 		}
-		n, err := p.republish(ctx, jobs, msgs, ids)
+		n, err := p.republish(ctx, jobs, msgs, keys)
 		total += n
 		if err != nil {
 			return total, err
@@ -298,8 +288,8 @@ func (p *Producer) Sweep(ctx context.Context, grace time.Duration, limit int) (i
 // republish publishes the sweep's messages together, or one by one when the
 // broker refused the batch, dead-lettering each one it refuses alone. It
 // returns how many were published.
-func (p *Producer) republish(ctx context.Context, jobs []*llmq.Job, msgs []transport.Message, ids []string) (int, error) {
-	err := p.publish(ctx, msgs, ids)
+func (p *Producer) republish(ctx context.Context, jobs []*llmq.Job, msgs []transport.Message, keys []store.Key) (int, error) {
+	err := p.publish(ctx, msgs, keys)
 	switch {
 	case err == nil || errors.Is(err, errNotMarked):
 		p.metrics.republished.Add(float64(len(msgs)))
@@ -311,7 +301,7 @@ func (p *Producer) republish(ctx context.Context, jobs []*llmq.Job, msgs []trans
 	}
 	n := 0
 	for i := range msgs {
-		k, err := p.republish(ctx, jobs[i:i+1], msgs[i:i+1], ids[i:i+1])
+		k, err := p.republish(ctx, jobs[i:i+1], msgs[i:i+1], keys[i:i+1])
 		n += k
 		if err != nil {
 			return n, err

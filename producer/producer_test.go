@@ -130,7 +130,7 @@ func TestPublishRecordsThenPublishes(t *testing.T) {
 	}
 }
 
-func TestPublishBatchDuplicatesAndConflicts(t *testing.T) {
+func TestPublishBatchDuplicatesAndTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := b.producer(t, nil)
@@ -143,14 +143,15 @@ func TestPublishBatchDuplicatesAndConflicts(t *testing.T) {
 	_, _, err = p.Publish(ctx, other)
 	require.NoError(t, err)
 
+	// Ids are scoped by tenant: globex's b is not acme's.
 	rs, _, err := p.PublishBatch(ctx, []*llmq.Job{newJob("a"), newJob("b"), newJob("c")})
 	require.NoError(t, err)
 	require.Equal(t, []producer.Receipt{
 		{ID: "a", Tenant: "acme", Status: llmq.StatusQueued},
-		{ID: "b", Tenant: "acme", Conflict: true},
+		{ID: "b", Tenant: "acme", Status: llmq.StatusQueued, Created: true, Published: true},
 		{ID: "c", Tenant: "acme", Status: llmq.StatusQueued, Created: true, Published: true},
 	}, rs)
-	require.Equal(t, int64(3), b.broker.Depth(b.dest), "a, b (globex) and c: the duplicates were not republished")
+	require.Equal(t, int64(4), b.broker.Depth(b.dest), "a, b (globex), b and c: the duplicate was not republished")
 
 	// A validation error names the job and its field; nothing is recorded.
 	bad := newJob("d")
@@ -162,7 +163,7 @@ func TestPublishBatchDuplicatesAndConflicts(t *testing.T) {
 	var ve *llmq.ValidationError
 	require.ErrorAs(t, err, &ve)
 	require.Equal(t, []string{"body.model"}, ve.Fields())
-	_, err = b.store.GetByID(ctx, "e")
+	_, err = b.store.Get(ctx, "acme", "e")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	jobs := make([]*llmq.Job, producer.MaxBatchDefault+1)
@@ -180,11 +181,15 @@ func finish(t *testing.T, b *testBundle, n int) {
 	ctx := context.Background()
 	for i := 0; i < n; i++ {
 		j := newJob(fmt.Sprintf("done-%d-%d", b.clock.Now().UnixNano(), i))
+		j.Body = json.RawMessage(`{"model":"finished","messages":[{"role":"user","content":"hi"}]}`)
 		require.NoError(t, j.Normalize())
 		require.NoError(t, j.Validate())
-		_, err := b.store.Claim(ctx, j, "w", time.Minute)
+		_, err := b.store.Insert(ctx, j)
 		require.NoError(t, err)
-		_, err = b.store.StoreResult(ctx, j.ID, store.Result{Response: json.RawMessage(`{}`)})
+		recs, err := b.store.Claim(ctx, store.ClaimRequest{Model: "finished", Owner: "w", Lease: time.Minute, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, recs, 1)
+		_, err = b.store.StoreResult(ctx, recs[0].Key(), store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 }
@@ -224,7 +229,7 @@ func TestBackpressureThresholds(t *testing.T) {
 	require.ErrorAs(t, err, &bp)
 	require.Equal(t, producer.ReasonQueueFull, bp.Reason)
 	require.Equal(t, 50*time.Second, bp.RetryAfter, "(10 - soft 5) jobs at 6/min")
-	_, err = b.store.GetByID(ctx, "refused")
+	_, err = b.store.Get(ctx, "acme", "refused")
 	require.ErrorIs(t, err, store.ErrNotFound, "a refused job is not recorded")
 
 	// The workers drain the queue: the state switches back off.
@@ -320,7 +325,7 @@ func TestOutboxSweepAfterCrash(t *testing.T) {
 	require.NoError(t, j.Validate())
 	created, err := b.store.InsertOutbox(ctx, []*llmq.Job{j})
 	require.NoError(t, err)
-	require.Equal(t, []bool{true}, created)
+	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}}, created)
 	require.Nil(t, publishedAt(t, b.pool, "crashed"))
 	// A job published normally is never swept.
 	_, _, err = p.Publish(ctx, newJob("fine"))
@@ -426,7 +431,7 @@ func TestBrokerDownOutbox(t *testing.T) {
 	probed := b.producer(t, func(c *producer.Config) { c.Publisher, c.DepthProbe = deadPub, deadSub })
 	_, _, err = probed.Publish(ctx, newJob("refused"))
 	require.ErrorIs(t, err, producer.ErrBrokerUnavailable)
-	_, err = b.store.GetByID(ctx, "refused")
+	_, err = b.store.Get(ctx, "acme", "refused")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// The probe passed (none configured) but the publish fails.
@@ -438,7 +443,7 @@ func TestBrokerDownOutbox(t *testing.T) {
 	r, _, err := unprobed.Publish(ctx, j)
 	require.ErrorIs(t, err, producer.ErrUnpublished)
 	require.Equal(t, producer.Receipt{ID: "kept", Tenant: "acme", Status: llmq.StatusQueued, Created: true}, r)
-	rec, err := b.store.GetByID(ctx, "kept")
+	rec, err := b.store.Get(ctx, "acme", "kept")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
 

@@ -48,15 +48,11 @@ func BatchTerminal(status string) bool {
 	return false
 }
 
-// Outbox actions of the batch lane (table batch_outbox).
-const (
-	// OutboxRequeue: the job is back in the live lane (queued); its message
-	// must be published again.
-	OutboxRequeue = "requeue"
-	// OutboxDeadLetter: the job is dead_lettered; its dead letter must be
-	// published.
-	OutboxDeadLetter = "dead_letter"
-)
+// OutboxDeadLetter is the action of the batch lane's outbox rows (table
+// batch_outbox): the job is dead_lettered and its dead letter must be
+// published. (A job the batch lane hands back to the live lane needs no
+// message: it is queued in Postgres, where the schedulers claim it.)
+const OutboxDeadLetter = "dead_letter"
 
 // BatchRecord is one row of the batches table.
 type BatchRecord struct {
@@ -102,64 +98,6 @@ func (s *Store) queryBatches(ctx context.Context, op, sql string, args ...any) (
 	return recs, nil
 }
 
-// routeToBatchSQL hands job $1, held by $2, to the batch lane with reason
-// $3 at $4: to batched when it is reserved for a batch the provider
-// accepted (tRouteToBatchAccepted), else to queued (tRouteToBatch).
-var routeToBatchSQL = `UPDATE jobs SET
-		status = CASE WHEN batch_id <> '' AND EXISTS (SELECT 1 FROM batches b
-			WHERE b.id = jobs.batch_id AND b.status <> 'submitting') THEN ` + tRouteToBatchAccepted.to + ` ELSE ` + tRouteToBatch.to + ` END,
-		lane = 'batch', lane_reason = CASE WHEN $3 = '' THEN lane_reason ELSE $3 END,
-		lease_owner = '', lease_expires_at = NULL,
-		attempts = greatest(attempts - 1, 0), started_at = CASE WHEN attempts <= 1 THEN NULL ELSE started_at END,
-		updated_at = $4
-	WHERE id = $1 AND status ` + common(tRouteToBatch, tRouteToBatchAccepted) + ` AND lease_owner = $2`
-
-// RouteToBatch hands the running job id, claimed by owner, to the batch
-// lane: it goes back to queued (lease cleared, the claim's attempt given
-// back) with lane batch and reason, where the batch collector finds it. A
-// job already reserved for a batch the provider accepted goes straight to
-// batched. It reports true when the job is now in the batch lane (also
-// when it already was: a redelivery); false with ErrLeased when owner does
-// not hold it.
-func (s *Store) RouteToBatch(ctx context.Context, id, owner, reason string) (bool, error) {
-	now := s.clock()
-	tag, err := s.pool.Exec(ctx, routeToBatchSQL, id, owner, reason, now)
-	if err != nil {
-		return false, fmt.Errorf("store: route to batch %q: %w", id, err)
-	}
-	if tag.RowsAffected() == 1 {
-		return true, nil
-	}
-	rec, err := s.GetByID(ctx, id)
-	if err != nil {
-		return false, fmt.Errorf("store: route to batch %q: %w", id, err)
-	}
-	if rec.Lane == LaneBatch && (rec.Status == llmq.StatusBatched || rec.Status == llmq.StatusQueued) {
-		return true, nil
-	}
-	if rec.Status.Terminal() {
-		return false, &IllegalTransitionError{ID: id, From: rec.Status, To: llmq.StatusQueued}
-	}
-	return false, fmt.Errorf("store: route to batch %q: %w", id, ErrLeased)
-}
-
-// SetLane records the lane chosen for job id and why, without changing its
-// status.
-func (s *Store) SetLane(ctx context.Context, id, lane, reason string) error {
-	if lane != LaneLive && lane != LaneBatch {
-		return fmt.Errorf("store: set lane %q: unknown lane %q", id, lane)
-	}
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET lane = $2, lane_reason = $3, updated_at = $4 WHERE id = $1`,
-		id, lane, reason, s.clock())
-	if err != nil {
-		return fmt.Errorf("store: set lane %q: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("store: set lane %q: %w", id, ErrNotFound)
-	}
-	return nil
-}
-
 // PendingModel summarises the jobs of one model waiting for a batch.
 type PendingModel struct {
 	Model string
@@ -168,11 +106,33 @@ type PendingModel struct {
 	Oldest time.Time
 }
 
-// PendingBatchModels lists, per model, the batch-lane jobs not yet in a
-// batch.
-func (s *Store) PendingBatchModels(ctx context.Context) ([]PendingModel, error) {
+// BatchCandidates says which queued jobs wait for a batch: always those
+// the batch lane has taken (lane batch) and not yet put in a batch; with
+// Undecided, also the deferrable jobs whose lane nobody decided yet, except
+// those with a deadline at or before NotBefore.
+type BatchCandidates struct {
+	Undecided bool
+	NotBefore time.Time
+}
+
+// where renders c as a condition on jobs, with NotBefore as $n (used only
+// with Undecided).
+func (c BatchCandidates) where(n int) string {
+	cond := `(lane = 'batch' AND batch_id = '')`
+	if c.Undecided {
+		cond = `(` + cond + fmt.Sprintf(` OR ("deferrable" AND lane = 'live' AND lane_reason = '' AND (deadline IS NULL OR deadline > $%d)))`, n)
+	}
+	return `status = 'queued' AND ` + cond
+}
+
+// PendingBatchModels lists, per model, the jobs c selects.
+func (s *Store) PendingBatchModels(ctx context.Context, c BatchCandidates) ([]PendingModel, error) {
+	var args []any
+	if c.Undecided {
+		args = append(args, c.NotBefore)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT requested_model, count(*), min(updated_at) FROM jobs
-		WHERE lane = 'batch' AND status = 'queued' AND batch_id = '' GROUP BY requested_model ORDER BY 3`)
+		WHERE `+c.where(1)+` GROUP BY requested_model ORDER BY 3`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: pending batch models: %w", err)
 	}
@@ -191,7 +151,7 @@ func (s *Store) PendingBatchModels(ctx context.Context) ([]PendingModel, error) 
 
 // BatchJob is a job as it goes into a batch input file.
 type BatchJob struct {
-	ID   string
+	Key  Key
 	Body []byte
 }
 
@@ -205,17 +165,21 @@ type BatchReservation struct {
 	// jobs accepted so far; the first refusal ends the batch. nil accepts
 	// all.
 	Fits func(j BatchJob, accepted int) bool
-	// NotBefore: jobs whose deadline is before it are left out (they must
+	// Candidates selects the jobs; its NotBefore also leaves out the
+	// jobs of the batch lane whose deadline is at or before it (they must
 	// not wait for a batch).
-	NotBefore time.Time
+	Candidates BatchCandidates
+	// Reason is recorded as the lane reason of an undecided job taken.
+	Reason string
 	// Metadata is stored with the batch.
 	Metadata map[string]string
 }
 
 // ReserveBatch records a new batch in status submitting and reserves for
-// it (jobs.batch_id, status still queued) the oldest pending batch-lane
-// jobs of the model, in one transaction; concurrent collectors get
-// disjoint jobs. It returns nil when no job is pending.
+// it (jobs.batch_id, lane batch, status still queued) the oldest jobs of
+// the model that r.Candidates selects, in one transaction; concurrent
+// collectors, and the live lane's claims, get disjoint jobs. It returns nil
+// when no job is pending.
 func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRecord, []BatchJob, error) {
 	if r.ID == "" || r.Model == "" || r.MaxJobs <= 0 {
 		return nil, nil, fmt.Errorf("store: reserve batch: ID, Model and a positive MaxJobs are required")
@@ -225,19 +189,13 @@ func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRec
 		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	rows, err := tx.Query(ctx, `SELECT id, body::text FROM jobs
-		WHERE lane = 'batch' AND status = 'queued' AND batch_id = '' AND requested_model = $1
-			AND (deadline IS NULL OR deadline > $2)
-		ORDER BY updated_at, id LIMIT $3 FOR UPDATE SKIP LOCKED`, r.Model, r.NotBefore, r.MaxJobs)
+	rows, err := tx.Query(ctx, `SELECT tenant, id, body::text FROM jobs
+		WHERE `+r.Candidates.where(2)+` AND requested_model = $1 AND (deadline IS NULL OR deadline > $2)
+		ORDER BY updated_at, tenant, id LIMIT $3 FOR UPDATE SKIP LOCKED`, r.Model, r.Candidates.NotBefore, r.MaxJobs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
 	}
-	var jobs []BatchJob
-	var id, body string
-	_, err = pgx.ForEachRow(rows, []any{&id, &body}, func() error {
-		jobs = append(jobs, BatchJob{ID: id, Body: []byte(body)})
-		return nil
-	})
+	jobs, err := collectBatchJobs(rows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
 	}
@@ -252,16 +210,19 @@ func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRec
 	if len(jobs) == 0 {
 		return nil, nil, nil
 	}
-	ids := make([]string, len(jobs))
+	tenants, ids := make([]string, len(jobs)), make([]string, len(jobs))
 	for i, j := range jobs {
-		ids[i] = j.ID
+		tenants[i], ids[i] = j.Key.Tenant, j.Key.ID
 	}
 	now := s.clock()
 	meta := r.Metadata
 	if meta == nil {
 		meta = map[string]string{}
 	}
-	if _, err := tx.Exec(ctx, `UPDATE jobs SET batch_id = $1, updated_at = $2 WHERE id = ANY($3)`, r.ID, now, ids); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE jobs j SET batch_id = $1, updated_at = $2, lane = 'batch',
+			lane_reason = CASE WHEN j.lane_reason = '' THEN $5 ELSE j.lane_reason END
+		FROM unnest($3::text[], $4::text[]) AS u(tenant, id) WHERE j.tenant = u.tenant AND j.id = u.id`,
+		r.ID, now, tenants, ids, r.Reason); err != nil {
 		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
 	}
 	brows, err := tx.Query(ctx, `INSERT INTO batches (id, model, status, job_count, created_at, updated_at, metadata)
@@ -279,19 +240,27 @@ func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRec
 	return rec, jobs, nil
 }
 
+// collectBatchJobs reads (tenant, id, body) rows.
+func collectBatchJobs(rows pgx.Rows) ([]BatchJob, error) {
+	var jobs []BatchJob
+	var k Key
+	var body string
+	_, err := pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID, &body}, func() error {
+		jobs = append(jobs, BatchJob{Key: k, Body: []byte(body)})
+		return nil
+	})
+	return jobs, err
+}
+
 // BatchJobs returns the jobs reserved for (or inside) batch id, in a
 // stable order, as they go into its input file.
 func (s *Store) BatchJobs(ctx context.Context, id string) ([]BatchJob, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, body::text FROM jobs WHERE batch_id = $1 ORDER BY updated_at, id`, id)
+	rows, err := s.pool.Query(ctx, `SELECT tenant, id, body::text FROM jobs WHERE batch_id = $1
+		ORDER BY updated_at, tenant, id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: batch jobs %q: %w", id, err)
 	}
-	var jobs []BatchJob
-	var jid, body string
-	_, err = pgx.ForEachRow(rows, []any{&jid, &body}, func() error {
-		jobs = append(jobs, BatchJob{ID: jid, Body: []byte(body)})
-		return nil
-	})
+	jobs, err := collectBatchJobs(rows)
 	if err != nil {
 		return nil, fmt.Errorf("store: batch jobs %q: %w", id, err)
 	}
@@ -313,9 +282,8 @@ type BatchSubmission struct {
 }
 
 // MarkBatchSubmitted records that the provider accepted batch ID and moves
-// its reserved jobs to batched, in one transaction. It returns the number
-// of jobs moved. Reserved jobs a worker holds for an instant (a duplicate
-// delivery, about to be handed back by the router) are moved too.
+// its reserved jobs (still queued) to batched, in one transaction. It
+// returns the number of jobs moved.
 func (s *Store) MarkBatchSubmitted(ctx context.Context, sub BatchSubmission) (int, error) {
 	now := s.clock()
 	tx, err := s.pool.Begin(ctx)
@@ -332,8 +300,8 @@ func (s *Store) MarkBatchSubmitted(ctx context.Context, sub BatchSubmission) (in
 	if tag.RowsAffected() == 0 {
 		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, ErrBatchNotSubmitting)
 	}
-	tag, err = tx.Exec(ctx, `UPDATE jobs SET status = `+tMarkBatchSubmitted.to+`, lease_owner = '', lease_expires_at = NULL,
-		updated_at = $2 WHERE batch_id = $1 AND lane = 'batch' AND status `+tMarkBatchSubmitted.in, sub.ID, now)
+	tag, err = tx.Exec(ctx, `UPDATE jobs SET status = `+tMarkBatchSubmitted.to+`, updated_at = $2
+		WHERE batch_id = $1 AND lane = 'batch' AND status `+tMarkBatchSubmitted.in, sub.ID, now)
 	if err != nil {
 		return 0, fmt.Errorf("store: mark batch submitted %q: %w", sub.ID, err)
 	}
@@ -365,28 +333,16 @@ func (s *Store) AbandonBatch(ctx context.Context, id, errMsg string, live bool, 
 	if tag.RowsAffected() == 0 {
 		return 0, fmt.Errorf("store: abandon batch %q: %w", id, ErrBatchNotSubmitting)
 	}
-	var n int
 	if live {
-		rows, err := tx.Query(ctx, `UPDATE jobs SET lane = 'live', lane_reason = $2, batch_id = '', updated_at = $3
-			WHERE batch_id = $1 AND status = 'queued' RETURNING id`, id, reason, now)
-		var ids []string
-		if err == nil {
-			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		if err == nil {
-			err = insertOutbox(ctx, tx, ids, OutboxRequeue, reason, now)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
-		}
-		n = len(ids)
+		tag, err = tx.Exec(ctx, `UPDATE jobs SET lane = 'live', lane_reason = $2, batch_id = '', updated_at = $3
+			WHERE batch_id = $1 AND status = 'queued'`, id, reason, now)
 	} else {
 		tag, err = tx.Exec(ctx, `UPDATE jobs SET batch_id = '', updated_at = $2 WHERE batch_id = $1 AND status = 'queued'`, id, now)
-		if err != nil {
-			return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
-		}
-		n = int(tag.RowsAffected())
 	}
+	if err != nil {
+		return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
+	}
+	n := int(tag.RowsAffected())
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("store: abandon batch %q: %w", id, err)
 	}
@@ -450,7 +406,7 @@ func (s *Store) UpdateBatchProgress(ctx context.Context, id string, p BatchProgr
 
 // BatchResult is the result of one batch line to store on its job.
 type BatchResult struct {
-	JobID            string
+	Job              Key
 	Response         []byte
 	UsedModel        string
 	PromptTokens     int
@@ -462,7 +418,7 @@ type BatchResult struct {
 
 // BatchReturn is a job the batch lane hands back, with the reason.
 type BatchReturn struct {
-	JobID string
+	Job Key
 	// Code and Reason describe why (Code is the job's error_code for a dead
 	// letter; Reason goes to lane_reason or error_message).
 	Code, Reason string
@@ -474,7 +430,8 @@ type BatchIngest struct {
 	BatchID string
 	// Results are stored on their jobs.
 	Results []BatchResult
-	// Live jobs go back to the live lane (queued, outbox requeue).
+	// Live jobs go back to the live lane (queued, where the schedulers
+	// claim them).
 	Live []BatchReturn
 	// DeadLetter jobs end dead_lettered (outbox dead_letter).
 	DeadLetter []BatchReturn
@@ -492,7 +449,8 @@ const ingestChunk = 1000
 // IngestBatch brings a final batch home in one transaction: each result is
 // stored on its job if the job is still batched in this batch (so exactly
 // once, whatever the retries or restarts), the returned jobs go back to
-// the live lane or end dead_lettered (with an outbox row each), and the
+// the live lane or end dead_lettered (with an outbox row each, for their
+// dead letters), and the
 // batch is closed with its costs. A batch already ingested changes
 // nothing (ErrBatchIngested).
 func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, error) {
@@ -513,31 +471,32 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 	if ingested != nil {
 		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, ErrBatchIngested)
 	}
-	live := map[string]float64{}
+	live := map[Key]float64{}
 	for chunk := range chunks(in.Results) {
 		n := len(chunk)
-		ids, bodies, models := make([]string, n), make([]string, n), make([]string, n)
+		tenants, ids, bodies, models := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		pt, ct, cost := make([]int32, n), make([]int32, n), make([]float64, n)
 		for i, r := range chunk {
-			ids[i], bodies[i], models[i] = r.JobID, string(r.Response), r.UsedModel
+			tenants[i], ids[i], bodies[i], models[i] = r.Job.Tenant, r.Job.ID, string(r.Response), r.UsedModel
 			pt[i], ct[i], cost[i] = int32(r.PromptTokens), int32(r.CompletionTokens), r.CostUSD
-			live[r.JobID] = r.LiveCostUSD
+			live[r.Job] = r.LiveCostUSD
 		}
 		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = `+tIngestResult.to+`, result = u.body::jsonb,
 			used_model = u.model, prompt_tokens = u.pt, completion_tokens = u.ct, cost_usd = u.cost,
 			finished_at = $2, updated_at = $2, lease_expires_at = NULL, error_code = '', error_message = ''
-		FROM unnest($3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::float8[]) AS u(id, body, model, pt, ct, cost)
-		WHERE j.id = u.id AND j.status `+tIngestResult.in+` AND j.batch_id = $1
-		RETURNING j.id, j.cost_usd`, in.BatchID, now, ids, bodies, models, pt, ct, cost)
+		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::int[], $9::float8[])
+			AS u(tenant, id, body, model, pt, ct, cost)
+		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestResult.in+` AND j.batch_id = $1
+		RETURNING j.tenant, j.id, j.cost_usd`, in.BatchID, now, tenants, ids, bodies, models, pt, ct, cost)
 		if err != nil {
 			return st, dataError("ingest batch "+strconv.Quote(in.BatchID), err)
 		}
-		var id string
+		var k Key
 		var c float64
-		_, err = pgx.ForEachRow(rows, []any{&id, &c}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID, &c}, func() error {
 			st.Stored++
 			st.CostUSD += c
-			st.LiveCostUSD += live[id]
+			st.LiveCostUSD += live[k]
 			return nil
 		})
 		if err != nil {
@@ -545,36 +504,33 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 		}
 	}
 	for chunk := range chunks(in.Live) {
-		ids, reasons := returnCols(chunk)
-		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = `+tIngestLive.to+`, lane = 'live', batch_id = '',
+		tenants, ids, reasons := returnCols(chunk)
+		tag, err := tx.Exec(ctx, `UPDATE jobs j SET status = `+tIngestLive.to+`, lane = 'live', batch_id = '',
 			lane_reason = u.reason, updated_at = $2
-		FROM unnest($3::text[], $4::text[]) AS u(id, reason)
-		WHERE j.id = u.id AND j.status `+tIngestLive.in+` AND j.batch_id = $1 RETURNING j.id, u.reason`,
-			in.BatchID, now, ids, reasons)
+		FROM unnest($3::text[], $4::text[], $5::text[]) AS u(tenant, id, reason)
+		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestLive.in+` AND j.batch_id = $1`,
+			in.BatchID, now, tenants, ids, reasons)
 		if err != nil {
 			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 		}
-		n, err := outboxFrom(ctx, tx, rows, OutboxRequeue, now)
-		if err != nil {
-			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
-		}
-		st.Live += n
+		st.Live += int(tag.RowsAffected())
 	}
 	for chunk := range chunks(in.DeadLetter) {
-		ids, reasons := returnCols(chunk)
+		tenants, ids, reasons := returnCols(chunk)
 		codes := make([]string, len(chunk))
 		for i, r := range chunk {
 			codes[i] = r.Code
 		}
 		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = `+tIngestDeadLetter.to+`, error_code = u.code,
 			error_message = u.reason, finished_at = $2, updated_at = $2, lease_expires_at = NULL
-		FROM unnest($3::text[], $4::text[], $5::text[]) AS u(id, reason, code)
-		WHERE j.id = u.id AND j.status `+tIngestDeadLetter.in+` AND j.batch_id = $1 RETURNING j.id, u.reason`,
-			in.BatchID, now, ids, reasons, codes)
+		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS u(tenant, id, reason, code)
+		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestDeadLetter.in+` AND j.batch_id = $1
+		RETURNING j.tenant, j.id, u.reason`,
+			in.BatchID, now, tenants, ids, reasons, codes)
 		if err != nil {
 			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 		}
-		n, err := outboxFrom(ctx, tx, rows, OutboxDeadLetter, now)
+		n, err := outboxFrom(ctx, tx, rows, now)
 		if err != nil {
 			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 		}
@@ -602,21 +558,21 @@ func chunks[T any](s []T) func(func([]T) bool) {
 	}
 }
 
-func returnCols(rs []BatchReturn) (ids, reasons []string) {
-	ids, reasons = make([]string, len(rs)), make([]string, len(rs))
+func returnCols(rs []BatchReturn) (tenants, ids, reasons []string) {
+	tenants, ids, reasons = make([]string, len(rs)), make([]string, len(rs)), make([]string, len(rs))
 	for i, r := range rs {
-		ids[i], reasons[i] = r.JobID, r.Reason
+		tenants[i], ids[i], reasons[i] = r.Job.Tenant, r.Job.ID, r.Reason
 	}
-	return ids, reasons
+	return tenants, ids, reasons
 }
 
-// outboxFrom reads (id, reason) rows and writes one outbox row each.
-func outboxFrom(ctx context.Context, tx pgx.Tx, rows pgx.Rows, action string, now time.Time) (int, error) {
-	var ids, reasons []string
-	var id, reason string
-	_, err := pgx.ForEachRow(rows, []any{&id, &reason}, func() error {
-		ids = append(ids, id)
-		reasons = append(reasons, reason)
+// outboxFrom reads (tenant, id, reason) rows of dead-lettered jobs and
+// writes one outbox row each.
+func outboxFrom(ctx context.Context, tx pgx.Tx, rows pgx.Rows, now time.Time) (int, error) {
+	var tenants, ids, reasons []string
+	var tenant, id, reason string
+	_, err := pgx.ForEachRow(rows, []any{&tenant, &id, &reason}, func() error {
+		tenants, ids, reasons = append(tenants, tenant), append(ids, id), append(reasons, reason)
 		return nil
 	})
 	if err != nil {
@@ -625,20 +581,11 @@ func outboxFrom(ctx context.Context, tx pgx.Tx, rows pgx.Rows, action string, no
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO batch_outbox (job_id, action, reason, created_at)
-		SELECT u.id, $1, u.reason, $2 FROM unnest($3::text[], $4::text[]) AS u(id, reason)
-		ON CONFLICT (job_id) DO UPDATE SET action = excluded.action, reason = excluded.reason`, action, now, ids, reasons)
+	_, err = tx.Exec(ctx, `INSERT INTO batch_outbox (tenant, job_id, action, reason, created_at)
+		SELECT u.tenant, u.id, $1, u.reason, $2 FROM unnest($3::text[], $4::text[], $5::text[]) AS u(tenant, id, reason)
+		ON CONFLICT (tenant, job_id) DO UPDATE SET action = excluded.action, reason = excluded.reason`,
+		OutboxDeadLetter, now, tenants, ids, reasons)
 	return len(ids), err
-}
-
-func insertOutbox(ctx context.Context, tx pgx.Tx, ids []string, action, reason string, now time.Time) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err := tx.Exec(ctx, `INSERT INTO batch_outbox (job_id, action, reason, created_at)
-		SELECT id, $1, $2, $3 FROM unnest($4::text[]) AS id
-		ON CONFLICT (job_id) DO UPDATE SET action = excluded.action, reason = excluded.reason`, action, reason, now, ids)
-	return err
 }
 
 // pullBackSQL moves batch-lane jobs with a deadline back to the live lane:
@@ -648,40 +595,29 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, ids []string, action, reason s
 var pullBackSQL = `UPDATE jobs SET status = ` + tPullBack.to + `, lane = 'live', batch_id = '', lane_reason = $3, updated_at = $4
 	WHERE lane = 'batch' AND deadline IS NOT NULL AND status ` + sqlIn(append([]llmq.Status{tPullBack.To}, tPullBack.From...)...) + `
 		AND ((status ` + tPullBack.in + ` AND deadline <= $2) OR (status = ` + tPullBack.to + ` AND batch_id = '' AND deadline <= $1))
-	RETURNING id`
+	RETURNING tenant, id`
 
-// PullBack returns to the live lane (queued, outbox requeue) the batch-lane
-// jobs whose deadline is too near: pending jobs (not yet in a batch) whose
-// deadline is at or before pending, and batched jobs whose deadline is at
-// or before batched; jobs reserved for a batch still being submitted are
-// left until it is submitted. The batches themselves are not touched: a
-// late result of a pulled-back job is ignored. It returns the ids moved.
-func (s *Store) PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]string, error) {
-	now := s.clock()
-	tx, err := s.pool.Begin(ctx)
+// PullBack returns to the live lane (queued, where the schedulers claim
+// them) the batch-lane jobs whose deadline is too near: pending jobs (not
+// yet in a batch) whose deadline is at or before pending, and batched jobs
+// whose deadline is at or before batched; jobs reserved for a batch still
+// being submitted are left until it is submitted. The batches themselves
+// are not touched: a late result of a pulled-back job is ignored. It
+// returns the keys moved.
+func (s *Store) PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]Key, error) {
+	rows, err := s.pool.Query(ctx, pullBackSQL, pending, batched, reason, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("store: pull back: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	rows, err := tx.Query(ctx, pullBackSQL, pending, batched, reason, now)
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Key])
 	if err != nil {
 		return nil, fmt.Errorf("store: pull back: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err == nil {
-		err = insertOutbox(ctx, tx, ids, OutboxRequeue, reason, now)
-	}
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("store: pull back: %w", err)
-	}
-	return ids, nil
+	return keys, nil
 }
 
-// OutboxEntry is one job the batch lane handed back and whose message is
-// not yet published.
+// OutboxEntry is one job the batch lane dead-lettered and whose dead letter
+// is not yet published.
 type OutboxEntry struct {
 	Action, Reason string
 	Job            *JobRecord
@@ -690,8 +626,9 @@ type OutboxEntry struct {
 // Outbox returns up to limit outbox entries, oldest first.
 func (s *Store) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
 	rows, err := s.pool.Query(ctx, `SELECT o.action AS outbox_action, o.reason AS outbox_reason, j.*
-		FROM batch_outbox o JOIN LATERAL (SELECT `+jobColumns+` FROM jobs WHERE jobs.id = o.job_id) j ON true
-		ORDER BY o.created_at, o.job_id LIMIT $1`, limit)
+		FROM batch_outbox o JOIN LATERAL (SELECT `+jobColumns+` FROM jobs
+			WHERE jobs.tenant = o.tenant AND jobs.id = o.job_id) j ON true
+		ORDER BY o.created_at, o.tenant, o.job_id LIMIT $1`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: outbox: %w", err)
 	}
@@ -715,9 +652,15 @@ func (s *Store) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
 	return out, nil
 }
 
-// DeleteOutbox removes the outbox entries of ids (their messages are out).
-func (s *Store) DeleteOutbox(ctx context.Context, ids []string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM batch_outbox WHERE job_id = ANY($1)`, ids); err != nil {
+// DeleteOutbox removes the outbox entries of the jobs keys (their dead
+// letters are out).
+func (s *Store) DeleteOutbox(ctx context.Context, keys []Key) error {
+	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		tenants[i], ids[i] = k.Tenant, k.ID
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM batch_outbox o USING unnest($1::text[], $2::text[]) AS u(tenant, id)
+		WHERE o.tenant = u.tenant AND o.job_id = u.id`, tenants, ids); err != nil {
 		return fmt.Errorf("store: delete outbox: %w", err)
 	}
 	return nil
@@ -792,15 +735,17 @@ func (s *Store) WithAdvisoryLock(ctx context.Context, name string, fn func(ctx c
 	return true, fn(ctx)
 }
 
-// BatchJobIDs returns the ids of the jobs of batch id that are in status.
-func (s *Store) BatchJobIDs(ctx context.Context, id string, status llmq.Status) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id FROM jobs WHERE batch_id = $1 AND status = $2 ORDER BY id`, id, string(status))
+// BatchJobKeys returns the keys of the jobs of batch id that are in
+// status.
+func (s *Store) BatchJobKeys(ctx context.Context, id string, status llmq.Status) ([]Key, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant, id FROM jobs WHERE batch_id = $1 AND status = $2 ORDER BY tenant, id`,
+		id, string(status))
 	if err != nil {
-		return nil, fmt.Errorf("store: batch job ids %q: %w", id, err)
+		return nil, fmt.Errorf("store: batch job keys %q: %w", id, err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Key])
 	if err != nil {
-		return nil, fmt.Errorf("store: batch job ids %q: %w", id, err)
+		return nil, fmt.Errorf("store: batch job keys %q: %w", id, err)
 	}
-	return ids, nil
+	return keys, nil
 }

@@ -11,99 +11,81 @@ import (
 	"github.com/llmq/llmq/store"
 )
 
-// routed claims job id as owner and hands it to the batch lane.
-func (b *testBundle) routed(t *testing.T, id string) {
+// deferrable records a deferrable job id whose lane nobody decided yet.
+func (b *testBundle) deferrable(t *testing.T, id string) {
 	t.Helper()
-	_, err := b.store.Claim(b.ctx, newJob(t, id), "w1", time.Minute)
+	j := newJob(t, id)
+	j.Deferrable = true
+	_, err := b.store.Insert(b.ctx, j)
 	require.NoError(t, err)
-	ok, err := b.store.RouteToBatch(b.ctx, id, "w1", "batch: test")
-	require.NoError(t, err)
-	require.True(t, ok)
 }
 
-func TestRouteToBatch(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	_, err := b.store.Claim(b.ctx, newJob(t, "r1"), "w1", time.Minute)
-	require.NoError(t, err)
-	// Only the lease holder may route it.
-	ok, err := b.store.RouteToBatch(b.ctx, "r1", "other", "batch: x")
-	require.ErrorIs(t, err, store.ErrLeased)
-	require.False(t, ok)
-	ok, err = b.store.RouteToBatch(b.ctx, "r1", "w1", "batch: x")
-	require.NoError(t, err)
-	require.True(t, ok)
-	rec, err := b.store.GetByID(b.ctx, "r1")
-	require.NoError(t, err)
-	require.Equal(t, llmq.StatusQueued, rec.Status)
-	require.Equal(t, store.LaneBatch, rec.Lane)
-	require.Equal(t, "batch: x", rec.LaneReason)
-	require.Equal(t, 0, rec.Attempts)
-	require.Nil(t, rec.StartedAt)
-	// Routing again (a second router racing) still reports it taken.
-	ok, err = b.store.RouteToBatch(b.ctx, "r1", "w1", "batch: y")
-	require.NoError(t, err)
-	require.True(t, ok)
-	// A finished job cannot be routed.
-	_, err = b.store.Claim(b.ctx, newJob(t, "r2"), "w1", time.Minute)
-	require.NoError(t, err)
-	_, err = b.store.StoreResult(b.ctx, "r2", store.Result{Response: []byte(`{}`)})
-	require.NoError(t, err)
-	_, err = b.store.RouteToBatch(b.ctx, "r2", "w1", "batch: x")
-	require.ErrorIs(t, err, store.ErrTerminal)
-}
+func acme(id string) store.Key { return store.Key{Tenant: "acme", ID: id} }
 
-// TestReserveSubmitIngest walks a batch through its store life: reserve,
-// a duplicate delivery claiming a reserved job, submit, ingest once.
+// TestReserveSubmitIngest walks a batch through its store life: the batch
+// lane takes undecided deferrable jobs, reserves, submits, ingests once.
 func TestReserveSubmitIngest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	for i := range 5 {
-		b.routed(t, fmt.Sprintf("j%d", i))
+		b.deferrable(t, fmt.Sprintf("j%d", i))
 		b.clock.Advance(time.Millisecond)
 	}
-	pending, err := b.store.PendingBatchModels(b.ctx)
+	_, err := b.store.Insert(b.ctx, newJob(t, "not-deferrable"))
+	require.NoError(t, err)
+	held := store.BatchCandidates{Undecided: true}
+	pending, err := b.store.PendingBatchModels(b.ctx, store.BatchCandidates{})
+	require.NoError(t, err)
+	require.Empty(t, pending, "no job is in the batch lane until it takes undecided ones")
+	pending, err = b.store.PendingBatchModels(b.ctx, held)
 	require.NoError(t, err)
 	require.Equal(t, []store.PendingModel{{Model: "big", Jobs: 5, Oldest: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}}, pending)
 
 	// The deadline (2027-01-02) must leave room: a NotBefore after it
 	// reserves nothing.
 	rec, jobs, err := b.store.ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_x", Model: "big", MaxJobs: 10,
-		NotBefore: time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC)})
+		Candidates: store.BatchCandidates{Undecided: true, NotBefore: time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC)}})
 	require.NoError(t, err)
 	require.Nil(t, rec)
 	require.Nil(t, jobs)
 
 	rec, jobs, err = b.store.ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 4,
+		Candidates: held, Reason: "batch: off-peak",
 		Fits: func(_ store.BatchJob, accepted int) bool { return accepted < 3 }})
 	require.NoError(t, err)
 	require.Equal(t, store.BatchSubmitting, rec.Status)
 	require.Equal(t, 3, rec.JobCount)
-	require.Equal(t, []string{"j0", "j1", "j2"}, []string{jobs[0].ID, jobs[1].ID, jobs[2].ID})
-
-	// A duplicate delivery claims reserved j1 just before submission.
-	_, err = b.store.Claim(b.ctx, newJob(t, "j1"), "w2", time.Minute)
+	require.Equal(t, []store.Key{acme("j0"), acme("j1"), acme("j2")}, []store.Key{jobs[0].Key, jobs[1].Key, jobs[2].Key})
+	j1 := b.get(t, "j1")
+	require.Equal(t, llmq.StatusQueued, j1.Status)
+	require.Equal(t, store.LaneBatch, j1.Lane)
+	require.Equal(t, "batch: off-peak", j1.LaneReason)
+	require.Equal(t, "lb_1", j1.BatchID)
+	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 10,
+		HoldDeferrable: true})
 	require.NoError(t, err)
+	require.Len(t, recs, 1, "the live lane takes neither reserved nor held jobs")
+	require.Equal(t, "not-deferrable", recs[0].ID)
+
 	n, err := b.store.MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: "lb_1", ProviderBatchID: "batch_p1", Status: store.BatchValidating, InputFileID: "file-1"})
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	_, err = b.store.MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: "lb_1", ProviderBatchID: "batch_p1", Status: store.BatchValidating})
 	require.ErrorIs(t, err, store.ErrBatchNotSubmitting)
-	// The worker's router then finds it batched and lets the message go.
-	ok, err := b.store.RouteToBatch(b.ctx, "j1", "w2", "")
-	require.NoError(t, err)
-	require.True(t, ok)
 	got, err := b.store.GetBatch(b.ctx, "batch_p1")
 	require.NoError(t, err)
 	require.Equal(t, "lb_1", got.ID)
+	keys, err := b.store.BatchJobKeys(b.ctx, "lb_1", llmq.StatusBatched)
+	require.NoError(t, err)
+	require.Equal(t, []store.Key{acme("j0"), acme("j1"), acme("j2")}, keys)
 
 	in := store.BatchIngest{BatchID: "lb_1",
 		Results: []store.BatchResult{
-			{JobID: "j0", Response: []byte(`{"id":"c0"}`), UsedModel: "big", PromptTokens: 10, CompletionTokens: 5, CostUSD: 1, LiveCostUSD: 2},
-			{JobID: "j3", Response: []byte(`{"id":"c3"}`), CostUSD: 1, LiveCostUSD: 2}, // not in this batch: ignored
+			{Job: acme("j0"), Response: []byte(`{"id":"c0"}`), UsedModel: "big", PromptTokens: 10, CompletionTokens: 5, CostUSD: 1, LiveCostUSD: 2},
+			{Job: acme("j3"), Response: []byte(`{"id":"c3"}`), CostUSD: 1, LiveCostUSD: 2}, // not in this batch: ignored
 		},
-		Live:       []store.BatchReturn{{JobID: "j1", Reason: "live: expired"}},
-		DeadLetter: []store.BatchReturn{{JobID: "j2", Code: "batch_line_failed", Reason: "400"}},
+		Live:       []store.BatchReturn{{Job: acme("j1"), Reason: "live: expired"}},
+		DeadLetter: []store.BatchReturn{{Job: acme("j2"), Code: "batch_line_failed", Reason: "400"}},
 	}
 	st, err := b.store.IngestBatch(b.ctx, in)
 	require.NoError(t, err)
@@ -113,22 +95,26 @@ func TestReserveSubmitIngest(t *testing.T) {
 
 	outbox, err := b.store.Outbox(b.ctx, 10)
 	require.NoError(t, err)
-	require.Len(t, outbox, 2)
-	byID := map[string]store.OutboxEntry{}
-	for _, e := range outbox {
-		byID[e.Job.ID] = e
-	}
-	require.Equal(t, store.OutboxRequeue, byID["j1"].Action)
-	require.Equal(t, llmq.StatusQueued, byID["j1"].Job.Status)
-	require.Equal(t, store.OutboxDeadLetter, byID["j2"].Action)
-	require.Equal(t, llmq.StatusDeadLettered, byID["j2"].Job.Status)
-	require.NoError(t, b.store.DeleteOutbox(b.ctx, []string{"j1", "j2"}))
+	require.Len(t, outbox, 1, "only the dead letter needs a message")
+	require.Equal(t, store.OutboxDeadLetter, outbox[0].Action)
+	require.Equal(t, "j2", outbox[0].Job.ID)
+	require.Equal(t, llmq.StatusDeadLettered, outbox[0].Job.Status)
+	require.NoError(t, b.store.DeleteOutbox(b.ctx, []store.Key{acme("j2")}))
 	outbox, err = b.store.Outbox(b.ctx, 10)
 	require.NoError(t, err)
 	require.Empty(t, outbox)
 
-	j0, err := b.store.GetByID(b.ctx, "j0")
+	// The job handed back is claimed from Postgres by the live lane.
+	j1 = b.get(t, "j1")
+	require.Equal(t, llmq.StatusQueued, j1.Status)
+	require.Equal(t, store.LaneLive, j1.Lane)
+	recs, err = b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1,
+		HoldDeferrable: true})
 	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, "j1", recs[0].ID)
+
+	j0 := b.get(t, "j0")
 	require.Equal(t, llmq.StatusSucceeded, j0.Status)
 	require.JSONEq(t, `{"id":"c0"}`, string(j0.Result))
 	require.Equal(t, "lb_1", j0.BatchID)
@@ -137,9 +123,36 @@ func TestReserveSubmitIngest(t *testing.T) {
 	require.Equal(t, store.BatchCost{Batches: 1, Jobs: 1, CostUSD: 1, LiveCostUSD: 2}, cost)
 	require.InDelta(t, 1.0, cost.SavingUSD(), 1e-12)
 
-	// The two jobs never reserved are still pending.
-	pending, err = b.store.PendingBatchModels(b.ctx)
+	// The two jobs never reserved are still undecided.
+	pending, err = b.store.PendingBatchModels(b.ctx, held)
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
 	require.Equal(t, 2, pending[0].Jobs)
+}
+
+// TestAbandonBatch: a batch the provider refused goes back to the batch
+// lane's pool, or to the live lane.
+func TestAbandonBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.deferrable(t, "a")
+	_, _, err := b.store.ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 10,
+		Candidates: store.BatchCandidates{Undecided: true}, Reason: "batch: test"})
+	require.NoError(t, err)
+	n, err := b.store.AbandonBatch(b.ctx, "lb_1", "upload refused", false, "")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	pending, err := b.store.PendingBatchModels(b.ctx, store.BatchCandidates{})
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "back in the batch lane's pool")
+
+	_, _, err = b.store.ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_2", Model: "big", MaxJobs: 10})
+	require.NoError(t, err)
+	n, err = b.store.AbandonBatch(b.ctx, "lb_2", "refused", true, "live: refused")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	a := b.get(t, "a")
+	require.Equal(t, store.LaneLive, a.Lane)
+	require.Equal(t, "live: refused", a.LaneReason)
+	require.Len(t, b.hold(t, "w"), 1, "claimed by the live lane")
 }

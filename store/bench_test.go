@@ -15,26 +15,38 @@ import (
 )
 
 // BenchmarkJobLifecycle measures one job's path through the store as the
-// worker drives it: Claim (insert + claim, one round trip) then StoreResult.
+// worker drives it, in batches of 256 as the worker makes them: Ingest and
+// Claim once per batch, then MarkCalling and StoreResult per job.
 func BenchmarkJobLifecycle(b *testing.B) {
 	ctx := context.Background()
 	s, err := store.Open(ctx, storetest.NewDB(b))
 	require.NoError(b, err)
 	defer s.Close()
-	jobs := make([]*llmq.Job, b.N)
+	jobs := make([]store.NewJob, b.N)
 	for i := range jobs {
 		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"bench-%d","body":{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":16}}`, i)), llmq.DecodeOptions{})
 		require.NoError(b, err)
-		jobs[i] = j
+		jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
 	}
 	resp := json.RawMessage(`{"id":"chatcmpl-1","choices":[{"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":5,"completion_tokens":1}}`)
 	b.ResetTimer()
-	for _, j := range jobs {
-		if _, err := s.Claim(ctx, j, "bench", time.Minute); err != nil {
+	for len(jobs) > 0 {
+		batch := jobs[:min(256, len(jobs))]
+		jobs = jobs[len(batch):]
+		if _, err := s.Ingest(ctx, batch); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.StoreResult(ctx, j.ID, store.Result{Response: resp, UsedModel: "m", PromptTokens: 5, CompletionTokens: 1}); err != nil {
+		recs, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: len(batch)})
+		if err != nil {
 			b.Fatal(err)
+		}
+		for _, r := range recs {
+			if _, err := s.MarkCalling(ctx, r.Lease(), store.PolicyState{}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 5, CompletionTokens: 1}); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

@@ -28,7 +28,7 @@ var (
 // HTTP API and `llmq dlq` show; its JSON form (MarshalJSON) is the API's.
 type DeadLetter struct {
 	ID int64 `db:"id"`
-	// LetterKey makes recording idempotent: "job:<id>:<n>" or
+	// LetterKey makes recording idempotent: "job:<tenant>/<id>:<n>" or
 	// "msg:<sha256>:<n>", n counting the earlier replayed letters of the
 	// same job or message.
 	LetterKey string `db:"letter_key"`
@@ -115,15 +115,20 @@ const deadLetterColumns = `id, letter_key, job_id, tenant, reason, last_error, a
 
 // NewDeadLetter is what RecordDeadLetter writes.
 type NewDeadLetter struct {
-	// KeyBase identifies the job or message: "job:<id>" or "msg:<hash>".
-	// Required; the store appends ":<n>".
-	KeyBase   string
-	JobID     string
-	Tenant    string
-	Reason    string
-	LastError string
-	Attempts  int
-	Model     string
+	// KeyBase identifies the job or message: "job:<tenant>/<id>" or
+	// "msg:<hash>". Required; the store appends ":<n>".
+	KeyBase string
+	JobID   string
+	Tenant  string
+	// LeaseToken, when not 0, is the lease of the worker that holds job
+	// (Tenant, JobID) and dead-letters it: the job moves to dead_lettered
+	// in the same transaction as the letter is recorded, fenced to that
+	// lease (ErrLeaseLost when it is no longer the job's).
+	LeaseToken int64
+	Reason     string
+	LastError  string
+	Attempts   int
+	Model      string
 	// Message is required.
 	Message     []byte
 	MessageKey  []byte
@@ -151,21 +156,22 @@ func (s *Store) queryDeadLetter(ctx context.Context, sql string, args ...any) (*
 	if err != nil {
 		return nil, err
 	}
-	d, err := pgx.CollectOneRow(rows, scanDeadLetter)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	return d, err
+	return collectDeadLetter(rows)
 }
 
-// letterKeySQL computes the letter key of $1 (the key base) and $2 (the job
-// id): the base plus the number of its letters already replayed.
+// letterKeySQL computes the letter key of $1 (the key base), $2 (the job
+// id) and $3 (the tenant): the base plus the number of its letters already
+// replayed.
 const letterKeySQL = `$1 || ':' || (SELECT count(*) FROM dead_letters
-	WHERE job_id = $2 AND starts_with(letter_key, $1 || ':') AND replayed_at IS NOT NULL)`
+	WHERE tenant = $3 AND job_id = $2 AND starts_with(letter_key, $1 || ':') AND replayed_at IS NOT NULL)`
 
 // RecordDeadLetter inserts a dead letter once per letter key: when the same
 // job (or poison message) is recorded again before it was replayed, as after
-// a redelivery, the existing row is returned with created=false.
+// a redelivery, the existing row is returned with created=false. With a
+// LeaseToken, the job's holder dead-letters it: the job moves to
+// dead_lettered in the same transaction, or nothing is recorded and
+// ErrLeaseLost (another holder has it) or an *IllegalTransitionError (it
+// finished otherwise) is returned.
 func (s *Store) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *DeadLetter, created bool, err error) {
 	if d.KeyBase == "" || d.Message == nil || d.Reason == "" {
 		return nil, false, fmt.Errorf("store: record dead letter: %w: KeyBase, Reason and Message are required", ErrInvalidJob)
@@ -186,27 +192,84 @@ func (s *Store) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *Dea
 	if tenant == "" {
 		tenant = llmq.DefaultTenant
 	}
-	rec, err = s.queryDeadLetter(ctx, `INSERT INTO dead_letters (letter_key, job_id, tenant, reason,
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: record dead letter %q: %w", d.KeyBase, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	if d.LeaseToken != 0 {
+		if err := s.deadLetterHeld(ctx, tx, Lease{Key: Key{Tenant: tenant, ID: d.JobID}, Token: d.LeaseToken}, d, at); err != nil {
+			return nil, false, err
+		}
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO dead_letters (letter_key, job_id, tenant, reason,
 		last_error, attempts, model, message, message_key, headers, source, destination, created_at)
 	VALUES (`+letterKeySQL+`, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 	ON CONFLICT (letter_key) DO NOTHING RETURNING `+deadLetterColumns,
 		d.KeyBase, d.JobID, tenant, d.Reason, d.LastError, d.Attempts, d.Model, d.Message, key,
 		headers, d.Source, d.Destination, at)
+	if err == nil {
+		rec, err = collectDeadLetter(rows)
+	}
 	if err != nil {
 		return nil, false, dataError("record dead letter "+strconv.Quote(d.KeyBase), err)
 	}
-	if rec != nil {
-		return rec, true, nil
+	created = rec != nil
+	if !created {
+		rows, err := tx.Query(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters WHERE letter_key = `+letterKeySQL,
+			d.KeyBase, d.JobID, tenant)
+		if err == nil {
+			rec, err = collectDeadLetter(rows)
+		}
+		if err == nil && rec == nil {
+			err = ErrDeadLetterNotFound // replayed between the two statements
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("store: record dead letter %q: %w", d.KeyBase, err)
+		}
 	}
-	rec, err = s.queryDeadLetter(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
-		WHERE letter_key = `+letterKeySQL, d.KeyBase, d.JobID)
-	if err == nil && rec == nil {
-		err = ErrDeadLetterNotFound // replayed between the two statements
-	}
-	if err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return nil, false, fmt.Errorf("store: record dead letter %q: %w", d.KeyBase, err)
 	}
-	return rec, false, nil
+	return rec, created, nil
+}
+
+// deadLetterHeld moves the job l holds to dead_lettered inside tx, fenced
+// to l; a job already dead_lettered (this letter recorded before) is left
+// as it is.
+func (s *Store) deadLetterHeld(ctx context.Context, tx pgx.Tx, l Lease, d NewDeadLetter, at time.Time) error {
+	tag, err := tx.Exec(ctx, `UPDATE jobs SET status = `+tDeadLetter.to+`, error_code = $4, error_message = $5,
+		finished_at = $6, updated_at = $6, lease_expires_at = NULL, phase = ''
+	WHERE tenant = $1 AND id = $2 AND lease_token = $3 AND status `+tDeadLetter.in,
+		l.Tenant, l.ID, l.Token, d.Reason, d.LastError, at)
+	if err != nil {
+		return dataError("dead-letter "+strconv.Quote(l.String()), err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var status llmq.Status
+	if err := tx.QueryRow(ctx, `SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, l.Tenant, l.ID).Scan(&status); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("store: dead-letter %q: %w", l.String(), ErrNotFound)
+		}
+		return fmt.Errorf("store: dead-letter %q: %w", l.String(), err)
+	}
+	switch {
+	case status == llmq.StatusDeadLettered:
+		return nil
+	case status.Terminal():
+		return &IllegalTransitionError{Key: l.Key, From: status, To: llmq.StatusDeadLettered}
+	}
+	return fmt.Errorf("store: dead-letter %q: %w", l.String(), ErrLeaseLost)
+}
+
+func collectDeadLetter(rows pgx.Rows) (*DeadLetter, error) {
+	d, err := pgx.CollectOneRow(rows, scanDeadLetter)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return d, err
 }
 
 // MarkDeadLetterPublished records that the DLQ publish of letter id was
@@ -245,7 +308,7 @@ func (s *Store) GetDeadLetter(ctx context.Context, tenant string, id int64) (*De
 type DeadLetterFilter struct {
 	// IDs selects these letters.
 	IDs []int64
-	// JobID selects the letters of one job.
+	// JobID selects the letters of one job (of Tenant, when set).
 	JobID string
 	// Reason selects one reason class.
 	Reason string
@@ -425,30 +488,33 @@ func (s *Store) UnfinishedReplays(ctx context.Context, olderThan time.Time, limi
 // LaneReasonReplayed is the lane_reason of a job requeued by a replay.
 const LaneReasonReplayed = "replayed"
 
-// Requeue moves a dead-lettered job back to queued for a replay: attempts
-// reset to 0, error, result, lease, started and finished times cleared, lane
-// live. This is the one exit from a terminal state (see llmq.Status); it is
-// deliberately not a transition of llmq.CanTransition. A job already queued
-// is returned unchanged (a replay resumed by the repair sweep); any other
-// state is an *IllegalTransitionError, a missing job ErrNotFound.
-func (s *Store) Requeue(ctx context.Context, id string) (*JobRecord, error) {
-	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = `+tRequeue.to+`, attempts = 0, error_code = '',
-		error_message = '', result = NULL, used_model = '', prompt_tokens = 0, completion_tokens = 0,
-		cost_usd = 0, started_at = NULL, finished_at = NULL, lease_owner = '', lease_expires_at = NULL,
-		batch_id = '', lane = 'live', lane_reason = '`+LaneReasonReplayed+`', updated_at = $2
-	WHERE id = $1 AND status `+tRequeue.in+` RETURNING `+jobColumns, id, s.clock())
+// Requeue moves the dead-lettered job id of tenant back to queued for a
+// replay: attempts and the policy state reset to 0, error, result, lease,
+// phase, started and finished times cleared, lane live. This is the one exit from a
+// terminal state (see llmq.Status); it is deliberately not a transition of
+// llmq.CanTransition. It keeps its place in the claim order (an early one:
+// it has waited). A job already queued is returned unchanged (a replay
+// resumed by the repair sweep); any other state is an
+// *IllegalTransitionError, a missing job ErrNotFound.
+func (s *Store) Requeue(ctx context.Context, tenant, id string) (*JobRecord, error) {
+	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = `+tRequeue.to+`, attempts = 0, retries = 0,
+		model_index = 0, rate_limited = 0, error_code = '', error_message = '', result = NULL, used_model = '',
+		prompt_tokens = 0, completion_tokens = 0, cost_usd = 0, started_at = NULL, finished_at = NULL,
+		lease_owner = '', lease_expires_at = NULL, phase = '', batch_id = '', lane = 'live',
+		lane_reason = '`+LaneReasonReplayed+`', updated_at = $3
+	WHERE tenant = $1 AND id = $2 AND status `+tRequeue.in+` RETURNING `+jobColumns, tenant, id, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("store: requeue %q: %w", id, err)
 	}
 	if rec != nil {
 		return rec, nil
 	}
-	rec, err = s.GetByID(ctx, id)
+	rec, err = s.Get(ctx, tenant, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: requeue: %w", err)
 	}
 	if rec.Status == llmq.StatusQueued {
 		return rec, nil
 	}
-	return rec, &IllegalTransitionError{ID: id, From: rec.Status, To: llmq.StatusQueued}
+	return rec, &IllegalTransitionError{Key: Key{Tenant: tenant, ID: id}, From: rec.Status, To: llmq.StatusQueued}
 }

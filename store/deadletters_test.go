@@ -14,7 +14,7 @@ import (
 
 func newLetter(jobID, tenant, reason string) store.NewDeadLetter {
 	return store.NewDeadLetter{
-		KeyBase: "job:" + jobID, JobID: jobID, Tenant: tenant, Reason: reason,
+		KeyBase: "job:" + tenant + "/" + jobID, JobID: jobID, Tenant: tenant, Reason: reason,
 		LastError: "rate_limited: 429", Attempts: 8, Model: "big",
 		Message: []byte(`{"id":"` + jobID + `"}`), MessageKey: []byte(tenant),
 		Headers: map[string]string{"h": "v"}, Source: "jobs/3/42", Destination: "jobs.dlq",
@@ -47,7 +47,7 @@ func TestRecordDeadLetterIdempotent(t *testing.T) {
 	}
 	require.Equal(t, 1, wins)
 	d := recs[0]
-	require.Equal(t, "job:j1:0", d.LetterKey)
+	require.Equal(t, "job:acme/j1:0", d.LetterKey)
 	require.Equal(t, "acme", d.Tenant)
 	require.Equal(t, []byte(`{"id":"j1"}`), d.Message)
 	require.Equal(t, []byte("acme"), d.MessageKey)
@@ -85,7 +85,7 @@ func TestRecordDeadLetterIdempotent(t *testing.T) {
 	d2, created3, err := b.store.RecordDeadLetter(b.ctx, newLetter("j1", "acme", "retries_exhausted"))
 	require.NoError(t, err)
 	require.True(t, created3)
-	require.Equal(t, "job:j1:1", d2.LetterKey)
+	require.Equal(t, "job:acme/j1:1", d2.LetterKey)
 }
 
 func TestReplayOnce(t *testing.T) {
@@ -234,15 +234,25 @@ func TestUnpublishedDeadLetters(t *testing.T) {
 func TestRequeue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := newJob(t, "j1")
-	_, err := b.store.Claim(b.ctx, j, "w1", time.Minute)
+	l := b.hold(t, "w1", newJob(t, "j1"))["j1"]
+	_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 2, ModelIndex: 1})
 	require.NoError(t, err)
-	require.NoError(t, b.store.MarkDeadLettered(b.ctx, "j1", "retries_exhausted", "gave up"))
+	held := newLetter("j1", "acme", "retries_exhausted")
+	held.LeaseToken = l.Token
+	_, created, err := b.store.RecordDeadLetter(b.ctx, held)
+	require.NoError(t, err)
+	require.True(t, created)
+	rec := b.get(t, "j1")
+	require.Equal(t, llmq.StatusDeadLettered, rec.Status, "the holder's letter ends the job in the same transaction")
+	require.Equal(t, "retries_exhausted", rec.ErrorCode)
+	_, created, err = b.store.RecordDeadLetter(b.ctx, held)
+	require.NoError(t, err)
+	require.False(t, created, "recording the holder's letter again is harmless")
 
-	rec, err := b.store.Requeue(b.ctx, "j1")
+	rec, err = b.store.Requeue(b.ctx, "acme", "j1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
-	require.Equal(t, 0, rec.Attempts)
+	require.Equal(t, []int{0, 0, 0}, []int{rec.Attempts, rec.Retries, rec.ModelIndex})
 	require.Equal(t, "", rec.ErrorCode)
 	require.Nil(t, rec.FinishedAt)
 	require.Nil(t, rec.StartedAt)
@@ -250,24 +260,25 @@ func TestRequeue(t *testing.T) {
 	require.Equal(t, store.LaneReasonReplayed, rec.LaneReason)
 
 	// Already queued: unchanged, no error (a resumed replay).
-	rec, err = b.store.Requeue(b.ctx, "j1")
+	rec, err = b.store.Requeue(b.ctx, "acme", "j1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
 
 	// The requeued job runs again from attempt 1.
-	rec, err = b.store.Claim(b.ctx, j, "w2", time.Minute)
+	l = b.hold(t, "w2")["j1"]
+	attempts, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
 	require.NoError(t, err)
-	require.Equal(t, 1, rec.Attempts)
-	_, err = b.store.Requeue(b.ctx, "j1")
+	require.Equal(t, 1, attempts)
+	_, err = b.store.Requeue(b.ctx, "acme", "j1")
 	var ite *store.IllegalTransitionError
 	require.ErrorAs(t, err, &ite)
 	require.Equal(t, llmq.StatusRunning, ite.From)
 
-	_, err = b.store.StoreResult(b.ctx, "j1", store.Result{})
+	_, err = b.store.StoreResult(b.ctx, l.Key, store.Result{})
 	require.NoError(t, err)
-	_, err = b.store.Requeue(b.ctx, "j1")
+	_, err = b.store.Requeue(b.ctx, "acme", "j1")
 	require.ErrorIs(t, err, store.ErrTerminal)
 
-	_, err = b.store.Requeue(b.ctx, "missing")
+	_, err = b.store.Requeue(b.ctx, "acme", "missing")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }

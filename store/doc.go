@@ -1,18 +1,24 @@
 // Package store is llmq's Postgres access: a pgx pool and the job
 // operations the worker, the HTTP API, the dead-letter handler and the batch
-// adapter share.
+// adapter share. Postgres is the queue of record: jobs are recorded
+// (Ingest, Insert, InsertOutbox), claimed in one order (Claim), held under
+// a renewed, fenced lease (Heartbeat, MarkCalling, MarkRetrying, Release,
+// the terminal writes), reaped when their holder dies (ReapExpired), and
+// their results stored once (StoreResult). Jobs are keyed by (tenant, id).
 //
 // Every state change is one conditional UPDATE whose WHERE clause lists the
-// source states of one declared transition (transition.go), plus a lease
-// check where a worker acts on a job it holds, so two processes can never
-// both move a job and a terminal job is never left. Each declaration is
-// checked against [llmq.CanTransition] when the package loads, and a test
-// runs every operation on every status against that table. When the UPDATE matches no row the store
-// reads the row once to say why: [ErrNotFound], [ErrLeased], [ErrBatched], or
-// an [*IllegalTransitionError] (which also matches [ErrTerminal] when the job
+// source states of one declared transition (transition.go), plus the lease
+// token where a worker acts on a job it holds, so two processes can never
+// both move a job, a stale holder changes nothing, and a terminal job is
+// never left. Each declaration is checked against [llmq.CanTransition] when
+// the package loads, and a test runs every operation on every status
+// against that table. When the UPDATE matches no row the store reads the
+// row once to say why: [ErrNotFound], [ErrLeaseLost], or an
+// [*IllegalTransitionError] (which also matches [ErrTerminal] when the job
 // is finished).
 //
-// Times (created, started, finished, lease expiry) come from the injected
-// clock ([WithClock]), so lease expiry is testable without sleeping; every
-// process sharing a database should have a synchronised clock.
+// Times (created, started, finished, lease expiry, the claim order's key)
+// come from the injected clock ([WithClock]), so leases are testable
+// without sleeping; every process sharing a database should have a
+// synchronised clock.
 package store

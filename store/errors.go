@@ -10,19 +10,22 @@ import (
 var (
 	// errStoreClosed fails operations queued when the store closed.
 	errStoreClosed = errors.New("store: closed")
-	// ErrNotFound: no job with that id (within that tenant, where one is given).
+	// ErrNotFound: the tenant has no job with that id.
 	ErrNotFound = errors.New("store: job not found")
 	// ErrTerminal: the job is in a terminal state and cannot move again.
 	ErrTerminal = errors.New("store: job is terminal")
-	// ErrLeased: another worker holds an unexpired lease on the job.
-	ErrLeased = errors.New("store: job is leased by another worker")
-	// ErrBatched: the job is inside a provider batch and not claimable.
-	ErrBatched = errors.New("store: job is in a provider batch")
+	// ErrLeaseLost: the caller's lease is no longer the job's: the job was
+	// released, reaped after its lease expired, or claimed again. The
+	// caller must leave the job alone.
+	ErrLeaseLost = errors.New("store: lease lost")
 	// ErrIllegalTransition: the job's status does not allow the requested
 	// move. Returned wrapped in an *IllegalTransitionError.
 	ErrIllegalTransition = errors.New("store: illegal status transition")
 	// ErrInvalidJob: the job failed validation or Postgres refused its data
-	// (SQLSTATE class 22). Retrying cannot help: dead-letter the message.
+	// (SQLSTATE class 22 or 54: a NUL in jsonb, a value too large).
+	// Retrying cannot help: dead-letter the message, or fail the job when
+	// it is its result that cannot be stored. Every other error of an
+	// operation (the database unreachable, a timeout) is transient.
 	ErrInvalidJob = errors.New("store: invalid job")
 	// ErrBadCursor: a List cursor that this store did not produce.
 	ErrBadCursor = errors.New("store: bad cursor")
@@ -31,12 +34,12 @@ var (
 // IllegalTransitionError says which move a job refused. It matches
 // ErrIllegalTransition, and ErrTerminal when From is terminal.
 type IllegalTransitionError struct {
-	ID       string
+	Key      Key
 	From, To llmq.Status
 }
 
 func (e *IllegalTransitionError) Error() string {
-	return fmt.Sprintf("store: job %q: illegal transition %s → %s", e.ID, e.From, e.To)
+	return fmt.Sprintf("store: job %q: illegal transition %s → %s", e.Key.String(), e.From, e.To)
 }
 
 // Is makes errors.Is match ErrIllegalTransition, and ErrTerminal when the job

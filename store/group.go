@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
@@ -24,15 +23,17 @@ type stmt struct {
 }
 
 // op is one store operation: statements run in order in one transaction;
-// the last returns at most one job row.
+// the last returns at most one row, which scan reads (scan nil: the row is
+// only counted).
 type op struct {
 	stmts []stmt
+	scan  func(pgx.Rows) error
 	done  chan opResult // buffered 1
 }
 
 type opResult struct {
-	rec *JobRecord
-	err error
+	found bool
+	err   error
 }
 
 // committer runs the hot-path writes of many goroutines (claims and state
@@ -128,8 +129,8 @@ func (c *committer) flush(batch []*op) {
 	ctx, cancel := context.WithTimeout(context.Background(), groupFlushTimeout)
 	defer cancel()
 	if len(batch) == 1 {
-		rec, err := runOp(ctx, c.pool, batch[0].stmts)
-		batch[0].done <- opResult{rec, err}
+		found, err := runOp(ctx, c.pool, batch[0])
+		batch[0].done <- opResult{found, err}
 		return
 	}
 	b := &pgx.Batch{}
@@ -142,7 +143,7 @@ func (c *committer) flush(batch []*op) {
 	results := make([]opResult, len(batch))
 	var err error
 	for i, o := range batch {
-		results[i].rec, err = readOp(br, len(o.stmts))
+		results[i].found, err = readOp(br, o)
 		if err != nil {
 			break
 		}
@@ -152,8 +153,8 @@ func (c *committer) flush(batch []*op) {
 	}
 	if err != nil {
 		for _, o := range batch {
-			rec, err := runOp(ctx, c.pool, o.stmts)
-			o.done <- opResult{rec, err}
+			found, err := runOp(ctx, c.pool, o)
+			o.done <- opResult{found, err}
 		}
 		return
 	}
@@ -163,36 +164,40 @@ func (c *committer) flush(batch []*op) {
 }
 
 // runOp runs one op's statements in one implicit transaction.
-func runOp(ctx context.Context, pool *pgxpool.Pool, stmts []stmt) (*JobRecord, error) {
+func runOp(ctx context.Context, pool *pgxpool.Pool, o *op) (bool, error) {
 	b := &pgx.Batch{}
-	for _, s := range stmts {
+	for _, s := range o.stmts {
 		b.Queue(s.sql, s.args...)
 	}
 	br := pool.SendBatch(ctx, b)
-	rec, err := readOp(br, len(stmts))
+	found, err := readOp(br, o)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return rec, err
+	return found, err
 }
 
-// readOp reads the results of one op's n statements from br: the last
-// statement's row (nil when none).
-func readOp(br pgx.BatchResults, n int) (*JobRecord, error) {
-	for range n - 1 {
+// readOp reads the results of one op's statements from br and scans the
+// last statement's row, when there is one.
+func readOp(br pgx.BatchResults, o *op) (bool, error) {
+	for range len(o.stmts) - 1 {
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return false, err
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return false, err
 	}
-	rec, err := pgx.CollectOneRow(rows, scanJob)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+	defer rows.Close()
+	found := rows.Next()
+	if found && o.scan != nil {
+		if err := o.scan(rows); err != nil {
+			return false, err
+		}
 	}
-	return rec, err
+	rows.Close()
+	return found, rows.Err()
 }
 
 // enqueue queues o, or fails when the committer is closed or ctx ends.
@@ -210,22 +215,33 @@ func (c *committer) enqueue(ctx context.Context, o *op) error {
 	}
 }
 
-// run executes one op: through the committer when the store has one,
-// otherwise directly.
-func (s *Store) run(ctx context.Context, stmts ...stmt) (*JobRecord, error) {
+// run executes one op (statements, and scan for the last one's row):
+// through the committer when the store has one, otherwise directly. It
+// reports whether the last statement returned a row.
+func (s *Store) run(ctx context.Context, scan func(pgx.Rows) error, stmts ...stmt) (bool, error) {
+	o := &op{stmts: stmts, scan: scan}
 	if s.group == nil {
-		return runOp(ctx, s.pool, stmts)
+		return runOp(ctx, s.pool, o)
 	}
-	o := &op{stmts: stmts, done: make(chan opResult, 1)}
+	o.done = make(chan opResult, 1)
 	if err := s.group.enqueue(ctx, o); err != nil {
-		return nil, err
+		return false, err
 	}
 	select {
 	case r := <-o.done:
-		return r.rec, r.err
+		return r.found, r.err
 	case <-ctx.Done():
 		// The op is already queued and may still commit, exactly like a
 		// statement whose context ends after it was sent.
-		return nil, ctx.Err()
+		return false, ctx.Err()
+	}
+}
+
+// scanRecord returns a scan that reads a job row into *rec.
+func scanRecord(rec **JobRecord) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		r, err := scanJob(rows)
+		*rec = r
+		return err
 	}
 }

@@ -23,9 +23,9 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 	jobs := make([]*llmq.Job, n)
 	for i := range jobs {
 		jobs[i] = newJob(t, fmt.Sprintf("g-%02d", i))
-		_, err := b.store.Claim(b.ctx, jobs[i], "w", time.Minute)
-		require.NoError(t, err)
 	}
+	leases := b.hold(t, "w", jobs...)
+	require.Len(t, leases, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -36,14 +36,13 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 			if i == 7 {
 				msg = "bad \x00 byte"
 			}
-			errs[i] = b.store.MarkFailed(b.ctx, j.ID, "code", msg)
+			errs[i] = b.store.MarkFailed(b.ctx, leases[j.ID], "code", msg)
 		})
 	}
 	close(start)
 	wg.Wait()
 	for i, j := range jobs {
-		rec, err := b.store.GetByID(b.ctx, j.ID)
-		require.NoError(t, err)
+		rec := b.get(t, j.ID)
 		if i == 7 {
 			require.ErrorIs(t, errs[i], store.ErrInvalidJob)
 			require.Equal(t, llmq.StatusRunning, rec.Status)
@@ -63,20 +62,26 @@ func TestGroupCommitSharesATransaction(t *testing.T) {
 	b := setup(t)
 	s := store.New(b.store.Pool(), store.WithClock(b.clock), store.WithGroupCommit(1))
 	t.Cleanup(s.Close)
-	blocker := newJob(t, "blocker")
-	_, err := b.store.Insert(b.ctx, blocker)
-	require.NoError(t, err)
+	const n = 50
+	jobs := []*llmq.Job{newJob(t, "blocker")}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("grouped-%02d", i)
+		jobs = append(jobs, newJob(t, ids[i]))
+	}
+	leases := b.hold(t, "w", jobs...)
+	require.Len(t, leases, n+1)
 
-	// The one flush slot runs a claim that waits on a row lock held here.
+	// The one flush slot runs a write that waits on a row lock held here.
 	tx, err := b.store.Pool().Begin(b.ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(context.Background()) //nolint:errcheck
 	_, err = tx.Exec(b.ctx, `SELECT 1 FROM jobs WHERE id = 'blocker' FOR UPDATE`)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
-	errs := make(chan error, 51)
+	errs := make(chan error, n+1)
 	wg.Go(func() {
-		_, err := s.Claim(b.ctx, blocker, "w", time.Minute)
+		_, err := s.MarkCalling(b.ctx, leases["blocker"], store.PolicyState{})
 		errs <- err
 	})
 	require.Eventually(t, func() bool {
@@ -86,13 +91,10 @@ func TestGroupCommitSharesATransaction(t *testing.T) {
 		return err == nil && waiting == 1
 	}, 10*time.Second, 5*time.Millisecond, "the blocker's flush waits on the lock")
 
-	// Meanwhile 50 claims queue for the slot; once it is free, they run.
-	const n = 50
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("grouped-%02d", i)
+	// Meanwhile 50 writes queue for the slot; once it is free, they run.
+	for _, id := range ids {
 		wg.Go(func() {
-			_, err := s.Claim(b.ctx, newJob(t, ids[i]), "w", time.Minute)
+			_, err := s.MarkCalling(b.ctx, leases[id], store.PolicyState{})
 			errs <- err
 		})
 	}
@@ -104,12 +106,12 @@ func TestGroupCommitSharesATransaction(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	var txns, running int
+	var txns, calling int
 	var blockerTxn, groupTxn string
 	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(DISTINCT xmin::text), min(xmin::text),
-		count(*) FILTER (WHERE status = 'running') FROM jobs WHERE id = ANY($1)`, ids).Scan(&txns, &groupTxn, &running))
-	require.Equal(t, n, running)
-	require.Equal(t, 1, txns, "the queued claims share one transaction")
+		count(*) FILTER (WHERE phase = 'calling') FROM jobs WHERE id = ANY($1)`, ids).Scan(&txns, &groupTxn, &calling))
+	require.Equal(t, n, calling)
+	require.Equal(t, 1, txns, "the queued writes share one transaction")
 	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT xmin::text FROM jobs WHERE id = 'blocker'`).Scan(&blockerTxn))
 	require.NotEqual(t, blockerTxn, groupTxn, "the blocker committed on its own first")
 }
@@ -119,11 +121,11 @@ func TestStoreWithoutGroupCommit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	direct := store.New(b.store.Pool(), store.WithGroupCommit(0))
-	j := newJob(t, "direct-1")
-	rec, err := direct.Claim(b.ctx, j, "w", time.Minute)
+	l := b.hold(t, "w", newJob(t, "direct-1"))["direct-1"]
+	attempts, err := direct.MarkCalling(b.ctx, l, store.PolicyState{})
 	require.NoError(t, err)
-	require.Equal(t, llmq.StatusRunning, rec.Status)
-	stored, err := direct.StoreResult(b.ctx, j.ID, store.Result{Response: []byte(`{"ok":true}`)})
+	require.Equal(t, 1, attempts)
+	stored, err := direct.StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{"ok":true}`)})
 	require.NoError(t, err)
 	require.True(t, stored)
 }
@@ -133,8 +135,8 @@ func TestStoreWithoutGroupCommit(t *testing.T) {
 func TestClosedStoreFailsAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	j := newJob(t, "closed-1")
+	l := b.hold(t, "w", newJob(t, "closed-1"))["closed-1"]
 	b.store.Close()
-	_, err := b.store.Claim(b.ctx, j, "w", time.Minute)
+	_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
 	require.ErrorContains(t, err, "closed")
 }

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -17,11 +17,24 @@ import (
 )
 
 const insertSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
-	updated_at, deadline, "deferrable", fallback_models, metadata)
-VALUES ($1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10)
-ON CONFLICT (id) DO NOTHING`
+	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens)
+VALUES ($1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13)
+ON CONFLICT (tenant, id) DO NOTHING`
 
-func insertArgs(j *llmq.Job, now time.Time) []any {
+// NewJob is a job to record, with the shaping estimate the worker made
+// when it ingested the message (zero when none was made: the worker
+// estimates when it claims the job).
+type NewJob struct {
+	Job *llmq.Job
+	// EstPromptTokens is the tokenizer's count of the prompt.
+	EstPromptTokens int
+	// EstOutputTokens is the output allowance reserved for the job: n x
+	// (max_tokens, else the model's default allowance).
+	EstOutputTokens int
+}
+
+func (s *Store) insertArgs(n NewJob, now time.Time) []any {
+	j := n.Job
 	fallbacks := j.FallbackModels
 	if fallbacks == nil {
 		fallbacks = []string{}
@@ -31,7 +44,8 @@ func insertArgs(j *llmq.Job, now time.Time) []any {
 		meta = map[string]string{}
 	}
 	return []any{j.ID, j.Tenant, string(j.Priority), j.Model(), []byte(j.Body), now,
-		j.Deadline, j.Deferrable, fallbacks, meta}
+		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, j.Priority, j.Deadline, s.order),
+		n.EstPromptTokens, n.EstOutputTokens}
 }
 
 func validate(op string, j *llmq.Job) error {
@@ -41,216 +55,148 @@ func validate(op string, j *llmq.Job) error {
 	return nil
 }
 
-// Insert records j as queued. An existing row with the same id is left as
-// it is and reported with created=false (not an error). j must be valid
-// (Decode or Normalize+Validate); an invalid job returns ErrInvalidJob.
+// Insert records j as queued. An existing job of the same tenant with the
+// same id is left as it is and reported with created=false (not an error).
+// j must be valid (Decode or Normalize+Validate); an invalid job returns
+// ErrInvalidJob.
 func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err error) {
 	if err := validate("insert", j); err != nil {
 		return false, err
 	}
-	tag, err := s.pool.Exec(ctx, insertSQL, insertArgs(j, s.clock())...)
+	tag, err := s.pool.Exec(ctx, insertSQL, s.insertArgs(NewJob{Job: j}, s.clock())...)
 	if err != nil {
 		return false, dataError("insert "+strconv.Quote(j.ID), err)
 	}
 	return tag.RowsAffected() == 1, nil
 }
 
-// claimSQL moves a job to running for owner $2 until $3 (now is $4): from
-// an unleased status, or from a leased one whose lease has expired or that
-// owner already holds.
-var claimSQL = `UPDATE jobs SET status = ` + tClaim.to + `, lease_owner = $2, lease_expires_at = $3,
-		started_at = coalesce(started_at, $4), attempts = attempts + 1, updated_at = $4
-	WHERE id = $1 AND status ` + tClaim.in + `
-		AND (status NOT ` + leasedIn + ` OR lease_expires_at IS NULL OR lease_expires_at <= $4 OR lease_owner = $2)
-	RETURNING ` + jobColumns
+// ingestSQL records many jobs in one statement: $1 is now, $2.. the
+// columns as arrays (fallback models and metadata as JSON text).
+const ingestSQL = `INSERT INTO jobs (tenant, id, status, priority, requested_model, body, created_at, updated_at,
+	deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens)
+SELECT u.tenant, u.id, 'queued', u.priority, u.model, u.body::jsonb, $1, $1, u.deadline, u.dfr,
+	ARRAY(SELECT jsonb_array_elements_text(u.fallbacks::jsonb)), u.metadata::jsonb, u.sched_key, u.ep, u.eo
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bool[],
+	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[])
+	AS u(tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo)
+ON CONFLICT (tenant, id) DO NOTHING
+RETURNING tenant, id`
 
-// Claim takes j for work by owner for the lease duration. It first records j
-// as queued when no row exists (a message published straight to the broker
-// has none), then moves it to running in one conditional UPDATE: from queued
-// or retrying, or from running when the lease has expired or owner already
-// holds it. A claim sets the lease, started_at (first claim only) and
-// increments attempts; both statements run in one round trip and one
-// transaction, so of many concurrent claimers exactly one wins.
-//
-// Errors: ErrTerminal (an *IllegalTransitionError; the record is returned
-// too), ErrLeased (another worker holds a live lease), ErrBatched (inside a
-// provider batch), ErrInvalidJob.
-func (s *Store) Claim(ctx context.Context, j *llmq.Job, owner string, lease time.Duration) (*JobRecord, error) {
-	if owner == "" || lease <= 0 {
-		return nil, fmt.Errorf("store: claim %q: owner must be set and lease positive (got %q, %v)", j.ID, owner, lease)
+// Ingest records jobs as queued in one statement (all or none) and
+// reports which it created: created[i] is false when the tenant already
+// had a job with jobs[i]'s id (a duplicate delivery, or a job the producer
+// recorded), or when jobs[i] repeats an earlier key of the same call; such
+// a job is left as it is. Every job must be valid; an invalid one, or one
+// whose data Postgres refuses, fails the whole call with ErrInvalidJob
+// (record the jobs one by one to find it).
+func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err error) {
+	if len(jobs) == 0 {
+		return nil, nil
 	}
-	if err := validate("claim", j); err != nil {
-		return nil, err
-	}
+	n := len(jobs)
+	var (
+		tenants, ids, prios, models, bodies = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		deadlines                           = make([]*time.Time, n)
+		deferrable                          = make([]bool, n)
+		fallbacks, metas                    = make([]string, n), make([]string, n)
+		keys                                = make([]time.Time, n)
+		ep, eo                              = make([]int32, n), make([]int32, n)
+	)
 	now := s.clock()
-	rec, err := s.run(ctx, stmt{insertSQL, insertArgs(j, now)}, stmt{claimSQL, []any{j.ID, owner, now.Add(lease), now}})
-	switch {
-	case err != nil:
-		return nil, dataError("claim "+strconv.Quote(j.ID), err)
-	case rec != nil:
-		return rec, nil
+	for i, nj := range jobs {
+		j := nj.Job
+		if err := validate("ingest", j); err != nil {
+			return nil, err
+		}
+		fb, err := json.Marshal(j.FallbackModels)
+		if err != nil {
+			return nil, fmt.Errorf("store: ingest %q: %w", j.ID, err)
+		}
+		if j.FallbackModels == nil {
+			fb = []byte("[]")
+		}
+		meta := []byte("{}")
+		if len(j.Metadata) > 0 {
+			if meta, err = json.Marshal(j.Metadata); err != nil {
+				return nil, fmt.Errorf("store: ingest %q: %w", j.ID, err)
+			}
+		}
+		tenants[i], ids[i], prios[i], models[i], bodies[i] = j.Tenant, j.ID, string(j.Priority), j.Model(), string(j.Body)
+		deadlines[i], deferrable[i], fallbacks[i], metas[i] = j.Deadline, j.Deferrable, string(fb), string(meta)
+		keys[i] = SchedKey(now, j.Priority, j.Deadline, s.order)
+		ep[i], eo[i] = int32(min(nj.EstPromptTokens, math.MaxInt32)), int32(min(nj.EstOutputTokens, math.MaxInt32))
 	}
-	return s.refused(ctx, "claim", j.ID, "", tClaim.To, tClaim.From)
+	rows, err := s.pool.Query(ctx, ingestSQL, now, tenants, ids, prios, models, bodies, deadlines, deferrable,
+		fallbacks, metas, keys, ep, eo)
+	if err != nil {
+		return nil, dataError(fmt.Sprintf("ingest %d jobs", n), err)
+	}
+	inserted := make(map[Key]bool, n)
+	var k Key
+	if _, err := pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID}, func() error {
+		inserted[k] = true
+		return nil
+	}); err != nil {
+		return nil, dataError(fmt.Sprintf("ingest %d jobs", n), err)
+	}
+	created = make([]bool, n)
+	for i := range jobs {
+		k := Key{Tenant: tenants[i], ID: ids[i]}
+		created[i] = inserted[k]
+		delete(inserted, k) // a repeated key was created once
+	}
+	return created, nil
 }
 
 // refused reads the job after a conditional UPDATE (to, from the statuses
-// in from) matched no row and says why. The record is returned with the
-// error (ErrTerminal, ErrLeased, ErrBatched).
-func (s *Store) refused(ctx context.Context, op, id, tenant string, to llmq.Status, from []llmq.Status) (*JobRecord, error) {
-	sql := `SELECT ` + jobColumns + ` FROM jobs WHERE id = $1`
-	args := []any{id}
-	if tenant != "" {
-		sql += ` AND tenant = $2`
-		args = append(args, tenant)
-	}
-	rec, err := s.queryJob(ctx, sql, args...)
+// in from) matched no row and says why: ErrNotFound, or an
+// *IllegalTransitionError with the record.
+func (s *Store) refused(ctx context.Context, op string, k Key, to llmq.Status) (*JobRecord, error) {
+	rec, err := s.queryJob(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND id = $2`, k.Tenant, k.ID)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("store: %s %q: %w", op, id, err)
+		return nil, fmt.Errorf("store: %s %q: %w", op, k.String(), err)
 	case rec == nil:
-		return nil, fmt.Errorf("store: %s %q: %w", op, id, ErrNotFound)
-	case rec.Status == llmq.StatusBatched && to == llmq.StatusRunning:
-		return rec, fmt.Errorf("store: %s %q: %w", op, id, ErrBatched)
-	case slices.Contains(from, rec.Status):
-		// The status allowed the move; the lease (owner) check refused it.
-		return rec, fmt.Errorf("store: %s %q: %w", op, id, ErrLeased)
+		return nil, fmt.Errorf("store: %s %q: %w", op, k.String(), ErrNotFound)
 	}
-	return rec, &IllegalTransitionError{ID: id, From: rec.Status, To: to}
+	return rec, &IllegalTransitionError{Key: k, From: rec.Status, To: to}
 }
 
-// move runs transition t on job id in one conditional UPDATE:
-// UPDATE jobs SET status = t.To, <set> WHERE id = $1 AND status IN t.From
-// <cond>. Placeholders $1 and $2 are id and now; extra args start at $3.
-// When no row matched it reads the job to say why (see refused); tenant,
-// when set, scopes that read.
-func (s *Store) move(ctx context.Context, op string, t *transition, id, tenant, set, cond string, args ...any) (*JobRecord, error) {
-	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $2` + set +
-		` WHERE id = $1 AND status ` + t.in + cond + ` RETURNING ` + jobColumns
-	rec, err := s.run(ctx, stmt{sql, append([]any{id, s.clock()}, args...)})
+// move runs transition t on job k in one conditional UPDATE:
+// UPDATE jobs SET status = t.To, <set> WHERE tenant = $1 AND id = $2 AND
+// status IN t.From. Placeholders $1, $2 and $3 are tenant, id and now;
+// extra args start at $4. When no row matched it reads the job to say why
+// (see refused).
+func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set string, args ...any) (*JobRecord, error) {
+	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
+		` WHERE tenant = $1 AND id = $2 AND status ` + t.in + ` RETURNING ` + jobColumns
+	var rec *JobRecord
+	found, err := s.run(ctx, scanRecord(&rec), stmt{sql, append([]any{k.Tenant, k.ID, s.clock()}, args...)})
 	if err != nil {
-		return nil, dataError(op+" "+strconv.Quote(id), err)
+		return nil, dataError(op+" "+strconv.Quote(k.String()), err)
 	}
-	if rec != nil {
+	if found {
 		return rec, nil
 	}
-	return s.refused(ctx, op, id, tenant, t.To, t.From)
+	return s.refused(ctx, op, k, t.To)
 }
 
-// ExtendLease pushes the lease of a running or retrying job held by owner to
-// now+lease. ErrLeased when another worker took it over.
-func (s *Store) ExtendLease(ctx context.Context, id, owner string, lease time.Duration) error {
-	now := s.clock()
-	tag, err := s.pool.Exec(ctx, `UPDATE jobs SET lease_expires_at = $3, updated_at = $4
-		WHERE id = $1 AND lease_owner = $2 AND status `+leasedIn, id, owner, now.Add(lease), now)
-	if err != nil {
-		return fmt.Errorf("store: extend lease %q: %w", id, err)
-	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	_, err = s.refused(ctx, "extend lease", id, "", llmq.StatusRunning, nil)
-	if errors.Is(err, ErrIllegalTransition) && !errors.Is(err, ErrTerminal) {
-		// Released (queued) or retrying/running under another owner: the
-		// caller no longer holds the job.
-		return fmt.Errorf("store: extend lease %q: %w", id, ErrLeased)
-	}
-	return err
-}
-
-// Release hands a running or retrying job held by owner back to queued and
-// clears its lease, for a worker that shuts down before finishing it.
-func (s *Store) Release(ctx context.Context, id, owner string) error {
-	_, err := s.move(ctx, "release", tRelease, id, "",
-		`, lease_owner = '', lease_expires_at = NULL`, ` AND lease_owner = $3`, owner)
-	return err
-}
-
-// MarkRetrying records a retryable failure of the running job held by owner
-// (running → retrying). The lease is kept: the worker waits out its backoff
-// and claims again (extend the lease if the backoff is longer).
-func (s *Store) MarkRetrying(ctx context.Context, id, owner, code, msg string) error {
-	_, err := s.move(ctx, "mark retrying", tMarkRetrying, id, "",
-		`, error_code = $4, error_message = $5`, ` AND lease_owner = $3`, owner, code, msg)
-	return err
-}
-
-// Result is what StoreResult writes.
-type Result struct {
-	// Response is the upstream chat-completion response (JSON).
-	Response json.RawMessage
-	// UsedModel is the model that answered (differs from the requested one
-	// after a fallback).
-	UsedModel        string
-	PromptTokens     int
-	CompletionTokens int
-	CostUSD          float64
-}
-
-// StoreResult moves a running, retrying or batched job to succeeded with its
-// result, exactly once: when the job already succeeded it changes nothing
-// and returns stored=false with no error. Any worker may store the result,
-// not only the lease holder, so a call that outlived its lease still counts.
-// Another terminal
-// state returns an *IllegalTransitionError (ErrTerminal).
-func (s *Store) StoreResult(ctx context.Context, id string, r Result) (stored bool, err error) {
-	var resp any
-	if len(r.Response) > 0 {
-		resp = []byte(r.Response)
-	}
-	_, err = s.move(ctx, "store result", tStoreResult, id, "",
-		`, result = $3, used_model = $4, prompt_tokens = $5, completion_tokens = $6, cost_usd = $7,
-		finished_at = $2, lease_expires_at = NULL, error_code = '', error_message = ''`, ``,
-		resp, r.UsedModel, r.PromptTokens, r.CompletionTokens, r.CostUSD)
-	var ite *IllegalTransitionError
-	if errors.As(err, &ite) && ite.From == llmq.StatusSucceeded {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// terminal moves a job to a terminal failure state with an error code and
-// message.
-func (s *Store) terminal(ctx context.Context, op string, t *transition, id, code, msg string) error {
-	_, err := s.move(ctx, op, t, id, "",
-		`, error_code = $3, error_message = $4, finished_at = $2, lease_expires_at = NULL`, ``, code, msg)
-	return err
-}
-
-// MarkFailed ends a running, retrying or batched job with a permanent error
-// (failed).
-func (s *Store) MarkFailed(ctx context.Context, id, code, msg string) error {
-	return s.terminal(ctx, "mark failed", tMarkFailed, id, code, msg)
-}
-
-// MarkDeadLettered ends a job whose retries are exhausted or whose message is
-// poison (dead_lettered); code is the dead-letter reason class.
-func (s *Store) MarkDeadLettered(ctx context.Context, id, code, msg string) error {
-	return s.terminal(ctx, "mark dead-lettered", tMarkDeadLettered, id, code, msg)
-}
-
-// ErrorCodeExpired is the error_code of an expired job.
-const ErrorCodeExpired = "expired"
-
-// MarkExpired ends a job whose deadline passed before it could run.
-func (s *Store) MarkExpired(ctx context.Context, id string) error {
-	return s.terminal(ctx, "mark expired", tMarkExpired, id, ErrorCodeExpired, "deadline passed before the job started")
-}
-
-// ExpireOverdue moves every queued job whose deadline has passed to expired
-// and returns their ids (a sweep, so that pollers see expired jobs whose
-// messages are still waiting in the broker).
-func (s *Store) ExpireOverdue(ctx context.Context) ([]string, error) {
+// ExpireOverdue moves every queued job whose deadline has passed to
+// expired and returns their keys (the reaper's sweep: a job expires even
+// while no worker looks at it).
+func (s *Store) ExpireOverdue(ctx context.Context) ([]Key, error) {
 	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
 		error_message = 'deadline passed before the job started', finished_at = $1, updated_at = $1
-		WHERE status `+tExpireOverdue.in+` AND deadline <= $1 RETURNING id`, s.clock(), ErrorCodeExpired)
+		WHERE status `+tExpireOverdue.in+` AND deadline IS NOT NULL AND deadline <= $1 RETURNING tenant, id`,
+		s.clock(), ErrorCodeExpired)
 	if err != nil {
 		return nil, fmt.Errorf("store: expire overdue: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Key])
 	if err != nil {
 		return nil, fmt.Errorf("store: expire overdue: %w", err)
 	}
-	return ids, nil
+	return keys, nil
 }
 
 // ErrorCodeCancelled is the error_code of a cancelled job.
@@ -260,56 +206,22 @@ const ErrorCodeCancelled = "cancelled"
 // tenant has no such job; an *IllegalTransitionError when it has started or
 // finished.
 func (s *Store) Cancel(ctx context.Context, tenant, id string) (*JobRecord, error) {
-	return s.move(ctx, "cancel", tCancel, id, tenant,
-		`, error_code = '`+ErrorCodeCancelled+`', error_message = 'cancelled by the API', finished_at = $2`,
-		` AND tenant = $3`, tenant)
-}
-
-// MarkBatched moves the queued jobs among ids into provider batch batchID
-// (lane batch) and returns the ids it moved; the others were no longer
-// queued and are left alone.
-func (s *Store) MarkBatched(ctx context.Context, batchID, reason string, ids []string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = `+tMarkBatched.to+`, batch_id = $2, lane = 'batch',
-		lane_reason = $3, updated_at = $4 WHERE id = ANY($1) AND status `+tMarkBatched.in+` RETURNING id`,
-		ids, batchID, reason, s.clock())
-	if err != nil {
-		return nil, fmt.Errorf("store: mark batched %q: %w", batchID, err)
-	}
-	moved, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("store: mark batched %q: %w", batchID, err)
-	}
-	return moved, nil
-}
-
-// Unbatch returns a batched job to the live lane (batched → queued), e.g.
-// when its batch failed or expired; reason is kept in lane_reason.
-func (s *Store) Unbatch(ctx context.Context, id, reason string) error {
-	_, err := s.move(ctx, "unbatch", tUnbatch, id, "",
-		`, lane = 'live', batch_id = '', lane_reason = $3`, ``, reason)
-	return err
+	return s.move(ctx, "cancel", tCancel, Key{Tenant: tenant, ID: id},
+		`, error_code = '`+ErrorCodeCancelled+`', error_message = 'cancelled by the API', finished_at = $3`)
 }
 
 // Get returns the job id of tenant, ErrNotFound when the tenant has none.
+// A queued job's WaitingReason is filled in.
 func (s *Store) Get(ctx context.Context, tenant, id string) (*JobRecord, error) {
-	rec, err := s.queryJob(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1 AND tenant = $2`, id, tenant)
+	rec, err := s.queryJob(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND id = $2`, tenant, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: get %q: %w", id, err)
 	}
 	if rec == nil {
 		return nil, fmt.Errorf("store: get %q: %w", id, ErrNotFound)
 	}
-	return rec, nil
-}
-
-// GetByID returns the job id whatever its tenant (for workers).
-func (s *Store) GetByID(ctx context.Context, id string) (*JobRecord, error) {
-	rec, err := s.queryJob(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = $1`, id)
-	if err != nil {
+	if err := s.fillWaitingReasons(ctx, []*JobRecord{rec}); err != nil {
 		return nil, fmt.Errorf("store: get %q: %w", id, err)
-	}
-	if rec == nil {
-		return nil, fmt.Errorf("store: get %q: %w", id, ErrNotFound)
 	}
 	return rec, nil
 }
@@ -376,12 +288,16 @@ func (s *Store) List(ctx context.Context, o ListOptions) ([]*JobRecord, string, 
 	if err != nil {
 		return nil, "", fmt.Errorf("store: list: %w", err)
 	}
-	if len(recs) <= limit {
-		return recs, "", nil
+	next := ""
+	if len(recs) > limit {
+		recs = recs[:limit]
+		last := recs[limit-1]
+		next = encodeCursor(last.CreatedAt, last.ID)
 	}
-	recs = recs[:limit]
-	last := recs[limit-1]
-	return recs, encodeCursor(last.CreatedAt, last.ID), nil
+	if err := s.fillWaitingReasons(ctx, recs); err != nil {
+		return nil, "", fmt.Errorf("store: list: %w", err)
+	}
+	return recs, next, nil
 }
 
 // CountByStatus counts a tenant's jobs per status ("" tenant: all tenants).

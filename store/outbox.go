@@ -15,16 +15,28 @@ import (
 // Unpublished finds the queued rows a crash left unconfirmed.
 
 const insertOutboxSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
-	updated_at, deadline, "deferrable", fallback_models, metadata, published_at)
-VALUES ($1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, NULL)
-ON CONFLICT (id) DO NOTHING`
+	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
+	published_at)
+VALUES ($1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, NULL)
+ON CONFLICT (tenant, id) DO NOTHING`
+
+// Recorded says what InsertOutbox did with one job.
+type Recorded struct {
+	// Created is false when the tenant already had a job with this id;
+	// that job was left as it is.
+	Created bool
+	// Status is the job's status: queued when created, the existing job's
+	// otherwise.
+	Status llmq.Status
+}
 
 // InsertOutbox records jobs as queued and not yet published, all in one
-// round trip and one transaction (all rows or none). created[i] is false
-// when a row with jobs[i].ID already existed (that row is left as it is).
-// Every job must be valid; an invalid one returns ErrInvalidJob and nothing
-// is written.
-func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) (created []bool, err error) {
+// round trip and one transaction (all rows or none), and reads the status
+// of the jobs that already existed in the same transaction: once it
+// returns without error, every job is recorded and nothing is left to
+// read. Every job must be valid; an invalid one returns ErrInvalidJob and
+// nothing is written.
+func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]Recorded, error) {
 	for _, j := range jobs {
 		if err := validate("insert", j); err != nil {
 			return nil, err
@@ -36,36 +48,44 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) (created []b
 	now := s.clock()
 	b := &pgx.Batch{}
 	for _, j := range jobs {
-		b.Queue(insertOutboxSQL, insertArgs(j, now)...)
+		b.Queue(insertOutboxSQL, s.insertArgs(NewJob{Job: j}, now)...)
+		b.Queue(`SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, j.Tenant, j.ID)
 	}
 	// A batch is sent with one Sync: its statements form one implicit
 	// transaction, so a failure leaves none of the rows.
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	created = make([]bool, len(jobs))
+	out := make([]Recorded, len(jobs))
 	for i := range jobs {
 		tag, err := br.Exec()
 		if err != nil {
 			return nil, dataError(fmt.Sprintf("insert outbox %q", jobs[i].ID), err)
 		}
-		created[i] = tag.RowsAffected() == 1
+		out[i].Created = tag.RowsAffected() == 1
+		if err := br.QueryRow().Scan(&out[i].Status); err != nil {
+			return nil, fmt.Errorf("store: insert outbox %q: %w", jobs[i].ID, err)
+		}
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("store: insert outbox: %w", err)
 	}
-	return created, nil
+	return out, nil
 }
 
-// MarkPublished records that the broker confirmed the messages of ids.
-// Rows already marked keep their first time.
-func (s *Store) MarkPublished(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
+// MarkPublished records that the broker confirmed the messages of the jobs
+// keys. Rows already marked keep their first time.
+func (s *Store) MarkPublished(ctx context.Context, keys []Key) error {
+	if len(keys) == 0 {
 		return nil
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE jobs SET published_at = $2 WHERE id = ANY($1) AND published_at IS NULL`,
-		ids, s.clock())
+	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		tenants[i], ids[i] = k.Tenant, k.ID
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE jobs j SET published_at = $3 FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
+		WHERE j.tenant = u.tenant AND j.id = u.id AND j.published_at IS NULL`, tenants, ids, s.clock())
 	if err != nil {
-		return fmt.Errorf("store: mark %d jobs published: %w", len(ids), err)
+		return fmt.Errorf("store: mark %d jobs published: %w", len(keys), err)
 	}
 	return nil
 }
@@ -75,7 +95,7 @@ func (s *Store) MarkPublished(ctx context.Context, ids []string) error {
 func (s *Store) Unpublished(ctx context.Context, cutoff time.Time, limit int) ([]*JobRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE published_at IS NULL AND status = 'queued' AND created_at < $1
-		ORDER BY created_at, id LIMIT $2`, cutoff, limit)
+		ORDER BY created_at, tenant, id LIMIT $2`, cutoff, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: unpublished: %w", err)
 	}
@@ -88,6 +108,9 @@ func (s *Store) Unpublished(ctx context.Context, cutoff time.Time, limit int) ([
 
 // QueueStats are the Postgres side of the queue's backpressure figures.
 type QueueStats struct {
+	// Queued counts the jobs waiting in Postgres (ingested or recorded by
+	// the producer, not yet claimed).
+	Queued int64
 	// InFlight counts the jobs running or retrying (held by workers).
 	InFlight int64
 	// Finished counts the jobs that reached a terminal state since the
@@ -95,13 +118,15 @@ type QueueStats struct {
 	Finished int64
 }
 
-// QueueStats counts the jobs in flight and those finished since since.
+// QueueStats counts the jobs queued, those in flight and those finished
+// since since.
 func (s *Store) QueueStats(ctx context.Context, since time.Time) (QueueStats, error) {
 	var st QueueStats
 	err := s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM jobs WHERE status = 'queued'),
 		(SELECT count(*) FROM jobs WHERE status `+leasedIn+`),
 		(SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1)`, since).
-		Scan(&st.InFlight, &st.Finished)
+		Scan(&st.Queued, &st.InFlight, &st.Finished)
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("store: queue stats: %w", err)
 	}

@@ -16,22 +16,25 @@ func TestOutbox(t *testing.T) {
 	b := setup(t)
 	created, err := b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o1"), newJob(t, "o2")})
 	require.NoError(t, err)
-	require.Equal(t, []bool{true, true}, created)
+	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}}, created)
 	// A row inserted any other way counts as published (it came from the
 	// broker).
 	_, err = b.store.Insert(b.ctx, newJob(t, "direct"))
 	require.NoError(t, err)
 
 	b.clock.Advance(time.Minute)
-	created, err = b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o1"), newJob(t, "o3")})
+	_, err = b.store.Cancel(b.ctx, "acme", "direct")
 	require.NoError(t, err)
-	require.Equal(t, []bool{false, true}, created)
+	created, err = b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o1"), newJob(t, "o3"), newJob(t, "direct")})
+	require.NoError(t, err)
+	require.Equal(t, []store.Recorded{{Created: false, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued},
+		{Created: false, Status: llmq.StatusCancelled}}, created, "an existing job's status is read in the same transaction")
 
 	recs, err := b.store.Unpublished(b.ctx, b.clock.Now(), 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"o1", "o2"}, outboxIDs(recs), "o3 is younger than the cutoff")
 
-	require.NoError(t, b.store.MarkPublished(b.ctx, []string{"o1"}))
+	require.NoError(t, b.store.MarkPublished(b.ctx, []store.Key{acme("o1")}))
 	_, err = b.store.Cancel(b.ctx, "acme", "o2")
 	require.NoError(t, err)
 	recs, err = b.store.Unpublished(b.ctx, b.clock.Now().Add(time.Second), 10)
@@ -43,26 +46,35 @@ func TestOutbox(t *testing.T) {
 	bad.Tenant = "bad tenant"
 	_, err = b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o5"), bad})
 	require.ErrorIs(t, err, store.ErrInvalidJob)
-	_, err = b.store.GetByID(b.ctx, "o5")
+	_, err = b.store.Get(b.ctx, "acme", "o5")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
 func TestQueueStats(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	var jobs []*llmq.Job
 	for i := 0; i < 4; i++ {
-		_, err := b.store.Claim(b.ctx, newJob(t, fmt.Sprintf("r%d", i)), "w", time.Minute)
-		require.NoError(t, err)
+		jobs = append(jobs, newJob(t, fmt.Sprintf("r%d", i)))
 	}
-	_, err := b.store.StoreResult(b.ctx, "r0", store.Result{})
+	require.Len(t, b.hold(t, "w", jobs...), 4)
+	_, err := b.store.Insert(b.ctx, newJob(t, "queued"))
+	require.NoError(t, err)
+	_, err = b.store.StoreResult(b.ctx, acme("r0"), store.Result{})
 	require.NoError(t, err)
 	start := b.clock.Now()
 	b.clock.Advance(time.Minute)
-	_, err = b.store.StoreResult(b.ctx, "r1", store.Result{})
+	_, err = b.store.StoreResult(b.ctx, acme("r1"), store.Result{})
 	require.NoError(t, err)
 	st, err := b.store.QueueStats(b.ctx, start.Add(time.Second))
 	require.NoError(t, err)
-	require.Equal(t, store.QueueStats{InFlight: 2, Finished: 1}, st)
+	require.Equal(t, store.QueueStats{Queued: 1, InFlight: 2, Finished: 1}, st)
+	n, err := b.store.QueuedCount(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	models, err := b.store.QueuedModels(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"big"}, models)
 	require.NoError(t, b.store.Ping(b.ctx))
 }
 

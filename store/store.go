@@ -22,6 +22,7 @@ type Store struct {
 	pool  *pgxpool.Pool
 	owned bool
 	clk   clockwork.Clock
+	order Order
 	// group batches hot-path writes into shared transactions; nil runs
 	// each operation on its own.
 	group *committer
@@ -33,6 +34,11 @@ type Option func(*Store)
 // WithClock sets the clock of every stored time and lease expiry (default
 // clockwork.NewRealClock()).
 func WithClock(c clockwork.Clock) Option { return func(s *Store) { s.clk = c } }
+
+// WithOrder sets the claim order's parameters (see SchedKey); zero fields
+// take their defaults. Every process writing to one database should use the
+// same.
+func WithOrder(o Order) Option { return func(s *Store) { s.order = o.WithDefaults() } }
 
 // WithGroupCommit runs claims and state changes of concurrent callers as
 // shared transactions, with up to flushes transactions in flight (see
@@ -82,7 +88,7 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 
 // New wraps an existing pool; Close then leaves the pool open.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, clk: clockwork.NewRealClock()}
+	s := &Store{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -111,6 +117,40 @@ const (
 	LaneBatch = "batch"
 )
 
+// Key names a job: its id is unique within its tenant.
+type Key struct {
+	Tenant, ID string
+}
+
+// String is "tenant/id", the form of a batch line's custom_id ('/' is in
+// neither charset).
+func (k Key) String() string { return k.Tenant + "/" + k.ID }
+
+// ParseKey reads a Key from its String form.
+func ParseKey(s string) (Key, bool) {
+	tenant, id, ok := strings.Cut(s, "/")
+	if !ok || tenant == "" || id == "" {
+		return Key{}, false
+	}
+	return Key{Tenant: tenant, ID: id}, true
+}
+
+// Lease is a worker's hold on a job: the job's key and the token of the
+// claim that gave it. Every change a holder makes is fenced to the token,
+// so a holder whose lease was taken over (reaped and claimed again)
+// changes nothing and gets ErrLeaseLost.
+type Lease struct {
+	Key
+	Token int64
+}
+
+// Phases of a running job (JobRecord.Phase); "" when it is not running.
+const (
+	PhaseWaitingForQuota = "waiting_for_quota"
+	PhaseCalling         = "calling"
+	PhaseBackingOff      = "backing_off"
+)
+
 // JobRecord is one row of the jobs table.
 type JobRecord struct {
 	ID             string          `db:"id"`
@@ -121,9 +161,11 @@ type JobRecord struct {
 	UsedModel      string          `db:"used_model"`
 	Body           json.RawMessage `db:"body"`
 	// Result is the upstream response; nil until the job succeeded.
-	Result           json.RawMessage   `db:"result"`
-	ErrorCode        string            `db:"error_code"`
-	ErrorMessage     string            `db:"error_message"`
+	Result       json.RawMessage `db:"result"`
+	ErrorCode    string          `db:"error_code"`
+	ErrorMessage string          `db:"error_message"`
+	// Attempts counts the upstream calls begun (MarkCalling), whatever
+	// the deliveries, claims and workers.
 	Attempts         int               `db:"attempts"`
 	PromptTokens     int               `db:"prompt_tokens"`
 	CompletionTokens int               `db:"completion_tokens"`
@@ -139,16 +181,42 @@ type JobRecord struct {
 	// LeaseOwner is the worker that last claimed the job ("" if none).
 	LeaseOwner     string     `db:"lease_owner"`
 	LeaseExpiresAt *time.Time `db:"lease_expires_at"`
-	BatchID        string     `db:"batch_id"`
+	// LeaseToken counts the claims of the job; the holder's Lease carries
+	// it.
+	LeaseToken int64 `db:"lease_token"`
+	// Phase is what a running job is doing (Phase*), "" otherwise.
+	Phase   string `db:"phase"`
+	BatchID string `db:"batch_id"`
 	// Lane is LaneLive or LaneBatch; LaneReason says why it was chosen.
 	Lane       string `db:"lane"`
 	LaneReason string `db:"lane_reason"`
+	// SchedKey is the job's place in the claim order (SchedKey).
+	SchedKey time.Time `db:"sched_key"`
+	// EstPromptTokens and EstOutputTokens are the shaping estimate made at
+	// ingest (NewJob); 0 and 0 when the job was recorded without one.
+	EstPromptTokens int `db:"est_prompt_tokens"`
+	EstOutputTokens int `db:"est_output_tokens"`
+	// Retries, ModelIndex and RateLimited are the rest of the worker's
+	// policy state (see PolicyState).
+	Retries     int `db:"retries"`
+	ModelIndex  int `db:"model_index"`
+	RateLimited int `db:"rate_limited"`
+	// WaitingReason says why a queued job waits (WaitingReason*): filled
+	// by Get and List, "" when nothing is known to hold it back.
+	WaitingReason string `db:"-"`
 }
+
+// Key is the record's key.
+func (r *JobRecord) Key() Key { return Key{Tenant: r.Tenant, ID: r.ID} }
+
+// Lease is the hold of the claim that returned the record.
+func (r *JobRecord) Lease() Lease { return Lease{Key: r.Key(), Token: r.LeaseToken} }
 
 const jobColumns = `id, tenant, status, priority, requested_model, used_model, body, result,
 	error_code, error_message, attempts, prompt_tokens, completion_tokens, cost_usd,
 	created_at, started_at, finished_at, updated_at, deadline, "deferrable", fallback_models,
-	metadata, lease_owner, lease_expires_at, batch_id, lane, lane_reason`
+	metadata, lease_owner, lease_expires_at, lease_token, phase, batch_id, lane, lane_reason,
+	sched_key, est_prompt_tokens, est_output_tokens, retries, model_index, rate_limited`
 
 // Job rebuilds the wire job from the record (Model and MaxOutputTokens
 // are read from the body).
@@ -192,11 +260,18 @@ func (s *Store) queryJob(ctx context.Context, sql string, args ...any) (*JobReco
 	return r, err
 }
 
-// dataError marks errors from data Postgres refuses (class 22) as ErrInvalidJob.
+// dataError marks errors from data Postgres refuses (SQLSTATE class 22,
+// data exception, and 54, program limit exceeded) as ErrInvalidJob.
 func dataError(op string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22") {
+	if permanent(err) {
 		return fmt.Errorf("store: %s: %w: %w", op, ErrInvalidJob, err)
 	}
 	return fmt.Errorf("store: %s: %w", op, err)
+}
+
+// permanent reports an error that no retry can change: Postgres refused
+// the data itself.
+func permanent(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "54"))
 }

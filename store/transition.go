@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/llmq/llmq"
@@ -19,7 +18,7 @@ import (
 // statement text constant and lets the planner match the partial indexes
 // on status.
 //
-// Rows are created queued (Insert, Claim, InsertOutbox); that is not a
+// Rows are created queued (Insert, Ingest, InsertOutbox); that is not a
 // transition.
 type transition struct {
 	// Op names the store operation (a test runs each one against every
@@ -95,25 +94,31 @@ func sqlIn(ss ...llmq.Status) string {
 // The store's transitions. Where an operation names its from-statuses, it
 // makes only some of the moves the table allows.
 var (
-	tClaim            = declare("Claim", llmq.StatusRunning)
-	tRelease          = declare("Release", llmq.StatusQueued, llmq.StatusRunning, llmq.StatusRetrying)
-	tMarkRetrying     = declare("MarkRetrying", llmq.StatusRetrying)
-	tStoreResult      = declare("StoreResult", llmq.StatusSucceeded)
-	tMarkFailed       = declare("MarkFailed", llmq.StatusFailed)
-	tMarkDeadLettered = declare("MarkDeadLettered", llmq.StatusDeadLettered)
-	tMarkExpired      = declare("MarkExpired", llmq.StatusExpired)
-	// ExpireOverdue sweeps jobs still waiting in the broker; a job a worker
-	// holds is expired by that worker.
-	tExpireOverdue = declare("ExpireOverdue", llmq.StatusExpired, llmq.StatusQueued)
-	tCancel        = declare("Cancel", llmq.StatusCancelled)
-	tMarkBatched   = declare("MarkBatched", llmq.StatusBatched, llmq.StatusQueued)
-	tUnbatch       = declare("Unbatch", llmq.StatusQueued, llmq.StatusBatched)
-	// RouteToBatch acts on a job its caller has claimed: to queued for the
-	// collector, or to batched when the job is reserved for a batch the
-	// provider accepted.
-	tRouteToBatch         = declare("RouteToBatch", llmq.StatusQueued, llmq.StatusRunning)
-	tRouteToBatchAccepted = declare("RouteToBatch (accepted batch)", llmq.StatusBatched, llmq.StatusRunning)
-	tMarkBatchSubmitted   = declare("MarkBatchSubmitted", llmq.StatusBatched)
+	// Claim takes queued jobs only: a job whose holder died is reaped back
+	// to queued first (ReapExpired).
+	tClaim = declare("Claim", llmq.StatusRunning, llmq.StatusQueued)
+	// The holder's moves (fenced to its lease token).
+	tMarkCalling  = declare("MarkCalling", llmq.StatusRunning, llmq.StatusRunning, llmq.StatusRetrying)
+	tMarkRetrying = declare("MarkRetrying", llmq.StatusRetrying, llmq.StatusRunning)
+	tRelease      = declare("Release", llmq.StatusQueued, llmq.StatusRunning, llmq.StatusRetrying)
+	tMarkFailed   = declare("MarkFailed", llmq.StatusFailed, llmq.StatusRunning, llmq.StatusRetrying)
+	tMarkExpired  = declare("MarkExpired", llmq.StatusExpired, llmq.StatusRunning, llmq.StatusRetrying)
+	tDeadLetter   = declare("RecordDeadLetter (held)", llmq.StatusDeadLettered, llmq.StatusRunning, llmq.StatusRetrying)
+	// StoreResult is accepted whatever the lease (a paid answer counts,
+	// even from a holder whose lease lapsed and was reaped), never over a
+	// terminal state.
+	tStoreResult = declare("StoreResult", llmq.StatusSucceeded)
+	// ReapExpired hands back the jobs whose holder stopped renewing.
+	tReapExpired = declare("ReapExpired", llmq.StatusQueued, llmq.StatusRunning, llmq.StatusRetrying)
+	// MarkDeadLettered ends a job nobody holds (a message the broker gave
+	// up on, an unpublishable outbox row); a held job is dead-lettered by
+	// its holder through RecordDeadLetter.
+	tMarkDeadLettered = declare("MarkDeadLettered", llmq.StatusDeadLettered, llmq.StatusQueued)
+	// ExpireOverdue sweeps queued jobs; a job a worker holds is expired by
+	// that worker.
+	tExpireOverdue      = declare("ExpireOverdue", llmq.StatusExpired, llmq.StatusQueued)
+	tCancel             = declare("Cancel", llmq.StatusCancelled)
+	tMarkBatchSubmitted = declare("MarkBatchSubmitted", llmq.StatusBatched, llmq.StatusQueued)
 	// IngestBatch and PullBack act on the jobs inside a batch only.
 	tIngestResult     = declare("IngestBatch (result)", llmq.StatusSucceeded, llmq.StatusBatched)
 	tIngestLive       = declare("IngestBatch (live)", llmq.StatusQueued, llmq.StatusBatched)
@@ -134,15 +139,3 @@ var leasedIn = func() string {
 	}
 	return sqlIn(ss...)
 }()
-
-// common renders as an SQL list the from-statuses two transitions made by
-// one statement share.
-func common(a, b *transition) string {
-	var ss []llmq.Status
-	for _, f := range a.From {
-		if slices.Contains(b.From, f) {
-			ss = append(ss, f)
-		}
-	}
-	return sqlIn(ss...)
-}

@@ -16,8 +16,9 @@ import (
 	"github.com/llmq/llmq/store"
 )
 
-// holder is the worker whose lease the seeded jobs carry.
-const holder = "w0"
+// holderToken is the lease token of the seeded jobs: the holder acts with
+// it, a stale holder with the one before.
+const holderToken = 5
 
 // transitionCase says how the table test drives one store operation.
 type transitionCase struct {
@@ -27,11 +28,18 @@ type transitionCase struct {
 	// deadline, when set, is the seeded job's deadline relative to now
 	// (the sweeps act on deadlines; other jobs keep one far ahead).
 	deadline time.Duration
-	// lease reports whether the operation's lease check lets actor move a
-	// job in status from whose lease (held by holder) is live or expired.
-	lease func(from llmq.Status, actor string, live bool) bool
-	// run performs the operation on job id as actor.
-	run func(b *testBundle, id, actor string) error
+	// ownDB runs the case in a database of its own (a sweep over leases,
+	// which every other case's jobs carry).
+	ownDB bool
+	// lease reports whether the operation's lease check lets the caller
+	// (the holder, or a stale holder) move a job whose lease is live or
+	// expired.
+	lease func(holder, live bool) bool
+	// fenced operations answer a refusal on a job that is not terminal
+	// with ErrLeaseLost.
+	fenced bool
+	// run performs the operation on job id with lease token token.
+	run func(b *testBundle, id string, token int64) error
 	// quiet reports the statuses from which a refusal is answered without
 	// an error (the job is already where the caller wants it). nil: none.
 	quiet func(from llmq.Status) bool
@@ -40,102 +48,100 @@ type transitionCase struct {
 	bulk bool
 }
 
-func anyActor(llmq.Status, string, bool) bool { return true }
+func anyone(bool, bool) bool { return true }
 
-// leaseHolder: only the holder may act, whether its lease is live or not.
-func leaseHolder(_ llmq.Status, actor string, _ bool) bool { return actor == holder }
+// theHolder: only the current holder may act, whether its lease is live or
+// not (a lease that expired but was not reaped is still its).
+func theHolder(holder, _ bool) bool { return holder }
 
 func transitionCases(t *testing.T) map[string]transitionCase {
-	single := func(run func(b *testBundle, id, actor string) error) func(*testBundle, string, string) error {
-		return run
+	lease := func(id string, token int64) store.Lease {
+		return store.Lease{Key: acme(id), Token: token}
 	}
-	terminal := func(op func(b *testBundle, id string) error) transitionCase {
-		return transitionCase{lease: anyActor, run: func(b *testBundle, id, _ string) error { return op(b, id) }}
+	fenced := func(run func(b *testBundle, l store.Lease) error) transitionCase {
+		return transitionCase{lease: theHolder, fenced: true, run: func(b *testBundle, id string, token int64) error {
+			return run(b, lease(id, token))
+		}}
+	}
+	unfenced := func(op func(b *testBundle, id string) error) transitionCase {
+		return transitionCase{lease: anyone, run: func(b *testBundle, id string, _ int64) error { return op(b, id) }}
 	}
 	ingest := func(in func(id string) store.BatchIngest) transitionCase {
-		return transitionCase{batch: store.BatchInProgress, lease: anyActor, bulk: true,
-			run: func(b *testBundle, id, _ string) error {
+		return transitionCase{batch: store.BatchInProgress, lease: anyone, bulk: true,
+			run: func(b *testBundle, id string, _ int64) error {
 				_, err := b.store.IngestBatch(b.ctx, in(id))
 				return err
 			}}
 	}
-	inBatchLane := func(from llmq.Status) bool { return from == llmq.StatusQueued || from == llmq.StatusBatched }
+	held := fenced(func(b *testBundle, l store.Lease) error {
+		d := newLetter(l.ID, l.Tenant, "retries_exhausted")
+		d.LeaseToken = l.Token
+		_, _, err := b.store.RecordDeadLetter(b.ctx, d)
+		return err
+	})
+	held.quiet = func(from llmq.Status) bool { return from == llmq.StatusDeadLettered }
 	return map[string]transitionCase{
-		"Claim": {
-			// A queued job is not held; a leased one is claimed by its
-			// holder, or by anyone once the lease has expired.
-			lease: func(from llmq.Status, actor string, live bool) bool {
-				return !from.Leased() || !live || actor == holder
-			},
-			run: single(func(b *testBundle, id, actor string) error {
-				_, err := b.store.Claim(b.ctx, newJob(t, id), actor, time.Minute)
-				return err
-			}),
-		},
-		"Release": {lease: leaseHolder, run: func(b *testBundle, id, actor string) error {
-			return b.store.Release(b.ctx, id, actor)
+		// The claim takes the seeded job by its model, which is its id.
+		"Claim": {lease: anyone, bulk: true, run: func(b *testBundle, id string, _ int64) error {
+			_, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: id, Owner: "w1", Lease: time.Minute, Limit: 1})
+			return err
 		}},
-		"MarkRetrying": {lease: leaseHolder, run: func(b *testBundle, id, actor string) error {
-			return b.store.MarkRetrying(b.ctx, id, actor, "rate_limited", "429")
-		}},
-		"StoreResult": {lease: anyActor, quiet: func(from llmq.Status) bool { return from == llmq.StatusSucceeded },
-			run: func(b *testBundle, id, _ string) error {
-				_, err := b.store.StoreResult(b.ctx, id, store.Result{Response: json.RawMessage(`{}`)})
+		"MarkCalling": fenced(func(b *testBundle, l store.Lease) error {
+			_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+			return err
+		}),
+		"MarkRetrying": fenced(func(b *testBundle, l store.Lease) error {
+			return b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1}, "rate_limited", "429")
+		}),
+		"Release":                 fenced(func(b *testBundle, l store.Lease) error { return b.store.Release(b.ctx, l) }),
+		"MarkFailed":              fenced(func(b *testBundle, l store.Lease) error { return b.store.MarkFailed(b.ctx, l, "bad_request", "400") }),
+		"MarkExpired":             fenced(func(b *testBundle, l store.Lease) error { return b.store.MarkExpired(b.ctx, l, "too late") }),
+		"RecordDeadLetter (held)": held,
+		"StoreResult": {lease: anyone, quiet: func(from llmq.Status) bool { return from == llmq.StatusSucceeded },
+			run: func(b *testBundle, id string, _ int64) error {
+				_, err := b.store.StoreResult(b.ctx, acme(id), store.Result{Response: json.RawMessage(`{}`)})
 				return err
 			}},
-		"MarkFailed": terminal(func(b *testBundle, id string) error {
-			return b.store.MarkFailed(b.ctx, id, "bad_request", "400")
+		"ReapExpired": {ownDB: true, lease: func(_, live bool) bool { return !live }, bulk: true,
+			run: func(b *testBundle, _ string, _ int64) error {
+				_, err := b.store.ReapExpired(b.ctx)
+				return err
+			}},
+		"MarkDeadLettered": unfenced(func(b *testBundle, id string) error {
+			return b.store.MarkDeadLettered(b.ctx, acme(id), "delivery_limit", "gave up")
 		}),
-		"MarkDeadLettered": terminal(func(b *testBundle, id string) error {
-			return b.store.MarkDeadLettered(b.ctx, id, "retries_exhausted", "gave up")
-		}),
-		"MarkExpired": terminal(func(b *testBundle, id string) error { return b.store.MarkExpired(b.ctx, id) }),
-		"ExpireOverdue": {deadline: -time.Second, lease: anyActor, bulk: true, run: func(b *testBundle, _, _ string) error {
+		"ExpireOverdue": {deadline: -time.Second, lease: anyone, bulk: true, run: func(b *testBundle, _ string, _ int64) error {
 			_, err := b.store.ExpireOverdue(b.ctx)
 			return err
 		}},
-		"Cancel": terminal(func(b *testBundle, id string) error {
+		"Cancel": unfenced(func(b *testBundle, id string) error {
 			_, err := b.store.Cancel(b.ctx, "acme", id)
 			return err
 		}),
-		"MarkBatched": {lease: anyActor, bulk: true, run: func(b *testBundle, id, _ string) error {
-			_, err := b.store.MarkBatched(b.ctx, "lb-marked", "test", []string{id})
-			return err
-		}},
-		"Unbatch": terminal(func(b *testBundle, id string) error { return b.store.Unbatch(b.ctx, id, "test") }),
-		"RouteToBatch": {lease: leaseHolder, run: func(b *testBundle, id, actor string) error {
-			_, err := b.store.RouteToBatch(b.ctx, id, actor, "batch: test")
-			return err
-		}},
-		"RouteToBatch (accepted batch)": {batch: store.BatchInProgress, lease: leaseHolder, quiet: inBatchLane,
-			run: func(b *testBundle, id, actor string) error {
-				_, err := b.store.RouteToBatch(b.ctx, id, actor, "batch: test")
-				return err
-			}},
-		"MarkBatchSubmitted": {batch: store.BatchSubmitting, lease: anyActor, bulk: true,
-			run: func(b *testBundle, id, _ string) error {
+		"MarkBatchSubmitted": {batch: store.BatchSubmitting, lease: anyone, bulk: true,
+			run: func(b *testBundle, id string, _ int64) error {
 				_, err := b.store.MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: batchOf(id), ProviderBatchID: "batch_" + id,
 					Status: store.BatchValidating})
 				return err
 			}},
 		"IngestBatch (result)": ingest(func(id string) store.BatchIngest {
-			return store.BatchIngest{BatchID: batchOf(id), Results: []store.BatchResult{{JobID: id, Response: []byte(`{}`)}}}
+			return store.BatchIngest{BatchID: batchOf(id), Results: []store.BatchResult{{Job: acme(id), Response: []byte(`{}`)}}}
 		}),
 		"IngestBatch (live)": ingest(func(id string) store.BatchIngest {
-			return store.BatchIngest{BatchID: batchOf(id), Live: []store.BatchReturn{{JobID: id, Reason: "live: test"}}}
+			return store.BatchIngest{BatchID: batchOf(id), Live: []store.BatchReturn{{Job: acme(id), Reason: "live: test"}}}
 		}),
 		"IngestBatch (dead letter)": ingest(func(id string) store.BatchIngest {
-			return store.BatchIngest{BatchID: batchOf(id), DeadLetter: []store.BatchReturn{{JobID: id, Code: "c", Reason: "test"}}}
+			return store.BatchIngest{BatchID: batchOf(id), DeadLetter: []store.BatchReturn{{Job: acme(id), Code: "c", Reason: "test"}}}
 		}),
-		"PullBack": {batch: store.BatchInProgress, deadline: time.Hour, lease: anyActor, bulk: true,
-			run: func(b *testBundle, _, _ string) error {
+		"PullBack": {batch: store.BatchInProgress, deadline: time.Hour, lease: anyone, bulk: true,
+			run: func(b *testBundle, _ string, _ int64) error {
 				soon := b.clock.Now().Add(2 * time.Hour)
 				_, err := b.store.PullBack(b.ctx, soon, soon, "live: test")
 				return err
 			}},
-		"Requeue": {lease: anyActor, quiet: func(from llmq.Status) bool { return from == llmq.StatusQueued },
-			run: func(b *testBundle, id, _ string) error {
-				_, err := b.store.Requeue(b.ctx, id)
+		"Requeue": {lease: anyone, quiet: func(from llmq.Status) bool { return from == llmq.StatusQueued },
+			run: func(b *testBundle, id string, _ int64) error {
+				_, err := b.store.Requeue(b.ctx, "acme", id)
 				return err
 			}},
 	}
@@ -145,15 +151,16 @@ func batchOf(id string) string { return "lb-" + id }
 
 // seeded is one job the table test seeds.
 type seeded struct {
-	id    string
-	from  llmq.Status
-	actor string
-	live  bool
+	id     string
+	from   llmq.Status
+	holder bool
+	live   bool
 }
 
-// seed records the jobs, all in one round trip: each in its status, leased
-// by holder (live for another minute, or expired a second ago), last
-// updated an hour ago, and in a batch of status c.batch when set.
+// seed records the jobs, all in one round trip: each in its status, of
+// model id, leased with token holderToken (live for another minute, or
+// expired a second ago), last updated an hour ago, and in a batch of
+// status c.batch when set.
 func (c transitionCase) seed(t *testing.T, b *testBundle, jobs []seeded) {
 	t.Helper()
 	now := b.clock.Now()
@@ -175,24 +182,24 @@ func (c transitionCase) seed(t *testing.T, b *testBundle, jobs []seeded) {
 			d := now.Add(c.deadline)
 			deadline = &d
 		}
-		batch.Queue(`UPDATE jobs SET status = $2, lease_owner = $3, lease_expires_at = $4,
+		batch.Queue(`UPDATE jobs SET status = $2, lease_owner = 'w0', lease_expires_at = $3, lease_token = $4,
 			batch_id = $5, lane = $6, deadline = coalesce($7, deadline), updated_at = $8 WHERE id = $1`,
-			j.id, string(j.from), holder, expires, batchID, lane, deadline, now.Add(-time.Hour))
+			j.id, string(j.from), expires, holderToken, batchID, lane, deadline, now.Add(-time.Hour))
 	}
 	require.NoError(t, b.store.Pool().SendBatch(b.ctx, batch).Close())
 }
 
 // insertSQL records a job as newJob would, but without the store (the
-// table test seeds straight into the table).
+// table test seeds straight into the table), of model $1 (its id).
 const insertSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at, updated_at,
-	deadline, fallback_models)
-VALUES ($1, 'acme', 'queued', 'high', 'big',
+	deadline, fallback_models, sched_key)
+VALUES ($1, 'acme', 'queued', 'high', $1,
 	'{"model":"big","messages":[{"role":"user","content":"hi"}],"max_tokens":64}', now(), now(),
-	'2027-01-02T03:04:05Z', '{small}')`
+	'2027-01-02T03:04:05Z', '{small}', now())`
 
 // TestEveryTransitionObeysTheTable runs every status change the store
 // makes (store.Transitions) on a job seeded in each status, as the lease
-// holder and as another worker, with the lease live and expired. A job
+// holder and as a stale holder, with the lease live and expired. A job
 // moves iff its status is one the operation declares and the lease check
 // lets the caller act; every declared move is legal by llmq.CanTransition
 // (the replay of a dead letter is the one declared exception); refusals
@@ -222,61 +229,56 @@ func TestEveryTransitionObeysTheTable(t *testing.T) {
 		}
 	}
 
-	// One database for all operations: each acts on its own jobs (by id or
-	// batch); of the sweeps, ExpireOverdue finds only its jobs overdue and
-	// PullBack only its own near their deadline in the batch lane.
-	b := setup(t)
+	// One database for all operations but the lease sweep: each acts on
+	// its own jobs (by id, model or batch); of the sweeps, ExpireOverdue
+	// finds only its jobs overdue and PullBack only its own near their
+	// deadline in the batch lane.
+	shared := setup(t)
 	for _, tr := range store.Transitions() {
 		c := cases[tr.Op]
 		t.Run(tr.Op, func(t *testing.T) {
 			t.Parallel()
-			variants := []struct {
-				actor string
-				live  bool
-			}{{holder, true}, {"w1", true}, {"w1", false}}
+			b := shared
+			if c.ownDB {
+				b = setup(t)
+			}
+			variants := []struct{ holder, live bool }{{true, true}, {false, true}, {true, false}}
 			var jobs []seeded
 			for _, from := range llmq.Statuses {
 				for _, v := range variants {
-					id := fmt.Sprintf("%s.%s.%s.%t", strings.NewReplacer(" (", ".", ")", "", " ", "").Replace(tr.Op), from, v.actor, v.live)
-					jobs = append(jobs, seeded{id, from, v.actor, v.live})
+					id := fmt.Sprintf("%s.%s.%t.%t", strings.NewReplacer(" (", ".", ")", "", " ", "").Replace(tr.Op), from, v.holder, v.live)
+					jobs = append(jobs, seeded{id, from, v.holder, v.live})
 				}
 			}
 			c.seed(t, b, jobs)
 			for _, j := range jobs {
 				id, from := j.id, j.from
-				{
-					err := c.run(b, id, j.actor)
-					rec, gerr := b.store.GetByID(b.ctx, id)
-					require.NoError(t, gerr)
-					declared := slices.Contains(tr.From, from)
-					want := declared && c.lease(from, j.actor, j.live)
-					moved := rec.UpdatedAt.Equal(b.clock.Now())
-					require.Equal(t, want, moved, "%s: moved", id)
-					if moved {
-						require.NoError(t, err, id)
-						require.Equal(t, tr.To, rec.Status, id)
-						continue
-					}
-					require.Equal(t, from, rec.Status, "%s: a refused move changes nothing", id)
-					switch {
-					case c.bulk || (c.quiet != nil && c.quiet(from)):
-						require.NoError(t, err, id)
-					case declared:
-						require.ErrorIs(t, err, store.ErrLeased, id)
-					case tr.To == llmq.StatusRunning && from == llmq.StatusBatched:
-						require.ErrorIs(t, err, store.ErrBatched, id)
-					default:
-						var ite *store.IllegalTransitionError
-						if !errors.As(err, &ite) {
-							// RouteToBatch: a job of the live lane the
-							// caller does not hold.
-							require.ErrorIs(t, err, store.ErrLeased, id)
-							require.False(t, from.Terminal(), id)
-							continue
-						}
-						require.Equal(t, from, ite.From, id)
-						require.Equal(t, from.Terminal(), errors.Is(err, store.ErrTerminal), id)
-					}
+				token := int64(holderToken)
+				if !j.holder {
+					token--
+				}
+				err := c.run(b, id, token)
+				rec := b.get(t, id)
+				declared := slices.Contains(tr.From, from)
+				want := declared && c.lease(j.holder, j.live)
+				moved := rec.UpdatedAt.Equal(b.clock.Now())
+				require.Equal(t, want, moved, "%s: moved", id)
+				if moved {
+					require.NoError(t, err, id)
+					require.Equal(t, tr.To, rec.Status, id)
+					continue
+				}
+				require.Equal(t, from, rec.Status, "%s: a refused move changes nothing", id)
+				switch {
+				case c.bulk || (c.quiet != nil && c.quiet(from)):
+					require.NoError(t, err, id)
+				case c.fenced && !from.Terminal():
+					require.ErrorIs(t, err, store.ErrLeaseLost, id)
+				default:
+					var ite *store.IllegalTransitionError
+					require.ErrorAs(t, err, &ite, id)
+					require.Equal(t, from, ite.From, id)
+					require.Equal(t, from.Terminal(), errors.Is(err, store.ErrTerminal), id)
 				}
 			}
 		})

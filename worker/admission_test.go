@@ -13,16 +13,17 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
 	"github.com/llmq/llmq/worker"
 )
 
 // tightModel has a 1 RPM lane (strategy rpm: one request now, the next a
 // minute later), so that on the worker's fake clock each Advance of a
-// minute admits exactly one job and the order of admissions is the
-// scheduler's.
+// minute lets the scheduler claim, and the lane admit, exactly one job: the
+// order of the calls is the claim order of Postgres.
 const tightModel = "tight"
 
-// admissionBundle is a worker whose lanes run on a fake clock.
+// admissionBundle is a worker and a store on one fake clock.
 type admissionBundle struct {
 	*testBundle
 	w     *worker.Worker
@@ -30,14 +31,18 @@ type admissionBundle struct {
 	ctx   context.Context
 }
 
-func setupAdmission(t *testing.T, seed uint64, agingStep time.Duration) *admissionBundle {
+func setupAdmission(t *testing.T, seed uint64, order store.Order) *admissionBundle {
 	t.Helper()
 	// The simulator sends no rate-limit headers (no limits), which would
 	// recalibrate the lane to the simulator's own quota.
 	tb := setup(t, upstreamsim.Config{Seed: seed, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 	clock := clockwork.NewFakeClockAt(time.Now())
+	st, err := store.Open(context.Background(), storetest.NewDB(t), store.WithClock(clock), store.WithOrder(order))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	tb.store, tb.letters.store = st, st
 	w := tb.start(t, func(c *worker.Config) {
-		c.Clock, c.Strategy, c.AgingStep = clock, shaping.StrategyRPM, agingStep
+		c.Store, c.Clock, c.Strategy = st, clock, shaping.StrategyRPM
 		c.Catalog.Default = llmq.Model{RPM: 1}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -49,27 +54,33 @@ func setupAdmission(t *testing.T, seed uint64, agingStep time.Duration) *admissi
 	return ab
 }
 
-// holding waits until the lane's dispatcher waits on the clock for the
-// next minute with one job and queued jobs wait behind it.
-func (ab *admissionBundle) holding(t *testing.T, queued int) {
+// record publishes jobs and waits until they are recorded in Postgres (at
+// the clock's time).
+func (ab *admissionBundle) record(t *testing.T, jobs map[string]string) {
 	t.Helper()
-	// The gauges' ticker is the other waiter.
-	require.NoError(t, ab.clock.BlockUntilContext(ab.ctx, 2))
-	deadline := time.Now().Add(10 * time.Second)
-	for got := ab.w.Waiting(tightModel); got != queued; got = ab.w.Waiting(tightModel) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d jobs queued, want %d", got, queued)
-		}
-		time.Sleep(time.Millisecond) // polling the worker's queue; not a correctness wait
+	for id, extra := range jobs {
+		ab.publish(t, jobJSON(id, tightModel, extra))
 	}
+	require.Eventually(t, func() bool {
+		return ab.count(t, fmt.Sprintf(`requested_model = '%s' AND id <> 'plug'`, tightModel)) == len(jobs)
+	}, 10*time.Second, time.Millisecond)
 }
 
-// next lets the lane admit one more job and returns the id of the job that
-// finished, checking that it is the only one.
+// lead records a job that the idle lane claims at once and holds, waiting
+// for the next minute: the jobs recorded after it wait queued in Postgres.
+func (ab *admissionBundle) lead(t *testing.T) {
+	t.Helper()
+	ab.publish(t, jobJSON("lead", tightModel, ""))
+	require.Eventually(t, func() bool { return ab.count(t, `id = 'lead' AND status = 'running'`) == 1 },
+		10*time.Second, time.Millisecond)
+}
+
+// next lets a minute pass (and a second: the bucket's refill is floating
+// point) and returns the id of the one job that finished.
 func (ab *admissionBundle) next(t *testing.T, ids []string) string {
 	t.Helper()
 	before := ab.succeeded(t, ids)
-	ab.clock.Advance(time.Minute)
+	ab.clock.Advance(time.Minute + time.Second)
 	var done []string
 	require.Eventually(t, func() bool {
 		done = ab.succeeded(t, ids)
@@ -89,7 +100,7 @@ func (ab *admissionBundle) succeeded(t *testing.T, ids []string) []string {
 	t.Helper()
 	var out []string
 	for _, id := range ids {
-		rec, err := ab.store.GetByID(context.Background(), id)
+		rec, err := ab.store.Get(context.Background(), llmq.DefaultTenant, id)
 		if err == nil && rec.Status == llmq.StatusSucceeded {
 			out = append(out, id)
 		}
@@ -108,89 +119,77 @@ func contains(ids []string, id string) bool {
 
 func withPriority(p llmq.Priority) string { return fmt.Sprintf(`,"priority":%q`, p) }
 
-// TestWorkerAdmitsByPriority: low jobs queued first, high jobs queued after
-// them, on a lane that admits one job a minute: once the low job already
-// in the lane is through, both high jobs go before the other low ones.
-func TestWorkerAdmitsByPriority(t *testing.T) {
+// TestWorkerClaimsByPriority: low jobs queued first, high jobs queued after
+// them, on a lane that admits one job a minute: once the job the lane held
+// is through, both high jobs go before the low ones; the backlog waits
+// queued in Postgres, not running.
+func TestWorkerClaimsByPriority(t *testing.T) {
 	t.Parallel()
-	ab := setupAdmission(t, 21, time.Hour) // no aging within this test
-	lows := []string{"low-1", "low-2", "low-3"}
-	highs := []string{"high-1", "high-2"}
-	for _, id := range lows {
-		ab.publish(t, jobJSON(id, tightModel, withPriority(llmq.PriorityLow)))
-	}
-	ab.holding(t, 2)
-	for _, id := range highs {
-		ab.publish(t, jobJSON(id, tightModel, withPriority(llmq.PriorityHigh)))
-	}
-	ab.holding(t, 4)
+	ab := setupAdmission(t, 21, store.Order{AgingStep: time.Hour}) // no aging within this test
+	ab.lead(t)
+	low, high := withPriority(llmq.PriorityLow), withPriority(llmq.PriorityHigh)
+	jobs := map[string]string{"lead": "", "low-1": low, "low-2": low, "low-3": low}
+	ab.record(t, jobs)
+	ab.clock.Advance(time.Second)
+	jobs["high-1"], jobs["high-2"] = high, high
+	ab.record(t, jobs)
+	require.Equal(t, 1, ab.count(t, `status = 'running'`), "nothing is claimed that the lane cannot admit soon")
+	require.Equal(t, store.WaitingReasonProviderQuota, ab.get(t, "low-1").WaitingReason)
 
-	all := append(append([]string(nil), lows...), highs...)
-	first := ab.next(t, all)
-	require.Contains(t, lows, first, "the low job the lane held before the high ones came")
-	ab.holding(t, 3)
-	require.Contains(t, highs, ab.next(t, all))
-	ab.holding(t, 2)
-	require.Contains(t, highs, ab.next(t, all))
-	ab.holding(t, 1)
-	require.Contains(t, lows, ab.next(t, all))
-	ab.holding(t, 0)
-	require.Contains(t, lows, ab.next(t, all))
-	require.EqualValues(t, 6, ab.sim.Sim.Stats().Models[tightModel].Accepted, "one call per job")
+	all := []string{"lead", "low-1", "low-2", "low-3", "high-1", "high-2"}
+	require.Equal(t, "lead", ab.next(t, all))
+	first, second := ab.next(t, all), ab.next(t, all)
+	require.ElementsMatch(t, []string{"high-1", "high-2"}, []string{first, second})
+	for range 3 {
+		require.Contains(t, []string{"low-1", "low-2", "low-3"}, ab.next(t, all))
+	}
+	require.EqualValues(t, 7, ab.sim.Sim.Stats().Models[tightModel].Accepted, "one call per job")
 }
 
-// TestWorkerAgingLetsALowJobPass: with an aging step of one minute, a low
-// job queued at T0 ranks with a high job queued at T0+2min, and wins the
-// tie by arriving first; until then fresher high jobs pass it.
+// TestWorkerAgingLetsALowJobPass: with an aging step of 10 s, a low job
+// recorded at T0 sorts at T0+20s: after a high job recorded at T0+15s, and
+// before one recorded at T0+25s.
 func TestWorkerAgingLetsALowJobPass(t *testing.T) {
 	t.Parallel()
-	ab := setupAdmission(t, 22, time.Minute)
+	ab := setupAdmission(t, 22, store.Order{AgingStep: 10 * time.Second})
+	ab.lead(t)
 	high := withPriority(llmq.PriorityHigh)
-	ids := []string{"h-0", "h-1", "h-2", "h-3", "low"}
-	ab.publish(t, jobJSON("h-0", tightModel, high))
-	ab.holding(t, 0) // h-0 waits in the lane for T0+1min
-	ab.publish(t, jobJSON("low", tightModel, withPriority(llmq.PriorityLow)))
-	ab.publish(t, jobJSON("h-1", tightModel, high))
-	ab.holding(t, 2)
+	jobs := map[string]string{"lead": "", "low": withPriority(llmq.PriorityLow)}
+	ab.record(t, jobs)
+	ab.clock.Advance(15 * time.Second)
+	jobs["h-15"] = high
+	ab.record(t, jobs)
+	ab.clock.Advance(10 * time.Second)
+	jobs["h-25"] = high
+	ab.record(t, jobs)
 
-	// T0+1min: low ranks 2-1 = 1, h-1 (queued at T0) 0-1 = -1.
-	require.Equal(t, "h-0", ab.next(t, ids))
-	ab.holding(t, 1)
-	ab.publish(t, jobJSON("h-2", tightModel, high))
-	ab.holding(t, 2)
-	// T0+2min: low ranks 2-2 = 0, h-2 (queued at T0+1min) 0-1 = -1.
-	require.Equal(t, "h-1", ab.next(t, ids))
-	ab.holding(t, 1)
-	ab.publish(t, jobJSON("h-3", tightModel, high))
-	ab.holding(t, 2)
-	// T0+3min: low ranks 2-3 = -1, h-3 (queued at T0+2min) 0-1 = -1: a
-	// tie, and low came first.
-	require.Equal(t, "h-2", ab.next(t, ids))
-	ab.holding(t, 1)
+	ids := []string{"lead", "low", "h-15", "h-25"}
+	require.Equal(t, "lead", ab.next(t, ids))
+	require.Equal(t, "h-15", ab.next(t, ids))
 	require.Equal(t, "low", ab.next(t, ids))
-	ab.holding(t, 0)
-	require.Equal(t, "h-3", ab.next(t, ids))
+	require.Equal(t, "h-25", ab.next(t, ids))
 }
 
-// TestWorkerExpiresAJobThatCannotStartByItsDeadline: the lane's next
-// request is a minute away; a job whose deadline comes sooner is expired at
-// admission without any call, and one whose deadline leaves time waits and
-// runs.
-func TestWorkerExpiresAJobThatCannotStartByItsDeadline(t *testing.T) {
+// TestWorkerExpiresOverdueQueuedJobs: a queued job whose deadline passes
+// before the lane has room for it is expired by the reaper, without a
+// call; one whose deadline leaves time runs.
+func TestWorkerExpiresOverdueQueuedJobs(t *testing.T) {
 	t.Parallel()
-	ab := setupAdmission(t, 23, 0)
+	ab := setupAdmission(t, 23, store.Order{})
+	ab.lead(t)
 	deadline := func(d time.Duration) string {
 		return `,"deadline":"` + ab.clock.Now().Add(d).UTC().Format(time.RFC3339Nano) + `"`
 	}
-	ab.publish(t, jobJSON("too-late", tightModel, deadline(30*time.Second)))
+	ab.record(t, map[string]string{"lead": "", "too-late": deadline(30 * time.Second)})
+	ab.clock.Advance(35 * time.Second) // the reaper sweeps every 5 s
 	rec := ab.waitTerminal(t, []string{"too-late"}, 10*time.Second)["too-late"]
 	require.Equal(t, llmq.StatusExpired, rec.Status)
 	require.Equal(t, store.ErrorCodeExpired, rec.ErrorCode)
-	require.Empty(t, rec.UsedModel)
+	require.Zero(t, rec.Attempts)
 	require.EqualValues(t, 1, ab.sim.Sim.Stats().Models[tightModel].Accepted, "the plug's call only")
 
-	ab.publish(t, jobJSON("in-time", tightModel, deadline(5*time.Minute)))
-	ab.holding(t, 0)
-	require.Equal(t, "in-time", ab.next(t, []string{"in-time"}))
-	require.EqualValues(t, 2, ab.sim.Sim.Stats().Models[tightModel].Accepted)
+	ab.record(t, map[string]string{"lead": "", "too-late": "", "in-time": deadline(5 * time.Minute)})
+	require.Equal(t, "lead", ab.next(t, []string{"lead", "in-time"}))
+	require.Equal(t, "in-time", ab.next(t, []string{"lead", "in-time"}))
+	require.EqualValues(t, 3, ab.sim.Sim.Stats().Models[tightModel].Accepted)
 }

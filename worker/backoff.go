@@ -14,8 +14,9 @@ type Backoff struct {
 	Base time.Duration
 	// Max caps the jitter window. Default 30s.
 	Max time.Duration
-	// MaxRetryAfter caps how long a server's Retry-After is honoured; a
-	// longer advice is clamped to it. Default 2m (as openai-python v3.3).
+	// MaxRetryAfter caps how long a server's Retry-After is honoured, in a
+	// job's backoff and in its lane's pause after a 429; a longer (or
+	// unparseable, or infinite) advice is clamped to it. Default 10m.
 	MaxRetryAfter time.Duration
 }
 
@@ -23,7 +24,7 @@ type Backoff struct {
 const (
 	BackoffBaseDefault          = 500 * time.Millisecond
 	BackoffMaxDefault           = 30 * time.Second
-	BackoffMaxRetryAfterDefault = 2 * time.Minute
+	BackoffMaxRetryAfterDefault = 10 * time.Minute
 )
 
 // WithDefaults fills zero fields with the defaults.

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,46 +29,84 @@ const (
 	FallbackMaxWaitDefault = 2 * time.Second
 	LeaseDefault           = 2 * time.Minute
 	ShutdownTimeoutDefault = 30 * time.Second
-	leasedRecheckMax       = 30 * time.Second
-	// storeRetryDelay holds a message whose claim failed on a database
-	// error before it is handed back.
-	storeRetryDelay = time.Second
+	IngestWindowDefault    = 10000
+	IngestBatchDefault     = 256
+	IngestPrefetchDefault  = 512
+	ClaimHorizonDefault    = time.Second
+	ReapIntervalDefault    = 5 * time.Second
+	StoreRetryMaxDefault   = 30 * time.Second
+	// AgingStepDefault is how long a job waits to gain one priority level,
+	// in Postgres (store.AgingStepDefault) and in a lane's queue.
+	AgingStepDefault = store.AgingStepDefault
 )
 
-// JobStore is what the worker needs of the job store: the claim and the
-// state changes of one job. [*store.Store] implements it; its methods
-// document the transitions and errors (store.ErrTerminal, store.ErrLeased,
-// store.ErrBatched) the worker relies on.
+// JobStore is what the worker needs of the job store: ingest, claims, the
+// holder's fenced writes, the result, the sweeps and the figures of the
+// queue. [*store.Store] implements it; its methods document the
+// transitions and errors (store.ErrLeaseLost, store.ErrTerminal,
+// store.ErrInvalidJob) the worker relies on.
 type JobStore interface {
-	// Claim takes the job for owner for lease (queued, retrying or an
-	// expired or own lease → running), recording it first when absent.
-	Claim(ctx context.Context, j *llmq.Job, owner string, lease time.Duration) (*store.JobRecord, error)
-	// ExtendLease pushes owner's lease to now+lease.
-	ExtendLease(ctx context.Context, id, owner string, lease time.Duration) error
-	// Release hands owner's job back to queued.
-	Release(ctx context.Context, id, owner string) error
-	// MarkRetrying records a retryable failure (running → retrying).
-	MarkRetrying(ctx context.Context, id, owner, code, msg string) error
-	// StoreResult records the answer (→ succeeded), once.
-	StoreResult(ctx context.Context, id string, r store.Result) (stored bool, err error)
+	// Ingest records decoded jobs as queued (a duplicate is left alone).
+	Ingest(ctx context.Context, jobs []store.NewJob) (created []bool, err error)
+	// Claim takes queued jobs of one model (→ running) in claim order.
+	Claim(ctx context.Context, r store.ClaimRequest) ([]*store.JobRecord, error)
+	// Heartbeat renews the leases held of owner's jobs and returns those
+	// it renewed.
+	Heartbeat(ctx context.Context, owner string, lease time.Duration, held []store.Lease) ([]store.Lease, error)
+	// ReapExpired hands back jobs whose lease expired (→ queued).
+	ReapExpired(ctx context.Context) ([]store.Key, error)
+	// ExpireOverdue ends queued jobs whose deadline passed (→ expired).
+	ExpireOverdue(ctx context.Context) ([]store.Key, error)
+	// MarkCalling records a call before it starts (attempts + 1).
+	MarkCalling(ctx context.Context, l store.Lease, st store.PolicyState) (attempts int, err error)
+	// MarkRetrying records a retryable failure (→ retrying).
+	MarkRetrying(ctx context.Context, l store.Lease, st store.PolicyState, code, msg string) error
+	// Release hands a held job back (→ queued).
+	Release(ctx context.Context, l store.Lease) error
+	// StoreResult records the answer (→ succeeded), once, whatever the
+	// lease.
+	StoreResult(ctx context.Context, k store.Key, r store.Result) (stored bool, err error)
 	// MarkFailed records a permanent failure (→ failed).
-	MarkFailed(ctx context.Context, id, code, msg string) error
+	MarkFailed(ctx context.Context, l store.Lease, code, msg string) error
 	// MarkExpired records a job whose deadline passed before it started.
-	MarkExpired(ctx context.Context, id string) error
+	MarkExpired(ctx context.Context, l store.Lease, why string) error
+	// QueuedModels lists the models of the queued jobs; QueuedCount
+	// counts the queued jobs (the ingest window); QueueStats gives the
+	// figures of the drain estimate.
+	QueuedModels(ctx context.Context) ([]string, error)
+	QueuedCount(ctx context.Context) (int64, error)
+	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
+	// SetModelState records what a model's scheduler holds back.
+	SetModelState(ctx context.Context, st store.ModelState) error
+	// Ping tells a database that is down from a write it refuses.
+	Ping(ctx context.Context) error
 }
 
 // DeadLetterer takes the jobs that must not be retried any more: it records
 // the letter, publishes it to the dead-letter queue, marks the job
-// dead_lettered and raises an alert. [dlq.Writer] implements it.
+// dead_lettered (fenced to dlq.Letter.LeaseToken when set) and raises an
+// alert. [dlq.Writer] implements it.
 type DeadLetterer interface {
 	DeadLetter(ctx context.Context, l dlq.Letter) error
 }
 
-// Router diverts a claimed job away from the live lane (the Batch API lane
-// of package batchapi). Route returns true when it took the job: the job is
-// then in a stored state (batched) and its message may be acked.
+// Router says when deferrable jobs belong to the Batch API lane (package
+// batchapi's Router): while it holds, the worker's claims leave undecided
+// deferrable jobs queued for the batch lane's collector.
 type Router interface {
-	Route(ctx context.Context, rec *store.JobRecord) (bool, error)
+	// Hold decides at now, the live lane draining in drain.
+	Hold(now time.Time, drain time.Duration) BatchHold
+}
+
+// BatchHold is a Router's decision.
+type BatchHold struct {
+	// Hold leaves undecided deferrable jobs to the batch lane, except
+	// those whose deadline is at or before DeadlineAfter.
+	Hold          bool
+	DeadlineAfter time.Time
+	// LiveReason is recorded as the lane reason of a deferrable job the
+	// live lane takes.
+	LiveReason string
 }
 
 // Config configures a Worker. Fields marked required have no default.
@@ -81,7 +120,7 @@ type Config struct {
 	Upstream Upstream
 	// DeadLetters takes exhausted and poison jobs. Required.
 	DeadLetters DeadLetterer
-	// Router, when set, may divert deferrable jobs to the batch lane.
+	// Router, when set, holds deferrable jobs for the batch lane.
 	Router Router
 
 	// Strategy is the shaping strategy of every lane. "" = shape when a
@@ -94,11 +133,25 @@ type Config struct {
 	// Estimator counts prompt tokens. nil = a new shaping.Estimator.
 	Estimator *shaping.Estimator
 
-	// MaxInFlight bounds the messages held at once (waiting, calling or
-	// backing off). Default 256. The subscriber's prefetch should match.
+	// MaxInFlight bounds the jobs this worker holds (claimed: waiting for
+	// admission, calling or backing off). Default 256.
 	MaxInFlight int
-	// MaxAttempts bounds the upstream calls of one job, fallbacks included.
-	// Default 6.
+	// IngestWindow: ingestion pauses while Postgres holds this many queued
+	// jobs or more, so the overflow stays in the broker. Default 10,000;
+	// -1 = no window.
+	IngestWindow int
+	// IngestBatch bounds the messages recorded by one statement. Default
+	// 256.
+	IngestBatch int
+	// IngestPrefetch is the subscriber's prefetch the worker is built for
+	// (messages delivered and not yet recorded); the caller opens the
+	// subscriber with it. Default 512.
+	IngestPrefetch int
+	// ClaimHorizon: a model's scheduler claims what its lane can admit
+	// within this horizon. Default 1s.
+	ClaimHorizon time.Duration
+	// MaxAttempts bounds the upstream calls of one job, fallbacks included,
+	// over all its claims. Default 6.
 	MaxAttempts int
 	// FallbackAfter is how many rate-limited calls a model gets before the
 	// job moves to the next fallback model. Default 3.
@@ -107,19 +160,32 @@ type Config struct {
 	// Retry-After, or its lane's pause after 429s) before a job with a
 	// fallback moves on at once rather than wait. Default 2s.
 	FallbackMaxWait time.Duration
-	// Backoff shapes retry delays; zero fields take its defaults.
+	// Backoff shapes retry delays and caps every Retry-After (its
+	// MaxRetryAfter, the lane's pause after a 429 included); zero fields
+	// take its defaults.
 	Backoff Backoff
 	// RetryBudget is the retries each successful call earns across the
 	// worker (see RetryBudget). Default RetryBudgetRatioDefault.
 	RetryBudget float64
-	// Lease is how long a claim keeps other workers off a running job; it
-	// is extended before each attempt. Default 2m.
+	// Lease is how long a claim keeps other workers off a job unless
+	// renewed; a job whose worker died is claimed again once it ends.
+	// Default 2m.
 	Lease time.Duration
-	// ShutdownTimeout bounds how long Stop waits for in-flight jobs before
-	// it hands them back to the broker. Default 30s.
+	// HeartbeatInterval is how often the leases this worker holds are
+	// renewed. Default Lease/3.
+	HeartbeatInterval time.Duration
+	// ReapInterval is how often expired leases are handed back and overdue
+	// queued jobs expired. Default 5s.
+	ReapInterval time.Duration
+	// StoreRetryMax caps the wait between two tries of a write that failed
+	// on a database error (a result, above all, is retried until it
+	// lands). Default 30s.
+	StoreRetryMax time.Duration
+	// ShutdownTimeout bounds how long Stop waits for calls in flight and
+	// results being stored before it hands the rest back. Default 30s.
 	ShutdownTimeout time.Duration
-	// AgingStep is the wait that lifts a job one priority level.
-	// Default AgingStepDefault.
+	// AgingStep is the wait that lifts a job one priority level in a
+	// lane's queue. Default AgingStepDefault.
 	AgingStep time.Duration
 	// MaxMessageBytes limits one message; 0 = 1 MiB, -1 = no limit.
 	MaxMessageBytes int
@@ -131,35 +197,28 @@ type Config struct {
 	// Registerer receives the worker's metrics. nil = not registered.
 	Registerer prometheus.Registerer
 	// Clock is the worker's time: shaping waits, priority aging, backoff,
-	// deadlines, lease rechecks and the gauges' refresh. nil = the system
-	// clock.
+	// deadlines, heartbeats, sweeps, claims and the gauges' refresh. nil =
+	// the system clock.
 	Clock clockwork.Clock
 }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = MaxInFlightDefault
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = MaxAttemptsDefault
-	}
-	if c.FallbackAfter <= 0 {
-		c.FallbackAfter = FallbackAfterDefault
-	}
-	if c.FallbackMaxWait <= 0 {
-		c.FallbackMaxWait = FallbackMaxWaitDefault
-	}
+	c.MaxInFlight = cmp.Or(max(0, c.MaxInFlight), MaxInFlightDefault)
+	c.IngestWindow = cmp.Or(c.IngestWindow, IngestWindowDefault)
+	c.IngestBatch = cmp.Or(max(0, c.IngestBatch), IngestBatchDefault)
+	c.IngestPrefetch = cmp.Or(max(0, c.IngestPrefetch), IngestPrefetchDefault)
+	c.ClaimHorizon = cmp.Or(max(0, c.ClaimHorizon), ClaimHorizonDefault)
+	c.MaxAttempts = cmp.Or(max(0, c.MaxAttempts), MaxAttemptsDefault)
+	c.FallbackAfter = cmp.Or(max(0, c.FallbackAfter), FallbackAfterDefault)
+	c.FallbackMaxWait = cmp.Or(max(0, c.FallbackMaxWait), FallbackMaxWaitDefault)
 	c.Backoff = c.Backoff.WithDefaults()
-	if c.Lease <= 0 {
-		c.Lease = LeaseDefault
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = ShutdownTimeoutDefault
-	}
-	if c.AgingStep <= 0 {
-		c.AgingStep = AgingStepDefault
-	}
+	c.Lease = cmp.Or(max(0, c.Lease), LeaseDefault)
+	c.HeartbeatInterval = cmp.Or(max(0, c.HeartbeatInterval), c.Lease/3)
+	c.ReapInterval = cmp.Or(max(0, c.ReapInterval), ReapIntervalDefault)
+	c.StoreRetryMax = cmp.Or(max(0, c.StoreRetryMax), StoreRetryMaxDefault)
+	c.ShutdownTimeout = cmp.Or(max(0, c.ShutdownTimeout), ShutdownTimeoutDefault)
+	c.AgingStep = cmp.Or(max(0, c.AgingStep), AgingStepDefault)
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		c.Owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]
@@ -189,6 +248,12 @@ func (c Config) validate() error {
 	}
 	if _, err := shaping.ParseStrategy(string(c.Strategy)); err != nil {
 		errs = append(errs, fmt.Errorf("worker: Config.Strategy: %w", err))
+	}
+	if c.IngestWindow < -1 {
+		errs = append(errs, fmt.Errorf("worker: Config.IngestWindow must be positive, or -1 for none; got %d", c.IngestWindow))
+	}
+	if c.HeartbeatInterval >= c.Lease {
+		errs = append(errs, fmt.Errorf("worker: Config.HeartbeatInterval (%v) must be shorter than Config.Lease (%v)", c.HeartbeatInterval, c.Lease))
 	}
 	return errors.Join(errs...)
 }

@@ -1,8 +1,20 @@
-// Package worker consumes job messages and runs each job against a
-// rate-limited OpenAI-compatible API: decode, claim in the job store,
-// optionally route to the batch lane, wait for admission in the model's
-// lane (priority with aging, then shaping), call through an [Upstream],
-// classify the reply, then store the result and ack.
+// Package worker moves jobs from the broker through Postgres to a
+// rate-limited OpenAI-compatible API. Postgres is the queue of record once
+// a job is ingested (docs/design/queue-of-record.md):
+//
+//   - ingest: each message is decoded and validated, its job recorded as
+//     queued in batches (a duplicate is a no-op) and the message acked at
+//     once; ingestion pauses while Postgres holds Config.IngestWindow queued
+//     jobs, so the overflow stays in the broker;
+//   - schedule: per model, claim from Postgres (in claim order) only what
+//     the model's shaping lane can admit within Config.ClaimHorizon;
+//   - run: each claimed job waits for admission in its lane, is marked
+//     calling (attempts are counted per job, before each call), is called
+//     through an [Upstream], and the reply classified; its result is stored
+//     until it lands;
+//   - lease: a heartbeat renews every lease the worker holds, every write of
+//     a holder is fenced to its lease token, and a reaper hands back the
+//     jobs of workers that died and expires overdue queued jobs.
 //
 // What happens after each step (retry after a delay, fall back to another
 // model, dead-letter, fail, succeed, expire) is decided by one pure

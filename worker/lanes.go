@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,12 +12,48 @@ import (
 
 // lane is one model's shaping lane and the priority queue in front of it.
 // One dispatcher goroutine per lane takes the most urgent waiting job (by
-// priority with aging) and waits in the shaper for it, so admission order
-// follows priority while the shaper keeps its strict FIFO among admitted
+// priority with aging; jobs arrive in claim order, fallbacks from other
+// lanes) and waits in the shaper for it, so admission order follows
+// priority while the shaper keeps its strict FIFO among admitted
 // reservations.
 type lane struct {
 	shaper *shaping.Lane
 	sched  *Scheduler[*ticket]
+	// pending counts the jobs of this worker bound for the lane that hold
+	// no permit: claimed and not yet admitted, or backing off. The
+	// scheduler claims the lane's headroom minus these.
+	pending atomic.Int64
+	// typ is the running mean of the requests claimed for the lane (a
+	// request's prompt and output allowance), the unit of its headroom.
+	typMu  sync.Mutex
+	typ    float64
+	typOut int
+}
+
+// typicalWeight is the weight of the newest request in the lane's mean.
+const typicalWeight = 0.05
+
+// observe folds a claimed request into the lane's typical request.
+func (l *lane) observe(req shaping.Request) {
+	l.typMu.Lock()
+	defer l.typMu.Unlock()
+	n := float64(req.PromptTokens + req.MaxOutputTokens)
+	if l.typ == 0 {
+		l.typ = n
+		return
+	}
+	l.typ += typicalWeight * (n - l.typ)
+}
+
+// typical is the lane's typical request (before any claim: no prompt, the
+// default output allowance).
+func (l *lane) typical() shaping.Request {
+	l.typMu.Lock()
+	defer l.typMu.Unlock()
+	if l.typ == 0 {
+		return shaping.Request{MaxOutputTokens: l.typOut}
+	}
+	return shaping.Request{MaxOutputTokens: int(l.typ + 0.5)}
 }
 
 // ticket is one job waiting for admission. Whoever moves state away from
@@ -92,7 +129,7 @@ func (w *Worker) lane(model string) *lane {
 		w.log.Error("build shaping lane; using strategy retry", "model", model, "error", err)
 		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: model, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
 	}
-	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock)}
+	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault}
 	w.lanes[model] = l
 	w.background.Add(1)
 	go w.dispatch(l)

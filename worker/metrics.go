@@ -19,6 +19,12 @@ type metrics struct {
 	jobDuration      prometheus.Histogram
 	queueDepth       prometheus.Gauge
 	deadLetters      *prometheus.CounterVec
+	ingested         *prometheus.CounterVec
+	ingestPauses     prometheus.Counter
+	claimed          prometheus.Counter
+	released         prometheus.Counter
+	reaped           prometheus.Counter
+	leaseLost        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -52,19 +58,38 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmq_bucket_level", Help: "Tokens left in a shaping bucket (negative in debt).",
 		}, []string{"model", "bucket"}),
 		jobDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "llmq_job_duration_seconds", Help: "Time from claim to terminal state.",
+			Name: "llmq_job_duration_seconds", Help: "Time from the last claim to the terminal state.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
 		}),
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "llmq_queue_depth", Help: "Messages waiting in the broker (ready messages or consumer-group lag).",
+			Name: "llmq_queue_depth", Help: "Jobs waiting: messages in the broker (ready messages or consumer-group lag) plus jobs queued in Postgres.",
 		}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_dead_letters_total", Help: "Jobs dead-lettered, by reason.",
 		}, []string{"reason"}),
+		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_ingested_total", Help: "Messages recorded in Postgres, by result (recorded, duplicate).",
+		}, []string{"result"}),
+		ingestPauses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_ingest_pauses_total", Help: "Times ingestion paused because Postgres held the ingest window of queued jobs.",
+		}),
+		claimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_claims_total", Help: "Jobs claimed from Postgres by this worker.",
+		}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_released_total", Help: "Jobs this worker handed back to queued (shutdown, a lane paused with no fallback).",
+		}),
+		reaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_reaped_total", Help: "Jobs whose lease expired, handed back to queued by this worker's reaper.",
+		}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_lease_lost_total", Help: "Jobs this worker left because their lease was taken over.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.retries, m.fallbacks, m.shapingWait,
-			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.jobDuration, m.queueDepth, m.deadLetters)
+			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.jobDuration, m.queueDepth, m.deadLetters,
+			m.ingested, m.ingestPauses, m.claimed, m.released, m.reaped, m.leaseLost)
 	}
 	return m
 }

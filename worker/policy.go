@@ -17,8 +17,9 @@ import (
 // docs/worker-policy.md has the decision table.
 
 // state is what the policy remembers of one job between its steps. It is
-// plain data, so a pipeline that keeps its jobs in Postgres can store it
-// with the job and go on where the last claim stopped.
+// plain data, kept with the job in Postgres (attempts by MarkCalling before
+// each call, the rest with it and MarkRetrying), so a job claimed again
+// goes on where the last holder stopped.
 type state struct {
 	// Attempts counts the upstream calls made, fallbacks included.
 	Attempts int
@@ -78,22 +79,22 @@ const (
 	// doCall: wait for admission in the current model's lane (no longer
 	// than Deadline; leaving a lane paused longer than MaxPause), then call.
 	doCall verb = iota
-	// doRetry: record the failure (retrying), wait Delay, claim the job
-	// again and go on from stepReady on the same model. Budgeted: take the
+	// doRetry: record the failure (retrying), wait Delay holding the lease,
+	// and go on from stepReady on the same model. Budgeted: take the
 	// retry from the budget.
 	doRetry
 	// doFallBack: the state is on the next model now; go on from stepReady
 	// at once.
 	doFallBack
-	// doSucceed: store the reply as the result; ack.
+	// doSucceed: store the reply as the result.
 	doSucceed
-	// doFail: record the permanent failure Code, Message; ack.
+	// doFail: record the permanent failure Code, Message.
 	doFail
-	// doExpire: record the job expired (Why); ack.
+	// doExpire: record the job expired (Why).
 	doExpire
-	// doDeadLetter: dead-letter the job with Reason; ack.
+	// doDeadLetter: dead-letter the job with Reason.
 	doDeadLetter
-	// doHandBack: release the claim and give the message back (Why).
+	// doHandBack: release the claim: the job goes back to queued (Why).
 	doHandBack
 )
 
@@ -132,6 +133,11 @@ type policy struct {
 func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 	switch e.Step {
 	case stepReady:
+		if s.Attempts >= p.MaxAttempts {
+			// Claimed again with its calls spent (calls that never
+			// answered: a holder that died mid-call, say).
+			return s, action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}
+		}
 		a := action{Verb: doCall}
 		if e.Next > 0 {
 			a.MaxPause = p.FallbackMaxWait

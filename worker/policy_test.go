@@ -62,6 +62,10 @@ func TestDecide(t *testing.T) {
 			state: state{Attempts: 1, Retries: 1}, event: event{Step: stepReady, Now: now, Deadline: now.Add(-time.Second)},
 			want: state{Attempts: 1, Retries: 1},
 			act:  action{Verb: doCall}},
+		{name: "ready with every attempt spent (claimed again after calls that never answered): dead-letter",
+			state: state{Attempts: 4}, event: event{Step: stepReady, Now: now},
+			want: state{Attempts: 4},
+			act:  action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}},
 
 		// Admission refused.
 		{name: "lane paused, fallback: fall back",

@@ -22,9 +22,6 @@ type Scheduler[T any] struct {
 	notify chan struct{}
 }
 
-// AgingStepDefault is how long a job waits to gain one priority level.
-const AgingStepDefault = 30 * time.Second
-
 // NewScheduler returns an empty scheduler whose waits are measured on clock.
 // agingStep <= 0 means AgingStepDefault; a nil clock means the system clock.
 func NewScheduler[T any](agingStep time.Duration, clock clockwork.Clock) *Scheduler[T] {

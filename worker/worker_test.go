@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -22,7 +21,6 @@ import (
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
 	"github.com/llmq/llmq/transport"
-	"github.com/llmq/llmq/transport/kafka/kafkatest"
 	"github.com/llmq/llmq/transport/open"
 	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/worker"
@@ -31,8 +29,9 @@ import (
 // The Postgres store is the worker's job store.
 var _ worker.JobStore = (*store.Store)(nil)
 
-// letters records dead letters and marks their jobs, as dlq.Writer does,
-// without a broker: the worker's own tests check what it hands over.
+// letters records dead letters and ends their jobs as dlq.Writer does
+// (fenced to the holder's lease), without a broker: the worker's own tests
+// check what it hands over.
 type letters struct {
 	store *store.Store
 	mu    sync.Mutex
@@ -40,20 +39,22 @@ type letters struct {
 }
 
 func (l *letters) DeadLetter(ctx context.Context, letter dlq.Letter) error {
+	key := "msg:" + string(letter.Message)
 	if letter.JobID != "" {
-		if err := l.store.MarkDeadLettered(ctx, letter.JobID, string(letter.Reason), letter.LastError); err != nil &&
-			!isIgnorable(err) {
-			return err
-		}
+		key = "job:" + letter.Tenant + "/" + letter.JobID
 	}
-	l.mu.Lock()
-	l.got = append(l.got, letter)
-	l.mu.Unlock()
+	_, created, err := l.store.RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: key, JobID: letter.JobID,
+		Tenant: letter.Tenant, LeaseToken: letter.LeaseToken, Reason: string(letter.Reason),
+		LastError: letter.LastError, Message: letter.Message})
+	if err != nil {
+		return err
+	}
+	if created {
+		l.mu.Lock()
+		l.got = append(l.got, letter)
+		l.mu.Unlock()
+	}
 	return nil
-}
-
-func isIgnorable(err error) bool {
-	return err != nil && (errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrTerminal))
 }
 
 func (l *letters) all() []dlq.Letter {
@@ -62,10 +63,21 @@ func (l *letters) all() []dlq.Letter {
 	return append([]dlq.Letter(nil), l.got...)
 }
 
+// wait returns the letters once there are n (a letter is listed just after
+// its job's row changed).
+func (l *letters) wait(t *testing.T, n int) []dlq.Letter {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(l.all()) >= n }, 10*time.Second, 5*time.Millisecond)
+	got := l.all()
+	require.Len(t, got, n)
+	return got
+}
+
 // testBundle is one test's world: its own database, its own RabbitMQ
 // queue, a simulator and a dead-letter recorder.
 type testBundle struct {
 	store     *store.Store
+	dbURL     string
 	brokerURL string
 	pub       transport.Publisher
 	probe     transport.Subscriber // never consumed: for Depth
@@ -76,7 +88,8 @@ type testBundle struct {
 
 func setup(t testing.TB, simCfg upstreamsim.Config, simOpts ...upstreamsim.Option) *testBundle {
 	t.Helper()
-	st, err := store.Open(context.Background(), storetest.NewDB(t))
+	dbURL := storetest.NewDB(t)
+	st, err := store.Open(context.Background(), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	queue := rabbitmqtest.NewQueue(t)
@@ -88,7 +101,7 @@ func setup(t testing.TB, simCfg upstreamsim.Config, simOpts ...upstreamsim.Optio
 		_ = pub.Close()
 	})
 	return &testBundle{
-		store: st, brokerURL: brokerURL, pub: pub, probe: probe, sim: upstreamsim.NewTestServer(t, simCfg, simOpts...),
+		store: st, dbURL: dbURL, brokerURL: brokerURL, pub: pub, probe: probe, sim: upstreamsim.NewTestServer(t, simCfg, simOpts...),
 		letters: &letters{store: st}, queue: queue,
 	}
 }
@@ -159,6 +172,23 @@ func (tb *testBundle) publish(t *testing.T, values ...[]byte) {
 	require.NoError(t, tb.pub.Publish(context.Background(), tb.queue, msgs...))
 }
 
+// get reads job id of the default tenant (the jobs of these tests name
+// none).
+func (tb *testBundle) get(t testing.TB, id string) *store.JobRecord {
+	t.Helper()
+	rec, err := tb.store.Get(context.Background(), llmq.DefaultTenant, id)
+	require.NoError(t, err)
+	return rec
+}
+
+// count counts the jobs matching an SQL condition.
+func (tb *testBundle) count(t testing.TB, cond string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, tb.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE `+cond).Scan(&n))
+	return n
+}
+
 // waitTerminal polls Postgres until every id is terminal.
 func (tb *testBundle) waitTerminal(t *testing.T, ids []string, timeout time.Duration) map[string]*store.JobRecord {
 	t.Helper()
@@ -169,7 +199,7 @@ func (tb *testBundle) waitTerminal(t *testing.T, ids []string, timeout time.Dura
 			if _, done := out[id]; done {
 				continue
 			}
-			rec, err := tb.store.GetByID(context.Background(), id)
+			rec, err := tb.store.Get(context.Background(), llmq.DefaultTenant, id)
 			if err == nil && rec.Status.Terminal() {
 				out[id] = rec
 			}
@@ -326,8 +356,7 @@ func TestWorkerFallbackOnlyOnRateLimits(t *testing.T) {
 	broken := recs["broken-1"]
 	require.Equal(t, llmq.StatusDeadLettered, broken.Status, "5xx exhausts retries, never falls back")
 	require.Equal(t, "", broken.UsedModel)
-	letters := tb.letters.all()
-	require.Len(t, letters, 1)
+	letters := tb.letters.wait(t, 1)
 	require.Equal(t, "broken", letters[0].Model)
 	require.Equal(t, 4, letters[0].Attempts, "MaxAttempts calls, all on the broken model")
 	stats := tb.sim.Sim.Stats()
@@ -361,77 +390,47 @@ func TestWorkerExpiresJobsPastDeadline(t *testing.T) {
 	require.Zero(t, tb.sim.Sim.Stats().Models["gpt-4o-mini"].Accepted)
 }
 
-// TestWorkerDuplicateDeliveriesMakeNoCall: a second delivery of a job that
-// is finished, or running in another worker, is acked without an upstream
-// call. Acks are read from the broker: Kafka's committed offset, and the
-// RabbitMQ subscriber's count of unacked messages once it holds the
-// duplicate (the ready count alone cannot tell a held message from an
-// acked one).
-func TestWorkerDuplicateDeliveriesMakeNoCall(t *testing.T) {
+// TestWorkerDuplicatesMakeOneCall: 100 jobs each published twice at once,
+// and 50 jobs published three times with the copies spread in time (before
+// the call, during it, after the job finished): one upstream call and one
+// result per job, and every copy acked.
+func TestWorkerDuplicatesMakeOneCall(t *testing.T) {
 	t.Parallel()
-	t.Run("of a finished job", func(t *testing.T) {
-		t.Parallel()
-		tb := setup(t, upstreamsim.Config{Seed: 7})
-		addrs := kafkatest.NewCluster(t)
-		url := "kafka://" + strings.Join(addrs, ",") + "/" + kafkatest.NewTopic(t, addrs, 1)
-		target, err := open.Parse(url)
-		require.NoError(t, err)
-		pub, sub, err := open.Open(context.Background(), url, open.Options{Logger: slog.New(slog.DiscardHandler)})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = pub.Close() })
-		tb.start(t, func(c *worker.Config) { c.Subscriber = sub })
-		publish := func(id string) {
-			require.NoError(t, pub.Publish(context.Background(), target.Dest, transport.Message{Key: []byte(id), Value: jobJSON(id, "m", "")}))
+	tb := setup(t, upstreamsim.Config{Seed: 7, Latency: upstreamsim.LatencyConfig{TTFT: 300 * time.Millisecond},
+		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	sub := tb.subscriber(t, 64)
+	tb.start(t, func(c *worker.Config) { c.Subscriber = sub })
+	var twice, thrice []string
+	var values [][]byte
+	for i := range 100 {
+		id := fmt.Sprintf("twice-%03d", i)
+		twice = append(twice, id)
+		values = append(values, jobJSON(id, "m", ""), jobJSON(id, "m", ""))
+	}
+	copies := func() [][]byte {
+		out := make([][]byte, len(thrice))
+		for i, id := range thrice {
+			out[i] = jobJSON(id, "m", "")
 		}
-		calls := func() int64 { return tb.sim.Sim.Stats().Total.Accepted }
-
-		publish("dup-1")
-		tb.waitTerminal(t, []string{"dup-1"}, 30*time.Second)
-		waitDrained(t, sub)
-		require.EqualValues(t, 1, calls())
-		publish("dup-1")
-		waitDrained(t, sub) // committed past the duplicate: it was acked
-		require.EqualValues(t, 1, calls(), "the duplicate made no call")
-		publish("after-1") // one more job, for anything the duplicate left behind to show
-		tb.waitTerminal(t, []string{"after-1"}, 30*time.Second)
-		waitDrained(t, sub)
-		require.EqualValues(t, 2, calls())
-		rec, err := tb.store.GetByID(context.Background(), "dup-1")
-		require.NoError(t, err)
-		require.Equal(t, 1, rec.Attempts, "the duplicate did not claim the finished job")
-	})
-	t.Run("of a job running in another worker", func(t *testing.T) {
-		t.Parallel()
-		// The simulator answers after a second of its own fake clock, so the
-		// first worker's call lasts until the test lets it end.
-		simClock := clockwork.NewFakeClock()
-		tb := setup(t, upstreamsim.Config{Seed: 17, Latency: upstreamsim.LatencyConfig{TTFT: time.Second}}, upstreamsim.WithClock(simClock))
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		// The first worker holds one message at a time, so the broker gives
-		// the duplicate to the second.
-		first := tb.subscriber(t, 1)
-		tb.start(t, func(c *worker.Config) { c.Subscriber, c.MaxInFlight = first, 1 })
-		tb.publish(t, jobJSON("dup-2", "m", ""))
-		require.NoError(t, simClock.BlockUntilContext(ctx, 1)) // the call is in flight
-
-		// The second worker finds the job leased and waits on its clock for
-		// the lease to end.
-		second, clock := tb.subscriber(t, 8), clockwork.NewFakeClock()
-		tb.start(t, func(c *worker.Config) { c.Subscriber, c.Clock = second, clock })
-		tb.publish(t, jobJSON("dup-2", "m", ""))
-		require.NoError(t, clock.BlockUntilContext(ctx, 2)) // the lease recheck and the gauges' ticker
-		d, err := second.Depth(ctx)
-		require.NoError(t, err)
-		require.EqualValues(t, 1, d, "the second worker holds the duplicate")
-
-		simClock.Advance(time.Second) // the first worker's call ends
-		require.Equal(t, llmq.StatusSucceeded, tb.waitTerminal(t, []string{"dup-2"}, 10*time.Second)["dup-2"].Status)
-		clock.Advance(time.Minute) // the second worker looks again: finished
-		waitDrained(t, second)
-		waitDrained(t, first)
-		require.EqualValues(t, 1, tb.sim.Sim.Stats().Total.Accepted, "one call for two deliveries")
-	})
+		return out
+	}
+	for i := range 50 {
+		thrice = append(thrice, fmt.Sprintf("thrice-%02d", i))
+	}
+	tb.publish(t, values...)
+	tb.publish(t, copies()...)
+	require.Eventually(t, func() bool { return tb.count(t, `id LIKE 'thrice-%' AND phase = 'calling'`) > 0 },
+		10*time.Second, time.Millisecond, "calls in flight")
+	tb.publish(t, copies()...) // during the calls
+	recs := tb.waitTerminal(t, append(append([]string(nil), twice...), thrice...), 60*time.Second)
+	tb.publish(t, copies()...) // after the jobs finished
+	waitDrained(t, sub)
+	for id, rec := range recs {
+		require.Equal(t, llmq.StatusSucceeded, rec.Status, id)
+		require.Equal(t, 1, rec.Attempts, id)
+	}
+	require.EqualValues(t, 150, tb.sim.Sim.Stats().Total.Accepted, "one call per job")
+	require.Equal(t, 150, tb.count(t, `result IS NOT NULL`))
 }
 
 // waitDrained waits until sub reports nothing waiting: no message ready and
@@ -485,16 +484,16 @@ func TestWorkerBackoffWaitsTheRetryAfter(t *testing.T) {
 	require.Len(t, starts, 2)
 	require.GreaterOrEqual(t, starts[1].Sub(starts[0]), time.Second, "the backoff waited the Retry-After")
 	require.EqualValues(t, 2, tb.sim.Sim.Stats().Models["slow"].Faults[string(upstreamsim.FaultSlowDown)])
-	letters := tb.letters.all()
-	require.Len(t, letters, 1)
+	letters := tb.letters.wait(t, 1)
 	require.Equal(t, dlq.ReasonRetriesExhausted, letters[0].Reason)
 	require.Equal(t, 2, letters[0].Attempts)
 	require.True(t, strings.HasPrefix(letters[0].LastError, "slow_down: "), letters[0].LastError)
 }
 
 // TestWorkerGracefulShutdownHandsBackUnfinishedJobs stops a worker whose
-// calls take longer than its grace period: the unfinished jobs go back to
-// queued with their messages requeued, and a second worker completes them.
+// calls take longer than its grace period: the calls are cut and the jobs
+// go back to queued (their messages were acked at ingest), and a second
+// worker completes them.
 func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 11, Latency: upstreamsim.LatencyConfig{TTFT: 3 * time.Second}})
@@ -502,7 +501,6 @@ func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 		Subscriber: tb.subscriber(t, 8), Store: tb.store, DeadLetters: tb.letters,
 		Upstream:        upstreamAt(tb.sim.URL, 10*time.Second),
 		Strategy:        shaping.StrategyRetry,
-		MaxInFlight:     8,
 		ShutdownTimeout: 100 * time.Millisecond,
 		Logger:          slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 	})
@@ -510,27 +508,63 @@ func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 	require.NoError(t, w.Start(context.Background()))
 	ids := []string{"gs-1", "gs-2", "gs-3"}
 	tb.publish(t, jobJSON(ids[0], "m", ""), jobJSON(ids[1], "m", ""), jobJSON(ids[2], "m", ""))
-	require.Eventually(t, func() bool {
-		var running int
-		require.NoError(t, tb.store.Pool().QueryRow(context.Background(),
-			`SELECT count(*) FROM jobs WHERE status = 'running'`).Scan(&running))
-		return running == len(ids)
-	}, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return tb.count(t, `phase = 'calling'`) == len(ids) }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, w.Stop(context.Background()))
 	for _, id := range ids {
-		rec, err := tb.store.GetByID(context.Background(), id)
-		require.NoError(t, err)
+		rec := tb.get(t, id)
 		require.Equal(t, llmq.StatusQueued, rec.Status, "%s handed back", id)
 		require.Empty(t, rec.LeaseOwner)
+		require.Empty(t, rec.Phase)
+		require.Equal(t, 1, rec.Attempts, "the cut call counts")
 	}
-	require.Eventually(t, func() bool { return tb.ready(t) == int64(len(ids)) }, 10*time.Second, 10*time.Millisecond,
-		"messages requeued")
+	require.Zero(t, tb.ready(t), "the messages were acked at ingest: Postgres holds the jobs")
 
 	tb.start(t, nil)
 	recs := tb.waitTerminal(t, ids, 30*time.Second)
 	for _, id := range ids {
 		require.Equal(t, llmq.StatusSucceeded, recs[id].Status)
+		require.Equal(t, 2, recs[id].Attempts)
 	}
+}
+
+// TestWorkerStoresAnswersAtShutdown: when Stop begins, the jobs not
+// calling yet are handed back at once, without a call; the calls in flight
+// finish within the grace period and their answers are stored: no job is
+// left running, and every call made has its answer stored.
+func TestWorkerStoresAnswersAtShutdown(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 12, Latency: upstreamsim.LatencyConfig{TTFT: 3 * time.Second},
+		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	w, err := worker.New(worker.Config{
+		Subscriber: tb.subscriber(t, 8), Store: tb.store, DeadLetters: tb.letters,
+		Upstream:        upstreamAt(tb.sim.URL, 10*time.Second),
+		Strategy:        shaping.StrategyRPM,
+		Catalog:         llmq.Catalog{Default: llmq.Model{RPM: 1e6, Concurrency: 2}},
+		ShutdownTimeout: 20 * time.Second,
+		Logger:          slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	ids := []string{"sd-1", "sd-2", "sd-3", "sd-4", "sd-5", "sd-6"}
+	for _, id := range ids {
+		tb.publish(t, jobJSON(id, "m", ""))
+	}
+	require.Eventually(t, func() bool { return tb.count(t, `phase = 'calling'`) > 0 && tb.count(t, `true`) == len(ids) },
+		20*time.Second, 5*time.Millisecond)
+	require.NoError(t, w.Stop(context.Background()))
+	statuses := map[llmq.Status]int{}
+	for _, id := range ids {
+		rec := tb.get(t, id)
+		statuses[rec.Status]++
+		if rec.Status == llmq.StatusQueued {
+			require.Zero(t, rec.Attempts, "%s: handed back without a call", id)
+			require.Empty(t, rec.LeaseOwner)
+		}
+	}
+	require.Equal(t, len(ids), statuses[llmq.StatusSucceeded]+statuses[llmq.StatusQueued], "none left running: %v", statuses)
+	require.Positive(t, statuses[llmq.StatusSucceeded])
+	require.Positive(t, statuses[llmq.StatusQueued], "the jobs that waited were not called")
+	require.EqualValues(t, statuses[llmq.StatusSucceeded], tb.sim.Sim.Stats().Total.Accepted, "every answer stored")
 }
 
 // TestWorkerFallsBackAtOnceOnALongRetryAfter: a 1 RPM primary answers 429
@@ -549,9 +583,11 @@ func TestWorkerFallsBackAtOnceOnALongRetryAfter(t *testing.T) {
 	backup := 0
 	for _, id := range ids {
 		require.Equal(t, llmq.StatusSucceeded, recs[id].Status)
-		require.Equal(t, 1, recs[id].Attempts, "%s: claimed once, no backoff", id)
 		if recs[id].UsedModel == "backup" {
 			backup++
+			require.Equal(t, 2, recs[id].Attempts, "%s: one 429 on the primary, then the backup: no backoff", id)
+		} else {
+			require.Equal(t, 1, recs[id].Attempts, id)
 		}
 	}
 	require.Equal(t, len(ids)-1, backup, "all but the job the primary's one request served")
@@ -588,9 +624,14 @@ func TestWorkerFallbackChecksTheContextWindow(t *testing.T) {
 	require.Zero(t, tb.sim.Sim.Stats().Models["tiny"].Accepted, "tiny (10-token window) never called")
 }
 
-// TestWorkerHoldsMessagesWhileTheDatabaseIsDown: a claim that fails on a
-// database error holds its message a second (on the worker's clock) before
-// handing it back, so an outage is no hot redelivery loop.
+// backgroundTimers are the worker's timers that wait on its clock whatever
+// it does: the heartbeat, the reaper, the gauges and the scheduler.
+const backgroundTimers = 4
+
+// TestWorkerHoldsMessagesWhileTheDatabaseIsDown: a message whose job cannot
+// be recorded while the database is down is held (neither acked nor handed
+// back) and the insert retried in place, with a growing pause on the
+// worker's clock: no hot loop of redeliveries, no call.
 func TestWorkerHoldsMessagesWhileTheDatabaseIsDown(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 15})
@@ -598,19 +639,21 @@ func TestWorkerHoldsMessagesWhileTheDatabaseIsDown(t *testing.T) {
 	require.NoError(t, err)
 	down.Close() // every operation now fails at once
 	clock := clockwork.NewFakeClock()
-	tb.start(t, func(c *worker.Config) { c.Store, c.Clock, c.MaxInFlight = down, clock, 1 })
+	sub := tb.subscriber(t, 8)
+	tb.start(t, func(c *worker.Config) { c.Store, c.Clock, c.Subscriber = down, clock, sub })
 	tb.publish(t, jobJSON("outage-1", "m", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for range 3 {
-		// The processor waits on the clock with the message in hand (the
-		// second waiter is the gauges' ticker): not requeued, so the queue
-		// shows nothing ready.
-		require.NoError(t, clock.BlockUntilContext(ctx, 2))
-		require.Zero(t, tb.ready(t))
-		clock.Advance(time.Second) // handed back, redelivered, held again
+	for _, pause := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		// The ingester waits on the clock with the message in hand.
+		require.NoError(t, clock.BlockUntilContext(ctx, backgroundTimers+1))
+		require.Zero(t, tb.ready(t), "not handed back")
+		d, err := sub.Depth(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, d, "held, not acked")
+		clock.Advance(pause)
 	}
-	require.Zero(t, tb.sim.Sim.Stats().Total.Accepted, "no upstream call without a claim")
+	require.Zero(t, tb.sim.Sim.Stats().Total.Accepted, "no upstream call without a record")
 }
 
 // scripted is an Upstream that answers from a script, one reply per call
@@ -637,9 +680,8 @@ func (s *scripted) calls() []string {
 }
 
 // TestWorkerPerformsARetry: a 503 with Retry-After 90 s is recorded as
-// retrying, the lease is extended past the wait (over half the lease), the
-// wait runs on the worker's clock, and the job is claimed again and called
-// again.
+// retrying (phase backing_off, the policy state kept), the wait runs on the
+// worker's clock holding the lease, and the job is called again.
 func TestWorkerPerformsARetry(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 18})
@@ -656,23 +698,49 @@ func TestWorkerPerformsARetry(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	published := time.Now()
 	tb.publish(t, jobJSON("retry-1", "m", ""))
-	require.NoError(t, clock.BlockUntilContext(ctx, 2)) // the backoff and the gauges' ticker
-	rec, err := tb.store.GetByID(ctx, "retry-1")
-	require.NoError(t, err)
+	require.NoError(t, clock.BlockUntilContext(ctx, backgroundTimers+1)) // and the backoff
+	rec := tb.get(t, "retry-1")
 	require.Equal(t, llmq.StatusRetrying, rec.Status)
+	require.Equal(t, store.PhaseBackingOff, rec.Phase)
 	require.Equal(t, "server_is_overloaded", rec.ErrorCode)
 	require.Equal(t, "busy", rec.ErrorMessage)
-	require.True(t, rec.LeaseExpiresAt.After(published.Add(90*time.Second+2*time.Minute)),
-		"lease extended by the wait: %v", rec.LeaseExpiresAt)
+	require.Equal(t, 1, rec.Attempts)
+	require.Equal(t, 1, rec.Retries)
 	require.Equal(t, []string{"m"}, up.calls())
 
 	clock.Advance(90 * time.Second)
 	rec = tb.waitTerminal(t, []string{"retry-1"}, 10*time.Second)["retry-1"]
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 	require.JSONEq(t, `{"object":"chat.completion"}`, string(rec.Result))
-	require.Equal(t, 2, rec.Attempts, "claimed again after the wait")
+	require.Equal(t, 2, rec.Attempts, "called again after the wait")
 	require.Equal(t, 3, rec.PromptTokens)
+	require.Equal(t, []string{"m", "m"}, up.calls())
+}
+
+// TestWorkerCapsRetryAfter: a 429 asking for a day pauses neither the job
+// nor its lane longer than Backoff.MaxRetryAfter.
+func TestWorkerCapsRetryAfter(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 19})
+	up := &scripted{replies: []worker.Reply{
+		{Outcome: worker.Outcome{Class: worker.ClassRateLimited, Status: 429, Code: "rate_limit_exceeded", Message: "slow down",
+			Headers: shaping.RateLimitHeaders{RetryAfter: 24 * time.Hour, HasRetryAfter: true}}},
+		{Outcome: worker.Outcome{Class: worker.ClassSuccess, Status: 200}, Body: []byte(`{}`)},
+	}}
+	clock := clockwork.NewFakeClockAt(time.Now())
+	tb.start(t, func(c *worker.Config) {
+		c.Upstream, c.Clock, c.Strategy = up, clock, shaping.StrategyRPM
+		c.Catalog.Default = llmq.Model{RPM: 1e6}
+		c.Backoff = worker.Backoff{Base: time.Millisecond, Max: time.Millisecond, MaxRetryAfter: time.Minute}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tb.publish(t, jobJSON("capped", "m", ""))
+	require.NoError(t, clock.BlockUntilContext(ctx, backgroundTimers+1)) // and the backoff
+	clock.Advance(time.Minute)
+	// The lane's pause ends with the backoff: admitted and called at once.
+	rec := tb.waitTerminal(t, []string{"capped"}, 10*time.Second)["capped"]
+	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 	require.Equal(t, []string{"m", "m"}, up.calls())
 }

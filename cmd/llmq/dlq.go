@@ -383,8 +383,6 @@ func dlqFailure(err error) string {
 	switch {
 	case errors.Is(err, dlq.ErrNotFound):
 		return "no such dead letter"
-	case errors.Is(err, dlq.ErrTenantMismatch):
-		return "its job belongs to another tenant"
 	case errors.Is(err, dlq.ErrNotReplayable):
 		return "its job is no longer dead-lettered"
 	}

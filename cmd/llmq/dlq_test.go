@@ -59,10 +59,13 @@ func TestDLQCommands(t *testing.T) {
 		msg := []byte(fmt.Sprintf(`{"id":%q,"tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, id))
 		j, err := llmq.Decode(msg, llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = st.Claim(ctx, j, "w", time.Minute)
+		_, err = st.Insert(ctx, j)
 		require.NoError(t, err)
+		recs, err := st.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, recs, 1)
 		require.NoError(t, w.DeadLetter(ctx, dlq.Letter{JobID: id, Tenant: "acme", Reason: dlq.ReasonRetriesExhausted,
-			LastError: "server_error: 500", Attempts: 8, Message: msg}))
+			LastError: "server_error: 500", Attempts: 8, Message: msg, LeaseToken: recs[0].LeaseToken}))
 	}
 	require.NoError(t, w.DeadLetter(ctx, dlq.Letter{Reason: dlq.ReasonPoison, LastError: "invalid JSON", Message: []byte("{oops")}))
 
@@ -111,7 +114,7 @@ func TestDLQCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, info.Messages)
 	for _, id := range []string{"j1", "j2"} {
-		rec, err := st.GetByID(ctx, id)
+		rec, err := st.Get(ctx, "acme", id)
 		require.NoError(t, err)
 		require.Equal(t, llmq.StatusQueued, rec.Status)
 		require.Equal(t, 0, rec.Attempts)

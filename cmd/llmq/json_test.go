@@ -42,7 +42,7 @@ func setupCLI(t *testing.T) *cliBundle {
 	return &cliBundle{ctx: ctx, store: st}
 }
 
-// job records a job of tenant and returns it claimed (running).
+// job records a queued job of tenant.
 func (b *cliBundle) job(t *testing.T, tenant, id string) *llmq.Job {
 	t.Helper()
 	j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":%q,"tenant":%q,"metadata":{"k":"v"},"body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`, id, tenant)), llmq.DecodeOptions{})
@@ -50,6 +50,18 @@ func (b *cliBundle) job(t *testing.T, tenant, id string) *llmq.Job {
 	_, err = b.store.Insert(b.ctx, j)
 	require.NoError(t, err)
 	return j
+}
+
+// hold records a job of tenant and claims it (running): the lease of its
+// holder. No other job may be queued.
+func (b *cliBundle) hold(t *testing.T, tenant, id string) store.Lease {
+	t.Helper()
+	b.job(t, tenant, id)
+	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, store.Key{Tenant: tenant, ID: id}, store.Key{Tenant: recs[0].Tenant, ID: recs[0].ID})
+	return store.Lease{Key: store.Key{Tenant: tenant, ID: id}, Token: recs[0].LeaseToken}
 }
 
 // schema returns a component schema of the API's OpenAPI document.
@@ -77,34 +89,28 @@ func requireSchema(t *testing.T, name, out string) map[string]any {
 // API's views, so their output validates against the OpenAPI schemas.
 func TestJSONOutputMatchesOpenAPI(t *testing.T) {
 	b := setupCLI(t)
-	ok := b.job(t, "acme", "ok-1")
-	_, err := b.store.Claim(b.ctx, ok, "w", time.Minute)
-	require.NoError(t, err)
-	_, err = b.store.StoreResult(b.ctx, "ok-1", store.Result{Response: json.RawMessage(`{"choices":[{"message":{"content":"hello"}}]}`),
+	ok := b.hold(t, "acme", "ok-1")
+	_, err := b.store.StoreResult(b.ctx, ok.Key, store.Result{Response: json.RawMessage(`{"choices":[{"message":{"content":"hello"}}]}`),
 		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
 	require.NoError(t, err)
-	failed := b.job(t, "acme", "failed-1")
-	_, err = b.store.Claim(b.ctx, failed, "w", time.Minute)
-	require.NoError(t, err)
-	require.NoError(t, b.store.MarkFailed(b.ctx, "failed-1", "invalid_request_error",
+	failed := b.hold(t, "acme", "failed-1")
+	require.NoError(t, b.store.MarkFailed(b.ctx, failed, "invalid_request_error",
 		"HTTP 400: <html>"+strings.Repeat("bad request ", 200)+"\nAuthorization: Bearer sk-leaked0123456789</html>"))
-	b.job(t, "globex", "queued-1")
-	long := b.job(t, "acme", "long-1")
-	_, err = b.store.Claim(b.ctx, long, "w", time.Minute)
-	require.NoError(t, err)
+	long := b.hold(t, "acme", "long-1")
 	longErr := "The model gpt-4o-mini does not exist or you do not have access to it. Check the model name and your " +
 		"organization's access, then send the job again with a model you may use."
-	require.NoError(t, b.store.MarkFailed(b.ctx, "long-1", "model_not_found", longErr))
-	out, err := runLLMQ(t, "status", "long-1")
+	require.NoError(t, b.store.MarkFailed(b.ctx, long, "model_not_found", longErr))
+	b.job(t, "globex", "queued-1")
+	out, err := runLLMQ(t, "status", "acme/long-1")
 	require.NoError(t, err)
 	require.Contains(t, out, "model_not_found: "+longErr, "status shows the whole error")
 
-	out, err = runLLMQ(t, "status", "failed-1", "--json")
+	out, err = runLLMQ(t, "status", "acme/failed-1", "--json")
 	require.NoError(t, err)
 	v := requireSchema(t, "Job", out)
 	require.Equal(t, "failed-1", v["id"])
 	require.NotContains(t, out, "sk-leaked", "the stored error is shown sanitised")
-	out, err = runLLMQ(t, "status", "ok-1", "--json")
+	out, err = runLLMQ(t, "status", "acme/ok-1", "--json")
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{"prompt_tokens": 3.0, "completion_tokens": 1.0}, requireSchema(t, "Job", out)["usage"])
 

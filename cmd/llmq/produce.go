@@ -279,10 +279,8 @@ func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, l
 		var bp *producer.ErrBackpressure
 		switch {
 		case err == nil || errors.Is(err, producer.ErrUnpublished):
-			for i, r := range rs {
+			for _, r := range rs {
 				switch {
-				case r.Conflict:
-					sum.reject(1, "id taken by another tenant", fmt.Sprintf("line %d: id %q", lines[i], r.ID))
 				case !r.Created:
 					sum.duplicates++
 				case r.Published:

@@ -26,19 +26,29 @@ func init() {
 }
 
 func newStatusCmd() *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON bool
+		tenant string
+	)
 	cmd := &cobra.Command{
-		Use:   "status <job-id>",
-		Short: "Show a job's status, error and result (from Postgres, any tenant)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "status [tenant/]<job-id>",
+		Short: "Show a job's status, error and result (from Postgres)",
+		Long: `status shows one job. Job ids are scoped by tenant: name the tenant with --tenant or as
+tenant/id (the form of the key in logs and batch files); the default tenant otherwise.`,
+		Args: cobra.ExactArgs(1),
 	}
 	flags := config.BindFlags(cmd, config.FlagDatabase)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as the API does (GET /v1/jobs/{id})")
+	cmd.Flags().StringVar(&tenant, "tenant", llmq.DefaultTenant, "the job's tenant")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		key := store.Key{Tenant: tenant, ID: args[0]}
+		if k, ok := store.ParseKey(args[0]); ok && !cmd.Flags().Changed("tenant") {
+			key = k
+		}
 		return withJobStore(cmd, flags, func(st *store.Store) error {
-			rec, err := st.GetByID(cmd.Context(), args[0])
+			rec, err := st.Get(cmd.Context(), key.Tenant, key.ID)
 			if errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("no job %q", args[0])
+				return fmt.Errorf("no job %q of tenant %q", key.ID, key.Tenant)
 			}
 			if err != nil {
 				return err
@@ -169,6 +179,8 @@ func printJob(w io.Writer, r *store.JobRecord) {
 	row("id", r.ID)
 	row("tenant", r.Tenant)
 	row("status", string(r.Status))
+	row("phase", r.Phase)
+	row("waiting", r.WaitingReason)
 	row("priority", string(r.Priority))
 	row("model", r.RequestedModel)
 	row("used model", r.UsedModel)

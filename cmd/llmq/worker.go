@@ -37,10 +37,11 @@ func newWorkerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Consume jobs from the broker and call the LLM at the shaped rate",
-		Long: `worker consumes jobs from Kafka or RabbitMQ, shapes calls to the upstream's RPM, TPM and
-concurrency limits, retries and falls back on rate limits, stores every result in Postgres,
-and dead-letters what cannot succeed. SIGTERM or SIGINT stops fetching, lets in-flight jobs
-finish within --shutdown-timeout and leaves the rest for redelivery.`,
+		Long: `worker records the jobs of Kafka or RabbitMQ in Postgres (and acks them), claims from
+Postgres what the upstream's RPM, TPM and concurrency limits admit, retries and falls back on
+rate limits, stores every result in Postgres, and dead-letters what cannot succeed. SIGTERM or
+SIGINT stops ingesting and claiming, hands back the jobs not yet calling, lets the calls in flight
+finish within --shutdown-timeout and hands back the rest (other workers claim them).`,
 		Args: cobra.NoArgs,
 	}
 	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker|config.FlagUpstream)
@@ -49,13 +50,13 @@ finish within --shutdown-timeout and leaves the rest for redelivery.`,
 	fs.IntVar(&wf.rpm, "rpm", 0, "requests per minute of every model the config file does not list (0: unknown)")
 	fs.IntVar(&wf.tpm, "tpm", 0, "tokens per minute of every model the config file does not list (0: unknown)")
 	fs.IntVar(&wf.concurrency, "concurrency", 0, fmt.Sprintf("calls in flight per model the config file does not list (0: shaping's default, %d)", shaping.LaneConcurrencyDefault))
-	fs.IntVar(&wf.maxInFlight, "max-in-flight", worker.MaxInFlightDefault, "messages held at once (waiting, calling or backing off)")
+	fs.IntVar(&wf.maxInFlight, "max-in-flight", worker.MaxInFlightDefault, "jobs held at once (claimed: waiting for quota, calling or backing off)")
 	fs.StringVar(&wf.metricsListen, "metrics-listen", app.MetricsListenDefault, "address of the Prometheus /metrics endpoint and of /healthz (empty: none)")
 	fs.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", worker.ShutdownTimeoutDefault, "how long in-flight jobs may finish after SIGTERM")
 	fs.StringVar(&wf.provider, "provider", string(worker.ProviderOpenAI), "upstream error dialect: openai or dashscope")
 	fs.DurationVar(&wf.dashScopeWait, "dashscope-wait-timeout", 0, "send X-DashScope-Wait-Timeout and add it to the client timeout (0: off)")
 	fs.DurationVar(&wf.upstreamTimeout, "upstream-timeout", worker.UpstreamTimeoutDefault, "timeout of one upstream call")
-	fs.DurationVar(&wf.lease, "lease", worker.LeaseDefault, "how long a claimed job is kept from other workers (a crashed worker's jobs wait this long)")
+	fs.DurationVar(&wf.lease, "lease", worker.LeaseDefault, "how long a claim holds a job unless renewed (a crashed worker's jobs wait this long)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := flags.Load()
 		if err != nil {

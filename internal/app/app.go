@@ -162,7 +162,10 @@ func (a *App) openResources(ctx context.Context) error {
 	// consumer group the URL names: the workers').
 	opts := open.Options{Logger: a.log}
 	if a.cfg.Worker != nil {
-		opts.Prefetch = cmp.Or(a.cfg.Worker.MaxInFlight, worker.MaxInFlightDefault)
+		// The worker records messages in Postgres and acks them at once:
+		// its prefetch bounds the messages being recorded, not the jobs
+		// being run.
+		opts.Prefetch = worker.IngestPrefetchDefault
 	}
 	if a.pub, a.sub, err = open.Open(ctx, a.brokerURL, opts); err != nil {
 		return err
@@ -226,7 +229,7 @@ func (a *App) buildWorker() error {
 		// The batch lane: deferrable jobs go to the provider's Batch API
 		// off-peak, or when the live lane would take too long to drain.
 		bc := batchConfig(s, wc)
-		bc.Store, bc.Client, bc.Publisher, bc.Destination = a.store, client, a.pub, a.target.Dest
+		bc.Store, bc.Client = a.store, client
 		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.registerer
 		bc.Drain = wc.BatchDrain
 		if bc.Drain == nil {
@@ -241,7 +244,7 @@ func (a *App) buildWorker() error {
 			return err
 		}
 		a.parts.add("batch lane", batches.Start, batches.Stop, batchStopTimeout)
-		wcfg.Router = router
+		wcfg.Router = batchRouter{r: router, drain: wc.BatchDrain}
 	}
 	if a.worker, err = worker.New(wcfg); err != nil {
 		return err
@@ -249,6 +252,21 @@ func (a *App) buildWorker() error {
 	// The worker's Stop bounds itself (its ShutdownTimeout).
 	a.parts.add("worker", a.startWorker, a.stopWorker, 0)
 	return nil
+}
+
+// batchRouter is the batch lane's routing policy as the worker asks it,
+// with the drain estimate of WorkerConfig.BatchDrain when one is given.
+type batchRouter struct {
+	r     *batchapi.Router
+	drain func() time.Duration
+}
+
+func (b batchRouter) Hold(now time.Time, drain time.Duration) worker.BatchHold {
+	if b.drain != nil {
+		drain = b.drain()
+	}
+	h := b.r.Hold(now, drain)
+	return worker.BatchHold{Hold: h.Batch, DeadlineAfter: h.DeadlineAfter, LiveReason: h.LiveReason}
 }
 
 func (a *App) startWorker(ctx context.Context) error {

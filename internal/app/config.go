@@ -86,8 +86,9 @@ type WorkerConfig struct {
 	// DefaultModel is the quota of every model Settings.Models does not
 	// list (zero fields: unknown).
 	DefaultModel llmq.Model
-	// MaxInFlight bounds the messages held at once, and is the
-	// subscriber's prefetch. 0 = worker.MaxInFlightDefault.
+	// MaxInFlight bounds the jobs the worker holds at once (claimed:
+	// waiting for admission, calling or backing off).
+	// 0 = worker.MaxInFlightDefault.
 	MaxInFlight int
 	// ShutdownTimeout is how long in-flight jobs may finish at Stop.
 	// 0 = worker.ShutdownTimeoutDefault.

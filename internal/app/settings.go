@@ -30,13 +30,15 @@ func batchConfig(s *config.Config, wc *WorkerConfig) batchapi.Config {
 }
 
 // workerConfig is the worker's share of the settings: the model catalog,
-// the retry policy and the message limit, with the worker's own options.
+// the retry policy, the ingest window and the message limit, with the
+// worker's own options.
 func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 	return worker.Config{
 		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel, AllowAny: s.AllowAnyModel},
 		MaxInFlight:     wc.MaxInFlight,
 		MaxAttempts:     s.Retry.MaxAttempts,
-		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay},
+		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay, MaxRetryAfter: s.Retry.MaxRetryAfter},
+		IngestWindow:    s.Ingest.Window,
 		RetryBudget:     s.Retry.Budget,
 		FallbackAfter:   s.Retry.FallbackAfter,
 		FallbackMaxWait: s.Retry.FallbackMaxWait,

@@ -84,6 +84,8 @@ type Config struct {
 	Strategy string `yaml:"strategy"`
 	// Retry is the retry policy.
 	Retry Retry `yaml:"retry"`
+	// Ingest is how the worker takes jobs from the broker into Postgres.
+	Ingest Ingest `yaml:"ingest"`
 	// Batch configures the Batch API lane.
 	Batch Batch `yaml:"batch"`
 	// APIKeys maps an HTTP API key to its tenant: the YAML api_keys with
@@ -133,6 +135,19 @@ type Retry struct {
 	// Empty = [rate_limit] (a 429 only: a fallback model rarely helps with a
 	// provider's 5xx).
 	FallbackOn []string `yaml:"fallback_on"`
+	// MaxRetryAfter caps how long a server's Retry-After is honoured, in a
+	// job's backoff and in its model's pause after a 429;
+	// 0 = worker.BackoffMaxRetryAfterDefault.
+	MaxRetryAfter time.Duration `yaml:"max_retry_after"`
+}
+
+// Ingest configures the worker's ingest. Zero fields mean the worker's
+// defaults.
+type Ingest struct {
+	// Window: ingestion pauses while Postgres holds this many queued jobs,
+	// so the overflow stays in the broker; 0 = worker.IngestWindowDefault,
+	// -1 = no window.
+	Window int `yaml:"window"`
 }
 
 // The failures retry.fallback_on may name.
@@ -369,6 +384,7 @@ func (c *Config) Validate() error {
 		{"retry.max_attempts", float64(c.Retry.MaxAttempts)}, {"retry.base_delay", float64(c.Retry.BaseDelay)},
 		{"retry.max_delay", float64(c.Retry.MaxDelay)}, {"retry.budget", c.Retry.Budget},
 		{"retry.fallback_after", float64(c.Retry.FallbackAfter)}, {"retry.fallback_max_wait", float64(c.Retry.FallbackMaxWait)},
+		{"retry.max_retry_after", float64(c.Retry.MaxRetryAfter)},
 		{"batch.drain_threshold", float64(c.Batch.DrainThreshold)}, {"batch.flush_interval", float64(c.Batch.FlushInterval)},
 		{"batch.max_lines", float64(c.Batch.MaxLines)},
 		{"backpressure.soft_depth", float64(c.Backpressure.SoftDepth)}, {"backpressure.hard_depth", float64(c.Backpressure.HardDepth)},
@@ -381,6 +397,9 @@ func (c *Config) Validate() error {
 		if !slices.Contains(FallbackOnValues, v) {
 			bad(fmt.Sprintf("retry.fallback_on[%d]", i), "%q: want %s", v, strings.Join(FallbackOnValues, ", "))
 		}
+	}
+	if c.Ingest.Window < -1 {
+		bad("ingest.window", "must not be negative (0: the default, -1: no window); got %d", c.Ingest.Window)
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.APIKeys)) {
 		if k == "" || !validTenant(c.APIKeys[k]) {

@@ -67,6 +67,9 @@ retry:
   max_attempts: 3
   base_delay: 1s
   max_delay: 10s
+  max_retry_after: 1m
+ingest:
+  window: 500
 backpressure:
   soft_depth: 100
   hard_depth: 1000
@@ -91,8 +94,9 @@ alerts:
 	m := c.Models["gpt-4o-mini"]
 	require.Equal(t, llmq.Model{RPM: 500, TPM: 200000, Concurrency: 20, ContextWindow: 128000, MaxOutputDefault: 512,
 		InputPricePer1M: 0.15, OutputPricePer1M: 0.6, Fallbacks: []string{"gpt-4o-nano"}}, m)
-	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second}, c.Retry,
-		"the settings not given stay zero")
+	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute},
+		c.Retry, "the settings not given stay zero")
+	require.Equal(t, config.Ingest{Window: 500}, c.Ingest)
 	require.Equal(t, config.Backpressure{SoftDepth: 100, HardDepth: 1000}, c.Backpressure)
 	require.Equal(t, "http://127.0.0.1:9999/hook", c.Alerts.WebhookURL)
 
@@ -146,6 +150,8 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "models:\n  m: {output_price_per_1m: -1}", want: "models.m.output_price_per_1m"},
 		{yaml: "retry: {max_attempts: -1}", want: "retry.max_attempts: must not be negative"},
 		{yaml: "retry: {fallback_max_wait: -1s}", want: "retry.fallback_max_wait: must not be negative"},
+		{yaml: "retry: {max_retry_after: -1s}", want: "retry.max_retry_after: must not be negative"},
+		{yaml: "ingest: {window: -2}", want: "ingest.window: must not be negative"},
 		{yaml: "retry: {base_delay: soon}", want: "LLMQ_CONFIG"},
 		{yaml: "batch: {max_lines: -1}", want: "batch.max_lines: must not be negative"},
 		{yaml: "backpressure: {hard_depth: -5}", want: "backpressure.hard_depth: must not be negative"},

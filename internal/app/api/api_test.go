@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,7 +102,10 @@ func setup(t *testing.T, o options) *testBundle {
 		t.Cleanup(tr.CloseIdleConnections)
 		cc.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: tr}
 		client := openai.NewClientWithConfig(cc)
-		bcfg = batchapi.Config{Store: st, Client: client, Publisher: b.NewPublisher(), Destination: "jobs", Logger: quiet, Clock: clk}
+		// A live lane that drains in an hour sends deferrable jobs to the
+		// Batch API at once.
+		bcfg = batchapi.Config{Store: st, Client: client, Logger: quiet, Clock: clk,
+			DrainThreshold: time.Minute, Drain: func() time.Duration { return time.Hour }}
 		acfg.CancelBatch = func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, st, client, ref)
 		}
@@ -117,14 +122,14 @@ func setup(t *testing.T, o options) *testBundle {
 }
 
 // batch puts the queued jobs ids into one provider batch at the simulator,
-// as the batch lane does (the jobs join the lane, its collector submits
-// them), and returns the batch's llmq id.
+// as the batch lane does with deferrable jobs (the jobs are made
+// deferrable, its collector takes and submits them), and returns the
+// batch's llmq id.
 func (b *testBundle) batch(t *testing.T, ids ...string) string {
 	t.Helper()
 	ctx := context.Background()
-	for _, id := range ids {
-		require.NoError(t, b.store.SetLane(ctx, id, store.LaneBatch, "test"))
-	}
+	_, err := b.store.Pool().Exec(ctx, `UPDATE jobs SET "deferrable" = true WHERE id = ANY($1)`, ids)
+	require.NoError(t, err)
 	c, err := batchapi.NewCollector(b.batches)
 	require.NoError(t, err)
 	n, err := c.FlushAll(ctx)
@@ -227,12 +232,20 @@ func TestEnqueueAndPoll(t *testing.T) {
 	require.Equal(t, false, r.json(t)["created"])
 	require.Equal(t, int64(1), b.broker.Depth("jobs"))
 
-	// The result is served once stored.
-	j := &llmq.Job{ID: id, Tenant: "acme", Priority: llmq.PriorityHigh, Body: json.RawMessage(validBody)}
-	require.NoError(t, j.Validate())
-	_, err = b.store.Claim(context.Background(), j, "w", time.Minute)
+	// A worker claims it: it says what it does, and how many calls it took.
+	l := b.claim(t, id)
+	job = b.get(t, keyAcme, "/v1/jobs/"+id).json(t)
+	require.Equal(t, "running", job["status"])
+	require.Equal(t, store.PhaseWaitingForQuota, job["phase"])
+	require.NotContains(t, job, "waiting_reason")
+	_, err = b.store.MarkCalling(context.Background(), l, store.PolicyState{})
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(context.Background(), id, store.Result{
+	job = b.get(t, keyAcme, "/v1/jobs/"+id).json(t)
+	require.Equal(t, store.PhaseCalling, job["phase"])
+	require.Equal(t, 1.0, job["attempts"])
+
+	// The result is served once stored.
+	_, err = b.store.StoreResult(context.Background(), l.Key, store.Result{
 		Response:  json.RawMessage(`{"id":"chatcmpl-1","choices":[{"message":{"role":"assistant","content":"hello"}}]}`),
 		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
 	require.NoError(t, err)
@@ -240,7 +253,19 @@ func TestEnqueueAndPoll(t *testing.T) {
 	require.Equal(t, "succeeded", job["status"])
 	require.Equal(t, "chatcmpl-1", job["result"].(map[string]any)["id"])
 	require.Equal(t, map[string]any{"prompt_tokens": 3.0, "completion_tokens": 1.0}, job["usage"])
+	require.NotContains(t, job, "phase")
 	require.NoError(t, msg.Ack(context.Background()))
+}
+
+// claim claims the one queued job id as a worker would and returns its
+// lease.
+func (b *testBundle) claim(t *testing.T, id string) store.Lease {
+	t.Helper()
+	recs, err := b.store.Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, id, recs[0].ID)
+	return recs[0].Lease()
 }
 
 func receive(t *testing.T, msgs <-chan *transport.Message) *transport.Message {
@@ -262,9 +287,8 @@ func TestBatch(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 	var out struct {
 		Jobs []struct {
-			ID, Status         string
+			ID, Tenant, Status string
 			Created, Published bool
-			Error              *api.Error
 		}
 		QueueDepth int64 `json:"queue_depth"`
 	}
@@ -272,16 +296,18 @@ func TestBatch(t *testing.T) {
 	require.Len(t, out.Jobs, 3)
 	require.Equal(t, "b1", out.Jobs[0].ID)
 	require.True(t, out.Jobs[0].Published)
-	require.Equal(t, api.CodeIDConflict, out.Jobs[1].Error.Code)
-	require.Equal(t, "jobs[1].id", out.Jobs[1].Error.Field)
+	// Ids are scoped by tenant: globex's "taken" is not acme's.
+	require.Equal(t, "taken", out.Jobs[1].ID)
+	require.Equal(t, "acme", out.Jobs[1].Tenant)
+	require.True(t, out.Jobs[1].Created)
 	require.NotEmpty(t, out.Jobs[2].ID)
 	require.Equal(t, int64(1), out.QueueDepth, "measured before the batch: globex's job")
-	require.Equal(t, int64(3), b.broker.Depth("jobs"))
+	require.Equal(t, int64(4), b.broker.Depth("jobs"))
 
-	// A single job whose id another tenant holds: 409.
+	// A single job whose id another tenant holds too: the tenant's own.
 	r = b.post(t, keyAcme, jobJSON("taken"))
-	require.Equal(t, http.StatusConflict, r.status)
-	require.Equal(t, api.Error{Code: api.CodeIDConflict, Field: "id", Message: `job id "taken" is taken: choose another id`}, r.apiError(t))
+	require.Equal(t, http.StatusAccepted, r.status)
+	require.Equal(t, false, r.json(t)["created"])
 
 	// 1000 jobs are accepted in one request.
 	var sb strings.Builder
@@ -295,7 +321,7 @@ func TestBatch(t *testing.T) {
 	sb.WriteString("]}")
 	r = b.post(t, keyAcme, sb.String())
 	require.Equal(t, http.StatusAccepted, r.status)
-	require.Equal(t, int64(1003), b.broker.Depth("jobs"))
+	require.Equal(t, int64(1004), b.broker.Depth("jobs"))
 }
 
 func TestAuthAndTenantIsolation(t *testing.T) {
@@ -364,7 +390,6 @@ func TestAuthAndTenantIsolation(t *testing.T) {
 func TestCancelAndList(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
-	ctx := context.Background()
 	for i := 0; i < 5; i++ {
 		require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, jobJSON(fmt.Sprintf("j%d", i))).status)
 		b.clock.Advance(time.Second)
@@ -376,10 +401,7 @@ func TestCancelAndList(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.status)
 	require.Equal(t, api.CodeNotCancellable, r.apiError(t).Code)
 
-	rec, err := b.store.GetByID(ctx, "j1")
-	require.NoError(t, err)
-	_, err = b.store.Claim(ctx, rec.Job(), "w", time.Minute)
-	require.NoError(t, err)
+	b.claim(t, "j1")
 	r = b.do(t, http.MethodDelete, "/v1/jobs/j1", keyAcme, "", nil)
 	require.Equal(t, http.StatusConflict, r.status)
 	require.Equal(t, api.Error{Code: api.CodeNotCancellable,
@@ -433,9 +455,9 @@ func TestBackpressureHTTP(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		j := &llmq.Job{ID: fmt.Sprintf("done-%d", i), Tenant: "acme", Priority: llmq.PriorityNormal, Body: json.RawMessage(validBody)}
 		require.NoError(t, j.Validate())
-		_, err := b.store.Claim(ctx, j, "w", time.Minute)
+		_, err := b.store.Insert(ctx, j)
 		require.NoError(t, err)
-		_, err = b.store.StoreResult(ctx, j.ID, store.Result{Response: json.RawMessage(`{}`)})
+		_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 	states := []string{"ok", "ok", "throttled", "throttled"}
@@ -587,4 +609,52 @@ func series(t *testing.T, reg *prometheus.Registry, name, code, route string) fl
 	}
 	t.Fatalf("no %s{code=%q,route=%q}", name, code, route)
 	return 0
+}
+
+// downAfterInsert is the producer's store with the database gone the
+// moment the outbox rows are committed: every later call fails.
+type downAfterInsert struct {
+	producer.Store
+	inserted atomic.Bool
+}
+
+func (d *downAfterInsert) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]store.Recorded, error) {
+	defer d.inserted.Store(true)
+	return d.Store.InsertOutbox(ctx, jobs)
+}
+
+func (d *downAfterInsert) MarkPublished(ctx context.Context, keys []store.Key) error {
+	if d.inserted.Load() {
+		return errors.New("database down")
+	}
+	return d.Store.MarkPublished(ctx, keys)
+}
+
+// TestAcceptedOnceCommitted: once the outbox rows are committed the jobs
+// are accepted (202), even when the database goes away right after, and a
+// job that existed answers with its status: nothing is read after the
+// commit, so no 503 "nothing was recorded" can follow it.
+func TestAcceptedOnceCommitted(t *testing.T) {
+	t.Parallel()
+	var down *downAfterInsert
+	b := setup(t, options{producer: func(c *producer.Config) {
+		down = &downAfterInsert{Store: c.Store}
+		c.Store = down
+	}})
+	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, jobJSON("old")).status)
+	down.inserted.Store(false)
+	r := b.post(t, keyAcme, `{"jobs":[`+jobJSON("old")+`,`+jobJSON("new")+`]}`)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	var out struct {
+		Jobs []struct {
+			ID, Status         string
+			Created, Published bool
+		}
+	}
+	require.NoError(t, json.Unmarshal(r.body, &out))
+	require.Len(t, out.Jobs, 2)
+	require.Equal(t, "queued", out.Jobs[0].Status)
+	require.False(t, out.Jobs[0].Created)
+	require.True(t, out.Jobs[1].Created)
+	require.True(t, out.Jobs[1].Published, "on the broker; marking it published failed, the sweeper sends it again")
 }

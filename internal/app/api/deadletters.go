@@ -244,8 +244,6 @@ func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 			return
 		case errors.Is(err, dlq.ErrNotFound):
 			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: CodeNotFound, Message: "the letter was purged meanwhile"})
-		case errors.Is(err, dlq.ErrTenantMismatch):
-			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: "not_replayable", Message: "its job belongs to another tenant"})
 		case errors.Is(err, dlq.ErrNotReplayable):
 			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: "not_replayable", Message: "its job is no longer dead-lettered"})
 		case err != nil:

@@ -37,9 +37,9 @@
 // when the broker confirmed them, false when the publish failed after the
 // insert — the jobs are then kept queued and the outbox sweeper (run by
 // llmq api) publishes them once the broker is back; they must not be sent
-// again. Polling works from the 202 on. Re-posting a job id the tenant
-// already has changes nothing and answers 202 with the job's current status
-// ("created": false); an id held by another tenant answers 409 id_conflict.
+// again. Polling works from the 202 on. Job ids are scoped by tenant: each
+// tenant has its own. Re-posting a job id the tenant already has changes
+// nothing and answers 202 with the job's current status ("created": false).
 //
 // The body is read as a stream: reading stops at the 1,001st job and at
 // any value larger than a job may be (max_message_bytes), so a hostile body

@@ -20,7 +20,6 @@ const (
 	CodeUnsupportedMedia    = "unsupported_media_type"
 	CodeTenantMismatch      = "tenant_mismatch"
 	CodeTooManyJobs         = "too_many_jobs"
-	CodeIDConflict          = "id_conflict"
 	CodeNotCancellable      = "not_cancellable"
 	CodeEmptyFilter         = "empty_filter"
 	CodeUpstream            = "upstream_error"

@@ -44,13 +44,8 @@ type acceptedJob struct {
 	queueInfo
 }
 
-type batchItem struct {
-	receiptJSON
-	Error *Error `json:"error,omitempty"`
-}
-
 type acceptedBatch struct {
-	Jobs []batchItem `json:"jobs"`
+	Jobs []receiptJSON `json:"jobs"`
 	queueInfo
 }
 
@@ -102,22 +97,13 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Llmq-Backpressure", string(q.State))
 	if !batch {
 		rec := rs[0]
-		if rec.Conflict {
-			writeError(w, http.StatusConflict, Error{Code: CodeIDConflict, Field: "id",
-				Message: fmt.Sprintf("job id %q is taken: choose another id", rec.ID)})
-			return
-		}
 		w.Header().Set("Location", "/v1/jobs/"+rec.ID)
 		writeJSON(w, http.StatusAccepted, acceptedJob{receiptJSON: toReceipt(rec), queueInfo: qi})
 		return
 	}
-	out := acceptedBatch{Jobs: make([]batchItem, len(rs)), queueInfo: qi}
+	out := acceptedBatch{Jobs: make([]receiptJSON, len(rs)), queueInfo: qi}
 	for i, rec := range rs {
-		out.Jobs[i] = batchItem{receiptJSON: toReceipt(rec)}
-		if rec.Conflict {
-			out.Jobs[i].Error = &Error{Code: CodeIDConflict, Field: fmt.Sprintf("jobs[%d].id", i),
-				Message: fmt.Sprintf("job id %q is taken: this job was not enqueued", rec.ID)}
-		}
+		out.Jobs[i] = toReceipt(rec)
 	}
 	writeJSON(w, http.StatusAccepted, out)
 }

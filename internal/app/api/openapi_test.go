@@ -93,7 +93,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, b, "POST", "/v1/jobs", keyAcme, ct, `{"id":"one","priority":"low","metadata":{"a":"b"},"body":`+validBody+`}`, true, 202)
 	c.check(t, b, "POST", "/v1/jobs", keyAcme, ct, `{"id":"one","body":`+validBody+`}`, true, 202)
 	c.check(t, b, "POST", "/v1/jobs", keyGlobex, ct, `{"jobs":[`+jobJSON("g1")+`,`+jobJSON("one")+`]}`, true, 202)
-	c.check(t, b, "POST", "/v1/jobs", keyGlobex, ct, jobJSON("one"), true, 409)
+	c.check(t, b, "POST", "/v1/jobs", keyGlobex, ct, jobJSON("one"), true, 202)
 	c.check(t, b, "POST", "/v1/jobs", keyAcme, ct, `{"body":{"model":"m"}}`, false, 400)
 	c.check(t, b, "POST", "/v1/jobs", "", ct, jobJSON(""), true, 401)
 	c.check(t, b, "POST", "/v1/jobs", keyAcme, ct, `{"body":{"model":"m","pad":"`+strings.Repeat("x", 5<<10)+`"}}`, false, 413)
@@ -103,13 +103,15 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, b, "GET", "/v1/jobs?limit=0", keyAcme, "", "", false, 400)
 	c.check(t, b, "GET", "/v1/jobs", "", "", "", true, 401)
 	c.check(t, b, "GET", "/v1/jobs/one", keyAcme, "", "", true, 200)
-	c.check(t, b, "GET", "/v1/jobs/one", keyGlobex, "", "", true, 404)
+	c.check(t, b, "GET", "/v1/jobs/one", keyGlobex, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/jobs/none", keyAcme, "", "", true, 404)
 	c.check(t, b, "GET", "/v1/jobs/one", "", "", "", true, 401)
 	c.check(t, b, "GET", "/v1/queue", keyAcme, "", "", true, 200)
 	c.check(t, b, "GET", "/v1/queue", "", "", "", true, 401)
 	c.check(t, b, "DELETE", "/v1/jobs/one", keyAcme, "", "", true, 200)
 	c.check(t, b, "DELETE", "/v1/jobs/one", keyAcme, "", "", true, 409)
-	c.check(t, b, "DELETE", "/v1/jobs/one", keyGlobex, "", "", true, 404)
+	c.check(t, b, "DELETE", "/v1/jobs/one", keyGlobex, "", "", true, 200)
+	c.check(t, b, "DELETE", "/v1/jobs/none", keyGlobex, "", "", true, 404)
 	c.check(t, b, "DELETE", "/v1/jobs/one", "", "", "", true, 401)
 
 	// Dead letters: acme's job "dl" was dead-lettered, and a poison message.
@@ -117,7 +119,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	j, err := llmq.Decode([]byte(jobJSON("dl")), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	j.Tenant = "acme"
-	_, err = b.store.Claim(ctx, j, "w", time.Minute)
+	_, err = b.store.Insert(ctx, j)
 	require.NoError(t, err)
 	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{JobID: "dl", Tenant: "acme", Reason: dlq.ReasonRetriesExhausted,
 		LastError: "server_error: 500", Attempts: 6, Model: "gpt-4o-mini", Message: []byte(jobJSON("dl"))}))
@@ -136,11 +138,11 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, b, "POST", "/v1/dead-letters/1/replay", keyGlobex, "", "", true, 404)
 	c.check(t, b, "POST", "/v1/dead-letters/1/replay", "", "", "", true, 401)
 	// The job of letter 3 left dead_lettered another way: 409.
-	_, err = b.store.Claim(ctx, j, "w", time.Minute)
+	_, err = b.store.Insert(ctx, j)
 	require.NoError(t, err)
 	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{JobID: "dl", Tenant: "acme", Reason: dlq.ReasonExpired,
 		Message: []byte(jobJSON("dl"))}))
-	_, err = b.store.Requeue(ctx, "dl")
+	_, err = b.store.Requeue(ctx, "acme", "dl")
 	require.NoError(t, err)
 	c.check(t, b, "POST", "/v1/dead-letters/3/replay", keyAcme, "", "", true, 409)
 

@@ -26,11 +26,18 @@ type Job struct {
 	Deadline       *time.Time        `json:"deadline,omitempty"`
 	FallbackModels []string          `json:"fallback_models"`
 	Metadata       map[string]string `json:"metadata"`
-	Attempts       int               `json:"attempts"`
-	CreatedAt      time.Time         `json:"created_at"`
-	StartedAt      *time.Time        `json:"started_at,omitempty"`
-	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
-	UpdatedAt      time.Time         `json:"updated_at"`
+	// Attempts is the number of upstream calls started for the job.
+	Attempts int `json:"attempts"`
+	// Phase says what a running job does: waiting_for_quota, calling or
+	// backing_off.
+	Phase string `json:"phase,omitempty"`
+	// WaitingReason says why a queued job waits (provider_quota, batch,
+	// ...).
+	WaitingReason string     `json:"waiting_reason,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	StartedAt     *time.Time `json:"started_at,omitempty"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
+	UpdatedAt     time.Time  `json:"updated_at"`
 	// Result is the upstream's chat completion, once succeeded.
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  *JobError       `json:"error,omitempty"`
@@ -65,6 +72,7 @@ func JobView(r *store.JobRecord) Job {
 		ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Priority: string(r.Priority),
 		Model: r.RequestedModel, UsedModel: r.UsedModel, Deferrable: r.Deferrable, Deadline: r.Deadline,
 		FallbackModels: r.FallbackModels, Metadata: r.Metadata, Attempts: r.Attempts,
+		Phase: r.Phase, WaitingReason: r.WaitingReason,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, UpdatedAt: r.UpdatedAt,
 		Result: r.Result, CostUSD: r.CostUSD,
 	}

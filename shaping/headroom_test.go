@@ -1,0 +1,83 @@
+package shaping
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHeadroomAt(t *testing.T) {
+	t.Parallel()
+	typical := Request{PromptTokens: 200, MaxOutputTokens: 800} // 1,000 tokens
+	newLane := func(c LaneConfig) *Lane {
+		c.Clock = clockwork.NewFakeClockAt(t0)
+		if c.WarmUp == 0 {
+			c.WarmUp = -1
+		}
+		if c.MinInterval == 0 {
+			c.MinInterval = -1
+		}
+		l, err := NewLane(c)
+		require.NoError(t, err)
+		return l
+	}
+
+	// RPM binds: a full bucket of 60 plus one refilled in the second.
+	l := newLane(LaneConfig{Strategy: StrategyShape, RPM: 60, TPM: 1e9, Concurrency: 1000})
+	require.Equal(t, 61, l.HeadroomAt(t0, time.Second, typical))
+	require.Equal(t, 60, l.HeadroomAt(t0, 0, typical))
+	for range 60 {
+		_, err := l.ReserveAt(t0, typical)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 1, l.HeadroomAt(t0, time.Second, typical), "what is reserved is gone")
+	require.Equal(t, 0, l.HeadroomAt(t0, 500*time.Millisecond, typical))
+	_, err := l.ReserveAt(t0, typical)
+	require.NoError(t, err)
+	require.Equal(t, 0, l.HeadroomAt(t0, time.Second, typical), "in debt")
+	require.Equal(t, 1, l.HeadroomAt(t0.Add(time.Second), time.Second, typical), "the debt refilled")
+
+	// TPM binds: 60,000 tokens is 60 typical requests, plus 1,000 tokens a
+	// second; a larger request counts for more.
+	l = newLane(LaneConfig{Strategy: StrategyShape, RPM: 1e9, TPM: 60000, Concurrency: 1000})
+	require.Equal(t, 61, l.HeadroomAt(t0, time.Second, typical))
+	require.Equal(t, 30, l.HeadroomAt(t0, 0, Request{PromptTokens: 1000, MaxOutputTokens: 1000}))
+	require.Equal(t, 1, l.HeadroomAt(t0, 0, Request{PromptTokens: 1e6}), "a request larger than the bucket counts as the bucket")
+	require.Equal(t, 49, l.HeadroomAt(t0, 0, Request{PromptTokens: 200}), "no max output: the default (1,024) is reserved: 60,000 / 1,224")
+
+	// Concurrency binds: slots in flight and waiting are taken.
+	l = newLane(LaneConfig{Strategy: StrategyShape, RPM: 1e9, TPM: 1e9, Concurrency: 4})
+	require.Equal(t, 4, l.HeadroomAt(t0, time.Second, typical))
+	p, err := l.Admit(context.Background(), typical)
+	require.NoError(t, err)
+	require.Equal(t, 3, l.HeadroomAt(t0, time.Second, typical))
+	p.Cancel()
+	require.Equal(t, 4, l.HeadroomAt(t0, time.Second, typical))
+
+	// A pause by 429s: none while it lasts past the horizon.
+	p, err = l.Admit(context.Background(), typical)
+	require.NoError(t, err)
+	require.NoError(t, p.DoneAt(t0, Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: 5 * time.Second, HasRetryAfter: true}}))
+	require.Equal(t, 0, l.HeadroomAt(t0, time.Second, typical))
+	require.Equal(t, 4, l.HeadroomAt(t0.Add(4500*time.Millisecond), time.Second, typical), "the pause ends within the horizon")
+
+	// The pacer: one send a second allows two in a second from now.
+	l = newLane(LaneConfig{Strategy: StrategyShape, RPM: 1e9, TPM: 1e9, Concurrency: 100, MinInterval: time.Second})
+	require.Equal(t, 2, l.HeadroomAt(t0, time.Second, typical))
+
+	// A quota shared with other lanes binds too.
+	tenant, err := NewBucket(BucketConfig{Name: "tenant", Limit: 3}, t0)
+	require.NoError(t, err)
+	l = newLane(LaneConfig{Strategy: StrategyShape, RPM: 1e9, TPM: 1e9, Concurrency: 100, Quotas: []Quota{{Bucket: tenant}}})
+	require.Equal(t, 3, l.HeadroomAt(t0, time.Second, typical))
+	require.Equal(t, 1, l.HeadroomAt(t0, time.Second, Request{Quotas: []Quota{{Bucket: tenant, Unit: UnitTokens}}}),
+		"a token quota of 3 holds no request of 1,024 tokens but counts as one bucketful")
+
+	// Unknown quotas (strategy retry): only the concurrency, unbounded.
+	l = newLane(LaneConfig{Strategy: StrategyRetry})
+	require.Equal(t, math.MaxInt32, l.HeadroomAt(t0, time.Second, typical))
+}

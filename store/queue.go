@@ -1,0 +1,314 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/llmq/llmq"
+)
+
+// The queue of record: what a worker does with the jobs in Postgres. It
+// claims queued jobs (Claim), renews the leases it still holds (Heartbeat),
+// changes the jobs it holds under their lease token (MarkCalling,
+// MarkRetrying, Release, MarkFailed, MarkExpired, and RecordDeadLetter with
+// a lease), stores results (StoreResult), and sweeps what nobody holds
+// (ReapExpired, ExpireOverdue). docs/design/queue-of-record.md.
+
+// ClaimRequest asks Claim for queued jobs of one model.
+type ClaimRequest struct {
+	// Model is the requested model of the jobs. Required.
+	Model string
+	// Owner names the claiming worker (heartbeats renew its leases).
+	// Required.
+	Owner string
+	// Lease is how long the claim holds the jobs unless renewed. Required.
+	Lease time.Duration
+	// Limit is the most jobs taken. Required.
+	Limit int
+	// Order is the order of the claim; nil = ClaimOrderDefault.
+	Order ClaimOrder
+	// HoldDeferrable leaves deferrable jobs whose lane is undecided for
+	// the batch lane, except those whose deadline is at or before
+	// HoldDeadlineAfter (too near for a batch).
+	HoldDeferrable    bool
+	HoldDeadlineAfter time.Time
+	// LiveReason is recorded as the lane reason of a deferrable job taken
+	// by the live lane for the first time ("" records nothing).
+	LiveReason string
+	// FallbackOnly takes only jobs that name fallback models of their own
+	// (the model's lane is paused, and its jobs can only move on).
+	FallbackOnly bool
+}
+
+// Claim moves up to r.Limit queued jobs of r.Model to running for r.Owner,
+// in claim order, skipping jobs other claimers hold locked (FOR UPDATE SKIP
+// LOCKED): concurrent claimers get disjoint jobs. Each claimed job gets a
+// new lease token (its Lease), phase waiting_for_quota and a lease until
+// now + r.Lease. It returns the claimed records in claim order, none when
+// nothing is queued.
+func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error) {
+	if r.Model == "" || r.Owner == "" || r.Lease <= 0 || r.Limit <= 0 {
+		return nil, fmt.Errorf("store: claim: Model, Owner, a positive Lease and a positive Limit are required")
+	}
+	now := s.clock()
+	args := []any{r.Model, r.Owner, now.Add(r.Lease), r.Limit, now, r.LiveReason}
+	if r.HoldDeferrable {
+		args = append(args, r.HoldDeadlineAfter)
+	}
+	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly), args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: claim %q: %w", r.Model, err)
+	}
+	recs, err := pgx.CollectRows(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("store: claim %q: %w", r.Model, err)
+	}
+	return recs, nil
+}
+
+// Heartbeat renews, until now + lease, the leases held of owner's jobs,
+// in one statement, and returns those it renewed. A lease missing from the
+// answer is no longer the job's (reaped after it expired, then maybe
+// claimed again) or the job has finished. Only the leases given are
+// renewed: a job its worker gave up is left to expire.
+func (s *Store) Heartbeat(ctx context.Context, owner string, lease time.Duration, held []Lease) ([]Lease, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	tenants, ids, tokens := make([]string, len(held)), make([]string, len(held)), make([]int64, len(held))
+	for i, l := range held {
+		tenants[i], ids[i], tokens[i] = l.Tenant, l.ID, l.Token
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE jobs j SET lease_expires_at = $2
+		FROM unnest($3::text[], $4::text[], $5::bigint[]) AS u(tenant, id, token)
+		WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND j.lease_owner = $1
+			AND j.status `+leasedIn+`
+		RETURNING j.tenant, j.id, j.lease_token`, owner, s.clock().Add(lease), tenants, ids, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("store: heartbeat: %w", err)
+	}
+	var out []Lease
+	var l Lease
+	if _, err := pgx.ForEachRow(rows, []any{&l.Tenant, &l.ID, &l.Token}, func() error {
+		out = append(out, l)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: heartbeat: %w", err)
+	}
+	return out, nil
+}
+
+// ReapExpired hands back to queued every running or retrying job whose
+// lease has expired (its holder died or lost the database), clearing the
+// lease and the phase, and returns their keys. The lease token is kept: the
+// next claim increments it, and the old holder's fenced changes already
+// fail on the status.
+func (s *Store) ReapExpired(ctx context.Context) ([]Key, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = `+tReapExpired.to+`, lease_owner = '',
+		lease_expires_at = NULL, phase = '', updated_at = $1
+		WHERE status `+tReapExpired.in+` AND lease_expires_at <= $1 RETURNING tenant, id`, s.clock())
+	if err != nil {
+		return nil, fmt.Errorf("store: reap expired leases: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Key])
+	if err != nil {
+		return nil, fmt.Errorf("store: reap expired leases: %w", err)
+	}
+	return keys, nil
+}
+
+// PolicyState is the part of the worker's policy state kept with the job
+// besides its attempts, so that a job claimed again goes on where its last
+// holder stopped.
+type PolicyState struct {
+	// Retries is the number of backoff waits taken.
+	Retries int
+	// ModelIndex is the position of the current model in the job's model
+	// chain (0: the requested model).
+	ModelIndex int
+	// RateLimited counts the 429s on the current model.
+	RateLimited int
+}
+
+// fenced runs transition t on the job l holds, under its lease token:
+// UPDATE jobs SET status = t.To, updated_at = $3 <set> WHERE tenant = $1
+// AND id = $2 AND lease_token = $4 AND status IN t.From RETURNING attempts.
+// Extra args start at $5. It returns the job's attempts after the change.
+// When no row matched: ErrNotFound, an *IllegalTransitionError (ErrTerminal)
+// when the job has finished, else ErrLeaseLost.
+func (s *Store) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
+	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
+		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND status ` + t.in + ` RETURNING attempts`
+	var attempts int
+	found, err := s.run(ctx, func(rows pgx.Rows) error { return rows.Scan(&attempts) },
+		stmt{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)})
+	if err != nil {
+		return 0, dataError(op+" "+strconv.Quote(l.String()), err)
+	}
+	if found {
+		return attempts, nil
+	}
+	return 0, s.lost(ctx, op, l, t.To)
+}
+
+// lost says why a fenced change of the job l holds matched no row.
+func (s *Store) lost(ctx context.Context, op string, l Lease, to llmq.Status) error {
+	var status llmq.Status
+	err := s.pool.QueryRow(ctx, `SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, l.Tenant, l.ID).Scan(&status)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("store: %s %q: %w", op, l.String(), ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("store: %s %q: %w", op, l.String(), err)
+	case status.Terminal():
+		return &IllegalTransitionError{Key: l.Key, From: status, To: to}
+	}
+	return fmt.Errorf("store: %s %q: %w", op, l.String(), ErrLeaseLost)
+}
+
+// MarkCalling records, before the call, that the holder of l begins an
+// upstream call: phase calling, attempts + 1, started_at set on the first
+// call, the policy state st kept (retrying → running after a backoff). It
+// returns the job's attempts, this call included. This write comes before
+// every call, so attempts count calls per job whatever the deliveries,
+// claims and workers.
+func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attempts int, err error) {
+	return s.fenced(ctx, "mark calling", tMarkCalling, l,
+		`, phase = '`+PhaseCalling+`', attempts = attempts + 1, started_at = coalesce(started_at, $3),
+		retries = $5, model_index = $6, rate_limited = $7`, st.Retries, st.ModelIndex, st.RateLimited)
+}
+
+// MarkRetrying records a retryable failure of the call of the holder of l
+// (running → retrying, phase backing_off) and the policy state after it.
+// The holder keeps the lease (heartbeats renew it) and waits out its
+// backoff before MarkCalling again.
+func (s *Store) MarkRetrying(ctx context.Context, l Lease, st PolicyState, code, msg string) error {
+	_, err := s.fenced(ctx, "mark retrying", tMarkRetrying, l,
+		`, phase = '`+PhaseBackingOff+`', error_code = $5, error_message = $6, retries = $7, model_index = $8,
+		rate_limited = $9`, code, msg, st.Retries, st.ModelIndex, st.RateLimited)
+	return err
+}
+
+// Release hands the job l holds back to queued (a worker that stops before
+// finishing it, or a job its model cannot take now): lease and phase
+// cleared, its place in the claim order kept.
+func (s *Store) Release(ctx context.Context, l Lease) error {
+	_, err := s.fenced(ctx, "release", tRelease, l, `, lease_owner = '', lease_expires_at = NULL, phase = ''`)
+	return err
+}
+
+// terminalSet is the SET clause of a fenced move to a terminal failure:
+// code $5, message $6.
+const terminalSet = `, error_code = $5, error_message = $6, finished_at = $3, lease_expires_at = NULL, phase = ''`
+
+// MarkFailed ends the job l holds with a permanent error (failed).
+func (s *Store) MarkFailed(ctx context.Context, l Lease, code, msg string) error {
+	_, err := s.fenced(ctx, "mark failed", tMarkFailed, l, terminalSet, code, msg)
+	return err
+}
+
+// ErrorCodeExpired is the error_code of an expired job.
+const ErrorCodeExpired = "expired"
+
+// MarkExpired ends the job l holds, whose deadline passed before its first
+// call (or will, by the predicted admission), as expired with why.
+func (s *Store) MarkExpired(ctx context.Context, l Lease, why string) error {
+	_, err := s.fenced(ctx, "mark expired", tMarkExpired, l, terminalSet, ErrorCodeExpired, why)
+	return err
+}
+
+// Result is what StoreResult writes.
+type Result struct {
+	// Response is the upstream chat-completion response (JSON).
+	Response json.RawMessage
+	// UsedModel is the model that answered (differs from the requested one
+	// after a fallback).
+	UsedModel        string
+	PromptTokens     int
+	CompletionTokens int
+	CostUSD          float64
+}
+
+// StoreResult moves job k to succeeded with its result, exactly once: when
+// the job already succeeded it changes nothing and returns stored=false
+// with no error. The lease is not checked: a paid answer counts even from
+// a holder whose lease lapsed, whether the job was reaped (queued), claimed
+// again (running, retrying) or put in a batch; the holder that comes second
+// stores nothing. Another terminal state returns an *IllegalTransitionError
+// (ErrTerminal); a result Postgres cannot hold (a NUL character, a value
+// too large) ErrInvalidJob.
+func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, err error) {
+	var resp any
+	if len(r.Response) > 0 {
+		resp = []byte(r.Response)
+	}
+	sql := `UPDATE jobs SET status = ` + tStoreResult.to + `, updated_at = $3, result = $4, used_model = $5,
+		prompt_tokens = $6, completion_tokens = $7, cost_usd = $8, finished_at = $3, lease_expires_at = NULL,
+		phase = '', error_code = '', error_message = ''
+	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true`
+	found, err := s.run(ctx, nil, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
+		r.PromptTokens, r.CompletionTokens, r.CostUSD}})
+	if err != nil {
+		return false, dataError("store result "+strconv.Quote(k.String()), err)
+	}
+	if found {
+		return true, nil
+	}
+	var status llmq.Status
+	err = s.pool.QueryRow(ctx, `SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, k.Tenant, k.ID).Scan(&status)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, fmt.Errorf("store: store result %q: %w", k.String(), ErrNotFound)
+	case err != nil:
+		return false, fmt.Errorf("store: store result %q: %w", k.String(), err)
+	case status == llmq.StatusSucceeded:
+		return false, nil
+	}
+	return false, &IllegalTransitionError{Key: k, From: status, To: llmq.StatusSucceeded}
+}
+
+// MarkDeadLettered ends a queued job that nobody holds as dead_lettered
+// (its message was given up by the broker, or cannot be published); code
+// is the dead-letter reason class. A job a worker holds is dead-lettered
+// by its holder (RecordDeadLetter with NewDeadLetter.LeaseToken).
+func (s *Store) MarkDeadLettered(ctx context.Context, k Key, code, msg string) error {
+	_, err := s.move(ctx, "mark dead-lettered", tMarkDeadLettered, k,
+		`, error_code = $4, error_message = $5, finished_at = $3, lease_expires_at = NULL, phase = ''`, code, msg)
+	return err
+}
+
+// QueuedModels lists the requested models of the queued jobs of the live
+// lane, for schedulers that did not ingest them themselves.
+func (s *Store) QueuedModels(ctx context.Context) ([]string, error) {
+	// A loose index scan over jobs_claim_idx: one probe per model, however
+	// long the backlog.
+	rows, err := s.pool.Query(ctx, `WITH RECURSIVE m AS (
+			(SELECT requested_model FROM jobs WHERE status = 'queued' ORDER BY requested_model LIMIT 1)
+			UNION ALL
+			SELECT (SELECT requested_model FROM jobs WHERE status = 'queued' AND requested_model > m.requested_model
+				ORDER BY requested_model LIMIT 1) FROM m WHERE m.requested_model IS NOT NULL)
+		SELECT requested_model FROM m WHERE requested_model IS NOT NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("store: queued models: %w", err)
+	}
+	models, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: queued models: %w", err)
+	}
+	return models, nil
+}
+
+// QueuedCount counts the queued jobs (the ingest window's measure).
+func (s *Store) QueuedCount(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'queued'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count queued: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,396 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
+)
+
+// Ingest: the broker is how jobs arrive; once a job is in Postgres, the
+// message is acked and Postgres owns the job. A message is acked only once
+// its job is durably recorded (queued), or dead-lettered (poison, or given
+// up by the broker). A message whose job cannot be recorded is never
+// settled silently: while the database is down the messages are held and
+// the insert retried in place; a message that fails alone while others go
+// in is handed back (nack), so the broker counts its deliveries.
+
+// windowRefresh is how often the count of queued jobs behind the ingest
+// window is read again.
+const windowRefresh = 300 * time.Millisecond
+
+// ingestItem is one message of a batch and, once decoded, its job.
+type ingestItem struct {
+	msg *transport.Message
+	job store.NewJob
+}
+
+// forward copies the subscriber's messages into buf until they end or
+// Stop begins.
+func (w *Worker) forward(msgs <-chan *transport.Message, buf chan<- *transport.Message) {
+	defer w.ingesters.Done()
+	defer close(buf)
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			select {
+			case buf <- m:
+			case <-w.stopCtx.Done():
+				w.nack(m)
+				return
+			}
+		case <-w.stopCtx.Done():
+			return
+		}
+	}
+}
+
+// ingestLoop records the messages of msgs in batches until Stop, pausing
+// while Postgres holds more than the ingest window of queued jobs (the
+// overflow stays in the broker).
+func (w *Worker) ingestLoop(msgs <-chan *transport.Message) {
+	defer w.ingesters.Done()
+	ctx := w.stopCtx
+	for {
+		if err := w.waitForWindow(ctx); err != nil {
+			w.nackRest(msgs)
+			return
+		}
+		var first *transport.Message
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return
+			}
+			first = m
+		case <-ctx.Done():
+			w.nackRest(msgs)
+			return
+		}
+		batch := []*transport.Message{first}
+	gather:
+		for len(batch) < w.cfg.IngestBatch {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, m)
+			default:
+				break gather
+			}
+		}
+		w.ingest(batch)
+	}
+}
+
+// windowLogEvery is the least time between two logs of a pause of
+// ingestion (the ingest loops pause and resume together).
+const windowLogEvery = time.Minute
+
+// waitForWindow returns once Postgres holds fewer queued jobs than the
+// ingest window, or ctx's cause when ctx ends first. The count is read
+// again every windowRefresh, and raised by what this worker records in
+// between.
+func (w *Worker) waitForWindow(ctx context.Context) error {
+	if w.cfg.IngestWindow < 0 {
+		return nil
+	}
+	paused := false
+	for {
+		if now := w.cfg.Clock.Now().UnixNano(); now-w.windowReadAt.Load() >= int64(windowRefresh) {
+			w.windowReadAt.Store(now)
+			if n, err := w.cfg.Store.QueuedCount(ctx); err == nil {
+				w.queued.Store(n)
+			}
+		}
+		n := w.queued.Load()
+		if n < int64(w.cfg.IngestWindow) {
+			if paused {
+				w.log.Info("ingestion resumed", slog.Int64("queued", n))
+			}
+			return nil
+		}
+		if !paused {
+			paused = true
+			w.metrics.ingestPauses.Inc()
+			if now := w.cfg.Clock.Now().UnixNano(); now-w.windowLoggedAt.Swap(now) >= int64(windowLogEvery) {
+				w.log.Info("ingestion paused: Postgres holds the ingest window of queued jobs; the rest waits in the broker",
+					slog.Int64("queued", n), slog.Int("window", w.cfg.IngestWindow))
+			}
+		}
+		if err := sleep(ctx, w.cfg.Clock, windowRefresh); err != nil {
+			return err
+		}
+	}
+}
+
+// ingest decodes a batch of messages, dead-letters the ones that are not
+// jobs and records the others.
+func (w *Worker) ingest(batch []*transport.Message) {
+	items := make([]ingestItem, 0, len(batch))
+	for _, m := range batch {
+		if m.Rejected != "" {
+			w.rejected(m)
+			continue
+		}
+		j, err := llmq.Decode(m.Value, llmq.DecodeOptions{MaxMessageBytes: w.cfg.MaxMessageBytes})
+		if err != nil {
+			w.poison(m, err)
+			continue
+		}
+		items = append(items, ingestItem{msg: m, job: w.newJob(j)})
+	}
+	if len(items) > 0 {
+		w.record(items)
+	}
+}
+
+// newJob is j with its shaping estimate: the tokenizer's count of the
+// prompt, and the output allowance n x (max_tokens, else the model's
+// default allowance).
+func (w *Worker) newJob(j *llmq.Job) store.NewJob {
+	n := store.NewJob{Job: j}
+	est, err := w.est.EstimateBody(j.Body)
+	if err != nil {
+		return n // a body Decode accepted always parses; the claim estimates again
+	}
+	n.EstPromptTokens = est.PromptTokens
+	n.EstOutputTokens = cmp.Or(est.MaxOutputTokens, est.N*w.model(j.Model()).MaxOutputDefault)
+	return n
+}
+
+// record inserts items and acks their messages. On an error it finds out
+// whether the database is down (every insert fails: the messages are held
+// and the insert retried in place until it works or the worker stops) or
+// some messages fail alone (those are handed back to the broker, the
+// others recorded).
+func (w *Worker) record(items []ingestItem) {
+	for attempt := 0; ; attempt++ {
+		err := w.insert(items)
+		if err == nil {
+			w.ingestUp()
+			return
+		}
+		if len(items) > 1 || errors.Is(err, store.ErrInvalidJob) {
+			items = w.recordOneByOne(items)
+			if len(items) == 0 {
+				w.ingestUp()
+				return
+			}
+		}
+		// What is left failed alone: the database is down, or these
+		// messages cannot go in while others can.
+		if len(items) == 1 && w.databaseUp() {
+			w.handBack(items, err)
+			return
+		}
+		w.ingestDown(len(items), err)
+		if sleep(w.stopCtx, w.cfg.Clock, retryDelay(attempt, ingestRetryMax)) != nil {
+			w.nackAll(items)
+			return
+		}
+	}
+}
+
+// ingestRetryMax caps the wait between two tries of recording messages
+// while the database is down.
+const ingestRetryMax = 5 * time.Second
+
+// insert records items in one statement and acks their messages.
+func (w *Worker) insert(items []ingestItem) error {
+	jobs := make([]store.NewJob, len(items))
+	for i, it := range items {
+		jobs[i] = it.job
+	}
+	// Not cut by Stop: a batch in hand is finished (recorded and acked).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.stopCtx), ingestTimeout)
+	defer cancel()
+	created, err := w.cfg.Store.Ingest(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	fresh := 0
+	for i, it := range items {
+		if created[i] {
+			fresh++
+			w.learnModel(it.job.Job.Model())
+		}
+		w.ack(it.msg)
+	}
+	w.queued.Add(int64(fresh))
+	w.metrics.ingested.WithLabelValues("recorded").Add(float64(fresh))
+	w.metrics.ingested.WithLabelValues("duplicate").Add(float64(len(items) - fresh))
+	if fresh > 0 {
+		w.poke()
+	}
+	return nil
+}
+
+// ingestTimeout bounds one insert.
+const ingestTimeout = 30 * time.Second
+
+// recordOneByOne records each item on its own and returns those that fail
+// on a transient error; one Postgres refuses for good is poison.
+func (w *Worker) recordOneByOne(items []ingestItem) []ingestItem {
+	var failed []ingestItem
+	for _, it := range items {
+		err := w.insert([]ingestItem{it})
+		switch {
+		case err == nil:
+		case errors.Is(err, store.ErrInvalidJob):
+			w.poison(it.msg, err)
+		default:
+			failed = append(failed, it)
+		}
+	}
+	return failed
+}
+
+// databaseUp pings the database.
+func (w *Worker) databaseUp() bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.stopCtx), 5*time.Second)
+	defer cancel()
+	return w.cfg.Store.Ping(ctx) == nil
+}
+
+// handBack gives back messages that fail to be recorded on their own, after
+// a pause so a message that keeps failing is no hot loop: the broker
+// redelivers them (and RabbitMQ dead-letters one past its delivery limit).
+func (w *Worker) handBack(items []ingestItem, cause error) {
+	for _, it := range items {
+		w.log.Warn("message not recorded; handed back to the broker", slog.String("job_id", it.job.Job.ID),
+			slog.String("tenant", it.job.Job.Tenant), slog.String("source", it.msg.Source), slog.Any("error", cause))
+	}
+	_ = sleep(w.stopCtx, w.cfg.Clock, handBackDelay)
+	w.nackAll(items)
+}
+
+// handBackDelay is how long a message that failed to be recorded alone is
+// held before it is handed back.
+const handBackDelay = time.Second
+
+// nackRest hands back the messages left in msgs at Stop (the forwarder
+// closes it).
+func (w *Worker) nackRest(msgs <-chan *transport.Message) {
+	for m := range msgs {
+		w.nack(m)
+	}
+}
+
+func (w *Worker) nackAll(items []ingestItem) {
+	for _, it := range items {
+		w.nack(it.msg)
+	}
+}
+
+// ingestDown notes an ingest that failed on the database, logging once per
+// outage.
+func (w *Worker) ingestDown(held int, err error) {
+	if w.ingestFailing.CompareAndSwap(false, true) {
+		w.log.Error("database unreachable: holding messages and retrying", slog.Int("held", held), slog.Any("error", err))
+	}
+}
+
+// ingestUp notes an ingest that worked, logging the end of an outage.
+func (w *Worker) ingestUp() {
+	if w.ingestFailing.CompareAndSwap(true, false) {
+		w.log.Info("database reachable again: ingesting")
+	}
+}
+
+// learnModel tells the scheduler about a model with new queued jobs.
+func (w *Worker) learnModel(model string) {
+	w.modelsMu.Lock()
+	w.newModels[model] = true
+	w.modelsMu.Unlock()
+}
+
+// hint reads the id and tenant of a message that is not a valid job, to
+// name its dead letter.
+func hint(value []byte) (id, tenant string) {
+	var h struct {
+		ID     string `json:"id"`
+		Tenant string `json:"tenant"`
+	}
+	_ = json.Unmarshal(value, &h) // best effort
+	if !llmq.ValidID(h.ID) {
+		h.ID = ""
+	}
+	return h.ID, h.Tenant
+}
+
+// poison dead-letters a message that is not a valid job, then acks it; a
+// letter that cannot be recorded leaves the message to the broker.
+func (w *Worker) poison(m *transport.Message, cause error) {
+	id, tenant := hint(m.Value)
+	w.letterOf(m, dlq.Letter{JobID: id, Tenant: tenant, Reason: dlq.ReasonPoison, LastError: cause.Error()})
+}
+
+// rejected dead-letters a message the broker gave up delivering (its
+// delivery limit was reached: it kept failing to be recorded), then acks
+// it.
+func (w *Worker) rejected(m *transport.Message) {
+	id, tenant := hint(m.Value)
+	w.letterOf(m, dlq.Letter{JobID: id, Tenant: tenant, Reason: dlq.ReasonDeliveryLimit,
+		LastError: fmt.Sprintf("the broker gave up delivering the message (%s, %d times)", m.Rejected, m.RejectedCount)})
+}
+
+// letterOf completes l with m and hands it to the dead-letter writer; the
+// message is acked once the letter is safe, handed back otherwise.
+func (w *Worker) letterOf(m *transport.Message, l dlq.Letter) {
+	l.Message, l.Key, l.Headers, l.Source, l.At = m.Value, m.Key, m.Headers, m.Source, w.cfg.Clock.Now()
+	log := w.log.With(slog.String("source", m.Source), slog.String("reason", string(l.Reason)))
+	if err := w.cfg.DeadLetters.DeadLetter(context.WithoutCancel(w.stopCtx), l); err != nil {
+		log.Error("dead-letter a message; leaving it for redelivery", slog.Any("error", err))
+		w.nack(m)
+		return
+	}
+	w.metrics.deadLetters.WithLabelValues(string(l.Reason)).Inc()
+	w.metrics.jobs.WithLabelValues(string(llmq.StatusDeadLettered)).Inc()
+	log.Warn("message dead-lettered", slog.String("job_id", l.JobID), slog.String("error", l.LastError))
+	w.ack(m)
+}
+
+func (w *Worker) ack(m *transport.Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch err := m.Ack(ctx); {
+	case err == nil, errors.Is(err, transport.ErrClosed):
+	case errors.Is(err, transport.ErrStaleDelivery):
+		// A rebalance or reconnect took the message away; it comes back
+		// and its job is found recorded.
+		w.log.Debug("ack of a stale delivery", slog.Any("error", err))
+	default:
+		w.log.Error("ack", slog.Any("error", err))
+	}
+}
+
+func (w *Worker) nack(m *transport.Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Nack(ctx); err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, transport.ErrStaleDelivery) {
+		w.log.Error("nack", slog.Any("error", err))
+	}
+}
+
+// ingestState is the ingest loops' shared state.
+type ingestState struct {
+	// windowReadAt is when the queued count was last read;
+	// windowLoggedAt when a pause was last logged (unix nanoseconds).
+	windowReadAt, windowLoggedAt atomic.Int64
+	// ingestFailing is set while inserts fail on the database.
+	ingestFailing atomic.Bool
+}

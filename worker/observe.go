@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/llmq/llmq/shaping"
+)
+
+// Drain is the estimated time to work off the queue: the jobs waiting (in
+// the broker, and queued or held in Postgres) over the rate at which all
+// workers finished jobs in the last minute (read from Postgres, so N
+// workers do not each count the whole queue against their own share);
+// before any job finished, over the rate the configured quotas allow. It
+// is 0 with an empty queue and DrainUnknown when no rate is known. The
+// batch lane compares it with its threshold.
+func (w *Worker) Drain() time.Duration { return time.Duration(w.drain.Load()) }
+
+// DrainUnknown is Drain's answer when jobs wait and no rate is known.
+const DrainUnknown = 24 * time.Hour
+
+const (
+	// drainWindow is how far back the completion rate is measured.
+	drainWindow = time.Minute
+	// measureEvery is how many gauge ticks (seconds) pass between two
+	// readings of the queue's figures.
+	measureEvery = 5
+)
+
+// observeLoop refreshes the gauges of lane state every second, and the
+// queue's depth and drain estimate every measureEvery seconds.
+func (w *Worker) observeLoop(ctx context.Context) {
+	defer w.background.Done()
+	tick := w.cfg.Clock.NewTicker(time.Second)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		if n%measureEvery == 0 {
+			w.measure(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.Chan():
+		}
+		w.lanesMu.Lock()
+		for name, l := range w.lanes {
+			s := l.shaper.Snapshot()
+			w.metrics.concurrencyLimit.WithLabelValues(name).Set(float64(s.ConcurrencyLimit))
+			for _, b := range s.Buckets {
+				w.metrics.bucketLevel.WithLabelValues(name, b.Name).Set(b.Level)
+			}
+		}
+		w.lanesMu.Unlock()
+	}
+}
+
+// measure reads the broker's depth and the Postgres figures, and updates
+// the depth gauge and the drain estimate.
+func (w *Worker) measure(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, measureEvery*time.Second)
+	defer cancel()
+	if d, err := w.cfg.Subscriber.Depth(ctx); err == nil {
+		w.depth.Store(d)
+	}
+	st, err := w.cfg.Store.QueueStats(ctx, w.cfg.Clock.Now().Add(-drainWindow))
+	if err != nil {
+		return
+	}
+	w.queued.Store(st.Queued)
+	w.metrics.queueDepth.Set(float64(w.depth.Load() + st.Queued))
+	rate := float64(st.Finished) / drainWindow.Seconds()
+	if st.Finished == 0 {
+		rate = w.quotaRate()
+	}
+	w.drain.Store(int64(drainEstimate(w.depth.Load()+st.Queued+st.InFlight, rate)))
+}
+
+// quotaRate is the jobs per second the configured quotas allow: over the
+// catalog's models, the RPM, or the TPM over the lanes' typical request,
+// whichever binds. 0 when no quota is configured.
+func (w *Worker) quotaRate() float64 {
+	var rate float64
+	for name := range w.cfg.Catalog.Models {
+		m := w.model(name)
+		perSec := 0.0
+		if m.RPM > 0 {
+			perSec = m.RPM / 60
+		}
+		if m.TPM > 0 {
+			req := shaping.Request{MaxOutputTokens: m.MaxOutputDefault}
+			w.lanesMu.Lock()
+			if l, ok := w.lanes[name]; ok {
+				req = l.typical()
+			}
+			w.lanesMu.Unlock()
+			if byTokens := m.TPM / 60 / float64(max(1, req.PromptTokens+req.MaxOutputTokens)); perSec == 0 || byTokens < perSec {
+				perSec = byTokens
+			}
+		}
+		rate += perSec
+	}
+	return rate
+}
+
+// drainEstimate is depth / rate (jobs per second), capped at DrainUnknown.
+func drainEstimate(depth int64, rate float64) time.Duration {
+	switch {
+	case depth <= 0:
+		return 0
+	case rate <= 0:
+		return DrainUnknown
+	}
+	seconds := float64(depth) / rate
+	if seconds >= DrainUnknown.Seconds() {
+		return DrainUnknown
+	}
+	return time.Duration(seconds * float64(time.Second))
+}

@@ -1,0 +1,243 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/chaos"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/transport/open"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/worker"
+)
+
+// Outages: a proxy (internal/chaos) between the worker and Postgres or
+// RabbitMQ is cut and restored; the machine's services stay up for the
+// other tests.
+
+// proxied returns a proxy to rawURL's host and rawURL with the proxy in its
+// place.
+func proxied(t *testing.T, rawURL string) (*chaos.Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	p, err := chaos.New(u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	u.Host = p.Addr()
+	return p, u.String()
+}
+
+// outage cuts p for d of real time, the outage the test is about.
+func outage(p *chaos.Proxy, d time.Duration) {
+	p.Cut()
+	<-time.After(d)
+	p.Restore()
+}
+
+// TestWorkerPostgresOutage cuts Postgres for 10 s in the middle of 600
+// jobs: every job succeeds, and the simulator counts exactly 600 calls: no
+// job was called again once its call had answered (answers that came back
+// while the database was away were kept and stored once it was back).
+func TestWorkerPostgresOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 10 s outage; skipped with -short")
+	}
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 41, Latency: upstreamsim.LatencyConfig{TTFT: 50 * time.Millisecond},
+		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	pg, dbURL := proxied(t, tb.dbURL)
+	st, err := store.Open(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	tb.start(t, func(c *worker.Config) { c.Store = st })
+	const n = 600
+	ids := make([]string, n)
+	values := make([][]byte, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("pg-%03d", i)
+		values[i] = jobJSON(ids[i], "m", "")
+	}
+	tb.publish(t, values...)
+	require.Eventually(t, func() bool { return tb.count(t, `status = 'succeeded'`) >= n/3 }, time.Minute, 10*time.Millisecond)
+	outage(pg, 10*time.Second)
+	recs := tb.waitTerminal(t, ids, 2*time.Minute)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
+	}
+	require.EqualValues(t, n, tb.sim.Sim.Stats().Total.Accepted, "every call answered: none was made twice")
+	require.Equal(t, n, tb.count(t, `result IS NOT NULL`))
+	// A call recorded while the connection broke after the commit is
+	// counted again when the record is retried: attempts may count one
+	// call more, never fewer.
+	require.Equal(t, n, tb.count(t, `attempts BETWEEN 1 AND 2`))
+}
+
+// TestWorkerRabbitMQOutage cuts the worker's RabbitMQ connection for 10 s
+// mid-run: everything finishes, once, and nothing is left in the queue.
+func TestWorkerRabbitMQOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 10 s outage; skipped with -short")
+	}
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 42, Latency: upstreamsim.LatencyConfig{TTFT: 20 * time.Millisecond},
+		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	rmq, brokerURL := proxied(t, tb.brokerURL)
+	_, sub, err := open.Open(context.Background(), brokerURL, open.Options{Prefetch: 64, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	tb.start(t, func(c *worker.Config) { c.Subscriber = sub })
+	const n = 600
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("rmq-%03d", i)
+	}
+	// Published in three waves: before, during and after the outage.
+	wave := func(from, to int) {
+		values := make([][]byte, 0, to-from)
+		for _, id := range ids[from:to] {
+			values = append(values, jobJSON(id, "m", ""))
+		}
+		tb.publish(t, values...)
+	}
+	wave(0, 200)
+	require.Eventually(t, func() bool { return tb.count(t, `true`) >= 100 }, time.Minute, 10*time.Millisecond)
+	rmq.Cut()
+	wave(200, 400)
+	<-time.After(10 * time.Second) // the outage
+	rmq.Restore()
+	wave(400, n)
+	recs := tb.waitTerminal(t, ids, 2*time.Minute)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
+	}
+	require.EqualValues(t, n, tb.sim.Sim.Stats().Total.Accepted, "one call per job")
+	require.Eventually(t, func() bool { return tb.ready(t) == 0 }, 20*time.Second, 10*time.Millisecond, "nothing left in the queue")
+	waitDrained(t, sub)
+}
+
+// failingIngest is a job store whose Ingest fails when a batch holds the
+// job id: the first fails times, or always when forever.
+type failingIngest struct {
+	worker.JobStore
+	id      string
+	forever bool
+	fails   atomic.Int32
+	tries   atomic.Int32
+}
+
+func (f *failingIngest) Ingest(ctx context.Context, jobs []store.NewJob) ([]bool, error) {
+	for _, j := range jobs {
+		if j.Job.ID == f.id {
+			f.tries.Add(1)
+			if f.forever || f.fails.Add(-1) >= 0 {
+				return nil, errors.New("planted: cannot record " + f.id)
+			}
+		}
+	}
+	return f.JobStore.Ingest(ctx, jobs)
+}
+
+// TestWorkerKafkaMessageThatFailsIngestion: a Kafka message whose job
+// cannot be recorded three times is handed back and retried in place (not
+// settled); once it goes in, every job finishes and the group's committed
+// offsets reach the end of every partition (lag 0).
+func TestWorkerKafkaMessageThatFailsIngestion(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 43, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	addrs := kafkatest.NewCluster(t)
+	url := "kafka://" + strings.Join(addrs, ",") + "/" + kafkatest.NewTopic(t, addrs, 2)
+	target, err := open.Parse(url)
+	require.NoError(t, err)
+	pub, sub, err := open.Open(context.Background(), url, open.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	failing := &failingIngest{JobStore: tb.store, id: "stuck"}
+	failing.fails.Store(3)
+	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store = sub, failing })
+	ids := []string{"k-0", "stuck", "k-1", "k-2", "k-3", "k-4"}
+	for _, id := range ids {
+		require.NoError(t, pub.Publish(context.Background(), target.Dest, transport.Message{Key: []byte(id), Value: jobJSON(id, "m", "")}))
+	}
+	recs := tb.waitTerminal(t, ids, time.Minute)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
+	}
+	require.GreaterOrEqual(t, failing.tries.Load(), int32(4), "failed three times, then recorded")
+	waitDrained(t, sub)
+	require.EqualValues(t, len(ids), tb.sim.Sim.Stats().Total.Accepted)
+}
+
+// alerts records the dead-letter writer's alert events.
+type alerts struct {
+	mu     sync.Mutex
+	events []dlq.Event
+}
+
+func (a *alerts) Notify(ev dlq.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.events = append(a.events, ev)
+}
+
+func (a *alerts) all() []dlq.Event {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]dlq.Event(nil), a.events...)
+}
+
+// TestWorkerDeliveryLimitBecomesADeadLetter: on a RabbitMQ queue declared
+// with a delivery limit of 2, a message whose job keeps failing to be
+// recorded is handed back until the broker gives up on it; it then reaches
+// the worker as a rejected message and becomes an llmq dead letter (row,
+// DLQ message and alert), not a silent drop.
+func TestWorkerDeliveryLimitBecomesADeadLetter(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 44})
+	queue := rabbitmqtest.NewQueue(t)
+	url := rabbitmqtest.BrokerURL(queue) + "&delivery_limit=2"
+	pub, sub, err := open.Open(context.Background(), url, open.Options{Prefetch: 8, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	notes := &alerts{}
+	writer, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: queue, Alerter: notes,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	failing := &failingIngest{JobStore: tb.store, id: "doomed", forever: true}
+	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store, c.DeadLetters = sub, failing, writer })
+	require.NoError(t, pub.Publish(context.Background(), queue,
+		transport.Message{Value: jobJSON("fine", "m", "")}, transport.Message{Value: jobJSON("doomed", "m", "")}))
+
+	require.Eventually(t, func() bool {
+		letters, _, err := tb.store.ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
+		return err == nil && len(letters) == 1 && letters[0].PublishedAt != nil
+	}, time.Minute, 10*time.Millisecond)
+	letters, _, err := tb.store.ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
+	require.NoError(t, err)
+	l := letters[0]
+	require.Equal(t, "doomed", l.JobID)
+	require.Equal(t, string(dlq.ReasonDeliveryLimit), l.Reason)
+	require.Contains(t, l.LastError, "delivery_limit")
+	require.Equal(t, queue+dlq.DLQSuffix, l.Destination)
+	require.Equal(t, jobJSON("doomed", "m", ""), l.Message, "the original message")
+	require.GreaterOrEqual(t, failing.tries.Load(), int32(2), "delivered up to the limit")
+	require.Eventually(t, func() bool { return len(notes.all()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, dlq.ReasonDeliveryLimit, notes.all()[0].Reason)
+
+	require.Equal(t, llmq.StatusSucceeded, tb.waitTerminal(t, []string{"fine"}, 30*time.Second)["fine"].Status)
+	waitDrained(t, sub)
+}

@@ -1,0 +1,510 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+)
+
+// Run: each claimed job goes through the pipeline until it is terminal, or
+// handed back: admission in its model's lane, the call recorded before it
+// starts (MarkCalling: attempts are per job, whatever the claims), the
+// call, and the pure policy's decision about what came of it (policy.go,
+// docs/worker-policy.md). Every write is fenced to the job's lease; a
+// result is stored whatever the lease, until it lands.
+
+// job is one claimed job in the pipeline.
+type job struct {
+	rec   *store.JobRecord
+	lease store.Lease
+	job   *llmq.Job
+	// req is the admission request: the prompt (with the estimator's
+	// safety factor) and the output allowance.
+	req    shaping.Request
+	models []string
+	state  state
+	start  time.Time
+	// reply is the last call's: the result, or the dead letter's error.
+	reply Reply
+	log   *slog.Logger
+	// ctx ends when the worker stops or the lease is lost (cause
+	// errShutdown or errLeaseLost): the waits for admission and backoff end
+	// with it; a call in flight does not.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// seq is the registration number the heartbeat compares against.
+	seq uint64
+	// pendingIn is the lane whose pending count holds the job (nil: none).
+	pendingMu sync.Mutex
+	pendingIn *lane
+	// writeFails counts the database errors of the job's writes in a row.
+	writeFails int
+}
+
+// lose cancels what the job waits for: its lease was taken.
+func (p *job) lose() { p.cancel(errLeaseLost) }
+
+// setPending moves the job's pending count to lane l (nil: none).
+func (p *job) setPending(l *lane) {
+	p.pendingMu.Lock()
+	defer p.pendingMu.Unlock()
+	if p.pendingIn == l {
+		return
+	}
+	if p.pendingIn != nil {
+		p.pendingIn.pending.Add(-1)
+	}
+	if l != nil {
+		l.pending.Add(1)
+	}
+	p.pendingIn = l
+}
+
+// start runs the claimed job rec in a goroutine of its own.
+func (w *Worker) start(rec *store.JobRecord) {
+	p := &job{rec: rec, lease: rec.Lease(), start: w.cfg.Clock.Now(),
+		log: w.log.With(slog.String("job_id", rec.ID), slog.String("tenant", rec.Tenant))}
+	p.ctx, p.cancel = context.WithCancelCause(w.stopCtx)
+	w.inFlight.Add(1)
+	w.metrics.claimed.Inc()
+	w.register(p)
+	l := w.lane(rec.RequestedModel)
+	p.setPending(l)
+	w.runners.Add(1)
+	go func() {
+		defer func() {
+			p.setPending(nil)
+			p.cancel(nil)
+			w.unregister(p)
+			w.inFlight.Add(-1)
+			w.runners.Done()
+			w.poke()
+		}()
+		if w.prepare(p, l) {
+			w.run(p)
+		}
+	}()
+}
+
+// prepare rebuilds the job from its record: the wire job, its model chain,
+// the admission request (from the ingest estimate, or estimated now) and
+// the policy's state as the last holder left it. A body that no longer
+// parses fails the job.
+func (w *Worker) prepare(p *job, l *lane) bool {
+	p.job = p.rec.Job()
+	p.models = w.cfg.Catalog.Chain(p.job)
+	prompt, out := p.rec.EstPromptTokens, p.rec.EstOutputTokens
+	if prompt == 0 && out == 0 {
+		// Recorded by the producer or the API: estimated here, once.
+		est, err := w.est.EstimateBody(p.job.Body)
+		if err != nil {
+			w.fail(p, "invalid_body", err.Error())
+			return false
+		}
+		prompt, out = est.PromptTokens, cmp.Or(est.MaxOutputTokens, est.N*w.model(p.job.Model()).MaxOutputDefault)
+	}
+	safe := int(float64(prompt)*w.est.Safety(p.job.Model()) + 0.999)
+	p.req = shaping.Request{PromptTokens: safe, MaxOutputTokens: out}
+	l.observe(p.req)
+	p.state = state{Attempts: p.rec.Attempts, Retries: p.rec.Retries, Model: p.rec.ModelIndex, RateLimited: p.rec.RateLimited}
+	if p.state.Model >= len(p.models) {
+		// The configured fallbacks changed since: start over on the model.
+		p.state.Model, p.state.RateLimited = 0, 0
+	}
+	return true
+}
+
+// run performs the policy's decisions about p until the job leaves the
+// pipeline.
+func (w *Worker) run(p *job) {
+	e := event{Step: stepReady}
+	for {
+		from := p.state.Model
+		act := w.decide(p, e)
+		switch act.Verb {
+		case doCall:
+			var ok bool
+			if e, ok = w.call(p, act); !ok {
+				return
+			}
+		case doRetry:
+			if !w.backoff(p, act.Delay) {
+				return
+			}
+			e = event{Step: stepReady}
+		case doFallBack:
+			to := p.models[p.state.Model]
+			w.metrics.fallbacks.WithLabelValues(p.models[from], to).Inc()
+			p.log.Info("falling back", slog.String("from", p.models[from]), slog.String("to", to), slog.String("why", act.Why))
+			e = event{Step: stepReady}
+		case doSucceed:
+			w.succeed(p)
+			return
+		case doFail:
+			w.fail(p, act.Code, act.Message)
+			return
+		case doExpire:
+			w.end(p, llmq.StatusExpired, act.Why, func(ctx context.Context) error {
+				return w.cfg.Store.MarkExpired(ctx, p.lease, act.Why)
+			})
+			return
+		case doDeadLetter:
+			w.deadLetter(p, act.Reason)
+			return
+		case doHandBack:
+			p.log.Info("job handed back", slog.String("why", act.Why))
+			w.release(p)
+			return
+		}
+	}
+}
+
+// decide gives the policy p's step e with the facts only the worker knows,
+// keeps the new state and returns the action. The retry budget and the
+// jitter source are shared by every job: the decision and the budget's
+// withdrawal happen under one lock.
+func (w *Worker) decide(p *job, e event) action {
+	e.Now = w.cfg.Clock.Now()
+	if p.job.Deadline != nil {
+		e.Deadline = *p.job.Deadline
+	}
+	e.Next = nextFallback(w.cfg.Catalog, p.models, p.state.Model, shaping.Estimate{
+		PromptTokens: p.req.PromptTokens, MaxOutputTokens: p.req.MaxOutputTokens})
+	w.policyMu.Lock()
+	e.BudgetLeft = w.budget.Available()
+	next, act := w.policy.decide(p.state, e, w.rng)
+	if act.Budgeted {
+		w.budget.Withdraw()
+	}
+	w.policyMu.Unlock()
+	p.state = next
+	return act
+}
+
+// call waits for admission in the lane of p's current model, records the
+// call and makes it. It returns the step that came of it, or false when the
+// job left the pipeline on the way.
+func (w *Worker) call(p *job, act action) (event, bool) {
+	model := p.models[p.state.Model]
+	l := w.lane(model)
+	p.setPending(l)
+	permit, err := w.admit(p, l, act)
+	switch {
+	case errors.Is(err, errLanePaused):
+		return event{Step: stepLanePaused}, true
+	case errors.Is(err, shaping.ErrTooLarge):
+		return event{Step: stepTooLarge, Detail: err.Error()}, true
+	case isWaitError(err):
+		return event{Step: stepWaitTooLong, Detail: err.Error()}, true
+	case err != nil:
+		w.leave(p)
+		return event{}, false
+	}
+	body, err := p.job.WithModel(model)
+	if err != nil {
+		permit.Cancel()
+		w.fail(p, "invalid_body", err.Error())
+		return event{}, false
+	}
+	// Recorded on a context Stop does not cut: once the call is recorded
+	// it is made (a call in flight finishes at shutdown); a lease lost
+	// meanwhile fails the record, fenced.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), markTimeout)
+	attempts, err := w.cfg.Store.MarkCalling(mctx, p.lease, p.state.stored())
+	cancel()
+	if err != nil {
+		permit.Cancel()
+		if w.gone(p, "mark calling", err) || !w.pause(p) {
+			return event{}, false
+		}
+		return event{Step: stepReady}, true // admitted again, then recorded
+	}
+	p.writeFails = 0
+	// The call is counted before it starts: the policy counts it again
+	// when it answers.
+	p.state.Attempts = attempts - 1
+	p.setPending(nil)
+	w.metrics.inFlight.Inc()
+	p.reply = w.cfg.Upstream.Call(w.workCtx, model, body)
+	w.metrics.inFlight.Dec()
+	w.settle(permit, model, p.reply)
+	if p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil {
+		// The call was cut by shutdown, not by the upstream (an answer
+		// that arrived is stored all the same).
+		w.release(p)
+		return event{}, false
+	}
+	p.setPending(l)
+	if c := p.reply.Outcome.Class; c == ClassRateLimited || c == ClassRetryable {
+		w.metrics.retries.WithLabelValues(model).Inc()
+	}
+	return event{Step: stepCalled, Outcome: p.reply.Outcome}, true
+}
+
+// markTimeout bounds the record of a call.
+const markTimeout = 30 * time.Second
+
+// stored is the policy state kept with the job.
+func (s state) stored() store.PolicyState {
+	return store.PolicyState{Retries: s.Retries, ModelIndex: s.Model, RateLimited: s.RateLimited}
+}
+
+// admit waits in lane l: priority order first, then shaping, no longer
+// than act.Deadline. The lane predicts waits on the worker's clock;
+// the deadline's timer is the system clock's, as a job's deadline is wall
+// time.
+func (w *Worker) admit(p *job, l *lane, act action) (shaping.Permit, error) {
+	ctx := p.ctx
+	if !act.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, act.Deadline)
+		defer cancel()
+	}
+	begin := w.cfg.Clock.Now()
+	t := &ticket{ctx: ctx, req: p.req, maxPause: act.MaxPause, done: make(chan admission, 1)}
+	l.sched.Push(t, p.job.Priority.Rank())
+	a := t.wait(ctx)
+	w.metrics.shapingWait.Observe(w.cfg.Clock.Since(begin).Seconds())
+	if a.err != nil && !act.Deadline.IsZero() && errors.Is(a.err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
+		return shaping.Permit{}, &shaping.WaitError{Deadline: act.Deadline}
+	}
+	return a.permit, a.err
+}
+
+// model returns the catalog entry of a model, as its lane sees it.
+func (w *Worker) model(name string) llmq.Model { return laneModel(w.cfg.Catalog, name) }
+
+func isWaitError(err error) bool {
+	var we *shaping.WaitError
+	return errors.As(err, &we)
+}
+
+// settle gives the lane the outcome of one call and counts it. A
+// Retry-After is capped at Backoff.MaxRetryAfter for the lane's pause as
+// for the job's backoff.
+func (w *Worker) settle(permit shaping.Permit, model string, reply Reply) {
+	out := reply.Outcome
+	code := "error"
+	if out.Status > 0 {
+		code = strconv.Itoa(out.Status)
+	}
+	w.metrics.upstream.WithLabelValues(model, code).Inc()
+	so := shaping.Outcome{
+		RateLimited: out.Class == ClassRateLimited,
+		Overloaded:  out.Status == 503 || out.Code == "timeout",
+		Headers:     out.Headers,
+	}
+	so.Headers.RetryAfter = min(so.Headers.RetryAfter, w.cfg.Backoff.MaxRetryAfter)
+	if out.Class == ClassSuccess {
+		so.PromptTokens, so.CompletionTokens = reply.PromptTokens, reply.CompletionTokens
+		w.metrics.tokens.WithLabelValues(model, "prompt").Add(float64(reply.PromptTokens))
+		w.metrics.tokens.WithLabelValues(model, "completion").Add(float64(reply.CompletionTokens))
+		w.policyMu.Lock()
+		w.budget.Deposit()
+		w.policyMu.Unlock()
+	}
+	if err := permit.Done(so); err != nil {
+		w.log.Error("settle permit", slog.Any("error", err))
+	}
+}
+
+// backoff records the retryable failure and waits delay, holding the lease
+// (the heartbeat renews it). It reports false when the job left the
+// pipeline (handed back at shutdown, lease lost, or finished elsewhere).
+func (w *Worker) backoff(p *job, delay time.Duration) bool {
+	out := p.reply.Outcome
+	err := w.durable(p, w.workCtx, "mark retrying", func(ctx context.Context) error {
+		return w.cfg.Store.MarkRetrying(ctx, p.lease, p.state.stored(), clean(out.Code), clean(out.Message))
+	})
+	if err != nil {
+		return false
+	}
+	w.metrics.jobs.WithLabelValues(string(llmq.StatusRetrying)).Inc()
+	p.log.Debug("retrying", slog.String("code", out.Code), slog.Duration("delay", delay), slog.Int("calls", p.state.Attempts))
+	if err := sleep(p.ctx, w.cfg.Clock, delay); err != nil {
+		w.leave(p)
+		return false
+	}
+	return true
+}
+
+// succeed stores the upstream's answer until it lands: a paid answer is
+// never thrown away. Only the job being terminal elsewhere, a result
+// Postgres cannot hold (the job fails with the reason) or the end of the
+// shutdown grace period stop the retries.
+func (w *Worker) succeed(p *job) {
+	model, reply := p.models[p.state.Model], p.reply
+	w.est.Observe(model, p.req.PromptTokens, reply.PromptTokens)
+	res := store.Result{
+		Response: reply.Body, UsedModel: model, CostUSD: w.model(model).Cost(reply.PromptTokens, reply.CompletionTokens),
+		PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens,
+	}
+	var stored bool
+	err := w.durable(p, w.workCtx, "store result", func(ctx context.Context) (err error) {
+		stored, err = w.cfg.Store.StoreResult(ctx, p.lease.Key, res)
+		return err
+	})
+	var ite *store.IllegalTransitionError
+	switch {
+	case err == nil && !stored:
+		p.log.Info("answer not stored: the job succeeded already")
+		w.finish(p, llmq.StatusSucceeded)
+	case err == nil:
+		w.finish(p, llmq.StatusSucceeded)
+	case errors.Is(err, store.ErrInvalidJob):
+		w.fail(p, "result_unstorable", err.Error())
+	case errors.As(err, &ite):
+		p.log.Warn("answer not stored: the job ended otherwise", slog.String("status", string(ite.From)))
+	default:
+		p.log.Error("ANSWER NOT STORED: the database stayed unreachable until shutdown; the job will be called again",
+			slog.String("key", p.lease.String()), slog.Any("error", err))
+	}
+}
+
+// fail ends p as failed with code and msg.
+func (w *Worker) fail(p *job, code, msg string) {
+	w.end(p, llmq.StatusFailed, code+": "+msg, func(ctx context.Context) error {
+		return w.cfg.Store.MarkFailed(ctx, p.lease, clean(code), clean(msg))
+	})
+}
+
+// end makes the terminal write of status, retried on database errors.
+func (w *Worker) end(p *job, status llmq.Status, why string, write func(ctx context.Context) error) {
+	if err := w.durable(p, w.workCtx, "mark "+string(status), write); err != nil {
+		return
+	}
+	p.log.Info("job "+string(status), slog.String("why", why))
+	w.finish(p, status)
+}
+
+// deadLetter hands p to the dead-letter writer, which records the letter
+// and ends the job in one transaction, fenced to p's lease, then publishes
+// it.
+func (w *Worker) deadLetter(p *job, reason dlq.Reason) {
+	value, err := p.job.Encode()
+	if err != nil {
+		w.fail(p, "invalid_body", err.Error())
+		return
+	}
+	l := dlq.Letter{
+		JobID: p.job.ID, Tenant: p.job.Tenant, Reason: reason, Attempts: p.state.Attempts,
+		LastError: clean(p.reply.Outcome.Code + ": " + p.reply.Outcome.Message), Model: p.models[p.state.Model],
+		Message: value, Key: []byte(p.job.ID), Source: "jobs/" + p.lease.String(), At: w.cfg.Clock.Now(),
+		LeaseToken: p.lease.Token,
+	}
+	if err := w.durable(p, w.workCtx, "dead-letter", func(ctx context.Context) error {
+		return w.cfg.DeadLetters.DeadLetter(ctx, l)
+	}); err != nil {
+		return
+	}
+	w.metrics.deadLetters.WithLabelValues(string(reason)).Inc()
+	p.log.Warn("job dead-lettered", slog.String("reason", string(reason)), slog.String("last_error", l.LastError))
+	w.finish(p, llmq.StatusDeadLettered)
+}
+
+// durable runs write until it succeeds, retrying database (and broker)
+// errors with a growing pause on the worker's clock until ctx ends. It
+// returns nil, or the error that ended it: the job gone from this worker
+// (logged by gone), a permanent error, or the last error when ctx ended.
+func (w *Worker) durable(p *job, ctx context.Context, what string, write func(ctx context.Context) error) error {
+	for {
+		err := write(ctx)
+		if err == nil {
+			p.writeFails = 0
+			return nil
+		}
+		if errors.Is(err, store.ErrInvalidJob) {
+			if what != "store result" {
+				p.log.Error(what+": Postgres refuses it", slog.Any("error", err))
+			}
+			return err
+		}
+		if w.gone(p, what, err) {
+			return err
+		}
+		if p.writeFails == 0 {
+			p.log.Warn(what+": retrying", slog.Any("error", err))
+		}
+		d := retryDelay(p.writeFails, w.cfg.StoreRetryMax)
+		p.writeFails++
+		if sleep(ctx, w.cfg.Clock, d) != nil {
+			p.log.Warn(what+": given up at shutdown", slog.Any("error", err))
+			return err
+		}
+	}
+}
+
+// gone reports an error that says the job is no longer this worker's to
+// change (lease lost, finished elsewhere, deleted), logging why.
+func (w *Worker) gone(p *job, what string, err error) bool {
+	var ite *store.IllegalTransitionError
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		w.metrics.leaseLost.Inc()
+		p.log.Info(what+": the lease was taken over; leaving the job", slog.Any("error", err))
+	case errors.As(err, &ite):
+		p.log.Info(what+": the job ended otherwise", slog.String("status", string(ite.From)))
+	case errors.Is(err, store.ErrNotFound):
+		p.log.Warn(what+": the job is gone", slog.Any("error", err))
+	default:
+		return false
+	}
+	return true
+}
+
+// pause waits before p tries a failed write again; false when the job left
+// the pipeline meanwhile.
+func (w *Worker) pause(p *job) bool {
+	if p.writeFails == 0 {
+		p.log.Warn("database unreachable; retrying")
+	}
+	d := retryDelay(p.writeFails, w.cfg.StoreRetryMax)
+	p.writeFails++
+	if err := sleep(p.ctx, w.cfg.Clock, d); err != nil {
+		w.leave(p)
+		return false
+	}
+	return true
+}
+
+// leave ends a wait cut by p's context: at shutdown the job is handed
+// back; when its lease was lost it is left as it is (another worker has
+// it, or will).
+func (w *Worker) leave(p *job) {
+	if errors.Is(context.Cause(p.ctx), errLeaseLost) {
+		w.metrics.leaseLost.Inc()
+		p.log.Info("lease lost while waiting; leaving the job")
+		return
+	}
+	w.release(p)
+}
+
+// release hands p back to queued (fenced): another claim will take it.
+func (w *Worker) release(p *job) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 5*time.Second)
+	defer cancel()
+	if err := w.cfg.Store.Release(ctx, p.lease); err != nil && !w.gone(p, "release", err) {
+		// Its lease will expire and the reaper hand it back.
+		p.log.Warn("release", slog.Any("error", err))
+	}
+	w.metrics.released.Inc()
+}
+
+// finish counts a terminal job.
+func (w *Worker) finish(p *job, status llmq.Status) {
+	w.metrics.jobs.WithLabelValues(string(status)).Inc()
+	w.metrics.jobDuration.Observe(w.cfg.Clock.Since(p.start).Seconds())
+}
+
+// clean drops the NUL characters Postgres text cannot hold.
+func clean(s string) string { return strings.ReplaceAll(s, "\x00", "") }

@@ -1,0 +1,170 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/llmq/llmq/store"
+)
+
+// Schedule: per model with queued jobs, claim from Postgres only what the
+// model's shaping lane can admit within Config.ClaimHorizon, minus the jobs
+// this worker already claimed and has not admitted yet. So the backlog
+// stays queued in Postgres, in claim order (store.ClaimOrderDefault), and
+// only a handful of jobs is running at a time; Postgres orders the work,
+// not the broker.
+
+const (
+	// claimMax bounds the jobs of one claim.
+	claimMax = 256
+	// fallbackClaim bounds the jobs held for a lane paused by 429s, whose
+	// jobs can only move on to a fallback model.
+	fallbackClaim = 16
+	// modelsRefresh is how often the models with queued jobs are read
+	// from Postgres (jobs other workers or the producer recorded).
+	modelsRefresh = 500 * time.Millisecond
+	// stateRefresh is how often a model's waiting reason is written again
+	// while it holds.
+	stateRefresh = time.Second
+	// claimTimeout bounds one claim.
+	claimTimeout = 30 * time.Second
+)
+
+// scheduleLoop claims work until Stop: at every wake-up (jobs ingested, a
+// job finished, expired leases reaped) and every quarter of the claim
+// horizon (buckets refill).
+func (w *Worker) scheduleLoop() {
+	defer w.scheduling.Done()
+	ctx := w.stopCtx
+	tick := w.cfg.Clock.NewTicker(max(w.cfg.ClaimHorizon/4, time.Millisecond))
+	defer tick.Stop()
+	s := &scheduler{models: map[string]bool{}, notes: map[string]modelNote{}}
+	for {
+		w.scheduleRound(ctx, s)
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-tick.Chan():
+		}
+	}
+}
+
+// scheduler is the state of the schedule loop.
+type scheduler struct {
+	// models are the models that may have queued jobs.
+	models map[string]bool
+	// readAt is when QueuedModels was last read.
+	readAt time.Time
+	// notes are the waiting reasons last written, by model.
+	notes map[string]modelNote
+}
+
+// modelNote is a model state as last written.
+type modelNote struct {
+	reason string
+	hold   bool
+	at     time.Time
+}
+
+// scheduleRound claims for every model that may have queued jobs.
+func (w *Worker) scheduleRound(ctx context.Context, s *scheduler) {
+	now := w.cfg.Clock.Now()
+	if now.Sub(s.readAt) >= modelsRefresh {
+		s.readAt = now
+		if models, err := w.cfg.Store.QueuedModels(ctx); err == nil {
+			for _, m := range models {
+				s.models[m] = true
+			}
+		}
+	}
+	w.modelsMu.Lock()
+	for m := range w.newModels {
+		s.models[m] = true
+	}
+	clear(w.newModels)
+	w.modelsMu.Unlock()
+	var hold BatchHold
+	if w.cfg.Router != nil {
+		hold = w.cfg.Router.Hold(now, w.Drain())
+	}
+	for m := range s.models {
+		if ctx.Err() != nil {
+			return
+		}
+		if w.claimFor(ctx, s, m, hold) {
+			delete(s.models, m)
+		}
+	}
+}
+
+// claimFor claims the jobs model's lane can take soon and reports whether
+// the model has no queued job left (the claim came back short).
+func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold BatchHold) (drained bool) {
+	l := w.lane(model)
+	now := w.cfg.Clock.Now()
+	room := w.cfg.MaxInFlight - int(w.inFlight.Load())
+	pending := int(l.pending.Load())
+	want := l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, l.typical()) - pending
+	fallbackOnly := false
+	switch {
+	case want > 0:
+	case l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait:
+		// The lane is paused by 429s for longer than a job with a
+		// fallback waits: those jobs may be claimed to move on (all of
+		// them when the model itself has fallbacks).
+		want = fallbackClaim - pending
+		fallbackOnly = len(w.cfg.Catalog.Lookup(model).Fallbacks) == 0
+	case pending == 0:
+		// An idle lane always gets its next job, which waits in the lane
+		// for what its buckets need (a job larger than the typical one,
+		// a bucket warming up): never more than one such job.
+		want = 1
+	}
+	want = min(want, room, claimMax)
+	if want <= 0 {
+		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
+		return false
+	}
+	// A claim sent is finished even when Stop begins meanwhile: its jobs
+	// are then handed back at once, not left running until their lease
+	// ends.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	recs, err := w.cfg.Store.Claim(cctx, store.ClaimRequest{
+		Model: model, Owner: w.cfg.Owner, Lease: w.cfg.Lease, Limit: want, FallbackOnly: fallbackOnly,
+		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Debug("claim", slog.String("model", model), slog.Any("error", err))
+		}
+		return false
+	}
+	for _, rec := range recs {
+		w.start(rec)
+	}
+	if len(recs) < want {
+		w.note(ctx, s, model, "", hold.Hold)
+		return true
+	}
+	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
+	return false
+}
+
+// note records why model's queued jobs wait, when it changed or, while
+// they wait, at most every stateRefresh.
+func (w *Worker) note(ctx context.Context, s *scheduler, model, reason string, hold bool) {
+	now := w.cfg.Clock.Now()
+	last, ok := s.notes[model]
+	same := ok && last.reason == reason && last.hold == hold
+	if same && (reason == "" && !hold || now.Sub(last.at) < stateRefresh) {
+		return
+	}
+	err := w.cfg.Store.SetModelState(ctx, store.ModelState{Model: model, WaitingReason: reason, BatchHold: hold, Worker: w.cfg.Owner})
+	if err != nil {
+		return
+	}
+	s.notes[model] = modelNote{reason: reason, hold: hold, at: now}
+}

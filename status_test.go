@@ -8,7 +8,8 @@ import (
 	"github.com/llmq/llmq"
 )
 
-// legal is DESIGN.md's lifecycle written out pair by pair, independently of
+// legal is the lifecycle of docs/design/queue-of-record.md (job states)
+// written out pair by pair, independently of
 // the table in status.go.
 var legal = map[[2]llmq.Status]bool{
 	{llmq.StatusQueued, llmq.StatusRunning}:        true, // a worker claims it

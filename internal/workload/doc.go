@@ -1,5 +1,6 @@
 // Package workload builds the synthetic jobs of `llmq demo` and `llmq bench`:
-// short questions and long documents (seed 001's long/short mix), every
+// short questions and long documents (the long/short mix of
+// docs/design/quotas.md, the four acceptance experiments), every
 // priority, deferrable jobs and malformed messages that must be
 // dead-lettered as poison.
 //

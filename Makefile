@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all help build test lint vet fmt-check unit fuzz bench bench-go bench-llmq demo console-screenshots run migrate clean
+.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq demo console-screenshots run migrate clean
 
 all: build
 
@@ -24,12 +24,18 @@ build:
 ## test: what CI runs: vet, gofmt check, the race-enabled tests, a brief fuzz
 test: lint unit fuzz
 
-## lint: go vet and the gofmt check
-lint: vet fmt-check
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+## lint: go vet, the gofmt check and staticcheck
+lint: vet fmt-check staticcheck
 
 ## vet: go vet ./...
 vet:
 	$(GO) vet ./...
+
+## staticcheck: staticcheck ./... (the pinned version, fetched from the module proxy)
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
 
 ## fmt-check: fail when a file is not gofmt'ed
 fmt-check:

@@ -24,9 +24,10 @@ import (
 // the ingest window, sizes and a backlog (docs/design/queue-of-record.md).
 
 // TestWorkerLeaseRenewedWhileJobsWait: two workers on one database claim
-// up to 5 s ahead of admission (ClaimHorizon) with a lease of 1 s, and each
-// reaper sweeps every 50 ms: jobs wait for admission up to 5 times their
-// lease. The heartbeat renews the leases, so no job is reaped and
+// up to 12 s ahead of admission (ClaimHorizon) with a lease of 2.5 s, and
+// each reaper sweeps every 50 ms: jobs wait for admission up to 5 times
+// their lease. (The lease leaves the heartbeat, every 250 ms, room for a
+// loaded machine running the race detector.) The heartbeat renews the leases, so no job is reaped and
 // claimed by the other worker while it waits: one call per job.
 func TestWorkerLeaseRenewedWhileJobsWait(t *testing.T) {
 	t.Parallel()
@@ -36,8 +37,8 @@ func TestWorkerLeaseRenewedWhileJobsWait(t *testing.T) {
 		tb.start(t, func(c *worker.Config) {
 			c.Strategy = shaping.StrategyRPM
 			c.Catalog.Default = llmq.Model{RPM: 30} // a burst of 30, then one every 2 s
-			c.ClaimHorizon, c.Lease, c.HeartbeatInterval, c.ReapInterval = 5*time.Second, time.Second,
-				200*time.Millisecond, 50*time.Millisecond
+			c.ClaimHorizon, c.Lease, c.HeartbeatInterval, c.ReapInterval = 12*time.Second, 2500*time.Millisecond,
+				250*time.Millisecond, 50*time.Millisecond
 		})
 	}
 	ids := make([]string, n)

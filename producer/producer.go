@@ -34,7 +34,8 @@ type Receipt struct {
 	ID     string
 	Tenant string
 	// Status is the job's status: queued for a new job, the stored status
-	// when the id already existed.
+	// when the id already existed, "" when the id's job finished and was
+	// pruned (store.Retention).
 	Status llmq.Status
 	// Created is false when the tenant already had a job with this id
 	// (nothing was done: publishing is idempotent by tenant and id).

@@ -18,7 +18,8 @@ import (
 
 const insertSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens)
-VALUES ($1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13)
+SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13
+WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 
 // NewJob is a job to record, with the shaping estimate the worker made
@@ -79,6 +80,7 @@ SELECT u.tenant, u.id, 'queued', u.priority, u.model, u.body::jsonb, $1, $1, u.d
 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bool[],
 	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[])
 	AS u(tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo)
+WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 ON CONFLICT (tenant, id) DO NOTHING
 RETURNING tenant, id`
 

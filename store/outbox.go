@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 const insertOutboxSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
 	published_at)
-VALUES ($1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, NULL)
+SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, NULL
+WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 
 // Recorded says what InsertOutbox did with one job.
@@ -26,7 +28,8 @@ type Recorded struct {
 	// that job was left as it is.
 	Created bool
 	// Status is the job's status: queued when created, the existing job's
-	// otherwise.
+	// otherwise, and "" when the id was a job's that finished and was
+	// pruned (its tombstone keeps the id from being used again).
 	Status llmq.Status
 }
 
@@ -62,7 +65,7 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]Recorded,
 			return nil, dataError(fmt.Sprintf("insert outbox %q", jobs[i].ID), err)
 		}
 		out[i].Created = tag.RowsAffected() == 1
-		if err := br.QueryRow().Scan(&out[i].Status); err != nil {
+		if err := br.QueryRow().Scan(&out[i].Status); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("store: insert outbox %q: %w", jobs[i].ID, err)
 		}
 	}

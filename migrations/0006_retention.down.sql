@@ -1,0 +1,2 @@
+DROP INDEX batches_ingested_idx;
+DROP TABLE job_tombstones;

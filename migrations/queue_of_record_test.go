@@ -21,9 +21,7 @@ func TestQueueOfRecordMigratesRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := storetest.NewDB(t)
-	m, err := migrations.Down(ctx, url)
-	require.NoError(t, err)
-	require.Equal(t, 5, m.Version, "this test migrates version 4 rows")
+	downTo(t, url, 4) // this test migrates version 4 rows
 
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
@@ -50,7 +48,7 @@ func TestQueueOfRecordMigratesRows(t *testing.T) {
 
 	applied, err := migrations.Up(ctx, url)
 	require.NoError(t, err)
-	require.Len(t, applied, 1)
+	require.Len(t, applied, migrations.Latest()-4)
 
 	keys := map[string]time.Time{}
 	rows, err := conn.Query(ctx, `SELECT id, sched_key FROM jobs`)
@@ -80,6 +78,7 @@ func TestQueueOfRecordMigratesRows(t *testing.T) {
 		VALUES ('j-high', 'other', 'm', $1, now())`, body)
 	require.NoError(t, err, "ids are scoped by tenant")
 
+	downTo(t, url, 5)
 	_, err = migrations.Down(ctx, url)
 	require.Error(t, err, "going back needs ids unique across tenants")
 	_, err = conn.Exec(ctx, `DELETE FROM jobs WHERE tenant = 'other'`)
@@ -91,3 +90,19 @@ func TestQueueOfRecordMigratesRows(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// downTo undoes migrations until the database is at version v.
+func downTo(t *testing.T, url string, v int) {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		at, err := migrations.Version(ctx, url)
+		require.NoError(t, err)
+		if at <= v {
+			require.Equal(t, v, at)
+			return
+		}
+		_, err = migrations.Down(ctx, url)
+		require.NoError(t, err)
+	}
+}

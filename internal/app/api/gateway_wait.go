@@ -24,7 +24,6 @@ const (
 type waiters struct {
 	mu    sync.Mutex
 	byKey map[store.Key][]chan struct{}
-	n     int
 }
 
 // subscribe registers a waiter for k; stop removes it.
@@ -35,7 +34,6 @@ func (ws *waiters) subscribe(k store.Key) (wake <-chan struct{}, stop func()) {
 		ws.byKey = map[store.Key][]chan struct{}{}
 	}
 	ws.byKey[k] = append(ws.byKey[k], ch)
-	ws.n++
 	ws.mu.Unlock()
 	return ch, func() {
 		ws.mu.Lock()
@@ -46,7 +44,6 @@ func (ws *waiters) subscribe(k store.Key) (wake <-chan struct{}, stop func()) {
 		} else {
 			ws.byKey[k] = chs
 		}
-		ws.n--
 	}
 }
 
@@ -71,13 +68,6 @@ func (ws *waiters) wakeAll() {
 	}
 }
 
-// count is the number of waiting callers.
-func (ws *waiters) count() int {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return ws.n
-}
-
 func wake(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -93,6 +83,8 @@ func wake(ch chan struct{}) {
 func (a *API) waitDone(ctx context.Context, k store.Key) (*store.JobRecord, error) {
 	wake, stop := a.waiters.subscribe(k)
 	defer stop()
+	a.waiting.Inc()
+	defer a.waiting.Dec()
 	for {
 		rec, err := a.cfg.Store.Get(ctx, k.Tenant, k.ID)
 		switch {

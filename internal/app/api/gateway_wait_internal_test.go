@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
@@ -28,6 +29,13 @@ func (l deafListener) ListenJobsDone(ctx context.Context, listening func(), _ fu
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// waiting reads the gauge of waiting callers.
+func waiting(t *testing.T, a *API) float64 {
+	var m dto.Metric
+	require.NoError(t, a.waiting.Write(&m))
+	return m.GetGauge().GetValue()
 }
 
 // TestWaitDoneLosesNoWakeUp: a job that ended before its caller waits is
@@ -85,11 +93,11 @@ func TestWaitDoneLosesNoWakeUp(t *testing.T) {
 	// Ended while the connection was down: nobody heard it.
 	late := insert("late")
 	woken := wait(late)
-	require.Eventually(t, func() bool { return a.waiters.count() == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return waiting(t, a) == 1 }, 10*time.Second, time.Millisecond)
 	end(late)
 	l.drop <- struct{}{}
 	require.NoError(t, clk.BlockUntilContext(ctx, 1)) // the reconnection delay
 	clk.Advance(listenRetryMin)
 	require.Equal(t, llmq.StatusSucceeded, got(woken).Status)
-	require.Equal(t, 0, a.waiters.count())
+	require.Equal(t, 0.0, waiting(t, a))
 }

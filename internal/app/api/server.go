@@ -35,6 +35,7 @@ type API struct {
 	duration *prometheus.HistogramVec
 	// waiters and listener serve gateway mode (gateway_wait.go).
 	waiters  waiters
+	waiting  prometheus.Gauge
 	listener background.Runner
 }
 
@@ -53,6 +54,10 @@ func New(cfg Config) (*API, error) {
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
 		}, []string{"route", "code"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmq_gateway_waiting_callers",
+			Help: "Gateway calls (POST /v1/chat/completions) waiting for their job to end.",
+		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "llmq_api_request_duration_seconds",
 			Help:    "HTTP API request latency by route pattern.",
@@ -69,10 +74,7 @@ func New(cfg Config) (*API, error) {
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
 	collectors := []prometheus.Collector{a.requests, a.duration}
 	if cfg.JobsDone != nil {
-		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "llmq_gateway_waiting_callers",
-			Help: "Gateway calls (POST /v1/chat/completions) waiting for their job to end.",
-		}, func() float64 { return float64(a.waiters.count()) }))
+		collectors = append(collectors, a.waiting)
 	}
 	if cfg.Registerer != nil {
 		for _, c := range collectors {

@@ -481,13 +481,13 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 			pt[i], ct[i], cost[i] = int32(r.PromptTokens), int32(r.CompletionTokens), r.CostUSD
 			live[r.Job] = r.LiveCostUSD
 		}
-		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = `+tIngestResult.to+`, result = u.body::jsonb,
+		rows, err := tx.Query(ctx, notifyDone(`UPDATE jobs j SET status = `+tIngestResult.to+`, result = u.body::jsonb,
 			used_model = u.model, prompt_tokens = u.pt, completion_tokens = u.ct, cost_usd = u.cost,
 			finished_at = $2, updated_at = $2, lease_expires_at = NULL, error_code = '', error_message = ''
 		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::int[], $9::float8[])
 			AS u(tenant, id, body, model, pt, ct, cost)
 		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestResult.in+` AND j.batch_id = $1
-		RETURNING j.tenant, j.id, j.cost_usd`, in.BatchID, now, tenants, ids, bodies, models, pt, ct, cost)
+		RETURNING j.tenant, j.id, j.cost_usd`, jKey, `tenant, id, cost_usd`), in.BatchID, now, tenants, ids, bodies, models, pt, ct, cost)
 		if err != nil {
 			return st, dataError("ingest batch "+strconv.Quote(in.BatchID), err)
 		}
@@ -521,11 +521,11 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 		for i, r := range chunk {
 			codes[i] = r.Code
 		}
-		rows, err := tx.Query(ctx, `UPDATE jobs j SET status = `+tIngestDeadLetter.to+`, error_code = u.code,
+		rows, err := tx.Query(ctx, notifyDone(`UPDATE jobs j SET status = `+tIngestDeadLetter.to+`, error_code = u.code,
 			error_message = u.reason, finished_at = $2, updated_at = $2, lease_expires_at = NULL
 		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS u(tenant, id, reason, code)
 		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestDeadLetter.in+` AND j.batch_id = $1
-		RETURNING j.tenant, j.id, u.reason`,
+		RETURNING j.tenant, j.id, u.reason`, jKey, `tenant, id, reason`),
 			in.BatchID, now, tenants, ids, reasons, codes)
 		if err != nil {
 			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)

@@ -172,6 +172,9 @@ func (s *Store) refused(ctx context.Context, op string, k Key, to llmq.Status) (
 func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set string, args ...any) (*JobRecord, error) {
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
 		` WHERE tenant = $1 AND id = $2 AND status ` + t.in + ` RETURNING ` + jobColumns
+	if t.To.Terminal() {
+		sql = notifyDone(sql, keyOf, jobColumns)
+	}
 	var rec *JobRecord
 	found, err := s.run(ctx, scanRecord(&rec), stmt{sql, append([]any{k.Tenant, k.ID, s.clock()}, args...)})
 	if err != nil {
@@ -187,9 +190,9 @@ func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set s
 // expired and returns their keys (the reaper's sweep: a job expires even
 // while no worker looks at it).
 func (s *Store) ExpireOverdue(ctx context.Context) ([]Key, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
+	rows, err := s.pool.Query(ctx, notifyDone(`UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
 		error_message = 'deadline passed before the job started', finished_at = $1, updated_at = $1
-		WHERE status `+tExpireOverdue.in+` AND deadline IS NOT NULL AND deadline <= $1 RETURNING tenant, id`,
+		WHERE status `+tExpireOverdue.in+` AND deadline IS NOT NULL AND deadline <= $1 RETURNING tenant, id`, keyOf, `tenant, id`),
 		s.clock(), ErrorCodeExpired)
 	if err != nil {
 		return nil, fmt.Errorf("store: expire overdue: %w", err)

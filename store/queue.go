@@ -145,6 +145,9 @@ type PolicyState struct {
 func (s *Store) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
 		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND status ` + t.in + ` RETURNING attempts`
+	if t.To.Terminal() {
+		sql = notifyDone(sql, keyOf, `attempts`)
+	}
 	var attempts int
 	found, err := s.run(ctx, func(rows pgx.Rows) error { return rows.Scan(&attempts) },
 		stmt{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)})
@@ -251,7 +254,8 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 	sql := `UPDATE jobs SET status = ` + tStoreResult.to + `, updated_at = $3, result = $4, used_model = $5,
 		prompt_tokens = $6, completion_tokens = $7, cost_usd = $8, finished_at = $3, lease_expires_at = NULL,
 		phase = '', error_code = '', error_message = ''
-	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true`
+	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true AS stored`
+	sql = notifyDone(sql, keyOf, `stored`)
 	found, err := s.run(ctx, nil, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
 		r.PromptTokens, r.CompletionTokens, r.CostUSD}})
 	if err != nil {

@@ -368,10 +368,13 @@ func (a *App) buildAPI() error {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},
 		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
+		JobsDone: a.store, Gateway: gatewayConfig(s),
 	})
 	if err != nil {
 		return err
 	}
+	// Gateway mode's listening connection, before the server takes calls.
+	a.parts.add("gateway listener", handler.Start, handler.Stop, stopTimeout)
 	if len(s.APIKeys) == 0 && len(s.OperatorKeys) == 0 {
 		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys, LLMQ_OPERATOR_KEYS or operator_keys): every /v1 request will be refused")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/worker"
@@ -66,6 +67,8 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 			dlq.AlertSeverityDefault, dlq.AlertGroupWaitDefault, dlq.AlertGroupIntervalDefault,
 			dlq.AlertResolveTimeoutDefault, dlq.AlertMaxPerMinuteDefault),
 		"`max_message_bytes`": list(llmq.MaxMessageBytesDefault),
+		"`gateway.timeout`":   list(api.GatewayTimeoutDefault),
+		"`gateway.priority`":  list(llmq.PriorityNormal),
 	} {
 		got, ok := rows[key]
 		require.True(t, ok, "README has no row %s", key)

@@ -6,6 +6,7 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/batchapi"
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/worker"
@@ -61,6 +62,12 @@ func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
 func producerConfig(s *config.Config) producer.Config {
 	return producer.Config{SoftDepth: s.Backpressure.SoftDepth, HardDepth: s.Backpressure.HardDepth,
 		MaxMessageBytes: s.MaxMessageBytes}
+}
+
+// gatewayConfig is the API's share of the gateway settings.
+func gatewayConfig(s *config.Config) api.GatewayConfig {
+	g := s.Gateway
+	return api.GatewayConfig{Timeout: g.Timeout, Priority: g.Priority, CancelOnDisconnect: g.CancelOnDisconnect}
 }
 
 // alertConfig is the dead-letter alerter's share of the settings; ok is

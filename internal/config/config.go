@@ -108,6 +108,8 @@ type Config struct {
 	Backpressure Backpressure `yaml:"backpressure"`
 	// Alerts names the dead-letter alert sinks; both empty: no alerts.
 	Alerts Alerts `yaml:"alerts"`
+	// Gateway tunes gateway mode (POST /v1/chat/completions on llmq api).
+	Gateway Gateway `yaml:"gateway"`
 	// MaxMessageBytes limits an encoded job. 0 means
 	// llmq.MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
@@ -205,6 +207,21 @@ type Alerts struct {
 	ResolveTimeout time.Duration `yaml:"resolve_timeout"`
 	// MaxPerMinute caps notifications (dlq default 10).
 	MaxPerMinute int `yaml:"max_per_minute"`
+}
+
+// Gateway tunes gateway mode; zero fields mean the API's defaults.
+type Gateway struct {
+	// Timeout is a call's deadline when the request gives none (neither
+	// X-LLMQ-Deadline nor the SDKs' X-Stainless-Timeout); 0 =
+	// api.GatewayTimeoutDefault (10m).
+	Timeout time.Duration `yaml:"timeout"`
+	// Priority is a call's priority without X-LLMQ-Priority: high, normal
+	// or low; "" = normal.
+	Priority llmq.Priority `yaml:"priority"`
+	// CancelOnDisconnect cancels the job of a caller that disconnects
+	// before its upstream call began. Default false: the job completes and
+	// stays readable through GET /v1/jobs/{id}.
+	CancelOnDisconnect bool `yaml:"cancel_on_disconnect"`
 }
 
 // Flags are the command-line overrides; empty fields do not override.
@@ -397,6 +414,12 @@ func (c *Config) Validate() error {
 		if !slices.Contains(FallbackOnValues, v) {
 			bad(fmt.Sprintf("retry.fallback_on[%d]", i), "%q: want %s", v, strings.Join(FallbackOnValues, ", "))
 		}
+	}
+	if c.Gateway.Timeout < 0 {
+		bad("gateway.timeout", "must not be negative (0: the default)")
+	}
+	if c.Gateway.Priority != "" && !c.Gateway.Priority.Valid() {
+		bad("gateway.priority", "%q: want high, normal or low", c.Gateway.Priority)
 	}
 	if c.Ingest.Window < -1 {
 		bad("ingest.window", "must not be negative (0: the default, -1: no window); got %d", c.Ingest.Window)

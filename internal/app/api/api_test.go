@@ -115,6 +115,10 @@ func setup(t *testing.T, o options) *testBundle {
 	}
 	a, err := api.New(acfg)
 	require.NoError(t, err)
+	if acfg.JobsDone != nil {
+		require.NoError(t, a.Start(context.Background()))
+		t.Cleanup(func() { require.NoError(t, a.Stop(context.Background())) })
+	}
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
 	return &testBundle{clock: clk, letters: letters, store: st, broker: b, sub: sub, producer: p, api: a, srv: srv, registry: reg,

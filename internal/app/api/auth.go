@@ -52,7 +52,11 @@ func Operator(r *http.Request) bool {
 // context. The tenant query parameter, on any endpoint, narrows an
 // operator's scope to one tenant; a tenant key may only name its own
 // (400 tenant_mismatch otherwise).
-func (a *API) authed(h http.HandlerFunc) http.Handler {
+func (a *API) authed(h http.HandlerFunc) http.Handler { return a.authedAs(h, writeError) }
+
+// authedAs is authed answering its errors with fail (the gateway's
+// endpoints answer in OpenAI's shape).
+func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearer(r.Header.Get("Authorization"))
 		var (
@@ -68,20 +72,20 @@ func (a *API) authed(h http.HandlerFunc) http.Handler {
 			if ok {
 				msg = "unknown API key"
 			}
-			writeError(w, http.StatusUnauthorized, Error{Code: CodeUnauthorized, Message: msg})
+			fail(w, http.StatusUnauthorized, Error{Code: CodeUnauthorized, Message: msg})
 			return
 		}
 		s := scope(c)
 		if t := r.URL.Query().Get("tenant"); t != "" {
 			switch {
 			case !llmq.ValidID(t):
-				writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "tenant",
+				fail(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "tenant",
 					Message: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9._:-]", llmq.MaxIDLength)})
 				return
 			case c.operator:
 				s.tenant = t
 			case t != c.tenant:
-				writeError(w, http.StatusBadRequest, Error{Code: CodeTenantMismatch, Field: "tenant",
+				fail(w, http.StatusBadRequest, Error{Code: CodeTenantMismatch, Field: "tenant",
 					Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", c.tenant, c.tenant)})
 				return
 			}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -24,6 +25,9 @@ const (
 	MaxBodyBytesDefault = 16 << 20
 	// RetryAfterUnavailableDefault is the Retry-After of a 503.
 	RetryAfterUnavailableDefault = 5 * time.Second
+	// GatewayTimeoutDefault is a gateway call's deadline when the request
+	// names none: the OpenAI SDKs' own default timeout.
+	GatewayTimeoutDefault = 10 * time.Minute
 )
 
 // Config configures the API. Fields marked required have no default.
@@ -80,6 +84,34 @@ type Config struct {
 	// Clock checks deadlines against now; it should agree with the
 	// producer's. nil = the system clock.
 	Clock clockwork.Clock
+
+	// JobsDone tells the gateway's waiting callers that their jobs ended
+	// (a [*store.Store] is one). nil: gateway mode is off, POST
+	// /v1/chat/completions and GET /v1/models are not served. With it, Start
+	// and Stop run the listening connection.
+	JobsDone JobsDoneListener
+	// Gateway tunes gateway mode.
+	Gateway GatewayConfig
+}
+
+// GatewayConfig tunes gateway mode (see docs/design/gateway.md).
+type GatewayConfig struct {
+	// Timeout is a call's deadline when the request gives none (neither
+	// X-LLMQ-Deadline nor X-Stainless-Timeout). 0 = GatewayTimeoutDefault.
+	Timeout time.Duration
+	// Priority is a call's priority without X-LLMQ-Priority. "" = normal.
+	Priority llmq.Priority
+	// CancelOnDisconnect cancels the job of a caller that disconnects
+	// before the job's upstream call began. Default false: the job
+	// completes and stays readable through GET /v1/jobs/{id}.
+	CancelOnDisconnect bool
+}
+
+// JobsDoneListener announces the jobs that end; a [*store.Store] is one.
+type JobsDoneListener interface {
+	// ListenJobsDone listens until ctx ends or its connection fails: it
+	// calls listening once it listens, then done with each job that ends.
+	ListenJobsDone(ctx context.Context, listening func(), done func(store.Key)) error
 }
 
 // JobStore is what the API reads and changes of the job store; a
@@ -124,6 +156,8 @@ func (c Config) WithDefaults() Config {
 	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, MaxBodyBytesDefault)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, llmq.MaxMessageBytesDefault)
 	c.RetryAfterUnavailable = cmp.Or(c.RetryAfterUnavailable, RetryAfterUnavailableDefault)
+	c.Gateway.Timeout = cmp.Or(c.Gateway.Timeout, GatewayTimeoutDefault)
+	c.Gateway.Priority = cmp.Or(c.Gateway.Priority, llmq.PriorityNormal)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -146,6 +180,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxMessageBytes < -1 {
 		errs = append(errs, errors.New("api: Config.MaxMessageBytes must be positive, or -1"))
+	}
+	if c.Gateway.Timeout < 0 {
+		errs = append(errs, errors.New("api: Config.Gateway.Timeout must not be negative"))
+	}
+	if !c.Gateway.Priority.Valid() {
+		errs = append(errs, fmt.Errorf("api: Config.Gateway.Priority: %q is not high, normal or low", c.Gateway.Priority))
 	}
 	for k, tenant := range c.Keys {
 		if k == "" || !llmq.ValidID(tenant) {

@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
 
@@ -38,6 +39,8 @@ func newConformance(t *testing.T) *conformance {
 	doc, err := loader.LoadFromData(api.OpenAPI())
 	require.NoError(t, err)
 	require.NoError(t, doc.Validate(loader.Context))
+	// Gateway streams are server-sent events: text, as documented.
+	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 	router, err := legacyrouter.NewRouter(doc)
 	require.NoError(t, err)
 	return &conformance{doc: doc, router: router, seen: map[string]bool{}}
@@ -223,6 +226,40 @@ func TestOpenAPIConformance(t *testing.T) {
 	require.Equal(t, map[string]any{"status": "unavailable", "checks": map[string]any{"database": "ok", "broker": "unavailable"}},
 		down.get(t, "", "/readyz").json(t))
 	require.Equal(t, int64(0), dbDown.broker.Depth("jobs"))
+
+	// Gateway mode: a call that a stand-in worker answers, a stream, the
+	// refusals, the models.
+	gw := setup(t, options{api: func(c *api.Config) {
+		c.JobsDone = c.Store.(*store.Store)
+		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {}}}
+	}})
+	msgs, err := gw.sub.Consume(t.Context())
+	require.NoError(t, err)
+	answered := make(chan error, 1)
+	go func() { // a stand-in worker: it answers the two calls below
+		for range 2 {
+			m := <-msgs
+			j, err := llmq.Decode(m.Value, llmq.DecodeOptions{})
+			if err == nil {
+				_, err = gw.store.StoreResult(context.Background(), store.Key{Tenant: j.Tenant, ID: j.ID}, store.Result{
+					Response: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o-mini",` +
+						`"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)})
+			}
+			if err != nil {
+				answered <- err
+				return
+			}
+		}
+		answered <- nil
+	}()
+	c.check(t, gw, "POST", "/v1/chat/completions", keyAcme, ct, validBody, true, 200)
+	c.check(t, gw, "POST", "/v1/chat/completions", keyAcme, ct,
+		`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`, true, 200)
+	require.NoError(t, <-answered)
+	c.check(t, gw, "POST", "/v1/chat/completions", keyAcme, ct, `{"model":"o3","messages":[{"role":"user","content":"hi"}]}`, true, 400)
+	c.check(t, gw, "POST", "/v1/chat/completions", "", ct, validBody, true, 401)
+	c.check(t, gw, "GET", "/v1/models", keyAcme, "", "", true, 200)
+	c.check(t, gw, "GET", "/v1/models", "", "", "", true, 401)
 
 	// Every documented operation was exercised.
 	for path, item := range c.doc.Paths.Map() {

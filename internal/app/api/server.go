@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/producer"
 )
 
@@ -32,6 +33,10 @@ type API struct {
 	keys     map[[sha256.Size]byte]caller
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// waiters and listener serve gateway mode (gateway_wait.go).
+	waiters  waiters
+	waiting  prometheus.Gauge
+	listener background.Runner
 }
 
 // New returns the API handler.
@@ -49,6 +54,10 @@ func New(cfg Config) (*API, error) {
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
 		}, []string{"route", "code"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmq_gateway_waiting_callers",
+			Help: "Gateway calls (POST /v1/chat/completions) waiting for their job to end.",
+		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "llmq_api_request_duration_seconds",
 			Help:    "HTTP API request latency by route pattern.",
@@ -63,8 +72,12 @@ func New(cfg Config) (*API, error) {
 		a.keys[sha256.Sum256([]byte(k))] = caller{operator: true}
 	}
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
+	collectors := []prometheus.Collector{a.requests, a.duration}
+	if cfg.JobsDone != nil {
+		collectors = append(collectors, a.waiting)
+	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{a.requests, a.duration} {
+		for _, c := range collectors {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("api: register metrics: %w", err)
 			}
@@ -86,6 +99,10 @@ func (a *API) routes() {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)
 	})
+	if a.cfg.JobsDone != nil {
+		a.mux.Handle("POST /v1/chat/completions", a.authedAs(a.chatCompletions, writeOpenAIError))
+		a.mux.Handle("GET /v1/models", a.authedAs(a.models, writeOpenAIError))
+	}
 	a.mux.Handle("GET /v1/me", a.authed(a.me))
 	a.mux.Handle("GET /v1/stats/jobs", a.authed(a.jobStats))
 	if a.cfg.Batches != nil {

@@ -1,0 +1,327 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
+)
+
+// Gateway mode: POST /v1/chat/completions and GET /v1/models in OpenAI's
+// shapes, so that an OpenAI SDK pointed at llmq works unchanged. A call
+// becomes a job published like POST /v1/jobs (same admission, outbox and
+// broker); the handler waits for the job to end, woken through Postgres
+// LISTEN/NOTIFY (gateway_wait.go), and answers with the stored provider
+// JSON. See docs/design/gateway.md.
+
+// Request headers of a gateway call.
+const (
+	// HeaderPriority is the job's priority: high, normal or low.
+	HeaderPriority = "X-Llmq-Priority"
+	// HeaderDeadline is the call's deadline: an RFC 3339 time, or seconds
+	// from now.
+	HeaderDeadline = "X-Llmq-Deadline"
+	// HeaderClientTimeout is the timeout, in seconds, that the OpenAI SDKs
+	// announce; the deadline when HeaderDeadline is absent.
+	HeaderClientTimeout = "X-Stainless-Timeout"
+	// HeaderJobID carries the job's id on every answer once the job
+	// exists (GET /v1/jobs/{id} with the same key reads it).
+	HeaderJobID = "X-Llmq-Job-Id"
+)
+
+// CodeDeadlineUnmeetable is the code of the 429 a gateway call gets when
+// its predicted completion passes its deadline (nothing was enqueued).
+const CodeDeadlineUnmeetable = "deadline_unmeetable"
+
+// openAIError is OpenAI's error object.
+type openAIError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// writeOpenAIError answers e in OpenAI's shape: Field becomes param (with
+// the job's "body." prefix dropped: the caller sent the body), the type
+// follows the status.
+func writeOpenAIError(w http.ResponseWriter, status int, e Error) {
+	oe := openAIError{Message: e.Message, Type: openAIErrorType(status)}
+	if f := strings.TrimPrefix(e.Field, "body."); f != "" && f != "body" {
+		oe.Param = &f
+	}
+	if e.Code != "" {
+		oe.Code = &e.Code
+	}
+	writeJSON(w, status, struct {
+		Error openAIError `json:"error"`
+	}{oe})
+}
+
+// openAIErrorType is the type OpenAI gives an error of status.
+func openAIErrorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status >= 500:
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+// model is an entry of GET /v1/models.
+type model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// models lists the catalog's models in OpenAI's list shape.
+func (a *API) models(w http.ResponseWriter, _ *http.Request) {
+	data := []model{}
+	for _, name := range slices.Sorted(maps.Keys(a.cfg.Catalog.Models)) {
+		data = append(data, model{ID: name, Object: "model", OwnedBy: "llmq"})
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", data})
+}
+
+// chatCompletions serves one gateway call: validate, publish, wait, answer.
+func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	s, _ := scopeOf(r)
+	if s.tenant == "" {
+		writeOpenAIError(w, http.StatusBadRequest, Error{Code: llmq.CodeRequired, Field: "tenant",
+			Message: "an operator key names the call's tenant: add ?tenant=<tenant>"})
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeOpenAIError(w, http.StatusRequestEntityTooLarge, Error{Code: llmq.CodeTooLarge,
+			Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)})
+		return
+	case err != nil:
+		writeOpenAIError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidJSON, Message: "request body: " + err.Error()})
+		return
+	}
+	call, e := a.gatewayCall(r, raw)
+	if e != nil {
+		writeOpenAIError(w, http.StatusBadRequest, *e)
+		return
+	}
+	j, e := a.decodeJob(call.job, s, "")
+	if e != nil {
+		writeOpenAIError(w, http.StatusBadRequest, *e)
+		return
+	}
+	rec, _, err := a.cfg.Producer.Publish(r.Context(), j)
+	if err != nil && !errors.Is(err, producer.ErrUnpublished) {
+		a.gatewayPublishError(w, r, err)
+		return
+	}
+	// The outbox publishes an unpublished job later: wait for it as well.
+	w.Header().Set(HeaderJobID, rec.ID)
+	k := store.Key{Tenant: rec.Tenant, ID: rec.ID}
+	// The server's read and write timeouts bound a request, not a wait:
+	// the wait ends with the job or with the caller.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	done, err := a.waitDone(r.Context(), k)
+	if err != nil {
+		a.callerLeft(r.Context(), k)
+		return
+	}
+	a.answer(w, done, call)
+}
+
+// gatewayCall is a chat-completions request made into a job.
+type gatewayCall struct {
+	job          json.RawMessage
+	stream       bool
+	includeUsage bool
+}
+
+// gatewayCall reads the request: the body is the job's body less stream
+// and stream_options (the upstream call is made without streaming),
+// priority and deadline come from the headers or the defaults.
+func (a *API) gatewayCall(r *http.Request, raw []byte) (gatewayCall, *Error) {
+	var call gatewayCall
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return call, &Error{Code: llmq.CodeInvalidJSON, Message: "request body is not a JSON object"}
+	}
+	if s, ok := fields["stream"]; ok {
+		if err := json.Unmarshal(s, &call.stream); err != nil {
+			return call, &Error{Code: llmq.CodeInvalidType, Field: "stream", Message: "must be a boolean"}
+		}
+		var opts struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		if o, ok := fields["stream_options"]; ok {
+			if err := json.Unmarshal(o, &opts); err != nil {
+				return call, &Error{Code: llmq.CodeInvalidType, Field: "stream_options", Message: "must be an object"}
+			}
+		}
+		call.includeUsage = opts.IncludeUsage
+		delete(fields, "stream")
+		delete(fields, "stream_options")
+		raw, _ = json.Marshal(fields) // re-encoding decoded JSON cannot fail
+	}
+	prio := a.cfg.Gateway.Priority
+	if h := r.Header.Get(HeaderPriority); h != "" {
+		prio = llmq.Priority(strings.ToLower(strings.TrimSpace(h)))
+		if !prio.Valid() {
+			return call, &Error{Code: llmq.CodeInvalidValue, Field: HeaderPriority, Message: "must be high, normal or low"}
+		}
+	}
+	deadline, e := a.callDeadline(r.Header)
+	if e != nil {
+		return call, e
+	}
+	call.job, _ = json.Marshal(struct {
+		Priority llmq.Priority   `json:"priority"`
+		Deadline time.Time       `json:"deadline"`
+		Body     json.RawMessage `json:"body"`
+	}{prio, deadline, raw})
+	return call, nil
+}
+
+// callDeadline is X-LLMQ-Deadline (RFC 3339, or seconds from now), else
+// now plus X-Stainless-Timeout seconds, else now plus the default.
+func (a *API) callDeadline(h http.Header) (time.Time, *Error) {
+	now := a.cfg.Clock.Now().UTC()
+	seconds := func(v, name string) (time.Time, *Error) {
+		s, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || s <= 0 || math.IsInf(s, 0) || s > (100*365*24*time.Hour).Seconds() {
+			return time.Time{}, &Error{Code: llmq.CodeInvalidValue, Field: name,
+				Message: "must be an RFC 3339 time or a positive number of seconds"}
+		}
+		return now.Add(time.Duration(s * float64(time.Second))), nil
+	}
+	if v := h.Get(HeaderDeadline); v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v)); err == nil {
+			return t.UTC(), nil
+		}
+		return seconds(v, HeaderDeadline)
+	}
+	if v := h.Get(HeaderClientTimeout); v != "" {
+		return seconds(v, HeaderClientTimeout)
+	}
+	return now.Add(a.cfg.Gateway.Timeout), nil
+}
+
+// gatewayPublishError answers a call the producer refused, nothing
+// enqueued.
+func (a *API) gatewayPublishError(w http.ResponseWriter, r *http.Request, err error) {
+	var bp *producer.ErrBackpressure
+	switch {
+	case errors.As(err, &bp) && bp.Reason == producer.ReasonDeadline:
+		setRetryAfter(w, bp.RetryAfter)
+		writeOpenAIError(w, http.StatusTooManyRequests, Error{Code: CodeDeadlineUnmeetable,
+			Message: fmt.Sprintf("the predicted wait (%.0f s for %d queued jobs) passes the call's deadline: nothing was enqueued, retry later",
+				bp.Queue.EstimatedDrain.Seconds(), bp.Queue.Depth)})
+	case errors.As(err, &bp):
+		setRetryAfter(w, bp.RetryAfter)
+		writeOpenAIError(w, http.StatusTooManyRequests, Error{Code: CodeQueueFull,
+			Message: fmt.Sprintf("the queue holds %d jobs, at the hard limit: retry later", bp.Queue.Depth)})
+	case errors.Is(err, producer.ErrBrokerUnavailable), errors.Is(err, producer.ErrDatabaseUnavailable):
+		a.log.Warn("api: gateway call refused", slog.String("error", err.Error()))
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeOpenAIError(w, http.StatusServiceUnavailable, Error{Code: CodeUnavailable,
+			Message: "llmq cannot take the call now: nothing was recorded, retry later"})
+	case errors.Is(err, store.ErrInvalidJob):
+		writeOpenAIError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Message: "the database refused the request: " + err.Error()})
+	default:
+		a.log.Error("api: gateway call failed", slog.String("error", err.Error()))
+		writeOpenAIError(w, http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"})
+	}
+}
+
+// callerLeft handles a caller that went away while its job runs: the job
+// completes (readable through GET /v1/jobs/{id}) unless CancelOnDisconnect
+// asks to cancel it, which succeeds only before it started.
+func (a *API) callerLeft(ctx context.Context, k store.Key) {
+	if !a.cfg.Gateway.CancelOnDisconnect {
+		return
+	}
+	_, err := a.cfg.Store.Cancel(context.WithoutCancel(ctx), k.Tenant, k.ID)
+	var ite *store.IllegalTransitionError
+	if err != nil && !errors.As(err, &ite) {
+		a.log.Warn("api: cancel the job of a caller that left", slog.String("key", k.String()), slog.String("error", err.Error()))
+	}
+}
+
+// answer writes the ended job as the provider would have: its stored JSON
+// on success, the provider's status and error otherwise; retries and
+// fallbacks are the worker's and never show.
+func (a *API) answer(w http.ResponseWriter, rec *store.JobRecord, call gatewayCall) {
+	switch rec.Status {
+	case llmq.StatusSucceeded:
+		if call.stream {
+			a.stream(w, rec.Result, call.includeUsage)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(rec.Result)
+	case llmq.StatusFailed:
+		writeOpenAIError(w, failedStatus(rec.ErrorCode), Error{Code: rec.ErrorCode, Message: rec.ErrorMessage})
+	case llmq.StatusDeadLettered:
+		writeOpenAIError(w, http.StatusBadGateway, Error{Code: cmp.Or(rec.ErrorCode, CodeUpstream),
+			Message: "the upstream kept failing; llmq gave up on the call: " + rec.ErrorMessage})
+	case llmq.StatusExpired:
+		writeOpenAIError(w, http.StatusGatewayTimeout, Error{Code: "deadline_exceeded",
+			Message: "the call's deadline passed before the upstream could take it"})
+	default: // cancelled
+		writeOpenAIError(w, http.StatusConflict, Error{Code: store.ErrorCodeCancelled,
+			Message: "the call's job was cancelled through the API before it started"})
+	}
+}
+
+// failedStatus is the provider's HTTP status of a permanent failure, told
+// from the code the worker stored: http_NNN for an answer that was not
+// OpenAI JSON, else OpenAI's codes and types.
+func failedStatus(code string) int {
+	if n, ok := strings.CutPrefix(code, "http_"); ok {
+		if s, err := strconv.Atoi(n); err == nil && s >= 400 && s <= 599 {
+			return s
+		}
+	}
+	switch code {
+	case "invalid_api_key", "authentication_error":
+		return http.StatusUnauthorized
+	case "permission_error", "unsupported_country_region_territory":
+		return http.StatusForbidden
+	case "model_not_found", "not_found_error":
+		return http.StatusNotFound
+	case "insufficient_quota", "billing_hard_limit_reached":
+		return http.StatusTooManyRequests
+	case "result_unstorable":
+		return http.StatusBadGateway
+	}
+	return http.StatusBadRequest
+}

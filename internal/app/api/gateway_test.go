@@ -1,0 +1,310 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	openai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport/rabbitmq"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/worker"
+)
+
+// gatewayBundle is a whole pipeline in gateway mode: the API (listening
+// for ended jobs) on RabbitMQ and Postgres, and a worker calling the
+// simulator, started by startWorker.
+type gatewayBundle struct {
+	*testBundle
+	store       *store.Store
+	startWorker func()
+	// headers are the headers of every answer the clients below got.
+	mu      sync.Mutex
+	headers []http.Header
+}
+
+// The simulator knows gpt-4o-mini only: another model is its 404.
+var gatewayCatalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {}, "gpt-4o": {}}}
+
+func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("gateway: RabbitMQ, Postgres, worker, simulator")
+	}
+	ctx := context.Background()
+	st := store.New(storetest.NewPool(t))
+	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 2, RestrictModels: true,
+		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}}, upstreamsim.WithLogger(quiet))
+	queue := rabbitmqtest.NewQueue(t)
+	rcfg := rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Prefetch: 16, Logger: quiet}
+	pub, err := rabbitmq.NewPublisher(rcfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	probe, err := rabbitmq.NewSubscriber(rcfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = probe.Close() })
+	// Admission's now stands still (exact Retry-After); the store and the
+	// worker keep the system clock.
+	clk := clockwork.NewFakeClockAt(time.Now())
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
+		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
+		JobsDone: st, Gateway: gw, Clock: clk, Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx))
+	srv := httptest.NewServer(a)
+	t.Cleanup(func() {
+		srv.Close()
+		require.NoError(t, a.Stop(context.Background()))
+	})
+	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st}
+	b.startWorker = func() {
+		workSub, err := rabbitmq.NewSubscriber(rcfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = workSub.Close() })
+		letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
+		require.NoError(t, err)
+		w, err := worker.New(worker.Config{
+			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
+			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
+				APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
+			Logger: quiet, Registerer: prometheus.NewRegistry(),
+		})
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, w.Stop(sctx))
+		})
+	}
+	return b
+}
+
+// RoundTrip adds the request headers of the test and keeps the answers'.
+type headerTransport struct {
+	b   *gatewayBundle
+	add http.Header
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.add {
+		r.Header[k] = v
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		h.b.mu.Lock()
+		h.b.headers = append(h.b.headers, resp.Header.Clone())
+		h.b.mu.Unlock()
+	}
+	return resp, err
+}
+
+// client is go-openai pointed at llmq with keyAcme, sending add.
+func (b *gatewayBundle) client(add http.Header) *openai.Client {
+	cfg := openai.DefaultConfig(keyAcme)
+	cfg.BaseURL = b.srv.URL + "/v1"
+	cfg.HTTPClient = &http.Client{Transport: headerTransport{b: b, add: add}, Timeout: 30 * time.Second}
+	return openai.NewClientWithConfig(cfg)
+}
+
+func (b *gatewayBundle) lastHeader() http.Header {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.headers[len(b.headers)-1]
+}
+
+func chatRequest(model, prompt string) openai.ChatCompletionRequest {
+	return openai.ChatCompletionRequest{Model: model, MaxTokens: 32,
+		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: prompt}}}
+}
+
+// TestGatewayGoOpenAI: go-openai pointed at llmq lists the models,
+// creates a completion (the stored provider JSON, with x-llmq-job-id),
+// streams one, and gets a permanent upstream error with the provider's
+// status and code.
+func TestGatewayGoOpenAI(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetup(t, api.GatewayConfig{})
+	b.startWorker()
+	ctx := context.Background()
+	c := b.client(nil)
+
+	models, err := c.ListModels(ctx)
+	require.NoError(t, err)
+	require.Len(t, models.Models, 2)
+	require.Equal(t, "gpt-4o", models.Models[0].ID)
+	require.Equal(t, "gpt-4o-mini", models.Models[1].ID)
+
+	resp, err := c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "what is a token bucket?"))
+	require.NoError(t, err)
+	id := resp.Header().Get("X-Llmq-Job-Id")
+	require.NotEmpty(t, id)
+	job := b.get(t, keyAcme, "/v1/jobs/"+id).json(t)
+	require.Equal(t, "succeeded", job["status"])
+	require.Equal(t, job["result"].(map[string]any)["id"], resp.ID, "the answer is the job's stored result")
+	require.NotEmpty(t, resp.Choices[0].Message.Content)
+	require.Equal(t, int(job["usage"].(map[string]any)["completion_tokens"].(float64)), resp.Usage.CompletionTokens)
+
+	// A stream: the finished completion as chunks.
+	s, err := c.CreateChatCompletionStream(ctx, chatRequest("gpt-4o-mini", "name three queues"))
+	require.NoError(t, err)
+	var content strings.Builder
+	var finish openai.FinishReason
+	for {
+		ch, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		for _, choice := range ch.Choices {
+			content.WriteString(choice.Delta.Content)
+			if choice.FinishReason != "" {
+				finish = choice.FinishReason
+			}
+		}
+	}
+	s.Close()
+	sid := s.Header().Get("X-Llmq-Job-Id")
+	stored := b.get(t, keyAcme, "/v1/jobs/"+sid).json(t)["result"].(map[string]any)["choices"].([]any)[0].(map[string]any)
+	require.Equal(t, stored["message"].(map[string]any)["content"], content.String())
+	require.Equal(t, stored["finish_reason"], string(finish))
+
+	// A permanent upstream error: the simulator's 404, as it sent it.
+	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusNotFound, apiErr.HTTPStatusCode)
+	require.Equal(t, "model_not_found", apiErr.Code)
+	fid := b.lastHeader().Get("X-Llmq-Job-Id")
+	require.Equal(t, "failed", b.get(t, keyAcme, "/v1/jobs/"+fid).json(t)["status"])
+
+	// llmq's own refusal (a model the catalog does not allow), in
+	// OpenAI's shape, before any job exists.
+	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-3.5-turbo", "hi"))
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadRequest, apiErr.HTTPStatusCode)
+	require.Equal(t, llmq.CodeModelNotAllowed, apiErr.Code)
+	require.Equal(t, "model", *apiErr.Param)
+	require.Empty(t, b.lastHeader().Get("X-Llmq-Job-Id"))
+}
+
+// TestGatewayDeadlineUnmeetable: when the queue's drain passes the call's
+// deadline the caller gets 429 deadline_unmeetable with Retry-After at
+// once, and nothing is enqueued.
+func TestGatewayDeadlineUnmeetable(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetup(t, api.GatewayConfig{})
+	ctx := context.Background()
+	// Two jobs finished in the rate window (5 min): 0.4 jobs a minute.
+	// Three are running (held by a worker that makes no progress): 7.5 min
+	// to drain, less than the default timeout (10 min), more than the
+	// caller's 60 s.
+	for _, id := range []string{"done-1", "done-2", "run-1", "run-2", "run-3"} {
+		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
+		require.NoError(t, j.Normalize())
+		_, err := b.store.Insert(ctx, j)
+		require.NoError(t, err)
+		if strings.HasPrefix(id, "done") {
+			_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: id}, store.Result{Response: []byte(`{}`)})
+			require.NoError(t, err)
+		}
+	}
+	held, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, held, 3)
+	before, err := b.store.CountByStatus(ctx, "acme")
+	require.NoError(t, err)
+
+	c := b.client(http.Header{"X-Stainless-Timeout": {"60"}})
+	start := time.Now()
+	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Less(t, time.Since(start), 2*time.Second, "answered at once")
+	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
+	require.Equal(t, api.CodeDeadlineUnmeetable, apiErr.Code)
+	require.Equal(t, "rate_limit_error", apiErr.Type)
+	// 450 s of drain less the 60 s deadline.
+	require.Equal(t, "390", b.lastHeader().Get("Retry-After"))
+	after, err := b.store.CountByStatus(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing enqueued")
+
+	// A deadline far enough is taken.
+	b.startWorker()
+	c = b.client(http.Header{"X-Llmq-Deadline": {time.Now().Add(time.Hour).Format(time.RFC3339)}})
+	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
+	require.NoError(t, err)
+}
+
+// TestGatewayCallerDisconnects: a caller that leaves while its job waits
+// leaves a job that completes (default), or is cancelled when
+// CancelOnDisconnect says so.
+func TestGatewayCallerDisconnects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		cancel bool
+		want   string
+	}{{"completes", false, "succeeded"}, {"cancelled", true, "cancelled"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := gatewaySetup(t, api.GatewayConfig{CancelOnDisconnect: tc.cancel})
+			ctx, cancel := context.WithCancel(context.Background())
+			called := make(chan error, 1)
+			go func() {
+				_, err := b.client(nil).CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
+				called <- err
+			}()
+			// The caller waits (no worker yet), then leaves.
+			id := waitForJob(t, b)
+			cancel()
+			require.ErrorIs(t, <-called, context.Canceled)
+			if tc.cancel {
+				pollUntil(t, b.testBundle, id, tc.want)
+				return
+			}
+			b.startWorker()
+			pollUntil(t, b.testBundle, id, tc.want)
+		})
+	}
+}
+
+// waitForJob returns the id of acme's one job once it exists.
+func waitForJob(t *testing.T, b *gatewayBundle) string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if recs, _, err := b.store.List(context.Background(), store.ListOptions{Tenant: "acme"}); err == nil && len(recs) == 1 {
+			return recs[0].ID
+		}
+		select {
+		case <-deadline:
+			t.Fatal("no job after 10s")
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// JobDoneChannel is the Postgres notification channel on which every
+// statement that moves a job to a terminal status (succeeded, failed,
+// dead_lettered, expired, cancelled) announces it, in the same
+// transaction: the payload is the job's Key.String(), tenant/id. A
+// notification is sent only if the transaction commits, and a transaction
+// that ends several jobs sends one per job. The gateway's waiting callers
+// are woken by it (see ListenJobsDone).
+const JobDoneChannel = "llmq_job_done"
+
+// notifyDone turns update, an UPDATE of jobs that moves rows to a terminal
+// status and ends with its RETURNING list, into one statement that also
+// sends each changed row's key on JobDoneChannel. key is the SQL text of
+// the key (tenant || '/' || id, qualified as the UPDATE needs); the
+// statement returns cols, the names of the RETURNING list.
+func notifyDone(update, key, cols string) string {
+	return `WITH done AS (` + update + `, ` + key + ` AS done_key)
+	SELECT ` + cols + ` FROM done, pg_notify('` + JobDoneChannel + `', done.done_key) AS notified`
+}
+
+// keyOf and jKey are the SQL key of a jobs row, unaliased and aliased j.
+const (
+	keyOf = `tenant || '/' || id`
+	jKey  = `j.tenant || '/' || j.id`
+)
+
+// ListenJobsDone holds one connection of its own (outside the pool, with
+// the pool's settings) listening on JobDoneChannel. Once it listens it
+// calls listening (the caller re-reads what it waits for: a job that ended
+// before is not announced again), then done with the key of every job that
+// ends, from this goroutine, in order. It returns when ctx ends (ctx's
+// error) or the connection fails; the caller reconnects by calling it
+// again, and listening tells it to re-read.
+func (s *Store) ListenJobsDone(ctx context.Context, listening func(), done func(Key)) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("store: listen: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
+	if _, err := conn.Exec(ctx, `LISTEN `+JobDoneChannel); err != nil {
+		return fmt.Errorf("store: listen: %w", err)
+	}
+	listening()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("store: listen: %w", err)
+		}
+		// Another sender's payload that is not a key wakes nobody.
+		if k, ok := ParseKey(n.Payload); ok {
+			done(k)
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/store"
+)
+
+// listen runs ListenJobsDone until the test ends and returns the keys it
+// hears, once it listens.
+func (b *testBundle) listen(t *testing.T) <-chan store.Key {
+	t.Helper()
+	ctx, cancel := context.WithCancel(b.ctx)
+	keys := make(chan store.Key, 64)
+	listening := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		ended <- b.store.ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) { keys <- k })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.ErrorIs(t, <-ended, context.Canceled)
+	})
+	select {
+	case <-listening:
+	case err := <-ended:
+		t.Fatalf("listen: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not listening after 10s")
+	}
+	return keys
+}
+
+func nextKey(t *testing.T, keys <-chan store.Key) store.Key {
+	t.Helper()
+	select {
+	case k := <-keys:
+		return k
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification after 10s")
+		return store.Key{}
+	}
+}
+
+// TestJobDoneNotifications: every store operation that ends a job
+// announces its key on JobDoneChannel once it commits, and nothing else
+// does (a claim, a retry, a refused move).
+func TestJobDoneNotifications(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	keys := b.listen(t)
+	ls := b.hold(t, "w1", newJob(t, "ok"), newJob(t, "bad"), newJob(t, "late"), newJob(t, "dead"))
+	require.NoError(t, b.store.MarkRetrying(b.ctx, ls["bad"], store.PolicyState{Retries: 1}, "http_502", "bad gateway"))
+	for _, id := range []string{"cancel", "poison", "overdue"} {
+		_, err := b.store.Insert(b.ctx, newJob(t, id))
+		require.NoError(t, err)
+	}
+	key := func(id string) store.Key { return store.Key{Tenant: "acme", ID: id} }
+
+	stored, err := b.store.StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big"})
+	require.NoError(t, err)
+	require.True(t, stored)
+	require.Equal(t, key("ok"), nextKey(t, keys))
+
+	require.NoError(t, b.store.MarkFailed(b.ctx, ls["bad"], "invalid_request_error", "bad"))
+	require.Equal(t, key("bad"), nextKey(t, keys))
+
+	require.NoError(t, b.store.MarkExpired(b.ctx, ls["late"], "too late"))
+	require.Equal(t, key("late"), nextKey(t, keys))
+
+	d := newLetter("dead", "acme", "retries_exhausted")
+	d.LeaseToken = ls["dead"].Token
+	_, _, err = b.store.RecordDeadLetter(b.ctx, d)
+	require.NoError(t, err)
+	require.Equal(t, key("dead"), nextKey(t, keys))
+
+	_, err = b.store.Cancel(b.ctx, "acme", "cancel")
+	require.NoError(t, err)
+	require.Equal(t, key("cancel"), nextKey(t, keys))
+
+	require.NoError(t, b.store.MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
+	require.Equal(t, key("poison"), nextKey(t, keys))
+
+	// A refused move announces nothing: the next key is the sweep's.
+	_, err = b.store.Cancel(b.ctx, "acme", "ok")
+	var ite *store.IllegalTransitionError
+	require.True(t, errors.As(err, &ite))
+	b.clock.Advance(366 * 24 * time.Hour) // past every deadline
+	expired, err := b.store.ExpireOverdue(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []store.Key{key("overdue")}, expired)
+	require.Equal(t, key("overdue"), nextKey(t, keys))
+	select {
+	case k := <-keys:
+		t.Fatalf("unexpected notification %s", k)
+	default:
+	}
+}

@@ -30,7 +30,7 @@ var layers = []struct {
 	{"infrastructure", []string{"store/...", "transport/...", "internal/config", "internal/background",
 		"internal/upstreamsim", "internal/workload", "internal/chaos"}},
 	{"components used by others", []string{"producer", "dlq"}},
-	{"components", []string{"worker", "batchapi"}},
+	{"components", []string{"worker", "batchapi", "internal/retention"}},
 	{"apps", []string{"internal/app/..."}},
 	{"commands", []string{"cmd/llmq", "deploy"}},
 }

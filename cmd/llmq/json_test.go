@@ -172,3 +172,34 @@ func TestJobsLsMoreHintKeepsTheFilters(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{"a0", "a1", "a2"}, seen)
 }
+
+// TestJobsPrune: jobs that ended longer ago than --older-than go, whatever
+// their terminal status; younger ones and jobs not finished stay.
+func TestJobsPrune(t *testing.T) {
+	b := setupCLI(t)
+	_, err := runLLMQ(t, "jobs", "prune")
+	require.ErrorContains(t, err, "--older-than: want a positive duration")
+	for _, id := range []string{"done-old", "cancelled-old", "done-new"} {
+		b.job(t, "acme", id)
+	}
+	b.job(t, "acme", "queued")
+	ended := func(id string, st llmq.Status, ago time.Duration) {
+		t.Helper()
+		_, err := b.store.Pool().Exec(b.ctx, `UPDATE jobs SET status = $2, finished_at = now() - $3::interval WHERE id = $1`,
+			id, st, fmt.Sprintf("%d seconds", int(ago.Seconds())))
+		require.NoError(t, err)
+	}
+	ended("done-old", llmq.StatusSucceeded, 49*time.Hour)
+	ended("cancelled-old", llmq.StatusCancelled, 49*time.Hour)
+	ended("done-new", llmq.StatusSucceeded, 47*time.Hour)
+	out, err := runLLMQ(t, "jobs", "prune", "--older-than", "48h")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(out, "pruned 2 jobs that ended before "), out)
+	recs, _, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 10})
+	require.NoError(t, err)
+	var left []string
+	for _, r := range recs {
+		left = append(left, r.ID)
+	}
+	require.ElementsMatch(t, []string{"done-new", "queued"}, left)
+}

@@ -65,8 +65,45 @@ tenant/id (the form of the key in logs and batch files); the default tenant othe
 }
 
 func newJobsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "jobs", Short: "List jobs"}
-	cmd.AddCommand(newJobsLsCmd())
+	cmd := &cobra.Command{Use: "jobs", Short: "List and prune jobs"}
+	cmd.AddCommand(newJobsLsCmd(), newJobsPruneCmd())
+	return cmd
+}
+
+// newJobsPruneCmd deletes finished jobs now, as the workers' retention
+// does on its timer, with one period for every terminal status.
+func newJobsPruneCmd() *cobra.Command {
+	var olderThan time.Duration
+	cmd := &cobra.Command{
+		Use:   "prune --older-than DURATION",
+		Short: "Delete finished jobs (every terminal status) that ended longer ago than --older-than",
+		Long: `Delete finished jobs (succeeded, failed, dead-lettered, expired, cancelled) and their
+results that ended longer ago than --older-than, in short statements, as the workers'
+retention does on its timer (retention.* in the configuration). A dead-lettered job is
+kept while its dead letter is. Each pruned job leaves a tombstone, its id only, so a
+late duplicate of its message is never run again; tombstones go after
+retention.tombstones.`,
+		Args: cobra.NoArgs,
+	}
+	flags := config.BindFlags(cmd, config.FlagDatabase)
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "prune jobs that ended longer ago than this (for example 720h); required")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if olderThan <= 0 {
+			return errors.New("--older-than: want a positive duration, for example 720h")
+		}
+		periods := map[llmq.Status]time.Duration{}
+		for _, s := range llmq.Statuses {
+			if s.Terminal() {
+				periods[s] = olderThan
+			}
+		}
+		return withJobStore(cmd, flags, func(st *store.Store) error {
+			pruned, err := st.Prune(cmd.Context(), store.Retention{Jobs: periods})
+			fmt.Fprintf(cmd.OutOrStdout(), "pruned %d jobs that ended before %s\n", pruned["jobs"],
+				time.Now().Add(-olderThan).UTC().Format(time.RFC3339))
+			return err
+		})
+	}
 	return cmd
 }
 

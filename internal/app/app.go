@@ -25,6 +25,7 @@ import (
 	"github.com/llmq/llmq/internal/app/console"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/redact"
+	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
@@ -200,7 +201,7 @@ func (a *App) openResources(ctx context.Context) error {
 }
 
 // buildWorker builds the alerter, the dead-letter writer, the upstream
-// client, the batch lane and the worker.
+// client, the batch lane, the worker and the pruner.
 func (a *App) buildWorker() error {
 	s, wc := a.cfg.Settings, a.cfg.Worker
 	strategy := wc.Strategy
@@ -249,6 +250,14 @@ func (a *App) buildWorker() error {
 	if a.worker, err = worker.New(wcfg); err != nil {
 		return err
 	}
+	// Every worker prunes what retention lets go; several share the work.
+	rc := retentionConfig(s)
+	rc.Store, rc.Logger, rc.Registerer = a.store, a.log, a.registerer
+	pruner, err := retention.New(rc)
+	if err != nil {
+		return err
+	}
+	a.parts.add("retention", pruner.Start, pruner.Stop, stopTimeout)
 	// The worker's Stop bounds itself (its ShutdownTimeout).
 	a.parts.add("worker", a.startWorker, a.stopWorker, 0)
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/worker"
 )
@@ -66,9 +67,14 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 		"`alerts.severity`, `.group_wait`, `.group_interval`, `.resolve_timeout`, `.max_per_minute`": list(
 			dlq.AlertSeverityDefault, dlq.AlertGroupWaitDefault, dlq.AlertGroupIntervalDefault,
 			dlq.AlertResolveTimeoutDefault, dlq.AlertMaxPerMinuteDefault),
-		"`max_message_bytes`": list(llmq.MaxMessageBytesDefault),
-		"`gateway.timeout`":   list(api.GatewayTimeoutDefault),
-		"`gateway.priority`":  list(llmq.PriorityNormal),
+		"`max_message_bytes`":                  list(llmq.MaxMessageBytesDefault),
+		"`gateway.timeout`":                    list(api.GatewayTimeoutDefault),
+		"`gateway.priority`":                   list(llmq.PriorityNormal),
+		"`retention.succeeded`":                list(retention.SucceededDefault),
+		"`retention.unsuccessful`":             list(retention.UnsuccessfulDefault),
+		"`retention.dead_letters`, `.batches`": list(retention.DeadLettersDefault, retention.BatchesDefault),
+		"`retention.tombstones`":               list(retention.TombstonesDefault),
+		"`retention.interval`":                 list(retention.IntervalDefault),
 	} {
 		got, ok := rows[key]
 		require.True(t, ok, "README has no row %s", key)

@@ -8,6 +8,7 @@ import (
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/worker"
 )
@@ -68,6 +69,13 @@ func producerConfig(s *config.Config) producer.Config {
 func gatewayConfig(s *config.Config) api.GatewayConfig {
 	g := s.Gateway
 	return api.GatewayConfig{Timeout: g.Timeout, Priority: g.Priority, CancelOnDisconnect: g.CancelOnDisconnect}
+}
+
+// retentionConfig is the pruner's share of the settings: the periods.
+func retentionConfig(s *config.Config) retention.Config {
+	r := s.Retention
+	return retention.Config{Succeeded: r.Succeeded, Unsuccessful: r.Unsuccessful, DeadLetters: r.DeadLetters,
+		Batches: r.Batches, Tombstones: r.Tombstones, Interval: r.Interval}
 }
 
 // alertConfig is the dead-letter alerter's share of the settings; ok is

@@ -110,6 +110,8 @@ type Config struct {
 	Alerts Alerts `yaml:"alerts"`
 	// Gateway tunes gateway mode (POST /v1/chat/completions on llmq api).
 	Gateway Gateway `yaml:"gateway"`
+	// Retention is how long finished rows are kept.
+	Retention Retention `yaml:"retention"`
 	// MaxMessageBytes limits an encoded job. 0 means
 	// llmq.MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
@@ -222,6 +224,24 @@ type Gateway struct {
 	// before its upstream call began. Default false: the job completes and
 	// stays readable through GET /v1/jobs/{id}.
 	CancelOnDisconnect bool `yaml:"cancel_on_disconnect"`
+}
+
+// Retention is how long finished rows are kept (package retention); zero
+// fields mean its defaults, a negative period keeps those rows forever.
+type Retention struct {
+	// Succeeded: succeeded jobs and their results, after they finished.
+	Succeeded time.Duration `yaml:"succeeded"`
+	// Unsuccessful: failed, dead-lettered, expired and cancelled jobs.
+	Unsuccessful time.Duration `yaml:"unsuccessful"`
+	// DeadLetters: dead letters, after they were recorded.
+	DeadLetters time.Duration `yaml:"dead_letters"`
+	// Batches: provider batches, after they were ingested.
+	Batches time.Duration `yaml:"batches"`
+	// Tombstones: the key a pruned job leaves, which keeps a late
+	// duplicate of its message from being run again.
+	Tombstones time.Duration `yaml:"tombstones"`
+	// Interval is the time between prunes.
+	Interval time.Duration `yaml:"interval"`
 }
 
 // Flags are the command-line overrides; empty fields do not override.
@@ -414,6 +434,12 @@ func (c *Config) Validate() error {
 		if !slices.Contains(FallbackOnValues, v) {
 			bad(fmt.Sprintf("retry.fallback_on[%d]", i), "%q: want %s", v, strings.Join(FallbackOnValues, ", "))
 		}
+	}
+	if c.Retention.Interval < 0 {
+		bad("retention.interval", "%v: must not be negative", c.Retention.Interval)
+	}
+	if t := c.Retention.Tombstones; t > 0 && t < 24*time.Hour {
+		bad("retention.tombstones", "%v: a tombstone must outlive the broker's retention (at least 24h; -1 keeps them forever)", t)
 	}
 	if c.Gateway.Timeout < 0 {
 		bad("gateway.timeout", "must not be negative (0: the default)")

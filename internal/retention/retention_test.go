@@ -1,0 +1,94 @@
+package retention_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/retention"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestPrunerPrunesOnItsTimer: a started pruner prunes at once, counts what
+// it deleted and measures the tables; an Interval later it prunes what has
+// aged since. Jobs younger than their period stay.
+func TestPrunerPrunesOnItsTimer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	s, err := store.Open(ctx, url, store.WithClock(clock))
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	db, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	finished := func(id string, age time.Duration) {
+		j, err := llmq.Decode([]byte(`{"id":"`+id+`","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		_, err = s.Insert(ctx, j)
+		require.NoError(t, err)
+		_, err = db.Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = $2 WHERE id = $1`, id, clock.Now().Add(-age))
+		require.NoError(t, err)
+	}
+	finished("old", 8*24*time.Hour)
+	finished("young", 7*24*time.Hour-time.Hour)
+
+	reg := prometheus.NewPedanticRegistry()
+	p, err := retention.New(retention.Config{Store: s, Interval: time.Minute, Registerer: reg, Clock: clock})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, p.Stop(ctx)) })
+
+	require.Eventually(t, func() bool { // the first prune, measured
+		return value(t, reg, "llmq_store_table_bytes", "jobs") > 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1.0, value(t, reg, "llmq_retention_deleted_total", "jobs"))
+
+	clock.Advance(2 * time.Hour) // "young" is past its 7 days; the ticker fires
+	require.Eventually(t, func() bool {
+		return value(t, reg, "llmq_retention_deleted_total", "jobs") == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	var left int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&left))
+	require.Zero(t, left)
+}
+
+// value is the value of the series of family name whose one label has
+// the value label (0 when there is none yet).
+func value(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() == label {
+				if c := m.GetCounter(); c != nil {
+					return c.GetValue()
+				}
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func TestConfigRefusesShortTombstones(t *testing.T) {
+	t.Parallel()
+	_, err := retention.New(retention.Config{Store: nil, Tombstones: time.Hour})
+	require.ErrorContains(t, err, "Config.Store is required")
+	require.ErrorContains(t, err, "Config.Tombstones (1h0m0s) must be at least 24h")
+}

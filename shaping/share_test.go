@@ -18,7 +18,7 @@ func TestReplicaShare(t *testing.T) {
 		{"alone", []Replica{me(10, 1)}, 1},
 		{"alone and idle", []Replica{me(0, 1)}, 1},
 		{"no row of its own", nil, 1},
-		{"three busy, settled", []Replica{me(5, 1.0 / 3), other(5, 1.0 / 3), other(5, 1.0 / 3)}, 1.0 / 3},
+		{"three busy, settled", []Replica{me(5, 1.0/3), other(5, 1.0/3), other(5, 1.0/3)}, 1.0 / 3},
 		{"demand-weighted", []Replica{me(30, 0.5), other(10, 0.26)}, 0.02 + 0.96*0.75},
 		{"capped by what the other runs on", []Replica{me(30, 0.5), other(10, 0.5)}, 0.5},
 		{"lowers at once", []Replica{me(10, 1), other(10, 0.02)}, 0.5},

@@ -34,6 +34,8 @@ const (
 	IngestPrefetchDefault  = 512
 	ClaimHorizonDefault    = time.Second
 	ReapIntervalDefault    = 5 * time.Second
+	LedgerPeriodDefault    = 500 * time.Millisecond
+	LedgerLeaseDefault     = 3 * time.Second
 	StoreRetryMaxDefault   = 30 * time.Second
 	// AgingStepDefault is how long a job waits to gain one priority level,
 	// in Postgres (store.AgingStepDefault) and in a lane's queue.
@@ -80,6 +82,16 @@ type JobStore interface {
 	SetModelState(ctx context.Context, st store.ModelState) error
 	// Ping tells a database that is down from a write it refuses.
 	Ping(ctx context.Context) error
+}
+
+// QuotaLedger is the quota ledger the replicas share a provider's quota
+// through (docs/design/replicas.md). [*store.Store] implements it.
+type QuotaLedger interface {
+	// RenewQuotas writes the replica's rows and returns the live rows of
+	// their keys, its own included.
+	RenewQuotas(ctx context.Context, replica string, lease time.Duration, claims []store.QuotaClaim) ([]store.LedgerEntry, error)
+	// LeaveQuotas deletes the replica's rows.
+	LeaveQuotas(ctx context.Context, replica string) error
 }
 
 // DeadLetterer takes the jobs that must not be retried any more: it records
@@ -192,6 +204,26 @@ type Config struct {
 	// Owner names this worker in job leases. Default host:pid:random.
 	Owner string
 
+	// Ledger, when set, makes the replicas on one QuotaScope share each
+	// model's provider quota: every lane runs on the share the ledger
+	// gives it (docs/design/replicas.md). nil = the worker runs on the
+	// whole quota, as the only client of its API key.
+	Ledger QuotaLedger
+	// QuotaScope names the provider and the API key the lanes spend
+	// (QuotaScopeOf); with the model it is the ledger's quota key.
+	// Required with Ledger.
+	QuotaScope string
+	// Replica names this worker in the ledger. Default Owner (host, pid
+	// and a random part: workers in one process are replicas too).
+	Replica string
+	// LedgerPeriod is how often the worker renews its ledger rows with its
+	// demand and sets its lanes' shares. Default 500ms.
+	LedgerPeriod time.Duration
+	// LedgerLease is how long a row counts unless renewed: the share of a
+	// replica that died goes to the others after it. Default 3s; longer
+	// than LedgerPeriod.
+	LedgerLease time.Duration
+
 	// Logger receives the worker's logs. nil = slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the worker's metrics. nil = not registered.
@@ -223,6 +255,9 @@ func (c Config) WithDefaults() Config {
 		host, _ := os.Hostname()
 		c.Owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]
 	}
+	c.Replica = cmp.Or(c.Replica, c.Owner)
+	c.LedgerPeriod = cmp.Or(max(0, c.LedgerPeriod), LedgerPeriodDefault)
+	c.LedgerLease = cmp.Or(max(0, c.LedgerLease), LedgerLeaseDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -254,6 +289,12 @@ func (c Config) validate() error {
 	}
 	if c.HeartbeatInterval >= c.Lease {
 		errs = append(errs, fmt.Errorf("worker: Config.HeartbeatInterval (%v) must be shorter than Config.Lease (%v)", c.HeartbeatInterval, c.Lease))
+	}
+	if c.Ledger != nil && c.QuotaScope == "" {
+		errs = append(errs, errors.New("worker: Config.QuotaScope is required with Config.Ledger"))
+	}
+	if c.LedgerLease <= c.LedgerPeriod {
+		errs = append(errs, fmt.Errorf("worker: Config.LedgerLease (%v) must be longer than Config.LedgerPeriod (%v)", c.LedgerLease, c.LedgerPeriod))
 	}
 	return errors.Join(errs...)
 }

@@ -23,6 +23,9 @@ type lane struct {
 	// no permit: claimed and not yet admitted, or backing off. The
 	// scheduler claims the lane's headroom minus these.
 	pending atomic.Int64
+	// backlog: the model's last claim left queued jobs (or could take
+	// none), so the lane could use more of the quota (its demand).
+	backlog atomic.Bool
 	// typ is the running mean of the requests claimed for the lane (a
 	// request's prompt and output allowance), the unit of its headroom.
 	typMu  sync.Mutex
@@ -128,6 +131,10 @@ func (w *Worker) lane(model string) *lane {
 		// built falls back to no shaping rather than stopping all work.
 		w.log.Error("build shaping lane; using strategy retry", "model", model, "error", err)
 		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: model, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
+	}
+	if w.cfg.Ledger != nil {
+		// In (0, 1] by construction.
+		_ = shaper.SetShare(w.startShare(w.stopCtx, model))
 	}
 	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault}
 	w.lanes[model] = l

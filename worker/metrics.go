@@ -16,6 +16,7 @@ type metrics struct {
 	inFlight         prometheus.Gauge
 	concurrencyLimit *prometheus.GaugeVec
 	bucketLevel      *prometheus.GaugeVec
+	quotaShare       *prometheus.GaugeVec
 	jobDuration      prometheus.Histogram
 	queueDepth       prometheus.Gauge
 	deadLetters      *prometheus.CounterVec
@@ -57,6 +58,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bucketLevel: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "llmq_bucket_level", Help: "Tokens left in a shaping bucket (negative in debt).",
 		}, []string{"model", "bucket"}),
+		quotaShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmq_quota_share", Help: "Share of the provider's quota this worker runs on, per model (1 without the quota ledger).",
+		}, []string{"model"}),
 		jobDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "llmq_job_duration_seconds", Help: "Time from the last claim to the terminal state.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
@@ -88,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.retries, m.fallbacks, m.shapingWait,
-			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.jobDuration, m.queueDepth, m.deadLetters,
+			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.jobDuration, m.queueDepth, m.deadLetters,
 			m.ingested, m.ingestPauses, m.claimed, m.released, m.reaped, m.leaseLost)
 	}
 	return m

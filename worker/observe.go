@@ -46,6 +46,7 @@ func (w *Worker) observeLoop(ctx context.Context) {
 		for name, l := range w.lanes {
 			s := l.shaper.Snapshot()
 			w.metrics.concurrencyLimit.WithLabelValues(name).Set(float64(s.ConcurrencyLimit))
+			w.metrics.quotaShare.WithLabelValues(name).Set(s.Share)
 			for _, b := range s.Buckets {
 				w.metrics.bucketLevel.WithLabelValues(name, b.Name).Set(b.Level)
 			}

@@ -124,6 +124,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	}
 	want = min(want, room, claimMax)
 	if want <= 0 {
+		l.backlog.Store(true)
 		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
@@ -146,9 +147,11 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		w.start(rec)
 	}
 	if len(recs) < want {
+		l.backlog.Store(false)
 		w.note(ctx, s, model, "", hold.Hold)
 		return true
 	}
+	l.backlog.Store(true)
 	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
 }

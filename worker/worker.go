@@ -34,7 +34,9 @@ var errShutdown = errors.New("worker: shutting down")
 //     and the pure policy's decision performed (policy.go); its result is
 //     stored until it lands;
 //   - lease (lease.go): a heartbeat renews every lease the worker holds,
-//     and a reaper hands back expired leases and expires overdue jobs.
+//     and a reaper hands back expired leases and expires overdue jobs;
+//   - ledger (ledger.go): with Config.Ledger, the share of each model's
+//     quota this replica runs on, renewed with the other replicas.
 type Worker struct {
 	cfg     Config
 	log     *slog.Logger
@@ -43,6 +45,10 @@ type Worker struct {
 
 	lanesMu sync.Mutex
 	lanes   map[string]*lane
+	// sharesMu guards shares: the share of each model's quota the ledger
+	// last gave this worker (ledger.go).
+	sharesMu sync.Mutex
+	shares   map[string]float64
 
 	policy policy
 	// policyMu guards the retry budget and the jitter source, which every
@@ -111,6 +117,7 @@ func New(cfg Config) (*Worker, error) {
 		metrics: newMetrics(cfg.Registerer),
 		est:     est,
 		lanes:   make(map[string]*lane),
+		shares:  make(map[string]float64),
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
 			FallbackMaxWait: cfg.FallbackMaxWait, Backoff: cfg.Backoff,
@@ -146,6 +153,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		go w.heartbeatLoop(bgCtx)
 		go w.reapLoop(bgCtx)
 		go w.observeLoop(bgCtx)
+		if w.cfg.Ledger != nil {
+			// The shares are read before the first claim, so that a lane
+			// never starts on the whole quota while other replicas run.
+			w.ledgerRound(bgCtx)
+			w.background.Add(1)
+			go w.ledgerLoop(bgCtx)
+		}
 		w.scheduling.Add(1)
 		go w.scheduleLoop()
 		// The messages queue up in a buffer while a batch is recorded, so

@@ -124,8 +124,9 @@ func (tb *testBundle) ready(t testing.TB) int64 {
 	return d
 }
 
-// start runs a worker over the bundle's queue until the test ends.
-func (tb *testBundle) start(t *testing.T, mutate func(*worker.Config)) *worker.Worker {
+// workerConfig is the configuration of a worker over the bundle's queue,
+// changed by mutate.
+func (tb *testBundle) workerConfig(t *testing.T, mutate func(*worker.Config)) worker.Config {
 	t.Helper()
 	cfg := worker.Config{
 		Subscriber:  tb.subscriber(t, 64),
@@ -141,7 +142,13 @@ func (tb *testBundle) start(t *testing.T, mutate func(*worker.Config)) *worker.W
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	w, err := worker.New(cfg)
+	return cfg
+}
+
+// start runs a worker over the bundle's queue until the test ends.
+func (tb *testBundle) start(t *testing.T, mutate func(*worker.Config)) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(tb.workerConfig(t, mutate))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))
 	t.Cleanup(func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -34,7 +35,7 @@ It writes report.md and PNG plots to --out. About 6 minutes with the default --s
 	fs.StringVar(&cfg.PostgresURL, "postgres-url", "", "")
 	_ = fs.MarkDeprecated("postgres-url", "use --database-url, like every other command")
 	fs.Float64Var(&cfg.Scale, "scale", bench.ScaleDefault, "multiply every scenario's duration (quotas are kept)")
-	fs.StringSliceVar(&cfg.Only, "only", nil, "run only these scenarios: strategies, burst, fallback, adaptive (default: all)")
+	fs.StringSliceVar(&cfg.Only, "only", nil, "run only these scenarios: "+strings.Join(bench.Scenarios, ", ")+" (default: all)")
 	fs.BoolVar(&verbose, "verbose", false, "print the components' logs on stderr")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg.Progress = cmd.ErrOrStderr()

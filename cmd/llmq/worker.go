@@ -30,6 +30,8 @@ type workerFlags struct {
 	dashScopeWait   time.Duration
 	upstreamTimeout time.Duration
 	lease           time.Duration
+	replica         string
+	ledgerPeriod    time.Duration
 }
 
 func newWorkerCmd() *cobra.Command {
@@ -57,6 +59,8 @@ finish within --shutdown-timeout and hands back the rest (other workers claim th
 	fs.DurationVar(&wf.dashScopeWait, "dashscope-wait-timeout", 0, "send X-DashScope-Wait-Timeout and add it to the client timeout (0: off)")
 	fs.DurationVar(&wf.upstreamTimeout, "upstream-timeout", worker.UpstreamTimeoutDefault, "timeout of one upstream call")
 	fs.DurationVar(&wf.lease, "lease", worker.LeaseDefault, "how long a claim holds a job unless renewed (a crashed worker's jobs wait this long)")
+	fs.StringVar(&wf.replica, "replica", "", "this worker's name in the quota ledger the workers on one API key share their quotas through (default: host:pid:random)")
+	fs.DurationVar(&wf.ledgerPeriod, "ledger-period", worker.LedgerPeriodDefault, "how often the worker renews its share of the quotas in the ledger")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := flags.Load()
 		if err != nil {
@@ -86,6 +90,8 @@ func runWorker(ctx context.Context, cfg *config.Config, wf workerFlags, logger *
 			MaxInFlight:          wf.maxInFlight,
 			ShutdownTimeout:      wf.shutdownTimeout,
 			Lease:                wf.lease,
+			Replica:              wf.replica,
+			LedgerPeriod:         wf.ledgerPeriod,
 			Provider:             provider,
 			UpstreamTimeout:      wf.upstreamTimeout,
 			DashScopeWaitTimeout: wf.dashScopeWait,

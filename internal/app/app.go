@@ -223,7 +223,7 @@ func (a *App) buildWorker() error {
 
 	client := worker.NewOpenAIClient(upstreamConfig(s, wc))
 	wcfg := workerConfig(s, wc)
-	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters = a.sub, a.store, letters
+	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger = a.sub, a.store, letters, a.store
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
 	if !wc.NoBatchLane {

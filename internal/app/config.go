@@ -98,6 +98,13 @@ type WorkerConfig struct {
 	Lease time.Duration
 	// Provider is the upstream's error dialect. "" = worker.ProviderOpenAI.
 	Provider worker.Provider
+	// Replica names the worker in the quota ledger, through which the
+	// workers on one upstream and API key share its quotas.
+	// "" = the worker's owner name (host, pid and a random part).
+	Replica string
+	// LedgerPeriod is how often the worker renews its share of the
+	// quotas. 0 = worker.LedgerPeriodDefault.
+	LedgerPeriod time.Duration
 	// UpstreamTimeout bounds one upstream call.
 	// 0 = worker.UpstreamTimeoutDefault.
 	UpstreamTimeout time.Duration

@@ -32,8 +32,8 @@ func batchConfig(s *config.Config, wc *WorkerConfig) batchapi.Config {
 }
 
 // workerConfig is the worker's share of the settings: the model catalog,
-// the retry policy, the ingest window and the message limit, with the
-// worker's own options.
+// the retry policy, the ingest window, the message limit and the quota
+// scope (the upstream and its API key), with the worker's own options.
 func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 	return worker.Config{
 		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel, AllowAny: s.AllowAnyModel},
@@ -47,6 +47,9 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		ShutdownTimeout: wc.ShutdownTimeout,
 		Lease:           wc.Lease,
 		MaxMessageBytes: s.MaxMessageBytes,
+		QuotaScope:      worker.QuotaScopeOf(s.OpenAIBaseURL, s.OpenAIAPIKey),
+		Replica:         wc.Replica,
+		LedgerPeriod:    wc.LedgerPeriod,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"gonum.org/v1/plot"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/shaping"
 )
@@ -56,11 +57,30 @@ type StrategyRow struct {
 	tokens, depth []float64
 }
 
+// BacklogRow is one run of the backlog scenario.
+type BacklogRow struct {
+	// Kind is the provider's enforcement; Replicas the workers sharing
+	// its quota.
+	Kind     upstreamsim.Enforcement
+	Replicas int
+	// Jobs and Succeeded count the jobs.
+	Jobs, Succeeded int
+	// Makespan is from the backlog's arrival to the last job's result;
+	// Physical the least time the provider allows for the tokens charged
+	// (see physicalLimit); Share is Physical over Makespan.
+	Makespan, Physical time.Duration
+	Share              float64
+	// RateLimited and Calls are the simulator's 429s and calls.
+	RateLimited, Calls int64
+}
+
 // Report is what Run measured and wrote.
 type Report struct {
 	// Strategies is the comparison of the four strategies (empty when not
 	// run).
 	Strategies []StrategyRow
+	// Backlog is the backlog scenario's runs (empty when not run).
+	Backlog []BacklogRow
 	// Files are the paths written.
 	Files []string
 }
@@ -88,6 +108,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioBurst, b.burst},
 		{ScenarioFallback, b.fallback},
 		{ScenarioAdaptive, b.adaptive},
+		{ScenarioBacklog, b.backlog},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {
@@ -386,6 +407,47 @@ TPM/60 while it drains.
 		return err
 	}
 	return b.save(rep, AdaptiveFile, p1, p2)
+}
+
+// backlog runs issue 13's backlog on both kinds of provider, with one
+// worker and with three replicas.
+func (b *Bench) backlog(ctx context.Context, md *strings.Builder, rep *Report) error {
+	for _, kind := range []upstreamsim.Enforcement{upstreamsim.EnforcementMinute, upstreamsim.EnforcementShort} {
+		for _, replicas := range []int{1, 3} {
+			res, err := b.run(ctx, backlogSpec(kind, replicas))
+			if err != nil {
+				return err
+			}
+			tot := res.stats.Total
+			row := BacklogRow{Kind: kind, Replicas: replicas, Jobs: len(res.jobs), Succeeded: res.count(llmq.StatusSucceeded),
+				Makespan: res.latency("", 1), Physical: physicalLimit(kind, float64(tot.PromptTokens+tot.CompletionTokens)),
+				RateLimited: res.rateLimited(), Calls: tot.Accepted + res.rateLimited()}
+			if row.Makespan > 0 {
+				row.Share = row.Physical.Seconds() / row.Makespan.Seconds()
+			}
+			rep.Backlog = append(rep.Backlog, row)
+		}
+	}
+	fmt.Fprintf(md, `## 5. A backlog on an idle provider: one worker, three replicas
+
+%d jobs (one in five a document of ~%d tokens charged, the others ~%d) land at once on an idle
+provider of %d RPM / %s TPM whose bucket is full. *minute*: the provider enforces a bucket of one
+minute, full at the start; *short*: a bucket of %s of refill (quantized limits). Three replicas are
+three workers in this process, each with its own lanes, each configured with the whole quota,
+sharing it through the quota ledger in Postgres (docs/design/replicas.md). The *physical limit*
+is the least time the provider allows: (tokens charged − what its bucket holds) / (TPM per second)
++ one call. *Share* is the physical limit over the makespan. Goals: one worker at least 95%% with
+at most 0.1%% 429s, three replicas at least 90%% with at most 1%%, faster than 138 s.
+
+| provider | workers | succeeded / jobs | makespan | physical limit | share | 429s / calls |
+|---|---:|---:|---:|---:|---:|---:|
+`, backlogJobs, backlogSizes.Charge(workload.KindLong), backlogSizes.Charge(workload.KindShort), RPM, kilo(TPM), upstreamsim.ShortBucketDefault)
+	for _, r := range rep.Backlog {
+		fmt.Fprintf(md, "| %s | %d | %d / %d | %s | %s | %.0f%% | %d / %d |\n", r.Kind, r.Replicas, r.Succeeded, r.Jobs,
+			secs(r.Makespan), secs(r.Physical), 100*r.Share, r.RateLimited, r.Calls)
+	}
+	md.WriteString("\n")
+	return nil
 }
 
 func (b *Bench) save(rep *Report, name string, plots ...*plot.Plot) error {

@@ -14,10 +14,11 @@ const (
 	ScenarioBurst      = "burst"
 	ScenarioFallback   = "fallback"
 	ScenarioAdaptive   = "adaptive"
+	ScenarioBacklog    = "backlog"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog}
 
 // Defaults of Config.
 const (

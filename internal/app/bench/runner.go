@@ -67,6 +67,14 @@ type spec struct {
 	// hogs is the number of other clients that keep a call to model in
 	// flight all the time, on the worker's API key.
 	hogs int
+	// backlog jobs land at the start, before the load's arrivals.
+	backlog int
+	// replicas is the number of workers, each with its own lanes, on one
+	// database and API key (sharing the quota through the ledger). 0 = 1.
+	replicas int
+	// untilDone ends the run once every job is terminal (duration is then
+	// a bound).
+	untilDone bool
 }
 
 // scaled returns s with every duration multiplied by f.
@@ -89,7 +97,7 @@ func (s spec) scaled(f float64) spec {
 
 // arrivals is the number of jobs due by offset t.
 func (s spec) arrivals(t time.Duration) int {
-	var n float64
+	n := float64(s.backlog)
 	var from time.Duration
 	for _, p := range s.load {
 		to := min(t, p.until)
@@ -156,25 +164,39 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := app.New(ctx, app.Config{
-		Settings: &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
-			Models: s.models},
-		Migrate: true, Logger: b.log,
-		Worker: &app.WorkerConfig{Strategy: s.strategy, ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second,
-			NoBatchLane: true},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bench: %s: %w", s.name, err)
+	// Replicas are workers of their own (lanes, ledger rows) in this
+	// process, each on an in-memory broker of its own: the jobs reach
+	// them through Postgres.
+	apps := make([]*app.App, max(1, s.replicas))
+	for i := range apps {
+		if i > 0 {
+			if broker, err = config.ParseBroker(fmt.Sprintf("memory://%s-%s-%d/%s", s.name, uuid.NewString()[:8], i, queueName)); err != nil {
+				return nil, err
+			}
+		}
+		a, err := app.New(ctx, app.Config{
+			Settings: &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
+				Models: s.models},
+			Migrate: true, Logger: b.log,
+			Worker: &app.WorkerConfig{Strategy: s.strategy, ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second,
+				NoBatchLane: true},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s: %w", s.name, err)
+		}
+		// A shutdown error does not change the figures already read.
+		defer func() { _ = a.Stop(ctx) }()
+		apps[i] = a
 	}
-	// A shutdown error does not change the figures already read.
-	defer func() { _ = a.Stop(ctx) }()
-	st, pub, reg := a.Store(), a.Publisher(), a.Registry()
+	st, pub, reg := apps[0].Store(), apps[0].Publisher(), apps[0].Registry()
 	sim.Reset()
 	hogCtx, stopHogs := context.WithCancel(ctx)
 	hogsDone := startHogs(hogCtx, s.hogs, root+"/v1", s.model)
 	defer func() { stopHogs(); hogsDone.Wait() }()
-	if err := a.Start(ctx); err != nil {
-		return nil, err
+	for _, a := range apps {
+		if err := a.Start(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	res := &result{spec: s, start: time.Now()}
@@ -227,6 +249,9 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 			smp.at, smp.arrived = at.Round(time.Second), len(ids)
 			res.samples = append(res.samples, smp)
 			nextSample += time.Second
+			if s.untilDone && smp.terminal == len(ids) && s.arrivals(s.duration) == len(ids) {
+				break
+			}
 		}
 		if at >= s.duration {
 			break
@@ -238,9 +263,11 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		}
 	}
 	res.stats = sim.Stats()
-	// The worker stops before the jobs are read: what it finishes while
+	// The workers stop before the jobs are read: what they finish while
 	// stopping counts.
-	_ = app.StopWithin(ctx, a.Worker().Stop, stopTimeout)
+	for _, a := range apps {
+		_ = app.StopWithin(ctx, a.Worker().Stop, stopTimeout)
+	}
 	res.jobs, err = readJobs(ctx, st, kinds)
 	if err != nil {
 		return nil, err

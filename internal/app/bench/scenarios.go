@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/llmq/llmq"
@@ -42,10 +43,16 @@ func capacity() float64 {
 // charged at admission and the utilisation of TPM is exact. Latency: 100 ms
 // to the first token and 1 ms per token, slowing down above 32 requests in
 // flight (the congestion signal of the adaptive strategy).
+// The simulator's latency: to the first token, then per token.
+const (
+	simTTFT     = 100 * time.Millisecond
+	simPerToken = time.Millisecond
+)
+
 func simConfig(models map[string]upstreamsim.Limits) upstreamsim.Config {
 	c := upstreamsim.Config{
 		Models:  map[string]upstreamsim.ModelConfig{},
-		Latency: upstreamsim.LatencyConfig{TTFT: 100 * time.Millisecond, PerToken: time.Millisecond, Capacity: 32},
+		Latency: upstreamsim.LatencyConfig{TTFT: simTTFT, PerToken: simPerToken, Capacity: 32},
 		Output:  upstreamsim.OutputConfig{Distribution: upstreamsim.DistFixed, Min: 1, Max: 1 << 20, Mean: 1 << 20},
 		Seed:    7,
 	}
@@ -157,4 +164,43 @@ func adaptiveSpec() spec {
 		}}},
 		duration: adaptiveRun,
 	}
+}
+
+// The backlog scenario (issue 13): backlogJobs jobs, one in five a ~3,000
+// token document, land at once on an idle provider whose bucket is full;
+// the run ends when every job is terminal (at most backlogRun).
+const (
+	backlogJobs = 200
+	backlogRun  = 5 * time.Minute
+)
+
+// backlogSizes: a long job charges about 3,000 tokens, a short one 120.
+var backlogSizes = workload.Sizes{ShortMaxTokens: 100, LongPromptWords: 2500, LongMaxTokens: 500}
+
+// backlogSpec runs the backlog with replicas workers (sharing the quota
+// through the ledger) against a provider enforcing per minute or over a
+// short bucket (upstreamsim.ShortBucketDefault of refill).
+func backlogSpec(kind upstreamsim.Enforcement, replicas int) spec {
+	sim := simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}})
+	sim.Enforcement = kind
+	return spec{
+		name: fmt.Sprintf("backlog-%s-x%d", kind, replicas), strategy: shaping.StrategyShape,
+		sim: sim, models: map[string]llmq.Model{Primary: known()},
+		model: Primary, mix: mix, sizes: backlogSizes,
+		backlog: backlogJobs, replicas: replicas, untilDone: true,
+		duration: backlogRun,
+	}
+}
+
+// physicalLimit is the least time a provider of kind can take to serve
+// tokens: what its bucket holds at once (a minute of TPM, or the short
+// bucket's seconds of refill), then its refill, plus one call (the last
+// one's answer).
+func physicalLimit(kind upstreamsim.Enforcement, tokens float64) time.Duration {
+	bucket := float64(TPM)
+	if kind == upstreamsim.EnforcementShort {
+		bucket = upstreamsim.ShortBucketDefault.Seconds() * TPM / 60
+	}
+	call := simTTFT + time.Duration(backlogSizes.LongMaxTokens)*simPerToken
+	return time.Duration(max(0, tokens-bucket)/(TPM/60)*float64(time.Second)) + call
 }

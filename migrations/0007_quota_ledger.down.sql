@@ -1,0 +1,2 @@
+-- 0006_quota_ledger: undo.
+DROP TABLE IF EXISTS quota_ledger;

@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The quota ledger (table quota_ledger): how the replicas of llmq that
+// call one provider on one API key share its quota. Each replica holds one
+// row per quota key, renewed with its demand and the share it runs on
+// under a short lease; the live rows are what every replica divides the
+// quota by. Admission never reads it: a replica renews its rows about
+// twice a second and sets its lanes' shares from the answer.
+// docs/design/replicas.md.
+
+// LedgerGone is how long after its lease ended a row is deleted (by the
+// next renewal of any replica on its key).
+const LedgerGone = time.Minute
+
+// QuotaClaim is one replica's row of one quota key, as it renews it.
+type QuotaClaim struct {
+	// Key names the quota: the provider, the API key (hashed) and the
+	// model. Required.
+	Key string
+	// Demand is what the replica could use of the quota now (requests it
+	// holds, plus its backlog), in any unit every replica of the key
+	// shares. Not negative.
+	Demand float64
+	// Share is the part of the quota the replica runs on, in (0, 1].
+	Share float64
+}
+
+// LedgerEntry is one live row of the ledger.
+type LedgerEntry struct {
+	Key, Replica  string
+	Demand, Share float64
+	LeaseUntil    time.Time
+}
+
+// RenewQuotas writes replica's rows of the claims' keys (demand, share,
+// lease until now + lease) and returns every live row of those keys (lease
+// not ended at now), replica's own included, ordered by key then replica.
+// Rows of other replicas whose lease ended LedgerGone ago are deleted on
+// the way (without waiting for rows another renewal holds).
+func (s *Store) RenewQuotas(ctx context.Context, replica string, lease time.Duration, claims []QuotaClaim) ([]LedgerEntry, error) {
+	if replica == "" || lease <= 0 {
+		return nil, fmt.Errorf("store: renew quotas: a replica and a positive lease are required")
+	}
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(claims))
+	demands := make([]float64, len(claims))
+	shares := make([]float64, len(claims))
+	for i, c := range claims {
+		if c.Key == "" || !(c.Demand >= 0) || !(c.Share > 0 && c.Share <= 1) {
+			return nil, fmt.Errorf("store: renew quotas: claim %d: a key, a demand >= 0 and a share in (0, 1] are required, got %+v", i, c)
+		}
+		keys[i], demands[i], shares[i] = c.Key, c.Demand, c.Share
+	}
+	now := s.clock()
+	rows, err := s.pool.Query(ctx, `WITH gone AS (
+			DELETE FROM quota_ledger WHERE ctid IN (SELECT ctid FROM quota_ledger
+				WHERE quota_key = ANY($2) AND replica <> $1 AND lease_until < $6 FOR UPDATE SKIP LOCKED)
+		), up AS (
+			INSERT INTO quota_ledger (quota_key, replica, demand, share, lease_until)
+			SELECT k, $1, d, sh, $5 FROM unnest($2::text[], $3::float8[], $4::float8[]) AS c(k, d, sh)
+			ON CONFLICT (quota_key, replica) DO UPDATE SET demand = excluded.demand, share = excluded.share,
+				lease_until = excluded.lease_until
+			RETURNING quota_key, replica, demand, share, lease_until
+		)
+		SELECT quota_key, replica, demand, share, lease_until FROM up
+		UNION ALL
+		SELECT quota_key, replica, demand, share, lease_until FROM quota_ledger
+			WHERE quota_key = ANY($2) AND replica <> $1 AND lease_until > $7
+		ORDER BY 1, 2`,
+		replica, keys, demands, shares, now.Add(lease), now.Add(-LedgerGone), now)
+	if err != nil {
+		return nil, fmt.Errorf("store: renew quotas: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
+		var e LedgerEntry
+		err := r.Scan(&e.Key, &e.Replica, &e.Demand, &e.Share, &e.LeaseUntil)
+		e.LeaseUntil = e.LeaseUntil.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: renew quotas: %w", err)
+	}
+	return out, nil
+}
+
+// LeaveQuotas deletes replica's rows: a replica that stops gives its
+// shares to the others at once rather than when its lease ends.
+func (s *Store) LeaveQuotas(ctx context.Context, replica string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM quota_ledger WHERE replica = $1`, replica); err != nil {
+		return fmt.Errorf("store: leave quotas: %w", err)
+	}
+	return nil
+}

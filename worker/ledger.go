@@ -1,0 +1,151 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"maps"
+	"slices"
+
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+)
+
+// The replicas' shares (docs/design/replicas.md): every LedgerPeriod the
+// worker writes, per model, its demand and the share its lane runs on to
+// the quota ledger, reads the rows of the other live replicas on the same
+// quota, and sets each lane's share (shaping.ReplicaShare). Admission
+// never waits for the ledger: the lanes run on the last shares.
+
+// QuotaScopeOf names a provider quota for the ledger: the upstream's base
+// URL and a hash of the API key (the key itself never reaches the
+// database). Replicas with the same scope share each model's quota.
+func QuotaScopeOf(baseURL, apiKey string) string {
+	sum := sha256.Sum256([]byte(apiKey))
+	return baseURL + " key:" + hex.EncodeToString(sum[:8])
+}
+
+// backlogDemand is the demand a lane declares on top of the requests it
+// holds while its model has queued jobs it did not claim: a replica with a
+// backlog could use the whole quota, so the replicas that have one get
+// about equal shares.
+const backlogDemand = claimMax
+
+// quotaKey is the ledger's key of model's quota.
+func (w *Worker) quotaKey(model string) string { return w.cfg.QuotaScope + " " + model }
+
+// ledgerLoop renews the worker's rows and sets its lanes' shares every
+// LedgerPeriod until ctx ends, then deletes the rows, so the other
+// replicas take this one's shares at once.
+func (w *Worker) ledgerLoop(ctx context.Context) {
+	defer w.background.Done()
+	tick := w.cfg.Clock.NewTicker(w.cfg.LedgerPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LedgerLease)
+			defer cancel()
+			if err := w.cfg.Ledger.LeaveQuotas(lctx, w.cfg.Replica); err != nil {
+				w.log.Warn("leave the quota ledger", slog.Any("error", err))
+			}
+			return
+		case <-tick.Chan():
+		}
+		w.ledgerRound(ctx)
+	}
+}
+
+// ledgerRound renews the rows of every model the worker has a lane for or
+// its catalog lists (so a replica counts before its first job) and sets
+// the shares from the live rows. On an error the lanes keep their shares.
+func (w *Worker) ledgerRound(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.LedgerLease)
+	defer cancel()
+	w.lanesMu.Lock()
+	lanes := maps.Clone(w.lanes)
+	w.lanesMu.Unlock()
+	models := slices.Sorted(maps.Keys(lanes))
+	for m := range w.cfg.Catalog.Models {
+		if _, ok := lanes[m]; !ok {
+			models = append(models, m)
+		}
+	}
+	claims := make([]store.QuotaClaim, len(models))
+	w.sharesMu.Lock()
+	for i, m := range models {
+		claims[i] = store.QuotaClaim{Key: w.quotaKey(m), Share: w.shares[m]}
+		if l, ok := lanes[m]; ok {
+			claims[i].Demand = l.demand()
+			claims[i].Share = l.shaper.Share()
+		}
+		if claims[i].Share == 0 {
+			claims[i].Share = shaping.ShareFloorDefault // not started yet
+		}
+	}
+	w.sharesMu.Unlock()
+	rows, err := w.cfg.Ledger.RenewQuotas(ctx, w.cfg.Replica, w.cfg.LedgerLease, claims)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("renew the quota ledger; the lanes keep their shares", slog.Any("error", err))
+		}
+		return
+	}
+	for _, m := range models {
+		share := w.shareFrom(rows, m)
+		if l, ok := lanes[m]; ok {
+			_ = l.shaper.SetShare(share) // in (0, 1] by construction
+		}
+	}
+}
+
+// shareFrom computes model's share from the ledger rows and remembers it.
+func (w *Worker) shareFrom(rows []store.LedgerEntry, model string) float64 {
+	key := w.quotaKey(model)
+	var rs []shaping.Replica
+	for _, r := range rows {
+		if r.Key == key {
+			rs = append(rs, shaping.Replica{Demand: r.Demand, Share: r.Share, Self: r.Replica == w.cfg.Replica})
+		}
+	}
+	share := shaping.ReplicaShare(rs, shaping.ShareFloorDefault)
+	w.sharesMu.Lock()
+	w.shares[model] = share
+	w.sharesMu.Unlock()
+	return share
+}
+
+// startShare is the share a new lane of model starts on: the last one the
+// ledger gave, or, for a model the ledger has not seen yet, one read now
+// (declaring a backlog: a lane is made for jobs to run). A ledger that
+// cannot be read starts it on the floor; the next round corrects it.
+func (w *Worker) startShare(ctx context.Context, model string) float64 {
+	w.sharesMu.Lock()
+	share, ok := w.shares[model]
+	w.sharesMu.Unlock()
+	if ok {
+		return share
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.LedgerLease)
+	defer cancel()
+	rows, err := w.cfg.Ledger.RenewQuotas(ctx, w.cfg.Replica, w.cfg.LedgerLease,
+		[]store.QuotaClaim{{Key: w.quotaKey(model), Demand: backlogDemand, Share: shaping.ShareFloorDefault}})
+	if err != nil {
+		w.log.Warn("read the quota ledger; the lane starts on the floor", slog.String("model", model), slog.Any("error", err))
+		return shaping.ShareFloorDefault
+	}
+	return w.shareFrom(rows, model)
+}
+
+// demand is what the lane could use of its quota now, in requests: the
+// jobs it holds (waiting for admission or a slot, calling), plus
+// backlogDemand while its model has queued jobs this worker left.
+func (l *lane) demand() float64 {
+	s := l.shaper.Snapshot()
+	d := float64(l.pending.Load()) + float64(s.InFlight+s.Waiting)
+	if l.backlog.Load() {
+		d += backlogDemand
+	}
+	return d
+}

@@ -1,0 +1,133 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/worker"
+)
+
+// The quota of the replica tests: TPM binds (a job charges about 420
+// tokens: 420 a minute by TPM against 600 by RPM), and the provider's
+// minute bucket starts full, as OpenAI's does.
+const (
+	replicaModel = "m"
+	replicaRPM   = 600
+	replicaTPM   = 24_000
+)
+
+func replicaSim() upstreamsim.Config {
+	return upstreamsim.Config{
+		Seed:    13,
+		Models:  map[string]upstreamsim.ModelConfig{replicaModel: {Limits: upstreamsim.Limits{RPM: replicaRPM, TPM: replicaTPM}}},
+		Latency: upstreamsim.LatencyConfig{TTFT: 20 * time.Millisecond},
+		Output:  upstreamsim.OutputConfig{Distribution: upstreamsim.DistFixed, Min: 1, Max: 1 << 20, Mean: 1 << 20},
+	}
+}
+
+// replicaConfig runs a worker on the bundle's quota with the ledger, as
+// one replica of several on the same API key.
+func (tb *testBundle) replicaConfig(c *worker.Config) {
+	c.Strategy = shaping.StrategyShape
+	c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{replicaModel: {RPM: replicaRPM, TPM: replicaTPM}}}
+	c.Ledger = tb.store
+	c.QuotaScope = worker.QuotaScopeOf(tb.sim.URL, "sk-test")
+	c.LedgerPeriod = 200 * time.Millisecond
+	c.LedgerLease = time.Second
+}
+
+// backlog publishes n jobs of about 420 tokens each and returns their ids.
+func (tb *testBundle) backlog(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	var ids []string
+	var values [][]byte
+	for i := range n {
+		id := fmt.Sprintf("%s-%03d", prefix, i)
+		ids = append(ids, id)
+		values = append(values, []byte(fmt.Sprintf(`{"id":%q,"body":{"model":%q,"max_tokens":400,"messages":[{"role":"user","content":"Tell story %s"}]}}`,
+			id, replicaModel, id)))
+	}
+	tb.publish(t, values...)
+	return ids
+}
+
+// rateLimited is the simulator's 429 count.
+func (tb *testBundle) rateLimited() int64 {
+	var n int64
+	for _, v := range tb.sim.Sim.Stats().Total.RateLimited {
+		n += v
+	}
+	return n
+}
+
+// TestReplicasShareOneQuota runs three workers on one API key, each
+// configured with the key's whole quota, over a backlog larger than the
+// provider's minute bucket: through the ledger they spend it as one worker
+// would, without a 429 storm, and each runs on about a third.
+func TestReplicasShareOneQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a backlog of about 20 s")
+	}
+	t.Parallel()
+	tb := setup(t, replicaSim())
+	for range 3 {
+		tb.start(t, tb.replicaConfig)
+	}
+	// Every replica is in the ledger before the jobs land.
+	require.Eventually(t, func() bool {
+		var n int
+		err := tb.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM quota_ledger`).Scan(&n)
+		return err == nil && n == 3
+	}, 10*time.Second, 20*time.Millisecond)
+
+	ids := tb.backlog(t, "r", 75) // ~31,500 tokens: the bucket, then ~19 s of refill
+	recs := tb.waitTerminal(t, ids, 90*time.Second)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, "%s: %s", id, recs[id].ErrorMessage)
+	}
+	var n int
+	require.NoError(t, tb.store.Pool().QueryRow(context.Background(), `SELECT count(DISTINCT lease_owner) FROM jobs`).Scan(&n))
+	require.Equal(t, 3, n, "every replica ran jobs")
+	stats := tb.sim.Sim.Stats()
+	calls := stats.Total.Accepted + tb.rateLimited()
+	require.LessOrEqual(t, tb.rateLimited(), int64(1), "at most one 429 in %d calls", calls)
+}
+
+// TestReplicaRestartedMidBacklogDoesNotOverspend stops a worker once the
+// provider's bucket is spent and starts another on the same key at once:
+// the new one starts from what the provider says remains (its probe, and
+// the headers), not from a full minute of its own.
+func TestReplicaRestartedMidBacklogDoesNotOverspend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a backlog of about 15 s")
+	}
+	t.Parallel()
+	tb := setup(t, replicaSim())
+	first, err := worker.New(tb.workerConfig(t, tb.replicaConfig))
+	require.NoError(t, err)
+	require.NoError(t, first.Start(context.Background()))
+	ids := tb.backlog(t, "s", 70) // ~29,400 tokens
+	// The bucket (24,000 tokens, about 57 jobs) is spent at once.
+	require.Eventually(t, func() bool { return tb.count(t, `status = 'succeeded'`) >= 50 }, 30*time.Second, 20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, first.Stop(ctx))
+	require.Zero(t, tb.rateLimited(), "no 429 before the restart")
+	tb.start(t, tb.replicaConfig)
+	recs := tb.waitTerminal(t, ids, 60*time.Second)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, "%s: %s", id, recs[id].ErrorMessage)
+	}
+	// The restarted worker's probe meets a spent bucket: its 429 is what
+	// learning the provider costs (and, seldom, one more before the
+	// refusal's headers are applied). A worker that trusted its own full
+	// minute would be refused the whole of it.
+	require.LessOrEqual(t, tb.rateLimited(), int64(2), "the restarted worker spends what remains, no more")
+}

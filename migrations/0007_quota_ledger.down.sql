@@ -1,2 +1,2 @@
--- 0006_quota_ledger: undo.
+-- 0007_quota_ledger: undo.
 DROP TABLE IF EXISTS quota_ledger;

@@ -1,4 +1,4 @@
--- 0006_quota_ledger: replicas share one provider quota
+-- 0007_quota_ledger: replicas share one provider quota
 -- (docs/design/replicas.md).
 --
 -- One row per live replica and quota key (the provider's base URL, a hash

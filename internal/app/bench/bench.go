@@ -168,7 +168,8 @@ generator all ran on it. Rerun `+"`llmq bench`"+` (or `+"`make bench-llmq`"+`) t
 		b.cfg.Scale)
 }
 
-// strategies runs seed 000's comparison.
+// strategies runs the comparison of the four client strategies
+// (docs/design/rate-limiting.md).
 func (b *Bench) strategies(ctx context.Context, md *strings.Builder, rep *Report) error {
 	var results []*result
 	for _, st := range shaping.Strategies {
@@ -192,7 +193,7 @@ func (b *Bench) strategies(ctx context.Context, md *strings.Builder, rep *Report
 		})
 	}
 	s := results[0].spec
-	fmt.Fprintf(md, `## 1. The four strategies under %dx overload (seed 000)
+	fmt.Fprintf(md, `## 1. The four strategies under %dx overload ([the four client strategies](../design/rate-limiting.md#the-four-client-strategies))
 
 Jobs arrive at %d times what TPM serves (%.1f jobs/s) for the whole %s run, so every strategy
 stays backlogged. Same simulator, same jobs, same worker, only `+"`strategy`"+` differs (the quota
@@ -214,7 +215,7 @@ sustained rate once that burst is spent (at 5x the arrivals spend it in about 15
 			r.RateLimited, secs(r.P50), secs(r.P99), secs(r.ShortP99), secs(r.LongP99))
 	}
 	fmt.Fprintf(md, "\nQueue depth (jobs published and not yet in a final state):\n\n![queue depth per strategy](queue.png)\n\n")
-	fmt.Fprintf(md, `**Long/short mix (seed 001, experiment 2).** The short p99 and long p99 columns are the mixed
+	fmt.Fprintf(md, `**Long/short mix ([quota experiment 2](../design/quotas.md#the-four-acceptance-experiments)).** The short p99 and long p99 columns are the mixed
 workload's two classes: a strategy that lets long documents monopolise TPM shows it as a short p99
 close to the long one.
 
@@ -240,7 +241,7 @@ close to the long one.
 	return b.save(rep, QueueFile, q)
 }
 
-// burst runs seed 001's 5x burst.
+// burst runs the 5x burst (quota experiment 1, docs/design/quotas.md).
 func (b *Bench) burst(ctx context.Context, md *strings.Builder, rep *Report) error {
 	res, err := b.run(ctx, burstSpec())
 	if err != nil {
@@ -261,7 +262,7 @@ func (b *Bench) burst(ctx context.Context, md *strings.Builder, rep *Report) err
 		recText = secs(rec)
 	}
 	accepted := res.stats.Total.Accepted
-	fmt.Fprintf(md, `## 2. A 5x burst within 10 s (seed 001, experiment 1)
+	fmt.Fprintf(md, `## 2. A 5x burst within 10 s ([quota experiment 1](../design/quotas.md#the-four-acceptance-experiments))
 
 Steady arrivals at half the capacity (%.1f jobs/s), raised to %dx (%.1f jobs/s) from %s to %s, then
 steady again until %s. Strategy `+"`shape`"+` (the default when the quota is known).
@@ -293,7 +294,8 @@ steady again until %s. Strategy `+"`shape`"+` (the default when the quota is kno
 	return b.save(rep, BurstFile, p1, p2)
 }
 
-// fallback runs seed 001's primary-exhausted experiment.
+// fallback runs the primary-exhausted experiment (quota experiment 4,
+// docs/design/quotas.md).
 func (b *Bench) fallback(ctx context.Context, md *strings.Builder, rep *Report) error {
 	res, err := b.run(ctx, fallbackSpec())
 	if err != nil {
@@ -301,7 +303,7 @@ func (b *Bench) fallback(ctx context.Context, md *strings.Builder, rep *Report) 
 	}
 	s := res.spec
 	prim, fb := res.stats.Models[Primary], res.stats.Models[Fallback]
-	fmt.Fprintf(md, `## 3. Primary model exhausted (seed 001, experiment 4)
+	fmt.Fprintf(md, `## 3. Primary model exhausted ([quota experiment 4](../design/quotas.md#the-four-acceptance-experiments))
 
 Other clients exhaust the primary: `+"`%s`"+` allows %d calls in flight, and %d other clients on
 the same API key keep a %d-token call in flight each all the time, taking its concurrency and

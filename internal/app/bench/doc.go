@@ -9,17 +9,17 @@
 //
 // The scenarios:
 //
-//   - strategies: seed 000's comparison of the four client strategies
-//     (retry, rpm, shape, adaptive) under the same 5x overload of a
-//     long/short mix, TPM being the binding quota;
-//   - burst: seed 001's first acceptance experiment, the arrival rate
-//     raised to 5x its steady value for 10 s;
-//   - fallback: seed 001's fourth, the primary model's quota exhausted
+//   - strategies: the comparison of the four client strategies (retry,
+//     rpm, shape, adaptive; docs/design/rate-limiting.md) under the same
+//     5x overload of a long/short mix, TPM being the binding quota;
+//   - burst: the first acceptance experiment of docs/design/quotas.md,
+//     the arrival rate raised to 5x its steady value for 10 s;
+//   - fallback: its fourth, the primary model's quota exhausted
 //     by another client so jobs move to the fallback model;
 //   - adaptive: the adaptive strategy with no quota configured, against a
 //     limit that halves mid-run: time to converge.
 //
-// The long/short mix (seed 001's second experiment) is in every scenario;
+// The long/short mix (the second experiment) is in every scenario;
 // the report gives latencies per kind.
 //
 // [Run] writes report.md and PNG plots (gonum/plot) to Config.Out.

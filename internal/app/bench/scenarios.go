@@ -74,7 +74,7 @@ const (
 	steadyFrom  = 20 * time.Second
 )
 
-// strategySpec is seed 000's comparison: arrivals at Overload times the
+// strategySpec is the comparison of docs/design/rate-limiting.md: arrivals at Overload times the
 // capacity for the whole 40 s run, so every strategy stays backlogged.
 func strategySpec(st shaping.Strategy) spec {
 	return spec{
@@ -98,7 +98,7 @@ const (
 
 func burstSteady() float64 { return capacity() / 2 }
 
-// burstSpec is seed 001's first acceptance experiment with the default
+// burstSpec is the first acceptance experiment of docs/design/quotas.md with the default
 // strategy (shape, quota known).
 func burstSpec() spec {
 	steady := burstSteady()
@@ -124,7 +124,7 @@ const (
 	hogMaxTokens       = 1000
 )
 
-// fallbackSpec is seed 001's fourth experiment: other clients exhaust the
+// fallbackSpec is the fourth experiment of docs/design/quotas.md: other clients exhaust the
 // primary (its concurrency, then its TPM), and the jobs name a fallback
 // model with quota to spare.
 func fallbackSpec() spec {

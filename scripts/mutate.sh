@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# mutate.sh: mutation testing (gremlins) of the pure packages, one package at
+# a time: shaping, the root job contract and the worker's decision policy.
+# docs/mutation.md says what the figures mean and lists the equivalent
+# mutants.
+#
+#   scripts/mutate.sh [shaping|contract|policy ...]   (default: all three)
+#
+# Each run writes bin/mutate/<name>.json (gremlins' machine-readable
+# results) and fails when a package's efficacy (killed / (killed + lived))
+# is under MUTATE_EFFICACY percent (default 85). Slow on purpose: each
+# mutant is one `go test` of its package, so it is not part of `make test`.
+# MUTATE_WORKERS (default 1) sets the parallel test runs. A mutant's test
+# run is given MUTATE_TIMEOUT (default 60) times the coverage run's time,
+# which is short once the build is cached: a loaded machine needs the room
+# to compile each mutant, or sound mutants are reported TIMED OUT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+gremlins_version=v0.6.0
+workers=${MUTATE_WORKERS:-1}
+efficacy=${MUTATE_EFFICACY:-85}
+timeout=${MUTATE_TIMEOUT:-60}
+out=bin/mutate
+mkdir -p "$out"
+
+# The tests of each package that exercise its pure code; the others (the
+# worker's Postgres and broker tests, the root package's build of other
+# modules) are left out: they would not kill a mutant the pure tests let
+# live, and they would make every mutant cost minutes.
+declare -A dir=([shaping]=shaping [contract]=. [policy]=worker)
+declare -A tests=(
+  [contract]='^(Test(ModelCost|Catalog|Encode|CheckSize|CanTransition|TerminalStates|LeasedStatuses|Decode|ValidateGoJob|Priority|NotAnObject)|FuzzDecode)'
+  [policy]='^Test(Decide|NextFallback|BackoffDelay|RetryBudget|Classify|ParseProvider)'
+)
+# Files left unmutated (a regexp on the path in the package; gremlins never
+# mutates test files): the contract is the root's files, not the packages
+# below it; the policy is policy.go, backoff.go and classify.go of worker/.
+declare -A exclude=(
+  [contract]='/'
+  [policy]='^(config|doc|ingest|lanes|lease|metrics|observe|run|schedule|scheduler|upstream|worker)\.go$'
+)
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(shaping contract policy)
+for name in "${names[@]}"; do
+  [ -n "${dir[$name]:-}" ] || { echo "mutate: unknown package $name (shaping, contract, policy)" >&2; exit 2; }
+  echo "== $name (${dir[$name]})"
+  args=(--workers "$workers" --timeout-coefficient "$timeout" --threshold-efficacy "$efficacy" --output "$out/$name.json")
+  [ -z "${exclude[$name]:-}" ] || args+=(--exclude-files "${exclude[$name]}")
+  flags=${GOFLAGS:-}
+  # gremlins passes its environment to every `go test`: -run in GOFLAGS
+  # limits the coverage run and the mutants' runs to the pure tests.
+  [ -z "${tests[$name]:-}" ] || flags="$flags -run=${tests[$name]}"
+  GOFLAGS=$flags go run "github.com/go-gremlins/gremlins/cmd/gremlins@$gremlins_version" \
+    unleash "${args[@]}" "${dir[$name]}"
+done

@@ -88,3 +88,15 @@ func TestNewRetryBudgetDefaults(t *testing.T) {
 	require.Equal(t, defaults, NewRetryBudget(-1, -1, -1), "negative: the defaults")
 	require.Equal(t, &RetryBudget{Ratio: 0.25, Min: 1, Max: 2, balance: 1}, NewRetryBudget(0.25, 1, 2))
 }
+
+// TestBackoffDelayGlobalRand: without a source the draw comes from the
+// global one, over the whole window (a window of 1ns has two values).
+func TestBackoffDelayGlobalRand(t *testing.T) {
+	t.Parallel()
+	b := Backoff{Base: time.Nanosecond, Max: time.Nanosecond, MaxRetryAfter: time.Second}
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		seen[b.Delay(0, 0, nil)] = true
+	}
+	require.Equal(t, map[time.Duration]bool{0: true, 1: true}, seen)
+}

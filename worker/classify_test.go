@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"syscall"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/shaping"
 )
 
 func TestClassify(t *testing.T) {
@@ -72,4 +76,31 @@ func TestParseProvider(t *testing.T) {
 	}
 	_, err := ParseProvider("dashcope")
 	require.ErrorContains(t, err, `unknown provider "dashcope"`)
+}
+
+// TestClassifyReadsHeaders: the rate-limit headers and Retry-After are read
+// on success and on the error path alike (go-openai keeps them on both).
+func TestClassifyReadsHeaders(t *testing.T) {
+	t.Parallel()
+	ok := Classify(nil, http.Header{"X-Ratelimit-Remaining-Requests": {"7"}}, ProviderOpenAI)
+	require.Equal(t, Outcome{Class: ClassSuccess, Status: http.StatusOK,
+		Headers: shaping.RateLimitHeaders{RemainingRequests: 7, HasRemainingRequests: true}}, ok)
+
+	err := &openai.APIError{HTTPStatusCode: 429, Code: "rate_limit_exceeded", Type: "requests", Message: "slow down"}
+	limited := Classify(err, http.Header{"Retry-After": {"3"}}, ProviderOpenAI)
+	require.Equal(t, Outcome{Class: ClassRateLimited, Status: 429, Code: "rate_limit_exceeded", Message: "slow down",
+		Headers: shaping.RateLimitHeaders{RetryAfter: 3 * time.Second, HasRetryAfter: true}, Err: err}, limited)
+}
+
+// TestClassifyStatusBounds: the status ranges at their edges, as go-openai
+// reports a reply whose body it could not decode.
+func TestClassifyStatusBounds(t *testing.T) {
+	t.Parallel()
+	for status, want := range map[int]Class{
+		399: ClassRetryable, 400: ClassPermanent, 408: ClassRetryable, 409: ClassRetryable,
+		429: ClassRateLimited, 499: ClassPermanent, 500: ClassRetryable,
+	} {
+		o := Classify(&openai.RequestError{HTTPStatusCode: status}, nil, ProviderOpenAI)
+		require.Equal(t, want, o.Class, "status %d: %s", status, o.Class)
+	}
 }

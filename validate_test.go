@@ -242,10 +242,22 @@ func TestNotAnObjectSaysWhat(t *testing.T) {
 		`["a job?"]`:      `message is JSON but not an object: a job is {"body": {...}}`,
 		`42`:              `message is JSON but not an object: a job is {"body": {...}}`,
 		"\xffnot json":    "message is not valid UTF-8 (byte 0)",
+		"é \xffnot json":  "message is not valid UTF-8 (byte 3)",
 	} {
 		_, err := llmq.Decode([]byte(in), llmq.DecodeOptions{})
 		var ve *llmq.ValidationError
 		require.ErrorAs(t, err, &ve, "%q", in)
 		require.Equal(t, []llmq.FieldError{{Field: "", Code: llmq.CodeInvalidJSON, Message: want}}, ve.Errors, "%q", in)
 	}
+}
+
+// TestValidationErrorString: the error names each field before its message,
+// and a message-level problem (no field) by its message alone.
+func TestValidationErrorString(t *testing.T) {
+	t.Parallel()
+	_, err := llmq.Decode([]byte(""), llmq.DecodeOptions{})
+	require.EqualError(t, err, "invalid job: message is empty")
+	ve := &llmq.ValidationError{Errors: []llmq.FieldError{
+		{Field: "priority", Message: "must be high, normal or low"}, {Message: "message is empty"}}}
+	require.EqualError(t, ve, "invalid job: priority: must be high, normal or low; message is empty")
 }

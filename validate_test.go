@@ -63,6 +63,7 @@ var malformed = []struct {
 	{"deadline a number", `{"deadline":1767225600,"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"deadline"}, []string{llmq.CodeInvalidType}},
 	{"id with spaces", `{"id":"my job","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidValue}},
 	{"id too long", `{"id":"` + strings.Repeat("a", 129) + `","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidValue}},
+	{"a bad tenant type does not hide a bad id", `{"id":"a b","tenant":5,"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"tenant", "id"}, []string{llmq.CodeInvalidType, llmq.CodeInvalidValue}},
 	{"id non-ASCII", `{"id":"jöb","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidValue}},
 	{"id a number", `{"id":42,"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidType}},
 	{"tenant with slash", `{"tenant":"a/b","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"tenant"}, []string{llmq.CodeInvalidValue}},
@@ -260,4 +261,15 @@ func TestValidationErrorString(t *testing.T) {
 	ve := &llmq.ValidationError{Errors: []llmq.FieldError{
 		{Field: "priority", Message: "must be high, normal or low"}, {Message: "message is empty"}}}
 	require.EqualError(t, ve, "invalid job: priority: must be high, normal or low; message is empty")
+}
+
+// TestValidIDBounds: 1 to 128 characters of [A-Za-z0-9._:-].
+func TestValidIDBounds(t *testing.T) {
+	t.Parallel()
+	for id, want := range map[string]bool{
+		"": false, "a": true, strings.Repeat("a", 128): true, strings.Repeat("a", 129): false,
+		"az.AZ_09:-": true, "a b": false, "a/b": false, "é": false,
+	} {
+		require.Equal(t, want, llmq.ValidID(id), "%q", id)
+	}
 }

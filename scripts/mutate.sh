@@ -30,7 +30,7 @@ mkdir -p "$out"
 # live, and they would make every mutant cost minutes.
 declare -A dir=([shaping]=shaping [contract]=. [policy]=worker)
 declare -A tests=(
-  [contract]='^(Test(ModelCost|Catalog|Encode|CheckSize|CanTransition|TerminalStates|LeasedStatuses|Decode|ValidateGoJob|ValidationError|Priority|NotAnObject)|FuzzDecode)'
+  [contract]='^(Test(ModelCost|Catalog|Encode|CheckSize|CanTransition|TerminalStates|LeasedStatuses|Decode|ValidateGoJob|ValidationError|ValidID|Priority|NotAnObject)|FuzzDecode)'
   [policy]='^Test(Decide|NextFallback|Backoff|RetryBudget|NewRetryBudget|Classify|ParseProvider)'
 )
 # Files left unmutated (a regexp on the path in the package; gremlins never

@@ -43,6 +43,8 @@ func TestClassify(t *testing.T) {
 		{"old insufficient_quota with null code", api(429, nil, "insufficient_quota"), ProviderOpenAI, ClassPermanent, "insufficient_quota"},
 		{"spend limit", api(429, "project_spend_limit_exceeded", "insufficient_quota"), ProviderOpenAI, ClassPermanent, "project_spend_limit_exceeded"},
 		{"dashscope insufficient_quota is TPM", api(429, "insufficient_quota", "insufficient_quota"), ProviderDashScope, ClassRateLimited, "insufficient_quota"},
+		{"insufficient_quota by type alone", api(429, "quota_exceeded", "insufficient_quota"), ProviderOpenAI, ClassPermanent, "quota_exceeded"},
+		{"dashscope insufficient_quota by type alone is TPM", api(429, "quota_exceeded", "insufficient_quota"), ProviderDashScope, ClassRateLimited, "quota_exceeded"},
 		{"dashscope burst", api(429, "limit_burst_rate", "limit_burst_rate"), ProviderDashScope, ClassRateLimited, "limit_burst_rate"},
 		{"azure numeric-string 429", api(429, "429", ""), ProviderOpenAI, ClassRateLimited, "429"},
 		{"500", api(500, nil, "server_error"), ProviderOpenAI, ClassRetryable, "server_error"},

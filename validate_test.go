@@ -3,6 +3,7 @@ package llmq_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ var malformed = []struct {
 	{"second role empty", withBody(`{"model":"m","messages":[{"role":"system"},{"role":""}]}`), llmq.DecodeOptions{}, []string{"body.messages[1].role"}, []string{llmq.CodeRequired}},
 	{"max_tokens zero", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":0}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidValue}},
 	{"max_tokens negative", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":-5}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidValue}},
+	{"max_tokens over the limit", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":16777217}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidValue}},
 	{"max_tokens string", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":"256"}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidType}},
 	{"max_tokens fraction", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":1.5}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidType}},
 	{"max_completion_tokens huge", withBody(`{"model":"m","messages":[{"role":"user"}],"max_completion_tokens":1e20}`), llmq.DecodeOptions{}, []string{"body.max_completion_tokens"}, []string{llmq.CodeInvalidValue}},
@@ -271,5 +273,15 @@ func TestValidIDBounds(t *testing.T) {
 		"az.AZ_09:-": true, "a b": false, "a/b": false, "é": false,
 	} {
 		require.Equal(t, want, llmq.ValidID(id), "%q", id)
+	}
+}
+
+// TestDecodeMaxTokensBounds: 1 and MaxOutputTokensLimit are both allowed.
+func TestDecodeMaxTokensBounds(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, llmq.MaxOutputTokensLimit} {
+		j, err := llmq.Decode([]byte(withBody(fmt.Sprintf(`{"model":"m","messages":[{"role":"user"}],"max_tokens":%d}`, n))), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		require.Equal(t, n, j.MaxOutputTokens())
 	}
 }

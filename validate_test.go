@@ -285,3 +285,45 @@ func TestDecodeMaxTokensBounds(t *testing.T) {
 		require.Equal(t, n, j.MaxOutputTokens())
 	}
 }
+
+// TestDecodeBodyPostgresCanStore: what jsonb refuses is named; a surrogate
+// pair, and numbers up to the bounds, are stored as sent.
+func TestDecodeBodyPostgresCanStore(t *testing.T) {
+	t.Parallel()
+	const unpaired = "must not contain an unpaired UTF-16 surrogate escape"
+	huge := fmt.Sprintf("must not contain a number of over %d digits or with an exponent beyond ±%d", 5000, 5000)
+	withContent := func(content string) string {
+		return withBody(`{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`)
+	}
+	withNumber := func(n string) string {
+		return withBody(`{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":` + n + `}`)
+	}
+	for msg, want := range map[string]string{
+		withContent(`a\ud83d\ude00b`):         "",
+		withContent(`a\\ud83d`):               "",
+		withContent(`\ud83d`):                 unpaired,
+		withContent(`\ud83dabcdefgh`):         unpaired,
+		withContent(`\ud83d\u0041bc`):         unpaired,
+		withContent(`\ud83d\ud83dxx`):         unpaired,
+		withContent(`\ud83d\ue000xx`):         unpaired,
+		withContent(`\udbff\udfffxx`):         "",
+		withContent(`\ude00xx`):               unpaired,
+		withContent(`\ud800\udc00xx`):         "",
+		withContent(`\ue000xx`):               "",
+		withContent(`\udbffxx`):               unpaired,
+		withContent(`\udc00\udc00x`):          unpaired,
+		withNumber(strings.Repeat("1", 5000)): "",
+		withNumber(strings.Repeat("1", 5001)): huge,
+		withNumber("1e5000"):                  "",
+		withNumber("1e5001"):                  huge,
+	} {
+		_, err := llmq.Decode([]byte(msg), llmq.DecodeOptions{})
+		if want == "" {
+			require.NoError(t, err, "%.80s", msg)
+			continue
+		}
+		var ve *llmq.ValidationError
+		require.ErrorAs(t, err, &ve, "%.80s", msg)
+		require.Equal(t, []llmq.FieldError{{Field: "body", Code: llmq.CodeInvalidValue, Message: want}}, ve.Errors, "%.80s", msg)
+	}
+}

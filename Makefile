@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq demo console-screenshots run migrate clean
+.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq mutate demo console-screenshots run migrate clean
 
 all: build
 
@@ -60,6 +60,10 @@ bench-go:
 ## bench-llmq: the seeds' experiments against the simulator (about 6 min), report in docs/bench
 bench-llmq:
 	$(GO) run ./cmd/llmq bench --out docs/bench
+
+## mutate: mutation testing (gremlins) of shaping, the job contract and the worker's policy; slow, not in test (docs/mutation.md)
+mutate:
+	scripts/mutate.sh
 
 ## demo: the whole pipeline in one process on embedded defaults (under 2 min)
 demo:

@@ -1,6 +1,7 @@
 package llmq_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -71,4 +72,23 @@ func TestCatalogCheckModels(t *testing.T) {
 	j, err = llmq.Decode([]byte(`{"fallback_models":["b"],"body":{"model":"a","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	require.Empty(t, c.CheckModels(j))
+}
+
+// TestCatalogCheckModelsNamesTen: the error lists at most ten allowed
+// models, sorted, and says how many it left out.
+func TestCatalogCheckModelsNamesTen(t *testing.T) {
+	t.Parallel()
+	j := decode(t, `{"body":{"model":"x","messages":[{"role":"user","content":"hi"}]}}`)
+	catalog := func(n int) llmq.Catalog {
+		c := llmq.Catalog{Models: map[string]llmq.Model{}}
+		for i := range n {
+			c.Models[fmt.Sprintf("m%02d", i)] = llmq.Model{}
+		}
+		return c
+	}
+	const ten = "m00, m01, m02, m03, m04, m05, m06, m07, m08, m09"
+	require.Equal(t, []llmq.FieldError{{Field: "body.model", Code: llmq.CodeModelNotAllowed,
+		Message: `model "x" is not one this service runs; allowed: ` + ten}}, catalog(10).CheckModels(j))
+	require.Equal(t, []llmq.FieldError{{Field: "body.model", Code: llmq.CodeModelNotAllowed,
+		Message: `model "x" is not one this service runs; allowed: ` + ten + ", and 3 more"}}, catalog(13).CheckModels(j))
 }

@@ -3,6 +3,7 @@ package llmq_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ var malformed = []struct {
 	{"second role empty", withBody(`{"model":"m","messages":[{"role":"system"},{"role":""}]}`), llmq.DecodeOptions{}, []string{"body.messages[1].role"}, []string{llmq.CodeRequired}},
 	{"max_tokens zero", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":0}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidValue}},
 	{"max_tokens negative", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":-5}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidValue}},
+	{"max_tokens over the limit", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":16777217}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidValue}},
 	{"max_tokens string", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":"256"}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidType}},
 	{"max_tokens fraction", withBody(`{"model":"m","messages":[{"role":"user"}],"max_tokens":1.5}`), llmq.DecodeOptions{}, []string{"body.max_tokens"}, []string{llmq.CodeInvalidType}},
 	{"max_completion_tokens huge", withBody(`{"model":"m","messages":[{"role":"user"}],"max_completion_tokens":1e20}`), llmq.DecodeOptions{}, []string{"body.max_completion_tokens"}, []string{llmq.CodeInvalidValue}},
@@ -63,6 +65,7 @@ var malformed = []struct {
 	{"deadline a number", `{"deadline":1767225600,"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"deadline"}, []string{llmq.CodeInvalidType}},
 	{"id with spaces", `{"id":"my job","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidValue}},
 	{"id too long", `{"id":"` + strings.Repeat("a", 129) + `","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidValue}},
+	{"a bad tenant type does not hide a bad id", `{"id":"a b","tenant":5,"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"tenant", "id"}, []string{llmq.CodeInvalidType, llmq.CodeInvalidValue}},
 	{"id non-ASCII", `{"id":"jöb","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidValue}},
 	{"id a number", `{"id":42,"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidType}},
 	{"tenant with slash", `{"tenant":"a/b","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"tenant"}, []string{llmq.CodeInvalidValue}},
@@ -242,10 +245,85 @@ func TestNotAnObjectSaysWhat(t *testing.T) {
 		`["a job?"]`:      `message is JSON but not an object: a job is {"body": {...}}`,
 		`42`:              `message is JSON but not an object: a job is {"body": {...}}`,
 		"\xffnot json":    "message is not valid UTF-8 (byte 0)",
+		"é \xffnot json":  "message is not valid UTF-8 (byte 3)",
 	} {
 		_, err := llmq.Decode([]byte(in), llmq.DecodeOptions{})
 		var ve *llmq.ValidationError
 		require.ErrorAs(t, err, &ve, "%q", in)
 		require.Equal(t, []llmq.FieldError{{Field: "", Code: llmq.CodeInvalidJSON, Message: want}}, ve.Errors, "%q", in)
+	}
+}
+
+// TestValidationErrorString: the error names each field before its message,
+// and a message-level problem (no field) by its message alone.
+func TestValidationErrorString(t *testing.T) {
+	t.Parallel()
+	_, err := llmq.Decode([]byte(""), llmq.DecodeOptions{})
+	require.EqualError(t, err, "invalid job: message is empty")
+	ve := &llmq.ValidationError{Errors: []llmq.FieldError{
+		{Field: "priority", Message: "must be high, normal or low"}, {Message: "message is empty"}}}
+	require.EqualError(t, ve, "invalid job: priority: must be high, normal or low; message is empty")
+}
+
+// TestValidIDBounds: 1 to 128 characters of [A-Za-z0-9._:-].
+func TestValidIDBounds(t *testing.T) {
+	t.Parallel()
+	for id, want := range map[string]bool{
+		"": false, "a": true, strings.Repeat("a", 128): true, strings.Repeat("a", 129): false,
+		"az.AZ_09:-": true, "a b": false, "a/b": false, "é": false,
+	} {
+		require.Equal(t, want, llmq.ValidID(id), "%q", id)
+	}
+}
+
+// TestDecodeMaxTokensBounds: 1 and MaxOutputTokensLimit are both allowed.
+func TestDecodeMaxTokensBounds(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, llmq.MaxOutputTokensLimit} {
+		j, err := llmq.Decode([]byte(withBody(fmt.Sprintf(`{"model":"m","messages":[{"role":"user"}],"max_tokens":%d}`, n))), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		require.Equal(t, n, j.MaxOutputTokens())
+	}
+}
+
+// TestDecodeBodyPostgresCanStore: what jsonb refuses is named; a surrogate
+// pair, and numbers up to the bounds, are stored as sent.
+func TestDecodeBodyPostgresCanStore(t *testing.T) {
+	t.Parallel()
+	const unpaired = "must not contain an unpaired UTF-16 surrogate escape"
+	huge := fmt.Sprintf("must not contain a number of over %d digits or with an exponent beyond ±%d", 5000, 5000)
+	withContent := func(content string) string {
+		return withBody(`{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`)
+	}
+	withNumber := func(n string) string {
+		return withBody(`{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":` + n + `}`)
+	}
+	for msg, want := range map[string]string{
+		withContent(`a\ud83d\ude00b`):         "",
+		withContent(`a\\ud83d`):               "",
+		withContent(`\ud83d`):                 unpaired,
+		withContent(`\ud83dabcdefgh`):         unpaired,
+		withContent(`\ud83d\u0041bc`):         unpaired,
+		withContent(`\ud83d\ud83dxx`):         unpaired,
+		withContent(`\ud83d\ue000xx`):         unpaired,
+		withContent(`\udbff\udfffxx`):         "",
+		withContent(`\ude00xx`):               unpaired,
+		withContent(`\ud800\udc00xx`):         "",
+		withContent(`\ue000xx`):               "",
+		withContent(`\udbffxx`):               unpaired,
+		withContent(`\udc00\udc00x`):          unpaired,
+		withNumber(strings.Repeat("1", 5000)): "",
+		withNumber(strings.Repeat("1", 5001)): huge,
+		withNumber("1e5000"):                  "",
+		withNumber("1e5001"):                  huge,
+	} {
+		_, err := llmq.Decode([]byte(msg), llmq.DecodeOptions{})
+		if want == "" {
+			require.NoError(t, err, "%.80s", msg)
+			continue
+		}
+		var ve *llmq.ValidationError
+		require.ErrorAs(t, err, &ve, "%.80s", msg)
+		require.Equal(t, []llmq.FieldError{{Field: "body", Code: llmq.CodeInvalidValue, Message: want}}, ve.Errors, "%.80s", msg)
 	}
 }

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -37,4 +38,65 @@ func TestRetryBudget(t *testing.T) {
 		b.Deposit()
 	}
 	require.Equal(t, 3.0, b.Balance())
+}
+
+func TestBackoffWithDefaults(t *testing.T) {
+	t.Parallel()
+	defaults := Backoff{Base: BackoffBaseDefault, Max: BackoffMaxDefault, MaxRetryAfter: BackoffMaxRetryAfterDefault}
+	require.Equal(t, defaults, Backoff{}.WithDefaults(), "zero: the defaults")
+	require.Equal(t, defaults, Backoff{Base: -1, Max: -1, MaxRetryAfter: -1}.WithDefaults(), "negative: the defaults")
+	set := Backoff{Base: 1, Max: 2, MaxRetryAfter: 3}
+	require.Equal(t, set, set.WithDefaults(), "the smallest values set are kept")
+}
+
+// TestBackoffDelayExact: the top of the window (a source whose every draw
+// is the largest), and the server's advice as a floor.
+func TestBackoffDelayExact(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	b := Backoff{Base: 300 * ms, Max: time.Second, MaxRetryAfter: 2 * time.Second}
+	top := rand.New(topOfWindow{})
+	tests := []struct {
+		name       string
+		retry      int
+		retryAfter time.Duration
+		want       time.Duration
+	}{
+		{"first retry, top: Base", 0, 0, 300 * ms},
+		{"second retry, top: 2·Base", 1, 0, 600 * ms},
+		{"third retry, top: 4·Base capped at Max", 2, 0, time.Second},
+		{"far retry, top: Max", 40, 0, time.Second},
+		{"a shorter Retry-After than the draw: the draw", 0, 200 * ms, 300 * ms},
+		{"a longer Retry-After than the draw: the Retry-After", 0, 400 * ms, 400 * ms},
+		{"Retry-After of exactly MaxRetryAfter", 0, 2 * time.Second, 2 * time.Second},
+		{"Retry-After past MaxRetryAfter: clamped", 0, time.Hour, 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, b.Delay(tt.retry, tt.retryAfter, top))
+		})
+	}
+	// A zero window draws nothing, from the given source or the global one.
+	require.Equal(t, 5*ms, Backoff{MaxRetryAfter: time.Second}.Delay(3, 5*ms, top))
+	require.Equal(t, time.Duration(0), Backoff{}.Delay(0, 0, nil))
+}
+
+func TestNewRetryBudgetDefaults(t *testing.T) {
+	t.Parallel()
+	defaults := &RetryBudget{Ratio: RetryBudgetRatioDefault, Min: RetryBudgetMinDefault, Max: RetryBudgetMaxDefault, balance: RetryBudgetMinDefault}
+	require.Equal(t, defaults, NewRetryBudget(0, 0, 0), "zero: the defaults")
+	require.Equal(t, defaults, NewRetryBudget(-1, -1, -1), "negative: the defaults")
+	require.Equal(t, &RetryBudget{Ratio: 0.25, Min: 1, Max: 2, balance: 1}, NewRetryBudget(0.25, 1, 2))
+}
+
+// TestBackoffDelayGlobalRand: without a source the draw comes from the
+// global one, over the whole window (a window of 1ns has two values).
+func TestBackoffDelayGlobalRand(t *testing.T) {
+	t.Parallel()
+	b := Backoff{Base: time.Nanosecond, Max: time.Nanosecond, MaxRetryAfter: time.Second}
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		seen[b.Delay(0, 0, nil)] = true
+	}
+	require.Equal(t, map[time.Duration]bool{0: true, 1: true}, seen)
 }

@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"syscall"
 	"testing"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/shaping"
 )
 
 func TestClassify(t *testing.T) {
@@ -39,6 +43,8 @@ func TestClassify(t *testing.T) {
 		{"old insufficient_quota with null code", api(429, nil, "insufficient_quota"), ProviderOpenAI, ClassPermanent, "insufficient_quota"},
 		{"spend limit", api(429, "project_spend_limit_exceeded", "insufficient_quota"), ProviderOpenAI, ClassPermanent, "project_spend_limit_exceeded"},
 		{"dashscope insufficient_quota is TPM", api(429, "insufficient_quota", "insufficient_quota"), ProviderDashScope, ClassRateLimited, "insufficient_quota"},
+		{"insufficient_quota by type alone", api(429, "quota_exceeded", "insufficient_quota"), ProviderOpenAI, ClassPermanent, "quota_exceeded"},
+		{"dashscope insufficient_quota by type alone is TPM", api(429, "quota_exceeded", "insufficient_quota"), ProviderDashScope, ClassRateLimited, "quota_exceeded"},
 		{"dashscope burst", api(429, "limit_burst_rate", "limit_burst_rate"), ProviderDashScope, ClassRateLimited, "limit_burst_rate"},
 		{"azure numeric-string 429", api(429, "429", ""), ProviderOpenAI, ClassRateLimited, "429"},
 		{"500", api(500, nil, "server_error"), ProviderOpenAI, ClassRetryable, "server_error"},
@@ -72,4 +78,31 @@ func TestParseProvider(t *testing.T) {
 	}
 	_, err := ParseProvider("dashcope")
 	require.ErrorContains(t, err, `unknown provider "dashcope"`)
+}
+
+// TestClassifyReadsHeaders: the rate-limit headers and Retry-After are read
+// on success and on the error path alike (go-openai keeps them on both).
+func TestClassifyReadsHeaders(t *testing.T) {
+	t.Parallel()
+	ok := Classify(nil, http.Header{"X-Ratelimit-Remaining-Requests": {"7"}}, ProviderOpenAI)
+	require.Equal(t, Outcome{Class: ClassSuccess, Status: http.StatusOK,
+		Headers: shaping.RateLimitHeaders{RemainingRequests: 7, HasRemainingRequests: true}}, ok)
+
+	err := &openai.APIError{HTTPStatusCode: 429, Code: "rate_limit_exceeded", Type: "requests", Message: "slow down"}
+	limited := Classify(err, http.Header{"Retry-After": {"3"}}, ProviderOpenAI)
+	require.Equal(t, Outcome{Class: ClassRateLimited, Status: 429, Code: "rate_limit_exceeded", Message: "slow down",
+		Headers: shaping.RateLimitHeaders{RetryAfter: 3 * time.Second, HasRetryAfter: true}, Err: err}, limited)
+}
+
+// TestClassifyStatusBounds: the status ranges at their edges, as go-openai
+// reports a reply whose body it could not decode.
+func TestClassifyStatusBounds(t *testing.T) {
+	t.Parallel()
+	for status, want := range map[int]Class{
+		399: ClassRetryable, 400: ClassPermanent, 408: ClassRetryable, 409: ClassRetryable,
+		429: ClassRateLimited, 499: ClassPermanent, 500: ClassRetryable,
+	} {
+		o := Classify(&openai.RequestError{HTTPStatusCode: status}, nil, ProviderOpenAI)
+		require.Equal(t, want, o.Class, "status %d: %s", status, o.Class)
+	}
 }

@@ -506,5 +506,6 @@ func (w *Worker) finish(p *job, status llmq.Status) {
 	w.metrics.jobDuration.Observe(w.cfg.Clock.Since(p.start).Seconds())
 }
 
-// clean drops the NUL characters Postgres text cannot hold.
+// clean drops the NUL characters Postgres text cannot hold. (An upstream's
+// text is sanitised and bounded already: Classify.)
 func clean(s string) string { return strings.ReplaceAll(s, "\x00", "") }

@@ -52,7 +52,7 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
 	return worker.UpstreamConfig{
 		BaseURL: s.OpenAIBaseURL, APIKey: s.OpenAIAPIKey, Timeout: wc.UpstreamTimeout,
-		DashScopeWaitTimeout: wc.DashScopeWaitTimeout,
+		DashScopeWaitTimeout: wc.DashScopeWaitTimeout, MaxResponseBytes: s.Upstream.MaxResponseBytes,
 	}
 }
 

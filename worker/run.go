@@ -148,6 +148,7 @@ func (w *Worker) run(p *job) {
 				return
 			}
 		case doRetry:
+			w.metrics.retries.WithLabelValues(p.models[p.state.Model]).Inc()
 			if !w.backoff(p, act.Delay) {
 				return
 			}
@@ -255,9 +256,6 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		return event{}, false
 	}
 	p.setPending(l)
-	if c := p.reply.Outcome.Class; c == ClassRateLimited || c == ClassRetryable {
-		w.metrics.retries.WithLabelValues(model).Inc()
-	}
 	return event{Step: stepCalled, Outcome: p.reply.Outcome}, true
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/llmq/llmq/store"
@@ -118,7 +119,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	fallbackOnly := false
 	switch {
 	case want > 0:
-	case l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait:
+	case l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
 		// The lane is paused by 429s for longer than a job with a
 		// fallback waits: those jobs may be claimed to move on (all of
 		// them when the model itself has fallbacks).

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -33,22 +33,46 @@ func metricsText(t *testing.T, reg *prometheus.Registry) string {
 	return buf.String()
 }
 
+// labelled counts the goroutines whose profile label "test" is name.
+func labelled(t *testing.T, name string) int {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, pprof.Lookup("goroutine").WriteTo(&buf, 1))
+	n, count := 0, 0
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if _, err := fmt.Sscanf(line, "%d @", &count); err == nil {
+			continue
+		}
+		if strings.HasPrefix(line, "# labels:") && strings.Contains(line, fmt.Sprintf(`"test":%q`, name)) {
+			n += count
+		}
+	}
+	return n
+}
+
 // TestWorkerRefusesModelsTheCatalogDoesNotAllow: with a catalog that lists
 // one model, 1,000 jobs naming 1,000 other models of 8 KB each (and one
 // naming an unlisted fallback) are dead-lettered with model_not_allowed at
 // ingest, and a job recorded by another path with such a model when it is
-// claimed: none is called, no lane or goroutine is created, /metrics
-// gains no model label. Not parallel: it counts the process's goroutines.
+// claimed: none is called, no lane (the worker's goroutine per model) is
+// created, /metrics gains no model label.
 func TestWorkerRefusesModelsTheCatalogDoesNotAllow(t *testing.T) {
+	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 51})
 	reg := prometheus.NewRegistry()
-	w := tb.start(t, func(c *worker.Config) {
-		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {}}}
-		c.Registerer = reg
+	// The worker's goroutines carry a label, so they are counted apart
+	// from the other tests'.
+	var w *worker.Worker
+	pprof.Do(context.Background(), pprof.Labels("test", t.Name()), func(context.Context) {
+		w = tb.start(t, func(c *worker.Config) {
+			c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {}}}
+			c.Registerer = reg
+		})
 	})
 	tb.publish(t, jobJSON("ok-1", "gpt-4o-mini", ""))
 	require.Equal(t, llmq.StatusSucceeded, tb.waitTerminal(t, []string{"ok-1"}, 20*time.Second)["ok-1"].Status)
-	goroutines, metrics := runtime.NumGoroutine(), metricsText(t, reg)
+	goroutines, metrics := labelled(t, t.Name()), metricsText(t, reg)
+	require.Positive(t, goroutines)
 
 	var ids []string
 	var values [][]byte
@@ -81,7 +105,7 @@ func TestWorkerRefusesModelsTheCatalogDoesNotAllow(t *testing.T) {
 	require.EqualValues(t, 1, tb.sim.Sim.Stats().Total.Accepted, "no refused job was called")
 
 	require.Equal(t, []string{"gpt-4o-mini"}, w.Lanes())
-	require.LessOrEqual(t, runtime.NumGoroutine(), goroutines+10, "goroutines stay flat")
+	require.Equal(t, goroutines, labelled(t, t.Name()), "the worker's goroutines stay flat")
 	after := metricsText(t, reg)
 	require.NotContains(t, after, "xxxx")
 	require.NotContains(t, after, "recorded-elsewhere")

@@ -87,7 +87,10 @@ type UpstreamConfig struct {
 	// MaxResponseBytes bounds the body of one answer, success or error,
 	// as read (after any gzip is inflated): a larger one fails the call for
 	// good (ResponseTooLargeError). Default MaxResponseBytesDefault; -1 = no
-	// bound.
+	// bound. Whatever the bound, the client reads at most largeAnswers
+	// answers past their first largeAnswerBytes at a time (the others wait
+	// their turn), so many large answers at once (a hostile upstream's
+	// bombs on every call) cost a few bounds of memory, not one per call.
 	MaxResponseBytes int64
 	// Transport is the HTTP transport; nil means a clone of
 	// http.DefaultTransport that asks for no compression, with enough idle
@@ -135,7 +138,8 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 	if limit == 0 {
 		limit = MaxResponseBytesDefault
 	}
-	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt, limit: limit}, Timeout: timeout}
+	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt, limit: limit,
+		large: make(chan struct{}, largeAnswers)}, Timeout: timeout}
 	return openai.NewClientWithConfig(cfg)
 }
 
@@ -158,11 +162,21 @@ func withExchange(ctx context.Context, x *exchange) context.Context {
 // passthroughTransport swaps in the request bytes of the call's exchange,
 // bounds every response body to limit bytes (< 0: no bound), inflating a
 // gzip body the transport left compressed, and tees a successful body into
-// the exchange.
+// the exchange. A body read past largeAnswerBytes holds one of the large
+// slots until it is closed.
 type passthroughTransport struct {
 	base  http.RoundTripper
 	limit int64
+	large chan struct{}
 }
+
+const (
+	// largeAnswerBytes is the size past which reading an answer takes a
+	// large slot: a chat completion of 16k output tokens.
+	largeAnswerBytes = 64 << 10
+	// largeAnswers is the number of large slots of a client.
+	largeAnswers = 2
+)
 
 func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
@@ -180,7 +194,7 @@ func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error
 	if err != nil {
 		return nil, err
 	}
-	if err := t.bound(resp); err != nil {
+	if err := t.bound(r.Context(), resp); err != nil {
 		return nil, err
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
@@ -191,7 +205,7 @@ func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error
 
 // bound wraps resp's body in the limit, inflating it first when the server
 // gzipped it unasked (the inflated bytes are what the limit counts).
-func (t *passthroughTransport) bound(resp *http.Response) error {
+func (t *passthroughTransport) bound(ctx context.Context, resp *http.Response) error {
 	var r io.Reader = resp.Body
 	if !resp.Uncompressed && strings.EqualFold(strings.TrimSpace(resp.Header.Get("Content-Encoding")), "gzip") {
 		zr, err := gzip.NewReader(resp.Body)
@@ -205,38 +219,65 @@ func (t *passthroughTransport) bound(resp *http.Response) error {
 		resp.ContentLength = -1
 		resp.Uncompressed = true
 	}
-	if t.limit >= 0 {
-		r = &limitReader{r: r, left: t.limit, limit: t.limit, status: resp.StatusCode}
-	}
-	if r != io.Reader(resp.Body) {
-		resp.Body = teeReadCloser{Reader: r, Closer: resp.Body}
-	}
+	lr := &limitReader{r: r, left: t.limit, limit: t.limit, status: resp.StatusCode, ctx: ctx, large: t.large}
+	body := resp.Body
+	resp.Body = teeReadCloser{Reader: lr, Closer: closerFunc(func() error {
+		lr.release()
+		return body.Close()
+	})}
 	return nil
 }
 
-// limitReader reads from r until left bytes are read, then fails with a
-// *ResponseTooLargeError: a body cut short must not pass for a whole one.
+// limitReader reads from r until left bytes are read (limit < 0: no
+// bound), then fails with a *ResponseTooLargeError: a body cut short must
+// not pass for a whole one. Past largeAnswerBytes it reads holding a large
+// slot, waited for until ctx ends.
 type limitReader struct {
 	r      io.Reader
 	left   int64
 	limit  int64
 	status int
+	ctx    context.Context
+	read   int64
+	large  chan struct{}
+	held   bool
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
-	if l.left < 0 {
+	if l.limit >= 0 && l.left < 0 {
 		return 0, &ResponseTooLargeError{Status: l.status, Limit: l.limit}
 	}
-	if int64(len(p)) > l.left+1 {
+	if l.read >= largeAnswerBytes && !l.held {
+		select {
+		case l.large <- struct{}{}:
+			l.held = true
+		case <-l.ctx.Done():
+			return 0, l.ctx.Err()
+		}
+	}
+	if l.limit >= 0 && int64(len(p)) > l.left+1 {
 		p = p[:l.left+1]
 	}
 	n, err := l.r.Read(p)
+	l.read += int64(n)
 	l.left -= int64(n)
-	if l.left < 0 {
+	if l.limit >= 0 && l.left < 0 {
 		return n + int(l.left), &ResponseTooLargeError{Status: l.status, Limit: l.limit}
 	}
 	return n, err
 }
+
+// release gives back the large slot the reader holds, if any.
+func (l *limitReader) release() {
+	if l.held {
+		l.held = false
+		<-l.large
+	}
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 type teeReadCloser struct {
 	io.Reader

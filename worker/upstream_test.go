@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,6 +261,60 @@ func TestUpstreamBoundsHostileAnswers(t *testing.T) {
 			require.EqualValues(t, 1, tt.bomb.calls.Load())
 		})
 	}
+}
+
+// TestUpstreamBoundsManyHostileAnswersAtOnce: 40 calls at once, each
+// answered by a 502 of 1 GiB: each fails at the bound, and the heap's peak
+// stays that of a few answers, not of 40 (no more than a few are read
+// past their first 64 KiB at a time). Not parallel: it measures the heap,
+// collected often so that the peak is what is live.
+func TestUpstreamBoundsManyHostileAnswersAtOnce(t *testing.T) {
+	const calls = 40
+	defer debug.SetGCPercent(debug.SetGCPercent(20))
+	srv := httptest.NewServer(&bomb{status: 502, inflated: 1 << 30})
+	t.Cleanup(srv.Close)
+	up := worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: srv.URL + "/v1", APIKey: "k",
+		Timeout: 30 * time.Second}), worker.ProviderOpenAI)
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	stop, sampled := make(chan struct{}), make(chan uint64)
+	go func() {
+		var peak uint64
+		tick := time.NewTicker(5 * time.Millisecond) // sampling the heap, not waiting for an outcome
+		defer tick.Stop()
+		for {
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapInuse)
+			select {
+			case <-stop:
+				sampled <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	codes := make(chan string, calls)
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- up.Call(context.Background(), "m", body).Outcome.Code
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	peak := <-sampled
+	close(codes)
+	for code := range codes {
+		require.Equal(t, worker.CodeResponseTooLarge, code)
+	}
+	grew := int64(peak) - int64(base.HeapInuse)
+	t.Logf("heap in use: %d MiB before, %d MiB at the peak of %d hostile answers at once", base.HeapInuse>>20, peak>>20, calls)
+	require.Less(t, grew, int64(16*worker.MaxResponseBytesDefault), "a few answers' worth, not %d", calls)
 }
 
 // TestUpstreamInflatesAGzippedAnswerUnderTheBound: a server that gzips a

@@ -90,7 +90,8 @@ func TestWorkerRefusesModelsTheCatalogDoesNotAllow(t *testing.T) {
 	require.NoError(t, err)
 	ids = append(ids, "recorded")
 
-	letters := tb.letters.wait(t, len(ids))
+	require.Eventually(t, func() bool { return len(tb.letters.all()) >= len(ids) }, slowdown*20*time.Second, 10*time.Millisecond)
+	letters := tb.letters.all()
 	byID := map[string]dlq.Letter{}
 	for _, l := range letters {
 		byID[l.JobID] = l

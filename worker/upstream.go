@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -134,10 +135,7 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 		}
 		timeout += c.DashScopeWaitTimeout
 	}
-	limit := c.MaxResponseBytes
-	if limit == 0 {
-		limit = MaxResponseBytesDefault
-	}
+	limit := cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
 	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt, limit: limit,
 		large: make(chan struct{}, largeAnswers)}, Timeout: timeout}
 	return openai.NewClientWithConfig(cfg)

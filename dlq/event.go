@@ -21,13 +21,18 @@ const (
 	// ReasonDeliveryLimit: the broker gave up delivering the message after
 	// its queue's delivery limit (it kept failing to be recorded).
 	ReasonDeliveryLimit Reason = "delivery_limit"
+	// ReasonModelNotAllowed: the job names a model (body.model or a
+	// fallback) the model catalog does not allow (llmq.Catalog.Allows); it
+	// is never called.
+	ReasonModelNotAllowed Reason = "model_not_allowed"
 	// ReasonUnknown stands in for an event that names no reason.
 	ReasonUnknown Reason = "unknown"
 )
 
 // Reasons are the reasons a letter can be recorded with, the values the
 // reason filters accept.
-var Reasons = []Reason{ReasonPoison, ReasonRetriesExhausted, ReasonPermanentError, ReasonExpired}
+var Reasons = []Reason{ReasonPoison, ReasonRetriesExhausted, ReasonPermanentError, ReasonExpired,
+	ReasonDeliveryLimit, ReasonModelNotAllowed}
 
 // Event is one dead-lettered job, as reported to an [Alerter].
 type Event struct {

@@ -18,24 +18,37 @@ const (
 	StateThrottled State = "throttled"
 	// StateRejecting: the depth reached HardDepth; jobs are refused.
 	StateRejecting State = "rejecting"
+	// StateNoConsumer: jobs wait and no worker has consumed any for
+	// NoConsumerAfter (no live lease, no scheduler at work): they are
+	// accepted and will wait until a worker runs; no drain time is
+	// estimated.
+	StateNoConsumer State = "no_consumer"
 )
 
 // QueueState is one measurement of the queue.
 type QueueState struct {
-	// Depth is the jobs waiting or in flight: Lag, plus InFlight unless
-	// the probe already counts it (Config.ProbeCountsInFlight).
+	// Depth is the jobs waiting or in flight: the larger of Lag and Queued,
+	// plus InFlight. Not their sum: a job the producer (or the API)
+	// records is queued in Postgres before its message is published, and
+	// counts in Lag too until a worker ingests the duplicate. So the depth
+	// is exact for the producer's jobs, and short by at most the workers'
+	// ingest window for jobs published to the broker directly.
 	Depth int64
 	// Lag is the probe's figure: Kafka consumer-group lag, RabbitMQ ready
-	// messages.
+	// messages (messages no worker has ingested).
 	Lag int64
+	// Queued is the jobs queued in Postgres (ingested or recorded by the
+	// producer, not yet claimed).
+	Queued int64
 	// InFlight is the jobs running or retrying (from Postgres).
 	InFlight int64
-	// CompletionRatePerMin is the jobs finished per minute over the rate
-	// window.
+	// CompletionRatePerMin is the jobs all workers finished per minute over
+	// the rate window (from Postgres).
 	CompletionRatePerMin float64
-	// EstimatedDrain is Depth divided by the completion rate; 0 for an
-	// empty queue. DrainKnown is false when the queue is not empty and no
-	// job finished in the window (the wait cannot be estimated).
+	// EstimatedDrain is Depth divided by the completion rate, or before
+	// any job finished in the window by Config.QuotaRatePerMin; 0 for an
+	// empty queue. DrainKnown is false when the queue is not empty and
+	// neither rate is known, or no worker consumes (StateNoConsumer).
 	EstimatedDrain time.Duration
 	DrainKnown     bool
 	// State follows the thresholds.
@@ -120,22 +133,46 @@ func (p *Producer) measure(ctx context.Context) (QueueState, error) {
 	if err != nil {
 		return QueueState{}, fmt.Errorf("%w: measure queue: %w", ErrDatabaseUnavailable, err)
 	}
-	q.InFlight = st.InFlight
+	q.Queued, q.InFlight = st.Queued, st.InFlight
 	q.CompletionRatePerMin = float64(st.Finished) / p.cfg.RateWindow.Minutes()
-	q.Depth = q.Lag
-	if !p.cfg.ProbeCountsInFlight {
-		q.Depth += q.InFlight
+	q.Depth = max(q.Lag, q.Queued) + q.InFlight
+	drain := q
+	if st.Finished == 0 {
+		// Cold start: before any completion, the rate the quotas allow.
+		drain.CompletionRatePerMin = p.cfg.QuotaRatePerMin
 	}
-	q.EstimatedDrain, q.DrainKnown = q.waitFor(q.Depth)
+	q.EstimatedDrain, q.DrainKnown = drain.waitFor(q.Depth)
+	stranded := p.stranded(now, q.Lag+q.Queued > 0 && !st.Consuming)
 	switch {
 	case q.Depth >= p.cfg.HardDepth:
 		q.State = StateRejecting
+	case stranded:
+		q.State = StateNoConsumer
 	case q.Depth >= p.cfg.SoftDepth:
 		q.State = StateThrottled
 	default:
 		q.State = StateOK
 	}
+	if stranded {
+		q.EstimatedDrain, q.DrainKnown = 0, false
+	}
 	return q, nil
+}
+
+// stranded reports whether jobs have waited with no worker consuming for
+// NoConsumerAfter, given whether they do at now: a worker that has not
+// ingested or claimed the first jobs yet is not taken for none.
+func (p *Producer) stranded(now time.Time, waiting bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !waiting:
+		p.unconsumedSince = time.Time{}
+		return false
+	case p.unconsumedSince.IsZero():
+		p.unconsumedSince = now
+	}
+	return p.cfg.NoConsumerAfter >= 0 && now.Sub(p.unconsumedSince) >= p.cfg.NoConsumerAfter
 }
 
 // probe runs the depth probe bounded by ctx even when the probe itself does

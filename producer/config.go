@@ -29,6 +29,9 @@ const (
 	ProbeTimeoutDefault = 2 * time.Second
 	// RateWindowDefault is the window of the completion rate.
 	RateWindowDefault = 5 * time.Minute
+	// NoConsumerAfterDefault is how long jobs wait with no worker
+	// consuming before the state is StateNoConsumer.
+	NoConsumerAfterDefault = 30 * time.Second
 	// RetryAfterDefault is the hint when no completion was measured.
 	RetryAfterDefault = 30 * time.Second
 	// RetryAfterMax caps every retry hint.
@@ -90,7 +93,8 @@ type Store interface {
 	// Unpublished returns up to limit queued jobs created before cutoff
 	// whose publish was never confirmed, oldest first.
 	Unpublished(ctx context.Context, cutoff time.Time, limit int) ([]*store.JobRecord, error)
-	// QueueStats counts the jobs in flight and those finished since since.
+	// QueueStats counts the jobs queued and in flight, those finished
+	// since since, and says whether a worker is consuming.
 	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
 }
 
@@ -106,11 +110,6 @@ type Config struct {
 	// consumer-group lag of the workers' group, RabbitMQ ready messages).
 	// nil: the broker figure is 0 (only Postgres is measured).
 	DepthProbe DepthProbe
-	// ProbeCountsInFlight says the probe's figure already includes the
-	// messages workers hold (true for Kafka lag, whose uncommitted messages
-	// are in it); false (RabbitMQ ready count) adds the jobs in flight to
-	// make the depth. Default false.
-	ProbeCountsInFlight bool
 	// SoftDepth is the depth from which the state is throttled.
 	// 0 = SoftDepthDefault.
 	SoftDepth int64
@@ -125,6 +124,14 @@ type Config struct {
 	// RateWindow is the window of the completion rate.
 	// 0 = RateWindowDefault.
 	RateWindow time.Duration
+	// QuotaRatePerMin is the jobs per minute the configured quotas allow
+	// (worker.QuotaRate): the drain estimate's rate before any job finished
+	// in RateWindow. 0 = unknown: no estimate until a job finishes.
+	QuotaRatePerMin float64
+	// NoConsumerAfter is how long jobs wait with no worker consuming (no
+	// live lease, no scheduler at work: store.QueueStats.Consuming) before
+	// the state is StateNoConsumer. 0 = NoConsumerAfterDefault; -1 = never.
+	NoConsumerAfter time.Duration
 	// MaxBatch is the most jobs of one PublishBatch. 0 = MaxBatchDefault.
 	MaxBatch int
 	// MaxMessageBytes is the largest encoded job accepted: a larger one is
@@ -163,6 +170,7 @@ func (c Config) WithDefaults() Config {
 	c.DepthTTL = cmp.Or(c.DepthTTL, DepthTTLDefault)
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, ProbeTimeoutDefault)
 	c.RateWindow = cmp.Or(c.RateWindow, RateWindowDefault)
+	c.NoConsumerAfter = cmp.Or(c.NoConsumerAfter, NoConsumerAfterDefault)
 	c.MaxBatch = cmp.Or(c.MaxBatch, MaxBatchDefault)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, llmq.MaxMessageBytesDefault)
 	c.KeyBy = cmp.Or(c.KeyBy, KeyByDefault)
@@ -196,8 +204,11 @@ func (c Config) validate() error {
 	if c.DepthTTL < -1 {
 		errs = append(errs, errors.New("producer: Config.DepthTTL must be positive, or -1"))
 	}
-	if c.ProbeTimeout < 0 || c.RateWindow < 0 || c.PublishTimeout < 0 {
-		errs = append(errs, errors.New("producer: Config.ProbeTimeout, RateWindow and PublishTimeout must not be negative"))
+	if c.ProbeTimeout < 0 || c.RateWindow < 0 || c.PublishTimeout < 0 || c.QuotaRatePerMin < 0 {
+		errs = append(errs, errors.New("producer: Config.ProbeTimeout, RateWindow, PublishTimeout and QuotaRatePerMin must not be negative"))
+	}
+	if c.NoConsumerAfter < -1 {
+		errs = append(errs, errors.New("producer: Config.NoConsumerAfter must be positive, or -1 for never"))
 	}
 	if c.MaxBatch < 1 {
 		errs = append(errs, errors.New("producer: Config.MaxBatch must be positive"))

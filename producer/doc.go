@@ -28,11 +28,16 @@
 //
 // [Producer.Queue] reports the queue as a [QueueState], cached for DepthTTL:
 // the broker figure of the [DepthProbe] (Kafka consumer-group lag, RabbitMQ
-// ready messages), the jobs in flight and the completion rate (jobs finished
-// per minute over RateWindow, from Postgres), the estimated drain time
-// (depth divided by that rate) and a state: ok below SoftDepth, throttled
-// from SoftDepth (jobs are accepted), rejecting from HardDepth (Publish
-// returns an [*ErrBackpressure] carrying a RetryAfter). A job whose deadline
+// ready messages), the jobs queued and in flight in Postgres (the depth is
+// the larger of the broker's and the queued figure, plus those in flight:
+// a job the producer records is in both until a worker ingests it), the
+// completion rate of all workers (jobs finished per minute over RateWindow,
+// from Postgres), the estimated drain time (depth divided by that rate, or
+// by QuotaRatePerMin before any job finished) and a state: ok below
+// SoftDepth, throttled from SoftDepth (jobs are accepted), rejecting from
+// HardDepth (Publish returns an [*ErrBackpressure] carrying a RetryAfter),
+// no_consumer when jobs have waited NoConsumerAfter with no worker consuming
+// (accepted, with no drain estimate). A job whose deadline
 // falls before the estimated drain time is refused the same way at once
 // (reason deadline) rather than queued to expire.
 package producer

@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		depth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmq_queue_depth",
-			Help: "Jobs waiting at the broker or in flight, as last measured by the producer.",
+			Help: "Jobs waiting (at the broker or queued in Postgres) or in flight, as last measured by the producer.",
 		}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "llmq_queue_in_flight",

@@ -22,10 +22,13 @@ type Producer struct {
 	metrics *metrics
 
 	probeMu   sync.Mutex // one measurement at a time
-	mu        sync.Mutex // guards the cache below
+	mu        sync.Mutex // guards the cache below and unconsumedSince
 	cached    QueueState
 	cachedErr error
 	expires   time.Time
+	// unconsumedSince is when jobs were first measured waiting with no
+	// worker consuming; zero when they were not at the last measure.
+	unconsumedSince time.Time
 }
 
 // Receipt says what happened to one job.

@@ -38,6 +38,8 @@ type testBundle struct {
 	broker *memory.Broker
 	sub    *memory.Subscriber
 	dest   string
+	// msgs is sub's delivery, once consumed (ingest).
+	msgs <-chan *transport.Message
 }
 
 func setup(t *testing.T) *testBundle {
@@ -55,7 +57,7 @@ func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *produce
 	t.Helper()
 	cfg := producer.Config{
 		Publisher: b.broker.NewPublisher(), Store: b.store, Destination: b.dest, DepthProbe: b.sub,
-		ProbeCountsInFlight: true, Clock: b.clock, DepthTTL: -1, Logger: quiet,
+		Clock: b.clock, DepthTTL: -1, Logger: quiet,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -221,9 +223,9 @@ func TestBackpressureThresholds(t *testing.T) {
 	q, err := p.Queue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, producer.QueueState{
-		Depth: 10, Lag: 10, CompletionRatePerMin: 6, EstimatedDrain: 100 * time.Second, DrainKnown: true,
+		Depth: 10, Lag: 10, Queued: 10, CompletionRatePerMin: 6, EstimatedDrain: 100 * time.Second, DrainKnown: true,
 		State: producer.StateRejecting, MeasuredAt: b.clock.Now(),
-	}, q)
+	}, q, "each job is queued in Postgres and a message in the broker: counted once")
 	_, _, err = p.Publish(ctx, newJob("refused"))
 	var bp *producer.ErrBackpressure
 	require.ErrorAs(t, err, &bp)
@@ -233,11 +235,7 @@ func TestBackpressureThresholds(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound, "a refused job is not recorded")
 
 	// The workers drain the queue: the state switches back off.
-	msgs, err := b.sub.Consume(ctx)
-	require.NoError(t, err)
-	for i := 0; i < 10; i++ {
-		require.NoError(t, receive(t, msgs).Ack(ctx))
-	}
+	b.work(t, 10)
 	q, err = p.Queue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, producer.StateOK, q.State)
@@ -268,10 +266,7 @@ func TestBackpressureUnknownRateAndCache(t *testing.T) {
 	require.Equal(t, producer.RetryAfterDefault, bp.RetryAfter)
 
 	// Within the TTL the cached state is used even though the queue drained.
-	msgs, err := b.sub.Consume(ctx)
-	require.NoError(t, err)
-	require.NoError(t, receive(t, msgs).Ack(ctx))
-	require.NoError(t, receive(t, msgs).Ack(ctx))
+	b.work(t, 2)
 	q, err = p.Queue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), q.Depth)

@@ -119,17 +119,25 @@ type QueueStats struct {
 	// Finished counts the jobs that reached a terminal state since the
 	// time asked for.
 	Finished int64
+	// Consuming says a worker is alive and taking jobs: it holds a lease
+	// that has not expired, or one of its schedulers wrote a model state
+	// within ModelStateTTL (they do every second while queued jobs wait).
+	// False with jobs waiting: no worker consumes them.
+	Consuming bool
 }
 
 // QueueStats counts the jobs queued, those in flight and those finished
-// since since.
+// since since, and says whether a worker is consuming.
 func (s *Store) QueueStats(ctx context.Context, since time.Time) (QueueStats, error) {
 	var st QueueStats
+	now := s.clock()
 	err := s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM jobs WHERE status = 'queued'),
 		(SELECT count(*) FROM jobs WHERE status `+leasedIn+`),
-		(SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1)`, since).
-		Scan(&st.Queued, &st.InFlight, &st.Finished)
+		(SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1),
+		EXISTS (SELECT 1 FROM jobs WHERE status `+leasedIn+` AND lease_expires_at > $2)
+			OR EXISTS (SELECT 1 FROM model_state WHERE updated_at > $3)`, since, now, now.Add(-ModelStateTTL)).
+		Scan(&st.Queued, &st.InFlight, &st.Finished, &st.Consuming)
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("store: queue stats: %w", err)
 	}

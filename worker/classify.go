@@ -14,6 +14,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/shaping"
 )
 
@@ -77,9 +78,14 @@ type Outcome struct {
 	// Status is the HTTP status, 0 when no response arrived.
 	Status int
 	// Code is the upstream error code ("rate_limit_exceeded",
-	// "server_error", ...) or a transport code ("timeout", "connection_reset").
+	// "server_error", ...) or a transport code ("timeout", "connection_reset"),
+	// at most codeMaxBytes.
 	Code string
-	// Message is the upstream error message, for the job row.
+	// Message is the upstream error message, for the job row and the dead
+	// letter: prefixed with the status ("HTTP 502: ..."), sanitised and
+	// bounded (redact.Text; with Code, "code: message" fits
+	// redact.ErrorMaxBytes), so a gateway's error page that echoes the
+	// request's headers shows no credential.
 	Message string
 	// Headers are the response's rate-limit headers, Retry-After included.
 	Headers shaping.RateLimitHeaders
@@ -88,7 +94,8 @@ type Outcome struct {
 }
 
 // Classify turns the error of one go-openai call (and the response headers,
-// which go-openai keeps on the error path too) into an Outcome. An HTTP-date
+// which go-openai keeps on the error path too) into an Outcome. An answer
+// larger than the bound (*ResponseTooLargeError) is permanent. An HTTP-date
 // Retry-After is read against the system clock: it is the server's wall
 // time, whatever clock the worker runs on.
 func Classify(err error, header http.Header, provider Provider) Outcome {
@@ -103,9 +110,12 @@ func Classify(err error, header http.Header, provider Provider) Outcome {
 	if header != nil {
 		o.Headers = shaping.ParseHeaders(header, time.Now())
 	}
+	var tooLarge *ResponseTooLargeError
 	var apiErr *openai.APIError
 	var reqErr *openai.RequestError
 	switch {
+	case errors.As(err, &tooLarge):
+		o.Status, o.Code, o.Class, o.Message = tooLarge.Status, CodeResponseTooLarge, ClassPermanent, tooLarge.Error()
 	case errors.As(err, &apiErr):
 		o.Status = apiErr.HTTPStatusCode
 		o.Code = codeString(apiErr.Code)
@@ -118,6 +128,12 @@ func Classify(err error, header http.Header, provider Provider) Outcome {
 		o.Status = reqErr.HTTPStatusCode
 		o.Code = "http_" + strconv.Itoa(o.Status)
 		o.Class = classifyStatus(o.Status, "", "", provider)
+		// The body that did not decode says more than the decoder.
+		if len(reqErr.Body) > 0 {
+			o.Message = string(reqErr.Body)
+		} else if reqErr.Err != nil {
+			o.Message = reqErr.Err.Error()
+		}
 	case isTimeout(err):
 		o.Code, o.Class = "timeout", ClassRetryable
 	case isConnectionError(err):
@@ -127,7 +143,26 @@ func Classify(err error, header http.Header, provider Provider) Outcome {
 	default:
 		o.Code, o.Class = "client_error", ClassPermanent
 	}
+	o.Code, o.Message = redact.Text(o.Code, codeMaxBytes), errorText(o.Status, o.Message)
 	return o
+}
+
+// codeMaxBytes bounds an error code: the upstream's own, or llmq's.
+const codeMaxBytes = 64
+
+// messageMaxBytes bounds an Outcome's Message, so that a dead letter's
+// "code: message" fits redact.ErrorMaxBytes.
+const messageMaxBytes = redact.ErrorMaxBytes - codeMaxBytes - len(": ")
+
+// errorText is msg as a job or a letter keeps it: "HTTP status: " first
+// when a response arrived, sanitised and bounded to messageMaxBytes
+// (redact.Text).
+func errorText(status int, msg string) string {
+	prefix := ""
+	if status > 0 {
+		prefix = "HTTP " + strconv.Itoa(status) + ": "
+	}
+	return prefix + redact.Text(msg, messageMaxBytes-len(prefix))
 }
 
 func classifyStatus(status int, code, typ string, provider Provider) Class {

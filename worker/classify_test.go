@@ -59,6 +59,8 @@ func TestClassify(t *testing.T) {
 		{"timeout", fmt.Errorf("post: %w", context.DeadlineExceeded), ProviderOpenAI, ClassRetryable, "timeout"},
 		{"reset", fmt.Errorf("read: %w", syscall.ECONNRESET), ProviderOpenAI, ClassRetryable, "connection_error"},
 		{"unknown", errors.New("json: cannot unmarshal"), ProviderOpenAI, ClassPermanent, "client_error"},
+		{"answer too large, even on a 502", fmt.Errorf("error, reading response body: %w", &ResponseTooLargeError{Status: 502, Limit: 10}),
+			ProviderOpenAI, ClassPermanent, CodeResponseTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,6 +42,22 @@ const (
 	// in Postgres (store.AgingStepDefault) and in a lane's queue.
 	AgingStepDefault = store.AgingStepDefault
 )
+
+// FallbackTrigger is a failure that may move a job to its next fallback
+// model (Config.FallbackOn).
+type FallbackTrigger string
+
+const (
+	// FallbackOnRateLimit: the model answers 429 (ClassRateLimited).
+	FallbackOnRateLimit FallbackTrigger = "rate_limit"
+	// FallbackOnServerError: the model answers 5xx.
+	FallbackOnServerError FallbackTrigger = "server_error"
+	// FallbackOnTimeout: the call to the model times out.
+	FallbackOnTimeout FallbackTrigger = "timeout"
+)
+
+// FallbackTriggers are the values of Config.FallbackOn.
+var FallbackTriggers = []FallbackTrigger{FallbackOnRateLimit, FallbackOnServerError, FallbackOnTimeout}
 
 // JobStore is what the worker needs of the job store: ingest, claims, the
 // holder's fenced writes, the result, the sweeps and the figures of the
@@ -172,6 +189,12 @@ type Config struct {
 	// Retry-After, or its lane's pause after 429s) before a job with a
 	// fallback moves on at once rather than wait. Default 2s.
 	FallbackMaxWait time.Duration
+	// FallbackOn lists the failures that move a job to its next fallback
+	// model, FallbackAfter of them on one model (or one with a Retry-After
+	// past FallbackMaxWait). Default [FallbackOnRateLimit]: another model
+	// rarely helps with a provider's outage. Other failures are retried on
+	// the same model.
+	FallbackOn []FallbackTrigger
 	// Backoff shapes retry delays and caps every Retry-After (its
 	// MaxRetryAfter, the lane's pause after a 429 included); zero fields
 	// take its defaults.
@@ -244,6 +267,9 @@ func (c Config) WithDefaults() Config {
 	c.MaxAttempts = cmp.Or(max(0, c.MaxAttempts), MaxAttemptsDefault)
 	c.FallbackAfter = cmp.Or(max(0, c.FallbackAfter), FallbackAfterDefault)
 	c.FallbackMaxWait = cmp.Or(max(0, c.FallbackMaxWait), FallbackMaxWaitDefault)
+	if len(c.FallbackOn) == 0 {
+		c.FallbackOn = []FallbackTrigger{FallbackOnRateLimit}
+	}
 	c.Backoff = c.Backoff.WithDefaults()
 	c.Lease = cmp.Or(max(0, c.Lease), LeaseDefault)
 	c.HeartbeatInterval = cmp.Or(max(0, c.HeartbeatInterval), c.Lease/3)
@@ -283,6 +309,11 @@ func (c Config) validate() error {
 	}
 	if _, err := shaping.ParseStrategy(string(c.Strategy)); err != nil {
 		errs = append(errs, fmt.Errorf("worker: Config.Strategy: %w", err))
+	}
+	for i, t := range c.FallbackOn {
+		if !slices.Contains(FallbackTriggers, t) {
+			errs = append(errs, fmt.Errorf("worker: Config.FallbackOn[%d]: %q: want one of %v", i, t, FallbackTriggers))
+		}
 	}
 	if c.IngestWindow < -1 {
 		errs = append(errs, fmt.Errorf("worker: Config.IngestWindow must be positive, or -1 for none; got %d", c.IngestWindow))

@@ -12,3 +12,14 @@ func (w *Worker) Waiting(model string) int {
 	}
 	return l.sched.Len()
 }
+
+// Lanes lists the models that have a lane.
+func (w *Worker) Lanes() []string {
+	w.lanesMu.Lock()
+	defer w.lanesMu.Unlock()
+	names := make([]string, 0, len(w.lanes))
+	for name := range w.lanes {
+		names = append(names, name)
+	}
+	return names
+}

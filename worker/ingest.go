@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
@@ -149,6 +150,10 @@ func (w *Worker) ingest(batch []*transport.Message) {
 		j, err := llmq.Decode(m.Value, llmq.DecodeOptions{MaxMessageBytes: w.cfg.MaxMessageBytes})
 		if err != nil {
 			w.poison(m, err)
+			continue
+		}
+		if refused := w.cfg.Catalog.CheckModels(j); len(refused) > 0 {
+			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
 			continue
 		}
 		items = append(items, ingestItem{msg: m, job: w.newJob(j)})
@@ -316,6 +321,12 @@ func (w *Worker) learnModel(model string) {
 	w.modelsMu.Lock()
 	w.newModels[model] = true
 	w.modelsMu.Unlock()
+}
+
+// notAllowed is the dead letter's error of a job naming models the catalog
+// does not allow, bounded (a job may name many).
+func notAllowed(refused []llmq.FieldError) string {
+	return redact.Text((&llmq.ValidationError{Errors: refused}).Error(), redact.ErrorMaxBytes)
 }
 
 // hint reads the id and tenant of a message that is not a valid job, to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/shaping"
 )
 
@@ -76,24 +77,39 @@ func (w *Worker) measure(ctx context.Context) {
 	w.drain.Store(int64(drainEstimate(w.depth.Load()+st.Queued+st.InFlight, rate)))
 }
 
-// quotaRate is the jobs per second the configured quotas allow: over the
-// catalog's models, the RPM, or the TPM over the lanes' typical request,
-// whichever binds. 0 when no quota is configured.
+// quotaRate is the jobs per second the configured quotas allow, with the
+// lanes' typical requests.
 func (w *Worker) quotaRate() float64 {
+	return QuotaRate(w.cfg.Catalog, func(model string) (shaping.Request, bool) {
+		w.lanesMu.Lock()
+		defer w.lanesMu.Unlock()
+		if l, ok := w.lanes[model]; ok {
+			return l.typical(), true
+		}
+		return shaping.Request{}, false
+	})
+}
+
+// QuotaRate is the jobs per second the quotas of cat allow: over its
+// models, the RPM, or the TPM over the model's typical request, whichever
+// binds. typical gives a model's typical request when known (nil, or false:
+// no prompt and the model's default output allowance). 0 when no quota is
+// configured. It is the drain estimate's rate before any job finished.
+func QuotaRate(cat llmq.Catalog, typical func(model string) (shaping.Request, bool)) float64 {
 	var rate float64
-	for name := range w.cfg.Catalog.Models {
-		m := w.model(name)
+	for name := range cat.Models {
+		m := laneModel(cat, name)
 		perSec := 0.0
 		if m.RPM > 0 {
 			perSec = m.RPM / 60
 		}
 		if m.TPM > 0 {
 			req := shaping.Request{MaxOutputTokens: m.MaxOutputDefault}
-			w.lanesMu.Lock()
-			if l, ok := w.lanes[name]; ok {
-				req = l.typical()
+			if typical != nil {
+				if r, ok := typical(name); ok {
+					req = r
+				}
 			}
-			w.lanesMu.Unlock()
 			if byTokens := m.TPM / 60 / float64(max(1, req.PromptTokens+req.MaxOutputTokens)); perSec == 0 || byTokens < perSec {
 				perSec = byTokens
 			}

@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -28,7 +29,8 @@ type state struct {
 	Retries int
 	// Model is the index, in the job's model chain, of the model it is on.
 	Model int
-	// RateLimited counts the 429s of the current model.
+	// RateLimited counts the failures of the current model that may move
+	// the job to a fallback (policy.FallbackOn: 429s by default).
 	RateLimited int
 }
 
@@ -125,7 +127,30 @@ type policy struct {
 	MaxAttempts     int
 	FallbackAfter   int
 	FallbackMaxWait time.Duration
+	FallbackOn      []FallbackTrigger
 	Backoff         Backoff
+}
+
+// trigger is the fallback trigger out is, and whether the policy falls
+// back on it.
+func (p policy) trigger(out Outcome) (FallbackTrigger, bool) {
+	var t FallbackTrigger
+	switch {
+	case out.Class == ClassRateLimited:
+		t = FallbackOnRateLimit
+	case out.Class == ClassRetryable && out.Code == "timeout":
+		t = FallbackOnTimeout
+	case out.Class == ClassRetryable && out.Status >= 500:
+		t = FallbackOnServerError
+	default:
+		return "", false
+	}
+	return t, slices.Contains(p.FallbackOn, t)
+}
+
+// fallbackWhy says why a job falls back after n failures of kind t.
+var fallbackWhy = map[FallbackTrigger]string{
+	FallbackOnRateLimit: "rate limited", FallbackOnServerError: "server error", FallbackOnTimeout: "timed out",
 }
 
 // decide returns the state after e and what to do next. It is pure: its
@@ -139,7 +164,7 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 			return s, action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}
 		}
 		a := action{Verb: doCall}
-		if e.Next > 0 {
+		if e.Next > 0 && slices.Contains(p.FallbackOn, FallbackOnRateLimit) {
 			a.MaxPause = p.FallbackMaxWait
 		}
 		if s.Attempts == 0 {
@@ -173,14 +198,15 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 	if s.Attempts >= p.MaxAttempts {
 		return s, action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}
 	}
-	// Only a 429 moves a job to a fallback model: a 5xx or a timeout says
-	// nothing about the model's quota.
-	if out.Class == ClassRateLimited {
+	// Only the failures FallbackOn names move a job to a fallback model
+	// (429s by default: a 5xx or a timeout says nothing about the model's
+	// quota).
+	if t, on := p.trigger(out); on {
 		s.RateLimited++
 		if e.Next > 0 {
 			switch {
 			case s.RateLimited >= p.FallbackAfter:
-				return fallBack(s, e, "rate limited "+strconv.Itoa(s.RateLimited)+" times")
+				return fallBack(s, e, fallbackWhy[t]+" "+strconv.Itoa(s.RateLimited)+" times")
 			case out.Headers.RetryAfter > p.FallbackMaxWait:
 				return fallBack(s, e, "retry-after "+out.Headers.RetryAfter.String())
 			case !e.BudgetLeft:

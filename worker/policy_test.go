@@ -23,7 +23,7 @@ func (topOfWindow) Uint64() uint64 { return math.MaxUint64 }
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	p := policy{
-		MaxAttempts: 4, FallbackAfter: 2, FallbackMaxWait: 2 * time.Second,
+		MaxAttempts: 4, FallbackAfter: 2, FallbackMaxWait: 2 * time.Second, FallbackOn: []FallbackTrigger{FallbackOnRateLimit},
 		Backoff: Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxRetryAfter: 5 * time.Second},
 	}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -159,6 +159,68 @@ func TestDecide(t *testing.T) {
 			event: event{Step: stepCalled, Outcome: called(limited, 0)},
 			want:  state{Attempts: 1, Retries: 1, RateLimited: 1},
 			act:   action{Verb: doRetry, Delay: time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, act := p.decide(tt.state, tt.event, rand.New(topOfWindow{}))
+			require.Equal(t, tt.act, act)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// TestDecideFallbackOn: with FallbackOn [server_error, timeout], 5xx and
+// timeouts count towards FallbackAfter and move the job on; 429s are
+// retried on the model, and a paused lane holds the job as long as it is
+// paused.
+func TestDecideFallbackOn(t *testing.T) {
+	t.Parallel()
+	p := policy{
+		MaxAttempts: 6, FallbackAfter: 2, FallbackMaxWait: 2 * time.Second,
+		FallbackOn: []FallbackTrigger{FallbackOnServerError, FallbackOnTimeout},
+		Backoff:    Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxRetryAfter: 5 * time.Second},
+	}
+	out := func(class Class, status int, code string, retryAfter time.Duration) Outcome {
+		return Outcome{Class: class, Status: status, Code: code, Headers: shaping.RateLimitHeaders{RetryAfter: retryAfter}}
+	}
+	tests := []struct {
+		name  string
+		state state
+		event event
+		want  state
+		act   action
+	}{
+		{name: "ready with a fallback: no pause bound, 429s do not move the job",
+			event: event{Step: stepReady, Next: 1},
+			act:   action{Verb: doCall}},
+		{name: "5xx below FallbackAfter: retry, counted",
+			event: event{Step: stepCalled, Outcome: out(ClassRetryable, 502, "http_502", 0), Next: 1, BudgetLeft: true},
+			want:  state{Attempts: 1, Retries: 1, RateLimited: 1},
+			act:   action{Verb: doRetry, Delay: 100 * time.Millisecond, Budgeted: true}},
+		{name: "5xx reaching FallbackAfter: fall back",
+			state: state{Attempts: 1, Retries: 1, RateLimited: 1},
+			event: event{Step: stepCalled, Outcome: out(ClassRetryable, 500, "server_error", 0), Next: 1, BudgetLeft: true},
+			want:  state{Attempts: 2, Retries: 1, Model: 1},
+			act:   action{Verb: doFallBack, Why: "server error 2 times"}},
+		{name: "503 with a Retry-After past FallbackMaxWait: fall back at once",
+			event: event{Step: stepCalled, Outcome: out(ClassRetryable, 503, "server_is_overloaded", 3*time.Second), Next: 1, BudgetLeft: true},
+			want:  state{Attempts: 1, Model: 1},
+			act:   action{Verb: doFallBack, Why: "retry-after 3s"}},
+		{name: "timeout reaching FallbackAfter: fall back",
+			state: state{Attempts: 1, Retries: 1, RateLimited: 1},
+			event: event{Step: stepCalled, Outcome: out(ClassRetryable, 0, "timeout", 0), Next: 2, BudgetLeft: true},
+			want:  state{Attempts: 2, Retries: 1, Model: 2},
+			act:   action{Verb: doFallBack, Why: "timed out 2 times"}},
+		{name: "connection error: retried on the model, not counted",
+			event: event{Step: stepCalled, Outcome: out(ClassRetryable, 0, "connection_error", 0), Next: 1, BudgetLeft: true},
+			want:  state{Attempts: 1, Retries: 1},
+			act:   action{Verb: doRetry, Delay: 100 * time.Millisecond, Budgeted: true}},
+		{name: "429 with a long Retry-After: retried on the model, not counted",
+			state: state{Attempts: 1, Retries: 1, RateLimited: 1},
+			event: event{Step: stepCalled, Outcome: out(ClassRateLimited, 429, "rate_limit_exceeded", 3*time.Second), Next: 1},
+			want:  state{Attempts: 2, Retries: 2, RateLimited: 1},
+			act:   action{Verb: doRetry, Delay: 3 * time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

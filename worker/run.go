@@ -78,8 +78,16 @@ func (w *Worker) start(rec *store.JobRecord) {
 	w.inFlight.Add(1)
 	w.metrics.claimed.Inc()
 	w.register(p)
-	l := w.lane(rec.RequestedModel)
-	p.setPending(l)
+	// A job recorded by another path (the producer's outbox, an older
+	// configuration) may name a model the catalog does not allow: it is
+	// dead-lettered without a lane.
+	p.job = rec.Job()
+	refused := w.cfg.Catalog.CheckModels(p.job)
+	var l *lane
+	if len(refused) == 0 {
+		l = w.lane(rec.RequestedModel)
+		p.setPending(l)
+	}
 	w.runners.Add(1)
 	go func() {
 		defer func() {
@@ -90,18 +98,20 @@ func (w *Worker) start(rec *store.JobRecord) {
 			w.runners.Done()
 			w.poke()
 		}()
-		if w.prepare(p, l) {
+		switch {
+		case len(refused) > 0:
+			w.deadLetter(p, dlq.ReasonModelNotAllowed, notAllowed(refused))
+		case w.prepare(p, l):
 			w.run(p)
 		}
 	}()
 }
 
-// prepare rebuilds the job from its record: the wire job, its model chain,
-// the admission request (from the ingest estimate, or estimated now) and
-// the policy's state as the last holder left it. A body that no longer
-// parses fails the job.
+// prepare rebuilds the job from its record: its model chain, the admission
+// request (from the ingest estimate, or estimated now) and the policy's
+// state as the last holder left it. A body that no longer parses fails the
+// job.
 func (w *Worker) prepare(p *job, l *lane) bool {
-	p.job = p.rec.Job()
 	p.models = w.cfg.Catalog.Chain(p.job)
 	prompt, out := p.rec.EstPromptTokens, p.rec.EstOutputTokens
 	if prompt == 0 && out == 0 {
@@ -138,6 +148,7 @@ func (w *Worker) run(p *job) {
 				return
 			}
 		case doRetry:
+			w.metrics.retries.WithLabelValues(p.models[p.state.Model]).Inc()
 			if !w.backoff(p, act.Delay) {
 				return
 			}
@@ -159,7 +170,7 @@ func (w *Worker) run(p *job) {
 			})
 			return
 		case doDeadLetter:
-			w.deadLetter(p, act.Reason)
+			w.deadLetter(p, act.Reason, p.reply.Outcome.Code+": "+p.reply.Outcome.Message)
 			return
 		case doHandBack:
 			p.log.Info("job handed back", slog.String("why", act.Why))
@@ -245,9 +256,6 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		return event{}, false
 	}
 	p.setPending(l)
-	if c := p.reply.Outcome.Class; c == ClassRateLimited || c == ClassRetryable {
-		w.metrics.retries.WithLabelValues(model).Inc()
-	}
 	return event{Step: stepCalled, Outcome: p.reply.Outcome}, true
 }
 
@@ -388,9 +396,9 @@ func (w *Worker) end(p *job, status llmq.Status, why string, write func(ctx cont
 }
 
 // deadLetter hands p to the dead-letter writer, which records the letter
-// and ends the job in one transaction, fenced to p's lease, then publishes
-// it.
-func (w *Worker) deadLetter(p *job, reason dlq.Reason) {
+// (with lastError) and ends the job in one transaction, fenced to p's
+// lease, then publishes it.
+func (w *Worker) deadLetter(p *job, reason dlq.Reason, lastError string) {
 	value, err := p.job.Encode()
 	if err != nil {
 		w.fail(p, "invalid_body", err.Error())
@@ -398,9 +406,11 @@ func (w *Worker) deadLetter(p *job, reason dlq.Reason) {
 	}
 	l := dlq.Letter{
 		JobID: p.job.ID, Tenant: p.job.Tenant, Reason: reason, Attempts: p.state.Attempts,
-		LastError: clean(p.reply.Outcome.Code + ": " + p.reply.Outcome.Message), Model: p.models[p.state.Model],
-		Message: value, Key: []byte(p.job.ID), Source: "jobs/" + p.lease.String(), At: w.cfg.Clock.Now(),
-		LeaseToken: p.lease.Token,
+		LastError: clean(lastError), Message: value, Key: []byte(p.job.ID), Source: "jobs/" + p.lease.String(),
+		At: w.cfg.Clock.Now(), LeaseToken: p.lease.Token,
+	}
+	if p.state.Model < len(p.models) {
+		l.Model = p.models[p.state.Model]
 	}
 	if err := w.durable(p, w.workCtx, "dead-letter", func(ctx context.Context) error {
 		return w.cfg.DeadLetters.DeadLetter(ctx, l)
@@ -506,5 +516,6 @@ func (w *Worker) finish(p *job, status llmq.Status) {
 	w.metrics.jobDuration.Observe(w.cfg.Clock.Since(p.start).Seconds())
 }
 
-// clean drops the NUL characters Postgres text cannot hold.
+// clean drops the NUL characters Postgres text cannot hold. (An upstream's
+// text is sanitised and bounded already: Classify.)
 func clean(s string) string { return strings.ReplaceAll(s, "\x00", "") }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/llmq/llmq/store"
@@ -102,15 +103,23 @@ func (w *Worker) scheduleRound(ctx context.Context, s *scheduler) {
 // claimFor claims the jobs model's lane can take soon and reports whether
 // the model has no queued job left (the claim came back short).
 func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold BatchHold) (drained bool) {
+	room := w.cfg.MaxInFlight - int(w.inFlight.Load())
+	if !w.cfg.Catalog.Allows(model) {
+		// Jobs another path recorded with a model the catalog does not
+		// allow: claimed to be dead-lettered (start), with no lane and no
+		// model state.
+		want := min(room, claimMax)
+		n, err := w.claim(ctx, store.ClaimRequest{Model: model, Limit: want})
+		return want > 0 && err == nil && n < want
+	}
 	l := w.lane(model)
 	now := w.cfg.Clock.Now()
-	room := w.cfg.MaxInFlight - int(w.inFlight.Load())
 	pending := int(l.pending.Load())
 	want := l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, l.typical()) - pending
 	fallbackOnly := false
 	switch {
 	case want > 0:
-	case l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait:
+	case l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
 		// The lane is paused by 429s for longer than a job with a
 		// fallback waits: those jobs may be claimed to move on (all of
 		// them when the model itself has fallbacks).
@@ -128,25 +137,14 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
-	// A claim sent is finished even when Stop begins meanwhile: its jobs
-	// are then handed back at once, not left running until their lease
-	// ends.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
-	defer cancel()
-	recs, err := w.cfg.Store.Claim(cctx, store.ClaimRequest{
-		Model: model, Owner: w.cfg.Owner, Lease: w.cfg.Lease, Limit: want, FallbackOnly: fallbackOnly,
+	n, err := w.claim(ctx, store.ClaimRequest{
+		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
 	})
 	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Debug("claim", slog.String("model", model), slog.Any("error", err))
-		}
 		return false
 	}
-	for _, rec := range recs {
-		w.start(rec)
-	}
-	if len(recs) < want {
+	if n < want {
 		l.backlog.Store(false)
 		w.note(ctx, s, model, "", hold.Hold)
 		return true
@@ -154,6 +152,31 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	l.backlog.Store(true)
 	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
+}
+
+// claim claims r (as this worker, for its lease) and starts the jobs it
+// got, returning how many.
+func (w *Worker) claim(ctx context.Context, r store.ClaimRequest) (int, error) {
+	if r.Limit <= 0 {
+		return 0, nil
+	}
+	r.Owner, r.Lease = w.cfg.Owner, w.cfg.Lease
+	// A claim sent is finished even when Stop begins meanwhile: its jobs
+	// are then handed back at once, not left running until their lease
+	// ends.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	recs, err := w.cfg.Store.Claim(cctx, r)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Debug("claim", slog.String("model", r.Model), slog.Any("error", err))
+		}
+		return 0, err
+	}
+	for _, rec := range recs {
+		w.start(rec)
+	}
+	return len(recs), nil
 }
 
 // note records why model's queued jobs wait, when it changed or, while

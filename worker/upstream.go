@@ -2,11 +2,15 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -62,7 +66,8 @@ func (u *openAIUpstream) Call(ctx context.Context, model string, body []byte) Re
 	// are not one JSON value.
 	if r.Body = bytes.TrimSpace(x.response.Bytes()); !json.Valid(r.Body) {
 		if r.Body, err = json.Marshal(resp); err != nil {
-			r.Outcome = Outcome{Class: ClassPermanent, Status: r.Outcome.Status, Code: "invalid_response", Message: err.Error(), Err: err}
+			r.Outcome = Outcome{Class: ClassPermanent, Status: r.Outcome.Status, Code: "invalid_response",
+				Message: errorText(r.Outcome.Status, err.Error()), Err: err}
 		}
 	}
 	return r
@@ -80,14 +85,26 @@ type UpstreamConfig struct {
 	// (whole seconds) so the server queues burst-limited requests instead of
 	// answering 429, and the client timeout grows by the same amount.
 	DashScopeWaitTimeout time.Duration
+	// MaxResponseBytes bounds the body of one answer, success or error,
+	// as read (after any gzip is inflated): a larger one fails the call for
+	// good (ResponseTooLargeError). Default MaxResponseBytesDefault; -1 = no
+	// bound. Whatever the bound, the client reads at most largeAnswers
+	// answers past their first largeAnswerBytes at a time (the others wait
+	// their turn), so many large answers at once (a hostile upstream's
+	// bombs on every call) cost a few bounds of memory, not one per call.
+	MaxResponseBytes int64
 	// Transport is the HTTP transport; nil means a clone of
-	// http.DefaultTransport with enough idle connections per host for the
-	// worker's concurrency.
+	// http.DefaultTransport that asks for no compression, with enough idle
+	// connections per host for the worker's concurrency.
 	Transport http.RoundTripper
 }
 
 // UpstreamTimeoutDefault bounds one upstream call.
 const UpstreamTimeoutDefault = 60 * time.Second
+
+// MaxResponseBytesDefault bounds an upstream answer's body: a chat
+// completion is kilobytes; 8 MiB leaves room for n > 1 and logprobs.
+const MaxResponseBytesDefault = 8 << 20
 
 // NewOpenAIClient builds the go-openai client the worker calls through
 // (wrap it with OpenAIUpstream) and the batch lane uses. go-openai has no
@@ -98,6 +115,10 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 	rt := c.Transport
 	if rt == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
+		// Not asked for, gzip is not inflated out of sight: a body a
+		// server compresses anyway is inflated under the bound
+		// (passthroughTransport).
+		t.DisableCompression = true
 		t.MaxIdleConns = 1024
 		t.MaxIdleConnsPerHost = 1024
 		rt = t
@@ -114,7 +135,9 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 		}
 		timeout += c.DashScopeWaitTimeout
 	}
-	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt}, Timeout: timeout}
+	limit := cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
+	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt, limit: limit,
+		large: make(chan struct{}, largeAnswers)}, Timeout: timeout}
 	return openai.NewClientWithConfig(cfg)
 }
 
@@ -134,9 +157,24 @@ func withExchange(ctx context.Context, x *exchange) context.Context {
 	return context.WithValue(ctx, exchangeKey{}, x)
 }
 
-// passthroughTransport swaps in the request bytes of the call's exchange
-// and tees the response body into it.
-type passthroughTransport struct{ base http.RoundTripper }
+// passthroughTransport swaps in the request bytes of the call's exchange,
+// bounds every response body to limit bytes (< 0: no bound), inflating a
+// gzip body the transport left compressed, and tees a successful body into
+// the exchange. A body read past largeAnswerBytes holds one of the large
+// slots until it is closed.
+type passthroughTransport struct {
+	base  http.RoundTripper
+	limit int64
+	large chan struct{}
+}
+
+const (
+	// largeAnswerBytes is the size past which reading an answer takes a
+	// large slot: a chat completion of 16k output tokens.
+	largeAnswerBytes = 64 << 10
+	// largeAnswers is the number of large slots of a client.
+	largeAnswers = 2
+)
 
 func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	x, _ := r.Context().Value(exchangeKey{}).(*exchange)
@@ -154,9 +192,90 @@ func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = teeReadCloser{Reader: io.TeeReader(resp.Body, &x.response), Closer: resp.Body}
+	if err := t.bound(r.Context(), resp); err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		resp.Body = teeReadCloser{Reader: io.TeeReader(resp.Body, &x.response), Closer: resp.Body}
+	}
 	return resp, nil
 }
+
+// bound wraps resp's body in the limit, inflating it first when the server
+// gzipped it unasked (the inflated bytes are what the limit counts).
+func (t *passthroughTransport) bound(ctx context.Context, resp *http.Response) error {
+	var r io.Reader = resp.Body
+	if !resp.Uncompressed && strings.EqualFold(strings.TrimSpace(resp.Header.Get("Content-Encoding")), "gzip") {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			_ = resp.Body.Close()
+			return fmt.Errorf("worker: upstream answer (HTTP %d): gzip: %w", resp.StatusCode, err)
+		}
+		r = zr
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		resp.Uncompressed = true
+	}
+	lr := &limitReader{r: r, left: t.limit, limit: t.limit, status: resp.StatusCode, ctx: ctx, large: t.large}
+	body := resp.Body
+	resp.Body = teeReadCloser{Reader: lr, Closer: closerFunc(func() error {
+		lr.release()
+		return body.Close()
+	})}
+	return nil
+}
+
+// limitReader reads from r until left bytes are read (limit < 0: no
+// bound), then fails with a *ResponseTooLargeError: a body cut short must
+// not pass for a whole one. Past largeAnswerBytes it reads holding a large
+// slot, waited for until ctx ends.
+type limitReader struct {
+	r      io.Reader
+	left   int64
+	limit  int64
+	status int
+	ctx    context.Context
+	read   int64
+	large  chan struct{}
+	held   bool
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if l.limit >= 0 && l.left < 0 {
+		return 0, &ResponseTooLargeError{Status: l.status, Limit: l.limit}
+	}
+	if l.read >= largeAnswerBytes && !l.held {
+		select {
+		case l.large <- struct{}{}:
+			l.held = true
+		case <-l.ctx.Done():
+			return 0, l.ctx.Err()
+		}
+	}
+	if l.limit >= 0 && int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	l.read += int64(n)
+	l.left -= int64(n)
+	if l.limit >= 0 && l.left < 0 {
+		return n + int(l.left), &ResponseTooLargeError{Status: l.status, Limit: l.limit}
+	}
+	return n, err
+}
+
+// release gives back the large slot the reader holds, if any.
+func (l *limitReader) release() {
+	if l.held {
+		l.held = false
+		<-l.large
+	}
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
 
 type teeReadCloser struct {
 	io.Reader

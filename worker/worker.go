@@ -120,7 +120,7 @@ func New(cfg Config) (*Worker, error) {
 		shares:  make(map[string]float64),
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
-			FallbackMaxWait: cfg.FallbackMaxWait, Backoff: cfg.Backoff,
+			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
 		},
 		budget:    NewRetryBudget(cfg.RetryBudget, 0, 0),
 		rng:       rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),

@@ -613,6 +613,7 @@ func TestWorkerFallbackChecksTheContextWindow(t *testing.T) {
 	tb.start(t, func(c *worker.Config) {
 		c.FallbackAfter = 1
 		c.Catalog.Models = map[string]llmq.Model{"tiny": {ContextWindow: 10}}
+		c.Catalog.AllowAny = true // the catalog lists tiny for its window, not as an allowlist
 	})
 	ids := []string{"cw-1", "cw-2", "cw-3"}
 	for _, id := range ids {

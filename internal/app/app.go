@@ -333,9 +333,7 @@ func (a *App) buildProducer() error {
 		return err
 	}
 	pc.DeadLetters = letters
-	// Kafka lag and the memory broker's depth include the messages workers
-	// hold; RabbitMQ's ready count does not.
-	pc.ProbeCountsInFlight = a.target.Kind != open.KindRabbitMQ
+	pc.QuotaRatePerMin = 60 * worker.QuotaRate(a.cfg.Settings.Catalog(), nil)
 	pc.Logger = a.log
 	// The worker exports its own llmq_queue_depth: a process with both
 	// exports the worker's (the two gauges share a name, not a help text).

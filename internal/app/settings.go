@@ -44,6 +44,7 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		RetryBudget:     s.Retry.Budget,
 		FallbackAfter:   s.Retry.FallbackAfter,
 		FallbackMaxWait: s.Retry.FallbackMaxWait,
+		FallbackOn:      fallbackOn(s.Retry.FallbackOn),
 		ShutdownTimeout: wc.ShutdownTimeout,
 		Lease:           wc.Lease,
 		MaxMessageBytes: s.MaxMessageBytes,
@@ -53,11 +54,21 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 	}
 }
 
+// fallbackOn is retry.fallback_on as the worker's triggers (the values are
+// the same words, checked by config.Validate).
+func fallbackOn(names []string) []worker.FallbackTrigger {
+	out := make([]worker.FallbackTrigger, len(names))
+	for i, n := range names {
+		out[i] = worker.FallbackTrigger(n)
+	}
+	return out
+}
+
 // upstreamConfig addresses the OpenAI-compatible upstream.
 func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
 	return worker.UpstreamConfig{
 		BaseURL: s.OpenAIBaseURL, APIKey: s.OpenAIAPIKey, Timeout: wc.UpstreamTimeout,
-		DashScopeWaitTimeout: wc.DashScopeWaitTimeout,
+		DashScopeWaitTimeout: wc.DashScopeWaitTimeout, MaxResponseBytes: s.Upstream.MaxResponseBytes,
 	}
 }
 

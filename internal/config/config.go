@@ -86,6 +86,8 @@ type Config struct {
 	Retry Retry `yaml:"retry"`
 	// Ingest is how the worker takes jobs from the broker into Postgres.
 	Ingest Ingest `yaml:"ingest"`
+	// Upstream is how the worker reads the upstream's answers.
+	Upstream Upstream `yaml:"upstream"`
 	// Batch configures the Batch API lane.
 	Batch Batch `yaml:"batch"`
 	// APIKeys maps an HTTP API key to its tenant: the YAML api_keys with
@@ -152,6 +154,16 @@ type Ingest struct {
 	// so the overflow stays in the broker; 0 = worker.IngestWindowDefault,
 	// -1 = no window.
 	Window int `yaml:"window"`
+}
+
+// Upstream configures how the worker reads the upstream's answers. Zero
+// fields mean the worker's defaults.
+type Upstream struct {
+	// MaxResponseBytes bounds the body of one answer, success or error, as
+	// read (gzip inflated): a larger answer fails its job for good
+	// (response_too_large); 0 = worker.MaxResponseBytesDefault (8 MiB),
+	// -1 = no bound.
+	MaxResponseBytes int64 `yaml:"max_response_bytes"`
 }
 
 // The failures retry.fallback_on may name.
@@ -446,6 +458,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.Priority != "" && !c.Gateway.Priority.Valid() {
 		bad("gateway.priority", "%q: want high, normal or low", c.Gateway.Priority)
+	}
+	if c.Upstream.MaxResponseBytes < -1 {
+		bad("upstream.max_response_bytes", "must not be negative (0: the default, -1: no bound); got %d", c.Upstream.MaxResponseBytes)
 	}
 	if c.Ingest.Window < -1 {
 		bad("ingest.window", "must not be negative (0: the default, -1: no window); got %d", c.Ingest.Window)

@@ -70,6 +70,8 @@ retry:
   max_retry_after: 1m
 ingest:
   window: 500
+upstream:
+  max_response_bytes: 65536
 backpressure:
   soft_depth: 100
   hard_depth: 1000
@@ -97,6 +99,7 @@ alerts:
 	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute},
 		c.Retry, "the settings not given stay zero")
 	require.Equal(t, config.Ingest{Window: 500}, c.Ingest)
+	require.Equal(t, config.Upstream{MaxResponseBytes: 65536}, c.Upstream)
 	require.Equal(t, config.Backpressure{SoftDepth: 100, HardDepth: 1000}, c.Backpressure)
 	require.Equal(t, "http://127.0.0.1:9999/hook", c.Alerts.WebhookURL)
 
@@ -152,6 +155,7 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "retry: {fallback_max_wait: -1s}", want: "retry.fallback_max_wait: must not be negative"},
 		{yaml: "retry: {max_retry_after: -1s}", want: "retry.max_retry_after: must not be negative"},
 		{yaml: "ingest: {window: -2}", want: "ingest.window: must not be negative"},
+		{yaml: "upstream: {max_response_bytes: -2}", want: "upstream.max_response_bytes: must not be negative"},
 		{yaml: "retry: {base_delay: soon}", want: "LLMQ_CONFIG"},
 		{yaml: "batch: {max_lines: -1}", want: "batch.max_lines: must not be negative"},
 		{yaml: "backpressure: {hard_depth: -5}", want: "backpressure.hard_depth: must not be negative"},

@@ -76,7 +76,7 @@ func setup(t *testing.T, o options) *testBundle {
 	t.Cleanup(func() { _ = sub.Close() })
 	reg := prometheus.NewRegistry()
 	pcfg := producer.Config{
-		Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub, ProbeCountsInFlight: true,
+		Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub,
 		DepthTTL: -1, Clock: clk, Logger: quiet, Registerer: reg,
 	}
 	if o.producer != nil {
@@ -474,7 +474,7 @@ func TestBackpressureHTTP(t *testing.T) {
 	}
 	q := b.get(t, keyAcme, "/v1/queue")
 	require.Equal(t, http.StatusOK, q.status)
-	require.Equal(t, map[string]any{"depth": 4.0, "lag": 4.0, "in_flight": 0.0, "completion_rate_per_min": 12.0,
+	require.Equal(t, map[string]any{"depth": 4.0, "lag": 4.0, "queued": 4.0, "in_flight": 0.0, "completion_rate_per_min": 12.0,
 		"estimated_drain_seconds": 20.0, "state": "rejecting", "measured_at": "2026-11-30T12:00:00Z"}, q.json(t))
 
 	r := b.post(t, keyAcme, jobJSON("refused"))
@@ -483,12 +483,20 @@ func TestBackpressureHTTP(t *testing.T) {
 	require.Equal(t, api.CodeQueueFull, r.apiError(t).Code)
 	require.Equal(t, http.StatusNotFound, b.get(t, keyAcme, "/v1/jobs/refused").status)
 
-	// Drain two: throttled, and a deadline 5 s away cannot be met (10 s wait).
+	// Workers ingest and finish jobs (finished before the rate window, so
+	// the rate stays 12/min): the broker's message acked, the job ended.
 	msgs, err := b.sub.Consume(ctx)
 	require.NoError(t, err)
-	for i := 0; i < 2; i++ {
-		require.NoError(t, receive(t, msgs).Ack(ctx))
+	drain := func(ids ...string) {
+		for range ids {
+			require.NoError(t, receive(t, msgs).Ack(ctx))
+		}
+		_, err := b.store.Pool().Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = $1 WHERE id = ANY($2)`,
+			b.clock.Now().Add(-time.Hour), ids)
+		require.NoError(t, err)
 	}
+	// Drain two: throttled, and a deadline 5 s away cannot be met (10 s wait).
+	drain("j0", "j1")
 	deadline := b.clock.Now().Add(5 * time.Second).Format(time.RFC3339)
 	r = b.post(t, keyAcme, `{"jobs":[`+jobJSON("ok1")+`,{"id":"urgent","deadline":"`+deadline+`","body":`+validBody+`}]}`)
 	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
@@ -500,9 +508,7 @@ func TestBackpressureHTTP(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.status)
 
 	// Drain everything: ok again.
-	for i := 0; i < 3; i++ {
-		require.NoError(t, receive(t, msgs).Ack(ctx))
-	}
+	drain("j2", "j3", "relaxed")
 	require.Equal(t, "ok", b.get(t, keyAcme, "/v1/queue").json(t)["state"])
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, jobJSON("after")).status)
 }

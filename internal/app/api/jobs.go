@@ -327,7 +327,7 @@ func (a *API) queue(w http.ResponseWriter, r *http.Request) {
 		a.internalError(w, r, err)
 	default:
 		writeJSON(w, http.StatusOK, Queue{
-			Depth: q.Depth, Lag: q.Lag, InFlight: q.InFlight, CompletionRatePerMin: q.CompletionRatePerMin,
+			Depth: q.Depth, Lag: q.Lag, Queued: q.Queued, InFlight: q.InFlight, CompletionRatePerMin: q.CompletionRatePerMin,
 			EstimatedDrainSeconds: drainSeconds(q), State: string(q.State), MeasuredAt: q.MeasuredAt,
 		})
 	}

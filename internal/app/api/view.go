@@ -134,9 +134,11 @@ type Me struct {
 type Queue struct {
 	Depth                int64   `json:"depth"`
 	Lag                  int64   `json:"lag"`
+	Queued               int64   `json:"queued"`
 	InFlight             int64   `json:"in_flight"`
 	CompletionRatePerMin float64 `json:"completion_rate_per_min"`
-	// EstimatedDrainSeconds is null when nothing finished recently.
+	// EstimatedDrainSeconds is null when no rate is known or no worker
+	// consumes.
 	EstimatedDrainSeconds *float64  `json:"estimated_drain_seconds"`
 	State                 string    `json:"state"`
 	MeasuredAt            time.Time `json:"measured_at"`

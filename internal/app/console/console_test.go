@@ -59,7 +59,7 @@ func setup(t *testing.T) *bundle {
 	t.Cleanup(func() { _ = sub.Close() })
 	reg := prometheus.NewRegistry()
 	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub,
-		ProbeCountsInFlight: true, DepthTTL: -1, Logger: quiet, Registerer: reg})
+		DepthTTL: -1, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	dcfg := dlq.Config{Store: st, Publisher: b.NewPublisher(), Destination: "jobs", Logger: quiet}
 	svc, err := dlq.NewService(dcfg)

@@ -1,0 +1,145 @@
+package producer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
+)
+
+// ingest does what a worker's ingest does with n messages of the broker:
+// their jobs are in Postgres (the producer recorded them), the messages
+// are acked.
+func (b *testBundle) ingest(t *testing.T, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if b.msgs == nil {
+		msgs, err := b.sub.Consume(ctx)
+		require.NoError(t, err)
+		b.msgs = msgs
+	}
+	for range n {
+		require.NoError(t, receive(t, b.msgs).Ack(ctx))
+	}
+}
+
+// claim claims n queued jobs of the producer's model for worker "w".
+func (b *testBundle) claim(t *testing.T, n int) []*store.JobRecord {
+	t.Helper()
+	recs, err := b.store.Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: n})
+	require.NoError(t, err)
+	require.Len(t, recs, n)
+	return recs
+}
+
+// work ingests, claims and finishes n jobs the producer published.
+func (b *testBundle) work(t *testing.T, n int) {
+	t.Helper()
+	b.ingest(t, n)
+	for _, rec := range b.claim(t, n) {
+		_, err := b.store.StoreResult(context.Background(), rec.Key(), store.Result{Response: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+}
+
+// TestBackpressureCountsPostgres: the depth counts the jobs queued in
+// Postgres and in flight as well as the broker's messages, each job once:
+// ingested (the broker empty), the backlog is still 4 jobs, as it is with
+// one of them running.
+func TestBackpressureCountsPostgres(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, func(c *producer.Config) { c.SoftDepth, c.HardDepth = 4, 100 })
+	ctx := context.Background()
+	for i := range 4 {
+		_, _, err := p.Publish(ctx, newJob(fmt.Sprintf("j%d", i)))
+		require.NoError(t, err)
+	}
+	q, err := p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [4]int64{4, 4, 4, 0}, [4]int64{q.Depth, q.Lag, q.Queued, q.InFlight}, "published, not ingested: once")
+	require.Equal(t, producer.StateThrottled, q.State)
+
+	b.ingest(t, 4)
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [4]int64{4, 0, 4, 0}, [4]int64{q.Depth, q.Lag, q.Queued, q.InFlight}, "ingested: queued in Postgres")
+	require.Equal(t, producer.StateThrottled, q.State)
+
+	b.claim(t, 1)
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [4]int64{4, 0, 3, 1}, [4]int64{q.Depth, q.Lag, q.Queued, q.InFlight}, "one running")
+
+	// A message published to the broker directly (not through the
+	// producer) is not in Postgres yet: the larger figure counts.
+	require.NoError(t, b.broker.NewPublisher().Publish(ctx, b.dest, make([]transport.Message, 5)...))
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, [4]int64{6, 5, 3, 1}, [4]int64{q.Depth, q.Lag, q.Queued, q.InFlight})
+}
+
+// TestBackpressureColdStartAndNoConsumer: before any job finished, the
+// drain estimate runs at the configured quotas' rate; once jobs finish, at
+// the measured rate of all workers. Jobs that wait NoConsumerAfter with no
+// worker consuming (no live lease, no scheduler's model state) are
+// reported as no_consumer, without a drain estimate, until a worker takes
+// one.
+func TestBackpressureColdStartAndNoConsumer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, func(c *producer.Config) {
+		c.QuotaRatePerMin, c.RateWindow, c.NoConsumerAfter = 60, time.Minute, 30*time.Second
+	})
+	ctx := context.Background()
+	for i := range 4 {
+		_, _, err := p.Publish(ctx, newJob(fmt.Sprintf("j%d", i)))
+		require.NoError(t, err)
+	}
+	b.ingest(t, 4)
+	q, err := p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.StateOK, q.State, "no consumer seen yet, for less than NoConsumerAfter")
+	require.True(t, q.DrainKnown)
+	require.Equal(t, 4*time.Second, q.EstimatedDrain, "4 jobs at the quota's 60/min")
+	require.Zero(t, q.CompletionRatePerMin, "the measured rate stays the measure")
+
+	b.clock.Advance(29 * time.Second)
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.StateOK, q.State)
+	b.clock.Advance(time.Second)
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.StateNoConsumer, q.State, "30 s with jobs waiting and no worker")
+	require.False(t, q.DrainKnown)
+	require.Zero(t, q.EstimatedDrain)
+	_, _, err = p.Publish(ctx, newJob("still-accepted"))
+	require.NoError(t, err, "jobs are accepted: they wait for a worker")
+	b.ingest(t, 1)
+
+	// A worker takes a job: it is consuming (its lease is live).
+	b.claim(t, 1)
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.StateOK, q.State)
+	require.Equal(t, 5*time.Second, q.EstimatedDrain, "5 jobs at the quota's rate: none finished yet")
+
+	// Its scheduler holding the rest back counts too once the lease is
+	// gone.
+	finish(t, b, 3) // 3/min over the last minute
+	b.clock.Advance(time.Minute - time.Second)
+	require.NoError(t, b.store.SetModelState(ctx, store.ModelState{Model: "gpt-4o-mini", WaitingReason: store.WaitingReasonProviderQuota, Worker: "w"}))
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, producer.StateOK, q.State)
+	require.Equal(t, 100*time.Second, q.EstimatedDrain, "5 jobs at the measured 3/min")
+	require.Equal(t, 3.0, q.CompletionRatePerMin)
+}

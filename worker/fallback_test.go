@@ -1,0 +1,73 @@
+package worker_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/worker"
+)
+
+// TestWorkerFallbackOnAndRetriesCount: a model that always answers 500,
+// with a fallback model. By default (FallbackOn [rate_limit]) the job stays
+// on it for its MaxAttempts calls and is dead-lettered; with FallbackOn
+// [server_error] it moves on after FallbackAfter calls. llmq_retries_total
+// counts the retries made, exactly: not the failure that ends the job or
+// moves it on.
+func TestWorkerFallbackOnAndRetriesCount(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		fallbackOn []worker.FallbackTrigger
+		status     llmq.Status
+		calls      map[string]int64
+		series     []string
+		absent     []string
+	}{
+		{name: "default: 5xx retried on the model", status: llmq.StatusDeadLettered,
+			calls:  map[string]int64{"broken": 4},
+			series: []string{`llmq_retries_total{model="broken"} 3`},
+			absent: []string{`llmq_retries_total{model="backup"}`, `llmq_fallbacks_total`}},
+		{name: "fallback_on server_error: moved on after FallbackAfter", fallbackOn: []worker.FallbackTrigger{worker.FallbackOnServerError},
+			status: llmq.StatusSucceeded,
+			calls:  map[string]int64{"broken": 2, "backup": 1},
+			series: []string{`llmq_retries_total{model="broken"} 1`, `llmq_fallbacks_total{from="broken",to="backup"} 1`},
+			absent: []string{`llmq_retries_total{model="backup"}`}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t, upstreamsim.Config{Seed: 61 + uint64(i), Faults: upstreamsim.FaultConfig{
+				Rates: map[upstreamsim.FaultKind]float64{upstreamsim.FaultServerError: 1}, Models: []string{"broken"}}})
+			reg := prometheus.NewRegistry()
+			tb.start(t, func(c *worker.Config) {
+				c.Registerer = reg
+				c.MaxAttempts, c.FallbackAfter, c.FallbackOn = 4, 2, tt.fallbackOn
+			})
+			tb.publish(t, jobJSON("j", "broken", `,"fallback_models":["backup"]`))
+			rec := tb.waitTerminal(t, []string{"j"}, 30*time.Second)["j"]
+			require.Equal(t, tt.status, rec.Status)
+			if tt.status == llmq.StatusDeadLettered {
+				require.Equal(t, dlq.ReasonRetriesExhausted, tb.letters.wait(t, 1)[0].Reason)
+			}
+			stats := tb.sim.Sim.Stats()
+			calls := map[string]int64{}
+			for model, s := range stats.Models {
+				calls[model] = s.Accepted
+			}
+			require.Equal(t, tt.calls, calls)
+			text := metricsText(t, reg)
+			for _, s := range tt.series {
+				require.Contains(t, text, s+"\n")
+			}
+			for _, s := range tt.absent {
+				require.NotContains(t, text, s)
+			}
+		})
+	}
+}

@@ -92,7 +92,7 @@ func TestClassifyReadsHeaders(t *testing.T) {
 
 	err := &openai.APIError{HTTPStatusCode: 429, Code: "rate_limit_exceeded", Type: "requests", Message: "slow down"}
 	limited := Classify(err, http.Header{"Retry-After": {"3"}}, ProviderOpenAI)
-	require.Equal(t, Outcome{Class: ClassRateLimited, Status: 429, Code: "rate_limit_exceeded", Message: "slow down",
+	require.Equal(t, Outcome{Class: ClassRateLimited, Status: 429, Code: "rate_limit_exceeded", Message: "HTTP 429: slow down",
 		Headers: shaping.RateLimitHeaders{RetryAfter: 3 * time.Second, HasRetryAfter: true}, Err: err}, limited)
 }
 

@@ -36,6 +36,9 @@ type gatewayBundle struct {
 	*testBundle
 	store       *store.Store
 	startWorker func()
+	// upstreamKey is the key the worker started next calls the simulator
+	// with; the simulator takes sk-test only.
+	upstreamKey string
 	// headers are the headers of every answer the clients below got.
 	mu      sync.Mutex
 	headers []http.Header
@@ -51,7 +54,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 	}
 	ctx := context.Background()
 	st := store.New(storetest.NewPool(t))
-	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 2, RestrictModels: true,
+	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 2, RestrictModels: true, APIKeys: []string{"sk-test"},
 		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}}, upstreamsim.WithLogger(quiet))
 	queue := rabbitmqtest.NewQueue(t)
 	rcfg := rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Prefetch: 16, Logger: quiet}
@@ -76,7 +79,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 		srv.Close()
 		require.NoError(t, a.Stop(context.Background()))
 	})
-	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st}
+	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st, upstreamKey: "sk-test"}
 	b.startWorker = func() {
 		workSub, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)
@@ -86,7 +89,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 		w, err := worker.New(worker.Config{
 			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
-				APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
+				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 			Logger: quiet, Registerer: prometheus.NewRegistry(),
 		})
 		require.NoError(t, err)
@@ -207,6 +210,31 @@ func TestGatewayGoOpenAI(t *testing.T) {
 	require.Equal(t, llmq.CodeModelNotAllowed, apiErr.Code)
 	require.Equal(t, "model", *apiErr.Param)
 	require.Empty(t, b.lastHeader().Get("X-Llmq-Job-Id"))
+}
+
+// TestGatewayProviderStatus: a permanent failure answers with the status
+// the provider sent, not one guessed from its code. The simulator's 401
+// for a call without a key has no code (type invalid_request_error, which
+// alone would read as a 400).
+func TestGatewayProviderStatus(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetup(t, api.GatewayConfig{})
+	b.upstreamKey = ""
+	b.startWorker()
+	_, err := b.client(nil).CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusUnauthorized, apiErr.HTTPStatusCode)
+	require.Equal(t, "authentication_error", apiErr.Type)
+	require.Equal(t, "invalid_request_error", apiErr.Code)
+	require.Equal(t, "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer "+
+		"auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're accessing the API "+
+		"from your browser and are prompted for a username. You can obtain an API key from "+
+		"https://platform.openai.com/account/api-keys.", apiErr.Message)
+	id := b.lastHeader().Get("X-Llmq-Job-Id")
+	job := b.get(t, keyAcme, "/v1/jobs/"+id).json(t)
+	require.Equal(t, "failed", job["status"])
+	require.Equal(t, float64(http.StatusUnauthorized), job["error"].(map[string]any)["status"])
 }
 
 // TestGatewayDeadlineUnmeetable: when the queue's drain passes the call's

@@ -244,10 +244,39 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	t.Parallel()
 	b := gatewaySetup(t, api.GatewayConfig{})
 	ctx := context.Background()
-	// Two jobs finished in the rate window (5 min): 0.4 jobs a minute.
-	// Three are running (held by a worker that makes no progress): 7.5 min
-	// to drain, less than the default timeout (10 min), more than the
-	// caller's 60 s.
+	b.slowQueue(t)
+	before, err := b.store.CountByStatus(ctx, "acme")
+	require.NoError(t, err)
+
+	c := b.client(http.Header{"X-Stainless-Timeout": {"60"}})
+	start := time.Now()
+	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Less(t, time.Since(start), 2*time.Second, "answered at once")
+	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
+	require.Equal(t, api.CodeDeadlineUnmeetable, apiErr.Code)
+	require.Equal(t, "rate_limit_error", apiErr.Type)
+	require.Equal(t, "390", b.lastHeader().Get("Retry-After"))
+	after, err := b.store.CountByStatus(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing enqueued")
+
+	// A deadline far enough is taken.
+	b.startWorker()
+	c = b.client(http.Header{"X-Llmq-Deadline": {time.Now().Add(time.Hour).Format(time.RFC3339)}})
+	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
+	require.NoError(t, err)
+}
+
+// slowQueue makes the queue's drain 7.5 min: two jobs finished in the
+// rate window (5 min), 0.4 jobs a minute, and three running, held by a
+// worker that makes no progress. That is less than the default timeout
+// (10 min) and more than a caller's 60 s: such a call gets a 429 with
+// Retry-After 390 (450 s of drain less the 60 s deadline).
+func (b *gatewayBundle) slowQueue(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
 	for _, id := range []string{"done-1", "done-2", "run-1", "run-2", "run-3"} {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
@@ -261,29 +290,6 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	held, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, held, 3)
-	before, err := b.store.CountByStatus(ctx, "acme")
-	require.NoError(t, err)
-
-	c := b.client(http.Header{"X-Stainless-Timeout": {"60"}})
-	start := time.Now()
-	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
-	var apiErr *openai.APIError
-	require.ErrorAs(t, err, &apiErr)
-	require.Less(t, time.Since(start), 2*time.Second, "answered at once")
-	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
-	require.Equal(t, api.CodeDeadlineUnmeetable, apiErr.Code)
-	require.Equal(t, "rate_limit_error", apiErr.Type)
-	// 450 s of drain less the 60 s deadline.
-	require.Equal(t, "390", b.lastHeader().Get("Retry-After"))
-	after, err := b.store.CountByStatus(ctx, "acme")
-	require.NoError(t, err)
-	require.Equal(t, before, after, "nothing enqueued")
-
-	// A deadline far enough is taken.
-	b.startWorker()
-	c = b.client(http.Header{"X-Llmq-Deadline": {time.Now().Add(time.Hour).Format(time.RFC3339)}})
-	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
-	require.NoError(t, err)
 }
 
 // TestGatewayCallerDisconnects: a caller that leaves while its job waits

@@ -61,6 +61,8 @@ type Report struct {
 	// Strategies is the comparison of the four strategies (empty when not
 	// run).
 	Strategies []StrategyRow
+	// Gateway is the gateway scenario's (nil when not run).
+	Gateway *GatewayResult
 	// Files are the paths written.
 	Files []string
 }
@@ -88,6 +90,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioBurst, b.burst},
 		{ScenarioFallback, b.fallback},
 		{ScenarioAdaptive, b.adaptive},
+		{ScenarioGateway, b.gateway},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

@@ -35,6 +35,7 @@ import (
 type gatewayBundle struct {
 	*testBundle
 	store       *store.Store
+	reg         *prometheus.Registry
 	startWorker func()
 	// upstreamKey is the key the worker started next calls the simulator
 	// with; the simulator takes sk-test only.
@@ -70,8 +71,9 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
 		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, Clock: clk, Logger: quiet})
+		JobsDone: st, Gateway: gw, Clock: clk, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -79,7 +81,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 		srv.Close()
 		require.NoError(t, a.Stop(context.Background()))
 	})
-	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st, upstreamKey: "sk-test"}
+	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st, reg: reg, upstreamKey: "sk-test"}
 	b.startWorker = func() {
 		workSub, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)

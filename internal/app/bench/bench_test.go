@@ -144,9 +144,12 @@ func TestRunGatewayScaledDown(t *testing.T) {
 		failures += n
 	}
 	require.Equal(t, direct.Failures, failures, "every direct failure has a kind")
+	require.Equal(t, int64(direct.Calls), direct.UpstreamCalls, "direct: one upstream call per call")
 	require.Equal(t, gatewayAgents, gw.Calls)
 	require.Equal(t, 0, gw.Failures, "%v", gw.Errors)
 	require.Empty(t, gw.Errors)
+	require.Equal(t, int64(gw.Calls)+gw.UpstreamFaults+gw.UpstreamRateLimited, gw.UpstreamCalls,
+		"through llmq: one upstream call per answer, plus one retry per fault or 429")
 	require.Positive(t, gw.P50)
 	md, err := os.ReadFile(filepath.Join(out, ReportFile))
 	require.NoError(t, err)

@@ -66,6 +66,10 @@ type GatewayRow struct {
 	// P50 and P99 are the latencies of the calls that succeeded; Took is
 	// the time the agents took in all.
 	P50, P99, Took time.Duration
+	// UpstreamCalls, UpstreamRateLimited and UpstreamFaults are the
+	// simulator's count of the calls it received, the 429s it answered
+	// and the faults (502s, resets) it injected.
+	UpstreamCalls, UpstreamRateLimited, UpstreamFaults int64
 }
 
 // GatewayResult is the gateway scenario's two runs.
@@ -98,7 +102,7 @@ func (b *Bench) gateway(ctx context.Context, md *strings.Builder, rep *Report) e
 	err := b.withSim(ctx, func(root string) error {
 		res.Direct = runAgents(ctx, root+"/v1", simAPIKey, calls)
 		return nil
-	})
+	}, &res.Direct)
 	if err != nil {
 		fmt.Fprintln(b.cfg.Progress, " failed")
 		return err
@@ -122,9 +126,11 @@ connections. *Direct*: the agents call the simulator. *Through llmq*: the agents
 `+"`X-LLMQ-Deadline`"+`), and one worker calls a fresh simulator with the same settings; API,
 worker, in-memory broker and Postgres in one process. A failure is any call that does not return a
 completion, a deadline 429 included; latencies are the agents' own, of the calls that succeeded.
+The upstream columns are the simulator's count of the calls it received, its 429s and the 502s
+and resets it injected (through llmq, every one of them retried inside llmq).
 
-| path | calls | failed | failure rate | failures by kind | p50 | p99 | time for all calls |
-|---|---:|---:|---:|---|---:|---:|---:|
+| path | calls | failed | failure rate | failures by kind | p50 | p99 | time for all calls | upstream calls | upstream 429s | upstream 502s + resets |
+|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|
 %s%s
 `, gatewayAgents, calls, gatewayMaxTokens, gatewayMinOutput, gatewayMaxOutput, gatewayTimeout, gatewayRPM, kilo(gatewayTPM),
 		gatewayConcurrency, 100*gatewayBadGateway, 100*gatewayResets, res.Direct.markdown("direct"), res.Gateway.markdown("through llmq"))
@@ -140,12 +146,14 @@ func (r GatewayRow) markdown(path string) string {
 		}
 		kinds = strings.Join(parts, ", ")
 	}
-	return fmt.Sprintf("| %s | %d | %d | %.1f%% | %s | %s | %s | %s |\n", path, r.Calls, r.Failures,
-		100*float64(r.Failures)/float64(max(r.Calls, 1)), kinds, secs(r.P50), secs(r.P99), secs(r.Took))
+	return fmt.Sprintf("| %s | %d | %d | %.1f%% | %s | %s | %s | %s | %d | %d | %d |\n", path, r.Calls, r.Failures,
+		100*float64(r.Failures)/float64(max(r.Calls, 1)), kinds, secs(r.P50), secs(r.P99), secs(r.Took),
+		r.UpstreamCalls, r.UpstreamRateLimited, r.UpstreamFaults)
 }
 
-// withSim runs f against a simulator of the gateway scenario.
-func (b *Bench) withSim(ctx context.Context, f func(root string) error) error {
+// withSim runs f against a simulator of the gateway scenario, then
+// records the simulator's counts in row.
+func (b *Bench) withSim(ctx context.Context, f func(root string) error, row *GatewayRow) error {
 	sim, err := upstreamsim.New(gatewaySim(), upstreamsim.WithLogger(b.log))
 	if err != nil {
 		return fmt.Errorf("bench: gateway: simulator: %w", err)
@@ -155,7 +163,13 @@ func (b *Bench) withSim(ctx context.Context, f func(root string) error) error {
 		return err
 	}
 	defer func() { _ = app.StopWithin(ctx, sim.Stop, stopTimeout) }()
-	return f(root)
+	if err := f(root); err != nil {
+		return err
+	}
+	st := sim.Stats().Models[Primary]
+	row.UpstreamRateLimited, row.UpstreamFaults = total(st.RateLimited), total(st.Faults)
+	row.UpstreamCalls = st.Accepted + row.UpstreamRateLimited
+	return nil
 }
 
 // throughLLMQ runs the agents against the gateway of an API and a worker
@@ -196,7 +210,7 @@ func (b *Bench) throughLLMQ(ctx context.Context, calls int) (GatewayRow, error) 
 		}
 		row = runAgents(ctx, "http://"+a.APIAddr().String()+"/v1", gatewayKey, calls)
 		return nil
-	})
+	}, &row)
 	return row, err
 }
 
@@ -209,8 +223,6 @@ func runAgents(ctx context.Context, baseURL, key string, calls int) GatewayRow {
 	t.MaxIdleConnsPerHost = gatewayAgents
 	cfg.HTTPClient = &http.Client{Timeout: gatewayTimeout, Transport: deadlineTransport{t}}
 	client := openai.NewClientWithConfig(cfg)
-	req := openai.ChatCompletionRequest{Model: Primary, MaxTokens: gatewayMaxTokens,
-		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "Plan the next step of the task."}}}
 
 	var (
 		mu        sync.Mutex
@@ -219,9 +231,14 @@ func runAgents(ctx context.Context, baseURL, key string, calls int) GatewayRow {
 		wg        sync.WaitGroup
 	)
 	began := time.Now()
-	for range gatewayAgents {
+	for agent := range gatewayAgents {
 		wg.Go(func() {
-			for range calls {
+			for call := range calls {
+				// The simulator's answer length follows the prompt: each
+				// call asks its own question.
+				req := openai.ChatCompletionRequest{Model: Primary, MaxTokens: gatewayMaxTokens,
+					Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser,
+						Content: fmt.Sprintf("Agent %d, step %d: plan the next step of the task.", agent, call)}}}
 				start := time.Now()
 				_, err := client.CreateChatCompletion(ctx, req)
 				took := time.Since(start)

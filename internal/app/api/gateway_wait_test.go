@@ -3,12 +3,14 @@ package api_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +32,8 @@ const waiters = 1000
 // included, so the API's own share is less).
 func TestGatewayThousandWaiters(t *testing.T) {
 	b := gatewaySetup(t, api.GatewayConfig{})
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	cfg := openai.DefaultConfig(keyAcme)
 	cfg.BaseURL = b.srv.URL + "/v1"
 	cfg.HTTPClient = &http.Client{Timeout: 3 * time.Minute}
@@ -41,20 +44,40 @@ func TestGatewayThousandWaiters(t *testing.T) {
 		err                error
 	}
 	answers := make([]answer, waiters)
-	var wg sync.WaitGroup
-	for i := range waiters {
-		wg.Go(func() {
-			resp, err := client.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "caller "+strconv.Itoa(i)))
-			answers[i].err = err
-			if err == nil {
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Int64
+	)
+	// The callers come in waves of 100, each waiting before the next
+	// comes: a thousand at once would measure the producer's admission
+	// under a burst, not the waiting.
+	const wave = 100
+	for from := 0; from < waiters; from += wave {
+		for i := from; i < from+wave; i++ {
+			wg.Go(func() {
+				resp, err := client.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "caller "+strconv.Itoa(i)))
+				answers[i].err = err
+				if err != nil {
+					failed.Add(1)
+					return
+				}
 				answers[i].jobID, answers[i].id = resp.Header().Get(api.HeaderJobID), resp.ID
 				answers[i].content = resp.Choices[0].Message.Content
+			})
+		}
+		require.Eventually(t, func() bool {
+			return failed.Load() > 0 || metricValue(t, b.reg, "llmq_gateway_waiting_callers", nil) == float64(from+wave)
+		}, time.Minute, 20*time.Millisecond, "%d callers waiting", from+wave)
+		if failed.Load() > 0 {
+			cancel() // the others leave
+			wg.Wait()
+			for _, a := range answers {
+				if a.err != nil && !errors.Is(a.err, context.Canceled) {
+					t.Fatalf("a caller failed: %v", a.err)
+				}
 			}
-		})
+		}
 	}
-	require.Eventually(t, func() bool {
-		return metricValue(t, b.reg, "llmq_gateway_waiting_callers", nil) == waiters
-	}, 2*time.Minute, 50*time.Millisecond, "1,000 callers waiting")
 
 	var conns int
 	require.NoError(t, b.store.Pool().QueryRow(ctx,

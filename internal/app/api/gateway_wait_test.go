@@ -29,7 +29,8 @@ const waiters = 1000
 // connections plus the one listening connection, the process stays under
 // 300 MB, and when the jobs end each caller gets its own job's answer.
 // Not parallel: the memory measured is this test's (the callers' side
-// included, so the API's own share is less).
+// included, so the API's own share is less); its bound is not checked
+// under the race detector.
 func TestGatewayThousandWaiters(t *testing.T) {
 	b := gatewaySetup(t, api.GatewayConfig{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,7 +88,7 @@ func TestGatewayThousandWaiters(t *testing.T) {
 	t.Logf("%d callers waiting: %d database connections (pool of %d + 1 listening), RSS %d MB (peak %d MB)",
 		waiters, conns, maxConns, rss>>10, peak>>10)
 	require.LessOrEqual(t, conns, maxConns+1)
-	if peak > 0 {
+	if peak > 0 && !raceDetector {
 		require.Less(t, peak, 300<<10, "peak RSS in KB")
 	}
 

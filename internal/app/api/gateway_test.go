@@ -140,7 +140,7 @@ func (b *gatewayBundle) lastHeader() http.Header {
 }
 
 func chatRequest(model, prompt string) openai.ChatCompletionRequest {
-	return openai.ChatCompletionRequest{Model: model, MaxTokens: 32,
+	return openai.ChatCompletionRequest{Model: model, MaxCompletionTokens: 32,
 		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: prompt}}}
 }
 

@@ -40,8 +40,8 @@ const (
 	// simulator answers with a 502 page or a connection reset.
 	gatewayBadGateway = 0.03
 	gatewayResets     = 0.02
-	// The answers are 50-200 tokens long; every call asks max_tokens
-	// gatewayMaxTokens.
+	// The answers are 50-200 tokens long; every call asks
+	// max_completion_tokens gatewayMaxTokens (the note's max_tokens).
 	gatewayMinOutput = 50
 	gatewayMaxOutput = 200
 	gatewayMaxTokens = 200
@@ -118,7 +118,7 @@ func (b *Bench) gateway(ctx context.Context, md *strings.Builder, rep *Report) e
 
 	fmt.Fprintf(md, `## 5. Agents on a shared, flaky endpoint: direct, then through the gateway (seed 002)
 
-%d agents each make %d sequential chat completions (max_tokens %d, answers of %d-%d tokens) with a
+%d agents each make %d sequential chat completions (max_completion_tokens %d, answers of %d-%d tokens) with a
 %s timeout and no retries of their own (go-openai, which has none). The provider allows %d RPM,
 %s TPM and %d calls in flight, and answers %.0f%% of the calls with a 502 page and resets %.0f%% of the
 connections. *Direct*: the agents call the simulator. *Through llmq*: the agents call
@@ -236,7 +236,7 @@ func runAgents(ctx context.Context, baseURL, key string, calls int) GatewayRow {
 			for call := range calls {
 				// The simulator's answer length follows the prompt: each
 				// call asks its own question.
-				req := openai.ChatCompletionRequest{Model: Primary, MaxTokens: gatewayMaxTokens,
+				req := openai.ChatCompletionRequest{Model: Primary, MaxCompletionTokens: gatewayMaxTokens,
 					Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser,
 						Content: fmt.Sprintf("Agent %d, step %d: plan the next step of the task.", agent, call)}}}
 				start := time.Now()

@@ -36,7 +36,7 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 			if i == 7 {
 				msg = "bad \x00 byte"
 			}
-			errs[i] = b.store.MarkFailed(b.ctx, leases[j.ID], "code", msg)
+			errs[i] = b.store.MarkFailed(b.ctx, leases[j.ID], 400+i, "code", msg)
 		})
 	}
 	close(start)
@@ -51,6 +51,7 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 		require.NoError(t, errs[i])
 		require.Equal(t, llmq.StatusFailed, rec.Status)
 		require.Equal(t, "upstream said no", rec.ErrorMessage)
+		require.Equal(t, 400+i, rec.ErrorStatus, "each job keeps its own upstream status")
 	}
 }
 

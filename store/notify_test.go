@@ -67,7 +67,7 @@ func TestJobDoneNotifications(t *testing.T) {
 	require.True(t, stored)
 	require.Equal(t, key("ok"), nextKey(t, keys))
 
-	require.NoError(t, b.store.MarkFailed(b.ctx, ls["bad"], "invalid_request_error", "bad"))
+	require.NoError(t, b.store.MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
 	require.Equal(t, key("bad"), nextKey(t, keys))
 
 	require.NoError(t, b.store.MarkExpired(b.ctx, ls["late"], "too late"))

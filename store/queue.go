@@ -210,9 +210,11 @@ func (s *Store) Release(ctx context.Context, l Lease) error {
 // code $5, message $6.
 const terminalSet = `, error_code = $5, error_message = $6, finished_at = $3, lease_expires_at = NULL, phase = ''`
 
-// MarkFailed ends the job l holds with a permanent error (failed).
-func (s *Store) MarkFailed(ctx context.Context, l Lease, code, msg string) error {
-	_, err := s.fenced(ctx, "mark failed", tMarkFailed, l, terminalSet, code, msg)
+// MarkFailed ends the job l holds with a permanent error (failed): status
+// is the HTTP status the upstream answered with, 0 when the failure is
+// llmq's own (a body that no longer parses, a request too large).
+func (s *Store) MarkFailed(ctx context.Context, l Lease, status int, code, msg string) error {
+	_, err := s.fenced(ctx, "mark failed", tMarkFailed, l, terminalSet+`, error_status = $7`, code, msg, status)
 	return err
 }
 

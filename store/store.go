@@ -164,6 +164,9 @@ type JobRecord struct {
 	Result       json.RawMessage `db:"result"`
 	ErrorCode    string          `db:"error_code"`
 	ErrorMessage string          `db:"error_message"`
+	// ErrorStatus is the HTTP status of the upstream answer that failed the
+	// job (MarkFailed); 0 when the failure is llmq's own or none.
+	ErrorStatus int `db:"error_status"`
 	// Attempts counts the upstream calls begun (MarkCalling), whatever
 	// the deliveries, claims and workers.
 	Attempts         int               `db:"attempts"`
@@ -213,7 +216,7 @@ func (r *JobRecord) Key() Key { return Key{Tenant: r.Tenant, ID: r.ID} }
 func (r *JobRecord) Lease() Lease { return Lease{Key: r.Key(), Token: r.LeaseToken} }
 
 const jobColumns = `id, tenant, status, priority, requested_model, used_model, body, result,
-	error_code, error_message, attempts, prompt_tokens, completion_tokens, cost_usd,
+	error_code, error_message, error_status, attempts, prompt_tokens, completion_tokens, cost_usd,
 	created_at, started_at, finished_at, updated_at, deadline, "deferrable", fallback_models,
 	metadata, lease_owner, lease_expires_at, lease_token, phase, batch_id, lane, lane_reason,
 	sched_key, est_prompt_tokens, est_output_tokens, retries, model_index, rate_limited`

@@ -355,7 +355,7 @@ func TestHolderLifecycle(t *testing.T) {
 
 	_, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{})
 	require.ErrorIs(t, err, store.ErrTerminal)
-	require.ErrorIs(t, b.store.MarkFailed(b.ctx, store.Lease{Key: store.Key{Tenant: "acme", ID: "nope"}}, "c", "m"), store.ErrNotFound)
+	require.ErrorIs(t, b.store.MarkFailed(b.ctx, store.Lease{Key: store.Key{Tenant: "acme", ID: "nope"}}, 0, "c", "m"), store.ErrNotFound)
 }
 
 // TestStaleHolderChangesNothing: a holder whose lease expired while it
@@ -388,7 +388,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 			return b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 9}, "stale", "stale")
 		},
 		"Release":    func(l store.Lease) error { return b.store.Release(b.ctx, l) },
-		"MarkFailed": func(l store.Lease) error { return b.store.MarkFailed(b.ctx, l, "stale", "stale") },
+		"MarkFailed": func(l store.Lease) error { return b.store.MarkFailed(b.ctx, l, 0, "stale", "stale") },
 		"MarkExpired": func(l store.Lease) error {
 			return b.store.MarkExpired(b.ctx, l, "stale")
 		},

@@ -93,8 +93,10 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 		"MarkRetrying": fenced(func(b *testBundle, l store.Lease) error {
 			return b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1}, "rate_limited", "429")
 		}),
-		"Release":                 fenced(func(b *testBundle, l store.Lease) error { return b.store.Release(b.ctx, l) }),
-		"MarkFailed":              fenced(func(b *testBundle, l store.Lease) error { return b.store.MarkFailed(b.ctx, l, "bad_request", "400") }),
+		"Release": fenced(func(b *testBundle, l store.Lease) error { return b.store.Release(b.ctx, l) }),
+		"MarkFailed": fenced(func(b *testBundle, l store.Lease) error {
+			return b.store.MarkFailed(b.ctx, l, 400, "bad_request", "400")
+		}),
 		"MarkExpired":             fenced(func(b *testBundle, l store.Lease) error { return b.store.MarkExpired(b.ctx, l, "too late") }),
 		"RecordDeadLetter (held)": held,
 		"StoreResult": {lease: anyone, quiet: func(from llmq.Status) bool { return from == llmq.StatusSucceeded },

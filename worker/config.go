@@ -86,7 +86,7 @@ type JobStore interface {
 	// lease.
 	StoreResult(ctx context.Context, k store.Key, r store.Result) (stored bool, err error)
 	// MarkFailed records a permanent failure (→ failed).
-	MarkFailed(ctx context.Context, l store.Lease, code, msg string) error
+	MarkFailed(ctx context.Context, l store.Lease, status int, code, msg string) error
 	// MarkExpired records a job whose deadline passed before it started.
 	MarkExpired(ctx context.Context, l store.Lease, why string) error
 	// QueuedModels lists the models of the queued jobs; QueuedCount

@@ -113,7 +113,9 @@ type action struct {
 	Delay time.Duration
 	// Budgeted says the retry is taken from the retry budget (doRetry).
 	Budgeted bool
-	// Code and Message are the failure recorded (doFail).
+	// Status, Code and Message are the failure recorded (doFail): Status
+	// is the upstream's HTTP status, 0 for a failure of llmq's own.
+	Status        int
 	Code, Message string
 	// Reason is the dead letter's reason (doDeadLetter).
 	Reason dlq.Reason
@@ -193,7 +195,7 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 	case ClassSuccess:
 		return s, action{Verb: doSucceed}
 	case ClassPermanent:
-		return s, action{Verb: doFail, Code: out.Code, Message: out.Message}
+		return s, action{Verb: doFail, Status: out.Status, Code: out.Code, Message: out.Message}
 	}
 	if s.Attempts >= p.MaxAttempts {
 		return s, action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}

@@ -118,7 +118,7 @@ func (w *Worker) prepare(p *job, l *lane) bool {
 		// Recorded by the producer or the API: estimated here, once.
 		est, err := w.est.EstimateBody(p.job.Body)
 		if err != nil {
-			w.fail(p, "invalid_body", err.Error())
+			w.fail(p, 0, "invalid_body", err.Error())
 			return false
 		}
 		prompt, out = est.PromptTokens, cmp.Or(est.MaxOutputTokens, est.N*w.model(p.job.Model()).MaxOutputDefault)
@@ -162,7 +162,7 @@ func (w *Worker) run(p *job) {
 			w.succeed(p)
 			return
 		case doFail:
-			w.fail(p, act.Code, act.Message)
+			w.fail(p, act.Status, act.Code, act.Message)
 			return
 		case doExpire:
 			w.end(p, llmq.StatusExpired, act.Why, func(ctx context.Context) error {
@@ -224,7 +224,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	body, err := p.job.WithModel(model)
 	if err != nil {
 		permit.Cancel()
-		w.fail(p, "invalid_body", err.Error())
+		w.fail(p, 0, "invalid_body", err.Error())
 		return event{}, false
 	}
 	// Recorded on a context Stop does not cut: once the call is recorded
@@ -370,7 +370,7 @@ func (w *Worker) succeed(p *job) {
 	case err == nil:
 		w.finish(p, llmq.StatusSucceeded)
 	case errors.Is(err, store.ErrInvalidJob):
-		w.fail(p, "result_unstorable", err.Error())
+		w.fail(p, 0, "result_unstorable", err.Error())
 	case errors.As(err, &ite):
 		p.log.Warn("answer not stored: the job ended otherwise", slog.String("status", string(ite.From)))
 	default:
@@ -379,10 +379,11 @@ func (w *Worker) succeed(p *job) {
 	}
 }
 
-// fail ends p as failed with code and msg.
-func (w *Worker) fail(p *job, code, msg string) {
+// fail ends p as failed with code and msg; status is the upstream's HTTP
+// status, 0 for a failure of llmq's own.
+func (w *Worker) fail(p *job, status int, code, msg string) {
 	w.end(p, llmq.StatusFailed, code+": "+msg, func(ctx context.Context) error {
-		return w.cfg.Store.MarkFailed(ctx, p.lease, clean(code), clean(msg))
+		return w.cfg.Store.MarkFailed(ctx, p.lease, status, clean(code), clean(msg))
 	})
 }
 
@@ -401,7 +402,7 @@ func (w *Worker) end(p *job, status llmq.Status, why string, write func(ctx cont
 func (w *Worker) deadLetter(p *job, reason dlq.Reason, lastError string) {
 	value, err := p.job.Encode()
 	if err != nil {
-		w.fail(p, "invalid_body", err.Error())
+		w.fail(p, 0, "invalid_body", err.Error())
 		return
 	}
 	l := dlq.Letter{

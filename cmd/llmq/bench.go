@@ -23,9 +23,11 @@ func newBenchCmd() *cobra.Command {
 		Long: `bench runs, in real time against the in-process upstream simulator, with the real worker on the
 in-memory transport and a Postgres database created for each run (and dropped after it):
 the four shaping strategies under the same 5x overload of a long/short mix, a 5x burst within
-10 s, the primary model exhausted (fallback), and the adaptive strategy against an unknown quota
-that halves mid-run. Figures are measured from the simulator's own accounting (/sim/stats).
-It writes report.md and PNG plots to --out. About 6 minutes with the default --scale.`,
+10 s, the primary model exhausted (fallback), the adaptive strategy against an unknown quota
+that halves mid-run, and 11 agents calling a tight, flaky provider synchronously, directly and
+then through the gateway (llmq api's POST /v1/chat/completions). Figures are measured from the
+simulator's own accounting (/sim/stats) and, for the agents, from their own calls.
+It writes report.md and PNG plots to --out. About 10 minutes with the default --scale.`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()

@@ -94,12 +94,12 @@ func TestJSONOutputMatchesOpenAPI(t *testing.T) {
 		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
 	require.NoError(t, err)
 	failed := b.hold(t, "acme", "failed-1")
-	require.NoError(t, b.store.MarkFailed(b.ctx, failed, "invalid_request_error",
+	require.NoError(t, b.store.MarkFailed(b.ctx, failed, 400, "invalid_request_error",
 		"HTTP 400: <html>"+strings.Repeat("bad request ", 200)+"\nAuthorization: Bearer sk-leaked0123456789</html>"))
 	long := b.hold(t, "acme", "long-1")
 	longErr := "The model gpt-4o-mini does not exist or you do not have access to it. Check the model name and your " +
 		"organization's access, then send the job again with a model you may use."
-	require.NoError(t, b.store.MarkFailed(b.ctx, long, "model_not_found", longErr))
+	require.NoError(t, b.store.MarkFailed(b.ctx, long, 404, "model_not_found", longErr))
 	b.job(t, "globex", "queued-1")
 	out, err := runLLMQ(t, "status", "acme/long-1")
 	require.NoError(t, err)

@@ -601,6 +601,13 @@ func TestBatchReadStopsAtTheLimit(t *testing.T) {
 // are code and route.
 func series(t *testing.T, reg *prometheus.Registry, name, code, route string) float64 {
 	t.Helper()
+	return metricValue(t, reg, name, map[string]string{"code": code, "route": route})
+}
+
+// metricValue returns the value of the counter or gauge of family name
+// whose labels include want.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
@@ -612,12 +619,20 @@ func series(t *testing.T, reg *prometheus.Registry, name, code, route string) fl
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["code"] == code && labels["route"] == route {
-				return m.GetCounter().GetValue()
+			match := true
+			for k, v := range want {
+				match = match && labels[k] == v
 			}
+			if !match {
+				continue
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
 		}
 	}
-	t.Fatalf("no %s{code=%q,route=%q}", name, code, route)
+	t.Fatalf("no %s%v", name, want)
 	return 0
 }
 

@@ -289,7 +289,7 @@ func (a *API) answer(w http.ResponseWriter, rec *store.JobRecord, call gatewayCa
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write(rec.Result)
 	case llmq.StatusFailed:
-		writeOpenAIError(w, failedStatus(rec.ErrorCode), Error{Code: rec.ErrorCode, Message: rec.ErrorMessage})
+		writeOpenAIError(w, failedStatus(rec), Error{Code: rec.ErrorCode, Message: rec.ErrorMessage})
 	case llmq.StatusDeadLettered:
 		writeOpenAIError(w, http.StatusBadGateway, Error{Code: cmp.Or(rec.ErrorCode, CodeUpstream),
 			Message: "the upstream kept failing; llmq gave up on the call: " + rec.ErrorMessage})
@@ -302,10 +302,17 @@ func (a *API) answer(w http.ResponseWriter, rec *store.JobRecord, call gatewayCa
 	}
 }
 
-// failedStatus is the provider's HTTP status of a permanent failure, told
-// from the code the worker stored: http_NNN for an answer that was not
-// OpenAI JSON, else OpenAI's codes and types.
-func failedStatus(code string) int {
+// failedStatus is the HTTP status of a failed job's answer: the one the
+// provider answered with, as the worker recorded it. A failure of llmq's
+// own (no upstream status), or one recorded by a worker older than
+// migration 0008 during a rolling upgrade, is told from the stored code:
+// http_NNN for an answer that was not OpenAI JSON, else OpenAI's codes and
+// types, else 400.
+func failedStatus(rec *store.JobRecord) int {
+	if rec.ErrorStatus >= 400 && rec.ErrorStatus <= 599 {
+		return rec.ErrorStatus
+	}
+	code := rec.ErrorCode
 	if n, ok := strings.CutPrefix(code, "http_"); ok {
 		if s, err := strconv.Atoi(n); err == nil && s >= 400 && s <= 599 {
 			return s

@@ -35,7 +35,11 @@ import (
 type gatewayBundle struct {
 	*testBundle
 	store       *store.Store
+	reg         *prometheus.Registry
 	startWorker func()
+	// upstreamKey is the key the worker started next calls the simulator
+	// with; the simulator takes sk-test only.
+	upstreamKey string
 	// headers are the headers of every answer the clients below got.
 	mu      sync.Mutex
 	headers []http.Header
@@ -51,7 +55,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 	}
 	ctx := context.Background()
 	st := store.New(storetest.NewPool(t))
-	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 2, RestrictModels: true,
+	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 2, RestrictModels: true, APIKeys: []string{"sk-test"},
 		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}}, upstreamsim.WithLogger(quiet))
 	queue := rabbitmqtest.NewQueue(t)
 	rcfg := rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Prefetch: 16, Logger: quiet}
@@ -67,8 +71,9 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
 		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, Clock: clk, Logger: quiet})
+		JobsDone: st, Gateway: gw, Clock: clk, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -76,7 +81,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 		srv.Close()
 		require.NoError(t, a.Stop(context.Background()))
 	})
-	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st}
+	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st, reg: reg, upstreamKey: "sk-test"}
 	b.startWorker = func() {
 		workSub, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)
@@ -86,7 +91,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 		w, err := worker.New(worker.Config{
 			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
-				APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
+				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 			Logger: quiet, Registerer: prometheus.NewRegistry(),
 		})
 		require.NoError(t, err)
@@ -135,7 +140,7 @@ func (b *gatewayBundle) lastHeader() http.Header {
 }
 
 func chatRequest(model, prompt string) openai.ChatCompletionRequest {
-	return openai.ChatCompletionRequest{Model: model, MaxTokens: 32,
+	return openai.ChatCompletionRequest{Model: model, MaxCompletionTokens: 32,
 		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: prompt}}}
 }
 
@@ -209,6 +214,31 @@ func TestGatewayGoOpenAI(t *testing.T) {
 	require.Empty(t, b.lastHeader().Get("X-Llmq-Job-Id"))
 }
 
+// TestGatewayProviderStatus: a permanent failure answers with the status
+// the provider sent, not one guessed from its code. The simulator's 401
+// for a call without a key has no code (type invalid_request_error, which
+// alone would read as a 400).
+func TestGatewayProviderStatus(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetup(t, api.GatewayConfig{})
+	b.upstreamKey = ""
+	b.startWorker()
+	_, err := b.client(nil).CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusUnauthorized, apiErr.HTTPStatusCode)
+	require.Equal(t, "authentication_error", apiErr.Type)
+	require.Equal(t, "invalid_request_error", apiErr.Code)
+	require.Equal(t, "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer "+
+		"auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're accessing the API "+
+		"from your browser and are prompted for a username. You can obtain an API key from "+
+		"https://platform.openai.com/account/api-keys.", apiErr.Message)
+	id := b.lastHeader().Get("X-Llmq-Job-Id")
+	job := b.get(t, keyAcme, "/v1/jobs/"+id).json(t)
+	require.Equal(t, "failed", job["status"])
+	require.Equal(t, float64(http.StatusUnauthorized), job["error"].(map[string]any)["status"])
+}
+
 // TestGatewayDeadlineUnmeetable: when the queue's drain passes the call's
 // deadline the caller gets 429 deadline_unmeetable with Retry-After at
 // once, and nothing is enqueued.
@@ -216,10 +246,39 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	t.Parallel()
 	b := gatewaySetup(t, api.GatewayConfig{})
 	ctx := context.Background()
-	// Two jobs finished in the rate window (5 min): 0.4 jobs a minute.
-	// Three are running (held by a worker that makes no progress): 7.5 min
-	// to drain, less than the default timeout (10 min), more than the
-	// caller's 60 s.
+	b.slowQueue(t)
+	before, err := b.store.CountByStatus(ctx, "acme")
+	require.NoError(t, err)
+
+	c := b.client(http.Header{"X-Stainless-Timeout": {"60"}})
+	start := time.Now()
+	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Less(t, time.Since(start), 2*time.Second, "answered at once")
+	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
+	require.Equal(t, api.CodeDeadlineUnmeetable, apiErr.Code)
+	require.Equal(t, "rate_limit_error", apiErr.Type)
+	require.Equal(t, "390", b.lastHeader().Get("Retry-After"))
+	after, err := b.store.CountByStatus(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, before, after, "nothing enqueued")
+
+	// A deadline far enough is taken.
+	b.startWorker()
+	c = b.client(http.Header{"X-Llmq-Deadline": {time.Now().Add(time.Hour).Format(time.RFC3339)}})
+	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
+	require.NoError(t, err)
+}
+
+// slowQueue makes the queue's drain 7.5 min: two jobs finished in the
+// rate window (5 min), 0.4 jobs a minute, and three running, held by a
+// worker that makes no progress. That is less than the default timeout
+// (10 min) and more than a caller's 60 s: such a call gets a 429 with
+// Retry-After 390 (450 s of drain less the 60 s deadline).
+func (b *gatewayBundle) slowQueue(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
 	for _, id := range []string{"done-1", "done-2", "run-1", "run-2", "run-3"} {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
@@ -233,29 +292,6 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	held, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, held, 3)
-	before, err := b.store.CountByStatus(ctx, "acme")
-	require.NoError(t, err)
-
-	c := b.client(http.Header{"X-Stainless-Timeout": {"60"}})
-	start := time.Now()
-	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
-	var apiErr *openai.APIError
-	require.ErrorAs(t, err, &apiErr)
-	require.Less(t, time.Since(start), 2*time.Second, "answered at once")
-	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
-	require.Equal(t, api.CodeDeadlineUnmeetable, apiErr.Code)
-	require.Equal(t, "rate_limit_error", apiErr.Type)
-	// 450 s of drain less the 60 s deadline.
-	require.Equal(t, "390", b.lastHeader().Get("Retry-After"))
-	after, err := b.store.CountByStatus(ctx, "acme")
-	require.NoError(t, err)
-	require.Equal(t, before, after, "nothing enqueued")
-
-	// A deadline far enough is taken.
-	b.startWorker()
-	c = b.client(http.Header{"X-Llmq-Deadline": {time.Now().Add(time.Hour).Format(time.RFC3339)}})
-	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
-	require.NoError(t, err)
 }
 
 // TestGatewayCallerDisconnects: a caller that leaves while its job waits

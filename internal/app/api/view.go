@@ -55,6 +55,9 @@ type Job struct {
 type JobError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Status is the HTTP status of the upstream answer that failed the
+	// job; absent when the failure is llmq's own.
+	Status int `json:"status,omitempty"`
 }
 
 // Usage is the tokens the upstream counted.
@@ -83,7 +86,8 @@ func JobView(r *store.JobRecord) Job {
 		j.Metadata = map[string]string{}
 	}
 	if r.ErrorCode != "" || r.ErrorMessage != "" {
-		j.Error = &JobError{Code: redact.Text(r.ErrorCode, errorCodeMaxBytes), Message: redact.Text(r.ErrorMessage, redact.ErrorMaxBytes)}
+		j.Error = &JobError{Code: redact.Text(r.ErrorCode, errorCodeMaxBytes), Message: redact.Text(r.ErrorMessage, redact.ErrorMaxBytes),
+			Status: r.ErrorStatus}
 	}
 	if r.PromptTokens != 0 || r.CompletionTokens != 0 {
 		j.Usage = &Usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens}

@@ -81,6 +81,8 @@ type Report struct {
 	Strategies []StrategyRow
 	// Backlog is the backlog scenario's runs (empty when not run).
 	Backlog []BacklogRow
+	// Gateway is the gateway scenario's (nil when not run).
+	Gateway *GatewayResult
 	// Files are the paths written.
 	Files []string
 }
@@ -109,6 +111,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioFallback, b.fallback},
 		{ScenarioAdaptive, b.adaptive},
 		{ScenarioBacklog, b.backlog},
+		{ScenarioGateway, b.gateway},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

@@ -123,3 +123,36 @@ func TestRunScaledDown(t *testing.T) {
 	require.Contains(t, string(md), "## 3. Primary model exhausted")
 	require.Contains(t, string(md), "These figures are floors")
 }
+
+// TestRunGatewayScaledDown runs seed 002's experiment with one call per
+// agent: every call through llmq succeeds, and the report has its section.
+func TestRunGatewayScaledDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the API, the worker and two simulators for about 15 s")
+	}
+	out := t.TempDir()
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Out: out, Scale: 0.05, Only: []string{ScenarioGateway}, Progress: &progress})
+	require.NoError(t, err, progress.String())
+
+	direct, gw := rep.Gateway.Direct, rep.Gateway.Gateway
+	require.Equal(t, gatewayAgents, direct.Calls)
+	failures := 0
+	for _, n := range direct.Errors {
+		failures += n
+	}
+	require.Equal(t, direct.Failures, failures, "every direct failure has a kind")
+	require.Equal(t, int64(direct.Calls), direct.UpstreamCalls, "direct: one upstream call per call")
+	require.Equal(t, gatewayAgents, gw.Calls)
+	require.Equal(t, 0, gw.Failures, "%v", gw.Errors)
+	require.Empty(t, gw.Errors)
+	require.Equal(t, int64(gw.Calls)+gw.UpstreamFaults+gw.UpstreamRateLimited, gw.UpstreamCalls,
+		"through llmq: one upstream call per answer, plus one retry per fault or 429")
+	require.Positive(t, gw.P50)
+	md, err := os.ReadFile(filepath.Join(out, ReportFile))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "## 5. Agents on a shared, flaky endpoint")
+	require.Contains(t, string(md), "| through llmq | 11 | 0 | 0.0% | none |")
+}

@@ -15,10 +15,11 @@ const (
 	ScenarioFallback   = "fallback"
 	ScenarioAdaptive   = "adaptive"
 	ScenarioBacklog    = "backlog"
+	ScenarioGateway    = "gateway"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway}
 
 // Defaults of Config.
 const (
@@ -27,7 +28,7 @@ const (
 	// PostgresURLDefault is the server on which each run creates its own
 	// database (the URL's database name is replaced).
 	PostgresURLDefault = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	// ScaleDefault keeps the durations as designed (about 6 minutes in
+	// ScaleDefault keeps the durations as designed (about 10 minutes in
 	// all).
 	ScaleDefault = 1.0
 )
@@ -41,7 +42,8 @@ type Config struct {
 	// of its own there and drops it after. "" = PostgresURLDefault.
 	PostgresURL string
 	// Scale multiplies every duration of every scenario (quotas are
-	// kept). 0 = ScaleDefault; tests use 0.1.
+	// kept), and the gateway scenario's calls per agent (at least one).
+	// 0 = ScaleDefault; tests use 0.1.
 	Scale float64
 	// Only runs the named scenarios (see Scenarios). Empty = all.
 	Only []string

@@ -5,7 +5,8 @@
 //
 // Every upstream figure (goodput, quota utilisation, 429s) is measured from
 // the simulator's own accounting (its Stats, served as /sim/stats), not
-// from llmq's counters; job latencies come from the job rows in Postgres.
+// from llmq's counters; job latencies come from the job rows in Postgres,
+// except in the gateway scenario, where the agents time their own calls.
 //
 // The scenarios:
 //
@@ -17,7 +18,11 @@
 //   - fallback: its fourth, the primary model's quota exhausted
 //     by another client so jobs move to the fallback model;
 //   - adaptive: the adaptive strategy with no quota configured, against a
-//     limit that halves mid-run: time to converge.
+//     limit that halves mid-run: time to converge;
+//   - gateway: seed 002's experiment, 11 agents making sequential calls
+//     with a 60 s timeout to a provider with tight limits, 502s and
+//     resets, straight to it and then through the API's gateway mode:
+//     failures and the agents' latencies.
 //
 // The long/short mix (the second experiment) is in every scenario;
 // the report gives latencies per kind.

@@ -247,6 +247,17 @@ type Config struct {
 	// than LedgerPeriod.
 	LedgerLease time.Duration
 
+	// The provider-incident breaker of each lane (incident.go): when at
+	// least IncidentMinCalls calls of the last IncidentWindow were made and
+	// at least IncidentFailureRatio of them failed (5xx, timeouts,
+	// connection resets), the lane holds its jobs and lets one through as
+	// a probe every IncidentProbeEvery; a failed probe costs its job no
+	// attempt. Defaults 20, 0.5, 1m, 15s; IncidentMinCalls -1 turns it off.
+	IncidentMinCalls     int
+	IncidentFailureRatio float64
+	IncidentWindow       time.Duration
+	IncidentProbeEvery   time.Duration
+
 	// Logger receives the worker's logs. nil = slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the worker's metrics. nil = not registered.
@@ -284,6 +295,10 @@ func (c Config) WithDefaults() Config {
 	c.Replica = cmp.Or(c.Replica, c.Owner)
 	c.LedgerPeriod = cmp.Or(max(0, c.LedgerPeriod), LedgerPeriodDefault)
 	c.LedgerLease = cmp.Or(max(0, c.LedgerLease), LedgerLeaseDefault)
+	c.IncidentMinCalls = cmp.Or(c.IncidentMinCalls, IncidentMinCallsDefault)
+	c.IncidentFailureRatio = cmp.Or(c.IncidentFailureRatio, IncidentFailureRatioDefault)
+	c.IncidentWindow = cmp.Or(c.IncidentWindow, IncidentWindowDefault)
+	c.IncidentProbeEvery = cmp.Or(c.IncidentProbeEvery, IncidentProbeEveryDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -323,6 +338,11 @@ func (c Config) validate() error {
 	}
 	if c.Ledger != nil && c.QuotaScope == "" {
 		errs = append(errs, errors.New("worker: Config.QuotaScope is required with Config.Ledger"))
+	}
+	if c.IncidentMinCalls < -1 || c.IncidentFailureRatio <= 0 || c.IncidentFailureRatio > 1 || c.IncidentWindow < 0 || c.IncidentProbeEvery < 0 {
+		errs = append(errs, fmt.Errorf("worker: Config.IncidentMinCalls must be -1 (off) or more, IncidentFailureRatio in (0, 1], "+
+			"IncidentWindow and IncidentProbeEvery positive (got %d, %v, %v, %v)",
+			c.IncidentMinCalls, c.IncidentFailureRatio, c.IncidentWindow, c.IncidentProbeEvery))
 	}
 	if c.LedgerLease <= c.LedgerPeriod {
 		errs = append(errs, fmt.Errorf("worker: Config.LedgerLease (%v) must be longer than Config.LedgerPeriod (%v)", c.LedgerLease, c.LedgerPeriod))

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/llmq/llmq/shaping"
 )
 
@@ -31,6 +33,9 @@ type lane struct {
 	typMu  sync.Mutex
 	typ    float64
 	typOut int
+	// incident holds the lane during a provider incident (incident.go);
+	// nil when the worker runs without.
+	incident *gobreaker.TwoStepCircuitBreaker[struct{}]
 }
 
 // typicalWeight is the weight of the newest request in the lane's mean.
@@ -90,6 +95,7 @@ func (t *ticket) answer(a admission) {
 		return
 	}
 	a.permit.Cancel() // a no-op for the zero Permit of a failed admission
+	a.notCalled()
 }
 
 // wait returns the admission, or ctx's error when ctx ends first.
@@ -108,6 +114,18 @@ func (t *ticket) wait(ctx context.Context) admission {
 type admission struct {
 	permit shaping.Permit
 	err    error
+	// report tells the lane's incident breaker how the call admitted went
+	// (nil when no call was admitted); probe: the call is the breaker's
+	// probe.
+	report func(error)
+	probe  bool
+}
+
+// notCalled reports an admitted call that was not made.
+func (a admission) notCalled() {
+	if a.report != nil {
+		a.report(errNotCalled)
+	}
 }
 
 // lane returns the lane of model, starting it on first use.
@@ -136,7 +154,8 @@ func (w *Worker) lane(model string) *lane {
 		// In (0, 1] by construction.
 		_ = shaper.SetShare(w.startShare(w.stopCtx, model))
 	}
-	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault}
+	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault,
+		incident: w.newIncident(model)}
 	w.lanes[model] = l
 	w.background.Add(1)
 	go w.dispatch(l)
@@ -159,7 +178,16 @@ func (w *Worker) dispatch(l *lane) {
 			t.answer(admission{err: errLanePaused})
 			continue
 		}
+		report, probe, ok := w.holdForIncident(l, t)
+		if !ok {
+			continue // the job left (its ticket answers itself), or the worker stops
+		}
 		p, err := l.shaper.Admit(t.ctx, t.req)
-		t.answer(admission{permit: p, err: err})
+		if err != nil {
+			report(errNotCalled)
+			t.answer(admission{err: err})
+			continue
+		}
+		t.answer(admission{permit: p, report: report, probe: probe})
 	}
 }

@@ -17,6 +17,7 @@ type metrics struct {
 	concurrencyLimit *prometheus.GaugeVec
 	bucketLevel      *prometheus.GaugeVec
 	quotaShare       *prometheus.GaugeVec
+	incident         *prometheus.GaugeVec
 	jobDuration      prometheus.Histogram
 	queueDepth       prometheus.Gauge
 	deadLetters      *prometheus.CounterVec
@@ -61,6 +62,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		quotaShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "llmq_quota_share", Help: "Share of the provider's quota this worker runs on, per model (1 without the quota ledger).",
 		}, []string{"model"}),
+		incident: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "llmq_upstream_incident", Help: "1 while a model's lane is held by a provider incident (most calls failing: jobs wait, one probe at a time), else 0.",
+		}, []string{"model"}),
 		jobDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "llmq_job_duration_seconds", Help: "Time from the last claim to the terminal state.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
@@ -92,7 +96,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.retries, m.fallbacks, m.shapingWait,
-			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.jobDuration, m.queueDepth, m.deadLetters,
+			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.incident, m.jobDuration, m.queueDepth, m.deadLetters,
 			m.ingested, m.ingestPauses, m.claimed, m.released, m.reaped, m.leaseLost)
 	}
 	return m

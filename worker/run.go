@@ -49,6 +49,10 @@ type job struct {
 	pendingIn *lane
 	// writeFails counts the database errors of the job's writes in a row.
 	writeFails int
+	// freeCalls counts the failed probes of provider incidents this
+	// holder made for the job: calls (in attempts) the policy does not
+	// count. A holder that claims the job again counts them.
+	freeCalls int
 }
 
 // lose cancels what the job waits for: its lease was taken.
@@ -209,7 +213,8 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	model := p.models[p.state.Model]
 	l := w.lane(model)
 	p.setPending(l)
-	permit, err := w.admit(p, l, act)
+	a, err := w.admit(p, l, act)
+	permit := a.permit
 	switch {
 	case errors.Is(err, errLanePaused):
 		return event{Step: stepLanePaused}, true
@@ -224,6 +229,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	body, err := p.job.WithModel(model)
 	if err != nil {
 		permit.Cancel()
+		a.notCalled()
 		w.fail(p, 0, "invalid_body", err.Error())
 		return event{}, false
 	}
@@ -235,6 +241,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	cancel()
 	if err != nil {
 		permit.Cancel()
+		a.notCalled()
 		if w.gone(p, "mark calling", err) || !w.pause(p) {
 			return event{}, false
 		}
@@ -243,7 +250,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	p.writeFails = 0
 	// The call is counted before it starts: the policy counts it again
 	// when it answers.
-	p.state.Attempts = attempts - 1
+	p.state.Attempts = attempts - 1 - p.freeCalls
 	p.setPending(nil)
 	w.metrics.inFlight.Inc()
 	p.reply = w.cfg.Upstream.Call(w.workCtx, model, body)
@@ -252,8 +259,17 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	if p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil {
 		// The call was cut by shutdown, not by the upstream (an answer
 		// that arrived is stored all the same).
+		a.notCalled()
 		w.release(p)
 		return event{}, false
+	}
+	failed := incidentOutcome(p.reply.Outcome)
+	a.report(failed)
+	if a.probe && failed != nil {
+		// A probe of a provider incident that fails costs the job
+		// nothing: the policy does not count it.
+		p.freeCalls++
+		p.state.Attempts--
 	}
 	p.setPending(l)
 	return event{Step: stepCalled, Outcome: p.reply.Outcome}, true
@@ -271,7 +287,7 @@ func (s state) stored() store.PolicyState {
 // than act.Deadline. The lane predicts waits on the worker's clock;
 // the deadline's timer is the system clock's, as a job's deadline is wall
 // time.
-func (w *Worker) admit(p *job, l *lane, act action) (shaping.Permit, error) {
+func (w *Worker) admit(p *job, l *lane, act action) (admission, error) {
 	ctx := p.ctx
 	if !act.Deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -284,9 +300,9 @@ func (w *Worker) admit(p *job, l *lane, act action) (shaping.Permit, error) {
 	a := t.wait(ctx)
 	w.metrics.shapingWait.Observe(w.cfg.Clock.Since(begin).Seconds())
 	if a.err != nil && !act.Deadline.IsZero() && errors.Is(a.err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
-		return shaping.Permit{}, &shaping.WaitError{Deadline: act.Deadline}
+		return admission{}, &shaping.WaitError{Deadline: act.Deadline}
 	}
-	return a.permit, a.err
+	return a, a.err
 }
 
 // model returns the catalog entry of a model, as its lane sees it.

@@ -48,16 +48,18 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 	}
 	code := func(s string) string { return "`" + s + "`" }
 	for key, want := range map[string]string{
-		"`LLMQ_DATABASE_URL` / `--database-url`":   code(config.DatabaseURLDefault),
-		"`LLMQ_BROKER` / `--broker`":               code(config.BrokerDefault),
-		"`OPENAI_BASE_URL` / `--openai-base-url`":  code(config.OpenAIBaseURLDefault),
-		"`OPENAI_API_KEY` / `--openai-api-key`":    code(config.OpenAIAPIKeyDefault),
-		"`models.<name>.batch_discount`":           list(llmq.BatchDiscountDefault),
-		"`retry.max_attempts`":                     list(worker.MaxAttemptsDefault),
-		"`retry.base_delay`, `retry.max_delay`":    list(worker.BackoffBaseDefault, worker.BackoffMaxDefault),
-		"`retry.budget`":                           list(worker.RetryBudgetRatioDefault),
-		"`retry.fallback_after`":                   list(worker.FallbackAfterDefault),
-		"`retry.fallback_max_wait`":                list(worker.FallbackMaxWaitDefault),
+		"`LLMQ_DATABASE_URL` / `--database-url`":  code(config.DatabaseURLDefault),
+		"`LLMQ_BROKER` / `--broker`":              code(config.BrokerDefault),
+		"`OPENAI_BASE_URL` / `--openai-base-url`": code(config.OpenAIBaseURLDefault),
+		"`OPENAI_API_KEY` / `--openai-api-key`":   code(config.OpenAIAPIKeyDefault),
+		"`models.<name>.batch_discount`":          list(llmq.BatchDiscountDefault),
+		"`retry.max_attempts`":                    list(worker.MaxAttemptsDefault),
+		"`retry.base_delay`, `retry.max_delay`":   list(worker.BackoffBaseDefault, worker.BackoffMaxDefault),
+		"`retry.budget`":                          list(worker.RetryBudgetRatioDefault),
+		"`retry.fallback_after`":                  list(worker.FallbackAfterDefault),
+		"`retry.fallback_max_wait`":               list(worker.FallbackMaxWaitDefault),
+		"`retry.incident_min_calls`, `.incident_failure_ratio`, `.incident_window`, `.incident_probe_every`": list(
+			worker.IncidentMinCallsDefault, worker.IncidentFailureRatioDefault, worker.IncidentWindowDefault, worker.IncidentProbeEveryDefault),
 		"`batch.window`":                           code(batchapi.WindowDefault),
 		"`batch.timezone`":                         code(batchapi.TimezoneDefault),
 		"`batch.drain_threshold`":                  list(batchapi.DrainThresholdDefault),

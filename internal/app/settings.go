@@ -44,13 +44,18 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		RetryBudget:     s.Retry.Budget,
 		FallbackAfter:   s.Retry.FallbackAfter,
 		FallbackMaxWait: s.Retry.FallbackMaxWait,
-		FallbackOn:      fallbackOn(s.Retry.FallbackOn),
-		ShutdownTimeout: wc.ShutdownTimeout,
-		Lease:           wc.Lease,
-		MaxMessageBytes: s.MaxMessageBytes,
-		QuotaScope:      worker.QuotaScopeOf(s.OpenAIBaseURL, s.OpenAIAPIKey),
-		Replica:         wc.Replica,
-		LedgerPeriod:    wc.LedgerPeriod,
+
+		IncidentMinCalls:     s.Retry.IncidentMinCalls,
+		IncidentFailureRatio: s.Retry.IncidentFailureRatio,
+		IncidentWindow:       s.Retry.IncidentWindow,
+		IncidentProbeEvery:   s.Retry.IncidentProbeEvery,
+		FallbackOn:           fallbackOn(s.Retry.FallbackOn),
+		ShutdownTimeout:      wc.ShutdownTimeout,
+		Lease:                wc.Lease,
+		MaxMessageBytes:      s.MaxMessageBytes,
+		QuotaScope:           worker.QuotaScopeOf(s.OpenAIBaseURL, s.OpenAIAPIKey),
+		Replica:              wc.Replica,
+		LedgerPeriod:         wc.LedgerPeriod,
 	}
 }
 

@@ -145,6 +145,13 @@ type Retry struct {
 	// job's backoff and in its model's pause after a 429;
 	// 0 = worker.BackoffMaxRetryAfterDefault.
 	MaxRetryAfter time.Duration `yaml:"max_retry_after"`
+	// The provider-incident breaker of each model's lane (worker.Config's
+	// Incident* fields); 0 = the worker's defaults, incident_min_calls -1
+	// turns it off.
+	IncidentMinCalls     int           `yaml:"incident_min_calls"`
+	IncidentFailureRatio float64       `yaml:"incident_failure_ratio"`
+	IncidentWindow       time.Duration `yaml:"incident_window"`
+	IncidentProbeEvery   time.Duration `yaml:"incident_probe_every"`
 }
 
 // Ingest configures the worker's ingest. Zero fields mean the worker's
@@ -446,6 +453,10 @@ func (c *Config) Validate() error {
 		if !slices.Contains(FallbackOnValues, v) {
 			bad(fmt.Sprintf("retry.fallback_on[%d]", i), "%q: want %s", v, strings.Join(FallbackOnValues, ", "))
 		}
+	}
+	if r := c.Retry; r.IncidentMinCalls < -1 || r.IncidentFailureRatio < 0 || r.IncidentFailureRatio > 1 || r.IncidentWindow < 0 || r.IncidentProbeEvery < 0 {
+		bad("retry.incident_*", "incident_min_calls must be -1 (off) or more, incident_failure_ratio in [0, 1], "+
+			"incident_window and incident_probe_every not negative (0: the defaults)")
 	}
 	if c.Retention.Interval < 0 {
 		bad("retention.interval", "%v: must not be negative", c.Retention.Interval)

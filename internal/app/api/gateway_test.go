@@ -229,8 +229,10 @@ func TestGatewayProviderStatus(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, apiErr.HTTPStatusCode)
 	require.Equal(t, "authentication_error", apiErr.Type)
 	require.Equal(t, "invalid_request_error", apiErr.Code)
-	require.Equal(t, "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer "+
-		"auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're accessing the API "+
+	// The provider's message as llmq stores every upstream error: with its
+	// status, and sanitised (anything that reads as a credential masked).
+	require.Equal(t, "HTTP 401: You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer "+
+		"xxxxx (i.e. Authorization: xxxxx, or as the password field (with blank username) if you're accessing the API "+
 		"from your browser and are prompted for a username. You can obtain an API key from "+
 		"https://platform.openai.com/account/api-keys.", apiErr.Message)
 	id := b.lastHeader().Get("X-Llmq-Job-Id")

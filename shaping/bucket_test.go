@@ -207,6 +207,16 @@ func TestBucketCorrectionsCompose(t *testing.T) {
 	}
 	require.Equal(t, sec(104), b.ReadyAt(c), "100 corrections, none forgotten")
 
+	// A raised rate alone brings a queued reservation earlier: 30 tokens
+	// short, 10 refilled at 1 a second, the other 20 at 2.
+	b, err = NewBucket(BucketConfig{Limit: 60, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	c, err = b.ReserveAt(t0, 30)
+	require.NoError(t, err)
+	require.Equal(t, sec(30), c.ReadyAt)
+	require.NoError(t, b.SetLimitAt(sec(10), 120))
+	require.Equal(t, sec(20), b.ReadyAt(c))
+
 	// 50 tokens short at 1 token a second; every 0.5 s the rate goes
 	// to 3 a second and back: 2 tokens a second, 48.5 at 24.5 s, the
 	// last 1.5 at 3 a second: ready at 25 s, as without the changes at 2

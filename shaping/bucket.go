@@ -115,12 +115,13 @@ type Bucket struct {
 	// raised from debt adds to it. A reservation that waits is ready when
 	// credit reaches its ticket (see [Claim]), whatever the rate did in
 	// between, so corrections of the rate or the level compose without a
-	// log. floor is the least ticket: a lowering delays even the
-	// reservations that were ready, by the tokens it takes off.
+	// log. floor is the least ticket of the reservations taken before
+	// the last lowering below zero (fixes below floorFixes): it delays
+	// even those that were ready, by the tokens it takes off.
 	credit, floor float64
 	// fixes counts the corrections that move ready times already handed
 	// out (a changed rate, a level lowered below zero or raised from it).
-	fixes uint64
+	fixes, floorFixes uint64
 }
 
 // NewBucket returns a bucket created at now.
@@ -180,7 +181,11 @@ func (b *Bucket) readyLocked(c Claim) time.Time {
 	if c.fixes == b.fixes {
 		return c.ReadyAt
 	}
-	if short := max(c.ticket, b.floor) - b.credit; short > 0 {
+	ticket := c.ticket
+	if c.fixes < b.floorFixes {
+		ticket = max(ticket, b.floor)
+	}
+	if short := ticket - b.credit; short > 0 {
 		return b.abs(b.timeFor(b.cum(b.last) + short))
 	}
 	// Covered by the last refill or raise.
@@ -270,6 +275,7 @@ func (b *Bucket) lowerTo(s, level float64) {
 		b.floor = max(b.floor, b.credit)
 		b.credit -= short
 		b.fixes++
+		b.floorFixes = b.fixes
 	}
 	b.level = level
 }

@@ -207,6 +207,21 @@ func TestBucketCorrectionsCompose(t *testing.T) {
 	}
 	require.Equal(t, sec(104), b.ReadyAt(c), "100 corrections, none forgotten")
 
+	// A cut below zero delays the reservations taken before it, not one
+	// taken after it from tokens a settlement gave back.
+	b, err = NewBucket(BucketConfig{Limit: 60, Capacity: 10}, t0)
+	require.NoError(t, err)
+	c, err = b.ReserveAt(t0, 2)
+	require.NoError(t, err)
+	b.LowerAt(t0, -3)
+	b.AdjustAt(t0, 5)
+	after, err := b.ReserveAt(t0, 2)
+	require.NoError(t, err)
+	require.Equal(t, t0, after.ReadyAt)
+	require.NoError(t, b.SetLimitAt(t0, 120))
+	require.Equal(t, sec(1.5), b.ReadyAt(c), "3 tokens at 2 a second")
+	require.Equal(t, t0, b.ReadyAt(after))
+
 	// A raised rate alone brings a queued reservation earlier: 30 tokens
 	// short, 10 refilled at 1 a second, the other 20 at 2.
 	b, err = NewBucket(BucketConfig{Limit: 60, Start: StartEmpty}, t0)

@@ -315,7 +315,7 @@ type bucketState struct {
 	origin                                       time.Time
 	rate, warm, capacity, level, last, lastEvent float64
 	credit, floor                                float64
-	fixes                                        uint64
+	fixes, floorFixes                            uint64
 }
 
 func stateOf(b *Bucket) (s bucketState, ok bool) {
@@ -325,6 +325,7 @@ func stateOf(b *Bucket) (s bucketState, ok bool) {
 	s = bucketState{
 		name: b.name, origin: b.origin, rate: b.rate, warm: b.warm, capacity: b.capacity,
 		level: b.level, last: b.last, lastEvent: b.lastEvent, credit: b.credit, floor: b.floor, fixes: b.fixes,
+		floorFixes: b.floorFixes,
 	}
 	return s, true
 }

@@ -109,32 +109,19 @@ type Bucket struct {
 	level     float64
 	last      float64 // time of the last refill
 	lastEvent float64 // latest ready time handed out
-	seq       uint64  // reservations committed
-	// retimes records corrections (a lowered level, a changed rate) that
-	// move the ready times of reservations already handed out.
-	retimes []retime
-}
-
-// retime maps the ready time r of a reservation with seq < seq to
-// at + (max(r, at)-at)*scale + shift; a negative shift (a raised level)
-// maps an r after at to max(at, r+shift) and leaves the others.
-type retime struct {
-	seq              uint64
-	at, scale, shift float64
-}
-
-// maxRetimes bounds the retime log; older corrections are forgotten.
-const maxRetimes = 32
-
-func (b *Bucket) addRetime(x retime) {
-	if b.seq == 0 {
-		return
-	}
-	if len(b.retimes) == maxRetimes {
-		copy(b.retimes, b.retimes[1:])
-		b.retimes = b.retimes[:maxRetimes-1]
-	}
-	b.retimes = append(b.retimes, x)
+	// credit counts the tokens the refill has brought since the creation,
+	// uncapped, moved by the corrections that move the reservations
+	// waiting in debt: a level lowered below zero takes from it, a level
+	// raised from debt adds to it. A reservation that waits is ready when
+	// credit reaches its ticket (see [Claim]), whatever the rate did in
+	// between, so corrections of the rate or the level compose without a
+	// log. floor is the least ticket of the reservations taken before
+	// the last lowering below zero (fixes below floorFixes): it delays
+	// even those that were ready, by the tokens it takes off.
+	credit, floor float64
+	// fixes counts the corrections that move ready times already handed
+	// out (a changed rate, a level lowered below zero or raised from it).
+	fixes, floorFixes uint64
 }
 
 // NewBucket returns a bucket created at now.
@@ -169,13 +156,18 @@ type Claim struct {
 	// share is how many times a lane request's token count is in Tokens
 	// (for settlement).
 	share float64
-	seq   uint64
+	// ticket is the bucket's credit at which the claim is ready; fixes
+	// is the bucket's count of corrections when it was taken: without a
+	// correction since, ReadyAt stands.
+	ticket float64
+	fixes  uint64
 }
 
 // ReadyAt returns when c is ready now that later corrections are known: a
 // level lowered from a server's header, or a lowered rate, moves the ready
 // times of reservations already handed out later; a level raised from a
-// server's header moves them earlier, never before the raise.
+// server's header, or a raised rate, moves them earlier, never before the
+// raise.
 func (b *Bucket) ReadyAt(c Claim) time.Time {
 	if c.bucket != b {
 		return c.ReadyAt
@@ -186,28 +178,18 @@ func (b *Bucket) ReadyAt(c Claim) time.Time {
 }
 
 func (b *Bucket) readyLocked(c Claim) time.Time {
-	if len(b.retimes) == 0 || b.retimes[len(b.retimes)-1].seq <= c.seq {
+	if c.fixes == b.fixes {
 		return c.ReadyAt
 	}
-	r := b.rel(c.ReadyAt)
-	moved, raised := false, false
-	for _, x := range b.retimes {
-		switch {
-		case x.seq <= c.seq:
-		case x.shift < 0: // a raise: earlier, but not before it
-			if r > x.at {
-				r, moved, raised = max(x.at, r+x.shift), true, true
-			}
-		case r < x.at && x.shift == 0:
-		default:
-			r = x.at + (max(r, x.at)-x.at)*x.scale + x.shift
-			moved = true
-		}
+	ticket := c.ticket
+	if c.fixes < b.floorFixes {
+		ticket = max(ticket, b.floor)
 	}
-	if !moved {
-		return c.ReadyAt
+	if short := ticket - b.credit; short > 0 {
+		return b.abs(b.timeFor(b.cum(b.last) + short))
 	}
-	if at := b.abs(r); raised || at.After(c.ReadyAt) {
+	// Covered by the last refill or raise.
+	if at := b.abs(b.last); at.Before(c.ReadyAt) {
 		return at
 	}
 	return c.ReadyAt
@@ -290,13 +272,18 @@ func (b *Bucket) lowerTo(s, level float64) {
 	// Queued reservations wait only for the part of the cut that takes the
 	// level below zero: above it, they still have their tokens.
 	if short := min(b.level-level, -level); short > 0 {
-		b.addRetime(retime{seq: b.seq + 1, at: s, scale: 1, shift: b.timeFor(b.cum(s)+short) - s})
+		b.floor = max(b.floor, b.credit)
+		b.credit -= short
+		b.fixes++
+		b.floorFixes = b.fixes
 	}
 	b.level = level
 }
 
 // SetLimitAt changes the refill to limit tokens per period from now on. Any
-// warm-up in progress continues towards the new rate.
+// warm-up in progress continues towards the new rate. The reservations
+// queued behind the debt wait for the rest of it at the new rate: a lower
+// one moves their ready times later, a higher one earlier.
 func (b *Bucket) SetLimitAt(now time.Time, limit float64) error {
 	if !(limit > 0) || math.IsInf(limit, 0) {
 		return fmt.Errorf("%w: bucket %q limit must be > 0, got %v", ErrInvalidConfig, b.name, limit)
@@ -307,8 +294,8 @@ func (b *Bucket) SetLimitAt(now time.Time, limit float64) error {
 	b.advance(s)
 	old := b.rate
 	b.rate = limit / b.per.Seconds()
-	if b.rate < old {
-		b.addRetime(retime{seq: b.seq + 1, at: s, scale: old / b.rate})
+	if b.rate != old {
+		b.fixes++
 	}
 	return nil
 }
@@ -417,7 +404,9 @@ func (b *Bucket) advance(s float64) {
 	if s <= b.last {
 		return
 	}
-	b.level = min(b.capacity, b.level+b.cum(s)-b.cum(b.last))
+	refill := b.cum(s) - b.cum(b.last)
+	b.level = min(b.capacity, b.level+refill)
+	b.credit += refill
 	b.last = s
 	b.rebase()
 }
@@ -436,9 +425,6 @@ func (b *Bucket) rebase() {
 	b.warm = 0
 	b.last -= s
 	b.lastEvent -= s
-	for i := range b.retimes {
-		b.retimes[i].at -= s
-	}
 }
 
 // peekLocked refills to now and returns when n tokens would be covered;
@@ -473,10 +459,17 @@ func (b *Bucket) tooLarge(n float64) error {
 }
 
 func (b *Bucket) commitLocked(n, ready float64, readyAt time.Time) Claim {
+	return Claim{bucket: b, Tokens: n, ReadyAt: readyAt, ticket: b.take(n, ready), fixes: b.fixes}
+}
+
+// take takes n tokens whose ready time peekRel gave and returns their
+// ticket: the credit at which the level covers them (for a reservation
+// above the capacity, a full bucket).
+func (b *Bucket) take(n, ready float64) float64 {
+	ticket := b.credit + min(n, b.capacity) - b.level
 	b.level -= n
 	b.lastEvent = max(b.lastEvent, ready)
-	b.seq++
-	return Claim{bucket: b, Tokens: n, ReadyAt: readyAt, seq: b.seq}
+	return ticket
 }
 
 // readyTime is the instant of a ready time from peekLocked.
@@ -511,7 +504,8 @@ func (b *Bucket) raiseTo(s, level float64) {
 	}
 	// Only a level below zero has reservations waiting on it.
 	if b.level < 0 {
-		b.addRetime(retime{seq: b.seq + 1, at: s, scale: 1, shift: -(level - b.level) / b.rate})
+		b.credit += level - b.level
+		b.fixes++
 	}
 	b.level = level
 }

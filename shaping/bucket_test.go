@@ -182,15 +182,17 @@ func TestBucketRetimeOrder(t *testing.T) {
 	require.Equal(t, c1.ReadyAt, other.ReadyAt(c1), "another bucket's claim is returned as is")
 }
 
-// TestBucketRetimeLog: corrections that change nothing take no room in the
-// log; beyond maxRetimes corrections the oldest is forgotten.
-func TestBucketRetimeLog(t *testing.T) {
+// TestBucketCorrectionsCompose: corrections that change nothing leave the
+// ready times as handed out; any number of them compose, none forgotten;
+// a raised rate brings a queued reservation earlier as a lowered one moves
+// it later, however often the rate goes up and down.
+func TestBucketCorrectionsCompose(t *testing.T) {
 	t.Parallel()
 	b, err := NewBucket(BucketConfig{Limit: 60, Capacity: 10, Start: StartEmpty}, t0)
 	require.NoError(t, err)
 	c, _ := b.ReserveAt(t0, 4)
 	b.LowerAt(sec(1), -5) // c at 6 s
-	for range 2 * maxRetimes {
+	for range 100 {
 		require.NoError(t, b.SetLimitAt(sec(1), 60)) // the same rate
 		b.LowerAt(sec(1), -5)                        // the same level
 		b.LowerAt(sec(1), 0)                         // above the level
@@ -200,10 +202,49 @@ func TestBucketRetimeLog(t *testing.T) {
 	b, err = NewBucket(BucketConfig{Limit: 60, Capacity: 10, Start: StartEmpty}, t0)
 	require.NoError(t, err)
 	c, _ = b.ReserveAt(t0, 4)
-	for i := range maxRetimes + 1 {
+	for i := range 100 {
 		b.LowerAt(sec(1), float64(-4-i)) // one token short each time
 	}
-	require.Equal(t, sec(4+maxRetimes), b.ReadyAt(c), "the first of %d corrections is forgotten", maxRetimes+1)
+	require.Equal(t, sec(104), b.ReadyAt(c), "100 corrections, none forgotten")
+
+	// A cut below zero delays the reservations taken before it, not one
+	// taken after it from tokens a settlement gave back.
+	b, err = NewBucket(BucketConfig{Limit: 60, Capacity: 10}, t0)
+	require.NoError(t, err)
+	c, err = b.ReserveAt(t0, 2)
+	require.NoError(t, err)
+	b.LowerAt(t0, -3)
+	b.AdjustAt(t0, 5)
+	after, err := b.ReserveAt(t0, 2)
+	require.NoError(t, err)
+	require.Equal(t, t0, after.ReadyAt)
+	require.NoError(t, b.SetLimitAt(t0, 120))
+	require.Equal(t, sec(1.5), b.ReadyAt(c), "3 tokens at 2 a second")
+	require.Equal(t, t0, b.ReadyAt(after))
+
+	// A raised rate alone brings a queued reservation earlier: 30 tokens
+	// short, 10 refilled at 1 a second, the other 20 at 2.
+	b, err = NewBucket(BucketConfig{Limit: 60, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	c, err = b.ReserveAt(t0, 30)
+	require.NoError(t, err)
+	require.Equal(t, sec(30), c.ReadyAt)
+	require.NoError(t, b.SetLimitAt(sec(10), 120))
+	require.Equal(t, sec(20), b.ReadyAt(c))
+
+	// 50 tokens short at 1 token a second; every 0.5 s the rate goes
+	// to 3 a second and back: 2 tokens a second, 48.5 at 24.5 s, the
+	// last 1.5 at 3 a second: ready at 25 s, as without the changes at 2
+	// a second, not at 50 s.
+	b, err = NewBucket(BucketConfig{Limit: 60, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	c, err = b.ReserveAt(t0, 50)
+	require.NoError(t, err)
+	require.Equal(t, sec(50), c.ReadyAt)
+	for i := range 50 {
+		require.NoError(t, b.SetLimitAt(sec(0.5*float64(i)), []float64{60, 180}[i%2]))
+	}
+	require.WithinDuration(t, sec(25), b.ReadyAt(c), time.Microsecond)
 }
 
 func TestBucketSetLimitAndCapacity(t *testing.T) {

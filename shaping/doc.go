@@ -34,12 +34,14 @@
 // replaces the configured limit, and a remaining header sets the level,
 // lower or higher, taking into account the refill since the send, what the
 // server had not yet seen, and whether the provider gives unused tokens back
-// (which the headers show); a stale header only lowers it, and for a minute
-// after a 429 no header raises it. A correction also moves the ready times of
-// the reservations already queued ([Lane.ReadyAt], [Bucket.ReadyAt]): a level
-// cut below zero delays them by the missing tokens, a lower rate stretches
-// their remaining wait, a raised level brings them forward (and wakes a
-// waiting Admit). A lane starts by probe ([ColdStartProbe]): one request
+// (which the headers show); a stale header only lowers it, for a minute
+// after a 429 no header raises it, and neither does one on a lane that runs
+// on a share of the quota below 1, after its first. A correction also moves
+// the ready times of the reservations already queued ([Lane.ReadyAt],
+// [Bucket.ReadyAt]): a level cut below zero delays them by the missing
+// tokens, a lower rate stretches their remaining wait and a higher one
+// shortens it, a raised level brings them forward (and wakes a waiting
+// Admit); any number of corrections compose, none is forgotten. A lane starts by probe ([ColdStartProbe]): one request
 // goes at once and the first answer's headers set the levels; a lane tells
 // a per-minute bucket from a short one ([ProviderKind]) from the answers,
 // and [Lane.SetShareAt] runs it on a share of the provider's quota. See

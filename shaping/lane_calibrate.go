@@ -30,7 +30,11 @@ type marks struct{ req, tok, ref, rfd, own float64 }
 // that the server had not yet seen (see levelLocked): it may lower the
 // level whatever its age, and raise it only when it is the newest applied
 // (a stale header must not move the level back), no 429 arrived in the
-// last minute (this one included) and the buckets are past their warm-up.
+// last minute (this one included), the buckets are past their warm-up, and
+// the lane runs on the whole quota or this is its first header: on a share,
+// the header answers a request sent a while ago and the other replicas have
+// spent since from credit it does not show, so s × remaining would count
+// their spending twice (docs/design/replicas.md).
 // The first header ends a cold start's probe.
 func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, refused bool) {
 	if l.cfg.Strategy == StrategyRetry {
@@ -42,6 +46,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		}
 		return
 	}
+	first := !l.headersSeen
 	if !l.headersSeen {
 		l.headersSeen = true
 		if l.kind == ProviderNoHeaders {
@@ -74,7 +79,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	}
 	// A 429 starts the distrust; a short bucket's capping does not show in
 	// the per-minute headers, so its lane runs on its own refill.
-	raise := fresh && !now.Before(l.distrustUntil) && l.kind != ProviderShort
+	raise := fresh && !now.Before(l.distrustUntil) && l.kind != ProviderShort && (l.share == 1 || first)
 	raised := false
 	if h.HasRemainingRequests && l.rpm != nil {
 		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, raise)

@@ -231,37 +231,30 @@ func (l *Lane) roomLocked(tokens float64, h RateLimitHeaders) bool {
 // SetShareAt makes the lane run on share, in (0, 1], of the provider's
 // quota from now on: the refill and the capacity of its buckets, and the
 // levels it reads from the headers (the provider's remaining times share),
-// scale with it, and a positive level is scaled too. N replicas on one API
-// key that each set 1/N spend together what one lane would.
+// scale with it. The level is the lane's credit at the provider and stays
+// (cut to a lowered capacity): scaling it would create credit whenever the
+// replicas' levels are not in the proportion of their shares, and replicas
+// whose shares sum to 1 would spend more than the provider has (on a share
+// below 1, headers after the first only lower it: calibrateLocked). A level
+// in debt is owed whatever the share: the reservations waiting on it wait
+// for the rest of it at the new refill, sooner when the share grows, later
+// when it shrinks. N replicas on one API key that each set 1/N spend
+// together what one lane would.
 func (l *Lane) SetShareAt(now time.Time, share float64) error {
 	if !(share > 0 && share <= 1) {
 		return fmt.Errorf("%w: lane %q share must be in (0, 1], got %v", ErrInvalidConfig, l.cfg.Name, share)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ratio := share / l.share
+	if share == l.share {
+		return nil
+	}
 	l.share = share
 	for _, q := range l.views() {
 		if q.b == nil {
 			continue
 		}
-		if ratio > 1 {
-			l.applyLocked(now, q.b, q.v) // the capacity grows first
-		}
-		q.b.mu.Lock()
-		s := q.b.rel(now)
-		q.b.advance(s)
-		if level := q.b.level; level > 0 {
-			if ratio < 1 {
-				q.b.lowerTo(s, level*ratio)
-			} else if s >= q.b.warm {
-				q.b.raiseTo(s, level*ratio)
-			}
-		}
-		q.b.mu.Unlock()
-		if ratio <= 1 {
-			l.applyLocked(now, q.b, q.v)
-		}
+		l.applyLocked(now, q.b, q.v)
 	}
 	l.wakeLocked()
 	if l.ctrl != nil {

@@ -209,8 +209,9 @@ func TestLaneShortBucketDetected(t *testing.T) {
 }
 
 // TestLaneShareSeam: three lanes on a third of the quota each, fed the same
-// headers, spend together what one lane on the whole quota spends, to a
-// request each; their snapshots show the share.
+// headers, spend together what one lane on the whole quota spends (the
+// bucket from the first header, then the refill), to a request each; their
+// snapshots show the share.
 func TestLaneShareSeam(t *testing.T) {
 	t.Parallel()
 	newLane := func(share float64) *Lane {
@@ -222,7 +223,7 @@ func TestLaneShareSeam(t *testing.T) {
 	one := newLane(1)
 	three := []*Lane{newLane(1.0 / 3), newLane(1.0 / 3), newLane(1.0 / 3)}
 	requireBucketsNear(t, []BucketSnapshot{
-		{Name: "rpm", Level: 1.0 / 3, Capacity: 50.0 / 3, Limit: 200},
+		{Name: "rpm", Level: 1, Capacity: 50.0 / 3, Limit: 200}, // the probe's request
 		{Name: "tpm", Level: 5000.0 / 3, Capacity: 5000.0 / 3, Limit: 20000},
 	}, snapshotBuckets(three[0], t0))
 	require.Equal(t, 1.0/3, three[0].SnapshotAt(t0).Share)
@@ -263,20 +264,26 @@ func TestLaneShareSeam(t *testing.T) {
 	require.InDelta(t, total1, total3, 3)
 	require.Equal(t, 60+9*5, total1, "the bucket once, then the refill")
 
-	// A replica's share changes: the lane's refill and capacity follow, and
-	// a positive level is scaled; a share out of (0, 1] is refused.
+	// A replica's share changes: the lane's refill and capacity follow; the
+	// level is its credit at the provider and stays (cut to the capacity),
+	// and a header may lower it but, on a share below 1, not raise it; a
+	// share out of (0, 1] is refused.
 	l := newLane(1.0 / 3)
 	l.ObserveAt(t0, headers600(600, 60000))
-	require.InDelta(t, 20000, levels(l, t0)[1], 1e-6)
+	require.InDelta(t, 20000, levels(l, t0)[1], 1e-6, "the first header ends the probe")
 	require.NoError(t, l.SetShareAt(t0, 0.5))
 	requireBucketsNear(t, []BucketSnapshot{
-		{Name: "rpm", Level: 300, Capacity: 300, Limit: 300},
-		{Name: "tpm", Level: 30000, Capacity: 30000, Limit: 30000},
+		{Name: "rpm", Level: 200, Capacity: 300, Limit: 300},
+		{Name: "tpm", Level: 20000, Capacity: 30000, Limit: 30000},
 	}, snapshotBuckets(l, t0))
-	require.NoError(t, l.SetShareAt(t0, 0.25))
-	require.InDelta(t, 15000, levels(l, t0)[1], 1e-6)
+	l.ObserveAt(t0, headers600(600, 60000))
+	require.InDelta(t, 20000, levels(l, t0)[1], 1e-6, "not raised")
+	l.ObserveAt(t0, headers600(600, 30000))
+	require.InDelta(t, 15000, levels(l, t0)[1], 1e-6, "lowered to half of what remains")
+	require.NoError(t, l.SetShareAt(t0, 0.2))
+	require.InDelta(t, 12000, levels(l, t0)[1], 1e-6, "cut to the capacity")
 	for _, bad := range []float64{0, -1, 1.5, math.NaN()} {
 		require.ErrorIs(t, l.SetShareAt(t0, bad), ErrInvalidConfig)
 	}
-	require.Equal(t, 0.25, l.Share())
+	require.Equal(t, 0.2, l.Share())
 }

@@ -161,19 +161,14 @@ func (l *Lane) chargeOwnLocked(now time.Time, tokens int, deadline time.Time, re
 	if !deadline.IsZero() && ready.After(deadline) {
 		return &WaitError{Wait: ready.Sub(now), Deadline: deadline}
 	}
-	rpm.level--
-	rpm.lastEvent = max(rpm.lastEvent, rr)
-	rpm.seq++
-	tpm.level -= cost
-	tpm.lastEvent = max(tpm.lastEvent, rt)
-	tpm.seq++
+	tr, tt := rpm.take(1, rr), tpm.take(cost, rt)
 	res.ReadyAt, res.Tokens, res.n = ready, tokens, 2
 	cr, ct := &res.claims[0], &res.claims[1]
 	if tpm.id < rpm.id {
 		cr, ct = ct, cr
 	}
-	cr.bucket, cr.Tokens, cr.ReadyAt, cr.seq = rpm, 1, atR, rpm.seq
-	ct.bucket, ct.Tokens, ct.ReadyAt, ct.share, ct.seq = tpm, cost, atT, 1, tpm.seq
+	cr.bucket, cr.Tokens, cr.ReadyAt, cr.ticket, cr.fixes = rpm, 1, atR, tr, rpm.fixes
+	ct.bucket, ct.Tokens, ct.ReadyAt, ct.share, ct.ticket, ct.fixes = tpm, cost, atT, 1, tt, tpm.fixes
 	res.pace = l.paceAll || rpm.level < rpm.rate || tpm.level < tpm.rate
 	l.resReq++
 	l.resTok += cost
@@ -244,10 +239,7 @@ func (l *Lane) chargeLocked(now time.Time, tokens int, cs []charge, deadline tim
 	for i := range cs {
 		c := &cs[i]
 		b := c.b
-		b.level -= c.cost
-		b.lastEvent = max(b.lastEvent, c.ready)
-		b.seq++
-		res.add(Claim{bucket: b, Tokens: c.cost, ReadyAt: c.readyAt, share: c.share, seq: b.seq})
+		res.add(Claim{bucket: b, Tokens: c.cost, ReadyAt: c.readyAt, share: c.share, ticket: b.take(c.cost, c.ready), fixes: b.fixes})
 	}
 	res.pace = l.paceAll || (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate)
 	if l.rpm != nil {

@@ -292,14 +292,15 @@ func requireSameReservation(t *testing.T, fast, gen *Reservation, extra *Bucket,
 		tokens  float64
 		readyAt time.Time
 		share   float64
-		seq     uint64
+		ticket  float64
+		fixes   uint64
 	}
 	claims := func(r *Reservation, skip *Bucket) []claim {
 		var out []claim
 		for _, cs := range r.lists() {
 			for _, c := range cs {
 				if c.bucket != skip {
-					out = append(out, claim{c.bucket.name, c.Tokens, c.ReadyAt, c.share, c.seq})
+					out = append(out, claim{c.bucket.name, c.Tokens, c.ReadyAt, c.share, c.ticket, c.fixes})
 				}
 			}
 		}
@@ -313,9 +314,8 @@ type bucketState struct {
 	name                                         string
 	origin                                       time.Time
 	rate, warm, capacity, level, last, lastEvent float64
-	seq                                          uint64
-	retimes                                      [maxRetimes]retime
-	nRetimes                                     int
+	credit, floor                                float64
+	fixes, floorFixes                            uint64
 }
 
 func stateOf(b *Bucket) (s bucketState, ok bool) {
@@ -324,9 +324,9 @@ func stateOf(b *Bucket) (s bucketState, ok bool) {
 	}
 	s = bucketState{
 		name: b.name, origin: b.origin, rate: b.rate, warm: b.warm, capacity: b.capacity,
-		level: b.level, last: b.last, lastEvent: b.lastEvent, seq: b.seq, nRetimes: len(b.retimes),
+		level: b.level, last: b.last, lastEvent: b.lastEvent, credit: b.credit, floor: b.floor, fixes: b.fixes,
+		floorFixes: b.floorFixes,
 	}
-	copy(s.retimes[:], b.retimes)
 	return s, true
 }
 

@@ -1,0 +1,182 @@
+package shaping
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLaneShareOscillates: a replica's share raised and lowered every
+// 500 ms (0.17, 0.48) while reservations wait, one of them larger than the
+// lane's capacity at the low share: each is ready within its tokens and
+// those queued ahead of it over the mean share's refill, plus a second. A
+// raised share must bring the queued ready times earlier, as a lowered one
+// moves them later; otherwise every lowering compounds and the lane stalls.
+func TestLaneShareOscillates(t *testing.T) {
+	t.Parallel()
+	const tpm = 6000.0 // 100 tokens a second
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: tpm, ColdStart: ColdStartStatic,
+		WarmUp: -1, Start: StartEmpty, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	shares := [2]float64{0.17, 0.48}
+	require.NoError(t, lane.SetShareAt(t0, shares[0]))
+	require.InDelta(t, 0.17*tpm, lane.tpm.Capacity(), 1e-9)
+	sizes := []int{120, 2000, 120, 500} // 2000 > 1020, the capacity at 0.17
+	rs := make([]Reservation, len(sizes))
+	bounds := make([]time.Time, len(sizes))
+	mean := (shares[0] + shares[1]) / 2
+	ahead := 0
+	for i, n := range sizes {
+		rs[i], err = lane.ReserveAt(t0, Request{PromptTokens: n - 1, MaxOutputTokens: 1})
+		require.NoError(t, err)
+		ahead += n
+		bounds[i] = sec(float64(ahead)/(mean*tpm/60) + 1)
+	}
+	next := 0
+	for step := 0; next < len(rs) && step < 1000; step++ {
+		now := sec(0.5 * float64(step))
+		require.NoError(t, lane.SetShareAt(now, shares[step%2]))
+		for next < len(rs) && !lane.ReadyAt(&rs[next]).After(now) {
+			t.Logf("%d tokens ready at %v (bound %v)", sizes[next], now.Sub(t0), bounds[next].Sub(t0))
+			require.False(t, now.After(bounds[next]), "%d tokens: ready at %v, bound %v", sizes[next], now.Sub(t0), bounds[next].Sub(t0))
+			lane.SendAt(now, rs[next])
+			next++
+		}
+		if next < len(rs) {
+			require.False(t, now.After(bounds[next]), "%d tokens still waiting at %v (ready at %v), bound %v",
+				sizes[next], now.Sub(t0), lane.ReadyAt(&rs[next]).Sub(t0), bounds[next].Sub(t0))
+		}
+	}
+	require.Equal(t, len(rs), next)
+}
+
+// TestLaneSharesOneProvider: three replicas' lanes on one provider (a
+// minute bucket, full at the start, that answers with its headers) take a
+// backlog each, one job at a time as a worker's dispatcher does (a refused
+// job would go back to the head), their shares summing to 1: fixed at a
+// third, or rotating every 500 ms (0.17, 0.35, 0.48). Either way the
+// provider never refuses a request: a header read with a share below 1
+// may lower a level but not raise it (after the first, which ends the
+// probe), and a raised share creates no credit, so credit moves between
+// the replicas only through their shares of the refill. No lane stalls:
+// the backlogs are done within 120% of the physical limit (a lane whose
+// backlog is done leaves its share idle), and the rotation costs at most
+// 5% over fixed shares.
+func TestLaneSharesOneProvider(t *testing.T) {
+	t.Parallel()
+	const third = 1.0 / 3
+	fixed := runShares(t, [3][3]float64{{third, third, third}, {third, third, third}, {third, third, third}})
+	rotating := runShares(t, [3][3]float64{{0.17, 0.35, 0.48}, {0.48, 0.17, 0.35}, {0.35, 0.48, 0.17}})
+	for _, r := range []sharesRun{fixed, rotating} {
+		require.Zero(t, r.limited)
+		require.Less(t, r.makespan, 1.2*r.physical)
+	}
+	require.Less(t, rotating.makespan, 1.05*fixed.makespan)
+}
+
+type sharesRun struct {
+	calls, limited     int
+	makespan, physical float64
+}
+
+// runShares runs three lanes of 100 backlog jobs each on one 600 RPM / 60k
+// TPM provider, their shares set every 500 ms from rotations in turn.
+func runShares(t *testing.T, rotations [3][3]float64) sharesRun {
+	t.Helper()
+	const rpm, tpm = 600.0, 60000.0
+	clock := clockwork.NewFakeClockAt(t0)
+	up := newUpstream(upstreamConfig{RPM: rpm, TPM: tpm, Headers: true, TTFT: 200 * time.Millisecond, PerToken: 5 * time.Millisecond}, t0)
+	rng := rand.New(rand.NewPCG(13, 42))
+	type replica struct {
+		lane    *Lane
+		backlog []*simJob
+		res     *Reservation
+		sendAt  time.Time // zero: not yet paced
+	}
+	type flight struct {
+		r      *replica
+		permit *Permit
+		ans    answer
+		doneAt time.Time
+		job    *simJob
+	}
+	var reps []*replica
+	for range 3 {
+		l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: rpm, TPM: tpm, Clock: clock})
+		require.NoError(t, err)
+		r := &replica{lane: l}
+		for range 100 {
+			r.backlog = append(r.backlog, backlogJob(rng))
+		}
+		reps = append(reps, r)
+	}
+	var flights []*flight
+	const tick = 10 * time.Millisecond
+	end := t0
+	for now := t0; now.Before(t0.Add(10 * time.Minute)); now = now.Add(tick) {
+		clock.Advance(now.Sub(clock.Now()))
+		if step := now.Sub(t0) / (500 * time.Millisecond); now.Sub(t0)%(500*time.Millisecond) == 0 {
+			for i, r := range reps {
+				require.NoError(t, r.lane.SetShareAt(now, rotations[step%3][i]))
+			}
+		}
+		kept := flights[:0]
+		for _, f := range flights {
+			if f.doneAt.After(now) {
+				kept = append(kept, f)
+				continue
+			}
+			if f.ans.limited {
+				f.r.backlog = append([]*simJob{f.job}, f.r.backlog...)
+			} else {
+				up.finish(now, f.ans)
+				end = now
+			}
+			require.NoError(t, f.permit.DoneAt(now, f.ans.outcome))
+		}
+		flights = kept
+		idle := true
+		for _, r := range reps {
+			if r.res == nil && len(r.backlog) > 0 {
+				j := r.backlog[0]
+				res, err := r.lane.ReserveAt(now, Request{PromptTokens: j.prompt, MaxOutputTokens: j.maxOut})
+				require.NoError(t, err)
+				r.res = &res
+			}
+			if r.res == nil {
+				continue
+			}
+			idle = false
+			if r.sendAt.IsZero() {
+				if r.lane.ReadyAt(r.res).After(now) || r.lane.PausedUntil().After(now) || !r.lane.TryAcquireSlot() {
+					continue
+				}
+				r.sendAt = r.lane.PaceReservationAt(now, r.res)
+			}
+			if r.sendAt.After(now) {
+				continue
+			}
+			j := r.backlog[0]
+			r.backlog = r.backlog[1:]
+			p := r.lane.SendAt(now, *r.res)
+			r.res, r.sendAt = nil, time.Time{}
+			a := up.call(now, j)
+			flights = append(flights, &flight{r: r, permit: p, ans: a, doneAt: now.Add(a.latency), job: j})
+		}
+		if idle && len(flights) == 0 {
+			break
+		}
+	}
+	for _, r := range reps {
+		require.Empty(t, r.backlog)
+	}
+	run := sharesRun{
+		calls: up.ok + up.limited, limited: up.limited, makespan: end.Sub(t0).Seconds(),
+		physical: (up.okTokens - tpm) / (tpm / 60),
+	}
+	t.Logf("shares %v: makespan %.1f s, physical limit %.1f s, %d calls, %d answered 429", rotations[0], run.makespan, run.physical, run.calls, run.limited)
+	return run
+}

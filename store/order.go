@@ -34,6 +34,10 @@ type Order struct {
 	// minus this lead, so jobs whose deadline is near go first. Default
 	// DeadlineLeadDefault.
 	DeadlineLead time.Duration
+	// Tenants are the configured tenants: their weights share the claims
+	// between tenants (fair share), their priority caps lower the sched
+	// keys of their jobs. Nil: every tenant has weight 1 and no cap.
+	Tenants llmq.Tenants
 }
 
 // WithDefaults returns o with zero fields set to their defaults.

@@ -50,6 +50,7 @@ func TestInsertAndGet(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := newJob(t, "job-1")
+	j.Project = "support"
 	created, err := b.store.Insert(b.ctx, j)
 	require.NoError(t, err)
 	require.True(t, created)
@@ -75,6 +76,7 @@ func TestInsertAndGet(t *testing.T) {
 	require.Equal(t, "big", back.Model())
 	require.Equal(t, 64, back.MaxOutputTokens())
 	require.Equal(t, j.Tenant, back.Tenant)
+	require.Equal(t, "support", back.Project)
 	require.JSONEq(t, string(j.Body), string(back.Body))
 
 	// Ids are scoped by tenant: another tenant's job of the same id is its

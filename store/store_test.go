@@ -247,15 +247,18 @@ func TestClaimHoldsDeferrableJobs(t *testing.T) {
 	require.Equal(t, "live: off-peak", b.get(t, "deferrable").LaneReason)
 }
 
-// TestConcurrentClaims: claimers racing over one backlog get disjoint jobs
-// and every job is claimed once.
+// TestConcurrentClaims: claimers racing over one backlog of three tenants
+// get disjoint jobs, every job is claimed once, and none deadlocks on the
+// tenants' virtual times.
 func TestConcurrentClaims(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const n = 200
 	jobs := make([]store.NewJob, n)
 	for i := range jobs {
-		jobs[i] = store.NewJob{Job: newJob(t, fmt.Sprintf("job-%03d", i))}
+		j := newJob(t, fmt.Sprintf("job-%03d", i))
+		j.Tenant = fmt.Sprintf("t%d", i%3) // the claims also take turns between tenants
+		jobs[i] = store.NewJob{Job: j}
 	}
 	_, err := b.store.Ingest(b.ctx, jobs)
 	require.NoError(t, err)

@@ -11,7 +11,8 @@ import (
 // Schedule: per model with queued jobs, claim from Postgres only what the
 // model's shaping lane can admit within Config.ClaimHorizon, minus the jobs
 // this worker already claimed and has not admitted yet. So the backlog
-// stays queued in Postgres, in claim order (store.ClaimOrderDefault), and
+// stays queued in Postgres, in claim order (deadline, the tenants' fair
+// share, then store.ClaimOrderDefault inside a tenant), and
 // only a handful of jobs is running at a time; Postgres orders the work,
 // not the broker.
 
@@ -106,7 +107,8 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	now := w.cfg.Clock.Now()
 	room := w.cfg.MaxInFlight - int(w.inFlight.Load())
 	pending := int(l.pending.Load())
-	want := l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, l.typical()) - pending
+	typical := l.typical()
+	want := l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - pending
 	fallbackOnly := false
 	switch {
 	case want > 0:
@@ -135,6 +137,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	defer cancel()
 	recs, err := w.cfg.Store.Claim(cctx, store.ClaimRequest{
 		Model: model, Owner: w.cfg.Owner, Lease: w.cfg.Lease, Limit: want, FallbackOnly: fallbackOnly,
+		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
 	})
 	if err != nil {

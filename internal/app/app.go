@@ -136,7 +136,7 @@ func (a *App) openResources(ctx context.Context) error {
 		}
 		a.migrated = applied
 	}
-	st, err := store.Open(ctx, s.DatabaseURL)
+	st, err := store.Open(ctx, s.DatabaseURL, store.WithOrder(storeOrder(s)))
 	if err != nil {
 		return err
 	}

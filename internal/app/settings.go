@@ -10,6 +10,7 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/worker"
 )
 
@@ -51,6 +52,12 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		Replica:         wc.Replica,
 		LedgerPeriod:    wc.LedgerPeriod,
 	}
+}
+
+// storeOrder is the claim order's share of the settings: the tenants
+// (weights and priority caps).
+func storeOrder(s *config.Config) store.Order {
+	return store.Order{Tenants: s.Tenants}
 }
 
 // upstreamConfig addresses the OpenAI-compatible upstream.

@@ -1,0 +1,108 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/worker"
+)
+
+// The quota of the fair-share tests: TPM binds (a job is about 50 tokens:
+// 480 a minute by TPM against 6,000 by RPM).
+const (
+	fairModel = "m"
+	fairRPM   = 6_000
+	fairTPM   = 24_000
+)
+
+// setupFair is a worker on the fair-share quota whose store knows tenants.
+func setupFair(t *testing.T, tenants llmq.Tenants) *testBundle {
+	t.Helper()
+	tb := setup(t, upstreamsim.Config{
+		Seed:   14,
+		Models: map[string]upstreamsim.ModelConfig{fairModel: {Limits: upstreamsim.Limits{RPM: fairRPM, TPM: fairTPM}}},
+		Output: upstreamsim.OutputConfig{Distribution: upstreamsim.DistFixed, Min: 1, Max: 1 << 20, Mean: 1 << 20},
+	})
+	st, err := store.Open(context.Background(), storetest.NewDB(t), store.WithOrder(store.Order{Tenants: tenants}))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	tb.store, tb.letters.store = st, st
+	tb.start(t, func(c *worker.Config) {
+		c.Strategy = shaping.StrategyShape
+		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{fairModel: {RPM: fairRPM, TPM: fairTPM}}}
+		c.IngestWindow = 6000
+	})
+	return tb
+}
+
+// fairJob is a job of tenant with maxTokens of output and a fixed prompt.
+func fairJob(tenant string, i, maxTokens int) []byte {
+	return []byte(fmt.Sprintf(`{"id":"%s-%04d","tenant":%q,"body":{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":"Answer the question."}]}}`,
+		tenant, i, tenant, fairModel, maxTokens))
+}
+
+// plug spends the provider's minute bucket (and the lane's) with a few
+// large jobs of tenant p, so that the jobs after it meet a binding quota.
+func (tb *testBundle) plug(t *testing.T) {
+	t.Helper()
+	for i := range 6 {
+		tb.publish(t, fairJob("p", i, 3_990))
+	}
+	require.Eventually(t, func() bool { return tb.count(t, `tenant = 'p' AND status = 'succeeded'`) == 6 },
+		30*time.Second, 20*time.Millisecond)
+}
+
+// tokens sums the tokens served to the succeeded jobs of tenant.
+func (tb *testBundle) tokens(t *testing.T, tenant string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, tb.store.Pool().QueryRow(context.Background(), `SELECT coalesce(sum(prompt_tokens + completion_tokens), 0)
+		FROM jobs WHERE tenant = $1 AND status = 'succeeded'`, tenant).Scan(&n))
+	return n
+}
+
+// TestFairShareOfABindingQuota: tenants a (weight 3) and b (weight 1) both
+// backlogged against one binding provider quota get its tokens 3:1 within
+// 5%; b alone gets the whole quota.
+func TestFairShareOfABindingQuota(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about 40 s of a binding quota")
+	}
+	t.Parallel()
+	tb := setupFair(t, llmq.Tenants{"a": {Scope: llmq.Scope{Weight: 3}}, "b": {Scope: llmq.Scope{Weight: 1}}})
+	tb.plug(t)
+
+	// b alone: 60 jobs of ~55 tokens, 3,300 tokens, 8.25 s of the whole
+	// quota (33 s at a quarter of it).
+	start := time.Now()
+	for i := range 60 {
+		tb.publish(t, fairJob("b", i, 40))
+	}
+	require.Eventually(t, func() bool { return tb.count(t, `tenant = 'b' AND status = 'succeeded'`) == 60 },
+		30*time.Second, 20*time.Millisecond)
+	alone := time.Since(start)
+	require.Less(t, alone, 16*time.Second, "b alone runs at the whole quota")
+	bBefore := tb.tokens(t, "b")
+
+	// Both backlogged (published interleaved, so that neither is ingested
+	// first): 3:1 over the next 240 jobs (half a minute).
+	for i := range 400 {
+		tb.publish(t, fairJob("a", i, 40), fairJob("b", 100+i, 40))
+	}
+	require.Eventually(t, func() bool {
+		return tb.count(t, `tenant IN ('a', 'b') AND status = 'succeeded'`) >= 60+240
+	}, 60*time.Second, 20*time.Millisecond)
+	a, b := tb.tokens(t, "a"), tb.tokens(t, "b")-bBefore
+	ratio := float64(a) / float64(b)
+	t.Logf("b alone: 60 jobs in %v; both: a %d tokens, b %d tokens, ratio %.3f", alone, a, b, ratio)
+	require.InDelta(t, 3.0, ratio, 3.0*0.05, "tokens served a:b")
+}

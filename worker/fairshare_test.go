@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
@@ -24,8 +25,9 @@ const (
 	fairTPM   = 24_000
 )
 
-// setupFair is a worker on the fair-share quota whose store knows tenants.
-func setupFair(t *testing.T, tenants llmq.Tenants) *testBundle {
+// setupFair is a worker on the fair-share quota whose store knows tenants;
+// it returns the worker's metrics registry too.
+func setupFair(t *testing.T, tenants llmq.Tenants) (*testBundle, *prometheus.Registry) {
 	t.Helper()
 	tb := setup(t, upstreamsim.Config{
 		Seed:   14,
@@ -36,12 +38,32 @@ func setupFair(t *testing.T, tenants llmq.Tenants) *testBundle {
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	tb.store, tb.letters.store = st, st
+	reg := prometheus.NewRegistry()
 	tb.start(t, func(c *worker.Config) {
+		c.Registerer, c.Tenants = reg, tenants
 		c.Strategy = shaping.StrategyShape
 		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{fairModel: {RPM: fairRPM, TPM: fairTPM}}}
 		c.IngestWindow = 6000
 	})
-	return tb
+	return tb, reg
+}
+
+// tenantTokens reads llmq_tenant_tokens_total{tenant} from reg.
+func tenantTokens(t *testing.T, reg *prometheus.Registry, tenant string) int {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != "llmq_tenant_tokens_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() == tenant {
+				return int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return 0
 }
 
 // fairJob is a job of tenant with maxTokens of output and a fixed prompt.
@@ -79,7 +101,7 @@ func TestFairShareOfABindingQuota(t *testing.T) {
 		t.Skip("about 40 s of a binding quota")
 	}
 	t.Parallel()
-	tb := setupFair(t, llmq.Tenants{"a": {Scope: llmq.Scope{Weight: 3}}, "b": {Scope: llmq.Scope{Weight: 1}}})
+	tb, reg := setupFair(t, llmq.Tenants{"a": {Scope: llmq.Scope{Weight: 3}}, "b": {Scope: llmq.Scope{Weight: 1}}})
 	tb.plug(t)
 
 	// b alone: 60 jobs of ~55 tokens, 3,300 tokens, about 6 s of refill
@@ -94,6 +116,10 @@ func TestFairShareOfABindingQuota(t *testing.T) {
 	t.Logf("b alone: 60 jobs in %v, %d 429s", alone, tb.rateLimited())
 	require.Less(t, alone, 12*time.Second, "b alone runs at the whole quota")
 	bBefore := tb.tokens(t, "b")
+	// The metric names the configured tenants, every other one "other".
+	require.Equal(t, bBefore, tenantTokens(t, reg, "b"))
+	require.Equal(t, tb.tokens(t, "p"), tenantTokens(t, reg, worker.TenantOther))
+	require.Zero(t, tenantTokens(t, reg, "p"))
 
 	// Both backlogged (published interleaved, so that neither is ingested
 	// first): 3:1 over the next 240 jobs (half a minute).
@@ -119,7 +145,7 @@ func TestFairShareAfterAFlood(t *testing.T) {
 		t.Skip("5,000 jobs and about 30 s of a binding quota")
 	}
 	t.Parallel()
-	tb := setupFair(t, nil)
+	tb, _ := setupFair(t, nil)
 	tb.plug(t)
 	flood := make([][]byte, 5000)
 	for i := range flood {

@@ -83,6 +83,9 @@ func UsageList(ts llmq.Tenants, tenant string, used []store.ScopeUsage) List[Sco
 		add(tenant, "")
 	}
 	for _, u := range used {
+		if tenant != "" && u.Tenant != tenant {
+			continue // never another tenant's, whatever the store answered
+		}
 		s := add(u.Tenant, u.Project)
 		s.LastMinute = UsageCount{Requests: u.MinuteRequests, Tokens: u.MinuteTokens}
 		s.Today = UsageCount{Requests: u.DayRequests, Tokens: u.DayTokens}

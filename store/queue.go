@@ -298,7 +298,7 @@ func (s *Store) MarkDeadLettered(ctx context.Context, k Key, code, msg string) e
 // QueuedModels lists the requested models of the queued jobs of the live
 // lane, for schedulers that did not ingest them themselves.
 func (s *Store) QueuedModels(ctx context.Context) ([]string, error) {
-	// A loose index scan over jobs_claim_idx: one probe per model, however
+	// A loose index scan over jobs_fair_idx: one probe per model, however
 	// long the backlog.
 	rows, err := s.pool.Query(ctx, `WITH RECURSIVE m AS (
 			(SELECT requested_model FROM jobs WHERE status = 'queued' ORDER BY requested_model LIMIT 1)

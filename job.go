@@ -49,6 +49,9 @@ type Job struct {
 	ID string `json:"id"`
 	// Tenant owns the job; "default" when empty.
 	Tenant string `json:"tenant"`
+	// Project, optional, names the tenant's project the job counts
+	// against (its quotas, under the tenant's); "" for none.
+	Project string `json:"project,omitempty"`
 	// Priority is high, normal or low; normal when empty.
 	Priority Priority `json:"priority"`
 	// Deadline, when set, is the time after which the job is not started
@@ -165,6 +168,7 @@ func Decode(data []byte, opts DecodeOptions) (*Job, error) {
 	var errs []FieldError
 	decodeField(raw, "id", &j.ID, "a string", &errs)
 	decodeField(raw, "tenant", &j.Tenant, "a string", &errs)
+	decodeField(raw, "project", &j.Project, "a string", &errs)
 	decodeField(raw, "priority", &j.Priority, "a string", &errs)
 	var deadline *string
 	decodeField(raw, "deadline", &deadline, "an RFC 3339 time string", &errs)

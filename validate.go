@@ -145,6 +145,9 @@ func (j *Job) validate(prior []FieldError) []FieldError {
 	if !hasField(prior, "tenant") && !validID(j.Tenant) {
 		add("tenant", CodeInvalidValue, "must be 1-%d characters of [A-Za-z0-9._:-]", MaxIDLength)
 	}
+	if !hasField(prior, "project") && j.Project != "" && !validID(j.Project) {
+		add("project", CodeInvalidValue, "must be 1-%d characters of [A-Za-z0-9._:-] when set", MaxIDLength)
+	}
 	if !hasField(prior, "priority") && !j.Priority.Valid() {
 		add("priority", CodeInvalidValue, "must be one of high, normal, low; got %q", j.Priority)
 	}

@@ -69,6 +69,8 @@ var malformed = []struct {
 	{"id non-ASCII", `{"id":"jöb","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidValue}},
 	{"id a number", `{"id":42,"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"id"}, []string{llmq.CodeInvalidType}},
 	{"tenant with slash", `{"tenant":"a/b","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"tenant"}, []string{llmq.CodeInvalidValue}},
+	{"project with slash", `{"project":"a/b","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"project"}, []string{llmq.CodeInvalidValue}},
+	{"project a number", `{"project":7,"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"project"}, []string{llmq.CodeInvalidType}},
 	{"deferrable a string", `{"deferrable":"yes","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"deferrable"}, []string{llmq.CodeInvalidType}},
 	{"fallback_models a string", `{"fallback_models":"m2","body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"fallback_models"}, []string{llmq.CodeInvalidType}},
 	{"fallback model empty", `{"fallback_models":["m2",""],"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{"fallback_models[1]"}, []string{llmq.CodeInvalidValue}},
@@ -133,13 +135,14 @@ func TestDecodeDefaults(t *testing.T) {
 
 func TestDecodeFull(t *testing.T) {
 	t.Parallel()
-	msg := `{"id":"job:1.a_b-c","tenant":"acme","priority":"low","deadline":"2026-12-01T10:00:00.5+02:00",
+	msg := `{"id":"job:1.a_b-c","tenant":"acme","project":"support","priority":"low","deadline":"2026-12-01T10:00:00.5+02:00",
 		"deferrable":true,"fallback_models":["m2","m3"],"metadata":{"k":"v"},
 		"body":{"model":"m1","messages":[{"role":"user","content":"hi"}],"max_tokens":100,"max_completion_tokens":200,"temperature":0.2}}`
 	j, err := llmq.Decode([]byte(msg), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "job:1.a_b-c", j.ID)
 	require.Equal(t, "acme", j.Tenant)
+	require.Equal(t, "support", j.Project)
 	require.Equal(t, llmq.PriorityLow, j.Priority)
 	require.True(t, j.Deadline.Equal(time.Date(2026, 12, 1, 8, 0, 0, 5e8, time.UTC)))
 	require.True(t, j.Deferrable)
@@ -199,6 +202,7 @@ func requireSameJob(t testing.TB, want, got *llmq.Job) {
 	t.Helper()
 	require.Equal(t, want.ID, got.ID)
 	require.Equal(t, want.Tenant, got.Tenant)
+	require.Equal(t, want.Project, got.Project)
 	require.Equal(t, want.Priority, got.Priority)
 	require.Equal(t, want.Deadline == nil, got.Deadline == nil)
 	if want.Deadline != nil {

@@ -91,7 +91,7 @@ func TestMetricsContract(t *testing.T) {
 	// whole contract is checked against the registries by
 	// internal/app's TestMetricsDocMatchesTheRegistries).
 	want := []string{
-		"llmq_jobs_total", "llmq_upstream_requests_total", "llmq_tokens_total", "llmq_retries_total",
+		"llmq_jobs_total", "llmq_upstream_requests_total", "llmq_tokens_total", "llmq_tenant_tokens_total", "llmq_retries_total",
 		"llmq_fallbacks_total", "llmq_shaping_wait_seconds", "llmq_in_flight", "llmq_concurrency_limit",
 		"llmq_bucket_level", "llmq_quota_share", "llmq_upstream_incident", "llmq_job_duration_seconds", "llmq_queue_depth", "llmq_dead_letters_total",
 		"llmq_ingested_total", "llmq_ingest_pauses_total", "llmq_claims_total", "llmq_released_total",

@@ -50,3 +50,49 @@ func BenchmarkJobLifecycle(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClaim measures one claim of 8 jobs, as a scheduler makes them
+// while a quota binds, from a backlog of 10,000 queued jobs of one model
+// spread over tenants (the claim's cost grows with the tenants that have
+// jobs queued, not with the backlog).
+func BenchmarkClaim(b *testing.B) {
+	for _, tenants := range []int{1, 4, 32} {
+		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := store.Open(ctx, storetest.NewDB(b))
+			require.NoError(b, err)
+			defer s.Close()
+			const backlog, limit = 10_000, 8
+			// Jobs are ingested in batches of 256, as the worker does: a
+			// batch shares one sched_key.
+			add := func(from, n int) {
+				jobs := make([]store.NewJob, n)
+				for i := range jobs {
+					j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"bench-%d","tenant":"t%d","body":{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":16}}`,
+						from+i, (from+i)%tenants)), llmq.DecodeOptions{})
+					require.NoError(b, err)
+					jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
+				}
+				for len(jobs) > 0 {
+					_, err := s.Ingest(ctx, jobs[:min(256, len(jobs))])
+					require.NoError(b, err)
+					jobs = jobs[min(256, len(jobs)):]
+				}
+			}
+			add(0, backlog)
+			_, err = s.Pool().Exec(ctx, `ANALYZE jobs`)
+			require.NoError(b, err)
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: limit}); err != nil {
+					b.Fatal(err)
+				}
+				if i%(backlog/limit/2) == backlog/limit/2-1 {
+					b.StopTimer()
+					add(backlog+i*limit, backlog/2)
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}

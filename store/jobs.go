@@ -17,8 +17,9 @@ import (
 )
 
 const insertSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
-	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens)
-SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13
+	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
+	project)
+SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 
@@ -45,8 +46,8 @@ func (s *Store) insertArgs(n NewJob, now time.Time) []any {
 		meta = map[string]string{}
 	}
 	return []any{j.ID, j.Tenant, string(j.Priority), j.Model(), []byte(j.Body), now,
-		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, j.Priority, j.Deadline, s.order),
-		n.EstPromptTokens, n.EstOutputTokens}
+		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, s.order),
+		n.EstPromptTokens, n.EstOutputTokens, j.Project}
 }
 
 func validate(op string, j *llmq.Job) error {
@@ -74,12 +75,13 @@ func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err erro
 // ingestSQL records many jobs in one statement: $1 is now, $2.. the
 // columns as arrays (fallback models and metadata as JSON text).
 const ingestSQL = `INSERT INTO jobs (tenant, id, status, priority, requested_model, body, created_at, updated_at,
-	deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens)
+	deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens, project)
 SELECT u.tenant, u.id, 'queued', u.priority, u.model, u.body::jsonb, $1, $1, u.deadline, u.dfr,
-	ARRAY(SELECT jsonb_array_elements_text(u.fallbacks::jsonb)), u.metadata::jsonb, u.sched_key, u.ep, u.eo
+	ARRAY(SELECT jsonb_array_elements_text(u.fallbacks::jsonb)), u.metadata::jsonb, u.sched_key, u.ep, u.eo,
+	u.project
 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bool[],
-	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[])
-	AS u(tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo)
+	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[])
+	AS u(tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo, project)
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 ON CONFLICT (tenant, id) DO NOTHING
 RETURNING tenant, id`
@@ -98,6 +100,7 @@ func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 	n := len(jobs)
 	var (
 		tenants, ids, prios, models, bodies = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		projects                            = make([]string, n)
 		deadlines                           = make([]*time.Time, n)
 		deferrable                          = make([]bool, n)
 		fallbacks, metas                    = make([]string, n), make([]string, n)
@@ -125,11 +128,12 @@ func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 		}
 		tenants[i], ids[i], prios[i], models[i], bodies[i] = j.Tenant, j.ID, string(j.Priority), j.Model(), string(j.Body)
 		deadlines[i], deferrable[i], fallbacks[i], metas[i] = j.Deadline, j.Deferrable, string(fb), string(meta)
-		keys[i] = SchedKey(now, j.Priority, j.Deadline, s.order)
+		keys[i] = SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, s.order)
+		projects[i] = j.Project
 		ep[i], eo[i] = int32(min(nj.EstPromptTokens, math.MaxInt32)), int32(min(nj.EstOutputTokens, math.MaxInt32))
 	}
 	rows, err := s.pool.Query(ctx, ingestSQL, now, tenants, ids, prios, models, bodies, deadlines, deferrable,
-		fallbacks, metas, keys, ep, eo)
+		fallbacks, metas, keys, ep, eo, projects)
 	if err != nil {
 		return nil, dataError(fmt.Sprintf("ingest %d jobs", n), err)
 	}

@@ -17,8 +17,8 @@ import (
 
 const insertOutboxSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
-	published_at)
-SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, NULL
+	project, published_at)
+SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, NULL
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 

@@ -31,8 +31,13 @@ type ClaimRequest struct {
 	Lease time.Duration
 	// Limit is the most jobs taken. Required.
 	Limit int
-	// Order is the order of the claim; nil = ClaimOrderDefault.
+	// Order is the order of each tenant's jobs; nil = ClaimOrderDefault.
+	// Between tenants the claim takes turns by weight (Order.Tenants of
+	// the store).
 	Order ClaimOrder
+	// TypicalTokens is what a job recorded without an estimate counts in
+	// the fair share (the lane's typical job); 0 = 1.
+	TypicalTokens int
 	// HoldDeferrable leaves deferrable jobs whose lane is undecided for
 	// the batch lane, except those whose deadline is at or before
 	// HoldDeadlineAfter (too near for a batch).
@@ -47,7 +52,8 @@ type ClaimRequest struct {
 }
 
 // Claim moves up to r.Limit queued jobs of r.Model to running for r.Owner,
-// in claim order, skipping jobs other claimers hold locked (FOR UPDATE SKIP
+// in claim order (jobs whose deadline is within DeadlineLead first, then
+// the tenants' turns by weight, each tenant's jobs in r.Order), skipping jobs other claimers hold locked (FOR UPDATE SKIP
 // LOCKED): concurrent claimers get disjoint jobs. Each claimed job gets a
 // new lease token (its Lease), phase waiting_for_quota and a lease until
 // now + r.Lease. It returns the claimed records in claim order, none when
@@ -57,7 +63,9 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error)
 		return nil, fmt.Errorf("store: claim: Model, Owner, a positive Lease and a positive Limit are required")
 	}
 	now := s.clock()
-	args := []any{r.Model, r.Owner, now.Add(r.Lease), r.Limit, now, r.LiveReason}
+	tenants, ws := weights(s.order.Tenants)
+	args := []any{r.Model, r.Owner, now.Add(r.Lease), r.Limit, now, r.LiveReason, tenants, ws,
+		float64(max(r.TypicalTokens, 1)), now.Add(s.order.DeadlineLead)}
 	if r.HoldDeferrable {
 		args = append(args, r.HoldDeadlineAfter)
 	}
@@ -292,7 +300,7 @@ func (s *Store) MarkDeadLettered(ctx context.Context, k Key, code, msg string) e
 // QueuedModels lists the requested models of the queued jobs of the live
 // lane, for schedulers that did not ingest them themselves.
 func (s *Store) QueuedModels(ctx context.Context) ([]string, error) {
-	// A loose index scan over jobs_claim_idx: one probe per model, however
+	// A loose index scan over jobs_fair_idx: one probe per model, however
 	// long the backlog.
 	rows, err := s.pool.Query(ctx, `WITH RECURSIVE m AS (
 			(SELECT requested_model FROM jobs WHERE status = 'queued' ORDER BY requested_model LIMIT 1)

@@ -153,8 +153,10 @@ const (
 
 // JobRecord is one row of the jobs table.
 type JobRecord struct {
-	ID             string          `db:"id"`
-	Tenant         string          `db:"tenant"`
+	ID     string `db:"id"`
+	Tenant string `db:"tenant"`
+	// Project is the job's project within its tenant, "" for none.
+	Project        string          `db:"project"`
 	Status         llmq.Status     `db:"status"`
 	Priority       llmq.Priority   `db:"priority"`
 	RequestedModel string          `db:"requested_model"`
@@ -219,13 +221,13 @@ const jobColumns = `id, tenant, status, priority, requested_model, used_model, b
 	error_code, error_message, error_status, attempts, prompt_tokens, completion_tokens, cost_usd,
 	created_at, started_at, finished_at, updated_at, deadline, "deferrable", fallback_models,
 	metadata, lease_owner, lease_expires_at, lease_token, phase, batch_id, lane, lane_reason,
-	sched_key, est_prompt_tokens, est_output_tokens, retries, model_index, rate_limited`
+	sched_key, est_prompt_tokens, est_output_tokens, retries, model_index, rate_limited, project`
 
 // Job rebuilds the wire job from the record (Model and MaxOutputTokens
 // are read from the body).
 func (r *JobRecord) Job() *llmq.Job {
 	j := &llmq.Job{
-		ID: r.ID, Tenant: r.Tenant, Priority: r.Priority, Deadline: r.Deadline,
+		ID: r.ID, Tenant: r.Tenant, Project: r.Project, Priority: r.Priority, Deadline: r.Deadline,
 		Deferrable: r.Deferrable, FallbackModels: r.FallbackModels, Metadata: r.Metadata,
 		Body: r.Body,
 	}

@@ -50,6 +50,7 @@ func TestInsertAndGet(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	j := newJob(t, "job-1")
+	j.Project = "support"
 	created, err := b.store.Insert(b.ctx, j)
 	require.NoError(t, err)
 	require.True(t, created)
@@ -75,6 +76,7 @@ func TestInsertAndGet(t *testing.T) {
 	require.Equal(t, "big", back.Model())
 	require.Equal(t, 64, back.MaxOutputTokens())
 	require.Equal(t, j.Tenant, back.Tenant)
+	require.Equal(t, "support", back.Project)
 	require.JSONEq(t, string(j.Body), string(back.Body))
 
 	// Ids are scoped by tenant: another tenant's job of the same id is its
@@ -245,15 +247,18 @@ func TestClaimHoldsDeferrableJobs(t *testing.T) {
 	require.Equal(t, "live: off-peak", b.get(t, "deferrable").LaneReason)
 }
 
-// TestConcurrentClaims: claimers racing over one backlog get disjoint jobs
-// and every job is claimed once.
+// TestConcurrentClaims: claimers racing over one backlog of three tenants
+// get disjoint jobs, every job is claimed once, and none deadlocks on the
+// tenants' virtual times.
 func TestConcurrentClaims(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const n = 200
 	jobs := make([]store.NewJob, n)
 	for i := range jobs {
-		jobs[i] = store.NewJob{Job: newJob(t, fmt.Sprintf("job-%03d", i))}
+		j := newJob(t, fmt.Sprintf("job-%03d", i))
+		j.Tenant = fmt.Sprintf("t%d", i%3) // the claims also take turns between tenants
+		jobs[i] = store.NewJob{Job: j}
 	}
 	_, err := b.store.Ingest(b.ctx, jobs)
 	require.NoError(t, err)

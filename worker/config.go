@@ -159,6 +159,10 @@ type Config struct {
 	// window (checked before a fallback), prices (the cost stored with each
 	// result) and fallbacks; a model it does not list uses Catalog.Default.
 	Catalog llmq.Catalog
+	// Tenants are the configured tenants: the tenant label of the
+	// per-tenant metrics names them, and TenantOther the rest. nil: every
+	// tenant is TenantOther.
+	Tenants llmq.Tenants
 	// Estimator counts prompt tokens. nil = a new shaping.Estimator.
 	Estimator *shaping.Estimator
 

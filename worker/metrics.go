@@ -10,6 +10,7 @@ type metrics struct {
 	jobs             *prometheus.CounterVec
 	upstream         *prometheus.CounterVec
 	tokens           *prometheus.CounterVec
+	tenantTokens     *prometheus.CounterVec
 	retries          *prometheus.CounterVec
 	fallbacks        *prometheus.CounterVec
 	shapingWait      prometheus.Histogram
@@ -40,6 +41,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_tokens_total", Help: "Tokens settled from upstream usage, by model and kind.",
 		}, []string{"model", "kind"}),
+		tenantTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_tenant_tokens_total", Help: "Tokens (prompt + completion) settled from upstream usage, by configured tenant (other: the rest).",
+		}, []string{"tenant"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_retries_total", Help: "Attempts retried after a retryable error, by model.",
 		}, []string{"model"}),
@@ -95,9 +99,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.retries, m.fallbacks, m.shapingWait,
+		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.tenantTokens, m.retries, m.fallbacks, m.shapingWait,
 			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.incident, m.jobDuration, m.queueDepth, m.deadLetters,
 			m.ingested, m.ingestPauses, m.claimed, m.released, m.reaped, m.leaseLost)
 	}
 	return m
+}
+
+// TenantOther is the tenant label of the tenants the configuration does
+// not list: the label set stays bounded whoever publishes.
+const TenantOther = "other"
+
+// tenantLabel is tenant as a metric label: itself when configured, else
+// TenantOther.
+func (w *Worker) tenantLabel(tenant string) string {
+	if _, ok := w.cfg.Tenants[tenant]; ok {
+		return tenant
+	}
+	return TenantOther
 }

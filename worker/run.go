@@ -255,7 +255,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	w.metrics.inFlight.Inc()
 	p.reply = w.cfg.Upstream.Call(w.workCtx, model, body)
 	w.metrics.inFlight.Dec()
-	w.settle(permit, model, p.reply)
+	w.settle(permit, model, p.rec.Tenant, p.reply)
 	if p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil {
 		// The call was cut by shutdown, not by the upstream (an answer
 		// that arrived is stored all the same).
@@ -316,7 +316,7 @@ func isWaitError(err error) bool {
 // settle gives the lane the outcome of one call and counts it. A
 // Retry-After is capped at Backoff.MaxRetryAfter for the lane's pause as
 // for the job's backoff.
-func (w *Worker) settle(permit shaping.Permit, model string, reply Reply) {
+func (w *Worker) settle(permit shaping.Permit, model, tenant string, reply Reply) {
 	out := reply.Outcome
 	code := "error"
 	if out.Status > 0 {
@@ -333,6 +333,7 @@ func (w *Worker) settle(permit shaping.Permit, model string, reply Reply) {
 		so.PromptTokens, so.CompletionTokens = reply.PromptTokens, reply.CompletionTokens
 		w.metrics.tokens.WithLabelValues(model, "prompt").Add(float64(reply.PromptTokens))
 		w.metrics.tokens.WithLabelValues(model, "completion").Add(float64(reply.CompletionTokens))
+		w.metrics.tenantTokens.WithLabelValues(w.tenantLabel(tenant)).Add(float64(reply.PromptTokens + reply.CompletionTokens))
 		w.policyMu.Lock()
 		w.budget.Deposit()
 		w.policyMu.Unlock()

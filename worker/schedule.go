@@ -12,7 +12,8 @@ import (
 // Schedule: per model with queued jobs, claim from Postgres only what the
 // model's shaping lane can admit within Config.ClaimHorizon, minus the jobs
 // this worker already claimed and has not admitted yet. So the backlog
-// stays queued in Postgres, in claim order (store.ClaimOrderDefault), and
+// stays queued in Postgres, in claim order (deadline, the tenants' fair
+// share, then store.ClaimOrderDefault inside a tenant), and
 // only a handful of jobs is running at a time; Postgres orders the work,
 // not the broker.
 
@@ -115,7 +116,8 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	l := w.lane(model)
 	now := w.cfg.Clock.Now()
 	pending := int(l.pending.Load())
-	want := l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, l.typical()) - pending
+	typical := l.typical()
+	want := l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - pending
 	fallbackOnly := false
 	switch {
 	case want > 0:
@@ -139,6 +141,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	}
 	n, err := w.claim(ctx, store.ClaimRequest{
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
+		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
 	})
 	if err != nil {

@@ -114,6 +114,18 @@ func TestJSONOutputMatchesOpenAPI(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]any{"prompt_tokens": 3.0, "completion_tokens": 1.0}, requireSchema(t, "Job", out)["usage"])
 
+	out, err = runLLMQ(t, "usage", "--json")
+	require.NoError(t, err)
+	v = requireSchema(t, "UsageList", out)
+	require.Equal(t, []any{map[string]any{"tenant": "acme", "weight": 1.0,
+		"limits":      map[string]any{"rpm": 0.0, "tpm": 0.0, "concurrency": 0.0},
+		"last_minute": map[string]any{"requests": 0.0, "tokens": 4.0},
+		"today":       map[string]any{"requests": 0.0, "tokens": 4.0}}}, v["data"], "the finished jobs of today (no call was recorded)")
+	out, err = runLLMQ(t, "usage", "--tenant", "globex")
+	require.NoError(t, err)
+	require.Equal(t, "TENANT  PROJECT  WEIGHT  RPM  TPM  CONCURRENCY  PRIORITY  CALLS/MIN  TOKENS/MIN  CALLS TODAY  TOKENS TODAY\n"+
+		"globex           1       0    0    0                      0          0           0            0\n", out)
+
 	out, err = runLLMQ(t, "jobs", "ls", "--json")
 	require.NoError(t, err)
 	v = requireSchema(t, "JobList", out)

@@ -174,6 +174,11 @@ func newJobsLsCmd() *cobra.Command {
 }
 
 func withJobStore(cmd *cobra.Command, flags *config.Flags, fn func(*store.Store) error) error {
+	return withConfigStore(cmd, flags, func(_ *config.Config, st *store.Store) error { return fn(st) })
+}
+
+// withConfigStore loads the configuration, opens the store and runs fn.
+func withConfigStore(cmd *cobra.Command, flags *config.Flags, fn func(*config.Config, *store.Store) error) error {
 	cfg, err := flags.Load()
 	if err != nil {
 		return err
@@ -183,7 +188,7 @@ func withJobStore(cmd *cobra.Command, flags *config.Flags, fn func(*store.Store)
 		return err
 	}
 	defer st.Close()
-	return fn(st)
+	return fn(cfg, st)
 }
 
 func statusNames() string {
@@ -215,6 +220,7 @@ func printJob(w io.Writer, r *store.JobRecord) {
 	}
 	row("id", r.ID)
 	row("tenant", r.Tenant)
+	row("project", r.Project)
 	row("status", string(r.Status))
 	row("phase", r.Phase)
 	row("waiting", r.WaitingReason)

@@ -136,7 +136,7 @@ func (a *App) openResources(ctx context.Context) error {
 		}
 		a.migrated = applied
 	}
-	st, err := store.Open(ctx, s.DatabaseURL)
+	st, err := store.Open(ctx, s.DatabaseURL, store.WithOrder(storeOrder(s)))
 	if err != nil {
 		return err
 	}
@@ -371,6 +371,7 @@ func (a *App) buildAPI() error {
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, Keys: s.APIKeys, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
 		DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc, Batches: a.store,
+		Usage: a.store, Tenants: s.Tenants,
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/worker"
 )
 
@@ -37,6 +38,7 @@ func batchConfig(s *config.Config, wc *WorkerConfig) batchapi.Config {
 func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 	return worker.Config{
 		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel, AllowAny: s.AllowAnyModel},
+		Tenants:         s.Tenants,
 		MaxInFlight:     wc.MaxInFlight,
 		MaxAttempts:     s.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay, MaxRetryAfter: s.Retry.MaxRetryAfter},
@@ -67,6 +69,12 @@ func fallbackOn(names []string) []worker.FallbackTrigger {
 		out[i] = worker.FallbackTrigger(n)
 	}
 	return out
+}
+
+// storeOrder is the claim order's share of the settings: the tenants
+// (weights and priority caps).
+func storeOrder(s *config.Config) store.Order {
+	return store.Order{Tenants: s.Tenants}
 }
 
 // upstreamConfig addresses the OpenAI-compatible upstream.

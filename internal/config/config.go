@@ -106,6 +106,10 @@ type Config struct {
 	// ConsoleSecretMinBytes bytes. "": a random secret per process
 	// (sessions end when the process does).
 	ConsoleSecret string `yaml:"-"`
+	// Tenants are the tenants and their projects: weights in the fair
+	// share of a binding provider quota, priority caps and quota layers.
+	// Empty: every tenant has weight 1 and no quota of its own.
+	Tenants llmq.Tenants `yaml:"tenants"`
 	// Backpressure thresholds on queue depth.
 	Backpressure Backpressure `yaml:"backpressure"`
 	// Alerts names the dead-letter alert sinks; both empty: no alerts.
@@ -480,6 +484,9 @@ func (c *Config) Validate() error {
 		if k == "" || !validTenant(c.APIKeys[k]) {
 			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact.Key(k))
 		}
+	}
+	for _, err := range c.Tenants.Validate("tenants") {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
 	}
 	for i, k := range c.OperatorKeys {
 		switch _, tenant := c.APIKeys[k]; {

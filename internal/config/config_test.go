@@ -77,6 +77,16 @@ backpressure:
   hard_depth: 1000
 alerts:
   webhook_url: http://127.0.0.1:9999/hook
+tenants:
+  acme:
+    weight: 3
+    priority: normal
+    rpm: 60
+    tpm: 90000
+    concurrency: 4
+    projects:
+      support: {tpm: 30000, priority: low}
+  small: {}
 `)
 	e := env(map[string]string{
 		config.EnvConfig:       p,
@@ -102,6 +112,14 @@ alerts:
 	require.Equal(t, config.Upstream{MaxResponseBytes: 65536}, c.Upstream)
 	require.Equal(t, config.Backpressure{SoftDepth: 100, HardDepth: 1000}, c.Backpressure)
 	require.Equal(t, "http://127.0.0.1:9999/hook", c.Alerts.WebhookURL)
+	require.Equal(t, llmq.Tenants{
+		"acme": {Scope: llmq.Scope{Weight: 3, Priority: llmq.PriorityNormal, RPM: 60, TPM: 90000, Concurrency: 4},
+			Projects: map[string]llmq.Scope{"support": {TPM: 30000, Priority: llmq.PriorityLow}}},
+		"small": {},
+	}, c.Tenants)
+	require.Equal(t, 3.0, c.Tenants.Weight("acme"))
+	require.Equal(t, 1.0, c.Tenants.Weight("small"), "the default weight")
+	require.Equal(t, 1.0, c.Tenants.Weight("unlisted"), "the default weight")
 
 	c, err = config.Load(e, config.Flags{})
 	require.NoError(t, err)
@@ -164,6 +182,13 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "max_message_bytes: -2", want: "max_message_bytes"},
 		{yaml: "modles: {}", want: "field modles not found"},
 		{yaml: "alerts: {webhook_url: \"ftp://hooks.example/services/T0/SECRET\"}", want: `alerts.webhook_url: "ftp://hooks.example/…": scheme`},
+		{yaml: "tenants:\n  acme: {weight: -1}", want: "tenants.acme.weight: must be a finite number, not negative"},
+		{yaml: "tenants:\n  acme: {weight: .nan}", want: "tenants.acme.weight: must be a finite number"},
+		{yaml: "tenants:\n  acme: {priority: urgent}", want: `tenants.acme.priority: "urgent": want high, normal or low`},
+		{yaml: "tenants:\n  \"a b\": {}", want: "tenants.a b: a tenant is 1-128 characters"},
+		{yaml: "tenants:\n  acme: {projects: {p1: {tpm: -5}}}", want: "tenants.acme.projects.p1.tpm: must be a finite number"},
+		{yaml: "tenants:\n  acme: {projects: {\"x/y\": {}}}", want: "tenants.acme.projects.x/y: a project is"},
+		{yaml: "tenants:\n  acme: {rmp: 5}", want: "field rmp not found"},
 		{yaml: "retry: {fallback_on: [rate_limit, oops]}", want: `retry.fallback_on[1]: "oops": want rate_limit, server_error, timeout`},
 	}
 	for _, tc := range cases {

@@ -92,7 +92,7 @@ func setup(t *testing.T, o options) *testBundle {
 	acfg := api.Config{
 		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []string{keyOps},
 		DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc, Batches: st,
-		Logger: quiet, Registerer: reg, Clock: clk,
+		Usage: st, Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
 	}
 	var bcfg batchapi.Config
 	if o.batches {

@@ -64,6 +64,12 @@ type Config struct {
 	// id) and returns it after (see batchapi.Cancel). nil: POST
 	// /v1/batches/{id}/cancel answers 503.
 	CancelBatch func(ctx context.Context, ref string) (*store.BatchRecord, error)
+	// Usage, when set, serves GET /v1/usage: the scopes in view with
+	// their limits (Tenants) and what they used. A *store.Store is one.
+	Usage UsageStore
+	// Tenants are the configured tenants and projects: their weights and
+	// limits, shown by GET /v1/usage.
+	Tenants llmq.Tenants
 	// MaxBodyBytes limits a request body (413 above). 0 =
 	// MaxBodyBytesDefault.
 	MaxBodyBytes int64

@@ -105,6 +105,9 @@ func (a *API) routes() {
 	}
 	a.mux.Handle("GET /v1/me", a.authed(a.me))
 	a.mux.Handle("GET /v1/stats/jobs", a.authed(a.jobStats))
+	if a.cfg.Usage != nil {
+		a.mux.Handle("GET /v1/usage", a.authed(a.usage))
+	}
 	if a.cfg.Batches != nil {
 		a.mux.Handle("GET /v1/batches", a.authed(a.operatorOnly(a.listBatches)))
 		a.mux.Handle("GET /v1/batches/{id}", a.authed(a.operatorOnly(a.getBatch)))

@@ -18,6 +18,7 @@ import (
 type Job struct {
 	ID             string            `json:"id"`
 	Tenant         string            `json:"tenant"`
+	Project        string            `json:"project,omitempty"`
 	Status         string            `json:"status"`
 	Priority       string            `json:"priority"`
 	Model          string            `json:"model"`
@@ -72,7 +73,7 @@ const errorCodeMaxBytes = 64
 // JobView is r as llmq shows it.
 func JobView(r *store.JobRecord) Job {
 	j := Job{
-		ID: r.ID, Tenant: r.Tenant, Status: string(r.Status), Priority: string(r.Priority),
+		ID: r.ID, Tenant: r.Tenant, Project: r.Project, Status: string(r.Status), Priority: string(r.Priority),
 		Model: r.RequestedModel, UsedModel: r.UsedModel, Deferrable: r.Deferrable, Deadline: r.Deadline,
 		FallbackModels: r.FallbackModels, Metadata: r.Metadata, Attempts: r.Attempts,
 		Phase: r.Phase, WaitingReason: r.WaitingReason,

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/store"
+)
+
+func init() {
+	register(newUsageCmd)
+}
+
+func newUsageCmd() *cobra.Command {
+	var (
+		asJSON bool
+		tenant string
+	)
+	cmd := &cobra.Command{
+		Use:   "usage",
+		Short: "Show each tenant's and project's weight, limits and usage (the configuration and Postgres)",
+		Long: `usage lists the configured tenants and projects, and every tenant with jobs finished today:
+weight, limits (0: none), and the upstream calls and tokens of the jobs that finished in the last
+minute and since 00:00 UTC. The same as GET /v1/usage with an operator key.`,
+		Args: cobra.NoArgs,
+	}
+	flags := config.BindFlags(cmd, config.FlagDatabase)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the scopes as the API does (GET /v1/usage)")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "one tenant (default: every tenant)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return withConfigStore(cmd, flags, func(cfg *config.Config, st *store.Store) error {
+			used, err := st.Usage(cmd.Context(), tenant)
+			if err != nil {
+				return err
+			}
+			list := api.UsageList(cfg.Tenants, tenant, used)
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return writeJSON(out, list)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TENANT\tPROJECT\tWEIGHT\tRPM\tTPM\tCONCURRENCY\tPRIORITY\tCALLS/MIN\tTOKENS/MIN\tCALLS TODAY\tTOKENS TODAY")
+			for _, s := range list.Data {
+				fmt.Fprintf(tw, "%s\t%s\t%g\t%g\t%g\t%d\t%s\t%d\t%d\t%d\t%d\n", s.Tenant, s.Project, s.Weight,
+					s.Limits.RPM, s.Limits.TPM, s.Limits.Concurrency, s.Limits.Priority,
+					s.LastMinute.Requests, s.LastMinute.Tokens, s.Today.Requests, s.Today.Tokens)
+			}
+			return tw.Flush()
+		})
+	}
+	return cmd
+}

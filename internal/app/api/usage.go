@@ -1,0 +1,113 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store"
+)
+
+// UsageStore reads what the scopes used (a *store.Store is one).
+type UsageStore interface {
+	// Usage returns the usage of every (tenant, project) with jobs
+	// finished today; tenant "" reads every tenant.
+	Usage(ctx context.Context, tenant string) ([]store.ScopeUsage, error)
+}
+
+// ScopeUsage is one scope, a tenant or one of its projects, as GET
+// /v1/usage and `llmq usage --json` show it (schema ScopeUsage).
+type ScopeUsage struct {
+	Tenant string `json:"tenant"`
+	// Project is absent for the tenant itself (its jobs that name no
+	// project).
+	Project string `json:"project,omitempty"`
+	// Weight is the scope's weight in the fair share of a binding quota.
+	Weight float64 `json:"weight"`
+	// Limits are the scope's configured limits.
+	Limits     ScopeLimits `json:"limits"`
+	LastMinute UsageCount  `json:"last_minute"`
+	Today      UsageCount  `json:"today"`
+}
+
+// ScopeLimits are a scope's configured limits; 0 = none.
+type ScopeLimits struct {
+	RPM         float64 `json:"rpm"`
+	TPM         float64 `json:"tpm"`
+	Concurrency int     `json:"concurrency"`
+	// Priority is the highest priority the scope's jobs are ordered at;
+	// absent: no cap.
+	Priority string `json:"priority,omitempty"`
+}
+
+// UsageCount is the upstream calls and tokens of the jobs that finished
+// in a period.
+type UsageCount struct {
+	Requests int64 `json:"requests"`
+	Tokens   int64 `json:"tokens"`
+}
+
+// UsageList lists the scopes in view with their usage: tenant's (its own
+// and its projects') or, for "", every tenant's, configured or with jobs
+// finished today; by tenant, then project.
+func UsageList(ts llmq.Tenants, tenant string, used []store.ScopeUsage) List[ScopeUsage] {
+	type key struct{ tenant, project string }
+	scopes := map[key]*ScopeUsage{}
+	add := func(tenant, project string) *ScopeUsage {
+		k := key{tenant, project}
+		if s, ok := scopes[k]; ok {
+			return s
+		}
+		cfg := ts[tenant].Scope
+		if project != "" {
+			cfg = ts[tenant].Projects[project]
+		}
+		s := &ScopeUsage{Tenant: tenant, Project: project, Weight: cmp.Or(cfg.Weight, llmq.WeightDefault),
+			Limits: ScopeLimits{RPM: cfg.RPM, TPM: cfg.TPM, Concurrency: cfg.Concurrency, Priority: string(cfg.Priority)}}
+		scopes[k] = s
+		return s
+	}
+	for name, t := range ts {
+		if tenant != "" && name != tenant {
+			continue
+		}
+		add(name, "")
+		for p := range t.Projects {
+			add(name, p)
+		}
+	}
+	if tenant != "" {
+		add(tenant, "")
+	}
+	for _, u := range used {
+		if tenant != "" && u.Tenant != tenant {
+			continue // never another tenant's, whatever the store answered
+		}
+		s := add(u.Tenant, u.Project)
+		s.LastMinute = UsageCount{Requests: u.MinuteRequests, Tokens: u.MinuteTokens}
+		s.Today = UsageCount{Requests: u.DayRequests, Tokens: u.DayTokens}
+	}
+	keys := slices.SortedFunc(maps.Keys(scopes), func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.project, b.project))
+	})
+	out := make([]ScopeUsage, len(keys))
+	for i, k := range keys {
+		out[i] = *scopes[k]
+	}
+	return NewList(out, "")
+}
+
+// usage answers GET /v1/usage: the scopes in view, their limits and what
+// they used in the last minute and today.
+func (a *API) usage(w http.ResponseWriter, r *http.Request) {
+	s, _ := scopeOf(r)
+	used, err := a.cfg.Usage.Usage(r.Context(), s.tenant)
+	if err != nil {
+		a.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, UsageList(a.cfg.Tenants, s.tenant, used))
+}

@@ -1,0 +1,105 @@
+package store
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/llmq/llmq"
+)
+
+// Fair share between tenants in the claim: start-time fair queuing over
+// the tokens the jobs are estimated to use. Each (model, tenant) has a
+// virtual time in fair_share, the tokens given to the tenant divided by its
+// weight; a claim tags each tenant's next jobs (in the tenant's claim
+// order) with the virtual time at which each would start, takes the jobs
+// with the smallest tags, and advances the tenants it served. Backlogged
+// tenants so get tokens in proportion to their weights, an idle tenant's
+// turn goes to the others (work-conserving), and a tenant returning from
+// idle starts at the model's virtual clock (the smallest tag the last
+// claim took): it banks no credit. docs/design/tenants.md.
+
+// claimSQL is the claim of up to $4 queued jobs of model $1 for owner $2,
+// leased until $3 at $5, tenants taking turns by weight and each tenant's
+// jobs in order o: each moves to running (tClaim) with a new lease token,
+// phase waiting_for_quota. $6 is the lane reason recorded on a deferrable
+// job the live lane takes for the first time (empty leaves it unset). $7
+// and $8 are the configured tenants and their weights (others weigh
+// WeightDefault); $9 is the tokens of a job recorded without an estimate;
+// a job whose deadline is before $10 goes first, whatever its tenant's
+// turn. With holdDeferrable, deferrable jobs whose lane is undecided and
+// whose deadline, if any, is after $11 are left for the batch lane. With
+// fallbackOnly, only jobs with a fallback model of their own are taken.
+//
+// One statement: the tenants with queued jobs (a loose scan of
+// jobs_fair_idx, one probe per tenant), at most $4 jobs of each (an index
+// range each), the claim, and the virtual times advanced; the fair_share
+// rows are locked in (model, tenant) order, so concurrent claims of one
+// model queue on them and never deadlock.
+func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly bool) string {
+	var filter string
+	if holdDeferrable {
+		filter += ` AND NOT (q."deferrable" AND q.lane_reason = '' AND (q.deadline IS NULL OR q.deadline > $11))`
+	}
+	if fallbackOnly {
+		filter += ` AND q.fallback_models <> '{}'`
+	}
+	// The loose scan reads lane, which the index lacks: an index-only scan
+	// would not mark the entries of claimed jobs dead, and every claim
+	// would walk them again until a vacuum.
+	return `WITH RECURSIVE tenants AS (
+		(SELECT tenant FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane = '` + LaneLive + `'
+			ORDER BY tenant LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.tenant FROM jobs j WHERE j.status = 'queued' AND j.requested_model = $1 AND j.tenant > t.tenant
+			AND j.lane = '` + LaneLive + `' ORDER BY j.tenant LIMIT 1) FROM tenants t WHERE t.tenant IS NOT NULL),
+	clock AS (SELECT coalesce(max(vtime), 0) AS v FROM fair_share WHERE model = $1 AND tenant = ''),
+	turn AS (SELECT t.tenant, coalesce(w.weight, ` + strconv.Itoa(llmq.WeightDefault) + `) AS weight,
+			greatest(coalesce(f.vtime, c.v), c.v) AS start
+		FROM tenants t CROSS JOIN clock c
+		LEFT JOIN unnest($7::text[], $8::float8[]) AS w(tenant, weight) ON w.tenant = t.tenant
+		LEFT JOIN fair_share f ON f.model = $1 AND f.tenant = t.tenant
+		WHERE t.tenant IS NOT NULL),
+	cand AS (SELECT q.tenant, q.id, q.urgent, q.cost / t.weight AS step,
+			t.start + sum(q.cost / t.weight) OVER (PARTITION BY q.tenant ORDER BY ` + o.orderBy("q") + `
+				ROWS UNBOUNDED PRECEDING) - q.cost / t.weight AS tag
+		FROM turn t CROSS JOIN LATERAL (
+			SELECT q.tenant, q.id, q.sched_key, q.created_at, q.est_prompt_tokens, q.est_output_tokens, q.deadline,
+				coalesce(q.deadline < $10, false) AS urgent,
+				CASE WHEN q.est_prompt_tokens + q.est_output_tokens > 0
+					THEN q.est_prompt_tokens + q.est_output_tokens ELSE $9::float8 END AS cost
+			FROM jobs q
+			WHERE q.status ` + tClaim.in + ` AND q.requested_model = $1 AND q.tenant = t.tenant
+				AND q.lane = '` + LaneLive + `'` + filter + `
+			ORDER BY ` + o.orderBy("q") + ` LIMIT $4) q),
+	pick AS (SELECT c.tenant, c.id, c.urgent, c.tag, c.step
+		FROM (SELECT * FROM cand ORDER BY urgent DESC, tag, tenant) c
+		CROSS JOIN LATERAL (SELECT FROM jobs j WHERE j.tenant = c.tenant AND j.id = c.id AND j.status ` + tClaim.in + `
+			FOR UPDATE SKIP LOCKED) l
+		LIMIT $4),
+	claimed AS (UPDATE jobs j SET status = ` + tClaim.to + `, lease_owner = $2, lease_expires_at = $3,
+			lease_token = j.lease_token + 1, phase = '` + PhaseWaitingForQuota + `', updated_at = $5,
+			lane_reason = CASE WHEN j."deferrable" AND j.lane_reason = '' THEN $6 ELSE j.lane_reason END
+		FROM pick p WHERE j.tenant = p.tenant AND j.id = p.id
+		RETURNING ` + prefixed("j", jobColumns) + `, p.urgent AS pick_urgent, p.tag AS pick_tag),
+	advance AS (INSERT INTO fair_share AS f (model, tenant, vtime)
+		SELECT $1, a.tenant, a.vtime FROM (
+			SELECT '' AS tenant, min(p.tag) AS vtime FROM pick p HAVING count(*) > 0
+			UNION ALL
+			SELECT p.tenant, (SELECT v FROM clock) + sum(p.step) FROM pick p GROUP BY p.tenant) a
+		ORDER BY a.tenant
+		ON CONFLICT (model, tenant) DO UPDATE SET vtime = CASE WHEN f.tenant = '' THEN greatest(f.vtime, excluded.vtime)
+			ELSE greatest(f.vtime, (SELECT v FROM clock)) + (excluded.vtime - (SELECT v FROM clock)) END)
+	SELECT ` + jobColumns + ` FROM claimed ORDER BY pick_urgent DESC, pick_tag, tenant`
+}
+
+// weights are the configured tenants and their weights, as claimSQL's $7
+// and $8.
+func weights(ts llmq.Tenants) ([]string, []float64) {
+	names := slices.Sorted(maps.Keys(ts))
+	ws := make([]float64, len(names))
+	for i, n := range names {
+		ws[i] = ts.Weight(n)
+	}
+	return names, ws
+}

@@ -1,0 +1,47 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ScopeUsage is what one scope, a tenant or one of its projects, used: the
+// upstream calls and the tokens of its jobs that finished in the last
+// minute and since the start of the UTC day.
+type ScopeUsage struct {
+	Tenant string `db:"tenant"`
+	// Project is "" for the tenant's jobs that name no project.
+	Project string `db:"project"`
+	// MinuteRequests and DayRequests count upstream calls (attempts).
+	MinuteRequests int64 `db:"minute_requests"`
+	DayRequests    int64 `db:"day_requests"`
+	// MinuteTokens and DayTokens sum prompt + completion tokens.
+	MinuteTokens int64 `db:"minute_tokens"`
+	DayTokens    int64 `db:"day_tokens"`
+}
+
+// Usage returns the usage of every (tenant, project) whose jobs finished
+// today (UTC), ordered by tenant then project; tenant "" reads every
+// tenant. A job counts when it finishes, whatever its status.
+func (s *Store) Usage(ctx context.Context, tenant string) ([]ScopeUsage, error) {
+	now := s.clock()
+	day := now.Truncate(24 * time.Hour)
+	rows, err := s.pool.Query(ctx, `SELECT tenant, project,
+			coalesce(sum(attempts) FILTER (WHERE finished_at > $2), 0) AS minute_requests,
+			coalesce(sum(attempts), 0) AS day_requests,
+			coalesce(sum(prompt_tokens + completion_tokens) FILTER (WHERE finished_at > $2), 0) AS minute_tokens,
+			coalesce(sum(prompt_tokens + completion_tokens), 0) AS day_tokens
+		FROM jobs WHERE finished_at >= $1 AND ($3 = '' OR tenant = $3)
+		GROUP BY tenant, project ORDER BY tenant, project`, day, now.Add(-time.Minute), tenant)
+	if err != nil {
+		return nil, fmt.Errorf("store: usage: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[ScopeUsage])
+	if err != nil {
+		return nil, fmt.Errorf("store: usage: %w", err)
+	}
+	return out, nil
+}

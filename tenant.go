@@ -1,0 +1,108 @@
+package llmq
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+)
+
+// WeightDefault is the weight of a tenant (or project) that sets none, and
+// of every tenant the configuration does not list.
+const WeightDefault = 1
+
+// Scope is what the configuration says of one tenant or one project: its
+// weight in the fair share of a provider quota and its own quota layer.
+// docs/design/tenants.md. A zero field means the default, as each comment
+// says.
+type Scope struct {
+	// Weight is the scope's share of a binding provider quota relative to
+	// the other backlogged tenants (a tenant of weight 3 gets three times
+	// the tokens of a tenant of weight 1); 0 = WeightDefault. Between
+	// projects it is not used yet: a tenant's jobs share its turn in claim
+	// order.
+	Weight float64 `yaml:"weight"`
+	// Priority is the highest priority the scope's jobs are ordered at: a
+	// job asking for more is claimed as if it asked for this one. "" = no
+	// cap.
+	Priority Priority `yaml:"priority"`
+	// RPM and TPM are the scope's requests and tokens per minute over all
+	// its models; 0 = no limit.
+	RPM float64 `yaml:"rpm"`
+	TPM float64 `yaml:"tpm"`
+	// Concurrency is the scope's calls in flight; 0 = no limit.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// Tenant is a tenant's scope and those of its projects.
+type Tenant struct {
+	Scope `yaml:",inline"`
+	// Projects are the tenant's projects by name (a job's project field).
+	Projects map[string]Scope `yaml:"projects"`
+}
+
+// Tenants are the configured tenants by name. The zero value lists none:
+// every tenant has WeightDefault and no quota of its own.
+type Tenants map[string]Tenant
+
+// Weight is tenant's weight: its configured one, else WeightDefault.
+func (ts Tenants) Weight(tenant string) float64 {
+	if w := ts[tenant].Weight; w > 0 {
+		return w
+	}
+	return WeightDefault
+}
+
+// Priority is the priority j is ordered at: its own, lowered to its
+// tenant's cap and to its project's.
+func (ts Tenants) Priority(j *Job) Priority {
+	p := j.Priority
+	t, ok := ts[j.Tenant]
+	if !ok {
+		return p
+	}
+	for _, c := range []Priority{t.Priority, t.Projects[j.Project].Priority} {
+		if c != "" && c.Rank() > p.Rank() {
+			p = c
+		}
+	}
+	return p
+}
+
+// Validate checks every scope; each error names the setting under prefix
+// ("tenants").
+func (ts Tenants) Validate(prefix string) []error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(ts)) {
+		t := ts[name]
+		p := prefix + "." + name
+		if !validID(name) {
+			errs = append(errs, fmt.Errorf("%s: a tenant is 1-%d characters of [A-Za-z0-9._:-]", p, MaxIDLength))
+		}
+		errs = append(errs, t.Scope.validate(p)...)
+		for _, proj := range slices.Sorted(maps.Keys(t.Projects)) {
+			pp := p + ".projects." + proj
+			if !validID(proj) {
+				errs = append(errs, fmt.Errorf("%s: a project is 1-%d characters of [A-Za-z0-9._:-]", pp, MaxIDLength))
+			}
+			errs = append(errs, t.Projects[proj].validate(pp)...)
+		}
+	}
+	return errs
+}
+
+func (s Scope) validate(p string) []error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"weight", s.Weight}, {"rpm", s.RPM}, {"tpm", s.TPM}, {"concurrency", float64(s.Concurrency)}} {
+		if !(f.v >= 0 && f.v < math.Inf(1)) {
+			errs = append(errs, fmt.Errorf("%s.%s: must be a finite number, not negative (0: the default); got %v", p, f.name, f.v))
+		}
+	}
+	if s.Priority != "" && !s.Priority.Valid() {
+		errs = append(errs, fmt.Errorf("%s.priority: %q: want high, normal or low", p, s.Priority))
+	}
+	return errs
+}

@@ -177,6 +177,7 @@ func (c *Console) routes() http.Handler {
 	page("GET "+Prefix+"/dead-letters/{id}", c.deadLetter)
 	page("POST "+Prefix+"/dead-letters/replay", c.replay)
 	page("POST "+Prefix+"/dead-letters/purge", c.purge)
+	page("GET "+Prefix+"/usage", c.usage)
 	page("GET "+Prefix+"/batches", c.batches)
 	page("GET "+Prefix+"/batches/{id}", c.batch)
 	page("POST "+Prefix+"/batches/{id}/cancel", c.cancelBatch)

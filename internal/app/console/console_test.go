@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -68,7 +69,8 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
 		OperatorKeys: []string{keyOps}, DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc,
-		Batches: st, Logger: quiet})
+		Batches: st, Usage: st, Tenants: llmq.Tenants{"acme": {Scope: llmq.Scope{Weight: 3, RPM: 600, TPM: 60000,
+			Priority: llmq.PriorityNormal}}}, Logger: quiet})
 	require.NoError(t, err)
 	clk := clockwork.NewFakeClockAt(time.Now())
 	ui, err := console.New(console.Config{API: a, Logger: quiet, Clock: clk})
@@ -322,4 +324,37 @@ func TestTenantIsolation(t *testing.T) {
 	p = ops.get("/ui/jobs?tenant=globex")
 	require.NotContains(t, p.body, `data-job="acme-job"`)
 	require.Contains(t, ops.get("/ui/jobs/globex-job?tenant=globex").body, `data-field="status"`)
+}
+
+// TestUsagePage: the usage page shows what GET /v1/usage says, for the
+// key's tenant only; an operator sees every tenant.
+func TestUsagePage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, j := range []struct{ key, tenant, id string }{{keyAcme, "acme", "u1"}, {keyGlobex, "globex", "u2"}} {
+		b.enqueue(t, j.key, j.id)
+		stored, err := b.store.StoreResult(ctx, store.Key{Tenant: j.tenant, ID: j.id},
+			store.Result{Response: json.RawMessage(`{}`), PromptTokens: 1200, CompletionTokens: 34})
+		require.NoError(t, err)
+		require.True(t, stored)
+	}
+	br := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, br.signIn(keyAcme).status)
+	p := br.get("/ui/usage")
+	require.Equal(t, http.StatusOK, p.status)
+	require.Contains(t, p.body, `data-scope="acme/"`)
+	require.NotContains(t, p.body, "globex", "another tenant's scope")
+	row := p.body[strings.Index(p.body, `data-scope="acme/"`):]
+	row = row[:strings.Index(row, "</tr>")]
+	require.Contains(t, row, `<td class="num" data-field="weight">3</td>`)
+	require.Contains(t, row, `<td>normal</td>`)
+	require.Contains(t, row, `data-field="tpm">1,234 <span class="faint">of 60,000 TPM (2.1%)</span>`)
+	require.Contains(t, row, `data-field="tokens-today">1,234</td>`)
+
+	ops := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, ops.signIn(keyOps).status)
+	p = ops.get("/ui/usage")
+	require.Contains(t, p.body, `data-scope="acme/"`)
+	require.Contains(t, p.body, `data-scope="globex/"`)
 }

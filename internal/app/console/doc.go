@@ -3,8 +3,9 @@
 // backpressure, dead letters of the last 24 hours, batches in flight), the
 // jobs with filters and keyset paging, a job's request, result or error,
 // model, tokens, cost and times (and its cancellation while queued), the
-// dead letters grouped by reason with replay and purge, and the provider
-// batches with their cancellation.
+// dead letters grouped by reason with replay and purge, the provider
+// batches with their cancellation, and the tenants' and projects' usage
+// (GET /v1/usage).
 //
 // # No second path to the data
 //

@@ -18,7 +18,7 @@ import (
 
 // The page templates: each page file defines "content" (and its live
 // fragments) and is parsed with the layout into a set of its own.
-var pageNames = []string{"login", "error", "overview", "jobs", "job", "dead-letters", "dead-letter", "batches", "batch"}
+var pageNames = []string{"login", "error", "overview", "jobs", "job", "dead-letters", "dead-letter", "batches", "batch", "usage"}
 
 func (c *Console) parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -45,6 +45,9 @@ func (c *Console) parsePages() (map[string]*template.Template, error) {
 		"deref":     deref,
 		"rate":      func(perMin float64) string { return strconv.FormatFloat(perMin, 'f', 1, 64) },
 		"pageSizes": func() []int { return pageSizes },
+		"weight":    func(w float64) string { return strconv.FormatFloat(w, 'f', -1, 64) },
+		"limit":     func(v float64) string { return num(int64(v)) },
+		"whole":     func(v float64) int64 { return int64(v) },
 	}
 	base, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
 	if err != nil {

@@ -587,6 +587,21 @@ func batchBar(b api.Batch) template.HTML {
 		{Key: "empty", Label: "waiting", Value: max(total-done-failed, 0)}}, barThin)
 }
 
+type usagePage struct {
+	Scopes []api.ScopeUsage
+}
+
+// usage shows GET /v1/usage: the scopes in view, their weights, limits and
+// use.
+func (c *Console) usage(w http.ResponseWriter, r *http.Request, s session) {
+	var l api.List[api.ScopeUsage]
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/usage", nil, nil, &l); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	c.render(w, r, "usage", c.data(r, s, "Usage", "usage", pageData{Page: usagePage{Scopes: l.Data}}))
+}
+
 func (c *Console) batches(w http.ResponseWriter, r *http.Request, s session) {
 	p := batchesPage{Open: r.URL.Query().Get("open") == "true", Bars: map[string]template.HTML{}}
 	q := url.Values{"limit": {"100"}}

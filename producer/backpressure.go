@@ -137,9 +137,13 @@ func (p *Producer) measure(ctx context.Context) (QueueState, error) {
 	q.CompletionRatePerMin = float64(st.Finished) / p.cfg.RateWindow.Minutes()
 	q.Depth = max(q.Lag, q.Queued) + q.InFlight
 	drain := q
-	if st.Finished == 0 {
-		// Cold start: before any completion, the rate the quotas allow.
-		drain.CompletionRatePerMin = p.cfg.QuotaRatePerMin
+	if st.Finished == 0 || now.Sub(st.FirstFinished) < p.cfg.RateWindow*9/10 {
+		// Cold start: until completions span the window, the rate over the
+		// whole window understates the workers (one job finished a second
+		// ago reads as one job in five minutes, and would refuse every
+		// deadline): the estimate is then never below the rate the quotas
+		// allow.
+		drain.CompletionRatePerMin = max(drain.CompletionRatePerMin, p.cfg.QuotaRatePerMin)
 	}
 	q.EstimatedDrain, q.DrainKnown = drain.waitFor(q.Depth)
 	stranded := p.stranded(now, q.Lag+q.Queued > 0 && !st.Consuming)

@@ -140,6 +140,14 @@ func TestBackpressureColdStartAndNoConsumer(t *testing.T) {
 	q, err = p.Queue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, producer.StateOK, q.State)
-	require.Equal(t, 100*time.Second, q.EstimatedDrain, "5 jobs at the measured 3/min")
+	require.Equal(t, 100*time.Second, q.EstimatedDrain, "5 jobs at the measured 3/min: they span the window")
 	require.Equal(t, 3.0, q.CompletionRatePerMin)
+	// Completions that do not yet span 9/10 of the window: never below the
+	// quotas' rate (one job finished a second ago is not one in a minute).
+	finish(t, b, 3)
+	b.clock.Advance(2 * time.Second)
+	q, err = p.Queue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3.0, q.CompletionRatePerMin, "the first 3 left the window")
+	require.Equal(t, 5*time.Second, q.EstimatedDrain, "5 jobs at the quota's 60/min")
 }

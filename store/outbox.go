@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/llmq/llmq"
 )
@@ -117,8 +118,10 @@ type QueueStats struct {
 	// InFlight counts the jobs running or retrying (held by workers).
 	InFlight int64
 	// Finished counts the jobs that reached a terminal state since the
-	// time asked for.
-	Finished int64
+	// time asked for; FirstFinished is the earliest of their ends (zero
+	// when none).
+	Finished      int64
+	FirstFinished time.Time
 	// Consuming says a worker is alive and taking jobs: it holds a lease
 	// that has not expired, or one of its schedulers wrote a model state
 	// within ModelStateTTL (they do every second while queued jobs wait).
@@ -130,16 +133,21 @@ type QueueStats struct {
 // since since, and says whether a worker is consuming.
 func (s *Store) QueueStats(ctx context.Context, since time.Time) (QueueStats, error) {
 	var st QueueStats
+	var first pgtype.Timestamptz
 	now := s.clock()
 	err := s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM jobs WHERE status = 'queued'),
 		(SELECT count(*) FROM jobs WHERE status `+leasedIn+`),
 		(SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1),
+		(SELECT coalesce(min(finished_at), '-infinity') FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1),
 		EXISTS (SELECT 1 FROM jobs WHERE status `+leasedIn+` AND lease_expires_at > $2)
 			OR EXISTS (SELECT 1 FROM model_state WHERE updated_at > $3)`, since, now, now.Add(-ModelStateTTL)).
-		Scan(&st.Queued, &st.InFlight, &st.Finished, &st.Consuming)
+		Scan(&st.Queued, &st.InFlight, &st.Finished, &first, &st.Consuming)
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("store: queue stats: %w", err)
+	}
+	if first.Valid && first.InfinityModifier == pgtype.Finite {
+		st.FirstFinished = first.Time
 	}
 	return st, nil
 }

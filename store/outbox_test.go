@@ -65,12 +65,16 @@ func TestQueueStats(t *testing.T) {
 	start := b.clock.Now()
 	st, err := b.store.QueueStats(b.ctx, start)
 	require.NoError(t, err)
+	require.True(t, start.Equal(st.FirstFinished), "r0 finished at %v, not %v", start, st.FirstFinished)
+	st.FirstFinished = time.Time{}
 	require.Equal(t, store.QueueStats{Queued: 1, InFlight: 3, Finished: 1, Consuming: true}, st, "leases live")
 	b.clock.Advance(time.Minute)
 	_, err = b.store.StoreResult(b.ctx, acme("r1"), store.Result{})
 	require.NoError(t, err)
 	st, err = b.store.QueueStats(b.ctx, start.Add(time.Second))
 	require.NoError(t, err)
+	require.True(t, start.Add(time.Minute).Equal(st.FirstFinished), "r1 is the first in the window")
+	st.FirstFinished = time.Time{}
 	require.Equal(t, store.QueueStats{Queued: 1, InFlight: 2, Finished: 1}, st, "the leases expired: nobody consumes")
 	require.NoError(t, b.store.SetModelState(b.ctx, store.ModelState{Model: "big", WaitingReason: store.WaitingReasonProviderQuota, Worker: "w"}))
 	st, err = b.store.QueueStats(b.ctx, start.Add(time.Second))

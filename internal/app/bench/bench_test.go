@@ -153,6 +153,6 @@ func TestRunGatewayScaledDown(t *testing.T) {
 	require.Positive(t, gw.P50)
 	md, err := os.ReadFile(filepath.Join(out, ReportFile))
 	require.NoError(t, err)
-	require.Contains(t, string(md), "## 5. Agents on a shared, flaky endpoint")
+	require.Contains(t, string(md), "## 6. Agents on a shared, flaky endpoint")
 	require.Contains(t, string(md), "| through llmq | 11 | 0 | 0.0% | none |")
 }

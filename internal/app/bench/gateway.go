@@ -116,7 +116,7 @@ func (b *Bench) gateway(ctx context.Context, md *strings.Builder, rep *Report) e
 	fmt.Fprintf(b.cfg.Progress, " done in %s: %d of %d failed\n", res.Gateway.Took.Round(time.Second), res.Gateway.Failures, res.Gateway.Calls)
 	rep.Gateway = res
 
-	fmt.Fprintf(md, `## 5. Agents on a shared, flaky endpoint: direct, then through the gateway (seed 002)
+	fmt.Fprintf(md, `## 6. Agents on a shared, flaky endpoint: direct, then through gateway mode ([gateway scheduling](../design/gateway.md))
 
 %d agents each make %d sequential chat completions (max_completion_tokens %d, answers of %d-%d tokens) with a
 %s timeout and no retries of their own (go-openai, which has none). The provider allows %d RPM,

@@ -605,15 +605,7 @@ var pullBackSQL = `UPDATE jobs SET status = ` + tPullBack.to + `, lane = 'live',
 // are not touched: a late result of a pulled-back job is ignored. It
 // returns the keys moved.
 func (s *Store) PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]Key, error) {
-	rows, err := s.pool.Query(ctx, pullBackSQL, pending, batched, reason, s.clock())
-	if err != nil {
-		return nil, fmt.Errorf("store: pull back: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Key])
-	if err != nil {
-		return nil, fmt.Errorf("store: pull back: %w", err)
-	}
-	return keys, nil
+	return s.keys(ctx, "pull back", pullBackSQL, pending, batched, reason, s.clock())
 }
 
 // OutboxEntry is one job the batch lane dead-lettered and whose dead letter
@@ -738,14 +730,6 @@ func (s *Store) WithAdvisoryLock(ctx context.Context, name string, fn func(ctx c
 // BatchJobKeys returns the keys of the jobs of batch id that are in
 // status.
 func (s *Store) BatchJobKeys(ctx context.Context, id string, status llmq.Status) ([]Key, error) {
-	rows, err := s.pool.Query(ctx, `SELECT tenant, id FROM jobs WHERE batch_id = $1 AND status = $2 ORDER BY tenant, id`,
+	return s.keys(ctx, fmt.Sprintf("batch job keys %q", id), `SELECT tenant, id FROM jobs WHERE batch_id = $1 AND status = $2 ORDER BY tenant, id`,
 		id, string(status))
-	if err != nil {
-		return nil, fmt.Errorf("store: batch job keys %q: %w", id, err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Key])
-	if err != nil {
-		return nil, fmt.Errorf("store: batch job keys %q: %w", id, err)
-	}
-	return keys, nil
 }

@@ -194,18 +194,10 @@ func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set s
 // expired and returns their keys (the reaper's sweep: a job expires even
 // while no worker looks at it).
 func (s *Store) ExpireOverdue(ctx context.Context) ([]Key, error) {
-	rows, err := s.pool.Query(ctx, notifyDone(`UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
+	return s.keys(ctx, "expire overdue", notifyDone(`UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
 		error_message = 'deadline passed before the job started', finished_at = $1, updated_at = $1
 		WHERE status `+tExpireOverdue.in+` AND deadline IS NOT NULL AND deadline <= $1 RETURNING tenant, id`, keyOf, `tenant, id`),
 		s.clock(), ErrorCodeExpired)
-	if err != nil {
-		return nil, fmt.Errorf("store: expire overdue: %w", err)
-	}
-	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Key])
-	if err != nil {
-		return nil, fmt.Errorf("store: expire overdue: %w", err)
-	}
-	return keys, nil
 }
 
 // ErrorCodeCancelled is the error_code of a cancelled job.

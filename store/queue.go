@@ -118,15 +118,21 @@ func (s *Store) Heartbeat(ctx context.Context, owner string, lease time.Duration
 // next claim increments it, and the old holder's fenced changes already
 // fail on the status.
 func (s *Store) ReapExpired(ctx context.Context) ([]Key, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE jobs SET status = `+tReapExpired.to+`, lease_owner = '',
+	return s.keys(ctx, "reap expired leases", `UPDATE jobs SET status = `+tReapExpired.to+`, lease_owner = '',
 		lease_expires_at = NULL, phase = '', updated_at = $1
 		WHERE status `+tReapExpired.in+` AND lease_expires_at <= $1 RETURNING tenant, id`, s.clock())
+}
+
+// keys runs sql, which returns (tenant, id) rows, and collects them; op
+// names the operation in its errors.
+func (s *Store) keys(ctx context.Context, op, sql string, args ...any) ([]Key, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: reap expired leases: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", op, err)
 	}
 	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Key])
 	if err != nil {
-		return nil, fmt.Errorf("store: reap expired leases: %w", err)
+		return nil, fmt.Errorf("store: %s: %w", op, err)
 	}
 	return keys, nil
 }

@@ -312,9 +312,10 @@ Other clients exhaust the primary: `+"`%s`"+` allows %d calls in flight, and %d 
 the same API key keep a %d-token call in flight each all the time, taking its concurrency and
 then its TPM; the worker is configured with the primary's full %d RPM / %s TPM. Jobs name
 `+"`%s`"+` as their fallback. Arrivals at %.1f jobs/s for %s, run of %s. The worker moves a job
-to the fallback only on 429s: after 3 rate-limited calls (`+"`retry.fallback_after`"+`), at once when
-the primary's lane is paused by 429s for longer than 2 s (`+"`retry.fallback_max_wait`"+`), or when
-the retry budget refuses another retry. Calls and 429s below are the simulator's, every client
+to the fallback after 3 rate-limited calls (`+"`retry.fallback_after`"+`), when the retry budget
+refuses another retry, or at once when the primary's lane would hold it longer than 2 s
+(`+"`retry.fallback_max_wait`"+`): a 429 pause, or the primary's buckets, which the server's
+headers show the other clients drain. Calls and 429s below are the simulator's, every client
 included; jobs answered are llmq's.
 
 | model | calls admitted | 429s | llmq jobs answered |
@@ -322,9 +323,7 @@ included; jobs answered are llmq's.
 | `+"`%s`"+` (primary) | %d | %d | %d |
 | `+"`%s`"+` (fallback) | %d | %d | %d |
 
-%d of %d jobs succeeded (%d dead-lettered, %d unfinished); latency p50 %s, p99 %s. The worker falls
-back only after 429s: a job its shaper holds back in the primary's lane (waiting for the
-primary's buckets, not for a 429 pause) stays with the primary.
+%d of %d jobs succeeded (%d dead-lettered, %d unfinished); latency p50 %s, p99 %s.
 
 `, Primary, primaryConcurrency, s.hogs, hogMaxTokens, RPM, kilo(TPM), Fallback, capacity(), s.load[0].until.Round(time.Second), s.duration.Round(time.Second),
 		Primary, prim.Accepted, total(prim.RateLimited), res.usedModel(Primary),

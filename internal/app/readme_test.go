@@ -77,6 +77,7 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 		"`retention.dead_letters`, `.batches`": list(retention.DeadLettersDefault, retention.BatchesDefault),
 		"`retention.tombstones`":               list(retention.TombstonesDefault),
 		"`retention.interval`":                 list(retention.IntervalDefault),
+		"`ingest.size_order`":                  list(worker.SizeOrderDefault),
 	} {
 		got, ok := rows[key]
 		require.True(t, ok, "README has no row %s", key)

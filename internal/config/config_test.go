@@ -173,6 +173,8 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "retry: {fallback_max_wait: -1s}", want: "retry.fallback_max_wait: must not be negative"},
 		{yaml: "retry: {max_retry_after: -1s}", want: "retry.max_retry_after: must not be negative"},
 		{yaml: "ingest: {window: -2}", want: "ingest.window: must not be negative"},
+		{yaml: "ingest: {size_order: -0.5}", want: "ingest.size_order: must be between 0 and 1000"},
+		{yaml: "ingest: {size_order: .nan}", want: "ingest.size_order: must be between 0 and 1000"},
 		{yaml: "upstream: {max_response_bytes: -2}", want: "upstream.max_response_bytes: must not be negative"},
 		{yaml: "retry: {base_delay: soon}", want: "LLMQ_CONFIG"},
 		{yaml: "batch: {max_lines: -1}", want: "batch.max_lines: must not be negative"},

@@ -15,11 +15,12 @@ const (
 	ScenarioFallback   = "fallback"
 	ScenarioAdaptive   = "adaptive"
 	ScenarioBacklog    = "backlog"
+	ScenarioSizes      = "sizes"
 	ScenarioGateway    = "gateway"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioSizes, ScenarioGateway}
 
 // Defaults of Config.
 const (

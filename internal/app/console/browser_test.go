@@ -219,6 +219,15 @@ func (b *tab) signIn(key string) {
 		chromedp.WaitVisible(chromedp.CSS("#overview")))
 }
 
+// callStatuses are the HTTP statuses of calls, as the job page marks them.
+func callStatuses(calls []api.Call) []string {
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		out[i] = strconv.Itoa(c.Status)
+	}
+	return out
+}
+
 func n(s string) int64 {
 	v, err := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
 	if err != nil {
@@ -284,6 +293,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	var open api.List[api.Batch]
 	p.call(t, keyOps, http.MethodGet, "/v1/batches?open=true", "", &open)
 	require.Equal(t, int64(len(open.Data)), n(b.text(`[data-metric="batches-open"]`)))
+	// The per-model charts: the window's figures are the API's.
+	var models api.ModelStats
+	p.call(t, keyOps, http.MethodGet, "/v1/stats/models", "", &models)
+	require.Len(t, models.Data, 2, "the good and the broken model were called")
+	for _, m := range models.Data {
+		var requests, tokens, limited int64
+		for _, mm := range m.Minutes {
+			requests, tokens, limited = requests+mm.Requests, tokens+mm.Tokens, limited+mm.RateLimited
+		}
+		require.Equal(t, requests, n(b.text(`[data-metric="model-`+m.Model+`-requests"]`)), m.Model)
+		require.Equal(t, tokens, n(b.text(`[data-metric="model-`+m.Model+`-tokens"]`)), m.Model)
+		require.Equal(t, limited, n(b.text(`[data-metric="model-`+m.Model+`-rate-limited"]`)), m.Model)
+	}
 	b.shot("overview")
 
 	// Jobs: every job, newest first; filtered by state.
@@ -323,7 +345,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.True(t, strings.HasPrefix(b.text(`[data-field="tokens"]`),
 		strconv.Itoa(job.Usage.PromptTokens+job.Usage.CompletionTokens)+" tokens"), b.text(`[data-field="tokens"]`))
 	require.Contains(t, b.text(`[data-request]`), `"summarise ticket ticket-001"`)
+	require.Equal(t, callStatuses(job.Calls), b.attrs(`tr[data-call] [data-status]`, "data-status"))
 	b.shot("job")
+
+	// A job whose calls failed: each call and its answer, as the API says.
+	var failed api.Job
+	p.call(t, keyOps, http.MethodGet, "/v1/jobs/invoice-001?tenant=acme", "", &failed)
+	require.Equal(t, "dead_lettered", failed.Status)
+	require.Equal(t, []string{"500", "500"}, callStatuses(failed.Calls), "MaxAttempts calls, each answered 500")
+	b.open("/ui/jobs/invoice-001?tenant=acme", "[data-calls]")
+	require.Equal(t, callStatuses(failed.Calls), b.attrs(`tr[data-call] [data-status]`, "data-status"))
+	require.Equal(t, len(failed.Calls)*2+2, b.count(`[data-events] li`), "queued, each call and its answer, the end")
+	b.shot("job-calls")
 
 	// Dead letters: grouped by reason; a replayed letter leaves the list.
 	var letters, pending api.List[dlq.View]
@@ -364,6 +397,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, strconv.Itoa(batches.Data[0].JobCount), b.text(`[data-field="jobs"]`))
 		b.shot("batch")
 	}
+
+	// Usage: each scope's figures.
+	b.open("/ui/usage", "[data-usage]")
+	var usage api.List[api.ScopeUsage]
+	p.call(t, keyOps, http.MethodGet, "/v1/usage", "", &usage)
+	for _, u := range usage.Data {
+		require.Equal(t, u.Today.Tokens, n(b.text(`tr[data-scope="`+u.Tenant+`/`+u.Project+`"] [data-field="tokens-today"]`)), u.Tenant)
+	}
+	b.shot("usage")
 
 	// A tenant sees its own jobs only.
 	g := newTab(t, p.base)

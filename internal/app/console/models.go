@@ -25,26 +25,27 @@ type metric struct {
 type modelCharts struct {
 	Model    string
 	InFlight int64
-	Limits   string
 	Metrics  []metric
 }
 
 // perMinute writes a count per minute.
-func perMinute(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) + "/min" }
+func perMinute(v float64) string { return num(int64(v)) + "/min" }
 
 func fixed1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 
 func msText(v float64) string { return dur(time.Duration(v * float64(time.Millisecond))) }
 
-// limitNote says what a limit is and where it comes from.
-func limitNote(what string, v float64, source string) string {
+// peakNote says a series' busiest minute against its limit and where
+// the limit comes from.
+func peakNote(values []float64, limit float64, source string) string {
+	s := "peak " + perMinute(slicesMax(values))
 	switch source {
 	case api.LimitConfigured:
-		return what + " " + num(int64(v)) + "/min (configured)"
+		return s + " of " + perMinute(limit) + " (configured)"
 	case api.LimitHeaders:
-		return what + " " + num(int64(v)) + "/min (from headers)"
+		return s + " of " + perMinute(limit) + " (from headers)"
 	}
-	return "no " + what + " known"
+	return s + "; no limit known"
 }
 
 // chartsOf draws a model's minutes.
@@ -65,20 +66,19 @@ func chartsOf(m api.ModelStat) modelCharts {
 	if totReq > 0 {
 		meanWait = waitSum / float64(totReq)
 	}
-	c := modelCharts{Model: m.Model, InFlight: m.InFlight,
-		Limits: limitNote("RPM", m.Limits.RPM, m.Limits.RPMSource) + " · " + limitNote("TPM", m.Limits.TPM, m.Limits.TPMSource)}
-	concLimit := "concurrency: the shaping default"
+	c := modelCharts{Model: m.Model, InFlight: m.InFlight}
+	concLimit := "mean in flight; no limit configured"
 	if m.Limits.Concurrency > 0 {
-		concLimit = "limit " + strconv.Itoa(m.Limits.Concurrency) + " in flight"
+		concLimit = "mean in flight; limit " + strconv.Itoa(m.Limits.Concurrency)
 	}
 	c.Metrics = []metric{
-		{Key: "requests", Title: "Requests", Value: num(totReq), Unit: "calls", Note: limitNote("RPM", m.Limits.RPM, m.Limits.RPMSource),
+		{Key: "requests", Title: "Requests", Value: num(totReq), Unit: "calls", Note: peakNote(req, m.Limits.RPM, m.Limits.RPMSource),
 			Chart: minuteBars(req, m.Limits.RPM, "requests", "requests", perMinute)},
-		{Key: "tokens", Title: "Tokens", Value: num(totTok), Unit: "tokens", Note: limitNote("TPM", m.Limits.TPM, m.Limits.TPMSource),
+		{Key: "tokens", Title: "Tokens", Value: num(totTok), Unit: "tokens", Note: peakNote(tok, m.Limits.TPM, m.Limits.TPMSource),
 			Chart: minuteBars(tok, m.Limits.TPM, "tokens", "tokens", perMinute)},
 		{Key: "rate-limited", Title: "429s", Value: num(totLimited), Unit: "429s", Note: pct(totLimited, totReq) + " of the calls",
 			Chart: minuteBars(limited, 0, "rate_limited", "429 answers", perMinute)},
-		{Key: "concurrency", Title: "Concurrency", Value: fixed1(peakConc), Unit: "peak", Note: num(m.InFlight) + " in flight now · " + concLimit,
+		{Key: "concurrency", Title: "Concurrency", Value: fixed1(peakConc), Unit: "peak", Note: concLimit,
 			Chart: minuteBars(conc, float64(m.Limits.Concurrency), "concurrency", "mean calls in flight", fixed1)},
 		{Key: "quota-wait", Title: "Waiting for quota", Value: msText(meanWait), Unit: "mean", Note: "p95 up to " + msText(peakP95),
 			Chart: minuteBars(wait, 0, "wait", "mean wait for admission", msText)},

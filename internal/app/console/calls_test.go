@@ -85,7 +85,7 @@ func TestOverviewModelCharts(t *testing.T) {
 	require.Contains(t, p.body, `data-metric="model-gpt-4o-mini-rate-limited">1</span>`)
 	require.Contains(t, p.body, `50.0% of the calls`)
 	require.Contains(t, p.body, `data-metric="model-gpt-4o-mini-quota-wait">150 ms</span>`)
-	require.Contains(t, p.body, `peak 2/min; no limit known`)
+	require.Contains(t, p.body, `peak 2/min, no limit known`)
 	live := acme.get("/ui/live/overview")
 	require.Contains(t, live.body, `data-metric="model-gpt-4o-mini-requests">2</span>`, "the live part redraws the charts")
 

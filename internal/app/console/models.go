@@ -31,21 +31,27 @@ type modelCharts struct {
 // perMinute writes a count per minute.
 func perMinute(v float64) string { return num(int64(v)) + "/min" }
 
-func fixed1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+// fraction writes a mean: two decimals below 1, one above.
+func fraction(v float64) string {
+	if v < 1 {
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
+}
 
 func msText(v float64) string { return dur(time.Duration(v * float64(time.Millisecond))) }
 
 // peakNote says a series' busiest minute against its limit and where
 // the limit comes from.
 func peakNote(values []float64, limit float64, source string) string {
-	s := "peak " + perMinute(slicesMax(values))
+	s := "peak " + num(int64(slicesMax(values)))
 	switch source {
 	case api.LimitConfigured:
-		return s + " of " + perMinute(limit) + " (configured)"
+		return s + " of " + perMinute(limit) + " configured"
 	case api.LimitHeaders:
-		return s + " of " + perMinute(limit) + " (from headers)"
+		return s + " of " + perMinute(limit) + " (headers)"
 	}
-	return s + "; no limit known"
+	return s + "/min, no limit known"
 }
 
 // chartsOf draws a model's minutes.
@@ -67,9 +73,9 @@ func chartsOf(m api.ModelStat) modelCharts {
 		meanWait = waitSum / float64(totReq)
 	}
 	c := modelCharts{Model: m.Model, InFlight: m.InFlight}
-	concLimit := "mean in flight; no limit configured"
+	concLimit := "busiest minute's mean in flight"
 	if m.Limits.Concurrency > 0 {
-		concLimit = "mean in flight; limit " + strconv.Itoa(m.Limits.Concurrency)
+		concLimit += "; limit " + strconv.Itoa(m.Limits.Concurrency)
 	}
 	c.Metrics = []metric{
 		{Key: "requests", Title: "Requests", Value: num(totReq), Unit: "calls", Note: peakNote(req, m.Limits.RPM, m.Limits.RPMSource),
@@ -78,8 +84,8 @@ func chartsOf(m api.ModelStat) modelCharts {
 			Chart: minuteBars(tok, m.Limits.TPM, "tokens", "tokens", perMinute)},
 		{Key: "rate-limited", Title: "429s", Value: num(totLimited), Unit: "429s", Note: pct(totLimited, totReq) + " of the calls",
 			Chart: minuteBars(limited, 0, "rate_limited", "429 answers", perMinute)},
-		{Key: "concurrency", Title: "Concurrency", Value: fixed1(peakConc), Unit: "peak", Note: concLimit,
-			Chart: minuteBars(conc, float64(m.Limits.Concurrency), "concurrency", "mean calls in flight", fixed1)},
+		{Key: "concurrency", Title: "Concurrency", Value: fraction(peakConc), Unit: "peak", Note: concLimit,
+			Chart: minuteBars(conc, float64(m.Limits.Concurrency), "concurrency", "mean calls in flight", fraction)},
 		{Key: "quota-wait", Title: "Waiting for quota", Value: msText(meanWait), Unit: "mean", Note: "p95 up to " + msText(peakP95),
 			Chart: minuteBars(wait, 0, "wait", "mean wait for admission", msText)},
 	}

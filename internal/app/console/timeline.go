@@ -26,7 +26,7 @@ type event struct {
 // jobEvents lists j's changes of state, oldest first.
 func jobEvents(j api.Job) []event {
 	out := []event{{At: j.CreatedAt, Key: "queued", What: "queued"}}
-	for _, c := range j.Calls {
+	for i, c := range j.Calls {
 		var waits []string
 		if c.BackoffMS > 0 {
 			waits = append(waits, dur(ms(c.BackoffMS))+" backing off")
@@ -35,6 +35,9 @@ func jobEvents(j api.Job) []event {
 			waits = append(waits, dur(ms(c.QuotaWaitMS))+" waiting for quota")
 		}
 		what := fmt.Sprintf("call %d to %s", c.Attempt, c.Model)
+		if i > 0 && j.Calls[i-1].Model != c.Model {
+			what += " (fallback from " + j.Calls[i-1].Model + ")"
+		}
 		if len(waits) > 0 {
 			what += ", after " + strings.Join(waits, " and ")
 		}

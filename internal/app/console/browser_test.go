@@ -62,7 +62,7 @@ func startPipeline(t *testing.T) *pipeline {
 		Faults: upstreamsim.FaultConfig{Rates: map[upstreamsim.FaultKind]float64{upstreamsim.FaultServerError: 1},
 			Models: []string{brokenModel}},
 		Models: map[string]upstreamsim.ModelConfig{busyModel: {Limits: upstreamsim.Limits{RPM: 1, TPM: -1}}},
-		Batch: upstreamsim.BatchConfig{TimeScale: 100},
+		Batch:  upstreamsim.BatchConfig{TimeScale: 100},
 	}, upstreamsim.WithLogger(quiet))
 	broker, err := config.ParseBroker("memory://console-" + uuid.NewString()[:8] + "/jobs")
 	require.NoError(t, err)

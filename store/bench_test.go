@@ -16,7 +16,8 @@ import (
 
 // BenchmarkJobLifecycle measures one job's path through the store as the
 // worker drives it, in batches of 256 as the worker makes them: Ingest and
-// Claim once per batch, then MarkCalling and StoreResult per job.
+// Claim once per batch, then MarkCalling and StoreResult per job (with the
+// call's row in job_attempts and its answer, as the worker writes them).
 func BenchmarkJobLifecycle(b *testing.B) {
 	ctx := context.Background()
 	s, err := store.Open(ctx, storetest.NewDB(b))
@@ -41,10 +42,12 @@ func BenchmarkJobLifecycle(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, r := range recs {
-			if _, err := s.MarkCalling(ctx, r.Lease(), store.PolicyState{}); err != nil {
+			n, err := s.MarkCalling(ctx, r.Lease(), store.PolicyState{Call: store.Call{Model: "m", QuotaWait: time.Millisecond}})
+			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 5, CompletionTokens: 1}); err != nil {
+			if _, err := s.StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 5, CompletionTokens: 1,
+				Answered: &store.Answer{Attempt: n, At: time.Now(), Status: 200, Outcome: "success", PromptTokens: 5, CompletionTokens: 1}}); err != nil {
 				b.Fatal(err)
 			}
 		}

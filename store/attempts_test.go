@@ -92,8 +92,10 @@ func TestAttemptsTwo429sThenSuccess(t *testing.T) {
 	require.Equal(t, "big", big.Model)
 	require.Equal(t, 60.0, big.LimitRequests)
 	require.Equal(t, 90000.0, big.LimitTokens)
+	// Waits of 0 and 250 ms: the median is the first (under 1 ms), the
+	// 95th percentile the second's bucket (200-500 ms) capped at 250 ms.
 	require.Equal(t, []store.ModelMinute{{Minute: t0, Requests: 2, RateLimited: 2, QuotaWaitMean: 125 * time.Millisecond,
-		QuotaWaitP50: 125 * time.Millisecond, QuotaWaitP95: 237500 * time.Microsecond, Concurrency: 2.0 / 60}}, big.Minutes)
+		QuotaWaitP50: 0, QuotaWaitP95: 250 * time.Millisecond, Concurrency: 2.0 / 60}}, big.Minutes)
 	require.Equal(t, "small", small.Model)
 	require.Equal(t, []store.ModelMinute{{Minute: t0, Requests: 1, Tokens: 12, QuotaWaitMean: 40 * time.Millisecond,
 		QuotaWaitP50: 40 * time.Millisecond, QuotaWaitP95: 40 * time.Millisecond, Concurrency: 1.0 / 60}}, small.Minutes)

@@ -99,3 +99,40 @@ func BenchmarkClaim(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkModelStats measures GET /v1/stats/models' read of an hour of
+// calls (the console's overview asks it at each refresh): 100,000 calls
+// of 3 models, a call a job.
+func BenchmarkModelStats(b *testing.B) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, storetest.NewDB(b))
+	require.NoError(b, err)
+	defer s.Close()
+	const calls = 100_000
+	now := time.Now()
+	_, err = s.Pool().Exec(ctx, `INSERT INTO jobs (tenant, id, status, priority, requested_model, body, created_at, updated_at,
+			sched_key, finished_at)
+		SELECT 't' || (i % 4), 'j' || i, 'succeeded', 'normal', 'm' || (i % 3), '{}', $1, $1, $1, $1
+		FROM generate_series(1, $2) AS i`, now, calls)
+	require.NoError(b, err)
+	_, err = s.Pool().Exec(ctx, `INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms,
+			finished_at, status, outcome, prompt_tokens, completion_tokens, limit_requests)
+		SELECT 't' || (i % 4), 'j' || i, 1, 1, 'm' || (i % 3), $1::timestamptz - (i % 3600) * interval '1 second', i % 500,
+			$1::timestamptz - (i % 3600) * interval '1 second' + interval '1 second',
+			CASE WHEN i % 10 = 0 THEN 429 ELSE 200 END, CASE WHEN i % 10 = 0 THEN 'rate_limited' ELSE 'success' END,
+			50, 20, 500
+		FROM generate_series(1, $2) AS i`, now, calls)
+	require.NoError(b, err)
+	_, err = s.Pool().Exec(ctx, `ANALYZE job_attempts`)
+	require.NoError(b, err)
+	b.ResetTimer()
+	for range b.N {
+		stats, err := s.ModelStats(ctx, "", now.Add(-time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(stats) != 3 {
+			b.Fatalf("%d models", len(stats))
+		}
+	}
+}

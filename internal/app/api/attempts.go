@@ -110,7 +110,8 @@ type ModelMinute struct {
 	// Tokens counts prompt and completion tokens of the answers.
 	Tokens int64 `json:"tokens"`
 	// QuotaWait* are the waits for admission before the calls, in
-	// milliseconds: mean, median and 95th percentile.
+	// milliseconds: mean, median and 95th percentile (the percentiles to
+	// the upper bound of their 1-2-5 bucket, capped at the longest wait).
 	QuotaWaitMeanMS float64 `json:"quota_wait_mean_ms"`
 	QuotaWaitP50MS  float64 `json:"quota_wait_p50_ms"`
 	QuotaWaitP95MS  float64 `json:"quota_wait_p95_ms"`

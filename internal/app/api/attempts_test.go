@@ -83,8 +83,11 @@ func TestModelStats(t *testing.T) {
 	require.Equal(t, "gpt-4o-mini", m.Model)
 	require.Equal(t, api.ModelLimits{RPM: 500, RPMSource: "headers", TPM: 200000, TPMSource: "headers"}, m.Limits)
 	require.Len(t, m.Minutes, 16, "every minute of the window, the current one included")
+	// Waits of 300 and 100 ms: the median is the second's bucket
+	// (100-200 ms), the 95th percentile the first's (200-500 ms) capped
+	// at the longest wait.
 	point := api.ModelMinute{Requests: 2, RateLimited: 1, Tokens: 12, QuotaWaitMeanMS: 200, QuotaWaitP50MS: 200,
-		QuotaWaitP95MS: 290, Concurrency: 2.0 / 60}
+		QuotaWaitP95MS: 300, Concurrency: 2.0 / 60}
 	point.Minute = start
 	require.Equal(t, point, m.Minutes[14])
 	point.Minute = start.Add(time.Minute)

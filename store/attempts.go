@@ -205,7 +205,7 @@ var waitBounds = []int64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000
 	200_000, 500_000}
 
 // modelMinutesSQL reads the calls that started since $1 ($2: one tenant's,
-// ” every tenant's) in one pass, a row per model, minute and wait bucket
+// empty for every tenant's) in one pass, a row per model, minute and wait bucket
 // ($5, waitBounds): the counts, the waits, the time in flight ($3 is now;
 // an unanswered call counts until now, or $4 seconds at most), the calls
 // open and the limits the answers stated.

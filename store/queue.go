@@ -148,6 +148,13 @@ type PolicyState struct {
 	ModelIndex int
 	// RateLimited counts the 429s on the current model.
 	RateLimited int
+
+	// Call is the call MarkCalling counts, recorded as the job's next
+	// attempt (job_attempts).
+	Call Call
+	// Answered, when set, is the answer to the job's last call, recorded
+	// in the same round trip (MarkCalling after a fallback, MarkRetrying).
+	Answered *Answer
 }
 
 // fenced runs transition t on the job l holds, under its lease token:
@@ -157,14 +164,32 @@ type PolicyState struct {
 // When no row matched: ErrNotFound, an *IllegalTransitionError (ErrTerminal)
 // when the job has finished, else ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
-	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
+	return s.fencedOp(ctx, op, t, l, fencedSQL{set: set}, args...)
+}
+
+// fencedSQL shapes the statement of fencedOp: set is the SET clause's
+// tail; wrap, when set, turns the UPDATE (which returns tenant, id,
+// attempts, requested_model) into the statement run, which returns
+// attempts; answered, when set, is recorded in the same batch.
+type fencedSQL struct {
+	set      string
+	wrap     func(update string) string
+	answered *Answer
+}
+
+// fencedOp is fenced with the statement shaped by f.
+func (s *Store) fencedOp(ctx context.Context, op string, t *transition, l Lease, f fencedSQL, args ...any) (int, error) {
+	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + f.set +
 		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND status ` + t.in + ` RETURNING attempts`
+	if f.wrap != nil {
+		sql = f.wrap(sql + `, tenant, id, requested_model`)
+	}
 	if t.To.Terminal() {
 		sql = notifyDone(sql, keyOf, `attempts`)
 	}
 	var attempts int
 	found, err := s.run(ctx, func(rows pgx.Rows) error { return rows.Scan(&attempts) },
-		stmt{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)})
+		withAnswer(l.Key, f.answered, stmt{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)})...)
 	if err != nil {
 		return 0, dataError(op+" "+strconv.Quote(l.String()), err)
 	}
@@ -194,11 +219,15 @@ func (s *Store) lost(ctx context.Context, op string, l Lease, to llmq.Status) er
 // call, the policy state st kept (retrying → running after a backoff). It
 // returns the job's attempts, this call included. This write comes before
 // every call, so attempts count calls per job whatever the deliveries,
-// claims and workers.
+// claims and workers. The same statement records the call st.Call as a
+// row of job_attempts, and the batch records st.Answered first.
 func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attempts int, err error) {
-	return s.fenced(ctx, "mark calling", tMarkCalling, l,
-		`, phase = '`+PhaseCalling+`', attempts = attempts + 1, started_at = coalesce(started_at, $3),
-		retries = $5, model_index = $6, rate_limited = $7`, st.Retries, st.ModelIndex, st.RateLimited)
+	return s.fencedOp(ctx, "mark calling", tMarkCalling, l, fencedSQL{
+		set: `, phase = '` + PhaseCalling + `', attempts = attempts + 1, started_at = coalesce(started_at, $3),
+		retries = $5, model_index = $6, rate_limited = $7`,
+		wrap:     func(update string) string { return insertAttemptSQL(update, 8) },
+		answered: st.Answered,
+	}, st.Retries, st.ModelIndex, st.RateLimited, st.Call.Model, st.Call.QuotaWait.Milliseconds(), st.Call.Backoff.Milliseconds())
 }
 
 // MarkRetrying records a retryable failure of the call of the holder of l
@@ -206,9 +235,11 @@ func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attem
 // The holder keeps the lease (heartbeats renew it) and waits out its
 // backoff before MarkCalling again.
 func (s *Store) MarkRetrying(ctx context.Context, l Lease, st PolicyState, code, msg string) error {
-	_, err := s.fenced(ctx, "mark retrying", tMarkRetrying, l,
-		`, phase = '`+PhaseBackingOff+`', error_code = $5, error_message = $6, retries = $7, model_index = $8,
-		rate_limited = $9`, code, msg, st.Retries, st.ModelIndex, st.RateLimited)
+	_, err := s.fencedOp(ctx, "mark retrying", tMarkRetrying, l, fencedSQL{
+		set: `, phase = '` + PhaseBackingOff + `', error_code = $5, error_message = $6, retries = $7, model_index = $8,
+		rate_limited = $9`,
+		answered: st.Answered,
+	}, code, msg, st.Retries, st.ModelIndex, st.RateLimited)
 	return err
 }
 
@@ -252,6 +283,9 @@ type Result struct {
 	PromptTokens     int
 	CompletionTokens int
 	CostUSD          float64
+	// Answered, when set, is the answer's record on the job's attempt,
+	// written in the same round trip.
+	Answered *Answer
 }
 
 // StoreResult moves job k to succeeded with its result, exactly once: when
@@ -272,8 +306,8 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 		phase = '', error_code = '', error_message = ''
 	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true AS stored`
 	sql = notifyDone(sql, keyOf, `stored`)
-	found, err := s.run(ctx, nil, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
-		r.PromptTokens, r.CompletionTokens, r.CostUSD}})
+	found, err := s.run(ctx, nil, withAnswer(k, r.Answered, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
+		r.PromptTokens, r.CompletionTokens, r.CostUSD}})...)
 	if err != nil {
 		return false, dataError("store result "+strconv.Quote(k.String()), err)
 	}

@@ -92,6 +92,9 @@ type JobStore interface {
 	// StoreResult records the answer (→ succeeded), once, whatever the
 	// lease.
 	StoreResult(ctx context.Context, k store.Key, r store.Result) (stored bool, err error)
+	// EndAttempt records the answer to a job's call when no write of
+	// the job carries it (store/attempts.go).
+	EndAttempt(ctx context.Context, k store.Key, a store.Answer) error
 	// MarkFailed records a permanent failure (→ failed).
 	MarkFailed(ctx context.Context, l store.Lease, status int, code, msg string) error
 	// MarkExpired records a job whose deadline passed before it started.

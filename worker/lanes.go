@@ -121,6 +121,8 @@ type admission struct {
 	// probe.
 	report func(error)
 	probe  bool
+	// waited is how long the job waited for the admission.
+	waited time.Duration
 }
 
 // notCalled reports an admitted call that was not made.

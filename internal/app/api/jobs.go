@@ -230,8 +230,13 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
+		calls, err := a.cfg.Store.Attempts(r.Context(), tenant, id)
+		if err != nil {
+			a.internalError(w, r, err)
+			return
+		}
 		v := JobView(rec)
-		v.Body = rec.Body
+		v.Body, v.Calls = rec.Body, CallViews(calls)
 		writeJSON(w, http.StatusOK, v)
 	}
 }

@@ -48,6 +48,8 @@ func (c *Console) parsePages() (map[string]*template.Template, error) {
 		"weight":    func(w float64) string { return strconv.FormatFloat(w, 'f', -1, 64) },
 		"limit":     func(v float64) string { return num(int64(v)) },
 		"whole":     func(v float64) int64 { return int64(v) },
+		"int64":     func(n int) int64 { return int64(n) },
+		"msec":      func(n any) string { return msecText(n) },
 	}
 	base, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
 	if err != nil {

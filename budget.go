@@ -121,6 +121,21 @@ func (ts Tenants) Budgets(tenant, project string) []Budget {
 	return out
 }
 
+// HasBudgets reports whether any tenant or project sets a budget.
+func (ts Tenants) HasBudgets() bool {
+	for _, t := range ts {
+		if t.DailyCost > 0 || t.MonthlyCost > 0 {
+			return true
+		}
+		for _, p := range t.Projects {
+			if p.DailyCost > 0 || p.MonthlyCost > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // AllBudgets are every configured budget, by tenant, project and period.
 func (ts Tenants) AllBudgets() []Budget {
 	var out []Budget

@@ -496,3 +496,32 @@ func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage,
 	}
 	return out, nil
 }
+
+// chargeBatchBudgets charges the budgets of the jobs batch id stored as
+// succeeded at now (IngestBatch, in its transaction tx) with their batch
+// price: the batch lane reserves nothing, its calls count once their
+// results are home. The rows are locked in key order, as by ReserveBudget.
+func (s *Store) chargeBatchBudgets(ctx context.Context, tx pgx.Tx, id string, now time.Time) error {
+	all := s.order.Tenants.AllBudgets()
+	if len(all) == 0 {
+		return nil
+	}
+	n := len(all)
+	tenants, projects, periods := make([]string, n), make([]string, n), make([]string, n)
+	starts, ends := make([]time.Time, n), make([]time.Time, n)
+	limits := make([]float64, n)
+	for i, b := range all {
+		tenants[i], projects[i], periods[i], limits[i] = b.Tenant, b.Project, string(b.Period), b.LimitUSD
+		starts[i], ends[i] = b.Period.Start(now), b.Period.End(now)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO budgets AS b (tenant, project, period, period_start, period_end, limit_usd, spent_usd)
+		SELECT c.tenant, c.project, c.period, c.start, c.end_, c.limit_, sum(j.cost_usd)
+		FROM unnest($3::text[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::numeric[])
+			AS c(tenant, project, period, start, end_, limit_)
+		JOIN jobs j ON j.tenant = c.tenant AND (c.project = '' OR j.project = c.project)
+		WHERE j.batch_id = $1 AND j.status = 'succeeded' AND j.finished_at = $2
+		GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4
+		ON CONFLICT (tenant, project, period, period_start) DO UPDATE SET spent_usd = b.spent_usd + excluded.spent_usd`,
+		id, now, tenants, projects, periods, starts, ends, limits)
+	return err
+}

@@ -224,4 +224,3 @@ func TestBudgetFailedCallsCostNothing(t *testing.T) {
 	require.Equal(t, "budget: the day budget of acme/strict (1.00 USD) is spent", strict[0].LastError)
 	require.Equal(t, 0.99, tb.budgetOf(t, "strict").SpentUSD)
 }
-

@@ -451,9 +451,11 @@ type BudgetUsage struct {
 	llmq.Budget
 	PeriodStart           time.Time
 	SpentUSD, ReservedUSD float64
-	State                 llmq.BudgetState
-	// Held says the scope's jobs (Hold: all, or low for the low-priority
-	// ones) wait for the period to roll over.
+	// State is llmq.StateOf the spend, or exceeded once a call was
+	// refused at the budget in the period.
+	State llmq.BudgetState
+	// Hold says which of the scope's jobs wait for the budget: all, low
+	// (the low-priority ones) or none ("").
 	Hold string
 }
 
@@ -471,7 +473,7 @@ func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage,
 		return nil, nil
 	}
 	rows, err := s.pool.Query(ctx, `SELECT tenant, project, period, period_start, spent_usd::float8, reserved_usd::float8,
-			CASE WHEN period_end > $2 THEN hold ELSE '' END
+			CASE WHEN period_end > $2 THEN hold ELSE '' END, alerted
 		FROM budgets WHERE ($1 = '' OR tenant = $1) AND period_start = ANY($3)`,
 		tenant, now, []time.Time{llmq.PeriodDay.Start(now), llmq.PeriodMonth.Start(now)})
 	if err != nil {
@@ -480,11 +482,13 @@ func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage,
 	var t, p, period, hold string
 	var start time.Time
 	var spent, reserved float64
-	if _, err := pgx.ForEachRow(rows, []any{&t, &p, &period, &start, &spent, &reserved, &hold}, func() error {
+	var alerted int
+	refused := map[int]bool{}
+	if _, err := pgx.ForEachRow(rows, []any{&t, &p, &period, &start, &spent, &reserved, &hold, &alerted}, func() error {
 		for i := range out {
 			u := &out[i]
 			if u.Tenant == t && u.Project == p && string(u.Period) == period && u.PeriodStart.Equal(start) {
-				u.SpentUSD, u.ReservedUSD, u.Hold = spent, reserved, hold
+				u.SpentUSD, u.ReservedUSD, u.Hold, refused[i] = spent, reserved, hold, alerted >= 100
 			}
 		}
 		return nil
@@ -493,6 +497,9 @@ func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage,
 	}
 	for i := range out {
 		out[i].State = llmq.StateOf(out[i].SpentUSD, out[i].ReservedUSD, out[i].LimitUSD)
+		if refused[i] {
+			out[i].State = llmq.BudgetExceeded
+		}
 	}
 	return out, nil
 }

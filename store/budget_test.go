@@ -108,7 +108,7 @@ func TestBudgetReserveSettleRelease(t *testing.T) {
 		Exceeded: true, Alerts: out.Alerts}, out)
 	require.Equal(t, []int{100}, percents(out.Alerts))
 	require.Equal(t, "all", day().Hold)
-	require.Equal(t, llmq.Budget70, day().State, "0.75 spent + 0.1 reserved")
+	require.Equal(t, llmq.BudgetExceeded, day().State, "0.75 spent + 0.1 reserved, but a call was refused")
 	out = reserve("g", 0.15, 0.15, false) // exactly at the limit: 0.75 + 0.1 + 0.15
 	require.True(t, out.Reserved, "a reservation up to the limit fits")
 	require.Empty(t, out.Alerts)

@@ -134,7 +134,9 @@ func (w *Worker) reserveBudget(p *job, model string) (capTokens int, ok bool, er
 	ctx, cancel := context.WithTimeout(p.ctx, markTimeout)
 	defer cancel()
 	out, err := w.cfg.Budgets.ReserveBudget(ctx, store.BudgetReservation{
-		Lease: p.lease, Project: p.rec.Project, Low: w.cfg.Tenants.Priority(p.job) == llmq.PriorityLow,
+		// The priority the job asked for, as the claim's hold compares it
+		// (a job it does not hold must not be refused over and again).
+		Lease: p.lease, Project: p.rec.Project, Low: p.rec.Priority == llmq.PriorityLow,
 		CostUSD:       m.Cost(p.req.PromptTokens, p.req.MaxOutputTokens),
 		CappedCostUSD: m.Cost(p.req.PromptTokens, min(p.req.MaxOutputTokens, outCap)),
 	})

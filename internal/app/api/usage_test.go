@@ -55,11 +55,12 @@ func TestUsage(t *testing.T) {
 func TestUsageBudgets(t *testing.T) {
 	t.Parallel()
 	tenants := llmq.Tenants{"acme": {Scope: llmq.Scope{MonthlyCost: 100},
-		Projects: map[string]llmq.Scope{"strict": {DailyCost: 1, Overage: llmq.OverageReject}}}}
+		Projects: map[string]llmq.Scope{"strict": {DailyCost: 1, Overage: llmq.OverageReject}}},
+		"globex": {Scope: llmq.Scope{DailyCost: 1, Overage: llmq.OverageReject}}}
 	var budgets *store.Store
 	b := setup(t, options{api: func(c *api.Config) {
 		budgets = store.New(c.Store.(*store.Store).Pool(), store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants}))
-		c.Usage, c.Tenants = budgets, tenants
+		c.Usage, c.Tenants, c.JobsDone = budgets, tenants, c.Store.(*store.Store)
 	}})
 	ctx := context.Background()
 	l := store.Lease{Key: store.Key{Tenant: "acme", ID: "earlier"}, Token: 1}
@@ -101,4 +102,13 @@ func TestUsageBudgets(t *testing.T) {
 	require.Contains(t, string(r.body), `"field":"jobs[1].project"`)
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"id":"s5","body":`+validBody+`}`).status,
 		"the tenant's own budget (queue) is not spent")
+
+	// Gateway mode answers in OpenAI's shape.
+	l = store.Lease{Key: store.Key{Tenant: "globex", ID: "all"}, Token: 1}
+	_, err = budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, CostUSD: 1, CappedCostUSD: 1})
+	require.NoError(t, err)
+	r = b.do(t, http.MethodPost, "/v1/chat/completions", keyGlobex, "application/json", []byte(validBody))
+	require.Equal(t, http.StatusPaymentRequired, r.status)
+	require.Contains(t, string(r.body), `"code":"budget_exceeded"`)
+	require.Contains(t, string(r.body), `the day budget of tenant globex (1.00 USD) is spent (1.00 USD spent or reserved)`)
 }

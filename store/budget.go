@@ -142,7 +142,7 @@ func decideBudget(rows []budgetRow, r BudgetReservation) (BudgetOutcome, []budge
 		for _, pct := range []int{70, 90, 100} {
 			crossed := demand >= float64(pct)/100*row.b.LimitUSD
 			if pct == 100 {
-				crossed = ch[i].hold == holdAll || (out.Exceeded && out.Refused == &rows[i].b)
+				crossed = demand > row.b.LimitUSD+budgetSlack // a call refused at this budget
 			}
 			if crossed && row.alerted < pct {
 				ch[i].alerted = pct
@@ -312,34 +312,29 @@ func (s *Store) ReleaseBudget(ctx context.Context, l Lease) error {
 // held under their lease token (its worker died mid-call, or lost the
 // lease), as ReleaseBudget. It returns how many it gave back.
 func (s *Store) ReleaseOrphanBudgets(ctx context.Context) (int, error) {
-	var n int
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT DISTINCT r.tenant, r.job_id, r.lease_token FROM budget_reservations r
-			WHERE NOT EXISTS (SELECT FROM jobs j WHERE j.tenant = r.tenant AND j.id = r.job_id
-				AND j.lease_token = r.lease_token AND j.status IN ('running', 'retrying'))`)
-		if err != nil {
-			return err
-		}
-		var orphans []Lease
-		var l Lease
-		if _, err := pgx.ForEachRow(rows, []any{&l.Tenant, &l.ID, &l.Token}, func() error {
-			orphans = append(orphans, l)
-			return nil
-		}); err != nil {
-			return err
-		}
-		for _, o := range orphans {
-			if err := endReservationsTx(ctx, tx, leaseReservations, []any{o.Tenant, o.ID, o.Token}, -1); err != nil {
-				return err
-			}
-		}
-		n = len(orphans)
-		return nil
-	})
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT r.tenant, r.job_id, r.lease_token FROM budget_reservations r
+		WHERE NOT EXISTS (SELECT FROM jobs j WHERE j.tenant = r.tenant AND j.id = r.job_id
+			AND j.lease_token = r.lease_token AND j.status IN ('running', 'retrying'))`)
 	if err != nil {
 		return 0, fmt.Errorf("store: release orphan budgets: %w", err)
 	}
-	return n, nil
+	var orphans []Lease
+	var l Lease
+	if _, err := pgx.ForEachRow(rows, []any{&l.Tenant, &l.ID, &l.Token}, func() error {
+		orphans = append(orphans, l)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("store: release orphan budgets: %w", err)
+	}
+	// Each in a transaction of its own: one reservation's rows at a time,
+	// locked in key order as everywhere else. A reservation settled or
+	// given back meanwhile is simply not found.
+	for i, o := range orphans {
+		if err := s.endReservations(ctx, leaseReservations, []any{o.Tenant, o.ID, o.Token}, -1); err != nil {
+			return i, fmt.Errorf("store: release orphan budgets: %w", err)
+		}
+	}
+	return len(orphans), nil
 }
 
 // endReservations ends the reservations matching where (over

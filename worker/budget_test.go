@@ -224,3 +224,19 @@ func TestBudgetFailedCallsCostNothing(t *testing.T) {
 	require.Equal(t, "budget: the day budget of acme/strict (1.00 USD) is spent", strict[0].LastError)
 	require.Equal(t, 0.99, tb.budgetOf(t, "strict").SpentUSD)
 }
+
+// TestCapOutput: past 90% of a budget a call's output allowance is capped,
+// in the field the body uses; a smaller allowance is kept.
+func TestCapOutput(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ body, want string }{
+		{`{"model":"m","max_tokens":100}`, `{"max_tokens":20,"model":"m"}`},
+		{`{"model":"m","max_completion_tokens":100}`, `{"max_completion_tokens":20,"model":"m"}`},
+		{`{"model":"m"}`, `{"max_tokens":20,"model":"m"}`},
+		{`{"model":"m","max_tokens":10}`, `{"model":"m","max_tokens":10}`},
+	} {
+		got, err := worker.CapOutput([]byte(tc.body), 20)
+		require.NoError(t, err)
+		require.JSONEq(t, tc.want, string(got), tc.body)
+	}
+}

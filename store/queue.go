@@ -69,7 +69,7 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error)
 	if r.HoldDeferrable {
 		args = append(args, r.HoldDeadlineAfter)
 	}
-	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly), args...)
+	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly, s.order.Tenants.HasBudgets()), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim %q: %w", r.Model, err)
 	}

@@ -161,6 +161,11 @@ type Config struct {
 	DeadLetters DeadLetterer
 	// Router, when set, holds deferrable jobs for the batch lane.
 	Router Router
+	// Budgets, when set, accounts the calls of the tenants and projects
+	// with a budget in Tenants (budget.go); BudgetAlerts, when set, sends
+	// their thresholds. nil = no budget is enforced.
+	Budgets      BudgetStore
+	BudgetAlerts BudgetAlerter
 
 	// Strategy is the shaping strategy of every lane. "" = shape when a
 	// model's quota is known, adaptive when not.

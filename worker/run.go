@@ -235,6 +235,12 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		w.fail(p, 0, "invalid_body", err.Error())
 		return event{}, false
 	}
+	body, ev, stay, proceed := w.budgetGate(p, model, body)
+	if !proceed {
+		permit.Cancel()
+		a.notCalled()
+		return ev, stay
+	}
 	// Recorded on a context Stop does not cut: once the call is recorded
 	// it is made (a call in flight finishes at shutdown); a lease lost
 	// meanwhile fails the record, fenced.
@@ -242,6 +248,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	attempts, err := w.cfg.Store.MarkCalling(mctx, p.lease, p.attempt.call(p.state.stored(), model, a.waited))
 	cancel()
 	if err != nil {
+		w.endBudget(p, model, nil)
 		permit.Cancel()
 		a.notCalled()
 		if w.gone(p, "mark calling", err) || !w.pause(p) {
@@ -260,6 +267,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	w.metrics.inFlight.Dec()
 	p.attempt.answer(p.reply, w.cfg.Clock.Now())
 	w.settle(permit, model, p.rec.Tenant, p.reply)
+	w.endBudget(p, model, &p.reply)
 	if p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil {
 		// The call was cut by shutdown, not by the upstream (an answer
 		// that arrived is stored all the same).

@@ -70,6 +70,8 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 			dlq.AlertSeverityDefault, dlq.AlertGroupWaitDefault, dlq.AlertGroupIntervalDefault,
 			dlq.AlertResolveTimeoutDefault, dlq.AlertMaxPerMinuteDefault),
 		"`max_message_bytes`":                  list(llmq.MaxMessageBytesDefault),
+		"`tenants.<name>.overage`":             code(string(llmq.OverageQueue)),
+		"`tenants.<name>.output_cap`":          list(llmq.OutputCapDefault),
 		"`gateway.timeout`":                    list(api.GatewayTimeoutDefault),
 		"`gateway.priority`":                   list(llmq.PriorityNormal),
 		"`retention.succeeded`":                list(retention.SucceededDefault),

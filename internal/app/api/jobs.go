@@ -88,6 +88,13 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		jobs[i] = j
 	}
+	if e, err := a.budgetRefusal(r.Context(), jobs, batch); err != nil {
+		a.internalError(w, r, err)
+		return
+	} else if e != nil {
+		writeError(w, http.StatusPaymentRequired, *e)
+		return
+	}
 	rs, q, err := a.cfg.Producer.PublishBatch(r.Context(), jobs)
 	if err != nil && !errors.Is(err, producer.ErrUnpublished) {
 		a.publishError(w, r, err, batch)

@@ -33,7 +33,7 @@ type Job struct {
 	// backing_off.
 	Phase string `json:"phase,omitempty"`
 	// WaitingReason says why a queued job waits (provider_quota, batch,
-	// ...).
+	// budget).
 	WaitingReason string     `json:"waiting_reason,omitempty"`
 	CreatedAt     time.Time  `json:"created_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`

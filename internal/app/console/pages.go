@@ -602,6 +602,14 @@ func batchBar(b api.Batch) template.HTML {
 
 type usagePage struct {
 	Scopes []api.ScopeUsage
+	// Budgets are the scopes' budgets, one row each.
+	Budgets []budgetRow
+}
+
+// budgetRow is one budget of a scope on the usage page.
+type budgetRow struct {
+	Tenant, Project string
+	api.ScopeBudget
 }
 
 // usage shows GET /v1/usage: the scopes in view, their weights, limits and
@@ -612,7 +620,13 @@ func (c *Console) usage(w http.ResponseWriter, r *http.Request, s session) {
 		c.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "usage", c.data(r, s, "Usage", "usage", pageData{Page: usagePage{Scopes: l.Data}}))
+	p := usagePage{Scopes: l.Data}
+	for _, sc := range l.Data {
+		for _, b := range sc.Budgets {
+			p.Budgets = append(p.Budgets, budgetRow{Tenant: sc.Tenant, Project: sc.Project, ScopeBudget: b})
+		}
+	}
+	c.render(w, r, "usage", c.data(r, s, "Usage", "usage", pageData{Page: p}))
 }
 
 func (c *Console) batches(w http.ResponseWriter, r *http.Request, s session) {

@@ -115,8 +115,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioFallback, b.fallback},
 		{ScenarioAdaptive, b.adaptive},
 		{ScenarioBacklog, b.backlog},
-		{ScenarioSizes, b.sizes},
 		{ScenarioGateway, b.gateway},
+		{ScenarioSizes, b.sizes},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

@@ -20,7 +20,7 @@ const (
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioSizes, ScenarioGateway}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes}
 
 // Defaults of Config.
 const (

@@ -52,8 +52,17 @@ func (s *Store) SetModelState(ctx context.Context, st ModelState) error {
 
 // fillWaitingReasons sets the WaitingReason of the queued records: batch
 // for a job of the batch lane, or a deferrable one its model's schedulers
-// hold for it; else the reason the model's schedulers last gave, if fresh.
+// hold for it; else tenant_quota when its tenant or project is held by its
+// own quota; else the reason the model's schedulers last gave, if fresh.
 func (s *Store) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error {
+	if err := s.fillModelReasons(ctx, recs); err != nil {
+		return err
+	}
+	return s.fillScopeReasons(ctx, recs)
+}
+
+// fillModelReasons is fillWaitingReasons from the model states.
+func (s *Store) fillModelReasons(ctx context.Context, recs []*JobRecord) error {
 	var models []string
 	for _, r := range recs {
 		if r.Status == llmq.StatusQueued {

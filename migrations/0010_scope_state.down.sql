@@ -1,0 +1,2 @@
+-- 0010_scope_state: undo.
+DROP TABLE IF EXISTS scope_state;

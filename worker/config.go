@@ -97,6 +97,9 @@ type JobStore interface {
 	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
 	// SetModelState records what a model's scheduler holds back.
 	SetModelState(ctx context.Context, st store.ModelState) error
+	// SetScopeStates records the tenants and projects the scheduler holds
+	// for their own quota, and frees the others.
+	SetScopeStates(ctx context.Context, worker string, held, freed []store.ScopeRef) error
 	// Ping tells a database that is down from a write it refuses.
 	Ping(ctx context.Context) error
 }

@@ -71,6 +71,10 @@ func (l *lane) typical() shaping.Request {
 type ticket struct {
 	ctx context.Context
 	req shaping.Request
+	// scopes are the job's tenant and project quota layers: the
+	// dispatcher takes the ticket only when they admit it now, holding a
+	// call of each (tenantquota.go).
+	scopes []*scopeQuota
 	// maxPause, when > 0, is how long a paused lane may hold this ticket:
 	// the job has a fallback model and moves on rather than wait longer.
 	maxPause time.Duration
@@ -96,6 +100,7 @@ func (t *ticket) answer(a admission) {
 	}
 	a.permit.Cancel() // a no-op for the zero Permit of a failed admission
 	a.notCalled()
+	a.releaseScopes()
 }
 
 // wait returns the admission, or ctx's error when ctx ends first.
@@ -119,6 +124,18 @@ type admission struct {
 	// probe.
 	report func(error)
 	probe  bool
+	// scopes hold a call each while the permit lives (nil after a failed
+	// admission: the dispatcher gave them back).
+	scopes  []*scopeQuota
+	release func([]*scopeQuota)
+}
+
+// releaseScopes gives back the scopes' calls of a permit that is done or
+// cancelled.
+func (a admission) releaseScopes() {
+	if a.release != nil {
+		a.release(a.scopes)
+	}
 }
 
 // notCalled reports an admitted call that was not made.
@@ -152,7 +169,7 @@ func (w *Worker) lane(model string) *lane {
 	}
 	if w.cfg.Ledger != nil {
 		// In (0, 1] by construction.
-		_ = shaper.SetShare(w.startShare(w.stopCtx, model))
+		_ = shaper.SetShare(w.startShare(w.stopCtx, w.quotaKey(model)))
 	}
 	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault,
 		incident: w.newIncident(model)}
@@ -167,27 +184,33 @@ func (w *Worker) lane(model string) *lane {
 func (w *Worker) dispatch(l *lane) {
 	defer w.background.Done()
 	for {
-		t, err := l.sched.Pop(w.workCtx)
+		// A ticket whose tenant or project is spent stays in the queue:
+		// the next ticket its scopes admit goes first.
+		t, err := l.sched.PopReady(w.workCtx, w.scopeReady, w.scopes.changed)
 		if err != nil {
 			return
 		}
 		if t.state.Load() == ticketAbandoned {
+			w.releaseScopes(t.scopes)
 			continue
 		}
 		if t.maxPause > 0 && l.shaper.PausedUntil().Sub(w.cfg.Clock.Now()) > t.maxPause {
+			w.releaseScopes(t.scopes)
 			t.answer(admission{err: errLanePaused})
 			continue
 		}
 		report, probe, ok := w.holdForIncident(l, t)
 		if !ok {
+			w.releaseScopes(t.scopes)
 			continue // the job left (its ticket answers itself), or the worker stops
 		}
 		p, err := l.shaper.Admit(t.ctx, t.req)
 		if err != nil {
+			w.releaseScopes(t.scopes)
 			report(errNotCalled)
 			t.answer(admission{err: err})
 			continue
 		}
-		t.answer(admission{permit: p, report: report, probe: probe})
+		t.answer(admission{permit: p, report: report, probe: probe, scopes: t.scopes, release: w.releaseScopes})
 	}
 }

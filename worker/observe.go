@@ -53,6 +53,7 @@ func (w *Worker) observeLoop(ctx context.Context) {
 			}
 		}
 		w.lanesMu.Unlock()
+		w.observeScopes()
 	}
 }
 

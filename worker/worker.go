@@ -41,7 +41,9 @@ type Worker struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
-	est     *shaping.Estimator
+	// scopeMetrics are the series of the tenants' and projects' quotas.
+	scopeMetrics *scopeMetrics
+	est          *shaping.Estimator
 
 	lanesMu sync.Mutex
 	lanes   map[string]*lane
@@ -49,6 +51,9 @@ type Worker struct {
 	// last gave this worker (ledger.go).
 	sharesMu sync.Mutex
 	shares   map[string]float64
+	// scopes are the configured tenants' and projects' quota layers
+	// (tenantquota.go).
+	scopes scopes
 
 	policy policy
 	// policyMu guards the retry budget and the jitter source, which every
@@ -112,12 +117,13 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	return &Worker{
-		cfg:     cfg,
-		log:     cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
-		metrics: newMetrics(cfg.Registerer),
-		est:     est,
-		lanes:   make(map[string]*lane),
-		shares:  make(map[string]float64),
+		cfg:          cfg,
+		log:          cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
+		metrics:      newMetrics(cfg.Registerer),
+		scopeMetrics: newScopeMetrics(cfg.Registerer),
+		est:          est,
+		lanes:        make(map[string]*lane),
+		shares:       make(map[string]float64),
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
 			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,

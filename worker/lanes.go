@@ -36,6 +36,8 @@ type lane struct {
 	// incident holds the lane during a provider incident (incident.go);
 	// nil when the worker runs without.
 	incident *gobreaker.TwoStepCircuitBreaker[struct{}]
+	// health is the model's last calls, for its capacity's health factor.
+	health health
 }
 
 // typicalWeight is the weight of the newest request in the lane's mean.

@@ -270,8 +270,12 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	p.state.Attempts = attempts - 1 - p.freeCalls
 	p.setPending(nil)
 	w.metrics.inFlight.Inc()
+	begin := w.cfg.Clock.Now()
 	p.reply = w.cfg.Upstream.Call(w.workCtx, model, body)
 	w.metrics.inFlight.Dec()
+	if w.workCtx.Err() == nil {
+		l.observeHealth(p.reply.Outcome, w.cfg.Clock.Since(begin))
+	}
 	w.settle(permit, model, p.rec.Tenant, p.reply)
 	a.releaseScopes()
 	w.countScopes(p.scopes, p.reply)

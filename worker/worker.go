@@ -43,7 +43,9 @@ type Worker struct {
 	metrics *metrics
 	// scopeMetrics are the series of the tenants' and projects' quotas.
 	scopeMetrics *scopeMetrics
-	est          *shaping.Estimator
+	// capacity are the capacity normalisation's gauges (capacity.go).
+	capacity *capacityMetrics
+	est      *shaping.Estimator
 
 	lanesMu sync.Mutex
 	lanes   map[string]*lane
@@ -121,6 +123,7 @@ func New(cfg Config) (*Worker, error) {
 		log:          cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
 		metrics:      newMetrics(cfg.Registerer),
 		scopeMetrics: newScopeMetrics(cfg.Registerer),
+		capacity:     newCapacityMetrics(cfg.Registerer),
 		est:          est,
 		lanes:        make(map[string]*lane),
 		shares:       make(map[string]float64),

@@ -77,6 +77,8 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 		"`retention.dead_letters`, `.batches`": list(retention.DeadLettersDefault, retention.BatchesDefault),
 		"`retention.tombstones`":               list(retention.TombstonesDefault),
 		"`retention.interval`":                 list(retention.IntervalDefault),
+		"`capacity.safety`, `.reserved`, `.tail_latency`": list(
+			worker.CapacitySafetyDefault, worker.CapacityReservedDefault, worker.CapacityTailLatencyDefault),
 	} {
 		got, ok := rows[key]
 		require.True(t, ok, "README has no row %s", key)

@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -10,21 +9,6 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
 )
-
-// addProject ingests n jobs of tenant's project.
-func (b *fairBundle) addProject(t *testing.T, tenant, project string, n int) {
-	t.Helper()
-	jobs := make([]store.NewJob, n)
-	for i := range jobs {
-		b.n++
-		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"j%05d","tenant":%q,"project":%q,
-			"body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":16}}`, b.n, tenant, project)), llmq.DecodeOptions{})
-		require.NoError(t, err)
-		jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
-	}
-	_, err := b.store.Ingest(b.ctx, jobs)
-	require.NoError(t, err)
-}
 
 // TestClaimTenantCaps: a tenant capped at n gives at most n jobs to a
 // claim, one capped at 0 none, and its turns go to the others (the claim
@@ -35,8 +19,8 @@ func TestClaimTenantCaps(t *testing.T) {
 	b := setupFair(t, threeToOne)
 	b.add(t, "a", 100, llmq.PriorityNormal)
 	b.add(t, "b", 100, llmq.PriorityNormal)
-	b.addProject(t, "c", "bulk", 100)
-	b.addProject(t, "c", "live", 10)
+	b.addTo(t, "c", "bulk", 100, llmq.PriorityNormal)
+	b.addTo(t, "c", "live", 10, llmq.PriorityNormal)
 	claim := func(r store.ClaimRequest) map[string]int {
 		r.Model, r.Owner, r.Lease = "m", "w", time.Minute
 		recs, err := b.store.Claim(b.ctx, r)
@@ -63,9 +47,9 @@ func TestClaimTenantCaps(t *testing.T) {
 func TestWaitingReasonTenantQuota(t *testing.T) {
 	t.Parallel()
 	b := setupFair(t, nil)
-	b.add(t, "a", 1, llmq.PriorityNormal) // j00001
-	b.addProject(t, "c", "bulk", 1)       // j00002
-	b.addProject(t, "c", "live", 1)       // j00003
+	b.add(t, "a", 1, llmq.PriorityNormal)           // j00001
+	b.addTo(t, "c", "bulk", 1, llmq.PriorityNormal) // j00002
+	b.addTo(t, "c", "live", 1, llmq.PriorityNormal) // j00003
 	reason := func(tenant, id string) string {
 		rec, err := b.store.Get(b.ctx, tenant, id)
 		require.NoError(t, err)

@@ -141,12 +141,14 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		want = 1
 	}
 	want = min(want, room, claimMax)
+	// Asked even when nothing is claimed, so that the scopes held stay
+	// noted while the provider's quota binds too.
+	caps, heldProjects := w.claimScopes(now, typical, held)
 	if want <= 0 {
 		l.backlog.Store(true)
 		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
-	caps, heldProjects := w.claimScopes(now, typical, held)
 	n, err := w.claim(ctx, store.ClaimRequest{
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,

@@ -233,3 +233,25 @@ func TestTenantQuotaSharedByReplicas(t *testing.T) {
 	require.Greater(t, a, 500, "a is served")
 	require.Equal(t, 2, owners, "both replicas served a")
 }
+
+// TestProjectQuota: a project whose rpm is spent waits in Postgres with
+// waiting reason tenant_quota; its tenant's other project runs.
+func TestProjectQuota(t *testing.T) {
+	t.Parallel()
+	tb := setupTenants(t, llmq.Tenants{"p": {Projects: map[string]llmq.Scope{"bulk": {RPM: 1}}}}, 0, nil)
+	job := func(project string, i int) []byte {
+		return []byte(fmt.Sprintf(`{"id":"%s-%d","tenant":"p","project":%q,"body":{"model":%q,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`,
+			project, i, project, fairModel))
+	}
+	for i := range 5 {
+		tb.publish(t, job("bulk", i), job("live", i))
+	}
+	require.Eventually(t, func() bool { return tb.count(t, `project = 'live' AND status = 'succeeded'`) == 5 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		rec, err := tb.store.Get(context.Background(), "p", "bulk-4")
+		require.NoError(t, err)
+		return rec.Status == llmq.StatusQueued && rec.WaitingReason == store.WaitingReasonTenantQuota
+	}, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, 1, tb.count(t, `project = 'bulk' AND status = 'succeeded'`), "bulk's bucket: 1 request, then one a minute")
+	require.Equal(t, 4, tb.count(t, `project = 'bulk' AND status = 'queued'`), "bulk's other jobs are left in Postgres")
+}

@@ -13,7 +13,7 @@ import (
 // cancelled job apart from the succeeded ones.
 func TestArrivals(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{}) // 12:00:00
+	b := setup(t, options{})      // 12:00:00
 	b.callTwice(t, keyAcme, "a1") // recorded 12:00:00, succeeded 12:00:04
 	require.Equal(t, http.StatusAccepted, b.post(t, keyGlobex, `{"id":"g1","body":`+validBody+`}`).status)
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"id":"a2","body":`+validBody+`}`).status)

@@ -24,7 +24,11 @@ type JobMinute struct {
 // range of the window only, however many jobs the table keeps: the
 // recorded ones jobs_tenant_created_idx, one range per tenant (with all,
 // a loose scan of the index lists the tenants, one probe each); the
-// finished ones jobs_finished_at_idx. A replayed dead letter's finished_at
+// finished ones jobs_finished_at_idx. The per-tenant count is grouped
+// inside the LATERAL so that the planner cannot flatten it into a join,
+// which with a generic plan's guess of the window picks a sequential scan
+// of jobs (EXPLAIN ANALYZE over 1,000,000 jobs in 10 tenants: 816 ms
+// scanning, against index-only ranges). A replayed dead letter's finished_at
 // is cleared, so it counts once it ends again.
 func jobRatesSQL(all bool) string {
 	tenants, finishedTenant := `SELECT $2::text AS tenant`, ` AND tenant = $2`
@@ -36,8 +40,9 @@ func jobRatesSQL(all bool) string {
 		finishedTenant = ``
 	}
 	return `WITH RECURSIVE tenants AS (` + tenants + `),
-	recorded AS (SELECT date_trunc('minute', j.created_at) AS minute, count(*) AS n
-		FROM tenants t CROSS JOIN LATERAL (SELECT created_at FROM jobs WHERE tenant = t.tenant AND created_at >= $1) j
+	recorded AS (SELECT j.minute, sum(j.n)::bigint AS n
+		FROM tenants t CROSS JOIN LATERAL (SELECT date_trunc('minute', created_at) AS minute, count(*) AS n
+			FROM jobs WHERE tenant = t.tenant AND created_at >= $1 GROUP BY 1) j
 		WHERE t.tenant IS NOT NULL GROUP BY 1),
 	finished AS (SELECT date_trunc('minute', finished_at) AS minute,
 			count(*) FILTER (WHERE status = 'succeeded') AS ok, count(*) FILTER (WHERE status <> 'succeeded') AS other

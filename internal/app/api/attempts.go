@@ -168,22 +168,32 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // in scope per model and minute over the window (default an hour).
 func (a *API) modelStats(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
-	window := StatsWindowDefault
-	if v := r.URL.Query().Get("window"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Minute || d > StatsWindowMax {
-			writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "window",
-				Message: "window must be a duration from 1m to 24h, such as 15m or 1h"})
-			return
-		}
-		window = d
+	now, since, ok := a.statsWindow(w, r)
+	if !ok {
+		return
 	}
-	now := a.cfg.Clock.Now()
-	since := now.Add(-window).UTC().Truncate(time.Minute)
 	calls, err := a.cfg.Store.ModelStats(r.Context(), s.tenant, since)
 	if err != nil {
 		a.internalError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, ModelStatsView(a.cfg.Catalog, calls, since, now))
+}
+
+// statsWindow reads a statistics endpoint's ?window= (default an hour):
+// now, and since, the first minute of the window. A bad window is answered
+// 400 naming the parameter, and ok is false.
+func (a *API) statsWindow(w http.ResponseWriter, r *http.Request) (now, since time.Time, ok bool) {
+	window := StatsWindowDefault
+	if v := r.URL.Query().Get("window"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute || d > StatsWindowMax {
+			writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "window",
+				Message: "window must be a duration from 1m to 24h, such as 15m or 1h"})
+			return now, since, false
+		}
+		window = d
+	}
+	now = a.cfg.Clock.Now()
+	return now, now.Add(-window).UTC().Truncate(time.Minute), true
 }

@@ -137,6 +137,9 @@ type JobStore interface {
 	// ModelStats returns the calls per model and minute since a time
 	// ("" tenant: every tenant's), for GET /v1/stats/models.
 	ModelStats(ctx context.Context, tenant string, since time.Time) ([]store.ModelCalls, error)
+	// JobRates returns the jobs recorded and finished per minute since a
+	// time ("" tenant: every tenant's), for GET /v1/stats/arrivals.
+	JobRates(ctx context.Context, tenant string, since time.Time) ([]store.JobMinute, error)
 	// Ping checks the database connection (GET /readyz).
 	Ping(ctx context.Context) error
 }

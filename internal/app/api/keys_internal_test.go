@@ -35,6 +35,10 @@ func (noStore) ModelStats(context.Context, string, time.Time) ([]store.ModelCall
 	return nil, nil
 }
 
+func (noStore) JobRates(context.Context, string, time.Time) ([]store.JobMinute, error) {
+	return nil, nil
+}
+
 // TestKeysByHash: the API keeps only the hashes of its keys, tenants' and
 // operators', and looks a key up by its hash.
 func TestKeysByHash(t *testing.T) {

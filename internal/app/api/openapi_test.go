@@ -211,6 +211,10 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, calls, "GET", "/v1/stats/models?window=15m&tenant=acme", keyOps, "", "", true, 200)
 	c.check(t, calls, "GET", "/v1/stats/models?window=2d", keyAcme, "", "", true, 400)
 	c.check(t, calls, "GET", "/v1/stats/models", "", "", "", true, 401)
+	c.check(t, calls, "GET", "/v1/stats/arrivals", keyAcme, "", "", true, 200)
+	c.check(t, calls, "GET", "/v1/stats/arrivals?window=15m&tenant=acme", keyOps, "", "", true, 200)
+	c.check(t, calls, "GET", "/v1/stats/arrivals?window=25h", keyAcme, "", "", true, 400)
+	c.check(t, calls, "GET", "/v1/stats/arrivals", "", "", "", true, 401)
 
 	// A full queue and a deadline that cannot be met.
 	full := setup(t, options{producer: func(pc *producer.Config) { pc.SoftDepth, pc.HardDepth = 1, 2 }})

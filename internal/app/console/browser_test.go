@@ -315,6 +315,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, tokens, n(b.text(`[data-metric="model-`+m.Model+`-tokens"]`)), m.Model)
 		require.Equal(t, limited, n(b.text(`[data-metric="model-`+m.Model+`-rate-limited"]`)), m.Model)
 	}
+	// The arrivals chart: the hour's jobs recorded and finished are the
+	// API's, and every job of the test is in them.
+	var rates api.Arrivals
+	p.call(t, keyOps, http.MethodGet, "/v1/stats/arrivals", "", &rates)
+	var recorded, succeeded, other int64
+	for _, m := range rates.Data {
+		recorded, succeeded, other = recorded+m.Recorded, succeeded+m.Succeeded, other+m.OtherFinished
+	}
+	require.Equal(t, []int64{19, 16, 3}, []int64{recorded, succeeded, other})
+	require.Equal(t, recorded, n(b.text(`[data-metric="arrivals-recorded"]`)))
+	require.Equal(t, succeeded, n(b.text(`[data-metric="arrivals-succeeded"]`)))
+	require.Equal(t, other, n(b.text(`[data-metric="arrivals-other-finished"]`)))
 	b.shot("overview")
 
 	// Jobs: every job, newest first; filtered by state.

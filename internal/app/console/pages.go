@@ -129,6 +129,9 @@ type overviewPage struct {
 	Batches  []api.Batch
 	// BatchBars draws each batch's requests.
 	BatchBars map[string]template.HTML
+	// Arrivals are the jobs recorded and finished per minute of the last
+	// hour.
+	Arrivals arrivals
 	// Models are the charts of the models called in the last hour.
 	Models   []modelCharts
 	Operator bool
@@ -187,6 +190,11 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 		rows[i] = segment{Key: rc.Reason, Label: strings.ReplaceAll(rc.Reason, "_", " "), Value: rc.Count}
 	}
 	p.Bars = barRows(rows)
+	var rates api.Arrivals
+	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/stats/arrivals", q, nil, &rates); err != nil {
+		return p, err
+	}
+	p.Arrivals = arrivalsOf(rates)
 	var stats api.ModelStats
 	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/stats/models", q, nil, &stats); err != nil {
 		return p, err

@@ -157,21 +157,31 @@ type PolicyState struct {
 // When no row matched: ErrNotFound, an *IllegalTransitionError (ErrTerminal)
 // when the job has finished, else ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
+	return s.fencedRow(ctx, op, t, l, nil, set, args...)
+}
+
+// fencedRow is fenced, the op merged with others of kind in a group
+// commit when kind is not nil (its columns: the statement's arguments).
+func (s *Store) fencedRow(ctx context.Context, what string, t *transition, l Lease, kind *rowKind, set string, args ...any) (int, error) {
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
 		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND status ` + t.in + ` RETURNING attempts`
 	if t.To.Terminal() {
 		sql = notifyDone(sql, keyOf, `attempts`)
 	}
 	var attempts int
-	found, err := s.run(ctx, func(rows pgx.Rows) error { return rows.Scan(&attempts) },
-		stmt{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)})
+	o := &op{stmts: []stmt{{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)}},
+		scan: func(rows pgx.Rows) error { return rows.Scan(&attempts) }}
+	if kind != nil {
+		o.row = &rowOp{kind: kind, key: l.Key, dest: []any{&attempts}}
+	}
+	found, err := s.do(ctx, o)
 	if err != nil {
-		return 0, dataError(op+" "+strconv.Quote(l.String()), err)
+		return 0, dataError(what+" "+strconv.Quote(l.String()), err)
 	}
 	if found {
 		return attempts, nil
 	}
-	return 0, s.lost(ctx, op, l, t.To)
+	return 0, s.lost(ctx, what, l, t.To)
 }
 
 // lost says why a fenced change of the job l holds matched no row.
@@ -196,9 +206,24 @@ func (s *Store) lost(ctx context.Context, op string, l Lease, to llmq.Status) er
 // every call, so attempts count calls per job whatever the deliveries,
 // claims and workers.
 func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attempts int, err error) {
-	return s.fenced(ctx, "mark calling", tMarkCalling, l,
+	return s.fencedRow(ctx, "mark calling", tMarkCalling, l, markCallingRows,
 		`, phase = '`+PhaseCalling+`', attempts = attempts + 1, started_at = coalesce(started_at, $3),
 		retries = $5, model_index = $6, rate_limited = $7`, st.Retries, st.ModelIndex, st.RateLimited)
+}
+
+// markCallingRows is MarkCalling for many jobs in one statement.
+var markCallingRows = &rowKind{
+	sql: `UPDATE jobs j SET status = ` + tMarkCalling.to + `, updated_at = u.now, phase = '` + PhaseCalling + `',
+		attempts = j.attempts + 1, started_at = coalesce(j.started_at, u.now), retries = u.retries,
+		model_index = u.model_index, rate_limited = u.rate_limited
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::int[])
+		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, n)
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND j.status ` + tMarkCalling.in + `
+	RETURNING u.n, j.attempts`,
+	args: func(ops []*op) []any {
+		return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[int64](ops, 3),
+			column[int](ops, 4), column[int](ops, 5), column[int](ops, 6)}
+	},
 }
 
 // MarkRetrying records a retryable failure of the call of the holder of l
@@ -272,8 +297,8 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 		phase = '', error_code = '', error_message = ''
 	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true AS stored`
 	sql = notifyDone(sql, keyOf, `stored`)
-	found, err := s.run(ctx, nil, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
-		r.PromptTokens, r.CompletionTokens, r.CostUSD}})
+	found, err := s.do(ctx, &op{stmts: []stmt{{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
+		r.PromptTokens, r.CompletionTokens, r.CostUSD}}}, row: &rowOp{kind: storeResultRows, key: k}})
 	if err != nil {
 		return false, dataError("store result "+strconv.Quote(k.String()), err)
 	}
@@ -291,6 +316,23 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 		return false, nil
 	}
 	return false, &IllegalTransitionError{Key: k, From: status, To: llmq.StatusSucceeded}
+}
+
+// storeResultRows is StoreResult for many jobs in one statement.
+var storeResultRows = &rowKind{
+	sql: notifyDone(`UPDATE jobs j SET status = `+tStoreResult.to+`, updated_at = u.now, result = u.result,
+		used_model = u.used_model, prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens,
+		cost_usd = u.cost_usd, finished_at = u.now, lease_expires_at = NULL, phase = '', error_code = '',
+		error_message = ''
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::jsonb[], $5::text[], $6::int[], $7::int[],
+		$8::float8[]) WITH ORDINALITY AS u(tenant, id, now, result, used_model, prompt_tokens, completion_tokens,
+		cost_usd, n)
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tStoreResult.in+`
+	RETURNING u.n`, jKey, `n`),
+	args: func(ops []*op) []any {
+		return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[[]byte](ops, 3),
+			column[string](ops, 4), column[int](ops, 5), column[int](ops, 6), column[float64](ops, 7)}
+	},
 }
 
 // MarkDeadLettered ends a queued job that nobody holds as dead_lettered

@@ -38,6 +38,7 @@ It writes report.md and PNG plots to --out. About 10 minutes with the default --
 	_ = fs.MarkDeprecated("postgres-url", "use --database-url, like every other command")
 	fs.Float64Var(&cfg.Scale, "scale", bench.ScaleDefault, "multiply every scenario's duration (quotas are kept)")
 	fs.StringSliceVar(&cfg.Only, "only", nil, "run only these scenarios: "+strings.Join(bench.Scenarios, ", ")+" (default: all)")
+	fs.StringVar(&cfg.Broker, "broker", "", "broker of the throughput scenario, in a form of LLMQ_BROKER (default: in memory)")
 	fs.BoolVar(&verbose, "verbose", false, "print the components' logs on stderr")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg.Progress = cmd.ErrOrStderr()

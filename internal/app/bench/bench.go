@@ -83,6 +83,8 @@ type Report struct {
 	Backlog []BacklogRow
 	// Gateway is the gateway scenario's (nil when not run).
 	Gateway *GatewayResult
+	// Throughput is the throughput scenario's (nil when not run).
+	Throughput *ThroughputResult
 	// Files are the paths written.
 	Files []string
 }
@@ -112,6 +114,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioAdaptive, b.adaptive},
 		{ScenarioBacklog, b.backlog},
 		{ScenarioGateway, b.gateway},
+		{ScenarioThroughput, b.throughput},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

@@ -32,6 +32,17 @@ type Scope struct {
 	TPM float64 `yaml:"tpm"`
 	// Concurrency is the scope's calls in flight; 0 = no limit.
 	Concurrency int `yaml:"concurrency"`
+	// DailyCost and MonthlyCost are the scope's budgets in USD per UTC day
+	// and month (budget.go); 0 = none.
+	DailyCost   float64 `yaml:"daily_cost"`
+	MonthlyCost float64 `yaml:"monthly_cost"`
+	// Overage is what happens once a budget is spent; "" = a project's
+	// tenant's policy, else OverageQueue.
+	Overage Overage `yaml:"overage"`
+	// OutputCap is the output allowance (max_tokens) of the scope's calls
+	// past BudgetHoldAt of a budget; 0 = a project's tenant's, else
+	// OutputCapDefault.
+	OutputCap int `yaml:"output_cap"`
 }
 
 // Tenant is a tenant's scope and those of its projects.
@@ -104,5 +115,5 @@ func (s Scope) validate(p string) []error {
 	if s.Priority != "" && !s.Priority.Valid() {
 		errs = append(errs, fmt.Errorf("%s.priority: %q: want high, normal or low", p, s.Priority))
 	}
-	return errs
+	return append(errs, s.validateBudget(p)...)
 }

@@ -96,6 +96,7 @@ func TestMetricsContract(t *testing.T) {
 		"llmq_bucket_level", "llmq_quota_share", "llmq_upstream_incident", "llmq_job_duration_seconds", "llmq_queue_depth", "llmq_dead_letters_total",
 		"llmq_ingested_total", "llmq_ingest_pauses_total", "llmq_claims_total", "llmq_released_total",
 		"llmq_reaped_total", "llmq_lease_lost_total",
+		"llmq_budget_spent_usd", "llmq_budget_reserved_usd", "llmq_budget_limit_usd", "llmq_budget_refused_total",
 	}
 	require.Equal(t, want, sectionMetrics(t, "Worker"))
 	require.Subset(t, contractMetrics(t), append(want, "llmq_alerts_sent_total", "llmq_api_requests_total", "llmq_sim_requests_total"))

@@ -38,6 +38,9 @@ type notification struct {
 	// EndsAt is when the burst was resolved, or, while firing, when the
 	// alert lapses unless it is updated.
 	EndsAt time.Time
+	// Budget is set on a budget alert (budget_alert.go), which the other
+	// fields but State, Tenant and the times do not describe.
+	Budget *BudgetAlert
 }
 
 type groupKey struct {

@@ -44,6 +44,9 @@ func newSinks(c AlertConfig) []sink {
 			url:      strings.TrimSuffix(c.AlertmanagerURL, "/") + "/api/v2/alerts",
 			endpoint: redact.Endpoint(c.AlertmanagerURL),
 			render: func(n notification) ([]byte, error) {
+				if n.Budget != nil {
+					return json.Marshal([]alertmanagerAlert{budgetAlertmanagerPayload(n, c.Severity)})
+				}
 				return json.Marshal([]alertmanagerAlert{alertmanagerPayload(n, c.Severity)})
 			},
 		})
@@ -54,6 +57,9 @@ func newSinks(c AlertConfig) []sink {
 			url:      c.WebhookURL,
 			endpoint: redact.Endpoint(c.WebhookURL),
 			render: func(n notification) ([]byte, error) {
+				if n.Budget != nil {
+					return json.Marshal(budgetWebhookPayload(n, c.Severity))
+				}
 				return json.Marshal(webhookPayload(n, c.Severity))
 			},
 		})

@@ -38,10 +38,12 @@ type Alerter struct {
 	done     chan struct{} // closed when every goroutine has exited
 }
 
-// arrival is an event stamped with the alerter clock when Notify took it.
+// arrival is an event (or a budget alert) stamped with the alerter clock
+// when Notify (NotifyBudget) took it.
 type arrival struct {
-	ev Event
-	at time.Time
+	ev     Event
+	budget *BudgetAlert
+	at     time.Time
 }
 
 // NewAlerter checks the config, registers the metrics and returns an
@@ -181,15 +183,15 @@ func (a *Alerter) groupLoop(ctx context.Context, queues []chan notification) {
 		}
 		select {
 		case arr := <-a.events:
-			g.add(arr.ev, arr.at)
+			a.take(g, queues, arr)
 		case <-timerC:
 			timer, timerC, armedAt = nil, nil, time.Time{}
 			// Events that arrived before the timer fired belong to this
 			// round even if the loop has not read them yet.
-			a.drain(g)
+			a.drain(g, queues)
 			a.enqueue(queues, g.due(a.cfg.Clock.Now()))
 		case <-a.stopping:
-			a.drain(g)
+			a.drain(g, queues)
 			a.enqueue(queues, g.flush(a.cfg.Clock.Now()))
 			return
 		case <-ctx.Done():
@@ -198,16 +200,26 @@ func (a *Alerter) groupLoop(ctx context.Context, queues []chan notification) {
 	}
 }
 
-// drain adds every event already in the buffer.
-func (a *Alerter) drain(g *grouper) {
+// drain takes every arrival already in the buffer.
+func (a *Alerter) drain(g *grouper, queues []chan notification) {
 	for {
 		select {
 		case arr := <-a.events:
-			g.add(arr.ev, arr.at)
+			a.take(g, queues, arr)
 		default:
 			return
 		}
 	}
+}
+
+// take adds a dead-letter event to its burst, or hands a budget alert to
+// the sinks at once.
+func (a *Alerter) take(g *grouper, queues []chan notification, arr arrival) {
+	if arr.budget != nil {
+		a.enqueue(queues, []notification{budgetNotification(arr.budget, arr.at)})
+		return
+	}
+	g.add(arr.ev, arr.at)
 }
 
 // enqueue offers each notification to every sink without blocking.

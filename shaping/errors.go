@@ -20,12 +20,12 @@ var (
 )
 
 // WaitError reports that admission would have to wait past the context's
-// deadline. Nothing is reserved when it is returned. Wait is the predicted
+// deadline (or the time given to [Lane.AdmitBy]). Nothing is reserved when it is returned. Wait is the predicted
 // wait, suitable for a Retry-After.
 type WaitError struct {
 	// Wait is how long admission would take from the time of the call.
 	Wait time.Duration
-	// Deadline is the context's deadline.
+	// Deadline is the context's deadline, or AdmitBy's by when earlier.
 	Deadline time.Time
 }
 

@@ -1,6 +1,9 @@
 package shaping
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Admit waits, in the order of docs/design/rate-limiting.md, for every
 // bucket (all together), then a concurrency slot, then the pacing inside
@@ -17,8 +20,26 @@ import "context"
 // When nothing waits, Admit takes the lane's lock twice (tick and reserve
 // together, then the send), allocates nothing and returns a Permit by value.
 func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
-	now := l.clock.Now()
 	deadline, _ := ctx.Deadline()
+	return l.admit(ctx, req, deadline)
+}
+
+// AdmitBy is Admit for a request that has somewhere else to go (a fallback
+// model): it fails at once with a [*WaitError] whose Deadline is by when
+// the buckets or a 429 pause would hold the request past by, or past ctx's
+// deadline when that comes first. The wait for a concurrency slot and for
+// the pacing inside it is bounded by ctx only: it is the lane's own calls
+// finishing, not its quota running out.
+func (l *Lane) AdmitBy(ctx context.Context, req Request, by time.Time) (Permit, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok || by.Before(deadline) {
+		deadline = by
+	}
+	return l.admit(ctx, req, deadline)
+}
+
+func (l *Lane) admit(ctx context.Context, req Request, deadline time.Time) (Permit, error) {
+	now := l.clock.Now()
 	tokens := l.tokensFor(req)
 	var r Reservation
 	l.mu.Lock()

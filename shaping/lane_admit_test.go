@@ -195,3 +195,49 @@ func TestLaneAdmitPauseDuringPacing(t *testing.T) {
 		t.Fatal("Admit did not return")
 	}
 }
+
+// TestLaneAdmitBy: AdmitBy refuses at once, reserving nothing, a request
+// the buckets or a 429 pause would hold past by; the earlier of by and
+// ctx's deadline is the one reported; a concurrency slot is waited for
+// past by.
+func TestLaneAdmitBy(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(t0)
+	lane, err := NewLane(LaneConfig{Name: "k/m", Strategy: StrategyShape, RPM: 60, TPM: 6000, Concurrency: 1, WarmUp: -1, MinInterval: -1, Clock: clock})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	p1, err := lane.AdmitBy(ctx, Request{PromptTokens: 1000, MaxOutputTokens: 4000}, sec(2))
+	require.NoError(t, err, "the buckets hold it: admitted at once")
+	// 5000 of 6000 used: the next 2000 is ready 10 s later.
+	_, err = lane.AdmitBy(ctx, Request{PromptTokens: 1000, MaxOutputTokens: 1000}, sec(2))
+	require.Equal(t, &WaitError{Wait: 10 * time.Second, Deadline: sec(2)}, err)
+	dl, cancel := context.WithDeadline(ctx, sec(1))
+	defer cancel()
+	_, err = lane.AdmitBy(dl, Request{PromptTokens: 1000, MaxOutputTokens: 1000}, sec(2))
+	require.Equal(t, &WaitError{Wait: 10 * time.Second, Deadline: sec(1)}, err, "ctx's deadline first")
+	require.InDelta(t, 1000, lane.Snapshot().Buckets[1].Level, 1e-9, "the refusals reserved nothing")
+
+	// 1000 tokens fit the buckets now, but p1 holds the only slot: AdmitBy
+	// waits for it past by, as long as ctx allows.
+	done := make(chan error, 1)
+	go func() {
+		p, err := lane.AdmitBy(ctx, Request{PromptTokens: 500, MaxOutputTokens: 500}, sec(2))
+		if err == nil {
+			err = p.Done(Outcome{})
+		}
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return lane.slots.Waiting() == 1 }, 5*time.Second, time.Millisecond, "waits for the slot")
+	clock.Advance(3 * time.Second)
+	require.Equal(t, 1, lane.slots.Waiting(), "still waits for the slot past by")
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	require.NoError(t, p1.Done(Outcome{}))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-wctx.Done():
+		t.Fatal("not admitted when the slot came back")
+	}
+}

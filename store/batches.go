@@ -450,8 +450,8 @@ const ingestChunk = 1000
 // stored on its job if the job is still batched in this batch (so exactly
 // once, whatever the retries or restarts), the returned jobs go back to
 // the live lane or end dead_lettered (with an outbox row each, for their
-// dead letters), and the
-// batch is closed with its costs. A batch already ingested changes
+// dead letters), the budgets of the stored jobs' scopes are charged their
+// batch price, and the batch is closed with its costs. A batch already ingested changes
 // nothing (ErrBatchIngested).
 func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, error) {
 	var st IngestStats
@@ -535,6 +535,9 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 		}
 		st.DeadLettered += n
+	}
+	if err := s.chargeBatchBudgets(ctx, tx, in.BatchID, now); err != nil {
+		return st, fmt.Errorf("store: ingest batch %q: charge budgets: %w", in.BatchID, err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE batches SET ingested_at = $2, updated_at = $2, cost_usd = $3, live_cost_usd = $4
 		WHERE id = $1`, in.BatchID, now, st.CostUSD, st.LiveCostUSD); err != nil {

@@ -17,7 +17,8 @@ import (
 
 // BenchmarkJobLifecycle measures one job's path through the store as the
 // worker drives it, in batches of 256 as the worker makes them: Ingest and
-// Claim once per batch, then MarkCalling and StoreResult per job.
+// Claim once per batch, then MarkCalling and StoreResult per job (with the
+// call's row in job_attempts and its answer, as the worker writes them).
 func BenchmarkJobLifecycle(b *testing.B) {
 	ctx := context.Background()
 	s, err := store.Open(ctx, storetest.NewDB(b))
@@ -42,10 +43,12 @@ func BenchmarkJobLifecycle(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, r := range recs {
-			if _, err := s.MarkCalling(ctx, r.Lease(), store.PolicyState{}); err != nil {
+			n, err := s.MarkCalling(ctx, r.Lease(), store.PolicyState{Call: store.Call{Model: "m", QuotaWait: time.Millisecond}})
+			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 5, CompletionTokens: 1}); err != nil {
+			if _, err := s.StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 5, CompletionTokens: 1,
+				Answered: &store.Answer{Attempt: n, At: time.Now(), Status: 200, Outcome: "success", PromptTokens: 5, CompletionTokens: 1}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -130,4 +133,41 @@ func BenchmarkOutbox(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkModelStats measures GET /v1/stats/models' read of an hour of
+// calls (the console's overview asks it at each refresh): 100,000 calls
+// of 3 models, a call a job.
+func BenchmarkModelStats(b *testing.B) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, storetest.NewDB(b))
+	require.NoError(b, err)
+	defer s.Close()
+	const calls = 100_000
+	now := time.Now()
+	_, err = s.Pool().Exec(ctx, `INSERT INTO jobs (tenant, id, status, priority, requested_model, body, created_at, updated_at,
+			sched_key, finished_at)
+		SELECT 't' || (i % 4), 'j' || i, 'succeeded', 'normal', 'm' || (i % 3), '{}', $1, $1, $1, $1
+		FROM generate_series(1, $2) AS i`, now, calls)
+	require.NoError(b, err)
+	_, err = s.Pool().Exec(ctx, `INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms,
+			finished_at, status, outcome, prompt_tokens, completion_tokens, limit_requests)
+		SELECT 't' || (i % 4), 'j' || i, 1, 1, 'm' || (i % 3), $1::timestamptz - (i % 3600) * interval '1 second', i % 500,
+			$1::timestamptz - (i % 3600) * interval '1 second' + interval '1 second',
+			CASE WHEN i % 10 = 0 THEN 429 ELSE 200 END, CASE WHEN i % 10 = 0 THEN 'rate_limited' ELSE 'success' END,
+			50, 20, 500
+		FROM generate_series(1, $2) AS i`, now, calls)
+	require.NoError(b, err)
+	_, err = s.Pool().Exec(ctx, `ANALYZE job_attempts`)
+	require.NoError(b, err)
+	b.ResetTimer()
+	for range b.N {
+		stats, err := s.ModelStats(ctx, "", now.Add(-time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(stats) != 3 {
+			b.Fatalf("%d models", len(stats))
+		}
+	}
 }

@@ -30,14 +30,18 @@ import (
 // turn. With holdDeferrable, deferrable jobs whose lane is undecided and
 // whose deadline, if any, is after $11 are left for the batch lane. With
 // fallbackOnly, only jobs with a fallback model of their own are taken.
+// With budgets, jobs a budget of their scope holds are left (budget.go).
 //
 // One statement: the tenants with queued jobs (a loose scan of
 // jobs_fair_idx, one probe per tenant), at most $4 jobs of each (an index
 // range each), the claim, and the virtual times advanced; the fair_share
 // rows are locked in (model, tenant) order, so concurrent claims of one
 // model queue on them and never deadlock.
-func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly bool) string {
+func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets bool) string {
 	var filter string
+	if budgets {
+		filter += budgetHeldFilter
+	}
 	if holdDeferrable {
 		filter += ` AND NOT (q."deferrable" AND q.lane_reason = '' AND (q.deadline IS NULL OR q.deadline > $11))`
 	}

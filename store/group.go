@@ -31,7 +31,9 @@ type op struct {
 	scan  func(pgx.Rows) error
 	done  chan opResult // buffered 1
 	// row, when set, is the op as one row of its kind's multi-row
-	// statement (stmts then hold one statement, the op on its own).
+	// statement (the last of stmts is the op on its own; those before it,
+	// such as the record of a call's answer, run on their own before the
+	// merged statement, in the same batch).
 	row *rowOp
 }
 
@@ -60,12 +62,12 @@ type rowKind struct {
 	args func(ops []*op) []any
 }
 
-// column collects argument i of ops' statements as one array for pgx (a
-// nil argument is T's zero value: NULL for a slice).
+// column collects argument i of ops' own (last) statements as one array
+// for pgx (a nil argument is T's zero value: NULL for a slice).
 func column[T any](ops []*op, i int) []T {
 	out := make([]T, len(ops))
 	for j, o := range ops {
-		out[j], _ = o.stmts[0].args[i].(T)
+		out[j], _ = o.stmts[len(o.stmts)-1].args[i].(T)
 	}
 	return out
 }
@@ -176,6 +178,11 @@ func (c *committer) flush(batch []*op) {
 	merged, single := mergeOps(batch)
 	b := &pgx.Batch{}
 	for _, m := range merged {
+		for _, o := range m {
+			for _, s := range o.stmts[:len(o.stmts)-1] {
+				b.Queue(s.sql, s.args...)
+			}
+		}
 		b.Queue(m[0].row.kind.sql, m[0].row.kind.args(m)...)
 	}
 	for _, o := range single {
@@ -242,9 +249,17 @@ type rowKey struct {
 	key  Key
 }
 
-// readMerged reads the rows of a merged statement of ops: each row answers
-// the op at its ordinal (found); the ops without a row are not found.
+// readMerged reads the results of the statements ops run before their
+// merged statement, then its rows: each row answers the op at its ordinal
+// (found); the ops without a row are not found.
 func readMerged(br pgx.BatchResults, ops []*op, results map[*op]opResult) error {
+	for _, o := range ops {
+		for range len(o.stmts) - 1 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+	}
 	rows, err := br.Query()
 	if err != nil {
 		return err

@@ -33,6 +33,13 @@ type NewJob struct {
 	// EstOutputTokens is the output allowance reserved for the job: n x
 	// (max_tokens, else the model's default allowance).
 	EstOutputTokens int
+	// SizeDelay is how much later than its creation the job sorts among
+	// the jobs of its priority (SchedKey), for its size: the worker gives
+	// a job its estimated tokens' time at the model's TPM, so when the
+	// TPM binds short jobs are not held behind long documents, and a long
+	// one is passed only by jobs recorded less than that time after it
+	// (docs/design/queue-of-record.md, "The claim order"). Zero: none.
+	SizeDelay time.Duration
 }
 
 func (s *Store) insertArgs(n NewJob, now time.Time) []any {
@@ -46,7 +53,7 @@ func (s *Store) insertArgs(n NewJob, now time.Time) []any {
 		meta = map[string]string{}
 	}
 	return []any{j.ID, j.Tenant, string(j.Priority), j.Model(), []byte(j.Body), now,
-		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, s.order),
+		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, n.SizeDelay, s.order),
 		n.EstPromptTokens, n.EstOutputTokens, j.Project}
 }
 
@@ -128,7 +135,7 @@ func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 		}
 		tenants[i], ids[i], prios[i], models[i], bodies[i] = j.Tenant, j.ID, string(j.Priority), j.Model(), string(j.Body)
 		deadlines[i], deferrable[i], fallbacks[i], metas[i] = j.Deadline, j.Deferrable, string(fb), string(meta)
-		keys[i] = SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, s.order)
+		keys[i] = SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, nj.SizeDelay, s.order)
 		projects[i] = j.Project
 		ep[i], eo[i] = int32(min(nj.EstPromptTokens, math.MaxInt32)), int32(min(nj.EstOutputTokens, math.MaxInt32))
 	}

@@ -15,6 +15,10 @@ const (
 	// WaitingReasonProviderQuota: the schedulers of the job's model claim
 	// no more than the provider's quota lets them admit soon.
 	WaitingReasonProviderQuota = "provider_quota"
+	// WaitingReasonBudget: a budget of the job's tenant or project holds
+	// it until the period rolls over or a reservation is given back
+	// (budget.go).
+	WaitingReasonBudget = "budget"
 	// WaitingReasonBatch: the job is deferrable and held for, or waiting
 	// in, the batch lane.
 	WaitingReasonBatch = "batch"
@@ -50,10 +54,10 @@ func (s *Store) SetModelState(ctx context.Context, st ModelState) error {
 	return nil
 }
 
-// fillWaitingReasons sets the WaitingReason of the queued records: batch
+// fillModelReasons sets the WaitingReason of the queued records: batch
 // for a job of the batch lane, or a deferrable one its model's schedulers
 // hold for it; else the reason the model's schedulers last gave, if fresh.
-func (s *Store) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error {
+func (s *Store) fillModelReasons(ctx context.Context, recs []*JobRecord) error {
 	var models []string
 	for _, r := range recs {
 		if r.Status == llmq.StatusQueued {

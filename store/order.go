@@ -49,18 +49,20 @@ func (o Order) WithDefaults() Order {
 }
 
 // SchedKey is the claim-order key of a job recorded at created with
-// priority p and deadline (nil: none):
+// priority p, deadline (nil: none) and size delay size (see
+// [NewJob.SizeDelay]):
 //
-//	min(created + rank(p) x AgingStep, deadline - DeadlineLead)
+//	min(created + rank(p) x AgingStep + size, deadline - DeadlineLead)
 //
 // with rank high 0, normal 1, low 2. Smaller keys are claimed first: a
 // high job before a normal one enqueued at the same time, a low job
 // enqueued 2 x AgingStep before a high one together with it (the effective
 // rank rank - wait/AgingStep of an in-process priority queue, without a
-// clock in the query), and any job whose deadline comes within
-// DeadlineLead before the others.
-func SchedKey(created time.Time, p llmq.Priority, deadline *time.Time, o Order) time.Time {
-	k := created.Add(time.Duration(p.Rank()) * o.AgingStep)
+// clock in the query), a short job before a long one of its priority
+// enqueued up to the difference of their size delays earlier, and any job
+// whose deadline comes within DeadlineLead before the others.
+func SchedKey(created time.Time, p llmq.Priority, deadline *time.Time, size time.Duration, o Order) time.Time {
+	k := created.Add(time.Duration(p.Rank())*o.AgingStep + max(0, size))
 	if deadline != nil {
 		if d := deadline.Add(-o.DeadlineLead); d.Before(k) {
 			k = d

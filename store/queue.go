@@ -69,7 +69,7 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error)
 	if r.HoldDeferrable {
 		args = append(args, r.HoldDeadlineAfter)
 	}
-	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly), args...)
+	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly, s.order.Tenants.HasBudgets()), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim %q: %w", r.Model, err)
 	}
@@ -148,6 +148,13 @@ type PolicyState struct {
 	ModelIndex int
 	// RateLimited counts the 429s on the current model.
 	RateLimited int
+
+	// Call is the call MarkCalling counts, recorded as the job's next
+	// attempt (job_attempts).
+	Call Call
+	// Answered, when set, is the answer to the job's last call, recorded
+	// in the same round trip (MarkCalling after a fallback, MarkRetrying).
+	Answered *Answer
 }
 
 // fenced runs transition t on the job l holds, under its lease token:
@@ -157,22 +164,37 @@ type PolicyState struct {
 // When no row matched: ErrNotFound, an *IllegalTransitionError (ErrTerminal)
 // when the job has finished, else ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
-	return s.fencedRow(ctx, op, t, l, nil, set, args...)
+	return s.fencedOp(ctx, op, t, l, fencedSQL{set: set}, args...)
 }
 
-// fencedRow is fenced, the op merged with others of kind in a group
-// commit when kind is not nil (its columns: the statement's arguments).
-func (s *Store) fencedRow(ctx context.Context, what string, t *transition, l Lease, kind *rowKind, set string, args ...any) (int, error) {
-	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
+// fencedSQL shapes the statement of fencedOp: set is the SET clause's
+// tail; wrap, when set, turns the UPDATE (which returns tenant, id,
+// attempts, requested_model) into the statement run, which returns
+// attempts; answered, when set, is recorded in the same batch; rows, when
+// set, lets a group commit merge the op with others of its kind (its
+// columns: the statement's arguments).
+type fencedSQL struct {
+	set      string
+	wrap     func(update string) string
+	answered *Answer
+	rows     *rowKind
+}
+
+// fencedOp is fenced with the statement shaped by f.
+func (s *Store) fencedOp(ctx context.Context, what string, t *transition, l Lease, f fencedSQL, args ...any) (int, error) {
+	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + f.set +
 		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND status ` + t.in + ` RETURNING attempts`
+	if f.wrap != nil {
+		sql = f.wrap(sql + `, tenant, id, requested_model`)
+	}
 	if t.To.Terminal() {
 		sql = notifyDone(sql, keyOf, `attempts`)
 	}
 	var attempts int
-	o := &op{stmts: []stmt{{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)}},
+	o := &op{stmts: withAnswer(l.Key, f.answered, stmt{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)}),
 		scan: func(rows pgx.Rows) error { return rows.Scan(&attempts) }}
-	if kind != nil {
-		o.row = &rowOp{kind: kind, key: l.Key, dest: []any{&attempts}}
+	if f.rows != nil {
+		o.row = &rowOp{kind: f.rows, key: l.Key, dest: []any{&attempts}}
 	}
 	found, err := s.do(ctx, o)
 	if err != nil {
@@ -204,25 +226,39 @@ func (s *Store) lost(ctx context.Context, op string, l Lease, to llmq.Status) er
 // call, the policy state st kept (retrying → running after a backoff). It
 // returns the job's attempts, this call included. This write comes before
 // every call, so attempts count calls per job whatever the deliveries,
-// claims and workers.
+// claims and workers. The same statement records the call st.Call as a
+// row of job_attempts, and the batch records st.Answered first.
 func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attempts int, err error) {
-	return s.fencedRow(ctx, "mark calling", tMarkCalling, l, markCallingRows,
-		`, phase = '`+PhaseCalling+`', attempts = attempts + 1, started_at = coalesce(started_at, $3),
-		retries = $5, model_index = $6, rate_limited = $7`, st.Retries, st.ModelIndex, st.RateLimited)
+	return s.fencedOp(ctx, "mark calling", tMarkCalling, l, fencedSQL{
+		set: `, phase = '` + PhaseCalling + `', attempts = attempts + 1, started_at = coalesce(started_at, $3),
+		retries = $5, model_index = $6, rate_limited = $7`,
+		wrap:     func(update string) string { return insertAttemptSQL(update, 8) },
+		answered: st.Answered,
+		rows:     markCallingRows,
+	}, st.Retries, st.ModelIndex, st.RateLimited, st.Call.Model, st.Call.QuotaWait.Milliseconds(), st.Call.Backoff.Milliseconds())
 }
 
-// markCallingRows is MarkCalling for many jobs in one statement.
+// markCallingRows is MarkCalling for many jobs in one statement, which
+// records each call as a row of job_attempts like insertAttemptSQL (the
+// answers of the previous calls run before it, op by op: see flush).
 var markCallingRows = &rowKind{
-	sql: `UPDATE jobs j SET status = ` + tMarkCalling.to + `, updated_at = u.now, phase = '` + PhaseCalling + `',
+	sql: `WITH c AS (UPDATE jobs j SET status = ` + tMarkCalling.to + `, updated_at = u.now, phase = '` + PhaseCalling + `',
 		attempts = j.attempts + 1, started_at = coalesce(j.started_at, u.now), retries = u.retries,
 		model_index = u.model_index, rate_limited = u.rate_limited
-	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::int[])
-		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, n)
+	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::int[], $8::text[],
+		$9::bigint[], $10::bigint[])
+		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, model, quota_wait, backoff, n)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND j.status ` + tMarkCalling.in + `
-	RETURNING u.n, j.attempts`,
+	RETURNING u.n, j.attempts, j.tenant, j.id, j.requested_model, u.now, u.model, u.quota_wait, u.backoff
+), a AS (
+	INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms, backoff_ms)
+	SELECT c.tenant, c.id, coalesce((SELECT max(seq) FROM job_attempts x WHERE x.tenant = c.tenant AND x.job_id = c.id), 0) + 1,
+		c.attempts, coalesce(nullif(c.model, ''), c.requested_model), c.now, c.quota_wait, c.backoff FROM c
+) SELECT n, attempts FROM c`,
 	args: func(ops []*op) []any {
 		return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[int64](ops, 3),
-			column[int](ops, 4), column[int](ops, 5), column[int](ops, 6)}
+			column[int](ops, 4), column[int](ops, 5), column[int](ops, 6), column[string](ops, 7),
+			column[int64](ops, 8), column[int64](ops, 9)}
 	},
 }
 
@@ -231,9 +267,11 @@ var markCallingRows = &rowKind{
 // The holder keeps the lease (heartbeats renew it) and waits out its
 // backoff before MarkCalling again.
 func (s *Store) MarkRetrying(ctx context.Context, l Lease, st PolicyState, code, msg string) error {
-	_, err := s.fenced(ctx, "mark retrying", tMarkRetrying, l,
-		`, phase = '`+PhaseBackingOff+`', error_code = $5, error_message = $6, retries = $7, model_index = $8,
-		rate_limited = $9`, code, msg, st.Retries, st.ModelIndex, st.RateLimited)
+	_, err := s.fencedOp(ctx, "mark retrying", tMarkRetrying, l, fencedSQL{
+		set: `, phase = '` + PhaseBackingOff + `', error_code = $5, error_message = $6, retries = $7, model_index = $8,
+		rate_limited = $9`,
+		answered: st.Answered,
+	}, code, msg, st.Retries, st.ModelIndex, st.RateLimited)
 	return err
 }
 
@@ -277,6 +315,9 @@ type Result struct {
 	PromptTokens     int
 	CompletionTokens int
 	CostUSD          float64
+	// Answered, when set, is the answer's record on the job's attempt,
+	// written in the same round trip.
+	Answered *Answer
 }
 
 // StoreResult moves job k to succeeded with its result, exactly once: when
@@ -297,8 +338,8 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 		phase = '', error_code = '', error_message = ''
 	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true AS stored`
 	sql = notifyDone(sql, keyOf, `stored`)
-	found, err := s.do(ctx, &op{stmts: []stmt{{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
-		r.PromptTokens, r.CompletionTokens, r.CostUSD}}}, row: &rowOp{kind: storeResultRows, key: k}})
+	found, err := s.do(ctx, &op{stmts: withAnswer(k, r.Answered, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
+		r.PromptTokens, r.CompletionTokens, r.CostUSD}}), row: &rowOp{kind: storeResultRows, key: k}})
 	if err != nil {
 		return false, dataError("store result "+strconv.Quote(k.String()), err)
 	}

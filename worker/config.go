@@ -38,6 +38,13 @@ const (
 	LedgerPeriodDefault    = 500 * time.Millisecond
 	LedgerLeaseDefault     = 3 * time.Second
 	StoreRetryMaxDefault   = 30 * time.Second
+	// SizeOrderDefault: a job sorts behind the jobs of its priority
+	// recorded up to ten times its own time at the model's TPM after it
+	// (3,000 tokens at 60k TPM: 30 s, one AgingStep).
+	SizeOrderDefault = 10.0
+	// maxSizeDelay bounds a job's size delay, so that a TPM set absurdly
+	// low cannot push a job out of every order (or overflow the key).
+	maxSizeDelay = 24 * time.Hour
 	// AgingStepDefault is how long a job waits to gain one priority level,
 	// in Postgres (store.AgingStepDefault) and in a lane's queue.
 	AgingStepDefault = store.AgingStepDefault
@@ -85,6 +92,9 @@ type JobStore interface {
 	// StoreResult records the answer (→ succeeded), once, whatever the
 	// lease.
 	StoreResult(ctx context.Context, k store.Key, r store.Result) (stored bool, err error)
+	// EndAttempt records the answer to a job's call when no write of
+	// the job carries it (store/attempts.go).
+	EndAttempt(ctx context.Context, k store.Key, a store.Answer) error
 	// MarkFailed records a permanent failure (→ failed).
 	MarkFailed(ctx context.Context, l store.Lease, status int, code, msg string) error
 	// MarkExpired records a job whose deadline passed before it started.
@@ -151,6 +161,11 @@ type Config struct {
 	DeadLetters DeadLetterer
 	// Router, when set, holds deferrable jobs for the batch lane.
 	Router Router
+	// Budgets, when set, accounts the calls of the tenants and projects
+	// with a budget in Tenants (budget.go); BudgetAlerts, when set, sends
+	// their thresholds. nil = no budget is enforced.
+	Budgets      BudgetStore
+	BudgetAlerts BudgetAlerter
 
 	// Strategy is the shaping strategy of every lane. "" = shape when a
 	// model's quota is known, adaptive when not.
@@ -226,6 +241,13 @@ type Config struct {
 	// AgingStep is the wait that lifts a job one priority level in a
 	// lane's queue. Default AgingStepDefault.
 	AgingStep time.Duration
+	// SizeOrder orders the queued jobs of a priority by size when the
+	// model's TPM is known: a job sorts as if recorded SizeOrder times its
+	// estimated tokens' time at that TPM later (store.NewJob.SizeDelay),
+	// so short questions are not held behind long documents and a long
+	// document is passed only by jobs recorded within that time after it.
+	// 0 = SizeOrderDefault; negative = first come, first served.
+	SizeOrder float64
 	// MaxMessageBytes limits one message; 0 = 1 MiB, -1 = no limit.
 	MaxMessageBytes int
 	// Owner names this worker in job leases. Default host:pid:random.
@@ -292,6 +314,9 @@ func (c Config) WithDefaults() Config {
 	c.StoreRetryMax = cmp.Or(max(0, c.StoreRetryMax), StoreRetryMaxDefault)
 	c.ShutdownTimeout = cmp.Or(max(0, c.ShutdownTimeout), ShutdownTimeoutDefault)
 	c.AgingStep = cmp.Or(max(0, c.AgingStep), AgingStepDefault)
+	if c.SizeOrder == 0 {
+		c.SizeOrder = SizeOrderDefault
+	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		c.Owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]

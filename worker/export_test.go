@@ -23,3 +23,6 @@ func (w *Worker) Lanes() []string {
 	}
 	return names
 }
+
+// CapOutput is capOutput (budget.go).
+var CapOutput = capOutput

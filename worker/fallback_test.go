@@ -71,3 +71,34 @@ func TestWorkerFallbackOnAndRetriesCount(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerFallsBackWhenTheLaneWouldHoldIt: the primary's quota is known
+// (1 RPM, as the server's headers confirm), so the lane itself holds a
+// second job a minute without a single 429; jobs with a fallback move to it after FallbackMaxWait at most, not
+// only after 429s or a 429 pause (the fallback bench scenario: other
+// clients drain the primary's buckets, whose level the worker learns from
+// the headers, and the jobs waited in its lane to the end of the run).
+func TestWorkerFallsBackWhenTheLaneWouldHoldIt(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 67,
+		Models: map[string]upstreamsim.ModelConfig{"primary": {Limits: upstreamsim.Limits{RPM: 1, TPM: -1}}}})
+	tb.start(t, func(c *worker.Config) {
+		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"primary": {RPM: 1}, "backup": {}}}
+		c.Strategy, c.FallbackMaxWait = "", 2*time.Second // shape: the quota is known
+	})
+	ids := []string{"held-1", "held-2", "held-3", "held-4"}
+	for _, id := range ids {
+		tb.publish(t, jobJSON(id, "primary", `,"fallback_models":["backup"]`))
+	}
+	recs := tb.waitTerminal(t, ids, 20*time.Second) // the primary would take three minutes
+	used := map[string]int{}
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
+		require.Equal(t, 1, recs[id].Attempts, "%s: one call, on the model that served it", id)
+		used[recs[id].UsedModel]++
+	}
+	require.Equal(t, map[string]int{"primary": 1, "backup": 3}, used)
+	stats := tb.sim.Sim.Stats().Models
+	require.EqualValues(t, 1, stats["primary"].Accepted)
+	require.Empty(t, stats["primary"].RateLimited, "the lane held the jobs: no 429")
+}

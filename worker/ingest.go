@@ -165,15 +165,20 @@ func (w *Worker) ingest(batch []*transport.Message) {
 
 // newJob is j with its shaping estimate: the tokenizer's count of the
 // prompt, and the output allowance n x (max_tokens, else the model's
-// default allowance).
+// default allowance); and its size delay in the claim order (SizeOrder).
 func (w *Worker) newJob(j *llmq.Job) store.NewJob {
 	n := store.NewJob{Job: j}
 	est, err := w.est.EstimateBody(j.Body)
 	if err != nil {
 		return n // a body Decode accepted always parses; the claim estimates again
 	}
+	m := w.model(j.Model())
 	n.EstPromptTokens = est.PromptTokens
-	n.EstOutputTokens = cmp.Or(est.MaxOutputTokens, est.N*w.model(j.Model()).MaxOutputDefault)
+	n.EstOutputTokens = cmp.Or(est.MaxOutputTokens, est.N*m.MaxOutputDefault)
+	if w.cfg.SizeOrder > 0 && m.TPM > 0 {
+		secs := w.cfg.SizeOrder * float64(n.EstPromptTokens+n.EstOutputTokens) / (m.TPM / 60)
+		n.SizeDelay = time.Duration(min(secs, maxSizeDelay.Seconds()) * float64(time.Second))
+	}
 	return n
 }
 

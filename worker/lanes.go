@@ -71,16 +71,18 @@ func (l *lane) typical() shaping.Request {
 type ticket struct {
 	ctx context.Context
 	req shaping.Request
-	// maxPause, when > 0, is how long a paused lane may hold this ticket:
-	// the job has a fallback model and moves on rather than wait longer.
+	// maxPause, when > 0, is how long the lane's buckets or a 429 pause
+	// may hold this ticket: the job has a fallback model and moves on
+	// rather than wait longer.
 	maxPause time.Duration
 	done     chan admission // buffered 1
 	state    atomic.Int32
 }
 
-// errLanePaused answers a ticket whose lane is paused by 429s for longer
-// than the ticket may wait.
-var errLanePaused = errors.New("worker: model rate limited (lane paused by 429s)")
+// errLanePaused answers a ticket whose lane would hold it longer than the
+// ticket may wait: paused by 429s, or its buckets drained (by this
+// worker's calls or, as the server's headers tell, another client's).
+var errLanePaused = errors.New("worker: model rate limited (its lane would hold the job past retry.fallback_max_wait)")
 
 const (
 	ticketWaiting int32 = iota
@@ -119,6 +121,8 @@ type admission struct {
 	// probe.
 	report func(error)
 	probe  bool
+	// waited is how long the job waited for the admission.
+	waited time.Duration
 }
 
 // notCalled reports an admitted call that was not made.
@@ -174,15 +178,11 @@ func (w *Worker) dispatch(l *lane) {
 		if t.state.Load() == ticketAbandoned {
 			continue
 		}
-		if t.maxPause > 0 && l.shaper.PausedUntil().Sub(w.cfg.Clock.Now()) > t.maxPause {
-			t.answer(admission{err: errLanePaused})
-			continue
-		}
 		report, probe, ok := w.holdForIncident(l, t)
 		if !ok {
 			continue // the job left (its ticket answers itself), or the worker stops
 		}
-		p, err := l.shaper.Admit(t.ctx, t.req)
+		p, err := w.admitTicket(l, t)
 		if err != nil {
 			report(errNotCalled)
 			t.answer(admission{err: err})
@@ -190,4 +190,21 @@ func (w *Worker) dispatch(l *lane) {
 		}
 		t.answer(admission{permit: p, report: report, probe: probe})
 	}
+}
+
+// admitTicket admits t in l: a ticket with a fallback waits at most its
+// maxPause for the lane's buckets and pauses (errLanePaused after that,
+// known at once from the buckets), and every ticket at most until its
+// context's deadline (a *shaping.WaitError).
+func (w *Worker) admitTicket(l *lane, t *ticket) (shaping.Permit, error) {
+	if t.maxPause <= 0 {
+		return l.shaper.Admit(t.ctx, t.req)
+	}
+	by := w.cfg.Clock.Now().Add(t.maxPause)
+	p, err := l.shaper.AdmitBy(t.ctx, t.req, by)
+	var we *shaping.WaitError
+	if errors.As(err, &we) && we.Deadline.Equal(by) {
+		return p, errLanePaused
+	}
+	return p, err
 }

@@ -160,4 +160,5 @@ func (w *Worker) reap(ctx context.Context) {
 		w.metrics.jobs.WithLabelValues("expired").Add(float64(len(keys)))
 		w.log.Info("queued jobs past their deadline expired", slog.Int("jobs", len(keys)))
 	}
+	w.reapBudgets(ctx)
 }

@@ -68,6 +68,7 @@ func (w *Worker) measure(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	w.measureBudgets(ctx)
 	w.queued.Store(st.Queued)
 	w.metrics.queueDepth.Set(float64(w.depth.Load() + st.Queued))
 	rate := float64(st.Finished) / drainWindow.Seconds()

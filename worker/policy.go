@@ -41,8 +41,9 @@ const (
 	// stepReady: the job is about to ask its model's lane for admission
 	// (when it starts, after a fallback and after a backoff).
 	stepReady step = iota
-	// stepLanePaused: the lane is paused by 429s for longer than the
-	// admission's MaxPause.
+	// stepLanePaused: the lane would hold the admission longer than its
+	// MaxPause (a 429 pause, or buckets drained by this worker's calls or
+	// another client's).
 	stepLanePaused
 	// stepTooLarge: the request can never fit the lane's buckets.
 	stepTooLarge
@@ -79,7 +80,8 @@ type verb int
 
 const (
 	// doCall: wait for admission in the current model's lane (no longer
-	// than Deadline; leaving a lane paused longer than MaxPause), then call.
+	// than Deadline; leaving a lane that would hold it longer than MaxPause),
+	// then call.
 	doCall verb = iota
 	// doRetry: record the failure (retrying), wait Delay holding the lease,
 	// and go on from stepReady on the same model. Budgeted: take the
@@ -106,8 +108,9 @@ type action struct {
 	// Deadline bounds the admission's wait (doCall before the first
 	// call); zero = no bound.
 	Deadline time.Time
-	// MaxPause is how long a paused lane may hold the admission before it
-	// answers stepLanePaused (doCall); 0 = as long as the pause lasts.
+	// MaxPause is how long the lane's buckets or a 429 pause may hold the
+	// admission before it answers stepLanePaused (doCall); 0 = as long as
+	// they do.
 	MaxPause time.Duration
 	// Delay is the wait before the retry (doRetry).
 	Delay time.Duration
@@ -180,7 +183,7 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 		return s, a
 	case stepLanePaused:
 		if e.Next > 0 {
-			return fallBack(s, e, "lane paused by 429s")
+			return fallBack(s, e, "lane held it past fallback_max_wait")
 		}
 		return s, action{Verb: doHandBack, Why: errLanePaused.Error()}
 	case stepTooLarge:

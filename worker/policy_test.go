@@ -71,7 +71,7 @@ func TestDecide(t *testing.T) {
 		{name: "lane paused, fallback: fall back",
 			state: state{RateLimited: 1}, event: event{Step: stepLanePaused, Next: 2},
 			want: state{Model: 2},
-			act:  action{Verb: doFallBack, Why: "lane paused by 429s"}},
+			act:  action{Verb: doFallBack, Why: "lane held it past fallback_max_wait"}},
 		{name: "lane paused, no fallback: hand back",
 			event: event{Step: stepLanePaused},
 			act:   action{Verb: doHandBack, Why: errLanePaused.Error()}},

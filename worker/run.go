@@ -53,6 +53,8 @@ type job struct {
 	// holder made for the job: calls (in attempts) the policy does not
 	// count. A holder that claims the job again counts them.
 	freeCalls int
+	// attempt is what is not yet written of the job's calls (attempts.go).
+	attempt attempt
 }
 
 // lose cancels what the job waits for: its lease was taken.
@@ -233,13 +235,20 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		w.fail(p, 0, "invalid_body", err.Error())
 		return event{}, false
 	}
+	body, ev, stay, proceed := w.budgetGate(p, model, body)
+	if !proceed {
+		permit.Cancel()
+		a.notCalled()
+		return ev, stay
+	}
 	// Recorded on a context Stop does not cut: once the call is recorded
 	// it is made (a call in flight finishes at shutdown); a lease lost
 	// meanwhile fails the record, fenced.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), markTimeout)
-	attempts, err := w.cfg.Store.MarkCalling(mctx, p.lease, p.state.stored())
+	attempts, err := w.cfg.Store.MarkCalling(mctx, p.lease, p.attempt.call(p.state.stored(), model, a.waited))
 	cancel()
 	if err != nil {
+		w.endBudget(p, model, nil)
 		permit.Cancel()
 		a.notCalled()
 		if w.gone(p, "mark calling", err) || !w.pause(p) {
@@ -248,6 +257,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		return event{Step: stepReady}, true // admitted again, then recorded
 	}
 	p.writeFails = 0
+	p.attempt.called(attempts)
 	// The call is counted before it starts: the policy counts it again
 	// when it answers.
 	p.state.Attempts = attempts - 1 - p.freeCalls
@@ -255,7 +265,9 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	w.metrics.inFlight.Inc()
 	p.reply = w.cfg.Upstream.Call(w.workCtx, model, body)
 	w.metrics.inFlight.Dec()
+	p.attempt.answer(p.reply, w.cfg.Clock.Now())
 	w.settle(permit, model, p.rec.Tenant, p.reply)
+	w.endBudget(p, model, &p.reply)
 	if p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil {
 		// The call was cut by shutdown, not by the upstream (an answer
 		// that arrived is stored all the same).
@@ -298,7 +310,8 @@ func (w *Worker) admit(p *job, l *lane, act action) (admission, error) {
 	t := &ticket{ctx: ctx, req: p.req, maxPause: act.MaxPause, done: make(chan admission, 1)}
 	l.sched.Push(t, p.job.Priority.Rank())
 	a := t.wait(ctx)
-	w.metrics.shapingWait.Observe(w.cfg.Clock.Since(begin).Seconds())
+	a.waited = w.cfg.Clock.Since(begin)
+	w.metrics.shapingWait.Observe(a.waited.Seconds())
 	if a.err != nil && !act.Deadline.IsZero() && errors.Is(a.err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
 		return admission{}, &shaping.WaitError{Deadline: act.Deadline}
 	}
@@ -348,12 +361,15 @@ func (w *Worker) settle(permit shaping.Permit, model, tenant string, reply Reply
 // pipeline (handed back at shutdown, lease lost, or finished elsewhere).
 func (w *Worker) backoff(p *job, delay time.Duration) bool {
 	out := p.reply.Outcome
+	st := p.state.stored()
+	st.Answered = p.attempt.answered
 	err := w.durable(p, w.workCtx, "mark retrying", func(ctx context.Context) error {
-		return w.cfg.Store.MarkRetrying(ctx, p.lease, p.state.stored(), clean(out.Code), clean(out.Message))
+		return w.cfg.Store.MarkRetrying(ctx, p.lease, st, clean(out.Code), clean(out.Message))
 	})
 	if err != nil {
 		return false
 	}
+	p.attempt.answered, p.attempt.backoff = nil, delay
 	w.metrics.jobs.WithLabelValues(string(llmq.StatusRetrying)).Inc()
 	p.log.Debug("retrying", slog.String("code", out.Code), slog.Duration("delay", delay), slog.Int("calls", p.state.Attempts))
 	if err := sleep(p.ctx, w.cfg.Clock, delay); err != nil {
@@ -372,7 +388,7 @@ func (w *Worker) succeed(p *job) {
 	w.est.Observe(model, p.req.PromptTokens, reply.PromptTokens)
 	res := store.Result{
 		Response: reply.Body, UsedModel: model, CostUSD: w.model(model).Cost(reply.PromptTokens, reply.CompletionTokens),
-		PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens,
+		PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens, Answered: p.attempt.answered,
 	}
 	var stored bool
 	err := w.durable(p, w.workCtx, "store result", func(ctx context.Context) (err error) {
@@ -406,6 +422,7 @@ func (w *Worker) fail(p *job, status int, code, msg string) {
 
 // end makes the terminal write of status, retried on database errors.
 func (w *Worker) end(p *job, status llmq.Status, why string, write func(ctx context.Context) error) {
+	w.flushAnswer(p)
 	if err := w.durable(p, w.workCtx, "mark "+string(status), write); err != nil {
 		return
 	}
@@ -417,6 +434,7 @@ func (w *Worker) end(p *job, status llmq.Status, why string, write func(ctx cont
 // (with lastError) and ends the job in one transaction, fenced to p's
 // lease, then publishes it.
 func (w *Worker) deadLetter(p *job, reason dlq.Reason, lastError string) {
+	w.flushAnswer(p)
 	value, err := p.job.Encode()
 	if err != nil {
 		w.fail(p, 0, "invalid_body", err.Error())
@@ -519,6 +537,7 @@ func (w *Worker) leave(p *job) {
 
 // release hands p back to queued (fenced): another claim will take it.
 func (w *Worker) release(p *job) {
+	w.flushAnswer(p)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 5*time.Second)
 	defer cancel()
 	if err := w.cfg.Store.Release(ctx, p.lease); err != nil && !w.gone(p, "release", err) {

@@ -42,6 +42,8 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *metrics
 	est     *shaping.Estimator
+	// budgetMetrics are the budgets' gauges (budget.go).
+	budgetMetrics *budgetMetrics
 
 	lanesMu sync.Mutex
 	lanes   map[string]*lane
@@ -112,12 +114,13 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	return &Worker{
-		cfg:     cfg,
-		log:     cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
-		metrics: newMetrics(cfg.Registerer),
-		est:     est,
-		lanes:   make(map[string]*lane),
-		shares:  make(map[string]float64),
+		cfg:           cfg,
+		log:           cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
+		metrics:       newMetrics(cfg.Registerer),
+		budgetMetrics: newBudgetMetrics(cfg.Registerer),
+		est:           est,
+		lanes:         make(map[string]*lane),
+		shares:        make(map[string]float64),
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
 			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,

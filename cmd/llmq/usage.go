@@ -22,10 +22,12 @@ func newUsageCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "usage",
-		Short: "Show each tenant's and project's weight, limits and usage (the configuration and Postgres)",
+		Short: "Show each tenant's and project's weight, limits, usage and budgets (the configuration and Postgres)",
 		Long: `usage lists the configured tenants and projects, and every tenant with jobs finished today:
 weight, limits (0: none), and the upstream calls and tokens of the jobs that finished in the last
-minute and since 00:00 UTC. The same as GET /v1/usage with an operator key.`,
+minute and since 00:00 UTC; then each cost budget in its current period: the limit, the settled
+spend, the reservations of calls in flight, the state (ok, 70, 90, exceeded), the overage policy
+and which jobs it holds. The same as GET /v1/usage with an operator key.`,
 		Args: cobra.NoArgs,
 	}
 	flags := config.BindFlags(cmd, config.FlagDatabase)
@@ -37,7 +39,11 @@ minute and since 00:00 UTC. The same as GET /v1/usage with an operator key.`,
 			if err != nil {
 				return err
 			}
-			list := api.UsageList(cfg.Tenants, tenant, used)
+			budgets, err := st.BudgetUsages(cmd.Context(), tenant)
+			if err != nil {
+				return err
+			}
+			list := api.UsageList(cfg.Tenants, tenant, used, budgets)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return writeJSON(out, list)
@@ -48,6 +54,17 @@ minute and since 00:00 UTC. The same as GET /v1/usage with an operator key.`,
 				fmt.Fprintf(tw, "%s\t%s\t%g\t%g\t%g\t%d\t%s\t%d\t%d\t%d\t%d\n", s.Tenant, s.Project, s.Weight,
 					s.Limits.RPM, s.Limits.TPM, s.Limits.Concurrency, s.Limits.Priority,
 					s.LastMinute.Requests, s.LastMinute.Tokens, s.Today.Requests, s.Today.Tokens)
+			}
+			if err := tw.Flush(); err != nil || len(budgets) == 0 {
+				return err
+			}
+			fmt.Fprintln(out)
+			fmt.Fprintln(tw, "TENANT\tPROJECT\tPERIOD\tBUDGET USD\tSPENT USD\tRESERVED USD\tSTATE\tOVERAGE\tHOLDING")
+			for _, s := range list.Data {
+				for _, b := range s.Budgets {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.4f\t%.4f\t%s\t%s\t%s\n", s.Tenant, s.Project, b.Period,
+						b.LimitUSD, b.SpentUSD, b.ReservedUSD, b.State, b.Overage, b.Holding)
+				}
 			}
 			return tw.Flush()
 		})

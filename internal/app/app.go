@@ -55,7 +55,9 @@ type App struct {
 	pub       transport.Publisher
 	sub       transport.Subscriber
 
-	letters  *dlq.Writer
+	letters *dlq.Writer
+	// alerter sends dead-letter and budget alerts (nil: no sink).
+	alerter  *dlq.Alerter
 	worker   *worker.Worker
 	producer *producer.Producer
 	apiLn    net.Listener
@@ -226,6 +228,10 @@ func (a *App) buildWorker() error {
 	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger = a.sub, a.store, letters, a.store
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
+	wcfg.Budgets = a.store
+	if a.alerter != nil {
+		wcfg.BudgetAlerts = a.alerter
+	}
 	if !wc.NoBatchLane {
 		// The batch lane: deferrable jobs go to the provider's Batch API
 		// off-peak, or when the live lane would take too long to drain.
@@ -309,7 +315,7 @@ func (a *App) deadLetters() (*dlq.Writer, error) {
 			return nil, err
 		}
 		a.parts.add("alerter", alerter.Start, alerter.Stop, stopTimeout)
-		notifier = alerter
+		notifier, a.alerter = alerter, alerter
 	}
 	letters, err := dlq.NewWriter(dlq.Config{
 		Store: a.store, Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,

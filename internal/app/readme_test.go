@@ -70,6 +70,8 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 			dlq.AlertSeverityDefault, dlq.AlertGroupWaitDefault, dlq.AlertGroupIntervalDefault,
 			dlq.AlertResolveTimeoutDefault, dlq.AlertMaxPerMinuteDefault),
 		"`max_message_bytes`":                  list(llmq.MaxMessageBytesDefault),
+		"`tenants.<name>.overage`":             code(string(llmq.OverageQueue)),
+		"`tenants.<name>.output_cap`":          list(llmq.OutputCapDefault),
 		"`gateway.timeout`":                    list(api.GatewayTimeoutDefault),
 		"`gateway.priority`":                   list(llmq.PriorityNormal),
 		"`retention.succeeded`":                list(retention.SucceededDefault),
@@ -77,6 +79,7 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 		"`retention.dead_letters`, `.batches`": list(retention.DeadLettersDefault, retention.BatchesDefault),
 		"`retention.tombstones`":               list(retention.TombstonesDefault),
 		"`retention.interval`":                 list(retention.IntervalDefault),
+		"`ingest.size_order`":                  list(worker.SizeOrderDefault),
 	} {
 		got, ok := rows[key]
 		require.True(t, ok, "README has no row %s", key)

@@ -43,6 +43,7 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		MaxAttempts:     s.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay, MaxRetryAfter: s.Retry.MaxRetryAfter},
 		IngestWindow:    s.Ingest.Window,
+		SizeOrder:       s.Ingest.SizeOrder,
 		RetryBudget:     s.Retry.Budget,
 		FallbackAfter:   s.Retry.FallbackAfter,
 		FallbackMaxWait: s.Retry.FallbackMaxWait,

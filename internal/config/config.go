@@ -165,6 +165,11 @@ type Ingest struct {
 	// so the overflow stays in the broker; 0 = worker.IngestWindowDefault,
 	// -1 = no window.
 	Window int `yaml:"window"`
+	// SizeOrder: the queued jobs of a priority go shortest first when the
+	// model's TPM is configured, a job sorting as if recorded this many
+	// times its estimated tokens' time at the TPM later; 0 =
+	// worker.SizeOrderDefault (10), -1 = first come, first served.
+	SizeOrder float64 `yaml:"size_order"`
 }
 
 // Upstream configures how the worker reads the upstream's answers. Zero
@@ -479,6 +484,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Ingest.Window < -1 {
 		bad("ingest.window", "must not be negative (0: the default, -1: no window); got %d", c.Ingest.Window)
+	}
+	if so := c.Ingest.SizeOrder; !(so >= 0 && so <= 1000) && so != -1 {
+		bad("ingest.size_order", "must be between 0 and 1000 (0: the default, -1: first come, first served); got %v", so)
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.APIKeys)) {
 		if k == "" || !validTenant(c.APIKeys[k]) {

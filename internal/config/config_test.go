@@ -84,8 +84,11 @@ tenants:
     rpm: 60
     tpm: 90000
     concurrency: 4
+    daily_cost: 50
+    monthly_cost: 1000
+    overage: reject
     projects:
-      support: {tpm: 30000, priority: low}
+      support: {tpm: 30000, priority: low, daily_cost: 5, overage: degrade, output_cap: 128}
   small: {}
 `)
 	e := env(map[string]string{
@@ -113,8 +116,10 @@ tenants:
 	require.Equal(t, config.Backpressure{SoftDepth: 100, HardDepth: 1000}, c.Backpressure)
 	require.Equal(t, "http://127.0.0.1:9999/hook", c.Alerts.WebhookURL)
 	require.Equal(t, llmq.Tenants{
-		"acme": {Scope: llmq.Scope{Weight: 3, Priority: llmq.PriorityNormal, RPM: 60, TPM: 90000, Concurrency: 4},
-			Projects: map[string]llmq.Scope{"support": {TPM: 30000, Priority: llmq.PriorityLow}}},
+		"acme": {Scope: llmq.Scope{Weight: 3, Priority: llmq.PriorityNormal, RPM: 60, TPM: 90000, Concurrency: 4,
+			DailyCost: 50, MonthlyCost: 1000, Overage: llmq.OverageReject},
+			Projects: map[string]llmq.Scope{"support": {TPM: 30000, Priority: llmq.PriorityLow, DailyCost: 5,
+				Overage: llmq.OverageDegrade, OutputCap: 128}}},
 		"small": {},
 	}, c.Tenants)
 	require.Equal(t, 3.0, c.Tenants.Weight("acme"))
@@ -173,6 +178,8 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "retry: {fallback_max_wait: -1s}", want: "retry.fallback_max_wait: must not be negative"},
 		{yaml: "retry: {max_retry_after: -1s}", want: "retry.max_retry_after: must not be negative"},
 		{yaml: "ingest: {window: -2}", want: "ingest.window: must not be negative"},
+		{yaml: "ingest: {size_order: -0.5}", want: "ingest.size_order: must be between 0 and 1000"},
+		{yaml: "ingest: {size_order: .nan}", want: "ingest.size_order: must be between 0 and 1000"},
 		{yaml: "upstream: {max_response_bytes: -2}", want: "upstream.max_response_bytes: must not be negative"},
 		{yaml: "retry: {base_delay: soon}", want: "LLMQ_CONFIG"},
 		{yaml: "batch: {max_lines: -1}", want: "batch.max_lines: must not be negative"},
@@ -189,6 +196,10 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "tenants:\n  acme: {projects: {p1: {tpm: -5}}}", want: "tenants.acme.projects.p1.tpm: must be a finite number"},
 		{yaml: "tenants:\n  acme: {projects: {\"x/y\": {}}}", want: "tenants.acme.projects.x/y: a project is"},
 		{yaml: "tenants:\n  acme: {rmp: 5}", want: "field rmp not found"},
+		{yaml: "tenants:\n  acme: {daily_cost: -1}", want: "tenants.acme.daily_cost: must be a finite number, not negative"},
+		{yaml: "tenants:\n  acme: {monthly_cost: .inf}", want: "tenants.acme.monthly_cost: must be a finite number"},
+		{yaml: "tenants:\n  acme: {projects: {p1: {output_cap: -2}}}", want: "tenants.acme.projects.p1.output_cap: must be a finite number"},
+		{yaml: "tenants:\n  acme: {overage: spend}", want: `tenants.acme.overage: "spend": want queue, reject or degrade`},
 		{yaml: "retry: {fallback_on: [rate_limit, oops]}", want: `retry.fallback_on[1]: "oops": want rate_limit, server_error, timeout`},
 	}
 	for _, tc := range cases {

@@ -132,6 +132,11 @@ type JobStore interface {
 	// CountByStatus counts a tenant's jobs per status ("" = every
 	// tenant).
 	CountByStatus(ctx context.Context, tenant string) (map[llmq.Status]int64, error)
+	// Attempts returns a job's upstream calls (GET /v1/jobs/{id}).
+	Attempts(ctx context.Context, tenant, id string) ([]store.Attempt, error)
+	// ModelStats returns the calls per model and minute since a time
+	// ("" tenant: every tenant's), for GET /v1/stats/models.
+	ModelStats(ctx context.Context, tenant string, since time.Time) ([]store.ModelCalls, error)
 	// Ping checks the database connection (GET /readyz).
 	Ping(ctx context.Context) error
 }

@@ -137,6 +137,13 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, http.StatusBadRequest, *e)
 		return
 	}
+	if e, err := a.budgetRefusal(r.Context(), []*llmq.Job{j}, false); err != nil {
+		a.internalError(w, r, err)
+		return
+	} else if e != nil {
+		writeOpenAIError(w, http.StatusPaymentRequired, *e)
+		return
+	}
 	rec, _, err := a.cfg.Producer.Publish(r.Context(), j)
 	if err != nil && !errors.Is(err, producer.ErrUnpublished) {
 		a.gatewayPublishError(w, r, err)

@@ -88,6 +88,13 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		jobs[i] = j
 	}
+	if e, err := a.budgetRefusal(r.Context(), jobs, batch); err != nil {
+		a.internalError(w, r, err)
+		return
+	} else if e != nil {
+		writeError(w, http.StatusPaymentRequired, *e)
+		return
+	}
 	rs, q, err := a.cfg.Producer.PublishBatch(r.Context(), jobs)
 	if err != nil && !errors.Is(err, producer.ErrUnpublished) {
 		a.publishError(w, r, err, batch)
@@ -230,8 +237,13 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
+		calls, err := a.cfg.Store.Attempts(r.Context(), tenant, id)
+		if err != nil {
+			a.internalError(w, r, err)
+			return
+		}
 		v := JobView(rec)
-		v.Body = rec.Body
+		v.Body, v.Calls = rec.Body, CallViews(calls)
 		writeJSON(w, http.StatusOK, v)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,6 +30,10 @@ func (noStore) Cancel(context.Context, string, string) (*store.JobRecord, error)
 }
 func (noStore) CountByStatus(context.Context, string) (map[llmq.Status]int64, error) { return nil, nil }
 func (noStore) Ping(context.Context) error                                           { return nil }
+func (noStore) Attempts(context.Context, string, string) ([]store.Attempt, error)    { return nil, nil }
+func (noStore) ModelStats(context.Context, string, time.Time) ([]store.ModelCalls, error) {
+	return nil, nil
+}
 
 // TestKeysByHash: the API keeps only the hashes of its keys, tenants' and
 // operators', and looks a key up by its hash.

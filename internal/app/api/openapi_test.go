@@ -203,6 +203,15 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, lane, "POST", "/v1/batches/"+batch+"/cancel", keyOps, "", "", true, 200)
 	c.check(t, lane, "POST", "/v1/batches/"+batch+"/cancel", "", "", "", true, 401)
 
+	// A job's calls, and the calls per model.
+	calls := setup(t, options{})
+	calls.callTwice(t, keyAcme, "c1")
+	c.check(t, calls, "GET", "/v1/jobs/c1", keyAcme, "", "", true, 200)
+	c.check(t, calls, "GET", "/v1/stats/models", keyAcme, "", "", true, 200)
+	c.check(t, calls, "GET", "/v1/stats/models?window=15m&tenant=acme", keyOps, "", "", true, 200)
+	c.check(t, calls, "GET", "/v1/stats/models?window=2d", keyAcme, "", "", true, 400)
+	c.check(t, calls, "GET", "/v1/stats/models", "", "", "", true, 401)
+
 	// A full queue and a deadline that cannot be met.
 	full := setup(t, options{producer: func(pc *producer.Config) { pc.SoftDepth, pc.HardDepth = 1, 2 }})
 	c.check(t, full, "POST", "/v1/jobs", keyAcme, ct, `{"jobs":[`+jobJSON("f1")+`,`+jobJSON("f2")+`]}`, true, 202)

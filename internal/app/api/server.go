@@ -105,6 +105,7 @@ func (a *API) routes() {
 	}
 	a.mux.Handle("GET /v1/me", a.authed(a.me))
 	a.mux.Handle("GET /v1/stats/jobs", a.authed(a.jobStats))
+	a.mux.Handle("GET /v1/stats/models", a.authed(a.modelStats))
 	if a.cfg.Usage != nil {
 		a.mux.Handle("GET /v1/usage", a.authed(a.usage))
 	}

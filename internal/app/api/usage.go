@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
@@ -16,6 +17,9 @@ type UsageStore interface {
 	// Usage returns the usage of every (tenant, project) with jobs
 	// finished today; tenant "" reads every tenant.
 	Usage(ctx context.Context, tenant string) ([]store.ScopeUsage, error)
+	// BudgetUsages returns the configured budgets of tenant ("" : every
+	// tenant) with what they spent and reserved in the current period.
+	BudgetUsages(ctx context.Context, tenant string) ([]store.BudgetUsage, error)
 }
 
 // ScopeUsage is one scope, a tenant or one of its projects, as GET
@@ -31,6 +35,29 @@ type ScopeUsage struct {
 	Limits     ScopeLimits `json:"limits"`
 	LastMinute UsageCount  `json:"last_minute"`
 	Today      UsageCount  `json:"today"`
+	// Budgets are the scope's cost budgets (daily, monthly), absent when
+	// it has none.
+	Budgets []ScopeBudget `json:"budgets,omitempty"`
+}
+
+// ScopeBudget is one cost budget of a scope in its current period.
+type ScopeBudget struct {
+	// Period is day or month (UTC); PeriodStart its beginning.
+	Period      string    `json:"period"`
+	PeriodStart time.Time `json:"period_start"`
+	LimitUSD    float64   `json:"limit_usd"`
+	// SpentUSD is the settled cost of the scope's calls in the period;
+	// ReservedUSD the estimates of its calls in flight.
+	SpentUSD    float64 `json:"spent_usd"`
+	ReservedUSD float64 `json:"reserved_usd"`
+	// State is ok, 70, 90 or exceeded (llmq.StateOf; exceeded too once a
+	// call was refused at the budget in the period).
+	State string `json:"state"`
+	// Overage is the policy past the budget: queue, reject or degrade.
+	Overage string `json:"overage"`
+	// Holding says which of the scope's jobs wait for the budget: low
+	// (the low-priority ones) or all; absent: none.
+	Holding string `json:"holding,omitempty"`
 }
 
 // ScopeLimits are a scope's configured limits; 0 = none.
@@ -53,7 +80,7 @@ type UsageCount struct {
 // UsageList lists the scopes in view with their usage: tenant's (its own
 // and its projects') or, for "", every tenant's, configured or with jobs
 // finished today; by tenant, then project.
-func UsageList(ts llmq.Tenants, tenant string, used []store.ScopeUsage) List[ScopeUsage] {
+func UsageList(ts llmq.Tenants, tenant string, used []store.ScopeUsage, budgets []store.BudgetUsage) List[ScopeUsage] {
 	type key struct{ tenant, project string }
 	scopes := map[key]*ScopeUsage{}
 	add := func(tenant, project string) *ScopeUsage {
@@ -90,6 +117,14 @@ func UsageList(ts llmq.Tenants, tenant string, used []store.ScopeUsage) List[Sco
 		s.LastMinute = UsageCount{Requests: u.MinuteRequests, Tokens: u.MinuteTokens}
 		s.Today = UsageCount{Requests: u.DayRequests, Tokens: u.DayTokens}
 	}
+	for _, b := range budgets {
+		if tenant != "" && b.Tenant != tenant {
+			continue
+		}
+		s := add(b.Tenant, b.Project)
+		s.Budgets = append(s.Budgets, ScopeBudget{Period: string(b.Period), PeriodStart: b.PeriodStart, LimitUSD: b.LimitUSD,
+			SpentUSD: b.SpentUSD, ReservedUSD: b.ReservedUSD, State: string(b.State), Overage: string(b.Overage), Holding: b.Hold})
+	}
 	keys := slices.SortedFunc(maps.Keys(scopes), func(a, b key) int {
 		return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.project, b.project))
 	})
@@ -100,8 +135,8 @@ func UsageList(ts llmq.Tenants, tenant string, used []store.ScopeUsage) List[Sco
 	return NewList(out, "")
 }
 
-// usage answers GET /v1/usage: the scopes in view, their limits and what
-// they used in the last minute and today.
+// usage answers GET /v1/usage: the scopes in view, their limits, what
+// they used in the last minute and today, and their budgets.
 func (a *API) usage(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
 	used, err := a.cfg.Usage.Usage(r.Context(), s.tenant)
@@ -109,5 +144,10 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request) {
 		a.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, UsageList(a.cfg.Tenants, s.tenant, used))
+	budgets, err := a.cfg.Usage.BudgetUsages(r.Context(), s.tenant)
+	if err != nil {
+		a.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, UsageList(a.cfg.Tenants, s.tenant, used, budgets))
 }

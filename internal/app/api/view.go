@@ -33,7 +33,7 @@ type Job struct {
 	// backing_off.
 	Phase string `json:"phase,omitempty"`
 	// WaitingReason says why a queued job waits (provider_quota, batch,
-	// ...).
+	// budget).
 	WaitingReason string     `json:"waiting_reason,omitempty"`
 	CreatedAt     time.Time  `json:"created_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`
@@ -48,6 +48,8 @@ type Job struct {
 	// Body is the job's chat-completions request, in GET /v1/jobs/{id}
 	// only (lists stay small).
 	Body json.RawMessage `json:"body,omitempty"`
+	// Calls are the job's upstream calls, in GET /v1/jobs/{id} only.
+	Calls []Call `json:"calls,omitempty"`
 }
 
 // JobError is why a job failed or is retrying: a code (the upstream's, or

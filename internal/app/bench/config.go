@@ -15,12 +15,13 @@ const (
 	ScenarioFallback   = "fallback"
 	ScenarioAdaptive   = "adaptive"
 	ScenarioBacklog    = "backlog"
+	ScenarioSizes      = "sizes"
 	ScenarioGateway    = "gateway"
 	ScenarioThroughput = "throughput"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioThroughput}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioSizes, ScenarioGateway, ScenarioThroughput}
 
 // Defaults of Config.
 const (

@@ -19,6 +19,11 @@
 //     by another client so jobs move to the fallback model;
 //   - adaptive: the adaptive strategy with no quota configured, against a
 //     limit that halves mid-run: time to converge;
+//   - backlog: 200 jobs landing at once on an idle provider, one worker
+//     and three replicas, per-minute and short-bucket enforcement: the
+//     share of the physical limit;
+//   - sizes: that backlog drained first come, first served and then
+//     size-aware (ingest.size_order): short and long jobs' latencies;
 //   - gateway: seed 002's experiment, 11 agents making sequential calls
 //     with a 60 s timeout to a provider with tight limits, 502s and
 //     resets, straight to it and then through the API's gateway mode:

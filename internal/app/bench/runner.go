@@ -75,6 +75,13 @@ type spec struct {
 	// untilDone ends the run once every job is terminal (duration is then
 	// a bound).
 	untilDone bool
+	// viaBroker: jobs are only published, and the worker records them
+	// when it ingests them (with its estimates and size delays), as for
+	// an application that publishes to the broker itself; otherwise each
+	// is recorded before it is published, as the producer's outbox does.
+	viaBroker bool
+	// sizeOrder is the setting ingest.size_order (0: the default).
+	sizeOrder float64
 }
 
 // scaled returns s with every duration multiplied by f.
@@ -176,7 +183,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		}
 		a, err := app.New(ctx, app.Config{
 			Settings: &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
-				Models: s.models},
+				Models: s.models, Ingest: config.Ingest{SizeOrder: s.sizeOrder}},
 			Migrate: true, Logger: b.log,
 			Worker: &app.WorkerConfig{Strategy: s.strategy, ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second,
 				NoBatchLane: true},
@@ -213,8 +220,10 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 			return fmt.Errorf("bench: job %s: %w", id, err)
 		}
 		j.FallbackModels = s.fallbacks
-		if _, err := st.Insert(ctx, j); err != nil {
-			return err
+		if !s.viaBroker {
+			if _, err := st.Insert(ctx, j); err != nil {
+				return err
+			}
 		}
 		msg, err := producer.Message(j, producer.KeyByDefault)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,10 +38,13 @@ import (
 const EnvScreenshots = "LLMQ_CONSOLE_SCREENSHOTS"
 
 // The models of the browser test: one that answers, one whose every call
-// fails with a 500 (its jobs exhaust their retries and are dead-lettered).
+// fails with a 500 (its jobs exhaust their retries and are dead-lettered),
+// and one that allows a request a minute (its jobs meet 429s and fall
+// back to the one that answers).
 const (
 	goodModel   = "gpt-4o-mini"
 	brokenModel = "gpt-4o-broken"
+	busyModel   = "gpt-4o-busy"
 )
 
 // pipeline is a running llmq: worker (with its batch lane) and API with the
@@ -57,14 +61,15 @@ func startPipeline(t *testing.T) *pipeline {
 		Latency: upstreamsim.LatencyConfig{TTFT: 20 * time.Millisecond, PerToken: 100 * time.Microsecond},
 		Faults: upstreamsim.FaultConfig{Rates: map[upstreamsim.FaultKind]float64{upstreamsim.FaultServerError: 1},
 			Models: []string{brokenModel}},
-		Batch: upstreamsim.BatchConfig{TimeScale: 100},
+		Models: map[string]upstreamsim.ModelConfig{busyModel: {Limits: upstreamsim.Limits{RPM: 1, TPM: -1}}},
+		Batch:  upstreamsim.BatchConfig{TimeScale: 100},
 	}, upstreamsim.WithLogger(quiet))
 	broker, err := config.ParseBroker("memory://console-" + uuid.NewString()[:8] + "/jobs")
 	require.NoError(t, err)
 	price := llmq.Model{InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault}
 	s := &config.Config{
 		DatabaseURL: storetest.NewDB(t), Broker: broker, OpenAIBaseURL: sim.URL, OpenAIAPIKey: "sk-test",
-		Models:       map[string]llmq.Model{goodModel: price, brokenModel: price},
+		Models:       map[string]llmq.Model{goodModel: price, brokenModel: price, busyModel: price},
 		Retry:        config.Retry{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
 		Batch:        config.Batch{Window: batchapi.WindowOff, FlushInterval: 300 * time.Millisecond},
 		APIKeys:      map[string]string{keyAcme: "acme", keyGlobex: "globex"},
@@ -219,6 +224,15 @@ func (b *tab) signIn(key string) {
 		chromedp.WaitVisible(chromedp.CSS("#overview")))
 }
 
+// callStatuses are the HTTP statuses of calls, as the job page marks them.
+func callStatuses(calls []api.Call) []string {
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		out[i] = strconv.Itoa(c.Status)
+	}
+	return out
+}
+
 func n(s string) int64 {
 	v, err := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
 	if err != nil {
@@ -249,6 +263,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		acme = append(acme, jobJSON(fmt.Sprintf("digest-%03d", i+1), goodModel, "low", true))
 	}
 	acme = append(acme, jobJSON("invoice-001", brokenModel, "normal", false), jobJSON("invoice-002", brokenModel, "high", false))
+	for i := range 3 {
+		acme = append(acme, strings.Replace(jobJSON(fmt.Sprintf("report-%03d", i+1), busyModel, "normal", false),
+			`"body"`, `"fallback_models":["`+goodModel+`"],"body"`, 1))
+	}
 	post(keyAcme, acme...)
 	post(keyGlobex, jobJSON("globex-001", goodModel, "normal", false), jobJSON("globex-002", goodModel, "high", false),
 		jobJSON("globex-003", brokenModel, "low", false))
@@ -259,11 +277,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		p.call(t, keyOps, http.MethodGet, "/v1/stats/jobs", "", &c)
 		var r api.DeadLetterReasons
 		p.call(t, keyOps, http.MethodGet, "/v1/dead-letters/reasons", "", &r)
-		return c.Total == 16 && c.ByStatus["succeeded"]+c.ByStatus["dead_lettered"] == 16 && r.NotReplayed == 3
+		return c.Total == 19 && c.ByStatus["succeeded"]+c.ByStatus["dead_lettered"] == 19 && r.NotReplayed == 3
 	}, 90*time.Second, 200*time.Millisecond, "the jobs finish")
 	var counts api.JobCounts
 	p.call(t, keyOps, http.MethodGet, "/v1/stats/jobs", "", &counts)
-	require.Equal(t, int64(13), counts.ByStatus["succeeded"])
+	require.Equal(t, int64(16), counts.ByStatus["succeeded"])
 	require.Equal(t, int64(3), counts.ByStatus["dead_lettered"])
 
 	b := newTab(t, p.base)
@@ -284,6 +302,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	var open api.List[api.Batch]
 	p.call(t, keyOps, http.MethodGet, "/v1/batches?open=true", "", &open)
 	require.Equal(t, int64(len(open.Data)), n(b.text(`[data-metric="batches-open"]`)))
+	// The per-model charts: the window's figures are the API's.
+	var models api.ModelStats
+	p.call(t, keyOps, http.MethodGet, "/v1/stats/models", "", &models)
+	require.Len(t, models.Data, 3, "every model was called")
+	for _, m := range models.Data {
+		var requests, tokens, limited int64
+		for _, mm := range m.Minutes {
+			requests, tokens, limited = requests+mm.Requests, tokens+mm.Tokens, limited+mm.RateLimited
+		}
+		require.Equal(t, requests, n(b.text(`[data-metric="model-`+m.Model+`-requests"]`)), m.Model)
+		require.Equal(t, tokens, n(b.text(`[data-metric="model-`+m.Model+`-tokens"]`)), m.Model)
+		require.Equal(t, limited, n(b.text(`[data-metric="model-`+m.Model+`-rate-limited"]`)), m.Model)
+	}
 	b.shot("overview")
 
 	// Jobs: every job, newest first; filtered by state.
@@ -323,7 +354,33 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.True(t, strings.HasPrefix(b.text(`[data-field="tokens"]`),
 		strconv.Itoa(job.Usage.PromptTokens+job.Usage.CompletionTokens)+" tokens"), b.text(`[data-field="tokens"]`))
 	require.Contains(t, b.text(`[data-request]`), `"summarise ticket ticket-001"`)
+	require.Equal(t, callStatuses(job.Calls), b.attrs(`tr[data-call] [data-status]`, "data-status"))
 	b.shot("job")
+
+	// A job whose calls failed: each call and its answer, as the API says.
+	var failed api.Job
+	p.call(t, keyOps, http.MethodGet, "/v1/jobs/invoice-001?tenant=acme", "", &failed)
+	require.Equal(t, "dead_lettered", failed.Status)
+	require.Equal(t, []string{"500", "500"}, callStatuses(failed.Calls), "MaxAttempts calls, each answered 500")
+	b.open("/ui/jobs/invoice-001?tenant=acme", "[data-calls]")
+	require.Equal(t, callStatuses(failed.Calls), b.attrs(`tr[data-call] [data-status]`, "data-status"))
+	require.Equal(t, len(failed.Calls)*2+2, b.count(`[data-events] li`), "queued, each call and its answer, the end")
+	b.shot("job-calls")
+
+	// A job the busy model refused with a 429, answered by its fallback.
+	var fell api.Job
+	for i := 1; i <= 3 && fell.ID == ""; i++ {
+		var j api.Job
+		p.call(t, keyOps, http.MethodGet, fmt.Sprintf("/v1/jobs/report-%03d?tenant=acme", i), "", &j)
+		if slices.Contains(callStatuses(j.Calls), "429") {
+			fell = j
+		}
+	}
+	require.NotEmpty(t, fell.ID, "the busy model's one request a minute sent a job a 429")
+	require.Equal(t, goodModel, fell.UsedModel)
+	b.open("/ui/jobs/"+fell.ID+"?tenant=acme", "[data-calls]")
+	require.Equal(t, callStatuses(fell.Calls), b.attrs(`tr[data-call] [data-status]`, "data-status"))
+	b.shot("job-fallback")
 
 	// Dead letters: grouped by reason; a replayed letter leaves the list.
 	var letters, pending api.List[dlq.View]
@@ -364,6 +421,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		require.Equal(t, strconv.Itoa(batches.Data[0].JobCount), b.text(`[data-field="jobs"]`))
 		b.shot("batch")
 	}
+
+	// Usage: each scope's figures.
+	b.open("/ui/usage", "[data-usage]")
+	var usage api.List[api.ScopeUsage]
+	p.call(t, keyOps, http.MethodGet, "/v1/usage", "", &usage)
+	for _, u := range usage.Data {
+		require.Equal(t, u.Today.Tokens, n(b.text(`tr[data-scope="`+u.Tenant+`/`+u.Project+`"] [data-field="tokens-today"]`)), u.Tenant)
+	}
+	b.shot("usage")
 
 	// A tenant sees its own jobs only.
 	g := newTab(t, p.base)

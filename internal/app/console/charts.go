@@ -100,3 +100,66 @@ func barRows(rows []segment) template.HTML {
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) //nolint:gosec // built from escaped text and numbers
 }
+
+// minuteBars draws one column per minute, to scale with the largest value
+// or the limit (limit <= 0: none), with the limit as a dashed line. label
+// names the series for the <title>s; format writes a value with its unit.
+func minuteBars(values []float64, limit float64, key, label string, format func(float64) string) template.HTML {
+	const (
+		width  = 300.0
+		height = 72.0
+		top    = 12.0 // room for the limit's label
+	)
+	peak := limit
+	for _, v := range values {
+		peak = max(peak, v)
+	}
+	var b strings.Builder
+	summary := label + ": no calls"
+	if peak > 0 {
+		summary = fmt.Sprintf("%s per minute, peak %s", label, format(slicesMax(values)))
+		if limit > 0 {
+			summary += ", limit " + format(limit)
+		}
+	}
+	fmt.Fprintf(&b, `<svg class="chart minutes" viewBox="0 0 %d %d" role="img" aria-label="%s">`, int(width), int(height),
+		template.HTMLEscapeString(summary))
+	fmt.Fprintf(&b, `<rect class="c-track" x="0" y="%.0f" width="%.0f" height="%.0f"/>`, top, width, height-top)
+	if len(values) > 0 && peak > 0 {
+		step := width / float64(len(values))
+		scale := (height - top) / peak
+		for i, v := range values {
+			if v <= 0 {
+				continue
+			}
+			h := max(v*scale, 1)
+			fmt.Fprintf(&b, `<rect class="c-%s" x="%.2f" y="%.2f" width="%.2f" height="%.2f"><title>%s</title></rect>`,
+				template.HTMLEscapeString(key), float64(i)*step, height-h, max(step-1, 0.5), h,
+				template.HTMLEscapeString(fmt.Sprintf("%s: %s", minutesAgo(len(values)-1-i), format(v))))
+		}
+		if limit > 0 {
+			y := height - limit*scale
+			fmt.Fprintf(&b, `<line class="limit" x1="0" y1="%.2f" x2="%.0f" y2="%.2f"/>`, y, width, y)
+			fmt.Fprintf(&b, `<text class="muted" x="%.0f" y="%.2f" text-anchor="end">limit %s</text>`, width, y-3,
+				template.HTMLEscapeString(format(limit)))
+		}
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) //nolint:gosec // built from escaped text and numbers
+}
+
+func slicesMax(vs []float64) float64 {
+	var m float64
+	for _, v := range vs {
+		m = max(m, v)
+	}
+	return m
+}
+
+// minutesAgo names the minute i minutes before the current one.
+func minutesAgo(i int) string {
+	if i == 0 {
+		return "this minute"
+	}
+	return fmt.Sprintf("%d min ago", i)
+}

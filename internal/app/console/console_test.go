@@ -69,8 +69,8 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
 		OperatorKeys: []string{keyOps}, DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc,
-		Batches: st, Usage: st, Tenants: llmq.Tenants{"acme": {Scope: llmq.Scope{Weight: 3, RPM: 600, TPM: 60000,
-			Priority: llmq.PriorityNormal}}}, Logger: quiet})
+		Batches: st, Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})), Tenants: consoleTenants,
+		Logger: quiet})
 	require.NoError(t, err)
 	clk := clockwork.NewFakeClockAt(time.Now())
 	ui, err := console.New(console.Config{API: a, Logger: quiet, Clock: clk})
@@ -326,8 +326,14 @@ func TestTenantIsolation(t *testing.T) {
 	require.Contains(t, ops.get("/ui/jobs/globex-job?tenant=globex").body, `data-field="status"`)
 }
 
+// consoleTenants are the tenants of the console's API: acme's budget is
+// read by the usage page only (the store that claims knows no tenants).
+var consoleTenants = llmq.Tenants{"acme": {Scope: llmq.Scope{Weight: 3, RPM: 600, TPM: 60000,
+	Priority: llmq.PriorityNormal, DailyCost: 5}}}
+
 // TestUsagePage: the usage page shows what GET /v1/usage says, for the
-// key's tenant only; an operator sees every tenant.
+// key's tenant only; an operator sees every tenant. A scope's budgets are
+// a table of their own.
 func TestUsagePage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -351,6 +357,13 @@ func TestUsagePage(t *testing.T) {
 	require.Contains(t, row, `<td>normal</td>`)
 	require.Contains(t, row, `data-field="tpm">1,234 <span class="faint">of 60,000 TPM (2.1%)</span>`)
 	require.Contains(t, row, `data-field="tokens-today">1,234</td>`)
+	row = p.body[strings.Index(p.body, `data-budget="acme//day"`):]
+	row = row[:strings.Index(row, "</tr>")]
+	require.Contains(t, row, `<td class="num" data-field="limit">$5.00</td>`)
+	require.Contains(t, row, `<td class="num" data-field="spent">$0</td>`)
+	require.Contains(t, row, `<td class="num" data-field="used">0.0%</td>`)
+	require.Contains(t, row, `<span class="badge b-ok" data-field="state">ok</span>`)
+	require.Contains(t, row, `<td>queue</td>`)
 
 	ops := b.browser(t)
 	require.Equal(t, http.StatusSeeOther, ops.signIn(keyOps).status)

@@ -41,6 +41,7 @@ func (c *Console) parsePages() (map[string]*template.Template, error) {
 		"plural":    plural,
 		"add":       func(a, b int) int { return a + b },
 		"sub":       func(a, b float64) float64 { return a - b },
+		"add2":      func(a, b float64) float64 { return a + b },
 		"ptr":       func(t time.Time) *time.Time { return &t },
 		"deref":     deref,
 		"rate":      func(perMin float64) string { return strconv.FormatFloat(perMin, 'f', 1, 64) },
@@ -48,6 +49,9 @@ func (c *Console) parsePages() (map[string]*template.Template, error) {
 		"weight":    func(w float64) string { return strconv.FormatFloat(w, 'f', -1, 64) },
 		"limit":     func(v float64) string { return num(int64(v)) },
 		"whole":     func(v float64) int64 { return int64(v) },
+		"int64":     func(n int) int64 { return int64(n) },
+		"msec":      func(n any) string { return msecText(n) },
+		"share":     func(part, whole float64) string { return strconv.FormatFloat(100*part/whole, 'f', 1, 64) + "%" },
 	}
 	base, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
 	if err != nil {

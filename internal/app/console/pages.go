@@ -129,7 +129,9 @@ type overviewPage struct {
 	Batches  []api.Batch
 	// BatchBars draws each batch's requests.
 	BatchBars map[string]template.HTML
-	Operator  bool
+	// Models are the charts of the models called in the last hour.
+	Models   []modelCharts
+	Operator bool
 	// Tenant is an operator's tenant filter; TenantQuery is "?tenant=..."
 	// and TenantAmp "&tenant=..." for links ("" without a filter).
 	Tenant, TenantQuery, TenantAmp string
@@ -185,6 +187,13 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 		rows[i] = segment{Key: rc.Reason, Label: strings.ReplaceAll(rc.Reason, "_", " "), Value: rc.Count}
 	}
 	p.Bars = barRows(rows)
+	var stats api.ModelStats
+	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/stats/models", q, nil, &stats); err != nil {
+		return p, err
+	}
+	for _, m := range stats.Data {
+		p.Models = append(p.Models, chartsOf(m))
+	}
 	if s.Operator {
 		var l api.List[api.Batch]
 		if err := c.call(ctx, s.Key, http.MethodGet, "/v1/batches", url.Values{"open": {"true"}}, nil, &l); err != nil {
@@ -290,6 +299,9 @@ type jobPage struct {
 	// TenantQuery is "?tenant=..." for an operator's links and forms.
 	TenantQuery string
 	Operator    bool
+	// Timeline draws the job's calls; Events lists its changes of state.
+	Timeline template.HTML
+	Events   []event
 }
 
 func (c *Console) jobData(r *http.Request, s session) (jobPage, error) {
@@ -312,6 +324,7 @@ func (c *Console) jobData(r *http.Request, s session) (jobPage, error) {
 	if json.Unmarshal(p.Job.Result, &result) == nil && len(result.Choices) > 0 {
 		p.Answer = result.Choices[0].Message.Content
 	}
+	p.Timeline, p.Events = callTimeline(p.Job, c.cfg.Clock.Now()), jobEvents(p.Job)
 	return p, nil
 }
 
@@ -589,6 +602,14 @@ func batchBar(b api.Batch) template.HTML {
 
 type usagePage struct {
 	Scopes []api.ScopeUsage
+	// Budgets are the scopes' budgets, one row each.
+	Budgets []budgetRow
+}
+
+// budgetRow is one budget of a scope on the usage page.
+type budgetRow struct {
+	Tenant, Project string
+	api.ScopeBudget
 }
 
 // usage shows GET /v1/usage: the scopes in view, their weights, limits and
@@ -599,7 +620,13 @@ func (c *Console) usage(w http.ResponseWriter, r *http.Request, s session) {
 		c.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "usage", c.data(r, s, "Usage", "usage", pageData{Page: usagePage{Scopes: l.Data}}))
+	p := usagePage{Scopes: l.Data}
+	for _, sc := range l.Data {
+		for _, b := range sc.Budgets {
+			p.Budgets = append(p.Budgets, budgetRow{Tenant: sc.Tenant, Project: sc.Project, ScopeBudget: b})
+		}
+	}
+	c.render(w, r, "usage", c.data(r, s, "Usage", "usage", pageData{Page: p}))
 }
 
 func (c *Console) batches(w http.ResponseWriter, r *http.Request, s session) {

@@ -1,0 +1,2 @@
+-- 0010_job_attempts: undo.
+DROP TABLE IF EXISTS job_attempts;

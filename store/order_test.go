@@ -1,0 +1,47 @@
+package store_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/store"
+)
+
+// TestClaimOrderBySize: a job's size delay moves it back among the jobs of
+// its priority: a long document recorded with two short questions is
+// claimed after them, after a question recorded 2 s later (within its 3 s
+// delay), and before one recorded 4 s later; a near deadline still sorts
+// first whatever the size.
+func TestClaimOrderBySize(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ingest := func(id string, size time.Duration) {
+		t.Helper()
+		_, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: newJob(t, id), EstPromptTokens: 100, SizeDelay: size}})
+		require.NoError(t, err)
+	}
+	ingest("long", 3*time.Second)
+	ingest("short-1", 100*time.Millisecond)
+	ingest("short-2", 0)
+	b.clock.Advance(2 * time.Second)
+	ingest("short-3", 100*time.Millisecond)
+	b.clock.Advance(2 * time.Second)
+	ingest("short-4", 100*time.Millisecond)
+	due := newJob(t, "due-long")
+	d := b.clock.Now().Add(30 * time.Second)
+	due.Deadline = &d
+	_, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: due, SizeDelay: time.Hour}})
+	require.NoError(t, err)
+
+	require.Equal(t, b.clock.Now().Add(-4*time.Second+3*time.Second), b.get(t, "long").SchedKey.UTC())
+	var order []string
+	for range 6 {
+		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, recs, 1)
+		order = append(order, recs[0].ID)
+	}
+	require.Equal(t, []string{"due-long", "short-2", "short-1", "short-3", "long", "short-4"}, order)
+}

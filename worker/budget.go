@@ -1,0 +1,250 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/store"
+)
+
+// Budgets (docs/design/tenants.md#budgets): before each call the job's
+// holder reserves the call's price, at its model's live prices with the
+// whole output allowance, on every budget of the job's tenant and project;
+// the store decides it atomically for every worker (store.ReserveBudget).
+// After the call the reservation is settled to the real price, or given
+// back when the call failed or was not made. A refused call leaves the
+// pipeline by the scope's overage policy: reject dead-letters the job
+// (budget_exceeded), degrade moves a deferrable job to the batch lane when
+// this worker runs one, and otherwise the job is handed back, where the
+// claim leaves it (waiting_reason budget) until the period rolls over or a
+// reservation is given back.
+
+// BudgetStore is what the worker needs of the budgets. [*store.Store]
+// implements it; its methods document the accounting.
+type BudgetStore interface {
+	ReserveBudget(ctx context.Context, r store.BudgetReservation) (store.BudgetOutcome, error)
+	SettleBudget(ctx context.Context, l store.Lease, costUSD float64) error
+	ReleaseBudget(ctx context.Context, l store.Lease) error
+	// ReleaseOrphanBudgets gives back the reservations of jobs no longer
+	// held (the reaper's sweep).
+	ReleaseOrphanBudgets(ctx context.Context) (int, error)
+	// MoveToBatch hands a held job back to the batch lane.
+	MoveToBatch(ctx context.Context, l store.Lease, reason string) error
+	// BudgetUsages reads the budgets for the gauges.
+	BudgetUsages(ctx context.Context, tenant string) ([]store.BudgetUsage, error)
+}
+
+// BudgetAlerter sends the thresholds a reservation crossed ([*dlq.Alerter]).
+type BudgetAlerter interface {
+	NotifyBudget(b dlq.BudgetAlert)
+}
+
+// budgetMetrics are the gauges of the configured budgets and the count of
+// refused calls.
+type budgetMetrics struct {
+	spent, reserved, limit *prometheus.GaugeVec
+	refused                *prometheus.CounterVec
+}
+
+func newBudgetMetrics(reg prometheus.Registerer) *budgetMetrics {
+	labels := []string{"tenant", "project", "period"}
+	m := &budgetMetrics{
+		spent: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "llmq_budget_spent_usd",
+			Help: "Settled cost of the calls of a configured budget's scope in its current period, USD."}, labels),
+		reserved: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "llmq_budget_reserved_usd",
+			Help: "Estimated cost of the calls of a configured budget's scope in flight, USD."}, labels),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "llmq_budget_limit_usd",
+			Help: "A configured budget per tenant (project \"\") or project and period, USD."}, labels),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_budget_refused_total",
+			Help: "Calls a budget refused, by tenant, project and what came of the job: wait, reject (dead-lettered) or batch (moved to the batch lane)."},
+			[]string{"tenant", "project", "outcome"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.spent, m.reserved, m.limit, m.refused)
+	}
+	return m
+}
+
+// measureBudgets refreshes the budget gauges (the configured budgets
+// only, so the label set is the configuration's).
+func (w *Worker) measureBudgets(ctx context.Context) {
+	if w.cfg.Budgets == nil || !w.cfg.Tenants.HasBudgets() {
+		return
+	}
+	us, err := w.cfg.Budgets.BudgetUsages(ctx, "")
+	if err != nil {
+		w.log.Debug("read budgets", slog.Any("error", err))
+		return
+	}
+	for _, u := range us {
+		ls := []string{u.Tenant, u.Project, string(u.Period)}
+		w.budgetMetrics.spent.WithLabelValues(ls...).Set(u.SpentUSD)
+		w.budgetMetrics.reserved.WithLabelValues(ls...).Set(u.ReservedUSD)
+		w.budgetMetrics.limit.WithLabelValues(ls...).Set(u.LimitUSD)
+	}
+}
+
+// budgetGate reserves the price of p's call of model and returns the body
+// to send (its output capped past 90% of a budget), or, when the call is
+// not to be made (proceed false), the step the job goes on with (stay) or
+// false when it left the pipeline.
+func (w *Worker) budgetGate(p *job, model string, body json.RawMessage) (out json.RawMessage, ev event, stay, proceed bool) {
+	capTokens, ok, err := w.reserveBudget(p, model)
+	switch {
+	case err != nil:
+		if w.gone(p, "reserve budget", err) || !w.pause(p) {
+			return nil, event{}, false, false
+		}
+		return nil, event{Step: stepReady}, true, false
+	case !ok:
+		return nil, event{}, false, false
+	case capTokens > 0:
+		if body, err = capOutput(body, capTokens); err != nil {
+			w.endBudget(p, model, nil)
+			w.fail(p, 0, "invalid_body", err.Error())
+			return nil, event{}, false, false
+		}
+	}
+	return body, event{}, false, true
+}
+
+// reserveBudget reserves the price of p's call of model on its budgets. It
+// returns the output cap to apply to the call (0: none). When the call
+// may not go ahead it reports false with a nil error, and the job has left
+// the pipeline by its budget's overage policy.
+func (w *Worker) reserveBudget(p *job, model string) (capTokens int, ok bool, err error) {
+	if w.cfg.Budgets == nil {
+		return 0, true, nil
+	}
+	budgets := w.cfg.Tenants.Budgets(p.rec.Tenant, p.rec.Project)
+	if len(budgets) == 0 {
+		return 0, true, nil
+	}
+	outCap := budgets[0].OutputCap
+	for _, b := range budgets[1:] {
+		outCap = min(outCap, b.OutputCap)
+	}
+	m := w.model(model)
+	ctx, cancel := context.WithTimeout(p.ctx, markTimeout)
+	defer cancel()
+	out, err := w.cfg.Budgets.ReserveBudget(ctx, store.BudgetReservation{
+		// The priority the job asked for, as the claim's hold compares it
+		// (a job it does not hold must not be refused over and again).
+		Lease: p.lease, Project: p.rec.Project, Low: p.rec.Priority == llmq.PriorityLow,
+		CostUSD:       m.Cost(p.req.PromptTokens, p.req.MaxOutputTokens),
+		CappedCostUSD: m.Cost(p.req.PromptTokens, min(p.req.MaxOutputTokens, outCap)),
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	w.budgetAlerts(out.Alerts)
+	if out.Reserved {
+		if out.Capped {
+			return out.OutputCap, true, nil
+		}
+		return 0, true, nil
+	}
+	w.overBudget(p, out)
+	return 0, false, nil
+}
+
+// overBudget applies the overage policy of the budget that refused p.
+func (w *Worker) overBudget(p *job, out store.BudgetOutcome) {
+	b := out.Refused
+	why := fmt.Sprintf("budget: the %s budget of %s (%.2f USD)", b.Period, scopeName(b.Tenant, b.Project), b.LimitUSD)
+	count := func(outcome string) {
+		w.budgetMetrics.refused.WithLabelValues(b.Tenant, b.Project, outcome).Inc()
+	}
+	switch {
+	case out.Exceeded && b.Overage == llmq.OverageReject:
+		count("reject")
+		w.deadLetter(p, dlq.ReasonBudgetExceeded, why+" is spent")
+	case b.Overage == llmq.OverageDegrade && p.job.Deferrable && w.cfg.Router != nil:
+		count("batch")
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), markTimeout)
+		defer cancel()
+		if err := w.cfg.Budgets.MoveToBatch(ctx, p.lease, why); err != nil && !w.gone(p, "move to batch", err) {
+			// Its lease will expire and the reaper hand it back.
+			p.log.Warn("move to batch", slog.Any("error", err))
+		}
+	default:
+		count("wait")
+		p.log.Debug("waiting for the budget", slog.String("why", why))
+		w.release(p)
+	}
+}
+
+func scopeName(tenant, project string) string {
+	if project == "" {
+		return tenant
+	}
+	return tenant + "/" + project
+}
+
+// budgetAlerts sends the thresholds crossed.
+func (w *Worker) budgetAlerts(alerts []store.BudgetAlert) {
+	for _, a := range alerts {
+		w.log.Warn("budget threshold", slog.String("tenant", a.Budget.Tenant), slog.String("project", a.Budget.Project),
+			slog.String("period", string(a.Budget.Period)), slog.Int("percent", a.Percent))
+		if w.cfg.BudgetAlerts != nil {
+			w.cfg.BudgetAlerts.NotifyBudget(dlq.BudgetAlert{Tenant: a.Budget.Tenant, Project: a.Budget.Project,
+				Period: string(a.Budget.Period), PeriodStart: a.PeriodStart, PeriodEnd: a.Budget.Period.End(a.PeriodStart),
+				Percent: a.Percent, LimitUSD: a.Budget.LimitUSD, SpentUSD: a.SpentUSD, ReservedUSD: a.ReservedUSD,
+				Overage: string(a.Budget.Overage)})
+		}
+	}
+}
+
+// endBudget settles p's reservation to the price of the call's reply
+// (success), or gives it back (the call failed or was not made: reply
+// nil), retrying database errors until the worker's grace period ends.
+func (w *Worker) endBudget(p *job, model string, reply *Reply) {
+	if w.cfg.Budgets == nil || len(w.cfg.Tenants.Budgets(p.rec.Tenant, p.rec.Project)) == 0 {
+		return
+	}
+	what, write := "release budget", func(ctx context.Context) error { return w.cfg.Budgets.ReleaseBudget(ctx, p.lease) }
+	if reply != nil && reply.Outcome.Class == ClassSuccess {
+		cost := w.model(model).Cost(reply.PromptTokens, reply.CompletionTokens)
+		what, write = "settle budget", func(ctx context.Context) error { return w.cfg.Budgets.SettleBudget(ctx, p.lease, cost) }
+	}
+	// Left to the reaper's sweep if the database stays down.
+	_ = w.durable(p, w.workCtx, what, write)
+}
+
+// reapBudgets gives back the reservations of jobs no longer held.
+func (w *Worker) reapBudgets(ctx context.Context) {
+	if w.cfg.Budgets == nil || !w.cfg.Tenants.HasBudgets() {
+		return
+	}
+	if n, err := w.cfg.Budgets.ReleaseOrphanBudgets(ctx); err != nil {
+		w.log.Debug("release orphan budget reservations", slog.Any("error", err))
+	} else if n > 0 {
+		w.log.Info("budget reservations of jobs no longer held given back", slog.Int("calls", n))
+		w.poke()
+	}
+}
+
+// capOutput returns body with its output allowance capped at n tokens:
+// max_completion_tokens when the body sets it, else max_tokens.
+func capOutput(body json.RawMessage, n int) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	field := "max_tokens"
+	if _, ok := m["max_completion_tokens"]; ok {
+		field = "max_completion_tokens"
+	}
+	var have int
+	if v, ok := m[field]; ok && json.Unmarshal(v, &have) == nil && have > 0 && have <= n {
+		return body, nil
+	}
+	m[field], _ = json.Marshal(n)
+	return json.Marshal(m)
+}

@@ -210,6 +210,86 @@ func TestGroupCommitMergesRows(t *testing.T) {
 	require.JSONEq(t, fmt.Sprintf(`{"id":%q,"op":%d}`, ids[0], winner), string(b.get(t, ids[0]).Result))
 }
 
+// TestGroupCommitMergesAttempts: merged MarkCalling and StoreResult ops
+// record the calls exactly as the ops on their own do: each MarkCalling
+// inserts its call (model, waits) and first records the answer to the
+// job's previous call; each StoreResult records the answer to the last
+// call. Every row of job_attempts is written by the one transaction of its
+// flush (one xmin), so no op fell back to running on its own.
+func TestGroupCommitMergesAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := store.New(b.store.Pool(), store.WithClock(b.clock), store.WithGroupCommit(1))
+	t.Cleanup(s.Close)
+	const n = 20
+	jobs := []*llmq.Job{newJob(t, "blocker")}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("att-%02d", i)
+		jobs = append(jobs, newJob(t, ids[i]))
+	}
+	leases := b.hold(t, "w", jobs...)
+	t0 := b.clock.Now().UTC()
+	// Odd jobs have made a call before, not answered yet.
+	for i := 1; i < n; i += 2 {
+		_, err := s.MarkCalling(b.ctx, leases[ids[i]], store.PolicyState{Call: store.Call{Model: "first"}})
+		require.NoError(t, err)
+	}
+	// writers counts the transactions that last wrote the rows of
+	// job_attempts with outcome like.
+	writers := func(outcome string) int {
+		var xmins int
+		require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(DISTINCT xmin::text) FROM job_attempts
+			WHERE job_id LIKE 'att-%' AND outcome LIKE $1`, outcome).Scan(&xmins))
+		return xmins
+	}
+
+	b.clock.Advance(time.Second)
+	t1 := b.clock.Now().UTC()
+	attempts, errs := make([]int, n), make([]error, n)
+	flushTogether(t, b, s, leases["blocker"], n, func(i int) {
+		st := store.PolicyState{Call: store.Call{Model: fmt.Sprintf("m%d", i),
+			QuotaWait: time.Duration(i) * time.Millisecond, Backoff: time.Duration(2*i) * time.Millisecond}}
+		if i%2 == 1 {
+			st.Answered = &store.Answer{Attempt: 1, At: t1, Status: 429, Outcome: "rate_limited",
+				ErrorCode: fmt.Sprintf("e%d", i), RetryAfter: time.Duration(i) * time.Second}
+		}
+		attempts[i], errs[i] = s.MarkCalling(b.ctx, leases[ids[i]], st)
+	})
+	for i := range n {
+		require.NoError(t, errs[i], i)
+		require.Equal(t, 1+i%2, attempts[i], i)
+	}
+	require.Equal(t, 1, writers("%"), "one flush wrote every call and answer")
+
+	b.clock.Advance(time.Second)
+	t2 := b.clock.Now().UTC()
+	flushTogether(t, b, s, leases["blocker"], n, func(i int) {
+		k := leases[ids[i]].Key
+		_, errs[i] = s.StoreResult(b.ctx, k, store.Result{Response: []byte(`{}`), Answered: &store.Answer{
+			Attempt: 1 + i%2, At: t2, Status: 200, Outcome: "success", PromptTokens: i, CompletionTokens: 3 * i}})
+	})
+	for i := range n {
+		require.NoError(t, errs[i], i)
+	}
+	require.Equal(t, 1, writers("success"), "one flush wrote every answer")
+
+	for i, id := range ids {
+		last := store.Attempt{Seq: 1 + i%2, Attempt: 1 + i%2, Model: fmt.Sprintf("m%d", i), StartedAt: t1,
+			QuotaWait: time.Duration(i) * time.Millisecond, Backoff: time.Duration(2*i) * time.Millisecond,
+			FinishedAt: &t2, Status: 200, Outcome: "success", PromptTokens: i, CompletionTokens: 3 * i}
+		want := []store.Attempt{last}
+		if i%2 == 1 {
+			retryAfter := time.Duration(i) * time.Second
+			want = []store.Attempt{{Seq: 1, Attempt: 1, Model: "first", StartedAt: t0, FinishedAt: &t1, Status: 429,
+				Outcome: "rate_limited", ErrorCode: fmt.Sprintf("e%d", i), RetryAfter: &retryAfter}, last}
+		}
+		got, err := s.Attempts(b.ctx, leases[id].Tenant, id)
+		require.NoError(t, err)
+		require.Equal(t, want, got, id)
+	}
+}
+
 // TestStoreWithoutGroupCommit checks the direct path New takes by default.
 func TestStoreWithoutGroupCommit(t *testing.T) {
 	t.Parallel()

@@ -24,6 +24,12 @@ import (
 // TickAt, ReserveAt, ReadyAt, a concurrency slot, the pacer, SendAt, and
 // Done's settlement.
 //
+// three-layers adds a tenant's and a project's quota (an RPM and a TPM
+// bucket each, shared by every goroutine: the worst contention, one tenant
+// and project for all) to the lane's own, reserved together: the
+// admission of a job of a configured tenant's project
+// (docs/design/tenants.md).
+//
 //	go test -run XXX -bench Admission -benchtime=1000000x -count=6 ./shaping/
 
 const benchTPM = 1e15
@@ -32,11 +38,31 @@ const benchTPM = 1e15
 var benchReq = Request{PromptTokens: 100, MaxOutputTokens: 100}
 
 func benchLane(b *testing.B) *Lane {
-	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 1e12, TPM: benchTPM, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 1e12, TPM: benchTPM, WarmUp: -1, MinInterval: -1,
+		Concurrency: 1 << 20, Clock: clockwork.NewFakeClockAt(t0)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return l
+}
+
+// threeLayers is benchReq with a tenant's and a project's RPM and TPM
+// buckets, limits high enough that nothing waits.
+func threeLayers(b *testing.B) Request {
+	req := benchReq
+	for _, name := range []string{"tenant:t", "project:t/p"} {
+		for _, q := range []struct {
+			unit  Unit
+			limit float64
+		}{{UnitRequests, 1e12}, {UnitTokens, benchTPM}} {
+			bk, err := NewBucket(BucketConfig{Name: name, Limit: q.limit}, t0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req.Quotas = append(req.Quotas, Quota{Bucket: bk, Unit: q.unit})
+		}
+	}
+	return req
 }
 
 func benchLimiters() (rpm, tpm *rate.Limiter) {
@@ -91,6 +117,33 @@ func BenchmarkAdmission(b *testing.B) {
 			})
 		})
 	}
+	for _, mode := range []struct {
+		name string
+		run  func(*testing.B, func(time.Time))
+	}{{"uncontended", uncontended}, {"parallel64", parallel64}} {
+		b.Run("three-layers.ReserveAt/"+mode.name, func(b *testing.B) {
+			l, req := benchLane(b), threeLayers(b)
+			mode.run(b, func(now time.Time) {
+				if _, err := l.ReserveAt(now, req); err != nil {
+					b.Error(err)
+				}
+			})
+		})
+	}
+	b.Run("three-layers.Admit+Done/parallel64", func(b *testing.B) {
+		l, req := benchLane(b), threeLayers(b)
+		ctx := b.Context()
+		parallel64(b, func(time.Time) {
+			p, err := l.Admit(ctx, req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := p.Done(Outcome{PromptTokens: 100, CompletionTokens: 50, Latency: time.Second}); err != nil {
+				b.Error(err)
+			}
+		})
+	})
 	b.Run("lane.Admit+Done/uncontended", func(b *testing.B) {
 		l := benchLane(b)
 		ctx := b.Context()

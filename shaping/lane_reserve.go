@@ -19,8 +19,9 @@ type Request struct {
 	Quotas []Quota
 }
 
-// maxInline is how many bucket claims a Reservation holds without allocating.
-const maxInline = 3
+// maxInline is how many bucket claims a Reservation holds without allocating:
+// the RPM and TPM buckets of three layers (provider lane, tenant, project).
+const maxInline = 6
 
 // Reservation is an admitted claim on every bucket of a lane, made by
 // [Lane.ReserveAt]. It belongs to the lane that made it: pass it only to

@@ -378,7 +378,7 @@ func TestLaneQuotaCharges(t *testing.T) {
 
 	// More quotas than a Reservation holds inline; Cancel gives all back.
 	extra := []Quota{{Bucket: keyReqs}, {Bucket: tenant}}
-	for range 3 {
+	for range 6 {
 		b, err := NewBucket(BucketConfig{Limit: 10}, t0)
 		require.NoError(t, err)
 		extra = append(extra, Quota{Bucket: b, Unit: UnitTokens})

@@ -382,10 +382,14 @@ const budgetHeldFilter = ` AND NOT EXISTS (SELECT FROM budgets b WHERE b.tenant 
 	AND NOT (b.degrade AND q."deferrable"))`
 
 // fillWaitingReasons sets the WaitingReason of the queued records: budget
-// for a job its scope's budget holds (as the claim leaves it), else as
-// fillModelReasons says.
+// for a job its scope's budget holds (as the claim leaves it), else
+// tenant_quota when its tenant or project is held by its own quota
+// (fillScopeReasons), else as fillModelReasons says.
 func (s *Store) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error {
 	if err := s.fillModelReasons(ctx, recs); err != nil {
+		return err
+	}
+	if err := s.fillScopeReasons(ctx, recs); err != nil {
 		return err
 	}
 	if !s.order.Tenants.HasBudgets() {

@@ -31,22 +31,38 @@ import (
 // whose deadline, if any, is after $11 are left for the batch lane. With
 // fallbackOnly, only jobs with a fallback model of their own are taken.
 // With budgets, jobs a budget of their scope holds are left (budget.go).
+// With scoped, the next three parameters (from $11, or $12 after
+// holdDeferrable's) are tenants, the most jobs of each to take (a tenant
+// capped at 0 takes no turn) and the "tenant/project" names of the
+// projects whose jobs are left: the scopes held by their own quota.
 //
 // One statement: the tenants with queued jobs (a loose scan of
 // jobs_fair_idx, one probe per tenant), at most $4 jobs of each (an index
 // range each), the claim, and the virtual times advanced; the fair_share
 // rows are locked in (model, tenant) order, so concurrent claims of one
 // model queue on them and never deadlock.
-func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets bool) string {
+func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped bool) string {
 	var filter string
+	next := 11
 	if budgets {
 		filter += budgetHeldFilter
 	}
 	if holdDeferrable {
 		filter += ` AND NOT (q."deferrable" AND q.lane_reason = '' AND (q.deadline IS NULL OR q.deadline > $11))`
+		next++
 	}
 	if fallbackOnly {
 		filter += ` AND q.fallback_models <> '{}'`
+	}
+	capCol, capJoin, capWhere, capLimit := "", "", "", "$4"
+	if scoped {
+		p := func(i int) string { return "$" + strconv.Itoa(next+i) }
+		capCol = `, coalesce(cap.n, $4) AS cap`
+		capJoin = `
+		LEFT JOIN unnest(` + p(0) + `::text[], ` + p(1) + `::bigint[]) AS cap(tenant, n) ON cap.tenant = t.tenant`
+		capWhere = ` AND coalesce(cap.n, 1) > 0`
+		capLimit = "least($4, t.cap)"
+		filter += ` AND (q.project = '' OR q.tenant || '/' || q.project <> ALL(` + p(2) + `::text[]))`
 	}
 	// The loose scan reads lane, which the index lacks: an index-only scan
 	// would not mark the entries of claimed jobs dead, and every claim
@@ -59,11 +75,11 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets bool) string {
 			AND j.lane = '` + LaneLive + `' ORDER BY j.tenant LIMIT 1) FROM tenants t WHERE t.tenant IS NOT NULL),
 	clock AS (SELECT coalesce(max(vtime), 0) AS v FROM fair_share WHERE model = $1 AND tenant = ''),
 	turn AS (SELECT t.tenant, coalesce(w.weight, ` + strconv.Itoa(llmq.WeightDefault) + `) AS weight,
-			greatest(coalesce(f.vtime, c.v), c.v) AS start
+			greatest(coalesce(f.vtime, c.v), c.v) AS start` + capCol + `
 		FROM tenants t CROSS JOIN clock c
 		LEFT JOIN unnest($7::text[], $8::float8[]) AS w(tenant, weight) ON w.tenant = t.tenant
-		LEFT JOIN fair_share f ON f.model = $1 AND f.tenant = t.tenant
-		WHERE t.tenant IS NOT NULL),
+		LEFT JOIN fair_share f ON f.model = $1 AND f.tenant = t.tenant` + capJoin + `
+		WHERE t.tenant IS NOT NULL` + capWhere + `),
 	cand AS (SELECT q.tenant, q.id, q.urgent, q.cost / t.weight AS step,
 			t.start + sum(q.cost / t.weight) OVER (PARTITION BY q.tenant ORDER BY ` + o.orderBy("q") + `
 				ROWS UNBOUNDED PRECEDING) - q.cost / t.weight AS tag
@@ -75,7 +91,7 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets bool) string {
 			FROM jobs q
 			WHERE q.status ` + tClaim.in + ` AND q.requested_model = $1 AND q.tenant = t.tenant
 				AND q.lane = '` + LaneLive + `'` + filter + `
-			ORDER BY ` + o.orderBy("q") + ` LIMIT $4) q),
+			ORDER BY ` + o.orderBy("q") + ` LIMIT ` + capLimit + `) q),
 	pick AS (SELECT c.tenant, c.id, c.urgent, c.tag, c.step
 		FROM (SELECT * FROM cand ORDER BY urgent DESC, tag, tenant) c
 		CROSS JOIN LATERAL (SELECT FROM jobs j WHERE j.tenant = c.tenant AND j.id = c.id AND j.status ` + tClaim.in + `

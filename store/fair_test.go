@@ -34,11 +34,17 @@ func setupFair(t *testing.T, tenants llmq.Tenants) *fairBundle {
 // add ingests n jobs of tenant estimated at 8 + 16 tokens, of priority p.
 func (b *fairBundle) add(t *testing.T, tenant string, n int, p llmq.Priority) {
 	t.Helper()
+	b.addTo(t, tenant, "", n, p)
+}
+
+// addTo is add for the jobs of a project of the tenant ("": none).
+func (b *fairBundle) addTo(t *testing.T, tenant, project string, n int, p llmq.Priority) {
+	t.Helper()
 	jobs := make([]store.NewJob, n)
 	for i := range jobs {
 		b.n++
-		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"j%05d","tenant":%q,"priority":%q,
-			"body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":16}}`, b.n, tenant, p)), llmq.DecodeOptions{})
+		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"j%05d","tenant":%q,"project":%q,"priority":%q,
+			"body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":16}}`, b.n, tenant, project, p)), llmq.DecodeOptions{})
 		require.NoError(t, err)
 		jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
 	}

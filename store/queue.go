@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -49,6 +51,13 @@ type ClaimRequest struct {
 	// FallbackOnly takes only jobs that name fallback models of their own
 	// (the model's lane is paused, and its jobs can only move on).
 	FallbackOnly bool
+	// TenantCaps bounds the jobs taken of each tenant it names (0: none
+	// of them): the tenants whose own quota admits only so many soon
+	// (docs/design/tenants.md). The others are bounded by Limit alone.
+	TenantCaps map[string]int
+	// HeldProjects are projects whose jobs are not taken (their own quota
+	// is spent); their tenants' other jobs are.
+	HeldProjects []ScopeRef
 }
 
 // Claim moves up to r.Limit queued jobs of r.Model to running for r.Owner,
@@ -69,7 +78,20 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error)
 	if r.HoldDeferrable {
 		args = append(args, r.HoldDeadlineAfter)
 	}
-	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly, s.order.Tenants.HasBudgets()), args...)
+	scoped := len(r.TenantCaps) > 0 || len(r.HeldProjects) > 0
+	if scoped {
+		capped := slices.Sorted(maps.Keys(r.TenantCaps))
+		caps := make([]int64, len(capped))
+		for i, t := range capped {
+			caps[i] = int64(max(0, r.TenantCaps[t]))
+		}
+		held := make([]string, len(r.HeldProjects))
+		for i, p := range r.HeldProjects {
+			held[i] = p.Tenant + "/" + p.Project
+		}
+		args = append(args, capped, caps, held)
+	}
+	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly, s.order.Tenants.HasBudgets(), scoped), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim %q: %w", r.Model, err)
 	}

@@ -157,7 +157,7 @@ func (w *Worker) reserveBudget(p *job, model string) (capTokens int, ok bool, er
 // overBudget applies the overage policy of the budget that refused p.
 func (w *Worker) overBudget(p *job, out store.BudgetOutcome) {
 	b := out.Refused
-	why := fmt.Sprintf("budget: the %s budget of %s (%.2f USD)", b.Period, scopeName(b.Tenant, b.Project), b.LimitUSD)
+	why := fmt.Sprintf("budget: the %s budget of %s (%.2f USD)", b.Period, budgetScope(b.Tenant, b.Project), b.LimitUSD)
 	count := func(outcome string) {
 		w.budgetMetrics.refused.WithLabelValues(b.Tenant, b.Project, outcome).Inc()
 	}
@@ -180,7 +180,8 @@ func (w *Worker) overBudget(p *job, out store.BudgetOutcome) {
 	}
 }
 
-func scopeName(tenant, project string) string {
+// budgetScope names a budget's scope in a message: acme or acme/bulk.
+func budgetScope(tenant, project string) string {
 	if project == "" {
 		return tenant
 	}

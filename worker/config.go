@@ -107,6 +107,9 @@ type JobStore interface {
 	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
 	// SetModelState records what a model's scheduler holds back.
 	SetModelState(ctx context.Context, st store.ModelState) error
+	// SetScopeStates records the tenants and projects the scheduler holds
+	// for their own quota, and frees the others.
+	SetScopeStates(ctx context.Context, worker string, held, freed []store.ScopeRef) error
 	// Ping tells a database that is down from a write it refuses.
 	Ping(ctx context.Context) error
 }
@@ -284,6 +287,17 @@ type Config struct {
 	IncidentWindow       time.Duration
 	IncidentProbeEvery   time.Duration
 
+	// Capacity normalisation (capacity.go, reported by the
+	// llmq_capacity_* gauges): a model's allocatable capacity is its
+	// lane's limit x the health factor x CapacitySafety - the limit x
+	// CapacityReserved (kept for high-priority work and retries); health
+	// falls with the share of the last 100 calls that failed (5xx,
+	// timeout) and with their p95 latency above CapacityTailLatency.
+	// Defaults 0.9, 0.1 (-1: none), 30s.
+	CapacitySafety      float64
+	CapacityReserved    float64
+	CapacityTailLatency time.Duration
+
 	// Logger receives the worker's logs. nil = slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the worker's metrics. nil = not registered.
@@ -328,6 +342,9 @@ func (c Config) WithDefaults() Config {
 	c.IncidentFailureRatio = cmp.Or(c.IncidentFailureRatio, IncidentFailureRatioDefault)
 	c.IncidentWindow = cmp.Or(c.IncidentWindow, IncidentWindowDefault)
 	c.IncidentProbeEvery = cmp.Or(c.IncidentProbeEvery, IncidentProbeEveryDefault)
+	c.CapacitySafety = cmp.Or(c.CapacitySafety, CapacitySafetyDefault)
+	c.CapacityReserved = cmp.Or(c.CapacityReserved, CapacityReservedDefault)
+	c.CapacityTailLatency = cmp.Or(c.CapacityTailLatency, CapacityTailLatencyDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -367,6 +384,10 @@ func (c Config) validate() error {
 	}
 	if c.Ledger != nil && c.QuotaScope == "" {
 		errs = append(errs, errors.New("worker: Config.QuotaScope is required with Config.Ledger"))
+	}
+	if !(c.CapacitySafety > 0 && c.CapacitySafety <= 1) || !(c.CapacityReserved == -1 || c.CapacityReserved >= 0 && c.CapacityReserved < 1) || c.CapacityTailLatency < 0 {
+		errs = append(errs, fmt.Errorf("worker: Config.CapacitySafety must be in (0, 1], CapacityReserved -1 (none) or in [0, 1), "+
+			"CapacityTailLatency not negative; got %v, %v, %v", c.CapacitySafety, c.CapacityReserved, c.CapacityTailLatency))
 	}
 	if c.IncidentMinCalls < -1 || c.IncidentFailureRatio <= 0 || c.IncidentFailureRatio > 1 || c.IncidentWindow < 0 || c.IncidentProbeEvery < 0 {
 		errs = append(errs, fmt.Errorf("worker: Config.IncidentMinCalls must be -1 (off) or more, IncidentFailureRatio in (0, 1], "+

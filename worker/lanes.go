@@ -36,6 +36,8 @@ type lane struct {
 	// incident holds the lane during a provider incident (incident.go);
 	// nil when the worker runs without.
 	incident *gobreaker.TwoStepCircuitBreaker[struct{}]
+	// health is the model's last calls, for its capacity's health factor.
+	health health
 }
 
 // typicalWeight is the weight of the newest request in the lane's mean.
@@ -71,6 +73,10 @@ func (l *lane) typical() shaping.Request {
 type ticket struct {
 	ctx context.Context
 	req shaping.Request
+	// scopes are the job's tenant and project quota layers: the
+	// dispatcher takes the ticket only when they admit it now, holding a
+	// call of each (tenantquota.go).
+	scopes []*scopeQuota
 	// maxPause, when > 0, is how long the lane's buckets or a 429 pause
 	// may hold this ticket: the job has a fallback model and moves on
 	// rather than wait longer.
@@ -98,6 +104,7 @@ func (t *ticket) answer(a admission) {
 	}
 	a.permit.Cancel() // a no-op for the zero Permit of a failed admission
 	a.notCalled()
+	a.releaseScopes()
 }
 
 // wait returns the admission, or ctx's error when ctx ends first.
@@ -123,6 +130,18 @@ type admission struct {
 	probe  bool
 	// waited is how long the job waited for the admission.
 	waited time.Duration
+	// scopes hold a call each while the permit lives (nil after a failed
+	// admission: the dispatcher gave them back).
+	scopes  []*scopeQuota
+	release func([]*scopeQuota)
+}
+
+// releaseScopes gives back the scopes' calls of a permit that is done or
+// cancelled.
+func (a admission) releaseScopes() {
+	if a.release != nil {
+		a.release(a.scopes)
+	}
 }
 
 // notCalled reports an admitted call that was not made.
@@ -156,7 +175,7 @@ func (w *Worker) lane(model string) *lane {
 	}
 	if w.cfg.Ledger != nil {
 		// In (0, 1] by construction.
-		_ = shaper.SetShare(w.startShare(w.stopCtx, model))
+		_ = shaper.SetShare(w.startShare(w.stopCtx, w.quotaKey(model)))
 	}
 	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault,
 		incident: w.newIncident(model)}
@@ -171,24 +190,29 @@ func (w *Worker) lane(model string) *lane {
 func (w *Worker) dispatch(l *lane) {
 	defer w.background.Done()
 	for {
-		t, err := l.sched.Pop(w.workCtx)
+		// A ticket whose tenant or project is spent stays in the queue:
+		// the next ticket its scopes admit goes first.
+		t, err := l.sched.PopReady(w.workCtx, w.scopeReady, w.scopes.changed)
 		if err != nil {
 			return
 		}
 		if t.state.Load() == ticketAbandoned {
+			w.releaseScopes(t.scopes)
 			continue
 		}
 		report, probe, ok := w.holdForIncident(l, t)
 		if !ok {
+			w.releaseScopes(t.scopes)
 			continue // the job left (its ticket answers itself), or the worker stops
 		}
 		p, err := w.admitTicket(l, t)
 		if err != nil {
+			w.releaseScopes(t.scopes)
 			report(errNotCalled)
 			t.answer(admission{err: err})
 			continue
 		}
-		t.answer(admission{permit: p, report: report, probe: probe})
+		t.answer(admission{permit: p, report: report, probe: probe, scopes: t.scopes, release: w.releaseScopes})
 	}
 }
 

@@ -35,6 +35,10 @@ const backlogDemand = claimMax
 // quotaKey is the ledger's key of model's quota.
 func (w *Worker) quotaKey(model string) string { return w.cfg.QuotaScope + " " + model }
 
+// scopeKey is the ledger's key of a tenant's or project's quota (named by
+// scopeName): one for every provider and model, as the scope's limits are.
+func scopeKey(name string) string { return "scope " + name }
+
 // ledgerLoop renews the worker's rows and sets its lanes' shares every
 // LedgerPeriod until ctx ends, then deletes the rows, so the other
 // replicas take this one's shares at once.
@@ -75,7 +79,7 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 	claims := make([]store.QuotaClaim, len(models))
 	w.sharesMu.Lock()
 	for i, m := range models {
-		claims[i] = store.QuotaClaim{Key: w.quotaKey(m), Share: w.shares[m]}
+		claims[i] = store.QuotaClaim{Key: w.quotaKey(m), Share: w.shares[w.quotaKey(m)]}
 		if l, ok := lanes[m]; ok {
 			claims[i].Demand = l.demand()
 			claims[i].Share = l.shaper.Share()
@@ -85,6 +89,10 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 		}
 	}
 	w.sharesMu.Unlock()
+	scs := w.scopes.list()
+	for _, sc := range scs {
+		claims = append(claims, store.QuotaClaim{Key: scopeKey(sc.name), Demand: sc.demand(), Share: sc.shareNow()})
+	}
 	rows, err := w.cfg.Ledger.RenewQuotas(ctx, w.cfg.Replica, w.cfg.LedgerLease, claims)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -93,16 +101,23 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 		return
 	}
 	for _, m := range models {
-		share := w.shareFrom(rows, m)
+		share := w.shareFrom(rows, w.quotaKey(m))
 		if l, ok := lanes[m]; ok {
 			_ = l.shaper.SetShare(share) // in (0, 1] by construction
 		}
 	}
+	now := w.cfg.Clock.Now()
+	for _, sc := range scs {
+		sc.setShare(now, w.shareFrom(rows, scopeKey(sc.name)))
+	}
+	if len(scs) > 0 {
+		w.scopes.signal() // a concurrency may have grown
+	}
 }
 
-// shareFrom computes model's share from the ledger rows and remembers it.
-func (w *Worker) shareFrom(rows []store.LedgerEntry, model string) float64 {
-	key := w.quotaKey(model)
+// shareFrom computes the share of the quota of ledger key from the
+// ledger rows and remembers it.
+func (w *Worker) shareFrom(rows []store.LedgerEntry, key string) float64 {
 	var rs []shaping.Replica
 	for _, r := range rows {
 		if r.Key == key {
@@ -111,18 +126,19 @@ func (w *Worker) shareFrom(rows []store.LedgerEntry, model string) float64 {
 	}
 	share := shaping.ReplicaShare(rs, shaping.ShareFloorDefault)
 	w.sharesMu.Lock()
-	w.shares[model] = share
+	w.shares[key] = share
 	w.sharesMu.Unlock()
 	return share
 }
 
-// startShare is the share a new lane of model starts on: the last one the
-// ledger gave, or, for a model the ledger has not seen yet, one read now
-// (declaring a backlog: a lane is made for jobs to run). A ledger that
-// cannot be read starts it on the floor; the next round corrects it.
-func (w *Worker) startShare(ctx context.Context, model string) float64 {
+// startShare is the share a new lane (or scope) starts on, of the quota of
+// ledger key: the last one the ledger gave, or, for a key the ledger has
+// not seen yet, one read now (declaring a backlog: a lane is made for jobs
+// to run). A ledger that cannot be read starts it on the floor; the next
+// round corrects it.
+func (w *Worker) startShare(ctx context.Context, key string) float64 {
 	w.sharesMu.Lock()
-	share, ok := w.shares[model]
+	share, ok := w.shares[key]
 	w.sharesMu.Unlock()
 	if ok {
 		return share
@@ -130,12 +146,23 @@ func (w *Worker) startShare(ctx context.Context, model string) float64 {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.LedgerLease)
 	defer cancel()
 	rows, err := w.cfg.Ledger.RenewQuotas(ctx, w.cfg.Replica, w.cfg.LedgerLease,
-		[]store.QuotaClaim{{Key: w.quotaKey(model), Demand: backlogDemand, Share: shaping.ShareFloorDefault}})
+		[]store.QuotaClaim{{Key: key, Demand: backlogDemand, Share: shaping.ShareFloorDefault}})
 	if err != nil {
-		w.log.Warn("read the quota ledger; the lane starts on the floor", slog.String("model", model), slog.Any("error", err))
+		w.log.Warn("read the quota ledger; the lane starts on the floor", slog.String("quota", key), slog.Any("error", err))
 		return shaping.ShareFloorDefault
 	}
-	return w.shareFrom(rows, model)
+	return w.shareFrom(rows, key)
+}
+
+// demand is what the scope could use of its quota now, in requests: its
+// jobs this worker holds (without a permit, calling), plus backlogDemand
+// while the scheduler holds its queued jobs.
+func (sc *scopeQuota) demand() float64 {
+	d := float64(sc.pending.Load() + max(0, sc.inFlight.Load()))
+	if sc.held.Load() {
+		d += backlogDemand
+	}
+	return d
 }
 
 // demand is what the lane could use of its quota now, in requests: the

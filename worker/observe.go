@@ -48,11 +48,13 @@ func (w *Worker) observeLoop(ctx context.Context) {
 			s := l.shaper.Snapshot()
 			w.metrics.concurrencyLimit.WithLabelValues(name).Set(float64(s.ConcurrencyLimit))
 			w.metrics.quotaShare.WithLabelValues(name).Set(s.Share)
+			w.observeCapacity(name, l, s)
 			for _, b := range s.Buckets {
 				w.metrics.bucketLevel.WithLabelValues(name, b.Name).Set(b.Level)
 			}
 		}
 		w.lanesMu.Unlock()
+		w.observeScopes()
 	}
 }
 

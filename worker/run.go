@@ -44,9 +44,13 @@ type job struct {
 	cancel context.CancelCauseFunc
 	// seq is the registration number the heartbeat compares against.
 	seq uint64
-	// pendingIn is the lane whose pending count holds the job (nil: none).
+	// pendingIn is the lane whose pending count holds the job (nil: none);
+	// its scopes' pending counts hold it at the same time.
 	pendingMu sync.Mutex
 	pendingIn *lane
+	// scopes are its tenant's and project's quota layers (nil for a
+	// tenant the configuration gives none).
+	scopes []*scopeQuota
 	// writeFails counts the database errors of the job's writes in a row.
 	writeFails int
 	// freeCalls counts the failed probes of provider incidents this
@@ -73,6 +77,15 @@ func (p *job) setPending(l *lane) {
 	if l != nil {
 		l.pending.Add(1)
 	}
+	if (p.pendingIn == nil) != (l == nil) {
+		d := int64(1)
+		if l == nil {
+			d = -1
+		}
+		for _, sc := range p.scopes {
+			sc.pending.Add(d)
+		}
+	}
 	p.pendingIn = l
 }
 
@@ -88,6 +101,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 	// configuration) may name a model the catalog does not allow: it is
 	// dead-lettered without a lane.
 	p.job = rec.Job()
+	p.scopes = w.scopesOf(rec.Tenant, rec.Project)
 	refused := w.cfg.Catalog.CheckModels(p.job)
 	var l *lane
 	if len(refused) == 0 {
@@ -132,6 +146,7 @@ func (w *Worker) prepare(p *job, l *lane) bool {
 	safe := int(float64(prompt)*w.est.Safety(p.job.Model()) + 0.999)
 	p.req = shaping.Request{PromptTokens: safe, MaxOutputTokens: out}
 	l.observe(p.req)
+	p.req.Quotas = requestQuotas(p.scopes)
 	p.state = state{Attempts: p.rec.Attempts, Retries: p.rec.Retries, Model: p.rec.ModelIndex, RateLimited: p.rec.RateLimited}
 	if p.state.Model >= len(p.models) {
 		// The configured fallbacks changed since: start over on the model.
@@ -232,6 +247,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	if err != nil {
 		permit.Cancel()
 		a.notCalled()
+		a.releaseScopes()
 		w.fail(p, 0, "invalid_body", err.Error())
 		return event{}, false
 	}
@@ -251,6 +267,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		w.endBudget(p, model, nil)
 		permit.Cancel()
 		a.notCalled()
+		a.releaseScopes()
 		if w.gone(p, "mark calling", err) || !w.pause(p) {
 			return event{}, false
 		}
@@ -263,10 +280,16 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	p.state.Attempts = attempts - 1 - p.freeCalls
 	p.setPending(nil)
 	w.metrics.inFlight.Inc()
+	begin := w.cfg.Clock.Now()
 	p.reply = w.cfg.Upstream.Call(w.workCtx, model, body)
 	w.metrics.inFlight.Dec()
 	p.attempt.answer(p.reply, w.cfg.Clock.Now())
+	if w.workCtx.Err() == nil {
+		l.observeHealth(p.reply.Outcome, w.cfg.Clock.Since(begin))
+	}
 	w.settle(permit, model, p.rec.Tenant, p.reply)
+	a.releaseScopes()
+	w.countScopes(p.scopes, p.reply)
 	w.endBudget(p, model, &p.reply)
 	if p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil {
 		// The call was cut by shutdown, not by the upstream (an answer
@@ -307,7 +330,7 @@ func (w *Worker) admit(p *job, l *lane, act action) (admission, error) {
 		defer cancel()
 	}
 	begin := w.cfg.Clock.Now()
-	t := &ticket{ctx: ctx, req: p.req, maxPause: act.MaxPause, done: make(chan admission, 1)}
+	t := &ticket{ctx: ctx, req: p.req, scopes: p.scopes, maxPause: act.MaxPause, done: make(chan admission, 1)}
 	l.sched.Push(t, p.job.Priority.Rank())
 	a := t.wait(ctx)
 	a.waited = w.cfg.Clock.Since(begin)

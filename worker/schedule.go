@@ -41,7 +41,7 @@ func (w *Worker) scheduleLoop() {
 	ctx := w.stopCtx
 	tick := w.cfg.Clock.NewTicker(max(w.cfg.ClaimHorizon/4, time.Millisecond))
 	defer tick.Stop()
-	s := &scheduler{models: map[string]bool{}, notes: map[string]modelNote{}}
+	s := &scheduler{models: map[string]bool{}, notes: map[string]modelNote{}, scopeNotes: map[store.ScopeRef]time.Time{}}
 	for {
 		w.scheduleRound(ctx, s)
 		select {
@@ -61,6 +61,9 @@ type scheduler struct {
 	readAt time.Time
 	// notes are the waiting reasons last written, by model.
 	notes map[string]modelNote
+	// scopeNotes are the tenants and projects last written as held by
+	// their own quota, and when.
+	scopeNotes map[store.ScopeRef]time.Time
 }
 
 // modelNote is a model state as last written.
@@ -91,19 +94,23 @@ func (w *Worker) scheduleRound(ctx context.Context, s *scheduler) {
 	if w.cfg.Router != nil {
 		hold = w.cfg.Router.Hold(now, w.Drain())
 	}
+	held := map[store.ScopeRef]bool{}
 	for m := range s.models {
 		if ctx.Err() != nil {
 			return
 		}
-		if w.claimFor(ctx, s, m, hold) {
+		if w.claimFor(ctx, s, m, hold, held) {
 			delete(s.models, m)
 		}
 	}
+	w.noteScopes(ctx, s, held)
 }
 
-// claimFor claims the jobs model's lane can take soon and reports whether
-// the model has no queued job left (the claim came back short).
-func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold BatchHold) (drained bool) {
+// claimFor claims the jobs model's lane can take soon, and of each
+// tenant with a quota of its own what that quota admits soon (the scopes
+// it finds spent are added to held), and reports whether the model has no
+// queued job left (the claim came back short).
+func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold BatchHold, held map[store.ScopeRef]bool) (drained bool) {
 	room := w.cfg.MaxInFlight - int(w.inFlight.Load())
 	if !w.cfg.Catalog.Allows(model) {
 		// Jobs another path recorded with a model the catalog does not
@@ -134,6 +141,9 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		want = 1
 	}
 	want = min(want, room, claimMax)
+	// Asked even when nothing is claimed, so that the scopes held stay
+	// noted while the provider's quota binds too.
+	caps, heldProjects := w.claimScopes(now, typical, held)
 	if want <= 0 {
 		l.backlog.Store(true)
 		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
@@ -143,14 +153,21 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
+		TenantCaps: caps, HeldProjects: heldProjects,
 	})
 	if err != nil {
 		return false
 	}
 	if n < want {
+		// Short: no queued job left, unless a tenant's or project's
+		// quota left some (the next rounds claim them as it refills).
+		capped := len(heldProjects) > 0
+		for _, c := range caps {
+			capped = capped || c < want
+		}
 		l.backlog.Store(false)
 		w.note(ctx, s, model, "", hold.Hold)
-		return true
+		return !capped
 	}
 	l.backlog.Store(true)
 	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,9 +75,96 @@ func (s *Scheduler[T]) TryPop() (T, bool) {
 			best, bestRank = i, r
 		}
 	}
-	v := s.items[best].value
-	s.items = append(s.items[:best], s.items[best+1:]...)
-	return v, true
+	return s.popLocked(best), true
+}
+
+// PopReady waits for an item that ready accepts, or for ctx to be done.
+// ready is asked about the items in the order TryPop would take them, most
+// urgent first, until one accepts: true pops it; false leaves it in its
+// place, with a time to ask again (zero: when wake's channel fires, or a
+// new item arrives). So an item held by something of its own (its
+// tenant's quota) does not hold back the items behind it. ready runs under
+// the scheduler's lock: it must not call the scheduler. wake returns the
+// channel to wait on; nil = no wake but new items and the times.
+func (s *Scheduler[T]) PopReady(ctx context.Context, ready func(T) (bool, time.Time), wake func() <-chan struct{}) (T, error) {
+	for {
+		var woken <-chan struct{}
+		if wake != nil {
+			woken = wake() // before asking: a wake after it is not lost
+		}
+		v, ok, retry := s.tryPopReady(ready)
+		if ok {
+			return v, nil
+		}
+		var timer clockwork.Timer
+		var fire <-chan time.Time
+		if !retry.IsZero() {
+			timer = s.clock.NewTimer(max(retry.Sub(s.clock.Now()), time.Millisecond))
+			fire = timer.Chan()
+		}
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			var zero T
+			return zero, ctx.Err()
+		case <-s.notify:
+		case <-woken:
+		case <-fire:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// tryPopReady is PopReady's scan: the item it pops, or the earliest time
+// to ask again about the items refused (zero: none is due at a time).
+func (s *Scheduler[T]) tryPopReady(ready func(T) (bool, time.Time)) (v T, ok bool, retry time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.items) == 0 {
+		return v, false, retry
+	}
+	now := s.clock.Now()
+	// The most urgent item first, as TryPop finds it: the common case
+	// (nothing of its own holds it) sorts and allocates nothing.
+	best, bestRank := 0, s.items[0].effectiveAt(now, s.agingStep)
+	for i := 1; i < len(s.items); i++ {
+		if r := s.items[i].effectiveAt(now, s.agingStep); r < bestRank {
+			best, bestRank = i, r
+		}
+	}
+	if ok, retry = ready(s.items[best].value); ok {
+		return s.popLocked(best), true, time.Time{}
+	}
+	order := make([]int, 0, len(s.items)-1)
+	ranks := make([]float64, len(s.items))
+	for i := range s.items {
+		if ranks[i] = s.items[i].effectiveAt(now, s.agingStep); i != best {
+			order = append(order, i)
+		}
+	}
+	// Stable: ties keep arrival order, as in TryPop.
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(ranks[a], ranks[b]) })
+	for _, i := range order {
+		ok, at := ready(s.items[i].value)
+		if ok {
+			return s.popLocked(i), true, time.Time{}
+		}
+		if !at.IsZero() && (retry.IsZero() || at.Before(retry)) {
+			retry = at
+		}
+	}
+	return v, false, retry
+}
+
+// popLocked removes and returns item i.
+func (s *Scheduler[T]) popLocked(i int) T {
+	v := s.items[i].value
+	s.items = append(s.items[:i], s.items[i+1:]...)
+	return v
 }
 
 // Pop waits for an item or for ctx to be done.

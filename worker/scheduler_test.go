@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,4 +63,56 @@ func TestSchedulerPopWaits(t *testing.T) {
 	cancel()
 	_, err := s.Pop(ctx)
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// TestSchedulerPopReady: an item its own quota holds stays in its place
+// and the next item goes; once released it goes first again (its rank);
+// PopReady waits for the earliest time an item gave, or for a wake.
+func TestSchedulerPopReady(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(time.Unix(1000, 0))
+	s := NewScheduler[string](10*time.Second, clock)
+	s.Push("a1", 0) // most urgent, but held
+	s.Push("b1", 1)
+	s.Push("b2", 1)
+	heldUntil := clock.Now().Add(2 * time.Second)
+	ready := func(v string) (bool, time.Time) {
+		if v[0] == 'a' && clock.Now().Before(heldUntil) {
+			return false, heldUntil
+		}
+		return true, time.Time{}
+	}
+	ctx := context.Background()
+	for _, want := range []string{"b1", "b2"} {
+		v, err := s.PopReady(ctx, ready, nil)
+		require.NoError(t, err)
+		require.Equal(t, want, v, "a1 does not hold back the others")
+	}
+	require.Equal(t, 1, s.Len(), "a1 kept")
+	got := make(chan string)
+	go func() {
+		v, _ := s.PopReady(ctx, ready, nil)
+		got <- v
+	}()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the timer of a1's time
+	clock.Advance(2 * time.Second)
+	require.Equal(t, "a1", <-got)
+
+	// Without a time, a wake asks again.
+	wake := make(chan struct{})
+	var held atomic.Bool
+	held.Store(true)
+	s.Push("c", 0)
+	go func() {
+		v, _ := s.PopReady(ctx, func(string) (bool, time.Time) { return !held.Load(), time.Time{} }, func() <-chan struct{} { return wake })
+		got <- v
+	}()
+	select {
+	case v := <-got:
+		t.Fatalf("popped %q while held", v)
+	case <-time.After(50 * time.Millisecond): // a negative check: nothing may arrive
+	}
+	held.Store(false)
+	close(wake)
+	require.Equal(t, "c", <-got)
 }

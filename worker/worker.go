@@ -44,6 +44,10 @@ type Worker struct {
 	est     *shaping.Estimator
 	// budgetMetrics are the budgets' gauges (budget.go).
 	budgetMetrics *budgetMetrics
+	// scopeMetrics are the series of the tenants' and projects' quotas.
+	scopeMetrics *scopeMetrics
+	// capacity are the capacity normalisation's gauges (capacity.go).
+	capacity *capacityMetrics
 
 	lanesMu sync.Mutex
 	lanes   map[string]*lane
@@ -51,6 +55,9 @@ type Worker struct {
 	// last gave this worker (ledger.go).
 	sharesMu sync.Mutex
 	shares   map[string]float64
+	// scopes are the configured tenants' and projects' quota layers
+	// (tenantquota.go).
+	scopes scopes
 
 	policy policy
 	// policyMu guards the retry budget and the jitter source, which every
@@ -118,6 +125,8 @@ func New(cfg Config) (*Worker, error) {
 		log:           cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
 		metrics:       newMetrics(cfg.Registerer),
 		budgetMetrics: newBudgetMetrics(cfg.Registerer),
+		scopeMetrics:  newScopeMetrics(cfg.Registerer),
+		capacity:      newCapacityMetrics(cfg.Registerer),
 		est:           est,
 		lanes:         make(map[string]*lane),
 		shares:        make(map[string]float64),

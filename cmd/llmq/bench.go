@@ -25,10 +25,10 @@ in-memory transport and a Postgres database created for each run (and dropped af
 the four shaping strategies under the same 5x overload of a long/short mix, a 5x burst within
 10 s, the primary model exhausted (fallback), the adaptive strategy against an unknown quota
 that halves mid-run, a backlog on both kinds of provider with one worker and three replicas,
-a backlog of long and short jobs first come then size-aware (sizes), 11 agents calling a tight,
-flaky provider synchronously, directly and then through the gateway (llmq api's
-POST /v1/chat/completions), and llmq's own overhead before an instant simulator (throughput:
-64 callers of POST /v1/jobs, on --broker). Figures are measured from the simulator's own
+11 agents calling a tight, flaky provider synchronously, directly and then through the gateway
+(llmq api's POST /v1/chat/completions), a backlog of long and short jobs first come then
+size-aware (sizes), and llmq's own overhead before an instant simulator (throughput: 64 callers
+of POST /v1/jobs, on --broker). Figures are measured from the simulator's own
 accounting (/sim/stats) and, for the agents, from their own calls.
 It writes report.md and PNG plots to --out. About 10 minutes with the default --scale.`,
 		Args: cobra.NoArgs,

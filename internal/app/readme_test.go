@@ -80,6 +80,8 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 		"`retention.tombstones`":               list(retention.TombstonesDefault),
 		"`retention.interval`":                 list(retention.IntervalDefault),
 		"`ingest.size_order`":                  list(worker.SizeOrderDefault),
+		"`capacity.safety`, `.reserved`, `.tail_latency`": list(
+			worker.CapacitySafetyDefault, worker.CapacityReservedDefault, worker.CapacityTailLatencyDefault),
 	} {
 		got, ok := rows[key]
 		require.True(t, ok, "README has no row %s", key)

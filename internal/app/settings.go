@@ -59,6 +59,9 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		QuotaScope:           worker.QuotaScopeOf(s.OpenAIBaseURL, s.OpenAIAPIKey),
 		Replica:              wc.Replica,
 		LedgerPeriod:         wc.LedgerPeriod,
+		CapacitySafety:       s.Capacity.Safety,
+		CapacityReserved:     s.Capacity.Reserved,
+		CapacityTailLatency:  s.Capacity.TailLatency,
 	}
 }
 

@@ -118,6 +118,8 @@ type Config struct {
 	Gateway Gateway `yaml:"gateway"`
 	// Retention is how long finished rows are kept.
 	Retention Retention `yaml:"retention"`
+	// Capacity is the capacity normalisation the worker reports.
+	Capacity Capacity `yaml:"capacity"`
 	// MaxMessageBytes limits an encoded job. 0 means
 	// llmq.MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
@@ -156,6 +158,21 @@ type Retry struct {
 	IncidentFailureRatio float64       `yaml:"incident_failure_ratio"`
 	IncidentWindow       time.Duration `yaml:"incident_window"`
 	IncidentProbeEvery   time.Duration `yaml:"incident_probe_every"`
+}
+
+// Capacity configures the capacity normalisation (worker.Config's
+// Capacity* fields, docs/design/quotas.md): a model's allocatable
+// capacity = its limit x health x safety - its limit x reserved. Zero
+// fields mean the worker's defaults.
+type Capacity struct {
+	// Safety is the safety factor, in (0, 1]; 0 = worker.CapacitySafetyDefault.
+	Safety float64 `yaml:"safety"`
+	// Reserved is the share of the limit kept for high-priority work and
+	// retries, in [0, 1); 0 = worker.CapacityReservedDefault, -1 = none.
+	Reserved float64 `yaml:"reserved"`
+	// TailLatency is the p95 latency of a model's calls above which its
+	// health factor falls; 0 = worker.CapacityTailLatencyDefault.
+	TailLatency time.Duration `yaml:"tail_latency"`
 }
 
 // Ingest configures the worker's ingest. Zero fields mean the worker's
@@ -466,6 +483,9 @@ func (c *Config) Validate() error {
 	if r := c.Retry; r.IncidentMinCalls < -1 || r.IncidentFailureRatio < 0 || r.IncidentFailureRatio > 1 || r.IncidentWindow < 0 || r.IncidentProbeEvery < 0 {
 		bad("retry.incident_*", "incident_min_calls must be -1 (off) or more, incident_failure_ratio in [0, 1], "+
 			"incident_window and incident_probe_every not negative (0: the defaults)")
+	}
+	if k := c.Capacity; k.Safety < 0 || k.Safety > 1 || !(k.Reserved == -1 || k.Reserved >= 0 && k.Reserved < 1) || k.TailLatency < 0 {
+		bad("capacity", "safety must be in [0, 1], reserved -1 (none) or in [0, 1), tail_latency not negative (0: the defaults)")
 	}
 	if c.Retention.Interval < 0 {
 		bad("retention.interval", "%v: must not be negative", c.Retention.Interval)

@@ -32,8 +32,8 @@ type Job struct {
 	// Phase says what a running job does: waiting_for_quota, calling or
 	// backing_off.
 	Phase string `json:"phase,omitempty"`
-	// WaitingReason says why a queued job waits (provider_quota, batch,
-	// budget).
+	// WaitingReason says why a queued job waits (provider_quota,
+	// tenant_quota, budget, batch).
 	WaitingReason string     `json:"waiting_reason,omitempty"`
 	CreatedAt     time.Time  `json:"created_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`

@@ -117,8 +117,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioFallback, b.fallback},
 		{ScenarioAdaptive, b.adaptive},
 		{ScenarioBacklog, b.backlog},
-		{ScenarioSizes, b.sizes},
 		{ScenarioGateway, b.gateway},
+		{ScenarioSizes, b.sizes},
 		{ScenarioThroughput, b.throughput},
 	}
 	for _, s := range steps {

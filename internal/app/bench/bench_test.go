@@ -177,6 +177,6 @@ func TestRunThroughputScaledDown(t *testing.T) {
 	require.Positive(t, tp.EnqueueP99)
 	md, err := os.ReadFile(filepath.Join(out, ReportFile))
 	require.NoError(t, err)
-	require.Contains(t, string(md), "## 7. Throughput: llmq's own overhead")
+	require.Contains(t, string(md), "## 8. Throughput: llmq's own overhead")
 	require.Contains(t, string(md), "| memory | 1000 |")
 }

@@ -1,0 +1,2 @@
+-- 0012_scope_state: undo.
+DROP TABLE IF EXISTS scope_state;

@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq mutate demo console-screenshots run migrate clean
+.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq bench-throughput mutate demo console-screenshots run migrate clean
 
 all: build
 
@@ -60,6 +60,13 @@ bench-go:
 ## bench-llmq: the seeds' experiments against the simulator (about 20 min), report in docs/bench
 bench-llmq:
 	$(GO) run ./cmd/llmq bench --out docs/bench
+
+## bench-throughput: llmq's own overhead (instant upstream): the pipeline (memory, Kafka, RabbitMQ) and single-job POST /v1/jobs benchmarks, then `llmq bench --only throughput`; figures in docs/bench/throughput
+bench-throughput:
+	mkdir -p docs/bench/throughput
+	$(GO) test -run '^$$' -bench '^BenchmarkPipeline$$' -benchtime 20000x ./worker | tee docs/bench/throughput/go-bench.txt
+	$(GO) test -run '^$$' -bench '^BenchmarkEnqueue$$' -benchtime 10000x ./internal/app/api | tee -a docs/bench/throughput/go-bench.txt
+	$(GO) run ./cmd/llmq bench --only throughput --out docs/bench/throughput
 
 ## mutate: mutation testing (gremlins) of shaping, the job contract and the worker's policy; slow, not in test (docs/mutation.md)
 mutate:

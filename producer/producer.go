@@ -20,6 +20,7 @@ type Producer struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	group   *grouper
 
 	probeMu   sync.Mutex // one measurement at a time
 	mu        sync.Mutex // guards the cache below and unconsumedSince
@@ -58,7 +59,7 @@ func New(cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{cfg: cfg, log: cfg.Logger, metrics: m}, nil
+	return &Producer{cfg: cfg, log: cfg.Logger, metrics: m, group: newGrouper()}, nil
 }
 
 // Publish is PublishBatch of one job.
@@ -122,7 +123,8 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 	// Once the rows are committed the jobs are accepted, whatever happens
 	// to the publish: the existing jobs' statuses come back with the
 	// insert, so nothing is left to read (and fail) after the commit.
-	recorded, err := p.cfg.Store.InsertOutbox(ctx, jobs)
+	res := p.record(ctx, jobs, msgs)
+	recorded, err := res.recorded, res.recordErr
 	switch {
 	case errors.Is(err, store.ErrInvalidJob):
 		return nil, q, fmt.Errorf("producer: record jobs: %w", err)
@@ -130,20 +132,19 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		return nil, q, fmt.Errorf("%w: record jobs: %w", ErrDatabaseUnavailable, err)
 	}
 	rs := make([]Receipt, len(jobs))
-	var fresh []transport.Message
-	var freshKeys []store.Key
+	fresh := 0
 	for i, j := range jobs {
 		rs[i] = Receipt{ID: j.ID, Tenant: j.Tenant, Status: recorded[i].Status, Created: recorded[i].Created}
 		if recorded[i].Created {
-			fresh, freshKeys = append(fresh, msgs[i]), append(freshKeys, store.Key{Tenant: j.Tenant, ID: j.ID})
+			fresh++
 		}
 	}
-	p.metrics.jobs.WithLabelValues("duplicate").Add(float64(len(jobs) - len(fresh)))
-	if err := p.publish(ctx, fresh, freshKeys); err != nil && !errors.Is(err, errNotMarked) {
-		p.metrics.jobs.WithLabelValues("unpublished").Add(float64(len(fresh)))
+	p.metrics.jobs.WithLabelValues("duplicate").Add(float64(len(jobs) - fresh))
+	if err := res.publishErr; err != nil && !errors.Is(err, errNotMarked) {
+		p.metrics.jobs.WithLabelValues("unpublished").Add(float64(fresh))
 		return rs, q, fmt.Errorf("%w: %w", ErrUnpublished, err)
 	}
-	p.metrics.jobs.WithLabelValues("published").Add(float64(len(fresh)))
+	p.metrics.jobs.WithLabelValues("published").Add(float64(fresh))
 	for i := range rs {
 		rs[i].Published = rs[i].Created
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,40 @@ func BenchmarkClaim(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkOutbox measures the Postgres side of `llmq produce` (the writes
+// a job needs, the ceiling of the producer before any broker): per batch
+// of 1,000 jobs as produce sends them, InsertOutbox then MarkPublished.
+func BenchmarkOutbox(b *testing.B) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, storetest.NewDB(b))
+	require.NoError(b, err)
+	defer s.Close()
+	jobs := make([]*llmq.Job, b.N)
+	for i := range jobs {
+		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"bench-%d","body":{"model":"m","messages":[{"role":"user","content":"%s"}],"max_tokens":16}}`,
+			i, strings.Repeat("Summarise this sentence in five words. ", 5))), llmq.DecodeOptions{})
+		require.NoError(b, err)
+		jobs[i] = j
+	}
+	b.ResetTimer()
+	for len(jobs) > 0 {
+		batch := jobs[:min(1000, len(jobs))]
+		jobs = jobs[len(batch):]
+		if _, err := s.InsertOutbox(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+		keys := make([]store.Key, len(batch))
+		for i, j := range batch {
+			keys[i] = store.Key{Tenant: j.Tenant, ID: j.ID}
+		}
+		if err := s.MarkPublished(ctx, keys); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }
 
 // BenchmarkModelStats measures GET /v1/stats/models' read of an hour of

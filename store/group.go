@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -29,6 +30,46 @@ type op struct {
 	stmts []stmt
 	scan  func(pgx.Rows) error
 	done  chan opResult // buffered 1
+	// row, when set, is the op as one row of its kind's multi-row
+	// statement (the last of stmts is the op on its own; those before it,
+	// such as the record of a call's answer, run on their own before the
+	// merged statement, in the same batch).
+	row *rowOp
+}
+
+// rowOp is an op that a flush may run together with the other ops of its
+// kind as one statement over arrays: one UPDATE of hundreds of rows costs
+// Postgres a fraction of hundreds of single-row UPDATEs (one executor
+// start, one plan, one message; measured by BenchmarkPipeline's
+// pg-µs/job, docs/design/platform.md).
+type rowOp struct {
+	kind *rowKind
+	// key is the job the op changes: a flush merges one op per key, so
+	// each returned row answers exactly one op.
+	key Key
+	// dest receives the returned row's columns after the ordinal.
+	dest []any
+}
+
+// rowKind is a statement over many ops: sql reads
+// unnest($1::t1[], ..., $k::tk[]) WITH ORDINALITY AS u(c1, ..., ck, n),
+// column i from the i-th argument of each op's own statement, and returns
+// u.n (the op's 1-based position) first, then the columns of rowOp.dest,
+// for the rows it changed; args turns the ops' arguments into its typed
+// arrays (with column).
+type rowKind struct {
+	sql  string
+	args func(ops []*op) []any
+}
+
+// column collects argument i of ops' own (last) statements as one array
+// for pgx (a nil argument is T's zero value: NULL for a slice).
+func column[T any](ops []*op, i int) []T {
+	out := make([]T, len(ops))
+	for j, o := range ops {
+		out[j], _ = o.stmts[len(o.stmts)-1].args[i].(T)
+	}
+	return out
 }
 
 type opResult struct {
@@ -134,20 +175,36 @@ func (c *committer) flush(batch []*op) {
 		batch[0].done <- opResult{found, err}
 		return
 	}
+	merged, single := mergeOps(batch)
 	b := &pgx.Batch{}
-	for _, o := range batch {
+	for _, m := range merged {
+		for _, o := range m {
+			for _, s := range o.stmts[:len(o.stmts)-1] {
+				b.Queue(s.sql, s.args...)
+			}
+		}
+		b.Queue(m[0].row.kind.sql, m[0].row.kind.args(m)...)
+	}
+	for _, o := range single {
 		for _, s := range o.stmts {
 			b.Queue(s.sql, s.args...)
 		}
 	}
 	br := c.pool.SendBatch(ctx, b)
-	results := make([]opResult, len(batch))
+	results := make(map[*op]opResult, len(batch))
 	var err error
-	for i, o := range batch {
-		results[i].found, err = readOp(br, o)
+	for _, m := range merged {
+		if err = readMerged(br, m, results); err != nil {
+			break
+		}
+	}
+	for _, o := range single {
 		if err != nil {
 			break
 		}
+		var r opResult
+		r.found, err = readOp(br, o)
+		results[o] = r
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -159,9 +216,76 @@ func (c *committer) flush(batch []*op) {
 		}
 		return
 	}
-	for i, o := range batch {
-		o.done <- results[i]
+	for _, o := range batch {
+		o.done <- results[o]
 	}
+}
+
+// mergeOps sorts a batch into groups of row ops of one kind and distinct
+// keys, each to run as one statement, and the ops that run on their own
+// (not row ops, or a second op of a key already in its kind's group).
+func mergeOps(batch []*op) (merged [][]*op, single []*op) {
+	groups := map[*rowKind]int{}
+	seen := map[rowKey]bool{}
+	for _, o := range batch {
+		if o.row == nil || seen[rowKey{o.row.kind, o.row.key}] {
+			single = append(single, o)
+			continue
+		}
+		seen[rowKey{o.row.kind, o.row.key}] = true
+		i, ok := groups[o.row.kind]
+		if !ok {
+			i = len(merged)
+			groups[o.row.kind] = i
+			merged = append(merged, nil)
+		}
+		merged[i] = append(merged[i], o)
+	}
+	return merged, single
+}
+
+type rowKey struct {
+	kind *rowKind
+	key  Key
+}
+
+// readMerged reads the results of the statements ops run before their
+// merged statement, then its rows: each row answers the op at its ordinal
+// (found); the ops without a row are not found.
+func readMerged(br pgx.BatchResults, ops []*op, results map[*op]opResult) error {
+	for _, o := range ops {
+		for range len(o.stmts) - 1 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for _, o := range ops {
+		results[o] = opResult{}
+	}
+	// The ordinal first (nil skips a column), then the op's columns.
+	var n int64
+	first := make([]any, 1+len(ops[0].row.dest))
+	first[0] = &n
+	for rows.Next() {
+		if err := rows.Scan(first...); err != nil {
+			return err
+		}
+		if n < 1 || n > int64(len(ops)) {
+			return fmt.Errorf("store: merged statement returned ordinal %d of %d rows", n, len(ops))
+		}
+		o := ops[n-1]
+		if err := rows.Scan(append([]any{nil}, o.row.dest...)...); err != nil {
+			return err
+		}
+		results[o] = opResult{found: true}
+	}
+	return rows.Err()
 }
 
 // runOp runs one op's statements in one implicit transaction.
@@ -220,7 +344,11 @@ func (c *committer) enqueue(ctx context.Context, o *op) error {
 // through the committer when the store has one, otherwise directly. It
 // reports whether the last statement returned a row.
 func (s *Store) run(ctx context.Context, scan func(pgx.Rows) error, stmts ...stmt) (bool, error) {
-	o := &op{stmts: stmts, scan: scan}
+	return s.do(ctx, &op{stmts: stmts, scan: scan})
+}
+
+// do executes op o (see run).
+func (s *Store) do(ctx context.Context, o *op) (bool, error) {
 	if s.group == nil {
 		return runOp(ctx, s.pool, o)
 	}

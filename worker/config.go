@@ -100,10 +100,10 @@ type JobStore interface {
 	// MarkExpired records a job whose deadline passed before it started.
 	MarkExpired(ctx context.Context, l store.Lease, why string) error
 	// QueuedModels lists the models of the queued jobs; QueuedCount
-	// counts the queued jobs (the ingest window); QueueStats gives the
-	// figures of the drain estimate.
+	// counts the queued jobs up to limit (the ingest window); QueueStats
+	// gives the figures of the drain estimate.
 	QueuedModels(ctx context.Context) ([]string, error)
-	QueuedCount(ctx context.Context) (int64, error)
+	QueuedCount(ctx context.Context, limit int64) (int64, error)
 	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
 	// SetModelState records what a model's scheduler holds back.
 	SetModelState(ctx context.Context, st store.ModelState) error

@@ -102,9 +102,9 @@ func (w *Worker) ingestLoop(msgs <-chan *transport.Message) {
 const windowLogEvery = time.Minute
 
 // waitForWindow returns once Postgres holds fewer queued jobs than the
-// ingest window, or ctx's cause when ctx ends first. The count is read
-// again every windowRefresh, and raised by what this worker records in
-// between.
+// ingest window, or ctx's cause when ctx ends first. The count (up to the
+// window: only whether it is full matters) is read again every
+// windowRefresh, and raised by what this worker records in between.
 func (w *Worker) waitForWindow(ctx context.Context) error {
 	if w.cfg.IngestWindow < 0 {
 		return nil
@@ -113,7 +113,7 @@ func (w *Worker) waitForWindow(ctx context.Context) error {
 	for {
 		if now := w.cfg.Clock.Now().UnixNano(); now-w.windowReadAt.Load() >= int64(windowRefresh) {
 			w.windowReadAt.Store(now)
-			if n, err := w.cfg.Store.QueuedCount(ctx); err == nil {
+			if n, err := w.cfg.Store.QueuedCount(ctx, int64(w.cfg.IngestWindow)); err == nil {
 				w.queued.Store(n)
 			}
 		}

@@ -24,9 +24,12 @@ func newBenchCmd() *cobra.Command {
 in-memory transport and a Postgres database created for each run (and dropped after it):
 the four shaping strategies under the same 5x overload of a long/short mix, a 5x burst within
 10 s, the primary model exhausted (fallback), the adaptive strategy against an unknown quota
-that halves mid-run, and 11 agents calling a tight, flaky provider synchronously, directly and
-then through the gateway (llmq api's POST /v1/chat/completions). Figures are measured from the
-simulator's own accounting (/sim/stats) and, for the agents, from their own calls.
+that halves mid-run, a backlog on both kinds of provider with one worker and three replicas,
+11 agents calling a tight, flaky provider synchronously, directly and then through the gateway
+(llmq api's POST /v1/chat/completions), a backlog of long and short jobs first come then
+size-aware (sizes), and llmq's own overhead before an instant simulator (throughput: 64 callers
+of POST /v1/jobs, on --broker). Figures are measured from the simulator's own
+accounting (/sim/stats) and, for the agents, from their own calls.
 It writes report.md and PNG plots to --out. About 10 minutes with the default --scale.`,
 		Args: cobra.NoArgs,
 	}
@@ -38,6 +41,7 @@ It writes report.md and PNG plots to --out. About 10 minutes with the default --
 	_ = fs.MarkDeprecated("postgres-url", "use --database-url, like every other command")
 	fs.Float64Var(&cfg.Scale, "scale", bench.ScaleDefault, "multiply every scenario's duration (quotas are kept)")
 	fs.StringSliceVar(&cfg.Only, "only", nil, "run only these scenarios: "+strings.Join(bench.Scenarios, ", ")+" (default: all)")
+	fs.StringVar(&cfg.Broker, "broker", "", "broker of the throughput scenario, in a form of LLMQ_BROKER (default: in memory)")
 	fs.BoolVar(&verbose, "verbose", false, "print the components' logs on stderr")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg.Progress = cmd.ErrOrStderr()

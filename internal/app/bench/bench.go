@@ -87,6 +87,8 @@ type Report struct {
 	Sizes []SizesRow
 	// Gateway is the gateway scenario's (nil when not run).
 	Gateway *GatewayResult
+	// Throughput is the throughput scenario's (nil when not run).
+	Throughput *ThroughputResult
 	// Files are the paths written.
 	Files []string
 }
@@ -117,6 +119,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioBacklog, b.backlog},
 		{ScenarioGateway, b.gateway},
 		{ScenarioSizes, b.sizes},
+		{ScenarioThroughput, b.throughput},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

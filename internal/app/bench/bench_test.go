@@ -156,3 +156,27 @@ func TestRunGatewayScaledDown(t *testing.T) {
 	require.Contains(t, string(md), "## 6. Agents on a shared, flaky endpoint")
 	require.Contains(t, string(md), "| through llmq | 11 | 0 | 0.0% | none |")
 }
+
+// TestRunThroughputScaledDown posts 1,000 jobs through the API and the
+// worker: every one succeeds after exactly one upstream call, and the
+// report has its section.
+func TestRunThroughputScaledDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the API, the worker and a simulator for 1,000 jobs")
+	}
+	out := t.TempDir()
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Out: out, Scale: 0.01, Only: []string{ScenarioThroughput}, Progress: &progress})
+	require.NoError(t, err, progress.String())
+	tp := rep.Throughput
+	require.Equal(t, 1000, tp.Jobs)
+	require.Equal(t, int64(1000), tp.UpstreamCalls, "one call per job")
+	require.Greater(t, tp.EndToEnd, tp.Enqueue-time.Nanosecond)
+	require.Positive(t, tp.EnqueueP99)
+	md, err := os.ReadFile(filepath.Join(out, ReportFile))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "## 8. Throughput: llmq's own overhead")
+	require.Contains(t, string(md), "| memory | 1000 |")
+}

@@ -17,10 +17,11 @@ const (
 	ScenarioBacklog    = "backlog"
 	ScenarioSizes      = "sizes"
 	ScenarioGateway    = "gateway"
+	ScenarioThroughput = "throughput"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioThroughput}
 
 // Defaults of Config.
 const (
@@ -46,6 +47,9 @@ type Config struct {
 	// kept), and the gateway scenario's calls per agent (at least one).
 	// 0 = ScaleDefault; tests use 0.1.
 	Scale float64
+	// Broker is the broker of the throughput scenario, in a form of
+	// LLMQ_BROKER. "" = an in-memory broker.
+	Broker string
 	// Only runs the named scenarios (see Scenarios). Empty = all.
 	Only []string
 	// Progress receives one line per run. nil = io.Discard.

@@ -1,0 +1,101 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport/open"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
+)
+
+// enqueueClients is the concurrency of BenchmarkEnqueue: callers each
+// posting one job at a time.
+const enqueueClients = 64
+
+// BenchmarkEnqueue measures POST /v1/jobs with one job per request, as
+// enqueueClients concurrent callers make them, over HTTP to the API with
+// its real producer: the outbox in Postgres (store.Open, group commit) and
+// RabbitMQ with publisher confirms. It reports jobs/s and the p99 latency.
+func BenchmarkEnqueue(b *testing.B) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, storetest.NewDB(b))
+	require.NoError(b, err)
+	b.Cleanup(st.Close)
+	queue := rabbitmqtest.NewQueue(b)
+	pub, sub, err := open.Open(ctx, rabbitmqtest.BrokerURL(queue), open.Options{Logger: quiet})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = sub.Close(); _ = pub.Close() })
+	reg := prometheus.NewRegistry()
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: sub,
+		HardDepth: 1 << 40, SoftDepth: 1 << 39, Logger: quiet, Registerer: reg})
+	require.NoError(b, err)
+	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Logger: quiet, Registerer: reg})
+	require.NoError(b, err)
+	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Close() })
+	url := "http://" + ln.Addr().String() + "/v1/jobs"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: enqueueClients}, Timeout: time.Minute}
+	prompt := strings.Repeat("Summarise this sentence in five words. ", 5)
+
+	var next atomic.Int64
+	lat := make([][]time.Duration, enqueueClients)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for c := range enqueueClients {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				body := fmt.Sprintf(`{"id":"enq-%d","body":{"model":"gpt-4o-mini","max_tokens":32,"messages":[{"role":"user","content":"%s"}]}}`, i, prompt)
+				req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader([]byte(body)))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				req.Header.Set("Authorization", "Bearer "+keyAcme)
+				req.Header.Set("Content-Type", "application/json")
+				start := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_ = resp.Body.Close()
+				lat[c] = append(lat[c], time.Since(start))
+				if resp.StatusCode != http.StatusAccepted {
+					b.Errorf("POST /v1/jobs: HTTP %d", resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	all := slices.Sorted(slices.Values(slices.Concat(lat...)))
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+	var published int
+	require.NoError(b, st.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE published_at IS NOT NULL`).Scan(&published))
+	require.Equal(b, b.N, published)
+}

@@ -1,0 +1,147 @@
+package producer
+
+import (
+	"context"
+	"sync"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
+)
+
+// Group commit of the outbox: concurrent PublishBatch calls (the API's
+// single-job POSTs above all) share one InsertOutbox transaction, one
+// publish whose confirms are awaited together, and one MarkPublished,
+// instead of two commits and a confirm round trip each. There is no timer
+// and no goroutine of its own: a caller queues its jobs and, while a flush
+// slot is free, flushes everything queued (its own jobs and those of the
+// callers that queued meanwhile); the callers whose jobs another took wait
+// for that flush. docs/design/queue-of-record.md (the outbox).
+
+// groupFlushes is the number of flushes in flight at once.
+const groupFlushes = 4
+
+// groupMaxJobs bounds the jobs of one flush.
+const groupMaxJobs = 2000
+
+// recordReq is one caller's jobs (validated, admitted) and their messages.
+type recordReq struct {
+	jobs []*llmq.Job
+	msgs []transport.Message
+	done chan recordResult // buffered 1
+}
+
+// recordResult is what became of a recordReq: recorded (nil with
+// recordErr), and publishErr when the publish of its created jobs failed
+// (they stay in the outbox for the sweeper).
+type recordResult struct {
+	recorded   []store.Recorded
+	recordErr  error
+	publishErr error
+}
+
+type grouper struct {
+	mu    sync.Mutex
+	queue []*recordReq
+	slots chan struct{}
+}
+
+func newGrouper() *grouper { return &grouper{slots: make(chan struct{}, groupFlushes)} }
+
+// record records and publishes jobs (msgs their messages) with the callers
+// of the moment.
+func (p *Producer) record(ctx context.Context, jobs []*llmq.Job, msgs []transport.Message) recordResult {
+	g := p.group
+	r := &recordReq{jobs: jobs, msgs: msgs, done: make(chan recordResult, 1)}
+	g.mu.Lock()
+	g.queue = append(g.queue, r)
+	g.mu.Unlock()
+	for {
+		select {
+		case res := <-r.done:
+			return res
+		case g.slots <- struct{}{}:
+		}
+		g.mu.Lock()
+		var batch []*recordReq
+		n := 0
+		for len(g.queue) > 0 && (n == 0 || n+len(g.queue[0].jobs) <= groupMaxJobs) {
+			n += len(g.queue[0].jobs)
+			batch = append(batch, g.queue[0])
+			g.queue = g.queue[1:]
+		}
+		g.mu.Unlock()
+		if len(batch) == 0 {
+			// Another flush took r: its answer comes.
+			<-g.slots
+			return <-r.done
+		}
+		p.flush(ctx, batch)
+		<-g.slots
+	}
+}
+
+// flush records the jobs of batch in one transaction and publishes the
+// created ones in one call. When the transaction fails, each request is
+// recorded on its own, so a job Postgres refuses fails only its caller.
+func (p *Producer) flush(ctx context.Context, batch []*recordReq) {
+	// Not cut by the caller that happens to flush: the others wait on it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
+	defer cancel()
+	if len(batch) > 1 {
+		var jobs []*llmq.Job
+		for _, r := range batch {
+			jobs = append(jobs, r.jobs...)
+		}
+		recorded, err := p.cfg.Store.InsertOutbox(ctx, jobs)
+		if err != nil {
+			for _, r := range batch {
+				p.flush(ctx, []*recordReq{r})
+			}
+			return
+		}
+		p.publishRecorded(ctx, batch, recorded)
+		return
+	}
+	recorded, err := p.cfg.Store.InsertOutbox(ctx, batch[0].jobs)
+	if err != nil {
+		batch[0].done <- recordResult{recordErr: err}
+		return
+	}
+	p.publishRecorded(ctx, batch, recorded)
+}
+
+// publishRecorded publishes the created jobs of batch, whose InsertOutbox
+// answers are recorded in order, and answers every request.
+func (p *Producer) publishRecorded(ctx context.Context, batch []*recordReq, recorded []store.Recorded) {
+	var fresh []transport.Message
+	var keys []store.Key
+	i := 0
+	for _, r := range batch {
+		for k, j := range r.jobs {
+			if recorded[i+k].Created {
+				fresh, keys = append(fresh, r.msgs[k]), append(keys, store.Key{Tenant: j.Tenant, ID: j.ID})
+			}
+		}
+		i += len(r.jobs)
+	}
+	err := p.publish(ctx, fresh, keys)
+	i = 0
+	for _, r := range batch {
+		res := recordResult{recorded: recorded[i : i+len(r.jobs)], publishErr: err}
+		if !anyCreated(res.recorded) {
+			res.publishErr = nil // nothing of this caller's was to publish
+		}
+		r.done <- res
+		i += len(r.jobs)
+	}
+}
+
+func anyCreated(rs []store.Recorded) bool {
+	for _, r := range rs {
+		if r.Created {
+			return true
+		}
+	}
+	return false
+}

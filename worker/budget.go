@@ -114,15 +114,21 @@ func (w *Worker) budgetGate(p *job, model string, body json.RawMessage) (out jso
 	return body, event{}, false, true
 }
 
+// budgetsOf is the budgets p's call is charged on: none when the worker
+// keeps no budgets or p's tenant and project have none.
+func (w *Worker) budgetsOf(p *job) []llmq.Budget {
+	if w.cfg.Budgets == nil {
+		return nil
+	}
+	return w.cfg.Tenants.Budgets(p.rec.Tenant, p.rec.Project)
+}
+
 // reserveBudget reserves the price of p's call of model on its budgets. It
 // returns the output cap to apply to the call (0: none). When the call
 // may not go ahead it reports false with a nil error, and the job has left
 // the pipeline by its budget's overage policy.
 func (w *Worker) reserveBudget(p *job, model string) (capTokens int, ok bool, err error) {
-	if w.cfg.Budgets == nil {
-		return 0, true, nil
-	}
-	budgets := w.cfg.Tenants.Budgets(p.rec.Tenant, p.rec.Project)
+	budgets := w.budgetsOf(p)
 	if len(budgets) == 0 {
 		return 0, true, nil
 	}
@@ -206,7 +212,7 @@ func (w *Worker) budgetAlerts(alerts []store.BudgetAlert) {
 // (success), or gives it back (the call failed or was not made: reply
 // nil), retrying database errors until the worker's grace period ends.
 func (w *Worker) endBudget(p *job, model string, reply *Reply) {
-	if w.cfg.Budgets == nil || len(w.cfg.Tenants.Budgets(p.rec.Tenant, p.rec.Project)) == 0 {
+	if len(w.budgetsOf(p)) == 0 {
 		return
 	}
 	what, write := "release budget", func(ctx context.Context) error { return w.cfg.Budgets.ReleaseBudget(ctx, p.lease) }

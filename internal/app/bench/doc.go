@@ -22,12 +22,14 @@
 //   - backlog: 200 jobs landing at once on an idle provider, one worker
 //     and three replicas, per-minute and short-bucket enforcement: the
 //     share of the physical limit;
-//   - sizes: that backlog drained first come, first served and then
-//     size-aware (ingest.size_order): short and long jobs' latencies;
 //   - gateway: seed 002's experiment, 11 agents making sequential calls
 //     with a 60 s timeout to a provider with tight limits, 502s and
 //     resets, straight to it and then through the API's gateway mode:
-//     failures and the agents' latencies.
+//     failures and the agents' latencies;
+//   - sizes: the backlog drained first come, first served and then
+//     size-aware (ingest.size_order): short and long jobs' latencies;
+//   - throughput: llmq's own overhead, single-job POST /v1/jobs by 64
+//     callers to an API and worker before an instant simulator.
 //
 // The long/short mix (the second experiment) is in every scenario;
 // the report gives latencies per kind.

@@ -39,7 +39,8 @@ type Recorded struct {
 // of the jobs that already existed in the same transaction: once it
 // returns without error, every job is recorded and nothing is left to
 // read. Every job must be valid; an invalid one returns ErrInvalidJob and
-// nothing is written.
+// nothing is written. With WithSizer, each job is recorded with its
+// estimate and size delay.
 func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]Recorded, error) {
 	for _, j := range jobs {
 		if err := validate("insert", j); err != nil {
@@ -52,7 +53,7 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]Recorded,
 	now := s.clock()
 	b := &pgx.Batch{}
 	for _, j := range jobs {
-		b.Queue(insertOutboxSQL, s.insertArgs(NewJob{Job: j}, now)...)
+		b.Queue(insertOutboxSQL, s.insertArgs(s.sizer.NewJob(j), now)...)
 		b.Queue(`SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, j.Tenant, j.ID)
 	}
 	// A batch is sent with one Sync: its statements form one implicit

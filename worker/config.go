@@ -42,9 +42,6 @@ const (
 	// recorded up to ten times its own time at the model's TPM after it
 	// (3,000 tokens at 60k TPM: 30 s, one AgingStep).
 	SizeOrderDefault = 10.0
-	// maxSizeDelay bounds a job's size delay, so that a TPM set absurdly
-	// low cannot push a job out of every order (or overflow the key).
-	maxSizeDelay = 24 * time.Hour
 	// AgingStepDefault is how long a job waits to gain one priority level,
 	// in Postgres (store.AgingStepDefault) and in a lane's queue.
 	AgingStepDefault = store.AgingStepDefault

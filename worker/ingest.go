@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,30 +155,11 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
 			continue
 		}
-		items = append(items, ingestItem{msg: m, job: w.newJob(j)})
+		items = append(items, ingestItem{msg: m, job: w.sizer.NewJob(j)})
 	}
 	if len(items) > 0 {
 		w.record(items)
 	}
-}
-
-// newJob is j with its shaping estimate: the tokenizer's count of the
-// prompt, and the output allowance n x (max_tokens, else the model's
-// default allowance); and its size delay in the claim order (SizeOrder).
-func (w *Worker) newJob(j *llmq.Job) store.NewJob {
-	n := store.NewJob{Job: j}
-	est, err := w.est.EstimateBody(j.Body)
-	if err != nil {
-		return n // a body Decode accepted always parses; the claim estimates again
-	}
-	m := w.model(j.Model())
-	n.EstPromptTokens = est.PromptTokens
-	n.EstOutputTokens = cmp.Or(est.MaxOutputTokens, est.N*m.MaxOutputDefault)
-	if w.cfg.SizeOrder > 0 && m.TPM > 0 {
-		secs := w.cfg.SizeOrder * float64(n.EstPromptTokens+n.EstOutputTokens) / (m.TPM / 60)
-		n.SizeDelay = time.Duration(min(secs, maxSizeDelay.Seconds()) * float64(time.Second))
-	}
-	return n
 }
 
 // record inserts items and acks their messages. On an error it finds out

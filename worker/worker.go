@@ -42,6 +42,8 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *metrics
 	est     *shaping.Estimator
+	// sizer gives an ingested job its estimate and size delay.
+	sizer store.Sizer
 	// budgetMetrics are the budgets' gauges (budget.go).
 	budgetMetrics *budgetMetrics
 	// scopeMetrics are the series of the tenants' and projects' quotas.
@@ -128,6 +130,7 @@ func New(cfg Config) (*Worker, error) {
 		scopeMetrics:  newScopeMetrics(cfg.Registerer),
 		capacity:      newCapacityMetrics(cfg.Registerer),
 		est:           est,
+		sizer:         store.Sizer{Estimator: est, Catalog: cfg.Catalog, Order: cfg.SizeOrder},
 		lanes:         make(map[string]*lane),
 		shares:        make(map[string]float64),
 		policy: policy{

@@ -19,6 +19,7 @@ import (
 	"github.com/llmq/llmq/internal/app"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
 )
 
@@ -43,12 +44,16 @@ func settings(t *testing.T) *config.Config {
 }
 
 // TestWorkerAndAPI runs a worker and the API in one App: a job posted to
-// the API succeeds through the worker; Stop stops everything, twice.
+// the API is recorded with its estimate and size delay (as the worker's
+// ingest records one) and succeeds through the worker; Stop stops
+// everything, twice.
 func TestWorkerAndAPI(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	s := settings(t)
+	s.Models = map[string]llmq.Model{"gpt-4o-mini": {TPM: 60000}}
 	a, err := app.New(ctx, app.Config{
-		Settings: settings(t), Migrate: true, Logger: quiet, MetricsListen: "127.0.0.1:0",
+		Settings: s, Migrate: true, Logger: quiet, MetricsListen: "127.0.0.1:0",
 		Worker: &app.WorkerConfig{}, API: &app.APIConfig{Listen: "127.0.0.1:0"},
 	})
 	require.NoError(t, err)
@@ -74,6 +79,14 @@ func TestWorkerAndAPI(t *testing.T) {
 		_, job := do(http.MethodGet, "/v1/jobs/app-1", "")
 		return job["status"] == string(llmq.StatusSucceeded)
 	}, 30*time.Second, 20*time.Millisecond)
+	rec, err := a.Store().Get(ctx, "acme", "app-1")
+	require.NoError(t, err)
+	require.Positive(t, rec.EstPromptTokens)
+	require.Equal(t, 8, rec.EstOutputTokens)
+	// A normal job: one aging step, then ten times its tokens' time at
+	// 60,000 TPM (10 ms a token).
+	tokens := rec.EstPromptTokens + rec.EstOutputTokens
+	require.Equal(t, store.AgingStepDefault+time.Duration(tokens)*10*time.Millisecond, rec.SchedKey.Sub(rec.CreatedAt))
 	code, _ = do(http.MethodGet, "/v1/dead-letters", "")
 	require.Equal(t, http.StatusOK, code, "the API mounts the dead-letter endpoints")
 

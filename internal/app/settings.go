@@ -10,6 +10,7 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/worker"
 )
@@ -79,6 +80,12 @@ func fallbackOn(names []string) []worker.FallbackTrigger {
 // (weights and priority caps).
 func storeOrder(s *config.Config) store.Order {
 	return store.Order{Tenants: s.Tenants}
+}
+
+// storeSizer gives the jobs recorded through the outbox their estimate and
+// size delay as the worker's ingest does: the same catalog and size order.
+func storeSizer(s *config.Config, est *shaping.Estimator) store.Sizer {
+	return store.Sizer{Estimator: est, Catalog: s.Catalog(), Order: cmp.Or(s.Ingest.SizeOrder, worker.SizeOrderDefault)}
 }
 
 // upstreamConfig addresses the OpenAI-compatible upstream.

@@ -44,13 +44,13 @@ func (w *Worker) observeLoop(ctx context.Context) {
 		case <-tick.Chan():
 		}
 		w.lanesMu.Lock()
-		for name, l := range w.lanes {
+		for _, l := range w.lanes {
 			s := l.shaper.Snapshot()
-			w.metrics.concurrencyLimit.WithLabelValues(name).Set(float64(s.ConcurrencyLimit))
-			w.metrics.quotaShare.WithLabelValues(name).Set(s.Share)
-			w.observeCapacity(name, l, s)
+			w.metrics.concurrencyLimit.WithLabelValues(l.model, l.entry).Set(float64(s.ConcurrencyLimit))
+			w.metrics.quotaShare.WithLabelValues(l.model, l.entry).Set(s.Share)
+			w.observeCapacity(l, s)
 			for _, b := range s.Buckets {
-				w.metrics.bucketLevel.WithLabelValues(name, b.Name).Set(b.Level)
+				w.metrics.bucketLevel.WithLabelValues(l.model, l.entry, b.Name).Set(b.Level)
 			}
 		}
 		w.lanesMu.Unlock()

@@ -62,6 +62,24 @@ func laneName(model, entry string) string {
 // pool is model's pool (nil for a model without one).
 func (w *Worker) pool(model string) []PoolEntry { return w.cfg.Pools[model] }
 
+// unboundOf is the count of model's claimed jobs that have not chosen an
+// entry of its pool yet, as a lane (only its pending count is used), so
+// that they count against the model's headroom (the claim) but not
+// against any entry's (the choice); nil for a model without a pool.
+func (w *Worker) unboundOf(model string) *lane {
+	if len(w.pool(model)) < 2 {
+		return nil
+	}
+	w.lanesMu.Lock()
+	defer w.lanesMu.Unlock()
+	u, ok := w.unbound[model]
+	if !ok {
+		u = &lane{model: model}
+		w.unbound[model] = u
+	}
+	return u
+}
+
 // lanesOf returns the lanes of model: one per pool entry, or its one lane.
 func (w *Worker) lanesOf(model string) []*lane {
 	n := max(1, len(w.pool(model)))

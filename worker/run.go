@@ -112,7 +112,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 	var l *lane
 	if len(refused) == 0 {
 		l = w.lane(rec.RequestedModel)
-		p.setPending(l)
+		p.setPending(cmp.Or(w.unboundOf(rec.RequestedModel), l))
 	}
 	w.runners.Add(1)
 	go func() {

@@ -126,6 +126,10 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	now := w.cfg.Clock.Now()
 	typical := lanes[0].typical()
 	pending, want, paused := 0, 0, true
+	if u := w.unboundOf(model); u != nil {
+		pending = int(u.pending.Load())
+		want = -pending
+	}
 	for _, l := range lanes {
 		n := int(l.pending.Load())
 		pending += n

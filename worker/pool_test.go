@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -154,4 +155,39 @@ func (tb *testBundle) waitTenantTerminal(t *testing.T, tenant, id string, timeou
 		}
 		time.Sleep(20 * time.Millisecond) // polling an external system; not a correctness wait
 	}
+}
+
+// TestKeyPoolLedgerKeys: replicas share each key of a pool apart: every
+// replica writes one quota ledger row per entry, keyed by the entry's base
+// URL, key hash and the model, and none for the single upstream's key.
+func TestKeyPoolLedgerKeys(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 160})
+	scopeA, scopeB := worker.QuotaScopeOf(tb.sim.URL, "sk-a"), worker.QuotaScopeOf(tb.sim.URL, "sk-b")
+	for range 2 {
+		tb.start(t, func(c *worker.Config) {
+			c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"m": {}}}
+			c.Ledger, c.QuotaScope = tb.store, worker.QuotaScopeOf(tb.sim.URL, "sk-test")
+			c.LedgerPeriod, c.LedgerLease = 100*time.Millisecond, time.Second
+			c.Pools = map[string][]worker.PoolEntry{"m": {
+				{Name: "a", Upstream: upstreamAt(tb.sim.URL, time.Second), QuotaScope: scopeA, RPM: 60},
+				{Name: "b", Upstream: upstreamAt(tb.sim.URL, time.Second), QuotaScope: scopeB, RPM: 60},
+			}}
+		})
+	}
+	want := map[string]int{scopeA + " m": 2, scopeB + " m": 2}
+	var got map[string]int
+	require.Eventually(t, func() bool {
+		rows, err := tb.store.Pool().Query(context.Background(), `SELECT quota_key, count(*) FROM quota_ledger GROUP BY quota_key`)
+		require.NoError(t, err)
+		got = map[string]int{}
+		for rows.Next() {
+			var key string
+			var n int
+			require.NoError(t, rows.Scan(&key, &n))
+			got[key] = n
+		}
+		return rows.Err() == nil && maps.Equal(got, want)
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, want, got, "ledger rows by key")
 }

@@ -191,3 +191,42 @@ func TestKeyPoolLedgerKeys(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, want, got, "ledger rows by key")
 }
+
+// TestKeyPoolNeverMovesToAModelTheJobDidNotAllow: key a exhausted (spent by
+// another client), key b unable to serve the request (its context window),
+// and jobs that allow no fallback model, in a catalog that lists another
+// model: every job waits on key a (one 429, then its lane holds them), and
+// no other key or model is called.
+func TestKeyPoolNeverMovesToAModelTheJobDidNotAllow(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 170,
+		Models: map[string]upstreamsim.ModelConfig{"primary": {Limits: upstreamsim.Limits{RPM: 1, TPM: -1}}}})
+	b := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 171})
+	other := upstreamAt(tb.sim.URL, 10*time.Second).Call(context.Background(), "primary",
+		[]byte(`{"model":"primary","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`))
+	require.Equal(t, worker.ClassSuccess, other.Outcome.Class)
+	tb.start(t, func(c *worker.Config) {
+		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"primary": {}, "backup": {}}}
+		c.Pools = map[string][]worker.PoolEntry{"primary": {
+			{Name: "a", Upstream: upstreamAt(tb.sim.URL, 10*time.Second), RPM: 1},
+			{Name: "b", Upstream: upstreamAt(b.URL, 10*time.Second), ContextWindow: 16},
+		}}
+		c.Strategy, c.FallbackMaxWait = "", time.Second
+		c.Backoff.MaxRetryAfter = time.Minute
+	})
+	const jobs = 4
+	for j := range jobs {
+		tb.publish(t, jobJSON(fmt.Sprintf("job-%d", j), "primary", ""))
+	}
+	// Every job is held: waiting in key a's lane, or backing off after
+	// its 429.
+	require.Eventually(t, func() bool {
+		return tb.count(t, `status IN ('running', 'retrying') AND phase IN ('`+store.PhaseWaitingForQuota+`', '`+store.PhaseBackingOff+`')`) == jobs
+	}, 20*time.Second, 20*time.Millisecond)
+	statsA, statsB := tb.sim.Sim.Stats().Models, b.Sim.Stats().Models
+	require.EqualValues(t, 1, statsA["primary"].Accepted, "key a: the other client's call")
+	require.EqualValues(t, 1, statsA["primary"].RateLimited["requests"], "key a: one 429, then its lane paused")
+	require.Zero(t, statsA["backup"].Accepted, "a model the jobs did not allow")
+	require.Zero(t, statsB["primary"].Accepted, "key b cannot serve the request")
+	require.Zero(t, tb.count(t, `status IN ('succeeded', 'failed', 'dead_lettered')`))
+}

@@ -24,6 +24,9 @@ import (
 type Call struct {
 	// Model is the model called; "" records the job's requested model.
 	Model string
+	// Entry names the entry of the model's key pool that made the call;
+	// "" for a model without a pool.
+	Entry string
 	// QuotaWait is how long the job waited for admission (quota,
 	// concurrency, pacing) before the call; Backoff how long it waited
 	// out a backoff since its last call.
@@ -58,7 +61,9 @@ type Attempt struct {
 	// 1).
 	Seq, Attempt int
 	Model        string
-	StartedAt    time.Time
+	// Entry is the key pool entry that made the call ("" without a pool).
+	Entry     string
+	StartedAt time.Time
 	// QuotaWait and Backoff are the waits before the call.
 	QuotaWait, Backoff time.Duration
 	// FinishedAt is nil while the call has not answered, or when its
@@ -75,14 +80,14 @@ type Attempt struct {
 
 // insertAttemptSQL wraps the fenced UPDATE of MarkCalling (which returns
 // tenant, id, attempts, requested_model) so that the same statement
-// records the call: $n.. are the model, the quota wait and the backoff
-// (ms).
+// records the call: $n.. are the model, the quota wait, the backoff (ms)
+// and the pool entry.
 func insertAttemptSQL(update string, n int) string {
 	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
 	return `WITH j AS (` + update + `), a AS (
-	INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms, backoff_ms)
+	INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms, backoff_ms, entry)
 	SELECT j.tenant, j.id, coalesce((SELECT max(seq) FROM job_attempts x WHERE x.tenant = j.tenant AND x.job_id = j.id), 0) + 1,
-		j.attempts, coalesce(nullif(` + p(0) + `::text, ''), j.requested_model), $3, ` + p(1) + `, ` + p(2) + ` FROM j
+		j.attempts, coalesce(nullif(` + p(0) + `::text, ''), j.requested_model), $3, ` + p(1) + `, ` + p(2) + `, ` + p(3) + ` FROM j
 ) SELECT attempts FROM j`
 }
 
@@ -129,7 +134,7 @@ func (s *Store) EndAttempt(ctx context.Context, k Key, a Answer) error {
 
 // Attempts returns the recorded calls of tenant's job id, in order.
 func (s *Store) Attempts(ctx context.Context, tenant, id string) ([]Attempt, error) {
-	rows, err := s.pool.Query(ctx, `SELECT seq, attempt, model, started_at, quota_wait_ms, backoff_ms, finished_at,
+	rows, err := s.pool.Query(ctx, `SELECT seq, attempt, model, entry, started_at, quota_wait_ms, backoff_ms, finished_at,
 		status, outcome, error_code, prompt_tokens, completion_tokens, retry_after_ms
 	FROM job_attempts WHERE tenant = $1 AND job_id = $2 ORDER BY seq`, tenant, id)
 	if err != nil {
@@ -139,7 +144,7 @@ func (s *Store) Attempts(ctx context.Context, tenant, id string) ([]Attempt, err
 		var a Attempt
 		var wait, backoff int64
 		var retryAfter *int64
-		err := r.Scan(&a.Seq, &a.Attempt, &a.Model, &a.StartedAt, &wait, &backoff, &a.FinishedAt, &a.Status,
+		err := r.Scan(&a.Seq, &a.Attempt, &a.Model, &a.Entry, &a.StartedAt, &wait, &backoff, &a.FinishedAt, &a.Status,
 			&a.Outcome, &a.ErrorCode, &a.PromptTokens, &a.CompletionTokens, &retryAfter)
 		a.StartedAt = a.StartedAt.UTC()
 		if a.FinishedAt != nil {

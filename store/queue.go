@@ -257,7 +257,8 @@ func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attem
 		wrap:     func(update string) string { return insertAttemptSQL(update, 8) },
 		answered: st.Answered,
 		rows:     markCallingRows,
-	}, st.Retries, st.ModelIndex, st.RateLimited, st.Call.Model, st.Call.QuotaWait.Milliseconds(), st.Call.Backoff.Milliseconds())
+	}, st.Retries, st.ModelIndex, st.RateLimited, st.Call.Model, st.Call.QuotaWait.Milliseconds(), st.Call.Backoff.Milliseconds(),
+		st.Call.Entry)
 }
 
 // markCallingRows is MarkCalling for many jobs in one statement, which
@@ -268,19 +269,19 @@ var markCallingRows = &rowKind{
 		attempts = j.attempts + 1, started_at = coalesce(j.started_at, u.now), retries = u.retries,
 		model_index = u.model_index, rate_limited = u.rate_limited
 	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::int[], $8::text[],
-		$9::bigint[], $10::bigint[])
-		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, model, quota_wait, backoff, n)
+		$9::bigint[], $10::bigint[], $11::text[])
+		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, model, quota_wait, backoff, entry, n)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND j.status ` + tMarkCalling.in + `
-	RETURNING u.n, j.attempts, j.tenant, j.id, j.requested_model, u.now, u.model, u.quota_wait, u.backoff
+	RETURNING u.n, j.attempts, j.tenant, j.id, j.requested_model, u.now, u.model, u.quota_wait, u.backoff, u.entry
 ), a AS (
-	INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms, backoff_ms)
+	INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms, backoff_ms, entry)
 	SELECT c.tenant, c.id, coalesce((SELECT max(seq) FROM job_attempts x WHERE x.tenant = c.tenant AND x.job_id = c.id), 0) + 1,
-		c.attempts, coalesce(nullif(c.model, ''), c.requested_model), c.now, c.quota_wait, c.backoff FROM c
+		c.attempts, coalesce(nullif(c.model, ''), c.requested_model), c.now, c.quota_wait, c.backoff, c.entry FROM c
 ) SELECT n, attempts FROM c`,
 	args: func(ops []*op) []any {
 		return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[int64](ops, 3),
 			column[int](ops, 4), column[int](ops, 5), column[int](ops, 6), column[string](ops, 7),
-			column[int64](ops, 8), column[int64](ops, 9)}
+			column[int64](ops, 8), column[int64](ops, 9), column[string](ops, 10)}
 	},
 }
 

@@ -72,7 +72,9 @@ func TestWorkerRefusesModelsTheCatalogDoesNotAllow(t *testing.T) {
 	tb.publish(t, jobJSON("ok-1", "gpt-4o-mini", ""))
 	require.Equal(t, llmq.StatusSucceeded, tb.waitTerminal(t, []string{"ok-1"}, 20*time.Second)["ok-1"].Status)
 	// The baseline has the lane's gauges (set every second).
-	require.Eventually(t, func() bool { return strings.Contains(metricsText(t, reg), `llmq_capacity_health{model="gpt-4o-mini"}`) },
+	require.Eventually(t, func() bool {
+		return strings.Contains(metricsText(t, reg), `llmq_capacity_health{entry="",model="gpt-4o-mini"}`)
+	},
 		5*time.Second, 10*time.Millisecond)
 	goroutines, metrics := labelled(t, t.Name()), metricsText(t, reg)
 	require.Positive(t, goroutines)

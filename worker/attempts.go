@@ -26,11 +26,11 @@ type attempt struct {
 	answered *store.Answer
 }
 
-// call is the record of the call about to be made on model after a wait
-// of quotaWait for admission, with the answer to the previous call when
-// none recorded it yet.
-func (a *attempt) call(st store.PolicyState, model string, quotaWait time.Duration) store.PolicyState {
-	st.Call = store.Call{Model: model, QuotaWait: quotaWait, Backoff: a.backoff}
+// call is the record of the call about to be made on model (by its pool
+// entry, "" without a pool) after a wait of quotaWait for admission, with
+// the answer to the previous call when none recorded it yet.
+func (a *attempt) call(st store.PolicyState, model, entry string, quotaWait time.Duration) store.PolicyState {
+	st.Call = store.Call{Model: model, Entry: entry, QuotaWait: quotaWait, Backoff: a.backoff}
 	st.Answered = a.answered
 	return st
 }

@@ -14,7 +14,8 @@ import (
 )
 
 // Budgets (docs/design/tenants.md#budgets): before each call the job's
-// holder reserves the call's price, at its model's live prices with the
+// holder reserves the call's price, at its model's live prices (its pool
+// entry's, when they differ: pool.go) with the
 // whole output allowance, on every budget of the job's tenant and project;
 // the store decides it atomically for every worker (store.ReserveBudget).
 // After the call the reservation is settled to the real price, or given
@@ -136,7 +137,7 @@ func (w *Worker) reserveBudget(p *job, model string) (capTokens int, ok bool, er
 	for _, b := range budgets[1:] {
 		outCap = min(outCap, b.OutputCap)
 	}
-	m := w.model(model)
+	m := w.priced(p, model)
 	ctx, cancel := context.WithTimeout(p.ctx, markTimeout)
 	defer cancel()
 	out, err := w.cfg.Budgets.ReserveBudget(ctx, store.BudgetReservation{
@@ -217,7 +218,7 @@ func (w *Worker) endBudget(p *job, model string, reply *Reply) {
 	}
 	what, write := "release budget", func(ctx context.Context) error { return w.cfg.Budgets.ReleaseBudget(ctx, p.lease) }
 	if reply != nil && reply.Outcome.Class == ClassSuccess {
-		cost := w.model(model).Cost(reply.PromptTokens, reply.CompletionTokens)
+		cost := w.priced(p, model).Cost(reply.PromptTokens, reply.CompletionTokens)
 		what, write = "settle budget", func(ctx context.Context) error { return w.cfg.Budgets.SettleBudget(ctx, p.lease, cost) }
 	}
 	// Left to the reaper's sweep if the database stays down.

@@ -97,11 +97,11 @@ type capacityMetrics struct {
 func newCapacityMetrics(reg prometheus.Registerer) *capacityMetrics {
 	m := &capacityMetrics{
 		allocatable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmq_capacity_allocatable", Help: "A model's allocatable capacity on this worker: its lane's limit x health x safety - reserved, by kind (rpm, tpm, concurrency).",
-		}, []string{"model", "kind"}),
+			Name: "llmq_capacity_allocatable", Help: "A model's allocatable capacity on this worker per pool entry (\"\" without a key pool): its lane's limit x health x safety - reserved, by kind (rpm, tpm, concurrency).",
+		}, []string{"model", "entry", "kind"}),
 		health: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmq_capacity_health", Help: "A model's health factor: 1 - the share of its last 100 calls that failed (5xx, timeout), lowered by a p95 latency above the tail latency.",
-		}, []string{"model"}),
+			Name: "llmq_capacity_health", Help: "A model's health factor per pool entry: 1 - the share of its last 100 calls that failed (5xx, timeout), lowered by a p95 latency above the tail latency.",
+		}, []string{"model", "entry"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.allocatable, m.health)
@@ -118,16 +118,17 @@ func (l *lane) observeHealth(out Outcome, latency time.Duration) {
 	l.health.observe(out.Status >= 500 || out.Code == "timeout", latency)
 }
 
-// observeCapacity sets the capacity gauges of the lane of model from its
-// snapshot s.
-func (w *Worker) observeCapacity(model string, l *lane, s shaping.Snapshot) {
+// observeCapacity sets the capacity gauges of lane l (of a model, or of
+// one entry of its pool: capacity is per key and model) from its snapshot
+// s.
+func (w *Worker) observeCapacity(l *lane, s shaping.Snapshot) {
 	h := l.health.factor(w.cfg.CapacityTailLatency)
 	safety, reserved := w.cfg.CapacitySafety, max(0, w.cfg.CapacityReserved)
-	w.capacity.health.WithLabelValues(model).Set(h)
+	w.capacity.health.WithLabelValues(l.model, l.entry).Set(h)
 	for _, b := range s.Buckets {
 		if b.Name == "rpm" || b.Name == "tpm" {
-			w.capacity.allocatable.WithLabelValues(model, b.Name).Set(allocatable(b.Limit, h, safety, reserved))
+			w.capacity.allocatable.WithLabelValues(l.model, l.entry, b.Name).Set(allocatable(b.Limit, h, safety, reserved))
 		}
 	}
-	w.capacity.allocatable.WithLabelValues(model, "concurrency").Set(allocatable(float64(s.ConcurrencyLimit), h, safety, reserved))
+	w.capacity.allocatable.WithLabelValues(l.model, l.entry, "concurrency").Set(allocatable(float64(s.ConcurrencyLimit), h, safety, reserved))
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -174,6 +175,12 @@ type Config struct {
 	// window (checked before a fallback), prices (the cost stored with each
 	// result) and fallbacks; a model it does not list uses Catalog.Default.
 	Catalog llmq.Catalog
+	// Pools are the models served by several upstreams (a base URL and an
+	// API key each, pool.go): each entry has its own lane, ledger key,
+	// incident breaker and client, and a job moves to another entry of
+	// its model before any fallback model. A model without a pool calls
+	// Upstream on the model's own quota. nil: no pools.
+	Pools map[string][]PoolEntry
 	// Tenants are the configured tenants: the tenant label of the
 	// per-tenant metrics names them, and TenantOther the rest. nil: every
 	// tenant is TenantOther.
@@ -391,8 +398,38 @@ func (c Config) validate() error {
 			"IncidentWindow and IncidentProbeEvery positive (got %d, %v, %v, %v)",
 			c.IncidentMinCalls, c.IncidentFailureRatio, c.IncidentWindow, c.IncidentProbeEvery))
 	}
+	for _, model := range slices.Sorted(maps.Keys(c.Pools)) {
+		errs = append(errs, c.validatePool(model)...)
+	}
 	if c.LedgerLease <= c.LedgerPeriod {
 		errs = append(errs, fmt.Errorf("worker: Config.LedgerLease (%v) must be longer than Config.LedgerPeriod (%v)", c.LedgerLease, c.LedgerPeriod))
 	}
 	return errors.Join(errs...)
+}
+
+// validatePool checks the pool of model.
+func (c Config) validatePool(model string) []error {
+	var errs []error
+	pool := c.Pools[model]
+	if len(pool) > maxPoolEntries {
+		errs = append(errs, fmt.Errorf("worker: Config.Pools[%q]: at most %d entries; got %d", model, maxPoolEntries, len(pool)))
+	}
+	names := map[string]bool{}
+	for i, e := range pool {
+		at := fmt.Sprintf("worker: Config.Pools[%q][%d]", model, i)
+		if e.Name == "" || names[e.Name] {
+			errs = append(errs, fmt.Errorf("%s.Name: required, unique in the pool; got %q", at, e.Name))
+		}
+		names[e.Name] = true
+		if e.Upstream == nil {
+			errs = append(errs, fmt.Errorf("%s.Upstream is required", at))
+		}
+		if c.Ledger != nil && e.QuotaScope == "" {
+			errs = append(errs, fmt.Errorf("%s.QuotaScope is required with Config.Ledger", at))
+		}
+		if e.RPM < 0 || e.TPM < 0 || e.Concurrency < 0 || e.ContextWindow < 0 || e.InputPricePer1M < 0 || e.OutputPricePer1M < 0 {
+			errs = append(errs, fmt.Errorf("%s: limits, context window and prices must not be negative", at))
+		}
+	}
+	return errs
 }

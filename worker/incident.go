@@ -38,9 +38,9 @@ var (
 	errProviderFailed = errors.New("worker: provider failure")
 )
 
-// newIncident returns the breaker of model's lane, nil when the worker runs
-// without one (IncidentMinCalls < 0).
-func (w *Worker) newIncident(model string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
+// newIncident returns the breaker of the lane of model's entry ("" without
+// a pool), nil when the worker runs without one (IncidentMinCalls < 0).
+func (w *Worker) newIncident(model, entry string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
 	c := w.cfg
 	if c.IncidentMinCalls < 0 {
 		return nil
@@ -57,18 +57,18 @@ func (w *Worker) newIncident(model string) *gobreaker.TwoStepCircuitBreaker[stru
 		},
 		IsSuccessful: func(err error) bool { return !errors.Is(err, errProviderFailed) },
 		IsExcluded:   func(err error) bool { return errors.Is(err, errNotCalled) },
-		OnStateChange: func(model string, from, to gobreaker.State) {
+		OnStateChange: func(_ string, from, to gobreaker.State) {
 			held := 0.0
 			if to != gobreaker.StateClosed {
 				held = 1
 			}
-			w.metrics.incident.WithLabelValues(model).Set(held)
+			w.metrics.incident.WithLabelValues(model, entry).Set(held)
 			switch {
 			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
 				w.log.Warn("provider incident: most calls fail; holding the model's jobs and probing",
-					slog.String("model", model), slog.Duration("probe_every", c.IncidentProbeEvery))
+					slog.String("model", model), slog.String("entry", entry), slog.Duration("probe_every", c.IncidentProbeEvery))
 			case to == gobreaker.StateClosed:
-				w.log.Info("provider incident over: a probe succeeded", slog.String("model", model))
+				w.log.Info("provider incident over: a probe succeeded", slog.String("model", model), slog.String("entry", entry))
 			}
 		},
 	})

@@ -12,15 +12,22 @@ import (
 	"github.com/llmq/llmq/shaping"
 )
 
-// lane is one model's shaping lane and the priority queue in front of it.
+// lane is one model's shaping lane (one per upstream of its pool, pool.go)
+// and the priority queue in front of it.
 // One dispatcher goroutine per lane takes the most urgent waiting job (by
 // priority with aging; jobs arrive in claim order, fallbacks from other
 // lanes) and waits in the shaper for it, so admission order follows
 // priority while the shaper keeps its strict FIFO among admitted
 // reservations.
 type lane struct {
-	shaper *shaping.Lane
-	sched  *Scheduler[*ticket]
+	// model is the lane's model; entry names its pool entry ("" for a
+	// model without a pool), up the upstream it calls and quotaKey its
+	// key in the quota ledger.
+	model, entry string
+	up           Upstream
+	quotaKey     string
+	shaper       *shaping.Lane
+	sched        *Scheduler[*ticket]
 	// pending counts the jobs of this worker bound for the lane that hold
 	// no permit: claimed and not yet admitted, or backing off. The
 	// scheduler claims the lane's headroom minus these.
@@ -151,35 +158,52 @@ func (a admission) notCalled() {
 	}
 }
 
-// lane returns the lane of model, starting it on first use.
-func (w *Worker) lane(model string) *lane {
+// lane returns the lane of model (of its first pool entry), starting it on
+// first use.
+func (w *Worker) lane(model string) *lane { return w.laneAt(model, 0) }
+
+// laneAt returns the lane of entry i of model's pool (i is 0 for a model
+// without a pool), starting it on first use.
+func (w *Worker) laneAt(model string, i int) *lane {
+	entry, up, quotaKey := "", w.cfg.Upstream, w.quotaKey(model)
+	m := w.model(model)
+	if pool := w.pool(model); len(pool) > 0 {
+		e := pool[i]
+		entry, up, quotaKey = e.Name, e.Upstream, w.quotaKeys(model)[i]
+		m.RPM, m.TPM, m.Concurrency = e.RPM, e.TPM, e.Concurrency
+	}
+	name := laneName(model, entry)
+	label := model
+	if entry != "" {
+		label += "@" + entry
+	}
 	w.lanesMu.Lock()
 	defer w.lanesMu.Unlock()
-	if l, ok := w.lanes[model]; ok {
+	if l, ok := w.lanes[name]; ok {
 		return l
 	}
-	m := w.model(model)
 	strategy := w.cfg.Strategy
 	if strategy == "" {
 		strategy = shaping.DefaultStrategy(m.RPM, m.TPM)
 	}
 	shaper, err := shaping.NewLane(shaping.LaneConfig{
-		Name: model, Strategy: strategy, RPM: m.RPM, TPM: m.TPM,
+		Name: label, Strategy: strategy, RPM: m.RPM, TPM: m.TPM,
 		Concurrency: m.Concurrency, DefaultMaxOutput: m.MaxOutputDefault, Clock: w.cfg.Clock,
 	})
 	if err != nil {
 		// The settings were validated at start-up; a lane that cannot be
 		// built falls back to no shaping rather than stopping all work.
-		w.log.Error("build shaping lane; using strategy retry", "model", model, "error", err)
-		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: model, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
+		w.log.Error("build shaping lane; using strategy retry", "model", model, "entry", entry, "error", err)
+		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: label, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
 	}
 	if w.cfg.Ledger != nil {
 		// In (0, 1] by construction.
-		_ = shaper.SetShare(w.startShare(w.stopCtx, w.quotaKey(model)))
+		_ = shaper.SetShare(w.startShare(w.stopCtx, quotaKey))
 	}
-	l := &lane{shaper: shaper, sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault,
-		incident: w.newIncident(model)}
-	w.lanes[model] = l
+	l := &lane{model: model, entry: entry, up: up, quotaKey: quotaKey, shaper: shaper,
+		sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault,
+		incident: w.newIncident(model, entry)}
+	w.lanes[name] = l
 	w.background.Add(1)
 	go w.dispatch(l)
 	return l

@@ -32,7 +32,8 @@ func QuotaScopeOf(baseURL, apiKey string) string {
 // about equal shares.
 const backlogDemand = claimMax
 
-// quotaKey is the ledger's key of model's quota.
+// quotaKey is the ledger's key of model's quota (of a model without a
+// pool: quotaKeys).
 func (w *Worker) quotaKey(model string) string { return w.cfg.QuotaScope + " " + model }
 
 // scopeKey is the ledger's key of a tenant's or project's quota (named by
@@ -61,28 +62,42 @@ func (w *Worker) ledgerLoop(ctx context.Context) {
 	}
 }
 
-// ledgerRound renews the rows of every model the worker has a lane for or
-// its catalog lists (so a replica counts before its first job) and sets
-// the shares from the live rows. On an error the lanes keep their shares.
+// ledgerRound renews the rows of every lane the worker has or its catalog
+// lists (one per pool entry: each key's quota is shared apart; so a
+// replica counts before its first job) and sets the shares from the live
+// rows. On an error the lanes keep their shares.
 func (w *Worker) ledgerRound(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.LedgerLease)
 	defer cancel()
 	w.lanesMu.Lock()
 	lanes := maps.Clone(w.lanes)
 	w.lanesMu.Unlock()
-	models := slices.Sorted(maps.Keys(lanes))
+	type ledgerLane struct {
+		key string
+		l   *lane // nil: not started
+	}
+	var quotas []ledgerLane
+	for _, name := range slices.Sorted(maps.Keys(lanes)) {
+		quotas = append(quotas, ledgerLane{key: lanes[name].quotaKey, l: lanes[name]})
+	}
 	for m := range w.cfg.Catalog.Models {
-		if _, ok := lanes[m]; !ok {
-			models = append(models, m)
+		for i, key := range w.quotaKeys(m) {
+			entry := ""
+			if pool := w.pool(m); len(pool) > 0 {
+				entry = pool[i].Name
+			}
+			if _, ok := lanes[laneName(m, entry)]; !ok {
+				quotas = append(quotas, ledgerLane{key: key})
+			}
 		}
 	}
-	claims := make([]store.QuotaClaim, len(models))
+	claims := make([]store.QuotaClaim, len(quotas))
 	w.sharesMu.Lock()
-	for i, m := range models {
-		claims[i] = store.QuotaClaim{Key: w.quotaKey(m), Share: w.shares[w.quotaKey(m)]}
-		if l, ok := lanes[m]; ok {
-			claims[i].Demand = l.demand()
-			claims[i].Share = l.shaper.Share()
+	for i, q := range quotas {
+		claims[i] = store.QuotaClaim{Key: q.key, Share: w.shares[q.key]}
+		if q.l != nil {
+			claims[i].Demand = q.l.demand()
+			claims[i].Share = q.l.shaper.Share()
 		}
 		if claims[i].Share == 0 {
 			claims[i].Share = shaping.ShareFloorDefault // not started yet
@@ -100,10 +115,10 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 		}
 		return
 	}
-	for _, m := range models {
-		share := w.shareFrom(rows, w.quotaKey(m))
-		if l, ok := lanes[m]; ok {
-			_ = l.shaper.SetShare(share) // in (0, 1] by construction
+	for _, q := range quotas {
+		share := w.shareFrom(rows, q.key)
+		if q.l != nil {
+			_ = q.l.shaper.SetShare(share) // in (0, 1] by construction
 		}
 	}
 	now := w.cfg.Clock.Now()

@@ -13,6 +13,7 @@ type metrics struct {
 	tenantTokens     *prometheus.CounterVec
 	retries          *prometheus.CounterVec
 	fallbacks        *prometheus.CounterVec
+	entrySwitches    *prometheus.CounterVec
 	shapingWait      prometheus.Histogram
 	inFlight         prometheus.Gauge
 	concurrencyLimit *prometheus.GaugeVec
@@ -36,8 +37,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmq_jobs_total", Help: "Jobs that reached a state, by status.",
 		}, []string{"status"}),
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmq_upstream_requests_total", Help: "Upstream calls by model and HTTP status (or error).",
-		}, []string{"model", "code"}),
+			Name: "llmq_upstream_requests_total", Help: "Upstream calls by model, pool entry (\"\" for a model without a key pool) and HTTP status (or error).",
+		}, []string{"model", "entry", "code"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_tokens_total", Help: "Tokens settled from upstream usage, by model and kind.",
 		}, []string{"model", "kind"}),
@@ -50,6 +51,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_fallbacks_total", Help: "Jobs moved to a fallback model.",
 		}, []string{"from", "to"}),
+		entrySwitches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_pool_switches_total", Help: "Jobs moved from one entry of a model's key pool to another (before any fallback model).",
+		}, []string{"model", "from", "to"}),
 		shapingWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "llmq_shaping_wait_seconds", Help: "Time a job waited in shaping before its upstream call.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
@@ -58,17 +62,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmq_in_flight", Help: "Upstream calls in flight in this worker.",
 		}),
 		concurrencyLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmq_concurrency_limit", Help: "Current concurrency limit per model.",
-		}, []string{"model"}),
+			Name: "llmq_concurrency_limit", Help: "Current concurrency limit per model and pool entry.",
+		}, []string{"model", "entry"}),
 		bucketLevel: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmq_bucket_level", Help: "Tokens left in a shaping bucket (negative in debt).",
-		}, []string{"model", "bucket"}),
+			Name: "llmq_bucket_level", Help: "Tokens left in a shaping bucket of a model's lane (one per pool entry; negative in debt).",
+		}, []string{"model", "entry", "bucket"}),
 		quotaShare: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmq_quota_share", Help: "Share of the provider's quota this worker runs on, per model (1 without the quota ledger).",
-		}, []string{"model"}),
+			Name: "llmq_quota_share", Help: "Share of the provider's quota this worker runs on, per model and pool entry (1 without the quota ledger).",
+		}, []string{"model", "entry"}),
 		incident: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmq_upstream_incident", Help: "1 while a model's lane is held by a provider incident (most calls failing: jobs wait, one probe at a time), else 0.",
-		}, []string{"model"}),
+			Name: "llmq_upstream_incident", Help: "1 while a model's lane (per pool entry) is held by a provider incident (most calls failing: jobs wait, one probe at a time), else 0.",
+		}, []string{"model", "entry"}),
 		jobDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "llmq_job_duration_seconds", Help: "Time from the last claim to the terminal state.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
@@ -99,7 +103,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.tenantTokens, m.retries, m.fallbacks, m.shapingWait,
+		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.tenantTokens, m.retries, m.fallbacks, m.entrySwitches, m.shapingWait,
 			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.incident, m.jobDuration, m.queueDepth, m.deadLetters,
 			m.ingested, m.ingestPauses, m.claimed, m.released, m.reaped, m.leaseLost)
 	}

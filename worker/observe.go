@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"cmp"
 	"context"
+	"maps"
 	"time"
 
 	"github.com/llmq/llmq"
@@ -44,13 +46,13 @@ func (w *Worker) observeLoop(ctx context.Context) {
 		case <-tick.Chan():
 		}
 		w.lanesMu.Lock()
-		for name, l := range w.lanes {
+		for _, l := range w.lanes {
 			s := l.shaper.Snapshot()
-			w.metrics.concurrencyLimit.WithLabelValues(name).Set(float64(s.ConcurrencyLimit))
-			w.metrics.quotaShare.WithLabelValues(name).Set(s.Share)
-			w.observeCapacity(name, l, s)
+			w.metrics.concurrencyLimit.WithLabelValues(l.model, l.entry).Set(float64(s.ConcurrencyLimit))
+			w.metrics.quotaShare.WithLabelValues(l.model, l.entry).Set(s.Share)
+			w.observeCapacity(l, s)
 			for _, b := range s.Buckets {
-				w.metrics.bucketLevel.WithLabelValues(name, b.Name).Set(b.Level)
+				w.metrics.bucketLevel.WithLabelValues(l.model, l.entry, b.Name).Set(b.Level)
 			}
 		}
 		w.lanesMu.Unlock()
@@ -81,12 +83,30 @@ func (w *Worker) measure(ctx context.Context) {
 }
 
 // quotaRate is the jobs per second the configured quotas allow, with the
-// lanes' typical requests.
+// lanes' typical requests. A model with a key pool counts as one model per
+// key, with the key's limits.
 func (w *Worker) quotaRate() float64 {
-	return QuotaRate(w.cfg.Catalog, func(model string) (shaping.Request, bool) {
+	cat, firstOf := w.cfg.Catalog, map[string]string{}
+	if len(w.cfg.Pools) > 0 {
+		cat.Models = maps.Clone(cat.Models)
+		for model, pool := range w.cfg.Pools {
+			m, ok := cat.Models[model]
+			if !ok {
+				continue
+			}
+			delete(cat.Models, model)
+			for _, e := range pool {
+				m.RPM, m.TPM = e.RPM, e.TPM
+				name := laneName(model, e.Name)
+				cat.Models[name], firstOf[name] = m, laneName(model, pool[0].Name)
+			}
+		}
+	}
+	return QuotaRate(cat, func(name string) (shaping.Request, bool) {
 		w.lanesMu.Lock()
 		defer w.lanesMu.Unlock()
-		if l, ok := w.lanes[model]; ok {
+		// A pool's typical request is its first key's lane's.
+		if l, ok := w.lanes[cmp.Or(firstOf[name], name)]; ok {
 			return l.typical(), true
 		}
 		return shaping.Request{}, false

@@ -73,6 +73,12 @@ type event struct {
 	// Detail is the admission's error message (stepTooLarge,
 	// stepWaitTooLong).
 	Detail string
+	// Pooled says the current model has a pool of more than one key
+	// (pool.go); Entry is 1 + the entry the job may move to (one with
+	// capability, quota and budget for it, nextEntry), 0 when none
+	// (stepLanePaused, and stepCalled after a failure).
+	Pooled bool
+	Entry  int
 }
 
 // verb is what the pipeline does next with a job.
@@ -90,6 +96,9 @@ const (
 	// doFallBack: the state is on the next model now; go on from stepReady
 	// at once.
 	doFallBack
+	// doSwitchEntry: move to the entry Entry of the model's key pool and
+	// go on from stepReady at once.
+	doSwitchEntry
 	// doSucceed: store the reply as the result.
 	doSucceed
 	// doFail: record the permanent failure Code, Message.
@@ -122,6 +131,8 @@ type action struct {
 	Code, Message string
 	// Reason is the dead letter's reason (doDeadLetter).
 	Reason dlq.Reason
+	// Entry is the pool entry to move to (doSwitchEntry).
+	Entry int
 	// Why says why, for the log (doFallBack, doExpire, doHandBack).
 	Why string
 }
@@ -169,21 +180,23 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 			return s, action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}
 		}
 		a := action{Verb: doCall}
-		if e.Next > 0 && slices.Contains(p.FallbackOn, FallbackOnRateLimit) {
+		if e.Pooled || e.Next > 0 && slices.Contains(p.FallbackOn, FallbackOnRateLimit) {
+			// Another key of the pool, or a fallback model: the job
+			// moves on rather than wait long.
 			a.MaxPause = p.FallbackMaxWait
 		}
-		if s.Attempts == 0 {
-			// Only the first call is held to the deadline: a job that
-			// started is finished.
-			if !e.Deadline.IsZero() && !e.Now.Before(e.Deadline) {
-				return s, action{Verb: doExpire, Why: "deadline passed before the job started"}
-			}
-			a.Deadline = e.Deadline
-		}
-		return s, a
+		return p.firstCall(s, e, a)
 	case stepLanePaused:
-		if e.Next > 0 {
+		switch {
+		case e.Entry > 0:
+			// Another key of the model before any other model.
+			return switchEntry(s, e, "lane held it past fallback_max_wait")
+		case e.Next > 0 && slices.Contains(p.FallbackOn, FallbackOnRateLimit):
 			return fallBack(s, e, "lane held it past fallback_max_wait")
+		case e.Pooled:
+			// No other key can take it and no fallback model: it waits
+			// in its lane as a job with nowhere else to go does.
+			return p.firstCall(s, e, action{Verb: doCall})
 		}
 		return s, action{Verb: doHandBack, Why: errLanePaused.Error()}
 	case stepTooLarge:
@@ -208,14 +221,20 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 	// quota).
 	if t, on := p.trigger(out); on {
 		s.RateLimited++
-		if e.Next > 0 {
+		// The job moves to another key of its model's pool, else to a
+		// fallback model, on the same conditions.
+		move := fallBack
+		if e.Entry > 0 {
+			move = switchEntry
+		}
+		if e.Entry > 0 || e.Next > 0 {
 			switch {
 			case s.RateLimited >= p.FallbackAfter:
-				return fallBack(s, e, fallbackWhy[t]+" "+strconv.Itoa(s.RateLimited)+" times")
+				return move(s, e, fallbackWhy[t]+" "+strconv.Itoa(s.RateLimited)+" times")
 			case out.Headers.RetryAfter > p.FallbackMaxWait:
-				return fallBack(s, e, "retry-after "+out.Headers.RetryAfter.String())
+				return move(s, e, "retry-after "+out.Headers.RetryAfter.String())
 			case !e.BudgetLeft:
-				return fallBack(s, e, "retry budget spent")
+				return move(s, e, "retry budget spent")
 			}
 		}
 	}
@@ -228,6 +247,26 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 	}
 	s.Retries++
 	return s, a
+}
+
+// firstCall returns a, the call the job makes next, unless it is the job's
+// first call and the deadline passed: only the first call is held to the
+// deadline (a job that started is finished).
+func (p policy) firstCall(s state, e event, a action) (state, action) {
+	if s.Attempts == 0 {
+		if !e.Deadline.IsZero() && !e.Now.Before(e.Deadline) {
+			return s, action{Verb: doExpire, Why: "deadline passed before the job started"}
+		}
+		a.Deadline = e.Deadline
+	}
+	return s, a
+}
+
+// switchEntry moves the job to the entry e.Entry - 1 of its model's pool,
+// whose 429s are counted afresh.
+func switchEntry(s state, e event, why string) (state, action) {
+	s.RateLimited = 0
+	return s, action{Verb: doSwitchEntry, Entry: e.Entry - 1, Why: why}
 }
 
 // fallBack moves s to the model e.Next, whose 429s are counted afresh.

@@ -33,7 +33,13 @@ type job struct {
 	req    shaping.Request
 	models []string
 	state  state
-	start  time.Time
+	// entry is the index of the pool entry of the current model the job
+	// calls (-1: not chosen yet; 0 for a model without a pool); left has
+	// a bit set for each entry the job left since its last call, which it
+	// does not move back to (pool.go).
+	entry int
+	left  uint32
+	start time.Time
 	// reply is the last call's: the result, or the dead letter's error.
 	reply Reply
 	log   *slog.Logger
@@ -106,7 +112,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 	var l *lane
 	if len(refused) == 0 {
 		l = w.lane(rec.RequestedModel)
-		p.setPending(l)
+		p.setPending(cmp.Or(w.unboundOf(rec.RequestedModel), l))
 	}
 	w.runners.Add(1)
 	go func() {
@@ -148,6 +154,7 @@ func (w *Worker) prepare(p *job, l *lane) bool {
 	l.observe(p.req)
 	p.req.Quotas = requestQuotas(p.scopes)
 	p.state = state{Attempts: p.rec.Attempts, Retries: p.rec.Retries, Model: p.rec.ModelIndex, RateLimited: p.rec.RateLimited}
+	p.entry = -1
 	if p.state.Model >= len(p.models) {
 		// The configured fallbacks changed since: start over on the model.
 		p.state.Model, p.state.RateLimited = 0, 0
@@ -174,7 +181,17 @@ func (w *Worker) run(p *job) {
 				return
 			}
 			e = event{Step: stepReady}
+		case doSwitchEntry:
+			model, from := p.models[p.state.Model], w.entryName(p, p.models[p.state.Model])
+			p.left |= 1 << p.entry
+			p.entry = act.Entry
+			to := w.entryName(p, model)
+			w.metrics.entrySwitches.WithLabelValues(model, from, to).Inc()
+			p.log.Info("moving to another key of the pool", slog.String("model", model), slog.String("from", from),
+				slog.String("to", to), slog.String("why", act.Why))
+			e = event{Step: stepReady}
 		case doFallBack:
+			p.entry, p.left = -1, 0
 			to := p.models[p.state.Model]
 			w.metrics.fallbacks.WithLabelValues(p.models[from], to).Inc()
 			p.log.Info("falling back", slog.String("from", p.models[from]), slog.String("to", to), slog.String("why", act.Why))
@@ -212,6 +229,14 @@ func (w *Worker) decide(p *job, e event) action {
 	}
 	e.Next = nextFallback(w.cfg.Catalog, p.models, p.state.Model, shaping.Estimate{
 		PromptTokens: p.req.PromptTokens, MaxOutputTokens: p.req.MaxOutputTokens})
+	if model := p.models[p.state.Model]; len(w.pool(model)) > 1 {
+		e.Pooled = true
+		// Only where the policy may move the job: the check may read the
+		// budgets.
+		if e.Step == stepLanePaused || e.Step == stepCalled && e.Outcome.Class != ClassSuccess && e.Outcome.Class != ClassPermanent {
+			e.Entry = w.nextEntry(p, model)
+		}
+	}
 	w.policyMu.Lock()
 	e.BudgetLeft = w.budget.Available()
 	next, act := w.policy.decide(p.state, e, w.rng)
@@ -228,7 +253,10 @@ func (w *Worker) decide(p *job, e event) action {
 // job left the pipeline on the way.
 func (w *Worker) call(p *job, act action) (event, bool) {
 	model := p.models[p.state.Model]
-	l := w.lane(model)
+	if p.entry < 0 {
+		p.entry = w.pickEntry(p, model)
+	}
+	l := w.laneAt(model, p.entry)
 	p.setPending(l)
 	a, err := w.admit(p, l, act)
 	permit := a.permit
@@ -261,7 +289,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	// it is made (a call in flight finishes at shutdown); a lease lost
 	// meanwhile fails the record, fenced.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), markTimeout)
-	attempts, err := w.cfg.Store.MarkCalling(mctx, p.lease, p.attempt.call(p.state.stored(), model, a.waited))
+	attempts, err := w.cfg.Store.MarkCalling(mctx, p.lease, p.attempt.call(p.state.stored(), model, l.entry, a.waited))
 	cancel()
 	if err != nil {
 		w.endBudget(p, model, nil)
@@ -274,6 +302,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		return event{Step: stepReady}, true // admitted again, then recorded
 	}
 	p.writeFails = 0
+	p.left = 0
 	p.attempt.called(attempts)
 	// The call is counted before it starts: the policy counts it again
 	// when it answers.
@@ -281,13 +310,13 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	p.setPending(nil)
 	w.metrics.inFlight.Inc()
 	begin := w.cfg.Clock.Now()
-	p.reply = w.cfg.Upstream.Call(w.workCtx, model, body)
+	p.reply = l.up.Call(w.workCtx, model, body)
 	w.metrics.inFlight.Dec()
 	p.attempt.answer(p.reply, w.cfg.Clock.Now())
 	if w.workCtx.Err() == nil {
 		l.observeHealth(p.reply.Outcome, w.cfg.Clock.Since(begin))
 	}
-	w.settle(permit, model, p.rec.Tenant, p.reply)
+	w.settle(permit, l, p.rec.Tenant, p.reply)
 	a.releaseScopes()
 	w.countScopes(p.scopes, p.reply)
 	w.endBudget(p, model, &p.reply)
@@ -349,16 +378,17 @@ func isWaitError(err error) bool {
 	return errors.As(err, &we)
 }
 
-// settle gives the lane the outcome of one call and counts it. A
+// settle gives lane l the outcome of one call and counts it. A
 // Retry-After is capped at Backoff.MaxRetryAfter for the lane's pause as
 // for the job's backoff.
-func (w *Worker) settle(permit shaping.Permit, model, tenant string, reply Reply) {
+func (w *Worker) settle(permit shaping.Permit, l *lane, tenant string, reply Reply) {
+	model := l.model
 	out := reply.Outcome
 	code := "error"
 	if out.Status > 0 {
 		code = strconv.Itoa(out.Status)
 	}
-	w.metrics.upstream.WithLabelValues(model, code).Inc()
+	w.metrics.upstream.WithLabelValues(model, l.entry, code).Inc()
 	so := shaping.Outcome{
 		RateLimited: out.Class == ClassRateLimited,
 		Overloaded:  out.Status == 503 || out.Code == "timeout",
@@ -410,7 +440,7 @@ func (w *Worker) succeed(p *job) {
 	model, reply := p.models[p.state.Model], p.reply
 	w.est.Observe(model, p.req.PromptTokens, reply.PromptTokens)
 	res := store.Result{
-		Response: reply.Body, UsedModel: model, CostUSD: w.model(model).Cost(reply.PromptTokens, reply.CompletionTokens),
+		Response: reply.Body, UsedModel: model, CostUSD: w.priced(p, model).Cost(reply.PromptTokens, reply.CompletionTokens),
 		PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens, Answered: p.attempt.answered,
 	}
 	var stored bool

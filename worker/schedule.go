@@ -120,15 +120,31 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		n, err := w.claim(ctx, store.ClaimRequest{Model: model, Limit: want})
 		return want > 0 && err == nil && n < want
 	}
-	l := w.lane(model)
+	// A model with a pool of keys has a lane per key: the headroom is
+	// theirs together, and it is paused when all of them are.
+	lanes := w.lanesOf(model)
 	now := w.cfg.Clock.Now()
-	pending := int(l.pending.Load())
-	typical := l.typical()
-	want := l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - pending
+	typical := lanes[0].typical()
+	pending, want, paused := 0, 0, true
+	if u := w.unboundOf(model); u != nil {
+		pending = int(u.pending.Load())
+		want = -pending
+	}
+	for _, l := range lanes {
+		n := int(l.pending.Load())
+		pending += n
+		want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
+		paused = paused && l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait
+	}
+	backlog := func(b bool) {
+		for _, l := range lanes {
+			l.backlog.Store(b)
+		}
+	}
 	fallbackOnly := false
 	switch {
 	case want > 0:
-	case l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
+	case paused && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
 		// The lane is paused by 429s for longer than a job with a
 		// fallback waits: those jobs may be claimed to move on (all of
 		// them when the model itself has fallbacks).
@@ -145,7 +161,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	// noted while the provider's quota binds too.
 	caps, heldProjects := w.claimScopes(now, typical, held)
 	if want <= 0 {
-		l.backlog.Store(true)
+		backlog(true)
 		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
@@ -165,11 +181,11 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		for _, c := range caps {
 			capped = capped || c < want
 		}
-		l.backlog.Store(false)
+		backlog(false)
 		w.note(ctx, s, model, "", hold.Hold)
 		return !capped
 	}
-	l.backlog.Store(true)
+	backlog(true)
 	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
 }

@@ -53,6 +53,9 @@ type Worker struct {
 
 	lanesMu sync.Mutex
 	lanes   map[string]*lane
+	// unbound counts, per model with a pool of keys, its jobs claimed
+	// that have not chosen an entry yet (pool.go).
+	unbound map[string]*lane
 	// sharesMu guards shares: the share of each model's quota the ledger
 	// last gave this worker (ledger.go).
 	sharesMu sync.Mutex
@@ -132,6 +135,7 @@ func New(cfg Config) (*Worker, error) {
 		est:           est,
 		sizer:         store.Sizer{Estimator: est, Catalog: cfg.Catalog, Order: cfg.SizeOrder},
 		lanes:         make(map[string]*lane),
+		unbound:       make(map[string]*lane),
 		shares:        make(map[string]float64),
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,

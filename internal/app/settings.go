@@ -58,12 +58,39 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		Lease:                wc.Lease,
 		MaxMessageBytes:      s.MaxMessageBytes,
 		QuotaScope:           worker.QuotaScopeOf(s.OpenAIBaseURL, s.OpenAIAPIKey),
+		Pools:                workerPools(s, wc),
 		Replica:              wc.Replica,
 		LedgerPeriod:         wc.LedgerPeriod,
 		CapacitySafety:       s.Capacity.Safety,
 		CapacityReserved:     s.Capacity.Reserved,
 		CapacityTailLatency:  s.Capacity.TailLatency,
 	}
+}
+
+// workerPools are the key pools of the settings, each entry with a client
+// of its own (the upstream settings of the single upstream, its base URL
+// and key) and its ledger scope.
+func workerPools(s *config.Config, wc *WorkerConfig) map[string][]worker.PoolEntry {
+	if len(s.Pools) == 0 {
+		return nil
+	}
+	out := make(map[string][]worker.PoolEntry, len(s.Pools))
+	for model, pool := range s.Pools {
+		entries := make([]worker.PoolEntry, len(pool))
+		for i, e := range pool {
+			uc := upstreamConfig(s, wc)
+			uc.BaseURL, uc.APIKey = e.BaseURL, e.Key
+			entries[i] = worker.PoolEntry{
+				Name:       e.Name,
+				Upstream:   worker.OpenAIUpstream(worker.NewOpenAIClient(uc), cmp.Or(wc.Provider, worker.ProviderOpenAI)),
+				QuotaScope: worker.QuotaScopeOf(e.BaseURL, e.Key),
+				RPM:        e.RPM, TPM: e.TPM, Concurrency: e.Concurrency, ContextWindow: e.ContextWindow,
+				InputPricePer1M: e.InputPricePer1M, OutputPricePer1M: e.OutputPricePer1M,
+			}
+		}
+		out[model] = entries
+	}
+	return out
 }
 
 // fallbackOn is retry.fallback_on as the worker's triggers (the values are

@@ -22,3 +22,27 @@ func TestSettingsReachTheWorker(t *testing.T) {
 	_, err := worker.New(workerConfig(s, wc))
 	require.NotContains(t, err.Error(), "FallbackOn", "every value config accepts, the worker knows")
 }
+
+// TestPoolsReachTheWorker: each entry of a key pool reaches the worker with
+// its name, limits, prices and a ledger scope of its own key (so replicas
+// share each key's quota apart), and a client of its own.
+func TestPoolsReachTheWorker(t *testing.T) {
+	t.Parallel()
+	s := &config.Config{OpenAIBaseURL: "http://127.0.0.1:8081/v1", OpenAIAPIKey: "sk-main",
+		Pools: map[string][]config.PoolEntry{"m": {
+			{Name: "a", BaseURL: "https://a.example/v1", Key: "sk-a", RPM: 10, TPM: 1000, Concurrency: 2},
+			{Name: "b", BaseURL: "https://a.example/v1", Key: "sk-b", ContextWindow: 8000, OutputPricePer1M: 12},
+		}}}
+	pool := workerConfig(s, &WorkerConfig{}).Pools["m"]
+	require.Len(t, pool, 2)
+	require.Equal(t, worker.QuotaScopeOf("https://a.example/v1", "sk-a"), pool[0].QuotaScope)
+	require.Equal(t, worker.QuotaScopeOf("https://a.example/v1", "sk-b"), pool[1].QuotaScope)
+	require.NotEqual(t, pool[0].QuotaScope, pool[1].QuotaScope, "one ledger key per API key")
+	require.NotNil(t, pool[0].Upstream)
+	require.NotSame(t, pool[0].Upstream, pool[1].Upstream)
+	pool[0].Upstream, pool[1].Upstream = nil, nil
+	pool[0].QuotaScope, pool[1].QuotaScope = "", ""
+	require.Equal(t, []worker.PoolEntry{{Name: "a", RPM: 10, TPM: 1000, Concurrency: 2},
+		{Name: "b", ContextWindow: 8000, OutputPricePer1M: 12}}, pool)
+	require.Nil(t, workerConfig(&config.Config{}, &WorkerConfig{}).Pools, "no pool: the single upstream")
+}

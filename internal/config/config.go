@@ -76,6 +76,11 @@ type Config struct {
 	// nor a listed model's fallback is refused, unless AllowAnyModel. Empty: every name is allowed, with unknown quotas
 	// (adaptive shaping).
 	Models map[string]llmq.Model `yaml:"models"`
+	// Pools are the models served by several upstreams (pools.go): per
+	// model, its entries in order of preference. A job goes to the first
+	// entry with headroom and moves to another before any fallback model.
+	// Empty: every model calls OpenAIBaseURL with OpenAIAPIKey.
+	Pools map[string][]PoolEntry `yaml:"pools"`
 	// AllowAnyModel lets jobs name models that Models does not list; they
 	// run with unknown quotas. Default false.
 	AllowAnyModel bool `yaml:"allow_any_model"`
@@ -347,6 +352,7 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 		c.OperatorKeys = append(c.OperatorKeys, ParseOperatorKeys(keys)...)
 	}
 	c.ConsoleSecret = pickSecret("", EnvConsoleSecret)
+	errs = append(errs, c.resolvePoolKeys(getenv)...)
 	c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
@@ -407,6 +413,7 @@ func (c *Config) WithDefaults() *Config {
 	if c.APIKeys == nil {
 		c.APIKeys = map[string]string{}
 	}
+	c.poolDefaults()
 	return c
 }
 
@@ -513,6 +520,7 @@ func (c *Config) Validate() error {
 			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact.Key(k))
 		}
 	}
+	c.validatePools(bad)
 	for _, err := range c.Tenants.Validate("tenants") {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
 	}

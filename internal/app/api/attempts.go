@@ -17,6 +17,9 @@ type Call struct {
 	Seq     int    `json:"seq"`
 	Attempt int    `json:"attempt"`
 	Model   string `json:"model"`
+	// Entry names the entry of the model's key pool that made the call;
+	// absent for a model without a pool.
+	Entry string `json:"entry,omitempty"`
 	// QuotaWaitMS is how long the job waited for admission (quota,
 	// concurrency, pacing) before the call; BackoffMS how long it waited
 	// out a backoff since its previous call.
@@ -44,7 +47,7 @@ const OutcomeUnanswered = "unanswered"
 func CallViews(as []store.Attempt) []Call {
 	out := make([]Call, len(as))
 	for i, a := range as {
-		c := Call{Seq: a.Seq, Attempt: a.Attempt, Model: a.Model, QuotaWaitMS: a.QuotaWait.Milliseconds(),
+		c := Call{Seq: a.Seq, Attempt: a.Attempt, Model: a.Model, Entry: a.Entry, QuotaWaitMS: a.QuotaWait.Milliseconds(),
 			BackoffMS: a.Backoff.Milliseconds(), StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Status: a.Status,
 			Outcome: a.Outcome, ErrorCode: a.ErrorCode, PromptTokens: a.PromptTokens, CompletionTokens: a.CompletionTokens}
 		if c.Outcome == "" {

@@ -112,3 +112,20 @@ func mustJSON(t *testing.T, v any) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// TestJobCallsNameTheirKey: a call made by an entry of a model's key pool
+// shows the entry's name (never the key); a call without a pool shows none.
+func TestJobCallsNameTheirKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"id":"k","body":`+validBody+`}`).status)
+	l := b.claim(t, "k")
+	_, err := b.store.MarkCalling(context.Background(), l, store.PolicyState{Call: store.Call{Model: "gpt-4o-mini", Entry: "org-b"}})
+	require.NoError(t, err)
+	var job api.Job
+	require.NoError(t, json.Unmarshal(b.get(t, keyAcme, "/v1/jobs/k").body, &job))
+	require.Len(t, job.Calls, 1)
+	require.Equal(t, "org-b", job.Calls[0].Entry)
+	b.callTwice(t, keyAcme, "j")
+	require.NotContains(t, string(mustJSON(t, b.get(t, keyAcme, "/v1/jobs/j").json(t)["calls"])), "entry")
+}

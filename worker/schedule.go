@@ -117,7 +117,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		// allow: claimed to be dead-lettered (start), with no lane and no
 		// model state.
 		want := min(room, claimMax)
-		n, err := w.claim(ctx, store.ClaimRequest{Model: model, Limit: want})
+		n, err := w.claim(ctx, store.ClaimRequest{Model: model, Limit: want}, nil)
 		return want > 0 && err == nil && n < want
 	}
 	// A model with a pool of keys has a lane per key: the headroom is
@@ -159,7 +159,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	want = min(want, room, claimMax)
 	// Asked even when nothing is claimed, so that the scopes held stay
 	// noted while the provider's quota binds too.
-	caps, heldProjects := w.claimScopes(now, typical, held)
+	caps, heldProjects, rooms := w.claimScopes(now, typical, held)
 	if want <= 0 {
 		backlog(true)
 		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
@@ -170,14 +170,14 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
 		TenantCaps: caps, HeldProjects: heldProjects,
-	})
+	}, rooms)
 	if err != nil {
 		return false
 	}
 	if n < want {
 		// Short: no queued job left, unless a tenant's or project's
 		// quota left some (the next rounds claim them as it refills).
-		capped := len(heldProjects) > 0
+		capped := len(heldProjects) > 0 || len(rooms) > 0
 		for _, c := range caps {
 			capped = capped || c < want
 		}
@@ -191,8 +191,13 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 }
 
 // claim claims r (as this worker, for its lease) and starts the jobs it
-// got, returning how many.
-func (w *Worker) claim(ctx context.Context, r store.ClaimRequest) (int, error) {
+// got, returning how many it claimed. Of a project in rooms it starts at
+// most that many jobs: the claim holds a spent project's jobs but does not
+// cap one with a little room, and the jobs over it would wait in the lane
+// for the project's quota, counting against the model's headroom (so
+// against every other project's claims) for as long as it takes. They go
+// back to queued at once, their place in the order kept.
+func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[store.ScopeRef]int) (int, error) {
 	if r.Limit <= 0 {
 		return 0, nil
 	}
@@ -210,6 +215,17 @@ func (w *Worker) claim(ctx context.Context, r store.ClaimRequest) (int, error) {
 		return 0, err
 	}
 	for _, rec := range recs {
+		ref := store.ScopeRef{Tenant: rec.Tenant, Project: rec.Project}
+		if n, ok := rooms[ref]; ok {
+			if n <= 0 {
+				if err := w.cfg.Store.Release(cctx, rec.Lease()); err != nil {
+					// Its lease ends and the reaper hands it back.
+					w.log.Debug("release over the project's room", slog.String("job_id", rec.ID), slog.Any("error", err))
+				}
+				continue
+			}
+			rooms[ref] = n - 1
+		}
 		w.start(rec)
 	}
 	return len(recs), nil

@@ -291,11 +291,13 @@ func (w *Worker) releaseScopes(scs []*scopeQuota) {
 // of the configured tenants and projects: each limited tenant's cap (the
 // requests its quota admits within the claim horizon, less the jobs of it
 // this worker holds without a permit; 0 when spent) and the projects
-// whose quota is spent. A scope not made yet counts as full. The spent
-// scopes are added to held.
-func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[store.ScopeRef]bool) (map[string]int, []store.ScopeRef) {
+// whose quota is spent, and the room of each limited project that has
+// some (the claim holds projects, it does not cap them: claim hands the
+// surplus back). A scope not made yet counts as full. The spent scopes are
+// added to held.
+func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[store.ScopeRef]bool) (map[string]int, []store.ScopeRef, map[store.ScopeRef]int) {
 	if len(w.cfg.Tenants) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	tokens := typical.PromptTokens + typical.MaxOutputTokens
 	w.scopes.mu.Lock()
@@ -308,6 +310,7 @@ func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[st
 	}
 	var caps map[string]int
 	var projects []store.ScopeRef
+	var rooms map[store.ScopeRef]int
 	for tenant, t := range w.cfg.Tenants {
 		ref := store.ScopeRef{Tenant: tenant}
 		if limited(t.Scope) {
@@ -322,7 +325,15 @@ func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[st
 		}
 		for project, p := range t.Projects {
 			pref := store.ScopeRef{Tenant: tenant, Project: project}
-			if limited(p) && room(pref, p) <= 0 {
+			if !limited(p) {
+				continue
+			}
+			if n := room(pref, p); n > 0 {
+				if rooms == nil {
+					rooms = map[store.ScopeRef]int{}
+				}
+				rooms[pref] = n
+			} else {
 				projects = append(projects, pref)
 				held[pref] = true
 			}
@@ -332,7 +343,7 @@ func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[st
 	for _, sc := range w.scopes.list() {
 		sc.held.Store(held[sc.ref])
 	}
-	return caps, projects
+	return caps, projects, rooms
 }
 
 // room is how many more requests of tokens sc admits within horizon than

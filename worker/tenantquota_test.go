@@ -245,20 +245,32 @@ func TestTenantQuotaSharedByReplicas(t *testing.T) {
 // waiting reason tenant_quota; its tenant's other project runs.
 func TestProjectQuota(t *testing.T) {
 	t.Parallel()
-	tb := setupTenants(t, llmq.Tenants{"p": {Projects: map[string]llmq.Scope{"bulk": {RPM: 1}}}}, 0, nil)
-	job := func(project string, i int) []byte {
-		return []byte(fmt.Sprintf(`{"id":"%s-%d","tenant":"p","project":%q,"body":{"model":%q,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`,
-			project, i, project, fairModel))
+	tenants := llmq.Tenants{"p": {Projects: map[string]llmq.Scope{"bulk": {RPM: 1}}}}
+	tb := tenantBundle(t, tenants, 0)
+	job := func(project, priority string, i int) store.NewJob {
+		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":"%s-%d","tenant":"p","project":%q,"priority":%q,"body":{"model":%q,"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`,
+			project, i, project, priority, fairModel), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		return store.NewJob{Job: j}
 	}
+	// Every job is queued before the worker starts and live's go first,
+	// so a claim takes bulk's jobs before bulk's quota is used: the worker
+	// must not keep more of them than that quota admits.
+	var jobs []store.NewJob
 	for i := range 5 {
-		tb.publish(t, job("bulk", i), job("live", i))
+		jobs = append(jobs, job("bulk", "normal", i), job("live", "high", i))
 	}
+	_, err := tb.store.Ingest(context.Background(), jobs)
+	require.NoError(t, err)
+	tb.start(t, tb.tenantConfig(tenants, nil))
 	require.Eventually(t, func() bool { return tb.count(t, `project = 'live' AND status = 'succeeded'`) == 5 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
 		rec, err := tb.store.Get(context.Background(), "p", "bulk-4")
 		require.NoError(t, err)
 		return rec.Status == llmq.StatusQueued && rec.WaitingReason == store.WaitingReasonTenantQuota
 	}, 5*time.Second, 20*time.Millisecond)
-	require.Equal(t, 1, tb.count(t, `project = 'bulk' AND status = 'succeeded'`), "bulk's bucket: 1 request, then one a minute")
+	// bulk's bucket: 1 request, then one a minute; that one may still be
+	// calling when bulk-4 is noted.
+	require.Eventually(t, func() bool { return tb.count(t, `project = 'bulk' AND status = 'succeeded'`) == 1 }, 5*time.Second, 20*time.Millisecond)
 	require.Equal(t, 4, tb.count(t, `project = 'bulk' AND status = 'queued'`), "bulk's other jobs are left in Postgres")
 }

@@ -235,7 +235,8 @@ func (l *Lane) roomLocked(tokens float64, h RateLimitHeaders) bool {
 // (cut to a lowered capacity): scaling it would create credit whenever the
 // replicas' levels are not in the proportion of their shares, and replicas
 // whose shares sum to 1 would spend more than the provider has (on a share
-// below 1, headers after the first only lower it: calibrateLocked). A level
+// below 1, headers after the first raise it only to what the other
+// replicas do not hold: SetPeersAt, levelLocked). A level
 // in debt is owed whatever the share: the reservations waiting on it wait
 // for the rest of it at the new refill, sooner when the share grows, later
 // when it shrinks. N replicas on one API key that each set 1/N spend

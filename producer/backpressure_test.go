@@ -88,7 +88,7 @@ func TestBackpressureCountsPostgres(t *testing.T) {
 
 // TestBackpressureCountsUpToHardDepth: the jobs queued in Postgres are
 // counted up to the hard depth and no further (a count of a whole backlog
-// of 1,000,000 jobs costs Postgres 0.1-0.5 s per probe): the state is
+// of 1,000,000 jobs costs Postgres 55 ms to 0.5 s per probe): the state is
 // rejecting either way.
 func TestBackpressureCountsUpToHardDepth(t *testing.T) {
 	t.Parallel()

@@ -134,7 +134,8 @@ type QueueStats struct {
 // those in flight and those finished since since, and says whether a
 // worker is consuming. A caller that only compares the backlog with a
 // threshold (the producer's hard depth) passes it as limit: the count reads
-// one index entry per queued job, about 0.1-0.5 s at 1,000,000 queued jobs
+// one index entry per queued job, 55 ms at 1,000,000 queued jobs with the
+// index cached (0.5 s measured under load), 8 ms up to 100,000
 // (docs/design/queue-of-record.md).
 func (s *Store) QueueStats(ctx context.Context, since time.Time, limit int64) (QueueStats, error) {
 	var st QueueStats

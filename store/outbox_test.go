@@ -107,6 +107,10 @@ func TestQueueStats(t *testing.T) {
 func TestListAllTenants(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	running := newJob(t, "r0")
+	running.Tenant = "initech"
+	require.Len(t, b.hold(t, "w", running), 1)
+	b.clock.Advance(time.Second)
 	for i, tenant := range []string{"acme", "globex", "acme"} {
 		j := newJob(t, fmt.Sprintf("l%d", i))
 		j.Tenant = tenant
@@ -119,12 +123,23 @@ func TestListAllTenants(t *testing.T) {
 	require.Equal(t, []string{"l2", "l1"}, outboxIDs(page))
 	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2, After: next})
 	require.NoError(t, err)
-	require.Equal(t, []string{"l0"}, outboxIDs(page))
+	require.Equal(t, []string{"l0", "r0"}, outboxIDs(page))
 	require.Empty(t, next)
 	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Tenant: "globex"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l1"}, outboxIDs(page))
+	// One status across tenants: each tenant's newest, merged.
 	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
+	require.NoError(t, err)
+	require.Equal(t, []string{"r0"}, outboxIDs(page))
+	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"l2", "l1"}, outboxIDs(page))
+	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2, After: next})
+	require.NoError(t, err)
+	require.Equal(t, []string{"l0"}, outboxIDs(page))
+	require.Empty(t, next)
+	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusFailed})
 	require.NoError(t, err)
 	require.Empty(t, page)
 	_, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, After: "zz"})

@@ -65,10 +65,58 @@ func TestClaimReadsWhatItTakes(t *testing.T) {
 	require.Equal(t, limit, claimed)
 }
 
+// TestListAllTenantsReadsPages: a page of one status across tenants reads
+// each tenant's newest jobs of that status and no job of another status,
+// however many newer jobs there are (an operator listing the running jobs
+// behind a backlog of queued ones).
+func TestListAllTenantsReadsPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, storetest.NewDB(t))
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	job := func(tenant string, i int) NewJob {
+		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":"j%05d","tenant":%q,"body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`,
+			i, tenant), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		return NewJob{Job: j}
+	}
+	var old []NewJob
+	for i := range 30 {
+		old = append(old, job([]string{"a", "b", "c"}[i%3], i))
+	}
+	_, err = s.Ingest(ctx, old)
+	require.NoError(t, err)
+	_, err = s.Claim(ctx, ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 30})
+	require.NoError(t, err)
+	const queued, limit = 3000, 5
+	var backlog []NewJob
+	for i := range queued {
+		backlog = append(backlog, job([]string{"a", "b", "c"}[i%3], 100+i))
+	}
+	_, err = s.Ingest(ctx, backlog)
+	require.NoError(t, err)
+
+	var out []byte
+	require.NoError(t, s.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+listAllTenantsSQL(`true AND status = $1`, 2),
+		string(llmq.StatusRunning), limit+1).Scan(&out))
+	var plan []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal(out, &plan))
+	require.Equal(t, limit+1, plan[0].Plan.ActualRows)
+	plan[0].Plan.walk(func(n planNode) {
+		if n.RelationName != "jobs" {
+			return
+		}
+		require.Zero(t, n.RowsRemovedByFilter, "jobs read and dropped: %+v", n)
+		require.LessOrEqual(t, n.ActualRows*n.ActualLoops, 3*(limit+1), "read past the tenants' pages: %+v", n)
+	})
+}
+
 // planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).
 type planNode struct {
 	NodeType            string     `json:"Node Type"`
 	Operation           string     `json:"Operation"`
+	RelationName        string     `json:"Relation Name"`
 	IndexName           string     `json:"Index Name"`
 	ActualRows          int        `json:"Actual Rows"`
 	ActualLoops         int        `json:"Actual Loops"`

@@ -13,47 +13,31 @@ import (
 	"github.com/llmq/llmq/store/storetest"
 )
 
+// Plan tests read a statement's plan as Postgres ran it (EXPLAIN ANALYZE,
+// rolled back) on a new database, whose statistics still say the tables
+// are empty (as after a deploy, or a burst before autovacuum's first
+// ANALYZE: the plans are made from those).
+
 // TestClaimReadsWhatItTakes: a claim of n jobs reads n entries of
 // jobs_fair_idx, however many jobs tie on sched_key (one ingest batch
-// shares its created_at), even on a table whose statistics still say it is
-// empty (a new database, a burst before autovacuum's first ANALYZE: the
-// plans are made from those). It reads the claim's plan as Postgres ran it
-// (EXPLAIN ANALYZE, rolled back).
+// shares its created_at).
 func TestClaimReadsWhatItTakes(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, storetest.NewDB(t))
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
+	s := planStore(t)
 	const queued, limit = 2000, 16
-	jobs := make([]NewJob, queued)
-	for i := range jobs {
-		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":"j%05d","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, i),
-			llmq.DecodeOptions{})
-		require.NoError(t, err)
-		jobs[i] = NewJob{Job: j}
-	}
-	_, err = s.Ingest(ctx, jobs)
-	require.NoError(t, err)
+	s.ingest(t, 0, queued, "default")
 	// Jobs already claimed leave entries behind in the index until
 	// they are found dead: the claim below walks them like a real one.
 	for range 10 {
-		_, err = s.Claim(ctx, ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
+		_, err := s.Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
 		require.NoError(t, err)
 	}
-
 	now := time.Now()
 	tenants, ws := weights(s.order.Tenants)
-	tx, err := s.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx) //nolint:errcheck
-	var out []byte
-	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+claimSQL(nil, false, false, false, false),
-		"m", "w", now.Add(time.Minute), limit, now, "", tenants, ws, 1.0, now.Add(time.Minute)).Scan(&out))
-	var plan []struct{ Plan planNode }
-	require.NoError(t, json.Unmarshal(out, &plan))
+	plan := s.explain(t, claimSQL(nil, false, false, false, false),
+		"m", "w", now.Add(time.Minute), limit, now, "", tenants, ws, 1.0, now.Add(time.Minute))
 	var claimed int
-	plan[0].Plan.walk(func(n planNode) {
+	plan.walk(func(n planNode) {
 		if n.NodeType == "ModifyTable" && n.Operation == "Update" {
 			claimed = n.ActualRows
 		}
@@ -71,45 +55,62 @@ func TestClaimReadsWhatItTakes(t *testing.T) {
 // behind a backlog of queued ones).
 func TestListAllTenantsReadsPages(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	s, err := Open(ctx, storetest.NewDB(t))
+	s := planStore(t)
+	s.ingest(t, 0, 30, "a", "b", "c")
+	_, err := s.Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 30})
 	require.NoError(t, err)
-	t.Cleanup(s.Close)
-	job := func(tenant string, i int) NewJob {
-		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":"j%05d","tenant":%q,"body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`,
-			i, tenant), llmq.DecodeOptions{})
-		require.NoError(t, err)
-		return NewJob{Job: j}
-	}
-	var old []NewJob
-	for i := range 30 {
-		old = append(old, job([]string{"a", "b", "c"}[i%3], i))
-	}
-	_, err = s.Ingest(ctx, old)
-	require.NoError(t, err)
-	_, err = s.Claim(ctx, ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 30})
-	require.NoError(t, err)
-	const queued, limit = 3000, 5
-	var backlog []NewJob
-	for i := range queued {
-		backlog = append(backlog, job([]string{"a", "b", "c"}[i%3], 100+i))
-	}
-	_, err = s.Ingest(ctx, backlog)
-	require.NoError(t, err)
-
-	var out []byte
-	require.NoError(t, s.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+listAllTenantsSQL(`true AND status = $1`, 2),
-		string(llmq.StatusRunning), limit+1).Scan(&out))
-	var plan []struct{ Plan planNode }
-	require.NoError(t, json.Unmarshal(out, &plan))
-	require.Equal(t, limit+1, plan[0].Plan.ActualRows)
-	plan[0].Plan.walk(func(n planNode) {
+	const limit = 5
+	s.ingest(t, 100, 3000, "a", "b", "c")
+	plan := s.explain(t, listAllTenantsSQL(`true AND status = $1`, 2), string(llmq.StatusRunning), limit+1)
+	require.Equal(t, limit+1, plan.ActualRows)
+	plan.walk(func(n planNode) {
 		if n.RelationName != "jobs" {
 			return
 		}
 		require.Zero(t, n.RowsRemovedByFilter, "jobs read and dropped: %+v", n)
 		require.LessOrEqual(t, n.ActualRows*n.ActualLoops, 3*(limit+1), "read past the tenants' pages: %+v", n)
 	})
+}
+
+// planDB is a store on a database of its own.
+type planDB struct{ *Store }
+
+func planStore(t *testing.T) planDB {
+	t.Helper()
+	s, err := Open(context.Background(), storetest.NewDB(t))
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return planDB{s}
+}
+
+// ingest records n jobs of model m, ids from first on, in one batch (one
+// created_at), their tenants taking turns.
+func (s planDB) ingest(t *testing.T, first, n int, tenants ...string) {
+	t.Helper()
+	jobs := make([]NewJob, n)
+	for i := range jobs {
+		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":"j%05d","tenant":%q,"body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`,
+			first+i, tenants[i%len(tenants)]), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		jobs[i] = NewJob{Job: j}
+	}
+	_, err := s.Ingest(context.Background(), jobs)
+	require.NoError(t, err)
+}
+
+// explain runs sql with args in a transaction it rolls back and returns
+// the plan as it ran.
+func (s planDB) explain(t *testing.T, sql string, args ...any) planNode {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var out []byte
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+sql, args...).Scan(&out))
+	var plan []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal(out, &plan))
+	return plan[0].Plan
 }
 
 // planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).

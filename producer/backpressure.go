@@ -38,7 +38,9 @@ type QueueState struct {
 	// messages (messages no worker has ingested).
 	Lag int64
 	// Queued is the jobs queued in Postgres (ingested or recorded by the
-	// producer, not yet claimed).
+	// producer, not yet claimed), counted up to Config.HardDepth: Depth and
+	// EstimatedDrain are then floors, and the state is StateRejecting
+	// either way.
 	Queued int64
 	// InFlight is the jobs running or retrying (from Postgres).
 	InFlight int64
@@ -129,7 +131,10 @@ func (p *Producer) measure(ctx context.Context) (QueueState, error) {
 		}
 		q.Lag = lag
 	}
-	st, err := p.cfg.Store.QueueStats(ctx, now.Add(-p.cfg.RateWindow))
+	// Counted up to the hard depth: past it the state is the same, and a
+	// backlog of 1,000,000 jobs counted in full costs Postgres 55 ms to
+	// 0.5 s per probe (8 ms up to the default hard depth).
+	st, err := p.cfg.Store.QueueStats(ctx, now.Add(-p.cfg.RateWindow), p.cfg.HardDepth)
 	if err != nil {
 		return QueueState{}, fmt.Errorf("%w: measure queue: %w", ErrDatabaseUnavailable, err)
 	}

@@ -95,7 +95,7 @@ type Store interface {
 	Unpublished(ctx context.Context, cutoff time.Time, limit int) ([]*store.JobRecord, error)
 	// QueueStats counts the jobs queued and in flight, those finished
 	// since since, and says whether a worker is consuming.
-	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
+	QueueStats(ctx context.Context, since time.Time, limit int64) (store.QueueStats, error)
 }
 
 // Config configures a Producer. Fields marked required have no default.

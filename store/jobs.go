@@ -268,15 +268,15 @@ func (s *Store) List(ctx context.Context, o ListOptions) ([]*JobRecord, string, 
 	if o.Tenant == "" && !o.AllTenants {
 		return nil, "", errors.New("store: list: a tenant is required unless AllTenants is set")
 	}
-	sql := `SELECT ` + jobColumns + ` FROM jobs WHERE true`
+	where := `true`
 	var args []any
 	if o.Tenant != "" {
 		args = append(args, o.Tenant)
-		sql += fmt.Sprintf(` AND tenant = $%d`, len(args))
+		where += fmt.Sprintf(` AND tenant = $%d`, len(args))
 	}
 	if o.Status != "" {
 		args = append(args, string(o.Status))
-		sql += fmt.Sprintf(` AND status = $%d`, len(args))
+		where += fmt.Sprintf(` AND status = $%d`, len(args))
 	}
 	if o.After != "" {
 		at, id, err := decodeCursor(o.After)
@@ -284,10 +284,13 @@ func (s *Store) List(ctx context.Context, o ListOptions) ([]*JobRecord, string, 
 			return nil, "", err
 		}
 		args = append(args, at, id)
-		sql += fmt.Sprintf(` AND (created_at, id) < ($%d, $%d)`, len(args)-1, len(args))
+		where += fmt.Sprintf(` AND (created_at, id) < ($%d, $%d)`, len(args)-1, len(args))
 	}
 	args = append(args, limit+1)
-	sql += fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args))
+	sql := `SELECT ` + jobColumns + ` FROM jobs WHERE ` + where + fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args))
+	if o.Tenant == "" && o.Status != "" {
+		sql = listAllTenantsSQL(where, len(args))
+	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("store: list: %w", err)
@@ -306,6 +309,26 @@ func (s *Store) List(ctx context.Context, o ListOptions) ([]*JobRecord, string, 
 		return nil, "", fmt.Errorf("store: list: %w", err)
 	}
 	return recs, next, nil
+}
+
+// listAllTenantsSQL lists the jobs of one status across tenants (where
+// filters the jobs, $limit is the page size) as the newest page of each
+// tenant (jobs_tenant_status_created_idx, index only, the tenants found by
+// a loose scan), merged, then read in full. jobs_created_idx alone walked
+// every newer job of another status: 6.4 s for a page of succeeded jobs
+// behind 1,000,000 queued ones.
+func listAllTenantsSQL(where string, limit int) string {
+	return fmt.Sprintf(`WITH RECURSIVE t AS (
+		(SELECT tenant FROM jobs ORDER BY tenant LIMIT 1)
+		UNION ALL
+		SELECT (SELECT j.tenant FROM jobs j WHERE j.tenant > t.tenant ORDER BY j.tenant LIMIT 1) FROM t
+		WHERE t.tenant IS NOT NULL),
+	page AS (SELECT k.tenant, k.id, k.created_at FROM t CROSS JOIN LATERAL (
+			SELECT tenant, id, created_at FROM jobs WHERE tenant = t.tenant AND %s
+			ORDER BY created_at DESC, id DESC LIMIT $%d) k
+		WHERE t.tenant IS NOT NULL ORDER BY k.created_at DESC, k.id DESC LIMIT $%d)
+	SELECT %s FROM page p JOIN jobs j ON j.tenant = p.tenant AND j.id = p.id
+	ORDER BY j.created_at DESC, j.id DESC`, where, limit, limit, prefixed("j", jobColumns))
 }
 
 // CountByStatus counts a tenant's jobs per status ("" tenant: all tenants).

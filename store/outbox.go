@@ -114,7 +114,7 @@ func (s *Store) Unpublished(ctx context.Context, cutoff time.Time, limit int) ([
 // QueueStats are the Postgres side of the queue's backpressure figures.
 type QueueStats struct {
 	// Queued counts the jobs waiting in Postgres (ingested or recorded by
-	// the producer, not yet claimed).
+	// the producer, not yet claimed), up to the limit asked for.
 	Queued int64
 	// InFlight counts the jobs running or retrying (held by workers).
 	InFlight int64
@@ -130,19 +130,28 @@ type QueueStats struct {
 	Consuming bool
 }
 
-// QueueStats counts the jobs queued, those in flight and those finished
-// since since, and says whether a worker is consuming.
-func (s *Store) QueueStats(ctx context.Context, since time.Time) (QueueStats, error) {
+// QueueStats counts the jobs queued (up to limit; <= 0: all of them),
+// those in flight and those finished since since, and says whether a
+// worker is consuming. A caller that only compares the backlog with a
+// threshold (the producer's hard depth) passes it as limit: the count reads
+// one index entry per queued job, 55 ms at 1,000,000 queued jobs with the
+// index cached (0.5 s measured under load), 8 ms up to 100,000
+// (docs/design/queue-of-record.md).
+func (s *Store) QueueStats(ctx context.Context, since time.Time, limit int64) (QueueStats, error) {
 	var st QueueStats
 	var first pgtype.Timestamptz
 	now := s.clock()
+	var bound any // NULL: LIMIT ALL
+	if limit > 0 {
+		bound = limit
+	}
 	err := s.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM jobs WHERE status = 'queued'),
+		(SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'queued' LIMIT $4::bigint) q),
 		(SELECT count(*) FROM jobs WHERE status `+leasedIn+`),
 		(SELECT count(*) FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1),
 		(SELECT coalesce(min(finished_at), '-infinity') FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1),
 		EXISTS (SELECT 1 FROM jobs WHERE status `+leasedIn+` AND lease_expires_at > $2)
-			OR EXISTS (SELECT 1 FROM model_state WHERE updated_at > $3)`, since, now, now.Add(-ModelStateTTL)).
+			OR EXISTS (SELECT 1 FROM model_state WHERE updated_at > $3)`, since, now, now.Add(-ModelStateTTL), bound).
 		Scan(&st.Queued, &st.InFlight, &st.Finished, &first, &st.Consuming)
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("store: queue stats: %w", err)

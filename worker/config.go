@@ -102,7 +102,7 @@ type JobStore interface {
 	// gives the figures of the drain estimate.
 	QueuedModels(ctx context.Context) ([]string, error)
 	QueuedCount(ctx context.Context, limit int64) (int64, error)
-	QueueStats(ctx context.Context, since time.Time) (store.QueueStats, error)
+	QueueStats(ctx context.Context, since time.Time, limit int64) (store.QueueStats, error)
 	// SetModelState records what a model's scheduler holds back.
 	SetModelState(ctx context.Context, st store.ModelState) error
 	// SetScopeStates records the tenants and projects the scheduler holds

@@ -68,7 +68,7 @@ func (w *Worker) measure(ctx context.Context) {
 	if d, err := w.cfg.Subscriber.Depth(ctx); err == nil {
 		w.depth.Store(d)
 	}
-	st, err := w.cfg.Store.QueueStats(ctx, w.cfg.Clock.Now().Add(-drainWindow))
+	st, err := w.cfg.Store.QueueStats(ctx, w.cfg.Clock.Now().Add(-drainWindow), 0)
 	if err != nil {
 		return
 	}

@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store/storetest"
+)
+
+// Plan tests read a statement's plan as Postgres ran it (EXPLAIN ANALYZE,
+// rolled back) on a new database, whose statistics still say the tables
+// are empty (as after a deploy, or a burst before autovacuum's first
+// ANALYZE: the plans are made from those).
+
+// TestClaimReadsWhatItTakes: a claim of n jobs reads n entries of
+// jobs_fair_idx, however many jobs tie on sched_key (one ingest batch
+// shares its created_at).
+func TestClaimReadsWhatItTakes(t *testing.T) {
+	t.Parallel()
+	s := planStore(t)
+	const queued, limit = 2000, 16
+	s.ingest(t, 0, queued, "default")
+	// Jobs already claimed leave entries behind in the index until
+	// they are found dead: the claim below walks them like a real one.
+	for range 10 {
+		_, err := s.Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
+		require.NoError(t, err)
+	}
+	now := time.Now()
+	tenants, ws := weights(s.order.Tenants)
+	plan := s.explain(t, claimSQL(nil, false, false, false, false),
+		"m", "w", now.Add(time.Minute), limit, now, "", tenants, ws, 1.0, now.Add(time.Minute))
+	var claimed int
+	plan.walk(func(n planNode) {
+		if n.NodeType == "ModifyTable" && n.Operation == "Update" {
+			claimed = n.ActualRows
+		}
+		if n.IndexName == "jobs_fair_idx" {
+			require.Zero(t, n.RowsRemovedByFilter, "a probe of jobs_fair_idx filtered rows out: %+v", n)
+			require.LessOrEqual(t, n.ActualRows*n.ActualLoops, limit, "jobs_fair_idx read past what the claim takes: %+v", n)
+		}
+	})
+	require.Equal(t, limit, claimed)
+}
+
+// TestListAllTenantsReadsPages: a page of one status across tenants reads
+// each tenant's newest jobs of that status and no job of another status,
+// however many newer jobs there are (an operator listing the running jobs
+// behind a backlog of queued ones).
+func TestListAllTenantsReadsPages(t *testing.T) {
+	t.Parallel()
+	s := planStore(t)
+	s.ingest(t, 0, 30, "a", "b", "c")
+	_, err := s.Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 30})
+	require.NoError(t, err)
+	const limit = 5
+	s.ingest(t, 100, 3000, "a", "b", "c")
+	plan := s.explain(t, listAllTenantsSQL(`true AND status = $1`, 2), string(llmq.StatusRunning), limit+1)
+	require.Equal(t, limit+1, plan.ActualRows)
+	plan.walk(func(n planNode) {
+		if n.RelationName != "jobs" {
+			return
+		}
+		require.Zero(t, n.RowsRemovedByFilter, "jobs read and dropped: %+v", n)
+		require.LessOrEqual(t, n.ActualRows*n.ActualLoops, 3*(limit+1), "read past the tenants' pages: %+v", n)
+	})
+}
+
+// planDB is a store on a database of its own.
+type planDB struct{ *Store }
+
+func planStore(t *testing.T) planDB {
+	t.Helper()
+	s, err := Open(context.Background(), storetest.NewDB(t))
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return planDB{s}
+}
+
+// ingest records n jobs of model m, ids from first on, in one batch (one
+// created_at), their tenants taking turns.
+func (s planDB) ingest(t *testing.T, first, n int, tenants ...string) {
+	t.Helper()
+	jobs := make([]NewJob, n)
+	for i := range jobs {
+		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":"j%05d","tenant":%q,"body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`,
+			first+i, tenants[i%len(tenants)]), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		jobs[i] = NewJob{Job: j}
+	}
+	_, err := s.Ingest(context.Background(), jobs)
+	require.NoError(t, err)
+}
+
+// explain runs sql with args in a transaction it rolls back and returns
+// the plan as it ran.
+func (s planDB) explain(t *testing.T, sql string, args ...any) planNode {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	var out []byte
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+sql, args...).Scan(&out))
+	var plan []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal(out, &plan))
+	return plan[0].Plan
+}
+
+// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).
+type planNode struct {
+	NodeType            string     `json:"Node Type"`
+	Operation           string     `json:"Operation"`
+	RelationName        string     `json:"Relation Name"`
+	IndexName           string     `json:"Index Name"`
+	ActualRows          int        `json:"Actual Rows"`
+	ActualLoops         int        `json:"Actual Loops"`
+	RowsRemovedByFilter int        `json:"Rows Removed by Filter"`
+	Plans               []planNode `json:"Plans"`
+}
+
+func (n planNode) walk(f func(planNode)) {
+	f(n)
+	for _, c := range n.Plans {
+		c.walk(f)
+	}
+}

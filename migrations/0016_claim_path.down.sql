@@ -1,3 +1,3 @@
--- 0015_claim_path: undo.
+-- 0016_claim_path: undo.
 DROP INDEX jobs_fair_idx;
 CREATE INDEX jobs_fair_idx ON jobs (requested_model, tenant, sched_key) WHERE status = 'queued';

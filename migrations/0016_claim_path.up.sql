@@ -1,4 +1,4 @@
--- 0015_claim_path: the claim reads each tenant's queued jobs in the whole
+-- 0016_claim_path: the claim reads each tenant's queued jobs in the whole
 -- claim order (ClaimOrderDefault: sched_key, created_at, id), so a claim
 -- of n jobs reads n index entries. With sched_key alone the jobs of one
 -- ingest batch (one created_at, so one sched_key) tie, and every claim

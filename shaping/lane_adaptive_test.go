@@ -66,3 +66,25 @@ func TestLaneLearnsQuotaFrom429s(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, configured.learnsTPM())
 }
+
+// TestLaneLearnsItsShareOfTheQuota: a lane on a share of the provider's
+// quota (replicas) learns from its 429s a bucket of its share of the rate
+// it measured, as its configured buckets are its share of the quota.
+func TestLaneLearnsItsShareOfTheQuota(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 64, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	require.NoError(t, lane.SetShareAt(t0, 0.5))
+	send := func(at float64, o Outcome) {
+		r, err := lane.ReserveAt(sec(at), Request{PromptTokens: 500, MaxOutputTokens: 500})
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(sec(at), r).DoneAt(sec(at), o))
+	}
+	send(0, Outcome{RateLimited: true})
+	for i := range 20 {
+		send(0.5*float64(i), Outcome{PromptTokens: 500, CompletionTokens: 500})
+	}
+	send(10, Outcome{RateLimited: true}) // 20,000 taken in 10 s: 95% of 120,000 a minute
+	require.True(t, lane.learned)
+	require.Equal(t, 0.5*114000, lane.tpm.Limit())
+}

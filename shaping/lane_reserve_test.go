@@ -287,6 +287,7 @@ func requireSameReservation(t *testing.T, fast, gen *Reservation, extra *Bucket,
 	t.Helper()
 	require.Equal(t, fast.ReadyAt, gen.ReadyAt, msg)
 	require.Equal(t, fast.Tokens, gen.Tokens, msg)
+	require.Equal(t, fast.pace, gen.pace, msg+": paced")
 	type claim struct {
 		bucket  string
 		tokens  float64

@@ -53,8 +53,13 @@ type Lane struct {
 	// The provider as the lane learns it (lane_provider.go): rpmQ and tpmQ
 	// are the provider's limits behind rpm and tpm; share is the part of
 	// them the lane runs on.
-	rpmQ, tpmQ  view
-	share       float64
+	rpmQ, tpmQ view
+	share      float64
+	// peers is what the other replicas on the quota hold and know, as the
+	// quota ledger showed it (SetPeersAt), newest last; peersKnown: it
+	// has.
+	peers       []peersAt
+	peersKnown  bool
 	kind        ProviderKind
 	shortAt     time.Time // when the lane learned a short bucket
 	probing     bool      // a cold start's probe: no answer with headers yet

@@ -31,10 +31,12 @@ type marks struct{ req, tok, ref, rfd, own float64 }
 // level whatever its age, and raise it only when it is the newest applied
 // (a stale header must not move the level back), no 429 arrived in the
 // last minute (this one included), the buckets are past their warm-up, and
-// the lane runs on the whole quota or this is its first header: on a share,
-// the header answers a request sent a while ago and the other replicas have
-// spent since from credit it does not show, so s × remaining would count
-// their spending twice (docs/design/replicas.md).
+// the lane runs on the whole quota, or this is its first header, or the
+// ledger has told it what the other replicas hold: on a share, the header
+// answers a request sent a while ago and the other replicas have spent
+// since from credit it does not show, so s × remaining alone would count
+// their spending twice; levelLocked counts their credit out
+// (docs/design/replicas.md).
 // The first header ends a cold start's probe.
 func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, refused bool) {
 	if l.cfg.Strategy == StrategyRetry {
@@ -79,10 +81,11 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	}
 	// A 429 starts the distrust; a short bucket's capping does not show in
 	// the per-minute headers, so its lane runs on its own refill.
-	raise := fresh && !now.Before(l.distrustUntil) && l.kind != ProviderShort && (l.share == 1 || first)
+	raise := fresh && !now.Before(l.distrustUntil) && l.kind != ProviderShort && (l.share == 1 || first || l.peersKnown)
 	raised := false
+	othersReq, othersTok := l.peersSinceLocked(at)
 	if h.HasRemainingRequests && l.rpm != nil {
-		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, raise)
+		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, othersReq, raise)
 		if !refused && fresh {
 			l.admittedLocked(now, l.rpm, &l.rpmQ, h.RemainingRequests)
 		}
@@ -91,7 +94,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		// Unseen: reserved since the send, less cancelled and refused
 		// (the permit's own refusal is not one of them).
 		unseen := max(0, l.resTok-l.canTok-m.tok-(l.rfdTok-m.rfd-m.own))
-		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, raise) || raised
+		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, othersTok, raise) || raised
 		if !refused && fresh {
 			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens)
 			l.refundsLocked(reading{ok: true, at: at, remaining: h.RemainingTokens, m: m})
@@ -122,16 +125,29 @@ func (l *Lane) wakeLocked() {
 // what it reserved that the server had not seen. The
 // lower bound counts the refill as landing before those reservations (it
 // may have been lost at the limit); the upper bound counts them first and
-// every unused token back. A level above the upper bound is lowered to it;
-// one below the lower bound is raised to it when raise is set. It reports
-// a raise.
-func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen float64, raise bool) bool {
-	server := remaining + max(0, now.Sub(at).Seconds())*v.limit/60
+// every unused token back. On a share, once the ledger has told what the
+// other replicas hold (others, their credit: SetPeersAt), the lower bound
+// is also at most what none of them holds, less their refill since the
+// ledger's figures (peersSlack) and during the answer's round trip: a
+// header answers a request sent a while ago, and the others may since have
+// spent what they held from credit it does not show. Counting their credit
+// out keeps the replicas' levels together within the server's, however
+// out of proportion to their shares the levels are. A level above the
+// upper bound is lowered to it; one below the lower bound is raised to it
+// when raise is set. It reports a raise.
+func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen, others float64, raise bool) bool {
+	age := max(0, now.Sub(at).Seconds())
+	server := remaining + age*v.limit/60
 	cut := v.limit - v.burst
 	if l.kind == ProviderShort {
 		cut = v.anchor
 	}
-	lo := l.share*(min(v.limit, server+min(refunded, l.refundShare()*refunded))-cut) - unseen
+	back := min(v.limit, server+min(refunded, l.refundShare()*refunded)) - cut
+	lo := l.share*back - unseen
+	if l.share < 1 && l.peersKnown {
+		slack := (1 - l.share) * v.limit / 60 * (age + peersSlack.Seconds())
+		lo = min(lo, back-others-slack-unseen)
+	}
 	hi := l.share * (min(v.limit, server+max(0, refunded)-unseen/l.share) - cut)
 	return b.calibrateAt(now, lo, hi, raise)
 }

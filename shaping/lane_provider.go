@@ -235,7 +235,8 @@ func (l *Lane) roomLocked(tokens float64, h RateLimitHeaders) bool {
 // (cut to a lowered capacity): scaling it would create credit whenever the
 // replicas' levels are not in the proportion of their shares, and replicas
 // whose shares sum to 1 would spend more than the provider has (on a share
-// below 1, headers after the first only lower it: calibrateLocked). A level
+// below 1, headers after the first raise it only to what the other
+// replicas do not hold: SetPeersAt, levelLocked). A level
 // in debt is owed whatever the share: the reservations waiting on it wait
 // for the rest of it at the new refill, sooner when the share grows, later
 // when it shrinks. N replicas on one API key that each set 1/N spend
@@ -272,3 +273,107 @@ func (l *Lane) Share() float64 {
 	defer l.mu.Unlock()
 	return l.share
 }
+
+// ReplicaState is what a replica's lane tells the other replicas on its
+// quota through the quota ledger ([Lane.StateAt]), or what they tell it,
+// summed over them ([Lane.SetPeersAt]); docs/design/replicas.md.
+type ReplicaState struct {
+	// Requests and Tokens are the credit held at the provider: what the
+	// RPM and TPM buckets hold, the reservations not yet sent included (of
+	// every other replica, summed).
+	Requests, Tokens float64
+	// ShortRequests and ShortTokens, when positive, say that the provider
+	// enforces a short bucket ([ProviderShort]) and how much of it is
+	// trusted at once: the burst the lane learned, in the provider's units
+	// (the smallest any other replica learned).
+	ShortRequests, ShortTokens float64
+}
+
+// StateAt returns what the lane tells the other replicas at now: the
+// credit its buckets hold, and the short bucket it learned, if any. The
+// credit is the level plus what the lane reserved and has not sent: a
+// level in debt has gathered the refill it has so far for the reservations
+// waiting on it, and the provider holds that refill until they are sent.
+func (l *Lane) StateAt(now time.Time) ReplicaState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var s ReplicaState
+	if l.rpm != nil {
+		s.Requests = max(0, l.rpm.LevelAt(now)+l.resReq-l.canReq-l.sentReq)
+	}
+	if l.tpm != nil {
+		s.Tokens = max(0, l.tpm.LevelAt(now)+l.resTok-l.canTok-l.sentTok)
+	}
+	if l.kind == ProviderShort {
+		s.ShortRequests, s.ShortTokens = l.rpmQ.burst, l.tpmQ.burst
+	}
+	return s
+}
+
+// SetPeersAt tells the lane what the other replicas on its quota hold and
+// know, from the quota ledger. Their credit bounds what a header may raise
+// the lane's level to (levelLocked): the lane takes at most what none of
+// them holds, so a part of the provider's bucket that one replica gave up
+// (a share lowered, a level cut by a header, a replica gone) goes to the
+// others instead of staying unused, without counting the others' credit
+// twice. A short bucket one of them learned from a 429 is the lane's too:
+// the replicas learn the provider's kind once, not once each.
+func (l *Lane) SetPeersAt(now time.Time, peers ReplicaState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.peers) == peersKept {
+		l.peers = append(l.peers[:0], l.peers[1:]...)
+	}
+	l.peers, l.peersKnown = append(l.peers, peersAt{at: now, ReplicaState: peers}), true
+	if l.kind == ProviderShort || (peers.ShortRequests <= 0 && peers.ShortTokens <= 0) {
+		return
+	}
+	l.setKindLocked(ProviderShort)
+	l.shortAt = now
+	for i, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		learned := [2]float64{peers.ShortRequests, peers.ShortTokens}[i]
+		if learned <= 0 {
+			learned = q.v.admitted
+		}
+		q.v.burst = max(floorBurst(q.v.limit), min(learned, l.shortMax(q.v.limit)))
+		q.v.anchor = q.v.limit - q.v.burst
+		l.applyLocked(now, q.b, q.v)
+	}
+}
+
+// peersAt is what the ledger told of the other replicas at a time.
+type peersAt struct {
+	at time.Time
+	ReplicaState
+}
+
+// peersKept is how many of the ledger's answers a lane keeps: about 4 s of
+// them at the default period, longer than an answer takes.
+const peersKept = 8
+
+// peersSinceLocked is the most credit the other replicas held since at,
+// as far as the ledger told: the most of its answers from the one in force
+// at at on (all it kept when at is older). A later answer alone would miss
+// what they spent after at, which the header sent at at does not show
+// either.
+func (l *Lane) peersSinceLocked(at time.Time) (requests, tokens float64) {
+	from := 0
+	for i, p := range l.peers {
+		if !p.at.After(at) {
+			from = i
+		}
+	}
+	for _, p := range l.peers[from:] {
+		requests, tokens = max(requests, p.Requests), max(tokens, p.Tokens)
+	}
+	return requests, tokens
+}
+
+// peersSlack is how much older than the answer the ledger's figures of the
+// other replicas' credit may be: about a ledger period and its round trip.
+// A header raises a level only above what the others may have refilled
+// meanwhile.
+const peersSlack = time.Second

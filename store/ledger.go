@@ -31,17 +31,29 @@ type QuotaClaim struct {
 	Demand float64
 	// Share is the part of the quota the replica runs on, in (0, 1].
 	Share float64
+	// Provider is what the replica holds and knows of the provider, for
+	// the others. Zero for a quota without one (a tenant's).
+	Provider ProviderState
+}
+
+// ProviderState is what a replica holds and knows of a provider's quota
+// (shaping.ReplicaState): the credit its buckets hold, and the short
+// bucket it learned (0: none). Not negative.
+type ProviderState struct {
+	CreditRequests, CreditTokens float64
+	ShortRequests, ShortTokens   float64
 }
 
 // LedgerEntry is one live row of the ledger.
 type LedgerEntry struct {
 	Key, Replica  string
 	Demand, Share float64
+	Provider      ProviderState
 	LeaseUntil    time.Time
 }
 
 // RenewQuotas writes replica's rows of the claims' keys (demand, share,
-// lease until now + lease) and returns every live row of those keys (lease
+// provider state, lease until now + lease) and returns every live row of those keys (lease
 // not ended at now), replica's own included, ordered by key then replica.
 // Rows of other replicas whose lease ended LedgerGone ago are deleted on
 // the way (without waiting for rows another renewal holds).
@@ -55,35 +67,50 @@ func (s *Store) RenewQuotas(ctx context.Context, replica string, lease time.Dura
 	keys := make([]string, len(claims))
 	demands := make([]float64, len(claims))
 	shares := make([]float64, len(claims))
+	var provider [4][]float64
+	for i := range provider {
+		provider[i] = make([]float64, len(claims))
+	}
 	for i, c := range claims {
-		if c.Key == "" || !(c.Demand >= 0) || !(c.Share > 0 && c.Share <= 1) {
-			return nil, fmt.Errorf("store: renew quotas: claim %d: a key, a demand >= 0 and a share in (0, 1] are required, got %+v", i, c)
+		p := c.Provider
+		if c.Key == "" || !(c.Demand >= 0) || !(c.Share > 0 && c.Share <= 1) ||
+			!(p.CreditRequests >= 0 && p.CreditTokens >= 0 && p.ShortRequests >= 0 && p.ShortTokens >= 0) {
+			return nil, fmt.Errorf("store: renew quotas: claim %d: a key, a demand >= 0, a share in (0, 1] and a provider state >= 0 are required, got %+v", i, c)
 		}
 		keys[i], demands[i], shares[i] = c.Key, c.Demand, c.Share
+		provider[0][i], provider[1][i], provider[2][i], provider[3][i] = p.CreditRequests, p.CreditTokens, p.ShortRequests, p.ShortTokens
 	}
 	now := s.clock()
 	rows, err := s.pool.Query(ctx, `WITH gone AS (
 			DELETE FROM quota_ledger WHERE ctid IN (SELECT ctid FROM quota_ledger
 				WHERE quota_key = ANY($2) AND replica <> $1 AND lease_until < $6 FOR UPDATE SKIP LOCKED)
 		), up AS (
-			INSERT INTO quota_ledger (quota_key, replica, demand, share, lease_until)
-			SELECT k, $1, d, sh, $5 FROM unnest($2::text[], $3::float8[], $4::float8[]) AS c(k, d, sh)
+			INSERT INTO quota_ledger (quota_key, replica, demand, share, lease_until,
+				credit_requests, credit_tokens, short_requests, short_tokens)
+			SELECT k, $1, d, sh, $5, cr, ct, sr, st
+			FROM unnest($2::text[], $3::float8[], $4::float8[], $8::float8[], $9::float8[], $10::float8[], $11::float8[])
+				AS c(k, d, sh, cr, ct, sr, st)
 			ON CONFLICT (quota_key, replica) DO UPDATE SET demand = excluded.demand, share = excluded.share,
-				lease_until = excluded.lease_until
-			RETURNING quota_key, replica, demand, share, lease_until
+				lease_until = excluded.lease_until, credit_requests = excluded.credit_requests,
+				credit_tokens = excluded.credit_tokens, short_requests = excluded.short_requests,
+				short_tokens = excluded.short_tokens
+			RETURNING quota_key, replica, demand, share, credit_requests, credit_tokens, short_requests, short_tokens, lease_until
 		)
-		SELECT quota_key, replica, demand, share, lease_until FROM up
+		SELECT * FROM up
 		UNION ALL
-		SELECT quota_key, replica, demand, share, lease_until FROM quota_ledger
-			WHERE quota_key = ANY($2) AND replica <> $1 AND lease_until > $7
+		SELECT quota_key, replica, demand, share, credit_requests, credit_tokens, short_requests, short_tokens, lease_until
+			FROM quota_ledger WHERE quota_key = ANY($2) AND replica <> $1 AND lease_until > $7
 		ORDER BY 1, 2`,
-		replica, keys, demands, shares, now.Add(lease), now.Add(-LedgerGone), now)
+		replica, keys, demands, shares, now.Add(lease), now.Add(-LedgerGone), now,
+		provider[0], provider[1], provider[2], provider[3])
 	if err != nil {
 		return nil, fmt.Errorf("store: renew quotas: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
 		var e LedgerEntry
-		err := r.Scan(&e.Key, &e.Replica, &e.Demand, &e.Share, &e.LeaseUntil)
+		p := &e.Provider
+		err := r.Scan(&e.Key, &e.Replica, &e.Demand, &e.Share,
+			&p.CreditRequests, &p.CreditTokens, &p.ShortRequests, &p.ShortTokens, &e.LeaseUntil)
 		e.LeaseUntil = e.LeaseUntil.UTC()
 		return e, err
 	})

@@ -83,7 +83,8 @@ func TestLedgerReplicasShare(t *testing.T) {
 func TestLedgerRenewValidates(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, c := range []store.QuotaClaim{{Key: "", Demand: 1, Share: 1}, {Key: "k", Demand: -1, Share: 1}, {Key: "k", Demand: 1, Share: 0}, {Key: "k", Demand: 1, Share: 1.5}} {
+	for _, c := range []store.QuotaClaim{{Key: "", Demand: 1, Share: 1}, {Key: "k", Demand: -1, Share: 1}, {Key: "k", Demand: 1, Share: 0}, {Key: "k", Demand: 1, Share: 1.5},
+		{Key: "k", Demand: 1, Share: 1, Provider: store.ProviderState{CreditTokens: -1}}} {
 		_, err := b.store.RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{c})
 		require.Error(t, err, "%+v", c)
 	}
@@ -92,4 +93,24 @@ func TestLedgerRenewValidates(t *testing.T) {
 	rows, err := b.store.RenewQuotas(b.ctx, "a", time.Second, nil)
 	require.NoError(t, err)
 	require.Empty(t, rows)
+}
+
+// TestLedgerProviderState: a replica's credit and the short bucket it
+// learned go through the ledger to the others, and a renewal replaces them.
+func TestLedgerProviderState(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const key = "https://api.example/v1 k:0123 gpt-4o"
+	ps := store.ProviderState{CreditRequests: 12, CreditTokens: 3400.5, ShortRequests: 50, ShortTokens: 5000}
+	_, err := b.store.RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5, Provider: ps}})
+	require.NoError(t, err)
+	rows, err := b.store.RenewQuotas(b.ctx, "b", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5}})
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	require.Equal(t, ps, rows[0].Provider)
+	require.Equal(t, store.ProviderState{}, rows[1].Provider)
+	ps = store.ProviderState{CreditTokens: 7}
+	rows, err = b.store.RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5, Provider: ps}})
+	require.NoError(t, err)
+	require.Equal(t, ps, rows[0].Provider)
 }

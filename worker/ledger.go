@@ -98,6 +98,9 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 		if q.l != nil {
 			claims[i].Demand = q.l.demand()
 			claims[i].Share = q.l.shaper.Share()
+			st := q.l.shaper.StateAt(w.cfg.Clock.Now())
+			claims[i].Provider = store.ProviderState{CreditRequests: st.Requests, CreditTokens: st.Tokens,
+				ShortRequests: st.ShortRequests, ShortTokens: st.ShortTokens}
 		}
 		if claims[i].Share == 0 {
 			claims[i].Share = shaping.ShareFloorDefault // not started yet
@@ -115,13 +118,14 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 		}
 		return
 	}
+	now := w.cfg.Clock.Now()
 	for _, q := range quotas {
 		share := w.shareFrom(rows, q.key)
 		if q.l != nil {
-			_ = q.l.shaper.SetShare(share) // in (0, 1] by construction
+			_ = q.l.shaper.SetShareAt(now, share) // in (0, 1] by construction
+			q.l.shaper.SetPeersAt(now, w.peersFrom(rows, q.key))
 		}
 	}
-	now := w.cfg.Clock.Now()
 	for _, sc := range scs {
 		sc.setShare(now, w.shareFrom(rows, scopeKey(sc.name)))
 	}
@@ -144,6 +148,30 @@ func (w *Worker) shareFrom(rows []store.LedgerEntry, key string) float64 {
 	w.shares[key] = share
 	w.sharesMu.Unlock()
 	return share
+}
+
+// peersFrom sums what the other replicas' rows of ledger key say they hold
+// of the provider (their credit), with the smallest short bucket any of
+// them learned.
+func (w *Worker) peersFrom(rows []store.LedgerEntry, key string) shaping.ReplicaState {
+	var s shaping.ReplicaState
+	least := func(have, v float64) float64 {
+		if v > 0 && (have == 0 || v < have) {
+			return v
+		}
+		return have
+	}
+	for _, r := range rows {
+		if r.Key != key || r.Replica == w.cfg.Replica {
+			continue
+		}
+		p := r.Provider
+		s.Requests += p.CreditRequests
+		s.Tokens += p.CreditTokens
+		s.ShortRequests = least(s.ShortRequests, p.ShortRequests)
+		s.ShortTokens = least(s.ShortTokens, p.ShortTokens)
+	}
+	return s
 }
 
 // startShare is the share a new lane (or scope) starts on, of the quota of

@@ -24,7 +24,7 @@ func newBenchCmd() *cobra.Command {
 in-memory transport and a Postgres database created for each run (and dropped after it):
 the four shaping strategies under the same 5x overload of a long/short mix, a 5x burst within
 10 s, the primary model exhausted (fallback), the adaptive strategy against an unknown quota
-that halves mid-run, a backlog on both kinds of provider with one worker and three replicas,
+that halves mid-run (with the provider's rate-limit headers and without any), a backlog on both kinds of provider with one worker and three replicas,
 11 agents calling a tight, flaky provider synchronously, directly and then through the gateway
 (llmq api's POST /v1/chat/completions), a backlog of long and short jobs first come then
 size-aware (sizes), and llmq's own overhead before an instant simulator (throughput: 64 callers

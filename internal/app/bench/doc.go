@@ -18,7 +18,8 @@
 //   - fallback: its fourth, the primary model's quota exhausted
 //     by another client so jobs move to the fallback model;
 //   - adaptive: the adaptive strategy with no quota configured, against a
-//     limit that halves mid-run: time to converge;
+//     limit that halves mid-run: time to converge, with the provider's
+//     rate-limit headers and without any;
 //   - backlog: 200 jobs landing at once on an idle provider, one worker
 //     and three replicas, per-minute and short-bucket enforcement: the
 //     share of the physical limit;

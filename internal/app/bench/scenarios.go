@@ -151,11 +151,15 @@ const (
 )
 
 // adaptiveSpec runs the adaptive strategy with no quota configured at
-// twice the capacity while the provider halves TPM (and RPM) mid-run.
-func adaptiveSpec() spec {
+// twice the capacity while the provider halves TPM (and RPM) mid-run; the
+// provider sends the x-ratelimit-* headers or, with headers
+// upstreamsim.HeadersNone, none at all.
+func adaptiveSpec(headers upstreamsim.HeaderMode) spec {
+	sim := simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}})
+	sim.RateLimitHeaders = headers
 	return spec{
-		name: "adaptive-halving", strategy: shaping.StrategyAdaptive,
-		sim:    simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: TPM}}),
+		name: "adaptive-halving-headers-" + string(headers), strategy: shaping.StrategyAdaptive,
+		sim:    sim,
 		models: map[string]llmq.Model{},
 		model:  Primary, mix: mix, sizes: sizes,
 		load: []phase{{until: adaptiveRun, rate: 2 * capacity()}},

@@ -81,3 +81,45 @@ func TestHeadroomAt(t *testing.T) {
 	l = newLane(LaneConfig{Strategy: StrategyRetry})
 	require.Equal(t, math.MaxInt32, l.HeadroomAt(t0, time.Second, typical))
 }
+
+// TestHeadroomCountsWaiters: a request waiting for a concurrency slot
+// takes the next one that frees, so while one waits the lane has no
+// headroom, and none appears until a slot frees with nobody waiting.
+func TestHeadroomCountsWaiters(t *testing.T) {
+	t.Parallel()
+	typical := Request{PromptTokens: 10, MaxOutputTokens: 10}
+	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 1e6, TPM: 1e9, Concurrency: 2,
+		WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	var permits []Permit
+	for range 2 {
+		p, err := l.Admit(context.Background(), typical)
+		require.NoError(t, err)
+		permits = append(permits, p)
+	}
+	require.Equal(t, 0, l.HeadroomAt(t0, time.Second, typical))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waiter := make(chan Permit, 1)
+	go func() {
+		if p, err := l.Admit(ctx, typical); err == nil {
+			waiter <- p
+		}
+	}()
+	require.Eventually(t, func() bool { return l.SnapshotAt(t0).Waiting == 1 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, 0, l.HeadroomAt(t0, time.Second, typical), "the waiter takes the next slot")
+
+	permits[0].Cancel()
+	var third Permit
+	select {
+	case third = <-waiter:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the freed slot")
+	}
+	require.Equal(t, 0, l.HeadroomAt(t0, time.Second, typical))
+	permits[1].Cancel()
+	require.Equal(t, 1, l.HeadroomAt(t0, time.Second, typical))
+	third.Cancel()
+	require.Equal(t, 2, l.HeadroomAt(t0, time.Second, typical))
+}

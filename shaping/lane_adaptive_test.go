@@ -66,3 +66,56 @@ func TestLaneLearnsQuotaFrom429s(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, configured.learnsTPM())
 }
+
+// TestLaneLearnsItsShareOfTheQuota: a lane on a share of the provider's
+// quota (replicas) learns from its 429s a bucket of its share of the rate
+// it measured, as its configured buckets are its share of the quota.
+func TestLaneLearnsItsShareOfTheQuota(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 64, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	require.NoError(t, lane.SetShareAt(t0, 0.5))
+	send := func(at float64, o Outcome) {
+		r, err := lane.ReserveAt(sec(at), Request{PromptTokens: 500, MaxOutputTokens: 500})
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(sec(at), r).DoneAt(sec(at), o))
+	}
+	send(0, Outcome{RateLimited: true})
+	for i := range 20 {
+		send(0.5*float64(i), Outcome{PromptTokens: 500, CompletionTokens: 500})
+	}
+	send(10, Outcome{RateLimited: true}) // 20,000 taken in 10 s: 95% of 120,000 a minute
+	require.True(t, lane.learned)
+	require.Equal(t, 0.5*114000, lane.tpm.Limit())
+}
+
+// TestAdaptiveGuideFollowsTheShare: adaptive's controller is guided by
+// the lane's quotas as they are in force: the configured ones when the
+// lane is made, its share of them once it runs on a share.
+func TestAdaptiveGuideFollowsTheShare(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, RPM: 600, TPM: 60000, Concurrency: 8,
+		Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	e, ok := lane.ctrl.(*Elastic)
+	require.True(t, ok)
+	require.Equal(t, [2]float64{600, 60000}, [2]float64{e.rpm, e.tpm})
+	require.NoError(t, lane.SetShareAt(t0, 0.25))
+	require.Equal(t, [2]float64{150, 15000}, [2]float64{e.rpm, e.tpm})
+}
+
+// TestAdaptiveBucketFromHeadersOnAShare: an adaptive lane with no quota
+// makes its bucket from the first limit header, and on a share it is its
+// share of that limit, as a configured one would be.
+func TestAdaptiveBucketFromHeadersOnAShare(t *testing.T) {
+	t.Parallel()
+	buckets := func(share float64) []BucketSnapshot {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 8, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		require.NoError(t, lane.SetShareAt(t0, share))
+		lane.ObserveAt(t0, RateLimitHeaders{LimitTokens: 60000, HasLimitTokens: true})
+		return lane.SnapshotAt(t0).Buckets
+	}
+	require.Equal(t, []BucketSnapshot{{Name: "tpm", Level: 60000, Capacity: 60000, Limit: 60000}}, buckets(1))
+	require.Equal(t, []BucketSnapshot{{Name: "tpm", Level: 15000, Capacity: 15000, Limit: 15000}}, buckets(0.25))
+}

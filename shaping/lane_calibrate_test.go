@@ -377,3 +377,26 @@ func TestLaneRefundsMeasured(t *testing.T) {
 	lane.setKindLocked(ProviderShort)
 	require.Equal(t, 1.0, lane.refundShare(), "a short bucket: all")
 }
+
+// TestLevelLockedRaiseBound: the level a header may raise a bucket to is
+// the lane's share of what the server says is back (remaining, plus the
+// refill since the send, plus the unused tokens it gives back as far as
+// the provider is known to refund), less the part of the limit the lane
+// does not trust (limit − burst), less what the lane reserved that the
+// server had not seen.
+func TestLevelLockedRaiseBound(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, MinInterval: -1,
+		Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	b, err := NewBucket(BucketConfig{Name: "tpm", Limit: 60000, Start: StartEmpty}, t0)
+	require.NoError(t, err)
+	lane.refundsKnown, lane.refunds = true, 0.5
+	v := &view{limit: 60000, burst: 50000}
+	// The header was sent 1 s ago: 20,000 remained then, 1,000 came back
+	// since; 4,000 unused tokens were settled, half of them given back;
+	// 3,000 reserved are not yet seen by the server.
+	at := t0.Add(-time.Second)
+	require.True(t, lane.levelLocked(t0, at, b, v, 20000, 4000, 3000, 0, true))
+	require.InDelta(t, 20000+1000+2000-(60000-50000)-3000, b.LevelAt(t0), 1e-9)
+}

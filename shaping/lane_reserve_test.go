@@ -287,6 +287,7 @@ func requireSameReservation(t *testing.T, fast, gen *Reservation, extra *Bucket,
 	t.Helper()
 	require.Equal(t, fast.ReadyAt, gen.ReadyAt, msg)
 	require.Equal(t, fast.Tokens, gen.Tokens, msg)
+	require.Equal(t, fast.pace, gen.pace, msg+": paced")
 	type claim struct {
 		bucket  string
 		tokens  float64
@@ -422,4 +423,21 @@ func TestLaneReserveTokens(t *testing.T) {
 	r, err := retry.ReserveAt(sec(1), Request{PromptTokens: 10})
 	require.NoError(t, err)
 	require.Equal(t, Reservation{ReadyAt: sec(1), Tokens: 10 + LaneMaxOutputDefault}, r, "retry reserves nowhere")
+}
+
+// TestCancelTwiceCountsOnce: a reservation cancelled twice is given back
+// once, in the buckets and in the lane's ledger of what it cancelled (which
+// the calibration from headers subtracts from what it reserved).
+func TestCancelTwiceCountsOnce(t *testing.T) {
+	t.Parallel()
+	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, WarmUp: -1, MinInterval: -1,
+		Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	r, err := l.ReserveAt(t0, Request{PromptTokens: 100, MaxOutputTokens: 100})
+	require.NoError(t, err)
+	l.CancelAt(t0, &r)
+	l.CancelAt(t0, &r)
+	require.Equal(t, [2]float64{1, 200}, [2]float64{l.canReq, l.canTok})
+	require.Equal(t, []BucketSnapshot{{Name: "rpm", Level: 600, Capacity: 600, Limit: 600},
+		{Name: "tpm", Level: 60000, Capacity: 60000, Limit: 60000}}, l.SnapshotAt(t0).Buckets)
 }

@@ -47,6 +47,7 @@ func TestQuotaBucketShare(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, sec(20.2), at, "101 tokens at 5 a second")
 	require.Error(t, b.ShareAt(t0, 600, 0))
+	require.Error(t, b.ShareAt(t0, 0, 0.5), "a limit of 0")
 	require.NoError(t, b.ShareAt(t0, 600, 1))
 	require.InDelta(t, 600, b.Capacity(), 1e-9)
 }

@@ -67,12 +67,13 @@ func validate(op string, j *llmq.Job) error {
 // Insert records j as queued. An existing job of the same tenant with the
 // same id is left as it is and reported with created=false (not an error).
 // j must be valid (Decode or Normalize+Validate); an invalid job returns
-// ErrInvalidJob.
+// ErrInvalidJob. With WithSizer, j is recorded with its estimate and size
+// delay.
 func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err error) {
 	if err := validate("insert", j); err != nil {
 		return false, err
 	}
-	tag, err := s.pool.Exec(ctx, insertSQL, s.insertArgs(NewJob{Job: j}, s.clock())...)
+	tag, err := s.pool.Exec(ctx, insertSQL, s.insertArgs(s.sizer.NewJob(j), s.clock())...)
 	if err != nil {
 		return false, dataError("insert "+strconv.Quote(j.ID), err)
 	}

@@ -73,13 +73,22 @@ func TestInsertOutboxIsSized(t *testing.T) {
 	}
 	require.Equal(t, []string{"short", "long"}, order)
 
+	// Insert records a whole job the same way.
+	_, err = s.Insert(ctx, sizedJob(t, "inserted", 2000, 500))
+	require.NoError(t, err)
+	rec, err := s.Get(ctx, "acme", "inserted")
+	require.NoError(t, err)
+	long = sizedJob(t, "inserted", 2000, 500)
+	require.Equal(t, sizer.NewJob(long).SizeDelay.Truncate(time.Microsecond), rec.SchedKey.Sub(rec.CreatedAt))
+	require.Positive(t, rec.EstPromptTokens)
+
 	// No Sizer: no estimate, no delay (the worker estimates at the claim).
 	plain, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(plain.Close)
 	_, err = plain.InsertOutbox(ctx, []*llmq.Job{long})
 	require.NoError(t, err)
-	rec, err := plain.Get(ctx, "acme", "long")
+	rec, err = plain.Get(ctx, "acme", "inserted")
 	require.NoError(t, err)
 	require.Zero(t, rec.EstPromptTokens)
 	require.Equal(t, rec.CreatedAt, rec.SchedKey)

@@ -42,8 +42,8 @@ func WithClock(c clockwork.Clock) Option { return func(s *Store) { s.clk = c } }
 // same.
 func WithOrder(o Order) Option { return func(s *Store) { s.order = o.WithDefaults() } }
 
-// WithSizer makes the store give every job recorded through the outbox
-// (InsertOutbox) its estimate and size delay, as the worker does when it
+// WithSizer makes the store give every job it records whole (Insert,
+// InsertOutbox) its estimate and size delay, as the worker does when it
 // ingests (Sizer).
 func WithSizer(z Sizer) Option { return func(s *Store) { s.sizer = z } }
 

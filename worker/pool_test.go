@@ -219,9 +219,10 @@ func TestKeyPoolNeverMovesToAModelTheJobDidNotAllow(t *testing.T) {
 		tb.publish(t, jobJSON(fmt.Sprintf("job-%d", j), "primary", ""))
 	}
 	// Every job is held: waiting in key a's lane, or backing off after
-	// its 429.
+	// its 429 (which may come after the jobs are first seen waiting).
 	require.Eventually(t, func() bool {
-		return tb.count(t, `status IN ('running', 'retrying') AND phase IN ('`+store.PhaseWaitingForQuota+`', '`+store.PhaseBackingOff+`')`) == jobs
+		return tb.sim.Sim.Stats().Models["primary"].RateLimited["requests"] >= 1 &&
+			tb.count(t, `status IN ('running', 'retrying') AND phase IN ('`+store.PhaseWaitingForQuota+`', '`+store.PhaseBackingOff+`')`) == jobs
 	}, 20*time.Second, 20*time.Millisecond)
 	statsA, statsB := tb.sim.Sim.Stats().Models, b.Sim.Stats().Models
 	require.EqualValues(t, 1, statsA["primary"].Accepted, "key a: the other client's call")

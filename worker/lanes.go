@@ -165,22 +165,23 @@ func (w *Worker) lane(model string) *lane { return w.laneAt(model, 0) }
 // laneAt returns the lane of entry i of model's pool (i is 0 for a model
 // without a pool), starting it on first use.
 func (w *Worker) laneAt(model string, i int) *lane {
-	entry, up, quotaKey := "", w.cfg.Upstream, w.quotaKey(model)
-	m := w.model(model)
-	if pool := w.pool(model); len(pool) > 0 {
-		e := pool[i]
-		entry, up, quotaKey = e.Name, e.Upstream, w.quotaKeys(model)[i]
-		m.RPM, m.TPM, m.Concurrency = e.RPM, e.TPM, e.Concurrency
+	pool := w.pool(model)
+	entry := ""
+	if len(pool) > 0 {
+		entry = pool[i].Name
 	}
 	name := laneName(model, entry)
-	label := model
-	if entry != "" {
-		label += "@" + entry
-	}
 	w.lanesMu.Lock()
 	defer w.lanesMu.Unlock()
 	if l, ok := w.lanes[name]; ok {
 		return l
+	}
+	// First use: the lane's settings (its entry's, for a pool).
+	up, quotaKey, label, m := w.cfg.Upstream, w.quotaKey(model), model, w.model(model)
+	if entry != "" {
+		e := pool[i]
+		up, quotaKey, label = e.Upstream, w.quotaKeys(model)[i], model+"@"+entry
+		m.RPM, m.TPM, m.Concurrency = e.RPM, e.TPM, e.Concurrency
 	}
 	strategy := w.cfg.Strategy
 	if strategy == "" {

@@ -132,10 +132,13 @@ func (c *Config) validatePools(bad func(setting, format string, args ...any)) {
 			case e.Key == "":
 				bad(at+".api_key_file", "the file is empty")
 			}
-			for field, v := range map[string]float64{"rpm": e.RPM, "tpm": e.TPM, "concurrency": float64(e.Concurrency),
-				"context_window": float64(e.ContextWindow), "input_price_per_1m": e.InputPricePer1M, "output_price_per_1m": e.OutputPricePer1M} {
-				if v < 0 {
-					bad(at+"."+field, "must not be negative; got %v", v)
+			for _, f := range []struct {
+				name string
+				v    float64
+			}{{"rpm", e.RPM}, {"tpm", e.TPM}, {"concurrency", float64(e.Concurrency)}, {"context_window", float64(e.ContextWindow)},
+				{"input_price_per_1m", e.InputPricePer1M}, {"output_price_per_1m", e.OutputPricePer1M}} {
+				if f.v < 0 {
+					bad(at+"."+f.name, "must not be negative; got %v", f.v)
 				}
 			}
 		}

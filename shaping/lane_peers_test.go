@@ -144,24 +144,9 @@ func runLedger(t *testing.T, short time.Duration, seed uint64) sharesRun {
 	for range 200 {
 		backlog = append(backlog, backlogJob(rng))
 	}
-	type replica struct {
-		lane     *Lane
-		job      *simJob
-		res      *Reservation
-		sendAt   time.Time
-		inFlight int
-		// row is the replica's ledger row as last written.
-		row   Replica
-		state ReplicaState
-	}
-	type flight struct {
-		r      *replica
-		permit *Permit
-		ans    answer
-		doneAt time.Time
-		job    *simJob
-	}
-	var reps []*replica
+	var reps []*simReplica
+	rows := map[*simReplica]*Replica{}
+	states := map[*simReplica]ReplicaState{}
 	for i := range 3 {
 		l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: rpm, TPM: tpm, Clock: clock})
 		require.NoError(t, err)
@@ -170,41 +155,51 @@ func runLedger(t *testing.T, short time.Duration, seed uint64) sharesRun {
 			share = ShareFloorDefault
 		}
 		require.NoError(t, l.SetShareAt(t0, share))
-		reps = append(reps, &replica{lane: l, row: Replica{Share: share}})
+		r := &simReplica{lane: l}
+		reps = append(reps, r)
+		rows[r] = &Replica{Share: share}
 	}
 	// ledger is one replica's round: it writes its row and sets its share
 	// and peers from every row.
-	ledger := func(now time.Time, self *replica) {
-		self.row.Demand = float64(self.inFlight)
+	ledger := func(now time.Time, self *simReplica) {
+		row := rows[self]
+		row.Demand = float64(self.inFlight)
 		if self.job != nil {
-			self.row.Demand++
+			row.Demand++
 		}
 		if len(backlog) > 0 {
-			self.row.Demand += 256
+			row.Demand += 256
 		}
-		self.row.Share = self.lane.Share()
-		self.state = self.lane.StateAt(now)
-		var rows []Replica
+		row.Share = self.lane.Share()
+		states[self] = self.lane.StateAt(now)
+		var all []Replica
 		var peers ReplicaState
 		for _, r := range reps {
-			row := r.row
+			row := *rows[r]
 			row.Self = r == self
-			rows = append(rows, row)
+			all = append(all, row)
 			if r != self {
-				peers.Requests += r.state.Requests
-				peers.Tokens += r.state.Tokens
-				peers.ShortRequests = max(peers.ShortRequests, r.state.ShortRequests)
-				peers.ShortTokens = max(peers.ShortTokens, r.state.ShortTokens)
+				st := states[r]
+				peers.Requests += st.Requests
+				peers.Tokens += st.Tokens
+				peers.ShortRequests = max(peers.ShortRequests, st.ShortRequests)
+				peers.ShortTokens = max(peers.ShortTokens, st.ShortTokens)
 			}
 		}
-		require.NoError(t, self.lane.SetShareAt(now, ReplicaShare(rows, ShareFloorDefault)))
+		require.NoError(t, self.lane.SetShareAt(now, ReplicaShare(all, ShareFloorDefault)))
 		self.lane.SetPeersAt(now, peers)
 	}
-	var flights []*flight
-	const tick = 10 * time.Millisecond
-	end := t0
-	for now := t0; now.Before(t0.Add(10 * time.Minute)); now = now.Add(tick) {
-		clock.Advance(now.Sub(clock.Now()))
+	end := runReplicas(t, clock, up, reps, replicaJobs{
+		take: func(*simReplica) *simJob {
+			if len(backlog) == 0 {
+				return nil
+			}
+			j := backlog[0]
+			backlog = backlog[1:]
+			return j
+		},
+		giveBack: func(_ *simReplica, j *simJob) { backlog = append([]*simJob{j}, backlog...) },
+	}, func(now time.Time) {
 		for i, r := range reps {
 			// The replicas' rounds are staggered, as workers started
 			// one after the other are.
@@ -212,53 +207,7 @@ func runLedger(t *testing.T, short time.Duration, seed uint64) sharesRun {
 				ledger(now, r)
 			}
 		}
-		kept := flights[:0]
-		for _, f := range flights {
-			if f.doneAt.After(now) {
-				kept = append(kept, f)
-				continue
-			}
-			f.r.inFlight--
-			if f.ans.limited {
-				backlog = append([]*simJob{f.job}, backlog...)
-			} else {
-				up.finish(now, f.ans)
-				end = now
-			}
-			require.NoError(t, f.permit.DoneAt(now, f.ans.outcome))
-		}
-		flights = kept
-		idle := true
-		for _, r := range reps {
-			if r.res == nil && len(backlog) > 0 {
-				r.job, backlog = backlog[0], backlog[1:]
-				res, err := r.lane.ReserveAt(now, Request{PromptTokens: r.job.prompt, MaxOutputTokens: r.job.maxOut})
-				require.NoError(t, err)
-				r.res = &res
-			}
-			if r.res == nil {
-				continue
-			}
-			idle = false
-			if r.sendAt.IsZero() {
-				if r.lane.ReadyAt(r.res).After(now) || r.lane.PausedUntil().After(now) || !r.lane.TryAcquireSlot() {
-					continue
-				}
-				r.sendAt = r.lane.PaceReservationAt(now, r.res)
-			}
-			if r.sendAt.After(now) {
-				continue
-			}
-			p := r.lane.SendAt(now, *r.res)
-			a := up.call(now, r.job)
-			flights = append(flights, &flight{r: r, permit: p, ans: a, doneAt: now.Add(a.latency), job: r.job})
-			r.inFlight++
-			r.job, r.res, r.sendAt = nil, nil, time.Time{}
-		}
-		if idle && len(flights) == 0 {
-			break
-		}
-	}
+	})
 	require.Empty(t, backlog)
 	bucket := tpm
 	if short > 0 {

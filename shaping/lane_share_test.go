@@ -90,47 +90,92 @@ func runShares(t *testing.T, rotations [3][3]float64) sharesRun {
 	clock := clockwork.NewFakeClockAt(t0)
 	up := newUpstream(upstreamConfig{RPM: rpm, TPM: tpm, Headers: true, TTFT: 200 * time.Millisecond, PerToken: 5 * time.Millisecond}, t0)
 	rng := rand.New(rand.NewPCG(13, 42))
-	type replica struct {
-		lane    *Lane
-		backlog []*simJob
-		res     *Reservation
-		sendAt  time.Time // zero: not yet paced
-	}
-	type flight struct {
-		r      *replica
-		permit *Permit
-		ans    answer
-		doneAt time.Time
-		job    *simJob
-	}
-	var reps []*replica
+	var reps []*simReplica
+	backlogs := map[*simReplica][]*simJob{}
 	for range 3 {
 		l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: rpm, TPM: tpm, Clock: clock})
 		require.NoError(t, err)
-		r := &replica{lane: l}
+		r := &simReplica{lane: l}
 		for range 100 {
-			r.backlog = append(r.backlog, backlogJob(rng))
+			backlogs[r] = append(backlogs[r], backlogJob(rng))
 		}
 		reps = append(reps, r)
 	}
-	var flights []*flight
-	const tick = 10 * time.Millisecond
-	end := t0
-	for now := t0; now.Before(t0.Add(10 * time.Minute)); now = now.Add(tick) {
-		clock.Advance(now.Sub(clock.Now()))
+	end := runReplicas(t, clock, up, reps, replicaJobs{
+		take: func(r *simReplica) *simJob {
+			if len(backlogs[r]) == 0 {
+				return nil
+			}
+			j := backlogs[r][0]
+			backlogs[r] = backlogs[r][1:]
+			return j
+		},
+		giveBack: func(r *simReplica, j *simJob) { backlogs[r] = append([]*simJob{j}, backlogs[r]...) },
+	}, func(now time.Time) {
 		if step := now.Sub(t0) / (500 * time.Millisecond); now.Sub(t0)%(500*time.Millisecond) == 0 {
 			for i, r := range reps {
 				require.NoError(t, r.lane.SetShareAt(now, rotations[step%3][i]))
 			}
 		}
+	})
+	for _, r := range reps {
+		require.Empty(t, backlogs[r])
+	}
+	run := sharesRun{
+		calls: up.ok + up.limited, limited: up.limited, makespan: end.Sub(t0).Seconds(),
+		physical: (up.okTokens - tpm) / (tpm / 60),
+	}
+	t.Logf("shares %v: makespan %.1f s, physical limit %.1f s, %d calls, %d answered 429", rotations[0], run.makespan, run.physical, run.calls, run.limited)
+	return run
+}
+
+// simReplica is one replica's lane in a virtual-clock run of replicas
+// (runReplicas): the job it reserved for and has not sent, and the calls
+// it has in flight.
+type simReplica struct {
+	lane     *Lane
+	job      *simJob
+	res      *Reservation
+	sendAt   time.Time // zero: not yet paced
+	inFlight int
+}
+
+// replicaJobs is where a run's replicas take their jobs from and give a
+// refused one back.
+type replicaJobs struct {
+	take     func(r *simReplica) *simJob // nil: none left for r
+	giveBack func(r *simReplica, j *simJob)
+}
+
+// runReplicas drives reps against up every 10 ms of clock, for at most 10
+// minutes, until no replica has a job or a call left: each replica
+// reserves for the next job jobs give it, sends it when its lane admits it
+// and gives a refused one back. tick runs first at every step. It returns
+// when the last call that was not refused ended.
+func runReplicas(t *testing.T, clock *clockwork.FakeClock, up *upstream, reps []*simReplica, jobs replicaJobs, tick func(now time.Time)) time.Time {
+	t.Helper()
+	type flight struct {
+		r      *simReplica
+		permit *Permit
+		ans    answer
+		doneAt time.Time
+		job    *simJob
+	}
+	var flights []*flight
+	const step = 10 * time.Millisecond
+	end := t0
+	for now := t0; now.Before(t0.Add(10 * time.Minute)); now = now.Add(step) {
+		clock.Advance(now.Sub(clock.Now()))
+		tick(now)
 		kept := flights[:0]
 		for _, f := range flights {
 			if f.doneAt.After(now) {
 				kept = append(kept, f)
 				continue
 			}
+			f.r.inFlight--
 			if f.ans.limited {
-				f.r.backlog = append([]*simJob{f.job}, f.r.backlog...)
+				jobs.giveBack(f.r, f.job)
 			} else {
 				up.finish(now, f.ans)
 				end = now
@@ -140,11 +185,12 @@ func runShares(t *testing.T, rotations [3][3]float64) sharesRun {
 		flights = kept
 		idle := true
 		for _, r := range reps {
-			if r.res == nil && len(r.backlog) > 0 {
-				j := r.backlog[0]
-				res, err := r.lane.ReserveAt(now, Request{PromptTokens: j.prompt, MaxOutputTokens: j.maxOut})
-				require.NoError(t, err)
-				r.res = &res
+			if r.res == nil {
+				if r.job = jobs.take(r); r.job != nil {
+					res, err := r.lane.ReserveAt(now, Request{PromptTokens: r.job.prompt, MaxOutputTokens: r.job.maxOut})
+					require.NoError(t, err)
+					r.res = &res
+				}
 			}
 			if r.res == nil {
 				continue
@@ -159,24 +205,15 @@ func runShares(t *testing.T, rotations [3][3]float64) sharesRun {
 			if r.sendAt.After(now) {
 				continue
 			}
-			j := r.backlog[0]
-			r.backlog = r.backlog[1:]
 			p := r.lane.SendAt(now, *r.res)
-			r.res, r.sendAt = nil, time.Time{}
-			a := up.call(now, j)
-			flights = append(flights, &flight{r: r, permit: p, ans: a, doneAt: now.Add(a.latency), job: j})
+			a := up.call(now, r.job)
+			flights = append(flights, &flight{r: r, permit: p, ans: a, doneAt: now.Add(a.latency), job: r.job})
+			r.inFlight++
+			r.job, r.res, r.sendAt = nil, nil, time.Time{}
 		}
 		if idle && len(flights) == 0 {
 			break
 		}
 	}
-	for _, r := range reps {
-		require.Empty(t, r.backlog)
-	}
-	run := sharesRun{
-		calls: up.ok + up.limited, limited: up.limited, makespan: end.Sub(t0).Seconds(),
-		physical: (up.okTokens - tpm) / (tpm / 60),
-	}
-	t.Logf("shares %v: makespan %.1f s, physical limit %.1f s, %d calls, %d answered 429", rotations[0], run.makespan, run.physical, run.calls, run.limited)
-	return run
+	return end
 }

@@ -85,9 +85,10 @@ type DepthProbe interface {
 // recorded before they are published) and the queue's Postgres figures.
 // *store.Store is one.
 type Store interface {
-	// InsertOutbox records jobs as queued and not yet published, all or
-	// none, and says for each whether it was created and its status.
-	InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]store.Recorded, error)
+	// InsertOutbox records jobs (with their estimates) as queued and not
+	// yet published, all or none, and says for each whether it was
+	// created and its status.
+	InsertOutbox(ctx context.Context, jobs []store.NewJob) ([]store.Recorded, error)
 	// MarkPublished records the broker's confirm of the jobs keys.
 	MarkPublished(ctx context.Context, keys []store.Key) error
 	// Unpublished returns up to limit queued jobs created before cutoff
@@ -134,6 +135,10 @@ type Config struct {
 	NoConsumerAfter time.Duration
 	// MaxBatch is the most jobs of one PublishBatch. 0 = MaxBatchDefault.
 	MaxBatch int
+	// Sizer gives each job its estimate and size delay in the claim order
+	// before it is recorded, as the worker's ingest does for a job it
+	// records (the zero Sizer: none; the worker estimates at the claim).
+	Sizer store.Sizer
 	// MaxMessageBytes is the largest encoded job accepted: a larger one is
 	// refused with a *llmq.TooLargeError before anything is recorded.
 	// When the Publisher is a transport.SizeLimiter (Kafka), its broker's

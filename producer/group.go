@@ -27,8 +27,11 @@ const groupMaxJobs = 2000
 // recordReq is one caller's jobs (validated, admitted) and their messages.
 type recordReq struct {
 	jobs []*llmq.Job
-	msgs []transport.Message
-	done chan recordResult // buffered 1
+	// sized are jobs with their estimates, made by the caller (so the
+	// tokenizer runs in each caller's goroutine, not in the shared flush).
+	sized []store.NewJob
+	msgs  []transport.Message
+	done  chan recordResult // buffered 1
 }
 
 // recordResult is what became of a recordReq: recorded (nil with
@@ -52,7 +55,11 @@ func newGrouper() *grouper { return &grouper{slots: make(chan struct{}, groupFlu
 // of the moment.
 func (p *Producer) record(ctx context.Context, jobs []*llmq.Job, msgs []transport.Message) recordResult {
 	g := p.group
-	r := &recordReq{jobs: jobs, msgs: msgs, done: make(chan recordResult, 1)}
+	sized := make([]store.NewJob, len(jobs))
+	for i, j := range jobs {
+		sized[i] = p.cfg.Sizer.NewJob(j)
+	}
+	r := &recordReq{jobs: jobs, sized: sized, msgs: msgs, done: make(chan recordResult, 1)}
 	g.mu.Lock()
 	g.queue = append(g.queue, r)
 	g.mu.Unlock()
@@ -89,9 +96,9 @@ func (p *Producer) flush(ctx context.Context, batch []*recordReq) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
 	defer cancel()
 	if len(batch) > 1 {
-		var jobs []*llmq.Job
+		var jobs []store.NewJob
 		for _, r := range batch {
-			jobs = append(jobs, r.jobs...)
+			jobs = append(jobs, r.sized...)
 		}
 		recorded, err := p.cfg.Store.InsertOutbox(ctx, jobs)
 		if err != nil {
@@ -103,7 +110,7 @@ func (p *Producer) flush(ctx context.Context, batch []*recordReq) {
 		p.publishRecorded(ctx, batch, recorded)
 		return
 	}
-	recorded, err := p.cfg.Store.InsertOutbox(ctx, batch[0].jobs)
+	recorded, err := p.cfg.Store.InsertOutbox(ctx, batch[0].sized)
 	if err != nil {
 		batch[0].done <- recordResult{recordErr: err}
 		return

@@ -318,7 +318,7 @@ func TestOutboxSweepAfterCrash(t *testing.T) {
 	j := newJob("crashed")
 	require.NoError(t, j.Normalize())
 	require.NoError(t, j.Validate())
-	created, err := b.store.InsertOutbox(ctx, []*llmq.Job{j})
+	created, err := b.store.InsertOutbox(ctx, []store.NewJob{{Job: j}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}}, created)
 	require.Nil(t, publishedAt(t, b.pool, "crashed"))
@@ -363,12 +363,12 @@ func TestSweepPagesAndSkipsFinished(t *testing.T) {
 	b := setup(t)
 	p := b.producer(t, nil)
 	ctx := context.Background()
-	var jobs []*llmq.Job
+	var jobs []store.NewJob
 	for i := 0; i < 7; i++ {
 		j := newJob(fmt.Sprintf("c%d", i))
 		require.NoError(t, j.Normalize())
 		require.NoError(t, j.Validate())
-		jobs = append(jobs, j)
+		jobs = append(jobs, store.NewJob{Job: j})
 	}
 	_, err := b.store.InsertOutbox(ctx, jobs)
 	require.NoError(t, err)
@@ -389,7 +389,7 @@ func TestSweeperStartStop(t *testing.T) {
 	j := newJob("orphan")
 	require.NoError(t, j.Normalize())
 	require.NoError(t, j.Validate())
-	_, err := b.store.InsertOutbox(ctx, []*llmq.Job{j})
+	_, err := b.store.InsertOutbox(ctx, []store.NewJob{{Job: j}})
 	require.NoError(t, err)
 	b.clock.Advance(time.Hour)
 

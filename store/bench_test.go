@@ -109,12 +109,12 @@ func BenchmarkOutbox(b *testing.B) {
 	s, err := store.Open(ctx, storetest.NewDB(b))
 	require.NoError(b, err)
 	defer s.Close()
-	jobs := make([]*llmq.Job, b.N)
+	jobs := make([]store.NewJob, b.N)
 	for i := range jobs {
 		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"bench-%d","body":{"model":"m","messages":[{"role":"user","content":"%s"}],"max_tokens":16}}`,
 			i, strings.Repeat("Summarise this sentence in five words. ", 5))), llmq.DecodeOptions{})
 		require.NoError(b, err)
-		jobs[i] = j
+		jobs[i] = store.NewJob{Job: j}
 	}
 	b.ResetTimer()
 	for len(jobs) > 0 {
@@ -125,7 +125,7 @@ func BenchmarkOutbox(b *testing.B) {
 		}
 		keys := make([]store.Key, len(batch))
 		for i, j := range batch {
-			keys[i] = store.Key{Tenant: j.Tenant, ID: j.ID}
+			keys[i] = store.Key{Tenant: j.Job.Tenant, ID: j.Job.ID}
 		}
 		if err := s.MarkPublished(ctx, keys); err != nil {
 			b.Fatal(err)

@@ -23,8 +23,9 @@ SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 
-// NewJob is a job to record, with the shaping estimate the worker made
-// when it ingested the message (zero when none was made: the worker
+// NewJob is a job to record, with the shaping estimate its recorder made
+// (Sizer: the worker when it ingests the message, the producer when it
+// records the job in its outbox; zero when none was made: the worker
 // estimates when it claims the job).
 type NewJob struct {
 	Job *llmq.Job
@@ -67,13 +68,12 @@ func validate(op string, j *llmq.Job) error {
 // Insert records j as queued. An existing job of the same tenant with the
 // same id is left as it is and reported with created=false (not an error).
 // j must be valid (Decode or Normalize+Validate); an invalid job returns
-// ErrInvalidJob. With WithSizer, j is recorded with its estimate and size
-// delay.
+// ErrInvalidJob.
 func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err error) {
 	if err := validate("insert", j); err != nil {
 		return false, err
 	}
-	tag, err := s.pool.Exec(ctx, insertSQL, s.insertArgs(s.sizer.NewJob(j), s.clock())...)
+	tag, err := s.pool.Exec(ctx, insertSQL, s.insertArgs(NewJob{Job: j}, s.clock())...)
 	if err != nil {
 		return false, dataError("insert "+strconv.Quote(j.ID), err)
 	}

@@ -39,11 +39,12 @@ type Recorded struct {
 // of the jobs that already existed in the same transaction: once it
 // returns without error, every job is recorded and nothing is left to
 // read. Every job must be valid; an invalid one returns ErrInvalidJob and
-// nothing is written. With WithSizer, each job is recorded with its
-// estimate and size delay.
-func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]Recorded, error) {
-	for _, j := range jobs {
-		if err := validate("insert", j); err != nil {
+// nothing is written. Each job is recorded with the estimate and size
+// delay it carries (Sizer.NewJob, which the caller runs: the producer, in
+// each caller's goroutine rather than in the flush they share).
+func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, error) {
+	for _, n := range jobs {
+		if err := validate("insert", n.Job); err != nil {
 			return nil, err
 		}
 	}
@@ -52,9 +53,9 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]Recorded,
 	}
 	now := s.clock()
 	b := &pgx.Batch{}
-	for _, j := range jobs {
-		b.Queue(insertOutboxSQL, s.insertArgs(s.sizer.NewJob(j), now)...)
-		b.Queue(`SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, j.Tenant, j.ID)
+	for _, n := range jobs {
+		b.Queue(insertOutboxSQL, s.insertArgs(n, now)...)
+		b.Queue(`SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, n.Job.Tenant, n.Job.ID)
 	}
 	// A batch is sent with one Sync: its statements form one implicit
 	// transaction, so a failure leaves none of the rows.
@@ -64,11 +65,11 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]Recorded,
 	for i := range jobs {
 		tag, err := br.Exec()
 		if err != nil {
-			return nil, dataError(fmt.Sprintf("insert outbox %q", jobs[i].ID), err)
+			return nil, dataError(fmt.Sprintf("insert outbox %q", jobs[i].Job.ID), err)
 		}
 		out[i].Created = tag.RowsAffected() == 1
 		if err := br.QueryRow().Scan(&out[i].Status); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("store: insert outbox %q: %w", jobs[i].ID, err)
+			return nil, fmt.Errorf("store: insert outbox %q: %w", jobs[i].Job.ID, err)
 		}
 	}
 	if err := br.Close(); err != nil {

@@ -14,7 +14,7 @@ import (
 func TestOutbox(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	created, err := b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o1"), newJob(t, "o2")})
+	created, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o2")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}}, created)
 	// A row inserted any other way counts as published (it came from the
@@ -25,7 +25,7 @@ func TestOutbox(t *testing.T) {
 	b.clock.Advance(time.Minute)
 	_, err = b.store.Cancel(b.ctx, "acme", "direct")
 	require.NoError(t, err)
-	created, err = b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o1"), newJob(t, "o3"), newJob(t, "direct")})
+	created, err = b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o3")}, {Job: newJob(t, "direct")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: false, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued},
 		{Created: false, Status: llmq.StatusCancelled}}, created, "an existing job's status is read in the same transaction")
@@ -44,7 +44,7 @@ func TestOutbox(t *testing.T) {
 	// An invalid job writes nothing.
 	bad := newJob(t, "o4")
 	bad.Tenant = "bad tenant"
-	_, err = b.store.InsertOutbox(b.ctx, []*llmq.Job{newJob(t, "o5"), bad})
+	_, err = b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o5")}, {Job: bad}})
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	_, err = b.store.Get(b.ctx, "acme", "o5")
 	require.ErrorIs(t, err, store.ErrNotFound)

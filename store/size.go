@@ -16,8 +16,10 @@ const maxSizeDelay = 24 * time.Hour
 // delay (NewJob.SizeDelay), the same way on every path a job enters by:
 // the worker's ingest from the broker and the producer's outbox
 // (POST /v1/jobs, llmq produce), so that a short question recorded through
-// the API goes before a document as it does through the broker. The zero
-// Sizer estimates nothing (the worker then estimates when it claims).
+// the API goes before a document as it does through the broker. The
+// recorders run it, not the store: it is CPU work, kept out of the
+// store's shared flushes. The zero Sizer estimates nothing (the worker
+// then estimates when it claims).
 type Sizer struct {
 	// Estimator counts a body's tokens; nil: no estimate.
 	Estimator *shaping.Estimator

@@ -28,9 +28,9 @@ func sizedJob(t *testing.T, id string, words, maxTokens int) *llmq.Job {
 }
 
 // TestInsertOutboxIsSized: a job recorded through the outbox (POST
-// /v1/jobs, llmq produce) gets its estimate and its size delay as a job
-// the worker ingests does, so a short question recorded after a document
-// is claimed before it; a store without a Sizer records neither.
+// /v1/jobs, llmq produce) with the estimate its Sizer gave it keeps that
+// estimate and sorts by its size delay, as a job the worker ingests does,
+// so a short question recorded after a document is claimed before it.
 func TestInsertOutboxIsSized(t *testing.T) {
 	t.Parallel()
 	est, err := shaping.NewEstimator(shaping.EstimatorConfig{})
@@ -39,21 +39,22 @@ func TestInsertOutboxIsSized(t *testing.T) {
 		Catalog: llmq.Catalog{Models: map[string]llmq.Model{"big": {TPM: 60000}}}}
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	ctx := context.Background()
-	s, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock), store.WithSizer(sizer))
+	s, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 
 	long, short := sizedJob(t, "long", 2000, 500), sizedJob(t, "short", 10, 50)
-	_, err = s.InsertOutbox(ctx, []*llmq.Job{long})
+	_, err = s.InsertOutbox(ctx, []store.NewJob{sizer.NewJob(long)})
 	require.NoError(t, err)
 	clock.Advance(time.Second)
-	_, err = s.InsertOutbox(ctx, []*llmq.Job{short})
+	_, err = s.InsertOutbox(ctx, []store.NewJob{sizer.NewJob(short)})
 	require.NoError(t, err)
 
 	for _, j := range []*llmq.Job{long, short} {
 		want := sizer.NewJob(j)
 		rec, err := s.Get(ctx, j.Tenant, j.ID)
 		require.NoError(t, err)
+		require.Positive(t, want.EstPromptTokens, j.ID)
 		require.Equal(t, want.EstPromptTokens, rec.EstPromptTokens, j.ID)
 		require.Equal(t, want.EstOutputTokens, rec.EstOutputTokens, j.ID)
 		// 60,000 TPM is 1,000 tokens a second: ten times a token's time
@@ -72,26 +73,6 @@ func TestInsertOutboxIsSized(t *testing.T) {
 		order = append(order, recs[0].ID)
 	}
 	require.Equal(t, []string{"short", "long"}, order)
-
-	// Insert records a whole job the same way.
-	_, err = s.Insert(ctx, sizedJob(t, "inserted", 2000, 500))
-	require.NoError(t, err)
-	rec, err := s.Get(ctx, "acme", "inserted")
-	require.NoError(t, err)
-	long = sizedJob(t, "inserted", 2000, 500)
-	require.Equal(t, sizer.NewJob(long).SizeDelay.Truncate(time.Microsecond), rec.SchedKey.Sub(rec.CreatedAt))
-	require.Positive(t, rec.EstPromptTokens)
-
-	// No Sizer: no estimate, no delay (the worker estimates at the claim).
-	plain, err := store.Open(ctx, storetest.NewDB(t), store.WithClock(clock))
-	require.NoError(t, err)
-	t.Cleanup(plain.Close)
-	_, err = plain.InsertOutbox(ctx, []*llmq.Job{long})
-	require.NoError(t, err)
-	rec, err = plain.Get(ctx, "acme", "inserted")
-	require.NoError(t, err)
-	require.Zero(t, rec.EstPromptTokens)
-	require.Equal(t, rec.CreatedAt, rec.SchedKey)
 }
 
 // TestSizerNewJob: the size delay is Order times the estimated tokens'

@@ -23,8 +23,6 @@ type Store struct {
 	owned bool
 	clk   clockwork.Clock
 	order Order
-	// sizer estimates the jobs recorded through the outbox.
-	sizer Sizer
 	// group batches hot-path writes into shared transactions; nil runs
 	// each operation on its own.
 	group *committer
@@ -41,11 +39,6 @@ func WithClock(c clockwork.Clock) Option { return func(s *Store) { s.clk = c } }
 // take their defaults. Every process writing to one database should use the
 // same.
 func WithOrder(o Order) Option { return func(s *Store) { s.order = o.WithDefaults() } }
-
-// WithSizer makes the store give every job it records whole (Insert,
-// InsertOutbox) its estimate and size delay, as the worker does when it
-// ingests (Sizer).
-func WithSizer(z Sizer) Option { return func(s *Store) { s.sizer = z } }
 
 // WithGroupCommit runs claims and state changes of concurrent callers as
 // shared transactions, with up to flushes transactions in flight (see

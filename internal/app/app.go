@@ -50,7 +50,7 @@ type App struct {
 
 	migrated []migrations.Migration
 	store    *store.Store
-	// est counts tokens for the worker and the store's outbox.
+	// est counts tokens for the worker's ingest and the producer's outbox.
 	est       *shaping.Estimator
 	brokerURL string
 	target    open.Target
@@ -140,7 +140,6 @@ func (a *App) openResources(ctx context.Context) error {
 		}
 		a.migrated = applied
 	}
-	storeOpts := []store.Option{store.WithOrder(storeOrder(s))}
 	if a.cfg.Worker != nil || a.cfg.API != nil || a.cfg.Producer {
 		// One tokenizer for the worker's ingest and the producer's
 		// outbox, so a job gets the same size delay on either path (it
@@ -150,9 +149,8 @@ func (a *App) openResources(ctx context.Context) error {
 			return err
 		}
 		a.est = est
-		storeOpts = append(storeOpts, store.WithSizer(storeSizer(s, est)))
 	}
-	st, err := store.Open(ctx, s.DatabaseURL, storeOpts...)
+	st, err := store.Open(ctx, s.DatabaseURL, store.WithOrder(storeOrder(s)))
 	if err != nil {
 		return err
 	}
@@ -355,6 +353,7 @@ func (a *App) buildProducer() error {
 	}
 	pc.DeadLetters = letters
 	pc.QuotaRatePerMin = 60 * worker.QuotaRate(a.cfg.Settings.Catalog(), nil)
+	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
 	// The worker exports its own llmq_queue_depth: a process with both
 	// exports the worker's (the two gauges share a name, not a help text).

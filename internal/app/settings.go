@@ -109,9 +109,10 @@ func storeOrder(s *config.Config) store.Order {
 	return store.Order{Tenants: s.Tenants}
 }
 
-// storeSizer gives the jobs recorded through the outbox their estimate and
-// size delay as the worker's ingest does: the same catalog and size order.
-func storeSizer(s *config.Config, est *shaping.Estimator) store.Sizer {
+// jobSizer gives the jobs the producer records in its outbox their
+// estimate and size delay as the worker's ingest does: the same catalog
+// and size order.
+func jobSizer(s *config.Config, est *shaping.Estimator) store.Sizer {
 	return store.Sizer{Estimator: est, Catalog: s.Catalog(), Order: cmp.Or(s.Ingest.SizeOrder, worker.SizeOrderDefault)}
 }
 

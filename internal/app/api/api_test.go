@@ -643,7 +643,7 @@ type downAfterInsert struct {
 	inserted atomic.Bool
 }
 
-func (d *downAfterInsert) InsertOutbox(ctx context.Context, jobs []*llmq.Job) ([]store.Recorded, error) {
+func (d *downAfterInsert) InsertOutbox(ctx context.Context, jobs []store.NewJob) ([]store.Recorded, error) {
 	defer d.inserted.Store(true)
 	return d.Store.InsertOutbox(ctx, jobs)
 }

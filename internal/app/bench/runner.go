@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -196,6 +197,13 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		apps[i] = a
 	}
 	st, pub, reg := apps[0].Store(), apps[0].Publisher(), apps[0].Registry()
+	// A job recorded here before its message is sent carries its estimate
+	// and size delay, as one recorded by the worker or the producer does.
+	est, err := shaping.NewEstimator(shaping.EstimatorConfig{})
+	if err != nil {
+		return nil, err
+	}
+	sizer := store.Sizer{Estimator: est, Catalog: llmq.Catalog{Models: s.models}, Order: cmp.Or(s.sizeOrder, worker.SizeOrderDefault)}
 	sim.Reset()
 	hogCtx, stopHogs := context.WithCancel(ctx)
 	hogsDone := startHogs(hogCtx, s.hogs, root+"/v1", s.model)
@@ -221,7 +229,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		}
 		j.FallbackModels = s.fallbacks
 		if !s.viaBroker {
-			if _, err := st.Insert(ctx, j); err != nil {
+			if _, err := st.Ingest(ctx, []store.NewJob{sizer.NewJob(j)}); err != nil {
 				return err
 			}
 		}

@@ -10,7 +10,7 @@ import (
 func (l *Lane) ObserveAt(now time.Time, h RateLimitHeaders) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.calibrateLocked(now, now, marks{l.sentReq, l.sentTok, l.refTok, l.rfdTok, 0}, h, false)
+	l.calibrateLocked(now, now, marks{l.sentReq, l.sentTok, l.refTok, l.rfdTok, 0, 0, 0}, h, false)
 }
 
 // Observe is ObserveAt on the lane's clock.
@@ -18,8 +18,57 @@ func (l *Lane) Observe(h RateLimitHeaders) { l.ObserveAt(l.clock.Now(), h) }
 
 // marks are the lane's ledger at a permit's send: the requests and tokens
 // sent, the tokens settlement had given back, and the tokens of refused
-// requests, so far; own is the permit's tokens when it was refused.
-type marks struct{ req, tok, ref, rfd, own float64 }
+// requests, so far; own is the permit's tokens when it was refused;
+// skewReq and skewTok are the requests and tokens sent within SendSkew
+// before it, which the provider may not have seen when it answered it.
+type marks struct{ req, tok, ref, rfd, own, skewReq, skewTok float64 }
+
+// sendRing is how many sends the lane remembers for the skew: more sends
+// within LaneConfig.SendSkew than this count only the newest.
+const sendRing = 128
+
+// sendMark is one send: its time and the requests and tokens sent before.
+type sendMark struct {
+	at       time.Time
+	req, tok float64
+}
+
+// skewLocked records a send at now and returns the requests and tokens
+// sent within SendSkew before it.
+func (l *Lane) skewLocked(now time.Time) (req, tok float64) {
+	if l.cfg.SendSkew > 0 {
+		from := now.Add(-l.cfg.SendSkew)
+		oldest := sendMark{req: l.sentReq, tok: l.sentTok}
+		for i := 1; i <= sendRing; i++ {
+			s := l.sends[(l.sendNext-i+sendRing)%sendRing]
+			if s.at.IsZero() || !s.at.After(from) {
+				break
+			}
+			oldest = s
+		}
+		req, tok = l.sentReq-oldest.req, l.sentTok-oldest.tok
+	}
+	l.sends[l.sendNext] = sendMark{at: now, req: l.sentReq, tok: l.sentTok}
+	l.sendNext = (l.sendNext + 1) % sendRing
+	return req, tok
+}
+
+// sentWithinLocked returns the tokens sent in (from, to], or false when
+// the ring no longer holds every send after from.
+func (l *Lane) sentWithinLocked(from, to time.Time) (float64, bool) {
+	endTok, startTok := l.sentTok, l.sentTok
+	for i := 1; i <= sendRing; i++ {
+		s := l.sends[(l.sendNext-i+sendRing)%sendRing]
+		if s.at.IsZero() || !s.at.After(from) {
+			return endTok - startTok, true
+		}
+		startTok = s.tok
+		if s.at.After(to) {
+			endTok = s.tok
+		}
+	}
+	return 0, false
+}
 
 // calibrateLocked makes the server the source of truth about the minute.
 // A limit header replaces (or, for adaptive, creates) the bucket's limit;
@@ -85,7 +134,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	raised := false
 	othersReq, othersTok := l.peersSinceLocked(at)
 	if h.HasRemainingRequests && l.rpm != nil {
-		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, othersReq, raise)
+		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, m.skewReq, othersReq, raise)
 		if !refused && fresh {
 			l.admittedLocked(now, l.rpm, &l.rpmQ, h.RemainingRequests)
 		}
@@ -94,7 +143,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		// Unseen: reserved since the send, less cancelled and refused
 		// (the permit's own refusal is not one of them).
 		unseen := max(0, l.resTok-l.canTok-m.tok-(l.rfdTok-m.rfd-m.own))
-		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, othersTok, raise) || raised
+		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, m.skewTok, othersTok, raise) || raised
 		if !refused && fresh {
 			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens)
 			l.refundsLocked(reading{ok: true, at: at, remaining: h.RemainingTokens, m: m})
@@ -135,18 +184,28 @@ func (l *Lane) wakeLocked() {
 // out of proportion to their shares the levels are. A level above the
 // upper bound is lowered to it; one below the lower bound is raised to it
 // when raise is set. It reports a raise.
-func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen, others float64, raise bool) bool {
+func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen, skew, others float64, raise bool) bool {
 	age := max(0, now.Sub(at).Seconds())
 	server := remaining + age*v.limit/60
+	// The request reached the server up to SendSkew after its send: the
+	// lower bound counts the refill from then; and, when the server has
+	// requests still to see, which may reach it that late too, a full
+	// server loses that much refill at its limit before they do.
+	skewRefill := max(0, l.cfg.SendSkew.Seconds()) * v.limit / 60
+	late := remaining + max(0, age*v.limit/60-skewRefill)
+	top := v.limit
+	if unseen+skew > 0 {
+		top -= skewRefill
+	}
 	cut := v.limit - v.burst
 	if l.kind == ProviderShort {
 		cut = v.anchor
 	}
-	back := min(v.limit, server+min(refunded, l.refundShare()*refunded)) - cut
-	lo := l.share*back - unseen
+	back := min(top, late+min(refunded, l.refundShare()*refunded)) - cut
+	lo := l.share*back - unseen - skew
 	if l.share < 1 && l.peersKnown {
 		slack := (1 - l.share) * v.limit / 60 * (age + peersSlack.Seconds())
-		lo = min(lo, back-others-slack-unseen)
+		lo = min(lo, back-others-slack-unseen-skew)
 	}
 	hi := l.share * (min(v.limit, server+max(0, refunded)-unseen/l.share) - cut)
 	return b.calibrateAt(now, lo, hi, raise)
@@ -167,8 +226,7 @@ type reading struct {
 // lane sent in between (not refused), plus what it gave back. Only when the
 // minute bucket cannot have filled in between, once enough was unused to
 // tell (0.5% of the limit); the first sample, then an average (weight
-// 0.5), in [0, 1]. Another client spending on the key makes it look lower:
-// safe.
+// 0.5). Another client spending on the key makes it look lower: safe.
 func (l *Lane) refundsLocked(r reading) {
 	last, v := l.lastTok, &l.tpmQ
 	if !last.ok || !r.at.After(last.at) {
@@ -181,8 +239,24 @@ func (l *Lane) refundsLocked(r reading) {
 	case start >= v.limit:
 		l.lastTok = r // the bucket may have filled: start again from r
 	case unused >= 0.005*v.limit:
+		// Requests sent within SendSkew around either reading may have
+		// reached the server on its other side, which looks like tokens
+		// given back: the sample counts them as not given back, and only
+		// when they are a tenth of the unused tokens at most.
+		after, ok := l.sentWithinLocked(last.at, last.at.Add(l.cfg.SendSkew))
+		skew := r.m.skewTok + after
+		switch {
+		case !ok:
+			l.lastTok = r
+			return
+		case skew > 0.1*unused:
+			return // wait for more unused tokens
+		}
 		sent := (r.m.tok - r.m.rfd) - (last.m.tok - last.m.rfd)
-		back := min(1, max(0, (r.remaining-(start-sent))/unused))
+		// A sample is not clamped to [0, 1] (refundShare clamps the
+		// average): the readings' timing error is as likely either way,
+		// and clamping each sample at 0 would turn it into tokens back.
+		back := min(2, max(-1, (r.remaining-skew-(start-sent))/unused))
 		if !l.refundsKnown {
 			l.refunds, l.refundsKnown = back, true
 		}
@@ -191,16 +265,27 @@ func (l *Lane) refundsLocked(r reading) {
 	}
 }
 
+// refundsFloor is the least measured share of unused tokens given back
+// that the lane believes: the measure is noisy (readings are timed at the
+// send, not at the server), and a provider that gives nothing back
+// measured at a few percent would have the lane credit tokens that never
+// come back, a few per request, until it is short by one request's worth
+// and meets a 429. Providers give back all of them or none.
+const refundsFloor = 0.25
+
 // refundShare is the share of the unused tokens the lane counts as back at
-// the provider once it sends headers: as measured; before a measure, none
+// the provider once it sends headers: as measured (none below
+// refundsFloor, at most all); before a measure, none
 // on a minute bucket (the headers show them when they are back) and all on
 // a short one (its per-minute headers are about full while the lane keeps
 // it busy, so they cannot show them; a provider that does not give them
 // back refuses, and halves the burst).
 func (l *Lane) refundShare() float64 {
 	switch {
+	case l.refundsKnown && l.refunds < refundsFloor:
+		return 0
 	case l.refundsKnown:
-		return l.refunds
+		return min(1, l.refunds)
 	case l.kind == ProviderShort:
 		return 1
 	}

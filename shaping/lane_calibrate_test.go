@@ -64,8 +64,9 @@ func TestLaneCalibrationSinceSend(t *testing.T) {
 
 	// Once headers come, unused tokens come back as far as the headers show
 	// the provider gives them back: the full bucket at 3 s counts the 50 of
-	// p1 back (5000 + 200 refilled - 200 sent + 50), so all of them.
-	require.Equal(t, []any{true, 1.0}, []any{lane.refundsKnown, lane.refunds})
+	// p1 back (5000 + 200 refilled - 200 sent + 50), so all of them (the
+	// sample says 2, the share is at most 1).
+	require.Equal(t, []any{true, 1.0}, []any{lane.refundsKnown, lane.refundShare()})
 	r3, err := lane.ReserveAt(sec(3), req)
 	require.NoError(t, err)
 	p3 := lane.SendAt(sec(3), r3)
@@ -176,10 +177,12 @@ func TestLaneHeadersRaise(t *testing.T) {
 	require.NoError(t, p0.DoneAt(sec(3), Outcome{Headers: remaining(20, 1000)}))
 	require.Equal(t, []float64{20 + 2.5 - 3, 1000 + 250 - 600}, levels(lane, sec(3)))
 
-	// A newer answer raises, to what the server says less the unseen.
+	// A newer answer raises, to what the server says less the unseen, with
+	// the refill counted from 0.1 s after the send (the send skew: the
+	// request may have reached the server that late).
 	p3 := send(4)
 	require.NoError(t, p3.DoneAt(sec(5), Outcome{Headers: remaining(40, 4000)}))
-	require.Equal(t, []float64{40 + 1 - 1, 4000 + 100 - 200}, levels(lane, sec(5)))
+	require.Equal(t, []float64{40 + 0.9 - 1, 4000 + 90 - 200}, levels(lane, sec(5)))
 
 	// A 429 never raises, even when its headers say more, and, unless a
 	// short bucket explains it, no header raises for a minute after it;
@@ -187,10 +190,10 @@ func TestLaneHeadersRaise(t *testing.T) {
 	// come back (the retry will take them again).
 	p4 := send(5)
 	require.NoError(t, p4.DoneAt(sec(5), Outcome{RateLimited: true, Headers: remaining(1, 6000)}))
-	require.Equal(t, []float64{0, 3900}, levels(lane, sec(5)))
+	require.Equal(t, []float64{0, 3890}, levels(lane, sec(5)))
 	p5 := send(6)
 	require.NoError(t, p5.DoneAt(sec(6), Outcome{Headers: remaining(60, 6000)}))
-	require.Equal(t, []float64{0, 3800}, levels(lane, sec(6)), "distrusted for a minute (the pause is over)")
+	require.Equal(t, []float64{0, 3790}, levels(lane, sec(6)), "distrusted for a minute (the pause is over)")
 	p6 := send(7)
 	require.NoError(t, p6.DoneAt(sec(7), Outcome{Headers: remaining(30, 3000)}))
 	require.Equal(t, []float64{0, 3000 - 200}, levels(lane, sec(7)), "lowering still works")
@@ -340,6 +343,8 @@ func TestLaneRefundsMeasured(t *testing.T) {
 		{"gives back", 50800, true, 1, 500},
 		{"keeps", 50000, true, 0, 0},
 		{"half", 50400, true, 0.5, 250},
+		// A tenth is below refundsFloor: noise, none comes back.
+		{"a tenth", 50080, true, 0.1, 0},
 	} {
 		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
 		require.NoError(t, err)
@@ -378,6 +383,89 @@ func TestLaneRefundsMeasured(t *testing.T) {
 	require.Equal(t, 1.0, lane.refundShare(), "a short bucket: all")
 }
 
+// TestLaneRefundsReordered: a request sent within SendSkew after another
+// may reach the server before it, and the first one's header then counts
+// it. Between that reading and the next, the lane would see fewer tokens
+// spent than it sent, which reads as unused tokens given back by a
+// provider that keeps them: no sample is taken until the unused tokens
+// outweigh such requests tenfold. A request sent after the skew is no
+// doubt: the same readings measure that nothing comes back.
+func TestLaneRefundsReordered(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		second float64 // p2's send, seconds after p1's
+		first  float64 // p1's remaining: p2 counted when it came first
+		known  bool
+	}{
+		{"p2 reached the server first", 0.01, 49000, false},
+		{"p2 sent after the skew", 0.2, 50000, true},
+	} {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		send := func(at float64, tokens int) *Permit {
+			r, err := lane.ReserveAt(sec(at), Request{PromptTokens: tokens - 1000, MaxOutputTokens: 1000})
+			require.NoError(t, err)
+			return lane.SendAt(sec(at), r)
+		}
+		p1, p2 := send(0, 10000), send(tc.second, 1000)
+		require.NoError(t, p1.DoneAt(sec(1), Outcome{PromptTokens: 9000, CompletionTokens: 200, Headers: RateLimitHeaders{RemainingTokens: tc.first, HasRemainingTokens: true}}))
+		require.NoError(t, p2.DoneAt(sec(1), Outcome{PromptTokens: 0, CompletionTokens: 1000}))
+		// The server kept p1's 800 unused: 60000 - 10000 - 1000 + 2000
+		// refilled - p3's 1000.
+		p3 := send(2, 1000)
+		require.NoError(t, p3.DoneAt(sec(3), Outcome{Headers: RateLimitHeaders{RemainingTokens: 50000, HasRemainingTokens: true}}))
+		require.Equal(t, tc.known, lane.refundsKnown, tc.name)
+		require.Equal(t, 0.0, lane.refundShare(), tc.name)
+	}
+}
+
+// TestLaneRefundsAverage: samples are averaged as measured, and only the
+// average is held to [0, 1]: the readings' timing errors fall either way,
+// and a sample clamped at 0 would turn them into tokens given back. A
+// provider that keeps its tokens reads -1 then 0.6 here: -0.2, none.
+func TestLaneRefundsAverage(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	lane.refundsLocked(reading{ok: true, at: sec(0), remaining: 30000})
+	// 30000 + 1000 refilled - 1000 sent, 1000 unused: 29000 is -1.
+	lane.refundsLocked(reading{ok: true, at: sec(1), remaining: 29000, m: marks{tok: 1000, ref: 1000}})
+	require.Equal(t, []any{true, -1.0}, []any{lane.refundsKnown, lane.refunds})
+	// 29000 + 1000 - 1000 sent, 1000 unused: 29600 is 0.6.
+	lane.refundsLocked(reading{ok: true, at: sec(2), remaining: 29600, m: marks{tok: 2000, ref: 2000}})
+	require.InDelta(t, -0.2, lane.refunds, 1e-9)
+	require.Equal(t, 0.0, lane.refundShare())
+}
+
+// TestLaneSendSkew: each send remembers the tokens sent within SendSkew
+// before it (not at its start: a send at exactly from is older), from a
+// ring of the newest sendRing sends.
+func TestLaneSendSkew(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 1e9, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	send := func(at float64, tokens int) float64 {
+		r, err := lane.ReserveAt(sec(at), Request{PromptTokens: tokens - 1, MaxOutputTokens: 1})
+		require.NoError(t, err)
+		return lane.SendAt(sec(at), r).rec.skewTok
+	}
+	require.Equal(t, 0.0, send(0, 100))
+	require.Equal(t, 100.0, send(0.0625, 200))
+	require.Equal(t, 0.0, send(0.1625, 300), "the send at 0.0625 is exactly SendSkew old")
+	require.Equal(t, 300.0, send(0.17, 400))
+	require.Equal(t, 700.0, send(0.17, 500), "a send at the same instant counts")
+	for range 2 * sendRing {
+		send(1, 1)
+	}
+	require.Equal(t, float64(sendRing), send(1, 1), "only the newest sendRing sends")
+	off, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 1e9, WarmUp: -1, MinInterval: -1, SendSkew: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	lane = off
+	send(0, 100)
+	require.Equal(t, 0.0, send(0.01, 100), "SendSkew -1")
+}
+
 // TestLevelLockedRaiseBound: the level a header may raise a bucket to is
 // the lane's share of what the server says is back (remaining, plus the
 // refill since the send, plus the unused tokens it gives back as far as
@@ -395,8 +483,10 @@ func TestLevelLockedRaiseBound(t *testing.T) {
 	v := &view{limit: 60000, burst: 50000}
 	// The header was sent 1 s ago: 20,000 remained then, 1,000 came back
 	// since; 4,000 unused tokens were settled, half of them given back;
-	// 3,000 reserved are not yet seen by the server.
+	// 3,000 reserved are not yet seen by the server, and 500 sent just before
+	// the header's request may not have been either.
 	at := t0.Add(-time.Second)
-	require.True(t, lane.levelLocked(t0, at, b, v, 20000, 4000, 3000, 0, true))
-	require.InDelta(t, 20000+1000+2000-(60000-50000)-3000, b.LevelAt(t0), 1e-9)
+	// The refill counts from 0.1 s after the send (the send skew).
+	require.True(t, lane.levelLocked(t0, at, b, v, 20000, 4000, 3000, 500, 0, true))
+	require.InDelta(t, 20000+900+2000-(60000-50000)-3000-500, b.LevelAt(t0), 1e-9)
 }

@@ -28,6 +28,10 @@ const (
 	// its limits over a few seconds is assumed to hold (the simulator's
 	// short_bucket default; Azure checks windows of 1 or 10 s).
 	LaneShortBucketDefault = 5 * time.Second
+	// LaneSendSkewDefault is how much earlier than another a request may
+	// be sent and still reach the provider after it (connection set-up,
+	// scheduling, the provider tokenising a long prompt first).
+	LaneSendSkewDefault = 100 * time.Millisecond
 	// LaneMaxRetryAfterDefault caps a 429 pause: a Retry-After of hours (a
 	// daily limit, a broken proxy) must not stop a lane for longer.
 	LaneMaxRetryAfterDefault = 10 * time.Minute
@@ -119,6 +123,12 @@ type LaneConfig struct {
 	// provider that admits more than twice it in refill enforces per
 	// minute. Default LaneShortBucketDefault (5 s).
 	ShortBucket time.Duration
+	// SendSkew is how much earlier than a request another may be sent and
+	// still reach the provider after it: a remaining header raises the
+	// level only as far as it stays true when the requests sent within
+	// SendSkew before its own were not seen yet. Default
+	// LaneSendSkewDefault; -1 counts every earlier request as seen.
+	SendSkew time.Duration
 	// DefaultMaxOutput is reserved when a request sets no max output.
 	// Default LaneMaxOutputDefault.
 	DefaultMaxOutput int
@@ -154,6 +164,7 @@ func (c LaneConfig) WithDefaults() LaneConfig {
 		}
 	}
 	c.ShortBucket = cmp.Or(c.ShortBucket, LaneShortBucketDefault)
+	c.SendSkew = cmp.Or(c.SendSkew, LaneSendSkewDefault)
 	if c.MinInterval == 0 && shaped && c.RPM > 0 {
 		c.MinInterval = time.Duration(float64(time.Minute) / c.RPM)
 	}

@@ -44,6 +44,7 @@ type permitRec struct {
 	inFlight         int
 	markReq, markTok float64
 	markRef, markRfd float64
+	skewReq, skewTok float64
 }
 
 var permitPool = sync.Pool{New: func() any { return new(permitRec) }}
@@ -58,6 +59,7 @@ func (l *Lane) SendAt(now time.Time, r Reservation) *Permit {
 func (l *Lane) send(now time.Time, r *Reservation) Permit {
 	rec := permitPool.Get().(*permitRec)
 	l.mu.Lock()
+	rec.skewReq, rec.skewTok = l.skewLocked(now)
 	if l.rpm != nil {
 		l.sentReq++
 	}
@@ -148,7 +150,7 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 		}
 		l.unusedAll += delta
 	}
-	m := marks{rec.markReq, rec.markTok, rec.markRef, rec.markRfd, 0}
+	m := marks{rec.markReq, rec.markTok, rec.markRef, rec.markRfd, 0, rec.skewReq, rec.skewTok}
 	if o.RateLimited {
 		l.rateLimited.Add(1)
 		if l.tpm != nil && o.Headers.HasRemainingTokens {

@@ -60,9 +60,12 @@ func TestLaneColdStartProbe(t *testing.T) {
 	p1 := lane.SendAt(t0, r1)
 	require.NoError(t, p1.DoneAt(sec(1), Outcome{Headers: headers600(599, 52000)}))
 	require.Equal(t, []BucketSnapshot{
-		// 599 + 10 refilled, at most 600, less r2 unseen.
-		{Name: "rpm", Level: 599, Capacity: 600, Limit: 600},
-		{Name: "tpm", Level: 52000 + 1000 - 300, Capacity: 60000, Limit: 60000},
+		// 599 + 9 refilled (the second since the send, less the send
+		// skew: the request may have reached the server 0.1 s late), at
+		// most 600 less the skew's refill (r2 may reach a full server
+		// 0.1 s late), less r2 unseen.
+		{Name: "rpm", Level: 598, Capacity: 600, Limit: 600},
+		{Name: "tpm", Level: 52000 + 900 - 300, Capacity: 60000, Limit: 60000},
 	}, snapshotBuckets(lane, sec(1)))
 	require.False(t, lane.rpm.warmingAt(sec(1)) || lane.tpm.warmingAt(sec(1)), "the warm-up ended")
 	require.Equal(t, sec(1), lane.ReadyAt(&r2), "r2 is ready at once")

@@ -259,6 +259,7 @@ const (
 	evSend
 	evDone
 	evChange
+	evServer
 )
 
 type event struct {
@@ -314,6 +315,13 @@ type simConfig struct {
 	// next reservation is made once the previous job is sent; a job
 	// refused with a 429 goes back to the head of the queue.
 	serial bool
+	// transit, when set, delays each request's arrival at the server by a
+	// uniform draw in [0, transit) after its send, so requests sent close
+	// together may reach the server in the other order (connection set-up,
+	// scheduling), as they do over a real network.
+	transit time.Duration
+	// order, when set, sorts the backlog before the run (the claim order).
+	order func(a, b *simJob) int
 	// change, when set, is applied once at changeAt.
 	changeAt time.Duration
 	change   func(now time.Time, u *upstream)
@@ -380,6 +388,9 @@ func runSim(cfg simConfig) (*simResult, error) {
 	if cfg.backlog > 0 {
 		for range cfg.backlog {
 			backlog = append(backlog, newJob(rng))
+		}
+		if cfg.order != nil {
+			slices.SortStableFunc(backlog, cfg.order)
 		}
 	} else {
 		push(start, evArrive, nil)
@@ -491,12 +502,20 @@ func runSim(cfg simConfig) (*simResult, error) {
 			}
 			e.w.permit = lane.SendAt(now, e.w.res)
 			e.w.job.attempts++
-			e.w.ans = up.call(now, e.w.job)
-			push(now.Add(e.w.ans.latency), evDone, e.w)
+			if cfg.transit > 0 {
+				push(now.Add(time.Duration(rng.Int64N(int64(cfg.transit)))), evServer, e.w)
+			} else {
+				e.w.ans = up.call(now, e.w.job)
+				push(now.Add(e.w.ans.latency), evDone, e.w)
+			}
 			if cfg.serial {
 				busy = false
 				dispatch(now)
 			}
+		case evServer:
+			e.w.ans = up.call(now, e.w.job)
+			e.w.ans.outcome.Latency = 0 // send to last byte: the lane's clock
+			push(now.Add(e.w.ans.latency), evDone, e.w)
 		case evDone:
 			w := e.w
 			if !w.ans.limited {

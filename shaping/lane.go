@@ -80,10 +80,11 @@ type Lane struct {
 	// ledger, for calibration: all-time sums of requests and tokens
 	// reserved, cancelled, and sent.
 	resReq, resTok, canReq, canTok, sentReq, sentTok float64
-	// sends are the newest sends, a ring (sendNext the next to write): the
+	// sends are the newest sends, a ring (sendNext the next to write;
+	// sendCount of them from sendHead within SendSkew of the newest): the
 	// requests sent within SendSkew before a send (skewLocked).
-	sends    [sendRing]sendMark
-	sendNext int
+	sends                         [sendRing]sendMark
+	sendNext, sendHead, sendCount int
 	// refTok is the all-time sum of the tokens settlement found unused
 	// (negative for overruns).
 	refTok float64

@@ -34,22 +34,27 @@ type sendMark struct {
 }
 
 // skewLocked records a send at now and returns the requests and tokens
-// sent within SendSkew before it.
+// sent within SendSkew before it. The sends in the window start at
+// sendHead (sendCount of them); the ones before stay in the ring, for
+// sentWithinLocked, until overwritten: amortised, a send costs the same
+// however many share its window.
 func (l *Lane) skewLocked(now time.Time) (req, tok float64) {
-	if l.cfg.SendSkew > 0 {
-		from := now.Add(-l.cfg.SendSkew)
-		oldest := sendMark{req: l.sentReq, tok: l.sentTok}
-		for i := 1; i <= sendRing; i++ {
-			s := l.sends[(l.sendNext-i+sendRing)%sendRing]
-			if s.at.IsZero() || !s.at.After(from) {
-				break
-			}
-			oldest = s
-		}
+	from := now.Add(-max(0, l.cfg.SendSkew))
+	for l.sendCount > 0 && !l.sends[l.sendHead].at.After(from) {
+		l.sendHead = (l.sendHead + 1) % sendRing
+		l.sendCount--
+	}
+	if l.sendCount > 0 && l.cfg.SendSkew > 0 {
+		oldest := l.sends[l.sendHead]
 		req, tok = l.sentReq-oldest.req, l.sentTok-oldest.tok
+	}
+	if l.sendCount == sendRing { // the oldest in the window is overwritten
+		l.sendHead = (l.sendHead + 1) % sendRing
+		l.sendCount--
 	}
 	l.sends[l.sendNext] = sendMark{at: now, req: l.sentReq, tok: l.sentTok}
 	l.sendNext = (l.sendNext + 1) % sendRing
+	l.sendCount++
 	return req, tok
 }
 

@@ -455,7 +455,7 @@ func TestLaneSendSkew(t *testing.T) {
 	require.Equal(t, 0.0, send(0.1625, 300), "the send at 0.0625 is exactly SendSkew old")
 	require.Equal(t, 300.0, send(0.17, 400))
 	require.Equal(t, 700.0, send(0.17, 500), "a send at the same instant counts")
-	for range 2 * sendRing {
+	for range 3*sendRing + 7 {
 		send(1, 1)
 	}
 	require.Equal(t, float64(sendRing), send(1, 1), "only the newest sendRing sends")

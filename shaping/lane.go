@@ -71,9 +71,11 @@ type Lane struct {
 	// refusedAt is the reference of the next measure (a 429), refusedTaken
 	// the tokens the provider had taken then and refusedTok1 those of the
 	// refused request; reactedAt is the last 429 the lane learned from;
-	// learnCeil the limit measured last (0: none since the episode began);
-	// takenHist the tokens taken, sampled for the rate of the last
-	// learnWindow.
+	// learnCeil is the ceiling the quota grows towards (a measure, or the
+	// rate an episode began from) and learnLow the lowest limit the last
+	// measure allowed (learnMeasured: there was one since the episode
+	// began); takenHist holds the tokens taken, sampled at most once a
+	// second, for the rate of the last learnWindow.
 	learned                   bool
 	refusedAt, reactedAt      time.Time
 	refusedTaken, refusedTok1 float64

@@ -184,7 +184,7 @@ func (l *Lane) growLocked(now time.Time, used float64) {
 	case x > 1:
 		growth += learnGrowth * min(1, (x-1)/learnPlateau)
 	}
-	l.setLearnedLocked(now, limit*(1+growth*used/limit))
+	l.setLearnedLocked(now, limit+growth*used)
 }
 
 // learnFromRefusalLocked learns the TPM quota from a 429 at now of a

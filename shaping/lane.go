@@ -68,12 +68,21 @@ type Lane struct {
 	// with less than a second of refill.
 	paceAll bool
 	// learned: the TPM bucket was learned from 429s (lane_adaptive.go);
-	// refusedAt is the last 429 it was learned from, refusedTaken the
-	// tokens the provider had taken then, learnBest the learned limit that
-	// 429 found.
-	learned                 bool
-	refusedAt               time.Time
-	refusedTaken, learnBest float64
+	// refusedAt is the reference of the next measure (a 429), refusedTaken
+	// the tokens the provider had taken then and refusedTok1 those of the
+	// refused request; reactedAt is the last 429 the lane learned from;
+	// learnCeil is the ceiling the quota grows towards (a measure, or the
+	// rate an episode began from) and learnLow the lowest limit the last
+	// measure allowed (learnMeasured: there was one since the episode
+	// began); takenHist holds the tokens taken, sampled at most once a
+	// second, for the rate of the last learnWindow.
+	learned                   bool
+	refusedAt, reactedAt      time.Time
+	refusedTaken, refusedTok1 float64
+	learnCeil, learnLow       float64
+	learnMeasured             bool
+	takenHist                 [12]takenSample
+	takenNext                 int
 	// wake, when not nil, is closed when a level is raised, to wake the
 	// Admits waiting for their reservations.
 	wake chan struct{}

@@ -56,27 +56,72 @@ func (l *Lane) guideLocked() {
 // Without a TPM quota from configuration or headers, adaptive learns one
 // from its 429s: a concurrency limit cannot hold a token rate under a
 // hidden limit when requests range from a few hundred tokens to thousands
-// (each probe past the limit costs several 429s), a token bucket can. A
-// 429 for tokens comes when the provider's bucket is empty; between two of
-// them, however the lane sent, the provider took its refill (the bucket is
-// empty at both ends), so the tokens it took in between (sent, less
-// refused, less what settlement gave back) over the time in between are
-// its limit. The first 429 is the reference; from the second on (at least
-// learnApart later; closer ones are the same event), the learned quota is
-// 95% of that rate, never raised by a refusal and cut by at most 20% by
-// one (the bucket may have filled in between, which the rate would not
-// show). While it binds (requests wait on it) it grows by learnGrowth per
-// minute, plus a spring of learnSpring times how far it is below where the
-// last refusal found it (best/limit − 1): back quickly towards a level the
-// provider admitted, then slowly past it. Its burst is a second of
-// refill. A limit header replaces it.
+// (each probe past the limit costs several 429s), a token bucket can.
+//
+// A 429 for tokens comes when the provider's bucket is empty: it held less
+// than the refused request. Between two of them, however the lane sent,
+// the provider took its refill, so the tokens it took in between (sent,
+// less refused, less what settlement gave back) over the time in between
+// are its limit, give or take what its bucket held at either 429: the
+// measure lies between the tokens taken less the first refused request and
+// the tokens taken plus the second, over the time. The tokens taken over
+// the last learnWindow before a 429 are an upper bound of the limit (the
+// bucket was not below empty at the start of the window and is empty at
+// its end; a window shorter than a short bucket cannot hide a full one).
+//
+// A 429 of a request sent before the lane reacted to the previous one is
+// the same event. Otherwise:
+//   - A 429 that no measure explains (the first, or one at least
+//     learnApart after the last measure while the quota was at most the
+//     lowest limit that measure allowed: the provider lowered its limit)
+//     starts an episode. It is the reference of the next measure, and the
+//     quota is cut to learnCut of the rate taken over the last learnWindow
+//     (at most the old quota): the rate the provider refused is the base,
+//     so a limit that halved is found at once, where a cut of the old
+//     quota would have probed over it again and again. That rate is the
+//     ceiling until a measure. With too little taken in the window to tell
+//     (a cold start on an empty provider), the lane waits for the measure.
+//   - A 429 closer than learnApart to the reference is too close to
+//     measure: the cut did not do, and the quota is cut again (by learnCut
+//     in an episode, by 1 - learnMaxCut after a measure).
+//   - A later one measures the limit. The quota becomes learnMargin of the
+//     middle of the measure, never raised by a refusal; when it was
+//     probing above the ceiling, the cut is at most 1 - learnMaxCut (the
+//     provider's bucket may have filled over a long interval, which the
+//     rate would not show). A measure whose spread is at most learnPrecise
+//     of its middle is the ceiling and the reference of the next; a wider
+//     one (large requests on a low limit, a short interval) keeps the
+//     reference, so that the next measure spans more time, and its
+//     ceiling is halfway between its middle and its top.
+//
+// A 429 also empties the learned bucket until the lane's pause (the
+// Retry-After) ends: the provider's bucket is empty, and a lane that saved
+// up during the pause would spend it at once into the next 429.
+//
+// While the quota binds (requests wait on it), each answer grows it by
+// learnFloor a minute, plus, below the ceiling's learnMargin, a spring of
+// learnSpring times how far it is below (back fast towards the level the
+// provider admitted), and past the ceiling up to learnGrowth more, the
+// farther past the faster (CUBIC's plateau: slow near the level where the
+// 429s were, then probing for more). Its burst is a second of refill. A
+// limit header replaces it.
 const (
-	learnApart     = 2500 * time.Millisecond
-	learnGrowth    = 0.1
-	learnMargin    = 0.95
-	learnMaxCut    = 0.8
-	learnSpring    = 2.0
-	learnFirstBest = 1.25
+	learnApart  = 2500 * time.Millisecond
+	learnWindow = 10 * time.Second
+	learnCut    = 0.5
+	// learnPrecise is the widest spread of a measure, over its middle, that
+	// makes it the reference of the next.
+	learnPrecise = 0.4
+	learnMargin  = 0.95
+	learnMaxCut  = 0.8
+	learnSpring  = 6.0
+	learnFloor   = 0.06
+	learnGrowth  = 0.1
+	// learnPlateau is how far past the ceiling the growth reaches
+	// learnFloor + learnGrowth.
+	learnPlateau = 0.1
+	// learnMin is the least learned quota, tokens a minute.
+	learnMin = 60.0
 )
 
 // learnsTPM reports whether the lane learns its TPM quota from 429s.
@@ -88,49 +133,146 @@ func (l *Lane) learnsTPM() bool {
 // less refused, less what settlement gave back.
 func (l *Lane) takenLocked() float64 { return l.sentAll - l.refusedTok - l.unusedAll }
 
+// takenSample is the lane's taken tokens at a time, for the rate over the
+// last learnWindow.
+type takenSample struct {
+	at    time.Time
+	taken float64
+}
+
+// sampleTakenLocked records what the provider has taken at now, at most
+// once a second.
+func (l *Lane) sampleTakenLocked(now time.Time) {
+	n := len(l.takenHist)
+	if last := l.takenHist[(l.takenNext+n-1)%n]; !last.at.IsZero() && now.Sub(last.at) < time.Second {
+		return
+	}
+	l.takenHist[l.takenNext] = takenSample{at: now, taken: l.takenLocked()}
+	l.takenNext = (l.takenNext + 1) % n
+}
+
+// recentRateLocked returns the tokens per minute the provider took over
+// about the last learnWindow, and false when it took too little to tell
+// (less than a request's worth, or over less than a second).
+func (l *Lane) recentRateLocked(now time.Time, tokens float64) (float64, bool) {
+	var from takenSample
+	for _, s := range l.takenHist {
+		if s.at.IsZero() || now.Sub(s.at) > learnWindow {
+			continue
+		}
+		if from.at.IsZero() || s.at.Before(from.at) {
+			from = s
+		}
+	}
+	dt := now.Sub(from.at).Seconds()
+	taken := l.takenLocked() - from.taken
+	if from.at.IsZero() || dt < 1 || taken <= tokens {
+		return 0, false
+	}
+	return 60 * taken / dt, true
+}
+
 // growLocked grows a learned quota that binds by the tokens an answer used.
 func (l *Lane) growLocked(now time.Time, used float64) {
-	if l.learned && used > 0 && l.tpm.LevelAt(now) < 0 {
-		growth := learnGrowth + learnSpring*max(0, l.learnBest/l.tpmQ.limit-1)
-		l.setLearnedLocked(now, l.tpmQ.limit*(1+growth*used/l.tpmQ.limit))
+	if !l.learned || used <= 0 || l.tpm.LevelAt(now) >= 0 {
+		return
+	}
+	limit, growth := l.tpmQ.limit, learnFloor
+	switch x := limit / l.learnCeil; {
+	case x < learnMargin:
+		growth += learnSpring * (learnMargin/x - 1)
+	case x > 1:
+		growth += learnGrowth * min(1, (x-1)/learnPlateau)
+	}
+	l.setLearnedLocked(now, limit+growth*used)
+}
+
+// learnFromRefusalLocked learns the TPM quota from a 429 at now of a
+// request of tokens sent at sentAt, once the lane's pause has begun.
+func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
+	if !l.learnsTPM() || sentAt.Before(l.reactedAt) {
+		return
+	}
+	l.reactedAt = now
+	taken := l.takenLocked()
+	limit := l.tpmQ.limit // 0 while none is learned
+	defer l.emptyLocked(now)
+	dt := now.Sub(l.refusedAt).Seconds()
+	switch {
+	case l.refusedAt.IsZero() || (dt >= learnApart.Seconds() && l.learnMeasured && limit <= l.learnLow):
+		// A new episode: this 429 is the next measure's reference, and
+		// the rate the provider refused is the base of the cut.
+		l.refusedAt, l.refusedTaken, l.refusedTok1 = now, taken, tokens
+		l.learnMeasured, l.learnLow = false, 0
+		rate, ok := l.recentRateLocked(now, tokens)
+		if !ok {
+			return
+		}
+		if l.learned {
+			rate = min(rate, limit)
+		}
+		l.learnCeil = rate
+		l.setLearnedLocked(now, learnCut*rate)
+		return
+	case dt < learnApart.Seconds():
+		// Too close to the reference to measure; the cut did not do.
+		if l.learned {
+			cut := learnCut
+			if l.learnMeasured {
+				cut = learnMaxCut
+			}
+			l.setLearnedLocked(now, cut*limit)
+		}
+		return
+	}
+	// The provider's bucket held less than the reference's refused
+	// request then and less than this one now: the limit is the tokens
+	// taken in between, give or take those, over the time.
+	taken -= l.refusedTaken
+	lowest, highest := 60*(taken-l.refusedTok1)/dt, 60*(taken+tokens)/dt
+	if !(highest > 0) {
+		return
+	}
+	mid := max(0, (lowest+highest)/2)
+	probing := l.learned && l.learnMeasured && limit > l.learnCeil
+	ceil := (mid + highest) / 2
+	if highest-lowest <= learnPrecise*mid {
+		// Precise enough to measure the next from here.
+		l.refusedAt, l.refusedTaken, l.refusedTok1 = now, taken+l.refusedTaken, tokens
+		ceil = mid
+	}
+	next := learnMargin * mid
+	if l.learned {
+		next = min(next, limit)
+		if probing {
+			next = max(next, learnMaxCut*limit)
+		}
+	}
+	l.learnCeil, l.learnLow, l.learnMeasured = ceil, max(0, lowest), true
+	l.setLearnedLocked(now, max(next, learnMin))
+}
+
+// emptyLocked empties the learned bucket at a 429 (the provider's is
+// empty) so that it holds nothing when the lane's pause ends: no burst of
+// what it would have saved during the pause.
+func (l *Lane) emptyLocked(now time.Time) {
+	if l.learned {
+		l.tpm.LowerAt(now, -l.tpm.Limit()/60*max(0, l.pauseUntil.Sub(now).Seconds()))
 	}
 }
 
-// learnFromRefusalLocked learns the TPM quota from a 429 at now.
-func (l *Lane) learnFromRefusalLocked(now time.Time) {
-	if !l.learnsTPM() || (!l.refusedAt.IsZero() && now.Sub(l.refusedAt) < learnApart) {
-		return
-	}
-	prev, prevTaken := l.refusedAt, l.refusedTaken
-	l.refusedAt, l.refusedTaken = now, l.takenLocked()
-	if prev.IsZero() {
-		return
-	}
-	limit := 60 * (l.refusedTaken - prevTaken) / now.Sub(prev).Seconds() * learnMargin
-	if !(limit > 0) {
-		return
-	}
-	if l.learned {
-		l.learnBest = l.tpmQ.limit
-		limit = min(max(limit, l.tpmQ.limit*learnMaxCut), l.tpmQ.limit)
-	} else {
+// setLearnedLocked gives the learned TPM bucket limit, with a burst of a
+// second of refill, creating the bucket (empty) when there is none.
+func (l *Lane) setLearnedLocked(now time.Time, limit float64) {
+	if !l.learned {
 		b, err := NewBucket(BucketConfig{Name: "tpm", Limit: limit * l.share, Start: StartEmpty}, now)
 		if err != nil {
 			return
 		}
 		l.tpm, l.learned = b, true
 		l.tpmQ = view{}
-		// The bucket may have filled between the first two 429s (the lane
-		// was still ramping up): the spring pulls a quarter past the rate.
-		l.learnBest = limit * learnFirstBest
+		defer l.guideLocked()
 	}
-	l.setLearnedLocked(now, limit)
-	l.guideLocked()
-}
-
-// setLearnedLocked gives the learned TPM bucket limit, with a burst of a
-// second of refill.
-func (l *Lane) setLearnedLocked(now time.Time, limit float64) {
 	l.tpmQ.limit, l.tpmQ.burst = limit, floorBurst(limit)
 	l.applyLocked(now, l.tpm, &l.tpmQ)
 }

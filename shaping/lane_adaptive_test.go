@@ -2,28 +2,32 @@ package shaping
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 )
 
 // TestLaneLearnsQuotaFrom429s: adaptive without a TPM quota takes the
-// first 429 as a reference; at the next one (at least 2.5 s later) the
-// tokens the provider took in between (sent, less refused) over the time
-// in between are its limit, and the lane learns 95% of it as a TPM bucket
-// with a second of burst. A 429 closer than that is the same event; a
-// later one cuts the quota to 95% of the new rate, by at most 20%, never
-// up; a quota that binds grows, fast back towards where a refusal found
-// it; a limit header replaces it.
+// first 429 (with too little taken before it to tell a rate) as a
+// reference; at the next one (at least 2.5 s later) the tokens the
+// provider took in between, give or take the two refused requests (its
+// bucket held less than each), over the time in between are its limit:
+// the lane learns 95% of the middle as a TPM bucket with a second of
+// burst, empty until its pause ends. A 429 of a request sent before the
+// lane reacted is the same event; one sent after, too close to measure,
+// cuts by 20%; a quota that binds grows, fast back towards the measure,
+// hardly at all around it, faster past it; a limit header replaces it.
 func TestLaneLearnsQuotaFrom429s(t *testing.T) {
 	t.Parallel()
 	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 64, Clock: clockwork.NewFakeClockAt(t0)})
 	require.NoError(t, err)
-	send := func(at float64, o Outcome) {
-		r, err := lane.ReserveAt(sec(at), Request{PromptTokens: 500, MaxOutputTokens: 500})
+	call := func(sent, done float64, tokens int, o Outcome) {
+		r, err := lane.ReserveAt(sec(sent), Request{PromptTokens: tokens / 2, MaxOutputTokens: tokens / 2})
 		require.NoError(t, err)
-		require.NoError(t, lane.SendAt(sec(at), r).DoneAt(sec(at), o))
+		require.NoError(t, lane.SendAt(sec(sent), r).DoneAt(sec(done), o))
 	}
+	send := func(at float64, o Outcome) { call(at, at, 1000, o) }
 	ok := Outcome{PromptTokens: 500, CompletionTokens: 500}
 	refused := Outcome{RateLimited: true}
 	send(0, refused) // the reference
@@ -31,25 +35,34 @@ func TestLaneLearnsQuotaFrom429s(t *testing.T) {
 		send(0.5*float64(i), ok)
 	}
 	require.Empty(t, lane.SnapshotAt(sec(10)).Buckets)
-	send(10, refused) // 20,000 taken in 10 s: 2,000 a second
+	// 20,000 taken in 10 s, give or take 1,000: 114,000 to 126,000 a
+	// minute; 95% of the middle, the bucket empty when the 1 s pause ends.
+	send(10, refused)
 	require.True(t, lane.learned)
-	require.Equal(t, []BucketSnapshot{{Name: "tpm", Level: 0, Capacity: 1900, Limit: 114000}}, lane.SnapshotAt(sec(10)).Buckets)
-	send(11, refused) // the same event
+	require.Equal(t, []BucketSnapshot{{Name: "tpm", Level: -1900, Capacity: 1900, Limit: 114000}}, lane.SnapshotAt(sec(10)).Buckets)
+	require.Equal(t, [3]float64{120000, 114000, 1}, [3]float64{lane.learnCeil, lane.learnLow, b2f(lane.learnMeasured)})
+	call(9.9, 10.5, 1000, refused) // sent before the lane reacted: the same event
 	require.Equal(t, 114000.0, lane.tpm.Limit())
+	send(11, refused) // sent after it, 1 s after the measure: the cut did not do
+	require.Equal(t, 0.8*114000, lane.tpm.Limit())
 
-	// The quota binds (the bucket is in debt): each answer grows it by
-	// (0.1 + 2 x (1.25 - 1)) of its tokens per limit.
-	r, err := lane.ReserveAt(sec(11), Request{PromptTokens: 5000, MaxOutputTokens: 5000})
-	require.NoError(t, err)
-	require.NoError(t, lane.SendAt(sec(11), r).DoneAt(sec(11), Outcome{PromptTokens: 5000, CompletionTokens: 5000}))
-	require.InDelta(t, 114000*(1+0.6*10000/114000), lane.tpm.Limit(), 1e-6)
-
-	// 13.5 s later, 10,000 more taken: far below, but one refusal cuts by
-	// at most 20%.
-	before := lane.tpm.Limit()
-	send(24.5, refused)
-	require.InDelta(t, 0.8*before, lane.tpm.Limit(), 1e-6)
-	require.Equal(t, before, lane.learnBest)
+	// The quota binds (the bucket is in debt): each answer grows it by its
+	// tokens times 0.06 + 6 x (0.95 x 120,000 / limit - 1) below 95% of
+	// the measure, 0.06 between that and the measure, and 0.06 + 0.1 x
+	// (how far past / 10%) past it.
+	grows := func(at float64, want float64) {
+		t.Helper()
+		before := lane.tpm.Limit()
+		call(at, at, 10000, Outcome{PromptTokens: 5000, CompletionTokens: 5000})
+		require.InDelta(t, before+want*10000, lane.tpm.Limit(), 1e-6, "at %v from %v", at, before)
+	}
+	grows(12, 0.06+6*(0.95*120000/91200-1))
+	require.InDelta(t, 106800, lane.tpm.Limit(), 1e-6)
+	grows(13, 0.06+6*(0.95*120000/106800-1))
+	lane.setLearnedLocked(sec(14), 118000)
+	grows(14, 0.06)
+	lane.setLearnedLocked(sec(15), 126000)
+	grows(15, 0.06+0.1*0.5)
 
 	// A limit header replaces the learned quota.
 	lane.ObserveAt(sec(25), RateLimitHeaders{LimitTokens: 90000, HasLimitTokens: true})
@@ -65,6 +78,63 @@ func TestLaneLearnsQuotaFrom429s(t *testing.T) {
 	configured, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})
 	require.NoError(t, err)
 	require.False(t, configured.learnsTPM())
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestLaneCutsFromTheRateRefused: a 429 that no measure explains starts
+// an episode and cuts the quota to half the rate the provider took over
+// the last 10 s, not half the old quota, and empties the bucket until the
+// pause (the Retry-After) ends: the first 429 after sending 2,000 tokens
+// a second gets a bucket of 1,000 a second at once (it used to get none
+// until a second 429), and a lane whose learned quota was at most the
+// lowest its measure allowed (the provider lowered its limit) cuts from
+// what it sent, then measures the new limit at the next 429.
+func TestLaneCutsFromTheRateRefused(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 64, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	send := func(at float64, o Outcome) {
+		r, err := lane.ReserveAt(sec(at), Request{PromptTokens: 500, MaxOutputTokens: 500})
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(sec(at), r).DoneAt(sec(at), o))
+	}
+	ok := Outcome{PromptTokens: 500, CompletionTokens: 500}
+	for i := range 40 {
+		send(0.5*float64(i), ok) // 2,000 a second for 20 s
+	}
+	// Taken since the sample of 10 s ago: 40,000 - 21,000 in 10 s.
+	send(20, Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: 3 * time.Second, HasRetryAfter: true}})
+	require.Equal(t, []BucketSnapshot{{Name: "tpm", Level: -3 * 950, Capacity: 950, Limit: 57000}}, lane.SnapshotAt(sec(20)).Buckets)
+	require.Equal(t, sec(23), lane.PausedUntil())
+	require.Equal(t, [2]float64{114000, 0}, [2]float64{lane.learnCeil, b2f(lane.learnMeasured)})
+
+	// The next 429, 23 s later after 40,000 more: the limit is 39,000 to
+	// 41,000 tokens in 23 s; 95% of the middle.
+	for i := range 40 {
+		send(23+0.5*float64(i), ok)
+	}
+	send(43, Outcome{RateLimited: true})
+	mid := 60 * 40000.0 / 23
+	require.InDelta(t, 0.95*mid, lane.tpm.Limit(), 1e-6)
+	require.InDelta(t, 60*39000.0/23, lane.learnLow, 1e-6)
+	require.Equal(t, 1.0, b2f(lane.learnMeasured))
+
+	// The provider lowers its limit: a 429 while the quota was below the
+	// lowest its measure allowed cuts to half what the lane took over the
+	// last 10 s (10,000 - 1,000), whatever its quota.
+	for i := range 10 {
+		send(44+float64(i), ok)
+	}
+	require.Greater(t, lane.tpm.Limit(), 0.95*mid)
+	send(54, Outcome{RateLimited: true})
+	require.InDelta(t, 0.5*60*9000.0/10, lane.tpm.Limit(), 1e-6)
+	require.Equal(t, [2]float64{60 * 9000.0 / 10, 0}, [2]float64{lane.learnCeil, b2f(lane.learnMeasured)})
 }
 
 // TestLaneLearnsItsShareOfTheQuota: a lane on a share of the provider's

@@ -67,6 +67,9 @@ func (l *Lane) send(now time.Time, r *Reservation) Permit {
 		l.sentTok += float64(r.Tokens)
 	}
 	l.sentAll += float64(r.Tokens)
+	if l.learnsTPM() {
+		l.sampleTakenLocked(now)
+	}
 	rec.res, rec.inFlight = *r, l.slots.InFlight()
 	rec.markReq, rec.markTok, rec.markRef, rec.markRfd = l.sentReq, l.sentTok, l.refTok, l.rfdTok
 	l.mu.Unlock()
@@ -163,13 +166,13 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 		}
 		l.refusedTok += float64(rec.res.Tokens)
 		l.refusedLocked(now, p.sentAt, float64(rec.res.Tokens), o.Headers)
-		l.learnFromRefusalLocked(now)
 	} else {
 		l.growLocked(now, float64(actual))
 	}
 	l.calibrateLocked(now, p.sentAt, m, o.Headers, o.RateLimited)
 	if o.RateLimited {
 		l.pauseLocked(now, o.Headers)
+		l.learnFromRefusalLocked(now, p.sentAt, float64(rec.res.Tokens))
 	}
 	if l.ctrl != nil {
 		l.slots.SetLimit(l.ctrl.Update(Sample{

@@ -40,6 +40,9 @@ type upstreamConfig struct {
 	// upstreamsim's enforcement short: a request larger than the bucket
 	// goes when it is full. The headers keep the minute's view.
 	Short time.Duration
+	// RetryAfterSeconds rounds Retry-After up to whole seconds, as
+	// upstreamsim and OpenAI send it.
+	RetryAfterSeconds bool
 }
 
 type serverBucket struct {
@@ -91,6 +94,7 @@ type upstream struct {
 	okTokens               float64
 	latencies              time.Duration // of the successes
 	okLog                  []okEvent
+	limitedLog             []time.Time
 	rejectReq, rejectToken int
 }
 
@@ -186,6 +190,7 @@ func (u *upstream) call(now time.Time, j *simJob) answer {
 			}
 		}
 		u.limited++
+		u.limitedLog = append(u.limitedLog, now)
 		if !tokOK {
 			u.rejectToken++
 		} else {
@@ -194,6 +199,9 @@ func (u *upstream) call(now time.Time, j *simJob) answer {
 		a.limited = true
 		a.latency = 50 * time.Millisecond
 		u.headers(&a.headers)
+		if u.cfg.RetryAfterSeconds {
+			retry = (retry + time.Second - 1).Truncate(time.Second)
+		}
 		a.headers.RetryAfter = retry
 		a.headers.HasRetryAfter = true
 		a.outcome = Outcome{RateLimited: true, Latency: a.latency, Headers: a.headers}

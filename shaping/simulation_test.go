@@ -172,6 +172,59 @@ func TestSimulationAdaptiveUnknownQuota(t *testing.T) {
 	}
 }
 
+// halvingJob is the job mix of llmq bench: one in five a document of
+// 1,512 prompt tokens and 500 of output, the others 20 and 100; answers
+// are exactly max_tokens long.
+func halvingJob(rng *rand.Rand) *simJob {
+	if rng.IntN(5) == 0 {
+		return &simJob{prompt: 1512, maxOut: 500, out: 500}
+	}
+	return &simJob{prompt: 20, maxOut: 100, out: 100}
+}
+
+// TestSimulationAdaptiveBlindHalving is llmq bench's adaptive scenario
+// without rate-limit headers, on one worker's lane: 600 RPM / 60k TPM whose
+// bucket starts full, halved at 35 s, arrivals at twice the first
+// capacity, Retry-After in whole seconds; the bench counts the 429s from
+// the halving to 75 s. The first 429s come after the halving, once the
+// bucket is spent: the lane must cut below the halved limit from the rate
+// the provider refused and measure it at the next 429, not probe over it
+// again and again. Over five seeds: at most three 429s in that phase and
+// eleven in all (one to find the wall, one to measure it, one more when a
+// measure spans too little time for requests of 2,000 tokens on 500 a
+// second); the cut from the old level, with no bucket until a second 429,
+// cost 10 to 16 each. From 75 s to 135 s, at least 75% of the halved
+// limit served.
+func TestSimulationAdaptiveBlindHalving(t *testing.T) {
+	t.Parallel()
+	total := 0
+	for _, seed := range []uint64{1, 2, 3, 4, 5} {
+		up := upstreamConfig{RPM: 600, TPM: 60000, Saturation: 32, TTFT: 100 * time.Millisecond,
+			PerToken: time.Millisecond, RetryAfterSeconds: true}
+		res, err := runSim(simConfig{
+			lane: LaneConfig{Name: "sim", Strategy: StrategyAdaptive}, up: up,
+			workers: 64, serial: true, arrivals: 4, job: halvingJob, duration: 135 * time.Second, seed: seed,
+			changeAt: 35 * time.Second,
+			change:   func(now time.Time, u *upstream) { u.setLimits(now, 300, 30000) },
+		})
+		require.NoError(t, err)
+		change, end := res.start.Add(35*time.Second), res.start.Add(75*time.Second)
+		phase := 0
+		for _, at := range res.up.limitedLog {
+			require.False(t, at.Before(change), "seed %d: a 429 before the halving", seed)
+			if at.Before(end) {
+				phase++
+			}
+		}
+		total += phase
+		held := res.up.tokenRate(end, res.start.Add(135*time.Second)) / 30000
+		t.Logf("seed %d: %d 429s from the halving to 75 s, %d in all; %.2f of the halved limit from 75 s", seed, phase, res.up.limited, held)
+		require.LessOrEqual(t, phase, 3, "seed %d", seed)
+		require.GreaterOrEqual(t, held, 0.75, "seed %d", seed)
+	}
+	require.LessOrEqual(t, total, 11)
+}
+
 // backlogJob is the backlog of docs/design/rate-limiting.md ("Measured"):
 // one job in five a document of about 3,000 tokens (prompt and max output),
 // the others short questions.

@@ -458,8 +458,12 @@ first %d s window in which the tokens served reach 90%% of the limit in force wi
 calls refused. Goal (issue 13): 90%% within 30 s of the start and of the halving, at most 2%% 429s.
 The provider's bucket starts full and still holds part of it at the halving (the arrivals are
 served faster than the limit while it drains), so the time to 90%% says little here: what the
-worker learns shows in its 429s. (shaping's TestSimulationAdaptiveUnknownQuota measures the
-adaptation on a provider whose bucket starts empty.)
+worker learns shows in its 429s. Learning a limit from 429s alone takes two of them after the
+halving (the first finds the wall and cuts to half the rate the provider took over the last 10 s,
+the next measures the rate in between), and the halved limit admits at most about 100 calls in
+those 40 s (what its bucket held at the halving and 40 s of refill, about 500 tokens a call).
+(shaping's TestSimulationAdaptiveUnknownQuota measures the adaptation on a provider whose bucket
+starts empty, TestSimulationAdaptiveBlindHalving this scenario on a virtual clock.)
 
 | phase | limit | tokens served per s | 429s / calls | time to 90%% |
 |---|---:|---:|---:|---:|

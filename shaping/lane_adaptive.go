@@ -153,7 +153,9 @@ func (l *Lane) sampleTakenLocked(now time.Time) {
 
 // recentRateLocked returns the tokens per minute the provider took over
 // about the last learnWindow, and false when it took too little to tell
-// (less than a request's worth, or over less than a second).
+// (less than a request's worth, or over less than a second). A lane on a
+// share of the quota measures what it sent, its share of what the
+// provider took: the rate is the provider's, its own over its share.
 func (l *Lane) recentRateLocked(now time.Time, tokens float64) (float64, bool) {
 	var from takenSample
 	for _, s := range l.takenHist {
@@ -169,10 +171,11 @@ func (l *Lane) recentRateLocked(now time.Time, tokens float64) (float64, bool) {
 	if from.at.IsZero() || dt < 1 || taken <= tokens {
 		return 0, false
 	}
-	return 60 * taken / dt, true
+	return 60 * taken / dt / l.share, true
 }
 
-// growLocked grows a learned quota that binds by the tokens an answer used.
+// growLocked grows a learned quota that binds by the tokens an answer used
+// (the provider's, over the lane's share).
 func (l *Lane) growLocked(now time.Time, used float64) {
 	if !l.learned || used <= 0 || l.tpm.LevelAt(now) >= 0 {
 		return
@@ -184,7 +187,7 @@ func (l *Lane) growLocked(now time.Time, used float64) {
 	case x > 1:
 		growth += learnGrowth * min(1, (x-1)/learnPlateau)
 	}
-	l.setLearnedLocked(now, limit+growth*used)
+	l.setLearnedLocked(now, limit+growth*used/l.share)
 }
 
 // learnFromRefusalLocked learns the TPM quota from a 429 at now of a
@@ -227,9 +230,10 @@ func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
 	}
 	// The provider's bucket held less than the reference's refused
 	// request then and less than this one now: the limit is the tokens
-	// taken in between, give or take those, over the time.
+	// taken in between, give or take those, over the time (and over the
+	// lane's share: it measures its own part).
 	taken -= l.refusedTaken
-	lowest, highest := 60*(taken-l.refusedTok1)/dt, 60*(taken+tokens)/dt
+	lowest, highest := 60*(taken-l.refusedTok1)/dt/l.share, 60*(taken+tokens)/dt/l.share
 	if !(highest > 0) {
 		return
 	}

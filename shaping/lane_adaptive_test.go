@@ -138,8 +138,11 @@ func TestLaneCutsFromTheRateRefused(t *testing.T) {
 }
 
 // TestLaneLearnsItsShareOfTheQuota: a lane on a share of the provider's
-// quota (replicas) learns from its 429s a bucket of its share of the rate
-// it measured, as its configured buckets are its share of the quota.
+// quota (replicas) measures its own part of what the provider took: the
+// provider's limit is its rate over its share, and its bucket its share of
+// that, as its configured buckets are its share of the quota. (Its bucket
+// once was its share of its own rate: two replicas on halves that each
+// sent 120,000 a minute before a 429 learned 57,000 each.)
 func TestLaneLearnsItsShareOfTheQuota(t *testing.T) {
 	t.Parallel()
 	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 64, Clock: clockwork.NewFakeClockAt(t0)})
@@ -154,9 +157,27 @@ func TestLaneLearnsItsShareOfTheQuota(t *testing.T) {
 	for i := range 20 {
 		send(0.5*float64(i), Outcome{PromptTokens: 500, CompletionTokens: 500})
 	}
-	send(10, Outcome{RateLimited: true}) // 20,000 taken in 10 s: 95% of 120,000 a minute
+	send(10, Outcome{RateLimited: true}) // 20,000 taken in 10 s: 120,000 a minute, the provider 240,000
 	require.True(t, lane.learned)
-	require.Equal(t, 0.5*114000, lane.tpm.Limit())
+	require.Equal(t, 228000.0, lane.tpmQ.limit, "95% of the provider's")
+	require.Equal(t, 0.5*228000, lane.tpm.Limit())
+
+	// The first 429 cuts from the rate the provider took (its own over
+	// its share), not from its own.
+	lane, err = NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 64, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	require.NoError(t, lane.SetShareAt(t0, 0.5))
+	for i := range 21 {
+		send(0.5*float64(i), Outcome{PromptTokens: 500, CompletionTokens: 500})
+	}
+	send(10, Outcome{RateLimited: true})
+	require.Equal(t, 240000.0, lane.learnCeil)
+	require.Equal(t, learnCut*240000, lane.tpmQ.limit)
+	// It grows by what the provider took: its own tokens over its share.
+	require.Negative(t, lane.tpm.LevelAt(sec(10)), "the learned bucket binds")
+	growth := learnFloor + learnSpring*(learnMargin/learnCut-1)
+	send(10, Outcome{PromptTokens: 500, CompletionTokens: 500})
+	require.InDelta(t, learnCut*240000+growth*1000/0.5, lane.tpmQ.limit, 1e-6)
 }
 
 // TestAdaptiveGuideFollowsTheShare: adaptive's controller is guided by

@@ -24,7 +24,7 @@ const CountLimitDefault = 10_000
 // 1,000,000 queued and 200,000 succeeded jobs (10 tenants), every tenant
 // up to 10,000: 12-15 ms; one tenant: 3 ms. The exact count it replaces,
 // one GROUP BY status over the table, took 0.3 s there (1.07 s at 1.2M
-// rows under load), and 90 ms up to 100,000 (docs/bench/backlog).
+// rows under load), and 90 ms up to 100,000 (docs/bench/million/sql.md).
 func (s *Store) CountByStatus(ctx context.Context, tenant string, limit int64) (map[llmq.Status]int64, error) {
 	var bound any // NULL: LIMIT ALL
 	if limit > 0 {

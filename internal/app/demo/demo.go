@@ -329,7 +329,7 @@ func (c counts) terminal() int {
 
 // count reads the run's jobs by key (jobs_pkey: one lookup per job, 3 ms
 // for the default 200 with 1,000,000 other jobs queued); by id alone it
-// walked an index of every job, 0.4-0.55 s a tick (docs/bench/million).
+// walked an index of every job, 0.4-0.55 s a tick (docs/bench/million/sql.md).
 func (r *run) count(ctx context.Context) (counts, error) {
 	c := counts{byStatus: map[llmq.Status]int{}}
 	rows, err := r.app.Store().Pool().Query(ctx, `SELECT status, lane = 'batch' AND status = 'succeeded',

@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq bench-throughput mutate demo console-screenshots run migrate clean
+.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq bench-throughput bench-million mutate demo console-screenshots run migrate clean
 
 all: build
 
@@ -67,6 +67,12 @@ bench-throughput:
 	$(GO) test -run '^$$' -bench '^BenchmarkPipeline$$' -benchtime 20000x ./worker | tee docs/bench/throughput/go-bench.txt
 	$(GO) test -run '^$$' -bench '^BenchmarkEnqueue$$' -benchtime 10000x ./internal/app/api | tee -a docs/bench/throughput/go-bench.txt
 	$(GO) run ./cmd/llmq bench --only throughput --out docs/bench/throughput
+
+## bench-million: a backlog of 1,000,000 jobs queued in Postgres: the worker's memory at 10k, 100k and 1M (BenchmarkBacklogMemory), then the API's reads over HTTP (`llmq bench --only million`); figures in docs/bench/million
+bench-million:
+	mkdir -p docs/bench/million
+	$(GO) test -run '^$$' -bench '^BenchmarkBacklogMemory$$' -benchtime 1x ./worker | tee docs/bench/million/go-bench.txt
+	$(GO) run ./cmd/llmq bench --only million --out docs/bench/million
 
 ## mutate: mutation testing (gremlins) of shaping, the job contract and the worker's policy; slow, not in test (docs/mutation.md)
 mutate:

@@ -332,25 +332,6 @@ func listAllTenantsSQL(where string, limit int) string {
 	ORDER BY j.created_at DESC, j.id DESC`, where, limit, limit, prefixed("j", jobColumns))
 }
 
-// CountByStatus counts a tenant's jobs per status ("" tenant: all tenants).
-func (s *Store) CountByStatus(ctx context.Context, tenant string) (map[llmq.Status]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM jobs WHERE $1 = '' OR tenant = $1 GROUP BY status`, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("store: count: %w", err)
-	}
-	out := map[llmq.Status]int64{}
-	var st string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
-		out[llmq.Status(st)] = n
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: count: %w", err)
-	}
-	return out, nil
-}
-
 func encodeCursor(at time.Time, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + ":" + id))
 }

@@ -72,6 +72,59 @@ func TestListAllTenantsReadsPages(t *testing.T) {
 	})
 }
 
+// TestCountByStatusReadsUpToTheLimit: a bounded count reads the index
+// only, at most the limit of entries per tenant and status, however many
+// jobs there are (across tenants, the outer limit stops the loop over
+// them: TestListPaging checks the counts).
+func TestCountByStatusReadsUpToTheLimit(t *testing.T) {
+	t.Parallel()
+	s := planStore(t)
+	s.ingest(t, 0, 3000, "a", "b", "c")
+	const limit = 10
+	statuses := make([]string, len(llmq.Statuses))
+	for i, st := range llmq.Statuses {
+		statuses[i] = string(st)
+	}
+	for _, tenant := range []string{"", "b"} {
+		plan := s.explain(t, countByStatusSQL, tenant, limit, statuses)
+		counted := false
+		plan.walk(func(n planNode) {
+			if n.RelationName != "jobs" {
+				return
+			}
+			require.Equal(t, "Index Only Scan", n.NodeType, "tenant %q: %+v", tenant, n)
+			require.Zero(t, n.RowsRemovedByFilter, "tenant %q: entries read and dropped: %+v", tenant, n)
+			require.LessOrEqual(t, n.ActualRows, limit, "tenant %q: read past the limit: %+v", tenant, n)
+			counted = counted || n.IndexName == "jobs_tenant_status_created_idx"
+		})
+		require.True(t, counted, "tenant %q: counted on jobs_tenant_status_created_idx", tenant)
+	}
+}
+
+// TestUsageReadsTheTenantsJobs: a tenant's usage reads its own jobs
+// finished today (jobs_tenant_finished_idx; index only once vacuum has
+// marked their pages all-visible), not every tenant's.
+func TestUsageReadsTheTenantsJobs(t *testing.T) {
+	t.Parallel()
+	s := planStore(t)
+	s.ingest(t, 0, 3000, "a", "b", "c")
+	_, err := s.pool.Exec(context.Background(), `UPDATE jobs SET status = 'succeeded', finished_at = now(), attempts = 1`)
+	require.NoError(t, err)
+	now := time.Now()
+	plan := s.explain(t, usageSQL("AND tenant = $3"), now.Truncate(24*time.Hour), now.Add(-time.Minute), "b")
+	var read int
+	plan.walk(func(n planNode) {
+		if n.RelationName == "jobs" {
+			require.Zero(t, n.RowsRemovedByFilter, "jobs read and dropped: %+v", n)
+		}
+		if n.IndexName != "" {
+			require.Equal(t, "jobs_tenant_finished_idx", n.IndexName, "%+v", n)
+			read += n.ActualRows * n.ActualLoops
+		}
+	})
+	require.Equal(t, 1000, read, "b's jobs")
+}
+
 // planDB is a store on a database of its own.
 type planDB struct{ *Store }
 

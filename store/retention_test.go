@@ -194,7 +194,7 @@ func TestPruneWhileWorkersStore(t *testing.T) {
 	}
 	wg.Wait()
 	require.EqualValues(t, n, total, "the old jobs, once each")
-	counts, err := b.store.CountByStatus(b.ctx, "acme")
+	counts, err := b.store.CountByStatus(b.ctx, "acme", 0)
 	require.NoError(t, err)
 	require.Equal(t, map[llmq.Status]int64{llmq.StatusSucceeded: n}, counts)
 }

@@ -571,12 +571,18 @@ func TestListPaging(t *testing.T) {
 	_, _, err = b.store.List(b.ctx, store.ListOptions{Tenant: "acme", After: "!!"})
 	require.ErrorIs(t, err, store.ErrBadCursor)
 
-	counts, err := b.store.CountByStatus(b.ctx, "acme")
-	require.NoError(t, err)
-	require.Equal(t, map[llmq.Status]int64{llmq.StatusQueued: 16, llmq.StatusRunning: 9}, counts)
-	counts, err = b.store.CountByStatus(b.ctx, "")
-	require.NoError(t, err)
-	require.Equal(t, int64(17), counts[llmq.StatusQueued])
+	// Counts, exact (limit 0) and bounded: each status up to the limit,
+	// for a tenant and across them (acme's 16 queued and other's one add
+	// up to 17, counted to 16).
+	for _, c := range []struct {
+		tenant          string
+		limit           int64
+		queued, running int64
+	}{{"acme", 0, 16, 9}, {"", 0, 17, 9}, {"acme", 10, 10, 9}, {"", 16, 16, 9}, {"", 17, 17, 9}} {
+		counts, err := b.store.CountByStatus(b.ctx, c.tenant, c.limit)
+		require.NoError(t, err)
+		require.Equal(t, map[llmq.Status]int64{llmq.StatusQueued: c.queued, llmq.StatusRunning: c.running}, counts, "%+v", c)
+	}
 }
 
 // TestInsertEdgeBodies stores bodies at the edges of what Decode accepts:

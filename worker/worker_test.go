@@ -126,7 +126,7 @@ func (tb *testBundle) ready(t testing.TB) int64 {
 
 // workerConfig is the configuration of a worker over the bundle's queue,
 // changed by mutate.
-func (tb *testBundle) workerConfig(t *testing.T, mutate func(*worker.Config)) worker.Config {
+func (tb *testBundle) workerConfig(t testing.TB, mutate func(*worker.Config)) worker.Config {
 	t.Helper()
 	cfg := worker.Config{
 		Subscriber:  tb.subscriber(t, 64),
@@ -146,7 +146,7 @@ func (tb *testBundle) workerConfig(t *testing.T, mutate func(*worker.Config)) wo
 }
 
 // start runs a worker over the bundle's queue until the test ends.
-func (tb *testBundle) start(t *testing.T, mutate func(*worker.Config)) *worker.Worker {
+func (tb *testBundle) start(t testing.TB, mutate func(*worker.Config)) *worker.Worker {
 	t.Helper()
 	w, err := worker.New(tb.workerConfig(t, mutate))
 	require.NoError(t, err)

@@ -27,8 +27,9 @@ the four shaping strategies under the same 5x overload of a long/short mix, a 5x
 that halves mid-run (with the provider's rate-limit headers and without any), a backlog on both kinds of provider with one worker and three replicas,
 11 agents calling a tight, flaky provider synchronously, directly and then through the gateway
 (llmq api's POST /v1/chat/completions), a backlog of long and short jobs first come then
-size-aware (sizes), and llmq's own overhead before an instant simulator (throughput: 64 callers
-of POST /v1/jobs, on --broker). Figures are measured from the simulator's own
+size-aware (sizes), llmq's own overhead before an instant simulator (throughput: 64 callers
+of POST /v1/jobs, on --broker), and the API's reads over HTTP at 10,000, 100,000 and 1,000,000
+jobs queued in Postgres (million: about 10 minutes). Figures are measured from the simulator's own
 accounting (/sim/stats) and, for the agents, from their own calls.
 It writes report.md and PNG plots to --out. About 10 minutes with the default --scale.`,
 		Args: cobra.NoArgs,

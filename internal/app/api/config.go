@@ -130,8 +130,8 @@ type JobStore interface {
 	// Cancel cancels a job that has not started.
 	Cancel(ctx context.Context, tenant, id string) (*store.JobRecord, error)
 	// CountByStatus counts a tenant's jobs per status ("" = every
-	// tenant).
-	CountByStatus(ctx context.Context, tenant string) (map[llmq.Status]int64, error)
+	// tenant), each up to limit (<= 0: all).
+	CountByStatus(ctx context.Context, tenant string, limit int64) (map[llmq.Status]int64, error)
 	// Attempts returns a job's upstream calls (GET /v1/jobs/{id}).
 	Attempts(ctx context.Context, tenant, id string) ([]store.Attempt, error)
 	// ModelStats returns the calls per model and minute since a time

@@ -249,7 +249,7 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	b := gatewaySetup(t, api.GatewayConfig{})
 	ctx := context.Background()
 	b.slowQueue(t)
-	before, err := b.store.CountByStatus(ctx, "acme")
+	before, err := b.store.CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 
 	c := b.client(http.Header{"X-Stainless-Timeout": {"60"}})
@@ -262,7 +262,7 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	require.Equal(t, api.CodeDeadlineUnmeetable, apiErr.Code)
 	require.Equal(t, "rate_limit_error", apiErr.Type)
 	require.Equal(t, "390", b.lastHeader().Get("Retry-After"))
-	after, err := b.store.CountByStatus(ctx, "acme")
+	after, err := b.store.CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing enqueued")
 

@@ -28,9 +28,11 @@ func (noStore) List(context.Context, store.ListOptions) ([]*store.JobRecord, str
 func (noStore) Cancel(context.Context, string, string) (*store.JobRecord, error) {
 	return nil, store.ErrNotFound
 }
-func (noStore) CountByStatus(context.Context, string) (map[llmq.Status]int64, error) { return nil, nil }
-func (noStore) Ping(context.Context) error                                           { return nil }
-func (noStore) Attempts(context.Context, string, string) ([]store.Attempt, error)    { return nil, nil }
+func (noStore) CountByStatus(context.Context, string, int64) (map[llmq.Status]int64, error) {
+	return nil, nil
+}
+func (noStore) Ping(context.Context) error                                        { return nil }
+func (noStore) Attempts(context.Context, string, string) ([]store.Attempt, error) { return nil, nil }
 func (noStore) ModelStats(context.Context, string, time.Time) ([]store.ModelCalls, error) {
 	return nil, nil
 }

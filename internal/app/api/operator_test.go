@@ -12,6 +12,7 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/store"
 )
 
 // ids returns the job ids of a GET /v1/jobs answer, in order.
@@ -94,7 +95,7 @@ func TestJobCounts(t *testing.T) {
 			by[string(s)] = 0.0
 		}
 		by["queued"], by["cancelled"] = queued, cancelled
-		return map[string]any{"tenant": tenant, "by_status": by, "total": queued + cancelled}
+		return map[string]any{"tenant": tenant, "by_status": by, "total": queued + cancelled, "limit": float64(store.CountLimitDefault), "at_least": []any{}}
 	}
 	require.Equal(t, want("acme", 2, 1), b.get(t, keyAcme, "/v1/stats/jobs").json(t))
 	require.Equal(t, want("globex", 1, 0), b.get(t, keyGlobex, "/v1/stats/jobs").json(t))

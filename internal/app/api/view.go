@@ -151,24 +151,35 @@ type Queue struct {
 	MeasuredAt            time.Time `json:"measured_at"`
 }
 
-// JobCounts is how many jobs are in each status (schema JobCounts).
+// JobCounts is how many jobs are in each status (schema JobCounts), each
+// counted up to Limit.
 type JobCounts struct {
 	// Tenant is the tenant counted; null for every tenant (an operator).
 	Tenant *string `json:"tenant"`
 	// ByStatus has every status, 0 included.
 	ByStatus map[string]int64 `json:"by_status"`
-	Total    int64            `json:"total"`
+	// Total is the sum of ByStatus: a floor when AtLeast is not empty.
+	Total int64 `json:"total"`
+	// Limit is the count at which a status stops being counted.
+	Limit int64 `json:"limit"`
+	// AtLeast lists the statuses whose count reached Limit: they have
+	// that many jobs or more. Empty: every count is exact.
+	AtLeast []string `json:"at_least"`
 }
 
-// NewJobCounts returns counts as llmq shows them: every status present.
-func NewJobCounts(tenant string, counts map[llmq.Status]int64) JobCounts {
-	c := JobCounts{ByStatus: make(map[string]int64, len(llmq.Statuses))}
+// NewJobCounts returns counts, each counted up to limit, as llmq shows
+// them: every status present.
+func NewJobCounts(tenant string, counts map[llmq.Status]int64, limit int64) JobCounts {
+	c := JobCounts{ByStatus: make(map[string]int64, len(llmq.Statuses)), Limit: limit, AtLeast: []string{}}
 	if tenant != "" {
 		c.Tenant = &tenant
 	}
 	for _, st := range llmq.Statuses {
 		c.ByStatus[string(st)] = counts[st]
 		c.Total += counts[st]
+		if limit > 0 && counts[st] >= limit {
+			c.AtLeast = append(c.AtLeast, string(st))
+		}
 	}
 	return c
 }

@@ -89,6 +89,9 @@ type Report struct {
 	Gateway *GatewayResult
 	// Throughput is the throughput scenario's (nil when not run).
 	Throughput *ThroughputResult
+	// Million is the million scenario's reads, level by level (empty when
+	// not run).
+	Million []MillionRow
 	// Files are the paths written.
 	Files []string
 }
@@ -120,6 +123,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioGateway, b.gateway},
 		{ScenarioSizes, b.sizes},
 		{ScenarioThroughput, b.throughput},
+		{ScenarioMillion, b.million},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

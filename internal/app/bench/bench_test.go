@@ -180,3 +180,30 @@ func TestRunThroughputScaledDown(t *testing.T) {
 	require.Contains(t, string(md), "## 8. Throughput: llmq's own overhead")
 	require.Contains(t, string(md), "| memory | 1000 |")
 }
+
+// TestRunMillionScaledDown records 1,000 queued jobs (levels 10, 100 and
+// 1,000) and reads every endpoint at each, with one caller and with
+// several: every answer is 200, and the report has its section.
+func TestRunMillionScaledDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the API, a worker and a simulator over a backlog")
+	}
+	out := t.TempDir()
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Out: out, Scale: 0.001, Only: []string{ScenarioMillion}, Progress: &progress})
+	require.NoError(t, err, progress.String())
+	require.Len(t, rep.Million, 3*10*2, "three levels, ten endpoints, two rounds")
+	for _, r := range rep.Million {
+		require.Equal(t, 20, r.Requests, "%+v", r)
+		require.Positive(t, r.P99, "%+v", r)
+	}
+	last := rep.Million[len(rep.Million)-1]
+	require.Equal(t, 1000, last.Queued)
+	require.Equal(t, 200, last.Finished)
+	md, err := os.ReadFile(filepath.Join(out, ReportFile))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "## 9. A backlog of 1,000 queued jobs: the API's reads")
+	require.Contains(t, string(md), "| endpoint | 10 queued: p50 / p99 | 100 queued: p50 / p99 | 1,000 queued: p50 / p99 |")
+}

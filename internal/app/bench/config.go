@@ -18,10 +18,11 @@ const (
 	ScenarioSizes      = "sizes"
 	ScenarioGateway    = "gateway"
 	ScenarioThroughput = "throughput"
+	ScenarioMillion    = "million"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioThroughput}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioThroughput, ScenarioMillion}
 
 // Defaults of Config.
 const (

@@ -18,6 +18,9 @@ type segment struct {
 	Key   string
 	Label string
 	Value int64
+	// AtLeast says Value is a floor: the count stopped there (shown
+	// "10,000+").
+	AtLeast bool
 }
 
 // Heights of a stacked bar (classes of console.css).

@@ -371,3 +371,25 @@ func TestUsagePage(t *testing.T) {
 	require.Contains(t, p.body, `data-scope="acme/"`)
 	require.Contains(t, p.body, `data-scope="globex/"`)
 }
+
+// TestOverviewCountsPastTheLimit: past store.CountLimitDefault jobs of a
+// status, the overview shows the limit with a plus (the API counts no
+// further), and the statuses below it exactly.
+func TestOverviewCountsPastTheLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.store.Pool().Exec(context.Background(), `INSERT INTO jobs (tenant, id, status, requested_model, body, sched_key)
+		SELECT 'acme', 'bulk-' || g, 'queued', 'gpt-4o-mini', '{}', now() FROM generate_series(1, $1::int) g`, store.CountLimitDefault+1)
+	require.NoError(t, err)
+	b.enqueue(t, keyAcme, "one")
+	_, err = b.store.Cancel(context.Background(), "acme", "one")
+	require.NoError(t, err)
+	br := b.browser(t)
+	br.signIn(keyAcme)
+	p := br.get("/ui/")
+	require.Equal(t, http.StatusOK, p.status)
+	require.Contains(t, p.body, `data-metric="jobs-queued">10,000+</strong>`)
+	require.Contains(t, p.body, `data-metric="jobs-cancelled">1</strong>`)
+	require.Contains(t, p.body, `<span data-metric="active">10,000+</span>`)
+	require.Contains(t, p.body, `· 10,001+ jobs</span>`)
+}

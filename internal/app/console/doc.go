@@ -1,5 +1,6 @@
 // Package console is llmq's web console, served by `llmq api` at /ui: an
-// overview of the queue (jobs by state, queue depth, drain estimate,
+// overview of the queue (jobs by state, each counted up to 10,000 and shown
+// "10,000+" past it, queue depth, drain estimate,
 // backpressure, dead letters of the last 24 hours, batches in flight), the
 // jobs with filters and keyset paging, a job's request, result or error,
 // model, tokens, cost and times (and its cancellation while queued), the

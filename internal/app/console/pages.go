@@ -121,12 +121,15 @@ type overviewPage struct {
 	QueueErr string
 	Counts   api.JobCounts
 	Active   int64
-	Bar      template.HTML
-	Legend   []segment
-	Letters  api.DeadLetterReasons
-	Since    time.Time
-	Bars     template.HTML
-	Batches  []api.Batch
+	// ActiveAtLeast says Active is a floor: a status's count stopped at
+	// the API's limit.
+	ActiveAtLeast bool
+	Bar           template.HTML
+	Legend        []segment
+	Letters       api.DeadLetterReasons
+	Since         time.Time
+	Bars          template.HTML
+	Batches       []api.Batch
 	// BatchBars draws each batch's requests.
 	BatchBars map[string]template.HTML
 	// Arrivals are the jobs recorded and finished per minute of the last
@@ -171,9 +174,11 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 	}
 	for _, st := range llmq.Statuses {
 		n := p.Counts.ByStatus[string(st)]
-		p.Legend = append(p.Legend, segment{Key: string(st), Label: strings.ReplaceAll(string(st), "_", " "), Value: n})
+		atLeast := slices.Contains(p.Counts.AtLeast, string(st))
+		p.Legend = append(p.Legend, segment{Key: string(st), Label: strings.ReplaceAll(string(st), "_", " "), Value: n, AtLeast: atLeast})
 		if !st.Terminal() {
 			p.Active += n
+			p.ActiveAtLeast = p.ActiveAtLeast || atLeast
 		}
 	}
 	p.Bar = stackedBar(p.Legend, barThick)

@@ -1,5 +1,7 @@
 package worker
 
+import "context"
+
 // Waiting is the number of jobs in model's priority queue, not yet handed
 // to its shaping lane; 0 when the lane does not exist. Tests use it to know
 // that jobs are queued before they let the lane admit the next one.
@@ -26,3 +28,6 @@ func (w *Worker) Lanes() []string {
 
 // CapOutput is capOutput (budget.go).
 var CapOutput = capOutput
+
+// Measure is measure (observe.go).
+func (w *Worker) Measure(ctx context.Context) { w.measure(ctx) }

@@ -77,6 +77,10 @@ type Worker struct {
 	depth  atomic.Int64
 	queued atomic.Int64
 	drain  atomic.Int64
+	// stats are the newest Postgres figures of the queue, read at most
+	// again at statsAt (measure's goroutine only).
+	stats   store.QueueStats
+	statsAt time.Time
 	ingestState
 
 	// heldMu guards held and heldSeq: the jobs this worker holds, by key,

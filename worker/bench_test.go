@@ -35,7 +35,9 @@ const benchInFlight = 512
 // ack) → Postgres → claim → simulator (instant, no quota) → result in
 // Postgres. b.N jobs are published and the worker started (subscription
 // made, first message fetched) before the timer starts; it stops when the
-// last result is stored.
+// last result is stored. Besides jobs/s and the CPU per job (benchCPU) it
+// reports the row updates of jobs per job and how many of them were HOT
+// (benchUpdates).
 func BenchmarkPipeline(b *testing.B) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
@@ -94,6 +96,9 @@ func BenchmarkPipeline(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			require.NoError(b, w.Stop(ctx))
+			upd, hot := benchUpdates(b, tb.store)
+			b.ReportMetric(float64(upd)/float64(b.N), "upd/job")
+			b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
 		})
 	}
 }
@@ -135,6 +140,24 @@ func benchCPU(b *testing.B, st *store.Store) cpuTimes {
 		t.pg += time.Duration(utime+stime) * 10 * time.Millisecond
 	}
 	return t
+}
+
+// benchUpdates reads how many rows of jobs were updated since the
+// database was made, and how many of those updates were heap-only (HOT:
+// no index entry written, room on the row's page). Each idle connection
+// of the pool (all of them once the worker stopped) first flushes its
+// statistics, which a backend otherwise reports up to 10 s late
+// (pg_stat_force_next_flush, PostgreSQL 15).
+func benchUpdates(b *testing.B, st *store.Store) (upd, hot int64) {
+	ctx := context.Background()
+	for _, c := range st.Pool().AcquireAllIdle(ctx) {
+		_, err := c.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		c.Release()
+		require.NoError(b, err)
+	}
+	require.NoError(b, st.Pool().QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+		WHERE relid = 'jobs'::regclass`).Scan(&upd, &hot))
+	return upd, hot
 }
 
 // listenDone returns a channel closed once n distinct jobs have been

@@ -36,8 +36,8 @@ const benchInFlight = 512
 // Postgres. b.N jobs are published and the worker started (subscription
 // made, first message fetched) before the timer starts; it stops when the
 // last result is stored. Besides jobs/s and the CPU per job (benchCPU) it
-// reports the row updates of jobs per job and how many of them were HOT
-// (benchUpdates).
+// reports the row updates of jobs per job, how many of them were HOT
+// (benchUpdates), and the table's heap (without indexes) per job.
 func BenchmarkPipeline(b *testing.B) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
@@ -99,6 +99,10 @@ func BenchmarkPipeline(b *testing.B) {
 			upd, hot := benchUpdates(b, tb.store)
 			b.ReportMetric(float64(upd)/float64(b.N), "upd/job")
 			b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
+			var heap int64
+			require.NoError(b, tb.store.Pool().QueryRow(context.Background(),
+				`SELECT pg_relation_size('jobs')`).Scan(&heap))
+			b.ReportMetric(float64(heap)/float64(b.N), "heap-B/job")
 		})
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
 	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/kafka/kafkatest"
 	"github.com/llmq/llmq/transport/open"
@@ -37,7 +38,7 @@ const benchInFlight = 512
 // made, first message fetched) before the timer starts; it stops when the
 // last result is stored. Besides jobs/s and the CPU per job (benchCPU) it
 // reports the row updates of jobs per job, how many of them were HOT
-// (benchUpdates), and the table's heap (without indexes) per job.
+// (storetest.JobUpdates), and the table's heap (without indexes) per job.
 func BenchmarkPipeline(b *testing.B) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
@@ -96,7 +97,7 @@ func BenchmarkPipeline(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			require.NoError(b, w.Stop(ctx))
-			upd, hot := benchUpdates(b, tb.store)
+			upd, hot := storetest.JobUpdates(b, tb.store.Pool())
 			b.ReportMetric(float64(upd)/float64(b.N), "upd/job")
 			b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
 			var heap int64
@@ -144,24 +145,6 @@ func benchCPU(b *testing.B, st *store.Store) cpuTimes {
 		t.pg += time.Duration(utime+stime) * 10 * time.Millisecond
 	}
 	return t
-}
-
-// benchUpdates reads how many rows of jobs were updated since the
-// database was made, and how many of those updates were heap-only (HOT:
-// no index entry written, room on the row's page). Each idle connection
-// of the pool (all of them once the worker stopped) first flushes its
-// statistics, which a backend otherwise reports up to 10 s late
-// (pg_stat_force_next_flush, PostgreSQL 15).
-func benchUpdates(b *testing.B, st *store.Store) (upd, hot int64) {
-	ctx := context.Background()
-	for _, c := range st.Pool().AcquireAllIdle(ctx) {
-		_, err := c.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
-		c.Release()
-		require.NoError(b, err)
-	}
-	require.NoError(b, st.Pool().QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-		WHERE relid = 'jobs'::regclass`).Scan(&upd, &hot))
-	return upd, hot
 }
 
 // listenDone returns a channel closed once n distinct jobs have been

@@ -19,8 +19,9 @@
 --
 -- fillfactor 50 leaves half of each page an insert fills for the new
 -- versions of its rows, so the call's version finds room beside the claim's
--- (docs/design/platform.md: 1.00 of the calls HOT replaying the worker's
--- statements, 0.89 at 60, 0.64 at 70, 0.40 at 80, 0.01 at 100). A queued
+-- (docs/design/platform.md, the quietest replays of the worker's statements:
+-- 1.00 of the calls HOT, 0.89 at 60, 0.64 at 70, 0.40 at 80, 0.01 at 100;
+-- fewer while older snapshots keep pages from pruning). A queued
 -- backlog takes twice the heap it took; jobs once run take less than before,
 -- since a page prunes its own HOT chains without a vacuum. It applies to
 -- the pages filled from now on.

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -70,6 +72,9 @@ type Job struct {
 	// model, maxTokens are read from Body by Decode/Validate.
 	model     string
 	maxTokens int
+	// decoded is a copy of the job as Decode returned it, valid (nil for
+	// a job built in Go): see Validated.
+	decoded *Job
 }
 
 // Model is the body's "model" field as decoded.
@@ -203,7 +208,36 @@ func Decode(data []byte, opts DecodeOptions) (*Job, error) {
 	if len(errs) > 0 {
 		return nil, &ValidationError{Errors: errs}
 	}
+	j.decoded = j.clone()
 	return j, nil
+}
+
+// Validated reports whether j is exactly as [Decode] returned it: every
+// field equal to the one Decode found valid, the body byte for byte. Such
+// a job needs no second validation in the same process (the worker
+// decodes a message, then records the job). A job built in Go, or changed
+// since it was decoded, reports false: validate it ([Job.Validate]).
+func (j *Job) Validated() bool {
+	d := j.decoded
+	return d != nil && j.ID == d.ID && j.Tenant == d.Tenant && j.Project == d.Project && j.Priority == d.Priority &&
+		(j.Deadline == nil) == (d.Deadline == nil) && (j.Deadline == nil || j.Deadline.Equal(*d.Deadline)) &&
+		j.Deferrable == d.Deferrable && slices.Equal(j.FallbackModels, d.FallbackModels) &&
+		maps.Equal(j.Metadata, d.Metadata) && bytes.Equal(j.Body, d.Body) &&
+		j.model == d.model && j.maxTokens == d.maxTokens
+}
+
+// clone returns a copy of j that shares nothing a holder of j can change.
+func (j *Job) clone() *Job {
+	c := *j
+	c.decoded = nil
+	if j.Deadline != nil {
+		d := *j.Deadline
+		c.Deadline = &d
+	}
+	c.FallbackModels = slices.Clone(j.FallbackModels)
+	c.Metadata = maps.Clone(j.Metadata)
+	c.Body = bytes.Clone(j.Body)
+	return &c
 }
 
 // Validate checks a job built in Go (not decoded) and fills in the model and

@@ -331,3 +331,51 @@ func TestDecodeBodyPostgresCanStore(t *testing.T) {
 		require.Equal(t, []llmq.FieldError{{Field: "body", Code: llmq.CodeInvalidValue, Message: want}}, ve.Errors, "%.80s", msg)
 	}
 }
+
+// TestValidatedOnlyAsDecoded: a job is Validated exactly while it is as
+// Decode returned it; any change since, even a byte of the body changed
+// in place, and any job built in Go, must be validated again.
+func TestValidatedOnlyAsDecoded(t *testing.T) {
+	t.Parallel()
+	msg := `{"id":"j","tenant":"acme","project":"p","priority":"low","deadline":"2026-12-01T10:00:00Z",
+		"deferrable":true,"fallback_models":["m2"],"metadata":{"k":"v"},"body":` + okBody + `}`
+	decode := func() *llmq.Job {
+		j, err := llmq.Decode([]byte(msg), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		return j
+	}
+	j := decode()
+	require.True(t, j.Validated())
+	j.Body = json.RawMessage(okBody)
+	require.True(t, j.Validated(), "the same bytes in another slice")
+
+	later := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	for name, change := range map[string]func(j *llmq.Job){
+		"id":                 func(j *llmq.Job) { j.ID = "k" },
+		"tenant":             func(j *llmq.Job) { j.Tenant = "other" },
+		"project":            func(j *llmq.Job) { j.Project = "bad project" },
+		"priority":           func(j *llmq.Job) { j.Priority = "urgent" },
+		"deadline":           func(j *llmq.Job) { j.Deadline = &later },
+		"deadline in place":  func(j *llmq.Job) { *j.Deadline = later },
+		"no deadline":        func(j *llmq.Job) { j.Deadline = nil },
+		"deferrable":         func(j *llmq.Job) { j.Deferrable = false },
+		"fallback models":    func(j *llmq.Job) { j.FallbackModels = append(j.FallbackModels, "") },
+		"fallback in place":  func(j *llmq.Job) { j.FallbackModels[0] = "" },
+		"metadata in place":  func(j *llmq.Job) { j.Metadata["k"] = "\x00" },
+		"body":               func(j *llmq.Job) { j.Body = json.RawMessage(`{}`) },
+		"body byte in place": func(j *llmq.Job) { j.Body[len(j.Body)-2] = ' ' },
+		"validated as another body, then put back": func(j *llmq.Job) {
+			old := j.Body
+			j.Body = json.RawMessage(`{"model":"x","messages":[{"role":"user"}],"max_tokens":5}`)
+			require.NoError(t, j.Validate())
+			j.Body = old
+		},
+	} {
+		j := decode()
+		change(j)
+		require.False(t, j.Validated(), name)
+	}
+	built := &llmq.Job{ID: "j", Tenant: "acme", Priority: llmq.PriorityNormal, Body: json.RawMessage(okBody)}
+	require.NoError(t, built.Validate())
+	require.False(t, built.Validated(), "a job built in Go")
+}

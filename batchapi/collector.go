@@ -49,8 +49,8 @@ func newCollector(cfg Config, m *metrics) *Collector {
 }
 
 // Flush resumes the batches left submitting, then submits the pending jobs
-// of every model that has MaxLines of them or whose oldest has waited
-// FlushInterval. Pending are the jobs the batch lane took before, and,
+// of every model that has MaxLines of them or whose oldest was recorded
+// FlushInterval ago or more. Pending are the jobs the batch lane took before, and,
 // while the routing policy says batch (off-peak, or the live lane backed
 // up), the deferrable jobs queued whose lane is undecided. It returns the
 // jobs submitted.

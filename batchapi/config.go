@@ -34,8 +34,8 @@ const (
 	// PullBackBeforeDefault: a batch-lane job goes back to the live lane
 	// when its deadline is this close.
 	PullBackBeforeDefault = 30 * time.Minute
-	// FlushIntervalDefault is the longest a pending job waits before a
-	// partial batch is submitted.
+	// FlushIntervalDefault is the longest a pending job waits, from when
+	// it was recorded, before a partial batch is submitted.
 	FlushIntervalDefault = time.Minute
 	// MaxLinesDefault is the provider's limit on requests per batch.
 	MaxLinesDefault = 50000
@@ -131,8 +131,8 @@ type Config struct {
 	// this close. 0 = PullBackBeforeDefault.
 	PullBackBefore time.Duration
 
-	// FlushInterval is the longest a pending job waits for its batch to
-	// fill. 0 = FlushIntervalDefault.
+	// FlushInterval is the longest a pending job waits, from when it was
+	// recorded, for its batch to fill. 0 = FlushIntervalDefault.
 	FlushInterval time.Duration
 	// MaxLines bounds the jobs per batch. 0 = MaxLinesDefault (also the
 	// maximum).

@@ -11,8 +11,8 @@
 //     (their waiting reason is batch). A deferrable job the live lane takes
 //     records why (jobs.lane_reason).
 //   - [Collector]: takes the pending jobs of each model (queued, lane
-//     batch or undecided while the policy says batch) into JSONL input
-//     files (custom_id = the job's key, tenant/id; at most MaxLines lines
+//     batch or undecided while the policy says batch), in the order they
+//     were recorded, into JSONL input files (custom_id = the job's key, tenant/id; at most MaxLines lines
 //     and MaxBytes bytes), uploads them (purpose batch) and creates the
 //     batches. A batch is recorded as submitting, with its jobs reserved
 //     (queued, lane batch), before anything is sent; on restart a

@@ -102,7 +102,7 @@ func (s *Store) queryBatches(ctx context.Context, op, sql string, args ...any) (
 type PendingModel struct {
 	Model string
 	Jobs  int
-	// Oldest is when the longest-waiting of them entered the batch lane.
+	// Oldest is when the longest-waiting of them was recorded.
 	Oldest time.Time
 }
 
@@ -131,7 +131,7 @@ func (s *Store) PendingBatchModels(ctx context.Context, c BatchCandidates) ([]Pe
 	if c.Undecided {
 		args = append(args, c.NotBefore)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT requested_model, count(*), min(updated_at) FROM jobs
+	rows, err := s.pool.Query(ctx, `SELECT requested_model, count(*), min(created_at) FROM jobs
 		WHERE `+c.where(1)+` GROUP BY requested_model ORDER BY 3`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: pending batch models: %w", err)
@@ -149,6 +149,14 @@ func (s *Store) PendingBatchModels(ctx context.Context, c BatchCandidates) ([]Pe
 	return out, nil
 }
 
+// batchOrder is the order in which the batch lane takes its jobs: the job
+// recorded first goes first into a batch (created_at never changes, so a
+// job handed back by a batch that never reached the provider keeps its
+// place). The lane's indexes (jobs_batch_pending_idx, jobs_deferrable_idx)
+// hold it; updated_at, which every update of a job changes, is in no
+// index, so a call's update of a job is heap-only (migration 0017).
+const batchOrder = `created_at, tenant, id`
+
 // BatchJob is a job as it goes into a batch input file.
 type BatchJob struct {
 	Key  Key
@@ -161,7 +169,7 @@ type BatchReservation struct {
 	ID, Model string
 	// MaxJobs bounds the jobs taken.
 	MaxJobs int
-	// Fits is called with each candidate in order (oldest first) and the
+	// Fits is called with each candidate in order (batchOrder) and the
 	// jobs accepted so far; the first refusal ends the batch. nil accepts
 	// all.
 	Fits func(j BatchJob, accepted int) bool
@@ -176,8 +184,8 @@ type BatchReservation struct {
 }
 
 // ReserveBatch records a new batch in status submitting and reserves for
-// it (jobs.batch_id, lane batch, status still queued) the oldest jobs of
-// the model that r.Candidates selects, in one transaction; concurrent
+// it (jobs.batch_id, lane batch, status still queued) the first jobs in
+// batchOrder of the model that r.Candidates selects, in one transaction; concurrent
 // collectors, and the live lane's claims, get disjoint jobs. It returns nil
 // when no job is pending.
 func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRecord, []BatchJob, error) {
@@ -191,7 +199,7 @@ func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRec
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
 	rows, err := tx.Query(ctx, `SELECT tenant, id, body::text FROM jobs
 		WHERE `+r.Candidates.where(2)+` AND requested_model = $1 AND (deadline IS NULL OR deadline > $2)
-		ORDER BY updated_at, tenant, id LIMIT $3 FOR UPDATE SKIP LOCKED`, r.Model, r.Candidates.NotBefore, r.MaxJobs)
+		ORDER BY `+batchOrder+` LIMIT $3 FOR UPDATE SKIP LOCKED`, r.Model, r.Candidates.NotBefore, r.MaxJobs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
 	}
@@ -252,11 +260,11 @@ func collectBatchJobs(rows pgx.Rows) ([]BatchJob, error) {
 	return jobs, err
 }
 
-// BatchJobs returns the jobs reserved for (or inside) batch id, in a
-// stable order, as they go into its input file.
+// BatchJobs returns the jobs reserved for (or inside) batch id in
+// batchOrder, as ReserveBatch took them into its input file.
 func (s *Store) BatchJobs(ctx context.Context, id string) ([]BatchJob, error) {
 	rows, err := s.pool.Query(ctx, `SELECT tenant, id, body::text FROM jobs WHERE batch_id = $1
-		ORDER BY updated_at, tenant, id`, id)
+		ORDER BY `+batchOrder, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: batch jobs %q: %w", id, err)
 	}

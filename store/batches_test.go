@@ -156,3 +156,48 @@ func TestAbandonBatch(t *testing.T) {
 	require.Equal(t, "live: refused", a.LaneReason)
 	require.Len(t, b.hold(t, "w"), 1, "claimed by the live lane")
 }
+
+// TestBatchOrder: the batch lane takes its jobs in the order they were
+// recorded, whatever happened to them since: a job handed back by a batch
+// that never reached the provider goes first again, before the jobs
+// recorded after it, and a batch's input file lists its jobs in that order.
+func TestBatchOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	t0 := b.clock.Now()
+	// Recorded c, then b, then a: their ids sort the other way.
+	for _, id := range []string{"c", "b", "a"} {
+		b.deferrable(t, id)
+		b.clock.Advance(time.Second)
+	}
+	undecided := store.BatchCandidates{Undecided: true}
+	_, jobs, err := b.store.ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 1,
+		Candidates: undecided})
+	require.NoError(t, err)
+	require.Equal(t, []store.Key{acme("c")}, batchKeys(jobs))
+	// The upload was refused: c is back in the batch lane's pool, changed
+	// last of the three.
+	b.clock.Advance(time.Second)
+	_, err = b.store.AbandonBatch(b.ctx, "lb_1", "upload refused", false, "")
+	require.NoError(t, err)
+
+	pending, err := b.store.PendingBatchModels(b.ctx, undecided)
+	require.NoError(t, err)
+	require.Equal(t, []store.PendingModel{{Model: "big", Jobs: 3, Oldest: t0}}, pending,
+		"the oldest pending job was recorded at t0")
+	_, jobs, err = b.store.ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_2", Model: "big", MaxJobs: 2,
+		Candidates: undecided})
+	require.NoError(t, err)
+	require.Equal(t, []store.Key{acme("c"), acme("b")}, batchKeys(jobs))
+	jobs, err = b.store.BatchJobs(b.ctx, "lb_2")
+	require.NoError(t, err)
+	require.Equal(t, []store.Key{acme("c"), acme("b")}, batchKeys(jobs), "the input file in the order reserved")
+}
+
+func batchKeys(jobs []store.BatchJob) []store.Key {
+	keys := make([]store.Key, len(jobs))
+	for i, j := range jobs {
+		keys[i] = j.Key
+	}
+	return keys
+}

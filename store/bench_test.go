@@ -19,6 +19,8 @@ import (
 // worker drives it, in batches of 256 as the worker makes them: Ingest and
 // Claim once per batch, then MarkCalling and StoreResult per job (with the
 // call's row in job_attempts and its answer, as the worker writes them).
+// It reports how many of a job's updates were heap-only (HOT) and the
+// heap of table jobs (without its indexes) per job.
 func BenchmarkJobLifecycle(b *testing.B) {
 	ctx := context.Background()
 	s, err := store.Open(ctx, storetest.NewDB(b))
@@ -53,6 +55,12 @@ func BenchmarkJobLifecycle(b *testing.B) {
 			}
 		}
 	}
+	b.StopTimer()
+	_, hot := storetest.JobUpdates(b, s.Pool())
+	b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
+	var heap int64
+	require.NoError(b, s.Pool().QueryRow(ctx, `SELECT pg_relation_size('jobs')`).Scan(&heap))
+	b.ReportMetric(float64(heap)/float64(b.N), "heap-B/job")
 }
 
 // BenchmarkClaim measures one claim of 8 jobs, as a scheduler makes them

@@ -58,7 +58,14 @@ func (s *Store) insertArgs(n NewJob, now time.Time) []any {
 		n.EstPromptTokens, n.EstOutputTokens, j.Project}
 }
 
+// validate refuses an invalid job with ErrInvalidJob. A job exactly as
+// llmq.Decode returned it is not validated again: Decode did, in this
+// process, on the same bytes (the worker's ingest decodes each message,
+// then records the job).
 func validate(op string, j *llmq.Job) error {
+	if j.Validated() {
+		return nil
+	}
 	if err := j.Validate(); err != nil {
 		return fmt.Errorf("store: %s %q: %w: %w", op, j.ID, ErrInvalidJob, err)
 	}

@@ -135,6 +135,12 @@ func TestIngest(t *testing.T) {
 	created, err = b.store.Ingest(b.ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, created)
+	// A decoded job changed since Decode is validated again: its body has
+	// lost its messages.
+	changed := newJob(t, "changed")
+	changed.Body = json.RawMessage(`{"model":"big"}`)
+	_, err = b.store.Ingest(b.ctx, []store.NewJob{{Job: changed}})
+	require.ErrorIs(t, err, store.ErrInvalidJob)
 }
 
 // hold ingests jobs and claims every queued job of model big for owner; it

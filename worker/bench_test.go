@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/store/storetest"
 	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/kafka/kafkatest"
 	"github.com/llmq/llmq/transport/open"
@@ -35,7 +36,9 @@ const benchInFlight = 512
 // ack) → Postgres → claim → simulator (instant, no quota) → result in
 // Postgres. b.N jobs are published and the worker started (subscription
 // made, first message fetched) before the timer starts; it stops when the
-// last result is stored.
+// last result is stored. Besides jobs/s and the CPU per job (benchCPU) it
+// reports the row updates of jobs per job, how many of them were HOT
+// (storetest.JobUpdates), and the table's heap (without indexes) per job.
 func BenchmarkPipeline(b *testing.B) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
@@ -94,6 +97,13 @@ func BenchmarkPipeline(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			require.NoError(b, w.Stop(ctx))
+			upd, hot := storetest.JobUpdates(b, tb.store.Pool())
+			b.ReportMetric(float64(upd)/float64(b.N), "upd/job")
+			b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
+			var heap int64
+			require.NoError(b, tb.store.Pool().QueryRow(context.Background(),
+				`SELECT pg_relation_size('jobs')`).Scan(&heap))
+			b.ReportMetric(float64(heap)/float64(b.N), "heap-B/job")
 		})
 	}
 }

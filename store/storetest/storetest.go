@@ -254,3 +254,25 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// JobUpdates returns the row updates of table jobs since the database was
+// made, and how many of them were heap-only (HOT: no index entry written).
+// Each idle connection of pool first reports its statistics, which a
+// backend otherwise sends up to 10 s late (pg_stat_force_next_flush,
+// PostgreSQL 15): call it while no connection of pool is in use.
+func JobUpdates(t testing.TB, pool *pgxpool.Pool) (upd, hot int64) {
+	t.Helper()
+	ctx := context.Background()
+	for _, c := range pool.AcquireAllIdle(ctx) {
+		_, err := c.Exec(ctx, `SELECT pg_stat_force_next_flush()`)
+		c.Release()
+		if err != nil {
+			t.Fatalf("storetest: flush statistics: %v", err)
+		}
+	}
+	if err := pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+		WHERE relid = 'jobs'::regclass`).Scan(&upd, &hot); err != nil {
+		t.Fatalf("storetest: read the updates of jobs: %v", err)
+	}
+	return upd, hot
+}

@@ -154,7 +154,7 @@ func (s *Store) PendingBatchModels(ctx context.Context, c BatchCandidates) ([]Pe
 // job handed back by a batch that never reached the provider keeps its
 // place). The lane's indexes (jobs_batch_pending_idx, jobs_deferrable_idx)
 // hold it; updated_at, which every update of a job changes, is in no
-// index, so a call's update of a job is heap-only (migration 0017).
+// index, so a call's update of a job is heap-only (migration 0018).
 const batchOrder = `created_at, tenant, id`
 
 // BatchJob is a job as it goes into a batch input file.

@@ -16,7 +16,7 @@ import (
 // TestCallIsHeapOnly: of the three updates a job makes on its way (claim,
 // call, result), the call's (MarkCalling) changes no indexed column, so
 // Postgres writes it as a heap-only tuple, without an index entry
-// (migration 0017); the claim and the result change the status, which the
+// (migration 0018); the claim and the result change the status, which the
 // indexes name, and cannot be.
 func TestCallIsHeapOnly(t *testing.T) {
 	t.Parallel()

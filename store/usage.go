@@ -15,7 +15,8 @@ type ScopeUsage struct {
 	Tenant string `db:"tenant"`
 	// Project is "" for the tenant's jobs that name no project.
 	Project string `db:"project"`
-	// MinuteRequests and DayRequests count upstream calls (attempts).
+	// MinuteRequests and DayRequests count upstream calls (the jobs' attempts,
+	// as the column calls holds them once a job finished: migration 0018).
 	MinuteRequests int64 `db:"minute_requests"`
 	DayRequests    int64 `db:"day_requests"`
 	// MinuteTokens and DayTokens sum prompt + completion tokens.
@@ -57,8 +58,8 @@ func (s *Store) Usage(ctx context.Context, tenant string) ([]ScopeUsage, error) 
 // those finished since $2; scope narrows the jobs ("AND tenant = $3").
 func usageSQL(scope string) string {
 	return `SELECT tenant, project,
-			coalesce(sum(attempts) FILTER (WHERE finished_at > $2), 0) AS minute_requests,
-			coalesce(sum(attempts), 0) AS day_requests,
+			coalesce(sum(calls) FILTER (WHERE finished_at > $2), 0) AS minute_requests,
+			coalesce(sum(calls), 0) AS day_requests,
 			coalesce(sum(prompt_tokens + completion_tokens) FILTER (WHERE finished_at > $2), 0) AS minute_tokens,
 			coalesce(sum(prompt_tokens + completion_tokens), 0) AS day_tokens
 		FROM jobs WHERE finished_at >= $1 ` + scope + `

@@ -155,3 +155,53 @@ func outboxIDs(recs []*store.JobRecord) []string {
 	}
 	return out
 }
+
+// TestOutboxRepeatedKey: a key twice in one call is recorded once, by its
+// first job; the repeat reads not created, with the first one's status.
+func TestOutboxRepeatedKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	require.NoError(t, err)
+	_, err = b.store.Cancel(b.ctx, "acme", "old")
+	require.NoError(t, err)
+	got, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "a")}, {Job: newJob(t, "old")},
+		{Job: newJob(t, "a")}, {Job: newJob(t, "b")}, {Job: newJob(t, "old")}})
+	require.NoError(t, err)
+	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Status: llmq.StatusCancelled},
+		{Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}, {Status: llmq.StatusCancelled}}, got)
+}
+
+// TestOutboxKeyCommittedMeanwhile: a job another transaction records while
+// InsertOutbox waits on its key is reported not created, with its status
+// (the statement's snapshot does not see it: it is read again).
+func TestOutboxKeyCommittedMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tx, err := b.store.Pool().Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	_, err = tx.Exec(b.ctx, `INSERT INTO jobs (tenant, id, status, priority, requested_model, body, sched_key)
+		VALUES ('acme', 'race', 'cancelled', 'normal', 'gpt-4o-mini', '{}', now())`)
+	require.NoError(t, err)
+	type answer struct {
+		got []store.Recorded
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		got, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "race")}, {Job: newJob(t, "free")}})
+		done <- answer{got, err}
+	}()
+	// InsertOutbox waits on the uncommitted key; then the key commits.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH u AS%')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx.Commit(b.ctx))
+	a := <-done
+	require.NoError(t, a.err)
+	require.Equal(t, []store.Recorded{{Status: llmq.StatusCancelled}, {Created: true, Status: llmq.StatusQueued}}, a.got)
+}

@@ -2,6 +2,8 @@ package producer
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/llmq/llmq"
@@ -12,11 +14,17 @@ import (
 // Group commit of the outbox: concurrent PublishBatch calls (the API's
 // single-job POSTs above all) share one InsertOutbox transaction, one
 // publish whose confirms are awaited together, and one MarkPublished,
-// instead of two commits and a confirm round trip each. There is no timer
-// and no goroutine of its own: a caller queues its jobs and, while a flush
-// slot is free, flushes everything queued (its own jobs and those of the
-// callers that queued meanwhile); the callers whose jobs another took wait
-// for that flush. docs/design/queue-of-record.md (the outbox).
+// instead of two commits and a confirm round trip each. There is no timer:
+// a caller queues its jobs and, while a flush slot is free, flushes
+// everything queued (its own jobs and those of the callers that queued
+// meanwhile); the callers whose jobs another took wait for that flush.
+// The callers are answered once the broker confirmed: the marks that
+// record the confirms (published_at) are written after, by one goroutine
+// at a time that takes every mark waiting (marker), so the callers do not
+// wait for a third commit and concurrent flushes share one. A mark that is
+// never written (a crash, a failed statement) only makes the sweeper
+// publish the job again, which the workers' idempotent ingest absorbs.
+// docs/design/queue-of-record.md (the outbox).
 
 // groupFlushes is the number of flushes in flight at once.
 const groupFlushes = 4
@@ -47,9 +55,79 @@ type grouper struct {
 	mu    sync.Mutex
 	queue []*recordReq
 	slots chan struct{}
+
+	marker marker
+}
+
+// marker writes the marks of confirmed publishes in the background, one
+// MarkPublished at a time over every key waiting.
+type marker struct {
+	mu      sync.Mutex
+	keys    []store.Key // confirmed, not yet marked
+	running bool        // a goroutine is writing marks
+	idle    chan struct{}
 }
 
 func newGrouper() *grouper { return &grouper{slots: make(chan struct{}, groupFlushes)} }
+
+// mark queues keys to be marked published and starts the goroutine that
+// writes the marks unless it runs.
+func (p *Producer) mark(keys []store.Key) {
+	m := &p.group.marker
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.keys = append(m.keys, keys...)
+	if m.running {
+		return
+	}
+	m.running, m.idle = true, make(chan struct{})
+	go p.writeMarks()
+}
+
+// writeMarks marks every key waiting, round after round, until none is
+// left.
+func (p *Producer) writeMarks() {
+	m := &p.group.marker
+	for {
+		m.mu.Lock()
+		keys := m.keys
+		m.keys = nil
+		if len(keys) == 0 {
+			m.running = false
+			close(m.idle)
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PublishTimeout)
+		if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
+			// The messages are on the broker; the sweeper will send them
+			// once more, which the workers' idempotent ingest absorbs.
+			p.log.Warn("mark published failed", slog.Int("jobs", len(keys)), slog.String("error", err.Error()))
+		}
+		cancel()
+	}
+}
+
+// Drain waits until the marks of every publish confirmed so far are
+// written (or failed), or ctx ends. PublishBatch answers once the broker
+// confirmed; the mark that records the confirm (and spares the outbox
+// sweeper a republish) follows in the background. Call it before exiting.
+func (p *Producer) Drain(ctx context.Context) error {
+	m := &p.group.marker
+	m.mu.Lock()
+	running, idle := m.running, m.idle
+	m.mu.Unlock()
+	if !running {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("producer: drain: %w", context.Cause(ctx))
+	}
+}
 
 // record records and publishes jobs (msgs their messages) with the callers
 // of the moment.
@@ -132,7 +210,10 @@ func (p *Producer) publishRecorded(ctx context.Context, batch []*recordReq, reco
 		}
 		i += len(r.jobs)
 	}
-	err := p.publish(ctx, fresh, keys)
+	err := p.send(ctx, fresh)
+	if err == nil {
+		p.mark(keys)
+	}
 	i = 0
 	for _, r := range batch {
 		res := recordResult{recorded: recorded[i : i+len(r.jobs)], publishErr: err}

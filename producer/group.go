@@ -110,23 +110,32 @@ func (p *Producer) writeMarks() {
 }
 
 // Drain waits until the marks of every publish confirmed so far are
-// written (or failed), or ctx ends. PublishBatch answers once the broker
-// confirmed; the mark that records the confirm (and spares the outbox
-// sweeper a republish) follows in the background. Call it before exiting.
+// written (or failed), and a measurement of the queue under way ended, or
+// ctx ends. PublishBatch answers once the broker confirmed; the mark that
+// records the confirm (and spares the outbox sweeper a republish) follows
+// in the background. Call it before exiting.
 func (p *Producer) Drain(ctx context.Context) error {
 	m := &p.group.marker
 	m.mu.Lock()
-	running, idle := m.running, m.idle
+	var marked <-chan struct{}
+	if m.running {
+		marked = m.idle
+	}
 	m.mu.Unlock()
-	if !running {
-		return nil
+	p.mu.Lock()
+	measured := p.refreshed
+	p.mu.Unlock()
+	for _, done := range []<-chan struct{}{marked, measured} {
+		if done == nil {
+			continue
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("producer: drain: %w", context.Cause(ctx))
+		}
 	}
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("producer: drain: %w", context.Cause(ctx))
-	}
+	return nil
 }
 
 // record records and publishes jobs (msgs their messages) with the callers

@@ -11,7 +11,9 @@
 // published_at NULL (so polling works from the first moment), publish it
 // (Kafka: key = the job id by default, or its tenant (Config.KeyBy), value
 // = the job's JSON; RabbitMQ: persistent, confirmed, priority high 9 /
-// normal 5 / low 1) and, once the broker confirmed, set published_at.
+// normal 5 / low 1) and, once the broker confirmed, answer; published_at
+// is set just after, in the background ([Producer.Drain] waits for it).
+// Concurrent calls share one insert, one publish and one mark.
 //
 // # Outbox
 //
@@ -26,7 +28,9 @@
 //
 // # Backpressure
 //
-// [Producer.Queue] reports the queue as a [QueueState], cached for DepthTTL:
+// [Producer.Queue] reports the queue as a [QueueState], cached for DepthTTL
+// (PublishBatch admits by an expired one for up to ProbeTimeout while one
+// goroutine measures again):
 // the broker figure of the [DepthProbe] (Kafka consumer-group lag, RabbitMQ
 // ready messages), the jobs queued and in flight in Postgres (the depth is
 // the larger of the broker's and the queued figure, plus those in flight:

@@ -75,7 +75,9 @@ as queued in Postgres and publishes it to the broker, in batches. A line that is
 job, or one that names a model the configuration does not allow (models:), is rejected with
 its line number and field. When the queue is full (backpressure) produce
 waits the Retry-After the queue suggests and tries again (unless --wait=false); a job whose
-deadline the queue cannot meet is rejected. Exit status 1 when any job was rejected.
+deadline the queue cannot meet is rejected. When the queue cannot be measured or the database
+fails the insert, the batch is tried again after 1 s, 2 s, ... up to 30 s apart (within
+--max-wait) rather than rejected. Exit status 1 when any job was rejected.
 
 Ctrl-C (or SIGTERM) lets the batch being published finish, then prints the summary with the
 jobs not sent and the line to resume from (--from-line), and exits 130 (143 on SIGTERM).
@@ -343,7 +345,7 @@ const publishTimeout = time.Minute
 // sent and their lines are returned with ctx's error.
 func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, lines []int, sum *produceSummary,
 	wait bool, maxWait time.Duration) ([]*llmq.Job, []int, error) {
-	waited := time.Duration(0)
+	waited, backoff := time.Duration(0), time.Second
 	for {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 		rs, _, err := p.PublishBatch(pctx, jobs)
@@ -382,11 +384,35 @@ func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, l
 		case errors.As(err, &bp):
 			sum.reject(len(jobs), "queue full", fmt.Sprintf("lines %d-%d: %v", lines[0], lines[len(lines)-1], err))
 			return nil, nil, nil
+		case wait && transient(err) && waited+backoff <= maxWait:
+			// The queue could not be measured (a probe over its timeout
+			// under load) or the insert failed: nothing was recorded, and
+			// the same jobs (their ids set) are sent again.
+			waited += backoff
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return jobs, lines, context.Cause(ctx)
+			case <-t.C:
+			}
+			backoff = min(2*backoff, maxTransientBackoff)
 		default:
 			sum.reject(len(jobs), "error: "+err.Error(), fmt.Sprintf("lines %d-%d", lines[0], lines[len(lines)-1]))
 			return nil, nil, nil
 		}
 	}
+}
+
+// maxTransientBackoff caps the wait between two tries of a batch that
+// failed for a reason that passes (transient).
+const maxTransientBackoff = 30 * time.Second
+
+// transient reports a PublishBatch error after which nothing was recorded
+// and a later try may succeed: the queue could not be measured, or the
+// database refused the insert for a reason other than the data.
+func transient(err error) bool {
+	return errors.Is(err, producer.ErrDatabaseUnavailable) || errors.Is(err, producer.ErrBrokerUnavailable)
 }
 
 func printProduceSummary(w io.Writer, s *produceSummary) {

@@ -105,7 +105,7 @@ RETURNING tenant, id`
 
 // jobArrays turns jobs into the arguments of a multi-row insert: now,
 // then one array per column of jobUnnestColumns. op names the caller in
-// errors; every job must be valid.
+// errors; the caller has validated every job.
 func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error) {
 	n := len(jobs)
 	var (
@@ -119,9 +119,6 @@ func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error
 	)
 	for i, nj := range jobs {
 		j := nj.Job
-		if err := validate(op, j); err != nil {
-			return nil, err
-		}
 		fb := []byte("[]")
 		if j.FallbackModels != nil {
 			var err error
@@ -157,6 +154,11 @@ func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 		return nil, nil
 	}
 	n := len(jobs)
+	for _, nj := range jobs {
+		if err := validate("ingest", nj.Job); err != nil {
+			return nil, err
+		}
+	}
 	args, err := s.jobArrays("ingest", jobs, s.clock())
 	if err != nil {
 		return nil, err

@@ -11,9 +11,27 @@ import (
 	"github.com/llmq/llmq/store"
 )
 
+// eachOutboxPath runs test with InsertOutbox's statement per job (a few
+// jobs) and with its statement over arrays (many).
+func eachOutboxPath(t *testing.T, test func(t *testing.T, b *testBundle)) {
+	for _, arrays := range []bool{false, true} {
+		t.Run(map[bool]string{false: "each", true: "arrays"}[arrays], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if arrays {
+				store.RecordOutboxAsArrays(b.store)
+			}
+			test(t, b)
+		})
+	}
+}
+
 func TestOutbox(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	eachOutboxPath(t, testOutbox)
+}
+
+func testOutbox(t *testing.T, b *testBundle) {
 	created, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o2")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}}, created)
@@ -160,7 +178,10 @@ func outboxIDs(recs []*store.JobRecord) []string {
 // first job; the repeat reads not created, with the first one's status.
 func TestOutboxRepeatedKey(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	eachOutboxPath(t, testOutboxRepeatedKey)
+}
+
+func testOutboxRepeatedKey(t *testing.T, b *testBundle) {
 	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
 	require.NoError(t, err)
 	_, err = b.store.Cancel(b.ctx, "acme", "old")
@@ -177,7 +198,10 @@ func TestOutboxRepeatedKey(t *testing.T) {
 // (the statement's snapshot does not see it: it is read again).
 func TestOutboxKeyCommittedMeanwhile(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	eachOutboxPath(t, testOutboxKeyCommittedMeanwhile)
+}
+
+func testOutboxKeyCommittedMeanwhile(t *testing.T, b *testBundle) {
 	tx, err := b.store.Pool().Begin(b.ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(b.ctx) }()
@@ -197,7 +221,7 @@ func TestOutboxKeyCommittedMeanwhile(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var waiting bool
 		require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH u AS%')`).Scan(&waiting))
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO jobs%')`).Scan(&waiting))
 		return waiting
 	}, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, tx.Commit(b.ctx))

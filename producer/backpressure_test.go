@@ -34,9 +34,6 @@ func (b *testBundle) ingest(t *testing.T, n int) {
 // claim claims n queued jobs of the producer's model for worker "w".
 func (b *testBundle) claim(t *testing.T, n int) []*store.JobRecord {
 	t.Helper()
-	for _, p := range b.producers {
-		require.NoError(t, p.Drain(context.Background()))
-	}
 	recs, err := b.store.Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: n})
 	require.NoError(t, err)
 	require.Len(t, recs, n)

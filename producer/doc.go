@@ -11,8 +11,7 @@
 // published_at NULL (so polling works from the first moment), publish it
 // (Kafka: key = the job id by default, or its tenant (Config.KeyBy), value
 // = the job's JSON; RabbitMQ: persistent, confirmed, priority high 9 /
-// normal 5 / low 1) and, once the broker confirmed, answer; published_at
-// is set just after, in the background ([Producer.Drain] waits for it).
+// normal 5 / low 1) and, once the broker confirmed, set published_at.
 // Concurrent calls share one insert, one publish and one mark.
 //
 // # Outbox
@@ -30,7 +29,7 @@
 //
 // [Producer.Queue] reports the queue as a [QueueState], cached for DepthTTL
 // (PublishBatch admits by an expired one for up to ProbeTimeout while one
-// goroutine measures again):
+// goroutine measures again; [Producer.Drain] waits for it):
 // the broker figure of the [DepthProbe] (Kafka consumer-group lag, RabbitMQ
 // ready messages), the jobs queued and in flight in Postgres (the depth is
 // the larger of the broker's and the queued figure, plus those in flight:

@@ -3,7 +3,6 @@ package producer
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 
 	"github.com/llmq/llmq"
@@ -14,17 +13,14 @@ import (
 // Group commit of the outbox: concurrent PublishBatch calls (the API's
 // single-job POSTs above all) share one InsertOutbox transaction, one
 // publish whose confirms are awaited together, and one MarkPublished,
-// instead of two commits and a confirm round trip each. There is no timer:
-// a caller queues its jobs and, while a flush slot is free, flushes
-// everything queued (its own jobs and those of the callers that queued
-// meanwhile); the callers whose jobs another took wait for that flush.
-// The callers are answered once the broker confirmed: the marks that
-// record the confirms (published_at) are written after, by one goroutine
-// at a time that takes every mark waiting (marker), so the callers do not
-// wait for a third commit and concurrent flushes share one. A mark that is
-// never written (a crash, a failed statement) only makes the sweeper
-// publish the job again, which the workers' idempotent ingest absorbs.
-// docs/design/queue-of-record.md (the outbox).
+// instead of two commits and a confirm round trip each. There is no timer
+// and no goroutine of its own: a caller queues its jobs and, while a flush
+// slot is free, flushes everything queued (its own jobs and those of the
+// callers that queued meanwhile); the callers whose jobs another took wait
+// for that flush. The mark stays in the flush, before the answers: written
+// after them by one goroutine over every mark waiting, it doubled
+// Postgres's CPU per job and raised the p99 of BenchmarkEnqueue
+// (docs/bench/enqueue.md). docs/design/queue-of-record.md (the outbox).
 
 // groupFlushes is the number of flushes in flight at once.
 const groupFlushes = 4
@@ -55,88 +51,9 @@ type grouper struct {
 	mu    sync.Mutex
 	queue []*recordReq
 	slots chan struct{}
-
-	marker marker
-}
-
-// marker writes the marks of confirmed publishes in the background, one
-// MarkPublished at a time over every key waiting.
-type marker struct {
-	mu      sync.Mutex
-	keys    []store.Key // confirmed, not yet marked
-	running bool        // a goroutine is writing marks
-	idle    chan struct{}
 }
 
 func newGrouper() *grouper { return &grouper{slots: make(chan struct{}, groupFlushes)} }
-
-// mark queues keys to be marked published and starts the goroutine that
-// writes the marks unless it runs.
-func (p *Producer) mark(keys []store.Key) {
-	m := &p.group.marker
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.keys = append(m.keys, keys...)
-	if m.running {
-		return
-	}
-	m.running, m.idle = true, make(chan struct{})
-	go p.writeMarks()
-}
-
-// writeMarks marks every key waiting, round after round, until none is
-// left.
-func (p *Producer) writeMarks() {
-	m := &p.group.marker
-	for {
-		m.mu.Lock()
-		keys := m.keys
-		m.keys = nil
-		if len(keys) == 0 {
-			m.running = false
-			close(m.idle)
-			m.mu.Unlock()
-			return
-		}
-		m.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.PublishTimeout)
-		if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
-			// The messages are on the broker; the sweeper will send them
-			// once more, which the workers' idempotent ingest absorbs.
-			p.log.Warn("mark published failed", slog.Int("jobs", len(keys)), slog.String("error", err.Error()))
-		}
-		cancel()
-	}
-}
-
-// Drain waits until the marks of every publish confirmed so far are
-// written (or failed), and a measurement of the queue under way ended, or
-// ctx ends. PublishBatch answers once the broker confirmed; the mark that
-// records the confirm (and spares the outbox sweeper a republish) follows
-// in the background. Call it before exiting.
-func (p *Producer) Drain(ctx context.Context) error {
-	m := &p.group.marker
-	m.mu.Lock()
-	var marked <-chan struct{}
-	if m.running {
-		marked = m.idle
-	}
-	m.mu.Unlock()
-	p.mu.Lock()
-	measured := p.refreshed
-	p.mu.Unlock()
-	for _, done := range []<-chan struct{}{marked, measured} {
-		if done == nil {
-			continue
-		}
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return fmt.Errorf("producer: drain: %w", context.Cause(ctx))
-		}
-	}
-	return nil
-}
 
 // record records and publishes jobs (msgs their messages) with the callers
 // of the moment.
@@ -219,10 +136,7 @@ func (p *Producer) publishRecorded(ctx context.Context, batch []*recordReq, reco
 		}
 		i += len(r.jobs)
 	}
-	err := p.send(ctx, fresh)
-	if err == nil {
-		p.mark(keys)
-	}
+	err := p.publish(ctx, fresh, keys)
 	i = 0
 	for _, r := range batch {
 		res := recordResult{recorded: recorded[i : i+len(r.jobs)], publishErr: err}
@@ -241,4 +155,22 @@ func anyCreated(rs []store.Recorded) bool {
 		}
 	}
 	return false
+}
+
+// Drain waits until a measurement of the queue that PublishBatch started
+// in the background (admission) ended, or ctx ends. Call it before
+// exiting.
+func (p *Producer) Drain(ctx context.Context) error {
+	p.mu.Lock()
+	measured := p.refreshed
+	p.mu.Unlock()
+	if measured == nil {
+		return nil
+	}
+	select {
+	case <-measured:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("producer: drain: %w", context.Cause(ctx))
+	}
 }

@@ -143,7 +143,7 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		}
 	}
 	p.metrics.jobs.WithLabelValues("duplicate").Add(float64(len(jobs) - fresh))
-	if err := res.publishErr; err != nil {
+	if err := res.publishErr; err != nil && !errors.Is(err, errNotMarked) {
 		p.metrics.jobs.WithLabelValues("unpublished").Add(float64(fresh))
 		return rs, q, fmt.Errorf("%w: %w", ErrUnpublished, err)
 	}
@@ -222,31 +222,10 @@ func (p *Producer) message(j *llmq.Job) (transport.Message, error) {
 }
 
 // publish sends msgs (of jobs already recorded, keys in the same order) and
-// marks them published (the sweeper's path; the flushes of PublishBatch
-// leave the marks to the marker, group.go).
-func (p *Producer) publish(ctx context.Context, msgs []transport.Message, keys []store.Key) error {
-	if err := p.send(ctx, msgs); err != nil {
-		return err
-	}
-	if len(msgs) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
-	defer cancel()
-	if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
-		// The messages are on the broker; the sweeper will send them once
-		// more, which the workers' idempotent claim absorbs.
-		p.log.Warn("mark published failed", slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
-		return fmt.Errorf("%w: %w", errNotMarked, err)
-	}
-	return nil
-}
-
-// send publishes msgs (of jobs already recorded) and waits for the
-// broker's confirm. It runs on after ctx is cancelled, bounded by
+// marks them published. It runs on after ctx is cancelled, bounded by
 // PublishTimeout: the rows exist, and finishing now spares the sweeper a
 // republish.
-func (p *Producer) send(ctx context.Context, msgs []transport.Message) error {
+func (p *Producer) publish(ctx context.Context, msgs []transport.Message, keys []store.Key) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -260,6 +239,12 @@ func (p *Producer) send(ctx context.Context, msgs []transport.Message) error {
 		return err
 	}
 	p.metrics.publishSeconds.Observe(p.cfg.Clock.Since(start).Seconds())
+	if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
+		// The messages are on the broker; the sweeper will send them once
+		// more, which the workers' idempotent claim absorbs.
+		p.log.Warn("mark published failed", slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
+		return fmt.Errorf("%w: %w", errNotMarked, err)
+	}
 	return nil
 }
 

@@ -40,9 +40,6 @@ type testBundle struct {
 	dest   string
 	// msgs is sub's delivery, once consumed (ingest).
 	msgs <-chan *transport.Message
-	// producers are those producer made: claim drains them first (a row
-	// whose mark is being written is locked, and a claim skips it).
-	producers []*producer.Producer
 }
 
 func setup(t *testing.T) *testBundle {
@@ -68,7 +65,6 @@ func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *produce
 	p, err := producer.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, p.Drain(context.Background())) })
-	b.producers = append(b.producers, p)
 	return p
 }
 
@@ -112,7 +108,6 @@ func TestPublishRecordsThenPublishes(t *testing.T) {
 	rec, err := b.store.Get(ctx, "acme", r.ID)
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
-	require.NoError(t, p.Drain(ctx), "the confirm is marked after the answer")
 	require.NotNil(t, publishedAt(t, b.pool, r.ID))
 
 	msgs, err := b.sub.Consume(ctx)
@@ -331,7 +326,6 @@ func TestOutboxSweepAfterCrash(t *testing.T) {
 	// A job published normally is never swept.
 	_, _, err = p.Publish(ctx, newJob("fine"))
 	require.NoError(t, err)
-	require.NoError(t, p.Drain(ctx), "marked once drained (the sweeper would send a job whose mark is late)")
 	msgs, err := b.sub.Consume(ctx)
 	require.NoError(t, err)
 	fine := receive(t, msgs)

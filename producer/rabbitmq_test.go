@@ -65,7 +65,6 @@ func TestBackpressureRabbitMQJobsInFlight(t *testing.T) {
 	require.Equal(t, producer.StateThrottled, q.State, "10 jobs over a soft depth of 5, not the 6 RabbitMQ sees")
 
 	// The worker's claim runs them; then they finish.
-	require.NoError(t, p.Drain(ctx), "a row whose mark is being written is locked: a claim skips it")
 	recs, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 4})
 	require.NoError(t, err)
 	require.Len(t, recs, 4)

@@ -49,12 +49,13 @@ ON CONFLICT (tenant, id) DO NOTHING`
 
 // outboxArraysFrom is the fewest distinct jobs InsertOutbox records with
 // insertOutboxSQL: below it, a statement per job costs Postgres less (the
-// statement over arrays has a fixed cost, its CTEs, hash join and sort);
-// from it, the statement over arrays costs less. Measured with 4 writers:
-// 16 jobs 91-113 µs of Postgres CPU per job as single statements, 138-147
-// over arrays; 64 jobs 103 and 29; 256 jobs 80 and 27
-// (docs/bench/enqueue.md).
-const outboxArraysFrom = 32
+// statement over arrays has a fixed cost, its CTEs, hash join and sort).
+// Measured with 4 writers: 16 jobs 91-113 µs of Postgres CPU per job as
+// single statements, 138-147 over arrays; 64 jobs 103 and 29; 256 jobs 80
+// and 27. Yet the API's flushes (tens of jobs) cost Postgres more over
+// arrays (BenchmarkEnqueue, docs/bench/enqueue.md): they keep the
+// statement per job, and produce's flushes of hundreds take the arrays.
+const outboxArraysFrom = 128
 
 // Recorded says what InsertOutbox did with one job.
 type Recorded struct {

@@ -9,7 +9,7 @@ BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq bench-throughput bench-million mutate demo console-screenshots run migrate clean
+.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq bench-throughput bench-million bench-enqueue mutate demo console-screenshots run migrate clean
 
 all: build
 
@@ -73,6 +73,13 @@ bench-million:
 	mkdir -p docs/bench/million
 	$(GO) test -run '^$$' -bench '^BenchmarkBacklogMemory$$' -benchtime 1x ./worker | tee docs/bench/million/go-bench.txt
 	$(GO) run ./cmd/llmq bench --only million --out docs/bench/million
+
+## bench-enqueue: the enqueue side (docs/bench/enqueue.md): single-job POST /v1/jobs, the Postgres and RabbitMQ ceilings of the writes a job needs, and `llmq produce` of 1,000,000 lines (scripts/bench-produce.sh)
+bench-enqueue:
+	$(GO) test -run '^$$' -bench '^BenchmarkEnqueue$$' -benchtime 20000x ./internal/app/api
+	$(GO) test -run '^$$' -bench '^BenchmarkOutbox$$' -benchtime 200000x ./store
+	$(GO) test -run '^$$' -bench '^BenchmarkPublish(Quorum|Classic)$$' -benchtime 200000x ./transport/rabbitmq
+	scripts/bench-produce.sh 1000000
 
 ## mutate: mutation testing (gremlins) of shaping, the job contract and the worker's policy; slow, not in test (docs/mutation.md)
 mutate:

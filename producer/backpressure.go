@@ -94,10 +94,16 @@ func (p *Producer) Queue(ctx context.Context) (QueueState, error) {
 	if fresh {
 		return q, err
 	}
+	return p.remeasure(ctx)
+}
+
+// remeasure measures the queue unless a measurement that ended while it
+// waited for its turn is fresh.
+func (p *Producer) remeasure(ctx context.Context) (QueueState, error) {
 	p.probeMu.Lock()
 	defer p.probeMu.Unlock()
 	p.mu.Lock()
-	q, err, fresh = p.cached, p.cachedErr, p.cfg.DepthTTL > 0 && p.cfg.Clock.Now().Before(p.expires)
+	q, err, fresh := p.cached, p.cachedErr, p.cfg.DepthTTL > 0 && p.cfg.Clock.Now().Before(p.expires)
 	p.mu.Unlock()
 	if fresh {
 		return q, err
@@ -110,6 +116,42 @@ func (p *Producer) Queue(ctx context.Context) (QueueState, error) {
 		p.metrics.observeQueue(q)
 	}
 	return q, err
+}
+
+// admission is the state PublishBatch admits jobs by: Queue's, except when
+// the last measurement succeeded and expired less than ProbeTimeout ago.
+// Then the callers go on with it while one goroutine takes the next
+// measurement, instead of every caller of the moment waiting for the
+// probe's round trips (a latency spike each DepthTTL under load). After a
+// failed measurement or publish, callers wait for a new one.
+func (p *Producer) admission(ctx context.Context) (QueueState, error) {
+	now := p.cfg.Clock.Now()
+	p.mu.Lock()
+	q, err := p.cached, p.cachedErr
+	fresh := p.cfg.DepthTTL > 0 && now.Before(p.expires)
+	usable := !fresh && err == nil && p.cfg.DepthTTL > 0 && !p.expires.IsZero() &&
+		now.Before(p.expires.Add(p.cfg.ProbeTimeout))
+	var refreshed chan struct{}
+	if usable && p.refreshed == nil {
+		refreshed = make(chan struct{})
+		p.refreshed = refreshed
+	}
+	p.mu.Unlock()
+	switch {
+	case fresh:
+		return q, err
+	case !usable:
+		return p.remeasure(ctx)
+	case refreshed != nil:
+		go func() {
+			_, _ = p.remeasure(context.Background())
+			p.mu.Lock()
+			p.refreshed = nil
+			p.mu.Unlock()
+			close(refreshed)
+		}()
+	}
+	return q, nil
 }
 
 // invalidate drops the cached measurement (after a failed publish).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -171,4 +172,95 @@ func TestBackpressureColdStartAndNoConsumer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3.0, q.CompletionRatePerMin, "the first 3 left the window")
 	require.Equal(t, 5*time.Second, q.EstimatedDrain, "5 jobs at the quota's 60/min")
+}
+
+// heldProbe is a depth probe of 0 that, while hold is set, waits for it to
+// be closed; it counts its calls.
+type heldProbe struct {
+	mu    sync.Mutex
+	hold  chan struct{}
+	calls int
+}
+
+func (h *heldProbe) Depth(ctx context.Context) (int64, error) {
+	h.mu.Lock()
+	h.calls++
+	hold := h.hold
+	h.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return 0, nil
+}
+
+func (h *heldProbe) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls
+}
+
+// TestAdmissionDoesNotWaitForTheProbe: once the measurement expires, the
+// publishes go on with it while one goroutine takes the next (they do not
+// all wait for the probe); past ProbeTimeout after the expiry, or after a
+// failed publish, they wait for a new one.
+func TestAdmissionDoesNotWaitForTheProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	probe := &heldProbe{}
+	p := b.producer(t, func(c *producer.Config) { c.DepthProbe, c.DepthTTL, c.ProbeTimeout = probe, time.Second, time.Second })
+	ctx := context.Background()
+	within := func(id string) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := p.Publish(ctx, newJob(id))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("publish of %s waited for the probe", id)
+			return nil
+		}
+	}
+	require.NoError(t, within("first"))
+	require.Equal(t, 1, probe.count())
+
+	release := make(chan struct{})
+	probe.mu.Lock()
+	probe.hold = release
+	probe.mu.Unlock()
+	b.clock.Advance(time.Second) // expired
+	for i := range 3 {
+		require.NoError(t, within(fmt.Sprintf("stale-%d", i)))
+	}
+	require.Eventually(t, func() bool { return probe.count() == 2 }, 10*time.Second, time.Millisecond, "one measurement for the three")
+	close(release)
+	require.NoError(t, p.Drain(ctx))
+	require.Equal(t, 2, probe.count())
+
+	// Expired for longer than ProbeTimeout: the publish waits for the probe.
+	b.clock.Advance(2*time.Second + time.Millisecond)
+	blocked := make(chan struct{})
+	probe.mu.Lock()
+	probe.hold = blocked
+	probe.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := p.Publish(ctx, newJob("late"))
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return probe.count() == 3 }, 10*time.Second, time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("the publish did not wait for the probe: %v", err)
+	default:
+	}
+	close(blocked)
+	require.NoError(t, <-done)
 }

@@ -117,7 +117,9 @@ type Config struct {
 	// HardDepth is the depth from which jobs are refused; it must exceed
 	// SoftDepth. 0 = HardDepthDefault.
 	HardDepth int64
-	// DepthTTL is how long a measurement is reused. 0 = DepthTTLDefault;
+	// DepthTTL is how long a measurement is reused (PublishBatch goes on
+	// with an expired one for up to ProbeTimeout more while one goroutine
+	// takes the next). 0 = DepthTTLDefault;
 	// -1 = measure on every call.
 	DepthTTL time.Duration
 	// ProbeTimeout bounds one measurement. 0 = ProbeTimeoutDefault.

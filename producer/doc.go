@@ -12,6 +12,7 @@
 // (Kafka: key = the job id by default, or its tenant (Config.KeyBy), value
 // = the job's JSON; RabbitMQ: persistent, confirmed, priority high 9 /
 // normal 5 / low 1) and, once the broker confirmed, set published_at.
+// Concurrent calls share one insert, one publish and one mark.
 //
 // # Outbox
 //
@@ -26,7 +27,9 @@
 //
 // # Backpressure
 //
-// [Producer.Queue] reports the queue as a [QueueState], cached for DepthTTL:
+// [Producer.Queue] reports the queue as a [QueueState], cached for DepthTTL
+// (PublishBatch admits by an expired one for up to ProbeTimeout while one
+// goroutine measures again; [Producer.Drain] waits for it):
 // the broker figure of the [DepthProbe] (Kafka consumer-group lag, RabbitMQ
 // ready messages), the jobs queued and in flight in Postgres (the depth is
 // the larger of the broker's and the queued figure, plus those in flight:

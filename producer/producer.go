@@ -30,6 +30,9 @@ type Producer struct {
 	// unconsumedSince is when jobs were first measured waiting with no
 	// worker consuming; zero when they were not at the last measure.
 	unconsumedSince time.Time
+	// refreshed is closed when the goroutine of admission measuring the
+	// queue ends; nil when none runs.
+	refreshed chan struct{}
 }
 
 // Receipt says what happened to one job.
@@ -111,7 +114,7 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		}
 		msgs[i] = m
 	}
-	q, err := p.Queue(ctx)
+	q, err := p.admission(ctx)
 	if err != nil {
 		p.metrics.jobs.WithLabelValues("broker_unavailable").Add(float64(len(jobs)))
 		return nil, q, err

@@ -64,6 +64,7 @@ func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *produce
 	}
 	p, err := producer.New(cfg)
 	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Drain(context.Background())) })
 	return p
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
@@ -110,8 +111,10 @@ func BenchmarkClaim(b *testing.B) {
 }
 
 // BenchmarkOutbox measures the Postgres side of `llmq produce` (the writes
-// a job needs, the ceiling of the producer before any broker): per batch
-// of 1,000 jobs as produce sends them, InsertOutbox then MarkPublished.
+// a job needs, the ceiling of the producer before any broker): batches of
+// 1,000 jobs as produce's flushes send them, InsertOutbox then
+// MarkPublished, from 4 writers at once (as transporttest.BenchPublish's 4
+// publishers measure the broker's side).
 func BenchmarkOutbox(b *testing.B) {
 	ctx := context.Background()
 	s, err := store.Open(ctx, storetest.NewDB(b))
@@ -124,20 +127,33 @@ func BenchmarkOutbox(b *testing.B) {
 		require.NoError(b, err)
 		jobs[i] = store.NewJob{Job: j}
 	}
-	b.ResetTimer()
+	batches := make(chan []store.NewJob, len(jobs)/1000+1)
 	for len(jobs) > 0 {
-		batch := jobs[:min(1000, len(jobs))]
-		jobs = jobs[len(batch):]
-		if _, err := s.InsertOutbox(ctx, batch); err != nil {
-			b.Fatal(err)
-		}
-		keys := make([]store.Key, len(batch))
-		for i, j := range batch {
-			keys[i] = store.Key{Tenant: j.Job.Tenant, ID: j.Job.ID}
-		}
-		if err := s.MarkPublished(ctx, keys); err != nil {
-			b.Fatal(err)
-		}
+		batches <- jobs[:min(1000, len(jobs))]
+		jobs = jobs[min(1000, len(jobs)):]
+	}
+	close(batches)
+	b.ResetTimer()
+	var g errgroup.Group
+	for range 4 {
+		g.Go(func() error {
+			for batch := range batches {
+				if _, err := s.InsertOutbox(ctx, batch); err != nil {
+					return err
+				}
+				keys := make([]store.Key, len(batch))
+				for i, j := range batch {
+					keys[i] = store.Key{Tenant: j.Job.Tenant, ID: j.Job.ID}
+				}
+				if err := s.MarkPublished(ctx, keys); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")

@@ -11,3 +11,8 @@ func Transitions() []*Transition { return slices.Clone(transitions) }
 // QueuedOps is the number of operations waiting for a flush slot of s's
 // group committer.
 func QueuedOps(s *Store) int { return len(s.group.ops) }
+
+// RecordOutboxAsArrays makes s's InsertOutbox record any number of jobs
+// with its statement over arrays (below outboxArraysFrom it sends a
+// statement per job).
+func RecordOutboxAsArrays(s *Store) { s.outboxArraysFrom = 1 }

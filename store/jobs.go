@@ -87,19 +87,67 @@ func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err erro
 	return tag.RowsAffected() == 1, nil
 }
 
+// jobValues is the SELECT list of a multi-row insert from the unnest of
+// jobArrays (alias u); the columns are jobInsertColumns.
+const (
+	jobInsertColumns = `tenant, id, status, priority, requested_model, body, created_at, updated_at,
+	deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens, project`
+	jobValues = `u.tenant, u.id, 'queued', u.priority, u.model, u.body::jsonb, $1, $1, u.deadline, u.dfr,
+	ARRAY(SELECT jsonb_array_elements_text(u.fallbacks::jsonb)), u.metadata::jsonb, u.sched_key, u.ep, u.eo,
+	u.project`
+	// jobUnnest reads jobArrays' arrays, $2 onwards ($1 is now).
+	jobUnnest = `unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bool[],
+	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[])`
+	jobUnnestColumns = `tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo, project`
+)
+
 // ingestSQL records many jobs in one statement: $1 is now, $2.. the
 // columns as arrays (fallback models and metadata as JSON text).
-const ingestSQL = `INSERT INTO jobs (tenant, id, status, priority, requested_model, body, created_at, updated_at,
-	deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens, project)
-SELECT u.tenant, u.id, 'queued', u.priority, u.model, u.body::jsonb, $1, $1, u.deadline, u.dfr,
-	ARRAY(SELECT jsonb_array_elements_text(u.fallbacks::jsonb)), u.metadata::jsonb, u.sched_key, u.ep, u.eo,
-	u.project
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bool[],
-	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[])
-	AS u(tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo, project)
+const ingestSQL = `INSERT INTO jobs (` + jobInsertColumns + `)
+SELECT ` + jobValues + `
+FROM ` + jobUnnest + ` AS u(` + jobUnnestColumns + `)
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 ON CONFLICT (tenant, id) DO NOTHING
 RETURNING tenant, id`
+
+// jobArrays turns jobs into the arguments of a multi-row insert: now,
+// then one array per column of jobUnnestColumns. op names the caller in
+// errors; the caller has validated every job.
+func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error) {
+	n := len(jobs)
+	var (
+		tenants, ids, prios, models, bodies = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		projects                            = make([]string, n)
+		deadlines                           = make([]*time.Time, n)
+		deferrable                          = make([]bool, n)
+		fallbacks, metas                    = make([]string, n), make([]string, n)
+		keys                                = make([]time.Time, n)
+		ep, eo                              = make([]int32, n), make([]int32, n)
+	)
+	for i, nj := range jobs {
+		j := nj.Job
+		fb := []byte("[]")
+		if j.FallbackModels != nil {
+			var err error
+			if fb, err = json.Marshal(j.FallbackModels); err != nil {
+				return nil, fmt.Errorf("store: %s %q: %w", op, j.ID, err)
+			}
+		}
+		meta := []byte("{}")
+		if len(j.Metadata) > 0 {
+			var err error
+			if meta, err = json.Marshal(j.Metadata); err != nil {
+				return nil, fmt.Errorf("store: %s %q: %w", op, j.ID, err)
+			}
+		}
+		tenants[i], ids[i], prios[i], models[i], bodies[i] = j.Tenant, j.ID, string(j.Priority), j.Model(), string(j.Body)
+		deadlines[i], deferrable[i], fallbacks[i], metas[i] = j.Deadline, j.Deferrable, string(fb), string(meta)
+		keys[i] = SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, nj.SizeDelay, s.order)
+		projects[i] = j.Project
+		ep[i], eo[i] = int32(min(nj.EstPromptTokens, math.MaxInt32)), int32(min(nj.EstOutputTokens, math.MaxInt32))
+	}
+	return []any{now, tenants, ids, prios, models, bodies, deadlines, deferrable, fallbacks, metas, keys, ep, eo, projects}, nil
+}
 
 // Ingest records jobs as queued in one statement (all or none) and
 // reports which it created: created[i] is false when the tenant already
@@ -113,42 +161,16 @@ func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 		return nil, nil
 	}
 	n := len(jobs)
-	var (
-		tenants, ids, prios, models, bodies = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		projects                            = make([]string, n)
-		deadlines                           = make([]*time.Time, n)
-		deferrable                          = make([]bool, n)
-		fallbacks, metas                    = make([]string, n), make([]string, n)
-		keys                                = make([]time.Time, n)
-		ep, eo                              = make([]int32, n), make([]int32, n)
-	)
-	now := s.clock()
-	for i, nj := range jobs {
-		j := nj.Job
-		if err := validate("ingest", j); err != nil {
+	for _, nj := range jobs {
+		if err := validate("ingest", nj.Job); err != nil {
 			return nil, err
 		}
-		fb, err := json.Marshal(j.FallbackModels)
-		if err != nil {
-			return nil, fmt.Errorf("store: ingest %q: %w", j.ID, err)
-		}
-		if j.FallbackModels == nil {
-			fb = []byte("[]")
-		}
-		meta := []byte("{}")
-		if len(j.Metadata) > 0 {
-			if meta, err = json.Marshal(j.Metadata); err != nil {
-				return nil, fmt.Errorf("store: ingest %q: %w", j.ID, err)
-			}
-		}
-		tenants[i], ids[i], prios[i], models[i], bodies[i] = j.Tenant, j.ID, string(j.Priority), j.Model(), string(j.Body)
-		deadlines[i], deferrable[i], fallbacks[i], metas[i] = j.Deadline, j.Deferrable, string(fb), string(meta)
-		keys[i] = SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, nj.SizeDelay, s.order)
-		projects[i] = j.Project
-		ep[i], eo[i] = int32(min(nj.EstPromptTokens, math.MaxInt32)), int32(min(nj.EstOutputTokens, math.MaxInt32))
 	}
-	rows, err := s.pool.Query(ctx, ingestSQL, now, tenants, ids, prios, models, bodies, deadlines, deferrable,
-		fallbacks, metas, keys, ep, eo, projects)
+	args, err := s.jobArrays("ingest", jobs, s.clock())
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, ingestSQL, args...)
 	if err != nil {
 		return nil, dataError(fmt.Sprintf("ingest %d jobs", n), err)
 	}
@@ -161,8 +183,8 @@ func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 		return nil, dataError(fmt.Sprintf("ingest %d jobs", n), err)
 	}
 	created = make([]bool, n)
-	for i := range jobs {
-		k := Key{Tenant: tenants[i], ID: ids[i]}
+	for i, nj := range jobs {
+		k := Key{Tenant: nj.Job.Tenant, ID: nj.Job.ID}
 		created[i] = inserted[k]
 		delete(inserted, k) // a repeated key was created once
 	}

@@ -16,12 +16,46 @@ import (
 // published_at NULL until MarkPublished records the broker's confirm;
 // Unpublished finds the queued rows a crash left unconfirmed.
 
-const insertOutboxSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
+// insertOutboxSQL records many jobs in one statement, as ingestSQL with
+// published_at NULL, and answers one row per job in the order given (u.n,
+// from 1): whether it was created, and the status of the job that was
+// there before (NULL when there was none, or when a concurrent transaction
+// committed it after the statement's snapshot: the caller reads those
+// again). The keys must be distinct (the jobs of the INSERT and of the
+// join are one each).
+const insertOutboxSQL = `WITH u AS (
+	SELECT * FROM ` + jobUnnest + ` WITH ORDINALITY AS u(` + jobUnnestColumns + `, n)
+), ins AS (
+	INSERT INTO jobs (` + jobInsertColumns + `, published_at)
+	SELECT ` + jobValues + `, NULL FROM u
+	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
+	ON CONFLICT (tenant, id) DO NOTHING
+	RETURNING tenant, id
+)
+SELECT u.n, ins.id IS NOT NULL, j.status
+FROM u LEFT JOIN ins ON ins.tenant = u.tenant AND ins.id = u.id
+	LEFT JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id
+ORDER BY u.n`
+
+// insertOneSQL records one job as queued and not yet published, in the
+// pipeline InsertOutbox sends for a few jobs (each followed by a read of
+// the job's status, in a snapshot of its own).
+const insertOneSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
 	project, published_at)
 SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, NULL
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
+
+// outboxArraysFrom is the fewest distinct jobs InsertOutbox records with
+// insertOutboxSQL: below it, a statement per job costs Postgres less (the
+// statement over arrays has a fixed cost, its CTEs, hash join and sort).
+// Measured with 4 writers: 16 jobs 91-113 µs of Postgres CPU per job as
+// single statements, 138-147 over arrays; 64 jobs 103 and 29; 256 jobs 80
+// and 27. Yet the API's flushes (tens of jobs) cost Postgres more over
+// arrays (BenchmarkEnqueue, docs/bench/enqueue.md): they keep the
+// statement per job, and produce's flushes of hundreds take the arrays.
+const outboxArraysFrom = 128
 
 // Recorded says what InsertOutbox did with one job.
 type Recorded struct {
@@ -35,26 +69,114 @@ type Recorded struct {
 }
 
 // InsertOutbox records jobs as queued and not yet published, all in one
-// round trip and one transaction (all rows or none), and reads the status
-// of the jobs that already existed in the same transaction: once it
-// returns without error, every job is recorded and nothing is left to
-// read. Every job must be valid; an invalid one returns ErrInvalidJob and
-// nothing is written. Each job is recorded with the estimate and size
-// delay it carries (Sizer.NewJob, which the caller runs: the producer, in
-// each caller's goroutine rather than in the flush they share).
+// statement and one transaction (all rows or none), and reads the status
+// of the jobs that already existed: once it returns without error, every
+// job is recorded and nothing is left to read. A key repeated in jobs is
+// recorded once, by its first job; the later ones are reported not
+// created, with the first one's status. Every job must be valid; an
+// invalid one returns ErrInvalidJob and nothing is written. Each job is
+// recorded with the estimate and size delay it carries (Sizer.NewJob,
+// which the caller runs: the producer, in each caller's goroutine rather
+// than in the flush they share).
 func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, error) {
-	for _, n := range jobs {
-		if err := validate("insert", n.Job); err != nil {
-			return nil, err
-		}
-	}
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	for _, n := range jobs {
+		if err := validate("insert outbox", n.Job); err != nil {
+			return nil, err
+		}
+	}
+	// first[i] is the index of the first job with jobs[i]'s key; only
+	// first jobs are sent.
+	first := make([]int, len(jobs))
+	seen := make(map[Key]int, len(jobs))
+	distinct := make([]NewJob, 0, len(jobs))
+	for i, n := range jobs {
+		k := Key{Tenant: n.Job.Tenant, ID: n.Job.ID}
+		if f, ok := seen[k]; ok {
+			first[i] = f
+			continue
+		}
+		seen[k], first[i] = i, i
+		distinct = append(distinct, n)
+	}
+	if len(distinct) < s.outboxArraysFrom {
+		got, err := s.insertEach(ctx, distinct)
+		if err != nil {
+			return nil, err
+		}
+		return spread(jobs, first, got), nil
+	}
+	args, err := s.jobArrays("insert outbox", distinct, s.clock())
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, insertOutboxSQL, args...)
+	if err != nil {
+		return nil, dataError(fmt.Sprintf("insert outbox of %d jobs", len(distinct)), err)
+	}
+	got := make([]Recorded, len(distinct))
+	var unread []Key // not created, and no status seen: read again
+	var (
+		n       int
+		created bool
+		status  *string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&n, &created, &status}, func() error {
+		r := &got[n-1]
+		switch r.Created = created; {
+		case created:
+			r.Status = llmq.StatusQueued
+		case status != nil:
+			r.Status = llmq.Status(*status)
+		default:
+			unread = append(unread, Key{Tenant: distinct[n-1].Job.Tenant, ID: distinct[n-1].Job.ID})
+		}
+		return nil
+	}); err != nil {
+		return nil, dataError(fmt.Sprintf("insert outbox of %d jobs", len(distinct)), err)
+	}
+	if len(unread) > 0 {
+		// Either pruned (a tombstone: status "") or committed by another
+		// transaction while this one ran: read them in a snapshot of now.
+		statuses, err := s.statuses(ctx, unread)
+		if err != nil {
+			return nil, fmt.Errorf("store: insert outbox: %w", err)
+		}
+		for i, n := range distinct {
+			if !got[i].Created && got[i].Status == "" {
+				got[i].Status = statuses[Key{Tenant: n.Job.Tenant, ID: n.Job.ID}]
+			}
+		}
+	}
+	return spread(jobs, first, got), nil
+}
+
+// spread answers each of jobs from got, the answers of its distinct jobs
+// in order: first[i] is the index of the first job with jobs[i]'s key, and
+// a repeat is not created, with the first one's status.
+func spread(jobs []NewJob, first []int, got []Recorded) []Recorded {
+	out := make([]Recorded, len(jobs))
+	k := 0
+	for i := range jobs {
+		if first[i] == i {
+			out[i] = got[k]
+			k++
+			continue
+		}
+		out[i] = Recorded{Status: out[first[i]].Status}
+	}
+	return out
+}
+
+// insertEach records jobs (distinct keys) with a statement each, and a read
+// of each one's status after it, in one pipeline and one transaction.
+func (s *Store) insertEach(ctx context.Context, jobs []NewJob) ([]Recorded, error) {
 	now := s.clock()
 	b := &pgx.Batch{}
 	for _, n := range jobs {
-		b.Queue(insertOutboxSQL, s.insertArgs(n, now)...)
+		b.Queue(insertOneSQL, s.insertArgs(n, now)...)
 		b.Queue(`SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, n.Job.Tenant, n.Job.ID)
 	}
 	// A batch is sent with one Sync: its statements form one implicit
@@ -76,6 +198,29 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 		return nil, fmt.Errorf("store: insert outbox: %w", err)
 	}
 	return out, nil
+}
+
+// statuses reads the status of the jobs keys that exist.
+func (s *Store) statuses(ctx context.Context, keys []Key) (map[Key]llmq.Status, error) {
+	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		tenants[i], ids[i] = k.Tenant, k.ID
+	}
+	rows, err := s.pool.Query(ctx, `SELECT j.tenant, j.id, j.status FROM jobs j
+		JOIN unnest($1::text[], $2::text[]) AS u(tenant, id) ON j.tenant = u.tenant AND j.id = u.id`, tenants, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[Key]llmq.Status, len(keys))
+	var (
+		k  Key
+		st string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k.Tenant, &k.ID, &st}, func() error {
+		out[k] = llmq.Status(st)
+		return nil
+	})
+	return out, err
 }
 
 // MarkPublished records that the broker confirmed the messages of the jobs

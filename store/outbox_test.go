@@ -11,9 +11,27 @@ import (
 	"github.com/llmq/llmq/store"
 )
 
+// eachOutboxPath runs test with InsertOutbox's statement per job (a few
+// jobs) and with its statement over arrays (many).
+func eachOutboxPath(t *testing.T, test func(t *testing.T, b *testBundle)) {
+	for _, arrays := range []bool{false, true} {
+		t.Run(map[bool]string{false: "each", true: "arrays"}[arrays], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if arrays {
+				store.RecordOutboxAsArrays(b.store)
+			}
+			test(t, b)
+		})
+	}
+}
+
 func TestOutbox(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	eachOutboxPath(t, testOutbox)
+}
+
+func testOutbox(t *testing.T, b *testBundle) {
 	created, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o2")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}}, created)
@@ -154,4 +172,60 @@ func outboxIDs(recs []*store.JobRecord) []string {
 		out[i] = r.ID
 	}
 	return out
+}
+
+// TestOutboxRepeatedKey: a key twice in one call is recorded once, by its
+// first job; the repeat reads not created, with the first one's status.
+func TestOutboxRepeatedKey(t *testing.T) {
+	t.Parallel()
+	eachOutboxPath(t, testOutboxRepeatedKey)
+}
+
+func testOutboxRepeatedKey(t *testing.T, b *testBundle) {
+	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	require.NoError(t, err)
+	_, err = b.store.Cancel(b.ctx, "acme", "old")
+	require.NoError(t, err)
+	got, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "a")}, {Job: newJob(t, "old")},
+		{Job: newJob(t, "a")}, {Job: newJob(t, "b")}, {Job: newJob(t, "old")}})
+	require.NoError(t, err)
+	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Status: llmq.StatusCancelled},
+		{Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}, {Status: llmq.StatusCancelled}}, got)
+}
+
+// TestOutboxKeyCommittedMeanwhile: a job another transaction records while
+// InsertOutbox waits on its key is reported not created, with its status
+// (the statement's snapshot does not see it: it is read again).
+func TestOutboxKeyCommittedMeanwhile(t *testing.T) {
+	t.Parallel()
+	eachOutboxPath(t, testOutboxKeyCommittedMeanwhile)
+}
+
+func testOutboxKeyCommittedMeanwhile(t *testing.T, b *testBundle) {
+	tx, err := b.store.Pool().Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	_, err = tx.Exec(b.ctx, `INSERT INTO jobs (tenant, id, status, priority, requested_model, body, sched_key)
+		VALUES ('acme', 'race', 'cancelled', 'normal', 'gpt-4o-mini', '{}', now())`)
+	require.NoError(t, err)
+	type answer struct {
+		got []store.Recorded
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		got, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "race")}, {Job: newJob(t, "free")}})
+		done <- answer{got, err}
+	}()
+	// InsertOutbox waits on the uncommitted key; then the key commits.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO jobs%')`).Scan(&waiting))
+		return waiting
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx.Commit(b.ctx))
+	a := <-done
+	require.NoError(t, a.err)
+	require.Equal(t, []store.Recorded{{Status: llmq.StatusCancelled}, {Created: true, Status: llmq.StatusQueued}}, a.got)
 }

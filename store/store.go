@@ -26,6 +26,9 @@ type Store struct {
 	// group batches hot-path writes into shared transactions; nil runs
 	// each operation on its own.
 	group *committer
+	// outboxArraysFrom is InsertOutbox's outboxArraysFrom (tests lower it
+	// to run the statement over arrays on a few jobs).
+	outboxArraysFrom int
 }
 
 // Option tunes a Store.
@@ -88,7 +91,7 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 
 // New wraps an existing pool; Close then leaves the pool open.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults()}
+	s := &Store{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults(), outboxArraysFrom: outboxArraysFrom}
 	for _, o := range opts {
 		o(s)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -41,11 +42,28 @@ func (s *produceSummary) reject(n int, reason, example string) {
 	}
 }
 
+// merge adds o's counts to s.
+func (s *produceSummary) merge(o *produceSummary) {
+	s.published += o.published
+	s.duplicates += o.duplicates
+	s.unpublished += o.unpublished
+	s.rejected += o.rejected
+	for r, n := range o.reasons {
+		s.reasons[r] += n
+	}
+	for _, e := range o.examples {
+		if len(s.examples) < 10 {
+			s.examples = append(s.examples, e)
+		}
+	}
+}
+
 func newProduceCmd() *cobra.Command {
 	var (
 		file          string
 		batch         int
 		fromLine      int
+		inFlight      int
 		retryBackoff  bool
 		maxRetryAfter time.Duration
 	)
@@ -57,7 +75,9 @@ as queued in Postgres and publishes it to the broker, in batches. A line that is
 job, or one that names a model the configuration does not allow (models:), is rejected with
 its line number and field. When the queue is full (backpressure) produce
 waits the Retry-After the queue suggests and tries again (unless --wait=false); a job whose
-deadline the queue cannot meet is rejected. Exit status 1 when any job was rejected.
+deadline the queue cannot meet is rejected. When the queue cannot be measured or the database
+fails the insert, the batch is tried again after 1 s, 2 s, ... up to 30 s apart (within
+--max-wait) rather than rejected. Exit status 1 when any job was rejected.
 
 Ctrl-C (or SIGTERM) lets the batch being published finish, then prints the summary with the
 jobs not sent and the line to resume from (--from-line), and exits 130 (143 on SIGTERM).
@@ -69,6 +89,7 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 	fs.StringVarP(&file, "file", "f", "-", "JSONL file of jobs; - reads stdin")
 	fs.IntVar(&batch, "batch", 100, "jobs per publish (1-1000)")
 	fs.IntVar(&fromLine, "from-line", 1, "skip the lines before this one (resume an interrupted run)")
+	fs.IntVar(&inFlight, "in-flight", 4, "batches published at once (1-64; 1 publishes the lines in their order)")
 	fs.BoolVar(&retryBackoff, "wait", true, "on a full queue, wait the suggested Retry-After and retry (--wait=false rejects)")
 	fs.DurationVar(&maxRetryAfter, "max-wait", 10*time.Minute, "give up on a batch after waiting this long in total")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -77,6 +98,9 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 		}
 		if fromLine < 1 {
 			return fmt.Errorf("--from-line must be 1 or more")
+		}
+		if inFlight < 1 || inFlight > 64 {
+			return fmt.Errorf("--in-flight must be 1-64")
 		}
 		cfg, err := flags.Load()
 		if err != nil {
@@ -105,7 +129,7 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 		run := &produceRun{
 			producer: a.Producer(), out: cmd.OutOrStdout(), sum: &produceSummary{reasons: map[string]int{}},
 			progress: newProgress(cmd.ErrOrStderr(), total, time.Now), file: file,
-			wait: retryBackoff, maxWait: maxRetryAfter,
+			wait: retryBackoff, maxWait: maxRetryAfter, inFlight: inFlight, sent: make(chan sentBatch, inFlight),
 			decode: llmq.DecodeOptions{MaxMessageBytes: cfg.MaxMessageBytes}, catalog: cfg.Catalog(),
 		}
 		maxLine := cmp.Or(cfg.MaxMessageBytes, llmq.MaxMessageBytesDefault) + 1
@@ -134,6 +158,22 @@ type produceRun struct {
 
 	pending []*llmq.Job
 	lines   []int // the line of each pending job
+
+	// inFlight is the most batches being published at once; sent
+	// receives each one's outcome, busy counts those not yet received.
+	inFlight int
+	sent     chan sentBatch
+	busy     int
+	// unsent are the lines of the jobs not sent (a batch whose wait for
+	// room an interrupt ended).
+	unsent []int
+}
+
+// sentBatch is what became of one batch published beside the reading.
+type sentBatch struct {
+	sum   *produceSummary
+	lines []int // the lines of the jobs not sent
+	err   error
 }
 
 // line is one line of the input, or the error that ended the reading.
@@ -180,7 +220,7 @@ func (r *produceRun) run(ctx context.Context, in io.Reader, maxLine, batch, from
 			return r.interrupted(ctx, read)
 		case l, ok := <-lines:
 			if !ok {
-				if err := r.flush(ctx); err != nil {
+				if err := errors.Join(r.flush(ctx), r.settle()); err != nil {
 					return r.interrupted(ctx, read)
 				}
 				r.progress.done()
@@ -232,26 +272,60 @@ func (r *produceRun) add(l line) {
 	r.pending, r.lines = append(r.pending, j), append(r.lines, l.n)
 }
 
-// flush publishes the batch. It returns an error only when ctx ended
-// while the batch waited for room: its jobs stay pending, not sent.
+// flush hands the batch to a goroutine that publishes it, after waiting
+// for one of the batches in flight when there are inFlight of them. It
+// returns an error only when ctx ended while a batch waited for room.
 func (r *produceRun) flush(ctx context.Context) error {
 	if len(r.pending) == 0 {
 		return nil
 	}
-	jobs, lines, err := publishLines(ctx, r.producer, r.pending, r.lines, r.sum, r.wait, r.maxWait)
-	r.pending, r.lines = jobs, lines
-	return err
+	if r.busy == r.inFlight {
+		if err := r.receive(); err != nil {
+			return err
+		}
+	}
+	jobs, lines := r.pending, r.lines
+	r.pending, r.lines = nil, nil
+	r.busy++
+	go func() {
+		sum := &produceSummary{reasons: map[string]int{}}
+		_, unsent, err := publishLines(ctx, r.producer, jobs, lines, sum, r.wait, r.maxWait)
+		r.sent <- sentBatch{sum: sum, lines: unsent, err: err}
+	}()
+	return nil
+}
+
+// receive counts the outcome of the next batch in flight to end.
+func (r *produceRun) receive() error {
+	b := <-r.sent
+	r.busy--
+	r.sum.merge(b.sum)
+	r.unsent = append(r.unsent, b.lines...)
+	return b.err
+}
+
+// settle waits for every batch in flight and returns the first error.
+func (r *produceRun) settle() error {
+	var first error
+	for r.busy > 0 {
+		if err := r.receive(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // interrupted prints the summary of an interrupted run with what was not
 // sent and where to resume, and returns the interrupted error (exit 130).
 func (r *produceRun) interrupted(ctx context.Context, read int) error {
+	_ = r.settle() // the publishes under way finish; a wait for room ends
 	r.progress.done()
+	unsent := append(r.unsent, r.lines...)
 	resume := read + 1
-	if len(r.lines) > 0 {
-		resume = r.lines[0]
+	if len(unsent) > 0 {
+		resume = slices.Min(unsent)
 	}
-	r.sum.notSent = len(r.pending)
+	r.sum.notSent = len(unsent)
 	printProduceSummary(r.out, r.sum)
 	hint := fmt.Sprintf("llmq produce --file %s --from-line %d", shellWord(r.file), resume)
 	if r.file == "-" {
@@ -271,7 +345,7 @@ const publishTimeout = time.Minute
 // sent and their lines are returned with ctx's error.
 func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, lines []int, sum *produceSummary,
 	wait bool, maxWait time.Duration) ([]*llmq.Job, []int, error) {
-	waited := time.Duration(0)
+	waited, backoff := time.Duration(0), time.Second
 	for {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 		rs, _, err := p.PublishBatch(pctx, jobs)
@@ -310,11 +384,35 @@ func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, l
 		case errors.As(err, &bp):
 			sum.reject(len(jobs), "queue full", fmt.Sprintf("lines %d-%d: %v", lines[0], lines[len(lines)-1], err))
 			return nil, nil, nil
+		case wait && transient(err) && waited+backoff <= maxWait:
+			// The queue could not be measured (a probe over its timeout
+			// under load) or the insert failed: nothing was recorded, and
+			// the same jobs (their ids set) are sent again.
+			waited += backoff
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return jobs, lines, context.Cause(ctx)
+			case <-t.C:
+			}
+			backoff = min(2*backoff, maxTransientBackoff)
 		default:
 			sum.reject(len(jobs), "error: "+err.Error(), fmt.Sprintf("lines %d-%d", lines[0], lines[len(lines)-1]))
 			return nil, nil, nil
 		}
 	}
+}
+
+// maxTransientBackoff caps the wait between two tries of a batch that
+// failed for a reason that passes (transient).
+const maxTransientBackoff = 30 * time.Second
+
+// transient reports a PublishBatch error after which nothing was recorded
+// and a later try may succeed: the queue could not be measured, or the
+// database refused the insert for a reason other than the data.
+func transient(err error) bool {
+	return errors.Is(err, producer.ErrDatabaseUnavailable) || errors.Is(err, producer.ErrBrokerUnavailable)
 }
 
 func printProduceSummary(w io.Writer, s *produceSummary) {

@@ -3,19 +3,27 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/producer"
+	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport/memory"
 	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 )
 
@@ -164,4 +172,53 @@ func TestProduceRefusesModelsNotAllowed(t *testing.T) {
 	require.Contains(t, out.String(), "1  invalid body.model (model_not_allowed)")
 	require.Contains(t, out.String(), `line 2: invalid job: body.model: model "o3-pro" is not one this service runs; allowed: gpt-4o-mini`)
 	require.Equal(t, 1, b.countJobs(t))
+}
+
+// failingStats fails the first fails QueueStats calls, as a probe over its
+// timeout under load does.
+type failingStats struct {
+	producer.Store
+	fails atomic.Int32
+}
+
+func (f *failingStats) QueueStats(ctx context.Context, since time.Time, limit int64) (store.QueueStats, error) {
+	if f.fails.Add(-1) >= 0 {
+		return store.QueueStats{}, errors.New("timeout: context deadline exceeded")
+	}
+	return f.Store.QueueStats(ctx, since, limit)
+}
+
+// TestProduceRetriesWhenTheQueueCannotBeMeasured: a batch refused because
+// the queue could not be measured is tried again (after 1 s) and
+// published, not rejected; with --wait=false it is rejected.
+func TestProduceRetriesWhenTheQueueCannotBeMeasured(t *testing.T) {
+	b := setupCLI(t)
+	broker := memory.New()
+	stats := &failingStats{Store: b.store}
+	p, err := producer.New(producer.Config{Publisher: broker.NewPublisher(), Store: stats, Destination: "jobs",
+		DepthTTL: -1, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Drain(context.Background())) })
+	batch := func(ids ...string) []*llmq.Job {
+		var jobs []*llmq.Job
+		for _, id := range ids {
+			jobs = append(jobs, &llmq.Job{ID: id, Body: json.RawMessage(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)})
+		}
+		return jobs
+	}
+
+	stats.fails.Store(2)
+	sum := &produceSummary{reasons: map[string]int{}}
+	rest, _, err := publishLines(b.ctx, p, batch("a", "b"), []int{1, 2}, sum, true, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, rest)
+	require.Equal(t, produceSummary{published: 2, reasons: map[string]int{}}, *sum)
+	require.Equal(t, int32(-1), stats.fails.Load(), "measured three times")
+
+	stats.fails.Store(1)
+	sum = &produceSummary{reasons: map[string]int{}}
+	_, _, err = publishLines(b.ctx, p, batch("c"), []int{3}, sum, false, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 1, sum.rejected, "--wait=false: rejected")
+	require.Equal(t, 2, b.countJobs(t))
 }

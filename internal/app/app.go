@@ -365,6 +365,9 @@ func (a *App) buildProducer() error {
 		return err
 	}
 	a.producer = p
+	// Stopped after the API and the sweeper: a measurement of the queue
+	// the API started ends before the store closes.
+	a.parts.add("producer", nil, p.Drain, stopTimeout)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -194,6 +195,9 @@ func postJobs(ctx context.Context, url string, n int) ([]time.Duration, error) {
 				resp, err := client.Do(req)
 				took := time.Since(start)
 				if err == nil {
+					// Read to the end, or the client dials a connection
+					// per request.
+					_, _ = io.Copy(io.Discard, resp.Body)
 					_ = resp.Body.Close()
 					if resp.StatusCode != http.StatusAccepted {
 						err = fmt.Errorf("POST /v1/jobs: HTTP %d", resp.StatusCode)

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // Batch statuses.
@@ -792,14 +795,8 @@ func (st *batchStore) writeResultsLocked(b *batch, at time.Time) {
 	b.outputs, b.failures = nil, nil
 }
 
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+// thousands writes n as OpenAI's messages do: 90,000.
+func thousands(n int64) string { return english.Sprint(n) }
+
+// english formats numbers as OpenAI's messages do.
+var english = message.NewPrinter(language.English)

@@ -14,11 +14,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/app"
 	"github.com/llmq/llmq/internal/config"
-	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/shaping"
 )
@@ -150,16 +151,11 @@ func (b *Bench) runMillion(ctx context.Context, levels []int, requests int) ([]M
 		return nil, err
 	}
 	defer drop()
-	sim, err := upstreamsim.New(upstreamsim.Config{Seed: 17, APIKeys: []string{simAPIKey},
-		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}}, upstreamsim.WithLogger(b.log))
-	if err != nil {
-		return nil, fmt.Errorf("bench: million: simulator: %w", err)
-	}
-	root, err := sim.Start(ctx, "127.0.0.1:0")
+	_, root, stop, err := b.instantSim(ctx, "million")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = app.StopWithin(ctx, sim.Stop, stopTimeout) }()
+	defer stop()
 	broker, err := config.ParseBroker("memory://million-" + uuid.NewString()[:8] + "/" + queueName)
 	if err != nil {
 		return nil, fmt.Errorf("bench: million: %w", err)
@@ -239,13 +235,10 @@ func (b *Bench) runMillion(ctx context.Context, levels []int, requests int) ([]M
 func constPath(p string) func(int) string { return func(int) string { return p } }
 
 // grouped writes n with its thousands grouped: 1,000,000.
-func grouped(n int) string {
-	s := fmt.Sprint(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
-}
+func grouped(n int) string { return english.Sprint(n) }
+
+// english formats numbers as the report writes them.
+var english = message.NewPrinter(language.English)
 
 // recordBacklog records the queued jobs backlog-qFrom to backlog-qTo and
 // the succeeded jobs done-dFrom to done-dTo (finished within the last

@@ -96,16 +96,11 @@ func (b *Bench) runThroughput(ctx context.Context, jobs int) (*ThroughputResult,
 		return nil, err
 	}
 	defer drop()
-	sim, err := upstreamsim.New(upstreamsim.Config{Seed: 17, APIKeys: []string{simAPIKey},
-		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}}, upstreamsim.WithLogger(b.log))
-	if err != nil {
-		return nil, fmt.Errorf("bench: throughput: simulator: %w", err)
-	}
-	root, err := sim.Start(ctx, "127.0.0.1:0")
+	sim, root, stop, err := b.instantSim(ctx, "throughput")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = app.StopWithin(ctx, sim.Stop, stopTimeout) }()
+	defer stop()
 	brokerURL := b.cfg.Broker
 	if brokerURL == "" {
 		brokerURL = "memory://throughput-" + uuid.NewString()[:8] + "/" + queueName
@@ -165,6 +160,22 @@ func (b *Bench) runThroughput(ctx context.Context, jobs int) (*ThroughputResult,
 	res.EndToEnd = time.Since(began)
 	res.UpstreamCalls = sim.Stats().Models[Primary].Accepted
 	return res, nil
+}
+
+// instantSim starts a simulator that answers at once and without quotas
+// (the scenarios of llmq's own overhead) and returns it, its root URL and
+// its stop.
+func (b *Bench) instantSim(ctx context.Context, scenario string) (*upstreamsim.Server, string, func(), error) {
+	sim, err := upstreamsim.New(upstreamsim.Config{Seed: 17, APIKeys: []string{simAPIKey},
+		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}}, upstreamsim.WithLogger(b.log))
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("bench: %s: simulator: %w", scenario, err)
+	}
+	root, err := sim.Start(ctx, "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return sim, root, func() { _ = app.StopWithin(ctx, sim.Stop, stopTimeout) }, nil
 }
 
 // postJobs posts n single-job requests to url, throughputClients at a

@@ -8,12 +8,13 @@ import (
 	"io/fs"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // The page templates: each page file defines "content" (and its live
@@ -93,22 +94,10 @@ func deref(p any) any {
 }
 
 // num writes n with thousands separators: 12,345.
-func num(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func num(n int64) string { return english.Sprint(n) }
+
+// english formats numbers as the console shows them.
+var english = message.NewPrinter(language.English)
 
 // usd writes a cost in dollars with the digits a small amount needs:
 // $0, $0.000123, $0.0456, $12.34, $1,234.

@@ -230,10 +230,12 @@ func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
 	}
 	// The provider's bucket held less than the reference's refused
 	// request then and less than this one now: the limit is the tokens
-	// taken in between, give or take those, over the time (and over the
-	// lane's share: it measures its own part).
+	// taken in between, give or take those, over the time. The lane
+	// measures its own part of what was taken: the provider's is that
+	// over its share (the refused requests are the provider's bucket's).
 	taken -= l.refusedTaken
-	lowest, highest := 60*(taken-l.refusedTok1)/dt/l.share, 60*(taken+tokens)/dt/l.share
+	all := taken / l.share
+	lowest, highest := 60*(all-l.refusedTok1)/dt, 60*(all+tokens)/dt
 	if !(highest > 0) {
 		return
 	}

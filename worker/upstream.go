@@ -61,6 +61,12 @@ func (u *openAIUpstream) Call(ctx context.Context, model string, body []byte) Re
 	if r.Outcome.Class != ClassSuccess {
 		return r
 	}
+	if x.read {
+		// The transport read the answer and its usage; go-openai decoded
+		// nothing of it.
+		r.Body, r.PromptTokens, r.CompletionTokens = bytes.TrimSpace(x.response.Bytes()), x.usage.PromptTokens, x.usage.CompletionTokens
+		return r
+	}
 	r.PromptTokens, r.CompletionTokens = resp.Usage.PromptTokens, resp.Usage.CompletionTokens
 	// The answer as it came, or as go-openai decoded it when the raw bytes
 	// are not one JSON value.
@@ -149,7 +155,50 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 type exchange struct {
 	request  []byte
 	response bytes.Buffer
+	// read is set when the transport read a successful answer whole and
+	// took its usage from it (readAnswer): go-openai was handed an empty
+	// object instead of decoding the answer into a struct the worker does
+	// not use.
+	read  bool
+	usage answerUsage
 }
+
+// answerUsage is all the worker reads of a successful answer.
+type answerUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// readAnswer reads the successful answer body (already bounded) whole into
+// the exchange. When it is one JSON value whose usage reads, go-openai gets
+// an empty object to decode in its place; when it is not, the bytes, to
+// decode or fail on as it would have on the body itself; when reading it
+// failed (past the bound, a connection cut), the error.
+func (x *exchange) readAnswer(resp *http.Response) {
+	if resp.ContentLength > 0 && resp.ContentLength < largeAnswerBytes {
+		x.response.Grow(int(resp.ContentLength) + bytes.MinRead)
+	}
+	body := resp.Body
+	_, err := x.response.ReadFrom(body)
+	var answer struct {
+		Usage answerUsage `json:"usage"`
+	}
+	switch {
+	case err != nil:
+		x.response = bytes.Buffer{}
+		resp.Body = teeReadCloser{Reader: errorReader{err}, Closer: body}
+	case json.Unmarshal(x.response.Bytes(), &answer) != nil:
+		resp.Body = teeReadCloser{Reader: bytes.NewReader(x.response.Bytes()), Closer: body}
+	default:
+		x.read, x.usage = true, answer.Usage
+		resp.Body = teeReadCloser{Reader: strings.NewReader("{}"), Closer: body}
+	}
+}
+
+// errorReader fails every read with err.
+type errorReader struct{ err error }
+
+func (r errorReader) Read([]byte) (int, error) { return 0, r.err }
 
 type exchangeKey struct{}
 
@@ -159,8 +208,8 @@ func withExchange(ctx context.Context, x *exchange) context.Context {
 
 // passthroughTransport swaps in the request bytes of the call's exchange,
 // bounds every response body to limit bytes (< 0: no bound), inflating a
-// gzip body the transport left compressed, and tees a successful body into
-// the exchange. A body read past largeAnswerBytes holds one of the large
+// gzip body the transport left compressed, and reads a successful body into
+// the exchange (exchange.readAnswer). A body read past largeAnswerBytes holds one of the large
 // slots until it is closed.
 type passthroughTransport struct {
 	base  http.RoundTripper
@@ -182,7 +231,10 @@ func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error
 		return t.base.RoundTrip(r)
 	}
 	if x.request != nil {
-		r = r.Clone(r.Context())
+		// A shallow copy: only the body changes (Clone would copy the
+		// headers too).
+		c := *r
+		r = &c
 		body := x.request
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -196,7 +248,7 @@ func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error
 		return nil, err
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		resp.Body = teeReadCloser{Reader: io.TeeReader(resp.Body, &x.response), Closer: resp.Body}
+		x.readAnswer(resp)
 	}
 	return resp, nil
 }

@@ -157,6 +157,63 @@ func TestOpenAIUpstreamCall(t *testing.T) {
 	}
 }
 
+// TestOpenAIUpstreamReadsTheAnswer: a successful answer is stored byte for
+// byte (only the surrounding whitespace trimmed) with the usage it states
+// when the transport reads it (one JSON value whose usage reads: its other
+// fields are not decoded); otherwise go-openai decodes it as before (a
+// value followed by junk is stored as decoded; a usage that does not read
+// fails the call as go-openai's decode does).
+func TestOpenAIUpstreamReadsTheAnswer(t *testing.T) {
+	t.Parallel()
+	const answer = `{"id":"chatcmpl-x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],` +
+		`"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9},"x_vendor":{"region":"eu"}}`
+	tests := []struct {
+		name, sent string
+		class      worker.Class
+		code       string
+		body       string
+		// prompt and completion are the reply's usage.
+		prompt, completion int
+	}{
+		{name: "read by the transport", sent: " \n" + answer + "\n", class: worker.ClassSuccess, body: answer, prompt: 7, completion: 2},
+		{name: "a field go-openai would not decode: only the usage is read", sent: `{"id":5,"usage":{"prompt_tokens":3,"completion_tokens":1}}`,
+			class: worker.ClassSuccess, body: `{"id":5,"usage":{"prompt_tokens":3,"completion_tokens":1}}`, prompt: 3, completion: 1},
+		{name: "no usage", sent: `{"id":"chatcmpl-y"}`, class: worker.ClassSuccess, body: `{"id":"chatcmpl-y"}`},
+		{name: "junk after the value: go-openai's decode", sent: `{"id":"z","usage":{"prompt_tokens":5,"completion_tokens":1}} junk`,
+			class: worker.ClassSuccess, prompt: 5, completion: 1},
+		{name: "usage that does not read", sent: `{"usage":{"prompt_tokens":"5"}}`, class: worker.ClassPermanent, code: "client_error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, tt.sent)
+			}))
+			t.Cleanup(srv.Close)
+			up := worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: srv.URL + "/v1", APIKey: "k",
+				Timeout: 5 * time.Second}), worker.ProviderOpenAI)
+			r := up.Call(context.Background(), "m", []byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`))
+			require.Equal(t, tt.class, r.Outcome.Class, "%v", r.Outcome.Err)
+			require.Equal(t, tt.code, r.Outcome.Code)
+			require.Equal(t, tt.prompt, r.PromptTokens)
+			require.Equal(t, tt.completion, r.CompletionTokens)
+			switch {
+			case tt.class != worker.ClassSuccess:
+				require.Nil(t, r.Body)
+			case tt.body != "":
+				require.Equal(t, tt.body, string(r.Body))
+			default:
+				var got openai.ChatCompletionResponse
+				require.NoError(t, json.Unmarshal(r.Body, &got), "%s", r.Body)
+				require.Equal(t, "z", got.ID)
+				require.Equal(t, 5, got.Usage.PromptTokens)
+			}
+		})
+	}
+}
+
 // bomb answers every call with status and a body of about inflated bytes:
 // a chat completion whose content never ends, gzipped unasked when gzipped
 // (gzip members of 16 MiB each, 4 GiB from 4 MB), plain otherwise. It

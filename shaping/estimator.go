@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/tiktoken-go/tokenizer"
+
+	"github.com/llmq/llmq/internal/tokencount"
 )
 
 // Estimator defaults.
@@ -51,8 +53,8 @@ func (c EstimatorConfig) WithDefaults() EstimatorConfig {
 // estimates (docs/design/quotas.md). Safe for concurrent use.
 type Estimator struct {
 	cfg    EstimatorConfig
-	cl100k tokenizer.Codec
-	o200k  tokenizer.Codec
+	cl100k *tokencount.Counter
+	o200k  *tokencount.Counter
 
 	mu     sync.Mutex
 	models map[string]*errorRing
@@ -71,11 +73,11 @@ func NewEstimator(cfg EstimatorConfig) (*Estimator, error) {
 	if cfg.Window < 1 || cfg.MinSamples < 1 || cfg.MaxSafety < 1 {
 		return nil, fmt.Errorf("%w: EstimatorConfig.Window, MinSamples must be >= 1 and MaxSafety >= 1", ErrInvalidConfig)
 	}
-	cl, err := tokenizer.Get(tokenizer.Cl100kBase)
+	cl, err := tokencount.Get(tokenizer.Cl100kBase)
 	if err != nil {
 		return nil, fmt.Errorf("shaping: load cl100k: %w", err)
 	}
-	o2, err := tokenizer.Get(tokenizer.O200kBase)
+	o2, err := tokencount.Get(tokenizer.O200kBase)
 	if err != nil {
 		return nil, fmt.Errorf("shaping: load o200k: %w", err)
 	}
@@ -87,7 +89,7 @@ type Message struct {
 	Role, Name, Content string
 }
 
-func (e *Estimator) codec(model string) tokenizer.Codec {
+func (e *Estimator) codec(model string) *tokencount.Counter {
 	m := strings.ToLower(model)
 	for _, p := range []string{"gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss"} {
 		if strings.HasPrefix(m, p) {

@@ -6,23 +6,25 @@ import (
 	"sync"
 
 	"github.com/tiktoken-go/tokenizer"
+
+	"github.com/llmq/llmq/internal/tokencount"
 )
 
-// The codecs are built once per process: building one compiles its split
-// regexp, and the vocabulary tables are shared package state of tokenizer.
+// The counters are the process's (tokencount.Get): each counts exactly as
+// its encoding's codec, which is built once.
 var (
 	codecOnce sync.Once
-	codecs    map[string]tokenizer.Codec
+	codecs    map[string]*tokencount.Counter
 	codecErr  error
 	wordsOnce sync.Once
 	words     []string
 )
 
-func loadCodecs() (map[string]tokenizer.Codec, error) {
+func loadCodecs() (map[string]*tokencount.Counter, error) {
 	codecOnce.Do(func() {
-		codecs = make(map[string]tokenizer.Codec, 2)
+		codecs = make(map[string]*tokencount.Counter, 2)
 		for _, enc := range []tokenizer.Encoding{tokenizer.O200kBase, tokenizer.Cl100kBase} {
-			c, err := tokenizer.Get(enc)
+			c, err := tokencount.Get(enc)
 			if err != nil {
 				codecErr = fmt.Errorf("upstreamsim: load tokenizer %s: %w", enc, err)
 				return
@@ -75,7 +77,7 @@ func tokenWords() []string {
 // names, repeated system prompts) are cached: tokenizing is the costliest
 // step of a small request.
 type counter struct {
-	codec tokenizer.Codec
+	codec *tokencount.Counter
 	cache *countCache
 }
 
@@ -89,7 +91,7 @@ type countCache struct {
 	m  map[string]int
 }
 
-func newCounter(c tokenizer.Codec) counter {
+func newCounter(c *tokencount.Counter) counter {
 	return counter{codec: c, cache: &countCache{m: make(map[string]int, countCacheEntries)}}
 }
 

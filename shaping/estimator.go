@@ -60,8 +60,12 @@ type Estimator struct {
 	models map[string]*errorRing
 }
 
+// errorRing is a model's window of ratios, in the order they came (a ring)
+// and sorted (kept so by each observation: a quantile is then read, not
+// sorted for, on every estimate and observation).
 type errorRing struct {
 	ratios []float64
+	sorted []float64
 	next   int
 	full   bool
 	safety float64
@@ -202,10 +206,17 @@ func (e *Estimator) Observe(model string, estimated, actual int) {
 	defer e.mu.Unlock()
 	r := e.models[model]
 	if r == nil {
-		r = &errorRing{ratios: make([]float64, e.cfg.Window), safety: 1}
+		r = &errorRing{ratios: make([]float64, e.cfg.Window), sorted: make([]float64, 0, e.cfg.Window), safety: 1}
 		e.models[model] = r
 	}
-	r.ratios[r.next] = float64(actual) / float64(estimated)
+	if r.full {
+		i, _ := slices.BinarySearch(r.sorted, r.ratios[r.next])
+		r.sorted = slices.Delete(r.sorted, i, i+1)
+	}
+	ratio := float64(actual) / float64(estimated)
+	r.ratios[r.next] = ratio
+	i, _ := slices.BinarySearch(r.sorted, ratio)
+	r.sorted = slices.Insert(r.sorted, i, ratio)
 	r.next++
 	if r.next == len(r.ratios) {
 		r.next, r.full = 0, true
@@ -238,18 +249,20 @@ func (e *Estimator) Stats(model string) ErrorStats {
 }
 
 // Safety returns the model's current safety factor (1 until learned).
-func (e *Estimator) Safety(model string) float64 { return e.Stats(model).Safety }
+func (e *Estimator) Safety(model string) float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r := e.models[model]; r != nil {
+		return r.safety
+	}
+	return 1
+}
 
 func (r *errorRing) stats() ErrorStats {
-	n := r.next
-	if r.full {
-		n = len(r.ratios)
-	}
+	s, n := r.sorted, len(r.sorted)
 	if n == 0 {
 		return ErrorStats{}
 	}
-	s := slices.Clone(r.ratios[:n])
-	slices.Sort(s)
 	q := func(p float64) float64 { return s[min(n-1, int(math.Ceil(p*float64(n)))-1)] }
 	return ErrorStats{Count: n, P50: q(0.50), P95: q(0.95)}
 }

@@ -2,6 +2,9 @@ package shaping
 
 import (
 	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -118,4 +121,30 @@ func TestEstimatorSafety(t *testing.T) {
 	require.Equal(t, ErrorStats{Count: 4, P50: 0.5, P95: 0.5, Safety: 1}, e.Stats("m"), "the window forgets; never below 1")
 	e.Observe("m", 10, 20)
 	require.Equal(t, ErrorStats{Count: 4, P50: 0.5, P95: 2, Safety: 1.5}, e.Stats("m"), "the ring wraps around")
+}
+
+// TestEstimatorStatsFollowTheWindow: over a long run of observations with
+// repeated ratios, the statistics are every time those of the window's
+// latest ratios, sorted afresh.
+func TestEstimatorStatsFollowTheWindow(t *testing.T) {
+	t.Parallel()
+	const window = 7
+	e, err := NewEstimator(EstimatorConfig{Window: window, MinSamples: 3, MaxSafety: 1.8})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var seen []float64
+	for i := range 500 {
+		actual := 5 + rng.IntN(12) // ratios repeat: the ring holds duplicates
+		e.Observe("m", 10, actual)
+		seen = append(seen, float64(actual)/10)
+		last := slices.Sorted(slices.Values(seen[max(0, len(seen)-window):]))
+		n := len(last)
+		q := func(p float64) float64 { return last[min(n-1, int(math.Ceil(p*float64(n)))-1)] }
+		want := ErrorStats{Count: n, P50: q(0.5), P95: q(0.95), Safety: 1}
+		if n >= 3 {
+			want.Safety = min(1.8, max(1, want.P95))
+		}
+		require.Equal(t, want, e.Stats("m"), "after %d observations", i+1)
+		require.Equal(t, want.Safety, e.Safety("m"))
+	}
 }

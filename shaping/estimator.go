@@ -1,6 +1,7 @@
 package shaping
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/tiktoken-go/tokenizer"
 
@@ -179,6 +181,9 @@ func (e *Estimator) EstimateBody(body []byte) (Estimate, error) {
 }
 
 func contentText(raw json.RawMessage) string {
+	if s, ok := plainString(raw); ok {
+		return s
+	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
@@ -265,4 +270,15 @@ func (r *errorRing) stats() ErrorStats {
 	}
 	q := func(p float64) float64 { return s[min(n-1, int(math.Ceil(p*float64(n)))-1)] }
 	return ErrorStats{Count: n, P50: q(0.50), P95: q(0.95)}
+}
+
+// plainString returns the JSON string raw, a value of a document that
+// decoded, when it has no escape and is valid UTF-8: then it is its bytes
+// between the quotes, and decoding it again (scanned, unquoted) would only
+// copy them.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || bytes.IndexByte(raw, '\\') >= 0 || !utf8.Valid(raw) {
+		return "", false
+	}
+	return string(raw[1 : len(raw)-1]), true
 }

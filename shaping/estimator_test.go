@@ -148,3 +148,19 @@ func TestEstimatorStatsFollowTheWindow(t *testing.T) {
 		require.Equal(t, want.Safety, e.Safety("m"))
 	}
 }
+
+// TestContentTextDecodesAsJSON: a message's content reads as encoding/json
+// decodes it, whether a plain string (taken between its quotes), one with
+// escapes or invalid UTF-8 (decoded), or parts.
+func TestContentTextDecodesAsJSON(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{`"plain text, 'quoted' words"`, `""`, `"line\nbreak \"q\" \u00e9\u0041"`, "\"caf\xc3\xa9\"",
+		"\"bad \xff utf-8\"", `"back\\slash"`} {
+		var want string
+		require.NoError(t, json.Unmarshal([]byte(raw), &want))
+		require.Equal(t, want, contentText(json.RawMessage(raw)), raw)
+	}
+	require.Equal(t, "ab", contentText(json.RawMessage(`[{"type":"text","text":"a"},{"type":"image_url"},{"type":"text","text":"b"}]`)))
+	require.Empty(t, contentText(nil))
+	require.Empty(t, contentText(json.RawMessage(`null`)))
+}

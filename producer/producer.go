@@ -98,6 +98,9 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		return nil, QueueState{}, fmt.Errorf("%w: %d (at most %d)", ErrTooManyJobs, len(jobs), p.cfg.MaxBatch)
 	}
 	for i, j := range jobs {
+		if j.Validated() {
+			continue // as llmq.Decode returned it: complete and valid
+		}
 		if err := j.Normalize(); err != nil {
 			return nil, QueueState{}, &JobError{Index: i, ID: j.ID, Err: err}
 		}

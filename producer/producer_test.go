@@ -169,6 +169,18 @@ func TestPublishBatchDuplicatesAndTenants(t *testing.T) {
 	_, err = b.store.Get(ctx, "acme", "e")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
+	// A job as llmq.Decode returned it is not validated again; one changed
+	// since is.
+	decoded, err := llmq.Decode([]byte(`{"id":"f","tenant":"acme","body":{"model":"m","messages":[{"role":"user"}]}}`),
+		llmq.DecodeOptions{})
+	require.NoError(t, err)
+	decoded.Body = bad.Body
+	_, _, err = p.PublishBatch(ctx, []*llmq.Job{decoded})
+	require.ErrorAs(t, err, &je)
+	require.Equal(t, 0, je.Index)
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, []string{"body.model"}, ve.Fields())
+
 	jobs := make([]*llmq.Job, producer.MaxBatchDefault+1)
 	for i := range jobs {
 		jobs[i] = newJob("")

@@ -224,11 +224,31 @@ func (p *Producer) message(j *llmq.Job) (transport.Message, error) {
 	return m, nil
 }
 
-// publish sends msgs (of jobs already recorded, keys in the same order) and
-// marks them published. It runs on after ctx is cancelled, bounded by
-// PublishTimeout: the rows exist, and finishing now spares the sweeper a
-// republish.
+// publish sends msgs (of jobs recorded unpublished, keys in the same
+// order) and marks them published: the sweeper's path.
 func (p *Producer) publish(ctx context.Context, msgs []transport.Message, keys []store.Key) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
+	defer cancel()
+	if err := p.send(ctx, msgs); err != nil {
+		return err
+	}
+	if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
+		// The messages are on the broker; the sweeper will send them once
+		// more, which the workers' idempotent claim absorbs.
+		p.log.Warn("mark published failed", slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
+		return fmt.Errorf("%w: %w", errNotMarked, err)
+	}
+	return nil
+}
+
+// send publishes msgs and awaits the broker's confirms. It runs on after
+// ctx is cancelled, bounded by PublishTimeout: the rows exist (or their
+// transaction waits on it), and finishing now spares the sweeper a
+// republish.
+func (p *Producer) send(ctx context.Context, msgs []transport.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -242,12 +262,6 @@ func (p *Producer) publish(ctx context.Context, msgs []transport.Message, keys [
 		return err
 	}
 	p.metrics.publishSeconds.Observe(p.cfg.Clock.Since(start).Seconds())
-	if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
-		// The messages are on the broker; the sweeper will send them once
-		// more, which the workers' idempotent claim absorbs.
-		p.log.Warn("mark published failed", slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
-		return fmt.Errorf("%w: %w", errNotMarked, err)
-	}
 	return nil
 }
 

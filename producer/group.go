@@ -11,16 +11,17 @@ import (
 )
 
 // Group commit of the outbox: concurrent PublishBatch calls (the API's
-// single-job POSTs above all) share one InsertOutbox transaction, one
-// publish whose confirms are awaited together, and one MarkPublished,
-// instead of two commits and a confirm round trip each. There is no timer
-// and no goroutine of its own: a caller queues its jobs and, while a flush
-// slot is free, flushes everything queued (its own jobs and those of the
-// callers that queued meanwhile); the callers whose jobs another took wait
-// for that flush. The mark stays in the flush, before the answers: written
-// after them by one goroutine over every mark waiting, it doubled
-// Postgres's CPU per job and raised the p99 of BenchmarkEnqueue
-// (docs/bench/enqueue.md). docs/design/queue-of-record.md (the outbox).
+// single-job POSTs above all) share one transaction
+// (store.InsertOutboxPublishing) and one publish whose confirms are awaited
+// together, instead of a commit and a confirm round trip each. The rows are
+// inserted marked published and committed once the broker confirmed, so a
+// job takes no second write (the UPDATE of published_at that a mark after
+// the confirm was cost Postgres more than the insert: docs/bench/enqueue.md).
+// There is no timer and no goroutine of its own: a caller queues its jobs
+// and, while a flush slot is free, flushes everything queued (its own jobs
+// and those of the callers that queued meanwhile); the callers whose jobs
+// another took wait for that flush. docs/design/queue-of-record.md (the
+// outbox).
 
 // groupFlushes is the number of flushes in flight at once.
 const groupFlushes = 4

@@ -89,10 +89,12 @@ func (p *Producer) Publish(ctx context.Context, job *llmq.Job) (Receipt, QueueSt
 // 413 with the limit); ErrBrokerUnavailable or ErrDatabaseUnavailable
 // (the queue could not be measured); *ErrBackpressure (queue full, or a
 // deadline the estimated wait passes). Then the jobs are recorded in one
-// transaction (ErrDatabaseUnavailable, or store.ErrInvalidJob for data
-// Postgres refuses: nothing recorded) and published: when the publish
-// fails, ErrUnpublished is returned with the receipts, the jobs stay queued
-// and the outbox sweeper publishes them later.
+// transaction, published, and committed (ErrDatabaseUnavailable, or
+// store.ErrInvalidJob for data Postgres refuses: nothing recorded; when the
+// commit fails after the broker confirmed, the worker records the jobs as
+// it ingests their messages): when the publish fails, ErrUnpublished is
+// returned with the receipts, the jobs stay queued and the outbox sweeper
+// publishes them later.
 func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receipt, QueueState, error) {
 	if len(jobs) > p.cfg.MaxBatch {
 		return nil, QueueState{}, fmt.Errorf("%w: %d (at most %d)", ErrTooManyJobs, len(jobs), p.cfg.MaxBatch)

@@ -91,7 +91,9 @@ type Store interface {
 	InsertOutbox(ctx context.Context, jobs []store.NewJob) ([]store.Recorded, error)
 	// InsertOutboxPublishing records jobs as published in a transaction
 	// that commits once publish (which sends the created ones) returns;
-	// when publish fails, they are recorded unpublished.
+	// when publish fails, they are recorded unpublished. Each of the
+	// producer's flushes (4 at once) holds a connection while it
+	// publishes: the pool needs more (store.Open's default is 24).
 	InsertOutboxPublishing(ctx context.Context, jobs []store.NewJob, publish func([]store.Recorded) error) ([]store.Recorded, error)
 	// MarkPublished records the broker's confirm of the jobs keys.
 	MarkPublished(ctx context.Context, keys []store.Key) error

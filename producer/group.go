@@ -99,7 +99,10 @@ func (p *Producer) record(ctx context.Context, jobs []*llmq.Job, msgs []transpor
 // job Postgres refuses fails only its caller.
 func (p *Producer) flush(ctx context.Context, batch []*recordReq) {
 	// Not cut by the caller that happens to flush: the others wait on it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
+	// The publish has PublishTimeout of its own (send); the transaction
+	// as long again, so that a publish that timed out still leaves time to
+	// commit the rows for the sweeper.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*p.cfg.PublishTimeout)
 	defer cancel()
 	jobs := batch[0].sized
 	if len(batch) > 1 {

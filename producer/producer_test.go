@@ -45,7 +45,14 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	clk := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	pool := storetest.NewPool(t)
+	// More connections than the flushes hold while they publish (pgxpool's
+	// default is 4 here, as many as the flushes).
+	cfg, err := pgxpool.ParseConfig(storetest.NewDB(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2 * producer.GroupFlushes
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
 	b := memory.New()
 	sub, err := b.NewSubscriber("jobs", memory.Config{Prefetch: 1000})
 	require.NoError(t, err)

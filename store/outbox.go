@@ -95,7 +95,8 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 // predicate), and one commit. When publish fails, the created rows are
 // committed unpublished (published_at NULL) for the sweeper, and the jobs
 // are recorded all the same: the error is publish's to report, not
-// InsertOutboxPublishing's, which returns only the database's. A job is not
+// InsertOutboxPublishing's, which returns only the database's. It holds a
+// connection of the pool while publish runs. A job is not
 // visible to other transactions before the commit: a concurrent insert of
 // its key waits for it, and a worker that ingests its message before the
 // commit finds it there after. When the commit itself fails after the

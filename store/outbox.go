@@ -19,12 +19,12 @@ import (
 // commits once their publish is confirmed: no second write per row.
 
 // insertOutboxSQL records many jobs in one statement, as ingestSQL with
-// published_at $15 (NULL: not yet published), and answers one row per job in the order given (u.n,
-// from 1): whether it was created, and the status of the job that was
-// there before (NULL when there was none, or when a concurrent transaction
-// committed it after the statement's snapshot: the caller reads those
-// again). The keys must be distinct (the jobs of the INSERT and of the
-// join are one each).
+// published_at $15 (NULL: not yet published), and answers one row per job
+// in the order given (u.n, from 1): whether it was created, and the status
+// of the job that was there before (NULL when there was none, or when a
+// concurrent transaction committed it after the statement's snapshot: the
+// caller reads those again). The keys must be distinct (the jobs of the
+// INSERT and of the join are one each).
 const insertOutboxSQL = `WITH u AS (
 	SELECT * FROM ` + jobUnnest + ` WITH ORDINALITY AS u(` + jobUnnestColumns + `, n)
 ), ins AS (
@@ -91,13 +91,14 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 // published, in a transaction held open while publish sends the created
 // ones (recorded says which): it commits once publish returns. So a
 // confirmed job takes one write, not an insert then a mark (an UPDATE of
-// published_at, which no index spares: it is in jobs_unpublished_idx's
-// predicate), and one commit. When publish fails, the created rows are
+// published_at, never HOT: the column is in jobs_unpublished_idx's
+// predicate, so each mark adds an entry to every index the row is in), and
+// one commit. When publish fails, the created rows are
 // committed unpublished (published_at NULL) for the sweeper, and the jobs
 // are recorded all the same: the error is publish's to report, not
 // InsertOutboxPublishing's, which returns only the database's. It holds a
-// connection of the pool while publish runs. A job is not
-// visible to other transactions before the commit: a concurrent insert of
+// connection of the pool while publish runs. A job is not visible to other
+// transactions before the commit: a concurrent insert of
 // its key waits for it, and a worker that ingests its message before the
 // commit finds it there after. When the commit itself fails after the
 // broker confirmed, the messages are on the broker and nothing in Postgres:

@@ -59,5 +59,11 @@ func FuzzDecode(f *testing.F) {
 		if _, err := j.WithModel("fallback"); err != nil {
 			t.Fatalf("WithModel: %v", err)
 		}
+		// For a tenant (the API's tenant keys): the same job, of that
+		// tenant when it names none, as Decode returned it.
+		k, err := llmq.Decode(data, llmq.DecodeOptions{MaxMessageBytes: 1 << 16, Tenant: "acme"})
+		if err != nil || !k.Validated() || (k.Tenant != j.Tenant && (j.Tenant != llmq.DefaultTenant || k.Tenant != "acme")) {
+			t.Fatalf("Decode(%q) for tenant acme = %+v, %v; without: tenant %q", data, k, err, j.Tenant)
+		}
 	})
 }

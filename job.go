@@ -147,12 +147,17 @@ type DecodeOptions struct {
 	// MaxMessageBytes limits the encoded job. 0 means
 	// MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int
+	// Tenant, when not empty, is the tenant of a job whose tenant is
+	// absent or null, instead of DefaultTenant (a tenant of "" is still
+	// DefaultTenant's). The API decodes a tenant key's jobs with it, so
+	// that the job it records is as Decode returned it (Job.Validated).
+	Tenant string
 }
 
 // Decode parses and validates one wire message. It never panics. On bad input
 // it returns a *ValidationError naming every failing field; the job is nil.
-// An absent id is replaced by a new UUIDv7, an absent tenant by "default" and
-// an absent priority by "normal".
+// An absent id is replaced by a new UUIDv7, an absent tenant by opts.Tenant
+// or "default" and an absent priority by "normal".
 func Decode(data []byte, opts DecodeOptions) (*Job, error) {
 	var tl *TooLargeError
 	if errors.As(CheckSize(data, opts.MaxMessageBytes), &tl) {
@@ -197,6 +202,9 @@ func Decode(data []byte, opts DecodeOptions) (*Job, error) {
 			return nil, fmt.Errorf("llmq: generate id: %w", err)
 		}
 		j.ID = id
+	}
+	if b, ok := raw["tenant"]; opts.Tenant != "" && (!ok || isNull(b)) {
+		j.Tenant = opts.Tenant
 	}
 	if j.Tenant == "" && !hasField(errs, "tenant") {
 		j.Tenant = DefaultTenant

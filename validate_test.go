@@ -133,6 +133,28 @@ func TestDecodeDefaults(t *testing.T) {
 	require.NotEqual(t, j.ID, j2.ID)
 }
 
+// TestDecodeTenantOption: DecodeOptions.Tenant is the tenant of a job that
+// names none (absent or null); a named tenant, "" included (the default
+// tenant's), is kept; an invalid one is refused; the job is Validated.
+func TestDecodeTenantOption(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ tenant, want string }{
+		{``, "acme"},
+		{`"tenant":null,`, "acme"},
+		{`"tenant":"",`, llmq.DefaultTenant},
+		{`"tenant":"globex",`, "globex"},
+	} {
+		j, err := llmq.Decode([]byte(`{`+tc.tenant+`"body":`+okBody+`}`), llmq.DecodeOptions{Tenant: "acme"})
+		require.NoError(t, err, tc.tenant)
+		require.Equal(t, tc.want, j.Tenant, tc.tenant)
+		require.True(t, j.Validated(), tc.tenant)
+	}
+	_, err := llmq.Decode([]byte(withBody(okBody)), llmq.DecodeOptions{Tenant: "not a tenant"})
+	var ve *llmq.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, []string{"tenant"}, ve.Fields())
+}
+
 func TestDecodeFull(t *testing.T) {
 	t.Parallel()
 	msg := `{"id":"job:1.a_b-c","tenant":"acme","project":"support","priority":"low","deadline":"2026-12-01T10:00:00.5+02:00",

@@ -89,6 +89,12 @@ type Store interface {
 	// yet published, all or none, and says for each whether it was
 	// created and its status.
 	InsertOutbox(ctx context.Context, jobs []store.NewJob) ([]store.Recorded, error)
+	// InsertOutboxPublishing records jobs as published in a transaction
+	// that commits once publish (which sends the created ones) returns;
+	// when publish fails, they are recorded unpublished. Each of the
+	// producer's flushes (4 at once) holds a connection while it
+	// publishes: the pool needs more (store.Open's default is 24).
+	InsertOutboxPublishing(ctx context.Context, jobs []store.NewJob, publish func([]store.Recorded) error) ([]store.Recorded, error)
 	// MarkPublished records the broker's confirm of the jobs keys.
 	MarkPublished(ctx context.Context, keys []store.Key) error
 	// Unpublished returns up to limit queued jobs created before cutoff

@@ -4,26 +4,30 @@
 // # Publishing
 //
 // [Producer.Publish] and [Producer.PublishBatch] validate each job
-// (Normalize, then Validate), encode it and check the size of the bytes
+// (Normalize, then Validate; a job exactly as llmq.Decode returned it is
+// not validated again), encode it and check the size of the bytes
 // that will be published (MaxMessageBytes, and the broker's own limit when
 // the publisher knows it: a *llmq.TooLargeError, nothing recorded), admit
-// it against the queue's backpressure, record it as queued in Postgres with
-// published_at NULL (so polling works from the first moment), publish it
-// (Kafka: key = the job id by default, or its tenant (Config.KeyBy), value
-// = the job's JSON; RabbitMQ: persistent, confirmed, priority high 9 /
-// normal 5 / low 1) and, once the broker confirmed, set published_at.
-// Concurrent calls share one insert, one publish and one mark.
+// it against the queue's backpressure, record it as queued in Postgres and
+// publish it (Kafka: key = the job id by default, or its tenant
+// (Config.KeyBy), value = the job's JSON; RabbitMQ: persistent, confirmed,
+// priority high 9 / normal 5 / low 1). The row is inserted with
+// published_at set, in a transaction that commits once the broker
+// confirmed: one write per job. Concurrent calls share one transaction and
+// one publish.
 //
 // # Outbox
 //
-// A crash (or a broker outage) between the insert and the confirm leaves the
-// row queued with published_at NULL. [Producer.Sweep], run periodically by a
-// [Sweeper] (llmq api runs one), republishes such rows once they are older
-// than a grace period. A message may therefore reach the broker twice; the
-// worker ingests jobs idempotently by id, so the job runs once. A row whose
-// message the broker refuses for itself (too large, invalid) is handed to
-// Config.DeadLetters (a dlq.Writer) as a dead letter with reason
-// unpublishable, so it does not block the rows after it.
+// When the publish fails (a broker outage), the rows are committed all the
+// same, with published_at NULL (ErrUnpublished). [Producer.Sweep], run
+// periodically by a [Sweeper] (llmq api runs one), republishes such rows
+// once they are older than a grace period. A crash before the commit
+// leaves no row; a message the broker had confirmed is recorded by the
+// worker when it ingests it. A message may therefore reach the broker
+// twice; the worker ingests jobs idempotently by id, so the job runs once.
+// A row whose message the broker refuses for itself (too large, invalid)
+// is handed to Config.DeadLetters (a dlq.Writer) as a dead letter with
+// reason unpublishable, so it does not block the rows after it.
 //
 // # Backpressure
 //

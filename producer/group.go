@@ -11,16 +11,17 @@ import (
 )
 
 // Group commit of the outbox: concurrent PublishBatch calls (the API's
-// single-job POSTs above all) share one InsertOutbox transaction, one
-// publish whose confirms are awaited together, and one MarkPublished,
-// instead of two commits and a confirm round trip each. There is no timer
-// and no goroutine of its own: a caller queues its jobs and, while a flush
-// slot is free, flushes everything queued (its own jobs and those of the
-// callers that queued meanwhile); the callers whose jobs another took wait
-// for that flush. The mark stays in the flush, before the answers: written
-// after them by one goroutine over every mark waiting, it doubled
-// Postgres's CPU per job and raised the p99 of BenchmarkEnqueue
-// (docs/bench/enqueue.md). docs/design/queue-of-record.md (the outbox).
+// single-job POSTs above all) share one transaction
+// (store.InsertOutboxPublishing) and one publish whose confirms are awaited
+// together, instead of a commit and a confirm round trip each. The rows are
+// inserted marked published and committed once the broker confirmed, so a
+// job takes no second write (the UPDATE of published_at that a mark after
+// the confirm was cost Postgres more than the insert: docs/bench/enqueue.md).
+// There is no timer and no goroutine of its own: a caller queues its jobs
+// and, while a flush slot is free, flushes everything queued (its own jobs
+// and those of the callers that queued meanwhile); the callers whose jobs
+// another took wait for that flush. docs/design/queue-of-record.md (the
+// outbox).
 
 // groupFlushes is the number of flushes in flight at once.
 const groupFlushes = 4
@@ -92,60 +93,64 @@ func (p *Producer) record(ctx context.Context, jobs []*llmq.Job, msgs []transpor
 	}
 }
 
-// flush records the jobs of batch in one transaction and publishes the
-// created ones in one call. When the transaction fails, each request is
-// recorded on its own, so a job Postgres refuses fails only its caller.
+// flush records the jobs of batch in one transaction, publishes the
+// created ones in one call before it commits, and answers every request.
+// When the transaction fails, each request is recorded on its own, so a
+// job Postgres refuses fails only its caller.
 func (p *Producer) flush(ctx context.Context, batch []*recordReq) {
 	// Not cut by the caller that happens to flush: the others wait on it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
+	// The publish has PublishTimeout of its own (send); the transaction
+	// as long again, so that a publish that timed out still leaves time to
+	// commit the rows for the sweeper.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*p.cfg.PublishTimeout)
 	defer cancel()
+	jobs := batch[0].sized
 	if len(batch) > 1 {
-		var jobs []store.NewJob
+		jobs = nil
 		for _, r := range batch {
 			jobs = append(jobs, r.sized...)
 		}
-		recorded, err := p.cfg.Store.InsertOutbox(ctx, jobs)
-		if err != nil {
-			for _, r := range batch {
-				p.flush(ctx, []*recordReq{r})
-			}
-			return
-		}
-		p.publishRecorded(ctx, batch, recorded)
-		return
 	}
-	recorded, err := p.cfg.Store.InsertOutbox(ctx, batch[0].sized)
-	if err != nil {
+	var publishErr error
+	recorded, err := p.cfg.Store.InsertOutboxPublishing(ctx, jobs, func(recorded []store.Recorded) error {
+		publishErr = p.send(ctx, created(batch, recorded))
+		return publishErr
+	})
+	switch {
+	case err != nil && len(batch) > 1:
+		for _, r := range batch {
+			p.flush(ctx, []*recordReq{r})
+		}
+		return
+	case err != nil:
 		batch[0].done <- recordResult{recordErr: err}
 		return
 	}
-	p.publishRecorded(ctx, batch, recorded)
-}
-
-// publishRecorded publishes the created jobs of batch, whose InsertOutbox
-// answers are recorded in order, and answers every request.
-func (p *Producer) publishRecorded(ctx context.Context, batch []*recordReq, recorded []store.Recorded) {
-	var fresh []transport.Message
-	var keys []store.Key
 	i := 0
 	for _, r := range batch {
-		for k, j := range r.jobs {
-			if recorded[i+k].Created {
-				fresh, keys = append(fresh, r.msgs[k]), append(keys, store.Key{Tenant: j.Tenant, ID: j.ID})
-			}
-		}
-		i += len(r.jobs)
-	}
-	err := p.publish(ctx, fresh, keys)
-	i = 0
-	for _, r := range batch {
-		res := recordResult{recorded: recorded[i : i+len(r.jobs)], publishErr: err}
+		res := recordResult{recorded: recorded[i : i+len(r.jobs)], publishErr: publishErr}
 		if !anyCreated(res.recorded) {
 			res.publishErr = nil // nothing of this caller's was to publish
 		}
 		r.done <- res
 		i += len(r.jobs)
 	}
+}
+
+// created returns the messages of the created jobs of batch, whose
+// InsertOutbox answers are recorded in order.
+func created(batch []*recordReq, recorded []store.Recorded) []transport.Message {
+	var fresh []transport.Message
+	i := 0
+	for _, r := range batch {
+		for k := range r.jobs {
+			if recorded[i+k].Created {
+				fresh = append(fresh, r.msgs[k])
+			}
+		}
+		i += len(r.jobs)
+	}
+	return fresh
 }
 
 func anyCreated(rs []store.Recorded) bool {

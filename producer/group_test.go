@@ -85,6 +85,6 @@ func TestConcurrentPublishesShareAFlush(t *testing.T) {
 	var txns, unpublished int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text), count(*) FILTER (WHERE published_at IS NULL)
 		FROM jobs WHERE id LIKE 'grouped-%'`).Scan(&txns, &unpublished))
-	require.Equal(t, 1, txns, "the queued jobs were recorded, then marked published, by one transaction each")
+	require.Equal(t, 1, txns, "the queued jobs were recorded, marked published, by one transaction")
 	require.Zero(t, unpublished)
 }

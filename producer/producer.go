@@ -89,15 +89,20 @@ func (p *Producer) Publish(ctx context.Context, job *llmq.Job) (Receipt, QueueSt
 // 413 with the limit); ErrBrokerUnavailable or ErrDatabaseUnavailable
 // (the queue could not be measured); *ErrBackpressure (queue full, or a
 // deadline the estimated wait passes). Then the jobs are recorded in one
-// transaction (ErrDatabaseUnavailable, or store.ErrInvalidJob for data
-// Postgres refuses: nothing recorded) and published: when the publish
-// fails, ErrUnpublished is returned with the receipts, the jobs stay queued
-// and the outbox sweeper publishes them later.
+// transaction, published, and committed (ErrDatabaseUnavailable, or
+// store.ErrInvalidJob for data Postgres refuses: nothing recorded; when the
+// commit fails after the broker confirmed, the worker records the jobs as
+// it ingests their messages): when the publish fails, ErrUnpublished is
+// returned with the receipts, the jobs stay queued and the outbox sweeper
+// publishes them later.
 func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receipt, QueueState, error) {
 	if len(jobs) > p.cfg.MaxBatch {
 		return nil, QueueState{}, fmt.Errorf("%w: %d (at most %d)", ErrTooManyJobs, len(jobs), p.cfg.MaxBatch)
 	}
 	for i, j := range jobs {
+		if j.Validated() {
+			continue // as llmq.Decode returned it: complete and valid
+		}
 		if err := j.Normalize(); err != nil {
 			return nil, QueueState{}, &JobError{Index: i, ID: j.ID, Err: err}
 		}
@@ -221,11 +226,31 @@ func (p *Producer) message(j *llmq.Job) (transport.Message, error) {
 	return m, nil
 }
 
-// publish sends msgs (of jobs already recorded, keys in the same order) and
-// marks them published. It runs on after ctx is cancelled, bounded by
-// PublishTimeout: the rows exist, and finishing now spares the sweeper a
-// republish.
+// publish sends msgs (of jobs recorded unpublished, keys in the same
+// order) and marks them published: the sweeper's path.
 func (p *Producer) publish(ctx context.Context, msgs []transport.Message, keys []store.Key) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.PublishTimeout)
+	defer cancel()
+	if err := p.send(ctx, msgs); err != nil {
+		return err
+	}
+	if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
+		// The messages are on the broker; the sweeper will send them once
+		// more, which the workers' idempotent claim absorbs.
+		p.log.Warn("mark published failed", slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
+		return fmt.Errorf("%w: %w", errNotMarked, err)
+	}
+	return nil
+}
+
+// send publishes msgs and awaits the broker's confirms. It runs on after
+// ctx is cancelled, bounded by PublishTimeout: the rows exist (or their
+// transaction waits on it), and finishing now spares the sweeper a
+// republish.
+func (p *Producer) send(ctx context.Context, msgs []transport.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -239,12 +264,6 @@ func (p *Producer) publish(ctx context.Context, msgs []transport.Message, keys [
 		return err
 	}
 	p.metrics.publishSeconds.Observe(p.cfg.Clock.Since(start).Seconds())
-	if err := p.cfg.Store.MarkPublished(ctx, keys); err != nil {
-		// The messages are on the broker; the sweeper will send them once
-		// more, which the workers' idempotent claim absorbs.
-		p.log.Warn("mark published failed", slog.Int("jobs", len(msgs)), slog.String("error", err.Error()))
-		return fmt.Errorf("%w: %w", errNotMarked, err)
-	}
 	return nil
 }
 

@@ -45,7 +45,14 @@ type testBundle struct {
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	clk := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	pool := storetest.NewPool(t)
+	// More connections than the flushes hold while they publish (pgxpool's
+	// default is 4 here, as many as the flushes).
+	cfg, err := pgxpool.ParseConfig(storetest.NewDB(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2 * producer.GroupFlushes
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
 	b := memory.New()
 	sub, err := b.NewSubscriber("jobs", memory.Config{Prefetch: 1000})
 	require.NoError(t, err)
@@ -168,6 +175,18 @@ func TestPublishBatchDuplicatesAndTenants(t *testing.T) {
 	require.Equal(t, []string{"body.model"}, ve.Fields())
 	_, err = b.store.Get(ctx, "acme", "e")
 	require.ErrorIs(t, err, store.ErrNotFound)
+
+	// A job as llmq.Decode returned it is not validated again; one changed
+	// since is.
+	decoded, err := llmq.Decode([]byte(`{"id":"f","tenant":"acme","body":{"model":"m","messages":[{"role":"user"}]}}`),
+		llmq.DecodeOptions{})
+	require.NoError(t, err)
+	decoded.Body = bad.Body
+	_, _, err = p.PublishBatch(ctx, []*llmq.Job{decoded})
+	require.ErrorAs(t, err, &je)
+	require.Equal(t, 0, je.Index)
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, []string{"body.model"}, ve.Fields())
 
 	jobs := make([]*llmq.Job, producer.MaxBatchDefault+1)
 	for i := range jobs {

@@ -15,19 +15,21 @@ import (
 // The producer's outbox (migration 0003): a row inserted by InsertOutbox has
 // published_at NULL until MarkPublished records the broker's confirm;
 // Unpublished finds the queued rows a crash left unconfirmed.
+// InsertOutboxPublishing records rows already marked, in a transaction that
+// commits once their publish is confirmed: no second write per row.
 
 // insertOutboxSQL records many jobs in one statement, as ingestSQL with
-// published_at NULL, and answers one row per job in the order given (u.n,
-// from 1): whether it was created, and the status of the job that was
-// there before (NULL when there was none, or when a concurrent transaction
-// committed it after the statement's snapshot: the caller reads those
-// again). The keys must be distinct (the jobs of the INSERT and of the
-// join are one each).
+// published_at $15 (NULL: not yet published), and answers one row per job
+// in the order given (u.n, from 1): whether it was created, and the status
+// of the job that was there before (NULL when there was none, or when a
+// concurrent transaction committed it after the statement's snapshot: the
+// caller reads those again). The keys must be distinct (the jobs of the
+// INSERT and of the join are one each).
 const insertOutboxSQL = `WITH u AS (
 	SELECT * FROM ` + jobUnnest + ` WITH ORDINALITY AS u(` + jobUnnestColumns + `, n)
 ), ins AS (
 	INSERT INTO jobs (` + jobInsertColumns + `, published_at)
-	SELECT ` + jobValues + `, NULL FROM u
+	SELECT ` + jobValues + `, $15::timestamptz FROM u
 	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING tenant, id
@@ -37,13 +39,13 @@ FROM u LEFT JOIN ins ON ins.tenant = u.tenant AND ins.id = u.id
 	LEFT JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id
 ORDER BY u.n`
 
-// insertOneSQL records one job as queued and not yet published, in the
-// pipeline InsertOutbox sends for a few jobs (each followed by a read of
-// the job's status, in a snapshot of its own).
+// insertOneSQL records one job as queued, published at $15 (NULL: not
+// yet), in the pipeline InsertOutbox sends for a few jobs (each followed by
+// a read of the job's status, in a snapshot of its own).
 const insertOneSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
 	project, published_at)
-SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, NULL
+SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::timestamptz
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 
@@ -82,6 +84,67 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 	if len(jobs) == 0 {
 		return nil, nil
 	}
+	return s.insertOutbox(ctx, s.pool, jobs, s.clock(), nil)
+}
+
+// InsertOutboxPublishing records jobs as InsertOutbox does, but marked
+// published, in a transaction held open while publish sends the created
+// ones (recorded says which): it commits once publish returns. So a
+// confirmed job takes one write, not an insert then a mark (an UPDATE of
+// published_at, never HOT: the column is in jobs_unpublished_idx's
+// predicate, so each mark adds an entry to every index the row is in), and
+// one commit. When publish fails, the created rows are
+// committed unpublished (published_at NULL) for the sweeper, and the jobs
+// are recorded all the same: the error is publish's to report, not
+// InsertOutboxPublishing's, which returns only the database's. It holds a
+// connection of the pool while publish runs. A job is not visible to other
+// transactions before the commit: a concurrent insert of
+// its key waits for it, and a worker that ingests its message before the
+// commit finds it there after. When the commit itself fails after the
+// broker confirmed, the messages are on the broker and nothing in Postgres:
+// the worker records each job when it ingests the message.
+func (s *Store) InsertOutboxPublishing(ctx context.Context, jobs []NewJob, publish func(recorded []Recorded) error) ([]Recorded, error) {
+	if len(jobs) == 0 {
+		return nil, publish(nil)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store: insert outbox: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op once committed
+	now := s.clock()
+	got, err := s.insertOutbox(ctx, tx, jobs, now, &now)
+	if err != nil {
+		return nil, err
+	}
+	if publish(got) != nil {
+		var tenants, ids []string
+		for i, r := range got {
+			if r.Created {
+				tenants, ids = append(tenants, jobs[i].Job.Tenant), append(ids, jobs[i].Job.ID)
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE jobs j SET published_at = NULL FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
+			WHERE j.tenant = u.tenant AND j.id = u.id`, tenants, ids); err != nil {
+			return nil, fmt.Errorf("store: insert outbox: unmark %d unpublished jobs: %w", len(ids), err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("store: insert outbox: commit %d jobs: %w", len(jobs), err)
+	}
+	return got, nil
+}
+
+// outboxDB is what an outbox insert runs on: the pool (a batch is its own
+// transaction) or an open transaction.
+type outboxDB interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// insertOutbox is InsertOutbox on db, with published_at set to
+// publishedAt (nil: NULL).
+func (s *Store) insertOutbox(ctx context.Context, db outboxDB, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, error) {
 	for _, n := range jobs {
 		if err := validate("insert outbox", n.Job); err != nil {
 			return nil, err
@@ -102,17 +165,17 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 		distinct = append(distinct, n)
 	}
 	if len(distinct) < s.outboxArraysFrom {
-		got, err := s.insertEach(ctx, distinct)
+		got, err := s.insertEach(ctx, db, distinct, now, publishedAt)
 		if err != nil {
 			return nil, err
 		}
 		return spread(jobs, first, got), nil
 	}
-	args, err := s.jobArrays("insert outbox", distinct, s.clock())
+	args, err := s.jobArrays("insert outbox", distinct, now)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, insertOutboxSQL, args...)
+	rows, err := db.Query(ctx, insertOutboxSQL, append(args, publishedAt)...)
 	if err != nil {
 		return nil, dataError(fmt.Sprintf("insert outbox of %d jobs", len(distinct)), err)
 	}
@@ -140,7 +203,7 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 	if len(unread) > 0 {
 		// Either pruned (a tombstone: status "") or committed by another
 		// transaction while this one ran: read them in a snapshot of now.
-		statuses, err := s.statuses(ctx, unread)
+		statuses, err := statuses(ctx, db, unread)
 		if err != nil {
 			return nil, fmt.Errorf("store: insert outbox: %w", err)
 		}
@@ -172,16 +235,15 @@ func spread(jobs []NewJob, first []int, got []Recorded) []Recorded {
 
 // insertEach records jobs (distinct keys) with a statement each, and a read
 // of each one's status after it, in one pipeline and one transaction.
-func (s *Store) insertEach(ctx context.Context, jobs []NewJob) ([]Recorded, error) {
-	now := s.clock()
+func (s *Store) insertEach(ctx context.Context, db outboxDB, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, error) {
 	b := &pgx.Batch{}
 	for _, n := range jobs {
-		b.Queue(insertOneSQL, s.insertArgs(n, now)...)
+		b.Queue(insertOneSQL, append(s.insertArgs(n, now), publishedAt)...)
 		b.Queue(`SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, n.Job.Tenant, n.Job.ID)
 	}
 	// A batch is sent with one Sync: its statements form one implicit
 	// transaction, so a failure leaves none of the rows.
-	br := s.pool.SendBatch(ctx, b)
+	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	out := make([]Recorded, len(jobs))
 	for i := range jobs {
@@ -201,12 +263,12 @@ func (s *Store) insertEach(ctx context.Context, jobs []NewJob) ([]Recorded, erro
 }
 
 // statuses reads the status of the jobs keys that exist.
-func (s *Store) statuses(ctx context.Context, keys []Key) (map[Key]llmq.Status, error) {
+func statuses(ctx context.Context, db outboxDB, keys []Key) (map[Key]llmq.Status, error) {
 	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenants[i], ids[i] = k.Tenant, k.ID
 	}
-	rows, err := s.pool.Query(ctx, `SELECT j.tenant, j.id, j.status FROM jobs j
+	rows, err := db.Query(ctx, `SELECT j.tenant, j.id, j.status FROM jobs j
 		JOIN unnest($1::text[], $2::text[]) AS u(tenant, id) ON j.tenant = u.tenant AND j.id = u.id`, tenants, ids)
 	if err != nil {
 		return nil, err

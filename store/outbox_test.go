@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -66,6 +67,70 @@ func testOutbox(t *testing.T, b *testBundle) {
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	_, err = b.store.Get(b.ctx, "acme", "o5")
 	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// TestOutboxPublishing: InsertOutboxPublishing hands publish what it
+// recorded while the rows are not yet visible to anyone else, then
+// commits them published; when publish fails it commits the created rows
+// unpublished (the sweeper's), an existing job untouched; an insert that
+// fails calls no publish and writes nothing.
+func TestOutboxPublishing(t *testing.T) {
+	t.Parallel()
+	eachOutboxPath(t, testOutboxPublishing)
+}
+
+func testOutboxPublishing(t *testing.T, b *testBundle) {
+	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	require.NoError(t, err)
+	visible := func(id string) bool {
+		var n int
+		require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(*) FROM jobs WHERE id = $1`, id).Scan(&n))
+		return n == 1
+	}
+	publishedAt := func(id string) *time.Time {
+		var at *time.Time
+		require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT published_at FROM jobs WHERE id = $1`, id).Scan(&at))
+		if at != nil {
+			*at = at.UTC()
+		}
+		return at
+	}
+	oldAt := publishedAt("old")
+	want := []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: false, Status: llmq.StatusQueued},
+		{Created: true, Status: llmq.StatusQueued}}
+	var seen []store.Recorded
+	got, err := b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p1")}, {Job: newJob(t, "old")},
+		{Job: newJob(t, "p2")}}, func(recorded []store.Recorded) error {
+		seen = recorded
+		require.False(t, visible("p1"), "committed only once published")
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Equal(t, want, seen)
+	now := b.clock.Now()
+	for _, id := range []string{"p1", "p2"} {
+		require.Equal(t, &now, publishedAt(id), id)
+	}
+	require.Equal(t, oldAt, publishedAt("old"), "an existing job keeps its mark")
+
+	got, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "u1")}, {Job: newJob(t, "p1")}},
+		func([]store.Recorded) error { return errors.New("broker down") })
+	require.NoError(t, err, "recorded all the same")
+	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: false, Status: llmq.StatusQueued}}, got)
+	require.Nil(t, publishedAt("u1"))
+	require.Equal(t, &now, publishedAt("p1"), "an existing job keeps its mark")
+	b.clock.Advance(time.Second)
+	recs, err := b.store.Unpublished(b.ctx, b.clock.Now(), 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"u1"}, outboxIDs(recs))
+
+	bad := newJob(t, "bad")
+	bad.Tenant = "bad tenant"
+	_, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p3")}, {Job: bad}},
+		func([]store.Recorded) error { t.Fatal("publish of a failed insert"); return nil })
+	require.ErrorIs(t, err, store.ErrInvalidJob)
+	require.False(t, visible("p3"))
 }
 
 func TestQueueStats(t *testing.T) {

@@ -643,9 +643,10 @@ type downAfterInsert struct {
 	inserted atomic.Bool
 }
 
-func (d *downAfterInsert) InsertOutbox(ctx context.Context, jobs []store.NewJob) ([]store.Recorded, error) {
+func (d *downAfterInsert) InsertOutboxPublishing(ctx context.Context, jobs []store.NewJob,
+	publish func([]store.Recorded) error) ([]store.Recorded, error) {
 	defer d.inserted.Store(true)
-	return d.Store.InsertOutbox(ctx, jobs)
+	return d.Store.InsertOutboxPublishing(ctx, jobs, publish)
 }
 
 func (d *downAfterInsert) MarkPublished(ctx context.Context, keys []store.Key) error {
@@ -681,5 +682,5 @@ func TestAcceptedOnceCommitted(t *testing.T) {
 	require.Equal(t, "queued", out.Jobs[0].Status)
 	require.False(t, out.Jobs[0].Created)
 	require.True(t, out.Jobs[1].Created)
-	require.True(t, out.Jobs[1].Published, "on the broker; marking it published failed, the sweeper sends it again")
+	require.True(t, out.Jobs[1].Published, "confirmed by the broker before the commit")
 }

@@ -7,13 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -59,6 +62,8 @@ func BenchmarkEnqueue(b *testing.B) {
 
 	var next atomic.Int64
 	lat := make([][]time.Duration, enqueueClients)
+	pgStart := pgCPU(b, st)
+	procStart := procCPU(b, "self")
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for c := range enqueueClients {
@@ -96,11 +101,50 @@ func BenchmarkEnqueue(b *testing.B) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	procUsed := procCPU(b, "self") - procStart
+	var pgUsed time.Duration
+	for pid, cpu := range pgCPU(b, st) {
+		pgUsed += cpu - pgStart[pid] // a backend started during the run: from 0
+	}
 	all := slices.Sorted(slices.Values(slices.Concat(lat...)))
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(procUsed.Microseconds())/float64(b.N), "proc-µs/job")
+	b.ReportMetric(float64(pgUsed.Microseconds())/float64(b.N), "pg-µs/job")
 	require.NoError(b, p.Drain(ctx))
 	var published int
 	require.NoError(b, st.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE published_at IS NOT NULL`).Scan(&published))
 	require.Equal(b, b.N, published)
+}
+
+// procCPU is the CPU time (user and system) process pid ("self" for this
+// one) has used, from /proc/pid/stat.
+func procCPU(b *testing.B, pid string) time.Duration {
+	b.Helper()
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	require.NoError(b, err)
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, err := strconv.ParseInt(f[11], 10, 64)
+	require.NoError(b, err)
+	stime, err := strconv.ParseInt(f[12], 10, 64)
+	require.NoError(b, err)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// pgCPU is the CPU time of each Postgres backend of st's database (the
+// server runs on this machine), by pid.
+func pgCPU(b *testing.B, st *store.Store) map[string]time.Duration {
+	b.Helper()
+	rows, err := st.Pool().Query(context.Background(),
+		`SELECT pid::text FROM pg_stat_activity WHERE datname = current_database()`)
+	require.NoError(b, err)
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(b, err)
+	out := make(map[string]time.Duration, len(pids))
+	for _, pid := range pids {
+		out[pid] = procCPU(b, pid)
+	}
+	return out
 }

@@ -133,7 +133,9 @@ func (a *API) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *
 		}
 		return prefix + "." + f
 	}
-	j, err := llmq.Decode(b, llmq.DecodeOptions{MaxMessageBytes: a.cfg.MaxMessageBytes})
+	// A tenant's job names no tenant, or its own: decoded for it, the job
+	// is recorded as Decode returned it, validated once (Job.Validated).
+	j, err := llmq.Decode(b, llmq.DecodeOptions{MaxMessageBytes: a.cfg.MaxMessageBytes, Tenant: s.tenant})
 	var ve *llmq.ValidationError
 	if errors.As(err, &ve) {
 		details := slices.Clone(ve.Errors)
@@ -145,17 +147,11 @@ func (a *API) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *
 	if err != nil {
 		return nil, &Error{Code: llmq.CodeInvalidJSON, Field: path(""), Message: err.Error()}
 	}
-	var given struct {
-		Tenant *string `json:"tenant"`
-	}
-	_ = json.Unmarshal(b, &given) // Decode accepted it: a string or null
-	switch tenant := s.tenant; {
-	case tenant == "": // an operator, for the job's own tenant
-	case given.Tenant != nil && *given.Tenant != tenant:
+	// An operator's job is its own tenant's; a tenant's job that names
+	// another tenant (or "", the default tenant) is refused.
+	if tenant := s.tenant; tenant != "" && j.Tenant != tenant {
 		return nil, &Error{Code: CodeTenantMismatch, Field: path("tenant"),
 			Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", tenant, tenant)}
-	default:
-		j.Tenant = tenant
 	}
 	if errs := a.cfg.Catalog.CheckModels(j); len(errs) > 0 {
 		for i := range errs {

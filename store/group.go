@@ -42,9 +42,9 @@ type op struct {
 	scan  func(pgx.Rows) error
 	done  chan opResult // buffered 1
 	// row, when set, is the op as one row of its kind's multi-row
-	// statement (the last of stmts is the op on its own; those before it,
-	// such as the record of a call's answer, run on their own before the
-	// merged statement, in the same batch).
+	// statement, which replaces all of stmts (the last of them is the op
+	// on its own; the one before it, if any, records the answer of the
+	// job's previous call: the merged statement records it too).
 	row *rowOp
 }
 
@@ -60,6 +60,9 @@ type rowOp struct {
 	key Key
 	// dest receives the returned row's columns after the ordinal.
 	dest []any
+	// answer, when set, is the answer to the job's previous call, which
+	// the merged statement records (answersCTE).
+	answer *Answer
 }
 
 // rowKind is a statement over many ops: sql reads
@@ -67,7 +70,9 @@ type rowOp struct {
 // column i from the i-th argument of each op's own statement, and returns
 // u.n (the op's 1-based position) first, then the columns of rowOp.dest,
 // for the rows it changed; args turns the ops' arguments into its typed
-// arrays (with column).
+// arrays (with column). The same statement records the ops' answers
+// (withAnswers: answersCTE from $k+1, over answerArrays), so a flush
+// sends one statement per kind, not one more per answer besides.
 type rowKind struct {
 	sql  string
 	args func(ops []*op) []any
@@ -189,12 +194,7 @@ func (c *committer) flush(batch []*op) {
 	merged, single := mergeOps(batch)
 	b := &pgx.Batch{}
 	for _, m := range merged {
-		for _, o := range m {
-			for _, s := range o.stmts[:len(o.stmts)-1] {
-				b.Queue(s.sql, s.args...)
-			}
-		}
-		b.Queue(m[0].row.kind.sql, m[0].row.kind.args(m)...)
+		b.Queue(m[0].row.kind.sql, append(m[0].row.kind.args(m), answerArrays(m)...)...)
 	}
 	for _, o := range single {
 		for _, s := range o.stmts {
@@ -260,17 +260,9 @@ type rowKey struct {
 	key  Key
 }
 
-// readMerged reads the results of the statements ops run before their
-// merged statement, then its rows: each row answers the op at its ordinal
-// (found); the ops without a row are not found.
+// readMerged reads the rows of ops' merged statement: each row answers
+// the op at its ordinal (found); the ops without a row are not found.
 func readMerged(br pgx.BatchResults, ops []*op, results map[*op]opResult) error {
-	for _, o := range ops {
-		for range len(o.stmts) - 1 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-	}
 	rows, err := br.Query()
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func BenchmarkJobLifecycle(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	_, hot := storetest.JobUpdates(b, s.Pool())
+	_, hot := storetest.Updates(b, s.Pool(), "jobs")
 	b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
 	var heap int64
 	require.NoError(b, s.Pool().QueryRow(ctx, `SELECT pg_relation_size('jobs')`).Scan(&heap))

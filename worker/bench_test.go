@@ -38,7 +38,8 @@ const benchInFlight = 512
 // made, first message fetched) before the timer starts; it stops when the
 // last result is stored. Besides jobs/s and the CPU per job (benchCPU) it
 // reports the row updates of jobs per job, how many of them were HOT
-// (storetest.JobUpdates), and the table's heap (without indexes) per job.
+// (storetest.Updates), the HOT updates of job_attempts per job (the
+// answers), and the table's heap (without indexes) per job.
 func BenchmarkPipeline(b *testing.B) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
@@ -97,9 +98,11 @@ func BenchmarkPipeline(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			require.NoError(b, w.Stop(ctx))
-			upd, hot := storetest.JobUpdates(b, tb.store.Pool())
+			upd, hot := storetest.Updates(b, tb.store.Pool(), "jobs")
 			b.ReportMetric(float64(upd)/float64(b.N), "upd/job")
 			b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
+			_, hot = storetest.Updates(b, tb.store.Pool(), "job_attempts")
+			b.ReportMetric(float64(hot)/float64(b.N), "att-hot/job")
 			var heap int64
 			require.NoError(b, tb.store.Pool().QueryRow(context.Background(),
 				`SELECT pg_relation_size('jobs')`).Scan(&heap))

@@ -255,12 +255,12 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// JobUpdates returns the row updates of table jobs since the database was
-// made, and how many of them were heap-only (HOT: no index entry written).
+// Updates returns the row updates of table since the database was made,
+// and how many of them were heap-only (HOT: no index entry written).
 // Each idle connection of pool first reports its statistics, which a
 // backend otherwise sends up to 10 s late (pg_stat_force_next_flush,
 // PostgreSQL 15): call it while no connection of pool is in use.
-func JobUpdates(t testing.TB, pool *pgxpool.Pool) (upd, hot int64) {
+func Updates(t testing.TB, pool *pgxpool.Pool, table string) (upd, hot int64) {
 	t.Helper()
 	ctx := context.Background()
 	for _, c := range pool.AcquireAllIdle(ctx) {
@@ -271,8 +271,8 @@ func JobUpdates(t testing.TB, pool *pgxpool.Pool) (upd, hot int64) {
 		}
 	}
 	if err := pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-		WHERE relid = 'jobs'::regclass`).Scan(&upd, &hot); err != nil {
-		t.Fatalf("storetest: read the updates of jobs: %v", err)
+		WHERE relid = $1::regclass`, table).Scan(&upd, &hot); err != nil {
+		t.Fatalf("storetest: read the updates of %s: %v", table, err)
 	}
 	return upd, hot
 }

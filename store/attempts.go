@@ -16,7 +16,10 @@ import (
 // costs no round trip of its own on the paths every call takes:
 // MarkCalling inserts the row in the statement that counts the call, and
 // the answer rides in the batch of the write that follows it
-// (MarkRetrying, StoreResult, or the next MarkCalling after a fallback).
+// (MarkRetrying, StoreResult, or the next MarkCalling after a fallback);
+// when the group committer merges StoreResult or MarkCalling ops, in the
+// merged statement itself (answersCTE). Half of each page of the table is
+// left free (migration 0019), so the answer is a heap-only update.
 // Only the paths that end or hand back a job after a failed call (failed,
 // dead-lettered, expired, released) record the answer with a statement of
 // its own (EndAttempt).

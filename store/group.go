@@ -70,12 +70,29 @@ type rowOp struct {
 // column i from the i-th argument of each op's own statement, and returns
 // u.n (the op's 1-based position) first, then the columns of rowOp.dest,
 // for the rows it changed; args turns the ops' arguments into its typed
-// arrays (with column). The same statement records the ops' answers
-// (withAnswers: answersCTE from $k+1, over answerArrays), so a flush
-// sends one statement per kind, not one more per answer besides.
+// arrays (with column). When some of the ops carry an answer, answered
+// is sql that records them too (withAnswers: answersCTE from $k+1, over
+// answerArrays), so a flush sends one statement per kind, not one more
+// per answer besides.
 type rowKind struct {
-	sql  string
-	args func(ops []*op) []any
+	sql, answered string
+	args          func(ops []*op) []any
+}
+
+// newRowKind is the kind of statement sql over k arrays (args).
+func newRowKind(sql string, k int, args func(ops []*op) []any) *rowKind {
+	return &rowKind{sql: sql, answered: withAnswers(sql, k+1), args: args}
+}
+
+// queue adds the statement of ops, a group of this kind, to b.
+func (k *rowKind) queue(b *pgx.Batch, ops []*op) {
+	for _, o := range ops {
+		if o.row.answer != nil {
+			b.Queue(k.answered, append(k.args(ops), answerArrays(ops)...)...)
+			return
+		}
+	}
+	b.Queue(k.sql, k.args(ops)...)
 }
 
 // column collects argument i of ops' own (last) statements as one array
@@ -194,7 +211,7 @@ func (c *committer) flush(batch []*op) {
 	merged, single := mergeOps(batch)
 	b := &pgx.Batch{}
 	for _, m := range merged {
-		b.Queue(m[0].row.kind.sql, append(m[0].row.kind.args(m), answerArrays(m)...)...)
+		m[0].row.kind.queue(b, m)
 	}
 	for _, o := range single {
 		for _, s := range o.stmts {

@@ -77,9 +77,14 @@ func heapOnlyBundle(t *testing.T) (*testBundle, func(table string) (upd, hot int
 
 // TestAnswerIsHeapOnly: the record of a call's answer on its row of
 // job_attempts changes no indexed column, and the table's pages keep room
-// for the new versions (migration 0019): every answer is heap-only, even
-// when the calls' rows filled their pages (with pages filled to the brim,
-// the answers to the calls of all but the last page found no room).
+// for the new versions (migration 0019): the answers are heap-only, even
+// when the calls' rows filled their pages. Not every one: a page with half
+// its room left holds about as many new versions as rows, and the last
+// ones find room only once the page has pruned the versions the earlier
+// answers left dead, which a snapshot taken meanwhile (in this database or,
+// while it is created, in another one) may forbid. Seen: 268-300 of 300
+// with the migration, 167 with pages filled to the brim (the answers to
+// the calls of all but the last page found no room until pruned).
 func TestAnswerIsHeapOnly(t *testing.T) {
 	t.Parallel()
 	b, updates := heapOnlyBundle(t)
@@ -102,5 +107,6 @@ func TestAnswerIsHeapOnly(t *testing.T) {
 		require.True(t, stored)
 	}
 	upd, hot := updates("job_attempts")
-	require.Equal(t, [2]int{n, n}, [2]int{upd, hot}, "every answer is heap-only")
+	require.Equal(t, n, upd)
+	require.GreaterOrEqual(t, hot, n*85/100, "the answers are heap-only")
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +16,10 @@ import (
 // costs no round trip of its own on the paths every call takes:
 // MarkCalling inserts the row in the statement that counts the call, and
 // the answer rides in the batch of the write that follows it
-// (MarkRetrying, StoreResult, or the next MarkCalling after a fallback).
+// (MarkRetrying, StoreResult, or the next MarkCalling after a fallback);
+// when the group committer merges StoreResult or MarkCalling ops, in the
+// merged statement itself (answersCTE). Half of each page of the table is
+// left free (migration 0019), so the answer is a heap-only update.
 // Only the paths that end or hand back a job after a failed call (failed,
 // dead-lettered, expired, released) record the answer with a statement of
 // its own (EndAttempt).
@@ -112,6 +116,71 @@ func answerStmt(k Key, a *Answer) stmt {
 		AND seq = (SELECT max(seq) FROM job_attempts WHERE tenant = $1 AND job_id = $2)`,
 		[]any{k.Tenant, k.ID, a.Attempt, a.At.UTC(), a.Status, a.Outcome, a.ErrorCode, a.PromptTokens,
 			a.CompletionTokens, retryAfter, limReq, limTok}}
+}
+
+// answersCTE is the CTE "ans" of a merged statement (rowKind) that records
+// the answers of its ops, like answerStmt does one, from the arrays of
+// answerArrays at $n.. (the ops without an answer are not in them). Every
+// sub-statement of a statement sees the same snapshot, so an answer is
+// recorded on the call it answers even when the statement also inserts the
+// job's next call (MarkCalling after a fallback).
+func answersCTE(n int) string {
+	p := func(i int) string { return "$" + strconv.Itoa(n+i) }
+	return `ans AS (UPDATE job_attempts x SET finished_at = a.at, status = a.status, outcome = a.outcome,
+		error_code = a.error_code, prompt_tokens = a.prompt_tokens, completion_tokens = a.completion_tokens,
+		retry_after_ms = a.retry_after_ms, limit_requests = a.limit_requests, limit_tokens = a.limit_tokens
+	FROM unnest(` + p(0) + `::text[], ` + p(1) + `::text[], ` + p(2) + `::int[], ` + p(3) + `::timestamptz[], ` + p(4) + `::int[], ` +
+		p(5) + `::text[], ` + p(6) + `::text[], ` + p(7) + `::int[], ` + p(8) + `::int[], ` + p(9) + `::bigint[], ` +
+		p(10) + `::float8[], ` + p(11) + `::float8[]) AS a(tenant, job_id, attempt, at, status, outcome, error_code,
+		prompt_tokens, completion_tokens, retry_after_ms, limit_requests, limit_tokens)
+	WHERE x.tenant = a.tenant AND x.job_id = a.job_id AND x.attempt = a.attempt AND x.finished_at IS NULL
+		AND x.seq = (SELECT max(seq) FROM job_attempts y WHERE y.tenant = a.tenant AND y.job_id = a.job_id))`
+}
+
+// withAnswers adds answersCTE(n) to sql, a statement that begins with a
+// WITH clause.
+func withAnswers(sql string, n int) string {
+	rest, ok := strings.CutPrefix(sql, "WITH ")
+	if !ok {
+		panic("store: withAnswers needs a statement that begins with WITH")
+	}
+	return "WITH " + answersCTE(n) + ",\n" + rest
+}
+
+// answerArrays are the arguments of answersCTE: the answers of the ops
+// that have one, a column per array.
+func answerArrays(ops []*op) []any {
+	var (
+		tenants, ids, outcomes, codes []string
+		attempts, statuses, pt, ct    []int
+		ats                           []time.Time
+		retryAfter                    []*int64
+		limReq, limTok                []*float64
+	)
+	for _, o := range ops {
+		a := o.row.answer
+		if a == nil {
+			continue
+		}
+		var ra *int64
+		if a.RetryAfter > 0 {
+			ms := a.RetryAfter.Milliseconds()
+			ra = &ms
+		}
+		var lr, lt *float64
+		if a.LimitRequests > 0 {
+			lr = &a.LimitRequests
+		}
+		if a.LimitTokens > 0 {
+			lt = &a.LimitTokens
+		}
+		tenants, ids, attempts = append(tenants, o.row.key.Tenant), append(ids, o.row.key.ID), append(attempts, a.Attempt)
+		ats, statuses, outcomes, codes = append(ats, a.At.UTC()), append(statuses, a.Status), append(outcomes, a.Outcome),
+			append(codes, a.ErrorCode)
+		pt, ct = append(pt, a.PromptTokens), append(ct, a.CompletionTokens)
+		retryAfter, limReq, limTok = append(retryAfter, ra), append(limReq, lr), append(limTok, lt)
+	}
+	return []any{tenants, ids, attempts, ats, statuses, outcomes, codes, pt, ct, retryAfter, limReq, limTok}
 }
 
 // withAnswer prepends the record of a (when set) to an op's statements.

@@ -57,11 +57,80 @@ func BenchmarkJobLifecycle(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	_, hot := storetest.JobUpdates(b, s.Pool())
+	_, hot := storetest.Updates(b, s.Pool(), "jobs")
 	b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
 	var heap int64
 	require.NoError(b, s.Pool().QueryRow(ctx, `SELECT pg_relation_size('jobs')`).Scan(&heap))
 	b.ReportMetric(float64(heap)/float64(b.N), "heap-B/job")
+}
+
+// BenchmarkGroupWrites measures the Postgres CPU per job of a job's
+// writes, as the worker makes them: 512 jobs at a time are ingested (one
+// statement, ingest-pg-µs/job) and claimed (256 at a time,
+// claim-pg-µs/job), then each records its call (MarkCalling,
+// call-pg-µs/job) and, once every call is recorded, its result with the
+// call's answer (StoreResult, result-pg-µs/job), from 512 goroutines at
+// once, so the group committer's flushes merge them. The CPU is the backends' (storetest.BackendCPU): unlike a rate,
+// it barely moves with the load of a shared machine.
+func BenchmarkGroupWrites(b *testing.B) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, storetest.NewDB(b))
+	require.NoError(b, err)
+	defer s.Close()
+	resp := json.RawMessage(`{"id":"chatcmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,` +
+		`"message":{"role":"assistant","content":"Five words summarise this sentence."},"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":50,"completion_tokens":8,"total_tokens":58}}`)
+	const chunk = 512
+	var ingest, claim, call, result time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += chunk {
+		n := min(chunk, b.N-done)
+		jobs := make([]store.NewJob, n)
+		for i := range jobs {
+			j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"bench-%d","body":{"model":"m","messages":[{"role":"user",`+
+				`"content":"%s"}],"max_tokens":32}}`, done+i, strings.Repeat("Summarise this sentence in five words. ", 5))),
+				llmq.DecodeOptions{})
+			require.NoError(b, err)
+			jobs[i] = store.NewJob{Job: j, EstPromptTokens: 50, EstOutputTokens: 32}
+		}
+		cpu0 := storetest.BackendCPU(b, s.Pool())
+		_, err := s.Ingest(ctx, jobs)
+		require.NoError(b, err)
+		cpu1 := storetest.BackendCPU(b, s.Pool())
+		var recs []*store.JobRecord
+		for len(recs) < n {
+			got, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: 256})
+			require.NoError(b, err)
+			recs = append(recs, got...)
+		}
+		cpu2 := storetest.BackendCPU(b, s.Pool())
+		attempts := make([]int, n)
+		var g errgroup.Group
+		for i, r := range recs {
+			g.Go(func() (err error) {
+				attempts[i], err = s.MarkCalling(ctx, r.Lease(), store.PolicyState{Call: store.Call{Model: "m", QuotaWait: time.Millisecond}})
+				return err
+			})
+		}
+		require.NoError(b, g.Wait())
+		cpu3 := storetest.BackendCPU(b, s.Pool())
+		for i, r := range recs {
+			g.Go(func() error {
+				_, err := s.StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 50, CompletionTokens: 8,
+					Answered: &store.Answer{Attempt: attempts[i], At: time.Now(), Status: 200, Outcome: "success", PromptTokens: 50,
+						CompletionTokens: 8}})
+				return err
+			})
+		}
+		require.NoError(b, g.Wait())
+		cpu4 := storetest.BackendCPU(b, s.Pool())
+		ingest, claim, call, result = ingest+cpu1-cpu0, claim+cpu2-cpu1, call+cpu3-cpu2, result+cpu4-cpu3
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(ingest.Microseconds())/float64(b.N), "ingest-pg-µs/job")
+	b.ReportMetric(float64(claim.Microseconds())/float64(b.N), "claim-pg-µs/job")
+	b.ReportMetric(float64(call.Microseconds())/float64(b.N), "call-pg-µs/job")
+	b.ReportMetric(float64(result.Microseconds())/float64(b.N), "result-pg-µs/job")
 }
 
 // BenchmarkClaim measures one claim of 8 jobs, as a scheduler makes them

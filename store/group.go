@@ -42,9 +42,9 @@ type op struct {
 	scan  func(pgx.Rows) error
 	done  chan opResult // buffered 1
 	// row, when set, is the op as one row of its kind's multi-row
-	// statement (the last of stmts is the op on its own; those before it,
-	// such as the record of a call's answer, run on their own before the
-	// merged statement, in the same batch).
+	// statement, which replaces all of stmts (the last of them is the op
+	// on its own; the one before it, if any, records the answer of the
+	// job's previous call: the merged statement records it too).
 	row *rowOp
 }
 
@@ -60,6 +60,9 @@ type rowOp struct {
 	key Key
 	// dest receives the returned row's columns after the ordinal.
 	dest []any
+	// answer, when set, is the answer to the job's previous call, which
+	// the merged statement records (answersCTE).
+	answer *Answer
 }
 
 // rowKind is a statement over many ops: sql reads
@@ -67,10 +70,29 @@ type rowOp struct {
 // column i from the i-th argument of each op's own statement, and returns
 // u.n (the op's 1-based position) first, then the columns of rowOp.dest,
 // for the rows it changed; args turns the ops' arguments into its typed
-// arrays (with column).
+// arrays (with column). When some of the ops carry an answer, answered
+// is sql that records them too (withAnswers: answersCTE from $k+1, over
+// answerArrays), so a flush sends one statement per kind, not one more
+// per answer besides.
 type rowKind struct {
-	sql  string
-	args func(ops []*op) []any
+	sql, answered string
+	args          func(ops []*op) []any
+}
+
+// newRowKind is the kind of statement sql over k arrays (args).
+func newRowKind(sql string, k int, args func(ops []*op) []any) *rowKind {
+	return &rowKind{sql: sql, answered: withAnswers(sql, k+1), args: args}
+}
+
+// queue adds the statement of ops, a group of this kind, to b.
+func (k *rowKind) queue(b *pgx.Batch, ops []*op) {
+	for _, o := range ops {
+		if o.row.answer != nil {
+			b.Queue(k.answered, append(k.args(ops), answerArrays(ops)...)...)
+			return
+		}
+	}
+	b.Queue(k.sql, k.args(ops)...)
 }
 
 // column collects argument i of ops' own (last) statements as one array
@@ -189,12 +211,7 @@ func (c *committer) flush(batch []*op) {
 	merged, single := mergeOps(batch)
 	b := &pgx.Batch{}
 	for _, m := range merged {
-		for _, o := range m {
-			for _, s := range o.stmts[:len(o.stmts)-1] {
-				b.Queue(s.sql, s.args...)
-			}
-		}
-		b.Queue(m[0].row.kind.sql, m[0].row.kind.args(m)...)
+		m[0].row.kind.queue(b, m)
 	}
 	for _, o := range single {
 		for _, s := range o.stmts {
@@ -260,17 +277,9 @@ type rowKey struct {
 	key  Key
 }
 
-// readMerged reads the results of the statements ops run before their
-// merged statement, then its rows: each row answers the op at its ordinal
-// (found); the ops without a row are not found.
+// readMerged reads the rows of ops' merged statement: each row answers
+// the op at its ordinal (found); the ops without a row are not found.
 func readMerged(br pgx.BatchResults, ops []*op, results map[*op]opResult) error {
-	for _, o := range ops {
-		for range len(o.stmts) - 1 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-	}
 	rows, err := br.Query()
 	if err != nil {
 		return err

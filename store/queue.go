@@ -216,7 +216,7 @@ func (s *Store) fencedOp(ctx context.Context, what string, t *transition, l Leas
 	o := &op{stmts: withAnswer(l.Key, f.answered, stmt{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)}),
 		scan: func(rows pgx.Rows) error { return rows.Scan(&attempts) }}
 	if f.rows != nil {
-		o.row = &rowOp{kind: f.rows, key: l.Key, dest: []any{&attempts}}
+		o.row = &rowOp{kind: f.rows, key: l.Key, dest: []any{&attempts}, answer: f.answered}
 	}
 	found, err := s.do(ctx, o)
 	if err != nil {
@@ -262,28 +262,25 @@ func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attem
 }
 
 // markCallingRows is MarkCalling for many jobs in one statement, which
-// records each call as a row of job_attempts like insertAttemptSQL (the
-// answers of the previous calls run before it, op by op: see flush).
-var markCallingRows = &rowKind{
-	sql: `WITH c AS (UPDATE jobs j SET status = ` + tMarkCalling.to + `, updated_at = u.now, phase = '` + PhaseCalling + `',
+// records each call as a row of job_attempts like insertAttemptSQL, and
+// the answers to the previous calls (answersCTE).
+var markCallingRows = newRowKind(`WITH c AS (UPDATE jobs j SET status = `+tMarkCalling.to+`, updated_at = u.now, phase = '`+PhaseCalling+`',
 		attempts = j.attempts + 1, started_at = coalesce(j.started_at, u.now), retries = u.retries,
 		model_index = u.model_index, rate_limited = u.rate_limited
 	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::int[], $8::text[],
 		$9::bigint[], $10::bigint[], $11::text[])
 		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, model, quota_wait, backoff, entry, n)
-	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND j.status ` + tMarkCalling.in + `
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND j.status `+tMarkCalling.in+`
 	RETURNING u.n, j.attempts, j.tenant, j.id, j.requested_model, u.now, u.model, u.quota_wait, u.backoff, u.entry
 ), a AS (
 	INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms, backoff_ms, entry)
 	SELECT c.tenant, c.id, coalesce((SELECT max(seq) FROM job_attempts x WHERE x.tenant = c.tenant AND x.job_id = c.id), 0) + 1,
 		c.attempts, coalesce(nullif(c.model, ''), c.requested_model), c.now, c.quota_wait, c.backoff, c.entry FROM c
-) SELECT n, attempts FROM c`,
-	args: func(ops []*op) []any {
-		return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[int64](ops, 3),
-			column[int](ops, 4), column[int](ops, 5), column[int](ops, 6), column[string](ops, 7),
-			column[int64](ops, 8), column[int64](ops, 9), column[string](ops, 10)}
-	},
-}
+) SELECT n, attempts FROM c`, 11, func(ops []*op) []any {
+	return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[int64](ops, 3),
+		column[int](ops, 4), column[int](ops, 5), column[int](ops, 6), column[string](ops, 7),
+		column[int64](ops, 8), column[int64](ops, 9), column[string](ops, 10)}
+})
 
 // MarkRetrying records a retryable failure of the call of the holder of l
 // (running → retrying, phase backing_off) and the policy state after it.
@@ -362,7 +359,7 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true AS stored`
 	sql = notifyDone(sql, keyOf, `stored`)
 	found, err := s.do(ctx, &op{stmts: withAnswer(k, r.Answered, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
-		r.PromptTokens, r.CompletionTokens, r.CostUSD}}), row: &rowOp{kind: storeResultRows, key: k}})
+		r.PromptTokens, r.CompletionTokens, r.CostUSD}}), row: &rowOp{kind: storeResultRows, key: k, answer: r.Answered}})
 	if err != nil {
 		return false, dataError("store result "+strconv.Quote(k.String()), err)
 	}
@@ -382,9 +379,9 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 	return false, &IllegalTransitionError{Key: k, From: status, To: llmq.StatusSucceeded}
 }
 
-// storeResultRows is StoreResult for many jobs in one statement.
-var storeResultRows = &rowKind{
-	sql: notifyDone(`UPDATE jobs j SET status = `+tStoreResult.to+`, updated_at = u.now, result = u.result,
+// storeResultRows is StoreResult for many jobs in one statement, which
+// records their answers too (answersCTE).
+var storeResultRows = newRowKind(notifyDone(`UPDATE jobs j SET status = `+tStoreResult.to+`, updated_at = u.now, result = u.result,
 		used_model = u.used_model, prompt_tokens = u.prompt_tokens, completion_tokens = u.completion_tokens,
 		cost_usd = u.cost_usd, finished_at = u.now, lease_expires_at = NULL, phase = '', error_code = '',
 		error_message = ''
@@ -392,12 +389,10 @@ var storeResultRows = &rowKind{
 		$8::float8[]) WITH ORDINALITY AS u(tenant, id, now, result, used_model, prompt_tokens, completion_tokens,
 		cost_usd, n)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tStoreResult.in+`
-	RETURNING u.n`, jKey, `n`),
-	args: func(ops []*op) []any {
-		return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[[]byte](ops, 3),
-			column[string](ops, 4), column[int](ops, 5), column[int](ops, 6), column[float64](ops, 7)}
-	},
-}
+	RETURNING u.n`, jKey, `n`), 8, func(ops []*op) []any {
+	return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[[]byte](ops, 3),
+		column[string](ops, 4), column[int](ops, 5), column[int](ops, 6), column[float64](ops, 7)}
+})
 
 // MarkDeadLettered ends a queued job that nobody holds as dead_lettered
 // (its message was given up by the broker, or cannot be published); code

@@ -38,8 +38,9 @@ const PruneBatchSizeDefault = 1000
 type Pruned map[string]int64
 
 // pruneJobsSQL deletes up to $3 jobs of status $1 that finished before $2,
-// oldest first, and leaves a tombstone of each at $4. It returns how many
-// it deleted.
+// oldest first, with their attempts (job_attempts has no foreign key:
+// migration 0019), and leaves a tombstone of each at $4. It returns how
+// many jobs it deleted.
 const pruneJobsSQL = `WITH victims AS (
 	SELECT tenant, id FROM jobs j
 	WHERE finished_at < $2 AND status = $1
@@ -51,6 +52,8 @@ const pruneJobsSQL = `WITH victims AS (
 ), gone AS (
 	DELETE FROM jobs j USING victims v WHERE j.tenant = v.tenant AND j.id = v.id
 	RETURNING j.tenant, j.id
+), calls AS (
+	DELETE FROM job_attempts a USING gone g WHERE a.tenant = g.tenant AND a.job_id = g.id
 ), marked AS (
 	INSERT INTO job_tombstones (tenant, id, pruned_at) SELECT tenant, id, $4 FROM gone
 	ON CONFLICT (tenant, id) DO UPDATE SET pruned_at = excluded.pruned_at

@@ -1,12 +1,9 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -14,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -38,7 +34,8 @@ const benchInFlight = 512
 // made, first message fetched) before the timer starts; it stops when the
 // last result is stored. Besides jobs/s and the CPU per job (benchCPU) it
 // reports the row updates of jobs per job, how many of them were HOT
-// (storetest.JobUpdates), and the table's heap (without indexes) per job.
+// (storetest.Updates), the HOT updates of job_attempts per job (the
+// answers), and the table's heap (without indexes) per job.
 func BenchmarkPipeline(b *testing.B) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
@@ -97,9 +94,11 @@ func BenchmarkPipeline(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			require.NoError(b, w.Stop(ctx))
-			upd, hot := storetest.JobUpdates(b, tb.store.Pool())
+			upd, hot := storetest.Updates(b, tb.store.Pool(), "jobs")
 			b.ReportMetric(float64(upd)/float64(b.N), "upd/job")
 			b.ReportMetric(float64(hot)/float64(b.N), "hot/job")
+			_, hot = storetest.Updates(b, tb.store.Pool(), "job_attempts")
+			b.ReportMetric(float64(hot)/float64(b.N), "att-hot/job")
 			var heap int64
 			require.NoError(b, tb.store.Pool().QueryRow(context.Background(),
 				`SELECT pg_relation_size('jobs')`).Scan(&heap))
@@ -121,30 +120,12 @@ func benchJob(id string) []byte {
 // noisy in jobs/s.
 type cpuTimes struct{ proc, pg time.Duration }
 
-// benchCPU reads the CPU times (Linux: getrusage and /proc/PID/stat;
-// the backends of the database are found in pg_stat_activity).
+// benchCPU reads the CPU times (Linux: getrusage, and the backends of
+// the database: storetest.BackendCPU).
 func benchCPU(b *testing.B, st *store.Store) cpuTimes {
 	var ru syscall.Rusage
 	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
-	t := cpuTimes{proc: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
-	rows, err := st.Pool().Query(context.Background(),
-		`SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
-	require.NoError(b, err)
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-	require.NoError(b, err)
-	for _, pid := range pids {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue // ended meanwhile
-		}
-		// Fields 14 and 15 (utime, stime, in clock ticks of 1/100 s)
-		// follow the parenthesised command name.
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		utime, _ := strconv.Atoi(f[11])
-		stime, _ := strconv.Atoi(f[12])
-		t.pg += time.Duration(utime+stime) * 10 * time.Millisecond
-	}
-	return t
+	return cpuTimes{proc: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), pg: storetest.BackendCPU(b, st.Pool())}
 }
 
 // listenDone returns a channel closed once n distinct jobs have been

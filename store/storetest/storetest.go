@@ -9,6 +9,7 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -255,12 +256,12 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// JobUpdates returns the row updates of table jobs since the database was
-// made, and how many of them were heap-only (HOT: no index entry written).
+// Updates returns the row updates of table since the database was made,
+// and how many of them were heap-only (HOT: no index entry written).
 // Each idle connection of pool first reports its statistics, which a
 // backend otherwise sends up to 10 s late (pg_stat_force_next_flush,
 // PostgreSQL 15): call it while no connection of pool is in use.
-func JobUpdates(t testing.TB, pool *pgxpool.Pool) (upd, hot int64) {
+func Updates(t testing.TB, pool *pgxpool.Pool, table string) (upd, hot int64) {
 	t.Helper()
 	ctx := context.Background()
 	for _, c := range pool.AcquireAllIdle(ctx) {
@@ -271,8 +272,40 @@ func JobUpdates(t testing.TB, pool *pgxpool.Pool) (upd, hot int64) {
 		}
 	}
 	if err := pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-		WHERE relid = 'jobs'::regclass`).Scan(&upd, &hot); err != nil {
-		t.Fatalf("storetest: read the updates of jobs: %v", err)
+		WHERE relid = $1::regclass`, table).Scan(&upd, &hot); err != nil {
+		t.Fatalf("storetest: read the updates of %s: %v", table, err)
 	}
 	return upd, hot
+}
+
+// BackendCPU returns the CPU time (user and system) that the Postgres
+// backends connected to pool's database have used so far: Linux, with the
+// server on this machine (/proc/PID/stat of each backend pg_stat_activity
+// lists; one that ended meanwhile is not counted). Per job it tells
+// Postgres's cost apart from the load of a shared machine, which makes
+// rates noisy. Its resolution is a clock tick, 10 ms.
+func BackendCPU(t testing.TB, pool *pgxpool.Pool) time.Duration {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		t.Fatalf("storetest: list the backends: %v", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatalf("storetest: list the backends: %v", err)
+	}
+	var cpu time.Duration
+	for _, pid := range pids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// Fields 14 and 15 (utime, stime, in clock ticks of 1/100 s)
+		// follow the parenthesised command name.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		utime, _ := strconv.Atoi(f[11])
+		stime, _ := strconv.Atoi(f[12])
+		cpu += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return cpu
 }

@@ -1,0 +1,28 @@
+-- 0019_attempt_writes: a call's two writes of job_attempts cost less
+-- (docs/design/platform.md, "Where a job's Postgres CPU goes").
+--
+-- The answer to a call (the write that follows it: StoreResult,
+-- MarkRetrying, the next MarkCalling) becomes a heap-only (HOT) update of
+-- its row, which writes no index entry. It changes finished_at, the
+-- status, the outcome, the tokens and the limits, none of them indexed
+-- (job_attempts_pkey and job_attempts_started_idx name tenant, job_id, seq
+-- and started_at): what kept it from being HOT was room. A row is inserted
+-- before the call, into pages filled to the brim, and its new version must
+-- fit on the same page. With two fifths of each page left free,
+-- BenchmarkPipeline made 0.62 of the answers HOT (fillfactor 70); with
+-- half, 0.96-0.98 (0.20-0.24 before), and the answer's statement wrote 230
+-- bytes of WAL less per job. A row of job_attempts is about 150 bytes: the
+-- table of a million calls takes some 150 MB more at most, less once its
+-- pages prune the versions the answers left. It applies to the pages
+-- filled from now on.
+--
+-- The foreign key to jobs goes: its check ran on every call (a query of
+-- jobs and a lock on the job's row, which the same statement has just
+-- updated), 8-11 µs of Postgres CPU per job in BenchmarkGroupWrites (the
+-- call's 49-52 fell to 39-43). A row of job_attempts is only inserted by
+-- the statement that updates its job (MarkCalling: the job exists and that
+-- statement holds its row), and only a running or retrying job is called,
+-- while retention deletes finished jobs only: it now deletes their attempts
+-- in the statement that deletes them, as ON DELETE CASCADE did.
+ALTER TABLE job_attempts SET (fillfactor = 50);
+ALTER TABLE job_attempts DROP CONSTRAINT job_attempts_tenant_job_id_fkey;

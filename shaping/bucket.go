@@ -105,7 +105,13 @@ type Bucket struct {
 	// the capacity below the provider's limit (a short-bucket provider, or
 	// a share of the quota); a reservation above the capacity then waits
 	// for a full bucket and leaves it in debt.
-	maxN      float64
+	maxN float64
+	// whole: a reservation above the capacity waits for all its tokens
+	// (the level back from its debt) instead of a full bucket, for a lane
+	// that is the only one spending a short-bucket provider's quota
+	// (Lane.applyLocked): the provider's bucket holds the request, the
+	// lane's capacity is only what it trusts at once.
+	whole     bool
 	level     float64
 	last      float64 // time of the last refill
 	lastEvent float64 // latest ready time handed out
@@ -439,10 +445,7 @@ func (b *Bucket) peekRel(s, n float64) (ready float64, immediate bool, err error
 	if n > b.maxN {
 		return 0, false, b.tooLarge(n)
 	}
-	need := n
-	if need > b.capacity {
-		need = b.capacity // goes when the bucket is full
-	}
+	need := b.need(n)
 	b.advance(s)
 	if b.level >= need && s >= b.last {
 		return s, true, nil
@@ -452,6 +455,15 @@ func (b *Bucket) peekRel(s, n float64) (ready float64, immediate bool, err error
 		return s, false, nil
 	}
 	return max(s, b.timeFor(b.cum(s)+need-b.level)), false, nil
+}
+
+// need is the level a reservation of n waits for: n, or, above the
+// capacity, a full bucket (unless whole).
+func (b *Bucket) need(n float64) float64 {
+	if n > b.capacity && !b.whole {
+		return b.capacity // goes when the bucket is full
+	}
+	return n
 }
 
 func (b *Bucket) tooLarge(n float64) error {
@@ -466,7 +478,7 @@ func (b *Bucket) commitLocked(n, ready float64, readyAt time.Time) Claim {
 // ticket: the credit at which the level covers them (for a reservation
 // above the capacity, a full bucket).
 func (b *Bucket) take(n, ready float64) float64 {
-	ticket := b.credit + min(n, b.capacity) - b.level
+	ticket := b.credit + b.need(n) - b.level
 	b.level -= n
 	b.lastEvent = max(b.lastEvent, ready)
 	return ticket

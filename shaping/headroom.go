@@ -14,8 +14,9 @@ import (
 // Reservations already made are in the levels (as debt when ahead of the
 // refill); requests not yet reserved are the caller's to count. A lane
 // paused by 429s past the horizon has no headroom. With unknown quotas
-// (strategy retry, or no bucket yet) only the concurrency counts. It is
-// never negative, and reserves nothing.
+// (strategy retry, or no bucket yet) only the concurrency counts. A lane on
+// share 0 (it holds none of the quota) has none. It is never negative, and
+// reserves nothing.
 func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request) int {
 	n := l.slots.Limit() - l.slots.InFlight() - l.slots.Waiting()
 	end := now.Add(max(0, horizon))
@@ -38,7 +39,7 @@ func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request)
 	tokens := float64(l.tokensFor(typical))
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pauseUntil.After(end) {
+	if l.pauseUntil.After(end) || l.share == 0 {
 		return 0
 	}
 	// The lane's own buckets are guarded by l.mu; quota buckets may be

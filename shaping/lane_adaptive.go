@@ -171,7 +171,7 @@ func (l *Lane) recentRateLocked(now time.Time, tokens float64) (float64, bool) {
 	if from.at.IsZero() || dt < 1 || taken <= tokens {
 		return 0, false
 	}
-	return 60 * taken / dt / l.share, true
+	return 60 * taken / dt / l.part(), true
 }
 
 // growLocked grows a learned quota that binds by the tokens an answer used
@@ -187,7 +187,7 @@ func (l *Lane) growLocked(now time.Time, used float64) {
 	case x > 1:
 		growth += learnGrowth * min(1, (x-1)/learnPlateau)
 	}
-	l.setLearnedLocked(now, limit+growth*used/l.share)
+	l.setLearnedLocked(now, limit+growth*used/l.part())
 }
 
 // learnFromRefusalLocked learns the TPM quota from a 429 at now of a
@@ -234,7 +234,7 @@ func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
 	// measures its own part of what was taken: the provider's is that
 	// over its share (the refused requests are the provider's bucket's).
 	taken -= l.refusedTaken
-	all := taken / l.share
+	all := taken / l.part()
 	lowest, highest := 60*(all-l.refusedTok1)/dt, 60*(all+tokens)/dt
 	if !(highest > 0) {
 		return
@@ -271,7 +271,7 @@ func (l *Lane) emptyLocked(now time.Time) {
 // second of refill, creating the bucket (empty) when there is none.
 func (l *Lane) setLearnedLocked(now time.Time, limit float64) {
 	if !l.learned {
-		b, err := NewBucket(BucketConfig{Name: "tpm", Limit: limit * l.share, Start: StartEmpty}, now)
+		b, err := NewBucket(BucketConfig{Name: "tpm", Limit: limit * l.part(), Start: StartEmpty}, now)
 		if err != nil {
 			return
 		}

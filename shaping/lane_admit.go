@@ -15,7 +15,9 @@ import (
 // first. It fails at once with a [*WaitError] when the buckets or a pause
 // would pass ctx's deadline, with [ErrTooLarge] (permanent) when the request
 // can never fit, and with ctx's cause if ctx ends while waiting; then
-// nothing stays reserved.
+// nothing stays reserved. On share 0 (the lane holds none of the quota:
+// [Lane.SetShareAt]) it waits for a share before it reserves, at most
+// until ctx's deadline (then a [*WaitError]).
 //
 // When nothing waits, Admit takes the lane's lock twice (tick and reserve
 // together, then the send), allocates nothing and returns a Permit by value.
@@ -43,6 +45,18 @@ func (l *Lane) admit(ctx context.Context, req Request, deadline time.Time) (Perm
 	tokens := l.tokensFor(req)
 	var r Reservation
 	l.mu.Lock()
+	for l.share == 0 {
+		if l.wake == nil {
+			l.wake = make(chan struct{})
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		if err := l.waitShare(ctx, deadline, wake); err != nil {
+			return Permit{}, err
+		}
+		now = l.clock.Now()
+		l.mu.Lock()
+	}
 	l.tickLocked(now)
 	err := l.reserveLocked(now, tokens, req.Quotas, deadline, &r)
 	l.mu.Unlock()
@@ -110,6 +124,28 @@ func (l *Lane) admit(ctx context.Context, req Request, deadline time.Time) (Perm
 		}
 	}
 	return l.send(now, &r), nil
+}
+
+// waitShare waits for wake (a share given to a lane on share 0), at most
+// until deadline (then a *WaitError) and ctx's end.
+func (l *Lane) waitShare(ctx context.Context, deadline time.Time, wake <-chan struct{}) error {
+	if deadline.IsZero() {
+		select {
+		case <-wake:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if err := sleepUntil(ctx, l.clock, deadline, wake); err != nil {
+		return err
+	}
+	select {
+	case <-wake:
+		return nil
+	default:
+		return &WaitError{Wait: deadline.Sub(l.clock.Now()), Deadline: deadline}
+	}
 }
 
 // abandon gives back r for an Admit that fails with err.

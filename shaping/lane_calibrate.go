@@ -212,7 +212,7 @@ func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, ref
 		slack := (1 - l.share) * v.limit / 60 * (age + peersSlack.Seconds())
 		lo = min(lo, back-others-slack-unseen-skew)
 	}
-	hi := l.share * (min(v.limit, server+max(0, refunded)-unseen/l.share) - cut)
+	hi := min(l.share*v.limit, l.share*(server+max(0, refunded))-unseen) - l.share*cut
 	return b.calibrateAt(now, lo, hi, raise)
 }
 
@@ -325,12 +325,12 @@ func (l *Lane) learnLocked(now time.Time, b *Bucket, v *view, name string, limit
 		if !create {
 			return nil
 		}
-		nb, err := NewBucket(BucketConfig{Name: name, Limit: limit * l.share, Start: StartFull}, now)
+		nb, err := NewBucket(BucketConfig{Name: name, Limit: limit * l.part(), Start: StartFull}, now)
 		if err != nil {
 			return nil
 		}
 		*v = view{limit: limit, burst: limit, fromHeader: stated}
-		nb.setCapacity(limit*l.share, limit)
+		nb.setCapacity(limit*l.part(), limit)
 		return nb
 	}
 	v.fromHeader = v.fromHeader || stated
@@ -352,12 +352,18 @@ func (l *Lane) learnLocked(now time.Time, b *Bucket, v *view, name string, limit
 
 // applyLocked gives b the lane's share of v: the refill of the limit, the
 // capacity of the trusted burst, and reservations up to the provider's
-// whole limit (one larger than the capacity waits for a full bucket).
+// whole limit. One larger than the capacity waits for a full bucket and
+// leaves it in debt; on a short-bucket provider whose whole quota the lane
+// holds (share 1: no other replica spends it), for all its tokens instead:
+// the provider's bucket, which holds the request, has them then, whereas
+// with a burst learned below the request a full lane's bucket says little
+// of the provider's.
 func (l *Lane) applyLocked(now time.Time, b *Bucket, v *view) {
-	_ = b.SetLimitAt(now, v.limit*l.share)
+	_ = b.SetLimitAt(now, v.limit*l.part())
 	b.mu.Lock()
 	b.advance(b.rel(now))
-	b.setCapacity(v.burst*l.share, v.limit)
+	b.setCapacity(v.burst*l.part(), v.limit)
+	b.whole = l.kind == ProviderShort && l.share == 1
 	b.mu.Unlock()
 }
 

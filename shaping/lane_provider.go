@@ -228,7 +228,7 @@ func (l *Lane) roomLocked(tokens float64, h RateLimitHeaders) bool {
 	return ok && known
 }
 
-// SetShareAt makes the lane run on share, in (0, 1], of the provider's
+// SetShareAt makes the lane run on share, in [0, 1], of the provider's
 // quota from now on: the refill and the capacity of its buckets, and the
 // levels it reads from the headers (the provider's remaining times share),
 // scale with it. The level is the lane's credit at the provider and stays
@@ -241,9 +241,15 @@ func (l *Lane) roomLocked(tokens float64, h RateLimitHeaders) bool {
 // for the rest of it at the new refill, sooner when the share grows, later
 // when it shrinks. N replicas on one API key that each set 1/N spend
 // together what one lane would.
+//
+// On share 0 the lane holds none of the quota (another replica holds a
+// short bucket whole: ReplicaShare): it admits nothing, Admit waits for a
+// share before it reserves, and its headroom is 0; its buckets run on
+// ShareLeast, so the reservations already made wait for their tokens at
+// the refill of the share it gets back.
 func (l *Lane) SetShareAt(now time.Time, share float64) error {
-	if !(share > 0 && share <= 1) {
-		return fmt.Errorf("%w: lane %q share must be in (0, 1], got %v", ErrInvalidConfig, l.cfg.Name, share)
+	if !(share >= 0 && share <= 1) {
+		return fmt.Errorf("%w: lane %q share must be in [0, 1], got %v", ErrInvalidConfig, l.cfg.Name, share)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -263,6 +269,11 @@ func (l *Lane) SetShareAt(now time.Time, share float64) error {
 	}
 	return nil
 }
+
+// part is the share the lane's buckets run on: its share, at least
+// ShareLeast (a lane on share 0 admits nothing, but its buckets keep a
+// refill).
+func (l *Lane) part() float64 { return max(l.share, ShareLeast) }
 
 // SetShare is SetShareAt on the lane's clock.
 func (l *Lane) SetShare(share float64) error { return l.SetShareAt(l.clock.Now(), share) }

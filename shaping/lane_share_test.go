@@ -185,17 +185,21 @@ func runReplicas(t *testing.T, clock *clockwork.FakeClock, up *upstream, reps []
 		flights = kept
 		idle := true
 		for _, r := range reps {
-			if r.res == nil {
-				if r.job = jobs.take(r); r.job != nil {
-					res, err := r.lane.ReserveAt(now, Request{PromptTokens: r.job.prompt, MaxOutputTokens: r.job.maxOut})
-					require.NoError(t, err)
-					r.res = &res
-				}
+			if r.job == nil {
+				r.job = jobs.take(r)
 			}
-			if r.res == nil {
+			if r.job == nil {
 				continue
 			}
 			idle = false
+			if r.res == nil {
+				if r.lane.Share() == 0 {
+					continue // as Admit: a lane on share 0 holds its job unreserved
+				}
+				res, err := r.lane.ReserveAt(now, Request{PromptTokens: r.job.prompt, MaxOutputTokens: r.job.maxOut})
+				require.NoError(t, err)
+				r.res = &res
+			}
 			if r.sendAt.IsZero() {
 				if r.lane.ReadyAt(r.res).After(now) || r.lane.PausedUntil().After(now) || !r.lane.TryAcquireSlot() {
 					continue

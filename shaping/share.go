@@ -1,16 +1,28 @@
 package shaping
 
+import "cmp"
+
 // ShareFloorDefault is the least share of a quota a live replica runs on,
-// idle or not (when fewer than 1/ShareFloorDefault replicas share it): a
-// replica that receives work can start at once, and its share grows at the
-// next renewal of the ledger.
+// idle or not (when fewer than 1/ShareFloorDefault replicas share it), on
+// a provider that enforces per minute: a replica that receives work can
+// start at once, and its share grows at the next renewal of the ledger.
 const ShareFloorDefault = 0.02
 
+// ShareLeast is the least positive share: what [ReplicaShare] gives a
+// replica that the others leave nothing of a per-minute quota, and what a
+// replica that holds none of a short bucket (share 0) writes to a ledger
+// whose shares are positive. On a short bucket a share at or below it
+// counts as none.
+const ShareLeast = 1e-3
+
 // Replica is one live replica's row of a quota ledger, as [ReplicaShare]
-// reads it: the demand it declared and the share it runs on. Self marks
+// reads it: its name, the demand it declared, the share it runs on, and
+// whether it learned that the provider enforces a short bucket. Self marks
 // the replica asking.
 type Replica struct {
+	Name          string
 	Demand, Share float64
+	Short         bool
 	Self          bool
 }
 
@@ -18,28 +30,49 @@ type Replica struct {
 // Self should run on, from the live rows of the quota's ledger (its own
 // included): docs/design/replicas.md.
 //
-// Every replica gets the floor (at most 1/n of n replicas); the rest is
+// On a provider that enforces per minute (no row learned a short bucket),
+// every replica gets the floor (at most 1/n of n replicas); the rest is
 // divided in proportion to the demands (equally when no replica has any),
-// so an idle replica's part goes to the busy ones. The share never takes
-// more than the others leave: 1 minus the shares they run on. A replica
-// whose part grows waits until the others have lowered theirs (at their
-// next renewal), so together they never run on much more than the whole
-// quota; a replica whose part shrinks lowers it at once. Without its own
-// row (an empty ledger) the replica is alone: share 1.
+// so an idle replica's part goes to the busy ones.
+//
+// On a short bucket (a row learned one), the quota is not divided: one
+// replica, the holder, runs on all of it and the others on none (0: they
+// admit nothing), as one worker would; a third of a few seconds of quota
+// is too small for a large request, and replicas that borrow from each
+// other's parts are refused. The holder is the replica with demand that
+// runs on the largest share (the holder in place keeps it while it has
+// demand and lives), then the largest demand, then the first name; when
+// none has demand, the one on the largest share. There is no floor.
+//
+// Either way the share never takes more than the others leave: 1 minus
+// the shares they run on. A replica whose part grows waits until the
+// others have lowered theirs (at their next renewal), so together they
+// never run on much more than the whole quota; a replica whose part
+// shrinks lowers it at once. Without its own row (an empty ledger) the
+// replica is alone: share 1.
 func ReplicaShare(rows []Replica, floor float64) float64 {
 	n := float64(len(rows))
 	self := -1
-	var demand, others float64
+	short := false
+	var demand float64
 	for i, r := range rows {
 		demand += max(0, r.Demand)
+		short = short || r.Short
 		if r.Self && self < 0 {
 			self = i
-			continue
 		}
-		others += r.Share
 	}
 	if self < 0 {
 		return 1
+	}
+	if short {
+		return holderShare(rows, self)
+	}
+	var others float64
+	for i, r := range rows {
+		if i != self {
+			others += r.Share
+		}
 	}
 	floor = min(max(0, floor), 1/n)
 	target := 1 / n
@@ -50,10 +83,44 @@ func ReplicaShare(rows []Replica, floor float64) float64 {
 	if share <= 0 {
 		// A floor of 0 and the others holding everything: the least
 		// share a lane accepts, until they lower theirs.
-		share = minShare
+		share = ShareLeast
 	}
 	return min(1, share)
 }
 
-// minShare is the share of a replica left nothing at all.
-const minShare = 1e-3
+// holderShare is ReplicaShare on a short bucket: all that the others leave
+// to the holder, none to the others.
+func holderShare(rows []Replica, self int) float64 {
+	holder := 0
+	for i := 1; i < len(rows); i++ {
+		if holderBefore(rows[i], rows[holder]) {
+			holder = i
+		}
+	}
+	if holder != self {
+		return 0
+	}
+	var others float64
+	for i, r := range rows {
+		if i != self && r.Share > ShareLeast {
+			others += r.Share
+		}
+	}
+	return min(1, max(0, 1-others))
+}
+
+// holderBefore reports whether a comes before b for holding a short
+// bucket: demand, then the larger share, the larger demand, the first
+// name.
+func holderBefore(a, b Replica) bool {
+	if (a.Demand > 0) != (b.Demand > 0) {
+		return a.Demand > 0
+	}
+	if c := cmp.Compare(a.Share, b.Share); c != 0 {
+		return c > 0
+	}
+	if c := cmp.Compare(a.Demand, b.Demand); c != 0 {
+		return c > 0
+	}
+	return a.Name < b.Name
+}

@@ -35,5 +35,44 @@ func TestReplicaShare(t *testing.T) {
 		})
 	}
 	require.InDelta(t, 1.0/3, ReplicaShare([]Replica{me(0, 0.1), other(10, 0.1), other(10, 0.1)}, 0.5), 1e-9, "the floor is at most 1/n")
-	require.Equal(t, minShare, ReplicaShare([]Replica{me(0, 0.5), other(10, 1)}, 0), "a floor of 0 leaves the least share")
+	require.Equal(t, ShareLeast, ReplicaShare([]Replica{me(0, 0.5), other(10, 1)}, 0), "a floor of 0 leaves the least share")
+}
+
+// TestReplicaShareShortBucket: once a row says the provider enforces a
+// short bucket, one replica holds the whole quota and the others none:
+// the holder in place while it has demand, else the replica with demand
+// on the largest share, the largest demand, the first name; it still
+// takes only what the others leave.
+func TestReplicaShareShortBucket(t *testing.T) {
+	t.Parallel()
+	row := func(name string, demand, share float64) Replica {
+		return Replica{Name: name, Demand: demand, Share: share, Short: true}
+	}
+	me := func(r Replica) Replica { r.Self = true; return r }
+	none := ShareLeast // what a replica on share 0 writes
+	for _, tc := range []struct {
+		name string
+		rows []Replica
+		want float64
+	}{
+		{"alone", []Replica{me(row("a", 10, 1))}, 1},
+		{"the holder keeps it while it has demand", []Replica{me(row("b", 1, 1)), row("a", 300, none), row("c", 300, none)}, 1},
+		{"the others hold none", []Replica{me(row("a", 300, none)), row("b", 1, 1), row("c", 300, none)}, 0},
+		{"one row is enough to tell the kind", []Replica{me(Replica{Name: "a", Demand: 300, Share: none}), row("b", 1, 1)}, 0},
+		{"from thirds: the largest share holds", []Replica{me(row("b", 10, 0.34)), row("a", 10, 0.33), row("c", 10, 0.33)}, 0.34},
+		{"from thirds: the others lower at once", []Replica{me(row("a", 10, 0.33)), row("b", 10, 0.34), row("c", 10, 0.33)}, 0},
+		{"then the holder takes what they left", []Replica{me(row("b", 10, 0.34)), row("a", 10, none), row("c", 10, 0.33)}, 0.67},
+		{"equal shares: the largest demand", []Replica{me(row("b", 20, 1.0/3)), row("a", 10, 1.0/3), row("c", 10, 1.0/3)}, 1.0 / 3},
+		{"equal shares and demands: the first name", []Replica{me(row("a", 10, 1.0/3)), row("b", 10, 1.0/3), row("c", 10, 1.0/3)}, 1.0 / 3},
+		{"not the first name", []Replica{me(row("b", 10, 1.0/3)), row("a", 10, 1.0/3), row("c", 10, 1.0/3)}, 0},
+		{"an idle holder hands it to one with demand", []Replica{me(row("a", 0, 1)), row("b", 1, none), row("c", 2, none)}, 0},
+		{"to the largest demand", []Replica{me(row("c", 2, none)), row("a", 0, 1), row("b", 1, none)}, 0},
+		{"which waits until the idle holder lowered", []Replica{me(row("c", 2, none)), row("a", 0, none), row("b", 1, none)}, 1},
+		{"nobody has demand: the holder keeps it", []Replica{me(row("b", 0, 1)), row("a", 0, none)}, 1},
+		{"a dead holder's quota moves", []Replica{me(row("a", 300, none)), row("c", 300, none)}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.InDelta(t, tc.want, ReplicaShare(tc.rows, ShareFloorDefault), 1e-9)
+		})
+	}
 }

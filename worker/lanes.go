@@ -198,7 +198,7 @@ func (w *Worker) laneAt(model string, i int) *lane {
 		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: label, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
 	}
 	if w.cfg.Ledger != nil {
-		// In (0, 1] by construction.
+		// In [0, 1] by construction.
 		_ = shaper.SetShare(w.startShare(w.stopCtx, quotaKey))
 	}
 	l := &lane{model: model, entry: entry, up: up, quotaKey: quotaKey, shaper: shaper,

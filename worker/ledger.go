@@ -94,17 +94,21 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 	claims := make([]store.QuotaClaim, len(quotas))
 	w.sharesMu.Lock()
 	for i, q := range quotas {
-		claims[i] = store.QuotaClaim{Key: q.key, Share: w.shares[q.key]}
+		share, ok := w.shares[q.key]
+		if !ok {
+			share = shaping.ShareFloorDefault // not started yet
+		}
+		claims[i] = store.QuotaClaim{Key: q.key}
 		if q.l != nil {
 			claims[i].Demand = q.l.demand()
-			claims[i].Share = q.l.shaper.Share()
+			share = q.l.shaper.Share()
 			st := q.l.shaper.StateAt(w.cfg.Clock.Now())
 			claims[i].Provider = store.ProviderState{CreditRequests: st.Requests, CreditTokens: st.Tokens,
 				ShortRequests: st.ShortRequests, ShortTokens: st.ShortTokens}
 		}
-		if claims[i].Share == 0 {
-			claims[i].Share = shaping.ShareFloorDefault // not started yet
-		}
+		// The ledger's shares are positive: none of a short bucket is
+		// written as the least share.
+		claims[i].Share = max(share, shaping.ShareLeast)
 	}
 	w.sharesMu.Unlock()
 	scs := w.scopes.list()
@@ -122,7 +126,7 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 	for _, q := range quotas {
 		share := w.shareFrom(rows, q.key)
 		if q.l != nil {
-			_ = q.l.shaper.SetShareAt(now, share) // in (0, 1] by construction
+			_ = q.l.shaper.SetShareAt(now, share) // in [0, 1] by construction
 			q.l.shaper.SetPeersAt(now, w.peersFrom(rows, q.key))
 		}
 	}
@@ -140,7 +144,8 @@ func (w *Worker) shareFrom(rows []store.LedgerEntry, key string) float64 {
 	var rs []shaping.Replica
 	for _, r := range rows {
 		if r.Key == key {
-			rs = append(rs, shaping.Replica{Demand: r.Demand, Share: r.Share, Self: r.Replica == w.cfg.Replica})
+			rs = append(rs, shaping.Replica{Name: r.Replica, Demand: r.Demand, Share: r.Share, Self: r.Replica == w.cfg.Replica,
+				Short: r.Provider.ShortRequests > 0 || r.Provider.ShortTokens > 0})
 		}
 	}
 	share := shaping.ReplicaShare(rs, shaping.ShareFloorDefault)

@@ -136,3 +136,61 @@ func TestReplicaRestartedMidBacklogDoesNotOverspend(t *testing.T) {
 	// minute would be refused the whole of it.
 	require.LessOrEqual(t, tb.rateLimited()-before, int64(2), "the restarted worker spends what remains, no more")
 }
+
+// TestReplicasHoldAShortBucket runs three workers on one API key of a
+// provider that enforces a bucket of 5 s, over a backlog in which one job
+// in five is a document larger than a third of that bucket: once they
+// have learned the bucket from 429s, one replica holds the whole quota and
+// the others none (shaping.ReplicaShare), so no two send documents into
+// the same few seconds: at most one 429 from then on (on thirds, borrowing
+// from each other's parts, they met 2 in a run). The learning itself,
+// while they still run on their parts, cost 2 to 9 in four runs, before
+// and after. The jobs a replica claimed before it lost the quota run when
+// the holder idles: every job succeeds.
+func TestReplicasHoldAShortBucket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a backlog of about 30 s")
+	}
+	t.Parallel()
+	const rpm, tpm = 600, 60_000
+	sim := replicaSim()
+	sim.Models = map[string]upstreamsim.ModelConfig{replicaModel: {Limits: upstreamsim.Limits{RPM: rpm, TPM: tpm}}}
+	sim.Enforcement = upstreamsim.EnforcementShort
+	tb := setup(t, sim)
+	for range 3 {
+		tb.start(t, func(c *worker.Config) {
+			tb.replicaConfig(c)
+			c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{replicaModel: {RPM: rpm, TPM: tpm}}}
+		})
+	}
+	ledgerRows := func(where string) int {
+		var n int
+		require.NoError(t, tb.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM quota_ledger `+where).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return ledgerRows("") == 3 }, 10*time.Second, 20*time.Millisecond)
+
+	var ids []string
+	var values [][]byte
+	for i := range 40 {
+		id := fmt.Sprintf("h-%03d", i)
+		maxTokens := 400
+		if i%5 == 0 {
+			maxTokens = 2500 // a document: more than a third of the 5,000-token bucket
+		}
+		ids = append(ids, id)
+		values = append(values, []byte(fmt.Sprintf(`{"id":%q,"body":{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":"Tell story %s"}]}}`,
+			id, replicaModel, maxTokens, id)))
+	}
+	tb.publish(t, values...) // ~33,000 tokens: the bucket, then ~28 s of refill
+	require.Eventually(t, func() bool { return ledgerRows("WHERE short_tokens > 0") == 3 }, 30*time.Second, 20*time.Millisecond,
+		"every replica learns the short bucket")
+	learning := tb.rateLimited()
+	recs := tb.waitTerminal(t, ids, 120*time.Second)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, "%s: %s", id, recs[id].ErrorMessage)
+	}
+	calls := tb.sim.Sim.Stats().Total.Accepted + tb.rateLimited()
+	t.Logf("%d 429s in %d calls, %d of them while the replicas learned the short bucket", tb.rateLimited(), calls, learning)
+	require.LessOrEqual(t, tb.rateLimited()-learning, int64(1), "at most one 429 once the short bucket is known, in %d calls", calls)
+}

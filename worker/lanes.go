@@ -45,6 +45,10 @@ type lane struct {
 	incident *gobreaker.TwoStepCircuitBreaker[struct{}]
 	// health is the model's last calls, for its capacity's health factor.
 	health health
+	// unshared is when the dispatcher first found the lane on share 0
+	// (another replica holds the whole quota), zero while it has a share;
+	// only the lane's dispatch goroutine reads and writes it.
+	unshared time.Time
 }
 
 // typicalWeight is the weight of the newest request in the lane's mean.
@@ -95,6 +99,10 @@ type ticket struct {
 // errLanePaused answers a ticket whose lane would hold it longer than the
 // ticket may wait: paused by 429s, or its buckets drained (by this
 // worker's calls or, as the server's headers tell, another client's).
+// errLaneUnshared reports a ticket that waited on share 0 for as long as
+// a handover takes (admitTicket).
+var errLaneUnshared = errors.New("worker: another replica holds the model's whole quota")
+
 var errLanePaused = errors.New("worker: model rate limited (its lane would hold the job past retry.fallback_max_wait)")
 
 const (
@@ -244,16 +252,44 @@ func (w *Worker) dispatch(l *lane) {
 // admitTicket admits t in l: a ticket with a fallback waits at most its
 // maxPause for the lane's buckets and pauses (errLanePaused after that,
 // known at once from the buckets), and every ticket at most until its
-// context's deadline (a *shaping.WaitError).
+// context's deadline (a *shaping.WaitError). On share 0 (another replica
+// holds the whole quota of a short bucket, docs/design/replicas.md) a
+// ticket waits at most until the lane has been unshared for a ledger lease
+// and period, long enough for a handover to give it a share, then gets
+// errLaneUnshared: the job goes back to queued for the holder to claim,
+// rather than wait in this replica for the whole backlog (or past its
+// deadline).
 func (w *Worker) admitTicket(l *lane, t *ticket) (shaping.Permit, error) {
-	if t.maxPause <= 0 {
+	now := w.cfg.Clock.Now()
+	var by time.Time
+	if t.maxPause > 0 {
+		by = now.Add(t.maxPause)
+	}
+	unshared := false
+	if l.shaper.Share() == 0 {
+		if l.unshared.IsZero() {
+			l.unshared = now
+		}
+		if end := l.unshared.Add(w.cfg.LedgerLease + w.cfg.LedgerPeriod); by.IsZero() || end.Before(by) {
+			by, unshared = end, true
+		}
+	} else {
+		l.unshared = time.Time{}
+	}
+	if by.IsZero() {
 		return l.shaper.Admit(t.ctx, t.req)
 	}
-	by := w.cfg.Clock.Now().Add(t.maxPause)
 	p, err := l.shaper.AdmitBy(t.ctx, t.req, by)
 	var we *shaping.WaitError
 	if errors.As(err, &we) && we.Deadline.Equal(by) {
-		return p, errLanePaused
+		switch {
+		case !unshared:
+			return p, errLanePaused
+		case l.shaper.Share() == 0:
+			return p, errLaneUnshared
+		}
+		// The share came back as the wait ended: admitted as any ticket.
+		return w.admitTicket(l, t)
 	}
 	return p, err
 }

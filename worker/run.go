@@ -263,6 +263,10 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	switch {
 	case errors.Is(err, errLanePaused):
 		return event{Step: stepLanePaused}, true
+	case errors.Is(err, errLaneUnshared):
+		p.log.Info("job handed back", slog.String("why", err.Error()))
+		w.release(p)
+		return event{}, false
 	case errors.Is(err, shaping.ErrTooLarge):
 		return event{Step: stepTooLarge, Detail: err.Error()}, true
 	case isWaitError(err):

@@ -125,7 +125,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	lanes := w.lanesOf(model)
 	now := w.cfg.Clock.Now()
 	typical := lanes[0].typical()
-	pending, want, paused := 0, 0, true
+	pending, want, paused, unshared := 0, 0, true, true
 	if u := w.unboundOf(model); u != nil {
 		pending = int(u.pending.Load())
 		want = -pending
@@ -135,6 +135,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		pending += n
 		want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
 		paused = paused && l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait
+		unshared = unshared && l.shaper.Share() == 0
 	}
 	backlog := func(b bool) {
 		for _, l := range lanes {
@@ -150,10 +151,11 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		// them when the model itself has fallbacks).
 		want = fallbackClaim - pending
 		fallbackOnly = len(w.cfg.Catalog.Lookup(model).Fallbacks) == 0
-	case pending == 0:
+	case pending == 0 && !unshared:
 		// An idle lane always gets its next job, which waits in the lane
 		// for what its buckets need (a job larger than the typical one,
-		// a bucket warming up): never more than one such job.
+		// a bucket warming up): never more than one such job. Not on
+		// share 0: another replica holds the whole quota and claims it.
 		want = 1
 	}
 	want = min(want, room, claimMax)

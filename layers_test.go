@@ -26,7 +26,7 @@ var layers = []struct {
 	name string
 	pkgs []string
 }{
-	{"ground: the job contract and what is pure", []string{"", "shaping", "migrations", "internal/redact"}},
+	{"ground: the job contract and what is pure", []string{"", "shaping", "migrations", "internal/redact", "internal/tokencount"}},
 	{"infrastructure", []string{"store/...", "transport/...", "internal/config", "internal/background",
 		"internal/upstreamsim", "internal/workload", "internal/chaos"}},
 	{"components used by others", []string{"producer", "dlq"}},

@@ -99,17 +99,7 @@ func insertAttemptSQL(update string, n int) string {
 // call a.Attempt and has no answer yet (a second record of the same answer,
 // by a write retried after a database error, changes nothing).
 func answerStmt(k Key, a *Answer) stmt {
-	var retryAfter any
-	if a.RetryAfter > 0 {
-		retryAfter = a.RetryAfter.Milliseconds()
-	}
-	var limReq, limTok any
-	if a.LimitRequests > 0 {
-		limReq = a.LimitRequests
-	}
-	if a.LimitTokens > 0 {
-		limTok = a.LimitTokens
-	}
+	retryAfter, limReq, limTok := a.nullable()
 	return stmt{`UPDATE job_attempts SET finished_at = $4, status = $5, outcome = $6, error_code = $7,
 		prompt_tokens = $8, completion_tokens = $9, retry_after_ms = $10, limit_requests = $11, limit_tokens = $12
 	WHERE tenant = $1 AND job_id = $2 AND attempt = $3 AND finished_at IS NULL
@@ -162,18 +152,7 @@ func answerArrays(ops []*op) []any {
 		if a == nil {
 			continue
 		}
-		var ra *int64
-		if a.RetryAfter > 0 {
-			ms := a.RetryAfter.Milliseconds()
-			ra = &ms
-		}
-		var lr, lt *float64
-		if a.LimitRequests > 0 {
-			lr = &a.LimitRequests
-		}
-		if a.LimitTokens > 0 {
-			lt = &a.LimitTokens
-		}
+		ra, lr, lt := a.nullable()
 		tenants, ids, attempts = append(tenants, o.row.key.Tenant), append(ids, o.row.key.ID), append(attempts, a.Attempt)
 		ats, statuses, outcomes, codes = append(ats, a.At.UTC()), append(statuses, a.Status), append(outcomes, a.Outcome),
 			append(codes, a.ErrorCode)
@@ -181,6 +160,22 @@ func answerArrays(ops []*op) []any {
 		retryAfter, limReq, limTok = append(retryAfter, ra), append(limReq, lr), append(limTok, lt)
 	}
 	return []any{tenants, ids, attempts, ats, statuses, outcomes, codes, pt, ct, retryAfter, limReq, limTok}
+}
+
+// nullable returns the columns of a that are NULL when not known: the
+// Retry-After in milliseconds and the limits the answer's headers stated.
+func (a *Answer) nullable() (retryAfterMs *int64, limitRequests, limitTokens *float64) {
+	if a.RetryAfter > 0 {
+		ms := a.RetryAfter.Milliseconds()
+		retryAfterMs = &ms
+	}
+	if a.LimitRequests > 0 {
+		limitRequests = &a.LimitRequests
+	}
+	if a.LimitTokens > 0 {
+		limitTokens = &a.LimitTokens
+	}
+	return retryAfterMs, limitRequests, limitTokens
 }
 
 // withAnswer prepends the record of a (when set) to an op's statements.

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -97,7 +96,7 @@ func TestUnsharedLaneHandsTicketsBack(t *testing.T) {
 	clock.Advance(3500 * time.Millisecond)
 	select {
 	case err := <-done:
-		require.True(t, errors.Is(err, errLaneUnshared), "%v", err)
+		require.ErrorIs(t, err, errLaneUnshared)
 	case <-ctx.Done():
 		t.Fatal("the ticket was not handed back")
 	}

@@ -212,7 +212,11 @@ func (b *Bench) strategies(ctx context.Context, md *strings.Builder, rep *Report
 
 Jobs arrive at %d times what TPM serves (%.1f jobs/s) for the whole %s run, so every strategy
 stays backlogged. Same simulator, same jobs, same worker, only `+"`strategy`"+` differs (the quota
-is configured for all four). Goodput is jobs succeeded per minute of the run. *TPM used, whole run*
+is configured for all four). Goodput is jobs succeeded per minute of the run; goodput in tokens
+is the *TPM used* columns, since the simulator serves tokens only to calls it answers and each
+succeeded job is one answered call (a 429 is charged nothing). The two differ by the mix served: a
+strategy that dead-letters long documents spends their tokens on short questions, so it finishes
+more jobs with the same tokens. *TPM used, whole run*
 is the tokens the simulator served over the most it could admit in the run: its bucket starts
 full (one TPM) and refills at TPM per minute, so a strategy that spends the initial burst scores
 higher. *TPM used, steady* is the tokens served from %s to the end over TPM/60 per second: the

@@ -35,6 +35,16 @@
 // broker requeues what was unacked at the drop, and an Ack of a message
 // delivered before the drop returns transport.ErrStaleDelivery.
 //
+// Acks are coalesced: Ack records the ack and wakes a sender, which sends
+// one basic.ack with the multiple flag for the run of deliveries acked (or
+// given back) from the oldest one outstanding, and the acks behind a
+// delivery still held, alone (acks.go). Under load one frame settles a
+// whole batch the worker recorded (on a quorum queue, one settlement in the
+// queue's log instead of one per message); a held message never delays the
+// others' acks. Ack returns before the frame is written: a connection lost
+// in between requeues those messages, which come back and are found
+// recorded (the consumer's store is the queue of record).
+//
 // Publisher publishes persistent messages (delivery mode 2) with the
 // priority property, and waits for publisher confirms in windows of
 // Config.ConfirmWindow deferred confirmations rather than one by one. A

@@ -34,6 +34,7 @@ type Subscriber struct {
 	epoch     uint64 // bumped on every new connection
 	closeErr  chan *amqp.Error
 	unacked   int64 // outstanding messages of this subscriber
+	acks      acks  // the acks of the current channel not yet sent
 	consuming bool
 	closed    bool
 	cancel    context.CancelFunc
@@ -83,6 +84,9 @@ func (s *Subscriber) Consume(ctx context.Context) (<-chan *transport.Message, er
 	out := make(chan *transport.Message)
 	s.wg.Add(1)
 	go s.run(ctx, ds, out)
+	s.acks.wake = make(chan struct{}, 1)
+	s.wg.Add(1)
+	go s.sendAcks(ctx, s.acks.wake)
 	return out, nil
 }
 
@@ -114,6 +118,7 @@ func (s *Subscriber) connectLocked() (deliveries, error) {
 	s.conn, s.ch = conn, ch
 	s.closeErr = conn.NotifyClose(make(chan *amqp.Error, 1))
 	s.epoch++
+	s.acks.reset() // a new channel numbers its deliveries from 1; the old one's acks died with it
 	return ds, nil
 }
 
@@ -199,7 +204,7 @@ func (s *Subscriber) forward(ctx context.Context, ds deliveries, out chan<- *tra
 		case d, ok = <-ds.rejected:
 			rejected = true
 		case <-ctx.Done():
-			s.stopConsuming(ch, ds)
+			s.stopConsuming(ch, ds, epoch)
 			return false
 		}
 		if !ok {
@@ -208,18 +213,21 @@ func (s *Subscriber) forward(ctx context.Context, ds deliveries, out chan<- *tra
 		select {
 		case s.slots <- struct{}{}:
 		case <-ctx.Done():
-			_ = d.Nack(false, true)
-			s.stopConsuming(ch, ds)
+			s.giveBack(d, epoch)
+			s.stopConsuming(ch, ds, epoch)
 			return false
 		}
 		s.mu.Lock()
 		s.unacked++
+		if epoch == s.epoch {
+			s.acks.received(d.DeliveryTag)
+		}
 		s.mu.Unlock()
 		select {
 		case out <- s.message(d, epoch, rejected):
 		case <-ctx.Done():
 			_ = s.settle(&settleState{}, d, epoch, false)
-			s.stopConsuming(ch, ds)
+			s.stopConsuming(ch, ds, epoch)
 			return false
 		}
 	}
@@ -228,7 +236,7 @@ func (s *Subscriber) forward(ctx context.Context, ds deliveries, out chan<- *tra
 // stopConsuming cancels the AMQP consumers and gives back what the broker
 // had already pushed, keeping the channel open for acks of handed-out
 // messages.
-func (s *Subscriber) stopConsuming(ch *amqp.Channel, ds deliveries) {
+func (s *Subscriber) stopConsuming(ch *amqp.Channel, ds deliveries, epoch uint64) {
 	if err := ch.Cancel(s.tag, false); err != nil {
 		return // the channel is gone and the broker requeues by itself
 	}
@@ -242,9 +250,20 @@ func (s *Subscriber) stopConsuming(ch *amqp.Channel, ds deliveries) {
 			continue
 		}
 		for d := range c {
-			_ = d.Nack(false, true)
+			s.giveBack(d, epoch)
 		}
 	}
+}
+
+// giveBack requeues a delivery that was never handed out, and records it
+// settled so that the acks after it can be sent together.
+func (s *Subscriber) giveBack(d amqp.Delivery, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if epoch == s.epoch {
+		s.acks.nacked(d.DeliveryTag)
+	}
+	_ = d.Nack(false, true)
 }
 
 // reconnect redials with backoff until it succeeds (the new deliveries,
@@ -356,16 +375,68 @@ func (s *Subscriber) settle(st *settleState, d amqp.Delivery, epoch uint64, ack 
 	case epoch != s.epoch:
 		return fmt.Errorf("rabbitmq: settle %s/%d: %w", s.cfg.Queue, d.DeliveryTag, transport.ErrStaleDelivery)
 	}
-	var err error
 	if ack {
-		err = d.Ack(false)
-	} else {
-		err = d.Nack(false, true)
+		if s.ch == nil || s.ch.IsClosed() {
+			// The broker requeues what the lost channel held.
+			return fmt.Errorf("rabbitmq: settle %s/%d: %w", s.cfg.Queue, d.DeliveryTag, transport.ErrStaleDelivery)
+		}
+		s.acks.acked(d.DeliveryTag)
+		if s.acks.wake == nil {
+			return s.flushAcksLocked() // the sender has stopped: this ack goes now
+		}
+		select {
+		case s.acks.wake <- struct{}{}:
+		default: // the sender is already woken: it takes this ack too
+		}
+		return nil
 	}
-	if err != nil {
+	s.acks.nacked(d.DeliveryTag)
+	if err := d.Nack(false, true); err != nil {
 		// Ack and Nack fail only when the channel or its socket is gone,
 		// and then the broker requeues the message.
 		return fmt.Errorf("rabbitmq: settle %s/%d: %w: %w", s.cfg.Queue, d.DeliveryTag, transport.ErrStaleDelivery, err)
+	}
+	return nil
+}
+
+// sendAcks sends the acks settle records, each time it is woken, until
+// ctx ends; the acks recorded after that are sent by settle itself.
+func (s *Subscriber) sendAcks(ctx context.Context, wake <-chan struct{}) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.acks.wake = nil
+			_ = s.flushAcksLocked()
+			return
+		}
+		s.mu.Lock()
+		if err := s.flushAcksLocked(); err != nil {
+			s.log.Debug("rabbitmq: acks lost with the channel; the broker redelivers them", slog.Any("error", err))
+		}
+		s.mu.Unlock()
+	}
+}
+
+// flushAcksLocked sends the recorded acks on the current channel. s.mu
+// must be held.
+func (s *Subscriber) flushAcksLocked() error {
+	if s.ch == nil {
+		return nil
+	}
+	upTo, single := s.acks.take()
+	if upTo > 0 {
+		if err := s.ch.Ack(upTo, true); err != nil {
+			return fmt.Errorf("rabbitmq: ack %s up to %d: %w: %w", s.cfg.Queue, upTo, transport.ErrStaleDelivery, err)
+		}
+	}
+	for _, tag := range single {
+		if err := s.ch.Ack(tag, false); err != nil {
+			return fmt.Errorf("rabbitmq: ack %s/%d: %w: %w", s.cfg.Queue, tag, transport.ErrStaleDelivery, err)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -29,11 +30,11 @@ import (
 )
 
 // enqueueClients is the concurrency of BenchmarkEnqueue: callers each
-// posting one job at a time.
-const enqueueClients = 64
+// posting one job at a time (-enqueue.callers, 64 by default).
+var enqueueClients = flag.Int("enqueue.callers", 64, "BenchmarkEnqueue: concurrent callers, each posting one job at a time")
 
 // BenchmarkEnqueue measures POST /v1/jobs with one job per request, as
-// enqueueClients concurrent callers make them, over HTTP to the API with
+// *enqueueClients concurrent callers make them, over HTTP to the API with
 // its real producer: the outbox in Postgres (store.Open, group commit) and
 // RabbitMQ with publisher confirms. It reports jobs/s and the p99 latency.
 func BenchmarkEnqueue(b *testing.B) {
@@ -57,16 +58,16 @@ func BenchmarkEnqueue(b *testing.B) {
 	go func() { _ = srv.Serve(ln) }()
 	b.Cleanup(func() { _ = srv.Close() })
 	url := "http://" + ln.Addr().String() + "/v1/jobs"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: enqueueClients}, Timeout: time.Minute}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: *enqueueClients}, Timeout: time.Minute}
 	prompt := strings.Repeat("Summarise this sentence in five words. ", 5)
 
 	var next atomic.Int64
-	lat := make([][]time.Duration, enqueueClients)
+	lat := make([][]time.Duration, *enqueueClients)
 	pgStart := pgCPU(b, st)
 	procStart := procCPU(b, "self")
 	b.ResetTimer()
 	var wg sync.WaitGroup
-	for c := range enqueueClients {
+	for c := range *enqueueClients {
 		wg.Go(func() {
 			for {
 				i := next.Add(1)

@@ -1,7 +1,9 @@
 package rabbitmq
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -28,4 +30,58 @@ func TestTooLargeIsRejected(t *testing.T) {
 	}
 	require.False(t, connLost(fmt.Errorf("%w: %w", transport.ErrMessageRejected, big)), "a refused message is not retried")
 	require.True(t, connLost(amqp.ErrClosed))
+}
+
+// writesConn records each write it is given, and fails them once broken.
+type writesConn struct {
+	net.Conn // nil: only Write and Close are called
+	writes   []string
+	broken   bool
+	closed   bool
+}
+
+func (w *writesConn) Write(p []byte) (int, error) {
+	if w.broken {
+		return 0, errors.New("broken pipe")
+	}
+	w.writes = append(w.writes, string(p))
+	return len(p), nil
+}
+
+func (w *writesConn) Close() error { w.closed = true; return nil }
+
+// A corked socket holds the writes and sends them as one, in order, once;
+// uncorked, writes go through as they come. A failed flush closes the
+// socket and fails what follows, so nothing held is taken for sent.
+func TestCorkConn(t *testing.T) {
+	t.Parallel()
+	w := &writesConn{}
+	c := &corkConn{Conn: w}
+	_, err := c.Write([]byte("a"))
+	require.NoError(t, err)
+	c.cork()
+	for _, p := range []string{"b", "cd", "e"} {
+		n, err := c.Write([]byte(p))
+		require.NoError(t, err)
+		require.Equal(t, len(p), n)
+	}
+	require.Equal(t, []string{"a"}, w.writes, "held while corked")
+	require.NoError(t, c.uncork())
+	require.Equal(t, []string{"a", "bcde"}, w.writes)
+	require.NoError(t, c.uncork(), "nothing held: no write")
+	_, err = c.Write([]byte("f"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "bcde", "f"}, w.writes)
+
+	c.cork()
+	_, err = c.Write([]byte("g"))
+	require.NoError(t, err)
+	w.broken = true
+	require.ErrorContains(t, c.uncork(), "broken pipe")
+	require.True(t, w.closed)
+	w.broken = false
+	_, err = c.Write([]byte("h"))
+	require.ErrorContains(t, err, "broken pipe", "the socket stays failed")
+	require.ErrorContains(t, c.uncork(), "broken pipe")
+	require.Equal(t, []string{"a", "bcde", "f"}, w.writes)
 }

@@ -36,7 +36,9 @@ var enqueueClients = flag.Int("enqueue.callers", 64, "BenchmarkEnqueue: concurre
 // BenchmarkEnqueue measures POST /v1/jobs with one job per request, as
 // *enqueueClients concurrent callers make them, over HTTP to the API with
 // its real producer: the outbox in Postgres (store.Open, group commit) and
-// RabbitMQ with publisher confirms. It reports jobs/s and the p99 latency.
+// RabbitMQ with publisher confirms. It reports jobs/s, the p99 latency of
+// every POST and of all but each caller's first (p99-warm-ms), and the CPU
+// per job of this process and of Postgres.
 func BenchmarkEnqueue(b *testing.B) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, storetest.NewDB(b))
@@ -108,8 +110,22 @@ func BenchmarkEnqueue(b *testing.B) {
 		pgUsed += cpu - pgStart[pid] // a backend started during the run: from 0
 	}
 	all := slices.Sorted(slices.Values(slices.Concat(lat...)))
+	// Each caller's first POST dials its connection and, all callers at
+	// once, waits for the pool's connections and the first measurement of
+	// the queue: 64 of the slowest 100 of 10,000 jobs. p99-warm-ms leaves
+	// them out: the steady state.
+	var warm []time.Duration
+	for _, l := range lat {
+		if len(l) > 1 {
+			warm = append(warm, l[1:]...)
+		}
+	}
+	slices.Sort(warm)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+	if len(warm) > 0 {
+		b.ReportMetric(float64(warm[len(warm)*99/100].Microseconds())/1000, "p99-warm-ms")
+	}
 	b.ReportMetric(float64(procUsed.Microseconds())/float64(b.N), "proc-µs/job")
 	b.ReportMetric(float64(pgUsed.Microseconds())/float64(b.N), "pg-µs/job")
 	require.NoError(b, p.Drain(ctx))

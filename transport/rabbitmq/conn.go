@@ -19,6 +19,9 @@ import (
 // failure would.
 type dialer struct {
 	cfg Config
+	// openSocket opens the TCP connection under an AMQP one: nil is
+	// net.DialTimeout (tests wrap it to fail a write).
+	openSocket func(network, addr string, timeout time.Duration) (net.Conn, error)
 
 	mu   sync.Mutex
 	sock *corkConn
@@ -29,7 +32,11 @@ func (d *dialer) dial() (*amqp.Connection, error) {
 		Heartbeat: 10 * time.Second,
 		Locale:    "en_US",
 		Dial: func(network, addr string) (net.Conn, error) {
-			c, err := net.DialTimeout(network, addr, d.cfg.DialTimeout)
+			open := d.openSocket
+			if open == nil {
+				open = net.DialTimeout
+			}
+			c, err := open(network, addr, d.cfg.DialTimeout)
 			if err != nil {
 				return nil, err
 			}

@@ -40,8 +40,9 @@ FROM u LEFT JOIN ins ON ins.tenant = u.tenant AND ins.id = u.id
 ORDER BY u.n`
 
 // insertOneSQL records one job as queued, published at $15 (NULL: not
-// yet), in the pipeline InsertOutbox sends for a few jobs (each followed by
-// a read of the job's status, in a snapshot of its own).
+// yet), in the pipeline InsertOutbox sends for a few jobs; the status of a
+// job it did not create is read after the pipeline, in a snapshot of its
+// own.
 const insertOneSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
 	project, published_at)
@@ -84,7 +85,7 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	return s.insertOutbox(ctx, s.pool, jobs, s.clock(), nil)
+	return s.insertOutbox(ctx, s.pool, false, jobs, s.clock(), nil)
 }
 
 // InsertOutboxPublishing records jobs as InsertOutbox does, but marked
@@ -107,13 +108,21 @@ func (s *Store) InsertOutboxPublishing(ctx context.Context, jobs []NewJob, publi
 	if len(jobs) == 0 {
 		return nil, publish(nil)
 	}
-	tx, err := s.pool.Begin(ctx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("store: insert outbox: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // a no-op once committed
+	defer conn.Release()
+	// The transaction's BEGIN goes in the insert's pipeline (a round trip
+	// less per flush than pool.Begin); whatever did not commit is rolled
+	// back before the connection returns to the pool.
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
 	now := s.clock()
-	got, err := s.insertOutbox(ctx, tx, jobs, now, &now)
+	got, err := s.insertOutbox(ctx, conn, true, jobs, now, &now)
 	if err != nil {
 		return nil, err
 	}
@@ -124,27 +133,29 @@ func (s *Store) InsertOutboxPublishing(ctx context.Context, jobs []NewJob, publi
 				tenants, ids = append(tenants, jobs[i].Job.Tenant), append(ids, jobs[i].Job.ID)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE jobs j SET published_at = NULL FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
+		if _, err := conn.Exec(ctx, `UPDATE jobs j SET published_at = NULL FROM unnest($1::text[], $2::text[]) AS u(tenant, id)
 			WHERE j.tenant = u.tenant AND j.id = u.id`, tenants, ids); err != nil {
 			return nil, fmt.Errorf("store: insert outbox: unmark %d unpublished jobs: %w", len(ids), err)
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("store: insert outbox: commit %d jobs: %w", len(jobs), err)
+	// COMMIT of a failed transaction rolls it back and says so in its tag.
+	if tag, err := conn.Exec(ctx, "COMMIT"); err != nil || tag.String() != "COMMIT" {
+		return nil, fmt.Errorf("store: insert outbox: commit %d jobs: %w", len(jobs), errors.Join(err, pgx.ErrTxCommitRollback))
 	}
 	return got, nil
 }
 
 // outboxDB is what an outbox insert runs on: the pool (a batch is its own
-// transaction) or an open transaction.
+// transaction) or a connection on which the insert begins a transaction.
 type outboxDB interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // insertOutbox is InsertOutbox on db, with published_at set to
-// publishedAt (nil: NULL).
-func (s *Store) insertOutbox(ctx context.Context, db outboxDB, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, error) {
+// publishedAt (nil: NULL). With begin, the insert's pipeline opens with
+// BEGIN, and the transaction stays open for the caller to end.
+func (s *Store) insertOutbox(ctx context.Context, db outboxDB, begin bool, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, error) {
 	for _, n := range jobs {
 		if err := validate("insert outbox", n.Job); err != nil {
 			return nil, err
@@ -164,23 +175,64 @@ func (s *Store) insertOutbox(ctx context.Context, db outboxDB, jobs []NewJob, no
 		seen[k], first[i] = i, i
 		distinct = append(distinct, n)
 	}
-	if len(distinct) < s.outboxArraysFrom {
-		got, err := s.insertEach(ctx, db, distinct, now, publishedAt)
-		if err != nil {
-			return nil, err
-		}
-		return spread(jobs, first, got), nil
+	b := &pgx.Batch{}
+	if begin {
+		b.Queue("BEGIN")
 	}
-	args, err := s.jobArrays("insert outbox", distinct, now)
+	var (
+		got    []Recorded
+		unread []Key // not created, and no status seen: read after
+		err    error
+	)
+	if len(distinct) < s.outboxArraysFrom {
+		got, unread, err = s.insertEach(ctx, db, b, distinct, now, publishedAt)
+	} else {
+		got, unread, err = s.insertArrays(ctx, db, b, distinct, now, publishedAt)
+	}
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, insertOutboxSQL, append(args, publishedAt)...)
-	if err != nil {
-		return nil, dataError(fmt.Sprintf("insert outbox of %d jobs", len(distinct)), err)
+	if len(unread) > 0 {
+		// Either pruned (a tombstone: status "") or there before (or
+		// committed by another transaction while this one ran): read them
+		// in a snapshot of now.
+		statuses, err := statuses(ctx, db, unread)
+		if err != nil {
+			return nil, fmt.Errorf("store: insert outbox: %w", err)
+		}
+		for i, n := range distinct {
+			if !got[i].Created && got[i].Status == "" {
+				got[i].Status = statuses[Key{Tenant: n.Job.Tenant, ID: n.Job.ID}]
+			}
+		}
 	}
-	got := make([]Recorded, len(distinct))
-	var unread []Key // not created, and no status seen: read again
+	return spread(jobs, first, got), nil
+}
+
+// insertArrays records jobs (distinct keys) with insertOutboxSQL, queued
+// in b after what b holds (a BEGIN, or nothing), and returns what it did
+// and the keys of the jobs not created whose status it did not see.
+func (s *Store) insertArrays(ctx context.Context, db outboxDB, b *pgx.Batch, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, []Key, error) {
+	args, err := s.jobArrays("insert outbox", jobs, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	head := b.Len()
+	b.Queue(insertOutboxSQL, append(args, publishedAt)...)
+	op := fmt.Sprintf("insert outbox of %d jobs", len(jobs))
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	for range head {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, fmt.Errorf("store: %s: %w", op, err)
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, dataError(op, err)
+	}
+	got := make([]Recorded, len(jobs))
+	var unread []Key
 	var (
 		n       int
 		created bool
@@ -194,26 +246,16 @@ func (s *Store) insertOutbox(ctx context.Context, db outboxDB, jobs []NewJob, no
 		case status != nil:
 			r.Status = llmq.Status(*status)
 		default:
-			unread = append(unread, Key{Tenant: distinct[n-1].Job.Tenant, ID: distinct[n-1].Job.ID})
+			unread = append(unread, Key{Tenant: jobs[n-1].Job.Tenant, ID: jobs[n-1].Job.ID})
 		}
 		return nil
 	}); err != nil {
-		return nil, dataError(fmt.Sprintf("insert outbox of %d jobs", len(distinct)), err)
+		return nil, nil, dataError(op, err)
 	}
-	if len(unread) > 0 {
-		// Either pruned (a tombstone: status "") or committed by another
-		// transaction while this one ran: read them in a snapshot of now.
-		statuses, err := statuses(ctx, db, unread)
-		if err != nil {
-			return nil, fmt.Errorf("store: insert outbox: %w", err)
-		}
-		for i, n := range distinct {
-			if !got[i].Created && got[i].Status == "" {
-				got[i].Status = statuses[Key{Tenant: n.Job.Tenant, ID: n.Job.ID}]
-			}
-		}
+	if err := br.Close(); err != nil {
+		return nil, nil, fmt.Errorf("store: %s: %w", op, err)
 	}
-	return spread(jobs, first, got), nil
+	return got, unread, nil
 }
 
 // spread answers each of jobs from got, the answers of its distinct jobs
@@ -233,33 +275,43 @@ func spread(jobs []NewJob, first []int, got []Recorded) []Recorded {
 	return out
 }
 
-// insertEach records jobs (distinct keys) with a statement each, and a read
-// of each one's status after it, in one pipeline and one transaction.
-func (s *Store) insertEach(ctx context.Context, db outboxDB, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, error) {
-	b := &pgx.Batch{}
+// insertEach records jobs (distinct keys) with a statement each, queued in
+// b after what b holds (a BEGIN, or nothing), in one pipeline and one
+// transaction. A job not created is the one there before, or a pruned
+// job's id: it returns their keys, whose status the caller reads (a
+// statement more only when a key was taken).
+func (s *Store) insertEach(ctx context.Context, db outboxDB, b *pgx.Batch, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, []Key, error) {
+	head := b.Len()
 	for _, n := range jobs {
 		b.Queue(insertOneSQL, append(s.insertArgs(n, now), publishedAt)...)
-		b.Queue(`SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, n.Job.Tenant, n.Job.ID)
 	}
 	// A batch is sent with one Sync: its statements form one implicit
-	// transaction, so a failure leaves none of the rows.
+	// transaction (or are in the one its BEGIN opens), so a failure leaves
+	// none of the rows.
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
+	for range head {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, fmt.Errorf("store: insert outbox: %w", err)
+		}
+	}
 	out := make([]Recorded, len(jobs))
-	for i := range jobs {
+	var unread []Key
+	for i, n := range jobs {
 		tag, err := br.Exec()
 		if err != nil {
-			return nil, dataError(fmt.Sprintf("insert outbox %q", jobs[i].Job.ID), err)
+			return nil, nil, dataError(fmt.Sprintf("insert outbox %q", n.Job.ID), err)
 		}
-		out[i].Created = tag.RowsAffected() == 1
-		if err := br.QueryRow().Scan(&out[i].Status); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("store: insert outbox %q: %w", jobs[i].Job.ID, err)
+		if tag.RowsAffected() == 1 {
+			out[i] = Recorded{Created: true, Status: llmq.StatusQueued}
+			continue
 		}
+		unread = append(unread, Key{Tenant: n.Job.Tenant, ID: n.Job.ID})
 	}
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("store: insert outbox: %w", err)
+		return nil, nil, fmt.Errorf("store: insert outbox: %w", err)
 	}
-	return out, nil
+	return out, unread, nil
 }
 
 // statuses reads the status of the jobs keys that exist.

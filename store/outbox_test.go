@@ -131,6 +131,26 @@ func testOutboxPublishing(t *testing.T, b *testBundle) {
 		func([]store.Recorded) error { t.Fatal("publish of a failed insert"); return nil })
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	require.False(t, visible("p3"))
+
+	// A job Postgres refuses (a trigger of this test's database raises a
+	// data exception for it) fails the whole transaction, which is rolled
+	// back: the connection goes back to the pool idle, not closed, and
+	// serves the next flush.
+	_, err = b.store.Pool().Exec(b.ctx, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.id = 'refused' THEN RAISE EXCEPTION 'refused' USING ERRCODE = '22023'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse BEFORE INSERT ON jobs FOR EACH ROW EXECUTE FUNCTION refuse()`)
+	require.NoError(t, err)
+	refused := newJob(t, "refused")
+	conns := b.store.Pool().Stat().TotalConns()
+	_, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}, {Job: refused}},
+		func([]store.Recorded) error { t.Fatal("publish of a failed insert"); return nil })
+	require.ErrorIs(t, err, store.ErrInvalidJob)
+	require.False(t, visible("p4"))
+	require.Equal(t, conns, b.store.Pool().Stat().TotalConns(), "the connection was rolled back and kept")
+	got, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}}, func([]store.Recorded) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}}, got)
+	require.Equal(t, new(b.clock.Now()), publishedAt("p4"))
 }
 
 func TestQueueStats(t *testing.T) {

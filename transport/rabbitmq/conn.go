@@ -15,12 +15,16 @@ import (
 )
 
 // dialer opens AMQP connections and remembers the socket of the latest one,
-// so tests can sever it the way a network failure would.
+// so the publisher can cork it and tests can sever it the way a network
+// failure would.
 type dialer struct {
 	cfg Config
+	// openSocket opens the TCP connection under an AMQP one: nil is
+	// net.DialTimeout (tests wrap it to fail a write).
+	openSocket func(network, addr string, timeout time.Duration) (net.Conn, error)
 
 	mu   sync.Mutex
-	sock net.Conn
+	sock *corkConn
 }
 
 func (d *dialer) dial() (*amqp.Connection, error) {
@@ -28,20 +32,91 @@ func (d *dialer) dial() (*amqp.Connection, error) {
 		Heartbeat: 10 * time.Second,
 		Locale:    "en_US",
 		Dial: func(network, addr string) (net.Conn, error) {
-			c, err := net.DialTimeout(network, addr, d.cfg.DialTimeout)
+			open := d.openSocket
+			if open == nil {
+				open = net.DialTimeout
+			}
+			c, err := open(network, addr, d.cfg.DialTimeout)
 			if err != nil {
 				return nil, err
 			}
+			cc := &corkConn{Conn: c}
 			d.mu.Lock()
-			d.sock = c
+			d.sock = cc
 			d.mu.Unlock()
-			return c, nil
+			return cc, nil
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: dial: %w", err)
 	}
 	return conn, nil
+}
+
+// socket is the socket of the latest connection (nil before the first).
+func (d *dialer) socket() *corkConn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.sock
+}
+
+// corkConn is a socket whose writes can be held back and sent as one:
+// amqp091 writes each message's frames with a write of its own (a syscall,
+// and a wakeup of the broker's reader, per message), and the publisher
+// sends a window of messages at once.
+type corkConn struct {
+	net.Conn
+
+	mu     sync.Mutex
+	corked bool
+	buf    []byte
+	err    error // the failed flush's: the socket is closed
+}
+
+// corkBufMax is the largest buffer kept between windows.
+const corkBufMax = 1 << 20
+
+// Write sends p, or holds it while corked.
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.err != nil:
+		return 0, c.err
+	case c.corked:
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// cork holds the writes until uncork.
+func (c *corkConn) cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.mu.Unlock()
+}
+
+// uncork sends what was held, in one write. When that fails the socket is
+// closed (the connection's reader ends it, failing what awaits a confirm)
+// and the error returned: nothing held may be taken for sent.
+func (c *corkConn) uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	if len(c.buf) == 0 || c.err != nil {
+		return c.err
+	}
+	_, err := c.Conn.Write(c.buf)
+	c.buf = c.buf[:0]
+	if cap(c.buf) > corkBufMax {
+		c.buf = nil
+	}
+	if err != nil {
+		c.err = err
+		_ = c.Conn.Close()
+	}
+	return err
 }
 
 // sever closes the socket of the latest connection.

@@ -27,6 +27,7 @@ type Publisher struct {
 
 	mu   sync.Mutex // guards the fields below and sending on ch
 	conn *amqp.Connection
+	sock *corkConn // conn's socket
 	ch   *amqp.Channel
 	// chClosed receives the broker's reason when it closes ch.
 	chClosed chan *amqp.Error
@@ -116,6 +117,8 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, msgs []trans
 	conn, ch, chClosed := p.conn, p.ch, p.chClosed
 	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
 	var sendErr error
+	// The window's frames go out in one write.
+	p.sock.cork()
 	for _, m := range msgs {
 		pub := amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
@@ -134,6 +137,10 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, msgs []trans
 			break
 		}
 		confirms = append(confirms, dc)
+	}
+	if err := p.sock.uncork(); err != nil {
+		p.mu.Unlock()
+		return 0, conn, fmt.Errorf("rabbitmq: send %d messages: %w", len(confirms), err)
 	}
 	p.mu.Unlock()
 	for i, dc := range confirms {
@@ -177,7 +184,7 @@ func (p *Publisher) ensure(dest string) error {
 			_ = conn.Close()
 			return fmt.Errorf("rabbitmq: open confirm channel: %w", err)
 		}
-		p.conn, p.ch, p.declared = conn, ch, map[string]bool{}
+		p.conn, p.sock, p.ch, p.declared = conn, p.dialer.socket(), ch, map[string]bool{}
 		p.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
 	}
 	if p.declared[dest] {
@@ -195,7 +202,7 @@ func (p *Publisher) drop() {
 	if p.conn != nil {
 		_ = p.conn.Close()
 	}
-	p.conn, p.ch = nil, nil
+	p.conn, p.sock, p.ch = nil, nil, nil
 }
 
 // Close closes the connection; further Publish calls fail with

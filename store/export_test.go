@@ -16,3 +16,6 @@ func QueuedOps(s *Store) int { return len(s.group.ops) }
 // with its statement over arrays (below outboxArraysFrom it sends a
 // statement per job).
 func RecordOutboxAsArrays(s *Store) { s.outboxArraysFrom = 1 }
+
+// UsageSQL is Usage's statement; scope narrows it ("AND tenant = $3").
+func UsageSQL(scope string) string { return usageSQL(scope) }

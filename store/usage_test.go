@@ -1,11 +1,19 @@
 package store_test
 
 import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
 )
 
@@ -46,4 +54,177 @@ func TestUsage(t *testing.T) {
 	mine, err := b.store.Usage(b.ctx, "other")
 	require.NoError(t, err)
 	require.Equal(t, all[2:], mine, "one tenant's")
+}
+
+// rowByRowSQL is the usage summed from the jobs themselves, as Usage read
+// it before job_usage (migration 0020): the answer job_usage must give.
+func rowByRowSQL(scope string) string {
+	return `SELECT tenant, project,
+			coalesce(sum(calls) FILTER (WHERE finished_at > $2), 0) AS minute_requests,
+			coalesce(sum(calls), 0) AS day_requests,
+			coalesce(sum(prompt_tokens + completion_tokens) FILTER (WHERE finished_at > $2), 0) AS minute_tokens,
+			coalesce(sum(prompt_tokens + completion_tokens), 0) AS day_tokens
+		FROM jobs WHERE finished_at >= $1 AND finished_at < $1::timestamptz + interval '1 day' ` + scope + `
+		GROUP BY tenant, project ORDER BY tenant, project`
+}
+
+// usageBoth reads, in one snapshot, the usage of day (and of the minute
+// after since) as Usage sums it and as the jobs sum it row by row; tenant
+// "" reads every tenant.
+func usageBoth(t *testing.T, ctx context.Context, pool *pgxpool.Pool, day, since time.Time, tenant string) (summed, rows []store.ScopeUsage) {
+	t.Helper()
+	scope, args := "", []any{day, since}
+	if tenant != "" {
+		scope, args = "AND tenant = $3", append(args, tenant)
+	}
+	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		for _, q := range []struct {
+			sql string
+			out *[]store.ScopeUsage
+		}{{store.UsageSQL(scope), &summed}, {rowByRowSQL(scope), &rows}} {
+			r, err := tx.Query(ctx, q.sql, args...)
+			if err != nil {
+				return err
+			}
+			if *q.out, err = pgx.CollectRows(r, pgx.RowToStructByName[store.ScopeUsage]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return summed, rows
+}
+
+// TestUsageExactWhileJobsFinish: while 8 writers finish 240 jobs of two
+// tenants and three scopes, across midnight UTC, and a fold runs again and
+// again, every snapshot's usage summed from job_usage equals the jobs' own
+// sums, for both days, every tenant and one; at the end, folded to one row
+// per day and scope, still.
+func TestUsageExactWhileJobsFinish(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.clock.Advance(11*time.Hour + 59*time.Minute + 30*time.Second) // 23:59:30 UTC
+	const n = 240
+	var jobs []*llmq.Job
+	for i := range n {
+		j := newJob(t, fmt.Sprintf("j%03d", i))
+		j.Tenant, j.Project = []string{"acme", "other"}[i%2], []string{"", "", "support"}[i%3]
+		jobs = append(jobs, j)
+	}
+	leases := b.hold(t, "w", jobs...)
+	require.Len(t, leases, n)
+	keys := make(chan store.Lease, n)
+	for _, j := range jobs {
+		keys <- leases[j.ID]
+	}
+	close(keys)
+
+	day0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	day1 := day0.Add(24 * time.Hour)
+	check := func() {
+		for _, day := range []time.Time{day0, day1} {
+			for _, tenant := range []string{"", "other"} {
+				summed, rows := usageBoth(t, b.ctx, b.store.Pool(), day, b.clock.Now().Add(-time.Minute), tenant)
+				require.Equal(t, rows, summed, "day %s, tenant %q", day.Format(time.DateOnly), tenant)
+			}
+		}
+	}
+
+	var finished atomic.Int64
+	writers, _ := errgroup.WithContext(b.ctx)
+	for range 8 {
+		writers.Go(func() error {
+			for l := range keys {
+				i, _ := strconv.Atoi(l.ID[1:])
+				for range 1 + i%3 {
+					if _, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{}); err != nil {
+						return err
+					}
+				}
+				if _, err := b.store.StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 10 + i,
+					CompletionTokens: i % 7}); err != nil {
+					return err
+				}
+				if finished.Add(1) == n/2 {
+					b.clock.Advance(time.Minute) // 00:00:30: the rest finish the next day
+				}
+			}
+			return nil
+		})
+	}
+	done := make(chan error, 1)
+	go func() { done <- writers.Wait() }()
+	var folded int64
+	for running := true; running; {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			running = false
+		default:
+		}
+		k, err := b.store.FoldUsage(b.ctx)
+		require.NoError(t, err)
+		folded += k
+		check()
+	}
+	require.Positive(t, folded, "the folds ran while the jobs finished")
+	_, err := b.store.FoldUsage(b.ctx)
+	require.NoError(t, err)
+	check()
+
+	var fresh, scopes int
+	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE NOT folded), count(*) FILTER (WHERE folded)
+		FROM job_usage`).Scan(&fresh, &scopes))
+	require.Equal(t, []int{0, 2 * 2 * 2}, []int{fresh, scopes}, "one folded row per day, tenant and project")
+	for _, day := range []time.Time{day0, day1} {
+		summed, _ := usageBoth(t, b.ctx, b.store.Pool(), day, b.clock.Now().Add(-time.Minute), "")
+		require.Len(t, summed, 4, "both tenants and their two scopes finished jobs on %s", day.Format(time.DateOnly))
+	}
+}
+
+// TestUsageAfterReplayAndPrune: a dead letter replayed takes its job's
+// finished attempt back out of the day's usage, as the jobs' own sums do,
+// folded or not; a job that retention deletes keeps counting (it finished
+// that day), where the jobs' sums lose it.
+func TestUsageAfterReplayAndPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t) // 12:00 UTC
+	leases := b.hold(t, "w", newJob(t, "ok"), newJob(t, "dead"))
+	for _, l := range leases {
+		_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+		require.NoError(t, err)
+	}
+	_, err := b.store.StoreResult(b.ctx, leases["ok"].Key, store.Result{UsedModel: "big", PromptTokens: 100, CompletionTokens: 20})
+	require.NoError(t, err)
+	letter := newLetter("dead", "acme", "retries_exhausted")
+	letter.LeaseToken = leases["dead"].Token
+	_, _, err = b.store.RecordDeadLetter(b.ctx, letter)
+	require.NoError(t, err)
+	usage := func(want ...store.ScopeUsage) {
+		t.Helper()
+		got, err := b.store.Usage(b.ctx, "acme")
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	usage(store.ScopeUsage{Tenant: "acme", MinuteRequests: 2, DayRequests: 2, MinuteTokens: 120, DayTokens: 120})
+	_, err = b.store.FoldUsage(b.ctx)
+	require.NoError(t, err)
+
+	_, err = b.store.Requeue(b.ctx, "acme", "dead")
+	require.NoError(t, err)
+	usage(store.ScopeUsage{Tenant: "acme", MinuteRequests: 1, DayRequests: 1, MinuteTokens: 120, DayTokens: 120})
+	summed, rows := usageBoth(t, b.ctx, b.store.Pool(), b.clock.Now().Truncate(24*time.Hour), b.clock.Now().Add(-time.Minute), "")
+	require.Equal(t, rows, summed)
+
+	b.clock.Advance(2 * time.Hour)
+	pruned, err := b.store.Prune(b.ctx, store.Retention{Jobs: map[llmq.Status]time.Duration{llmq.StatusSucceeded: time.Hour}})
+	require.NoError(t, err)
+	require.Equal(t, store.Pruned{"jobs": 1}, pruned)
+	usage(store.ScopeUsage{Tenant: "acme", DayRequests: 1, DayTokens: 120})
+	_, err = b.store.FoldUsage(b.ctx)
+	require.NoError(t, err)
+	usage(store.ScopeUsage{Tenant: "acme", DayRequests: 1, DayTokens: 120})
+	_, rows = usageBoth(t, b.ctx, b.store.Pool(), b.clock.Now().Truncate(24*time.Hour), b.clock.Now().Add(-time.Minute), "")
+	require.Empty(t, rows, "the jobs' own sums lost the pruned job")
 }

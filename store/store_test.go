@@ -570,8 +570,15 @@ func TestListPaging(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "", next)
 	require.Len(t, recs, 9)
+	all, _, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
+	require.NoError(t, err)
+	require.Equal(t, recs, all, "one tenant's, read across tenants")
 	for _, r := range recs {
 		require.Equal(t, llmq.StatusRunning, r.Status)
+		got := b.get(t, r.ID)
+		require.NotEmpty(t, got.Body)
+		got.Body = nil
+		require.Equal(t, got, r, "a listed job is the job but its body")
 	}
 
 	_, _, err = b.store.List(b.ctx, store.ListOptions{Tenant: "acme", After: "!!"})

@@ -68,21 +68,23 @@ func rowByRowSQL(scope string) string {
 		GROUP BY tenant, project ORDER BY tenant, project`
 }
 
-// usageBoth reads, in one snapshot, the usage of day (and of the minute
-// after since) as Usage sums it and as the jobs sum it row by row; tenant
-// "" reads every tenant.
-func usageBoth(t *testing.T, ctx context.Context, pool *pgxpool.Pool, day, since time.Time, tenant string) (summed, rows []store.ScopeUsage) {
+// usageBoth reads, in one snapshot, the usage as Usage sums it at now and
+// as the jobs sum it row by row (those finished on now's UTC day, and
+// after the minute before now); tenant "" reads every tenant.
+func usageBoth(t *testing.T, ctx context.Context, pool *pgxpool.Pool, now time.Time, tenant string) (summed, rows []store.ScopeUsage) {
 	t.Helper()
-	scope, args := "", []any{day, since}
+	sql, args := store.UsageSQL(now, tenant)
+	scope, rowArgs := "", []any{now.Truncate(24 * time.Hour), now.Add(-time.Minute)}
 	if tenant != "" {
-		scope, args = "AND tenant = $3", append(args, tenant)
+		scope, rowArgs = "AND tenant = $3", append(rowArgs, tenant)
 	}
 	err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		for _, q := range []struct {
-			sql string
-			out *[]store.ScopeUsage
-		}{{store.UsageSQL(scope), &summed}, {rowByRowSQL(scope), &rows}} {
-			r, err := tx.Query(ctx, q.sql, args...)
+			sql  string
+			args []any
+			out  *[]store.ScopeUsage
+		}{{sql, args, &summed}, {rowByRowSQL(scope), rowArgs, &rows}} {
+			r, err := tx.Query(ctx, q.sql, q.args...)
 			if err != nil {
 				return err
 			}
@@ -122,11 +124,11 @@ func TestUsageExactWhileJobsFinish(t *testing.T) {
 
 	day0 := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	day1 := day0.Add(24 * time.Hour)
-	check := func() {
-		for _, day := range []time.Time{day0, day1} {
+	check := func() { // day0 read at its last microsecond, day1 now
+		for _, at := range []time.Time{day1.Add(-time.Microsecond), b.clock.Now()} {
 			for _, tenant := range []string{"", "other"} {
-				summed, rows := usageBoth(t, b.ctx, b.store.Pool(), day, b.clock.Now().Add(-time.Minute), tenant)
-				require.Equal(t, rows, summed, "day %s, tenant %q", day.Format(time.DateOnly), tenant)
+				summed, rows := usageBoth(t, b.ctx, b.store.Pool(), at, tenant)
+				require.Equal(t, rows, summed, "at %s, tenant %q", at, tenant)
 			}
 		}
 	}
@@ -179,13 +181,13 @@ func TestUsageExactWhileJobsFinish(t *testing.T) {
 	require.NoError(t, err)
 	check()
 
-	var fresh, scopes int
-	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE NOT folded), count(*) FILTER (WHERE folded)
-		FROM job_usage`).Scan(&fresh, &scopes))
-	require.Equal(t, []int{0, 2 * 2 * 2}, []int{fresh, scopes}, "one folded row per day, tenant and project")
-	for _, day := range []time.Time{day0, day1} {
-		summed, _ := usageBoth(t, b.ctx, b.store.Pool(), day, b.clock.Now().Add(-time.Minute), "")
-		require.Len(t, summed, 4, "both tenants and their two scopes finished jobs on %s", day.Format(time.DateOnly))
+	var fresh, seconds int
+	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE span = 'fresh'),
+		count(*) FILTER (WHERE span = 'second') FROM job_usage`).Scan(&fresh, &seconds))
+	require.Equal(t, []int{0, 2 * 2 * 2}, []int{fresh, seconds}, "one row per second (23:59:30, 00:00:30), tenant and project")
+	for _, at := range []time.Time{day1.Add(-time.Microsecond), b.clock.Now()} {
+		summed, _ := usageBoth(t, b.ctx, b.store.Pool(), at, "")
+		require.Len(t, summed, 4, "both tenants, with and without a project, finished jobs on %s", at.Format(time.DateOnly))
 	}
 }
 
@@ -220,7 +222,7 @@ func TestUsageAfterReplayAndPrune(t *testing.T) {
 	_, err = b.store.Requeue(b.ctx, "acme", "dead")
 	require.NoError(t, err)
 	usage(store.ScopeUsage{Tenant: "acme", MinuteRequests: 1, DayRequests: 1, MinuteTokens: 120, DayTokens: 120})
-	summed, rows := usageBoth(t, b.ctx, b.store.Pool(), b.clock.Now().Truncate(24*time.Hour), b.clock.Now().Add(-time.Minute), "")
+	summed, rows := usageBoth(t, b.ctx, b.store.Pool(), b.clock.Now(), "")
 	require.Equal(t, rows, summed)
 
 	b.clock.Advance(2 * time.Hour)
@@ -231,6 +233,43 @@ func TestUsageAfterReplayAndPrune(t *testing.T) {
 	_, err = b.store.FoldUsage(b.ctx)
 	require.NoError(t, err)
 	usage(store.ScopeUsage{Tenant: "acme", DayRequests: 1, DayTokens: 120})
-	_, rows = usageBoth(t, b.ctx, b.store.Pool(), b.clock.Now().Truncate(24*time.Hour), b.clock.Now().Add(-time.Minute), "")
+	_, rows = usageBoth(t, b.ctx, b.store.Pool(), b.clock.Now(), "")
 	require.Empty(t, rows, "the jobs' own sums lost the pruned job")
+}
+
+// TestUsageMinuteBySecond: jobs finish one at a time at uneven instants
+// (within a second, at its edges, seconds apart) over four minutes across
+// midnight UTC while folds move them from fresh rows to seconds to the
+// day; after each, the last minute and the day summed from job_usage equal
+// the jobs' own sums, read now and a fraction of a second before.
+func TestUsageMinuteBySecond(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.clock.Advance(11*time.Hour + 58*time.Minute) // 23:58 UTC
+	steps := []time.Duration{137 * time.Millisecond, 863 * time.Millisecond, time.Second, 2300 * time.Millisecond,
+		time.Millisecond, 999 * time.Millisecond, 4 * time.Second}
+	for i := 0; b.clock.Now().Before(time.Date(2026, 12, 1, 0, 2, 0, 0, time.UTC)); i++ {
+		b.clock.Advance(steps[i%len(steps)])
+		id := fmt.Sprintf("j%03d", i)
+		j := newJob(t, id)
+		j.Project = []string{"", "support"}[i%2]
+		l := b.hold(t, "w", j)[id]
+		_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+		require.NoError(t, err)
+		_, err = b.store.StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 1 + i, CompletionTokens: 1000})
+		require.NoError(t, err)
+		if i%5 == 4 {
+			_, err := b.store.FoldUsage(b.ctx)
+			require.NoError(t, err)
+		}
+		for _, at := range []time.Time{b.clock.Now(), b.clock.Now().Add(-300 * time.Millisecond)} {
+			summed, rows := usageBoth(t, b.ctx, b.store.Pool(), at, "acme")
+			require.Equal(t, rows, summed, "at %s", at.Format(time.StampMicro))
+		}
+	}
+	rows, err := b.store.Pool().Query(b.ctx, `SELECT DISTINCT span FROM job_usage ORDER BY span`)
+	require.NoError(t, err)
+	spans, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"day", "fresh", "second"}, spans, "the folds moved usage to the day and to seconds")
 }

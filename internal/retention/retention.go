@@ -10,8 +10,8 @@
 // tombstone and is not ingested, so it is never called and paid for again.
 //
 // On a timer of its own, every few seconds, a Pruner also folds the rows
-// that finishing jobs add to the day's usage (store.FoldUsage), so that a
-// read of the usage sums a few rows per scope.
+// that finishing jobs add to the usage (store.FoldUsage), so that a read of
+// the usage sums a few rows per scope.
 package retention
 
 import (
@@ -169,7 +169,7 @@ func New(cfg Config) (*Pruner, error) {
 		}, []string{"table"}),
 		folded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "llmq_usage_folded_total",
-			Help: "Rows of the day's usage (job_usage) folded into one row per day and scope.",
+			Help: "Rows of the usage (job_usage) that finishing jobs added, folded by the second or the day.",
 		}),
 	}
 	if cfg.Registerer != nil {

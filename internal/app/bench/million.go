@@ -267,9 +267,9 @@ func recordBacklog(ctx context.Context, pool *pgxpool.Pool, qFrom, qTo, dFrom, d
 		FROM generate_series($1::int, $2::int) g,
 			LATERAL (SELECT greatest(date_trunc('day', now()), now() - (g % 600) * interval '1 s') AS f) t
 		RETURNING tenant, project, finished_at, calls, prompt_tokens + completion_tokens AS tokens)
-		INSERT INTO job_usage (day, tenant, project, jobs, calls, tokens)
-		SELECT date_trunc('day', finished_at, 'UTC'), tenant, project, count(*), sum(calls), sum(tokens)
-		FROM done GROUP BY 1, 2, 3`,
+		INSERT INTO job_usage (span, at, tenant, project, jobs, calls, tokens)
+		SELECT 'fresh', date_trunc('second', finished_at), tenant, project, count(*), sum(calls), sum(tokens)
+		FROM done GROUP BY 2, 3, 4`,
 		dFrom, dTo, millionTenants, Primary); err != nil {
 		return fmt.Errorf("bench: million: record succeeded jobs: %w", err)
 	}

@@ -1,6 +1,9 @@
 package store
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // Transition is a declared status change, for the table test.
 type Transition = transition
@@ -16,3 +19,9 @@ func QueuedOps(s *Store) int { return len(s.group.ops) }
 // with its statement over arrays (below outboxArraysFrom it sends a
 // statement per job).
 func RecordOutboxAsArrays(s *Store) { s.outboxArraysFrom = 1 }
+
+// UsageSQL is Usage's statement and its arguments for the usage at now.
+func UsageSQL(now time.Time, tenant string) (string, []any) {
+	scope, args := usageArgs(now, tenant)
+	return usageSQL(scope), args
+}

@@ -101,28 +101,40 @@ func TestCountByStatusReadsUpToTheLimit(t *testing.T) {
 	}
 }
 
-// TestUsageReadsTheTenantsJobs: a tenant's usage reads its own jobs
-// finished today (jobs_tenant_finished_idx; index only once vacuum has
-// marked their pages all-visible), not every tenant's.
+// TestUsageReadsTheTenantsJobs: a tenant's usage reads its rows of
+// job_usage (one per statement that finished jobs, before a fold) and, of
+// its jobs, only those that finished in the seconds at the ends of the
+// last minute (jobs_tenant_finished_idx), not the jobs it finished earlier
+// that day or in the minute's whole seconds, nor any other tenant's.
 func TestUsageReadsTheTenantsJobs(t *testing.T) {
 	t.Parallel()
 	s := planStore(t)
 	s.ingest(t, 0, 3000, "a", "b", "c")
-	_, err := s.pool.Exec(context.Background(), `UPDATE jobs SET status = 'succeeded', finished_at = now(), attempts = 1`)
-	require.NoError(t, err)
-	now := time.Now()
-	plan := s.explain(t, usageSQL("AND tenant = $3"), now.Truncate(24*time.Hour), now.Add(-time.Minute), "b")
-	var read int
+	ctx := context.Background()
+	for _, f := range []struct{ ids, at string }{
+		{`id < 'j00010'`, "06:00:00"},
+		{`id >= 'j00010' AND id < 'j00013'`, "11:59:00.5"}, // j00010 is b's, j00011 c's, j00012 a's
+		{`id = 'j00013'`, "11:59:30"},                      // b's
+		{`id > 'j00013'`, "06:00:00"},
+	} {
+		_, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = $1, attempts = 1 WHERE `+f.ids,
+			"2026-11-30T"+f.at+"Z")
+		require.NoError(t, err)
+	}
+	scope, args := usageArgs(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), "b")
+	plan := s.explain(t, usageSQL(scope), args...)
+	read := map[string]int{}
 	plan.walk(func(n planNode) {
 		if n.RelationName == "jobs" {
 			require.Zero(t, n.RowsRemovedByFilter, "jobs read and dropped: %+v", n)
 		}
 		if n.IndexName != "" {
-			require.Equal(t, "jobs_tenant_finished_idx", n.IndexName, "%+v", n)
-			read += n.ActualRows * n.ActualLoops
+			require.Contains(t, []string{"jobs_tenant_finished_idx", "job_usage_day_key", "job_usage_second_key",
+				"job_usage_fresh_idx"}, n.IndexName, "%+v", n)
+			read[n.RelationName] += n.ActualRows * n.ActualLoops
 		}
 	})
-	require.Equal(t, 1000, read, "b's jobs")
+	require.Equal(t, map[string]int{"jobs": 1, "job_usage": 4}, read, "b's job finished at 11:59:00.5, b's row of each statement")
 }
 
 // planDB is a store on a database of its own.

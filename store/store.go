@@ -159,12 +159,13 @@ type JobRecord struct {
 	ID     string `db:"id"`
 	Tenant string `db:"tenant"`
 	// Project is the job's project within its tenant, "" for none.
-	Project        string          `db:"project"`
-	Status         llmq.Status     `db:"status"`
-	Priority       llmq.Priority   `db:"priority"`
-	RequestedModel string          `db:"requested_model"`
-	UsedModel      string          `db:"used_model"`
-	Body           json.RawMessage `db:"body"`
+	Project        string        `db:"project"`
+	Status         llmq.Status   `db:"status"`
+	Priority       llmq.Priority `db:"priority"`
+	RequestedModel string        `db:"requested_model"`
+	UsedModel      string        `db:"used_model"`
+	// Body is the job's request; nil in List's records (Get reads it).
+	Body json.RawMessage `db:"body"`
 	// Result is the upstream response; nil until the job succeeded.
 	Result       json.RawMessage `db:"result"`
 	ErrorCode    string          `db:"error_code"`

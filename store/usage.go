@@ -26,23 +26,20 @@ type ScopeUsage struct {
 
 // Usage returns the usage of every (tenant, project) whose jobs finished
 // today (UTC), ordered by tenant then project; tenant "" reads every
-// tenant. A job counts when it finishes, whatever its status.
+// tenant. A job counts when it finishes, whatever its status, and keeps
+// counting once retention has deleted it.
 //
-// A tenant's usage reads its own jobs finished today, index only
-// (jobs_tenant_finished_idx): 5-27 ms for 20,000 of 200,000 jobs finished
-// today, where reading every tenant's row by row took 180-250 ms. Every
-// tenant's usage reads every job finished today: 117-135 ms for 200,000
-// (docs/bench/million/sql.md).
+// It is summed from job_usage (migration 0020): rows that the jobs' own
+// statements add as they finish and FoldUsage folds, one per scope for the
+// day before the last two minutes and one per second and scope since, so
+// its cost grows with neither the jobs finished today nor those of the
+// last minute; only the two seconds at the ends of the minute are read
+// from the jobs, index only (jobs_tenant_finished_idx). With 200,000 jobs
+// finished today, every tenant's usage took 25-39 ms summed from the jobs
+// (117-135 ms under more load), and takes 0.4-0.8 ms; a tenant's 3.2-5.5
+// ms, now 0.3-0.6 ms (docs/bench/million/sql.md).
 func (s *Store) Usage(ctx context.Context, tenant string) ([]ScopeUsage, error) {
-	now := s.clock()
-	day := now.Truncate(24 * time.Hour)
-	args := []any{day, now.Add(-time.Minute)}
-	scope := ""
-	if tenant != "" {
-		// A condition of its own, not ($3 = '' OR tenant = $3), which a
-		// generic plan could not take to the index.
-		scope, args = "AND tenant = $3", append(args, tenant)
-	}
+	scope, args := usageArgs(s.clock(), tenant)
 	rows, err := s.pool.Query(ctx, usageSQL(scope), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: usage: %w", err)
@@ -54,14 +51,115 @@ func (s *Store) Usage(ctx context.Context, tenant string) ([]ScopeUsage, error) 
 	return out, nil
 }
 
-// usageSQL sums the jobs finished since $1 per tenant and project, and
-// those finished since $2; scope narrows the jobs ("AND tenant = $3").
+// usageArgs are usageSQL's scope and arguments for the usage at now: the
+// UTC day, the start of the last minute, the first whole second after it
+// and the start of now's second (the whole seconds between are summed from
+// job_usage, the jobs before and after them read one by one).
+func usageArgs(now time.Time, tenant string) (string, []any) {
+	start := now.Add(-time.Minute)
+	args := []any{now.Truncate(24 * time.Hour), start, start.Truncate(time.Second).Add(time.Second), now.Truncate(time.Second)}
+	if tenant == "" {
+		return "", args
+	}
+	// A condition of its own, not ($5 = '' OR tenant = $5), which a
+	// generic plan could not take to the index.
+	return "AND tenant = $5", append(args, tenant)
+}
+
+// usageSQL sums the usage of day $1 per tenant and project, each kind of
+// row of job_usage read on its partial index, and of the minute after $2:
+// its whole seconds [$3, $4) from the rows, the jobs that finished after $2
+// and before $3, or from $4 on, from the jobs of the tenants found. scope
+// narrows the tenants ("AND tenant = $5"). A scope is listed while its
+// jobs finished that day count more than zero (a replayed dead letter
+// takes its job back).
 func usageSQL(scope string) string {
-	return `SELECT tenant, project,
-			coalesce(sum(calls) FILTER (WHERE finished_at > $2), 0) AS minute_requests,
-			coalesce(sum(calls), 0) AS day_requests,
-			coalesce(sum(prompt_tokens + completion_tokens) FILTER (WHERE finished_at > $2), 0) AS minute_tokens,
-			coalesce(sum(prompt_tokens + completion_tokens), 0) AS day_tokens
-		FROM jobs WHERE finished_at >= $1 ` + scope + `
-		GROUP BY tenant, project ORDER BY tenant, project`
+	return `WITH u AS (
+		SELECT span, at, tenant, project, jobs, calls, tokens FROM job_usage
+		WHERE span = 'day' AND at = $1 ` + scope + `
+		UNION ALL
+		SELECT span, at, tenant, project, jobs, calls, tokens FROM job_usage
+		WHERE span = 'second' AND at >= $1 AND at < $1::timestamptz + interval '1 day' ` + scope + `
+		UNION ALL
+		SELECT span, at, tenant, project, jobs, calls, tokens FROM job_usage
+		WHERE span = 'fresh' AND at >= $1 AND at < $1::timestamptz + interval '1 day' ` + scope + `),
+	day AS (
+		SELECT tenant, project, sum(jobs) AS jobs, sum(calls) AS calls, sum(tokens) AS tokens,
+			coalesce(sum(calls) FILTER (WHERE span <> 'day' AND at >= $3 AND at < $4), 0) AS minute_calls,
+			coalesce(sum(tokens) FILTER (WHERE span <> 'day' AND at >= $3 AND at < $4), 0) AS minute_tokens
+		FROM u GROUP BY tenant, project),
+	ends AS (
+		SELECT t.tenant, j.project, sum(j.calls) AS calls, sum(j.prompt_tokens + j.completion_tokens) AS tokens
+		FROM (SELECT DISTINCT tenant FROM day) t CROSS JOIN LATERAL (
+			SELECT project, calls, prompt_tokens, completion_tokens FROM jobs
+			WHERE tenant = t.tenant AND finished_at > $2 AND finished_at < $3 AND finished_at >= $1
+			UNION ALL
+			SELECT project, calls, prompt_tokens, completion_tokens FROM jobs
+			WHERE tenant = t.tenant AND finished_at >= $4 AND finished_at >= $1
+				AND finished_at < $1::timestamptz + interval '1 day') j
+		GROUP BY t.tenant, j.project)
+	SELECT d.tenant, d.project,
+		d.minute_calls + coalesce(e.calls, 0) AS minute_requests, d.calls AS day_requests,
+		d.minute_tokens + coalesce(e.tokens, 0) AS minute_tokens, d.tokens AS day_tokens
+	FROM day d LEFT JOIN ends e ON e.tenant = d.tenant AND e.project = d.project
+	WHERE d.jobs > 0
+	ORDER BY d.tenant, d.project`
+}
+
+// foldUsageSQL folds up to $1 of the rows the jobs' statements added to
+// job_usage, in one statement: those of a second from $2 on into that
+// second's row of their scope, the older ones, and the second rows older
+// than $2, into their UTC day's. A snapshot sees the rows or their sums,
+// never both. Two folds at once fold different fresh rows (a row one
+// deleted, the other skips).
+const foldUsageSQL = `WITH fresh AS (
+	SELECT ctid FROM job_usage WHERE span = 'fresh' LIMIT $1 FOR UPDATE SKIP LOCKED
+), gone AS (
+	DELETE FROM job_usage u USING fresh f WHERE u.ctid = f.ctid
+	RETURNING u.at, u.tenant, u.project, u.jobs, u.calls, u.tokens
+), aged AS (
+	DELETE FROM job_usage WHERE span = 'second' AND at < $2
+	RETURNING at, tenant, project, jobs, calls, tokens
+), seconds AS (
+	INSERT INTO job_usage (span, at, tenant, project, jobs, calls, tokens)
+	SELECT 'second', at, tenant, project, sum(jobs), sum(calls), sum(tokens) FROM gone WHERE at >= $2
+	GROUP BY at, tenant, project
+	ON CONFLICT (at, tenant, project) WHERE span = 'second' DO UPDATE SET jobs = job_usage.jobs + excluded.jobs,
+		calls = job_usage.calls + excluded.calls, tokens = job_usage.tokens + excluded.tokens
+), days AS (
+	INSERT INTO job_usage (span, at, tenant, project, jobs, calls, tokens)
+	SELECT 'day', date_trunc('day', at, 'UTC'), tenant, project, sum(jobs), sum(calls), sum(tokens) FROM (
+		SELECT * FROM gone WHERE at < $2 UNION ALL SELECT * FROM aged) o
+	GROUP BY 2, tenant, project
+	ON CONFLICT (at, tenant, project) WHERE span = 'day' DO UPDATE SET jobs = job_usage.jobs + excluded.jobs,
+		calls = job_usage.calls + excluded.calls, tokens = job_usage.tokens + excluded.tokens
+)
+SELECT count(*) FROM gone`
+
+// FoldUsageBatchDefault is the most rows one statement of FoldUsage folds.
+const FoldUsageBatchDefault = 10_000
+
+// usageBySecond is how long job_usage keeps a scope's usage by the second
+// before FoldUsage folds it into the day's: the last minute is summed from
+// these rows, so the clocks of the processes that fold and read the usage
+// may differ by up to a minute.
+const usageBySecond = 2 * time.Minute
+
+// FoldUsage folds the rows that finishing jobs added to job_usage since
+// the last fold, in statements of up to FoldUsageBatchDefault rows, and
+// returns how many it folded. Usage is exact without it; it keeps Usage's
+// read to a few rows per scope. Several processes may fold at once.
+func (s *Store) FoldUsage(ctx context.Context) (int64, error) {
+	cutoff := s.clock().Add(-usageBySecond)
+	var total int64
+	for {
+		var n int64
+		if err := s.pool.QueryRow(ctx, foldUsageSQL, FoldUsageBatchDefault, cutoff).Scan(&n); err != nil {
+			return total, fmt.Errorf("store: fold usage: %w", err)
+		}
+		total += n
+		if n < FoldUsageBatchDefault {
+			return total, nil
+		}
+	}
 }

@@ -8,6 +8,10 @@
 // keeps a message (Tombstones, 30 days by default against Kafka's 7-day
 // default retention): a late duplicate of the job's message finds the
 // tombstone and is not ingested, so it is never called and paid for again.
+//
+// On a timer of its own, every few seconds, a Pruner also folds the rows
+// that finishing jobs add to the usage (store.FoldUsage), so that a read of
+// the usage sums a few rows per scope.
 package retention
 
 import (
@@ -42,12 +46,15 @@ const (
 	TombstonesDefault = 30 * 24 * time.Hour
 	// IntervalDefault is the time between prunes.
 	IntervalDefault = 5 * time.Minute
+	// FoldIntervalDefault is the time between folds of the usage.
+	FoldIntervalDefault = 5 * time.Second
 )
 
 // Store is what the Pruner needs of the store.
 type Store interface {
 	Prune(ctx context.Context, r store.Retention) (store.Pruned, error)
 	TableBytes(ctx context.Context) (map[string]int64, error)
+	FoldUsage(ctx context.Context) (int64, error)
 }
 
 // Config configures a Pruner. Zero periods take their defaults; a negative
@@ -67,6 +74,8 @@ type Config struct {
 	Tombstones  time.Duration
 	// Interval is the time between prunes.
 	Interval time.Duration
+	// FoldInterval is the time between folds of the usage.
+	FoldInterval time.Duration
 	// BatchSize is the most rows one statement deletes
 	// (0 = store.PruneBatchSizeDefault).
 	BatchSize int
@@ -84,6 +93,7 @@ func (c Config) WithDefaults() Config {
 	c.Batches = cmp.Or(c.Batches, BatchesDefault)
 	c.Tombstones = cmp.Or(c.Tombstones, TombstonesDefault)
 	c.Interval = cmp.Or(c.Interval, IntervalDefault)
+	c.FoldInterval = cmp.Or(c.FoldInterval, FoldIntervalDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -118,8 +128,8 @@ func (c Config) validate() error {
 	if c.Store == nil {
 		errs = append(errs, errors.New("retention: Config.Store is required"))
 	}
-	if c.Interval < 0 || c.BatchSize < 0 {
-		errs = append(errs, errors.New("retention: Config.Interval and Config.BatchSize must not be negative"))
+	if c.Interval < 0 || c.FoldInterval < 0 || c.BatchSize < 0 {
+		errs = append(errs, errors.New("retention: Config.Interval, Config.FoldInterval and Config.BatchSize must not be negative"))
 	}
 	// A tombstone must outlive the jobs it stands for by more than the
 	// brokers' retention; at the least it must not go before they do.
@@ -130,12 +140,15 @@ func (c Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// Pruner prunes every Interval between Start and Stop.
+// Pruner prunes every Interval and folds the usage every FoldInterval
+// between Start and Stop.
 type Pruner struct {
 	cfg     Config
 	deleted *prometheus.CounterVec
 	bytes   *prometheus.GaugeVec
+	folded  prometheus.Counter
 	runner  background.Runner
+	folder  background.Runner
 }
 
 // New returns a Pruner; it registers its metrics with cfg.Registerer.
@@ -154,9 +167,13 @@ func New(cfg Config) (*Pruner, error) {
 			Name: "llmq_store_table_bytes",
 			Help: "Size on disk of llmq's growing tables (rows, TOAST and indexes), measured at each prune.",
 		}, []string{"table"}),
+		folded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_usage_folded_total",
+			Help: "Rows of the usage (job_usage) that finishing jobs added, folded by the second or the day.",
+		}),
 	}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{p.deleted, p.bytes} {
+		for _, c := range []prometheus.Collector{p.deleted, p.bytes, p.folded} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("retention: register metrics: %w", err)
 			}
@@ -165,20 +182,42 @@ func New(cfg Config) (*Pruner, error) {
 	return p, nil
 }
 
-// Start prunes once at once, then every Interval, until Stop or ctx ends.
+// Start prunes once at once, then every Interval, and folds the usage
+// every FoldInterval, until Stop or ctx ends.
 func (p *Pruner) Start(ctx context.Context) error {
 	if err := p.runner.Start(ctx, p.run); err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	if err := p.folder.Start(ctx, p.fold); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
 	return nil
 }
 
-// Stop ends the prunes and waits for the current one (bounded by ctx).
+// Stop ends the prunes and the folds and waits for the current ones
+// (bounded by ctx).
 func (p *Pruner) Stop(ctx context.Context) error {
-	if err := p.runner.Stop(ctx); err != nil {
+	if err := errors.Join(p.runner.Stop(ctx), p.folder.Stop(ctx)); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
 	return nil
+}
+
+func (p *Pruner) fold(ctx context.Context) {
+	t := p.cfg.Clock.NewTicker(p.cfg.FoldInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		n, err := p.cfg.Store.FoldUsage(ctx)
+		p.folded.Add(float64(n))
+		if err != nil && ctx.Err() == nil {
+			p.cfg.Logger.Warn("retention: usage fold failed", slog.String("error", err.Error()))
+		}
+	}
 }
 
 func (p *Pruner) run(ctx context.Context) {

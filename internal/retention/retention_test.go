@@ -64,6 +64,72 @@ func TestPrunerPrunesOnItsTimer(t *testing.T) {
 	require.Zero(t, left)
 }
 
+// TestPrunerFoldsTheUsageOnItsTimer: every FoldInterval a started pruner
+// folds the rows that finishing jobs added to the day's usage into one per
+// scope, and counts them; the usage read is the same.
+func TestPrunerFoldsTheUsageOnItsTimer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	s, err := store.Open(ctx, url, store.WithClock(clock))
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	db, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	finish := func(ids ...string) { // one statement per job: a row each
+		for _, id := range ids {
+			j, err := llmq.Decode([]byte(`{"id":"`+id+`","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
+			require.NoError(t, err)
+			_, err = s.Insert(ctx, j)
+			require.NoError(t, err)
+			_, err = db.Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = $2, attempts = 1, prompt_tokens = 10
+				WHERE id = $1`, id, clock.Now().Add(-time.Hour))
+			require.NoError(t, err)
+		}
+	}
+	rows := func() (n int) {
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM job_usage`).Scan(&n))
+		return n
+	}
+	finish("a", "b", "c")
+	require.Equal(t, 3, rows())
+
+	reg := prometheus.NewPedanticRegistry()
+	p, err := retention.New(retention.Config{Store: s, Interval: time.Hour, FoldInterval: time.Second, Registerer: reg, Clock: clock})
+	require.NoError(t, err)
+	require.NoError(t, p.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, p.Stop(ctx)) })
+	require.NoError(t, clock.BlockUntilContext(ctx, 2)) // both tickers
+	clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return counter(t, reg, "llmq_usage_folded_total") == 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, rows())
+
+	finish("d", "e")
+	require.Equal(t, 3, rows())
+	clock.Advance(time.Second)
+	require.Eventually(t, func() bool { return counter(t, reg, "llmq_usage_folded_total") == 5 }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, rows())
+	used, err := s.Usage(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, []store.ScopeUsage{{Tenant: "acme", DayRequests: 5, DayTokens: 50}}, used)
+}
+
+// counter is the value of the unlabelled counter name (0 before its first
+// count).
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
 // value is the value of the series of family name whose one label has
 // the value label (0 when there is none yet).
 func value(t *testing.T, reg *prometheus.Registry, name, label string) float64 {

@@ -242,7 +242,8 @@ var english = message.NewPrinter(language.English)
 
 // recordBacklog records the queued jobs backlog-qFrom to backlog-qTo and
 // the succeeded jobs done-dFrom to done-dTo (finished within the last
-// ten minutes, today), then vacuums and analyzes the table.
+// ten minutes, today) with their usage, then vacuums and analyzes the
+// table.
 func recordBacklog(ctx context.Context, pool *pgxpool.Pool, qFrom, qTo, dFrom, dTo int) error {
 	if _, err := pool.Exec(ctx, `INSERT INTO jobs (tenant, id, status, priority, requested_model, body,
 			created_at, updated_at, sched_key, est_prompt_tokens, est_output_tokens)
@@ -253,7 +254,9 @@ func recordBacklog(ctx context.Context, pool *pgxpool.Pool, qFrom, qTo, dFrom, d
 		FROM generate_series($1::int, $2::int) g`, qFrom, qTo, millionTenants, Primary); err != nil {
 		return fmt.Errorf("bench: million: record queued jobs: %w", err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO jobs (tenant, id, status, priority, requested_model, used_model, body, result,
+	// The succeeded jobs' usage goes into job_usage as the statements
+	// finishing them would have added it (migration 0020).
+	if _, err := pool.Exec(ctx, `WITH done AS (INSERT INTO jobs (tenant, id, status, priority, requested_model, used_model, body, result,
 			created_at, updated_at, started_at, finished_at, sched_key, est_prompt_tokens, est_output_tokens,
 			attempts, prompt_tokens, completion_tokens, published_at)
 		SELECT 't' || (g % $3), 'done-' || g, 'succeeded', 'normal', $4, $4,
@@ -262,7 +265,11 @@ func recordBacklog(ctx context.Context, pool *pgxpool.Pool, qFrom, qTo, dFrom, d
 			'{"choices":[{"index":0,"message":{"role":"assistant","content":"Five words, as you asked."}}]}',
 			f - interval '1 s', f, f - interval '1 s', f, f - interval '1 s', 60, 32, 1, 60, 8, f
 		FROM generate_series($1::int, $2::int) g,
-			LATERAL (SELECT greatest(date_trunc('day', now()), now() - (g % 600) * interval '1 s') AS f) t`,
+			LATERAL (SELECT greatest(date_trunc('day', now()), now() - (g % 600) * interval '1 s') AS f) t
+		RETURNING tenant, project, finished_at, calls, prompt_tokens + completion_tokens AS tokens)
+		INSERT INTO job_usage (span, at, tenant, project, jobs, calls, tokens)
+		SELECT 'fresh', date_trunc('second', finished_at), tenant, project, count(*), sum(calls), sum(tokens)
+		FROM done GROUP BY 2, 3, 4`,
 		dFrom, dTo, millionTenants, Primary); err != nil {
 		return fmt.Errorf("bench: million: record succeeded jobs: %w", err)
 	}

@@ -94,7 +94,7 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped bool) 
 			ORDER BY ` + o.orderBy("q") + ` LIMIT ` + capLimit + `) q),
 	pick AS (SELECT c.tenant, c.id, c.urgent, c.tag, c.step
 		FROM (SELECT * FROM cand ORDER BY urgent DESC, tag, tenant) c
-		CROSS JOIN LATERAL (SELECT FROM jobs j WHERE j.tenant = c.tenant AND j.id = c.id AND j.status ` + tClaim.in + `
+		CROSS JOIN LATERAL (SELECT FROM jobs j WHERE j.tenant = c.tenant AND j.id = c.id AND ` + tClaim.keyed("j.status") + `
 			FOR UPDATE SKIP LOCKED) l
 		LIMIT $4),
 	claimed AS (UPDATE jobs j SET status = ` + tClaim.to + `, lease_owner = $2, lease_expires_at = $3,

@@ -205,7 +205,7 @@ type fencedSQL struct {
 // fencedOp is fenced with the statement shaped by f.
 func (s *Store) fencedOp(ctx context.Context, what string, t *transition, l Lease, f fencedSQL, args ...any) (int, error) {
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + f.set +
-		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND ` + t.keyed("status") + ` RETURNING attempts`
+		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND status ` + t.in + ` RETURNING attempts`
 	if f.wrap != nil {
 		sql = f.wrap(sql + `, tenant, id, requested_model`)
 	}
@@ -270,7 +270,7 @@ var markCallingRows = newRowKind(`WITH c AS (UPDATE jobs j SET status = `+tMarkC
 	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::int[], $8::text[],
 		$9::bigint[], $10::bigint[], $11::text[])
 		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, model, quota_wait, backoff, entry, n)
-	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND `+tMarkCalling.keyed("j.status")+`
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND j.status `+tMarkCalling.in+`
 	RETURNING u.n, j.attempts, j.tenant, j.id, j.requested_model, u.now, u.model, u.quota_wait, u.backoff, u.entry
 ), a AS (
 	INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms, backoff_ms, entry)
@@ -356,7 +356,7 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 	sql := `UPDATE jobs SET status = ` + tStoreResult.to + `, updated_at = $3, result = $4, used_model = $5,
 		prompt_tokens = $6, completion_tokens = $7, cost_usd = $8, finished_at = $3, lease_expires_at = NULL,
 		phase = '', error_code = '', error_message = ''
-	WHERE tenant = $1 AND id = $2 AND ` + tStoreResult.keyed("status") + ` RETURNING true AS stored`
+	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true AS stored`
 	sql = notifyDone(sql, keyOf, `stored`)
 	found, err := s.do(ctx, &op{stmts: withAnswer(k, r.Answered, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
 		r.PromptTokens, r.CompletionTokens, r.CostUSD}}), row: &rowOp{kind: storeResultRows, key: k, answer: r.Answered}})
@@ -388,7 +388,7 @@ var storeResultRows = newRowKind(notifyDone(`UPDATE jobs j SET status = `+tStore
 	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::jsonb[], $5::text[], $6::int[], $7::int[],
 		$8::float8[]) WITH ORDINALITY AS u(tenant, id, now, result, used_model, prompt_tokens, completion_tokens,
 		cost_usd, n)
-	WHERE j.tenant = u.tenant AND j.id = u.id AND `+tStoreResult.keyed("j.status")+`
+	WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tStoreResult.in+`
 	RETURNING u.n`, jKey, `n`), 8, func(ops []*op) []any {
 	return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[[]byte](ops, 3),
 		column[string](ops, 4), column[int](ops, 5), column[int](ops, 6), column[float64](ops, 7)}

@@ -94,8 +94,7 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped bool) 
 			ORDER BY ` + o.orderBy("q") + ` LIMIT ` + capLimit + `) q),
 	pick AS (SELECT c.tenant, c.id, c.urgent, c.tag, c.step
 		FROM (SELECT * FROM cand ORDER BY urgent DESC, tag, tenant) c
-		CROSS JOIN LATERAL (SELECT FROM jobs j WHERE j.tenant = c.tenant AND j.id = c.id AND j.status ` + tClaim.in + `
-			FOR UPDATE SKIP LOCKED) l
+		CROSS JOIN LATERAL (` + claimLockSQL("c.tenant", "c.id") + `) l
 		LIMIT $4),
 	claimed AS (UPDATE jobs j SET status = ` + tClaim.to + `, lease_owner = $2, lease_expires_at = $3,
 			lease_token = j.lease_token + 1, phase = '` + PhaseWaitingForQuota + `', updated_at = $5,
@@ -111,6 +110,13 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped bool) 
 		ON CONFLICT (model, tenant) DO UPDATE SET vtime = CASE WHEN f.tenant = '' THEN greatest(f.vtime, excluded.vtime)
 			ELSE greatest(f.vtime, (SELECT v FROM clock)) + (excluded.vtime - (SELECT v FROM clock)) END)
 	SELECT ` + jobColumns + ` FROM claimed ORDER BY pick_urgent DESC, pick_tag, tenant`
+}
+
+// claimLockSQL locks the queued job of key (tenant, id), SQL expressions,
+// for the claim, skipping it when another claim holds it.
+func claimLockSQL(tenant, id string) string {
+	return `SELECT FROM jobs j WHERE j.tenant = ` + tenant + ` AND j.id = ` + id + ` AND ` + tClaim.keyed("j.status") +
+		` FOR UPDATE SKIP LOCKED`
 }
 
 // weights are the configured tenants and their weights, as claimSQL's $7

@@ -49,6 +49,32 @@ func TestClaimReadsWhatItTakes(t *testing.T) {
 	require.Equal(t, limit, claimed)
 }
 
+// TestClaimLocksByPrimaryKey: with statistics taken when every job had
+// finished, a backlog of queued jobs looks rare to the planner; the
+// claim's lock of each job it picks still finds it through jobs_pkey,
+// never by walking the queued jobs of its tenant or model
+// (jobs_tenant_status_created_idx, jobs_fair_idx).
+func TestClaimLocksByPrimaryKey(t *testing.T) {
+	t.Parallel()
+	s := planStore(t)
+	ctx := context.Background()
+	s.ingest(t, 0, 2000, "default")
+	_, err := s.pool.Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = now()`)
+	require.NoError(t, err)
+	_, err = s.pool.Exec(ctx, `ANALYZE jobs`)
+	require.NoError(t, err)
+	s.ingest(t, 10000, 3000, "default")
+	var scans int
+	s.explain(t, claimLockSQL("$1", "$2"), "default", "j10005").walk(func(n planNode) {
+		if n.RelationName == "jobs" {
+			require.Equal(t, "jobs_pkey", n.IndexName, "%+v", n)
+			require.Equal(t, 1, n.ActualRows, "%+v", n)
+			scans++
+		}
+	})
+	require.Equal(t, 1, scans)
+}
+
 // TestListAllTenantsReadsPages: a page of one status across tenants reads
 // each tenant's newest jobs of that status and no job of another status,
 // however many newer jobs there are (an operator listing the running jobs

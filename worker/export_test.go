@@ -31,3 +31,10 @@ var CapOutput = capOutput
 
 // Measure is measure (observe.go).
 func (w *Worker) Measure(ctx context.Context) { w.measure(ctx) }
+
+// WindowRecount and WindowRefresh are how often the ingest window's count
+// is read again (ingest.go).
+const (
+	WindowRecount = windowRecount
+	WindowRefresh = windowRefresh
+)

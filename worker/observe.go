@@ -78,11 +78,12 @@ func (w *Worker) measure(ctx context.Context) {
 	st := w.stats
 	if !now.Before(w.statsAt) {
 		var err error
+		claimed := w.window.claims()
 		if st, err = w.cfg.Store.QueueStats(ctx, now.Add(-drainWindow), 0); err != nil {
 			return
 		}
 		w.stats, w.statsAt = st, now.Add(statsCost*w.cfg.Clock.Since(now))
-		w.queued.Store(st.Queued)
+		w.window.set(st.Queued, false, claimed)
 	}
 	w.measureBudgets(ctx)
 	w.metrics.queueDepth.Set(float64(w.depth.Load() + st.Queued))

@@ -275,13 +275,17 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		w.leave(p)
 		return event{}, false
 	}
-	body, err := p.job.WithModel(model)
-	if err != nil {
-		permit.Cancel()
-		a.notCalled()
-		a.releaseScopes()
-		w.fail(p, 0, "invalid_body", err.Error())
-		return event{}, false
+	// The body as recorded when it names the model called (every job's
+	// first model): decoding and encoding it again would change nothing.
+	body := p.job.Body
+	if model != p.job.Model() {
+		if body, err = p.job.WithModel(model); err != nil {
+			permit.Cancel()
+			a.notCalled()
+			a.releaseScopes()
+			w.fail(p, 0, "invalid_body", err.Error())
+			return event{}, false
+		}
 	}
 	body, ev, stay, proceed := w.budgetGate(p, model, body)
 	if !proceed {

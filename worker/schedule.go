@@ -216,6 +216,7 @@ func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[stor
 		}
 		return 0, err
 	}
+	w.window.add(0, int64(len(recs)))
 	for _, rec := range recs {
 		ref := store.ScopeRef{Tenant: rec.Tenant, Project: rec.Project}
 		if n, ok := rooms[ref]; ok {

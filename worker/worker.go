@@ -71,12 +71,10 @@ type Worker struct {
 	budget   *RetryBudget
 	rng      *rand.Rand
 
-	// depth is the broker's last depth; queued the queued jobs in Postgres
-	// (the ingest window's measure); drain the estimated time to empty the
-	// queue (see Drain).
-	depth  atomic.Int64
-	queued atomic.Int64
-	drain  atomic.Int64
+	// depth is the broker's last depth; drain the estimated time to empty
+	// the queue (see Drain).
+	depth atomic.Int64
+	drain atomic.Int64
 	// stats are the newest Postgres figures of the queue, read at most
 	// again at statsAt (measure's goroutine only).
 	stats   store.QueueStats

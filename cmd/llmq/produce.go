@@ -87,7 +87,7 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker)
 	fs := cmd.Flags()
 	fs.StringVarP(&file, "file", "f", "-", "JSONL file of jobs; - reads stdin")
-	fs.IntVar(&batch, "batch", 100, "jobs per publish (1-1000)")
+	fs.IntVar(&batch, "batch", 500, "jobs per publish (1-1000)")
 	fs.IntVar(&fromLine, "from-line", 1, "skip the lines before this one (resume an interrupted run)")
 	fs.IntVar(&inFlight, "in-flight", 4, "batches published at once (1-64; 1 publishes the lines in their order)")
 	fs.BoolVar(&retryBackoff, "wait", true, "on a full queue, wait the suggested Retry-After and retry (--wait=false rejects)")

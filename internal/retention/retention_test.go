@@ -25,22 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestPrunerPrunesOnItsTimer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := storetest.NewDB(t)
-	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	s, err := store.Open(ctx, url, store.WithClock(clock))
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
-	db, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	finished := func(id string, age time.Duration) {
-		j, err := llmq.Decode([]byte(`{"id":"`+id+`","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
-		require.NoError(t, err)
-		_, err = s.Insert(ctx, j)
-		require.NoError(t, err)
-		_, err = db.Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = $2 WHERE id = $1`, id, clock.Now().Add(-age))
-		require.NoError(t, err)
-	}
+	s, db, clock, finished := setup(t)
 	finished("old", 8*24*time.Hour)
 	finished("young", 7*24*time.Hour-time.Hour)
 
@@ -70,23 +55,10 @@ func TestPrunerPrunesOnItsTimer(t *testing.T) {
 func TestPrunerFoldsTheUsageOnItsTimer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := storetest.NewDB(t)
-	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	s, err := store.Open(ctx, url, store.WithClock(clock))
-	require.NoError(t, err)
-	t.Cleanup(s.Close)
-	db, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
+	s, db, clock, finished := setup(t)
 	finish := func(ids ...string) { // one statement per job: a row each
 		for _, id := range ids {
-			j, err := llmq.Decode([]byte(`{"id":"`+id+`","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
-			require.NoError(t, err)
-			_, err = s.Insert(ctx, j)
-			require.NoError(t, err)
-			_, err = db.Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = $2, attempts = 1, prompt_tokens = 10
-				WHERE id = $1`, id, clock.Now().Add(-time.Hour))
-			require.NoError(t, err)
+			finished(id, time.Hour)
 		}
 	}
 	rows := func() (n int) {
@@ -114,6 +86,32 @@ func TestPrunerFoldsTheUsageOnItsTimer(t *testing.T) {
 	used, err := s.Usage(ctx, "acme")
 	require.NoError(t, err)
 	require.Equal(t, []store.ScopeUsage{{Tenant: "acme", DayRequests: 5, DayTokens: 50}}, used)
+}
+
+// setup opens a store on a new database with a fake clock, a pool of its
+// own on it, and finished, which records a job of tenant acme finished
+// (succeeded, one call of 10 tokens) age ago, by one UPDATE.
+func setup(t *testing.T) (*store.Store, *pgxpool.Pool, *clockwork.FakeClock, func(id string, age time.Duration)) {
+	t.Helper()
+	ctx := context.Background()
+	url := storetest.NewDB(t)
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	s, err := store.Open(ctx, url, store.WithClock(clock))
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	db, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	finished := func(id string, age time.Duration) {
+		j, err := llmq.Decode([]byte(`{"id":"`+id+`","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		_, err = s.Insert(ctx, j)
+		require.NoError(t, err)
+		_, err = db.Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = $2, attempts = 1, prompt_tokens = 10
+			WHERE id = $1`, id, clock.Now().Add(-age))
+		require.NoError(t, err)
+	}
+	return s, db, clock, finished
 }
 
 // counter is the value of the unlabelled counter name (0 before its first

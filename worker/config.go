@@ -39,10 +39,14 @@ const (
 	LedgerPeriodDefault    = 500 * time.Millisecond
 	LedgerLeaseDefault     = 3 * time.Second
 	StoreRetryMaxDefault   = 30 * time.Second
-	// SizeOrderDefault: a job sorts behind the jobs of its priority
-	// recorded up to ten times its own time at the model's TPM after it
-	// (3,000 tokens at 60k TPM: 30 s, one AgingStep).
-	SizeOrderDefault = 10.0
+	// SizeOrderDefault: a job sorts as if recorded fifty times its own
+	// time at the model's TPM later. A 2,000-token document at 60k TPM
+	// (2 s of the quota) sorts 100 s later, more than the two aging steps
+	// (60 s) between high and low priority: when the TPM binds, questions
+	// of every priority go before the documents recorded with them, which
+	// finishes the most jobs a quota can serve (docs/design/quotas.md).
+	// At 2M TPM the same document sorts 3 s later.
+	SizeOrderDefault = 50.0
 	// AgingStepDefault is how long a job waits to gain one priority level,
 	// in Postgres (store.AgingStepDefault) and in a lane's queue.
 	AgingStepDefault = store.AgingStepDefault
@@ -248,7 +252,7 @@ type Config struct {
 	// AgingStep is the wait that lifts a job one priority level in a
 	// lane's queue. Default AgingStepDefault.
 	AgingStep time.Duration
-	// SizeOrder orders the queued jobs of a priority by size when the
+	// SizeOrder orders the queued jobs by size when the
 	// model's TPM is known: a job sorts as if recorded SizeOrder times its
 	// estimated tokens' time at that TPM later (store.NewJob.SizeDelay),
 	// so short questions are not held behind long documents and a long

@@ -24,8 +24,8 @@ func TestWorkerSizeDelay(t *testing.T) {
 		tpm       float64
 		delay     func(tokens int) time.Duration
 	}{
-		{name: "default: ten times its time at 60,000 TPM", tpm: 60000,
-			delay: func(n int) time.Duration { return time.Duration(n) * 10 * time.Millisecond }},
+		{name: "default: fifty times its time at 60,000 TPM", tpm: 60000,
+			delay: func(n int) time.Duration { return time.Duration(n) * 50 * time.Millisecond }},
 		{name: "twice its time", sizeOrder: 2, tpm: 6000,
 			delay: func(n int) time.Duration { return time.Duration(n) * 20 * time.Millisecond }},
 		{name: "off", sizeOrder: -1, tpm: 6000, delay: func(int) time.Duration { return 0 }},

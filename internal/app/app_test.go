@@ -83,10 +83,10 @@ func TestWorkerAndAPI(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, rec.EstPromptTokens)
 	require.Equal(t, 8, rec.EstOutputTokens)
-	// A normal job: one aging step, then ten times its tokens' time at
-	// 60,000 TPM (10 ms a token).
+	// A normal job: one aging step, then fifty times its tokens' time at
+	// 60,000 TPM (50 ms a token).
 	tokens := rec.EstPromptTokens + rec.EstOutputTokens
-	require.Equal(t, store.AgingStepDefault+time.Duration(tokens)*10*time.Millisecond, rec.SchedKey.Sub(rec.CreatedAt))
+	require.Equal(t, store.AgingStepDefault+time.Duration(tokens)*50*time.Millisecond, rec.SchedKey.Sub(rec.CreatedAt))
 	code, _ = do(http.MethodGet, "/v1/dead-letters", "")
 	require.Equal(t, http.StatusOK, code, "the API mounts the dead-letter endpoints")
 

@@ -187,10 +187,10 @@ type Ingest struct {
 	// so the overflow stays in the broker; 0 = worker.IngestWindowDefault,
 	// -1 = no window.
 	Window int `yaml:"window"`
-	// SizeOrder: the queued jobs of a priority go shortest first when the
+	// SizeOrder: the queued jobs go shortest first when the
 	// model's TPM is configured, a job sorting as if recorded this many
 	// times its estimated tokens' time at the TPM later; 0 =
-	// worker.SizeOrderDefault (10), -1 = first come, first served.
+	// worker.SizeOrderDefault (50), -1 = first come, first served.
 	SizeOrder float64 `yaml:"size_order"`
 }
 

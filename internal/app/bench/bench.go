@@ -574,17 +574,16 @@ func (b *Bench) sizes(ctx context.Context, md *strings.Builder, rep *Report) err
 	}
 	fmt.Fprintf(md, `## 7. Short questions behind long documents
 
-The backlog of section 5 (minute bucket, one worker), every job of one priority (size orders the
-jobs of a priority; a low-priority question waits behind a high-priority document until aging lifts
-it), published to the broker, drained completely twice: first come, first served
-(`+"`ingest.size_order: -1`"+`), then size-aware (the default, 10: a job sorts as if recorded ten times its
-estimated tokens' time at the model's TPM later, so a document is passed only by jobs recorded
-within that time after it). Goal (issue 14): short p99 at most a fifth of the long p99, the long
-p99 at most 1.2 times its first-come value, the share of the physical limit unchanged.
+The backlog of section 5 (minute bucket, one worker), every job of one priority, published to the
+broker, drained completely twice: first come, first served (`+"`ingest.size_order: -1`"+`), then
+size-aware (the default, %g: a job sorts as if recorded %g times its estimated tokens' time at the
+model's TPM later, so a document is passed only by jobs recorded within that time after it).
+Goal (issue 14): short p99 at most a fifth of the long p99, the long p99 at most 1.2 times its
+first-come value, the share of the physical limit unchanged.
 
 | order | succeeded / jobs | makespan | share | short p50 / p99 | long p50 / p99 | 429s |
 |---|---:|---:|---:|---:|---:|---:|
-`)
+`, worker.SizeOrderDefault, worker.SizeOrderDefault)
 	for _, r := range rep.Sizes {
 		name := "first come, first served"
 		if r.SizeOrder > 0 {

@@ -115,11 +115,12 @@ func (r *result) countKind(status llmq.Status, kind workload.Kind) int {
 	return n
 }
 
-// unfinished counts the jobs not in a terminal state at the end.
-func (r *result) unfinished() int {
+// unfinished counts the jobs of kind ("" = every kind) not in a terminal
+// state at the end.
+func (r *result) unfinished(kind workload.Kind) int {
 	n := 0
 	for _, j := range r.jobs {
-		if !j.status.Terminal() {
+		if !j.status.Terminal() && (kind == "" || j.kind == kind) {
 			n++
 		}
 	}

@@ -40,8 +40,9 @@ type Bench struct {
 type StrategyRow struct {
 	Strategy shaping.Strategy
 	// Arrived, Succeeded, DeadLettered and Unfinished count the jobs;
-	// LongDeadLettered the long ones among the dead-lettered.
-	Arrived, Succeeded, DeadLettered, LongDeadLettered, Unfinished int
+	// the Long ones the long documents among them.
+	Arrived, Succeeded, DeadLettered, Unfinished    int
+	LongSucceeded, LongDeadLettered, LongUnfinished int
 	// GoodputPerMin is the jobs succeeded per minute of the run.
 	GoodputPerMin float64
 	// TPMUtilisation is the tokens served over the most the simulator
@@ -197,7 +198,8 @@ func (b *Bench) strategies(ctx context.Context, md *strings.Builder, rep *Report
 		rep.Strategies = append(rep.Strategies, StrategyRow{
 			Strategy: st, Arrived: len(res.jobs), Succeeded: res.count(llmq.StatusSucceeded),
 			DeadLettered: res.count(llmq.StatusDeadLettered), LongDeadLettered: res.countKind(llmq.StatusDeadLettered, workload.KindLong),
-			Unfinished:     res.unfinished(),
+			Unfinished: res.unfinished(""), LongSucceeded: res.countKind(llmq.StatusSucceeded, workload.KindLong),
+			LongUnfinished: res.unfinished(workload.KindLong),
 			GoodputPerMin:  float64(res.count(llmq.StatusSucceeded)) / res.spec.duration.Minutes(),
 			TPMUtilisation: res.tpmUtilisation(Primary, TPM), RateLimited: res.rateLimited(),
 			SteadyUtilisation: steadyUtilisation(pts, int(steadyFrom.Seconds()*b.cfg.Scale), TPM/60),
@@ -214,9 +216,13 @@ Jobs arrive at %d times what TPM serves (%.1f jobs/s) for the whole %s run, so e
 stays backlogged. Same simulator, same jobs, same worker, only `+"`strategy`"+` differs (the quota
 is configured for all four). Goodput is jobs succeeded per minute of the run; goodput in tokens
 is the *TPM used* columns, since the simulator serves tokens only to calls it answers and each
-succeeded job is one answered call (a 429 is charged nothing). The two differ by the mix served: a
-strategy that dead-letters long documents spends their tokens on short questions, so it finishes
-more jobs with the same tokens. *TPM used, whole run*
+succeeded job is one answered call (a 429 is charged nothing). The two differ by the mix served:
+one long document's tokens would serve about 17 short questions. Once the backlog forms, the
+claim order (`+"`ingest.size_order`"+`, [queue-of-record.md](../design/queue-of-record.md#the-claim-order))
+serves the questions of every priority before the documents queued with them, which finishes the
+most jobs the quota can serve: every question and the documents that arrived before the provider's
+initial bucket ran out. `+"`retry`"+` finishes about as many by dead-lettering the documents the
+provider refuses once it has. *TPM used, whole run*
 is the tokens the simulator served over the most it could admit in the run: its bucket starts
 full (one TPM) and refills at TPM per minute, so a strategy that spends the initial burst scores
 higher. *TPM used, steady* is the tokens served from %s to the end over TPM/60 per second: the
@@ -225,12 +231,12 @@ sustained rate once that burst is spent (at 5x the arrivals spend it in about 15
 
 `+"%s"+`
 
-| strategy | arrived | succeeded | dead-lettered (long) | unfinished | goodput (jobs/min) | TPM used, whole run | TPM used, steady | 429s | p50 | p99 | short p99 | long p99 |
+| strategy | arrived | succeeded (long) | dead-lettered (long) | unfinished (long) | goodput (jobs/min) | TPM used, whole run | TPM used, steady | 429s | p50 | p99 | short p99 | long p99 |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 `, Overload, Overload, Overload*capacity(), s.duration.Round(time.Second), time.Duration(float64(steadyFrom)*b.cfg.Scale).Round(time.Second), "![tokens served per second, per strategy](throughput.png)")
 	for _, r := range rep.Strategies {
-		fmt.Fprintf(md, "| `%s` | %d | %d | %d (%d) | %d | %.0f | %.0f%% | %.0f%% | %d | %s | %s | %s | %s |\n",
-			r.Strategy, r.Arrived, r.Succeeded, r.DeadLettered, r.LongDeadLettered, r.Unfinished, r.GoodputPerMin, 100*r.TPMUtilisation, 100*r.SteadyUtilisation,
+		fmt.Fprintf(md, "| `%s` | %d | %d (%d) | %d (%d) | %d (%d) | %.0f | %.0f%% | %.0f%% | %d | %s | %s | %s | %s |\n",
+			r.Strategy, r.Arrived, r.Succeeded, r.LongSucceeded, r.DeadLettered, r.LongDeadLettered, r.Unfinished, r.LongUnfinished, r.GoodputPerMin, 100*r.TPMUtilisation, 100*r.SteadyUtilisation,
 			r.RateLimited, secs(r.P50), secs(r.P99), secs(r.ShortP99), secs(r.LongP99))
 	}
 	fmt.Fprintf(md, "\nQueue depth (jobs published and not yet in a final state):\n\n![queue depth per strategy](queue.png)\n\n")
@@ -344,7 +350,7 @@ included; jobs answered are llmq's.
 `, Primary, primaryConcurrency, s.hogs, hogMaxTokens, RPM, kilo(TPM), Fallback, capacity(), s.load[0].until.Round(time.Second), s.duration.Round(time.Second),
 		Primary, prim.Accepted, total(prim.RateLimited), res.usedModel(Primary),
 		Fallback, fb.Accepted, total(fb.RateLimited), res.usedModel(Fallback),
-		res.count(llmq.StatusSucceeded), len(res.jobs), res.count(llmq.StatusDeadLettered), res.unfinished(),
+		res.count(llmq.StatusSucceeded), len(res.jobs), res.count(llmq.StatusDeadLettered), res.unfinished(""),
 		secs(res.latency("", 0.5)), secs(res.latency("", 0.99)))
 	pp, pf := res.series(Primary), res.series(Fallback)
 	p, err := newPlot("Primary exhausted: calls served per second, by model", "calls/s", []line{

@@ -104,6 +104,8 @@ func TestRunScaledDown(t *testing.T) {
 		require.Equal(t, want.arrivals(want.duration), r.Arrived, "every job published is in Postgres")
 		require.Equal(t, r.Arrived, r.Succeeded+r.DeadLettered+r.Unfinished, "no job failed or expired")
 		require.Positive(t, r.Succeeded, "%s served some jobs", r.Strategy)
+		require.LessOrEqual(t, r.LongSucceeded, r.Succeeded)
+		require.LessOrEqual(t, r.LongUnfinished, r.Unfinished)
 		require.Positive(t, r.TPMUtilisation)
 	}
 	for _, name := range []string{ReportFile, ThroughputFile, QueueFile, FallbackFile} {

@@ -43,8 +43,8 @@ const (
 	// time at the model's TPM later. A 2,000-token document at 60k TPM
 	// (2 s of the quota) sorts 100 s later, more than the two aging steps
 	// (60 s) between high and low priority: when the TPM binds, questions
-	// of every priority go before the documents recorded with them, which
-	// finishes the most jobs a quota can serve (docs/design/quotas.md).
+	// of every priority go before the documents recorded with them, and a
+	// small quota finishes many more jobs (docs/design/queue-of-record.md).
 	// At 2M TPM the same document sorts 3 s later.
 	SizeOrderDefault = 50.0
 	// AgingStepDefault is how long a job waits to gain one priority level,

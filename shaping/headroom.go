@@ -64,14 +64,61 @@ func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request)
 	return max(0, n)
 }
 
+// TokenRoomAt is how many tokens the lane's buckets hold at now, for a
+// scheduler that hands the lane only the jobs it can pay for at once: the
+// least, over its token buckets (TPM and the lane's token quotas), of the
+// level (reservations made are in it; requests not yet reserved are the
+// caller's to count). bounded is false when no token bucket limits the
+// lane (strategy retry, or no TPM known yet) and when every one of them is
+// full: waiting would add no room, so a request larger than the room is
+// the lane's to hold (it waits for a full bucket), not the scheduler's. A
+// lane paused by 429s or on share 0 has no room (HeadroomAt says so too).
+func (l *Lane) TokenRoomAt(now time.Time) (room float64, bounded bool) {
+	if l.cfg.Strategy == StrategyRetry {
+		return 0, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pauseUntil.After(now) || l.share == 0 {
+		return 0, true
+	}
+	room = math.Inf(1)
+	add := func(b *Bucket) {
+		level, full := b.roomLocked(now, now)
+		room = min(room, level)
+		bounded = bounded || !full
+	}
+	if l.tpm != nil {
+		add(l.tpm)
+	}
+	for _, q := range l.cfg.Quotas {
+		if q.Unit == UnitTokens {
+			q.Bucket.mu.Lock()
+			add(q.Bucket)
+			q.Bucket.mu.Unlock()
+		}
+	}
+	if !bounded {
+		return 0, false
+	}
+	return max(0, room), true
+}
+
+// roomLocked is what the bucket could take between now and end (its level
+// at now plus its refill until end, negative in debt) and whether it is
+// full at now. The bucket's lock, or its lane's, must be held.
+func (b *Bucket) roomLocked(now, end time.Time) (avail float64, full bool) {
+	s, e := b.rel(now), b.rel(end)
+	b.advance(s)
+	return b.level + b.cum(e) - b.cum(max(s, b.last)), b.level >= b.capacity
+}
+
 // headroomLocked is how many requests of cost the bucket could take between
 // now and end: its level at now plus its refill until end, over cost (cost
 // capped at the capacity: a request larger than the bucket is refused at
 // admission, not here). The bucket's lock, or its lane's, must be held.
 func (b *Bucket) headroomLocked(now, end time.Time, cost float64) int {
-	s, e := b.rel(now), b.rel(end)
-	b.advance(s)
-	avail := b.level + b.cum(e) - b.cum(max(s, b.last))
+	avail, _ := b.roomLocked(now, end)
 	cost = min(cost, b.capacity)
 	if avail <= 0 || cost <= 0 {
 		return 0

@@ -123,3 +123,67 @@ func TestHeadroomCountsWaiters(t *testing.T) {
 	third.Cancel()
 	require.Equal(t, 2, l.HeadroomAt(t0, time.Second, typical))
 }
+
+// TestTokenRoomAt: the tokens the lane's buckets hold, bounded while a
+// token bucket is short of full, unbounded when every one is full (waiting
+// would add nothing) or none binds.
+func TestTokenRoomAt(t *testing.T) {
+	t.Parallel()
+	newLane := func(c LaneConfig) *Lane {
+		c.Clock = clockwork.NewFakeClockAt(t0)
+		c.WarmUp, c.MinInterval = -1, -1
+		l, err := NewLane(c)
+		require.NoError(t, err)
+		return l
+	}
+	doc := Request{PromptTokens: 1500, MaxOutputTokens: 500} // 2,000 tokens
+
+	l := newLane(LaneConfig{Strategy: StrategyShape, RPM: 1e6, TPM: 60000, Concurrency: 1000})
+	_, bounded := l.TokenRoomAt(t0)
+	require.False(t, bounded, "a full bucket: the lane holds what is larger than the room")
+	_, err := l.ReserveAt(t0, doc)
+	require.NoError(t, err)
+	room, bounded := l.TokenRoomAt(t0)
+	require.True(t, bounded)
+	require.InDelta(t, 58000, room, 1e-6)
+	for range 29 {
+		_, err := l.ReserveAt(t0, doc)
+		require.NoError(t, err)
+	}
+	room, _ = l.TokenRoomAt(t0)
+	require.Zero(t, room, "the bucket spent")
+	room, _ = l.TokenRoomAt(t0.Add(1500 * time.Millisecond))
+	require.InDelta(t, 1500, room, 1e-6, "what 1.5 s refilled")
+	_, err = l.ReserveAt(t0, doc)
+	require.NoError(t, err)
+	room, bounded = l.TokenRoomAt(t0.Add(time.Second))
+	require.True(t, bounded)
+	require.Zero(t, room, "in debt: none (never negative)")
+	room, _ = l.TokenRoomAt(t0.Add(3 * time.Second))
+	require.InDelta(t, 1000, room, 1e-6, "3 s refilled the debt of 2,000 and 1,000 more")
+	_, bounded = l.TokenRoomAt(t0.Add(62 * time.Second))
+	require.False(t, bounded, "refilled to full")
+
+	// A token quota of the lane binds too, and bounds while it is short.
+	org, err := NewBucket(BucketConfig{Name: "org", Limit: 6000}, t0)
+	require.NoError(t, err)
+	l = newLane(LaneConfig{Strategy: StrategyShape, RPM: 1e6, TPM: 60000, Concurrency: 1000,
+		Quotas: []Quota{{Bucket: org, Unit: UnitTokens}}})
+	_, err = l.ReserveAt(t0, doc)
+	require.NoError(t, err)
+	room, bounded = l.TokenRoomAt(t0)
+	require.True(t, bounded)
+	require.InDelta(t, 4000, room, 1e-6, "the quota's 4,000 left")
+
+	// Paused by 429s: none while it lasts.
+	p, err := l.Admit(context.Background(), doc)
+	require.NoError(t, err)
+	require.NoError(t, p.DoneAt(t0, Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: 5 * time.Second, HasRetryAfter: true}}))
+	room, bounded = l.TokenRoomAt(t0)
+	require.True(t, bounded)
+	require.Zero(t, room)
+
+	// Unknown quotas (strategy retry): unbounded.
+	_, bounded = newLane(LaneConfig{Strategy: StrategyRetry}).TokenRoomAt(t0)
+	require.False(t, bounded)
+}

@@ -35,13 +35,16 @@ import (
 // holdDeferrable's) are tenants, the most jobs of each to take (a tenant
 // capped at 0 takes no turn) and the "tenant/project" names of the
 // projects whose jobs are left: the scopes held by their own quota.
+// With roomed, the last parameter bounds the tokens taken: jobs are taken
+// in claim order while their costs add up to at most it, so the first
+// that does not fit stops the claim (ClaimRequest.TokenRoom).
 //
 // One statement: the tenants with queued jobs (a loose scan of
 // jobs_fair_idx, one probe per tenant), at most $4 jobs of each (an index
 // range each), the claim, and the virtual times advanced; the fair_share
 // rows are locked in (model, tenant) order, so concurrent claims of one
 // model queue on them and never deadlock.
-func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped bool) string {
+func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped, roomed bool) string {
 	var filter string
 	next := 11
 	if budgets {
@@ -63,6 +66,14 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped bool) 
 		capWhere = ` AND coalesce(cap.n, 1) > 0`
 		capLimit = "least($4, t.cap)"
 		filter += ` AND (q.project = '' OR q.tenant || '/' || q.project <> ALL(` + p(2) + `::text[]))`
+		next += 3
+	}
+	// The jobs in claim order, with (roomed) the tokens up to each.
+	order := `urgent DESC, tag, tenant`
+	ordered := `SELECT * FROM cand ORDER BY ` + order
+	if roomed {
+		ordered = `SELECT * FROM (SELECT *, sum(cost) OVER (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING) AS upto FROM cand) r
+			WHERE r.upto <= $` + strconv.Itoa(next) + `::float8 ORDER BY ` + order
 	}
 	// The loose scan reads lane, which the index lacks: an index-only scan
 	// would not mark the entries of claimed jobs dead, and every claim
@@ -80,7 +91,7 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped bool) 
 		LEFT JOIN unnest($7::text[], $8::float8[]) AS w(tenant, weight) ON w.tenant = t.tenant
 		LEFT JOIN fair_share f ON f.model = $1 AND f.tenant = t.tenant` + capJoin + `
 		WHERE t.tenant IS NOT NULL` + capWhere + `),
-	cand AS (SELECT q.tenant, q.id, q.urgent, q.cost / t.weight AS step,
+	cand AS (SELECT q.tenant, q.id, q.urgent, q.cost, q.cost / t.weight AS step,
 			t.start + sum(q.cost / t.weight) OVER (PARTITION BY q.tenant ORDER BY ` + o.orderBy("q") + `
 				ROWS UNBOUNDED PRECEDING) - q.cost / t.weight AS tag
 		FROM turn t CROSS JOIN LATERAL (
@@ -93,7 +104,7 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped bool) 
 				AND q.lane = '` + LaneLive + `'` + filter + `
 			ORDER BY ` + o.orderBy("q") + ` LIMIT ` + capLimit + `) q),
 	pick AS (SELECT c.tenant, c.id, c.urgent, c.tag, c.step
-		FROM (SELECT * FROM cand ORDER BY urgent DESC, tag, tenant) c
+		FROM (` + ordered + `) c
 		CROSS JOIN LATERAL (` + claimLockSQL("c.tenant", "c.id") + `) l
 		LIMIT $4),
 	claimed AS (UPDATE jobs j SET status = ` + tClaim.to + `, lease_owner = $2, lease_expires_at = $3,

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
+
 	"github.com/llmq/llmq/store"
 )
 
@@ -44,4 +46,36 @@ func TestClaimOrderBySize(t *testing.T) {
 		order = append(order, recs[0].ID)
 	}
 	require.Equal(t, []string{"due-long", "short-2", "short-1", "short-3", "long", "short-4"}, order)
+}
+
+// TestClaimTokenRoom: a claim bounded in tokens takes jobs in claim order
+// while they fit, and leaves queued, in their places, the first job that
+// does not and every job after it, however small.
+func TestClaimTokenRoom(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ingest := func(id string, tokens int, size time.Duration) {
+		t.Helper()
+		_, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: newJob(t, id), EstPromptTokens: tokens, SizeDelay: size}})
+		require.NoError(t, err)
+	}
+	ingest("question-1", 100, 0)
+	ingest("document", 2000, time.Second)
+	b.clock.Advance(2 * time.Second)
+	ingest("question-2", 100, 0)
+	claim := func(room float64) []string {
+		t.Helper()
+		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 10, TokenRoom: room})
+		require.NoError(t, err)
+		ids := []string{}
+		for _, r := range recs {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	require.Equal(t, []string{"question-1"}, claim(1999), "the document does not fit: nor does the question after it")
+	require.Equal(t, []string{}, claim(1999))
+	require.Equal(t, llmq.StatusQueued, b.get(t, "document").Status)
+	require.Equal(t, []string{"document"}, claim(2099))
+	require.Equal(t, []string{"question-2"}, claim(0), "0: no bound")
 }

@@ -34,7 +34,7 @@ func TestClaimReadsWhatItTakes(t *testing.T) {
 	}
 	now := time.Now()
 	tenants, ws := weights(s.order.Tenants)
-	plan := s.explain(t, claimSQL(nil, false, false, false, false),
+	plan := s.explain(t, claimSQL(nil, false, false, false, false, false),
 		"m", "w", now.Add(time.Minute), limit, now, "", tenants, ws, 1.0, now.Add(time.Minute))
 	var claimed int
 	plan.walk(func(n planNode) {

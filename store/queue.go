@@ -58,6 +58,12 @@ type ClaimRequest struct {
 	// HeldProjects are projects whose jobs are not taken (their own quota
 	// is spent); their tenants' other jobs are.
 	HeldProjects []ScopeRef
+	// TokenRoom, when > 0, bounds the tokens of the jobs taken (each
+	// counted as in the fair share): the claim takes jobs in claim order
+	// while their tokens add up to at most TokenRoom, and leaves queued the
+	// first job that does not fit and every job after it, in their places.
+	// 0 = no bound.
+	TokenRoom float64
 }
 
 // Claim moves up to r.Limit queued jobs of r.Model to running for r.Owner,
@@ -91,7 +97,11 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error)
 		}
 		args = append(args, capped, caps, held)
 	}
-	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly, s.order.Tenants.HasBudgets(), scoped), args...)
+	roomed := r.TokenRoom > 0
+	if roomed {
+		args = append(args, r.TokenRoom)
+	}
+	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly, s.order.Tenants.HasBudgets(), scoped, roomed), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim %q: %w", r.Model, err)
 	}

@@ -30,8 +30,10 @@ type lane struct {
 	sched        *Scheduler[*ticket]
 	// pending counts the jobs of this worker bound for the lane that hold
 	// no permit: claimed and not yet admitted, or backing off. The
-	// scheduler claims the lane's headroom minus these.
-	pending atomic.Int64
+	// scheduler claims the lane's headroom minus these; pendingTokens are
+	// their tokens (as the claim counts them), taken from its token room.
+	pending       atomic.Int64
+	pendingTokens atomic.Int64
 	// backlog: the model's last claim left queued jobs (or could take
 	// none), so the lane could use more of the quota (its demand).
 	backlog atomic.Bool

@@ -50,10 +50,15 @@ type job struct {
 	cancel context.CancelCauseFunc
 	// seq is the registration number the heartbeat compares against.
 	seq uint64
-	// pendingIn is the lane whose pending count holds the job (nil: none);
-	// its scopes' pending counts hold it at the same time.
-	pendingMu sync.Mutex
-	pendingIn *lane
+	// pendingIn is the lane whose pending count holds the job (nil: none),
+	// with pendingTokens of its tokens; its scopes' pending counts hold it
+	// at the same time. tokens is what the job counts as when it moves:
+	// its estimate as the claim counts it, its admission request once
+	// prepared.
+	pendingMu     sync.Mutex
+	pendingIn     *lane
+	pendingTokens int64
+	tokens        int64
 	// scopes are its tenant's and project's quota layers (nil for a
 	// tenant the configuration gives none).
 	scopes []*scopeQuota
@@ -79,9 +84,13 @@ func (p *job) setPending(l *lane) {
 	}
 	if p.pendingIn != nil {
 		p.pendingIn.pending.Add(-1)
+		p.pendingIn.pendingTokens.Add(-p.pendingTokens)
 	}
+	p.pendingTokens = 0
 	if l != nil {
 		l.pending.Add(1)
+		p.pendingTokens = p.tokens
+		l.pendingTokens.Add(p.pendingTokens)
 	}
 	if (p.pendingIn == nil) != (l == nil) {
 		d := int64(1)
@@ -112,6 +121,12 @@ func (w *Worker) start(rec *store.JobRecord) {
 	var l *lane
 	if len(refused) == 0 {
 		l = w.lane(rec.RequestedModel)
+		// As the claim counted it (a job recorded without an estimate as
+		// the lane's typical one) until prepare estimates it.
+		p.tokens = int64(rec.EstPromptTokens + rec.EstOutputTokens)
+		if p.tokens == 0 {
+			p.tokens = int64(l.typical().MaxOutputTokens)
+		}
 		p.setPending(cmp.Or(w.unboundOf(rec.RequestedModel), l))
 	}
 	w.runners.Add(1)
@@ -151,6 +166,9 @@ func (w *Worker) prepare(p *job, l *lane) bool {
 	}
 	safe := int(float64(prompt)*w.est.Safety(p.job.Model()) + 0.999)
 	p.req = shaping.Request{PromptTokens: safe, MaxOutputTokens: out}
+	p.pendingMu.Lock()
+	p.tokens = int64(safe + out)
+	p.pendingMu.Unlock()
 	l.observe(p.req)
 	p.req.Quotas = requestQuotas(p.scopes)
 	p.state = state{Attempts: p.rec.Attempts, Retries: p.rec.Retries, Model: p.rec.ModelIndex, RateLimited: p.rec.RateLimited}

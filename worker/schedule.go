@@ -126,9 +126,13 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	now := w.cfg.Clock.Now()
 	typical := lanes[0].typical()
 	pending, want, paused, unshared := 0, 0, true, true
+	// The tokens the lanes' buckets hold, past those of the jobs pending:
+	// bounded unless a lane takes any job now (shaping.Lane.TokenRoomAt).
+	tokens, bounded := 0.0, true
 	if u := w.unboundOf(model); u != nil {
 		pending = int(u.pending.Load())
 		want = -pending
+		tokens = -float64(u.pendingTokens.Load())
 	}
 	for _, l := range lanes {
 		n := int(l.pending.Load())
@@ -136,13 +140,16 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
 		paused = paused && l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait
 		unshared = unshared && l.shaper.Share() == 0
+		r, b := l.shaper.TokenRoomAt(now)
+		tokens += r - float64(l.pendingTokens.Load())
+		bounded = bounded && b
 	}
 	backlog := func(b bool) {
 		for _, l := range lanes {
 			l.backlog.Store(b)
 		}
 	}
-	fallbackOnly := false
+	fallbackOnly, tokenRoom := false, 0.0
 	switch {
 	case want > 0:
 	case paused && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
@@ -151,12 +158,31 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		// them when the model itself has fallbacks).
 		want = fallbackClaim - pending
 		fallbackOnly = len(w.cfg.Catalog.Lookup(model).Fallbacks) == 0
+		bounded = false
 	case pending == 0 && !unshared:
-		// An idle lane always gets its next job, which waits in the lane
-		// for what its buckets need (a job larger than the typical one,
-		// a bucket warming up): never more than one such job. Not on
-		// share 0: another replica holds the whole quota and claims it.
+		// An idle lane gets its next job (below: once its buckets hold
+		// it, or are full), which waits in the lane for what else its
+		// buckets need (a job larger than they hold, a bucket warming
+		// up, the RPM): never more than one such job. Not on share 0:
+		// another replica holds the whole quota and claims it.
 		want = 1
+	}
+	if bounded && want > 0 {
+		// In tokens, only what the buckets hold now, not their refill
+		// over the horizon: the first job in claim order that does not
+		// fit (a document, while the quota is spent) stays queued in its
+		// place, where the jobs before it in the order (the questions
+		// recorded within its size delay) still pass it, instead of
+		// taking in the lane the refill they arrive to use. When it is
+		// the next job, nothing is claimed until the buckets hold it (a
+		// job larger than they hold: until they are full). The small
+		// jobs lose nothing by it: the buckets keep what is not claimed,
+		// and a round follows every job's end and every quarter of the
+		// horizon.
+		if tokens < 1 {
+			want = 0
+		}
+		tokenRoom = tokens
 	}
 	want = min(want, room, claimMax)
 	// Asked even when nothing is claimed, so that the scopes held stay
@@ -171,15 +197,16 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
-		TenantCaps: caps, HeldProjects: heldProjects,
+		TenantCaps: caps, HeldProjects: heldProjects, TokenRoom: tokenRoom,
 	}, rooms)
 	if err != nil {
 		return false
 	}
 	if n < want {
 		// Short: no queued job left, unless a tenant's or project's
-		// quota left some (the next rounds claim them as it refills).
-		capped := len(heldProjects) > 0 || len(rooms) > 0
+		// quota or the token room left some (the next rounds claim them
+		// as they refill).
+		capped := len(heldProjects) > 0 || len(rooms) > 0 || tokenRoom > 0
 		for _, c := range caps {
 			capped = capped || c < want
 		}

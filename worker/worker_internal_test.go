@@ -22,3 +22,24 @@ func TestRetryDelay(t *testing.T) {
 	require.Equal(t, time.Second, retryDelay(4, time.Second))
 	require.Equal(t, time.Second, retryDelay(100, time.Second))
 }
+
+// TestSetPendingMovesTokens: a job's pending count and tokens move
+// together from lane to lane, what was added is what is taken back (the
+// job's estimate may change meanwhile), and its scopes count it once.
+func TestSetPendingMovesTokens(t *testing.T) {
+	t.Parallel()
+	a, b := &lane{model: "a"}, &lane{model: "b"}
+	sc := &scopeQuota{}
+	p := &job{tokens: 100, scopes: []*scopeQuota{sc}}
+	p.setPending(a)
+	require.Equal(t, [4]int64{1, 100, 0, 0}, [4]int64{a.pending.Load(), a.pendingTokens.Load(), b.pending.Load(), b.pendingTokens.Load()})
+	p.tokens = 120 // prepared: its admission request
+	p.setPending(a)
+	require.Equal(t, int64(100), a.pendingTokens.Load(), "unchanged in the same lane")
+	p.setPending(b)
+	require.Equal(t, [4]int64{0, 0, 1, 120}, [4]int64{a.pending.Load(), a.pendingTokens.Load(), b.pending.Load(), b.pendingTokens.Load()})
+	require.Equal(t, int64(1), sc.pending.Load())
+	p.setPending(nil)
+	require.Equal(t, [4]int64{0, 0, 0, 0}, [4]int64{a.pending.Load(), a.pendingTokens.Load(), b.pending.Load(), b.pendingTokens.Load()})
+	require.Zero(t, sc.pending.Load())
+}

@@ -20,33 +20,41 @@ import (
 
 // TestClaimReadsWhatItTakes: a claim of n jobs reads n entries of
 // jobs_fair_idx, however many jobs tie on sched_key (one ingest batch
-// shares its created_at).
+// shares its created_at), bounded in tokens or not.
 func TestClaimReadsWhatItTakes(t *testing.T) {
 	t.Parallel()
-	s := planStore(t)
-	const queued, limit = 2000, 16
-	s.ingest(t, 0, queued, "default")
-	// Jobs already claimed leave entries behind in the index until
-	// they are found dead: the claim below walks them like a real one.
-	for range 10 {
-		_, err := s.Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
-		require.NoError(t, err)
+	for _, roomed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("roomed=%v", roomed), func(t *testing.T) {
+			t.Parallel()
+			s := planStore(t)
+			const queued, limit = 2000, 16
+			s.ingest(t, 0, queued, "default")
+			// Jobs already claimed leave entries behind in the index until
+			// they are found dead: the claim below walks them like a real one.
+			for range 10 {
+				_, err := s.Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
+				require.NoError(t, err)
+			}
+			now := time.Now()
+			tenants, ws := weights(s.order.Tenants)
+			args := []any{"m", "w", now.Add(time.Minute), limit, now, "", tenants, ws, 1.0, now.Add(time.Minute)}
+			if roomed {
+				args = append(args, 1e9)
+			}
+			plan := s.explain(t, claimSQL(nil, false, false, false, false, roomed), args...)
+			var claimed int
+			plan.walk(func(n planNode) {
+				if n.NodeType == "ModifyTable" && n.Operation == "Update" {
+					claimed = n.ActualRows
+				}
+				if n.IndexName == "jobs_fair_idx" {
+					require.Zero(t, n.RowsRemovedByFilter, "a probe of jobs_fair_idx filtered rows out: %+v", n)
+					require.LessOrEqual(t, n.ActualRows*n.ActualLoops, limit, "jobs_fair_idx read past what the claim takes: %+v", n)
+				}
+			})
+			require.Equal(t, limit, claimed)
+		})
 	}
-	now := time.Now()
-	tenants, ws := weights(s.order.Tenants)
-	plan := s.explain(t, claimSQL(nil, false, false, false, false, false),
-		"m", "w", now.Add(time.Minute), limit, now, "", tenants, ws, 1.0, now.Add(time.Minute))
-	var claimed int
-	plan.walk(func(n planNode) {
-		if n.NodeType == "ModifyTable" && n.Operation == "Update" {
-			claimed = n.ActualRows
-		}
-		if n.IndexName == "jobs_fair_idx" {
-			require.Zero(t, n.RowsRemovedByFilter, "a probe of jobs_fair_idx filtered rows out: %+v", n)
-			require.LessOrEqual(t, n.ActualRows*n.ActualLoops, limit, "jobs_fair_idx read past what the claim takes: %+v", n)
-		}
-	})
-	require.Equal(t, limit, claimed)
 }
 
 // TestClaimLocksByPrimaryKey: with statistics taken when every job had

@@ -206,8 +206,9 @@ type Config struct {
 	// (messages delivered and not yet recorded); the caller opens the
 	// subscriber with it. Default 512.
 	IngestPrefetch int
-	// ClaimHorizon: a model's scheduler claims what its lane can admit
-	// within this horizon. Default 1s.
+	// ClaimHorizon: a model's scheduler claims the jobs its lane can admit
+	// within this horizon (counted in typical requests; in tokens, only
+	// what the lane's buckets hold now). Default 1s.
 	ClaimHorizon time.Duration
 	// MaxAttempts bounds the upstream calls of one job, fallbacks included,
 	// over all its claims. Default 6.

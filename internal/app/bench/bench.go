@@ -220,12 +220,13 @@ succeeded job is one answered call (a 429 is charged nothing). The two differ by
 one long document's tokens would serve about 17 short questions, and the questions alone take 96%%
 of the TPM. Once the backlog forms, the claim order (`+"`ingest.size_order`"+`,
 [queue-of-record.md](../design/queue-of-record.md#the-claim-order)) serves the questions of every
-priority before the documents queued with them; a document claimed in a moment when no question
-is queued (the lane is idle; it always gets its next job) still runs, and the questions arriving
-while it waits for its tokens wait behind it. `+"`retry`"+` never finishes such a document: the
-provider refuses it whenever the questions have taken the bucket, and it dead-letters it, so its
-count is the most the quota can serve (every question, and the documents that arrived before the
-provider's initial bucket ran out). *TPM used, whole run*
+priority before the documents queued with them, and a claim takes in tokens only what the lane's
+buckets hold: a document that does not fit stays queued, and the questions arriving meanwhile,
+sorted before it, pass it. So once the provider's initial bucket is spent the documents wait, as
+the questions take the refill. `+"`retry`"+` reaches nearly the same count another way: the
+provider refuses its documents whenever the questions have taken the bucket, and it dead-letters
+them. The most the quota can serve in the run is every question and the documents that arrived
+before the provider's initial bucket ran out. *TPM used, whole run*
 is the tokens the simulator served over the most it could admit in the run: its bucket starts
 full (one TPM) and refills at TPM per minute, so a strategy that spends the initial burst scores
 higher. *TPM used, steady* is the tokens served from %s to the end over TPM/60 per second: the

@@ -136,10 +136,16 @@ func BenchmarkGroupWrites(b *testing.B) {
 // BenchmarkClaim measures one claim of 8 jobs, as a scheduler makes them
 // while a quota binds, from a backlog of 10,000 queued jobs of one model
 // spread over tenants (the claim's cost grows with the tenants that have
-// jobs queued, not with the backlog).
+// jobs queued, not with the backlog), counted in jobs alone or bounded in
+// tokens too (a room all 8 fit, as the scheduler's claims are while the
+// TPM binds).
 func BenchmarkClaim(b *testing.B) {
-	for _, tenants := range []int{1, 4, 32} {
-		b.Run(fmt.Sprintf("tenants=%d", tenants), func(b *testing.B) {
+	for _, c := range []struct {
+		tenants int
+		room    float64
+	}{{1, 0}, {4, 0}, {32, 0}, {1, 1e9}, {32, 1e9}} {
+		tenants := c.tenants
+		b.Run(fmt.Sprintf("tenants=%d/room=%g", tenants, c.room), func(b *testing.B) {
 			ctx := context.Background()
 			s, err := store.Open(ctx, storetest.NewDB(b))
 			require.NoError(b, err)
@@ -166,7 +172,7 @@ func BenchmarkClaim(b *testing.B) {
 			require.NoError(b, err)
 			b.ResetTimer()
 			for i := range b.N {
-				if _, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: limit}); err != nil {
+				if _, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: limit, TokenRoom: c.room}); err != nil {
 					b.Fatal(err)
 				}
 				if i%(backlog/limit/2) == backlog/limit/2-1 {

@@ -37,7 +37,8 @@ import (
 // projects whose jobs are left: the scopes held by their own quota.
 // With roomed, the last parameter bounds the tokens taken: jobs are taken
 // in claim order while their costs add up to at most it, so the first
-// that does not fit stops the claim (ClaimRequest.TokenRoom).
+// that does not fit stops the claim, and is returned after the claimed
+// jobs as it is, queued and unclaimed (ClaimRequest.TokenRoom).
 //
 // One statement: the tenants with queued jobs (a loose scan of
 // jobs_fair_idx, one probe per tenant), at most $4 jobs of each (an index
@@ -68,12 +69,20 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped, roome
 		filter += ` AND (q.project = '' OR q.tenant || '/' || q.project <> ALL(` + p(2) + `::text[]))`
 		next += 3
 	}
-	// The jobs in claim order, with (roomed) the tokens up to each.
+	// The jobs in claim order; roomed, those that fit the room, and the
+	// first that does not (left).
 	order := `urgent DESC, tag, tenant`
-	ordered := `SELECT * FROM cand ORDER BY ` + order
+	ordered, ranked, left := `SELECT * FROM cand ORDER BY `+order, ``, ``
 	if roomed {
-		ordered = `SELECT * FROM (SELECT *, sum(cost) OVER (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING) AS upto FROM cand) r
-			WHERE r.upto <= $` + strconv.Itoa(next) + `::float8 ORDER BY ` + order
+		room := `$` + strconv.Itoa(next) + `::float8`
+		ranked = `
+	ranked AS (SELECT *, sum(cost) OVER (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING) AS upto FROM cand),`
+		ordered = `SELECT * FROM ranked r WHERE r.upto <= ` + room + ` ORDER BY ` + order
+		left = `
+	UNION ALL
+	(SELECT ` + prefixed("q", jobColumns) + ` FROM jobs q
+		JOIN (SELECT tenant, id FROM ranked WHERE upto > ` + room + ` ORDER BY ` + order + ` LIMIT 1) f
+			ON q.tenant = f.tenant AND q.id = f.id)`
 	}
 	// The loose scan reads lane, which the index lacks: an index-only scan
 	// would not mark the entries of claimed jobs dead, and every claim
@@ -102,7 +111,7 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped, roome
 			FROM jobs q
 			WHERE q.status ` + tClaim.in + ` AND q.requested_model = $1 AND q.tenant = t.tenant
 				AND q.lane = '` + LaneLive + `'` + filter + `
-			ORDER BY ` + o.orderBy("q") + ` LIMIT ` + capLimit + `) q),
+			ORDER BY ` + o.orderBy("q") + ` LIMIT ` + capLimit + `) q),` + ranked + `
 	pick AS (SELECT c.tenant, c.id, c.urgent, c.tag, c.step
 		FROM (` + ordered + `) c
 		CROSS JOIN LATERAL (` + claimLockSQL("c.tenant", "c.id") + `) l
@@ -120,7 +129,7 @@ func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped, roome
 		ORDER BY a.tenant
 		ON CONFLICT (model, tenant) DO UPDATE SET vtime = CASE WHEN f.tenant = '' THEN greatest(f.vtime, excluded.vtime)
 			ELSE greatest(f.vtime, (SELECT v FROM clock)) + (excluded.vtime - (SELECT v FROM clock)) END)
-	SELECT ` + jobColumns + ` FROM claimed ORDER BY pick_urgent DESC, pick_tag, tenant`
+	(SELECT ` + jobColumns + ` FROM claimed ORDER BY pick_urgent DESC, pick_tag, tenant)` + left
 }
 
 // claimLockSQL locks the queued job of key (tenant, id), SQL expressions,

@@ -63,19 +63,22 @@ func TestClaimTokenRoom(t *testing.T) {
 	ingest("document", 2000, time.Second)
 	b.clock.Advance(2 * time.Second)
 	ingest("question-2", 100, 0)
-	claim := func(room float64) []string {
+	claim := func(room float64, wantLeft bool) []string {
 		t.Helper()
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 10, TokenRoom: room})
+		recs, left, err := b.store.ClaimWithin(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 10, TokenRoom: room})
 		require.NoError(t, err)
+		require.Equal(t, wantLeft, left, "a job left for the room")
 		ids := []string{}
 		for _, r := range recs {
+			require.Equal(t, llmq.StatusRunning, r.Status, r.ID)
 			ids = append(ids, r.ID)
 		}
 		return ids
 	}
-	require.Equal(t, []string{"question-1"}, claim(1999), "the document does not fit: nor does the question after it")
-	require.Equal(t, []string{}, claim(1999))
+	require.Equal(t, []string{"question-1"}, claim(1999, true), "the document does not fit: nor does the question after it")
+	require.Equal(t, []string{}, claim(1999, true))
 	require.Equal(t, llmq.StatusQueued, b.get(t, "document").Status)
-	require.Equal(t, []string{"document"}, claim(2099))
-	require.Equal(t, []string{"question-2"}, claim(0), "0: no bound")
+	require.Equal(t, []string{"document"}, claim(2099, true), "the question after it is left: 2,100 in all")
+	require.Equal(t, []string{"question-2"}, claim(0, false), "0: no bound")
+	require.Equal(t, []string{}, claim(1000, false), "nothing queued: nothing left")
 }

@@ -61,8 +61,8 @@ type ClaimRequest struct {
 	// TokenRoom, when > 0, bounds the tokens of the jobs taken (each
 	// counted as in the fair share): the claim takes jobs in claim order
 	// while their tokens add up to at most TokenRoom, and leaves queued the
-	// first job that does not fit and every job after it, in their places.
-	// 0 = no bound.
+	// first job that does not fit and every job after it, in their places
+	// (ClaimWithin reports it). 0 = no bound.
 	TokenRoom float64
 }
 
@@ -74,8 +74,16 @@ type ClaimRequest struct {
 // now + r.Lease. It returns the claimed records in claim order, none when
 // nothing is queued.
 func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error) {
+	recs, _, err := s.ClaimWithin(ctx, r)
+	return recs, err
+}
+
+// ClaimWithin is Claim that also reports whether r.TokenRoom left a job
+// queued: the first in claim order that did not fit (so the model's
+// backlog waits for quota, not for work).
+func (s *Store) ClaimWithin(ctx context.Context, r ClaimRequest) (recs []*JobRecord, left bool, err error) {
 	if r.Model == "" || r.Owner == "" || r.Lease <= 0 || r.Limit <= 0 {
-		return nil, fmt.Errorf("store: claim: Model, Owner, a positive Lease and a positive Limit are required")
+		return nil, false, fmt.Errorf("store: claim: Model, Owner, a positive Lease and a positive Limit are required")
 	}
 	now := s.clock()
 	tenants, ws := weights(s.order.Tenants)
@@ -103,13 +111,17 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error)
 	}
 	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly, s.order.Tenants.HasBudgets(), scoped, roomed), args...)
 	if err != nil {
-		return nil, fmt.Errorf("store: claim %q: %w", r.Model, err)
+		return nil, false, fmt.Errorf("store: claim %q: %w", r.Model, err)
 	}
-	recs, err := pgx.CollectRows(rows, scanJob)
+	recs, err = pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, fmt.Errorf("store: claim %q: %w", r.Model, err)
+		return nil, false, fmt.Errorf("store: claim %q: %w", r.Model, err)
 	}
-	return recs, nil
+	// The job the room left comes last, as it is: queued.
+	if n := len(recs); n > 0 && recs[n-1].Status == llmq.StatusQueued {
+		return recs[:n-1], true, nil
+	}
+	return recs, false, nil
 }
 
 // Heartbeat renews, until now + lease, the leases held of owner's jobs,

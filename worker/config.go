@@ -76,8 +76,9 @@ var FallbackTriggers = []FallbackTrigger{FallbackOnRateLimit, FallbackOnServerEr
 type JobStore interface {
 	// Ingest records decoded jobs as queued (a duplicate is left alone).
 	Ingest(ctx context.Context, jobs []store.NewJob) (created []bool, err error)
-	// Claim takes queued jobs of one model (→ running) in claim order.
-	Claim(ctx context.Context, r store.ClaimRequest) ([]*store.JobRecord, error)
+	// ClaimWithin takes queued jobs of one model (→ running) in claim
+	// order, and reports whether r.TokenRoom left one queued.
+	ClaimWithin(ctx context.Context, r store.ClaimRequest) ([]*store.JobRecord, bool, error)
 	// Heartbeat renews the leases held of owner's jobs and returns those
 	// it renewed.
 	Heartbeat(ctx context.Context, owner string, lease time.Duration, held []store.Lease) ([]store.Lease, error)

@@ -117,7 +117,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		// allow: claimed to be dead-lettered (start), with no lane and no
 		// model state.
 		want := min(room, claimMax)
-		n, err := w.claim(ctx, store.ClaimRequest{Model: model, Limit: want}, nil)
+		n, _, err := w.claim(ctx, store.ClaimRequest{Model: model, Limit: want}, nil)
 		return want > 0 && err == nil && n < want
 	}
 	// A model with a pool of keys has a lane per key: the headroom is
@@ -193,7 +193,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
-	n, err := w.claim(ctx, store.ClaimRequest{
+	n, left, err := w.claim(ctx, store.ClaimRequest{
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
@@ -202,11 +202,10 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	if err != nil {
 		return false
 	}
-	if n < want {
+	if n < want && !left {
 		// Short: no queued job left, unless a tenant's or project's
-		// quota or the token room left some (the next rounds claim them
-		// as they refill).
-		capped := len(heldProjects) > 0 || len(rooms) > 0 || tokenRoom > 0
+		// quota left some (the next rounds claim them as it refills).
+		capped := len(heldProjects) > 0 || len(rooms) > 0
 		for _, c := range caps {
 			capped = capped || c < want
 		}
@@ -214,21 +213,24 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		w.note(ctx, s, model, "", hold.Hold)
 		return !capped
 	}
+	// Full, or short of the tokens the next job needs: the model has a
+	// backlog that waits for the provider's quota.
 	backlog(true)
 	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
 }
 
 // claim claims r (as this worker, for its lease) and starts the jobs it
-// got, returning how many it claimed. Of a project in rooms it starts at
+// got, returning how many it claimed and whether r.TokenRoom left a job
+// queued. Of a project in rooms it starts at
 // most that many jobs: the claim holds a spent project's jobs but does not
 // cap one with a little room, and the jobs over it would wait in the lane
 // for the project's quota, counting against the model's headroom (so
 // against every other project's claims) for as long as it takes. They go
 // back to queued at once, their place in the order kept.
-func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[store.ScopeRef]int) (int, error) {
+func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
 	if r.Limit <= 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	r.Owner, r.Lease = w.cfg.Owner, w.cfg.Lease
 	// A claim sent is finished even when Stop begins meanwhile: its jobs
@@ -236,12 +238,12 @@ func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[stor
 	// ends.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	recs, err := w.cfg.Store.Claim(cctx, r)
+	recs, left, err := w.cfg.Store.ClaimWithin(cctx, r)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Debug("claim", slog.String("model", r.Model), slog.Any("error", err))
 		}
-		return 0, err
+		return 0, false, err
 	}
 	w.window.add(0, int64(len(recs)))
 	for _, rec := range recs {
@@ -258,7 +260,7 @@ func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[stor
 		}
 		w.start(rec)
 	}
-	return len(recs), nil
+	return len(recs), left, nil
 }
 
 // note records why model's queued jobs wait, when it changed or, while

@@ -36,12 +36,28 @@ func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request)
 	if l.cfg.Strategy == StrategyRetry {
 		return max(0, n)
 	}
+	return max(0, min(n, l.bucketsHeadroom(now, end, typical)))
+}
+
+// HeldAt reports whether the lane's buckets or a pause by 429s would hold
+// a request like typical past now+wait (what a job with a fallback waits
+// at most before it moves on), its concurrency aside; never with unknown
+// quotas (strategy retry). A lane on share 0 holds everything.
+func (l *Lane) HeldAt(now time.Time, wait time.Duration, typical Request) bool {
+	return l.cfg.Strategy != StrategyRetry && l.bucketsHeadroom(now, now.Add(max(0, wait)), typical) == 0
+}
+
+// bucketsHeadroom is how many requests like typical the lane's buckets
+// (RPM, TPM, the lane's and typical's quotas) could admit between now and
+// end: 0 while a pause by 429s lasts past end, and on share 0.
+func (l *Lane) bucketsHeadroom(now, end time.Time, typical Request) int {
 	tokens := float64(l.tokensFor(typical))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pauseUntil.After(end) || l.share == 0 {
 		return 0
 	}
+	n := math.MaxInt32
 	// The lane's own buckets are guarded by l.mu; quota buckets may be
 	// shared and are locked one at a time (only read).
 	if l.rpm != nil {
@@ -61,7 +77,7 @@ func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request)
 			q.Bucket.mu.Unlock()
 		}
 	}
-	return max(0, n)
+	return n
 }
 
 // TokenRoomAt is how many tokens the lane's buckets hold at now, for a
@@ -72,16 +88,13 @@ func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request)
 // lane (strategy retry, or no TPM known yet) and when every one of them is
 // full: waiting would add no room, so a request larger than the room is
 // the lane's to hold (it waits for a full bucket), not the scheduler's. A
-// lane paused by 429s or on share 0 has no room (HeadroomAt says so too).
+// pause by 429s and the share are HeadroomAt's and HeldAt's to count.
 func (l *Lane) TokenRoomAt(now time.Time) (room float64, bounded bool) {
 	if l.cfg.Strategy == StrategyRetry {
 		return 0, false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pauseUntil.After(now) || l.share == 0 {
-		return 0, true
-	}
 	room = math.Inf(1)
 	add := func(b *Bucket) {
 		level, full := b.roomLocked(now, now)

@@ -175,15 +175,33 @@ func TestTokenRoomAt(t *testing.T) {
 	require.True(t, bounded)
 	require.InDelta(t, 4000, room, 1e-6, "the quota's 4,000 left")
 
-	// Paused by 429s: none while it lasts.
-	p, err := l.Admit(context.Background(), doc)
-	require.NoError(t, err)
-	require.NoError(t, p.DoneAt(t0, Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: 5 * time.Second, HasRetryAfter: true}}))
-	room, bounded = l.TokenRoomAt(t0)
-	require.True(t, bounded)
-	require.Zero(t, room)
-
 	// Unknown quotas (strategy retry): unbounded.
 	_, bounded = newLane(LaneConfig{Strategy: StrategyRetry}).TokenRoomAt(t0)
 	require.False(t, bounded)
+}
+
+// TestHeldAt: a lane holds a request past a wait when its buckets cannot
+// admit it by then, or a pause lasts past it; its concurrency aside.
+func TestHeldAt(t *testing.T) {
+	t.Parallel()
+	doc := Request{PromptTokens: 1500, MaxOutputTokens: 500} // 2,000 tokens
+	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 1e6, TPM: 60000, Concurrency: 1,
+		WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	p, err := l.Admit(context.Background(), doc)
+	require.NoError(t, err)
+	require.False(t, l.HeldAt(t0, 0, doc), "its one slot taken: concurrency aside")
+	for range 29 {
+		_, err := l.ReserveAt(t0, doc)
+		require.NoError(t, err)
+	}
+	require.True(t, l.HeldAt(t0, time.Second, doc), "the bucket spent: a second refills half of it")
+	require.False(t, l.HeldAt(t0, 2*time.Second, doc))
+	require.NoError(t, p.DoneAt(t0, Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: 5 * time.Second, HasRetryAfter: true}}))
+	require.True(t, l.HeldAt(t0, 4*time.Second, doc), "paused for 5 s")
+	require.False(t, l.HeldAt(t0, 6*time.Second, doc))
+
+	retry, err := NewLane(LaneConfig{Strategy: StrategyRetry, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	require.False(t, retry.HeldAt(t0, 0, doc))
 }

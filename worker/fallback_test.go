@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -101,4 +102,35 @@ func TestWorkerFallsBackWhenTheLaneWouldHoldIt(t *testing.T) {
 	stats := tb.sim.Sim.Stats().Models
 	require.EqualValues(t, 1, stats["primary"].Accepted)
 	require.Empty(t, stats["primary"].RateLimited, "the lane held the jobs: no 429")
+}
+
+// TestWorkerFallsBackWhenTheTPMIsSpent: the primary's minute of tokens is
+// spent (its headers say so), so its buckets would hold the next jobs for
+// longer than FallbackMaxWait: those with a fallback are claimed to move
+// on, although the buckets hold none of their tokens (the bench's fallback
+// scenario, where other clients drain the primary's TPM).
+func TestWorkerFallsBackWhenTheTPMIsSpent(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 68,
+		Models: map[string]upstreamsim.ModelConfig{"primary": {Limits: upstreamsim.Limits{RPM: -1, TPM: 600}}},
+		Output: upstreamsim.OutputConfig{Distribution: upstreamsim.DistFixed, Min: 1, Max: 1 << 20, Mean: 1 << 20},
+	})
+	tb.start(t, func(c *worker.Config) {
+		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"primary": {TPM: 600}, "backup": {}}}
+		c.Strategy, c.FallbackMaxWait = "", 2*time.Second // shape: the quota is known
+	})
+	tb.publish(t, []byte(`{"id":"spender","body":{"model":"primary","max_tokens":550,"messages":[{"role":"user","content":"Hello world"}]}}`))
+	require.Equal(t, "primary", tb.waitTerminal(t, []string{"spender"}, 10*time.Second)["spender"].UsedModel)
+	ids := []string{"moved-1", "moved-2", "moved-3"}
+	for _, id := range ids {
+		tb.publish(t, []byte(fmt.Sprintf(`{"id":%q,"fallback_models":["backup"],"body":{"model":"primary","max_tokens":100,"messages":[{"role":"user","content":"Hello world"}]}}`, id)))
+	}
+	// The primary refills 10 tokens a second: each of them would wait
+	// about 11 s for it.
+	recs := tb.waitTerminal(t, ids, 10*time.Second)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
+		require.Equal(t, "backup", recs[id].UsedModel, id)
+	}
+	require.Empty(t, tb.sim.Sim.Stats().Models["primary"].RateLimited, "the lane held the jobs: no 429")
 }

@@ -125,7 +125,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	lanes := w.lanesOf(model)
 	now := w.cfg.Clock.Now()
 	typical := lanes[0].typical()
-	pending, want, paused, unshared := 0, 0, true, true
+	pending, want, stalled, unshared := 0, 0, true, true
 	// The tokens the lanes' buckets hold, past those of the jobs pending:
 	// bounded unless a lane takes any job now (shaping.Lane.TokenRoomAt).
 	tokens, bounded := 0.0, true
@@ -138,7 +138,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		n := int(l.pending.Load())
 		pending += n
 		want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
-		paused = paused && l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait
+		stalled = stalled && l.shaper.HeldAt(now, w.cfg.FallbackMaxWait, typical)
 		unshared = unshared && l.shaper.Share() == 0
 		r, b := l.shaper.TokenRoomAt(now)
 		tokens += r - float64(l.pendingTokens.Load())
@@ -152,10 +152,11 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	fallbackOnly, tokenRoom := false, 0.0
 	switch {
 	case want > 0:
-	case paused && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
-		// The lane is paused by 429s for longer than a job with a
-		// fallback waits: those jobs may be claimed to move on (all of
-		// them when the model itself has fallbacks).
+	case stalled && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
+		// The lane's buckets or a pause by 429s hold a job for longer
+		// than a job with a fallback waits: those jobs may be claimed to
+		// move on (all of them when the model itself has fallbacks),
+		// whatever tokens the buckets hold.
 		want = fallbackClaim - pending
 		fallbackOnly = len(w.cfg.Catalog.Lookup(model).Fallbacks) == 0
 		bounded = false

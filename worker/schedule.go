@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 )
 
@@ -138,7 +139,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		n := int(l.pending.Load())
 		pending += n
 		want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
-		stalled = stalled && l.shaper.HeldAt(now, w.cfg.FallbackMaxWait, typical)
+		stalled = stalled && w.stalled(l, now, typical)
 		unshared = unshared && l.shaper.Share() == 0
 		r, b := l.shaper.TokenRoomAt(now)
 		tokens += r - float64(l.pendingTokens.Load())
@@ -219,6 +220,17 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	backlog(true)
 	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
+}
+
+// stalled reports whether lane l would hold a job like typical for longer
+// than a job with a fallback waits (FallbackMaxWait): a pause by 429s, or
+// its buckets, but on share 0 only a pause (its buckets then hold the jobs
+// for the replica that holds the quota, not for a fallback).
+func (w *Worker) stalled(l *lane, now time.Time, typical shaping.Request) bool {
+	if l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait {
+		return true
+	}
+	return l.shaper.Share() > 0 && l.shaper.HeldAt(now, w.cfg.FallbackMaxWait, typical)
 }
 
 // claim claims r (as this worker, for its lease) and starts the jobs it

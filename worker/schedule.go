@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 )
 
@@ -126,7 +125,7 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	lanes := w.lanesOf(model)
 	now := w.cfg.Clock.Now()
 	typical := lanes[0].typical()
-	pending, want, stalled, unshared := 0, 0, true, true
+	pending, want, paused, unshared, spent := 0, 0, true, true, true
 	// The tokens the lanes' buckets hold, past those of the jobs pending:
 	// bounded unless a lane takes any job now (shaping.Lane.TokenRoomAt).
 	tokens, bounded := 0.0, true
@@ -139,7 +138,8 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		n := int(l.pending.Load())
 		pending += n
 		want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
-		stalled = stalled && w.stalled(l, now, typical)
+		paused = paused && l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait
+		spent = spent && l.shaper.HeldAt(now, w.cfg.FallbackMaxWait, typical)
 		unshared = unshared && l.shaper.Share() == 0
 		r, b := l.shaper.TokenRoomAt(now)
 		tokens += r - float64(l.pendingTokens.Load())
@@ -153,11 +153,10 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	fallbackOnly, tokenRoom := false, 0.0
 	switch {
 	case want > 0:
-	case stalled && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
-		// The lane's buckets or a pause by 429s hold a job for longer
-		// than a job with a fallback waits: those jobs may be claimed to
-		// move on (all of them when the model itself has fallbacks),
-		// whatever tokens the buckets hold.
+	case paused && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
+		// The lane is paused by 429s for longer than a job with a
+		// fallback waits: those jobs may be claimed to move on (all of
+		// them when the model itself has fallbacks).
 		want = fallbackClaim - pending
 		fallbackOnly = len(w.cfg.Catalog.Lookup(model).Fallbacks) == 0
 		bounded = false
@@ -166,8 +165,12 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		// it, or are full), which waits in the lane for what else its
 		// buckets need (a job larger than they hold, a bucket warming
 		// up, the RPM): never more than one such job. Not on share 0:
-		// another replica holds the whole quota and claims it.
+		// another replica holds the whole quota and claims it. When the
+		// buckets would hold even a typical job longer than a job with a
+		// fallback waits (spent by other clients, say), whatever tokens
+		// they hold: a job with a fallback moves on to it at once.
 		want = 1
+		bounded = bounded && !spent
 	}
 	if bounded && want > 0 {
 		// In tokens, only what the buckets hold now, not their refill
@@ -220,17 +223,6 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	backlog(true)
 	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
-}
-
-// stalled reports whether lane l would hold a job like typical for longer
-// than a job with a fallback waits (FallbackMaxWait): a pause by 429s, or
-// its buckets, but on share 0 only a pause (its buckets then hold the jobs
-// for the replica that holds the quota, not for a fallback).
-func (w *Worker) stalled(l *lane, now time.Time, typical shaping.Request) bool {
-	if l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait {
-		return true
-	}
-	return l.shaper.Share() > 0 && l.shaper.HeldAt(now, w.cfg.FallbackMaxWait, typical)
 }
 
 // claim claims r (as this worker, for its lease) and starts the jobs it

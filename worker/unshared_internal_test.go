@@ -101,31 +101,3 @@ func TestUnsharedLaneHandsTicketsBack(t *testing.T) {
 		t.Fatal("the ticket was not handed back")
 	}
 }
-
-// A lane stalls jobs with a fallback when a pause or its buckets would
-// hold them past FallbackMaxWait; on share 0 only a pause does: its
-// buckets then hold them for the replica that holds the quota.
-func TestStalledLane(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	clock := clockwork.NewFakeClockAt(t0)
-	shaper, err := shaping.NewLane(shaping.LaneConfig{Name: "m", Strategy: shaping.StrategyShape, RPM: 600, TPM: 60_000,
-		ColdStart: shaping.ColdStartStatic, WarmUp: -1, MinInterval: -1, Clock: clock})
-	require.NoError(t, err)
-	w := &Worker{cfg: Config{Clock: clock, FallbackMaxWait: 2 * time.Second}}
-	l := &lane{model: "m", shaper: shaper}
-	doc := shaping.Request{PromptTokens: 1500, MaxOutputTokens: 500}
-	first, err := shaper.Admit(context.Background(), doc)
-	require.NoError(t, err)
-	require.False(t, w.stalled(l, t0, doc), "29 more in the bucket")
-	for range 30 {
-		_, err := shaper.ReserveAt(t0, doc)
-		require.NoError(t, err)
-	}
-	require.True(t, w.stalled(l, t0, doc), "in debt of 2,000: 2 s of refill pays it, none left for the next")
-	require.False(t, w.stalled(l, t0.Add(2*time.Second), doc))
-	require.NoError(t, shaper.SetShareAt(t0, 0))
-	require.False(t, w.stalled(l, t0, doc), "share 0: the buckets hold it for the quota's holder")
-	require.NoError(t, first.DoneAt(t0, shaping.Outcome{RateLimited: true,
-		Headers: shaping.RateLimitHeaders{RetryAfter: 5 * time.Second, HasRetryAfter: true}}))
-	require.True(t, w.stalled(l, t0, doc), "paused for 5 s, on share 0 too")
-}

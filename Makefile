@@ -7,6 +7,8 @@ BIN       ?= bin/llmq
 # A count of runs, not a duration: with a duration go1.26's fuzzing coordinator may report its own
 # deadline as a failure (golang/go#75804, fixed in go1.27). 300,000 runs take about 10 s here.
 FUZZTIME  ?= 300000x
+# FuzzIngest runs the worker's ingest on a real Postgres: 2,000 runs take about 10 s here.
+INGEST_FUZZTIME ?= 2000x
 BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
@@ -48,9 +50,10 @@ fmt-check:
 unit:
 	$(GO) test -race -count=1 ./...
 
-## fuzz: FuzzDecode for FUZZTIME (default 300000x: runs, about 10 s)
+## fuzz: FuzzDecode for FUZZTIME (default 300000x: runs, about 10 s), then FuzzIngest (any bytes through the memory broker into a worker on Postgres) for INGEST_FUZZTIME (default 2000x)
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzIngest$$' -fuzztime $(INGEST_FUZZTIME) ./worker
 
 ## bench: every benchmark target in BENCH_TARGETS
 bench: $(BENCH_TARGETS)

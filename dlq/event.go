@@ -32,6 +32,11 @@ const (
 	ReasonUnknown Reason = "unknown"
 )
 
+// unrecorded reports a reason of a message that never became a job: its
+// job id is only what the message claims, so its letter is keyed by the
+// message's bytes and leaves any job of that id alone.
+func (r Reason) unrecorded() bool { return r == ReasonPoison || r == ReasonDeliveryLimit }
+
 // Reasons are the reasons a letter can be recorded with, the values the
 // reason filters accept.
 var Reasons = []Reason{ReasonPoison, ReasonRetriesExhausted, ReasonPermanentError, ReasonExpired,

@@ -53,11 +53,11 @@ func (l Letter) Event() Event {
 	return Event{JobID: l.JobID, Tenant: l.Tenant, Reason: l.Reason, LastError: l.LastError, Model: l.Model, Time: l.At}
 }
 
-// keyBase identifies the letter's job, or for a poison message without an
-// id its key and body, so that recording it again after a redelivery finds
+// keyBase identifies the letter's job, or for a message that never became
+// a job its key and body, so that recording it again after a redelivery finds
 // the same row. Two identical poison messages are one letter.
 func (l Letter) keyBase() string {
-	if l.JobID != "" {
+	if l.JobID != "" && !l.Reason.unrecorded() {
 		return "job:" + cmp.Or(l.Tenant, llmq.DefaultTenant) + "/" + l.JobID
 	}
 	h := sha256.New()

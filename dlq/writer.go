@@ -113,11 +113,11 @@ func (w *Writer) settle(ctx context.Context, d *store.DeadLetter) error {
 			}
 		}
 	}
-	if d.JobID != "" {
+	if d.JobID != "" && !Reason(d.Reason).unrecorded() {
 		err := w.cfg.Store.MarkDeadLettered(ctx, store.Key{Tenant: d.Tenant, ID: d.JobID}, d.Reason, d.LastError)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			// A poison message whose id names no stored job.
+			// No job of that id is stored.
 		case errors.Is(err, store.ErrIllegalTransition):
 			// Already dead-lettered (by its holder, or a redelivery),
 			// finished otherwise, or held by a worker: only a queued job
@@ -181,7 +181,7 @@ func (w *Writer) Repair(ctx context.Context) (RepairStats, error) {
 	}
 	var errs []error
 	for _, d := range letters {
-		if d.JobID != "" {
+		if d.JobID != "" && !Reason(d.Reason).unrecorded() {
 			job, err := w.cfg.Store.Get(ctx, d.Tenant, d.JobID)
 			switch {
 			case errors.Is(err, store.ErrNotFound):

@@ -264,6 +264,26 @@ func TestWriterPoisonMessage(t *testing.T) {
 	require.Equal(t, []byte(`{"id":"ghost"}`), b.pub.next(t).msg.Value)
 }
 
+// TestWriterPoisonLeavesTheJobOfItsID: a poison message that claims the id
+// of a stored job is its own letter (keyed by its bytes) and leaves that
+// job alone; two poison messages claiming one id are two letters.
+func TestWriterPoisonLeavesTheJobOfItsID(t *testing.T) {
+	t.Parallel()
+	b := setupDLQ(t)
+	j, err := llmq.Decode([]byte(`{"id":"j1","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
+	require.NoError(t, err)
+	_, err = b.store.Insert(b.ctx, j)
+	require.NoError(t, err)
+	for _, msg := range []string{`{"id":"j1","tenant":"acme"}`, `{"id":"j1","tenant":"acme","body":1}`} {
+		require.NoError(t, b.writer.DeadLetter(b.ctx, Letter{JobID: "j1", Tenant: "acme", Reason: ReasonPoison, Message: []byte(msg)}))
+		require.Equal(t, msg, string(b.pub.next(t).msg.Value))
+	}
+	recs, _, err := b.svc.List(b.ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "acme"}})
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	require.Equal(t, llmq.StatusQueued, b.jobStatus(t, "j1").Status)
+}
+
 func TestWriterPublishFailureThenRepair(t *testing.T) {
 	t.Parallel()
 	b := setupDLQ(t)

@@ -180,7 +180,11 @@ func (s *Store) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *Dea
 	if d.CreatedAt.IsZero() {
 		at = s.clock()
 	}
-	headers := d.Headers
+	// A dead letter may come of any bytes a broker carries: its text is
+	// made what Postgres can hold (the raw message is bytea).
+	d.KeyBase, d.JobID, d.LastError, d.Model = pgText(d.KeyBase), pgText(d.JobID), pgText(d.LastError), pgText(d.Model)
+	d.Tenant, d.Source, d.Destination = pgText(d.Tenant), pgText(d.Source), pgText(d.Destination)
+	headers := pgTextMap(d.Headers)
 	if headers == nil {
 		headers = map[string]string{}
 	}

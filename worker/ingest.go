@@ -355,14 +355,26 @@ func (w *Worker) databaseUp() bool {
 
 // handBack gives back messages that fail to be recorded on their own, after
 // a pause so a message that keeps failing is no hot loop: the broker
-// redelivers them (and RabbitMQ dead-letters one past its delivery limit).
+// redelivers them. A message that failed maxDeliveries times is
+// dead-lettered instead.
 func (w *Worker) handBack(items []ingestItem, cause error) {
+	var back []ingestItem
 	for _, it := range items {
+		if n := w.deliveries.fail(it.msg); n >= maxDeliveries {
+			w.letterOf(it.msg, dlq.Letter{JobID: it.job.Job.ID, Tenant: it.job.Job.Tenant, Reason: dlq.ReasonDeliveryLimit,
+				LastError: redact.Text(fmt.Sprintf("not recorded in %d deliveries: %v", n, cause), redact.ErrorMaxBytes)})
+			continue
+		}
 		w.log.Warn("message not recorded; handed back to the broker", slog.String("job_id", it.job.Job.ID),
 			slog.String("tenant", it.job.Job.Tenant), slog.String("source", it.msg.Source), slog.Any("error", cause))
+		back = append(back, it)
 	}
+	if len(back) == 0 {
+		return
+	}
+	w.metrics.handedBack.Add(float64(len(back)))
 	_ = sleep(w.stopCtx, w.cfg.Clock, handBackDelay)
-	w.nackAll(items)
+	w.nackAll(back)
 }
 
 // handBackDelay is how long a message that failed to be recorded alone is
@@ -442,14 +454,32 @@ func (w *Worker) rejected(m *transport.Message) {
 }
 
 // letterOf completes l with m and hands it to the dead-letter writer; the
-// message is acked once the letter is safe, handed back otherwise.
+// message is acked once the letter is safe. While the letter cannot be
+// written (the database or the broker is away) the message is held and the
+// write retried in place, never handed back to loop through the broker; at
+// Stop it is handed back. A letter Postgres refuses even escaped is
+// dropped, with one log line and llmq_ingest_dropped_total.
 func (w *Worker) letterOf(m *transport.Message, l dlq.Letter) {
 	l.Message, l.Key, l.Headers, l.Source, l.At = m.Value, m.Key, m.Headers, m.Source, w.cfg.Clock.Now()
 	log := w.log.With(slog.String("source", m.Source), slog.String("reason", string(l.Reason)))
-	if err := w.cfg.DeadLetters.DeadLetter(context.WithoutCancel(w.stopCtx), l); err != nil {
-		log.Error("dead-letter a message; leaving it for redelivery", slog.Any("error", err))
-		w.nack(m)
-		return
+	for attempt := 0; ; attempt++ {
+		err := w.cfg.DeadLetters.DeadLetter(context.WithoutCancel(w.stopCtx), l)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, store.ErrInvalidJob) {
+			log.Error("Postgres refuses the message's dead letter; dropping the message", slog.Any("error", err))
+			w.metrics.dropped.Inc()
+			w.ack(m)
+			return
+		}
+		if attempt == 0 {
+			log.Error("dead-letter a message; holding it and retrying", slog.Any("error", err))
+		}
+		if sleep(w.stopCtx, w.cfg.Clock, retryDelay(attempt, ingestRetryMax)) != nil {
+			w.nack(m)
+			return
+		}
 	}
 	w.metrics.deadLetters.WithLabelValues(string(l.Reason)).Inc()
 	w.metrics.jobs.WithLabelValues(string(llmq.StatusDeadLettered)).Inc()
@@ -488,4 +518,7 @@ type ingestState struct {
 	window windowCount
 	// ingestFailing is set while inserts fail on the database.
 	ingestFailing atomic.Bool
+	// deliveries counts the deliveries of a message that failed to be
+	// recorded.
+	deliveries deliveries
 }

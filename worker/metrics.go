@@ -25,6 +25,8 @@ type metrics struct {
 	deadLetters      *prometheus.CounterVec
 	ingested         *prometheus.CounterVec
 	ingestPauses     prometheus.Counter
+	handedBack       prometheus.Counter
+	dropped          prometheus.Counter
 	claimed          prometheus.Counter
 	released         prometheus.Counter
 	reaped           prometheus.Counter
@@ -86,6 +88,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_ingested_total", Help: "Messages recorded in Postgres, by result (recorded, duplicate).",
 		}, []string{"result"}),
+		handedBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_ingest_handed_back_total", Help: "Messages handed back to the broker because they failed to be recorded on their own (a message is dead-lettered after 3 failed deliveries).",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "llmq_ingest_dropped_total", Help: "Messages acked without a record because Postgres refused even their escaped dead letter.",
+		}),
 		ingestPauses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "llmq_ingest_pauses_total", Help: "Times ingestion paused because Postgres held the ingest window of queued jobs.",
 		}),
@@ -105,7 +113,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.tenantTokens, m.retries, m.fallbacks, m.entrySwitches, m.shapingWait,
 			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.incident, m.jobDuration, m.queueDepth, m.deadLetters,
-			m.ingested, m.ingestPauses, m.claimed, m.released, m.reaped, m.leaseLost)
+			m.ingested, m.ingestPauses, m.handedBack, m.dropped, m.claimed, m.released, m.reaped, m.leaseLost)
 	}
 	return m
 }

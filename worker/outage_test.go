@@ -153,9 +153,9 @@ func (f *failingIngest) Ingest(ctx context.Context, jobs []store.NewJob) ([]bool
 }
 
 // TestWorkerKafkaMessageThatFailsIngestion: a Kafka message whose job
-// cannot be recorded three times is handed back and retried in place (not
-// settled); once it goes in, every job finishes and the group's committed
-// offsets reach the end of every partition (lag 0).
+// cannot be recorded twice is handed back and retried (not settled); once
+// it goes in, every job finishes and the group's committed offsets reach
+// the end of every partition (lag 0).
 func TestWorkerKafkaMessageThatFailsIngestion(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 43, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
@@ -167,7 +167,7 @@ func TestWorkerKafkaMessageThatFailsIngestion(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	failing := &failingIngest{JobStore: tb.store, id: "stuck"}
-	failing.fails.Store(3)
+	failing.fails.Store(2)
 	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store = sub, failing })
 	ids := []string{"k-0", "stuck", "k-1", "k-2", "k-3", "k-4"}
 	for _, id := range ids {
@@ -177,9 +177,40 @@ func TestWorkerKafkaMessageThatFailsIngestion(t *testing.T) {
 	for _, id := range ids {
 		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
 	}
-	require.GreaterOrEqual(t, failing.tries.Load(), int32(4), "failed three times, then recorded")
+	require.GreaterOrEqual(t, failing.tries.Load(), int32(3), "failed twice, then recorded")
 	waitDrained(t, sub)
 	require.EqualValues(t, len(ids), tb.sim.Sim.Stats().Total.Accepted)
+}
+
+// TestWorkerKafkaMessageThatNeverRecords: Kafka has no delivery limit, so
+// the worker counts: a message whose job can never be recorded is handed
+// back twice and dead-lettered (delivery_limit) at its third delivery,
+// then acked; the jobs beside it succeed.
+func TestWorkerKafkaMessageThatNeverRecords(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 45})
+	addrs := kafkatest.NewCluster(t)
+	url := "kafka://" + strings.Join(addrs, ",") + "/" + kafkatest.NewTopic(t, addrs, 1)
+	target, err := open.Parse(url)
+	require.NoError(t, err)
+	pub, sub, err := open.Open(context.Background(), url, open.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	failing := &failingIngest{JobStore: tb.store, id: "doomed", forever: true}
+	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store = sub, failing })
+	ids := []string{"k-0", "doomed", "k-1"}
+	for _, id := range ids {
+		require.NoError(t, pub.Publish(context.Background(), target.Dest, transport.Message{Key: []byte(id), Value: jobJSON(id, "m", "")}))
+	}
+	l := tb.letters.wait(t, 1)[0]
+	require.Equal(t, dlq.ReasonDeliveryLimit, l.Reason)
+	require.Equal(t, "doomed", l.JobID)
+	require.Contains(t, l.LastError, "not recorded in 3 deliveries: planted")
+	recs := tb.waitTerminal(t, []string{"k-0", "k-1"}, time.Minute)
+	require.Equal(t, llmq.StatusSucceeded, recs["k-0"].Status)
+	require.Equal(t, llmq.StatusSucceeded, recs["k-1"].Status)
+	waitDrained(t, sub)
+	require.LessOrEqual(t, failing.tries.Load(), int32(6), "three deliveries, at most two inserts each")
 }
 
 // alerts records the dead-letter writer's alert events.
@@ -201,7 +232,7 @@ func (a *alerts) all() []dlq.Event {
 }
 
 // TestWorkerDeliveryLimitBecomesADeadLetter: on a RabbitMQ queue declared
-// with a delivery limit of 2, a message whose job keeps failing to be
+// with a delivery limit of 1 (under the worker's own count of 3), a message whose job keeps failing to be
 // recorded is handed back until the broker gives up on it; it then reaches
 // the worker as a rejected message and becomes an llmq dead letter (row,
 // DLQ message and alert), not a silent drop.
@@ -209,7 +240,7 @@ func TestWorkerDeliveryLimitBecomesADeadLetter(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 44})
 	queue := rabbitmqtest.NewQueue(t)
-	url := rabbitmqtest.BrokerURL(queue) + "&delivery_limit=2"
+	url := rabbitmqtest.BrokerURL(queue) + "&delivery_limit=1"
 	pub, sub, err := open.Open(context.Background(), url, open.Options{Prefetch: 8, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })

@@ -143,11 +143,12 @@ func New(cfg Config) (*Worker, error) {
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
 			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
 		},
-		budget:    NewRetryBudget(cfg.RetryBudget, 0, 0),
-		rng:       rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		held:      make(map[store.Key]*job),
-		wake:      make(chan struct{}, 1),
-		newModels: make(map[string]bool),
+		budget:      NewRetryBudget(cfg.RetryBudget, 0, 0),
+		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		held:        make(map[store.Key]*job),
+		wake:        make(chan struct{}, 1),
+		newModels:   make(map[string]bool),
+		ingestState: ingestState{deliveries: newDeliveries()},
 	}, nil
 }
 

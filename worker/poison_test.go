@@ -1,0 +1,97 @@
+package worker_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/kafka/kafkatest"
+	"github.com/llmq/llmq/transport/open"
+	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
+	"github.com/llmq/llmq/worker"
+)
+
+// TestBytesPostgresCannotHoldEndAsDeadLetters publishes, through each real
+// broker, messages with a NUL or invalid UTF-8 in the tenant, the id or a
+// header (text Postgres cannot hold): each ends as one dead letter with its
+// raw bytes, the good job beside them succeeds, every message is acked, and
+// none is handed back to the broker.
+func TestBytesPostgresCannotHoldEndAsDeadLetters(t *testing.T) {
+	t.Parallel()
+	brokers := map[string]func(t *testing.T) string{
+		"rabbitmq": func(t *testing.T) string { return rabbitmqtest.BrokerURL(rabbitmqtest.NewQueue(t)) },
+		"kafka": func(t *testing.T) string {
+			addrs := kafkatest.NewCluster(t)
+			return "kafka://" + strings.Join(addrs, ",") + "/" + kafkatest.NewTopic(t, addrs, 2)
+		},
+	}
+	for name, brokerURL := range brokers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t, upstreamsim.Config{Seed: 4})
+			url := brokerURL(t)
+			target, err := open.Parse(url)
+			require.NoError(t, err)
+			pub, sub, err := open.Open(context.Background(), url, open.Options{Prefetch: 16, Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = pub.Close() })
+			letters, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: target.Dest})
+			require.NoError(t, err)
+			reg := prometheus.NewRegistry()
+			w, err := worker.New(worker.Config{
+				Subscriber: sub, Store: tb.store, DeadLetters: letters,
+				Upstream: upstreamAt(tb.sim.URL, 10*time.Second), Strategy: shaping.StrategyRetry,
+				Logger: slog.New(slog.DiscardHandler), Registerer: reg,
+			})
+			require.NoError(t, err)
+			require.NoError(t, w.Start(context.Background()))
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				require.NoError(t, w.Stop(ctx))
+			})
+
+			body := `"body":{"model":"gpt-4o-mini","max_tokens":8,"messages":[{"role":"user","content":"x"}]}`
+			bad := []transport.Message{
+				{Value: []byte(`{"id":"p1","tenant":"a\u0000b",` + body + `}`)},
+				{Value: []byte(`{"id":"p2","tenant":"a` + "\xff\xfe" + `b",` + body + `}`)},
+				{Value: []byte(`{"id":"p3\u0000",` + body + `}`)},
+				{Value: []byte(`{"id":"p4","tenant":"a` + "\x00" + `b",` + body + `}`)},
+				{Value: []byte(`{"id":"p5","tenant":"x y",` + body + `}`), Headers: map[string]string{"trace": "a\x00b", "k\xffey": "v\xfe"}},
+			}
+			good := transport.Message{Value: jobJSON("good-1", "gpt-4o-mini", "")}
+			require.NoError(t, pub.Publish(context.Background(), target.Dest, append(bad, good)...))
+
+			tb.waitTerminal(t, []string{"good-1"}, 30*time.Second)
+			require.Equal(t, llmq.StatusSucceeded, tb.get(t, "good-1").Status)
+			require.Eventually(t, func() bool {
+				var n int
+				err := tb.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM dead_letters`).Scan(&n)
+				return err == nil && n == len(bad)
+			}, 20*time.Second, 10*time.Millisecond, "one dead letter per message")
+			for _, m := range bad {
+				var reason string
+				var headers map[string]string
+				require.NoError(t, tb.store.Pool().QueryRow(context.Background(),
+					`SELECT reason, headers FROM dead_letters WHERE message = $1`, m.Value).Scan(&reason, &headers),
+					"the raw bytes of %q are kept", m.Value)
+				require.Equal(t, string(dlq.ReasonPoison), reason)
+				if m.Headers != nil {
+					require.Equal(t, map[string]string{"trace": `a\x00b`, `k\xffey`: `v\xfe`}, headers, "headers escaped")
+				}
+			}
+			waitDrained(t, sub)
+			require.Contains(t, metricsText(t, reg), "\nllmq_ingest_handed_back_total 0\n", "no message handed back to the broker")
+		})
+	}
+}

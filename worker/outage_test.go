@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
-	"github.com/llmq/llmq/transport/kafka/kafkatest"
 	"github.com/llmq/llmq/transport/open"
 	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/worker"
@@ -159,19 +157,13 @@ func (f *failingIngest) Ingest(ctx context.Context, jobs []store.NewJob) ([]bool
 func TestWorkerKafkaMessageThatFailsIngestion(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 43, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
-	addrs := kafkatest.NewCluster(t)
-	url := "kafka://" + strings.Join(addrs, ",") + "/" + kafkatest.NewTopic(t, addrs, 2)
-	target, err := open.Parse(url)
-	require.NoError(t, err)
-	pub, sub, err := open.Open(context.Background(), url, open.Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
+	dest, pub, sub := openBroker(t, kafkaURL(t, 2), 0)
 	failing := &failingIngest{JobStore: tb.store, id: "stuck"}
 	failing.fails.Store(2)
 	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store = sub, failing })
 	ids := []string{"k-0", "stuck", "k-1", "k-2", "k-3", "k-4"}
 	for _, id := range ids {
-		require.NoError(t, pub.Publish(context.Background(), target.Dest, transport.Message{Key: []byte(id), Value: jobJSON(id, "m", "")}))
+		require.NoError(t, pub.Publish(context.Background(), dest, transport.Message{Key: []byte(id), Value: jobJSON(id, "m", "")}))
 	}
 	recs := tb.waitTerminal(t, ids, time.Minute)
 	for _, id := range ids {
@@ -189,18 +181,12 @@ func TestWorkerKafkaMessageThatFailsIngestion(t *testing.T) {
 func TestWorkerKafkaMessageThatNeverRecords(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 45})
-	addrs := kafkatest.NewCluster(t)
-	url := "kafka://" + strings.Join(addrs, ",") + "/" + kafkatest.NewTopic(t, addrs, 1)
-	target, err := open.Parse(url)
-	require.NoError(t, err)
-	pub, sub, err := open.Open(context.Background(), url, open.Options{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pub.Close() })
+	dest, pub, sub := openBroker(t, kafkaURL(t, 1), 0)
 	failing := &failingIngest{JobStore: tb.store, id: "doomed", forever: true}
 	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store = sub, failing })
 	ids := []string{"k-0", "doomed", "k-1"}
 	for _, id := range ids {
-		require.NoError(t, pub.Publish(context.Background(), target.Dest, transport.Message{Key: []byte(id), Value: jobJSON(id, "m", "")}))
+		require.NoError(t, pub.Publish(context.Background(), dest, transport.Message{Key: []byte(id), Value: jobJSON(id, "m", "")}))
 	}
 	l := tb.letters.wait(t, 1)[0]
 	require.Equal(t, dlq.ReasonDeliveryLimit, l.Reason)

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,9 +14,6 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/transport"
-	"github.com/llmq/llmq/transport/kafka/kafkatest"
-	"github.com/llmq/llmq/transport/open"
-	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/worker"
 )
 
@@ -28,24 +24,12 @@ import (
 // none is handed back to the broker.
 func TestBytesPostgresCannotHoldEndAsDeadLetters(t *testing.T) {
 	t.Parallel()
-	brokers := map[string]func(t *testing.T) string{
-		"rabbitmq": func(t *testing.T) string { return rabbitmqtest.BrokerURL(rabbitmqtest.NewQueue(t)) },
-		"kafka": func(t *testing.T) string {
-			addrs := kafkatest.NewCluster(t)
-			return "kafka://" + strings.Join(addrs, ",") + "/" + kafkatest.NewTopic(t, addrs, 2)
-		},
-	}
-	for name, brokerURL := range brokers {
+	for name, brokerURL := range realBrokers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			tb := setup(t, upstreamsim.Config{Seed: 4})
-			url := brokerURL(t)
-			target, err := open.Parse(url)
-			require.NoError(t, err)
-			pub, sub, err := open.Open(context.Background(), url, open.Options{Prefetch: 16, Logger: slog.New(slog.DiscardHandler)})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = pub.Close() })
-			letters, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: target.Dest})
+			dest, pub, sub := openBroker(t, brokerURL(t), 16)
+			letters, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: dest})
 			require.NoError(t, err)
 			reg := prometheus.NewRegistry()
 			w, err := worker.New(worker.Config{
@@ -70,7 +54,7 @@ func TestBytesPostgresCannotHoldEndAsDeadLetters(t *testing.T) {
 				{Value: []byte(`{"id":"p5","tenant":"x y",` + body + `}`), Headers: map[string]string{"trace": "a\x00b", "k\xffey": "v\xfe"}},
 			}
 			good := transport.Message{Value: jobJSON("good-1", "gpt-4o-mini", "")}
-			require.NoError(t, pub.Publish(context.Background(), target.Dest, append(bad, good)...))
+			require.NoError(t, pub.Publish(context.Background(), dest, append(bad, good)...))
 
 			tb.waitTerminal(t, []string{"good-1"}, 30*time.Second)
 			require.Equal(t, llmq.StatusSucceeded, tb.get(t, "good-1").Status)

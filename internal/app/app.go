@@ -406,7 +406,7 @@ func (a *App) buildAPI() error {
 	if len(s.APIKeys) == 0 && len(s.OperatorKeys) == 0 {
 		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys, LLMQ_OPERATOR_KEYS or operator_keys): every /v1 request will be refused")
 	}
-	ui, err := console.New(console.Config{API: handler, Secret: s.ConsoleSecret, Secure: ac.TLSCert != "",
+	ui, err := console.New(console.Config{API: handler, Secret: s.ConsoleSecret, Secure: ac.ConsoleSecureCookies,
 		Refresh: ac.ConsoleRefresh, Logger: a.log})
 	if err != nil {
 		return err

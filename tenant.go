@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 )
 
 // WeightDefault is the weight of a tenant (or project) that sets none, and
@@ -49,7 +50,41 @@ type Scope struct {
 type Tenant struct {
 	Scope `yaml:",inline"`
 	// Projects are the tenant's projects by name (a job's project field).
+	// A tenant that lists projects takes jobs of those only (CheckProject).
 	Projects map[string]Scope `yaml:"projects"`
+	// AllowUnknownProjects lets the tenant's jobs name projects Projects
+	// does not list: they count against the tenant's limits and budgets
+	// only. false = such a job is refused.
+	AllowUnknownProjects bool `yaml:"allow_unknown_projects"`
+}
+
+// CodeUnknownProject is the field error code of a project its tenant's
+// configuration does not list.
+const CodeUnknownProject = "unknown_project"
+
+// maxProjectsNamed bounds the projects an error lists.
+const maxProjectsNamed = 10
+
+// CheckProject returns a field error (project) when j names a project its
+// tenant does not list while listing others, unless the tenant allows
+// unknown projects: such a job would pass none of the project limits,
+// budgets and priority cap the operator set. A tenant that lists no
+// project, or a job that names none, has only the tenant's to pass.
+func (ts Tenants) CheckProject(j *Job) []FieldError {
+	t := ts[j.Tenant]
+	if j.Project == "" || len(t.Projects) == 0 || t.AllowUnknownProjects {
+		return nil
+	}
+	if _, ok := t.Projects[j.Project]; ok {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(t.Projects))
+	known := strings.Join(names[:min(len(names), maxProjectsNamed)], ", ")
+	if n := len(names); n > maxProjectsNamed {
+		known += fmt.Sprintf(", and %d more", n-maxProjectsNamed)
+	}
+	return []FieldError{{Field: "project", Code: CodeUnknownProject,
+		Message: fmt.Sprintf("tenant %q has no project %.64q; its projects: %s", j.Tenant, j.Project, known)}}
 }
 
 // Tenants are the configured tenants by name. The zero value lists none:

@@ -1,6 +1,7 @@
 package llmq_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,4 +69,37 @@ func TestBudgetStateAndPeriods(t *testing.T) {
 	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), llmq.PeriodDay.End(at))
 	require.Equal(t, time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), llmq.PeriodMonth.Start(at))
 	require.Equal(t, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), llmq.PeriodMonth.End(at))
+}
+
+// TestTenantsCheckProject: a tenant that lists projects takes jobs of
+// those (or of none) only, unless it allows unknown projects; a tenant that
+// lists none, or is not configured, takes any.
+func TestTenantsCheckProject(t *testing.T) {
+	t.Parallel()
+	ts := llmq.Tenants{
+		"acme":  {Projects: map[string]llmq.Scope{"bulk": {}, "free": {}}},
+		"loose": {Projects: map[string]llmq.Scope{"bulk": {}}, AllowUnknownProjects: true},
+		"open":  {},
+	}
+	for _, tc := range []struct {
+		tenant, project string
+		refused         bool
+	}{
+		{"acme", "bulk", false}, {"acme", "", false}, {"acme", "other", true},
+		{"loose", "other", false}, {"open", "other", false}, {"unlisted", "other", false},
+	} {
+		errs := ts.CheckProject(&llmq.Job{Tenant: tc.tenant, Project: tc.project})
+		if !tc.refused {
+			require.Empty(t, errs, "%s/%s", tc.tenant, tc.project)
+			continue
+		}
+		require.Equal(t, []llmq.FieldError{{Field: "project", Code: llmq.CodeUnknownProject,
+			Message: `tenant "acme" has no project "other"; its projects: bulk, free`}}, errs)
+	}
+	many := llmq.Tenants{"t": {Projects: map[string]llmq.Scope{}}}
+	for i := range 12 {
+		many["t"].Projects[fmt.Sprintf("p%02d", i)] = llmq.Scope{}
+	}
+	require.Equal(t, `tenant "t" has no project "x"; its projects: p00, p01, p02, p03, p04, p05, p06, p07, p08, p09, and 2 more`,
+		many.CheckProject(&llmq.Job{Tenant: "t", Project: "x"})[0].Message)
 }

@@ -95,7 +95,7 @@ func newClient(t *testing.T, sim *upstreamsim.TestServer, rt http.RoundTripper) 
 		rt = tr
 	}
 	cc.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: rt}
-	return openai.NewClientWithConfig(cc)
+	return NewClient(cc, 0)
 }
 
 func job(id, model string, deadline *time.Time) *llmq.Job {

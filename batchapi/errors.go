@@ -1,6 +1,9 @@
 package batchapi
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotSubmitted: the batch has not reached the provider yet (it is
@@ -11,3 +14,14 @@ var (
 	// ErrStarted: Start was called twice.
 	ErrStarted = errors.New("batchapi: service already started")
 )
+
+// AnswerTooLargeError: the provider's answer about a batch (or an upload)
+// is larger than the client reads (NewClient).
+type AnswerTooLargeError struct {
+	// Limit is the bound in bytes.
+	Limit int64
+}
+
+func (e *AnswerTooLargeError) Error() string {
+	return fmt.Sprintf("batchapi: the provider's answer is larger than %d bytes", e.Limit)
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/store"
 )
 
@@ -25,6 +26,8 @@ const (
 	outboxBatch = 500
 	// maxLineBytes bounds one output line (a chat completion).
 	maxLineBytes = 64 << 20
+	// maxIDBytes bounds a status or a file id the provider names.
+	maxIDBytes = 256
 )
 
 // Error codes of jobs the batch lane dead-letters.
@@ -122,7 +125,7 @@ func (p *Poller) follow(ctx context.Context, b *store.BatchRecord) (store.Ingest
 		pb, err = &openai.Batch{ID: b.ProviderBatchID, Status: store.BatchFailed}, nil
 	}
 	if err != nil {
-		return store.IngestStats{}, false, fmt.Errorf("batchapi: retrieve batch %s (%s): %w", b.ID, b.ProviderBatchID, err)
+		return store.IngestStats{}, false, fmt.Errorf("batchapi: retrieve batch %s (%s): %w", b.ID, b.ProviderBatchID, providerError{err})
 	}
 	prog := progress(pb)
 	if lost {
@@ -148,16 +151,18 @@ func (p *Poller) follow(ctx context.Context, b *store.BatchRecord) (store.Ingest
 	return st, true, nil
 }
 
+// progress is what the provider says of batch b, as stored: its texts
+// redacted and bounded (redact.Text), since they may echo anything.
 func progress(b *openai.Batch) store.BatchProgress {
 	prog := store.BatchProgress{
-		Status: b.Status, RequestTotal: b.RequestCounts.Total,
+		Status: redact.Text(b.Status, maxIDBytes), RequestTotal: b.RequestCounts.Total,
 		RequestCompleted: b.RequestCounts.Completed, RequestFailed: b.RequestCounts.Failed,
 	}
 	if b.OutputFileID != nil {
-		prog.OutputFileID = *b.OutputFileID
+		prog.OutputFileID = redact.Text(*b.OutputFileID, maxIDBytes)
 	}
 	if b.ErrorFileID != nil {
-		prog.ErrorFileID = *b.ErrorFileID
+		prog.ErrorFileID = redact.Text(*b.ErrorFileID, maxIDBytes)
 	}
 	for _, at := range []*int{b.CompletedAt, b.FailedAt, b.ExpiredAt, b.CancelledAt} {
 		if at != nil {
@@ -179,7 +184,7 @@ func progress(b *openai.Batch) store.BatchProgress {
 				break
 			}
 		}
-		prog.Error = strings.Join(msgs, "; ")
+		prog.Error = redact.Text(strings.Join(msgs, "; "), redact.ErrorMaxBytes)
 	}
 	return prog
 }
@@ -236,10 +241,10 @@ func (p *Poller) ingest(ctx context.Context, b *store.BatchRecord, pb *openai.Ba
 			in.Results = append(in.Results, r)
 		case o != nil && o.permanent && p.cfg.FailedLines == FailedLinesDeadLetter:
 			in.DeadLetter = append(in.DeadLetter, store.BatchReturn{Job: k, Code: ErrorCodeBatchLineFailed,
-				Reason: fmt.Sprintf("batch %s line failed: %s: %s", b.ID, o.code, o.msg)})
+				Reason: redact.Text(fmt.Sprintf("batch %s line failed: %s: %s", b.ID, o.code, o.msg), redact.ErrorMaxBytes)})
 		case o != nil:
 			in.Live = append(in.Live, store.BatchReturn{Job: k,
-				Reason: fmt.Sprintf("live: batch %s line failed: %s: %s", b.ID, o.code, o.msg)})
+				Reason: redact.Text(fmt.Sprintf("live: batch %s line failed: %s: %s", b.ID, o.code, o.msg), redact.ErrorMaxBytes)})
 		default:
 			in.Live = append(in.Live, store.BatchReturn{Job: k, Reason: missingReason(b)})
 		}

@@ -103,7 +103,7 @@ func Cancel(ctx context.Context, st Store, client *openai.Client, ref string) (*
 	}
 	resp, err := client.CancelBatch(ctx, b.ProviderBatchID)
 	if err != nil {
-		return b, fmt.Errorf("batchapi: cancel %s (%s): %w", b.ID, b.ProviderBatchID, err)
+		return b, fmt.Errorf("batchapi: cancel %s (%s): %w", b.ID, b.ProviderBatchID, providerError{err})
 	}
 	if err := st.UpdateBatchProgress(ctx, b.ID, progress(&resp.Batch)); err != nil {
 		return b, err

@@ -15,7 +15,9 @@
 //     loopback);
 //   - kubernetes/: worker and API Deployments and Services (probes on
 //     /healthz and /readyz), the ConfigMap with the sample llmq.yaml, an
-//     example of the Secret they reference, and ServiceMonitors for the
+//     example of the Secret they reference, NetworkPolicies that let only
+//     Prometheus pods reach the metrics ports (networkpolicy.yaml: the
+//     metrics name every tenant's traffic), and ServiceMonitors for the
 //     Prometheus Operator (servicemonitor.yaml, applied apart).
 //
 // The package has no Go API; it exists so that "go test ./deploy/" checks the

@@ -330,7 +330,8 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	objects := map[string]object{}
 	var refs []string // secret keys the Deployments reference
-	for _, file := range []string{"configmap.yaml", "worker.yaml", "api.yaml", "secret.example.yaml", "kustomization.yaml", "servicemonitor.yaml"} {
+	for _, file := range []string{"configmap.yaml", "worker.yaml", "api.yaml", "secret.example.yaml", "kustomization.yaml", "servicemonitor.yaml",
+		"networkpolicy.yaml"} {
 		raw, err := os.ReadFile(filepath.Join("kubernetes", file))
 		require.NoError(t, err)
 		dec := yaml.NewDecoder(bytes.NewReader(raw))
@@ -351,7 +352,7 @@ func TestKubernetesManifests(t *testing.T) {
 	for _, want := range []string{
 		"ConfigMap/llmq-config", "Secret/llmq-secrets", "Deployment/llmq-worker", "Service/llmq-worker",
 		"Deployment/llmq-api", "Service/llmq-api", "Service/llmq-api-metrics", "Kustomization/",
-		"ServiceMonitor/llmq-worker", "ServiceMonitor/llmq-api",
+		"ServiceMonitor/llmq-worker", "ServiceMonitor/llmq-api", "NetworkPolicy/llmq-metrics", "NetworkPolicy/llmq-api",
 	} {
 		require.Contains(t, objects, want)
 	}
@@ -367,7 +368,7 @@ func TestKubernetesManifests(t *testing.T) {
 		c := objects[name].Spec.Template.Spec.Containers[0]
 		require.Equal(t, paths, []string{c.LivenessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Path}, name)
 	}
-	require.Equal(t, []string{"configmap.yaml", "worker.yaml", "api.yaml"}, objects["Kustomization/"].Resources)
+	require.Equal(t, []string{"configmap.yaml", "worker.yaml", "api.yaml", "networkpolicy.yaml"}, objects["Kustomization/"].Resources)
 
 	// Every referenced key exists in the example Secret.
 	require.NotEmpty(t, refs)

@@ -25,6 +25,9 @@ const (
 	// fallback) the model catalog does not allow (llmq.Catalog.Allows); it
 	// is never called.
 	ReasonModelNotAllowed Reason = "model_not_allowed"
+	// ReasonUnknownProject: the job names a project its tenant does not
+	// list (llmq.Tenants.CheckProject); it is never called.
+	ReasonUnknownProject Reason = "unknown_project"
 	// ReasonBudgetExceeded: a budget of the job's tenant or project is
 	// spent and its overage policy is reject (docs/design/tenants.md).
 	ReasonBudgetExceeded Reason = "budget_exceeded"
@@ -40,7 +43,7 @@ func (r Reason) unrecorded() bool { return r == ReasonPoison || r == ReasonDeliv
 // Reasons are the reasons a letter can be recorded with, the values the
 // reason filters accept.
 var Reasons = []Reason{ReasonPoison, ReasonRetriesExhausted, ReasonPermanentError, ReasonExpired,
-	ReasonDeliveryLimit, ReasonModelNotAllowed, ReasonBudgetExceeded}
+	ReasonDeliveryLimit, ReasonModelNotAllowed, ReasonBudgetExceeded, ReasonUnknownProject}
 
 // Event is one dead-lettered job, as reported to an [Alerter].
 type Event struct {

@@ -273,21 +273,35 @@ type ModelCalls struct {
 var waitBounds = []int64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000,
 	200_000, 500_000}
 
-// modelMinutesSQL reads the calls that started since $1 ($2: one tenant's,
-// empty for every tenant's) in one pass, a row per model, minute and wait bucket
-// ($5, waitBounds): the counts, the waits, the time in flight ($3 is now;
-// an unanswered call counts until now, or $4 seconds at most), the calls
-// open and the limits the answers stated.
-const modelMinutesSQL = `SELECT model, date_trunc('minute', started_at) AS minute, width_bucket(quota_wait_ms, $5::bigint[]),
+// modelMinutesSQL reads the calls that started since $1 in one pass, a
+// row per model, minute and wait bucket ($4, waitBounds): the counts, the
+// waits, the time in flight ($2 is now; an unanswered call counts until
+// now, or $3 seconds at most), the calls open and the limits the answers
+// stated. scope narrows the tenants ("AND tenant = $5": a condition of its
+// own, not an OR with an empty $5, which a generic plan could not take to
+// job_attempts_tenant_started_idx).
+func modelMinutesSQL(scope string) string {
+	return `SELECT model, date_trunc('minute', started_at) AS minute, width_bucket(quota_wait_ms, $4::bigint[]),
 	count(*), count(*) FILTER (WHERE status = 429),
 	count(*) FILTER (WHERE outcome <> '' AND outcome <> 'success' AND status <> 429),
 	coalesce(sum(prompt_tokens + completion_tokens), 0), sum(quota_wait_ms), max(quota_wait_ms),
-	coalesce(sum(extract(epoch FROM least(coalesce(finished_at, $3::timestamptz),
-		started_at + $4::float8 * interval '1 second') - started_at)), 0)::float8,
-	count(*) FILTER (WHERE finished_at IS NULL AND started_at > $3::timestamptz - $4::float8 * interval '1 second'),
+	coalesce(sum(extract(epoch FROM least(coalesce(finished_at, $2::timestamptz),
+		started_at + $3::float8 * interval '1 second') - started_at)), 0)::float8,
+	count(*) FILTER (WHERE finished_at IS NULL AND started_at > $2::timestamptz - $3::float8 * interval '1 second'),
 	coalesce(max(limit_requests), 0), coalesce(max(limit_tokens), 0)
-FROM job_attempts WHERE started_at >= $1 AND ($2 = '' OR tenant = $2)
+FROM job_attempts WHERE started_at >= $1 ` + scope + `
 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
+}
+
+// modelMinutesArgs are modelMinutesSQL's scope and arguments: tenant ""
+// reads every tenant's calls.
+func modelMinutesArgs(tenant string, since, now time.Time) (string, []any) {
+	args := []any{since.UTC(), now, callOpenFor.Seconds(), waitBounds}
+	if tenant == "" {
+		return "", args
+	}
+	return "AND tenant = $5", append(args, tenant)
+}
 
 // minuteBuilder folds the bucket rows of one model's minute.
 type minuteBuilder struct {
@@ -336,7 +350,8 @@ func (b *minuteBuilder) done() ModelMinute {
 // tenant "" reads every tenant's calls. Models by name. The percentiles of the waits are to the bucket
 // (waitBounds).
 func (s *Store) ModelStats(ctx context.Context, tenant string, since time.Time) ([]ModelCalls, error) {
-	rows, err := s.pool.Query(ctx, modelMinutesSQL, since.UTC(), tenant, s.clock(), callOpenFor.Seconds(), waitBounds)
+	scope, args := modelMinutesArgs(tenant, since, s.clock())
+	rows, err := s.pool.Query(ctx, modelMinutesSQL(scope), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: model stats: %w", err)
 	}

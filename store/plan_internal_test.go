@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,6 +172,45 @@ func TestUsageReadsTheTenantsJobs(t *testing.T) {
 	require.Equal(t, map[string]int{"jobs": 1, "job_usage": 4}, read, "b's job finished at 11:59:00.5, b's row of each statement")
 }
 
+// TestModelStatsReadsTheTenantsCalls: a tenant's statistics of calls read
+// its calls of the window (job_attempts_tenant_started_idx), not every
+// tenant's calls of it filtered by tenant, in the plan made for the
+// tenant and in the generic plan Postgres may switch a prepared statement
+// to (pgx prepares every statement it runs).
+func TestModelStatsReadsTheTenantsCalls(t *testing.T) {
+	t.Parallel()
+	s := planStore(t)
+	tenants := make([]string, 10)
+	for i := range tenants {
+		tenants[i] = fmt.Sprintf("t%d", i)
+	}
+	s.ingest(t, 0, 3000, tenants...)
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	// Every job's call of an hour ago and its call of two days ago.
+	_, err := s.pool.Exec(context.Background(), `INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at)
+		SELECT tenant, id, s, s, 'm', $1::timestamptz - (CASE s WHEN 1 THEN interval '48 hours' ELSE interval '1 hour' END)
+		FROM jobs, generate_series(1, 2) s`, now)
+	require.NoError(t, err)
+	scope, args := modelMinutesArgs("t3", now.Add(-24*time.Hour), now)
+	for name, plan := range map[string]planNode{
+		"custom":  s.explain(t, modelMinutesSQL(scope), args...),
+		"generic": s.explainGeneric(t, modelMinutesSQL(scope), args...),
+	} {
+		read := 0
+		plan.walk(func(n planNode) {
+			require.NotEqual(t, "Seq Scan", n.NodeType, "%s plan: %+v", name, n)
+			if n.RelationName == "job_attempts" {
+				require.Zero(t, n.RowsRemovedByFilter, "%s plan: calls read and dropped: %+v", name, n)
+			}
+			if strings.HasPrefix(n.IndexName, "job_attempts") {
+				require.Equal(t, "job_attempts_tenant_started_idx", n.IndexName, "%s plan: %+v", name, n)
+				read += n.ActualRows * n.ActualLoops
+			}
+		})
+		require.Equal(t, 300, read, "%s plan: t3's 300 calls of the window", name)
+	}
+}
+
 // planDB is a store on a database of its own.
 type planDB struct{ *Store }
 
@@ -207,6 +247,41 @@ func (s planDB) explain(t *testing.T, sql string, args ...any) planNode {
 	defer tx.Rollback(ctx) //nolint:errcheck
 	var out []byte
 	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+sql, args...).Scan(&out))
+	var plan []struct{ Plan planNode }
+	require.NoError(t, json.Unmarshal(out, &plan))
+	return plan[0].Plan
+}
+
+// explainGeneric is explain with the generic plan of the prepared
+// statement, the one made without the arguments' values.
+func (s planDB) explainGeneric(t *testing.T, sql string, args ...any) planNode {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `PREPARE generic AS `+sql)
+	require.NoError(t, err)
+	// EXECUTE takes its arguments as literals, not as bound parameters.
+	lits := make([]string, len(args))
+	for i, a := range args {
+		switch a := a.(type) {
+		case time.Time:
+			lits[i] = "'" + a.Format(time.RFC3339Nano) + "'::timestamptz"
+		case string:
+			lits[i] = "'" + strings.ReplaceAll(a, "'", "''") + "'"
+		case float64, int:
+			lits[i] = fmt.Sprint(a)
+		case []int64:
+			lits[i] = "ARRAY" + strings.ReplaceAll(fmt.Sprint(a), " ", ",") + "::bigint[]"
+		default:
+			t.Fatalf("explainGeneric: no literal for %T", a)
+		}
+	}
+	var out []byte
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE generic(`+strings.Join(lits, ", ")+`)`).Scan(&out))
 	var plan []struct{ Plan planNode }
 	require.NoError(t, json.Unmarshal(out, &plan))
 	return plan[0].Plan

@@ -119,3 +119,27 @@ func TestWorkerRefusesModelsTheCatalogDoesNotAllow(t *testing.T) {
 	require.Less(t, len(after), len(metrics)+1024, "/metrics stays flat: %d bytes, then %d", len(metrics), len(after))
 	require.Contains(t, after, `llmq_dead_letters_total{reason="model_not_allowed"} 1002`)
 }
+
+// TestWorkerRefusesUnknownProjects: a message naming a project its tenant
+// does not list is dead-lettered with unknown_project at ingest, never
+// recorded or called; the tenant's jobs of a listed project, or of none,
+// run.
+func TestWorkerRefusesUnknownProjects(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 52})
+	tb.start(t, func(c *worker.Config) {
+		c.Tenants = llmq.Tenants{llmq.DefaultTenant: {Projects: map[string]llmq.Scope{"support": {}}}}
+	})
+	tb.publish(t, jobJSON("listed", "gpt-4o-mini", `,"project":"support"`), jobJSON("unknown", "gpt-4o-mini", `,"project":"other"`),
+		jobJSON("none", "gpt-4o-mini", ""))
+	done := tb.waitTerminal(t, []string{"listed", "none"}, 20*time.Second)
+	require.Equal(t, llmq.StatusSucceeded, done["listed"].Status)
+	require.Equal(t, llmq.StatusSucceeded, done["none"].Status)
+	require.Eventually(t, func() bool { return len(tb.letters.all()) == 1 }, slowdown*20*time.Second, 10*time.Millisecond)
+	l := tb.letters.all()[0]
+	require.Equal(t, "unknown", l.JobID)
+	require.Equal(t, dlq.ReasonUnknownProject, l.Reason)
+	require.Equal(t, `invalid job: project: tenant "default" has no project "other"; its projects: support`, l.LastError)
+	require.Equal(t, 0, tb.count(t, "id = 'unknown'"), "a refused message is a letter, never a job")
+	require.EqualValues(t, 2, tb.sim.Sim.Stats().Total.Accepted)
+}

@@ -252,6 +252,10 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
 			continue
 		}
+		if refused := w.cfg.Tenants.CheckProject(j); len(refused) > 0 {
+			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonUnknownProject, LastError: notAllowed(refused)})
+			continue
+		}
 		items = append(items, ingestItem{msg: m, job: w.sizer.NewJob(j)})
 	}
 	if len(items) > 0 {

@@ -34,7 +34,9 @@ console's sessions are sealed with LLMQ_CONSOLE_SECRET(_FILE), the same on every
 
 TLS: with --tls-cert and --tls-key the API serves HTTPS only. Behind a reverse proxy or a
 load balancer that terminates TLS, leave them out, keep --listen on an address only the proxy
-reaches, and let the proxy forward the Authorization header unchanged. The timeouts bound a
+reaches, and let the proxy forward the Authorization header unchanged. The console's cookies are
+Secure when the proxy sends X-Forwarded-Proto: https (most do); with one that does not, add
+--console-secure-cookies. The timeouts bound a
 slow client; a proxy in front should allow at least --write-timeout for an answer.
 
 Jobs are recorded in Postgres before they are published; the outbox sweeper republishes any
@@ -48,6 +50,8 @@ SIGINT/SIGTERM stop accepting connections, finish the requests in flight and sto
 	fs.StringVar(&metricsListen, "metrics-listen", app.APIMetricsListenDefault, "address of the Prometheus /metrics endpoint (empty: none)")
 	fs.StringVar(&server.TLSCert, "tls-cert", "", "PEM certificate (chain) file: serve HTTPS (with --tls-key)")
 	fs.StringVar(&server.TLSKey, "tls-key", "", "PEM private key file of --tls-cert")
+	fs.BoolVar(&server.ConsoleSecureCookies, "console-secure-cookies", false,
+		"mark the console's cookies Secure on every answer (default: when the request came over TLS or with X-Forwarded-Proto: https)")
 	fs.DurationVar(&server.ReadHeaderTimeout, "read-header-timeout", app.APIReadHeaderTimeoutDefault, "time to read a request's headers (-1: none)")
 	fs.DurationVar(&server.ReadTimeout, "read-timeout", app.APIReadTimeoutDefault, "time to read a whole request, body included (-1: none)")
 	fs.DurationVar(&server.WriteTimeout, "write-timeout", app.APIWriteTimeoutDefault, "time from a request's headers to the end of its answer (-1: none)")

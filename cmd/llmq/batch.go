@@ -124,7 +124,7 @@ func newBatchCancelCmd() *cobra.Command {
 			cc := openai.DefaultConfig(cfg.OpenAIAPIKey)
 			cc.BaseURL = cfg.OpenAIBaseURL
 			cc.HTTPClient = &http.Client{Timeout: time.Minute}
-			b, err := batchapi.Cancel(ctx, st, openai.NewClientWithConfig(cc), args[0])
+			b, err := batchapi.Cancel(ctx, st, batchapi.NewClient(cc, 0), args[0])
 			if err != nil {
 				return err
 			}

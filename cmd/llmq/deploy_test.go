@@ -1,8 +1,10 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,4 +116,137 @@ func isSubcommand(name string) bool {
 		}
 	}
 	return false
+}
+
+// k8sObject is what TestMetricsReachableByTheScraperOnly reads of a
+// Kubernetes manifest: a Deployment's pod labels and ports, a
+// NetworkPolicy's selector and ingress rules.
+type k8sObject struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	Spec struct {
+		Template struct {
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec struct {
+				Containers []struct {
+					Ports []struct {
+						Name          string `yaml:"name"`
+						ContainerPort int    `yaml:"containerPort"`
+					} `yaml:"ports"`
+				} `yaml:"containers"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+		PodSelector k8sSelector `yaml:"podSelector"`
+		PolicyTypes []string    `yaml:"policyTypes"`
+		Ingress     []struct {
+			From []struct {
+				PodSelector       *k8sSelector `yaml:"podSelector"`
+				NamespaceSelector *k8sSelector `yaml:"namespaceSelector"`
+				IPBlock           any          `yaml:"ipBlock"`
+			} `yaml:"from"`
+			Ports []struct {
+				Port any `yaml:"port"`
+			} `yaml:"ports"`
+		} `yaml:"ingress"`
+	} `yaml:"spec"`
+}
+
+type k8sSelector struct {
+	MatchLabels      map[string]string `yaml:"matchLabels"`
+	MatchExpressions []any             `yaml:"matchExpressions"`
+}
+
+// selects reports whether s selects a pod labelled labels.
+func (s k8sSelector) selects(labels map[string]string) bool {
+	for k, v := range s.MatchLabels {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(s.MatchExpressions) == 0
+}
+
+// TestMetricsReachableByTheScraperOnly: in what `kubectl apply -k
+// deploy/kubernetes` creates, every pod's metrics port (per-tenant figures)
+// is isolated by a NetworkPolicy that lets in Prometheus pods alone, and the
+// API's http port stays open to its clients.
+func TestMetricsReachableByTheScraperOnly(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join("..", "..", "deploy", "kubernetes")
+	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	require.NoError(t, err)
+	var kustomization struct {
+		Resources []string `yaml:"resources"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &kustomization))
+	var deployments, policies []k8sObject
+	for _, f := range kustomization.Resources {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		dec := yaml.NewDecoder(strings.NewReader(string(data)))
+		for {
+			var o k8sObject
+			if err := dec.Decode(&o); err != nil {
+				require.ErrorIs(t, err, io.EOF, f)
+				break
+			}
+			switch o.Kind {
+			case "Deployment":
+				deployments = append(deployments, o)
+			case "NetworkPolicy":
+				policies = append(policies, o)
+			}
+		}
+	}
+	require.Len(t, deployments, 2, "worker and api")
+	scraper := map[string]string{"app.kubernetes.io/name": "prometheus"}
+	for _, d := range deployments {
+		labels := d.Spec.Template.Metadata.Labels
+		ports := map[string]int{}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, p := range c.Ports {
+				ports[p.Name] = p.ContainerPort
+			}
+		}
+		require.Contains(t, ports, "metrics", d.Metadata.Name)
+		// open[port] lists the sources of the rules that let port in; a
+		// rule without sources lets everyone in.
+		open := map[string][][]map[string]string{}
+		isolated := false
+		for _, p := range policies {
+			if !p.Spec.PodSelector.selects(labels) {
+				continue
+			}
+			isolated = isolated || slices.Contains(p.Spec.PolicyTypes, "Ingress")
+			for _, rule := range p.Spec.Ingress {
+				var from []map[string]string
+				for _, peer := range rule.From {
+					require.Nil(t, peer.IPBlock, "%s: a source by address", p.Metadata.Name)
+					require.NotNil(t, peer.PodSelector, "%s: a source that is not a pod", p.Metadata.Name)
+					from = append(from, peer.PodSelector.MatchLabels)
+				}
+				for name, number := range ports {
+					allowed := len(rule.Ports) == 0
+					for _, rp := range rule.Ports {
+						allowed = allowed || rp.Port == name || rp.Port == number
+					}
+					if allowed {
+						open[name] = append(open[name], from)
+					}
+				}
+			}
+		}
+		require.True(t, isolated, "%s: no NetworkPolicy isolates its pods", d.Metadata.Name)
+		require.NotEmpty(t, open["metrics"], "%s: nothing reaches the metrics port, not even the scraper", d.Metadata.Name)
+		for _, from := range open["metrics"] {
+			require.Equal(t, []map[string]string{scraper}, from, "%s: the metrics port takes others than the scraper", d.Metadata.Name)
+		}
+		if _, ok := ports["http"]; ok {
+			require.Contains(t, open["http"], []map[string]string(nil), "%s: clients reach the http port", d.Metadata.Name)
+		}
+	}
 }

@@ -249,7 +249,7 @@ func (a *App) buildWorker() error {
 		// The batch lane: deferrable jobs go to the provider's Batch API
 		// off-peak, or when the live lane would take too long to drain.
 		bc := batchConfig(s, wc)
-		bc.Store, bc.Client = a.store, client
+		bc.Store, bc.Client = a.store, newBatchClient(s, cmp.Or(wc.UpstreamTimeout, worker.UpstreamTimeoutDefault))
 		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.registerer
 		bc.Drain = wc.BatchDrain
 		if bc.Drain == nil {
@@ -387,10 +387,7 @@ func (a *App) buildAPI() error {
 	}
 	// Cancelling a provider batch asks the provider: the upstream's
 	// Batch API, with the worker's address and key.
-	batches := openai.DefaultConfig(s.OpenAIAPIKey)
-	batches.BaseURL = s.OpenAIBaseURL
-	batches.HTTPClient = &http.Client{Timeout: time.Minute}
-	batchClient := openai.NewClientWithConfig(batches)
+	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, Keys: s.APIKeys, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
 		DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc, Batches: a.store,
@@ -409,7 +406,7 @@ func (a *App) buildAPI() error {
 	if len(s.APIKeys) == 0 && len(s.OperatorKeys) == 0 {
 		a.log.Warn("no API keys configured (LLMQ_API_KEYS or api_keys, LLMQ_OPERATOR_KEYS or operator_keys): every /v1 request will be refused")
 	}
-	ui, err := console.New(console.Config{API: handler, Secret: s.ConsoleSecret, Secure: ac.TLSCert != "",
+	ui, err := console.New(console.Config{API: handler, Secret: s.ConsoleSecret, Secure: ac.ConsoleSecureCookies,
 		Refresh: ac.ConsoleRefresh, Logger: a.log})
 	if err != nil {
 		return err
@@ -613,4 +610,13 @@ func (t teeRegisterer) Unregister(c prometheus.Collector) bool {
 	a := t[0].Unregister(c)
 	b := t[1].Unregister(c)
 	return a || b
+}
+
+// newBatchClient is a client of the upstream's Batch and Files API, its
+// answers bounded (batchapi.NewClient), each call bounded by timeout.
+func newBatchClient(s *config.Config, timeout time.Duration) *openai.Client {
+	cc := openai.DefaultConfig(s.OpenAIAPIKey)
+	cc.BaseURL = s.OpenAIBaseURL
+	cc.HTTPClient = &http.Client{Timeout: timeout}
+	return batchapi.NewClient(cc, 0)
 }

@@ -141,6 +141,12 @@ type APIConfig struct {
 	// Both empty: plain HTTP (behind a proxy that terminates TLS).
 	TLSCert, TLSKey string
 
+	// ConsoleSecureCookies marks the web console's cookies Secure on every
+	// answer, for a proxy that terminates TLS without sending
+	// X-Forwarded-Proto. false = Secure when the request came over TLS or
+	// says it did through X-Forwarded-Proto: https (console.Config.Secure).
+	ConsoleSecureCookies bool
+
 	// ConsoleRefresh is how often the web console's live parts poll.
 	// 0 = console.RefreshDefault.
 	ConsoleRefresh time.Duration

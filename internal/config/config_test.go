@@ -87,6 +87,7 @@ tenants:
     daily_cost: 50
     monthly_cost: 1000
     overage: reject
+    allow_unknown_projects: true
     projects:
       support: {tpm: 30000, priority: low, daily_cost: 5, overage: degrade, output_cap: 128}
   small: {}
@@ -119,7 +120,7 @@ tenants:
 		"acme": {Scope: llmq.Scope{Weight: 3, Priority: llmq.PriorityNormal, RPM: 60, TPM: 90000, Concurrency: 4,
 			DailyCost: 50, MonthlyCost: 1000, Overage: llmq.OverageReject},
 			Projects: map[string]llmq.Scope{"support": {TPM: 30000, Priority: llmq.PriorityLow, DailyCost: 5,
-				Overage: llmq.OverageDegrade, OutputCap: 128}}},
+				Overage: llmq.OverageDegrade, OutputCap: 128}}, AllowUnknownProjects: true},
 		"small": {},
 	}, c.Tenants)
 	require.Equal(t, 3.0, c.Tenants.Weight("acme"))

@@ -28,8 +28,10 @@ var secretPatterns = []*regexp.Regexp{
 	// ("password=...", "\"api_key\": \"...\"").
 	regexp.MustCompile(`(?i)(password|passwd|pwd|secret|client_secret|token|access_token|refresh_token|id_token|api_key|apikey)` +
 		`(["']?\s*[:=]\s*["']?)[^\s"'&,;}<>]+`),
-	// An authentication scheme and its credential, wherever it appears.
-	regexp.MustCompile(`(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{4,}`),
+	// An authentication scheme and its credential, wherever it appears; a
+	// token's has a digit ("Enqueued token limit reached" is prose).
+	regexp.MustCompile(`(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{4,}`),
+	regexp.MustCompile(`(?i)\b(token)(\s+)[A-Za-z._~+/=-]*[0-9][A-Za-z0-9._~+/=-]*`),
 }
 
 // urlPassword finds the password of a URL's user information.

@@ -27,6 +27,8 @@ func TestText(t *testing.T) {
 		// A scheme and its credential anywhere.
 		"sent Bearer abcdef.ghijk-lmnop to the gateway": "sent Bearer xxxxx to the gateway",
 		"token 0123456789abcdef rejected":               "token xxxxx rejected",
+		"token abcdefghij0123456789 rejected":           "token xxxxx rejected",
+		"Enqueued token limit reached for gpt-4o-mini":  "Enqueued token limit reached for gpt-4o-mini",
 		// Secret fields.
 		`{"password":"hunter22","user":"u"}`:        `{"password":"xxxxx","user":"u"}`,
 		"db error: password=hunter22 host=db":       "db error: password=xxxxx host=db",

@@ -552,6 +552,38 @@ func TestModelAllowlist(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"fallback_models":["gpt-4.1-mini"],"body":`+validBody+`}`).status)
 }
 
+// TestUnknownProject: a job naming a project its tenant does not list (acme
+// lists support) is refused with 400 naming the field, and nothing is
+// recorded; a listed project, none, a tenant that lists no project and a
+// tenant that allows unknown projects are taken.
+func TestUnknownProject(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	for body, field := range map[string]string{
+		`{"id":"u1","project":"other","body":` + validBody + `}`:                                  "project",
+		`{"jobs":[` + jobJSON("u2") + `,{"id":"u3","project":"other","body":` + validBody + `}]}`: "jobs[1].project",
+	} {
+		r := b.post(t, keyAcme, body)
+		require.Equal(t, http.StatusBadRequest, r.status, "%s", r.body)
+		msg := `tenant "acme" has no project "other"; its projects: support`
+		require.Equal(t, api.Error{Code: llmq.CodeUnknownProject, Field: field, Message: msg,
+			Details: []llmq.FieldError{{Field: field, Code: llmq.CodeUnknownProject, Message: msg}}}, r.apiError(t))
+	}
+	require.Equal(t, int64(0), b.broker.Depth("jobs"))
+	for _, id := range []string{"u1", "u2", "u3"} {
+		_, err := b.store.Get(context.Background(), "acme", id)
+		require.ErrorIs(t, err, store.ErrNotFound, id)
+	}
+	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"project":"support","body":`+validBody+`}`).status)
+	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"body":`+validBody+`}`).status)
+	require.Equal(t, http.StatusAccepted, b.post(t, keyGlobex, `{"project":"other","body":`+validBody+`}`).status)
+
+	loose := setup(t, options{api: func(c *api.Config) {
+		c.Tenants = llmq.Tenants{"acme": {Projects: map[string]llmq.Scope{"support": {}}, AllowUnknownProjects: true}}
+	}})
+	require.Equal(t, http.StatusAccepted, loose.post(t, keyAcme, `{"project":"other","body":`+validBody+`}`).status)
+}
+
 // zeros is an endless {"jobs":[0,0,0,... body that counts what was read.
 type zeros struct{ read int }
 

@@ -45,9 +45,10 @@
 // any value larger than a job may be (max_message_bytes), so a hostile body
 // costs no more memory than the jobs it may carry. A job that names a model
 // the configuration does not allow (body.model or a fallback) is refused
-// with 400 model_not_allowed; a job of a tenant or project whose budget is
-// spent and whose overage policy is reject, with 402 budget_exceeded
-// (budget.go).
+// with 400 model_not_allowed; a job naming a project its tenant does not
+// list (when it lists some), with 400 unknown_project; a job of a tenant or
+// project whose budget is spent and whose overage policy is reject, with
+// 402 budget_exceeded (budget.go).
 //
 // Errors are {"error": {"code", "message", "field"}} (field names the JSON
 // path of the first failing field; "details" lists them all): 400 bad input,

@@ -57,7 +57,9 @@ type Config struct {
 	// SecretMinBytes bytes: the same on every replica behind one address.
 	// "" = a random secret per process (sessions end with it).
 	Secret string
-	// Secure marks the cookies Secure (the API serves HTTPS).
+	// Secure marks every cookie Secure, for a proxy that terminates TLS
+	// without saying so. false = Secure when the request came over TLS or
+	// through a proxy that says it did (X-Forwarded-Proto: https).
 	Secure bool
 	// SessionTTL is how long a sign-in lasts. 0 = SessionTTLDefault.
 	SessionTTL time.Duration
@@ -339,7 +341,7 @@ func (c *Console) failed(w http.ResponseWriter, r *http.Request, s session, err 
 	var ae *apiError
 	switch {
 	case errors.Is(err, errUnauthorized):
-		http.SetCookie(w, c.cookie(sessionCookie, "", -1))
+		http.SetCookie(w, c.cookie(r, sessionCookie, "", -1))
 		c.toLogin(w, r)
 	case errors.As(err, &ae):
 		c.renderStatus(w, r, ae.status, "error", c.data(r, s, "Error", "", pageData{Error: ae.body.Message}))

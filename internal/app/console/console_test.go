@@ -197,6 +197,47 @@ func TestHeaders(t *testing.T) {
 	require.Equal(t, http.StatusFound, br.get("/ui").status)
 }
 
+// TestCookieSecure: the console's cookies are Secure when the request came
+// over TLS or through a proxy that says so (X-Forwarded-Proto: https), or
+// always when Config.Secure says so; not on plain HTTP, where a browser
+// would refuse them.
+func TestCookieSecure(t *testing.T) {
+	t.Parallel()
+	secure := func(t *testing.T, srv *httptest.Server, header map[string]string) bool {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/ui/login", nil)
+		require.NoError(t, err)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Len(t, resp.Cookies(), 1)
+		return resp.Cookies()[0].Secure
+	}
+	serve := func(cfg console.Config, tls bool) *httptest.Server {
+		cfg.API, cfg.Logger = http.NotFoundHandler(), quiet
+		ui, err := console.New(cfg)
+		require.NoError(t, err)
+		srv := httptest.NewUnstartedServer(ui)
+		if tls {
+			srv.StartTLS()
+		} else {
+			srv.Start()
+		}
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	plain := serve(console.Config{}, false)
+	require.False(t, secure(t, plain, nil))
+	require.False(t, secure(t, plain, map[string]string{"X-Forwarded-Proto": "http"}))
+	require.True(t, secure(t, plain, map[string]string{"X-Forwarded-Proto": "https"}))
+	require.True(t, secure(t, plain, map[string]string{"X-Forwarded-Proto": "HTTPS, http"}), "the first proxy's")
+	require.True(t, secure(t, serve(console.Config{}, true), nil))
+	require.True(t, secure(t, serve(console.Config{Secure: true}, false), nil))
+}
+
 // TestSignIn: pages need a session; the sign-in form needs its CSRF token
 // and a key the API knows; the session cookie is sealed, HttpOnly,
 // SameSite=Strict and scoped to /ui, and no page contains the key.

@@ -31,8 +31,9 @@
 //
 // Signing in posts an API key, which the console checks with GET /v1/me and
 // keeps in a cookie sealed with AES-256-GCM (HttpOnly, SameSite=Strict,
-// Secure under TLS, scoped to /ui, for Config.SessionTTL): a script cannot
-// read it and no page contains it. The sealing and CSRF keys derive from
+// scoped to /ui, for Config.SessionTTL; Secure under TLS, behind a proxy
+// that sends X-Forwarded-Proto: https, or always with Config.Secure): a
+// script cannot read it and no page contains it. The sealing and CSRF keys derive from
 // Config.Secret (LLMQ_CONSOLE_SECRET), or from a random secret per process.
 // Every form carries a CSRF token, the HMAC of the session's id (of a
 // nonce cookie for the sign-in form), and state-changing requests from

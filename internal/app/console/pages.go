@@ -67,7 +67,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 // renderLogin shows the sign-in form with a fresh nonce and its token.
 func (c *Console) renderLogin(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	nonce := randomID()
-	http.SetCookie(w, c.cookie(loginCookie, nonce, time.Hour))
+	http.SetCookie(w, c.cookie(r, loginCookie, nonce, time.Hour))
 	c.renderStatus(w, r, status, "login", pageData{Title: "Sign in", Error: msg,
 		Page: loginPage{Token: c.seal.token("login:" + nonce)}})
 }
@@ -104,13 +104,13 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.renderLogin(w, r, http.StatusInternalServerError, "The session could not be sealed.")
 		return
 	}
-	http.SetCookie(w, c.cookie(sessionCookie, sealed, c.cfg.SessionTTL))
-	http.SetCookie(w, c.cookie(loginCookie, "", -1))
+	http.SetCookie(w, c.cookie(r, sessionCookie, sealed, c.cfg.SessionTTL))
+	http.SetCookie(w, c.cookie(r, loginCookie, "", -1))
 	http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ session) {
-	http.SetCookie(w, c.cookie(sessionCookie, "", -1))
+	http.SetCookie(w, c.cookie(r, sessionCookie, "", -1))
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
 }
 

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -117,10 +118,11 @@ func randomID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// cookie is a console cookie: HttpOnly, SameSite=Strict, on Prefix, Secure
-// under TLS; maxAge < 0 deletes it.
-func (c *Console) cookie(name, value string, maxAge time.Duration) *http.Cookie {
-	ck := &http.Cookie{Name: name, Value: value, Path: Prefix, HttpOnly: true, Secure: c.cfg.Secure,
+// cookie is a console cookie for an answer to r: HttpOnly,
+// SameSite=Strict, on Prefix, Secure under TLS (overTLS); maxAge < 0
+// deletes it.
+func (c *Console) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
+	ck := &http.Cookie{Name: name, Value: value, Path: Prefix, HttpOnly: true, Secure: c.cfg.Secure || overTLS(r),
 		SameSite: http.SameSiteStrictMode}
 	if maxAge < 0 {
 		ck.MaxAge = -1
@@ -128,6 +130,19 @@ func (c *Console) cookie(name, value string, maxAge time.Duration) *http.Cookie 
 		ck.MaxAge = int(maxAge / time.Second)
 	}
 	return ck
+}
+
+// overTLS reports whether r came over TLS, to this server or to a proxy
+// in front that says so (the first X-Forwarded-Proto is https). The header
+// needs no trusted proxy: it can only add Secure, which a browser on plain
+// HTTP refuses, so a forged one costs its sender's own sign-in, nobody
+// else's cookie.
+func overTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ",")
+	return strings.EqualFold(strings.TrimSpace(proto), "https")
 }
 
 // sessionOf opens the request's session; false when there is none, it does

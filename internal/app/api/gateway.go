@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/jsonlimit"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 )
@@ -116,15 +117,13 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			Message: "an operator key names the call's tenant: add ?tenant=<tenant>"})
 		return
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeOpenAIError(w, http.StatusRequestEntityTooLarge, Error{Code: llmq.CodeTooLarge,
-			Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)})
-		return
-	case err != nil:
-		writeOpenAIError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidJSON, Message: "request body: " + err.Error()})
+	raw, e := a.readCall(w, r)
+	if e != nil {
+		status := http.StatusBadRequest
+		if e.Field == "" && e.Code == llmq.CodeTooLarge && strings.HasPrefix(e.Message, "request body") {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeOpenAIError(w, status, *e)
 		return
 	}
 	call, e := a.gatewayCall(r, raw)
@@ -163,6 +162,29 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.answer(w, done, call)
+}
+
+// readCall reads a call's body: one job's body, so no larger than a job
+// may be (MaxMessageBytes and the slack of readBody) nor than
+// MaxBodyBytes, with keys, strings and nesting bounded as it streams.
+func (a *API) readCall(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+	limit := a.cfg.MaxBodyBytes
+	if a.cfg.MaxMessageBytes > 0 {
+		limit = min(limit, int64(a.cfg.MaxMessageBytes)+valueSlack)
+	}
+	raw, err := io.ReadAll(jsonlimit.NewReader(http.MaxBytesReader(w, r.Body, limit), a.jsonLimits()))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, &Error{Code: llmq.CodeTooLarge,
+			Message: fmt.Sprintf("request body is over the %d byte limit of a gateway call", limit)}
+	case err != nil:
+		if e := shapeError(err, ""); e != nil {
+			return nil, e
+		}
+		return nil, &Error{Code: llmq.CodeInvalidJSON, Message: "request body: " + err.Error()}
+	}
+	return raw, nil
 }
 
 // gatewayCall is a chat-completions request made into a job.

@@ -143,6 +143,16 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, http.StatusPaymentRequired, *e)
 		return
 	}
+	leave, ok := a.waitingCalls.enter(s.tenant, a.cfg.Gateway.MaxWaiting)
+	if !ok {
+		a.limited.WithLabelValues("gateway_waiting").Inc()
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeOpenAIError(w, http.StatusTooManyRequests, Error{Code: CodeTooManyWaiting, Message: fmt.Sprintf(
+			"tenant %q has %d gateway calls waiting, the most it may (gateway.max_waiting): nothing was enqueued, retry when one ends",
+			s.tenant, a.cfg.Gateway.MaxWaiting)})
+		return
+	}
+	defer leave()
 	rec, _, err := a.cfg.Producer.Publish(r.Context(), j)
 	if err != nil && !errors.Is(err, producer.ErrUnpublished) {
 		a.gatewayPublishError(w, r, err)
@@ -240,9 +250,13 @@ func (a *API) gatewayCall(r *http.Request, raw []byte) (gatewayCall, *Error) {
 }
 
 // callDeadline is X-LLMQ-Deadline (RFC 3339, or seconds from now), else
-// now plus X-Stainless-Timeout seconds, else now plus the default.
+// now plus X-Stainless-Timeout seconds, else now plus the default. No
+// deadline passes Gateway.MaxDeadline from now: X-LLMQ-Deadline past it is
+// refused, X-Stainless-Timeout (an SDK's own timeout, sent unasked) is cut
+// to it.
 func (a *API) callDeadline(h http.Header) (time.Time, *Error) {
 	now := a.cfg.Clock.Now().UTC()
+	limit := now.Add(a.cfg.Gateway.MaxDeadline)
 	seconds := func(v, name string) (time.Time, *Error) {
 		s, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || s <= 0 || math.IsInf(s, 0) || s > (100*365*24*time.Hour).Seconds() {
@@ -252,13 +266,24 @@ func (a *API) callDeadline(h http.Header) (time.Time, *Error) {
 		return now.Add(time.Duration(s * float64(time.Second))), nil
 	}
 	if v := h.Get(HeaderDeadline); v != "" {
-		if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v)); err == nil {
-			return t.UTC(), nil
+		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
+		var e *Error
+		if err != nil {
+			t, e = seconds(v, HeaderDeadline)
 		}
-		return seconds(v, HeaderDeadline)
+		if e == nil && t.After(limit) {
+			e = &Error{Code: llmq.CodeInvalidValue, Field: HeaderDeadline, Message: fmt.Sprintf(
+				"is %.0f s from now, past the %.0f s a call may wait (gateway.max_deadline)",
+				t.Sub(now).Seconds(), a.cfg.Gateway.MaxDeadline.Seconds())}
+		}
+		return t.UTC(), e
 	}
 	if v := h.Get(HeaderClientTimeout); v != "" {
-		return seconds(v, HeaderClientTimeout)
+		t, e := seconds(v, HeaderClientTimeout)
+		if t.After(limit) {
+			t = limit
+		}
+		return t, e
 	}
 	return now.Add(a.cfg.Gateway.Timeout), nil
 }

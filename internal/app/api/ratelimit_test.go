@@ -16,10 +16,13 @@ import (
 	"github.com/llmq/llmq/store"
 )
 
-// doWith is b.do with extra request headers.
+// doWith is b.do with extra request headers, answered within 10 s (a
+// gateway call that waits fails the test).
 func (b *testBundle) doWith(t *testing.T, method, path, key string, h http.Header, body string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, b.srv.URL+path, strings.NewReader(body))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, b.srv.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header = h.Clone()
 	if req.Header == nil {

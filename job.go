@@ -44,6 +44,17 @@ const DefaultTenant = "default"
 // MaxMessageBytesDefault is the default limit on an encoded job's size.
 const MaxMessageBytesDefault = 1 << 20
 
+// Bounds on the shape of a job's JSON, checked before it is decoded (the
+// API checks them while a request streams in). An escape sequence counts
+// as one byte.
+const (
+	// MaxKeyBytes bounds every object key of a job.
+	MaxKeyBytes = 1024
+	// MaxDepth bounds the nesting of a job's objects and arrays; the job
+	// itself is level 1, its body level 2.
+	MaxDepth = 128
+)
+
 // Job is one chat-completion request to run, as published on the wire.
 type Job struct {
 	// ID is 1-128 characters of [A-Za-z0-9._:-]; a UUIDv7 when the producer
@@ -169,6 +180,9 @@ func Decode(data []byte, opts DecodeOptions) (*Job, error) {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return nil, &ValidationError{Errors: []FieldError{{Field: "", Message: notAnObject(trimmed), Code: CodeInvalidJSON}}}
+	}
+	if fe, bad := shapeError(trimmed, "", MaxDepth); bad {
+		return nil, &ValidationError{Errors: []FieldError{fe}}
 	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &raw); err != nil {

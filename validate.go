@@ -3,12 +3,15 @@ package llmq
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/llmq/llmq/internal/jsonlimit"
 )
 
 // Field error codes, stable for clients and dead-letter reasons.
@@ -79,6 +82,20 @@ func decodeField[T any](raw map[string]json.RawMessage, name string, dst *T, wan
 		return
 	}
 	*dst = v
+}
+
+// shapeError reports JSON past MaxKeyBytes or depth levels (too_large or
+// invalid_json), found without decoding it.
+func shapeError(b []byte, field string, depth int) (FieldError, bool) {
+	var le *jsonlimit.Error
+	if !errors.As(jsonlimit.Check(b, jsonlimit.Limits{MaxKeyBytes: MaxKeyBytes, MaxDepth: depth}), &le) {
+		return FieldError{}, false
+	}
+	code := CodeTooLarge
+	if le.What == jsonlimit.Depth {
+		code = CodeInvalidJSON
+	}
+	return FieldError{Field: field, Code: code, Message: le.Error()}, true
 }
 
 func isNull(b json.RawMessage) bool { return string(b) == "null" }
@@ -173,6 +190,9 @@ func (j *Job) validateBody() []FieldError {
 	if len(j.Body) == 0 {
 		add("body", CodeRequired, "is required: an OpenAI chat-completions request")
 		return errs
+	}
+	if fe, bad := shapeError(j.Body, "body", MaxDepth-1); bad {
+		return append(errs, fe)
 	}
 	var body map[string]json.RawMessage
 	if err := json.Unmarshal(j.Body, &body); err != nil {

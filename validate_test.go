@@ -84,6 +84,8 @@ var malformed = []struct {
 	{"body with huge number", withBody(`{"model":"m","messages":[{"role":"user"}],"temperature":1e999999}`), llmq.DecodeOptions{}, []string{"body"}, []string{llmq.CodeInvalidValue}},
 	{"oversized", withBody(okBody), llmq.DecodeOptions{MaxMessageBytes: 20}, []string{""}, []string{llmq.CodeTooLarge}},
 	{"oversized default limit", withBody(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<20) + `"}]}`), llmq.DecodeOptions{}, []string{""}, []string{llmq.CodeTooLarge}},
+	{"key over the limit", `{"metadata":{"` + strings.Repeat("k", llmq.MaxKeyBytes+1) + `":"v"},"body":` + okBody + `}`, llmq.DecodeOptions{}, []string{""}, []string{llmq.CodeTooLarge}},
+	{"nested too deep", withBody(`{"model":"m","messages":[{"role":"user"}],"tools":` + strings.Repeat("[", llmq.MaxDepth) + strings.Repeat("]", llmq.MaxDepth) + `}`), llmq.DecodeOptions{}, []string{""}, []string{llmq.CodeInvalidJSON}},
 	{"every field wrong", `{"id":"a b","tenant":"","priority":"x","body":{"model":"","messages":[]}}`, llmq.DecodeOptions{},
 		[]string{"id", "priority", "body.model", "body.messages"},
 		[]string{llmq.CodeInvalidValue, llmq.CodeInvalidValue, llmq.CodeRequired, llmq.CodeInvalidValue}},
@@ -400,4 +402,29 @@ func TestValidatedOnlyAsDecoded(t *testing.T) {
 	built := &llmq.Job{ID: "j", Tenant: "acme", Priority: llmq.PriorityNormal, Body: json.RawMessage(okBody)}
 	require.NoError(t, built.Validate())
 	require.False(t, built.Validated(), "a job built in Go")
+}
+
+// TestShapeLimits: a job at the key and depth limits decodes and survives
+// its own wire form; a job built in Go past them is refused by Validate,
+// naming body.
+func TestShapeLimits(t *testing.T) {
+	t.Parallel()
+	// The body is level 2, "tools" level 3: MaxDepth-3 more arrays inside.
+	deep := strings.Repeat("[", llmq.MaxDepth-3) + strings.Repeat("]", llmq.MaxDepth-3)
+	key := strings.Repeat("<", llmq.MaxKeyBytes) // escaped by Encode, still one byte each
+	msg := `{"metadata":{"` + key + `":"v"},"body":{"model":"m","messages":[{"role":"user"}],"tools":[` + deep + `]}}`
+	j, err := llmq.Decode([]byte(msg), llmq.DecodeOptions{})
+	require.NoError(t, err)
+	enc, err := j.Encode()
+	require.NoError(t, err)
+	_, err = llmq.Decode(enc, llmq.DecodeOptions{})
+	require.NoError(t, err)
+
+	g := &llmq.Job{ID: "g", Tenant: "t", Priority: llmq.PriorityNormal,
+		Body: []byte(`{"model":"m","messages":[{"role":"user"}],"tools":[[` + deep + `]]}`)}
+	var ve *llmq.ValidationError
+	require.ErrorAs(t, g.Validate(), &ve)
+	require.Equal(t, []string{"body"}, ve.Fields())
+	require.Equal(t, llmq.CodeInvalidJSON, ve.Errors[0].Code)
+	require.Contains(t, ve.Errors[0].Message, "127 level limit", "levels counted from the body")
 }

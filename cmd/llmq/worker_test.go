@@ -22,7 +22,7 @@ import (
 )
 
 // buildLLMQ compiles the binary once per test into a temporary folder.
-func buildLLMQ(t *testing.T) string {
+func buildLLMQ(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "llmq")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()

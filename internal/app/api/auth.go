@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"golang.org/x/time/rate"
+
 	"github.com/llmq/llmq"
 )
 
@@ -58,21 +60,50 @@ func (a *API) authed(h http.HandlerFunc) http.Handler { return a.authedAs(h, wri
 // endpoints answer in OpenAI's shape).
 func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := a.cfg.Clock.Now()
+		// An address past its failures is refused before its key is
+		// looked at, so that guessing cannot go on.
+		failures := a.authFailures.get(a.clientAddr(r))
+		if wait := throttled(now, failures); wait > 0 {
+			a.rateLimited(w, fail, "auth_failures", wait, fmt.Sprintf(
+				"too many failed authentications from this address: over %d per minute (rate_limits.auth_failures_per_minute)",
+				a.cfg.RateLimits.AuthFailuresPerMinute))
+			return
+		}
 		key, ok := bearer(r.Header.Get("Authorization"))
 		var (
 			c     caller
 			known bool
+			hash  [sha256.Size]byte
 		)
 		if ok {
-			c, known = a.keys[sha256.Sum256([]byte(key))]
+			hash = sha256.Sum256([]byte(key))
+			c, known = a.keys[hash]
 		}
 		if !known {
+			if failures != nil {
+				failures.AllowN(now, 1)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
 			msg := "missing bearer token: send Authorization: Bearer <key>"
 			if ok {
 				msg = "unknown API key"
 			}
 			fail(w, http.StatusUnauthorized, Error{Code: CodeUnauthorized, Message: msg})
+			return
+		}
+		var tenantLimit *rate.Limiter
+		if !c.operator {
+			tenantLimit = a.tenantLimits.get(c.tenant)
+		}
+		switch i, wait := take(now, a.keyLimits.get(string(hash[:])), tenantLimit); i {
+		case 0:
+			a.rateLimited(w, fail, "key_rpm", wait, fmt.Sprintf(
+				"the API key is over its limit of %d requests per minute (rate_limits.key_rpm)", a.cfg.RateLimits.KeyRPM))
+			return
+		case 1:
+			a.rateLimited(w, fail, "tenant_rpm", wait, fmt.Sprintf(
+				"tenant %q is over its limit of %d requests per minute (rate_limits.tenant_rpm)", c.tenant, a.cfg.RateLimits.TenantRPM))
 			return
 		}
 		s := scope(c)

@@ -9,20 +9,43 @@ import (
 	"net/http"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/jsonlimit"
 )
 
 // valueSlack is what a value may exceed the job limit by before reading
 // stops: the decoder reads ahead, and a job's JSON may be indented.
 const valueSlack = 64 << 10
 
+// jsonLimits bounds a request body's keys, strings and nesting while it
+// streams in (a batch nests its jobs two levels down); llmq.Decode then
+// checks each job exactly.
+func (a *API) jsonLimits() jsonlimit.Limits {
+	return jsonlimit.Limits{MaxKeyBytes: llmq.MaxKeyBytes, MaxStringBytes: max(a.cfg.MaxMessageBytes, 0),
+		MaxDepth: llmq.MaxDepth + 2}
+}
+
+// shapeError answers JSON past a jsonlimit bound, or returns nil.
+func shapeError(err error, field string) *Error {
+	var le *jsonlimit.Error
+	if !errors.As(err, &le) {
+		return nil
+	}
+	code := llmq.CodeTooLarge
+	if le.What == jsonlimit.Depth {
+		code = llmq.CodeInvalidJSON
+	}
+	return &Error{Code: code, Field: field, Message: le.Error()}
+}
+
 // readBody reads a POST /v1/jobs body as a stream: one job, or
 // {"jobs": [...]}. It never holds more than the jobs it accepts: it stops
-// at the 1,001st element of "jobs" and at any value larger than a job may
-// be, without reading the rest of the body. It returns the raw jobs and
-// whether the body was a batch.
+// at the 1,001st element of "jobs", at any value larger than a job may
+// be and at a key, string or nesting past jsonLimits, without reading the
+// rest of the body. It returns the raw jobs and whether the body was a
+// batch.
 func (a *API) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
 	cr := &capReader{r: body, limit: -1}
-	dec := json.NewDecoder(cr)
+	dec := json.NewDecoder(jsonlimit.NewReader(cr, a.jsonLimits()))
 	// capNext bounds the next value to what one job may be.
 	capNext := func() {
 		if a.cfg.MaxMessageBytes > 0 {
@@ -31,6 +54,9 @@ func (a *API) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
 	}
 	fail := func(err error, field string) *Error {
 		var tooBig *http.MaxBytesError
+		if e := shapeError(err, field); e != nil {
+			return e
+		}
 		switch {
 		case errors.As(err, &tooBig):
 			return &Error{Code: llmq.CodeTooLarge, Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)}

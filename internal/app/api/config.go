@@ -28,6 +28,12 @@ const (
 	// GatewayTimeoutDefault is a gateway call's deadline when the request
 	// names none: the OpenAI SDKs' own default timeout.
 	GatewayTimeoutDefault = 10 * time.Minute
+	// GatewayMaxDeadlineDefault is the furthest deadline a gateway call
+	// may have: three times the SDKs' default timeout.
+	GatewayMaxDeadlineDefault = 30 * time.Minute
+	// GatewayMaxWaitingDefault is the gateway calls one tenant may have
+	// waiting at once.
+	GatewayMaxWaitingDefault = 256
 )
 
 // Config configures the API. Fields marked required have no default.
@@ -79,6 +85,9 @@ type Config struct {
 	// RetryAfterUnavailable is the Retry-After of a 503. 0 =
 	// RetryAfterUnavailableDefault.
 	RetryAfterUnavailable time.Duration
+	// RateLimits bounds the requests per minute of each key and tenant
+	// and the failed authentications of each client address.
+	RateLimits RateLimitConfig
 
 	// Logger receives server errors. nil = slog.Default().
 	Logger *slog.Logger
@@ -111,6 +120,14 @@ type GatewayConfig struct {
 	// before the job's upstream call began. Default false: the job
 	// completes and stays readable through GET /v1/jobs/{id}.
 	CancelOnDisconnect bool
+	// MaxDeadline is the furthest a call's deadline may be: an
+	// X-LLMQ-Deadline past it is refused (400), an X-Stainless-Timeout
+	// past it is cut to it. 0 = GatewayMaxDeadlineDefault.
+	MaxDeadline time.Duration
+	// MaxWaiting is the calls one tenant may have waiting for their job;
+	// one more is refused with 429 too_many_waiting_calls before anything
+	// is enqueued. 0 = GatewayMaxWaitingDefault; -1 = no limit.
+	MaxWaiting int
 }
 
 // JobsDoneListener announces the jobs that end; a [*store.Store] is one.
@@ -172,6 +189,12 @@ func (c Config) WithDefaults() Config {
 	c.RetryAfterUnavailable = cmp.Or(c.RetryAfterUnavailable, RetryAfterUnavailableDefault)
 	c.Gateway.Timeout = cmp.Or(c.Gateway.Timeout, GatewayTimeoutDefault)
 	c.Gateway.Priority = cmp.Or(c.Gateway.Priority, llmq.PriorityNormal)
+	c.Gateway.MaxDeadline = cmp.Or(c.Gateway.MaxDeadline, GatewayMaxDeadlineDefault)
+	c.Gateway.MaxWaiting = cmp.Or(c.Gateway.MaxWaiting, GatewayMaxWaitingDefault)
+	c.RateLimits.KeyRPM = cmp.Or(c.RateLimits.KeyRPM, KeyRPMDefault)
+	c.RateLimits.TenantRPM = cmp.Or(c.RateLimits.TenantRPM, TenantRPMDefault)
+	c.RateLimits.AuthFailuresPerMinute = cmp.Or(c.RateLimits.AuthFailuresPerMinute, AuthFailuresPerMinuteDefault)
+	c.RateLimits.MaxClients = cmp.Or(c.RateLimits.MaxClients, RateLimitClientsDefault)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -197,6 +220,26 @@ func (c Config) validate() error {
 	}
 	if c.Gateway.Timeout < 0 {
 		errs = append(errs, errors.New("api: Config.Gateway.Timeout must not be negative"))
+	}
+	if c.Gateway.MaxDeadline < 0 {
+		errs = append(errs, errors.New("api: Config.Gateway.MaxDeadline must not be negative"))
+	}
+	if c.Gateway.Timeout > c.Gateway.MaxDeadline {
+		errs = append(errs, fmt.Errorf("api: Config.Gateway.Timeout (%v) must not pass Config.Gateway.MaxDeadline (%v)", c.Gateway.Timeout, c.Gateway.MaxDeadline))
+	}
+	if c.Gateway.MaxWaiting < -1 {
+		errs = append(errs, errors.New("api: Config.Gateway.MaxWaiting must be positive, or -1"))
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"KeyRPM", c.RateLimits.KeyRPM}, {"TenantRPM", c.RateLimits.TenantRPM}, {"AuthFailuresPerMinute", c.RateLimits.AuthFailuresPerMinute}} {
+		if l.v < -1 {
+			errs = append(errs, fmt.Errorf("api: Config.RateLimits.%s must be positive, or -1", l.name))
+		}
+	}
+	if c.RateLimits.MaxClients < 0 {
+		errs = append(errs, errors.New("api: Config.RateLimits.MaxClients must be positive"))
 	}
 	if !c.Gateway.Priority.Valid() {
 		errs = append(errs, fmt.Errorf("api: Config.Gateway.Priority: %q is not high, normal or low", c.Gateway.Priority))

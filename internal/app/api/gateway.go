@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/jsonlimit"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 )
@@ -116,15 +117,13 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			Message: "an operator key names the call's tenant: add ?tenant=<tenant>"})
 		return
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeOpenAIError(w, http.StatusRequestEntityTooLarge, Error{Code: llmq.CodeTooLarge,
-			Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)})
-		return
-	case err != nil:
-		writeOpenAIError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidJSON, Message: "request body: " + err.Error()})
+	raw, e := a.readCall(w, r)
+	if e != nil {
+		status := http.StatusBadRequest
+		if e.Field == "" && e.Code == llmq.CodeTooLarge && strings.HasPrefix(e.Message, "request body") {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeOpenAIError(w, status, *e)
 		return
 	}
 	call, e := a.gatewayCall(r, raw)
@@ -144,6 +143,16 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, http.StatusPaymentRequired, *e)
 		return
 	}
+	leave, ok := a.waitingCalls.enter(s.tenant, a.cfg.Gateway.MaxWaiting)
+	if !ok {
+		a.limited.WithLabelValues("gateway_waiting").Inc()
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeOpenAIError(w, http.StatusTooManyRequests, Error{Code: CodeTooManyWaiting, Message: fmt.Sprintf(
+			"tenant %q has %d gateway calls waiting, the most it may (gateway.max_waiting): nothing was enqueued, retry when one ends",
+			s.tenant, a.cfg.Gateway.MaxWaiting)})
+		return
+	}
+	defer leave()
 	rec, _, err := a.cfg.Producer.Publish(r.Context(), j)
 	if err != nil && !errors.Is(err, producer.ErrUnpublished) {
 		a.gatewayPublishError(w, r, err)
@@ -163,6 +172,29 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.answer(w, done, call)
+}
+
+// readCall reads a call's body: one job's body, so no larger than a job
+// may be (MaxMessageBytes and the slack of readBody) nor than
+// MaxBodyBytes, with keys, strings and nesting bounded as it streams.
+func (a *API) readCall(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+	limit := a.cfg.MaxBodyBytes
+	if a.cfg.MaxMessageBytes > 0 {
+		limit = min(limit, int64(a.cfg.MaxMessageBytes)+valueSlack)
+	}
+	raw, err := io.ReadAll(jsonlimit.NewReader(http.MaxBytesReader(w, r.Body, limit), a.jsonLimits()))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, &Error{Code: llmq.CodeTooLarge,
+			Message: fmt.Sprintf("request body is over the %d byte limit of a gateway call", limit)}
+	case err != nil:
+		if e := shapeError(err, ""); e != nil {
+			return nil, e
+		}
+		return nil, &Error{Code: llmq.CodeInvalidJSON, Message: "request body: " + err.Error()}
+	}
+	return raw, nil
 }
 
 // gatewayCall is a chat-completions request made into a job.
@@ -218,9 +250,13 @@ func (a *API) gatewayCall(r *http.Request, raw []byte) (gatewayCall, *Error) {
 }
 
 // callDeadline is X-LLMQ-Deadline (RFC 3339, or seconds from now), else
-// now plus X-Stainless-Timeout seconds, else now plus the default.
+// now plus X-Stainless-Timeout seconds, else now plus the default. No
+// deadline passes Gateway.MaxDeadline from now: X-LLMQ-Deadline past it is
+// refused, X-Stainless-Timeout (an SDK's own timeout, sent unasked) is cut
+// to it.
 func (a *API) callDeadline(h http.Header) (time.Time, *Error) {
 	now := a.cfg.Clock.Now().UTC()
+	limit := now.Add(a.cfg.Gateway.MaxDeadline)
 	seconds := func(v, name string) (time.Time, *Error) {
 		s, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil || s <= 0 || math.IsInf(s, 0) || s > (100*365*24*time.Hour).Seconds() {
@@ -230,13 +266,24 @@ func (a *API) callDeadline(h http.Header) (time.Time, *Error) {
 		return now.Add(time.Duration(s * float64(time.Second))), nil
 	}
 	if v := h.Get(HeaderDeadline); v != "" {
-		if t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v)); err == nil {
-			return t.UTC(), nil
+		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(v))
+		var e *Error
+		if err != nil {
+			t, e = seconds(v, HeaderDeadline)
 		}
-		return seconds(v, HeaderDeadline)
+		if e == nil && t.After(limit) {
+			e = &Error{Code: llmq.CodeInvalidValue, Field: HeaderDeadline, Message: fmt.Sprintf(
+				"is %.0f s from now, past the %.0f s a call may wait (gateway.max_deadline)",
+				t.Sub(now).Seconds(), a.cfg.Gateway.MaxDeadline.Seconds())}
+		}
+		return t.UTC(), e
 	}
 	if v := h.Get(HeaderClientTimeout); v != "" {
-		return seconds(v, HeaderClientTimeout)
+		t, e := seconds(v, HeaderClientTimeout)
+		if t.After(limit) {
+			t = limit
+		}
+		return t, e
 	}
 	return now.Add(a.cfg.Gateway.Timeout), nil
 }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/store"
 )
 
 // syncBuffer is a log sink written by the server's goroutines.
@@ -116,4 +120,75 @@ func TestKeptSound(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "\n"), logs.String())
 	require.NotContains(t, logs.String(), "forged")
 	require.NotContains(t, logs.String(), "postgres://", "no connection string in a log line")
+}
+
+// countingReader counts the bytes read of r.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n += int64(k)
+	return k, err
+}
+
+// TestHostileBodies: 16 MiB bodies of one key, a long array, deep nesting
+// and one long string are refused, naming the limit, after reading little
+// more than that limit of the body, on POST /v1/jobs and on the gateway.
+func TestHostileBodies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{api: func(c *api.Config) { c.JobsDone = c.Store.(*store.Store) }})
+	const size = api.MaxBodyBytesDefault
+	fill := func(prefix, unit, suffix string) []byte {
+		n := (size - len(prefix) - len(suffix)) / len(unit)
+		return []byte(prefix + strings.Repeat(unit, n) + suffix)
+	}
+	nested := func(prefix, suffix string) []byte {
+		n := (size - len(prefix) - len(suffix)) / 2
+		return []byte(prefix + strings.Repeat("[", n) + strings.Repeat("]", n) + suffix)
+	}
+	const (
+		key    = "a JSON object key is over the 1024 byte limit (at byte 1026)"
+		deep   = "JSON nests deeper than the 130 level limit"
+		str    = "a JSON string is over the 1048576 byte limit"
+		oneJob = "the job is over the 1048576 byte limit of a job"
+	)
+	for _, tc := range []struct {
+		name, path string
+		body       []byte
+		status     int
+		code, msg  string
+	}{
+		{"job key", "/v1/jobs", fill(`{"`, "a", `":0}`), 400, "too_large", key},
+		{"job array", "/v1/jobs", fill(`{"body":{"model":"m","messages":[0`, ",0", `]}}`), 400, "too_large", oneJob},
+		{"job nested arrays", "/v1/jobs", nested(`{"body":{"model":"m","messages":`, `}}`), 400, "invalid_json", deep},
+		{"job long string", "/v1/jobs", fill(`{"body":{"model":"m","messages":[{"role":"user","content":"`, "a", `"}]}}`), 400, "too_large", str},
+		{"batch key", "/v1/jobs", fill(`{"jobs":[{"`, "a", `":0}]}`), 400, "too_large", "a JSON object key is over the 1024 byte limit (at byte 1035)"},
+		{"call key", "/v1/chat/completions", fill(`{"`, "a", `":0}`), 400, "too_large", key},
+		{"call array", "/v1/chat/completions", fill(`{"model":"m","messages":[0`, ",0", `]}`), 413, "too_large", "request body is over the 1114112 byte limit of a gateway call"},
+		{"call nested arrays", "/v1/chat/completions", nested(`{"model":"m","messages":`, `}`), 400, "invalid_json", deep},
+		{"call long string", "/v1/chat/completions", fill(`{"model":"m","messages":[{"role":"user","content":"`, "a", `"}]}`), 400, "too_large", str},
+	} {
+		require.LessOrEqual(t, len(tc.body), size, tc.name)
+		body := &countingReader{r: bytes.NewReader(tc.body)}
+		req := httptest.NewRequest(http.MethodPost, tc.path, body)
+		req.Header.Set("Authorization", "Bearer "+keyAcme)
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		b.api.ServeHTTP(rec, req)
+		require.Equal(t, tc.status, rec.Code, "%s: %s", tc.name, rec.Body)
+		var e struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e), tc.name)
+		require.Equal(t, tc.code, e.Error.Code, "%s: %s", tc.name, rec.Body)
+		require.True(t, strings.HasPrefix(e.Error.Message, tc.msg), "%s: %s", tc.name, e.Error.Message)
+		require.Less(t, body.n, int64(2<<20), "%s: read %d bytes of the body", tc.name, body.n)
+	}
+	require.Equal(t, int64(0), b.broker.Depth("jobs"), "nothing published")
 }

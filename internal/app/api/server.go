@@ -33,6 +33,11 @@ type API struct {
 	keys     map[[sha256.Size]byte]caller
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// The door's limits (ratelimit.go): a bucket per key, per tenant and
+	// per client address failing authentication, and the calls waiting.
+	keyLimits, tenantLimits, authFailures *limiterSet
+	limited                               *prometheus.CounterVec
+	waitingCalls                          waitingCalls
 	// waiters and listener serve gateway mode (gateway_wait.go).
 	waiters  waiters
 	waiting  prometheus.Gauge
@@ -50,6 +55,15 @@ func New(cfg Config) (*API, error) {
 		log:  cfg.Logger,
 		mux:  http.NewServeMux(),
 		keys: make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
+		// Keys and tenants are the configured ones: their sets never
+		// forget one.
+		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, max(1, len(cfg.Keys)+len(cfg.OperatorKeys))),
+		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, max(1, len(cfg.Keys))),
+		authFailures: newLimiterSet(cfg.RateLimits.AuthFailuresPerMinute, cfg.RateLimits.MaxClients),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_api_rate_limited_total",
+			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting.",
+		}, []string{"limit"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
@@ -72,7 +86,7 @@ func New(cfg Config) (*API, error) {
 		a.keys[sha256.Sum256([]byte(k))] = caller{operator: true}
 	}
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
-	collectors := []prometheus.Collector{a.requests, a.duration}
+	collectors := []prometheus.Collector{a.requests, a.duration, a.limited}
 	if cfg.JobsDone != nil {
 		collectors = append(collectors, a.waiting)
 	}

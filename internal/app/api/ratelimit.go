@@ -1,0 +1,205 @@
+package api
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"golang.org/x/time/rate"
+)
+
+// Defaults of RateLimitConfig.
+const (
+	// KeyRPMDefault is the requests per minute of one API key.
+	KeyRPMDefault = 6000
+	// TenantRPMDefault is the requests per minute of one tenant, all its
+	// keys together.
+	TenantRPMDefault = 12000
+	// AuthFailuresPerMinuteDefault is the failed authentications allowed
+	// per minute from one client address.
+	AuthFailuresPerMinuteDefault = 30
+	// RateLimitClientsDefault is how many client addresses the API keeps
+	// a failure count for.
+	RateLimitClientsDefault = 10000
+)
+
+// Error codes of the door's limits.
+const (
+	// CodeRateLimited answers a request over a requests-per-minute limit
+	// or from an address throttled for failed authentications.
+	CodeRateLimited = "rate_limit_exceeded"
+	// CodeTooManyWaiting answers a gateway call of a tenant that has
+	// Gateway.MaxWaiting calls waiting already.
+	CodeTooManyWaiting = "too_many_waiting_calls"
+)
+
+// RateLimitConfig bounds the requests at the API's door, as providers do
+// (see docs/design/gateway.md). Each limit is a token bucket of one
+// minute's requests, refilled continuously.
+type RateLimitConfig struct {
+	// KeyRPM is the requests per minute of one API key (operator keys
+	// included). 0 = KeyRPMDefault; -1 = no limit.
+	KeyRPM int
+	// TenantRPM is the requests per minute of one tenant, all its keys
+	// together. 0 = TenantRPMDefault; -1 = no limit.
+	TenantRPM int
+	// AuthFailuresPerMinute is the failed authentications allowed per
+	// minute from one client address; past it, every request from the
+	// address is refused until the bucket refills, before its key is
+	// looked at. 0 = AuthFailuresPerMinuteDefault; -1 = no limit.
+	AuthFailuresPerMinute int
+	// TrustedProxyHeader names the header in which the proxy in front of
+	// the API gives the client's address (X-Forwarded-For, X-Real-IP): its
+	// last entry, the one that proxy added, is used. "" or a header
+	// without an address: the connection's peer.
+	TrustedProxyHeader string
+	// MaxClients bounds the client addresses remembered (the least
+	// recently seen forgotten first). 0 = RateLimitClientsDefault.
+	MaxClients int
+}
+
+// limiterSet holds a token bucket of perMinute per name (a key's hash, a
+// tenant, a client address); past size names the least recently used is
+// forgotten, so that no caller can grow it without bound. A nil set
+// limits nothing. It is safe for concurrent use.
+type limiterSet struct {
+	perMinute int
+	mu        sync.Mutex
+	lru       *simplelru.LRU[string, *rate.Limiter]
+}
+
+func newLimiterSet(perMinute, size int) *limiterSet {
+	if perMinute < 0 {
+		return nil
+	}
+	lru, _ := simplelru.NewLRU[string, *rate.Limiter](size, nil) // size is positive
+	return &limiterSet{perMinute: perMinute, lru: lru}
+}
+
+func (s *limiterSet) get(name string) *rate.Limiter {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.lru.Get(name); ok {
+		return l
+	}
+	l := rate.NewLimiter(rate.Limit(float64(s.perMinute)/60), s.perMinute)
+	s.lru.Add(name, l)
+	return l
+}
+
+// take takes one token of each limiter at now, or none: it returns the
+// index of the first limiter without one (-1 if all had) and the wait
+// until it has. A nil limiter always has a token.
+func take(now time.Time, lims ...*rate.Limiter) (int, time.Duration) {
+	var taken []*rate.Reservation
+	for i, l := range lims {
+		if l == nil {
+			continue
+		}
+		r := l.ReserveN(now, 1)
+		if d := r.DelayFrom(now); d > 0 {
+			r.CancelAt(now)
+			for _, t := range taken {
+				t.CancelAt(now)
+			}
+			return i, d
+		}
+		taken = append(taken, r)
+	}
+	return -1, 0
+}
+
+// throttled returns the wait until l has a token, 0 when it has one now;
+// it takes nothing.
+func throttled(now time.Time, l *rate.Limiter) time.Duration {
+	if l == nil {
+		return 0
+	}
+	r := l.ReserveN(now, 1)
+	defer r.CancelAt(now)
+	return r.DelayFrom(now)
+}
+
+// rateLimited answers 429 rate_limit_exceeded naming the limit.
+func (a *API) rateLimited(w http.ResponseWriter, fail func(http.ResponseWriter, int, Error), limit string, wait time.Duration, msg string) {
+	a.limited.WithLabelValues(limit).Inc()
+	setRetryAfter(w, wait)
+	fail(w, http.StatusTooManyRequests, Error{Code: CodeRateLimited,
+		Message: fmt.Sprintf("%s: retry in %.0f s", msg, max(wait.Seconds(), 1))})
+}
+
+// clientAddr is the address failed authentications are counted by: the
+// last entry of the trusted proxy's header when it holds an address, else
+// the peer's. An IPv6 address counts as its /64, which one client holds
+// whole.
+func (a *API) clientAddr(r *http.Request) string {
+	ip, ok := netip.Addr{}, false
+	if h := a.cfg.RateLimits.TrustedProxyHeader; h != "" {
+		if vals := r.Header.Values(h); len(vals) > 0 {
+			last := vals[len(vals)-1]
+			last = strings.TrimSpace(last[strings.LastIndexByte(last, ',')+1:])
+			ip, ok = parseAddr(last)
+		}
+	}
+	if !ok {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		if ip, ok = parseAddr(host); !ok {
+			return r.RemoteAddr
+		}
+	}
+	if ip = ip.Unmap(); ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
+// parseAddr reads an address, with or without a port.
+func parseAddr(s string) (netip.Addr, bool) {
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip, true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr(), true
+	}
+	return netip.Addr{}, false
+}
+
+// waitingCalls counts each tenant's gateway calls waiting for their job.
+// It is safe for concurrent use.
+type waitingCalls struct {
+	mu       sync.Mutex
+	byTenant map[string]int
+}
+
+// enter counts a call of tenant unless it has max waiting already (max < 0:
+// no bound); leave uncounts it.
+func (wc *waitingCalls) enter(tenant string, max int) (leave func(), ok bool) {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	if max >= 0 && wc.byTenant[tenant] >= max {
+		return nil, false
+	}
+	if wc.byTenant == nil {
+		wc.byTenant = map[string]int{}
+	}
+	wc.byTenant[tenant]++
+	return func() {
+		wc.mu.Lock()
+		defer wc.mu.Unlock()
+		if wc.byTenant[tenant]--; wc.byTenant[tenant] == 0 {
+			delete(wc.byTenant, tenant)
+		}
+	}, true
+}

@@ -133,12 +133,10 @@ func (a *App) build(ctx context.Context) error {
 // embedded broker, the publisher and subscriber, and the listeners.
 func (a *App) openResources(ctx context.Context) error {
 	s := a.cfg.Settings
-	if a.cfg.Migrate {
-		applied, err := migrations.Up(ctx, s.DatabaseURL)
-		if err != nil {
-			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
+	if a.cfg.CreateDatabase {
+		if _, err := migrations.EnsureDatabase(ctx, s.DatabaseURL); err != nil {
+			return fmt.Errorf("create database %s: %w", redact.URL(s.DatabaseURL), err)
 		}
-		a.migrated = applied
 	}
 	if a.cfg.Worker != nil || a.cfg.API != nil || a.cfg.Producer {
 		// One tokenizer for the worker's ingest and the producer's
@@ -156,6 +154,11 @@ func (a *App) openResources(ctx context.Context) error {
 	}
 	a.store = st
 	a.parts.opened("store", quietly(st.Close))
+	if a.cfg.Migrate {
+		if a.migrated, err = migrations.UpPool(ctx, st.Pool()); err != nil {
+			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
+		}
+	}
 
 	a.brokerURL = s.Broker.Raw
 	if s.Broker.Kind == config.BrokerEmbedded {

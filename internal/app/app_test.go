@@ -142,3 +142,32 @@ func TestNewFailureClosesWhatItOpened(t *testing.T) {
 	_, err = ln.Accept()
 	require.True(t, errors.Is(err, net.ErrClosed), "listener closed: %v", err)
 }
+
+// TestMissingDatabase: a worker or an API on a database that does not
+// exist stops with an error that says to run llmq migrate, and creates
+// nothing (a typo in the name must not start a second queue); the demo,
+// which asks for it, creates the database.
+func TestMissingDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, _ := storetest.MissingDB(t)
+	s := settings(t)
+	s.DatabaseURL = url
+	name := url[strings.LastIndex(url, "/")+1:]
+	name, _, _ = strings.Cut(name, "?")
+	for _, c := range []app.Config{
+		{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}},
+		{Settings: s, Migrate: true, Logger: quiet, API: &app.APIConfig{Listen: "127.0.0.1:0"}},
+	} {
+		_, err := app.New(ctx, c)
+		require.ErrorIs(t, err, store.ErrNoDatabase)
+		require.EqualError(t, err, `database "`+name+`" does not exist: run llmq migrate`)
+	}
+	_, err := store.Open(ctx, url)
+	require.ErrorIs(t, err, store.ErrNoDatabase, "nothing created the database")
+
+	a, err := app.New(ctx, app.Config{Settings: s, Migrate: true, CreateDatabase: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err)
+	require.NotEmpty(t, a.Migrated())
+	require.NoError(t, a.Stop(ctx))
+}

@@ -114,6 +114,9 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 	if a.cfg.Worker != nil {
+		if err := a.checkUpstreams(ctx); err != nil {
+			return err
+		}
 		if err := a.buildWorker(); err != nil {
 			return err
 		}

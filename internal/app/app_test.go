@@ -21,6 +21,7 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/worker"
 )
 
 func TestMain(m *testing.M) {
@@ -170,4 +171,70 @@ func TestMissingDatabase(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, a.Migrated())
 	require.NoError(t, a.Stop(ctx))
+}
+
+// TestWorkerChecksItsUpstream: a worker asks its upstream for its models at
+// start-up. A key the upstream refuses stops it, naming the variable to
+// set; an upstream that does not answer lets it start (it may come up
+// later).
+func TestWorkerChecksItsUpstream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 1, APIKeys: []string{"sk-right-key-0001"}})
+	s := settings(t)
+	s.OpenAIBaseURL, s.OpenAIAPIKey = sim.URL, "sk-wrong-key-0002"
+	_, err := app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.ErrorIs(t, err, app.ErrUpstreamRefused)
+	require.ErrorContains(t, err, "OPENAI_BASE_URL "+sim.URL+" refused the key sk-w… (401 invalid_api_key: Incorrect API key provided")
+	require.ErrorContains(t, err, "set OPENAI_API_KEY or OPENAI_API_KEY_FILE to a key it accepts")
+	require.NotContains(t, err.Error(), "sk-wrong-key-0002")
+
+	s.OpenAIAPIKey = "sk-right-key-0001"
+	a, err := app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err)
+	require.NoError(t, a.Stop(ctx))
+
+	s.OpenAIBaseURL = "http://127.0.0.1:1/v1" // nothing listens
+	a, err = app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err, "an upstream that does not answer is a warning")
+	require.NoError(t, a.Stop(ctx))
+}
+
+// TestGatewayRefusesItsOwnWorker: a worker whose upstream is an llmq API
+// (OPENAI_BASE_URL exported for an SDK reaches the worker too) stops at
+// start-up instead of turning each call into another job, and the gateway
+// refuses any call that carries the worker's hop header.
+func TestGatewayRefusesItsOwnWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := settings(t)
+	gw, err := app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, API: &app.APIConfig{Listen: "127.0.0.1:0"}})
+	require.NoError(t, err)
+	require.NoError(t, gw.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, gw.Stop(ctx)) })
+	base := "http://" + gw.APIAddr().String() + "/v1"
+
+	ws := *s
+	ws.OpenAIBaseURL, ws.OpenAIAPIKey = base, "key-acme"
+	_, err = app.New(ctx, app.Config{Settings: &ws, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.ErrorIs(t, err, app.ErrUpstreamRefused)
+	require.ErrorContains(t, err, "OPENAI_BASE_URL "+base+" is an llmq API, not a provider: the worker would make each of its calls another job")
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer key-acme")
+	req.Header.Set(worker.HeaderHop, "1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, "llmq_loop", body.Error.Code)
+	n, err := gw.Store().CountByStatus(ctx, "acme", 10)
+	require.NoError(t, err)
+	require.Empty(t, n, "no job was recorded")
 }

@@ -118,7 +118,7 @@ retention.tombstones.`,
 		}
 		return withJobStore(cmd, flags, func(st *store.Store) error {
 			pruned, err := st.Prune(cmd.Context(), store.Retention{Jobs: periods})
-			fmt.Fprintf(cmd.OutOrStdout(), "pruned %d jobs that ended before %s\n", pruned["jobs"],
+			fmt.Fprintf(cmd.OutOrStdout(), "pruned %s that ended before %s\n", plural(int(pruned["jobs"]), "job", "jobs"),
 				time.Now().Add(-olderThan).UTC().Format(time.RFC3339))
 			return err
 		})

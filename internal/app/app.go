@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -308,14 +310,47 @@ func (a *App) startWorker(ctx context.Context) error {
 		return err
 	}
 	a.log.Info("worker started", slog.String("broker", a.target.Kind+"/"+a.target.Dest),
-		slog.String("strategy", string(a.strategy)), slog.String("upstream", redact.URL(a.cfg.Settings.OpenAIBaseURL)))
+		slog.String("strategy", strategyInForce(a.cfg.Settings, a.strategy)), slog.String("upstream", redact.URL(a.cfg.Settings.OpenAIBaseURL)))
 	return nil
 }
 
 func (a *App) stopWorker(ctx context.Context) error {
 	err := a.worker.Stop(ctx)
-	a.log.Info("worker stopped")
+	n := a.worker.HandedBack()
+	msg := fmt.Sprintf("worker stopped: %d jobs handed back to the queue", n)
+	if n == 1 {
+		msg = "worker stopped: 1 job handed back to the queue"
+	}
+	a.log.Info(msg, slog.Int64("handed_back", n))
 	return err
+}
+
+// strategyInForce names the shaping strategy of the worker's lanes: the
+// one configured, else shape for each model with a quota and adaptive for
+// the others (shaping.DefaultStrategy; a pool entry's own limits may
+// differ).
+func strategyInForce(s *config.Config, st shaping.Strategy) string {
+	if st != "" {
+		return string(st)
+	}
+	var shape, adaptive []string
+	for _, name := range slices.Sorted(maps.Keys(s.Models)) {
+		if m := s.Models[name]; shaping.DefaultStrategy(m.RPM, m.TPM) == shaping.StrategyShape {
+			shape = append(shape, name)
+		} else {
+			adaptive = append(adaptive, name)
+		}
+	}
+	if len(s.Models) == 0 || s.AllowAnyModel {
+		adaptive = append(adaptive, "models not listed")
+	}
+	switch {
+	case len(adaptive) == 0:
+		return string(shaping.StrategyShape)
+	case len(shape) == 0:
+		return string(shaping.StrategyAdaptive)
+	}
+	return fmt.Sprintf("shape for %s; adaptive for %s", strings.Join(shape, ", "), strings.Join(adaptive, ", "))
 }
 
 // deadLetters returns the process's one dead-letter writer (and its

@@ -1,13 +1,16 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,4 +240,35 @@ func TestGatewayRefusesItsOwnWorker(t *testing.T) {
 	n, err := gw.Store().CountByStatus(ctx, "acme", 10)
 	require.NoError(t, err)
 	require.Empty(t, n, "no job was recorded")
+}
+
+// TestWorkerStartAndStopLines: the start line names the strategy in force
+// (the default picks one per model), the stop line how many jobs went back
+// to the queue.
+func TestWorkerStartAndStopLines(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := settings(t)
+	s.Models = map[string]llmq.Model{"gpt-4o-mini": {TPM: 60000}, "gpt-4.1-mini": {RPM: 60}, "local": {}}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	a, err := app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: log, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx))
+	require.NoError(t, a.Stop(ctx))
+	out := logs.String()
+	require.Contains(t, out, `msg="worker started" broker=memory/jobs strategy="shape for gpt-4.1-mini, gpt-4o-mini; adaptive for local"`)
+	require.Contains(t, out, `msg="worker stopped: 0 jobs handed back to the queue" handed_back=0`)
+}
+
+// syncWriter serialises the writes of concurrent loggers.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -30,8 +30,8 @@ type produceSummary struct {
 	// notSent counts the jobs read but not sent when the run was
 	// interrupted, lastRead the last line read then (0: not interrupted).
 	notSent, lastRead int
-	reasons  map[string]int
-	examples []string
+	reasons           map[string]int
+	examples          []string
 }
 
 func (s *produceSummary) reject(n int, reason, example string) {

@@ -349,7 +349,7 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 	if keys := pickSecret(flags.APIKeys, EnvAPIKeys); keys != "" {
 		m, err := ParseAPIKeys(keys)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, EnvAPIKeys, err))
+			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, c.source(EnvAPIKeys), err))
 		}
 		if c.APIKeys == nil {
 			c.APIKeys = map[string]string{}
@@ -562,7 +562,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.ConsoleSecret != "" && len(c.ConsoleSecret) < ConsoleSecretMinBytes {
-		bad(EnvConsoleSecret, "must be at least %d bytes (e.g. openssl rand -hex 32); got %d", ConsoleSecretMinBytes, len(c.ConsoleSecret))
+		bad(c.source(EnvConsoleSecret), "must be at least %d bytes (e.g. openssl rand -hex 32); got %d", ConsoleSecretMinBytes, len(c.ConsoleSecret))
 	}
 	if c.Alerts.AlertmanagerURL != "" {
 		if err := checkURL(c.Alerts.AlertmanagerURL, redact.URL, "http", "https"); err != nil {

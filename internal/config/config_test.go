@@ -399,6 +399,8 @@ func TestNewcomerMistakes(t *testing.T) {
 	dir := t.TempDir()
 	urlFile := filepath.Join(dir, "database-url")
 	require.NoError(t, os.WriteFile(urlFile, []byte("postgress://u:secret@h/db\n"), 0o600))
+	keysFile := filepath.Join(dir, "api-keys")
+	require.NoError(t, os.WriteFile(keysFile, []byte("secret-key-1:acme,secret-key-2\n"), 0o600))
 	brokerFile := filepath.Join(dir, "broker")
 	require.NoError(t, os.WriteFile(brokerFile, []byte("foo://u:secret@h/q\n"), 0o600))
 	cases := []struct {
@@ -412,6 +414,8 @@ func TestNewcomerMistakes(t *testing.T) {
 			want: `invalid configuration: LLMQ_DATABASE_URL_FILE (` + urlFile + `): "postgress://u:xxxxx@h/db": unknown scheme "postgress"; want postgres://user@host:port/database`},
 		{env: map[string]string{config.EnvBroker + config.FileSuffix: brokerFile},
 			want: `invalid configuration: LLMQ_BROKER_FILE (` + brokerFile + `): "foo://u:xxxxx@h/q": unknown scheme "foo"`},
+		{env: map[string]string{config.EnvAPIKeys + config.FileSuffix: keysFile},
+			want: `invalid configuration: LLMQ_API_KEYS_FILE (` + keysFile + `): entry 2 ("secr…:") is not key:tenant`},
 		{yaml: "models:\n  gpt-4o-mini: {rpm: 1\n", want: "line 2: did not find expected ',' or '}'"},
 		{yaml: "strategy: shape\nmodels: [a\n", want: "line 2: did not find expected ',' or ']'"},
 		{yaml: "models: {a: 1\n", want: "line 2: did not find expected ',' or '}'"},

@@ -29,7 +29,22 @@ var (
 	ErrInvalidJob = errors.New("store: invalid job")
 	// ErrBadCursor: a List cursor that this store did not produce.
 	ErrBadCursor = errors.New("store: bad cursor")
+	// ErrNoDatabase: the database of the URL does not exist. Only
+	// `llmq migrate` (migrations.Up) creates one, so that a misspelt name
+	// cannot start a second, empty queue.
+	ErrNoDatabase = errors.New("database does not exist")
 )
+
+// NoDatabaseError is Open's error when the URL's database does not exist.
+// It matches ErrNoDatabase.
+type NoDatabaseError struct{ Database string }
+
+func (e *NoDatabaseError) Error() string {
+	return fmt.Sprintf("database %q does not exist: run llmq migrate", e.Database)
+}
+
+// Is reports whether target is ErrNoDatabase.
+func (e *NoDatabaseError) Is(target error) bool { return target == ErrNoDatabase }
 
 // IllegalTransitionError says which move a job refused. It matches
 // ErrIllegalTransition, and ErrTerminal when From is terminal.

@@ -264,6 +264,21 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*JobRecord, error) 
 	return rec, nil
 }
 
+// TenantsWithJob returns, sorted, at most limit of the tenants that have a
+// job id: the hint of a command given an id without its tenant (an error
+// path: it reads every tenant's jobs).
+func (s *Store) TenantsWithJob(ctx context.Context, id string, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant FROM jobs WHERE id = $1 ORDER BY tenant LIMIT $2`, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: tenants with job %q: %w", id, err)
+	}
+	tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("store: tenants with job %q: %w", id, err)
+	}
+	return tenants, nil
+}
+
 // List limits.
 const (
 	ListLimitDefault = 100

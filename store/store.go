@@ -82,6 +82,9 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "3D000" { // invalid_catalog_name
+			return nil, &NoDatabaseError{Database: cfg.ConnConfig.Database}
+		}
 		return nil, fmt.Errorf("store: ping: %w", err)
 	}
 	s := New(pool, append([]Option{WithGroupCommit(GroupFlushesDefault)}, opts...)...)

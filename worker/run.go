@@ -624,6 +624,9 @@ func (w *Worker) release(p *job) {
 		p.log.Warn("release", slog.Any("error", err))
 	}
 	w.metrics.released.Inc()
+	if errors.Is(context.Cause(p.ctx), errShutdown) {
+		w.handedBack.Add(1)
+	}
 }
 
 // finish counts a terminal job.

@@ -141,11 +141,17 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 		}
 		timeout += c.DashScopeWaitTimeout
 	}
+	rt = &headerTransport{base: rt, name: HeaderHop, value: "1"}
 	limit := cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
 	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt, limit: limit,
 		large: make(chan struct{}, largeAnswers)}, Timeout: timeout}
 	return openai.NewClientWithConfig(cfg)
 }
+
+// HeaderHop marks every request the worker makes upstream. An llmq
+// gateway refuses a request that carries it: a worker whose upstream is an
+// llmq API would make each of its calls another job.
+const HeaderHop = "X-Llmq-Hop"
 
 // exchange carries one call's bytes past go-openai, which only speaks
 // structs: the job's body is sent as the producer wrote it (passed through

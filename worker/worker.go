@@ -88,6 +88,8 @@ type Worker struct {
 	heldSeq uint64
 	// inFlight counts the jobs held (claimed, not yet finished).
 	inFlight atomic.Int64
+	// handedBack counts the jobs released to queued by the shutdown.
+	handedBack atomic.Int64
 	// wake tells the scheduler that room or work appeared.
 	wake chan struct{}
 	// newModels carries the models of freshly ingested jobs to the
@@ -232,6 +234,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 	})
 	return w.stopErr
 }
+
+// HandedBack is the number of jobs Stop handed back to queued (claimed,
+// not finished), for another worker to run.
+func (w *Worker) HandedBack() int64 { return w.handedBack.Load() }
 
 // Run starts the worker and stops it when ctx is done.
 func (w *Worker) Run(ctx context.Context) error {

@@ -517,6 +517,7 @@ func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 	tb.publish(t, jobJSON(ids[0], "m", ""), jobJSON(ids[1], "m", ""), jobJSON(ids[2], "m", ""))
 	require.Eventually(t, func() bool { return tb.count(t, `phase = 'calling'`) == len(ids) }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, w.Stop(context.Background()))
+	require.EqualValues(t, len(ids), w.HandedBack())
 	for _, id := range ids {
 		rec := tb.get(t, id)
 		require.Equal(t, llmq.StatusQueued, rec.Status, "%s handed back", id)

@@ -421,7 +421,10 @@ Only RabbitMQ: a Kafka dead-letter topic is emptied by its retention (retention.
 			URL: cfg.Broker.AMQPURL, Queue: queue, QueueType: cfg.Broker.QueueType, MaxPriority: cfg.Broker.MaxPriority,
 			Logger: slog.New(slog.DiscardHandler),
 		})
-		fmt.Fprintf(cmd.OutOrStdout(), "drain: %d messages removed from %s\n", n, queue)
+		if n > 0 || err == nil {
+			// With nothing removed, an error (the broker down) says it all.
+			fmt.Fprintf(cmd.OutOrStdout(), "drain: %s removed from %s\n", plural(int(n), "message", "messages"), queue)
+		}
 		return err
 	}
 	return cmd

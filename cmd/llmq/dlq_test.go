@@ -158,4 +158,8 @@ func TestDLQDrain(t *testing.T) {
 	require.Equal(t, 0, depth())
 	_, err = runLLMQ(t, "dlq", "drain", "--broker", "embedded")
 	require.ErrorContains(t, err, "retention")
+	// With the broker down, the error alone: no "0 messages removed".
+	out, err = runLLMQ(t, "dlq", "drain", "--broker", "amqp://guest:guest@127.0.0.1:1/?queue="+queue)
+	require.Error(t, err)
+	require.Empty(t, out)
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -27,11 +28,49 @@ func newRootCmd() *cobra.Command {
 		Short:         "Pull LLM jobs from Kafka or RabbitMQ at exactly the rate the provider quota allows",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
 	for _, newCmd := range subcommands {
 		root.AddCommand(newCmd())
 	}
+	withUsageOnArgErrors(root)
 	return root
+}
+
+// withUsageOnArgErrors makes every command's argument error end with its
+// usage line: cobra's "accepts 1 arg(s), received 0" alone does not say
+// what the argument is.
+func withUsageOnArgErrors(cmd *cobra.Command) {
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return fmt.Errorf("%w\nusage: %s", err, c.UseLine())
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		withUsageOnArgErrors(sub)
+	}
+}
+
+// version is the binary's module version and VCS revision, as the Go
+// toolchain stamped them.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := info.Main.Version
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			v += " commit " + s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			v += " (modified)"
+		}
+	}
+	return v + " " + info.GoVersion
 }
 
 // signalError is the cause of the command context's end when a signal
@@ -96,4 +135,12 @@ func main() {
 		os.Exit(130)
 	}()
 	os.Exit(execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// plural is "1 job", "2 jobs": n and the noun that agrees with it.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -28,10 +28,10 @@ func init() { register(newProduceCmd) }
 type produceSummary struct {
 	published, duplicates, unpublished, rejected int
 	// notSent counts the jobs read but not sent when the run was
-	// interrupted.
-	notSent  int
-	reasons  map[string]int
-	examples []string
+	// interrupted, lastRead the last line read then (0: not interrupted).
+	notSent, lastRead int
+	reasons           map[string]int
+	examples          []string
 }
 
 func (s *produceSummary) reject(n int, reason, example string) {
@@ -226,7 +226,7 @@ func (r *produceRun) run(ctx context.Context, in io.Reader, maxLine, batch, from
 				r.progress.done()
 				printProduceSummary(r.out, r.sum)
 				if r.sum.rejected > 0 {
-					return fmt.Errorf("%d jobs rejected", r.sum.rejected)
+					return fmt.Errorf("%s rejected", plural(r.sum.rejected, "job", "jobs"))
 				}
 				return nil
 			}
@@ -325,7 +325,7 @@ func (r *produceRun) interrupted(ctx context.Context, read int) error {
 	if len(unsent) > 0 {
 		resume = slices.Min(unsent)
 	}
-	r.sum.notSent = len(unsent)
+	r.sum.notSent, r.sum.lastRead = len(unsent), read
 	printProduceSummary(r.out, r.sum)
 	hint := fmt.Sprintf("llmq produce --file %s --from-line %d", shellWord(r.file), resume)
 	if r.file == "-" {
@@ -424,8 +424,9 @@ func printProduceSummary(w io.Writer, s *produceSummary) {
 		fmt.Fprintf(w, "already present (same id, unchanged): %d\n", s.duplicates)
 	}
 	fmt.Fprintf(w, "rejected: %d\n", s.rejected)
-	if s.notSent > 0 {
-		fmt.Fprintf(w, "not sent (interrupted): %d\n", s.notSent)
+	if s.lastRead > 0 {
+		fmt.Fprintf(w, "not sent (interrupted): %s read, and every line after line %d, not read\n",
+			plural(s.notSent, "job", "jobs"), s.lastRead)
 	}
 	reasons := make([]string, 0, len(s.reasons))
 	for r := range s.reasons {

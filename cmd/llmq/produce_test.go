@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,6 +90,12 @@ func TestProduceInterrupted(t *testing.T) {
 	require.Contains(t, out, "rejected: 0\n")
 	// Lines 21-25 were read, or not yet: either way the run resumes at 21.
 	require.Contains(t, out, "interrupted: resume from line 21: send the same input to llmq produce --from-line 21\n")
+	// The jobs read but not sent, and the input not read, are both told.
+	m := regexp.MustCompile(`\nnot sent \(interrupted\): (\d+) jobs? read, and every line after line (\d+), not read\n`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	notSent, _ := strconv.Atoi(m[1])
+	last, _ := strconv.Atoi(m[2])
+	require.Equal(t, last, 20+notSent, out)
 	require.Contains(t, stderr.String(), "llmq: interrupted by interrupt\n")
 	require.NotContains(t, stderr.String(), "\r", "no carriage return outside a terminal")
 

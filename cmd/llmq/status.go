@@ -48,7 +48,7 @@ tenant/id (the form of the key in logs and batch files); the default tenant othe
 		return withJobStore(cmd, flags, func(st *store.Store) error {
 			rec, err := st.Get(cmd.Context(), key.Tenant, key.ID)
 			if errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("no job %q of tenant %q", key.ID, key.Tenant)
+				return notFound(cmd, st, key)
 			}
 			if err != nil {
 				return err
@@ -62,6 +62,25 @@ tenant/id (the form of the key in logs and batch files); the default tenant othe
 		})
 	}
 	return cmd
+}
+
+// notFound is status's error for a job key does not name: the command
+// that shows the job when other tenants have one of that id (job ids are
+// scoped by tenant), else the rule.
+func notFound(cmd *cobra.Command, st *store.Store, key store.Key) error {
+	tenants, err := st.TenantsWithJob(cmd.Context(), key.ID, 3)
+	if err != nil {
+		return err
+	}
+	tenants = slices.DeleteFunc(tenants, func(t string) bool { return t == key.Tenant })
+	switch len(tenants) {
+	case 0:
+		return fmt.Errorf("no job %q of tenant %q (job ids are scoped by tenant: give tenant/id or --tenant)", key.ID, key.Tenant)
+	case 1:
+		return fmt.Errorf("no job %q of tenant %q; tenant %q has one: llmq status %s/%s", key.ID, key.Tenant, tenants[0], tenants[0], key.ID)
+	}
+	return fmt.Errorf("no job %q of tenant %q; tenants %s have one: llmq status %s/%s", key.ID, key.Tenant,
+		strings.Join(tenants, ", "), tenants[0], key.ID)
 }
 
 func newJobsCmd() *cobra.Command {
@@ -99,7 +118,7 @@ retention.tombstones.`,
 		}
 		return withJobStore(cmd, flags, func(st *store.Store) error {
 			pruned, err := st.Prune(cmd.Context(), store.Retention{Jobs: periods})
-			fmt.Fprintf(cmd.OutOrStdout(), "pruned %d jobs that ended before %s\n", pruned["jobs"],
+			fmt.Fprintf(cmd.OutOrStdout(), "pruned %s that ended before %s\n", plural(int(pruned["jobs"]), "job", "jobs"),
 				time.Now().Add(-olderThan).UTC().Format(time.RFC3339))
 			return err
 		})

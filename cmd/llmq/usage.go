@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -35,6 +38,9 @@ and which jobs it holds. The same as GET /v1/usage with an operator key.`,
 	cmd.Flags().StringVar(&tenant, "tenant", "", "one tenant (default: every tenant)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return withConfigStore(cmd, flags, func(cfg *config.Config, st *store.Store) error {
+			if err := knownTenant(cmd.Context(), cfg, st, tenant); err != nil {
+				return err
+			}
 			used, err := st.Usage(cmd.Context(), tenant)
 			if err != nil {
 				return err
@@ -70,4 +76,18 @@ and which jobs it holds. The same as GET /v1/usage with an operator key.`,
 		})
 	}
 	return cmd
+}
+
+// knownTenant fails for a tenant that neither the configuration (tenants,
+// api_keys) nor Postgres (a job) knows: its usage would be zeros, and a
+// misspelt name should not look like an idle tenant. "" is every tenant.
+func knownTenant(ctx context.Context, cfg *config.Config, st *store.Store, tenant string) error {
+	if _, ok := cfg.Tenants[tenant]; ok || tenant == "" || slices.Contains(slices.Collect(maps.Values(cfg.APIKeys)), tenant) {
+		return nil
+	}
+	jobs, _, err := st.List(ctx, store.ListOptions{Tenant: tenant, Limit: 1})
+	if err != nil || len(jobs) > 0 {
+		return err
+	}
+	return fmt.Errorf("no tenant %q: the configuration names none and no job of it is in Postgres", tenant)
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -114,6 +116,9 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 	if a.cfg.Worker != nil {
+		if err := a.checkUpstreams(ctx); err != nil {
+			return err
+		}
 		if err := a.buildWorker(); err != nil {
 			return err
 		}
@@ -133,12 +138,10 @@ func (a *App) build(ctx context.Context) error {
 // embedded broker, the publisher and subscriber, and the listeners.
 func (a *App) openResources(ctx context.Context) error {
 	s := a.cfg.Settings
-	if a.cfg.Migrate {
-		applied, err := migrations.Up(ctx, s.DatabaseURL)
-		if err != nil {
-			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
+	if a.cfg.CreateDatabase {
+		if _, err := migrations.EnsureDatabase(ctx, s.DatabaseURL); err != nil {
+			return fmt.Errorf("create database %s: %w", redact.URL(s.DatabaseURL), err)
 		}
-		a.migrated = applied
 	}
 	if a.cfg.Worker != nil || a.cfg.API != nil || a.cfg.Producer {
 		// One tokenizer for the worker's ingest and the producer's
@@ -156,6 +159,11 @@ func (a *App) openResources(ctx context.Context) error {
 	}
 	a.store = st
 	a.parts.opened("store", quietly(st.Close))
+	if a.cfg.Migrate {
+		if a.migrated, err = migrations.UpPool(ctx, st.Pool()); err != nil {
+			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
+		}
+	}
 
 	a.brokerURL = s.Broker.Raw
 	if s.Broker.Kind == config.BrokerEmbedded {
@@ -302,14 +310,47 @@ func (a *App) startWorker(ctx context.Context) error {
 		return err
 	}
 	a.log.Info("worker started", slog.String("broker", a.target.Kind+"/"+a.target.Dest),
-		slog.String("strategy", string(a.strategy)), slog.String("upstream", redact.URL(a.cfg.Settings.OpenAIBaseURL)))
+		slog.String("strategy", strategyInForce(a.cfg.Settings, a.strategy)), slog.String("upstream", redact.URL(a.cfg.Settings.OpenAIBaseURL)))
 	return nil
 }
 
 func (a *App) stopWorker(ctx context.Context) error {
 	err := a.worker.Stop(ctx)
-	a.log.Info("worker stopped")
+	n := a.worker.HandedBack()
+	msg := fmt.Sprintf("worker stopped: %d jobs handed back to the queue", n)
+	if n == 1 {
+		msg = "worker stopped: 1 job handed back to the queue"
+	}
+	a.log.Info(msg, slog.Int64("handed_back", n))
 	return err
+}
+
+// strategyInForce names the shaping strategy of the worker's lanes: the
+// one configured, else shape for each model with a quota and adaptive for
+// the others (shaping.DefaultStrategy; a pool entry's own limits may
+// differ).
+func strategyInForce(s *config.Config, st shaping.Strategy) string {
+	if st != "" {
+		return string(st)
+	}
+	var shape, adaptive []string
+	for _, name := range slices.Sorted(maps.Keys(s.Models)) {
+		if m := s.Models[name]; shaping.DefaultStrategy(m.RPM, m.TPM) == shaping.StrategyShape {
+			shape = append(shape, name)
+		} else {
+			adaptive = append(adaptive, name)
+		}
+	}
+	if len(s.Models) == 0 || s.AllowAnyModel {
+		adaptive = append(adaptive, "models not listed")
+	}
+	switch {
+	case len(adaptive) == 0:
+		return string(shaping.StrategyShape)
+	case len(shape) == 0:
+		return string(shaping.StrategyAdaptive)
+	}
+	return fmt.Sprintf("shape for %s; adaptive for %s", strings.Join(shape, ", "), strings.Join(adaptive, ", "))
 }
 
 // deadLetters returns the process's one dead-letter writer (and its

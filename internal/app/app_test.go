@@ -1,13 +1,16 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/worker"
 )
 
 func TestMain(m *testing.M) {
@@ -141,4 +145,130 @@ func TestNewFailureClosesWhatItOpened(t *testing.T) {
 	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second)) // fails when closed
 	_, err = ln.Accept()
 	require.True(t, errors.Is(err, net.ErrClosed), "listener closed: %v", err)
+}
+
+// TestMissingDatabase: a worker or an API on a database that does not
+// exist stops with an error that says to run llmq migrate, and creates
+// nothing (a typo in the name must not start a second queue); the demo,
+// which asks for it, creates the database.
+func TestMissingDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, _ := storetest.MissingDB(t)
+	s := settings(t)
+	s.DatabaseURL = url
+	name := url[strings.LastIndex(url, "/")+1:]
+	name, _, _ = strings.Cut(name, "?")
+	for _, c := range []app.Config{
+		{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}},
+		{Settings: s, Migrate: true, Logger: quiet, API: &app.APIConfig{Listen: "127.0.0.1:0"}},
+	} {
+		_, err := app.New(ctx, c)
+		require.ErrorIs(t, err, store.ErrNoDatabase)
+		require.EqualError(t, err, `database "`+name+`" does not exist: run llmq migrate`)
+	}
+	_, err := store.Open(ctx, url)
+	require.ErrorIs(t, err, store.ErrNoDatabase, "nothing created the database")
+
+	a, err := app.New(ctx, app.Config{Settings: s, Migrate: true, CreateDatabase: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err)
+	require.NotEmpty(t, a.Migrated())
+	require.NoError(t, a.Stop(ctx))
+}
+
+// TestWorkerChecksItsUpstream: a worker asks its upstream for its models at
+// start-up. A key the upstream refuses stops it, naming the variable to
+// set; an upstream that does not answer lets it start (it may come up
+// later).
+func TestWorkerChecksItsUpstream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 1, APIKeys: []string{"sk-right-key-0001"}})
+	s := settings(t)
+	s.OpenAIBaseURL, s.OpenAIAPIKey = sim.URL, "sk-wrong-key-0002"
+	_, err := app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.ErrorIs(t, err, app.ErrUpstreamRefused)
+	require.ErrorContains(t, err, "OPENAI_BASE_URL "+sim.URL+" refused the key sk-w… (401 invalid_api_key: Incorrect API key provided")
+	require.ErrorContains(t, err, "set OPENAI_API_KEY or OPENAI_API_KEY_FILE to a key it accepts")
+	require.NotContains(t, err.Error(), "sk-wrong-key-0002")
+
+	s.OpenAIAPIKey = "sk-right-key-0001"
+	a, err := app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err)
+	require.NoError(t, a.Stop(ctx))
+
+	s.OpenAIBaseURL = "http://127.0.0.1:1/v1" // nothing listens
+	a, err = app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err, "an upstream that does not answer is a warning")
+	require.NoError(t, a.Stop(ctx))
+}
+
+// TestGatewayRefusesItsOwnWorker: a worker whose upstream is an llmq API
+// (OPENAI_BASE_URL exported for an SDK reaches the worker too) stops at
+// start-up instead of turning each call into another job, and the gateway
+// refuses any call that carries the worker's hop header.
+func TestGatewayRefusesItsOwnWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := settings(t)
+	gw, err := app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, API: &app.APIConfig{Listen: "127.0.0.1:0"}})
+	require.NoError(t, err)
+	require.NoError(t, gw.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, gw.Stop(ctx)) })
+	base := "http://" + gw.APIAddr().String() + "/v1"
+
+	ws := *s
+	ws.OpenAIBaseURL, ws.OpenAIAPIKey = base, "key-acme"
+	_, err = app.New(ctx, app.Config{Settings: &ws, Logger: quiet, Worker: &app.WorkerConfig{}})
+	require.ErrorIs(t, err, app.ErrUpstreamRefused)
+	require.ErrorContains(t, err, "OPENAI_BASE_URL "+base+" is an llmq API, not a provider: the worker would make each of its calls another job")
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer key-acme")
+	req.Header.Set(worker.HeaderHop, "1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, "llmq_loop", body.Error.Code)
+	n, err := gw.Store().CountByStatus(ctx, "acme", 10)
+	require.NoError(t, err)
+	require.Empty(t, n, "no job was recorded")
+}
+
+// TestWorkerStartAndStopLines: the start line names the strategy in force
+// (the default picks one per model), the stop line how many jobs went back
+// to the queue.
+func TestWorkerStartAndStopLines(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := settings(t)
+	s.Models = map[string]llmq.Model{"gpt-4o-mini": {TPM: 60000}, "gpt-4.1-mini": {RPM: 60}, "local": {}}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	a, err := app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: log, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx))
+	require.NoError(t, a.Stop(ctx))
+	out := logs.String()
+	require.Contains(t, out, `msg="worker started" broker=memory/jobs strategy="shape for gpt-4.1-mini, gpt-4o-mini; adaptive for local"`)
+	require.Contains(t, out, `msg="worker stopped: 0 jobs handed back to the queue" handed_back=0`)
+}
+
+// syncWriter serialises the writes of concurrent loggers.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

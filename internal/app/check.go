@@ -2,11 +2,21 @@ package app
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/llmq/llmq/batchapi"
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/worker"
 )
@@ -42,4 +52,91 @@ func Check(s *config.Config) error {
 		bad("backpressure.hard_depth", "must exceed backpressure.soft_depth (%d); got %d", soft, hard)
 	}
 	return errors.Join(errs...)
+}
+
+// ErrUpstreamRefused is matched by New's error when an upstream the worker
+// calls refused its start-up check.
+var ErrUpstreamRefused = errors.New("upstream check failed")
+
+// upstreamCheckTimeout bounds the start-up question to one upstream.
+const upstreamCheckTimeout = 10 * time.Second
+
+// upstreamTarget is an upstream the worker calls, named by the setting that
+// addresses it, with the models it should serve.
+type upstreamTarget struct {
+	setting, url, key, keySetting string
+	models                        []string
+}
+
+// checkUpstreams asks each upstream the worker calls (OPENAI_BASE_URL and
+// every pool entry) for GET /models with its key, through the worker's own
+// client. A refused key (401, 403) or an llmq API in the provider's place
+// stops start-up: every call would fail. An upstream that does not answer
+// is logged and start-up goes on: it may come up later, and jobs wait for
+// it. So is a model of models that a non-empty list lacks (a typo the
+// provider would answer with 404).
+func (a *App) checkUpstreams(ctx context.Context) error {
+	s, wc := a.cfg.Settings, a.cfg.Worker
+	main := upstreamTarget{setting: config.EnvOpenAIBaseURL, url: s.OpenAIBaseURL, key: s.OpenAIAPIKey,
+		keySetting: config.EnvOpenAIAPIKey + " or " + config.EnvOpenAIAPIKey + config.FileSuffix}
+	targets := []upstreamTarget{main}
+	for _, model := range slices.Sorted(maps.Keys(s.Models)) {
+		if len(s.Pools[model]) == 0 {
+			targets[0].models = append(targets[0].models, model)
+		}
+	}
+	for _, model := range slices.Sorted(maps.Keys(s.Pools)) {
+		for i, e := range s.Pools[model] {
+			p := fmt.Sprintf("pools.%s[%d]", model, i)
+			targets = append(targets, upstreamTarget{setting: p + ".base_url", url: e.BaseURL, key: e.Key,
+				keySetting: p + ".api_key", models: []string{model}})
+		}
+	}
+	var errs []error
+	for _, t := range targets {
+		uc := upstreamConfig(s, wc)
+		uc.BaseURL, uc.APIKey, uc.Timeout = t.url, t.key, upstreamCheckTimeout
+		list, err := worker.NewOpenAIClient(uc).ListModels(ctx)
+		if err := t.refused(err); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err != nil {
+			a.log.Warn("the upstream did not answer GET /models; starting anyway, jobs wait for it",
+				slog.String("upstream", redact.URL(t.url)), slog.String("error", redact.Text(err.Error(), 300)))
+			continue
+		}
+		listed := map[string]bool{}
+		for _, m := range list.Models {
+			listed[m.ID] = true
+		}
+		for _, m := range t.models {
+			if len(listed) > 0 && !listed[m] {
+				a.log.Warn("the upstream does not list a model of the configuration: its jobs will fail unless it serves it",
+					slog.String("upstream", redact.URL(t.url)), slog.String("model", m))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// refused is the start-up error for the answer err of t's GET /models, nil
+// when the answer does not stop start-up.
+func (t upstreamTarget) refused(err error) error {
+	apiErr, ok := errors.AsType[*openai.APIError](err)
+	if !ok {
+		return nil
+	}
+	code, _ := apiErr.Code.(string)
+	switch {
+	case code == api.CodeLoop:
+		return fmt.Errorf("%w: %s %s is an llmq API, not a provider: the worker would make each of its calls another job "+
+			"(an OPENAI_BASE_URL exported for an OpenAI SDK reaches the worker too); point %s at the provider",
+			ErrUpstreamRefused, t.setting, redact.URL(t.url), t.setting)
+	case apiErr.HTTPStatusCode == http.StatusUnauthorized || apiErr.HTTPStatusCode == http.StatusForbidden:
+		return fmt.Errorf("%w: %s %s refused the key %s (%d %s: %s): set %s to a key it accepts",
+			ErrUpstreamRefused, t.setting, redact.URL(t.url), redact.Key(t.key), apiErr.HTTPStatusCode, code,
+			redact.Text(apiErr.Message, 200), t.keySetting)
+	}
+	return nil
 }

@@ -52,9 +52,14 @@ type Config struct {
 	// by the demo and the benchmark). Required.
 	Settings *config.Config
 
-	// Migrate brings the schema up to date (creating the database when it
-	// is missing) before the store opens.
+	// Migrate brings the schema up to date once the store opens. A
+	// database that does not exist is an error (store.ErrNoDatabase) unless
+	// CreateDatabase.
 	Migrate bool
+	// CreateDatabase creates the database when it is missing (the demo, on
+	// a database of its own). Only `llmq migrate` does it for the
+	// long-running commands, so that a misspelt name stops them.
+	CreateDatabase bool
 	// Worker, when set, runs the worker with its dead-letter writer, alert
 	// sinks, upstream client and batch lane.
 	Worker *WorkerConfig

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -128,6 +129,10 @@ type Config struct {
 	// MaxMessageBytes limits an encoded job. 0 means
 	// llmq.MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
+
+	// fromFile maps a variable whose value Load read from its _FILE
+	// variable to that variable and path, for the errors to name.
+	fromFile map[string]string
 }
 
 // Retry is the retry policy of the worker. Zero fields mean the worker's
@@ -311,14 +316,17 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 	var errs []error
 	pick := func(flag, env string) string { return cmp.Or(flag, getenv(env)) }
 	// pickSecret also reads env's _FILE variable.
+	c := &Config{fromFile: map[string]string{}}
 	pickSecret := func(flag, env string) string {
 		v, err := secretValue(getenv, flag, env)
 		if err != nil {
 			errs = append(errs, err)
 		}
+		if path := getenv(env + FileSuffix); flag == "" && path != "" {
+			c.fromFile[env] = fmt.Sprintf("%s%s (%s)", env, FileSuffix, path)
+		}
 		return v
 	}
-	c := &Config{}
 	c.Path = pick(flags.Config, EnvConfig)
 	if c.Path != "" {
 		data, err := os.ReadFile(c.Path)
@@ -335,13 +343,13 @@ func Load(getenv func(string) string, flags Flags) (*Config, error) {
 	brokerURL := cmp.Or(pickSecret(flags.Broker, EnvBroker), BrokerDefault)
 	b, err := ParseBroker(brokerURL)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, EnvBroker, err))
+		errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, c.source(EnvBroker), err))
 	}
 	c.Broker = b
 	if keys := pickSecret(flags.APIKeys, EnvAPIKeys); keys != "" {
 		m, err := ParseAPIKeys(keys)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, EnvAPIKeys, err))
+			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrInvalid, c.source(EnvAPIKeys), err))
 		}
 		if c.APIKeys == nil {
 			c.APIKeys = map[string]string{}
@@ -384,8 +392,22 @@ func secretValue(getenv func(string) string, flag, env string) (string, error) {
 	return strings.TrimSpace(string(data)), nil
 }
 
-// parseYAML reads the file's settings; unknown keys are errors.
+// source names where the setting of variable env came from: env, or its
+// _FILE variable and the file's path.
+func (c *Config) source(env string) string { return cmp.Or(c.fromFile[env], env) }
+
+// parseYAML reads the file's settings; unknown keys are errors. The
+// syntax, unknown keys and values of the wrong kind are checked first on
+// the document's nodes (yamlerrors.go), for errors with the right line and
+// the setting's path.
 func (c *Config) parseYAML(data []byte) error {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return fmt.Errorf("%w: %s %s: %s", ErrInvalid, EnvConfig, c.Path, yamlSyntaxError(err))
+	}
+	if problems := checkYAML(&root, reflect.TypeFor[Config]()); len(problems) > 0 {
+		return fmt.Errorf("%w: %s %s:\n  %s", ErrInvalid, EnvConfig, c.Path, strings.Join(problems, "\n  "))
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
@@ -427,8 +449,8 @@ func (c *Config) Validate() error {
 	bad := func(setting, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, setting, fmt.Sprintf(format, args...)))
 	}
-	if _, err := pgconn.ParseConfig(c.DatabaseURL); err != nil {
-		bad(EnvDatabaseURL, "%v", err)
+	if err := checkDatabaseURL(c.DatabaseURL); err != nil {
+		bad(c.source(EnvDatabaseURL), "%v", err)
 	}
 	if err := checkURL(c.OpenAIBaseURL, redact.URL, "http", "https"); err != nil {
 		bad(EnvOpenAIBaseURL, "%v", err)
@@ -461,8 +483,15 @@ func (c *Config) Validate() error {
 			bad(p+".batch_discount", "must be in (0, 1] (0: the default, %v); got %v", llmq.BatchDiscountDefault, m.BatchDiscount)
 		}
 		for i, f := range m.Fallbacks {
-			if strings.TrimSpace(f) == "" || f == name {
+			_, listed := c.Models[f]
+			switch {
+			case strings.TrimSpace(f) == "" || f == name:
 				bad(fmt.Sprintf("%s.fallbacks[%d]", p, i), "must name another model; got %q", f)
+			case !listed && !c.AllowAnyModel:
+				// A typo here would start, then fail every job that falls
+				// back with the provider's 404.
+				bad(fmt.Sprintf("%s.fallbacks[%d]", p, i), "%q is not in models (%s): list it there with its quota, or set allow_any_model: true",
+					f, strings.Join(slices.Sorted(maps.Keys(c.Models)), ", "))
 			}
 		}
 	}
@@ -533,7 +562,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.ConsoleSecret != "" && len(c.ConsoleSecret) < ConsoleSecretMinBytes {
-		bad(EnvConsoleSecret, "must be at least %d bytes (e.g. openssl rand -hex 32); got %d", ConsoleSecretMinBytes, len(c.ConsoleSecret))
+		bad(c.source(EnvConsoleSecret), "must be at least %d bytes (e.g. openssl rand -hex 32); got %d", ConsoleSecretMinBytes, len(c.ConsoleSecret))
 	}
 	if c.Alerts.AlertmanagerURL != "" {
 		if err := checkURL(c.Alerts.AlertmanagerURL, redact.URL, "http", "https"); err != nil {
@@ -549,6 +578,19 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkDatabaseURL checks that s is a Postgres URL (or key=value
+// connection string) pgx can read, naming a wrong scheme itself: pgx reads
+// any other scheme as a malformed key=value string.
+func checkDatabaseURL(s string) error {
+	if scheme, _, ok := strings.Cut(s, "://"); ok && !strings.EqualFold(scheme, "postgres") && !strings.EqualFold(scheme, "postgresql") {
+		return fmt.Errorf("%q: unknown scheme %q; want postgres://user@host:port/database", redact.URL(s), scheme)
+	}
+	if _, err := pgconn.ParseConfig(s); err != nil {
+		return err
+	}
+	return nil
 }
 
 // ParseAPIKeys reads "key1:tenantA,key2:tenantB".

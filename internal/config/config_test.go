@@ -63,6 +63,7 @@ models:
     input_price_per_1m: 0.15
     output_price_per_1m: 0.6
     fallbacks: [gpt-4o-nano]
+  gpt-4o-nano: {}
 retry:
   max_attempts: 3
   base_delay: 1s
@@ -188,7 +189,7 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "alerts: {alertmanager_url: \"not a url\"}", want: "alerts.alertmanager_url"},
 		{yaml: "api_keys: {k: \"a b\"}", want: "api_keys"},
 		{yaml: "max_message_bytes: -2", want: "max_message_bytes"},
-		{yaml: "modles: {}", want: "field modles not found"},
+		{yaml: "modles: {}", want: `line 1: unknown key "modles"; want one of alerts, allow_any_model,`},
 		{yaml: "alerts: {webhook_url: \"ftp://hooks.example/services/T0/SECRET\"}", want: `alerts.webhook_url: "ftp://hooks.example/…": scheme`},
 		{yaml: "tenants:\n  acme: {weight: -1}", want: "tenants.acme.weight: must be a finite number, not negative"},
 		{yaml: "tenants:\n  acme: {weight: .nan}", want: "tenants.acme.weight: must be a finite number"},
@@ -196,7 +197,7 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "tenants:\n  \"a b\": {}", want: "tenants.a b: a tenant is 1-128 characters"},
 		{yaml: "tenants:\n  acme: {projects: {p1: {tpm: -5}}}", want: "tenants.acme.projects.p1.tpm: must be a finite number"},
 		{yaml: "tenants:\n  acme: {projects: {\"x/y\": {}}}", want: "tenants.acme.projects.x/y: a project is"},
-		{yaml: "tenants:\n  acme: {rmp: 5}", want: "field rmp not found"},
+		{yaml: "tenants:\n  acme: {rmp: 5}", want: `line 2: tenants.acme: unknown key "rmp"; want one of concurrency, daily_cost,`},
 		{yaml: "tenants:\n  acme: {daily_cost: -1}", want: "tenants.acme.daily_cost: must be a finite number, not negative"},
 		{yaml: "tenants:\n  acme: {monthly_cost: .inf}", want: "tenants.acme.monthly_cost: must be a finite number"},
 		{yaml: "tenants:\n  acme: {projects: {p1: {output_cap: -2}}}", want: "tenants.acme.projects.p1.output_cap: must be a finite number"},
@@ -324,6 +325,7 @@ func TestModelsAllowlist(t *testing.T) {
 	c, err := config.Load(env(map[string]string{config.EnvConfig: writeYAML(t, `
 models:
   gpt-4o-mini: {fallbacks: [gpt-4.1-mini]}
+  gpt-4.1-mini: {}
 retry: {fallback_on: [rate_limit, server_error, timeout]}
 `)}), config.Flags{})
 	require.NoError(t, err)
@@ -387,5 +389,63 @@ func TestOperatorKeysAndConsoleSecret(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 		require.NotContains(t, err.Error(), "shared-key-123", "no key in an error")
 		require.NotContains(t, err.Error(), "short-secret")
+	}
+}
+
+// TestNewcomerMistakes checks the errors of a newcomer's usual mistakes:
+// each names the setting (the _FILE variable when the value came from a
+// file), shows the part to fix and the YAML line, and names no Go type.
+func TestNewcomerMistakes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	urlFile := filepath.Join(dir, "database-url")
+	require.NoError(t, os.WriteFile(urlFile, []byte("postgress://u:secret@h/db\n"), 0o600))
+	keysFile := filepath.Join(dir, "api-keys")
+	require.NoError(t, os.WriteFile(keysFile, []byte("secret-key-1:acme,secret-key-2\n"), 0o600))
+	brokerFile := filepath.Join(dir, "broker")
+	require.NoError(t, os.WriteFile(brokerFile, []byte("foo://u:secret@h/q\n"), 0o600))
+	cases := []struct {
+		env  map[string]string
+		yaml string
+		want string
+	}{
+		{env: map[string]string{config.EnvDatabaseURL: "postgress://postgres@127.0.0.1/x"},
+			want: `invalid configuration: LLMQ_DATABASE_URL: "postgress://postgres@127.0.0.1/x": unknown scheme "postgress"; want postgres://user@host:port/database`},
+		{env: map[string]string{config.EnvDatabaseURL + config.FileSuffix: urlFile},
+			want: `invalid configuration: LLMQ_DATABASE_URL_FILE (` + urlFile + `): "postgress://u:xxxxx@h/db": unknown scheme "postgress"; want postgres://user@host:port/database`},
+		{env: map[string]string{config.EnvBroker + config.FileSuffix: brokerFile},
+			want: `invalid configuration: LLMQ_BROKER_FILE (` + brokerFile + `): "foo://u:xxxxx@h/q": unknown scheme "foo"`},
+		{env: map[string]string{config.EnvAPIKeys + config.FileSuffix: keysFile},
+			want: `invalid configuration: LLMQ_API_KEYS_FILE (` + keysFile + `): entry 2 ("secr…:") is not key:tenant`},
+		{yaml: "models:\n  gpt-4o-mini: {rpm: 1\n", want: "line 2: did not find expected ',' or '}'"},
+		{yaml: "strategy: shape\nmodels: [a\n", want: "line 2: did not find expected ',' or ']'"},
+		{yaml: "models: {a: 1\n", want: "line 2: did not find expected ',' or '}'"},
+		{yaml: "strategy: shape\n\tmodels: 1\n", want: "line 2: found a tab character that violates indentation"},
+		{yaml: "models:\n  gpt-4o-mini:\n    rpn: 5\n", want: `line 3: models.gpt-4o-mini: unknown key "rpn"; want one of batch_discount, concurrency, context_window, fallbacks, input_price_per_1m, max_output_default, output_price_per_1m, rpm, tpm`},
+		{yaml: "modles: {}\n", want: `line 1: unknown key "modles"; want one of `},
+		{yaml: "models:\n  gpt-4o-mini: {rpm: fast}\n", want: `line 2: models.gpt-4o-mini.rpm: "fast" is not a number`},
+		{yaml: "models:\n  gpt-4o-mini: {fallbacks: [gpt-4.1-mni]}\n  gpt-4.1-mini: {}\n",
+			want: `models.gpt-4o-mini.fallbacks[0]: "gpt-4.1-mni" is not in models (gpt-4.1-mini, gpt-4o-mini): list it there with its quota, or set allow_any_model: true`},
+	}
+	for _, tc := range cases {
+		e := map[string]string{}
+		for k, v := range tc.env {
+			e[k] = v
+		}
+		if tc.yaml != "" {
+			e[config.EnvConfig] = writeYAML(t, tc.yaml)
+		}
+		_, err := config.Load(env(e), config.Flags{})
+		require.ErrorIs(t, err, config.ErrInvalid, tc.want)
+		require.Contains(t, err.Error(), tc.want)
+		require.NotContains(t, err.Error(), "secret")
+		require.NotContains(t, err.Error(), "llmq.Model")
+		require.NotContains(t, err.Error(), "float64")
+	}
+
+	// A fallback listed in models, or any with allow_any_model, is fine.
+	for _, y := range []string{"models:\n  a: {fallbacks: [b]}\n  b: {}\n", "allow_any_model: true\nmodels:\n  a: {fallbacks: [b]}\n"} {
+		_, err := config.Load(env(map[string]string{config.EnvConfig: writeYAML(t, y)}), config.Flags{})
+		require.NoError(t, err, y)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/llmq/llmq/internal/jsonlimit"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/worker"
 )
 
 // Gateway mode: POST /v1/chat/completions and GET /v1/models in OpenAI's
@@ -47,6 +48,24 @@ const (
 // CodeDeadlineUnmeetable is the code of the 429 a gateway call gets when
 // its predicted completion passes its deadline (nothing was enqueued).
 const CodeDeadlineUnmeetable = "deadline_unmeetable"
+
+// CodeLoop is the code of the 400 a request from an llmq worker
+// (worker.HeaderHop) gets: the worker's upstream is this API.
+const CodeLoop = "llmq_loop"
+
+// refuseHops answers a request from an llmq worker with 400 CodeLoop,
+// before authentication: each call of a worker whose OPENAI_BASE_URL names
+// an llmq API would become another job, for ever.
+func refuseHops(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(worker.HeaderHop) != "" {
+			writeOpenAIError(w, http.StatusBadRequest, Error{Code: CodeLoop, Message: "this request comes from an llmq worker " +
+				"whose upstream (OPENAI_BASE_URL) is an llmq API: each call would become another job; point the worker at the provider"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
 
 // openAIError is OpenAI's error object.
 type openAIError struct {

@@ -31,7 +31,7 @@ const (
 	// PostgresURLDefault is the server on which each run creates its own
 	// database (the URL's database name is replaced).
 	PostgresURLDefault = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	// ScaleDefault keeps the durations as designed (about 10 minutes in
+	// ScaleDefault keeps the durations as designed (about 25 minutes in
 	// all).
 	ScaleDefault = 1.0
 )

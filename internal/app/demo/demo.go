@@ -169,7 +169,7 @@ func (r *run) start(ctx context.Context) error {
 		return fmt.Errorf("demo: API listen %s: %w", cfg.Listen, err)
 	}
 	a, err := app.New(ctx, app.Config{
-		Settings: s, Migrate: true, Logger: r.log,
+		Settings: s, Migrate: true, CreateDatabase: true, Logger: r.log,
 		Worker: &app.WorkerConfig{
 			MaxInFlight: maxInFlight, ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second,
 			// The demo treats the live lane as backed up (Drain above the

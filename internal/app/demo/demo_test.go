@@ -101,3 +101,16 @@ func TestConfigValidate(t *testing.T) {
 	_, err = demo.Run(context.Background(), demo.Config{RPM: -5})
 	require.ErrorIs(t, err, demo.ErrInvalidConfig)
 }
+
+// TestSummaryQuotaIncludesTheInitialAllowance: a run shorter than a minute
+// averages above the quota on the provider's initial allowance; the summary
+// says so and gives the share of what the provider allowed in the run.
+func TestSummaryQuotaIncludesTheInitialAllowance(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	demo.Summary{Elapsed: 13 * time.Second, RPM: 600, TPM: 150000, RPMUsed: 833, TPMUsed: 277000, Retries: 1}.Print(&out, false)
+	require.Contains(t, out.String(), "\n  quota used    25% of the requests and 33% of the tokens the provider allowed in the run "+
+		"(its initial allowance, a minute of quota, and the refill over 13s)\n"+
+		"                averaged over the run, 833 of 600 RPM and 277.0k of 150.0k TPM: above the quota, as a run shorter than a minute can be on the initial allowance\n")
+	require.Contains(t, out.String(), "; 1 retry\n")
+}

@@ -119,10 +119,23 @@ func (s Summary) Print(w io.Writer, keepRunning bool) {
 	fmt.Fprintf(w, "  jobs          %d valid: %d succeeded (%d through the Batch API, %d on the fallback model), %d failed, %d dead-lettered, %d expired\n",
 		s.Jobs, s.Succeeded, s.ViaBatch, s.ViaFallback, s.Failed, s.DeadLettered, s.Expired)
 	fmt.Fprintf(w, "  malformed     %d sent, %d dead-lettered as poison\n", s.Malformed, s.Poison)
-	fmt.Fprintf(w, "  quota used    %.0f of %d RPM (%.0f%%), %s of %s TPM (%.0f%%), averaged over the run (simulator's count of tokens served)\n",
-		s.RPMUsed, s.RPM, 100*s.RPMUsed/float64(s.RPM), kilo(s.TPMUsed), kilo(float64(s.TPM)), 100*s.TPMUsed/float64(s.TPM))
-	fmt.Fprintf(w, "  upstream      %d calls admitted, %d tokens served, %d rate-limited (429), %d injected faults, %d batch lines; %d retries\n",
-		s.Requests, s.Tokens, s.RateLimited, s.Faults, s.BatchLines, s.Retries)
+	// The simulator, as a provider, starts with a full minute of quota:
+	// over a run of m minutes it allows 1 + m minutes of it.
+	minutes := s.Elapsed.Minutes()
+	allowed := 1 + minutes
+	fmt.Fprintf(w, "  quota used    %.0f%% of the requests and %.0f%% of the tokens the provider allowed in the run (its initial allowance, a minute of quota, and the refill over %s)\n",
+		100*s.RPMUsed*minutes/(float64(s.RPM)*allowed), 100*s.TPMUsed*minutes/(float64(s.TPM)*allowed), s.Elapsed.Round(100*time.Millisecond))
+	avg := fmt.Sprintf("averaged over the run, %.0f of %d RPM and %s of %s TPM", s.RPMUsed, s.RPM, kilo(s.TPMUsed), kilo(float64(s.TPM)))
+	if s.RPMUsed > float64(s.RPM) || s.TPMUsed > float64(s.TPM) {
+		avg += ": above the quota, as a run shorter than a minute can be on the initial allowance"
+	}
+	fmt.Fprintf(w, "                %s\n", avg)
+	retries := fmt.Sprintf("%d retries", s.Retries)
+	if s.Retries == 1 {
+		retries = "1 retry"
+	}
+	fmt.Fprintf(w, "  upstream      %d calls admitted, %d tokens served (the simulator's count), %d rate-limited (429), %d injected faults, %d batch lines; %s\n",
+		s.Requests, s.Tokens, s.RateLimited, s.Faults, s.BatchLines, retries)
 	fmt.Fprintf(w, "  latency       p50 %s, p99 %s (live jobs, enqueue to stored result)\n",
 		s.P50.Round(10*time.Millisecond), s.P99.Round(10*time.Millisecond))
 	if s.Clean() {

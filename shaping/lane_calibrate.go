@@ -36,7 +36,7 @@ type sendMark struct {
 // skewLocked records a send at now and returns the requests and tokens
 // sent within SendSkew before it. The sends in the window start at
 // sendHead (sendCount of them); the ones before stay in the ring, for
-// sentWithinLocked, until overwritten: amortised, a send costs the same
+// sentAfterLocked, until overwritten: amortised, a send costs the same
 // however many share its window.
 func (l *Lane) skewLocked(now time.Time) (req, tok float64) {
 	from := now.Add(-max(0, l.cfg.SendSkew))
@@ -58,13 +58,16 @@ func (l *Lane) skewLocked(now time.Time) (req, tok float64) {
 	return req, tok
 }
 
-// sentWithinLocked returns the tokens sent in (from, to], or false when
-// the ring no longer holds every send after from.
-func (l *Lane) sentWithinLocked(from, to time.Time) (float64, bool) {
+// sentAfterLocked returns the tokens sent after the send that left the
+// ledger's tokens sent at mark, up to to (the sends at that send's own
+// instant included: a burst leaves at one instant, and its requests may
+// reach the server in any order), or false when the ring no longer holds
+// every send after it.
+func (l *Lane) sentAfterLocked(mark float64, to time.Time) (float64, bool) {
 	endTok, startTok := l.sentTok, l.sentTok
 	for i := 1; i <= sendRing; i++ {
 		s := l.sends[(l.sendNext-i+sendRing)%sendRing]
-		if s.at.IsZero() || !s.at.After(from) {
+		if s.at.IsZero() || s.tok < mark {
 			return endTok - startTok, true
 		}
 		startTok = s.tok
@@ -248,7 +251,7 @@ func (l *Lane) refundsLocked(r reading) {
 		// reached the server on its other side, which looks like tokens
 		// given back: the sample counts them as not given back, and only
 		// when they are a tenth of the unused tokens at most.
-		after, ok := l.sentWithinLocked(last.at, last.at.Add(l.cfg.SendSkew))
+		after, ok := l.sentAfterLocked(last.m.tok, last.at.Add(l.cfg.SendSkew))
 		skew := r.m.skewTok + after
 		switch {
 		case !ok:

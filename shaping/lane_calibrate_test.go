@@ -384,7 +384,7 @@ func TestLaneRefundsMeasured(t *testing.T) {
 }
 
 // TestLaneRefundsReordered: a request sent within SendSkew after another
-// may reach the server before it, and the first one's header then counts
+// (at the same instant included) may reach the server before it, and the first one's header then counts
 // it. Between that reading and the next, the lane would see fewer tokens
 // spent than it sent, which reads as unused tokens given back by a
 // provider that keeps them: no sample is taken until the unused tokens
@@ -399,6 +399,8 @@ func TestLaneRefundsReordered(t *testing.T) {
 		known  bool
 	}{
 		{"p2 reached the server first", 0.01, 49000, false},
+		// A burst leaves at one instant, in any order at the server.
+		{"p2 sent at p1's instant, reached the server first", 0, 49000, false},
 		{"p2 sent after the skew", 0.2, 50000, true},
 	} {
 		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})

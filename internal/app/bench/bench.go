@@ -86,6 +86,8 @@ type Report struct {
 	// Sizes is the size-order scenario's runs: first come first served,
 	// then size-aware (empty when not run).
 	Sizes []SizesRow
+	// Room is the room scenario's runs (empty when not run).
+	Room []RoomRow
 	// Gateway is the gateway scenario's (nil when not run).
 	Gateway *GatewayResult
 	// Throughput is the throughput scenario's (nil when not run).
@@ -123,6 +125,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioBacklog, b.backlog},
 		{ScenarioGateway, b.gateway},
 		{ScenarioSizes, b.sizes},
+		{ScenarioRoom, b.room},
 		{ScenarioThroughput, b.throughput},
 		{ScenarioMillion, b.million},
 	}

@@ -16,13 +16,14 @@ const (
 	ScenarioAdaptive   = "adaptive"
 	ScenarioBacklog    = "backlog"
 	ScenarioSizes      = "sizes"
+	ScenarioRoom       = "room"
 	ScenarioGateway    = "gateway"
 	ScenarioThroughput = "throughput"
 	ScenarioMillion    = "million"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioThroughput, ScenarioMillion}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioThroughput, ScenarioMillion}
 
 // Defaults of Config.
 const (

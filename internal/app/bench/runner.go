@@ -148,6 +148,8 @@ type result struct {
 	stats   upstreamsim.Stats
 	samples []sample
 	jobs    []jobResult
+	// span is from the first call's start to the last result.
+	span time.Duration
 }
 
 // runOne runs spec s in a database of its own and returns what it measured.
@@ -289,6 +291,12 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var span float64
+	if err := st.Pool().QueryRow(ctx, `SELECT coalesce(extract(epoch FROM
+		(SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts)), 0)::float8`).Scan(&span); err != nil {
+		return nil, fmt.Errorf("bench: read span: %w", err)
+	}
+	res.span = time.Duration(span * float64(time.Second))
 	return res, nil
 }
 

@@ -208,3 +208,28 @@ func physicalLimit(kind upstreamsim.Enforcement, tokens float64) time.Duration {
 	call := simTTFT + time.Duration(backlogSizes.LongMaxTokens)*simPerToken
 	return time.Duration(max(0, tokens-bucket)/(TPM/60)*float64(time.Second)) + call
 }
+
+// The room scenario: roomJobs short questions land at once on an idle
+// provider whose quota holds them all (roomTPM is far above their tokens, and
+// roomJobs is under the RPM), so nothing but the client keeps them waiting:
+// the physical limit is about one call.
+const (
+	roomJobs = 180
+	roomTPM  = 1_000_000
+	roomRun  = time.Minute
+)
+
+// roomSpec runs the room scenario against a provider enforcing per minute or
+// over a short bucket (which holds upstreamsim.ShortBucketDefault of refill,
+// fewer requests than roomJobs).
+func roomSpec(kind upstreamsim.Enforcement) spec {
+	sim := simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: roomTPM}})
+	sim.Enforcement = kind
+	return spec{
+		name: fmt.Sprintf("room-%s", kind), strategy: shaping.StrategyShape,
+		sim: sim, models: map[string]llmq.Model{Primary: {RPM: RPM, TPM: roomTPM}},
+		model: Primary, mix: workload.Mix{}, sizes: sizes,
+		backlog: roomJobs, untilDone: true,
+		duration: roomRun,
+	}
+}

@@ -79,6 +79,11 @@ type event struct {
 	// (stepLanePaused, and stepCalled after a failure).
 	Pooled bool
 	Entry  int
+	// Outage says the call failed for a provider incident its lane is
+	// held for (no answer, a 401, a failed probe), which has lasted
+	// OutageFor (stepCalled).
+	Outage    bool
+	OutageFor time.Duration
 }
 
 // verb is what the pipeline does next with a job.
@@ -145,6 +150,14 @@ type policy struct {
 	FallbackMaxWait time.Duration
 	FallbackOn      []FallbackTrigger
 	Backoff         Backoff
+	OutageLimit     time.Duration
+}
+
+// free reports a call of e that costs the job no attempt: it failed for a
+// provider incident that has lasted less than OutageLimit (-1: none is
+// free).
+func (p policy) free(e event) bool {
+	return e.Step == stepCalled && e.Outage && e.OutageFor < p.OutageLimit
 }
 
 // trigger is the fallback trigger out is, and whether the policy falls
@@ -205,12 +218,17 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 		return s, action{Verb: doExpire, Why: "predicted wait passes the deadline: " + e.Detail}
 	}
 
-	s.Attempts++
+	free := p.free(e)
+	if !free {
+		s.Attempts++
+	}
 	out := e.Outcome
-	switch out.Class {
-	case ClassSuccess:
+	switch {
+	case out.Class == ClassSuccess:
 		return s, action{Verb: doSucceed}
-	case ClassPermanent:
+	case out.Class == ClassPermanent && !free:
+		// A 401 while the lane is held for it is the provider's refusal
+		// of the key, not the job's failure: it waits with the others.
 		return s, action{Verb: doFail, Status: out.Status, Code: out.Code, Message: out.Message}
 	}
 	if s.Attempts >= p.MaxAttempts {

@@ -24,7 +24,8 @@ func TestDecide(t *testing.T) {
 	t.Parallel()
 	p := policy{
 		MaxAttempts: 4, FallbackAfter: 2, FallbackMaxWait: 2 * time.Second, FallbackOn: []FallbackTrigger{FallbackOnRateLimit},
-		Backoff: Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxRetryAfter: 5 * time.Second},
+		Backoff:     Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxRetryAfter: 5 * time.Second},
+		OutageLimit: 15 * time.Minute,
 	}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	called := func(class Class, retryAfter time.Duration) Outcome {
@@ -151,6 +152,25 @@ func TestDecide(t *testing.T) {
 			state: state{Attempts: 3, RateLimited: 1}, event: event{Step: stepCalled, Outcome: called(limited, 0), Next: 1},
 			want: state{Attempts: 4, RateLimited: 1},
 			act:  action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}},
+		{name: "outage: a failure of the incident costs no attempt, even the last",
+			state: state{Attempts: 3, Retries: 3},
+			event: event{Step: stepCalled, Outcome: called(retryable, 0), Outage: true, OutageFor: 14 * time.Minute, BudgetLeft: true},
+			want:  state{Attempts: 3, Retries: 4},
+			act:   action{Verb: doRetry, Delay: 800 * time.Millisecond, Budgeted: true}},
+		{name: "outage past OutageLimit: counted again",
+			state: state{Attempts: 3, Retries: 3},
+			event: event{Step: stepCalled, Outcome: called(retryable, 0), Outage: true, OutageFor: 15 * time.Minute, BudgetLeft: true},
+			want:  state{Attempts: 4, Retries: 3},
+			act:   action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}},
+		{name: "outage: a 401 while the lane is held for it waits, free",
+			state: state{Attempts: 1},
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 401, Code: "invalid_api_key"}, Outage: true, BudgetLeft: true},
+			want:  state{Attempts: 1, Retries: 1},
+			act:   action{Verb: doRetry, Delay: 100 * time.Millisecond, Budgeted: true}},
+		{name: "outage past OutageLimit: a 401 fails the job",
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 401, Code: "invalid_api_key"}, Outage: true, OutageFor: time.Hour},
+			want:  state{Attempts: 1},
+			act:   action{Verb: doFail, Status: 401, Code: "invalid_api_key"}},
 		{name: "429 below FallbackAfter: retry, counted",
 			event: event{Step: stepCalled, Outcome: called(limited, 0), Next: 1, BudgetLeft: true},
 			want:  state{Attempts: 1, Retries: 1, RateLimited: 1},

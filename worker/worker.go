@@ -142,6 +142,7 @@ func New(cfg Config) (*Worker, error) {
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
 			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
+			OutageLimit: cfg.OutageLimit,
 		},
 		budget:    NewRetryBudget(cfg.RetryBudget, 0, 0),
 		rng:       rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),

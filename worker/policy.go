@@ -62,8 +62,9 @@ type event struct {
 	// Deadline is the job's deadline; zero when it has none.
 	Deadline time.Time
 	// Next is the index in the chain of the first model after the current
-	// one whose context window holds the request (nextFallback); 0 when
-	// there is none.
+	// one whose context window holds the request and that the provider
+	// serves, as far as the worker knows (nextFallback); 0 when there is
+	// none.
 	Next int
 	// Outcome is the classified reply of the call (stepCalled).
 	Outcome Outcome
@@ -226,6 +227,12 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 	switch {
 	case out.Class == ClassSuccess:
 		return s, action{Verb: doSucceed}
+	case out.Class == ClassPermanent && s.Model > 0 && isNotFound(out) && s.Attempts < p.MaxAttempts:
+		// A fallback the provider does not serve is not the job's
+		// failure while its first model can serve it (Next skips the
+		// fallback from now on: unserved.go).
+		s.Model, s.RateLimited = 0, 0
+		return s, action{Verb: doFallBack, Why: "fallback model not found (HTTP 404): back to the first model"}
 	case out.Class == ClassPermanent && !free:
 		// A 401 while the lane is held for it is the provider's refusal
 		// of the key, not the job's failure: it waits with the others.
@@ -295,10 +302,14 @@ func fallBack(s state, e event, why string) (state, action) {
 
 // nextFallback is the index in chain of the first model after from whose
 // context window holds the request (its prompt and its output allowance,
-// the model's default when the request sets none); 0 when there is none.
-// A model whose window is unknown holds any request.
-func nextFallback(cat llmq.Catalog, chain []string, from int, est shaping.Estimate) int {
+// the model's default when the request sets none) and that unserved (nil:
+// none) does not name; 0 when there is none. A model whose window is
+// unknown holds any request.
+func nextFallback(cat llmq.Catalog, chain []string, from int, est shaping.Estimate, unserved func(model string) bool) int {
 	for i := from + 1; i < len(chain); i++ {
+		if unserved != nil && unserved(chain[i]) {
+			continue
+		}
 		m := laneModel(cat, chain[i])
 		if need := est.PromptTokens + cmp.Or(est.MaxOutputTokens, m.MaxOutputDefault); m.ContextWindow > 0 && need > m.ContextWindow {
 			continue

@@ -112,6 +112,20 @@ func TestDecide(t *testing.T) {
 				Next: 1, BudgetLeft: true},
 			want: state{Attempts: 1},
 			act:  action{Verb: doFail, Status: 401, Code: "code", Message: "message"}},
+		{name: "404 on a fallback: back to the first model, counted",
+			state: state{Attempts: 1, Model: 2, RateLimited: 1},
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 404, Code: "model_not_found"}},
+			want:  state{Attempts: 2},
+			act:   action{Verb: doFallBack, Why: "fallback model not found (HTTP 404): back to the first model"}},
+		{name: "404 on a fallback with the last attempt: fail",
+			state: state{Attempts: 3, Model: 1},
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 404, Code: "model_not_found"}},
+			want:  state{Attempts: 4, Model: 1},
+			act:   action{Verb: doFail, Status: 404, Code: "model_not_found"}},
+		{name: "404 on the first model: fail",
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 404, Code: "model_not_found"}, Next: 1},
+			want:  state{Attempts: 1},
+			act:   action{Verb: doFail, Status: 404, Code: "model_not_found"}},
 		{name: "retryable, first retry: jitter over Base",
 			event: event{Step: stepCalled, Outcome: called(retryable, 0), BudgetLeft: true},
 			want:  state{Attempts: 1, Retries: 1},
@@ -322,11 +336,12 @@ func TestNextFallback(t *testing.T) {
 		{"no max_tokens: the shaping default allowance counts", []string{"a", "1k"}, 0, prompt(100, 0), 0},
 		{"no max_tokens: the model's default allowance counts", []string{"a", "small"}, 0, prompt(900, 0), 1},
 		{"none fits", []string{"a", "tiny", "1k"}, 0, prompt(2000, 10), 0},
+		{"a model the provider does not serve is skipped", []string{"a", "unserved", "b"}, 0, prompt(10, 10), 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.want, nextFallback(cat, tt.chain, tt.from, tt.est))
+			require.Equal(t, tt.want, nextFallback(cat, tt.chain, tt.from, tt.est, func(m string) bool { return m == "unserved" }))
 		})
 	}
 }

@@ -246,8 +246,12 @@ func (w *Worker) decide(p *job, e event) action {
 	if p.job.Deadline != nil {
 		e.Deadline = *p.job.Deadline
 	}
+	if e.Step == stepCalled && p.state.Model > 0 && isNotFound(e.Outcome) {
+		w.unserved.mark(p.models[p.state.Model], e.Now)
+	}
 	e.Next = nextFallback(w.cfg.Catalog, p.models, p.state.Model, shaping.Estimate{
-		PromptTokens: p.req.PromptTokens, MaxOutputTokens: p.req.MaxOutputTokens})
+		PromptTokens: p.req.PromptTokens, MaxOutputTokens: p.req.MaxOutputTokens},
+		func(model string) bool { return w.unserved.has(model, e.Now) })
 	if model := p.models[p.state.Model]; len(w.pool(model)) > 1 {
 		e.Pooled = true
 		// Only where the policy may move the job: the check may read the

@@ -94,6 +94,8 @@ type Worker struct {
 	// scheduler.
 	modelsMu  sync.Mutex
 	newModels map[string]bool
+	// unserved are the fallback models the provider answered 404 for.
+	unserved unservedModels
 
 	// workCtx ends when Stop's grace period is over (calls in flight are
 	// cut); stopCtx, its child, when Stop begins (ingest and claims stop,

@@ -70,6 +70,11 @@ func resultOf(out Outcome) callResult {
 // incidentBuckets divide the window of the failure ratio.
 const incidentBuckets = 6
 
+// unreachableTrip is the number of calls in a row that get no answer
+// that holds a lane: a connection reset now and then (a keep-alive
+// connection the server dropped) costs a moment of doubt, not a hold.
+const unreachableTrip = 3
+
 // incident is the breaker of one lane, on the worker's clock: closed (calls
 // go through, counted over a rolling IncidentWindow), open (held until
 // probeAt) or probing (one call, the probe, in flight). Safe for concurrent
@@ -90,7 +95,14 @@ type incident struct {
 	// confirmed: the incident was reported (a lane held on one
 	// connection failure is confirmed by its failed probe).
 	confirmed bool
-	buckets   [incidentBuckets]struct {
+	// unreached counts the calls in a row that got no answer while
+	// closed, since unreachedSince. While it is not 0 the lane is in
+	// doubt: one call at a time (testing) goes until a call is answered,
+	// or unreachableTrip in a row hold the lane.
+	unreached      int
+	unreachedSince time.Time
+	testing        bool
+	buckets        [incidentBuckets]struct {
 		start           time.Time
 		calls, failures int
 	}
@@ -113,15 +125,20 @@ const (
 )
 
 // allow reports whether a call may go at now, and whether it is the
-// probe; when none may, wake is closed at the next state change and wait
-// is how long until the next probe is due (0: when the probe in flight
-// ends).
+// probe (of an incident, or of a lane in doubt); when none may, wake is
+// closed at the next change and wait is how long until the next probe is
+// due (0: when a call in flight ends).
 func (b *incident) allow(now time.Time) (ok, probe bool, wait time.Duration, wake <-chan struct{}) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.state == incidentClosed:
+	case b.state == incidentClosed && b.unreached == 0:
 		return true, false, 0, nil
+	case b.state == incidentClosed && !b.testing:
+		b.testing = true
+		return true, true, 0, nil
+	case b.state == incidentClosed:
+		return false, false, 0, b.wake
 	case b.state == incidentOpen && !now.Before(b.probeAt):
 		b.set(incidentProbing, b.cause, false)
 		return true, true, 0, nil
@@ -136,40 +153,61 @@ func (b *incident) allow(now time.Time) (ok, probe bool, wait time.Duration, wak
 func (b *incident) notCalled(probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if probe && b.state == incidentProbing {
+	switch {
+	case probe && b.state == incidentProbing:
 		b.set(incidentOpen, b.cause, false)
+	case probe && b.state == incidentClosed:
+		b.testing = false
+		b.notify()
 	}
 }
 
 // done records the result r of a call admitted at allow (probe: it was
-// the probe) at now. held reports a failure that is the incident's (no
-// answer, a 401, a failed probe) while the lane is held, and lasted how
-// long the incident has lasted.
-func (b *incident) done(now time.Time, probe bool, r callResult) (held bool, lasted time.Duration) {
+// the probe) at now. outage reports a failure that is the provider's, not
+// the job's: no answer, a 401, a failed probe; lasted is how long the
+// outage has lasted (since the first call in a row that got no answer, or
+// since the lane was held).
+func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, lasted time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
 	case r == resultUnauthorized:
 		// One 401 is enough: the key is refused for every job.
-		b.trip(now, causeUnauthorized, b.probeEvery, true)
+		b.trip(now, causeUnauthorized, now.Add(b.probeEvery), true)
 	case b.state == incidentClosed:
 		b.count(now, r == resultFailed || r == resultUnreachable)
+		if probe || b.unreached > 0 {
+			b.testing = b.testing && !probe
+			defer b.notify() // the lane in doubt admits its next call
+		}
 		switch {
+		case r != resultUnreachable:
+			b.unreached = 0
+		case b.unreached == 0:
+			b.unreached, b.unreachedSince = 1, now
+		default:
+			b.unreached++
+		}
+		switch {
+		case b.unreached >= unreachableTrip:
+			// Held, the next call probing at once: an outage costs a
+			// few calls, not a storm, and a short one is over at once.
+			b.trip(b.unreachedSince, causeUnreachable, now, false)
 		case r == resultUnreachable:
-			// Held at once, the next call probing: a dropped keep-alive
-			// connection costs one call in line, an outage no storm.
-			b.trip(now, causeUnreachable, 0, false)
+			// No answer is the provider's failure, not the job's, even
+			// before the lane is held.
+			return true, now.Sub(b.unreachedSince)
 		case r == resultFailed && b.tripsOnRatio(now):
-			b.trip(now, causeFailures, b.probeEvery, true)
+			b.trip(now, causeFailures, now.Add(b.probeEvery), true)
 		}
 	case !probe:
 		// Admitted before the lane was held: says nothing new.
 	case r == resultAnswered:
 		b.close()
 	case r == resultUnreachable:
-		b.trip(now, causeUnreachable, b.probeEvery, true)
+		b.trip(now, causeUnreachable, now.Add(b.probeEvery), true)
 	default:
-		b.trip(now, causeFailures, b.probeEvery, true)
+		b.trip(now, causeFailures, now.Add(b.probeEvery), true)
 	}
 	if b.state == incidentClosed || r == resultAnswered || r == resultFailed && !probe {
 		return false, 0
@@ -177,13 +215,14 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (held bool, las
 	return true, now.Sub(b.since)
 }
 
-// trip holds the lane (again) for cause, the next probe after wait;
-// confirm reports the incident if it was not (or reports the key refused).
-func (b *incident) trip(now time.Time, cause incidentCause, wait time.Duration, confirm bool) {
+// trip holds the lane (again) for cause, an incident that began at since
+// if it is a new one, until the next probe at probeAt; confirm reports the
+// incident if it was not (or reports the key refused).
+func (b *incident) trip(since time.Time, cause incidentCause, probeAt time.Time, confirm bool) {
 	if b.state == incidentClosed {
-		b.since, b.confirmed = now, false
+		b.since, b.confirmed = since, false
 	}
-	b.probeAt = now.Add(wait)
+	b.probeAt, b.unreached, b.testing = probeAt, 0, false
 	report := confirm && (!b.confirmed || cause != b.cause && cause == causeUnauthorized)
 	b.confirmed = b.confirmed || confirm
 	b.set(incidentOpen, cause, report)
@@ -204,9 +243,14 @@ func (b *incident) close() {
 func (b *incident) set(to incidentState, cause incidentCause, report bool) {
 	held := b.state != incidentClosed
 	b.state, b.cause = to, cause
+	b.notify()
+	b.change(incidentChange{held: to != incidentClosed, report: report, over: held && to == incidentClosed && b.confirmed, cause: cause})
+}
+
+// notify wakes the dispatcher waiting on the breaker.
+func (b *incident) notify() {
 	close(b.wake)
 	b.wake = make(chan struct{})
-	b.change(incidentChange{held: to != incidentClosed, report: report, over: held && to == incidentClosed && b.confirmed, cause: cause})
 }
 
 // count adds a call at now to the rolling window.

@@ -288,18 +288,20 @@ type Config struct {
 
 	// The provider-incident breaker of each lane (incident.go): when at
 	// least IncidentMinCalls calls of the last IncidentWindow were made and
-	// at least IncidentFailureRatio of them failed (5xx, timeouts), when a
-	// call gets no answer (connection refused or reset) or a 401, the lane
-	// holds its jobs and lets one through as a probe every
-	// IncidentProbeEvery (a lane held on no answer probes at once first).
+	// at least IncidentFailureRatio of them failed (5xx, timeouts), when
+	// three calls in a row get no answer (connection refused or reset) or
+	// one a 401, the lane holds its jobs and lets one through as a probe
+	// every IncidentProbeEvery (a lane held on no answer probes at once
+	// first).
 	// Defaults 20, 0.5, 1m, 15s; IncidentMinCalls -1 turns it off.
 	IncidentMinCalls     int
 	IncidentFailureRatio float64
 	IncidentWindow       time.Duration
 	IncidentProbeEvery   time.Duration
-	// OutageLimit is how long into an incident the calls that fail for it
-	// (no answer, a 401, a failed probe) cost their jobs no attempt.
-	// Default OutageLimitDefault; -1: every call counts.
+	// OutageLimit is how long into an outage the calls that fail for the
+	// provider (no answer, a 401, a failed probe) cost their jobs no
+	// attempt. Default OutageLimitDefault; negative (-1): every call
+	// counts.
 	OutageLimit time.Duration
 
 	// Capacity normalisation (capacity.go, reported by the
@@ -409,9 +411,6 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("worker: Config.IncidentMinCalls must be -1 (off) or more, IncidentFailureRatio in (0, 1], "+
 			"IncidentWindow and IncidentProbeEvery positive (got %d, %v, %v, %v)",
 			c.IncidentMinCalls, c.IncidentFailureRatio, c.IncidentWindow, c.IncidentProbeEvery))
-	}
-	if c.OutageLimit < -1 {
-		errs = append(errs, fmt.Errorf("worker: Config.OutageLimit must be positive, or -1 for none; got %v", c.OutageLimit))
 	}
 	for _, model := range slices.Sorted(maps.Keys(c.Pools)) {
 		errs = append(errs, c.validatePool(model)...)

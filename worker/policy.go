@@ -155,8 +155,8 @@ type policy struct {
 }
 
 // free reports a call of e that costs the job no attempt: it failed for a
-// provider incident that has lasted less than OutageLimit (-1: none is
-// free).
+// provider outage that has lasted less than OutageLimit (negative: none
+// is free).
 func (p policy) free(e event) bool {
 	return e.Step == stepCalled && e.Outage && e.OutageFor < p.OutageLimit
 }

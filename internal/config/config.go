@@ -163,9 +163,9 @@ type Retry struct {
 	IncidentFailureRatio float64       `yaml:"incident_failure_ratio"`
 	IncidentWindow       time.Duration `yaml:"incident_window"`
 	IncidentProbeEvery   time.Duration `yaml:"incident_probe_every"`
-	// OutageLimit is how long into a provider incident the calls that
-	// fail for it cost their jobs no attempt (worker.Config.OutageLimit);
-	// 0 = worker.OutageLimitDefault, -1 = every call counts.
+	// OutageLimit is how long into a provider outage the calls that fail
+	// for it cost their jobs no attempt (worker.Config.OutageLimit);
+	// 0 = worker.OutageLimitDefault, negative (-1s) = every call counts.
 	OutageLimit time.Duration `yaml:"outage_limit"`
 }
 
@@ -494,9 +494,6 @@ func (c *Config) Validate() error {
 	if r := c.Retry; r.IncidentMinCalls < -1 || r.IncidentFailureRatio < 0 || r.IncidentFailureRatio > 1 || r.IncidentWindow < 0 || r.IncidentProbeEvery < 0 {
 		bad("retry.incident_*", "incident_min_calls must be -1 (off) or more, incident_failure_ratio in [0, 1], "+
 			"incident_window and incident_probe_every not negative (0: the defaults)")
-	}
-	if c.Retry.OutageLimit < -1 {
-		bad("retry.outage_limit", "%v: must be positive, 0 for the default or -1 (every call counts)", c.Retry.OutageLimit)
 	}
 	if k := c.Capacity; k.Safety < 0 || k.Safety > 1 || !(k.Reserved == -1 || k.Reserved >= 0 && k.Reserved < 1) || k.TailLatency < 0 {
 		bad("capacity", "safety must be in [0, 1], reserved -1 (none) or in [0, 1), tail_latency not negative (0: the defaults)")

@@ -17,7 +17,6 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/sashabaranov/go-openai v1.43.0
 	github.com/segmentio/kafka-go v0.4.51
-	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
 	github.com/tiktoken-go/tokenizer v0.10.0

@@ -93,7 +93,8 @@ func TestMetricsContract(t *testing.T) {
 	want := []string{
 		"llmq_jobs_total", "llmq_upstream_requests_total", "llmq_tokens_total", "llmq_tenant_tokens_total", "llmq_retries_total",
 		"llmq_fallbacks_total", "llmq_pool_switches_total", "llmq_shaping_wait_seconds", "llmq_in_flight", "llmq_concurrency_limit",
-		"llmq_bucket_level", "llmq_quota_share", "llmq_upstream_incident", "llmq_capacity_allocatable", "llmq_capacity_health",
+		"llmq_bucket_level", "llmq_quota_share", "llmq_upstream_incident", "llmq_upstream_incidents_total", "llmq_capacity_allocatable",
+		"llmq_capacity_health",
 		"llmq_scope_limit", "llmq_scope_level", "llmq_scope_in_flight", "llmq_scope_requests_total", "llmq_scope_tokens_total",
 		"llmq_job_duration_seconds", "llmq_queue_depth", "llmq_dead_letters_total",
 		"llmq_ingested_total", "llmq_ingest_pauses_total", "llmq_claims_total", "llmq_released_total",
@@ -140,7 +141,8 @@ func TestPrometheusRules(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	require.Equal(t, []string{"LLMQDeadLettersGrowing", "LLMQQueueDepthHigh", "LLMQUpstreamRateLimited", "LLMQWorkerAbsent", "LLMQWorkerDown"}, names)
+	require.Equal(t, []string{"LLMQDeadLettersGrowing", "LLMQQueueDepthHigh", "LLMQUpstreamIncident", "LLMQUpstreamKeyRefused",
+		"LLMQUpstreamRateLimited", "LLMQWorkerAbsent", "LLMQWorkerDown"}, names)
 
 	// The expressions mean what the issue asks for (compared as parsed
 	// PromQL, so formatting does not matter).
@@ -150,6 +152,8 @@ func TestPrometheusRules(t *testing.T) {
 		"LLMQQueueDepthHigh":      `max(llmq_queue_depth) > 10000`,
 		"LLMQWorkerDown":          `up{job="llmq-worker"} == 0`,
 		"LLMQWorkerAbsent":        `absent(up{job="llmq-worker"})`,
+		"LLMQUpstreamIncident":    `max by (model) (llmq_upstream_incident) > 0`,
+		"LLMQUpstreamKeyRefused":  `sum by (model, entry) (increase(llmq_upstream_incidents_total{cause="unauthorized"}[10m])) > 0`,
 	} {
 		wantExpr, err := promql.ParseExpr(want)
 		require.NoError(t, err)

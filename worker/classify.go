@@ -137,7 +137,7 @@ func Classify(err error, header http.Header, provider Provider) Outcome {
 	case isTimeout(err):
 		o.Code, o.Class = "timeout", ClassRetryable
 	case isConnectionError(err):
-		o.Code, o.Class = "connection_error", ClassRetryable
+		o.Code, o.Class = codeConnectionError, ClassRetryable
 	case errors.Is(err, context.Canceled):
 		o.Code, o.Class = "cancelled", ClassRetryable
 	default:
@@ -146,6 +146,10 @@ func Classify(err error, header http.Header, provider Provider) Outcome {
 	o.Code, o.Message = redact.Text(o.Code, codeMaxBytes), errorText(o.Status, o.Message)
 	return o
 }
+
+// codeConnectionError is the code of a call that got no answer: the
+// connection was refused, reset or closed.
+const codeConnectionError = "connection_error"
 
 // codeMaxBytes bounds an error code: the upstream's own, or llmq's.
 const codeMaxBytes = 64

@@ -288,14 +288,21 @@ type Config struct {
 
 	// The provider-incident breaker of each lane (incident.go): when at
 	// least IncidentMinCalls calls of the last IncidentWindow were made and
-	// at least IncidentFailureRatio of them failed (5xx, timeouts,
-	// connection resets), the lane holds its jobs and lets one through as
-	// a probe every IncidentProbeEvery; a failed probe costs its job no
-	// attempt. Defaults 20, 0.5, 1m, 15s; IncidentMinCalls -1 turns it off.
+	// at least IncidentFailureRatio of them failed (5xx, timeouts), when
+	// three calls in a row get no answer (connection refused or reset) or
+	// one a 401, the lane holds its jobs and lets one through as a probe
+	// every IncidentProbeEvery (a lane held on no answer probes at once
+	// first).
+	// Defaults 20, 0.5, 1m, 15s; IncidentMinCalls -1 turns it off.
 	IncidentMinCalls     int
 	IncidentFailureRatio float64
 	IncidentWindow       time.Duration
 	IncidentProbeEvery   time.Duration
+	// OutageLimit is how long into an outage the calls that fail for the
+	// provider (no answer, a 401, a failed probe) cost their jobs no
+	// attempt. Default OutageLimitDefault; negative (-1): every call
+	// counts.
+	OutageLimit time.Duration
 
 	// Capacity normalisation (capacity.go, reported by the
 	// llmq_capacity_* gauges): a model's allocatable capacity is its
@@ -352,6 +359,7 @@ func (c Config) WithDefaults() Config {
 	c.IncidentFailureRatio = cmp.Or(c.IncidentFailureRatio, IncidentFailureRatioDefault)
 	c.IncidentWindow = cmp.Or(c.IncidentWindow, IncidentWindowDefault)
 	c.IncidentProbeEvery = cmp.Or(c.IncidentProbeEvery, IncidentProbeEveryDefault)
+	c.OutageLimit = cmp.Or(c.OutageLimit, OutageLimitDefault)
 	c.CapacitySafety = cmp.Or(c.CapacitySafety, CapacitySafetyDefault)
 	c.CapacityReserved = cmp.Or(c.CapacityReserved, CapacityReservedDefault)
 	c.CapacityTailLatency = cmp.Or(c.CapacityTailLatency, CapacityTailLatencyDefault)

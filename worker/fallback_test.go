@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -133,4 +134,40 @@ func TestWorkerFallsBackWhenTheTPMIsSpent(t *testing.T) {
 		require.Equal(t, "backup", recs[id].UsedModel, id)
 	}
 	require.Empty(t, tb.sim.Sim.Stats().Models["primary"].RateLimited, "the lane held the jobs: no 429")
+}
+
+// TestWorkerFallbackNotFoundDoesNotFailTheJob: the configured fallback of a
+// model is a typo the provider answers 404 model_not_found for. Jobs the
+// primary's lane would hold move to it, are answered 404 and go back to
+// the primary, which serves every one of them; once the worker knows the
+// fallback is not served no other job moves to it. (Before, each of them
+// failed with 404.)
+func TestWorkerFallbackNotFoundDoesNotFailTheJob(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 69, RestrictModels: true,
+		Models: map[string]upstreamsim.ModelConfig{"primary": {Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}}})
+	clock := clockwork.NewFakeClock()
+	tb.start(t, func(c *worker.Config) {
+		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"primary": {RPM: 6, Fallbacks: []string{"primary-typo"}}}}
+		c.Clock, c.Strategy, c.FallbackMaxWait = clock, "", 2*time.Second // shape: one job every 10 s
+	})
+	runClock(t, clock, 10*time.Millisecond)
+	ids := []string{"nf-1", "nf-2", "nf-3", "nf-4"}
+	for _, id := range ids {
+		tb.publish(t, jobJSON(id, "primary", ""))
+	}
+	recs := tb.waitTerminal(t, ids, time.Minute)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, "%s: %s", id, recs[id].ErrorMessage)
+		require.Equal(t, "primary", recs[id].UsedModel, id)
+	}
+	stats := tb.sim.Sim.Stats().Models
+	require.EqualValues(t, len(ids), stats["primary"].Accepted)
+	require.Positive(t, stats["primary-typo"].Invalid, "the fallback was tried")
+	require.LessOrEqual(t, stats["primary-typo"].Invalid, int64(len(ids)-1), "by the jobs that moved before its first 404")
+
+	// Known unserved: a job the lane would hold waits for the primary.
+	tb.publish(t, jobJSON("nf-5", "primary", ""))
+	require.Equal(t, llmq.StatusSucceeded, tb.waitTerminal(t, []string{"nf-5"}, time.Minute)["nf-5"].Status)
+	require.Equal(t, stats["primary-typo"].Invalid, tb.sim.Sim.Stats().Models["primary-typo"].Invalid)
 }

@@ -1,26 +1,23 @@
 package worker
 
 import (
-	"errors"
 	"log/slog"
+	"net/http"
+	"sync"
 	"time"
-
-	"github.com/sony/gobreaker/v2"
 )
 
-// A provider incident: most calls of a model failing across jobs (5xx,
-// timeouts, connection resets) for longer than one job's retry schedule.
-// Left to the retry policy, every job in flight would spend its attempts
-// against an upstream that is down and be dead-lettered, however briefly
-// it was unlucky. Instead each lane has a circuit breaker (sony/gobreaker,
-// a well-kept implementation of the closed / open / half-open machine):
-// when at least IncidentMinCalls calls of the last IncidentWindow were made
-// and at least IncidentFailureRatio of them failed, the breaker opens and
-// the lane's dispatcher holds every job (their leases renewed, their
-// attempts untouched). Every IncidentProbeEvery it lets one job through as
-// a probe; a probe that fails costs that job nothing (its attempt is given
-// back to the policy), one that succeeds closes the breaker and the lane
-// resumes. docs/worker-policy.md has the rules.
+// A provider incident: the provider unreachable (connections refused or
+// reset), refusing the API key (401), or failing most calls of a model
+// across jobs (5xx, timeouts). Left to the retry policy, every job in
+// flight would spend its attempts against an upstream that cannot answer.
+// Instead each lane has a breaker (incident): while it is open the lane's
+// dispatcher holds every job (leases renewed, attempts untouched) and lets
+// one through as a probe every IncidentProbeEvery; the calls that fail
+// because of the incident cost their jobs nothing for up to OutageLimit.
+// docs/worker-policy.md has the rules. Not sony/gobreaker (used before):
+// it reads the system clock, so an outage could not run on the worker's
+// clock, and its counts cannot tell a call that reached no one from a 5xx.
 
 // Defaults of the incident breaker (Config).
 const (
@@ -28,78 +25,318 @@ const (
 	IncidentFailureRatioDefault = 0.5
 	IncidentWindowDefault       = time.Minute
 	IncidentProbeEveryDefault   = 15 * time.Second
+	// OutageLimitDefault bounds how long an incident's failed calls cost
+	// their jobs no attempt: the outages a job could wait out.
+	OutageLimitDefault = 15 * time.Minute
 )
 
-var (
-	// errNotCalled reports an admission that made no call (the job left,
-	// the call was not recorded): it counts neither way.
-	errNotCalled = errors.New("worker: admitted, not called")
-	// errProviderFailed reports a call the provider failed (ClassRetryable).
-	errProviderFailed = errors.New("worker: provider failure")
+// incidentCause is why a lane is held, the cause label of
+// llmq_upstream_incidents_total.
+type incidentCause string
+
+const (
+	causeFailures     incidentCause = "failures"
+	causeUnreachable  incidentCause = "unreachable"
+	causeUnauthorized incidentCause = "unauthorized"
 )
+
+// callResult is what one admitted call tells its lane's breaker.
+type callResult int
+
+const (
+	// resultAnswered: the provider is up (an answer, a 429, a 4xx).
+	resultAnswered callResult = iota
+	// resultFailed: a 5xx, 408, 409 or timeout.
+	resultFailed
+	// resultUnreachable: no answer (connection refused or reset).
+	resultUnreachable
+	// resultUnauthorized: the provider refuses the API key (401).
+	resultUnauthorized
+)
+
+// resultOf is what out tells the breaker.
+func resultOf(out Outcome) callResult {
+	switch {
+	case out.Status == http.StatusUnauthorized:
+		return resultUnauthorized
+	case out.Class == ClassRetryable && out.Status == 0 && out.Code == codeConnectionError:
+		return resultUnreachable
+	case out.Class == ClassRetryable:
+		return resultFailed
+	}
+	return resultAnswered
+}
+
+// incidentBuckets divide the window of the failure ratio.
+const incidentBuckets = 6
+
+// unreachableTrip is the number of calls in a row that get no answer
+// that holds a lane: a connection reset now and then (a keep-alive
+// connection the server dropped) costs a moment of doubt, not a hold.
+const unreachableTrip = 3
+
+// incident is the breaker of one lane, on the worker's clock: closed (calls
+// go through, counted over a rolling IncidentWindow), open (held until
+// probeAt) or probing (one call, the probe, in flight). Safe for concurrent
+// use; every method takes the time.
+type incident struct {
+	minCalls   int
+	ratio      float64
+	window     time.Duration
+	probeEvery time.Duration
+	// change is told each state change, under the breaker's lock.
+	change func(incidentChange)
+
+	mu      sync.Mutex
+	state   incidentState
+	cause   incidentCause
+	since   time.Time // when the incident began (zero while closed)
+	probeAt time.Time // open: when the next probe may go
+	// confirmed: the incident was reported (a lane held on one
+	// connection failure is confirmed by its failed probe).
+	confirmed bool
+	// unreached counts the calls in a row that got no answer while
+	// closed, since unreachedSince. While it is not 0 the lane is in
+	// doubt: one call at a time (testing) goes until a call is answered,
+	// or unreachableTrip in a row hold the lane.
+	unreached      int
+	unreachedSince time.Time
+	testing        bool
+	buckets        [incidentBuckets]struct {
+		start           time.Time
+		calls, failures int
+	}
+	wake chan struct{} // closed at the next state change
+}
+
+type incidentState int
+
+// incidentChange is a state change of a breaker: held or not, the incident
+// to report (it began, or the key was refused), or its end.
+type incidentChange struct {
+	held, report, over bool
+	cause              incidentCause
+}
+
+const (
+	incidentClosed incidentState = iota
+	incidentOpen
+	incidentProbing
+)
+
+// allow reports whether a call may go at now, and whether it is the
+// probe (of an incident, or of a lane in doubt); when none may, wake is
+// closed at the next change and wait is how long until the next probe is
+// due (0: when a call in flight ends).
+func (b *incident) allow(now time.Time) (ok, probe bool, wait time.Duration, wake <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.state == incidentClosed && b.unreached == 0:
+		return true, false, 0, nil
+	case b.state == incidentClosed && !b.testing:
+		b.testing = true
+		return true, true, 0, nil
+	case b.state == incidentClosed:
+		return false, false, 0, b.wake
+	case b.state == incidentOpen && !now.Before(b.probeAt):
+		b.set(incidentProbing, b.cause, false)
+		return true, true, 0, nil
+	case b.state == incidentOpen:
+		return false, false, b.probeAt.Sub(now), b.wake
+	}
+	return false, false, 0, b.wake
+}
+
+// notCalled records that a call admitted at allow (probe: as the probe)
+// was not made: the next call probes at once.
+func (b *incident) notCalled(probe bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case probe && b.state == incidentProbing:
+		b.set(incidentOpen, b.cause, false)
+	case probe && b.state == incidentClosed:
+		b.testing = false
+		b.notify()
+	}
+}
+
+// done records the result r of a call admitted at allow (probe: it was
+// the probe) at now. outage reports a failure that is the provider's, not
+// the job's: no answer, a 401, a failed probe; lasted is how long the
+// outage has lasted (since the first call in a row that got no answer, or
+// since the lane was held).
+func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, lasted time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case r == resultUnauthorized:
+		// One 401 is enough: the key is refused for every job.
+		b.trip(now, causeUnauthorized, now.Add(b.probeEvery), true)
+	case b.state == incidentClosed:
+		b.count(now, r == resultFailed || r == resultUnreachable)
+		if probe || b.unreached > 0 {
+			b.testing = b.testing && !probe
+			defer b.notify() // the lane in doubt admits its next call
+		}
+		switch {
+		case r != resultUnreachable:
+			b.unreached = 0
+		case b.unreached == 0:
+			b.unreached, b.unreachedSince = 1, now
+		default:
+			b.unreached++
+		}
+		switch {
+		case b.unreached >= unreachableTrip:
+			// Held, the next call probing at once: an outage costs a
+			// few calls, not a storm, and a short one is over at once.
+			b.trip(b.unreachedSince, causeUnreachable, now, false)
+		case r == resultUnreachable:
+			// No answer is the provider's failure, not the job's, even
+			// before the lane is held.
+			return true, now.Sub(b.unreachedSince)
+		case r == resultFailed && b.tripsOnRatio(now):
+			b.trip(now, causeFailures, now.Add(b.probeEvery), true)
+		}
+	case !probe:
+		// Admitted before the lane was held: says nothing new.
+	case r == resultAnswered:
+		b.close()
+	case r == resultUnreachable:
+		b.trip(now, causeUnreachable, now.Add(b.probeEvery), true)
+	default:
+		b.trip(now, causeFailures, now.Add(b.probeEvery), true)
+	}
+	if b.state == incidentClosed || r == resultAnswered || r == resultFailed && !probe {
+		return false, 0
+	}
+	return true, now.Sub(b.since)
+}
+
+// trip holds the lane (again) for cause, an incident that began at since
+// if it is a new one, until the next probe at probeAt; confirm reports the
+// incident if it was not (or reports the key refused).
+func (b *incident) trip(since time.Time, cause incidentCause, probeAt time.Time, confirm bool) {
+	if b.state == incidentClosed {
+		b.since, b.confirmed = since, false
+	}
+	b.probeAt, b.unreached, b.testing = probeAt, 0, false
+	report := confirm && (!b.confirmed || cause != b.cause && cause == causeUnauthorized)
+	b.confirmed = b.confirmed || confirm
+	b.set(incidentOpen, cause, report)
+}
+
+// close ends the incident: the probe was answered.
+func (b *incident) close() {
+	b.buckets = [incidentBuckets]struct {
+		start           time.Time
+		calls, failures int
+	}{}
+	b.set(incidentClosed, b.cause, false)
+	b.since, b.confirmed = time.Time{}, false
+}
+
+// set moves the breaker to state to for cause, waking the waiting
+// dispatcher and telling change.
+func (b *incident) set(to incidentState, cause incidentCause, report bool) {
+	held := b.state != incidentClosed
+	b.state, b.cause = to, cause
+	b.notify()
+	b.change(incidentChange{held: to != incidentClosed, report: report, over: held && to == incidentClosed && b.confirmed, cause: cause})
+}
+
+// notify wakes the dispatcher waiting on the breaker.
+func (b *incident) notify() {
+	close(b.wake)
+	b.wake = make(chan struct{})
+}
+
+// count adds a call at now to the rolling window.
+func (b *incident) count(now time.Time, failed bool) {
+	period := max(b.window/incidentBuckets, time.Nanosecond)
+	start := now.Truncate(period)
+	i := int(now.UnixNano()/int64(period)) % incidentBuckets
+	if !b.buckets[i].start.Equal(start) {
+		b.buckets[i].start, b.buckets[i].calls, b.buckets[i].failures = start, 0, 0
+	}
+	b.buckets[i].calls++
+	if failed {
+		b.buckets[i].failures++
+	}
+}
+
+// tripsOnRatio reports whether the window at now holds at least minCalls
+// calls, failureRatio of them failed.
+func (b *incident) tripsOnRatio(now time.Time) bool {
+	calls, failures := 0, 0
+	for _, k := range b.buckets {
+		if now.Sub(k.start) < b.window {
+			calls, failures = calls+k.calls, failures+k.failures
+		}
+	}
+	return calls >= b.minCalls && float64(failures) >= b.ratio*float64(calls)
+}
 
 // newIncident returns the breaker of the lane of model's entry ("" without
 // a pool), nil when the worker runs without one (IncidentMinCalls < 0).
-func (w *Worker) newIncident(model, entry string) *gobreaker.TwoStepCircuitBreaker[struct{}] {
-	c := w.cfg
-	if c.IncidentMinCalls < 0 {
+func (w *Worker) newIncident(model, entry string) *incident {
+	cfg := w.cfg
+	if cfg.IncidentMinCalls < 0 {
 		return nil
 	}
-	return gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:         model,
-		MaxRequests:  1,
-		Interval:     c.IncidentWindow,
-		BucketPeriod: c.IncidentWindow / 6,
-		Timeout:      c.IncidentProbeEvery,
-		ReadyToTrip: func(n gobreaker.Counts) bool {
-			return n.Requests >= uint32(c.IncidentMinCalls) &&
-				float64(n.TotalFailures) >= c.IncidentFailureRatio*float64(n.Requests)
-		},
-		IsSuccessful: func(err error) bool { return !errors.Is(err, errProviderFailed) },
-		IsExcluded:   func(err error) bool { return errors.Is(err, errNotCalled) },
-		OnStateChange: func(_ string, from, to gobreaker.State) {
+	log := w.log.With(slog.String("model", model), slog.String("entry", entry))
+	return &incident{
+		minCalls: cfg.IncidentMinCalls, ratio: cfg.IncidentFailureRatio, window: cfg.IncidentWindow,
+		probeEvery: cfg.IncidentProbeEvery, wake: make(chan struct{}),
+		change: func(c incidentChange) {
 			held := 0.0
-			if to != gobreaker.StateClosed {
+			if c.held {
 				held = 1
 			}
 			w.metrics.incident.WithLabelValues(model, entry).Set(held)
+			if c.report {
+				w.metrics.incidents.WithLabelValues(model, entry, string(c.cause)).Inc()
+			}
+			every := slog.Duration("probe_every", cfg.IncidentProbeEvery)
 			switch {
-			case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
-				w.log.Warn("provider incident: most calls fail; holding the model's jobs and probing",
-					slog.String("model", model), slog.String("entry", entry), slog.Duration("probe_every", c.IncidentProbeEvery))
-			case to == gobreaker.StateClosed:
-				w.log.Info("provider incident over: a probe succeeded", slog.String("model", model), slog.String("entry", entry))
+			case c.report && c.cause == causeUnauthorized:
+				log.Error("provider refuses the API key (HTTP 401): holding the model's jobs and probing; check the key (OPENAI_API_KEY)", every)
+			case c.report && c.cause == causeUnreachable:
+				log.Warn("provider unreachable: holding the model's jobs and probing", every)
+			case c.report:
+				log.Warn("provider incident: most calls fail; holding the model's jobs and probing", every)
+			case c.over:
+				log.Info("provider incident over: a probe succeeded", slog.String("cause", string(c.cause)))
 			}
 		},
-	})
+	}
 }
 
 // holdForIncident waits while t's lane is held by an incident and returns
-// the report to make of the call t is admitted for, or false when the job
+// whether the call t is admitted for is the probe, or false when the job
 // or the worker stopped first. A lane without a breaker is never held.
-func (w *Worker) holdForIncident(l *lane, t *ticket) (report func(error), probe, ok bool) {
+func (w *Worker) holdForIncident(l *lane, t *ticket) (probe, ok bool) {
 	if l.incident == nil {
-		return func(error) {}, false, true
+		return false, true
 	}
 	for {
-		if done, err := l.incident.Allow(); err == nil {
-			// Half-open admits one call at a time: this one, the probe.
-			return done, l.incident.State() == gobreaker.StateHalfOpen, true
+		ok, probe, wait, wake := l.incident.allow(w.cfg.Clock.Now())
+		if ok {
+			return probe, true
+		}
+		var due <-chan time.Time
+		if wait > 0 {
+			due = w.cfg.Clock.After(wait)
 		}
 		select {
 		case <-w.workCtx.Done():
-			return nil, false, false
+			return false, false
 		case <-t.ctx.Done():
-			return nil, false, false
-		case <-w.cfg.Clock.After(w.cfg.IncidentProbeEvery): // when the breaker lets a probe through
+			return false, false
+		case <-wake: // the probe ended
+		case <-due: // the next probe is due
 		}
 	}
-}
-
-// incidentOutcome is what a call's outcome tells the breaker.
-func incidentOutcome(out Outcome) error {
-	if out.Class == ClassRetryable {
-		return errProviderFailed
-	}
-	return nil
 }

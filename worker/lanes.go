@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sony/gobreaker/v2"
-
 	"github.com/llmq/llmq/shaping"
 )
 
@@ -44,7 +42,7 @@ type lane struct {
 	typOut int
 	// incident holds the lane during a provider incident (incident.go);
 	// nil when the worker runs without.
-	incident *gobreaker.TwoStepCircuitBreaker[struct{}]
+	incident *incident
 	// health is the model's last calls, for its capacity's health factor.
 	health health
 	// unshared is when the dispatcher first found the lane on share 0
@@ -140,11 +138,11 @@ func (t *ticket) wait(ctx context.Context) admission {
 type admission struct {
 	permit shaping.Permit
 	err    error
-	// report tells the lane's incident breaker how the call admitted went
-	// (nil when no call was admitted); probe: the call is the breaker's
-	// probe.
-	report func(error)
-	probe  bool
+	// incident is the lane's breaker, told how the call admitted went
+	// (nil when no call was admitted or the lane has none); probe: the
+	// call is its probe.
+	incident *incident
+	probe    bool
 	// waited is how long the job waited for the admission.
 	waited time.Duration
 	// scopes hold a call each while the permit lives (nil after a failed
@@ -163,8 +161,8 @@ func (a admission) releaseScopes() {
 
 // notCalled reports an admitted call that was not made.
 func (a admission) notCalled() {
-	if a.report != nil {
-		a.report(errNotCalled)
+	if a.incident != nil {
+		a.incident.notCalled(a.probe)
 	}
 }
 
@@ -235,7 +233,7 @@ func (w *Worker) dispatch(l *lane) {
 			w.releaseScopes(t.scopes)
 			continue
 		}
-		report, probe, ok := w.holdForIncident(l, t)
+		probe, ok := w.holdForIncident(l, t)
 		if !ok {
 			w.releaseScopes(t.scopes)
 			continue // the job left (its ticket answers itself), or the worker stops
@@ -243,11 +241,13 @@ func (w *Worker) dispatch(l *lane) {
 		p, err := w.admitTicket(l, t)
 		if err != nil {
 			w.releaseScopes(t.scopes)
-			report(errNotCalled)
+			if l.incident != nil {
+				l.incident.notCalled(probe)
+			}
 			t.answer(admission{err: err})
 			continue
 		}
-		t.answer(admission{permit: p, report: report, probe: probe, scopes: t.scopes, release: w.releaseScopes})
+		t.answer(admission{permit: p, incident: l.incident, probe: probe, scopes: t.scopes, release: w.releaseScopes})
 	}
 }
 

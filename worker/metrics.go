@@ -20,6 +20,7 @@ type metrics struct {
 	bucketLevel      *prometheus.GaugeVec
 	quotaShare       *prometheus.GaugeVec
 	incident         *prometheus.GaugeVec
+	incidents        *prometheus.CounterVec
 	jobDuration      prometheus.Histogram
 	queueDepth       prometheus.Gauge
 	deadLetters      *prometheus.CounterVec
@@ -73,8 +74,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "llmq_quota_share", Help: "Share of the provider's quota this worker runs on, per model and pool entry (1 without the quota ledger).",
 		}, []string{"model", "entry"}),
 		incident: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "llmq_upstream_incident", Help: "1 while a model's lane (per pool entry) is held by a provider incident (most calls failing: jobs wait, one probe at a time), else 0.",
+			Name: "llmq_upstream_incident", Help: "1 while a model's lane (per pool entry) is held by a provider incident (unreachable, key refused or most calls failing: jobs wait, one probe at a time), else 0.",
 		}, []string{"model", "entry"}),
+		incidents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_upstream_incidents_total", Help: "Provider incidents that held a model's lane (per pool entry), by cause (unreachable, unauthorized, failures).",
+		}, []string{"model", "entry", "cause"}),
 		jobDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "llmq_job_duration_seconds", Help: "Time from the last claim to the terminal state.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 3, 12),
@@ -112,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.tenantTokens, m.retries, m.fallbacks, m.entrySwitches, m.shapingWait,
-			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.incident, m.jobDuration, m.queueDepth, m.deadLetters,
+			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.incident, m.incidents, m.jobDuration, m.queueDepth, m.deadLetters,
 			m.ingested, m.ingestPauses, m.handedBack, m.dropped, m.claimed, m.released, m.reaped, m.leaseLost)
 	}
 	return m

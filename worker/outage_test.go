@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
@@ -126,6 +127,131 @@ func TestWorkerRabbitMQOutage(t *testing.T) {
 	require.EqualValues(t, n, tb.sim.Sim.Stats().Total.Accepted, "one call per job")
 	require.Eventually(t, func() bool { return tb.ready(t) == 0 }, 20*time.Second, 10*time.Millisecond, "nothing left in the queue")
 	waitDrained(t, sub)
+}
+
+// cutCounter counts the calls, and those that start while the provider
+// is cut.
+type cutCounter struct {
+	worker.Upstream
+	cut           atomic.Bool
+	calls, during atomic.Int32
+}
+
+func (c *cutCounter) Call(ctx context.Context, model string, body []byte) worker.Reply {
+	c.calls.Add(1)
+	if c.cut.Load() {
+		c.during.Add(1)
+	}
+	return c.Upstream.Call(ctx, model, body)
+}
+
+// runClock advances clock by step every real millisecond until the test
+// ends: the worker's waits (backoff, probes, heartbeats) pass step/1ms
+// times faster than the calls and writes, which stay real.
+func runClock(t *testing.T, clock *clockwork.FakeClock, step time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				clock.Advance(step)
+			}
+		}
+	}()
+}
+
+// TestWorkerProviderOutageCostsNoAttempts cuts the provider (connections
+// reset, as a stopped server's) for 60 s of the worker's clock under 300
+// jobs: every job succeeds, none is dead-lettered, and the worker makes at
+// most 30 calls during the cut: the lane holds its jobs and probes.
+func TestWorkerProviderOutageCostsNoAttempts(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 45, Latency: upstreamsim.LatencyConfig{TTFT: 20 * time.Millisecond},
+		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	provider, simURL := proxied(t, tb.sim.URL)
+	up := &cutCounter{Upstream: upstreamAt(simURL, 5*time.Second)}
+	clock := clockwork.NewFakeClock()
+	tb.start(t, func(c *worker.Config) { c.Upstream, c.Clock = up, clock })
+	runClock(t, clock, 10*time.Millisecond)
+	const n = 300
+	ids := make([]string, n)
+	values := make([][]byte, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("cut-%03d", i)
+		values[i] = jobJSON(ids[i], "m", "")
+	}
+	tb.publish(t, values...)
+	require.Eventually(t, func() bool { return tb.count(t, `status = 'succeeded'`) >= n/3 }, time.Minute, 5*time.Millisecond)
+	up.cut.Store(true)
+	provider.Cut()
+	cutAt := clock.Now()
+	require.Eventually(t, func() bool { return clock.Since(cutAt) >= time.Minute }, time.Minute, time.Millisecond)
+	provider.Restore()
+	up.cut.Store(false)
+	require.Less(t, tb.count(t, `status = 'succeeded'`), n, "the cut came before the end")
+
+	recs := tb.waitTerminal(t, ids, 2*time.Minute)
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, "%s: %s %s", id, recs[id].ErrorCode, recs[id].ErrorMessage)
+	}
+	require.Empty(t, tb.letters.all())
+	t.Logf("%d calls during the cut", up.during.Load())
+	require.LessOrEqual(t, up.during.Load(), int32(30), "probes, not a storm")
+}
+
+// TestWorkerOutageCallsCostNoAttempts: one job with 2 attempts meets a 60 s
+// outage (on the worker's clock) that fails its calls at least 5 times (the
+// first call, the probe at once, then one every 15 s): it succeeds after,
+// its attempts counting every call. With an outage limit of 10 s, the
+// probes after it count: the job is dead-lettered at its second.
+func TestWorkerOutageCallsCostNoAttempts(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		limit time.Duration
+		want  llmq.Status
+	}{
+		{"within the outage limit", 0, llmq.StatusSucceeded},
+		{"past the outage limit", 10 * time.Second, llmq.StatusDeadLettered},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t, upstreamsim.Config{Seed: 46})
+			provider, simURL := proxied(t, tb.sim.URL)
+			up := &cutCounter{Upstream: upstreamAt(simURL, 5*time.Second)}
+			clock := clockwork.NewFakeClock()
+			tb.start(t, func(c *worker.Config) { c.Upstream, c.Clock, c.MaxAttempts, c.OutageLimit = up, clock, 2, tt.limit })
+			up.cut.Store(true)
+			provider.Cut()
+			cutAt := clock.Now()
+			runClock(t, clock, 10*time.Millisecond)
+			tb.publish(t, jobJSON("alone", "m", ""))
+			require.Eventually(t, func() bool { return clock.Since(cutAt) >= time.Minute }, time.Minute, time.Millisecond)
+			provider.Restore()
+			up.cut.Store(false)
+			rec := tb.waitTerminal(t, []string{"alone"}, time.Minute)["alone"]
+			require.Equal(t, tt.want, rec.Status, "%s %s", rec.ErrorCode, rec.ErrorMessage)
+			if tt.want == llmq.StatusDeadLettered {
+				letters := tb.letters.all()
+				require.Len(t, letters, 1)
+				require.Equal(t, dlq.ReasonRetriesExhausted, letters[0].Reason)
+				require.Equal(t, 2, letters[0].Attempts)
+				return
+			}
+			require.GreaterOrEqual(t, up.during.Load(), int32(5))
+			require.EqualValues(t, up.calls.Load(), rec.Attempts, "every call recorded")
+		})
+	}
 }
 
 // failingIngest is a job store whose Ingest fails when a batch holds the

@@ -62,8 +62,9 @@ type event struct {
 	// Deadline is the job's deadline; zero when it has none.
 	Deadline time.Time
 	// Next is the index in the chain of the first model after the current
-	// one whose context window holds the request (nextFallback); 0 when
-	// there is none.
+	// one whose context window holds the request and that the provider
+	// serves, as far as the worker knows (nextFallback); 0 when there is
+	// none.
 	Next int
 	// Outcome is the classified reply of the call (stepCalled).
 	Outcome Outcome
@@ -79,6 +80,11 @@ type event struct {
 	// (stepLanePaused, and stepCalled after a failure).
 	Pooled bool
 	Entry  int
+	// Outage says the call failed for a provider incident its lane is
+	// held for (no answer, a 401, a failed probe), which has lasted
+	// OutageFor (stepCalled).
+	Outage    bool
+	OutageFor time.Duration
 }
 
 // verb is what the pipeline does next with a job.
@@ -145,6 +151,14 @@ type policy struct {
 	FallbackMaxWait time.Duration
 	FallbackOn      []FallbackTrigger
 	Backoff         Backoff
+	OutageLimit     time.Duration
+}
+
+// free reports a call of e that costs the job no attempt: it failed for a
+// provider outage that has lasted less than OutageLimit (negative: none
+// is free).
+func (p policy) free(e event) bool {
+	return e.Step == stepCalled && e.Outage && e.OutageFor < p.OutageLimit
 }
 
 // trigger is the fallback trigger out is, and whether the policy falls
@@ -205,12 +219,23 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 		return s, action{Verb: doExpire, Why: "predicted wait passes the deadline: " + e.Detail}
 	}
 
-	s.Attempts++
+	free := p.free(e)
+	if !free {
+		s.Attempts++
+	}
 	out := e.Outcome
-	switch out.Class {
-	case ClassSuccess:
+	switch {
+	case out.Class == ClassSuccess:
 		return s, action{Verb: doSucceed}
-	case ClassPermanent:
+	case out.Class == ClassPermanent && s.Model > 0 && isNotFound(out) && s.Attempts < p.MaxAttempts:
+		// A fallback the provider does not serve is not the job's
+		// failure while its first model can serve it (Next skips the
+		// fallback from now on: unserved.go).
+		s.Model, s.RateLimited = 0, 0
+		return s, action{Verb: doFallBack, Why: "fallback model not found (HTTP 404): back to the first model"}
+	case out.Class == ClassPermanent && !free:
+		// A 401 while the lane is held for it is the provider's refusal
+		// of the key, not the job's failure: it waits with the others.
 		return s, action{Verb: doFail, Status: out.Status, Code: out.Code, Message: out.Message}
 	}
 	if s.Attempts >= p.MaxAttempts {
@@ -277,10 +302,14 @@ func fallBack(s state, e event, why string) (state, action) {
 
 // nextFallback is the index in chain of the first model after from whose
 // context window holds the request (its prompt and its output allowance,
-// the model's default when the request sets none); 0 when there is none.
-// A model whose window is unknown holds any request.
-func nextFallback(cat llmq.Catalog, chain []string, from int, est shaping.Estimate) int {
+// the model's default when the request sets none) and that unserved (nil:
+// none) does not name; 0 when there is none. A model whose window is
+// unknown holds any request.
+func nextFallback(cat llmq.Catalog, chain []string, from int, est shaping.Estimate, unserved func(model string) bool) int {
 	for i := from + 1; i < len(chain); i++ {
+		if unserved != nil && unserved(chain[i]) {
+			continue
+		}
 		m := laneModel(cat, chain[i])
 		if need := est.PromptTokens + cmp.Or(est.MaxOutputTokens, m.MaxOutputDefault); m.ContextWindow > 0 && need > m.ContextWindow {
 			continue

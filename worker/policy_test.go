@@ -24,7 +24,8 @@ func TestDecide(t *testing.T) {
 	t.Parallel()
 	p := policy{
 		MaxAttempts: 4, FallbackAfter: 2, FallbackMaxWait: 2 * time.Second, FallbackOn: []FallbackTrigger{FallbackOnRateLimit},
-		Backoff: Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxRetryAfter: 5 * time.Second},
+		Backoff:     Backoff{Base: 100 * time.Millisecond, Max: time.Second, MaxRetryAfter: 5 * time.Second},
+		OutageLimit: 15 * time.Minute,
 	}
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	called := func(class Class, retryAfter time.Duration) Outcome {
@@ -111,6 +112,20 @@ func TestDecide(t *testing.T) {
 				Next: 1, BudgetLeft: true},
 			want: state{Attempts: 1},
 			act:  action{Verb: doFail, Status: 401, Code: "code", Message: "message"}},
+		{name: "404 on a fallback: back to the first model, counted",
+			state: state{Attempts: 1, Model: 2, RateLimited: 1},
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 404, Code: "model_not_found"}},
+			want:  state{Attempts: 2},
+			act:   action{Verb: doFallBack, Why: "fallback model not found (HTTP 404): back to the first model"}},
+		{name: "404 on a fallback with the last attempt: fail",
+			state: state{Attempts: 3, Model: 1},
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 404, Code: "model_not_found"}},
+			want:  state{Attempts: 4, Model: 1},
+			act:   action{Verb: doFail, Status: 404, Code: "model_not_found"}},
+		{name: "404 on the first model: fail",
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 404, Code: "model_not_found"}, Next: 1},
+			want:  state{Attempts: 1},
+			act:   action{Verb: doFail, Status: 404, Code: "model_not_found"}},
 		{name: "retryable, first retry: jitter over Base",
 			event: event{Step: stepCalled, Outcome: called(retryable, 0), BudgetLeft: true},
 			want:  state{Attempts: 1, Retries: 1},
@@ -151,6 +166,25 @@ func TestDecide(t *testing.T) {
 			state: state{Attempts: 3, RateLimited: 1}, event: event{Step: stepCalled, Outcome: called(limited, 0), Next: 1},
 			want: state{Attempts: 4, RateLimited: 1},
 			act:  action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}},
+		{name: "outage: a failure of the incident costs no attempt, even the last",
+			state: state{Attempts: 3, Retries: 3},
+			event: event{Step: stepCalled, Outcome: called(retryable, 0), Outage: true, OutageFor: 14 * time.Minute, BudgetLeft: true},
+			want:  state{Attempts: 3, Retries: 4},
+			act:   action{Verb: doRetry, Delay: 800 * time.Millisecond, Budgeted: true}},
+		{name: "outage past OutageLimit: counted again",
+			state: state{Attempts: 3, Retries: 3},
+			event: event{Step: stepCalled, Outcome: called(retryable, 0), Outage: true, OutageFor: 15 * time.Minute, BudgetLeft: true},
+			want:  state{Attempts: 4, Retries: 3},
+			act:   action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}},
+		{name: "outage: a 401 while the lane is held for it waits, free",
+			state: state{Attempts: 1},
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 401, Code: "invalid_api_key"}, Outage: true, BudgetLeft: true},
+			want:  state{Attempts: 1, Retries: 1},
+			act:   action{Verb: doRetry, Delay: 100 * time.Millisecond, Budgeted: true}},
+		{name: "outage past OutageLimit: a 401 fails the job",
+			event: event{Step: stepCalled, Outcome: Outcome{Class: ClassPermanent, Status: 401, Code: "invalid_api_key"}, Outage: true, OutageFor: time.Hour},
+			want:  state{Attempts: 1},
+			act:   action{Verb: doFail, Status: 401, Code: "invalid_api_key"}},
 		{name: "429 below FallbackAfter: retry, counted",
 			event: event{Step: stepCalled, Outcome: called(limited, 0), Next: 1, BudgetLeft: true},
 			want:  state{Attempts: 1, Retries: 1, RateLimited: 1},
@@ -302,11 +336,12 @@ func TestNextFallback(t *testing.T) {
 		{"no max_tokens: the shaping default allowance counts", []string{"a", "1k"}, 0, prompt(100, 0), 0},
 		{"no max_tokens: the model's default allowance counts", []string{"a", "small"}, 0, prompt(900, 0), 1},
 		{"none fits", []string{"a", "tiny", "1k"}, 0, prompt(2000, 10), 0},
+		{"a model the provider does not serve is skipped", []string{"a", "unserved", "b"}, 0, prompt(10, 10), 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			require.Equal(t, tt.want, nextFallback(cat, tt.chain, tt.from, tt.est))
+			require.Equal(t, tt.want, nextFallback(cat, tt.chain, tt.from, tt.est, func(m string) bool { return m == "unserved" }))
 		})
 	}
 }

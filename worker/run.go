@@ -64,9 +64,10 @@ type job struct {
 	scopes []*scopeQuota
 	// writeFails counts the database errors of the job's writes in a row.
 	writeFails int
-	// freeCalls counts the failed probes of provider incidents this
-	// holder made for the job: calls (in attempts) the policy does not
-	// count. A holder that claims the job again counts them.
+	// freeCalls counts the calls this holder made for the job that failed
+	// for a provider incident (policy.free): calls (in attempts) the
+	// policy does not count. A holder that claims the job again counts
+	// them.
 	freeCalls int
 	// attempt is what is not yet written of the job's calls (attempts.go).
 	attempt attempt
@@ -245,8 +246,12 @@ func (w *Worker) decide(p *job, e event) action {
 	if p.job.Deadline != nil {
 		e.Deadline = *p.job.Deadline
 	}
+	if e.Step == stepCalled && p.state.Model > 0 && isNotFound(e.Outcome) {
+		w.unserved.mark(p.models[p.state.Model], e.Now)
+	}
 	e.Next = nextFallback(w.cfg.Catalog, p.models, p.state.Model, shaping.Estimate{
-		PromptTokens: p.req.PromptTokens, MaxOutputTokens: p.req.MaxOutputTokens})
+		PromptTokens: p.req.PromptTokens, MaxOutputTokens: p.req.MaxOutputTokens},
+		func(model string) bool { return w.unserved.has(model, e.Now) })
 	if model := p.models[p.state.Model]; len(w.pool(model)) > 1 {
 		e.Pooled = true
 		// Only where the policy may move the job: the check may read the
@@ -262,6 +267,9 @@ func (w *Worker) decide(p *job, e event) action {
 		w.budget.Withdraw()
 	}
 	w.policyMu.Unlock()
+	if w.policy.free(e) {
+		p.freeCalls++
+	}
 	p.state = next
 	return act
 }
@@ -353,16 +361,12 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		w.release(p)
 		return event{}, false
 	}
-	failed := incidentOutcome(p.reply.Outcome)
-	a.report(failed)
-	if a.probe && failed != nil {
-		// A probe of a provider incident that fails costs the job
-		// nothing: the policy does not count it.
-		p.freeCalls++
-		p.state.Attempts--
+	e := event{Step: stepCalled, Outcome: p.reply.Outcome}
+	if a.incident != nil {
+		e.Outage, e.OutageFor = a.incident.done(w.cfg.Clock.Now(), a.probe, resultOf(p.reply.Outcome))
 	}
 	p.setPending(l)
-	return event{Step: stepCalled, Outcome: p.reply.Outcome}, true
+	return e, true
 }
 
 // markTimeout bounds the record of a call.

@@ -96,6 +96,8 @@ type Worker struct {
 	// scheduler.
 	modelsMu  sync.Mutex
 	newModels map[string]bool
+	// unserved are the fallback models the provider answered 404 for.
+	unserved unservedModels
 
 	// workCtx ends when Stop's grace period is over (calls in flight are
 	// cut); stopCtx, its child, when Stop begins (ingest and claims stop,
@@ -144,6 +146,7 @@ func New(cfg Config) (*Worker, error) {
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
 			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
+			OutageLimit: cfg.OutageLimit,
 		},
 		budget:      NewRetryBudget(cfg.RetryBudget, 0, 0),
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),

@@ -60,6 +60,7 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 		"`retry.fallback_max_wait`":               list(worker.FallbackMaxWaitDefault),
 		"`retry.incident_min_calls`, `.incident_failure_ratio`, `.incident_window`, `.incident_probe_every`": list(
 			worker.IncidentMinCallsDefault, worker.IncidentFailureRatioDefault, worker.IncidentWindowDefault, worker.IncidentProbeEveryDefault),
+		"`retry.outage_limit`":                     list(worker.OutageLimitDefault),
 		"`batch.window`":                           code(batchapi.WindowDefault),
 		"`batch.timezone`":                         code(batchapi.TimezoneDefault),
 		"`batch.drain_threshold`":                  list(batchapi.DrainThresholdDefault),

@@ -53,6 +53,7 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		IncidentFailureRatio: s.Retry.IncidentFailureRatio,
 		IncidentWindow:       s.Retry.IncidentWindow,
 		IncidentProbeEvery:   s.Retry.IncidentProbeEvery,
+		OutageLimit:          s.Retry.OutageLimit,
 		FallbackOn:           fallbackOn(s.Retry.FallbackOn),
 		ShutdownTimeout:      wc.ShutdownTimeout,
 		Lease:                wc.Lease,

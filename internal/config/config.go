@@ -168,6 +168,10 @@ type Retry struct {
 	IncidentFailureRatio float64       `yaml:"incident_failure_ratio"`
 	IncidentWindow       time.Duration `yaml:"incident_window"`
 	IncidentProbeEvery   time.Duration `yaml:"incident_probe_every"`
+	// OutageLimit is how long into a provider outage the calls that fail
+	// for it cost their jobs no attempt (worker.Config.OutageLimit);
+	// 0 = worker.OutageLimitDefault, negative (-1s) = every call counts.
+	OutageLimit time.Duration `yaml:"outage_limit"`
 }
 
 // Capacity configures the capacity normalisation (worker.Config's

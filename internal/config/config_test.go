@@ -69,6 +69,7 @@ retry:
   base_delay: 1s
   max_delay: 10s
   max_retry_after: 1m
+  outage_limit: 30m
 ingest:
   window: 500
 upstream:
@@ -111,7 +112,8 @@ tenants:
 	m := c.Models["gpt-4o-mini"]
 	require.Equal(t, llmq.Model{RPM: 500, TPM: 200000, Concurrency: 20, ContextWindow: 128000, MaxOutputDefault: 512,
 		InputPricePer1M: 0.15, OutputPricePer1M: 0.6, Fallbacks: []string{"gpt-4o-nano"}}, m)
-	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute},
+	require.Equal(t, config.Retry{MaxAttempts: 3, BaseDelay: time.Second, MaxDelay: 10 * time.Second, MaxRetryAfter: time.Minute,
+		OutageLimit: 30 * time.Minute},
 		c.Retry, "the settings not given stay zero")
 	require.Equal(t, config.Ingest{Window: 500}, c.Ingest)
 	require.Equal(t, config.Upstream{MaxResponseBytes: 65536}, c.Upstream)

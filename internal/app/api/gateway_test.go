@@ -38,8 +38,10 @@ type gatewayBundle struct {
 	reg         *prometheus.Registry
 	startWorker func()
 	// upstreamKey is the key the worker started next calls the simulator
-	// with; the simulator takes sk-test only.
+	// with; the simulator takes sk-test only. outageLimit is its
+	// OutageLimit.
 	upstreamKey string
+	outageLimit time.Duration
 	// headers are the headers of every answer the clients below got.
 	mu      sync.Mutex
 	headers []http.Header
@@ -92,7 +94,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
-			Logger: quiet, Registerer: prometheus.NewRegistry(),
+			OutageLimit: b.outageLimit, Logger: quiet, Registerer: prometheus.NewRegistry(),
 		})
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
@@ -221,7 +223,9 @@ func TestGatewayGoOpenAI(t *testing.T) {
 func TestGatewayProviderStatus(t *testing.T) {
 	t.Parallel()
 	b := gatewaySetup(t, api.GatewayConfig{})
-	b.upstreamKey = ""
+	// Within the outage limit a 401 holds the model's jobs (the key is
+	// refused for all): with none, it fails the job at once.
+	b.upstreamKey, b.outageLimit = "", -1
 	b.startWorker()
 	_, err := b.client(nil).CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
 	var apiErr *openai.APIError

@@ -211,4 +211,3 @@ func (p *Producer) admitTenants(q QueueState, jobs []*llmq.Job) (QueueState, *Er
 	}
 	return first, nil
 }
-

@@ -65,6 +65,7 @@ func (p *Producer) measureTenants(ctx context.Context, since time.Time) (*tenant
 	t := &tenantTable{byName: make(map[string]store.TenantQueue, len(ts))}
 	for _, q := range ts {
 		t.weight += p.cfg.Tenants.Weight(q.Tenant)
+		t.byName[q.Tenant] = q
 	}
 	names, limits := make([]string, len(ts)), make([]int64, len(ts))
 	for i, q := range ts {

@@ -49,6 +49,12 @@ type Scope struct {
 // Tenant is a tenant's scope and those of its projects.
 type Tenant struct {
 	Scope `yaml:",inline"`
+	// SoftDepth and HardDepth are the most jobs the tenant may hold waiting
+	// or in flight before it is throttled, then refused
+	// (docs/design/admission.md); 0 = its weighted share of the queue's
+	// soft and hard depth.
+	SoftDepth int64 `yaml:"soft_depth"`
+	HardDepth int64 `yaml:"hard_depth"`
 	// Projects are the tenant's projects by name (a job's project field).
 	// A tenant that lists projects takes jobs of those only (CheckProject).
 	Projects map[string]Scope `yaml:"projects"`
@@ -126,6 +132,12 @@ func (ts Tenants) Validate(prefix string) []error {
 			errs = append(errs, fmt.Errorf("%s: a tenant is 1-%d characters of [A-Za-z0-9._:-]", p, MaxIDLength))
 		}
 		errs = append(errs, t.Scope.validate(p)...)
+		if t.SoftDepth < 0 || t.HardDepth < 0 {
+			errs = append(errs, fmt.Errorf("%s: soft_depth and hard_depth must not be negative (0: the weighted share)", p))
+		}
+		if t.HardDepth > 0 && t.SoftDepth >= t.HardDepth {
+			errs = append(errs, fmt.Errorf("%s.hard_depth: must exceed soft_depth (%d); got %d", p, t.SoftDepth, t.HardDepth))
+		}
 		for _, proj := range slices.Sorted(maps.Keys(t.Projects)) {
 			pp := p + ".projects." + proj
 			if !validID(proj) {
@@ -152,3 +164,10 @@ func (s Scope) validate(p string) []error {
 	}
 	return append(errs, s.validateBudget(p)...)
 }
+
+// ShareOf is the part of a capacity shared by weight (the queue's depth)
+// of a tenant of weight w, when the tenants holding jobs weigh total
+// together, itself included when it holds any: w/total, and never more
+// than w/(w+WeightDefault), so that a tenant alone leaves room for one more
+// (docs/design/admission.md).
+func ShareOf(w, total float64) float64 { return w / max(total, w+WeightDefault) }

@@ -31,6 +31,11 @@ const (
 	// ReasonBudgetExceeded: a budget of the job's tenant or project is
 	// spent and its overage policy is reject (docs/design/tenants.md).
 	ReasonBudgetExceeded Reason = "budget_exceeded"
+	// ReasonTenantQueueFull: the job's tenant held its cap of jobs queued
+	// or in flight when its message was ingested (worker.Config.TenantCap,
+	// docs/design/admission.md); replay it once the tenant's backlog is
+	// down.
+	ReasonTenantQueueFull Reason = "tenant_queue_full"
 	// ReasonUnknown stands in for an event that names no reason.
 	ReasonUnknown Reason = "unknown"
 )
@@ -43,7 +48,7 @@ func (r Reason) unrecorded() bool { return r == ReasonPoison || r == ReasonDeliv
 // Reasons are the reasons a letter can be recorded with, the values the
 // reason filters accept.
 var Reasons = []Reason{ReasonPoison, ReasonRetriesExhausted, ReasonPermanentError, ReasonExpired,
-	ReasonDeliveryLimit, ReasonModelNotAllowed, ReasonBudgetExceeded, ReasonUnknownProject}
+	ReasonDeliveryLimit, ReasonModelNotAllowed, ReasonBudgetExceeded, ReasonUnknownProject, ReasonTenantQueueFull}
 
 // Event is one dead-lettered job, as reported to an [Alerter].
 type Event struct {

@@ -57,6 +57,19 @@ type QueueState struct {
 	State State
 	// MeasuredAt is when the measurement was taken.
 	MeasuredAt time.Time
+	// Tenant is one tenant's part of the queue: set by PublishBatch (the
+	// tenant of the batch's first job) and QueueOf; nil for the whole
+	// queue.
+	Tenant *TenantQueue
+}
+
+// Own is the figures q reports to one tenant: its part's depth, drain
+// estimate and state when q has one, else the queue's.
+func (q QueueState) Own() (depth int64, drain time.Duration, drainKnown bool, state State) {
+	if t := q.Tenant; t != nil {
+		return t.Depth, t.EstimatedDrain, t.DrainKnown, t.State
+	}
+	return q.Depth, q.EstimatedDrain, q.DrainKnown, q.State
 }
 
 // waitFor returns how long the queue needs, at the measured rate, to shrink
@@ -108,9 +121,12 @@ func (p *Producer) remeasure(ctx context.Context) (QueueState, error) {
 	if fresh {
 		return q, err
 	}
-	q, err = p.measure(ctx)
+	q, t, err := p.measure(ctx)
 	p.mu.Lock()
 	p.cached, p.cachedErr, p.expires = q, err, p.cfg.Clock.Now().Add(p.cfg.DepthTTL)
+	if err == nil {
+		p.table, p.recorded = t, make(map[string]int64, len(p.recorded))
+	}
 	p.mu.Unlock()
 	if err == nil {
 		p.metrics.observeQueue(q)
@@ -161,7 +177,8 @@ func (p *Producer) invalidate() {
 	p.mu.Unlock()
 }
 
-func (p *Producer) measure(ctx context.Context) (QueueState, error) {
+// measure measures the queue and the tenants holding jobs.
+func (p *Producer) measure(ctx context.Context) (QueueState, *tenantTable, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ProbeTimeout)
 	defer cancel()
 	now := p.cfg.Clock.Now()
@@ -169,7 +186,7 @@ func (p *Producer) measure(ctx context.Context) (QueueState, error) {
 	if p.cfg.DepthProbe != nil {
 		lag, err := p.probe(ctx)
 		if err != nil {
-			return QueueState{}, fmt.Errorf("%w: depth probe: %w", ErrBrokerUnavailable, err)
+			return QueueState{}, nil, fmt.Errorf("%w: depth probe: %w", ErrBrokerUnavailable, err)
 		}
 		q.Lag = lag
 	}
@@ -178,7 +195,11 @@ func (p *Producer) measure(ctx context.Context) (QueueState, error) {
 	// 0.5 s per probe (8 ms up to the default hard depth).
 	st, err := p.cfg.Store.QueueStats(ctx, now.Add(-p.cfg.RateWindow), p.cfg.HardDepth)
 	if err != nil {
-		return QueueState{}, fmt.Errorf("%w: measure queue: %w", ErrDatabaseUnavailable, err)
+		return QueueState{}, nil, fmt.Errorf("%w: measure queue: %w", ErrDatabaseUnavailable, err)
+	}
+	t, err := p.measureTenants(ctx, now.Add(-p.cfg.RateWindow))
+	if err != nil {
+		return QueueState{}, nil, fmt.Errorf("%w: measure tenants: %w", ErrDatabaseUnavailable, err)
 	}
 	q.Queued, q.InFlight = st.Queued, st.InFlight
 	q.CompletionRatePerMin = float64(st.Finished) / p.cfg.RateWindow.Minutes()
@@ -193,6 +214,7 @@ func (p *Producer) measure(ctx context.Context) (QueueState, error) {
 		drain.CompletionRatePerMin = max(drain.CompletionRatePerMin, p.cfg.QuotaRatePerMin)
 	}
 	q.EstimatedDrain, q.DrainKnown = drain.waitFor(q.Depth)
+	t.drainRate = drain.CompletionRatePerMin
 	stranded := p.stranded(now, q.Lag+q.Queued > 0 && !st.Consuming)
 	switch {
 	case q.Depth >= p.cfg.HardDepth:
@@ -207,7 +229,7 @@ func (p *Producer) measure(ctx context.Context) (QueueState, error) {
 	if stranded {
 		q.EstimatedDrain, q.DrainKnown = 0, false
 	}
-	return q, nil
+	return q, t, nil
 }
 
 // stranded reports whether jobs have waited with no worker consuming for

@@ -103,6 +103,11 @@ type Store interface {
 	// QueueStats counts the jobs queued and in flight, those finished
 	// since since, and says whether a worker is consuming.
 	QueueStats(ctx context.Context, since time.Time, limit int64) (store.QueueStats, error)
+	// QueueTenants lists the tenants holding jobs, with their jobs in
+	// flight and finished since since.
+	QueueTenants(ctx context.Context, since time.Time) ([]store.TenantQueue, error)
+	// CountQueued counts each tenant's queued jobs up to its limit.
+	CountQueued(ctx context.Context, tenants []string, limits []int64) ([]int64, error)
 }
 
 // Config configures a Producer. Fields marked required have no default.
@@ -121,8 +126,14 @@ type Config struct {
 	// 0 = SoftDepthDefault.
 	SoftDepth int64
 	// HardDepth is the depth from which jobs are refused; it must exceed
-	// SoftDepth. 0 = HardDepthDefault.
+	// SoftDepth. 0 = HardDepthDefault. Each tenant is throttled and
+	// refused first at its own share of both (TenantQueue): the queue's
+	// are the last resort.
 	HardDepth int64
+	// Tenants are the tenants' weights and depths (llmq.Tenant SoftDepth,
+	// HardDepth) their shares of the queue follow. nil: every tenant has
+	// llmq.WeightDefault and its weighted share.
+	Tenants llmq.Tenants
 	// DepthTTL is how long a measurement is reused (PublishBatch goes on
 	// with an expired one for up to ProbeTimeout more while one goroutine
 	// takes the next). 0 = DepthTTLDefault;

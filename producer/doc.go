@@ -47,4 +47,12 @@
 // (accepted, with no drain estimate). A job whose deadline
 // falls before the estimated drain time is refused the same way at once
 // (reason deadline) rather than queued to expire.
+//
+// Each tenant is admitted by its own share of the queue first
+// ([TenantQueue], docs/design/admission.md): its weight among the tenants
+// holding jobs gives it a soft and a hard share of SoftDepth and HardDepth
+// (or Config.Tenants sets them), and a tenant at its hard share is refused
+// (reason tenant_queue_full) while the others are accepted; the queue's
+// HardDepth is the last resort. [Producer.QueueOf] and [Producer.Tenants]
+// report a tenant's part, and the deadline check uses the tenant's drain.
 package producer

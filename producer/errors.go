@@ -38,15 +38,19 @@ const (
 	ReasonQueueFull = "queue_full"
 	// ReasonDeadline: the estimated wait passes the job's deadline.
 	ReasonDeadline = "deadline"
+	// ReasonTenantQueueFull: the jobs' tenant holds its hard share of the
+	// queue (TenantQueue.HardShare); the other tenants are admitted.
+	ReasonTenantQueueFull = "tenant_queue_full"
 )
 
 // ErrBackpressure is returned (as *ErrBackpressure) when jobs are refused
 // because of the queue's backpressure. Nothing was recorded or published.
 type ErrBackpressure struct {
-	// Reason is ReasonQueueFull or ReasonDeadline.
+	// Reason is ReasonQueueFull, ReasonTenantQueueFull or ReasonDeadline.
 	Reason string
 	// RetryAfter is how long to wait before trying again: the time the
-	// queue needs to drain to SoftDepth (queue full) or to shrink by the
+	// queue needs to drain to SoftDepth (queue full), the tenant's jobs to
+	// drain to its soft share (tenant queue full), or to shrink by the
 	// wait beyond the deadline (deadline), at the measured completion rate;
 	// RetryAfterDefault when no completion was measured.
 	RetryAfter time.Duration
@@ -57,12 +61,18 @@ type ErrBackpressure struct {
 	Index int
 	// JobID is the refused job's id (deadline only).
 	JobID string
+	// Tenant is the refused tenant (tenant_queue_full only).
+	Tenant string
 }
 
 func (e *ErrBackpressure) Error() string {
 	if e.Reason == ReasonDeadline {
 		return fmt.Sprintf("producer: job %q: estimated wait %s passes its deadline; retry after %s",
 			e.JobID, e.Queue.EstimatedDrain.Round(time.Second), e.RetryAfter)
+	}
+	if e.Reason == ReasonTenantQueueFull {
+		return fmt.Sprintf("producer: tenant %q holds %d jobs, its share of the queue; retry after %s",
+			e.Tenant, e.Queue.Tenant.Depth, e.RetryAfter)
 	}
 	return fmt.Sprintf("producer: queue depth %d reached the hard limit; retry after %s", e.Queue.Depth, e.RetryAfter)
 }

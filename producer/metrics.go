@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_producer_jobs_total",
-			Help: "Jobs handed to the producer, by result (published, duplicate, unpublished, too_large, rejected_queue_full, rejected_deadline, broker_unavailable).",
+			Help: "Jobs handed to the producer, by result (published, duplicate, unpublished, too_large, rejected_queue_full, rejected_tenant_queue_full, rejected_deadline, broker_unavailable).",
 		}, []string{"result"}),
 		republished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "llmq_producer_outbox_republished_total",

@@ -33,6 +33,10 @@ type Producer struct {
 	// refreshed is closed when the goroutine of admission measuring the
 	// queue ends; nil when none runs.
 	refreshed chan struct{}
+	// table is the tenants' part of the last measurement; recorded counts
+	// the jobs recorded per tenant since.
+	table    *tenantTable
+	recorded map[string]int64
 }
 
 // Receipt says what happened to one job.
@@ -62,7 +66,7 @@ func New(cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{cfg: cfg, log: cfg.Logger, metrics: m, group: newGrouper()}, nil
+	return &Producer{cfg: cfg, log: cfg.Logger, metrics: m, group: newGrouper(), recorded: map[string]int64{}}, nil
 }
 
 // Publish is PublishBatch of one job.
@@ -124,9 +128,13 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		p.metrics.jobs.WithLabelValues("broker_unavailable").Add(float64(len(jobs)))
 		return nil, q, err
 	}
-	if err := p.admit(q, jobs); err != nil {
-		p.metrics.jobs.WithLabelValues("rejected_" + err.Reason).Add(float64(len(jobs)))
-		return nil, q, err
+	q, bp := p.admitTenants(q, jobs)
+	if bp == nil {
+		bp = p.admit(q, jobs)
+	}
+	if bp != nil {
+		p.metrics.jobs.WithLabelValues("rejected_" + bp.Reason).Add(float64(len(jobs)))
+		return nil, q, bp
 	}
 	// Once the rows are committed the jobs are accepted, whatever happens
 	// to the publish: the existing jobs' statuses come back with the
@@ -145,6 +153,7 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		rs[i] = Receipt{ID: j.ID, Tenant: j.Tenant, Status: recorded[i].Status, Created: recorded[i].Created}
 		if recorded[i].Created {
 			fresh++
+			p.countRecorded(j.Tenant, 1)
 		}
 	}
 	p.metrics.jobs.WithLabelValues("duplicate").Add(float64(len(jobs) - fresh))
@@ -159,13 +168,16 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 	return rs, q, nil
 }
 
-// admit refuses jobs when the queue is full or a deadline cannot be met.
+// admit refuses jobs when the queue is full or a deadline cannot be met
+// (at the drain estimate of q's tenant when it has one: its jobs are
+// claimed by fair share, not behind every other tenant's).
 func (p *Producer) admit(q QueueState, jobs []*llmq.Job) *ErrBackpressure {
 	if q.State == StateRejecting {
 		wait, known := q.waitFor(q.Depth - p.cfg.SoftDepth)
 		return &ErrBackpressure{Reason: ReasonQueueFull, RetryAfter: retryHint(wait, known), Queue: q, Index: -1}
 	}
-	if !q.DrainKnown {
+	_, drain, known, _ := q.Own()
+	if !known {
 		return nil
 	}
 	now := p.cfg.Clock.Now()
@@ -174,8 +186,8 @@ func (p *Producer) admit(q QueueState, jobs []*llmq.Job) *ErrBackpressure {
 			continue
 		}
 		left := j.Deadline.Sub(now)
-		if q.EstimatedDrain > left {
-			return &ErrBackpressure{Reason: ReasonDeadline, RetryAfter: retryHint(q.EstimatedDrain-max(left, 0), true),
+		if drain > left {
+			return &ErrBackpressure{Reason: ReasonDeadline, RetryAfter: retryHint(drain-max(left, 0), true),
 				Queue: q, Index: i, JobID: j.ID}
 		}
 	}

@@ -32,13 +32,16 @@ const (
 	LeaseDefault           = 2 * time.Minute
 	ShutdownTimeoutDefault = 30 * time.Second
 	IngestWindowDefault    = 10000
-	IngestBatchDefault     = 256
-	IngestPrefetchDefault  = 512
-	ClaimHorizonDefault    = time.Second
-	ReapIntervalDefault    = 5 * time.Second
-	LedgerPeriodDefault    = 500 * time.Millisecond
-	LedgerLeaseDefault     = 3 * time.Second
-	StoreRetryMaxDefault   = 30 * time.Second
+	// TenantCapDefault is the most jobs one tenant may hold queued or in
+	// flight from ingest: ten ingest windows.
+	TenantCapDefault      = 100000
+	IngestBatchDefault    = 256
+	IngestPrefetchDefault = 512
+	ClaimHorizonDefault   = time.Second
+	ReapIntervalDefault   = 5 * time.Second
+	LedgerPeriodDefault   = 500 * time.Millisecond
+	LedgerLeaseDefault    = 3 * time.Second
+	StoreRetryMaxDefault  = 30 * time.Second
 	// SizeOrderDefault: a job sorts as if recorded fifty times its own
 	// time at the model's TPM later. A 2,000-token document at 60k TPM
 	// (2 s of the quota) sorts 100 s later, more than the two aging steps
@@ -107,6 +110,10 @@ type JobStore interface {
 	// gives the figures of the drain estimate.
 	QueuedModels(ctx context.Context) ([]string, error)
 	QueuedCount(ctx context.Context, limit int64) (int64, error)
+	// QueueTenants and CountQueued give each tenant's jobs queued and in
+	// flight (the ingest's tenant caps and shares of the window).
+	QueueTenants(ctx context.Context, since time.Time) ([]store.TenantQueue, error)
+	CountQueued(ctx context.Context, tenants []string, limits []int64) ([]int64, error)
 	QueueStats(ctx context.Context, since time.Time, limit int64) (store.QueueStats, error)
 	// SetModelState records what a model's scheduler holds back.
 	SetModelState(ctx context.Context, st store.ModelState) error
@@ -200,6 +207,12 @@ type Config struct {
 	// jobs or more, so the overflow stays in the broker. Default 10,000;
 	// -1 = no window.
 	IngestWindow int
+	// TenantCap is the most jobs one tenant may hold queued or in flight
+	// from ingest: its messages past it are dead-lettered
+	// tenant_queue_full (docs/design/admission.md). A tenant past its
+	// share of IngestWindow does not pause ingestion. 0 = TenantCapDefault;
+	// -1 = no cap.
+	TenantCap int
 	// IngestBatch bounds the messages recorded by one statement. Default
 	// 256.
 	IngestBatch int
@@ -329,6 +342,7 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.MaxInFlight = cmp.Or(max(0, c.MaxInFlight), MaxInFlightDefault)
 	c.IngestWindow = cmp.Or(c.IngestWindow, IngestWindowDefault)
+	c.TenantCap = cmp.Or(c.TenantCap, TenantCapDefault)
 	c.IngestBatch = cmp.Or(max(0, c.IngestBatch), IngestBatchDefault)
 	c.IngestPrefetch = cmp.Or(max(0, c.IngestPrefetch), IngestPrefetchDefault)
 	c.ClaimHorizon = cmp.Or(max(0, c.ClaimHorizon), ClaimHorizonDefault)
@@ -393,6 +407,9 @@ func (c Config) validate() error {
 		if !slices.Contains(FallbackTriggers, t) {
 			errs = append(errs, fmt.Errorf("worker: Config.FallbackOn[%d]: %q: want one of %v", i, t, FallbackTriggers))
 		}
+	}
+	if c.TenantCap < -1 {
+		errs = append(errs, fmt.Errorf("worker: Config.TenantCap must be positive, or -1 for none; got %d", c.TenantCap))
 	}
 	if c.IngestWindow < -1 {
 		errs = append(errs, fmt.Errorf("worker: Config.IngestWindow must be positive, or -1 for none; got %d", c.IngestWindow))

@@ -5,7 +5,9 @@
 //   - ingest: each message is decoded and validated, its job recorded as
 //     queued in batches (a duplicate is a no-op) and the message acked at
 //     once; ingestion pauses while Postgres holds Config.IngestWindow queued
-//     jobs, so the overflow stays in the broker;
+//     jobs, so the overflow stays in the broker, unless a tenant holds more
+//     than its share of them (its messages past Config.TenantCap are
+//     dead-lettered, docs/design/admission.md);
 //   - schedule: per model, claim from Postgres (in claim order) only what
 //     the model's shaping lane can admit within Config.ClaimHorizon;
 //   - run: each claimed job waits for admission in its lane, is marked

@@ -182,7 +182,8 @@ func (w *Worker) ingestLoop(msgs <-chan *transport.Message) {
 const windowLogEvery = time.Minute
 
 // waitForWindow returns once Postgres holds fewer queued jobs than the
-// ingest window, or ctx's cause when ctx ends first. The count follows
+// ingest window or a tenant holds more than its share of it
+// (ingest_tenants.go), or ctx's cause when ctx ends first. The count follows
 // this worker's own ingests and claims, and is read again from Postgres
 // every windowRecount (every windowRefresh while the last read reached its
 // limit).
@@ -193,8 +194,9 @@ func (w *Worker) waitForWindow(ctx context.Context) error {
 	paused := false
 	for {
 		w.readWindow(ctx)
+		w.readTenants(ctx)
 		n := w.window.value()
-		if n < int64(w.cfg.IngestWindow) {
+		if n < int64(w.cfg.IngestWindow) || w.tenants.overShare(w.cfg.IngestWindow, w.cfg.Tenants) {
 			if paused {
 				w.log.Info("ingestion resumed", slog.Int64("queued", n))
 			}
@@ -238,6 +240,8 @@ func (w *Worker) readWindow(ctx context.Context) {
 // jobs and records the others.
 func (w *Worker) ingest(batch []*transport.Message) {
 	items := make([]ingestItem, 0, len(batch))
+	w.readTenants(w.stopCtx)
+	tenants := tenantAdmission{w: w}
 	for _, m := range batch {
 		if m.Rejected != "" {
 			w.rejected(m)
@@ -254,6 +258,10 @@ func (w *Worker) ingest(batch []*transport.Message) {
 		}
 		if refused := w.cfg.Tenants.CheckProject(j); len(refused) > 0 {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonUnknownProject, LastError: notAllowed(refused)})
+			continue
+		}
+		if !tenants.admit(j) {
+			w.letterOf(m, w.tenantFull(j))
 			continue
 		}
 		items = append(items, ingestItem{msg: m, job: w.sizer.NewJob(j)})
@@ -322,6 +330,7 @@ func (w *Worker) insert(items []ingestItem) error {
 		w.ack(it.msg)
 	}
 	w.window.add(int64(fresh), 0)
+	w.countRecorded(items, created)
 	w.metrics.ingested.WithLabelValues("recorded").Add(float64(fresh))
 	w.metrics.ingested.WithLabelValues("duplicate").Add(float64(len(items) - fresh))
 	if fresh > 0 {
@@ -520,6 +529,10 @@ type ingestState struct {
 	windowReadAt, windowLoggedAt atomic.Int64
 	// window is the count of queued jobs behind the ingest window.
 	window windowCount
+	// tenants counts each tenant's jobs (ingest_tenants.go), read at
+	// tenantsReadAt (unix nanoseconds).
+	tenants       tenantCount
+	tenantsReadAt atomic.Int64
 	// ingestFailing is set while inserts fail on the database.
 	ingestFailing atomic.Bool
 	// deliveries counts the deliveries of a message that failed to be

@@ -81,6 +81,7 @@ func TestREADMEDefaultsAreTheComponents(t *testing.T) {
 		"`retention.tombstones`":               list(retention.TombstonesDefault),
 		"`retention.interval`":                 list(retention.IntervalDefault),
 		"`ingest.size_order`":                  list(worker.SizeOrderDefault),
+		"`ingest.tenant_cap`":                  list(worker.TenantCapDefault),
 		"`capacity.safety`, `.reserved`, `.tail_latency`": list(
 			worker.CapacitySafetyDefault, worker.CapacityReservedDefault, worker.CapacityTailLatencyDefault),
 	} {

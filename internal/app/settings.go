@@ -44,6 +44,7 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		MaxAttempts:     s.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay, MaxRetryAfter: s.Retry.MaxRetryAfter},
 		IngestWindow:    s.Ingest.Window,
+		TenantCap:       s.Ingest.TenantCap,
 		SizeOrder:       s.Ingest.SizeOrder,
 		RetryBudget:     s.Retry.Budget,
 		FallbackAfter:   s.Retry.FallbackAfter,
@@ -126,10 +127,10 @@ func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
 }
 
 // producerConfig is the producer's share of the settings: the backpressure
-// thresholds.
+// thresholds and the tenants' shares of them.
 func producerConfig(s *config.Config) producer.Config {
 	return producer.Config{SoftDepth: s.Backpressure.SoftDepth, HardDepth: s.Backpressure.HardDepth,
-		MaxMessageBytes: s.MaxMessageBytes}
+		Tenants: s.Tenants, MaxMessageBytes: s.MaxMessageBytes}
 }
 
 // gatewayConfig is the API's share of the gateway settings.

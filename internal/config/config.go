@@ -196,6 +196,10 @@ type Ingest struct {
 	// so the overflow stays in the broker; 0 = worker.IngestWindowDefault,
 	// -1 = no window.
 	Window int `yaml:"window"`
+	// TenantCap: the most jobs one tenant may hold queued or in flight
+	// from ingest, its messages past it dead-lettered tenant_queue_full;
+	// 0 = worker.TenantCapDefault (100,000), -1 = no cap.
+	TenantCap int `yaml:"tenant_cap"`
 	// SizeOrder: the queued jobs go shortest first when the
 	// model's TPM is configured, a job sorting as if recorded this many
 	// times its estimated tokens' time at the TPM later; 0 =
@@ -544,6 +548,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Ingest.Window < -1 {
 		bad("ingest.window", "must not be negative (0: the default, -1: no window); got %d", c.Ingest.Window)
+	}
+	if c.Ingest.TenantCap < -1 {
+		bad("ingest.tenant_cap", "must not be negative (0: the default, -1: no cap); got %d", c.Ingest.TenantCap)
 	}
 	if so := c.Ingest.SizeOrder; !(so >= 0 && so <= 1000) && so != -1 {
 		bad("ingest.size_order", "must be between 0 and 1000 (0: the default, -1: first come, first served); got %v", so)

@@ -213,7 +213,8 @@ func TestEnqueueAndPoll(t *testing.T) {
 	m := r.json(t)
 	id := m["id"].(string)
 	require.Equal(t, map[string]any{"id": id, "tenant": "acme", "status": "queued", "created": true, "published": true,
-		"queue_depth": 0.0, "estimated_wait_seconds": 0.0, "backpressure": "ok"}, m)
+		"queue_depth": 0.0, "queue_soft_share": 5000.0, "queue_hard_share": 50000.0, "estimated_wait_seconds": 0.0,
+		"backpressure": "ok"}, m, "acme's own figures: alone, it may hold half of the queue")
 	require.Equal(t, "/v1/jobs/"+id, r.header.Get("Location"))
 
 	r = b.get(t, keyAcme, "/v1/jobs/"+id)
@@ -305,7 +306,7 @@ func TestBatch(t *testing.T) {
 	require.Equal(t, "acme", out.Jobs[1].Tenant)
 	require.True(t, out.Jobs[1].Created)
 	require.NotEmpty(t, out.Jobs[2].ID)
-	require.Equal(t, int64(1), out.QueueDepth, "measured before the batch: globex's job")
+	require.Equal(t, int64(0), out.QueueDepth, "acme's own depth, measured before the batch: globex's job is not counted")
 	require.Equal(t, int64(4), b.broker.Depth("jobs"))
 
 	// A single job whose id another tenant holds too: the tenant's own.
@@ -453,6 +454,8 @@ func TestBackpressureHTTP(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{producer: func(c *producer.Config) {
 		c.SoftDepth, c.HardDepth, c.RateWindow = 2, 4, time.Minute
+		// acme may hold the whole queue: the queue's own limits bind.
+		c.Tenants = llmq.Tenants{"acme": {SoftDepth: 2, HardDepth: 100}}
 	}})
 	ctx := context.Background()
 	// 12 jobs finished in the last minute: 12/min, one every 5 s.
@@ -474,8 +477,9 @@ func TestBackpressureHTTP(t *testing.T) {
 	}
 	q := b.get(t, keyAcme, "/v1/queue")
 	require.Equal(t, http.StatusOK, q.status)
-	require.Equal(t, map[string]any{"depth": 4.0, "lag": 4.0, "queued": 4.0, "in_flight": 0.0, "completion_rate_per_min": 12.0,
-		"estimated_drain_seconds": 20.0, "state": "rejecting", "measured_at": "2026-11-30T12:00:00Z"}, q.json(t))
+	require.Equal(t, map[string]any{"tenant": "acme", "depth": 4.0, "lag": 0.0, "queued": 4.0, "in_flight": 0.0,
+		"completion_rate_per_min": 12.0, "estimated_drain_seconds": 20.0, "state": "rejecting", "measured_at": "2026-11-30T12:00:00Z",
+		"weight": 1.0, "soft_share": 2.0, "hard_share": 100.0}, q.json(t), "acme's own part; the queue's hard depth rejects")
 
 	r := b.post(t, keyAcme, jobJSON("refused"))
 	require.Equal(t, http.StatusTooManyRequests, r.status)

@@ -28,10 +28,14 @@
 //
 // POST /v1/jobs takes one job or {"jobs": [...]} (1 to 1,000 jobs, all or
 // none). Before anything is recorded the queue is measured: a broker that
-// cannot be measured answers 503 broker_unavailable; a depth at the hard
-// threshold answers 429 queue_full; a job whose deadline falls before the
-// estimated drain time (depth / completion rate) answers 429
-// deadline_unreachable at once. Both 429s carry Retry-After (seconds).
+// cannot be measured answers 503 broker_unavailable; a tenant holding its
+// hard share of the queue answers 429 tenant_queue_full (the other tenants
+// are accepted), the whole queue at its hard threshold 429 queue_full; a
+// job whose deadline falls before the tenant's estimated drain time (depth
+// / completion rate) answers 429 deadline_unreachable at once. The 429s
+// carry Retry-After (seconds), and every answer the tenant's own figures
+// (X-Llmq-Backpressure, -Queue-Depth, -Queue-Share, -Estimated-Wait;
+// docs/design/admission.md).
 // Otherwise the jobs are inserted as queued in Postgres (one transaction)
 // and published. 202 means the jobs are durably recorded: "published": true
 // when the broker confirmed them, false when the publish failed after the

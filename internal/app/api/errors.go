@@ -25,6 +25,7 @@ const (
 	CodeUpstream            = "upstream_error"
 	CodeUnavailable         = "unavailable"
 	CodeQueueFull           = "queue_full"
+	CodeTenantQueueFull     = "tenant_queue_full"
 	CodeDeadlineUnreachable = "deadline_unreachable"
 	CodeBrokerUnavailable   = "broker_unavailable"
 	CodeDatabaseUnavailable = "database_unavailable"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
 	"slices"
@@ -22,13 +23,48 @@ import (
 // MaxBatch is the most jobs of one POST /v1/jobs.
 const MaxBatch = producer.MaxBatchDefault
 
-// queueInfo is the queue part of a 202.
+// queueInfo is the queue part of a 202: the figures of the jobs' tenant.
 type queueInfo struct {
 	QueueDepth int64 `json:"queue_depth"`
+	// QueueSoftShare and QueueHardShare are the tenant's depths from which
+	// it is throttled and refused.
+	QueueSoftShare int64 `json:"queue_soft_share"`
+	QueueHardShare int64 `json:"queue_hard_share"`
 	// EstimatedWaitSeconds is null when the wait cannot be estimated (no
 	// job finished recently).
 	EstimatedWaitSeconds *float64 `json:"estimated_wait_seconds"`
 	Backpressure         string   `json:"backpressure"`
+}
+
+// The backpressure headers of POST /v1/jobs, each the figure of the jobs'
+// tenant (docs/design/admission.md).
+const (
+	HeaderBackpressure  = "X-Llmq-Backpressure"
+	HeaderQueueDepth    = "X-Llmq-Queue-Depth"
+	HeaderQueueShare    = "X-Llmq-Queue-Share"
+	HeaderEstimatedWait = "X-Llmq-Estimated-Wait"
+)
+
+// ownQueue is q's figures for the tenant of the jobs admitted or refused
+// with it, set as the backpressure headers too.
+func ownQueue(w http.ResponseWriter, q producer.QueueState) queueInfo {
+	depth, drain, known, state := q.Own()
+	qi := queueInfo{QueueDepth: depth, Backpressure: string(state)}
+	if t := q.Tenant; t != nil {
+		qi.QueueSoftShare, qi.QueueHardShare = t.SoftShare, t.HardShare
+	}
+	h := w.Header()
+	h.Set(HeaderBackpressure, qi.Backpressure)
+	h.Set(HeaderQueueDepth, strconv.FormatInt(depth, 10))
+	if qi.QueueHardShare > 0 {
+		h.Set(HeaderQueueShare, strconv.FormatInt(qi.QueueHardShare, 10))
+	}
+	if known {
+		s := drain.Seconds()
+		qi.EstimatedWaitSeconds = &s
+		h.Set(HeaderEstimatedWait, strconv.FormatInt(int64(math.Ceil(s)), 10))
+	}
+	return qi
 }
 
 type receiptJSON struct {
@@ -49,11 +85,11 @@ type acceptedBatch struct {
 	queueInfo
 }
 
-func drainSeconds(q producer.QueueState) *float64 {
-	if !q.DrainKnown {
+func drainSeconds(d time.Duration, known bool) *float64 {
+	if !known {
 		return nil
 	}
-	s := q.EstimatedDrain.Seconds()
+	s := d.Seconds()
 	return &s
 }
 
@@ -100,8 +136,7 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 		a.publishError(w, r, err, batch)
 		return
 	}
-	qi := queueInfo{QueueDepth: q.Depth, EstimatedWaitSeconds: drainSeconds(q), Backpressure: string(q.State)}
-	w.Header().Set("X-Llmq-Backpressure", string(q.State))
+	qi := ownQueue(w, q)
 	if !batch {
 		rec := rs[0]
 		w.Header().Set("Location", "/v1/jobs/"+rec.ID)
@@ -172,19 +207,24 @@ func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, ba
 	switch {
 	case errors.As(err, &bp):
 		setRetryAfter(w, bp.RetryAfter)
-		w.Header().Set("X-Llmq-Backpressure", string(bp.Queue.State))
-		if bp.Reason == producer.ReasonDeadline {
+		qi := ownQueue(w, bp.Queue)
+		switch bp.Reason {
+		case producer.ReasonDeadline:
 			field := "deadline"
 			if batch {
 				field = fmt.Sprintf("jobs[%d].deadline", bp.Index)
 			}
 			msg := fmt.Sprintf("the estimated wait (%.0f s for %d queued jobs) passes the deadline of job %q",
-				bp.Queue.EstimatedDrain.Seconds(), bp.Queue.Depth, bp.JobID)
+				*qi.EstimatedWaitSeconds, qi.QueueDepth, bp.JobID)
 			writeError(w, http.StatusTooManyRequests, Error{Code: CodeDeadlineUnreachable, Field: field, Message: msg})
-			return
+		case producer.ReasonTenantQueueFull:
+			writeError(w, http.StatusTooManyRequests, Error{Code: CodeTenantQueueFull,
+				Message: fmt.Sprintf("tenant %q holds %d jobs, at its share of the queue (%d): retry later; other tenants are admitted",
+					bp.Tenant, qi.QueueDepth, qi.QueueHardShare)})
+		default:
+			writeError(w, http.StatusTooManyRequests, Error{Code: CodeQueueFull,
+				Message: "the queue is full, at its hard limit for every tenant: retry later"})
 		}
-		writeError(w, http.StatusTooManyRequests, Error{Code: CodeQueueFull,
-			Message: fmt.Sprintf("the queue holds %d jobs, at the hard limit: retry later", bp.Queue.Depth)})
 	case errors.Is(err, producer.ErrBrokerUnavailable):
 		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeBrokerUnavailable,
@@ -320,8 +360,21 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, JobList(recs, next))
 }
 
+// queue answers GET /v1/queue: a tenant's own part of the queue, or for
+// an operator the whole queue and every tenant holding jobs (one tenant
+// with the tenant parameter).
 func (a *API) queue(w http.ResponseWriter, r *http.Request) {
-	q, err := a.cfg.Producer.Queue(r.Context())
+	s, _ := scopeOf(r)
+	var (
+		q       producer.QueueState
+		tenants []producer.TenantQueue
+		err     error
+	)
+	if s.tenant != "" {
+		q, err = a.cfg.Producer.QueueOf(r.Context(), s.tenant)
+	} else {
+		q, tenants, err = a.cfg.Producer.Tenants(r.Context())
+	}
 	switch {
 	case errors.Is(err, producer.ErrBrokerUnavailable):
 		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
@@ -334,9 +387,6 @@ func (a *API) queue(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		a.internalError(w, r, err)
 	default:
-		writeJSON(w, http.StatusOK, Queue{
-			Depth: q.Depth, Lag: q.Lag, Queued: q.Queued, InFlight: q.InFlight, CompletionRatePerMin: q.CompletionRatePerMin,
-			EstimatedDrainSeconds: drainSeconds(q), State: string(q.State), MeasuredAt: q.MeasuredAt,
-		})
+		writeJSON(w, http.StatusOK, QueueView(q, tenants))
 	}
 }

@@ -140,12 +140,12 @@ func TestDeadLettersAcrossTenants(t *testing.T) {
 		return out
 	}
 	zero := [2]float64{}
-	require.Equal(t, map[string][2]float64{"retries_exhausted": {2, 2}, "permanent_error": {1, 1}, "poison": zero, "expired": zero, "delivery_limit": zero, "model_not_allowed": zero, "budget_exceeded": zero, "unknown_project": zero},
+	require.Equal(t, map[string][2]float64{"retries_exhausted": {2, 2}, "permanent_error": {1, 1}, "poison": zero, "expired": zero, "delivery_limit": zero, "model_not_allowed": zero, "budget_exceeded": zero, "unknown_project": zero, "tenant_queue_full": zero},
 		counts(keyAcme, ""))
-	require.Equal(t, map[string][2]float64{"retries_exhausted": {3, 3}, "permanent_error": {1, 1}, "poison": zero, "expired": zero, "delivery_limit": zero, "model_not_allowed": zero, "budget_exceeded": zero, "unknown_project": zero},
+	require.Equal(t, map[string][2]float64{"retries_exhausted": {3, 3}, "permanent_error": {1, 1}, "poison": zero, "expired": zero, "delivery_limit": zero, "model_not_allowed": zero, "budget_exceeded": zero, "unknown_project": zero, "tenant_queue_full": zero},
 		counts(keyOps, ""))
 	since := b.clock.Now().Add(-time.Minute).Format(time.RFC3339)
-	require.Equal(t, map[string][2]float64{"retries_exhausted": {1, 1}, "permanent_error": {1, 1}, "poison": zero, "expired": zero, "delivery_limit": zero, "model_not_allowed": zero, "budget_exceeded": zero, "unknown_project": zero},
+	require.Equal(t, map[string][2]float64{"retries_exhausted": {1, 1}, "permanent_error": {1, 1}, "poison": zero, "expired": zero, "delivery_limit": zero, "model_not_allowed": zero, "budget_exceeded": zero, "unknown_project": zero, "tenant_queue_full": zero},
 		counts(keyOps, "?since="+since))
 
 	// Empty filters are refused, even though a tenant key's tenant is set.

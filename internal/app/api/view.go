@@ -6,6 +6,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/redact"
+	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 )
 
@@ -137,9 +138,14 @@ type Me struct {
 	Operator bool    `json:"operator"`
 }
 
-// Queue is the queue's backpressure (schema Queue).
+// Queue is the queue's backpressure (schema Queue): a tenant's own part of
+// it, or the whole queue with every tenant's part (an operator's view).
 type Queue struct {
-	Depth                int64   `json:"depth"`
+	// Tenant is the tenant whose part this is; null for the whole queue.
+	Tenant *string `json:"tenant"`
+	Depth  int64   `json:"depth"`
+	// Lag is the broker's messages not yet ingested; 0 in a tenant's part
+	// (the broker does not count them by tenant).
 	Lag                  int64   `json:"lag"`
 	Queued               int64   `json:"queued"`
 	InFlight             int64   `json:"in_flight"`
@@ -149,6 +155,35 @@ type Queue struct {
 	EstimatedDrainSeconds *float64  `json:"estimated_drain_seconds"`
 	State                 string    `json:"state"`
 	MeasuredAt            time.Time `json:"measured_at"`
+	// Weight, SoftShare and HardShare are a tenant's (absent for the whole
+	// queue): the depths from which it is throttled and refused.
+	Weight    float64 `json:"weight,omitempty"`
+	SoftShare int64   `json:"soft_share,omitempty"`
+	HardShare int64   `json:"hard_share,omitempty"`
+	// Tenants are the parts of the tenants holding jobs, in the whole
+	// queue's view only.
+	Tenants []Queue `json:"tenants,omitempty"`
+}
+
+// QueueView is q as llmq shows it: its tenant's part when it has one, else
+// the whole queue with tenants' parts.
+func QueueView(q producer.QueueState, tenants []producer.TenantQueue) Queue {
+	if t := q.Tenant; t != nil {
+		return tenantQueueView(q, *t)
+	}
+	out := Queue{Depth: q.Depth, Lag: q.Lag, Queued: q.Queued, InFlight: q.InFlight, CompletionRatePerMin: q.CompletionRatePerMin,
+		EstimatedDrainSeconds: drainSeconds(q.EstimatedDrain, q.DrainKnown), State: string(q.State), MeasuredAt: q.MeasuredAt,
+		Tenants: make([]Queue, len(tenants))}
+	for i, t := range tenants {
+		out.Tenants[i] = tenantQueueView(q, t)
+	}
+	return out
+}
+
+func tenantQueueView(q producer.QueueState, t producer.TenantQueue) Queue {
+	return Queue{Tenant: &t.Tenant, Depth: t.Depth, Queued: t.Queued, InFlight: t.InFlight,
+		CompletionRatePerMin: t.CompletionRatePerMin, EstimatedDrainSeconds: drainSeconds(t.EstimatedDrain, t.DrainKnown),
+		State: string(t.State), MeasuredAt: q.MeasuredAt, Weight: t.Weight, SoftShare: t.SoftShare, HardShare: t.HardShare}
 }
 
 // JobCounts is how many jobs are in each status (schema JobCounts), each

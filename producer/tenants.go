@@ -1,0 +1,214 @@
+package producer
+
+import (
+	"context"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store"
+)
+
+// TenantQueue is one tenant's part of the queue: its depth, its share of
+// the queue's capacity and its drain estimate (docs/design/admission.md).
+type TenantQueue struct {
+	Tenant string
+	// Depth is the tenant's jobs queued in Postgres, counted up to
+	// HardShare, plus its jobs in flight and those this producer recorded
+	// for it since the measurement.
+	Depth int64
+	// Queued and InFlight are the measured parts of Depth.
+	Queued   int64
+	InFlight int64
+	// Weight is the tenant's weight (llmq.Tenants.Weight).
+	Weight float64
+	// SoftShare and HardShare are the depths from which the tenant is
+	// throttled, then refused: its llmq.Tenant SoftDepth and HardDepth, or
+	// llmq.ShareOf its weight among the tenants holding jobs times the
+	// queue's SoftDepth and HardDepth.
+	SoftShare int64
+	HardShare int64
+	// CompletionRatePerMin is the rate the tenant's jobs drain at: its own
+	// jobs finished per minute over the rate window, and at least its share
+	// of the queue's rate.
+	CompletionRatePerMin float64
+	// EstimatedDrain is Depth at CompletionRatePerMin; DrainKnown is false
+	// when no rate is known or no worker consumes.
+	EstimatedDrain time.Duration
+	DrainKnown     bool
+	// State is the tenant's state: StateRejecting when it holds HardShare
+	// or the queue its HardDepth, StateNoConsumer as the queue's,
+	// StateThrottled from SoftShare, else StateOK.
+	State State
+}
+
+// tenantTable is the tenants' part of one measurement.
+type tenantTable struct {
+	// byName are the tenants holding jobs, with their queued jobs counted.
+	byName map[string]store.TenantQueue
+	// weight is the sum of their weights.
+	weight float64
+	// drainRate is the queue's rate of the drain estimate (the quotas'
+	// on a cold start).
+	drainRate float64
+}
+
+// measureTenants finds the tenants holding jobs and counts each one's
+// queued jobs up to its hard share.
+func (p *Producer) measureTenants(ctx context.Context, since time.Time) (*tenantTable, error) {
+	ts, err := p.cfg.Store.QueueTenants(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	t := &tenantTable{byName: make(map[string]store.TenantQueue, len(ts))}
+	for _, q := range ts {
+		t.weight += p.cfg.Tenants.Weight(q.Tenant)
+		t.byName[q.Tenant] = q
+	}
+	names, limits := make([]string, len(ts)), make([]int64, len(ts))
+	for i, q := range ts {
+		names[i] = q.Tenant
+		_, limits[i] = p.shares(t, q.Tenant)
+	}
+	counts, err := p.cfg.Store.CountQueued(ctx, names, limits)
+	if err != nil {
+		return nil, err
+	}
+	for i, q := range ts {
+		q.Queued = counts[i]
+		t.byName[q.Tenant] = q
+	}
+	return t, nil
+}
+
+// shares returns tenant's soft and hard shares under t.
+func (p *Producer) shares(t *tenantTable, tenant string) (soft, hard int64) {
+	w := p.cfg.Tenants.Weight(tenant)
+	total := t.weight
+	if _, ok := t.byName[tenant]; !ok {
+		total += w
+	}
+	frac := llmq.ShareOf(w, total)
+	cfg := p.cfg.Tenants[tenant]
+	soft = cfg.SoftDepth
+	if soft == 0 {
+		soft = max(int64(math.Ceil(frac*float64(p.cfg.SoftDepth))), 1)
+	}
+	hard = cfg.HardDepth
+	if hard == 0 {
+		hard = int64(math.Ceil(frac * float64(p.cfg.HardDepth)))
+	}
+	return soft, max(hard, soft+1)
+}
+
+// tenantQueue is tenant's part of q, measured with t, with the jobs
+// recorded for it since.
+func (p *Producer) tenantQueue(q QueueState, t *tenantTable, tenant string, recorded int64) *TenantQueue {
+	m := t.byName[tenant]
+	tq := &TenantQueue{Tenant: tenant, Queued: m.Queued, InFlight: m.InFlight, Weight: p.cfg.Tenants.Weight(tenant)}
+	tq.SoftShare, tq.HardShare = p.shares(t, tenant)
+	tq.Depth = m.Queued + m.InFlight + recorded
+	total := t.weight
+	if _, ok := t.byName[tenant]; !ok {
+		total += tq.Weight
+	}
+	// Claimed by fair share, a backlogged tenant drains at its weight's
+	// part of the queue's rate at least (ShareOf is a floor of it).
+	tq.CompletionRatePerMin = max(float64(m.Finished)/p.cfg.RateWindow.Minutes(),
+		t.drainRate*llmq.ShareOf(tq.Weight, total))
+	tq.EstimatedDrain, tq.DrainKnown = QueueState{CompletionRatePerMin: tq.CompletionRatePerMin}.waitFor(tq.Depth)
+	switch {
+	case q.State == StateRejecting || tq.Depth >= tq.HardShare:
+		tq.State = StateRejecting
+	case q.State == StateNoConsumer:
+		tq.State = StateNoConsumer
+	case tq.Depth >= tq.SoftShare:
+		tq.State = StateThrottled
+	default:
+		tq.State = StateOK
+	}
+	if q.State == StateNoConsumer {
+		tq.EstimatedDrain, tq.DrainKnown = 0, false
+	}
+	return tq
+}
+
+// tenantView is q with tenant's part, under the latest measurement of the
+// tenants.
+func (p *Producer) tenantView(q QueueState, tenant string) QueueState {
+	p.mu.Lock()
+	t, recorded := p.table, p.recorded[tenant]
+	p.mu.Unlock()
+	if t == nil {
+		t = &tenantTable{}
+	}
+	q.Tenant = p.tenantQueue(q, t, tenant, recorded)
+	return q
+}
+
+// countRecorded adds n jobs recorded for tenant to its depth until the
+// next measurement.
+func (p *Producer) countRecorded(tenant string, n int64) {
+	if n == 0 {
+		return
+	}
+	p.mu.Lock()
+	p.recorded[tenant] += n
+	p.mu.Unlock()
+}
+
+// QueueOf returns the queue's state with tenant's part (QueueState.Tenant),
+// measured at most DepthTTL ago.
+func (p *Producer) QueueOf(ctx context.Context, tenant string) (QueueState, error) {
+	q, err := p.Queue(ctx)
+	if err != nil {
+		return q, err
+	}
+	return p.tenantView(q, tenant), nil
+}
+
+// Tenants returns the queue's state and the part of each tenant holding
+// jobs, by name, measured at most DepthTTL ago.
+func (p *Producer) Tenants(ctx context.Context) (QueueState, []TenantQueue, error) {
+	q, err := p.Queue(ctx)
+	if err != nil {
+		return q, nil, err
+	}
+	p.mu.Lock()
+	t := p.table
+	p.mu.Unlock()
+	if t == nil {
+		return q, []TenantQueue{}, nil
+	}
+	out := make([]TenantQueue, 0, len(t.byName))
+	for _, name := range slices.Sorted(maps.Keys(t.byName)) {
+		out = append(out, *p.tenantView(q, name).Tenant)
+	}
+	return q, out, nil
+}
+
+// admitTenants refuses jobs whose tenant holds its hard share, and returns
+// q with the first job's tenant's part.
+func (p *Producer) admitTenants(q QueueState, jobs []*llmq.Job) (QueueState, *ErrBackpressure) {
+	var first QueueState
+	seen := make(map[string]bool, 1)
+	for i, j := range jobs {
+		if seen[j.Tenant] {
+			continue
+		}
+		seen[j.Tenant] = true
+		tq := p.tenantView(q, j.Tenant)
+		if i == 0 {
+			first = tq
+		}
+		if q.State != StateRejecting && tq.Tenant.Depth >= tq.Tenant.HardShare {
+			t := tq.Tenant
+			wait, known := QueueState{CompletionRatePerMin: t.CompletionRatePerMin}.waitFor(t.Depth - t.SoftShare)
+			return tq, &ErrBackpressure{Reason: ReasonTenantQueueFull, RetryAfter: retryHint(wait, known), Queue: tq,
+				Index: -1, Tenant: j.Tenant}
+		}
+	}
+	return first, nil
+}

@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// TenantQueue is one tenant's part of the queue in Postgres.
+type TenantQueue struct {
+	Tenant string
+	// Queued is 0 from QueueTenants: CountQueued counts it, up to a limit.
+	Queued int64
+	// InFlight counts the tenant's jobs running or retrying.
+	InFlight int64
+	// Finished counts the tenant's jobs that ended since the time asked
+	// for (0 when none was).
+	Finished int64
+}
+
+// QueueTenants lists the tenants holding queued or in-flight jobs, by
+// name, with their jobs in flight and, when since is not zero, those that
+// ended since then. The queued tenants are found by a loose index scan
+// over jobs_fair_idx (one probe per model and tenant, however long the
+// backlog); the jobs in flight are few (the workers' holds), and the
+// finished ones those of the rate window, as QueueStats reads them.
+func (s *Store) QueueTenants(ctx context.Context, since time.Time) ([]TenantQueue, error) {
+	rows, err := s.pool.Query(ctx, `WITH RECURSIVE p(m, t) AS (
+			(SELECT requested_model, tenant FROM jobs WHERE status = 'queued' ORDER BY requested_model, tenant LIMIT 1)
+			UNION ALL
+			SELECT n.requested_model, n.tenant FROM p, LATERAL (SELECT requested_model, tenant FROM jobs
+				WHERE status = 'queued' AND (requested_model, tenant) > (p.m, p.t)
+				ORDER BY requested_model, tenant LIMIT 1) n
+		), f AS (
+			SELECT tenant, count(*) AS n FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1
+				AND $1 > '-infinity'::timestamptz GROUP BY tenant
+		), r AS (
+			SELECT tenant, count(*) AS n FROM jobs WHERE status `+leasedIn+` GROUP BY tenant
+		)
+		SELECT t.tenant, coalesce(r.n, 0), coalesce(f.n, 0)
+		FROM (SELECT t AS tenant FROM p UNION SELECT tenant FROM r) t
+			LEFT JOIN r USING (tenant) LEFT JOIN f USING (tenant)
+		ORDER BY t.tenant`, sinceArg(since))
+	if err != nil {
+		return nil, fmt.Errorf("store: queue tenants: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TenantQueue, error) {
+		var q TenantQueue
+		err := row.Scan(&q.Tenant, &q.InFlight, &q.Finished)
+		return q, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: queue tenants: %w", err)
+	}
+	return out, nil
+}
+
+// sinceArg is since as a bound of QueueTenants: -infinity (count none)
+// when zero.
+func sinceArg(since time.Time) pgtype.Timestamptz {
+	if since.IsZero() {
+		return pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+	}
+	return pgtype.Timestamptz{Time: since, Valid: true}
+}
+
+// CountQueued counts the queued jobs of each of tenants, each up to its
+// limit (limits[i] for tenants[i]; <= 0: none counted): a caller that
+// compares a tenant's backlog with its share passes the share, and a
+// count reads one index entry (jobs_tenant_status_created_idx) per job
+// counted.
+func (s *Store) CountQueued(ctx context.Context, tenants []string, limits []int64) ([]int64, error) {
+	if len(tenants) != len(limits) {
+		return nil, fmt.Errorf("store: count queued: %d tenants, %d limits", len(tenants), len(limits))
+	}
+	if len(tenants) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT c.n FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS u(tenant, lim, i),
+			LATERAL (SELECT count(*) AS n FROM (SELECT FROM jobs WHERE tenant = u.tenant AND status = 'queued'
+				LIMIT greatest(u.lim, 0)) q) c
+		ORDER BY u.i`, tenants, limits)
+	if err != nil {
+		return nil, fmt.Errorf("store: count queued: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: count queued: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,54 @@
+package store_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store"
+)
+
+// TestQueueTenants: the tenants holding queued or in-flight jobs are
+// listed with their jobs in flight and finished, and CountQueued counts
+// each one's queued jobs up to its own limit.
+func TestQueueTenants(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tenantJob := func(tenant, id, model string) *llmq.Job {
+		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":%q,"tenant":%q,"body":{"model":%q,"messages":[{"role":"user","content":"hi"}]}}`,
+			id, tenant, model), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		return j
+	}
+	// acme: 2 held, then one of them finished; 3 queued over two models.
+	require.Len(t, b.hold(t, "w", newJob(t, "h0"), newJob(t, "h1")), 2)
+	_, err := b.store.StoreResult(b.ctx, acme("h0"), store.Result{})
+	require.NoError(t, err)
+	for i, m := range []string{"big", "small", "small"} {
+		_, err := b.store.Insert(b.ctx, tenantJob("acme", fmt.Sprint("q", i), m))
+		require.NoError(t, err)
+	}
+	for i := range 5 {
+		_, err := b.store.Insert(b.ctx, tenantJob("beta", fmt.Sprint("q", i), "small"))
+		require.NoError(t, err)
+	}
+	_, err = b.store.Insert(b.ctx, tenantJob("gone", "x", "small"))
+	require.NoError(t, err)
+	_, err = b.store.Cancel(b.ctx, "gone", "x")
+	require.NoError(t, err)
+
+	ts, err := b.store.QueueTenants(b.ctx, b.clock.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, []store.TenantQueue{{Tenant: "acme", InFlight: 1, Finished: 1}, {Tenant: "beta"}}, ts,
+		"gone, whose jobs all finished, is not listed")
+	ts, err = b.store.QueueTenants(b.ctx, time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, []store.TenantQueue{{Tenant: "acme", InFlight: 1}, {Tenant: "beta"}}, ts, "no window: none counted finished")
+
+	n, err := b.store.CountQueued(b.ctx, []string{"beta", "acme", "none"}, []int64{4, 10, 10})
+	require.NoError(t, err)
+	require.Equal(t, []int64{4, 3, 0}, n, "beta counted up to its limit")
+}

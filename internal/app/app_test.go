@@ -198,9 +198,24 @@ func TestWorkerChecksItsUpstream(t *testing.T) {
 	require.NoError(t, a.Stop(ctx))
 
 	s.OpenAIBaseURL = "http://127.0.0.1:1/v1" // nothing listens
-	a, err = app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: quiet, Worker: &app.WorkerConfig{}})
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	a, err = app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: log, Worker: &app.WorkerConfig{}})
 	require.NoError(t, err, "an upstream that does not answer is a warning")
 	require.NoError(t, a.Stop(ctx))
+	require.Contains(t, logs.String(), `level=WARN msg="the upstream did not answer GET /models; starting anyway, jobs wait for it" upstream=http://127.0.0.1:1/v1`)
+
+	// A model the provider does not list is a warning too.
+	strict := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 1, RestrictModels: true,
+		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}})
+	s.OpenAIBaseURL = strict.URL
+	s.Models = map[string]llmq.Model{"gpt-4o-mini": {}, "gpt-4o-mnii": {}}
+	logs.Reset()
+	a, err = app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: log, Worker: &app.WorkerConfig{}})
+	require.NoError(t, err)
+	require.NoError(t, a.Stop(ctx))
+	require.Contains(t, logs.String(), `level=WARN msg="the upstream does not list a model of the configuration: its jobs will fail unless it serves it" upstream=`+strict.URL+" model=gpt-4o-mnii\n")
+	require.NotContains(t, logs.String(), "model=gpt-4o-mini\n")
 }
 
 // TestGatewayRefusesItsOwnWorker: a worker whose upstream is an llmq API

@@ -77,14 +77,14 @@ type upstreamTarget struct {
 // provider would answer with 404).
 func (a *App) checkUpstreams(ctx context.Context) error {
 	s, wc := a.cfg.Settings, a.cfg.Worker
-	main := upstreamTarget{setting: config.EnvOpenAIBaseURL, url: s.OpenAIBaseURL, key: s.OpenAIAPIKey,
+	single := upstreamTarget{setting: config.EnvOpenAIBaseURL, url: s.OpenAIBaseURL, key: s.OpenAIAPIKey,
 		keySetting: config.EnvOpenAIAPIKey + " or " + config.EnvOpenAIAPIKey + config.FileSuffix}
-	targets := []upstreamTarget{main}
 	for _, model := range slices.Sorted(maps.Keys(s.Models)) {
 		if len(s.Pools[model]) == 0 {
-			targets[0].models = append(targets[0].models, model)
+			single.models = append(single.models, model)
 		}
 	}
+	targets := []upstreamTarget{single}
 	for _, model := range slices.Sorted(maps.Keys(s.Pools)) {
 		for i, e := range s.Pools[model] {
 			p := fmt.Sprintf("pools.%s[%d]", model, i)

@@ -404,22 +404,30 @@ func secretValue(getenv func(string) string, flag, env string) (string, error) {
 // _FILE variable and the file's path.
 func (c *Config) source(env string) string { return cmp.Or(c.fromFile[env], env) }
 
-// parseYAML reads the file's settings; unknown keys are errors. The
-// syntax, unknown keys and values of the wrong kind are checked first on
-// the document's nodes (yamlerrors.go), for errors with the right line and
-// the setting's path.
+// parseYAML reads the file's settings; unknown keys are errors.
 func (c *Config) parseYAML(data []byte) error {
+	if err := DecodeYAML(data, c); err != nil {
+		return fmt.Errorf("%w: %s %s: %w", ErrInvalid, EnvConfig, c.Path, err)
+	}
+	return nil
+}
+
+// DecodeYAML decodes the YAML document data into v (a pointer to a
+// struct), refusing unknown keys. The syntax, unknown keys and values of
+// the wrong kind are checked first on the document's nodes
+// (yamlerrors.go), for errors with the right line and the setting's path.
+func DecodeYAML(data []byte, v any) error {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return fmt.Errorf("%w: %s %s: %s", ErrInvalid, EnvConfig, c.Path, yamlSyntaxError(err))
+		return errors.New(yamlSyntaxError(err))
 	}
-	if problems := checkYAML(&root, reflect.TypeFor[Config]()); len(problems) > 0 {
-		return fmt.Errorf("%w: %s %s:\n  %s", ErrInvalid, EnvConfig, c.Path, strings.Join(problems, "\n  "))
+	if problems := checkYAML(&root, reflect.TypeOf(v)); len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n  "))
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: %s %s: %w", ErrInvalid, EnvConfig, c.Path, err)
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return err
 	}
 	return nil
 }

@@ -426,6 +426,7 @@ func TestNewcomerMistakes(t *testing.T) {
 		{yaml: "models:\n  gpt-4o-mini:\n    rpn: 5\n", want: `line 3: models.gpt-4o-mini: unknown key "rpn"; want one of batch_discount, concurrency, context_window, fallbacks, input_price_per_1m, max_output_default, output_price_per_1m, rpm, tpm`},
 		{yaml: "modles: {}\n", want: `line 1: unknown key "modles"; want one of `},
 		{yaml: "models:\n  gpt-4o-mini: {rpm: fast}\n", want: `line 2: models.gpt-4o-mini.rpm: "fast" is not a number`},
+		{yaml: "retry:\n  base_delay: 5\n", want: `line 2: retry.base_delay: "5" is not a duration: give its unit, for example 500ms`},
 		{yaml: "models:\n  gpt-4o-mini: {fallbacks: [gpt-4.1-mni]}\n  gpt-4.1-mini: {}\n",
 			want: `models.gpt-4o-mini.fallbacks[0]: "gpt-4.1-mni" is not in models (gpt-4.1-mini, gpt-4o-mini): list it there with its quota, or set allow_any_model: true`},
 	}
@@ -446,7 +447,8 @@ func TestNewcomerMistakes(t *testing.T) {
 	}
 
 	// A fallback listed in models, or any with allow_any_model, is fine.
-	for _, y := range []string{"models:\n  a: {fallbacks: [b]}\n  b: {}\n", "allow_any_model: true\nmodels:\n  a: {fallbacks: [b]}\n"} {
+	for _, y := range []string{"models:\n  a: {fallbacks: [b]}\n  b: {}\n", "allow_any_model: yes\nmodels:\n  a: {fallbacks: [b]}\n",
+		"retry: {base_delay: 0s}\ngateway: {timeout: 1m}\n"} {
 		_, err := config.Load(env(map[string]string{config.EnvConfig: writeYAML(t, y)}), config.Flags{})
 		require.NoError(t, err, y)
 	}

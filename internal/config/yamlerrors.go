@@ -91,16 +91,13 @@ func checkYAML(root *yaml.Node, t reflect.Type) []string {
 			// Mapping for a list, list for a number...: yaml.v3's decoder
 			// reports these.
 		case t == durationType:
-			if _, err := time.ParseDuration(n.Value); err != nil && n.Tag == "!!str" {
-				at("%q is not a duration (for example 500ms, 30s, 5m, 1h)", n.Value)
+			// yaml.v3 reads a duration from a string only (0 included).
+			if _, err := time.ParseDuration(n.Value); err != nil || n.Tag != "!!str" {
+				at("%q is not a duration: give its unit, for example 500ms, 30s, 5m, 1h", n.Value)
 			}
 		case t.Kind() >= reflect.Int && t.Kind() <= reflect.Float64:
 			if n.Tag != "!!int" && n.Tag != "!!float" {
 				at("%q is not a number", n.Value)
-			}
-		case t.Kind() == reflect.Bool:
-			if n.Tag != "!!bool" {
-				at("%q is not true or false", n.Value)
 			}
 		}
 	}

@@ -1,22 +1,17 @@
 package upstreamsim
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 
-	"gopkg.in/yaml.v3"
+	"github.com/llmq/llmq/internal/config"
 )
 
 // ParseConfig decodes a YAML configuration (fields as tagged on Config;
 // durations like "1.5s"), rejecting unknown fields, and validates it.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+	if err := config.DecodeYAML(data, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := c.Validate(); err != nil {

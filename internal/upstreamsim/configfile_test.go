@@ -48,6 +48,12 @@ rate_limit_headers: none
 
 	_, err = ParseConfig([]byte("rmp: 5\n"))
 	require.ErrorIs(t, err, ErrInvalidConfig)
+	// A misspelt key is named by its path, with the keys that exist (no Go
+	// type), on its own line.
+	_, err = ParseConfig([]byte("restrict_models: true\nmodels:\n  gpt-4o-mini: {rpn: 600}\n"))
+	require.ErrorContains(t, err, `line 3: models.gpt-4o-mini: unknown key "rpn"; want one of `)
+	require.ErrorContains(t, err, ", rpm, ")
+	require.NotContains(t, err.Error(), "ModelConfig")
 	_, err = ParseConfig([]byte("default: {rpm: -7}\n"))
 	require.ErrorContains(t, err, "default.rpm")
 	c, err = ParseConfig(nil)

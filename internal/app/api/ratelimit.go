@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -136,11 +137,23 @@ func (a *API) rateLimited(w http.ResponseWriter, fail func(http.ResponseWriter, 
 		Message: fmt.Sprintf("%s: retry in %.0f s", msg, max(wait.Seconds(), 1))})
 }
 
+type clientKey struct{}
+
+// WithClient returns ctx carrying r as the client of the requests made
+// in-process on its behalf (the console's): the API counts their failed
+// authentications against r's address, not against the process's.
+func WithClient(ctx context.Context, r *http.Request) context.Context {
+	return context.WithValue(ctx, clientKey{}, r)
+}
+
 // clientAddr is the address failed authentications are counted by: the
 // last entry of the trusted proxy's header when it holds an address, else
 // the peer's. An IPv6 address counts as its /64, which one client holds
 // whole.
 func (a *API) clientAddr(r *http.Request) string {
+	if origin, ok := r.Context().Value(clientKey{}).(*http.Request); ok {
+		r = origin
+	}
 	ip, ok := netip.Addr{}, false
 	if h := a.cfg.RateLimits.TrustedProxyHeader; h != "" {
 		if vals := r.Header.Values(h); len(vals) > 0 {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -82,13 +83,15 @@ func newLimiterSet(perMinute, size int) *limiterSet {
 	return &limiterSet{perMinute: perMinute, lru: lru}
 }
 
-func (s *limiterSet) get(name string) *rate.Limiter {
+// get returns name's limiter, added when create says so and it has none
+// (nil otherwise).
+func (s *limiterSet) get(name string, create bool) *rate.Limiter {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l, ok := s.lru.Get(name); ok {
+	if l, ok := s.lru.Get(name); ok || !create {
 		return l
 	}
 	l := rate.NewLimiter(rate.Limit(float64(s.perMinute)/60), s.perMinute)
@@ -134,7 +137,7 @@ func (a *API) rateLimited(w http.ResponseWriter, fail func(http.ResponseWriter, 
 	a.limited.WithLabelValues(limit).Inc()
 	setRetryAfter(w, wait)
 	fail(w, http.StatusTooManyRequests, Error{Code: CodeRateLimited,
-		Message: fmt.Sprintf("%s: retry in %.0f s", msg, max(wait.Seconds(), 1))})
+		Message: fmt.Sprintf("%s: retry in %.0f s", msg, max(math.Ceil(wait.Seconds()), 1))})
 }
 
 type clientKey struct{}

@@ -28,7 +28,10 @@ func newAPICmd() *cobra.Command {
 --metrics-listen (a port of its own, loopback by default: metrics name every tenant's
 traffic). API keys come from LLMQ_API_KEYS (or LLMQ_API_KEYS_FILE) or api_keys in the config
 file, operator keys (every tenant, and the batches) from LLMQ_OPERATOR_KEYS(_FILE) or
-operator_keys; backpressure thresholds from backpressure.soft_depth / hard_depth. The
+operator_keys; backpressure thresholds from backpressure.soft_depth / hard_depth; the limits
+at the door (requests per minute per key and tenant, failed authentications per client address,
+the trusted proxy's address header) from rate_limits.*, a gateway tenant's waiting calls and the
+furthest deadline from gateway.max_waiting / max_deadline. The
 console's sessions are sealed with LLMQ_CONSOLE_SECRET(_FILE), the same on every replica
 (random per process when unset); cancelling a batch asks OPENAI_BASE_URL with OPENAI_API_KEY.
 

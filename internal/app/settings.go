@@ -136,7 +136,15 @@ func producerConfig(s *config.Config) producer.Config {
 // gatewayConfig is the API's share of the gateway settings.
 func gatewayConfig(s *config.Config) api.GatewayConfig {
 	g := s.Gateway
-	return api.GatewayConfig{Timeout: g.Timeout, Priority: g.Priority, CancelOnDisconnect: g.CancelOnDisconnect}
+	return api.GatewayConfig{Timeout: g.Timeout, Priority: g.Priority, CancelOnDisconnect: g.CancelOnDisconnect,
+		MaxDeadline: g.MaxDeadline, MaxWaiting: g.MaxWaiting}
+}
+
+// rateLimitConfig is the API's share of the rate limit settings.
+func rateLimitConfig(s *config.Config) api.RateLimitConfig {
+	r := s.RateLimits
+	return api.RateLimitConfig{KeyRPM: r.KeyRPM, TenantRPM: r.TenantRPM, AuthFailuresPerMinute: r.AuthFailuresPerMinute,
+		TrustedProxyHeader: r.TrustedProxyHeader, MaxClients: r.MaxClients}
 }
 
 // retentionConfig is the pruner's share of the settings: the periods.

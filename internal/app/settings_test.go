@@ -2,9 +2,11 @@ package app
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/worker"
 )
@@ -45,4 +47,15 @@ func TestPoolsReachTheWorker(t *testing.T) {
 	require.Equal(t, []worker.PoolEntry{{Name: "a", RPM: 10, TPM: 1000, Concurrency: 2},
 		{Name: "b", ContextWindow: 8000, OutputPricePer1M: 12}}, pool)
 	require.Nil(t, workerConfig(&config.Config{}, &WorkerConfig{}).Pools, "no pool: the single upstream")
+}
+
+// TestSettingsReachTheAPI: the gateway's bounds and the rate limits reach
+// the API's configuration.
+func TestSettingsReachTheAPI(t *testing.T) {
+	t.Parallel()
+	s := &config.Config{Gateway: config.Gateway{MaxDeadline: 20 * time.Minute, MaxWaiting: 64},
+		RateLimits: config.RateLimits{KeyRPM: 1, TenantRPM: 2, AuthFailuresPerMinute: 3, TrustedProxyHeader: "X-Real-IP", MaxClients: 4}}
+	require.Equal(t, api.GatewayConfig{MaxDeadline: 20 * time.Minute, MaxWaiting: 64}, gatewayConfig(s))
+	require.Equal(t, api.RateLimitConfig{KeyRPM: 1, TenantRPM: 2, AuthFailuresPerMinute: 3, TrustedProxyHeader: "X-Real-IP",
+		MaxClients: 4}, rateLimitConfig(s))
 }

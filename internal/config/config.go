@@ -122,6 +122,8 @@ type Config struct {
 	Alerts Alerts `yaml:"alerts"`
 	// Gateway tunes gateway mode (POST /v1/chat/completions on llmq api).
 	Gateway Gateway `yaml:"gateway"`
+	// RateLimits bounds the requests at llmq api's door.
+	RateLimits RateLimits `yaml:"rate_limits"`
 	// Retention is how long finished rows are kept.
 	Retention Retention `yaml:"retention"`
 	// Capacity is the capacity normalisation the worker reports.
@@ -287,6 +289,30 @@ type Gateway struct {
 	// before its upstream call began. Default false: the job completes and
 	// stays readable through GET /v1/jobs/{id}.
 	CancelOnDisconnect bool `yaml:"cancel_on_disconnect"`
+	// MaxDeadline is the furthest a call's deadline may be (an
+	// X-LLMQ-Deadline past it is refused, an X-Stainless-Timeout cut to
+	// it); 0 = api.GatewayMaxDeadlineDefault (30m).
+	MaxDeadline time.Duration `yaml:"max_deadline"`
+	// MaxWaiting is the calls one tenant may have waiting at once; 0 =
+	// api.GatewayMaxWaitingDefault (256), -1 = no limit.
+	MaxWaiting int `yaml:"max_waiting"`
+}
+
+// RateLimits bounds the requests at the API's door; zero fields mean the
+// API's defaults (api.RateLimitConfig), -1 no limit.
+type RateLimits struct {
+	// KeyRPM is the requests per minute of one API key.
+	KeyRPM int `yaml:"key_rpm"`
+	// TenantRPM is the requests per minute of one tenant, all its keys.
+	TenantRPM int `yaml:"tenant_rpm"`
+	// AuthFailuresPerMinute is the failed authentications allowed per
+	// minute from one client address.
+	AuthFailuresPerMinute int `yaml:"auth_failures_per_minute"`
+	// TrustedProxyHeader names the header in which the proxy in front of
+	// the API gives the client's address (its last entry); "": the peer.
+	TrustedProxyHeader string `yaml:"trusted_proxy_header"`
+	// MaxClients bounds the client addresses remembered.
+	MaxClients int `yaml:"max_clients"`
 }
 
 // Retention is how long finished rows are kept (package retention); zero
@@ -547,6 +573,24 @@ func (c *Config) Validate() error {
 	}
 	if c.Gateway.Timeout < 0 {
 		bad("gateway.timeout", "must not be negative (0: the default)")
+	}
+	if c.Gateway.MaxDeadline < 0 {
+		bad("gateway.max_deadline", "must not be negative (0: the default)")
+	}
+	if c.Gateway.MaxDeadline > 0 && c.Gateway.Timeout > c.Gateway.MaxDeadline {
+		bad("gateway.timeout", "%v: must not pass gateway.max_deadline (%v)", c.Gateway.Timeout, c.Gateway.MaxDeadline)
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"gateway.max_waiting", c.Gateway.MaxWaiting}, {"rate_limits.key_rpm", c.RateLimits.KeyRPM},
+		{"rate_limits.tenant_rpm", c.RateLimits.TenantRPM}, {"rate_limits.auth_failures_per_minute", c.RateLimits.AuthFailuresPerMinute}} {
+		if l.v < -1 {
+			bad(l.name, "must not be negative (0: the default, -1: no limit); got %d", l.v)
+		}
+	}
+	if c.RateLimits.MaxClients < 0 {
+		bad("rate_limits.max_clients", "must not be negative (0: the default); got %d", c.RateLimits.MaxClients)
 	}
 	if c.Gateway.Priority != "" && !c.Gateway.Priority.Valid() {
 		bad("gateway.priority", "%q: want high, normal or low", c.Gateway.Priority)

@@ -62,9 +62,10 @@ func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, E
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := a.cfg.Clock.Now()
 		// An address past its failures is refused before its key is
-		// looked at, so that guessing cannot go on.
-		failures := a.authFailures.get(a.clientAddr(r))
-		if wait := throttled(now, failures); wait > 0 {
+		// looked at, so that guessing cannot go on. Only an address that
+		// failed has a bucket.
+		addr := a.clientAddr(r)
+		if wait := throttled(now, a.authFailures.get(addr, false)); wait > 0 {
 			a.rateLimited(w, fail, "auth_failures", wait, fmt.Sprintf(
 				"too many failed authentications from this address: over %d per minute (rate_limits.auth_failures_per_minute)",
 				a.cfg.RateLimits.AuthFailuresPerMinute))
@@ -81,7 +82,7 @@ func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, E
 			c, known = a.keys[hash]
 		}
 		if !known {
-			if failures != nil {
+			if failures := a.authFailures.get(addr, true); failures != nil {
 				failures.AllowN(now, 1)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
@@ -94,9 +95,9 @@ func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, E
 		}
 		var tenantLimit *rate.Limiter
 		if !c.operator {
-			tenantLimit = a.tenantLimits.get(c.tenant)
+			tenantLimit = a.tenantLimits.get(c.tenant, true)
 		}
-		switch i, wait := take(now, a.keyLimits.get(string(hash[:])), tenantLimit); i {
+		switch i, wait := take(now, a.keyLimits.get(string(hash[:]), true), tenantLimit); i {
 		case 0:
 			a.rateLimited(w, fail, "key_rpm", wait, fmt.Sprintf(
 				"the API key is over its limit of %d requests per minute (rate_limits.key_rpm)", a.cfg.RateLimits.KeyRPM))

@@ -24,6 +24,16 @@
 // job (ids are scoped by tenant); a tenant key may send only its own. GET
 // /v1/me says which kind a key is.
 //
+// # Limits at the door
+//
+// Every authenticated request takes a token of its key's and its tenant's
+// requests per minute (Config.RateLimits; ratelimit.go) or of neither:
+// past either it answers 429 rate_limit_exceeded with Retry-After, the
+// message naming the limit. A client address (the trusted proxy's header,
+// else the peer) past its failed authentications is refused the same way
+// before its key is looked at. A gateway tenant's waiting calls and a
+// call's deadline are bounded (GatewayConfig.MaxWaiting, MaxDeadline).
+//
 // # Enqueueing and what 202 means
 //
 // POST /v1/jobs takes one job or {"jobs": [...]} (1 to 1,000 jobs, all or
@@ -45,9 +55,11 @@
 // tenant has its own. Re-posting a job id the tenant already has changes
 // nothing and answers 202 with the job's current status ("created": false).
 //
-// The body is read as a stream: reading stops at the 1,001st job and at
-// any value larger than a job may be (max_message_bytes), so a hostile body
-// costs no more memory than the jobs it may carry. A job that names a model
+// The body is read as a stream: reading stops at the 1,001st job, at any
+// value larger than a job may be (max_message_bytes), and at a key, string
+// or nesting past internal/jsonlimit's bounds, checked byte by byte before
+// the decoder buffers them, so a hostile body costs no more memory than
+// the jobs it may carry. A job that names a model
 // the configuration does not allow (body.model or a fallback) is refused
 // with 400 model_not_allowed; a job naming a project its tenant does not
 // list (when it lists some), with 400 unknown_project; a job of a tenant or

@@ -221,6 +221,16 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, full, "POST", "/v1/jobs", keyAcme, ct, `{"jobs":[`+jobJSON("f1")+`,`+jobJSON("f2")+`]}`, true, 202)
 	c.check(t, full, "POST", "/v1/jobs", keyAcme, ct, jobJSON("f3"), true, 429)
 
+	// A key over its requests per minute, on llmq's shape and OpenAI's.
+	limited := setup(t, options{api: func(c *api.Config) {
+		c.RateLimits.KeyRPM = 1
+		c.JobsDone = c.Store.(*store.Store)
+	}})
+	c.check(t, limited, "GET", "/v1/me", keyAcme, "", "", true, 200)
+	c.check(t, limited, "GET", "/v1/me", keyAcme, "", "", true, 429)
+	c.check(t, limited, "GET", "/v1/models", keyAcme, "", "", true, 429)
+	c.check(t, limited, "POST", "/v1/jobs", keyAcme, ct, jobJSON("r1"), true, 429)
+
 	// The broker cannot be measured: 503, and readyz says so.
 	down := setup(t, options{})
 	require.NoError(t, down.sub.Close())

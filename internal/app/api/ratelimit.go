@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -81,13 +83,15 @@ func newLimiterSet(perMinute, size int) *limiterSet {
 	return &limiterSet{perMinute: perMinute, lru: lru}
 }
 
-func (s *limiterSet) get(name string) *rate.Limiter {
+// get returns name's limiter, added when create says so and it has none
+// (nil otherwise).
+func (s *limiterSet) get(name string, create bool) *rate.Limiter {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l, ok := s.lru.Get(name); ok {
+	if l, ok := s.lru.Get(name); ok || !create {
 		return l
 	}
 	l := rate.NewLimiter(rate.Limit(float64(s.perMinute)/60), s.perMinute)
@@ -133,7 +137,16 @@ func (a *API) rateLimited(w http.ResponseWriter, fail func(http.ResponseWriter, 
 	a.limited.WithLabelValues(limit).Inc()
 	setRetryAfter(w, wait)
 	fail(w, http.StatusTooManyRequests, Error{Code: CodeRateLimited,
-		Message: fmt.Sprintf("%s: retry in %.0f s", msg, max(wait.Seconds(), 1))})
+		Message: fmt.Sprintf("%s: retry in %.0f s", msg, max(math.Ceil(wait.Seconds()), 1))})
+}
+
+type clientKey struct{}
+
+// WithClient returns ctx carrying r as the client of the requests made
+// in-process on its behalf (the console's): the API counts their failed
+// authentications against r's address, not against the process's.
+func WithClient(ctx context.Context, r *http.Request) context.Context {
+	return context.WithValue(ctx, clientKey{}, r)
 }
 
 // clientAddr is the address failed authentications are counted by: the
@@ -141,6 +154,9 @@ func (a *API) rateLimited(w http.ResponseWriter, fail func(http.ResponseWriter, 
 // the peer's. An IPv6 address counts as its /64, which one client holds
 // whole.
 func (a *API) clientAddr(r *http.Request) string {
+	if origin, ok := r.Context().Value(clientKey{}).(*http.Request); ok {
+		r = origin
+	}
 	ip, ok := netip.Addr{}, false
 	if h := a.cfg.RateLimits.TrustedProxyHeader; h != "" {
 		if vals := r.Header.Values(h); len(vals) > 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -253,4 +254,25 @@ func waitForJobs(t *testing.T, b *testBundle, tenant string, n int) []*store.Job
 		case <-tick.C:
 		}
 	}
+}
+
+// TestAuthFailuresOfInProcessCalls: calls made in-process on a client's
+// behalf (the console's, api.WithClient) count against that client's
+// address, not one shared by every console user.
+func TestAuthFailuresOfInProcessCalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{api: func(c *api.Config) { c.RateLimits.AuthFailuresPerMinute = 1 }})
+	call := func(peer, key string) int {
+		origin := httptest.NewRequest("POST", "/ui/login", nil)
+		origin.RemoteAddr = peer
+		req := httptest.NewRequestWithContext(api.WithClient(context.Background(), origin), "GET", "/v1/me", nil)
+		req.RemoteAddr = ""
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		b.api.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	require.Equal(t, http.StatusUnauthorized, call("203.0.113.9:4000", "wrong"))
+	require.Equal(t, http.StatusTooManyRequests, call("203.0.113.9:4001", keyAcme))
+	require.Equal(t, http.StatusOK, call("203.0.113.10:4000", keyAcme))
 }

@@ -115,7 +115,9 @@ func (b *Bench) runThroughput(ctx context.Context, jobs int) (*ThroughputResult,
 	}
 	a, err := app.New(ctx, app.Config{
 		Settings: &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
-			Models: map[string]llmq.Model{Primary: {}}, APIKeys: map[string]string{throughputKey: tenant}},
+			Models: map[string]llmq.Model{Primary: {}}, APIKeys: map[string]string{throughputKey: tenant},
+			// The scenario measures the API's own capacity: no limit at its door.
+			RateLimits: config.RateLimits{KeyRPM: -1, TenantRPM: -1}},
 		Migrate: true, Logger: b.log,
 		Worker: &app.WorkerConfig{Strategy: shaping.StrategyRetry, MaxInFlight: throughputInFlight,
 			ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second, NoBatchLane: true},

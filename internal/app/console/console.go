@@ -206,7 +206,8 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/", http.StatusFound)
 		return
 	}
-	c.handler.ServeHTTP(w, r)
+	// The API's calls made for this request count against its client.
+	c.handler.ServeHTTP(w, r.WithContext(api.WithClient(r.Context(), r)))
 }
 
 // serveStatic serves an embedded asset; cached for a day, a week when

@@ -55,8 +55,8 @@
 //     slot (until the provider is known to enforce per minute; then only
 //     near an empty bucket), and a cold start by probe ([ColdStart]).
 //   - adaptive: shape with the concurrency limit computed by a [Controller]
-//     (default [Elastic], the BBR-like controller of
-//     docs/design/rate-limiting.md; [AIMD] is the other) and the quotas
+//     ([Elastic], the BBR-like controller of docs/design/rate-limiting.md,
+//     unless [LaneConfig] sets another) and the quotas
 //     learned when unknown: from the server's headers, or, when it sends
 //     none, a TPM quota from its 429s.
 //

@@ -5,7 +5,7 @@ import "time"
 // The adaptive strategy's glue between a lane and its [Controller]: the
 // controller is set up here, ticked on every admission, guided by the
 // quotas the lane knows, and fed one [Sample] per finished request by
-// [Permit.DoneAt]. The algorithms themselves are in elastic.go and aimd.go.
+// [Permit.DoneAt]. The algorithm itself is in elastic.go.
 
 // initController sets up adaptive's controller (LaneConfig.Controller, or
 // an [Elastic] starting at Concurrency), guides it with the configured

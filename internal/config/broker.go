@@ -47,12 +47,10 @@ func (b Broker) Destination() string { return b.Dest }
 func (b Broker) String() string { return redact.URL(b.Raw) }
 
 // BrokerForms lists the broker URLs llmq takes: every broker URL error
-// and the --broker help say it, the same way.
+// and the --broker help say it, the same way. It names each scheme of
+// open.Schemes, the one list of them.
 const BrokerForms = "kafka://host:port[,host:port]/topic, amqp://user:pass@host:port/vhost?queue=name (amqps:// for TLS), " +
 	"memory://name/queue (one process) or embedded"
-
-// brokerSchemes are the URL schemes of BrokerForms.
-var brokerSchemes = []string{"kafka", "amqp", "amqps", "memory"}
 
 // ParseBroker parses the forms of LLMQ_BROKER. Its errors never show a
 // password and always list BrokerForms.
@@ -65,7 +63,7 @@ func ParseBroker(s string) (Broker, error) {
 	if !ok {
 		return Broker{}, fmt.Errorf("%q is not a broker URL; want %s", redact.URL(s), BrokerForms)
 	}
-	if !slices.Contains(brokerSchemes, strings.ToLower(scheme)) {
+	if !slices.Contains(open.Schemes(), strings.ToLower(scheme)) {
 		return Broker{}, fmt.Errorf("%q: unknown scheme %q; want %s", redact.URL(s), scheme, BrokerForms)
 	}
 	t, err := open.Parse(s)

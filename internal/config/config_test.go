@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/config"
+	"github.com/llmq/llmq/transport/open"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -269,8 +270,19 @@ func TestBrokerErrors(t *testing.T) {
 		require.Contains(t, err.Error(), config.BrokerForms, bad)
 		require.NotContains(t, err.Error(), "S3cret", bad)
 	}
-	require.Contains(t, config.BrokerForms, "memory://")
 	require.Contains(t, config.BrokerForms, "embedded")
+}
+
+// TestBrokerSchemesAreTheTransports: LLMQ_BROKER takes every scheme the
+// transport opens, and its forms name each one.
+func TestBrokerSchemesAreTheTransports(t *testing.T) {
+	t.Parallel()
+	for _, scheme := range open.Schemes() {
+		require.Contains(t, config.BrokerForms, scheme+"://", scheme)
+		b, err := config.ParseBroker(scheme + "://h:1/q")
+		require.NoError(t, err, scheme)
+		require.NotEmpty(t, b.Kind, scheme)
+	}
 }
 
 // TestSecretFiles: a key may come from a file named by NAME_FILE (a mounted

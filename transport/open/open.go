@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -30,6 +31,12 @@ const (
 	KindRabbitMQ = "rabbitmq"
 	KindMemory   = "memory"
 )
+
+// schemeKinds maps each URL scheme Parse takes to its broker kind.
+var schemeKinds = map[string]string{"kafka": KindKafka, "amqp": KindRabbitMQ, "amqps": KindRabbitMQ, "memory": KindMemory}
+
+// Schemes returns the URL schemes Parse takes, sorted.
+func Schemes() []string { return slices.Sorted(maps.Keys(schemeKinds)) }
 
 // ErrBadURL is returned for a broker URL that cannot be used.
 var ErrBadURL = errors.New("open: bad broker URL")
@@ -140,14 +147,13 @@ func parse(brokerURL string) (Target, string, error) {
 		t.Prefetch = n
 	}
 	var password string
-	switch u.Scheme {
-	case "kafka":
-		t.Kind = KindKafka
+	t.Kind = schemeKinds[u.Scheme]
+	switch t.Kind {
+	case KindKafka:
 		if password, err = parseKafka(u, q, &t); err != nil {
 			return Target{}, "", err
 		}
-	case "amqp", "amqps":
-		t.Kind = KindRabbitMQ
+	case KindRabbitMQ:
 		if u.Port() != "" {
 			if err := checkHostPort(u.Host); err != nil {
 				return Target{}, "", err
@@ -177,14 +183,13 @@ func parse(brokerURL string) (Target, string, error) {
 		amqpURL := *u
 		amqpURL.RawQuery = q.Encode()
 		t.AMQPURL = amqpURL.String()
-	case "memory":
-		t.Kind = KindMemory
+	case KindMemory:
 		t.Memory = u.Host
 		if queue := strings.Trim(u.Path, "/"); queue != "" {
 			t.Dest = queue
 		}
 	default:
-		return Target{}, "", fmt.Errorf("%w: scheme %q (want kafka, amqp, amqps or memory)", ErrBadURL, u.Scheme)
+		return Target{}, "", fmt.Errorf("%w: scheme %q (want one of %s)", ErrBadURL, u.Scheme, strings.Join(Schemes(), ", "))
 	}
 	return t, password, nil
 }

@@ -61,7 +61,7 @@ func TestParse(t *testing.T) {
 		require.Equal(t, tc.want, got, tc.url)
 	}
 	for bad, why := range map[string]string{
-		"redis://x":                                "scheme",
+		"redis://x":                                `scheme "redis" (want one of amqp, amqps, kafka, memory)`,
 		"kafka:///topic":                           "host:port",
 		"kafka://a:1/t?prefetch=0":                 "prefetch",
 		"kafka://a:1/t?key=tenant_id":              "key",
@@ -83,6 +83,16 @@ func TestParse(t *testing.T) {
 		_, err := open.Parse(bad)
 		require.ErrorIs(t, err, open.ErrBadURL, bad)
 		require.ErrorContains(t, err, why, bad)
+	}
+}
+
+// Schemes is what Parse takes: each scheme parses, and another does not.
+func TestSchemes(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"amqp", "amqps", "kafka", "memory"}, open.Schemes())
+	for _, scheme := range open.Schemes() {
+		_, err := open.Parse(scheme + "://h:1/q")
+		require.NoError(t, err, scheme)
 	}
 }
 

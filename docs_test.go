@@ -1,0 +1,94 @@
+package llmq_test
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	docLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	docSpan = regexp.MustCompile("`([^`]+)`")
+	// goSymbol is `pkg/path.Symbol`: the package's folder is the path.
+	goSymbol = regexp.MustCompile(`^(.+/[^/.]+)\.[A-Z]\w*$`)
+)
+
+// docFileExts make a bare name in backticks a file name.
+var docFileExts = []string{".go", ".md", ".sql", ".yaml", ".yml", ".json", ".png", ".txt", ".sh", ".mod"}
+
+// TestDocsNameRealPaths holds README.md and docs/ to the repository. A
+// link's target (less its #fragment; URLs skipped) must exist from the
+// doc's folder. A code span outside fenced blocks, with no space, glob or
+// placeholder character, is a path when its first segment is an entry of
+// the repository root or of the doc's folder (it must exist from there),
+// or a bare file name with a known extension (it must exist somewhere).
+func TestDocsNameRealPaths(t *testing.T) {
+	t.Parallel()
+	docs := []string{"README.md"}
+	baseNames := map[string]bool{}
+	require.NoError(t, filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.Name() == ".git" && d.IsDir():
+			return filepath.SkipDir
+		}
+		baseNames[d.Name()] = true
+		if strings.HasPrefix(p, "docs/") && strings.HasSuffix(p, ".md") {
+			docs = append(docs, p)
+		}
+		return nil
+	}))
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	for _, doc := range docs {
+		data, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		dir := path.Dir(doc)
+		fenced := false
+		for n, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				fenced = !fenced
+				continue
+			}
+			if fenced {
+				continue
+			}
+			for _, m := range docLink.FindAllStringSubmatch(line, -1) {
+				target, _, _ := strings.Cut(m[1], "#")
+				if target == "" || strings.Contains(target, ":") {
+					continue
+				}
+				if !exists(path.Join(dir, target)) {
+					t.Errorf("%s:%d: link to %s: no such file from %s/", doc, n+1, m[1], dir)
+				}
+			}
+			for _, m := range docSpan.FindAllStringSubmatch(line, -1) {
+				p := strings.TrimSuffix(m[1], "/")
+				if p == "" || strings.ContainsAny(p, " *?{}[]<>$=:@,|\\") || strings.HasPrefix(p, "/") {
+					continue
+				}
+				first, _, nested := strings.Cut(p, "/")
+				switch {
+				case nested && (exists(first) || exists(path.Join(dir, first))):
+					if s := goSymbol.FindStringSubmatch(p); s != nil {
+						p = s[1]
+					}
+					if !exists(p) && !exists(path.Join(dir, p)) {
+						t.Errorf("%s:%d: `%s`: no such path from the repository root or %s/", doc, n+1, m[1], dir)
+					}
+				case !nested && slices.Contains(docFileExts, path.Ext(p)) && !strings.HasPrefix(p, "."):
+					if !baseNames[p] {
+						t.Errorf("%s:%d: `%s`: no file of that name in the repository", doc, n+1, m[1])
+					}
+				}
+			}
+		}
+	}
+}

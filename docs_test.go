@@ -28,7 +28,8 @@ var docFileExts = []string{".go", ".md", ".sql", ".yaml", ".yml", ".json", ".png
 // doc's folder. A code span outside fenced blocks, with no space, glob or
 // placeholder character, is a path when its first segment is an entry of
 // the repository root or of the doc's folder (it must exist from there),
-// or a bare file name with a known extension (it must exist somewhere).
+// or a bare file name with a known extension (it must exist somewhere, or
+// be named in one of the doc's own fenced blocks: a file its commands write).
 func TestDocsNameRealPaths(t *testing.T) {
 	t.Parallel()
 	docs := []string{"README.md"}
@@ -51,8 +52,17 @@ func TestDocsNameRealPaths(t *testing.T) {
 		data, err := os.ReadFile(doc)
 		require.NoError(t, err)
 		dir := path.Dir(doc)
+		lines := strings.Split(string(data), "\n")
+		var blocks strings.Builder
 		fenced := false
-		for n, line := range strings.Split(string(data), "\n") {
+		for _, line := range lines {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				fenced = !fenced
+			} else if fenced {
+				blocks.WriteString(line + "\n")
+			}
+		}
+		for n, line := range lines {
 			if strings.HasPrefix(strings.TrimSpace(line), "```") {
 				fenced = !fenced
 				continue
@@ -84,7 +94,7 @@ func TestDocsNameRealPaths(t *testing.T) {
 						t.Errorf("%s:%d: `%s`: no such path from the repository root or %s/", doc, n+1, m[1], dir)
 					}
 				case !nested && slices.Contains(docFileExts, path.Ext(p)) && !strings.HasPrefix(p, "."):
-					if !baseNames[p] {
+					if !baseNames[p] && !strings.Contains(blocks.String(), p) {
 						t.Errorf("%s:%d: `%s`: no file of that name in the repository", doc, n+1, m[1])
 					}
 				}

@@ -93,3 +93,30 @@ func (s *Store) CountQueued(ctx context.Context, tenants []string, limits []int6
 	}
 	return out, nil
 }
+
+// CountProjects counts the jobs of some of tenant's projects queued or in
+// flight: the queued ones among the first limit of the tenant's queued
+// jobs (jobs_tenant_status_created_idx, the project read from each row),
+// so exact while the tenant holds no more than limit; the ones in flight
+// are few (the workers' holds).
+func (s *Store) CountProjects(ctx context.Context, tenant string, projects []string, limit int64) ([]int64, error) {
+	if len(projects) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `WITH q AS (
+			SELECT project FROM jobs WHERE tenant = $1 AND status = 'queued' ORDER BY created_at, id
+				LIMIT greatest($3::bigint, 0)
+		), r AS (
+			SELECT project FROM jobs WHERE tenant = $1 AND status `+leasedIn+`
+		)
+		SELECT (SELECT count(*) FROM q WHERE q.project = u.p) + (SELECT count(*) FROM r WHERE r.project = u.p)
+		FROM unnest($2::text[]) WITH ORDINALITY AS u(p, i) ORDER BY u.i`, tenant, projects, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: count projects: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: count projects: %w", err)
+	}
+	return out, nil
+}

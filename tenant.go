@@ -44,17 +44,18 @@ type Scope struct {
 	// past BudgetHoldAt of a budget; 0 = a project's tenant's, else
 	// OutputCapDefault.
 	OutputCap int `yaml:"output_cap"`
+	// SoftDepth and HardDepth are the most jobs the scope may hold waiting
+	// or in flight before it is throttled, then refused
+	// (docs/design/admission.md); 0 = a tenant's weighted share of the
+	// queue's soft and hard depth, a project's tenant's (no limit of its
+	// own).
+	SoftDepth int64 `yaml:"soft_depth"`
+	HardDepth int64 `yaml:"hard_depth"`
 }
 
 // Tenant is a tenant's scope and those of its projects.
 type Tenant struct {
 	Scope `yaml:",inline"`
-	// SoftDepth and HardDepth are the most jobs the tenant may hold waiting
-	// or in flight before it is throttled, then refused
-	// (docs/design/admission.md); 0 = its weighted share of the queue's
-	// soft and hard depth.
-	SoftDepth int64 `yaml:"soft_depth"`
-	HardDepth int64 `yaml:"hard_depth"`
 	// Projects are the tenant's projects by name (a job's project field).
 	// A tenant that lists projects takes jobs of those only (CheckProject).
 	Projects map[string]Scope `yaml:"projects"`
@@ -132,12 +133,6 @@ func (ts Tenants) Validate(prefix string) []error {
 			errs = append(errs, fmt.Errorf("%s: a tenant is 1-%d characters of [A-Za-z0-9._:-]", p, MaxIDLength))
 		}
 		errs = append(errs, t.Scope.validate(p)...)
-		if t.SoftDepth < 0 || t.HardDepth < 0 {
-			errs = append(errs, fmt.Errorf("%s: soft_depth and hard_depth must not be negative (0: the weighted share)", p))
-		}
-		if t.HardDepth > 0 && t.SoftDepth >= t.HardDepth {
-			errs = append(errs, fmt.Errorf("%s.hard_depth: must exceed soft_depth (%d); got %d", p, t.SoftDepth, t.HardDepth))
-		}
 		for _, proj := range slices.Sorted(maps.Keys(t.Projects)) {
 			pp := p + ".projects." + proj
 			if !validID(proj) {
@@ -158,6 +153,12 @@ func (s Scope) validate(p string) []error {
 		if !(f.v >= 0 && f.v < math.Inf(1)) {
 			errs = append(errs, fmt.Errorf("%s.%s: must be a finite number, not negative (0: the default); got %v", p, f.name, f.v))
 		}
+	}
+	if s.SoftDepth < 0 || s.HardDepth < 0 {
+		errs = append(errs, fmt.Errorf("%s: soft_depth and hard_depth must not be negative (0: the default)", p))
+	}
+	if s.HardDepth > 0 && s.SoftDepth >= s.HardDepth {
+		errs = append(errs, fmt.Errorf("%s.hard_depth: must exceed soft_depth (%d); got %d", p, s.SoftDepth, s.HardDepth))
 	}
 	if s.Priority != "" && !s.Priority.Valid() {
 		errs = append(errs, fmt.Errorf("%s.priority: %q: want high, normal or low", p, s.Priority))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/llmq/llmq/store"
 )
 
 // State is the queue's backpressure state.
@@ -126,6 +128,7 @@ func (p *Producer) remeasure(ctx context.Context) (QueueState, error) {
 	p.cached, p.cachedErr, p.expires = q, err, p.cfg.Clock.Now().Add(p.cfg.DepthTTL)
 	if err == nil {
 		p.table, p.recorded = t, make(map[string]int64, len(p.recorded))
+		p.recordedProjects = make(map[store.ScopeRef]int64, len(p.recordedProjects))
 	}
 	p.mu.Unlock()
 	if err == nil {

@@ -108,6 +108,9 @@ type Store interface {
 	QueueTenants(ctx context.Context, since time.Time) ([]store.TenantQueue, error)
 	// CountQueued counts each tenant's queued jobs up to its limit.
 	CountQueued(ctx context.Context, tenants []string, limits []int64) ([]int64, error)
+	// CountProjects counts the jobs of a tenant's projects queued (among
+	// its first limit queued jobs) or in flight.
+	CountProjects(ctx context.Context, tenant string, projects []string, limit int64) ([]int64, error)
 }
 
 // Config configures a Producer. Fields marked required have no default.
@@ -130,9 +133,10 @@ type Config struct {
 	// refused first at its own share of both (TenantQueue): the queue's
 	// are the last resort.
 	HardDepth int64
-	// Tenants are the tenants' weights and depths (llmq.Tenant SoftDepth,
-	// HardDepth) their shares of the queue follow. nil: every tenant has
-	// llmq.WeightDefault and its weighted share.
+	// Tenants are the tenants' weights and depths (llmq.Scope SoftDepth,
+	// HardDepth) their shares of the queue follow, and their projects'
+	// depths. nil: every tenant has llmq.WeightDefault and its weighted
+	// share, no project a depth of its own.
 	Tenants llmq.Tenants
 	// DepthTTL is how long a measurement is reused (PublishBatch goes on
 	// with an expired one for up to ProbeTimeout more while one goroutine

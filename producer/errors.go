@@ -56,19 +56,27 @@ type ErrBackpressure struct {
 	RetryAfter time.Duration
 	// Queue is the state that refused the jobs.
 	Queue QueueState
-	// Index is the refused job's position in the batch (deadline only; -1
-	// for the whole batch).
+	// Index is the refused job's position in the batch (deadline, and a
+	// project's tenant_queue_full; -1 for the whole batch).
 	Index int
 	// JobID is the refused job's id (deadline only).
 	JobID string
 	// Tenant is the refused tenant (tenant_queue_full only).
 	Tenant string
+	// Project, when set, is the refused project of Tenant, which holds
+	// ProjectDepth jobs, at its hard depth; Index is its first job.
+	Project      string
+	ProjectDepth int64
 }
 
 func (e *ErrBackpressure) Error() string {
 	if e.Reason == ReasonDeadline {
 		return fmt.Sprintf("producer: job %q: estimated wait %s passes its deadline; retry after %s",
 			e.JobID, e.Queue.EstimatedDrain.Round(time.Second), e.RetryAfter)
+	}
+	if e.Reason == ReasonTenantQueueFull && e.Project != "" {
+		return fmt.Sprintf("producer: project %q of tenant %q holds %d jobs, its hard depth; retry after %s",
+			e.Project, e.Tenant, e.ProjectDepth, e.RetryAfter)
 	}
 	if e.Reason == ReasonTenantQueueFull {
 		return fmt.Sprintf("producer: tenant %q holds %d jobs, its share of the queue; retry after %s",

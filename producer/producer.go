@@ -35,8 +35,9 @@ type Producer struct {
 	refreshed chan struct{}
 	// table is the tenants' part of the last measurement; recorded counts
 	// the jobs recorded per tenant since.
-	table    *tenantTable
-	recorded map[string]int64
+	table            *tenantTable
+	recorded         map[string]int64
+	recordedProjects map[store.ScopeRef]int64
 }
 
 // Receipt says what happened to one job.
@@ -66,7 +67,8 @@ func New(cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{cfg: cfg, log: cfg.Logger, metrics: m, group: newGrouper(), recorded: map[string]int64{}}, nil
+	return &Producer{cfg: cfg, log: cfg.Logger, metrics: m, group: newGrouper(), recorded: map[string]int64{},
+		recordedProjects: map[store.ScopeRef]int64{}}, nil
 }
 
 // Publish is PublishBatch of one job.
@@ -153,7 +155,7 @@ func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 		rs[i] = Receipt{ID: j.ID, Tenant: j.Tenant, Status: recorded[i].Status, Created: recorded[i].Created}
 		if recorded[i].Created {
 			fresh++
-			p.countRecorded(j.Tenant, 1)
+			p.countRecorded(j)
 		}
 	}
 	p.metrics.jobs.WithLabelValues("duplicate").Add(float64(len(jobs) - fresh))

@@ -222,7 +222,7 @@ func TestBackpressureThresholds(t *testing.T) {
 	p := b.producer(t, func(c *producer.Config) {
 		c.SoftDepth, c.HardDepth, c.RateWindow = 5, 10, time.Minute
 		// acme may hold the whole queue: the queue's limits bind.
-		c.Tenants = llmq.Tenants{"acme": {SoftDepth: 100, HardDepth: 200}}
+		c.Tenants = llmq.Tenants{"acme": {Scope: llmq.Scope{SoftDepth: 100, HardDepth: 200}}}
 	})
 	ctx := context.Background()
 	// 6 jobs finished in the last minute: 6/min, one every 10 s.

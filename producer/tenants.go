@@ -53,6 +53,9 @@ type tenantTable struct {
 	// drainRate is the queue's rate of the drain estimate (the quotas'
 	// on a cold start).
 	drainRate float64
+	// projects are the jobs queued or in flight of the projects with
+	// depths of their own, of the tenants holding jobs.
+	projects map[store.ScopeRef]int64
 }
 
 // measureTenants finds the tenants holding jobs and counts each one's
@@ -80,7 +83,32 @@ func (p *Producer) measureTenants(ctx context.Context, since time.Time) (*tenant
 		q.Queued = counts[i]
 		t.byName[q.Tenant] = q
 	}
+	t.projects = map[store.ScopeRef]int64{}
+	for i, q := range ts {
+		projects := limitedProjects(p.cfg.Tenants[q.Tenant])
+		if len(projects) == 0 {
+			continue
+		}
+		n, err := p.cfg.Store.CountProjects(ctx, q.Tenant, projects, limits[i])
+		if err != nil {
+			return nil, err
+		}
+		for j, name := range projects {
+			t.projects[store.ScopeRef{Tenant: q.Tenant, Project: name}] = n[j]
+		}
+	}
 	return t, nil
+}
+
+// limitedProjects are the projects of t with depths of their own, by name.
+func limitedProjects(t llmq.Tenant) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(t.Projects)) {
+		if pr := t.Projects[name]; pr.SoftDepth > 0 || pr.HardDepth > 0 {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // shares returns tenant's soft and hard shares under t.
@@ -148,15 +176,31 @@ func (p *Producer) tenantView(q QueueState, tenant string) QueueState {
 	return q
 }
 
-// countRecorded adds n jobs recorded for tenant to its depth until the
-// next measurement.
-func (p *Producer) countRecorded(tenant string, n int64) {
-	if n == 0 {
-		return
-	}
+// countRecorded adds a job recorded for j's tenant and project to their
+// depths until the next measurement.
+func (p *Producer) countRecorded(j *llmq.Job) {
 	p.mu.Lock()
-	p.recorded[tenant] += n
+	p.recorded[j.Tenant]++
+	if j.Project != "" {
+		p.recordedProjects[store.ScopeRef{Tenant: j.Tenant, Project: j.Project}]++
+	}
 	p.mu.Unlock()
+}
+
+// projectDepth is the jobs of j's project queued or in flight, and its
+// configured depths (0 when it has none of its own).
+func (p *Producer) projectDepth(j *llmq.Job) (depth, soft, hard int64) {
+	cfg := p.cfg.Tenants[j.Tenant].Projects[j.Project]
+	if j.Project == "" || cfg.SoftDepth == 0 && cfg.HardDepth == 0 {
+		return 0, 0, 0
+	}
+	ref := store.ScopeRef{Tenant: j.Tenant, Project: j.Project}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.table != nil {
+		depth = p.table.projects[ref]
+	}
+	return depth + p.recordedProjects[ref], cfg.SoftDepth, cfg.HardDepth
 }
 
 // QueueOf returns the queue's state with tenant's part (QueueState.Tenant),
@@ -189,19 +233,30 @@ func (p *Producer) Tenants(ctx context.Context) (QueueState, []TenantQueue, erro
 	return q, out, nil
 }
 
-// admitTenants refuses jobs whose tenant holds its hard share, and returns
-// q with the first job's tenant's part.
+// admitTenants refuses jobs whose tenant holds its hard share, or whose
+// project its hard depth, and returns q with the first job's tenant's part
+// (throttled when the first job's project holds its soft depth).
 func (p *Producer) admitTenants(q QueueState, jobs []*llmq.Job) (QueueState, *ErrBackpressure) {
 	var first QueueState
-	seen := make(map[string]bool, 1)
+	seen := make(map[store.ScopeRef]bool, 1)
 	for i, j := range jobs {
-		if seen[j.Tenant] {
+		ref := store.ScopeRef{Tenant: j.Tenant, Project: j.Project}
+		if seen[ref] {
 			continue
 		}
-		seen[j.Tenant] = true
+		seen[ref] = true
 		tq := p.tenantView(q, j.Tenant)
+		depth, soft, hard := p.projectDepth(j)
 		if i == 0 {
 			first = tq
+			if soft > 0 && depth >= soft && tq.Tenant.State == StateOK {
+				first.Tenant.State = StateThrottled
+			}
+		}
+		if q.State != StateRejecting && hard > 0 && depth >= hard {
+			wait, known := QueueState{CompletionRatePerMin: tq.Tenant.CompletionRatePerMin}.waitFor(depth - soft)
+			return tq, &ErrBackpressure{Reason: ReasonTenantQueueFull, RetryAfter: retryHint(wait, known), Queue: tq,
+				Index: i, Tenant: j.Tenant, Project: j.Project, ProjectDepth: depth}
 		}
 		if q.State != StateRejecting && tq.Tenant.Depth >= tq.Tenant.HardShare {
 			t := tq.Tenant

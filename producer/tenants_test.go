@@ -33,7 +33,7 @@ func TestTenantShares(t *testing.T) {
 	b := setup(t)
 	p := b.producer(t, func(c *producer.Config) {
 		c.SoftDepth, c.HardDepth, c.RateWindow, c.QuotaRatePerMin = 8, 20, time.Minute, 60
-		c.Tenants = llmq.Tenants{"heavy": {Scope: llmq.Scope{Weight: 3}}, "fixed": {SoftDepth: 1, HardDepth: 2}}
+		c.Tenants = llmq.Tenants{"heavy": {Scope: llmq.Scope{Weight: 3}}, "fixed": {Scope: llmq.Scope{SoftDepth: 1, HardDepth: 2}}}
 	})
 	ctx := context.Background()
 
@@ -85,4 +85,39 @@ func TestTenantShares(t *testing.T) {
 	require.Len(t, ts, 1)
 	require.Equal(t, "fixed", ts[0].Tenant)
 	require.Equal(t, int64(2), ts[0].Depth)
+}
+
+// TestProjectDepths: a project with depths of its own is told throttled
+// from its soft depth and refused (tenant_queue_full, naming it) at its
+// hard depth, while its tenant's other projects are admitted.
+func TestProjectDepths(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := b.producer(t, func(c *producer.Config) {
+		c.Tenants = llmq.Tenants{"acme": {Projects: map[string]llmq.Scope{"bulk": {SoftDepth: 1, HardDepth: 3}}}}
+	})
+	ctx := context.Background()
+	project := func(name string, jobs []*llmq.Job) []*llmq.Job {
+		for _, j := range jobs {
+			j.Project = name
+		}
+		return jobs
+	}
+	_, q, err := p.PublishBatch(ctx, project("bulk", batchOf("acme", "b1", 2)))
+	require.NoError(t, err)
+	require.Equal(t, producer.StateOK, q.Tenant.State)
+	_, q, err = p.PublishBatch(ctx, project("bulk", batchOf("acme", "b2", 1)))
+	require.NoError(t, err)
+	require.Equal(t, producer.StateThrottled, q.Tenant.State, "bulk holds 2, past its soft depth 1")
+	_, _, err = p.PublishBatch(ctx, append(project("web", batchOf("acme", "w1", 1)), project("bulk", batchOf("acme", "b3", 1))...))
+	var bp *producer.ErrBackpressure
+	require.ErrorAs(t, err, &bp)
+	require.Equal(t, [5]any{producer.ReasonTenantQueueFull, "acme", "bulk", int64(3), 1},
+		[5]any{bp.Reason, bp.Tenant, bp.Project, bp.ProjectDepth, bp.Index})
+	_, q, err = p.PublishBatch(ctx, project("web", batchOf("acme", "w2", 2)))
+	require.NoError(t, err, "another project of acme is admitted")
+	require.Equal(t, producer.StateOK, q.Tenant.State)
+	b.work(t, 5)
+	_, _, err = p.PublishBatch(ctx, project("bulk", batchOf("acme", "b4", 1)))
+	require.NoError(t, err, "bulk's jobs ended")
 }

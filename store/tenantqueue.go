@@ -25,8 +25,9 @@ type TenantQueue struct {
 // name, with their jobs in flight and, when since is not zero, those that
 // ended since then. The queued tenants are found by a loose index scan
 // over jobs_fair_idx (one probe per model and tenant, however long the
-// backlog); the jobs in flight are few (the workers' holds), and the
-// finished ones those of the rate window, as QueueStats reads them.
+// backlog); the jobs in flight are few (the workers' holds), and each
+// listed tenant's finished ones are those of the window, from
+// jobs_tenant_finished_idx.
 func (s *Store) QueueTenants(ctx context.Context, since time.Time) ([]TenantQueue, error) {
 	rows, err := s.pool.Query(ctx, `WITH RECURSIVE p(m, t) AS (
 			(SELECT requested_model, tenant FROM jobs WHERE status = 'queued' ORDER BY requested_model, tenant LIMIT 1)
@@ -34,16 +35,16 @@ func (s *Store) QueueTenants(ctx context.Context, since time.Time) ([]TenantQueu
 			SELECT n.requested_model, n.tenant FROM p, LATERAL (SELECT requested_model, tenant FROM jobs
 				WHERE status = 'queued' AND (requested_model, tenant) > (p.m, p.t)
 				ORDER BY requested_model, tenant LIMIT 1) n
-		), f AS (
-			SELECT tenant, count(*) AS n FROM jobs WHERE finished_at IS NOT NULL AND finished_at >= $1
-				AND $1 > '-infinity'::timestamptz GROUP BY tenant
 		), r AS (
 			SELECT tenant, count(*) AS n FROM jobs WHERE status `+leasedIn+` GROUP BY tenant
+		), a AS (
+			SELECT t AS tenant FROM p UNION SELECT tenant FROM r
 		)
-		SELECT t.tenant, coalesce(r.n, 0), coalesce(f.n, 0)
-		FROM (SELECT t AS tenant FROM p UNION SELECT tenant FROM r) t
-			LEFT JOIN r USING (tenant) LEFT JOIN f USING (tenant)
-		ORDER BY t.tenant`, sinceArg(since))
+		SELECT a.tenant, coalesce(r.n, 0), f.n
+		FROM a LEFT JOIN r USING (tenant),
+			LATERAL (SELECT count(*) AS n FROM jobs WHERE tenant = a.tenant AND finished_at IS NOT NULL
+				AND finished_at >= $1 AND $1 > '-infinity'::timestamptz) f
+		ORDER BY a.tenant`, sinceArg(since))
 	if err != nil {
 		return nil, fmt.Errorf("store: queue tenants: %w", err)
 	}
@@ -89,6 +90,33 @@ func (s *Store) CountQueued(ctx context.Context, tenants []string, limits []int6
 	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return nil, fmt.Errorf("store: count queued: %w", err)
+	}
+	return out, nil
+}
+
+// CountProjects counts the jobs of some of tenant's projects queued or in
+// flight: the queued ones among the first limit of the tenant's queued
+// jobs (jobs_tenant_status_created_idx, the project read from each row),
+// so exact while the tenant holds no more than limit; the ones in flight
+// are few (the workers' holds).
+func (s *Store) CountProjects(ctx context.Context, tenant string, projects []string, limit int64) ([]int64, error) {
+	if len(projects) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `WITH q AS (
+			SELECT project FROM jobs WHERE tenant = $1 AND status = 'queued' ORDER BY created_at, id
+				LIMIT greatest($3::bigint, 0)
+		), r AS (
+			SELECT project FROM jobs WHERE tenant = $1 AND status `+leasedIn+`
+		)
+		SELECT (SELECT count(*) FROM q WHERE q.project = u.p) + (SELECT count(*) FROM r WHERE r.project = u.p)
+		FROM unnest($2::text[]) WITH ORDINALITY AS u(p, i) ORDER BY u.i`, tenant, projects, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: count projects: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: count projects: %w", err)
 	}
 	return out, nil
 }

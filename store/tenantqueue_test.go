@@ -52,3 +52,32 @@ func TestQueueTenants(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{4, 3, 0}, n, "beta counted up to its limit")
 }
+
+// TestCountProjects: a tenant's projects' jobs queued or in flight, the
+// queued ones counted among the first limit of the tenant's queued jobs.
+func TestCountProjects(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert := func(tenant, id, project string) {
+		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":%q,"tenant":%q,"project":%q,"body":{"model":"big","messages":[{"role":"user","content":"hi"}]}}`,
+			id, tenant, project), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		_, err = b.store.Insert(b.ctx, j)
+		require.NoError(t, err)
+		b.clock.Advance(time.Millisecond)
+	}
+	insert("acme", "r0", "bulk")
+	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	for i, p := range []string{"bulk", "bulk", "web", "bulk"} {
+		insert("acme", fmt.Sprint("q", i), p)
+	}
+	insert("beta", "q0", "bulk")
+	n, err := b.store.CountProjects(b.ctx, "acme", []string{"bulk", "web", "none"}, 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{4, 1, 0}, n, "bulk: 3 queued and 1 running")
+	n, err = b.store.CountProjects(b.ctx, "acme", []string{"bulk", "web"}, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{3, 0}, n, "among the first 2 queued jobs only")
+}

@@ -20,58 +20,66 @@ import (
 // jobs queued or in flight, and its messages past the cap are dead-lettered
 // tenant_queue_full. The tenants' counts are read with the window's every
 // windowRecount (each up to the cap, or just past the window without one)
-// and follow this worker's records in between.
+// and follow this worker's records and claims in between.
 
 // tenantCount is the count of each tenant's jobs behind the ingest: the
-// last read, and what this worker recorded since (claims are not
-// subtracted: a floor until the next read).
+// last read of its queued and in-flight jobs, and what this worker
+// recorded and claimed since. Its queued jobs (held against its share of
+// the window, as the window counts) follow both; the jobs it holds
+// (against its cap) follow the records only: a claim moves a job from
+// queued to in flight, and the jobs that end are seen at the next read.
 type tenantCount struct {
 	mu sync.Mutex
-	// read are the tenants holding jobs at the last read, weight the sum
-	// of their weights; recorded counts the records since.
-	read     map[string]int64
-	weight   float64
-	recorded map[string]int64
+	// queued and inFlight are the tenants holding jobs at the last read,
+	// weight the sum of their weights; recorded and claimed count since.
+	queued, inFlight  map[string]int64
+	weight            float64
+	recorded, claimed map[string]int64
 }
 
-// value is tenant's count.
-func (c *tenantCount) value(tenant string) int64 {
+// held is tenant's jobs queued or in flight.
+func (c *tenantCount) held(tenant string) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.read[tenant] + c.recorded[tenant]
+	return c.queued[tenant] + c.inFlight[tenant] + c.recorded[tenant]
 }
 
 // set records a read.
-func (c *tenantCount) set(read map[string]int64, weight float64) {
+func (c *tenantCount) set(queued, inFlight map[string]int64, weight float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.read, c.weight, c.recorded = read, weight, map[string]int64{}
+	c.queued, c.inFlight, c.weight = queued, inFlight, weight
+	c.recorded, c.claimed = map[string]int64{}, map[string]int64{}
 }
 
-// add counts n jobs recorded for tenant.
-func (c *tenantCount) add(tenant string, n int64) {
+// add counts n jobs recorded (claimed false) or claimed for tenant.
+func (c *tenantCount) add(tenant string, n int64, claimed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.recorded == nil {
-		c.recorded = map[string]int64{}
+	m := &c.recorded
+	if claimed {
+		m = &c.claimed
 	}
-	c.recorded[tenant] += n
+	if *m == nil {
+		*m = map[string]int64{}
+	}
+	(*m)[tenant] += n
 }
 
-// overShare reports whether a tenant holds more than its share of window:
-// llmq.ShareOf its weight among the tenants counted.
+// overShare reports whether a tenant holds more queued jobs than its share
+// of window: llmq.ShareOf its weight among the tenants counted.
 func (c *tenantCount) overShare(window int, ts llmq.Tenants) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	weight := c.weight
 	for t := range c.recorded {
-		if _, ok := c.read[t]; !ok {
+		if _, ok := c.queued[t]; !ok {
 			weight += ts.Weight(t)
 		}
 	}
-	for _, counts := range []map[string]int64{c.read, c.recorded} {
+	for _, counts := range []map[string]int64{c.queued, c.recorded} {
 		for t := range counts {
-			n := c.read[t] + c.recorded[t]
+			n := c.queued[t] + c.recorded[t] - c.claimed[t]
 			if float64(n) > float64(window)*llmq.ShareOf(ts.Weight(t), weight) {
 				return true
 			}
@@ -113,12 +121,12 @@ func (w *Worker) readTenants(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	read, weight := make(map[string]int64, len(ts)), 0.0
+	queued, inFlight, weight := make(map[string]int64, len(ts)), make(map[string]int64, len(ts)), 0.0
 	for i, t := range ts {
-		read[t.Tenant] = counts[i] + t.InFlight
+		queued[t.Tenant], inFlight[t.Tenant] = counts[i], t.InFlight
 		weight += w.cfg.Tenants.Weight(t.Tenant)
 	}
-	w.tenants.set(read, weight)
+	w.tenants.set(queued, inFlight, weight)
 }
 
 // tenantAdmission decides, message by message, which of a batch's jobs
@@ -134,7 +142,7 @@ func (a *tenantAdmission) admit(j *llmq.Job) bool {
 	if a.w.cfg.TenantCap < 0 {
 		return true
 	}
-	if a.w.tenants.value(j.Tenant)+a.pending[j.Tenant] >= int64(a.w.cfg.TenantCap) {
+	if a.w.tenants.held(j.Tenant)+a.pending[j.Tenant] >= int64(a.w.cfg.TenantCap) {
 		return false
 	}
 	if a.pending == nil {
@@ -148,14 +156,14 @@ func (a *tenantAdmission) admit(j *llmq.Job) bool {
 func (w *Worker) tenantFull(j *llmq.Job) dlq.Letter {
 	return dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonTenantQueueFull,
 		LastError: fmt.Sprintf("tenant %q holds %d jobs queued or in flight, its cap (ingest.tenant_cap %d)",
-			j.Tenant, w.tenants.value(j.Tenant), w.cfg.TenantCap)}
+			j.Tenant, w.tenants.held(j.Tenant), w.cfg.TenantCap)}
 }
 
 // countRecorded counts the jobs of items that were created.
 func (w *Worker) countRecorded(items []ingestItem, created []bool) {
 	for i, it := range items {
 		if created[i] {
-			w.tenants.add(it.job.Job.Tenant, 1)
+			w.tenants.add(it.job.Job.Tenant, 1, false)
 		}
 	}
 }

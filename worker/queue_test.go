@@ -110,14 +110,15 @@ func TestWorkerFailsAResultPostgresCannotHold(t *testing.T) {
 }
 
 // TestWorkerIngestWindow: ingestion pauses while Postgres holds the ingest
-// window of queued jobs: the rest of the messages stay in the broker (at
-// most what the ingest loops had in hand is recorded over the window), and
-// ingestion resumes once the queued jobs fall below it.
+// window of queued jobs, spread over two tenants each within its share
+// (half): the rest of the messages stay in the broker (at most what the
+// ingest loops had in hand is recorded over the window), and ingestion
+// resumes once the queued jobs fall below it.
 func TestWorkerIngestWindow(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 34})
 	clock := clockwork.NewFakeClock()
-	const window, batch, n = 5, 2, 30
+	const window, batch, n = 6, 2, 30
 	tb.start(t, func(c *worker.Config) {
 		// One job a minute on the fake clock: the first is admitted, the
 		// next waits in the lane, the others stay queued.
@@ -127,7 +128,7 @@ func TestWorkerIngestWindow(t *testing.T) {
 	})
 	values := make([][]byte, n)
 	for i := range values {
-		values[i] = jobJSON(fmt.Sprintf("w-%02d", i), "m", "")
+		values[i] = jobJSON(fmt.Sprintf("w-%02d", i), "m", fmt.Sprintf(`,"tenant":"t%d"`, i%2))
 	}
 	tb.publish(t, values...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

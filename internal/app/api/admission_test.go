@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/producer"
 )
@@ -74,4 +75,24 @@ func TestTenantQueueFull(t *testing.T) {
 	require.Equal(t, []string{"acme:10", "globex:1"}, tenants, "an operator sees every tenant")
 	one := b.get(t, keyOps, "/v1/queue?tenant=globex").json(t)
 	require.Equal(t, []any{"globex", 1.0}, []any{one["tenant"], one["depth"]})
+}
+
+// TestProjectQueueFull: a project at its hard depth is refused with 429
+// tenant_queue_full naming it, the tenant's other projects admitted.
+func TestProjectQueueFull(t *testing.T) {
+	t.Parallel()
+	tenants := llmq.Tenants{"acme": {Projects: map[string]llmq.Scope{"bulk": {SoftDepth: 1, HardDepth: 2}, "web": {}}}}
+	b := setup(t, options{producer: func(c *producer.Config) { c.Tenants = tenants }, api: func(c *api.Config) { c.Tenants = tenants }})
+	job := func(id, project string) string {
+		return fmt.Sprintf(`{"id":%q,"project":%q,"body":%s}`, id, project, validBody)
+	}
+	r := b.post(t, keyAcme, `{"jobs":[`+job("b1", "bulk")+`,`+job("b2", "bulk")+`]}`)
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
+	r = b.post(t, keyAcme, `{"jobs":[`+job("w1", "web")+`,`+job("b3", "bulk")+`]}`)
+	require.Equal(t, http.StatusTooManyRequests, r.status, "%s", r.body)
+	require.Equal(t, api.Error{Code: api.CodeTenantQueueFull, Field: "jobs[1].project",
+		Message: `project "bulk" holds 2 jobs, at its hard depth: retry later; other projects are admitted`}, r.apiError(t))
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+	r = b.post(t, keyAcme, job("w1", "web"))
+	require.Equal(t, http.StatusAccepted, r.status, "%s", r.body)
 }

@@ -455,7 +455,7 @@ func TestBackpressureHTTP(t *testing.T) {
 	b := setup(t, options{producer: func(c *producer.Config) {
 		c.SoftDepth, c.HardDepth, c.RateWindow = 2, 4, time.Minute
 		// acme may hold the whole queue: the queue's own limits bind.
-		c.Tenants = llmq.Tenants{"acme": {SoftDepth: 2, HardDepth: 100}}
+		c.Tenants = llmq.Tenants{"acme": {Scope: llmq.Scope{SoftDepth: 2, HardDepth: 100}}}
 	}})
 	ctx := context.Background()
 	// 12 jobs finished in the last minute: 12/min, one every 5 s.

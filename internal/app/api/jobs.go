@@ -218,6 +218,16 @@ func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, ba
 				*qi.EstimatedWaitSeconds, qi.QueueDepth, bp.JobID)
 			writeError(w, http.StatusTooManyRequests, Error{Code: CodeDeadlineUnreachable, Field: field, Message: msg})
 		case producer.ReasonTenantQueueFull:
+			if bp.Project != "" {
+				field := "project"
+				if batch {
+					field = fmt.Sprintf("jobs[%d].project", bp.Index)
+				}
+				writeError(w, http.StatusTooManyRequests, Error{Code: CodeTenantQueueFull, Field: field,
+					Message: fmt.Sprintf("project %q holds %d jobs, at its hard depth: retry later; other projects are admitted",
+						bp.Project, bp.ProjectDepth)})
+				return
+			}
 			writeError(w, http.StatusTooManyRequests, Error{Code: CodeTenantQueueFull,
 				Message: fmt.Sprintf("tenant %q holds %d jobs, at its share of the queue (%d): retry later; other tenants are admitted",
 					bp.Tenant, qi.QueueDepth, qi.QueueHardShare)})

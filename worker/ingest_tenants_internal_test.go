@@ -1,0 +1,72 @@
+package worker
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+)
+
+// TestTenantCountOverShare: a tenant holds more than its share of the
+// window when its queued jobs (read, plus recorded, less claimed) pass
+// the window times its weight over the weights of the tenants counted, and
+// never more than half for a tenant of weight 1 alone.
+func TestTenantCountOverShare(t *testing.T) {
+	t.Parallel()
+	ts := llmq.Tenants{"heavy": {Scope: llmq.Scope{Weight: 3}}}
+	for _, tc := range []struct {
+		name              string
+		queued            map[string]int64
+		recorded, claimed map[string]int64
+		want              bool
+	}{
+		{"alone at half", map[string]int64{"a": 5}, nil, nil, false},
+		{"alone past half", map[string]int64{"a": 5}, map[string]int64{"a": 1}, nil, true},
+		{"claims bring it back", map[string]int64{"a": 5}, map[string]int64{"a": 2}, map[string]int64{"a": 2}, false},
+		{"two at half each", map[string]int64{"a": 5, "b": 5}, nil, nil, false},
+		{"one of two past half", map[string]int64{"a": 6, "b": 4}, nil, nil, true},
+		{"a newcomer recorded since the read", map[string]int64{"a": 6}, map[string]int64{"b": 1}, nil, true},
+		{"weight 3 of 4", map[string]int64{"heavy": 7, "b": 2}, nil, nil, false},
+		{"weight 3 of 4, past", map[string]int64{"heavy": 8, "b": 2}, nil, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c tenantCount
+			c.set(tc.queued, map[string]int64{}, weightOf(ts, tc.queued))
+			for tenant, n := range tc.recorded {
+				c.add(tenant, n, false)
+			}
+			for tenant, n := range tc.claimed {
+				c.add(tenant, n, true)
+			}
+			require.Equal(t, tc.want, c.overShare(10, ts))
+		})
+	}
+}
+
+func weightOf(ts llmq.Tenants, counts map[string]int64) float64 {
+	w := 0.0
+	for t := range counts {
+		w += ts.Weight(t)
+	}
+	return w
+}
+
+// TestTenantCap: a batch lets a tenant's jobs in up to its cap, counting
+// what it holds (queued and in flight at the read, recorded since) and the
+// batch's own jobs before it; -1 lets every job in.
+func TestTenantCap(t *testing.T) {
+	t.Parallel()
+	w := &Worker{cfg: Config{TenantCap: 4}}
+	w.tenants.set(map[string]int64{"a": 1}, map[string]int64{"a": 1}, 1)
+	w.tenants.add("a", 1, false)
+	w.tenants.add("a", 1, true)
+	a := tenantAdmission{w: w}
+	job := func(tenant string) *llmq.Job { return &llmq.Job{Tenant: tenant} }
+	require.True(t, a.admit(job("a")), "holds 3 of 4")
+	require.False(t, a.admit(job("a")), "the batch's first job brought it to its cap")
+	require.True(t, a.admit(job("b")))
+	require.Equal(t, `tenant "a" holds 3 jobs queued or in flight, its cap (ingest.tenant_cap 4)`, w.tenantFull(job("a")).LastError)
+	w.cfg.TenantCap = -1
+	require.True(t, a.admit(job("a")))
+}

@@ -312,15 +312,17 @@ func (a *API) callDeadline(h http.Header) (time.Time, *Error) {
 func (a *API) gatewayPublishError(w http.ResponseWriter, r *http.Request, err error) {
 	var bp *producer.ErrBackpressure
 	switch {
-	case errors.As(err, &bp) && bp.Reason == producer.ReasonDeadline:
-		setRetryAfter(w, bp.RetryAfter)
-		writeOpenAIError(w, http.StatusTooManyRequests, Error{Code: CodeDeadlineUnmeetable,
-			Message: fmt.Sprintf("the predicted wait (%.0f s for %d queued jobs) passes the call's deadline: nothing was enqueued, retry later",
-				bp.Queue.EstimatedDrain.Seconds(), bp.Queue.Depth)})
 	case errors.As(err, &bp):
 		setRetryAfter(w, bp.RetryAfter)
-		writeOpenAIError(w, http.StatusTooManyRequests, Error{Code: CodeQueueFull,
-			Message: fmt.Sprintf("the queue holds %d jobs, at the hard limit: retry later", bp.Queue.Depth)})
+		qi := ownQueue(w, bp.Queue)
+		e := refusal(bp, qi, false)
+		if bp.Reason == producer.ReasonDeadline {
+			_, drain, _, _ := bp.Queue.Own()
+			e = Error{Code: CodeDeadlineUnmeetable,
+				Message: fmt.Sprintf("the predicted wait (%.0f s for %d queued jobs) passes the call's deadline: nothing was enqueued, retry later",
+					drain.Seconds(), qi.QueueDepth)}
+		}
+		writeOpenAIError(w, http.StatusTooManyRequests, e)
 	case errors.Is(err, producer.ErrBrokerUnavailable), errors.Is(err, producer.ErrDatabaseUnavailable):
 		a.log.Warn("api: gateway call refused", slog.String("error", err.Error()))
 		setRetryAfter(w, a.cfg.RetryAfterUnavailable)

@@ -50,7 +50,7 @@ type gatewayBundle struct {
 // The simulator knows gpt-4o-mini only: another model is its 404.
 var gatewayCatalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {}, "gpt-4o": {}}}
 
-func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
+func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*producer.Config)) *gatewayBundle {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("gateway: RabbitMQ, Postgres, worker, simulator")
@@ -70,8 +70,12 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig) *gatewayBundle {
 	// Admission's now stands still (exact Retry-After); the store and the
 	// worker keep the system clock.
 	clk := clockwork.NewFakeClockAt(time.Now())
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
-		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry()})
+	pcfg := producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
+		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry()}
+	for _, o := range producerOpts {
+		o(&pcfg)
+	}
+	p, err := producer.New(pcfg)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
@@ -275,6 +279,29 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	c = b.client(http.Header{"X-Llmq-Deadline": {time.Now().Add(20 * time.Minute).Format(time.RFC3339)}})
 	_, err = c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
 	require.NoError(t, err)
+}
+
+// TestGatewayTenantQueueFull: a tenant at its hard share of the queue is
+// refused as POST /v1/jobs refuses it, 429 tenant_queue_full with its own
+// depth, not queue_full with the whole queue's.
+func TestGatewayTenantQueueFull(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetup(t, api.GatewayConfig{}, func(c *producer.Config) { c.SoftDepth, c.HardDepth = 2, 4 })
+	ctx := context.Background()
+	for _, id := range []string{"q-1", "q-2"} {
+		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
+		require.NoError(t, j.Normalize())
+		_, err := b.store.Insert(ctx, j)
+		require.NoError(t, err)
+	}
+	_, err := b.client(nil).CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
+	require.Equal(t, api.CodeTenantQueueFull, apiErr.Code)
+	require.Equal(t, `tenant "acme" holds 2 jobs, at its share of the queue (2): retry later; other tenants are admitted`, apiErr.Message)
+	require.Equal(t, "2", b.lastHeader().Get(api.HeaderQueueDepth))
+	require.NotEmpty(t, b.lastHeader().Get("Retry-After"))
 }
 
 // slowQueue makes the queue's drain 7.5 min: two jobs finished in the

@@ -67,6 +67,33 @@ func ownQueue(w http.ResponseWriter, q producer.QueueState) queueInfo {
 	return qi
 }
 
+// refusal is the error of jobs the producer refused for backpressure, its
+// field named as in a batch (jobs[i].field) when batch is set.
+func refusal(bp *producer.ErrBackpressure, qi queueInfo, batch bool) Error {
+	field := func(name string) string {
+		if batch {
+			return fmt.Sprintf("jobs[%d].%s", bp.Index, name)
+		}
+		return name
+	}
+	switch {
+	case bp.Reason == producer.ReasonDeadline:
+		_, drain, _, _ := bp.Queue.Own()
+		return Error{Code: CodeDeadlineUnreachable, Field: field("deadline"),
+			Message: fmt.Sprintf("the estimated wait (%.0f s for %d queued jobs) passes the deadline of job %q",
+				drain.Seconds(), qi.QueueDepth, bp.JobID)}
+	case bp.Reason == producer.ReasonTenantQueueFull && bp.Project != "":
+		return Error{Code: CodeTenantQueueFull, Field: field("project"),
+			Message: fmt.Sprintf("project %q holds %d jobs, at its hard depth: retry later; other projects are admitted",
+				bp.Project, bp.ProjectDepth)}
+	case bp.Reason == producer.ReasonTenantQueueFull:
+		return Error{Code: CodeTenantQueueFull,
+			Message: fmt.Sprintf("tenant %q holds %d jobs, at its share of the queue (%d): retry later; other tenants are admitted",
+				bp.Tenant, qi.QueueDepth, qi.QueueHardShare)}
+	}
+	return Error{Code: CodeQueueFull, Message: "the queue is full, at its hard limit for every tenant: retry later"}
+}
+
 type receiptJSON struct {
 	ID        string `json:"id"`
 	Tenant    string `json:"tenant"`
@@ -207,34 +234,7 @@ func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, ba
 	switch {
 	case errors.As(err, &bp):
 		setRetryAfter(w, bp.RetryAfter)
-		qi := ownQueue(w, bp.Queue)
-		switch bp.Reason {
-		case producer.ReasonDeadline:
-			field := "deadline"
-			if batch {
-				field = fmt.Sprintf("jobs[%d].deadline", bp.Index)
-			}
-			msg := fmt.Sprintf("the estimated wait (%.0f s for %d queued jobs) passes the deadline of job %q",
-				*qi.EstimatedWaitSeconds, qi.QueueDepth, bp.JobID)
-			writeError(w, http.StatusTooManyRequests, Error{Code: CodeDeadlineUnreachable, Field: field, Message: msg})
-		case producer.ReasonTenantQueueFull:
-			if bp.Project != "" {
-				field := "project"
-				if batch {
-					field = fmt.Sprintf("jobs[%d].project", bp.Index)
-				}
-				writeError(w, http.StatusTooManyRequests, Error{Code: CodeTenantQueueFull, Field: field,
-					Message: fmt.Sprintf("project %q holds %d jobs, at its hard depth: retry later; other projects are admitted",
-						bp.Project, bp.ProjectDepth)})
-				return
-			}
-			writeError(w, http.StatusTooManyRequests, Error{Code: CodeTenantQueueFull,
-				Message: fmt.Sprintf("tenant %q holds %d jobs, at its share of the queue (%d): retry later; other tenants are admitted",
-					bp.Tenant, qi.QueueDepth, qi.QueueHardShare)})
-		default:
-			writeError(w, http.StatusTooManyRequests, Error{Code: CodeQueueFull,
-				Message: "the queue is full, at its hard limit for every tenant: retry later"})
-		}
+		writeError(w, http.StatusTooManyRequests, refusal(bp, ownQueue(w, bp.Queue), batch))
 	case errors.Is(err, producer.ErrBrokerUnavailable):
 		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeBrokerUnavailable,

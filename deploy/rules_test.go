@@ -97,7 +97,7 @@ func TestMetricsContract(t *testing.T) {
 		"llmq_capacity_health",
 		"llmq_scope_limit", "llmq_scope_level", "llmq_scope_in_flight", "llmq_scope_requests_total", "llmq_scope_tokens_total",
 		"llmq_job_duration_seconds", "llmq_queue_depth", "llmq_dead_letters_total",
-		"llmq_ingested_total", "llmq_ingest_pauses_total", "llmq_claims_total", "llmq_released_total",
+		"llmq_ingested_total", "llmq_ingest_handed_back_total", "llmq_ingest_dropped_total", "llmq_ingest_pauses_total", "llmq_claims_total", "llmq_released_total",
 		"llmq_reaped_total", "llmq_lease_lost_total",
 		"llmq_budget_spent_usd", "llmq_budget_reserved_usd", "llmq_budget_limit_usd", "llmq_budget_refused_total",
 	}

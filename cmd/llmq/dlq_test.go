@@ -84,7 +84,7 @@ func TestDLQCommands(t *testing.T) {
 
 	// An unknown reason is refused, like jobs ls --status done.
 	_, err = runLLMQ(t, append([]string{"dlq", "ls", "--reason", "oops"}, common...)...)
-	require.EqualError(t, err, `--reason "oops": want one of poison, retries_exhausted, permanent_error, expired, delivery_limit, model_not_allowed, budget_exceeded, tenant_queue_full`)
+	require.EqualError(t, err, `--reason "oops": want one of poison, retries_exhausted, permanent_error, expired, delivery_limit, model_not_allowed, budget_exceeded, unknown_project, tenant_queue_full`)
 	// A missing letter is said once, plainly, and fails.
 	_, err = runLLMQ(t, append([]string{"dlq", "show", "99"}, common...)...)
 	require.EqualError(t, err, "no dead letter 99")

@@ -207,7 +207,7 @@ func TestInvalidNamesTheSetting(t *testing.T) {
 		{yaml: "tenants:\n  \"a b\": {}", want: "tenants.a b: a tenant is 1-128 characters"},
 		{yaml: "tenants:\n  acme: {projects: {p1: {tpm: -5}}}", want: "tenants.acme.projects.p1.tpm: must be a finite number"},
 		{yaml: "tenants:\n  acme: {projects: {\"x/y\": {}}}", want: "tenants.acme.projects.x/y: a project is"},
-		{yaml: "tenants:\n  acme: {rmp: 5}", want: `line 2: tenants.acme: unknown key "rmp"; want one of concurrency, daily_cost,`},
+		{yaml: "tenants:\n  acme: {rmp: 5}", want: `line 2: tenants.acme: unknown key "rmp"; want one of allow_unknown_projects, concurrency, daily_cost,`},
 		{yaml: "tenants:\n  acme: {daily_cost: -1}", want: "tenants.acme.daily_cost: must be a finite number, not negative"},
 		{yaml: "tenants:\n  acme: {monthly_cost: .inf}", want: "tenants.acme.monthly_cost: must be a finite number"},
 		{yaml: "tenants:\n  acme: {projects: {p1: {output_cap: -2}}}", want: "tenants.acme.projects.p1.output_cap: must be a finite number"},

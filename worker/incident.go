@@ -288,6 +288,10 @@ func (w *Worker) newIncident(model, entry string) *incident {
 		return nil
 	}
 	log := w.log.With(slog.String("model", model), slog.String("entry", entry))
+	keySetting := "OPENAI_API_KEY"
+	if entry != "" {
+		keySetting = "pools." + model + "[" + entry + "].api_key"
+	}
 	return &incident{
 		minCalls: cfg.IncidentMinCalls, ratio: cfg.IncidentFailureRatio, window: cfg.IncidentWindow,
 		probeEvery: cfg.IncidentProbeEvery, wake: make(chan struct{}),
@@ -303,7 +307,7 @@ func (w *Worker) newIncident(model, entry string) *incident {
 			every := slog.Duration("probe_every", cfg.IncidentProbeEvery)
 			switch {
 			case c.report && c.cause == causeUnauthorized:
-				log.Error("provider refuses the API key (HTTP 401): holding the model's jobs and probing; check the key (OPENAI_API_KEY)", every)
+				log.Error("provider refuses the API key (HTTP 401): holding the model's jobs and probing; check the key ("+keySetting+")", every)
 			case c.report && c.cause == causeUnreachable:
 				log.Warn("provider unreachable: holding the model's jobs and probing", every)
 			case c.report:

@@ -290,7 +290,7 @@ func (w *Worker) newIncident(model, entry string) *incident {
 	log := w.log.With(slog.String("model", model), slog.String("entry", entry))
 	keySetting := "OPENAI_API_KEY"
 	if entry != "" {
-		keySetting = "pools." + model + "[" + entry + "].api_key"
+		keySetting = "the api_key of pool entry " + entry + " of " + model
 	}
 	return &incident{
 		minCalls: cfg.IncidentMinCalls, ratio: cfg.IncidentFailureRatio, window: cfg.IncidentWindow,

@@ -13,8 +13,8 @@ import (
 // flight would spend its attempts against an upstream that cannot answer.
 // Instead each lane has a breaker (incident): while it is open the lane's
 // dispatcher holds every job (leases renewed, attempts untouched) and lets
-// one through as a probe every IncidentProbeEvery; the calls that fail
-// because of the incident cost their jobs nothing for up to OutageLimit.
+// one through as a probe every IncidentProbeEvery; the calls that fail for
+// the provider cost their jobs nothing for up to OutageLimit.
 // docs/worker-policy.md has the rules. Not sony/gobreaker (used before):
 // it reads the system clock, so an outage could not run on the worker's
 // clock, and its counts cannot tell a call that reached no one from a 5xx.
@@ -25,8 +25,9 @@ const (
 	IncidentFailureRatioDefault = 0.5
 	IncidentWindowDefault       = time.Minute
 	IncidentProbeEveryDefault   = 15 * time.Second
-	// OutageLimitDefault bounds how long an incident's failed calls cost
-	// their jobs no attempt: the outages a job could wait out.
+	// OutageLimitDefault bounds how long into an outage the calls that
+	// fail for it cost their jobs no attempt: the outages a job could
+	// wait out.
 	OutageLimitDefault = 15 * time.Minute
 )
 
@@ -92,8 +93,8 @@ type incident struct {
 	cause   incidentCause
 	since   time.Time // when the incident began (zero while closed)
 	probeAt time.Time // open: when the next probe may go
-	// confirmed: the incident was reported (a lane held on one
-	// connection failure is confirmed by its failed probe).
+	// confirmed: the incident was reported (a lane held on calls that got
+	// no answer is confirmed by its failed probe).
 	confirmed bool
 	// unreached counts the calls in a row that got no answer while
 	// closed, since unreachedSince. While it is not 0 the lane is in
@@ -106,10 +107,16 @@ type incident struct {
 		start           time.Time
 		calls, failures int
 	}
-	wake chan struct{} // closed at the next state change
+	wake chan struct{} // closed at the next change
 }
 
 type incidentState int
+
+const (
+	incidentClosed incidentState = iota
+	incidentOpen
+	incidentProbing
+)
 
 // incidentChange is a state change of a breaker: held or not, the incident
 // to report (it began, or the key was refused), or its end.
@@ -117,12 +124,6 @@ type incidentChange struct {
 	held, report, over bool
 	cause              incidentCause
 }
-
-const (
-	incidentClosed incidentState = iota
-	incidentOpen
-	incidentProbing
-)
 
 // allow reports whether a call may go at now, and whether it is the
 // probe (of an incident, or of a lane in doubt); when none may, wake is
@@ -287,6 +288,10 @@ func (w *Worker) newIncident(model, entry string) *incident {
 		return nil
 	}
 	log := w.log.With(slog.String("model", model), slog.String("entry", entry))
+	keySetting := "OPENAI_API_KEY"
+	if entry != "" {
+		keySetting = "the api_key of pool entry " + entry + " of " + model
+	}
 	return &incident{
 		minCalls: cfg.IncidentMinCalls, ratio: cfg.IncidentFailureRatio, window: cfg.IncidentWindow,
 		probeEvery: cfg.IncidentProbeEvery, wake: make(chan struct{}),
@@ -302,7 +307,7 @@ func (w *Worker) newIncident(model, entry string) *incident {
 			every := slog.Duration("probe_every", cfg.IncidentProbeEvery)
 			switch {
 			case c.report && c.cause == causeUnauthorized:
-				log.Error("provider refuses the API key (HTTP 401): holding the model's jobs and probing; check the key (OPENAI_API_KEY)", every)
+				log.Error("provider refuses the API key (HTTP 401): holding the model's jobs and probing; check the key ("+keySetting+")", every)
 			case c.report && c.cause == causeUnreachable:
 				log.Warn("provider unreachable: holding the model's jobs and probing", every)
 			case c.report:

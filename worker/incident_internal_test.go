@@ -162,3 +162,23 @@ func TestIncidentFailureRatio(t *testing.T) {
 	require.True(t, outage)
 	require.Equal(t, 16*time.Second, lasted)
 }
+
+// TestResultOf: what each outcome tells the breaker.
+func TestResultOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		out  Outcome
+		want callResult
+	}{
+		{Outcome{Class: ClassSuccess, Status: 200}, resultAnswered},
+		{Outcome{Class: ClassRateLimited, Status: 429}, resultAnswered},
+		{Outcome{Class: ClassPermanent, Status: 400}, resultAnswered},
+		{Outcome{Class: ClassPermanent, Status: 404, Code: "model_not_found"}, resultAnswered},
+		{Outcome{Class: ClassPermanent, Status: 401, Code: "invalid_api_key"}, resultUnauthorized},
+		{Outcome{Class: ClassRetryable, Status: 503}, resultFailed},
+		{Outcome{Class: ClassRetryable, Code: "timeout"}, resultFailed},
+		{Outcome{Class: ClassRetryable, Code: codeConnectionError}, resultUnreachable},
+	} {
+		require.Equal(t, tt.want, resultOf(tt.out), "%+v", tt.out)
+	}
+}

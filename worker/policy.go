@@ -80,9 +80,9 @@ type event struct {
 	// (stepLanePaused, and stepCalled after a failure).
 	Pooled bool
 	Entry  int
-	// Outage says the call failed for a provider incident its lane is
-	// held for (no answer, a 401, a failed probe), which has lasted
-	// OutageFor (stepCalled).
+	// Outage says the call failed for the provider, not for the job (no
+	// answer, a 401, a failed probe: incident.done), in an outage that
+	// has lasted OutageFor (stepCalled).
 	Outage    bool
 	OutageFor time.Duration
 }

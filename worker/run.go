@@ -65,9 +65,8 @@ type job struct {
 	// writeFails counts the database errors of the job's writes in a row.
 	writeFails int
 	// freeCalls counts the calls this holder made for the job that failed
-	// for a provider incident (policy.free): calls (in attempts) the
-	// policy does not count. A holder that claims the job again counts
-	// them.
+	// for a provider outage (policy.free): calls (in attempts) the policy
+	// does not count. A holder that claims the job again counts them.
 	freeCalls int
 	// attempt is what is not yet written of the job's calls (attempts.go).
 	attempt attempt

@@ -96,10 +96,10 @@ type incident struct {
 	// confirmed: the incident was reported (a lane held on calls that got
 	// no answer is confirmed by its failed probe).
 	confirmed bool
-	// unreached counts the calls in a row that got no answer while
-	// closed, since unreachedSince. While it is not 0 the lane is in
-	// doubt: one call at a time (testing) goes until a call is answered,
-	// or unreachableTrip in a row hold the lane.
+	// unreached counts the calls that got no answer while closed since
+	// unreachedSince, with no answer to a call begun since. While it is
+	// not 0 the lane is in doubt: one call at a time (testing) goes until
+	// one is answered, or unreachableTrip hold the lane.
 	unreached      int
 	unreachedSince time.Time
 	testing        bool
@@ -182,13 +182,15 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, l
 			defer b.notify() // the lane in doubt admits its next call
 		}
 		switch {
-		case r != resultUnreachable:
-			b.unreached = 0
-		case b.unreached == 0:
+		case r == resultUnreachable && b.unreached == 0:
 			b.unreached, b.unreachedSince = 1, now
-		default:
+		case r == resultUnreachable:
 			b.unreached++
+		case probe:
+			b.unreached = 0
 		}
+		// An answer to a call that began before the doubt says nothing
+		// of the provider now: only the call let through ends it.
 		switch {
 		case b.unreached >= unreachableTrip:
 			// Held, the next call probing at once: an outage costs a

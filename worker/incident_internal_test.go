@@ -50,6 +50,9 @@ func TestIncidentUnreachable(t *testing.T) {
 	ok, _, wait, wake := b.allow(t0)
 	require.False(t, ok)
 	require.Zero(t, wait, "until a call ends")
+	b.done(t0, false, resultAnswered)
+	ok, _, _, _ = b.allow(t0)
+	require.False(t, ok, "an answer to a call begun before the doubt does not end it")
 	b.done(at(time.Millisecond), true, resultAnswered) // a dropped connection, now and then
 	requireClosed(t, wake)
 	ok, probe, _, _ = b.allow(at(time.Millisecond))

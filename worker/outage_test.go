@@ -176,12 +176,14 @@ func runClock(t *testing.T, clock *clockwork.FakeClock, step time.Duration) {
 // most 30 calls during the cut: the lane holds its jobs and probes.
 func TestWorkerProviderOutageCostsNoAttempts(t *testing.T) {
 	t.Parallel()
-	tb := setup(t, upstreamsim.Config{Seed: 45, Latency: upstreamsim.LatencyConfig{TTFT: 20 * time.Millisecond},
+	// Calls take a second, as an LLM's do, 32 at a time: the calls that
+	// start as the cut comes, before the worker knows of it, are few.
+	tb := setup(t, upstreamsim.Config{Seed: 45, Latency: upstreamsim.LatencyConfig{TTFT: time.Second},
 		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 	provider, simURL := proxied(t, tb.sim.URL)
 	up := &cutCounter{Upstream: upstreamAt(simURL, 5*time.Second)}
 	clock := clockwork.NewFakeClock()
-	tb.start(t, func(c *worker.Config) { c.Upstream, c.Clock = up, clock })
+	tb.start(t, func(c *worker.Config) { c.Upstream, c.Clock, c.MaxInFlight = up, clock, 32 })
 	runClock(t, clock, 10*time.Millisecond)
 	const n = 300
 	ids := make([]string, n)

@@ -344,6 +344,14 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	w.metrics.inFlight.Inc()
 	begin := w.cfg.Clock.Now()
 	p.reply = l.up.Call(w.workCtx, model, body)
+	// A call cut by shutdown, not by the upstream (an answer that arrived
+	// is stored all the same).
+	cut := p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil
+	e := event{Step: stepCalled, Outcome: p.reply.Outcome}
+	if a.incident != nil && !cut {
+		// Told first: the calls about to start learn of an outage at once.
+		e.Outage, e.OutageFor = a.incident.done(w.cfg.Clock.Now(), a.probe, resultOf(p.reply.Outcome))
+	}
 	w.metrics.inFlight.Dec()
 	p.attempt.answer(p.reply, w.cfg.Clock.Now())
 	if w.workCtx.Err() == nil {
@@ -353,16 +361,10 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	a.releaseScopes()
 	w.countScopes(p.scopes, p.reply)
 	w.endBudget(p, model, &p.reply)
-	if p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil {
-		// The call was cut by shutdown, not by the upstream (an answer
-		// that arrived is stored all the same).
+	if cut {
 		a.notCalled()
 		w.release(p)
 		return event{}, false
-	}
-	e := event{Step: stepCalled, Outcome: p.reply.Outcome}
-	if a.incident != nil {
-		e.Outage, e.OutageFor = a.incident.done(w.cfg.Clock.Now(), a.probe, resultOf(p.reply.Outcome))
 	}
 	p.setPending(l)
 	return e, true

@@ -605,7 +605,8 @@ func TestInsertEdgeBodies(t *testing.T) {
 	b := setup(t)
 	big := "1" + strings.Repeat("0", 4999)
 	tiny := "0." + strings.Repeat("0", 4990) + "1e-5000"
-	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
+	// As deep as Decode takes: the body and the job object are two levels.
+	deep := strings.Repeat("[", llmq.MaxDepth-2) + strings.Repeat("]", llmq.MaxDepth-2)
 	var batch []store.NewJob
 	for i, extra := range []string{
 		`"temperature":1e5000`, `"temperature":1e-5000`, `"n":` + big, `"x":` + tiny, `"x":` + deep,

@@ -31,7 +31,16 @@ func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request)
 		if !first.After(end) {
 			sends = int(end.Sub(first)/iv) + 1
 		}
-		n = min(n, sends)
+		l.mu.Lock()
+		room, trying := l.trialRoomLocked(now, end, float64(l.tokensFor(typical)))
+		paceAll := l.paceAll
+		l.mu.Unlock()
+		switch {
+		case trying:
+			n = min(n, room)
+		case paceAll:
+			n = min(n, sends)
+		}
 	}
 	if l.cfg.Strategy == StrategyRetry {
 		return max(0, n)

@@ -67,6 +67,11 @@ type Lane struct {
 	// paceAll paces every send; otherwise only those that leave a bucket
 	// with less than a second of refill.
 	paceAll bool
+	// trying: the lane tries a provider of unknown kind with a staged
+	// burst, trials for requests and tokens (lane_trial.go); canaryOut: a
+	// request past them is in flight.
+	trying, canaryOut bool
+	trials            [2]trial
 	// learned: the TPM bucket was learned from 429s (lane_adaptive.go);
 	// refusedAt is the reference of the next measure (a 429), refusedTaken
 	// the tokens the provider had taken then and refusedTok1 those of the
@@ -184,6 +189,11 @@ func (l *Lane) ReleaseSlot() { l.slots.Release() }
 // bucket holds goes at once.
 func (l *Lane) PaceReservationAt(now time.Time, r *Reservation) time.Time {
 	if !r.pace {
+		if r.canary {
+			// It goes now, but takes a send's place: a short bucket it
+			// overdraws refills it before the next paced send.
+			l.pacer.ReserveAt(now)
+		}
 		return now
 	}
 	return l.pacer.ReserveAt(now)

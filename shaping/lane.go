@@ -58,11 +58,15 @@ type Lane struct {
 	// peers is what the other replicas on the quota hold and know, as the
 	// quota ledger showed it (SetPeersAt), newest last; peersKnown: it
 	// has.
-	peers       []peersAt
-	peersKnown  bool
-	kind        ProviderKind
-	shortAt     time.Time // when the lane learned a short bucket
-	probing     bool      // a cold start's probe: no answer with headers yet
+	peers      []peersAt
+	peersKnown bool
+	kind       ProviderKind
+	shortAt    time.Time // when the lane learned a short bucket
+	// shortSent is the send of the refusal it learned it from: the
+	// answers to requests sent no later describe the provider before
+	// the refusal's remaining, which the lane reads the headers against.
+	shortSent   time.Time
+	probing     bool // a cold start's probe: no answer with headers yet
 	headersSeen bool
 	// paceAll paces every send; otherwise only those that leave a bucket
 	// with less than a second of refill.

@@ -140,13 +140,19 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	// A 429 starts the distrust; a short bucket's capping does not show in
 	// the per-minute headers, so its lane runs on its own refill.
 	raise := fresh && !now.Before(l.distrustUntil) && l.kind != ProviderShort && (l.share == 1 || first || l.peersKnown)
+	// On a short bucket learned from a refusal, the answers to requests
+	// sent no later than it show the provider before the remaining it
+	// showed: their levels are no news.
+	level := l.kind != ProviderShort || at.After(l.shortSent) || refused && at.Equal(l.shortSent)
 	raised := false
 	othersReq, othersTok := l.peersSinceLocked(at)
 	// The requests sent at this one's instant after it (a burst) may have
 	// reached the server before it: the upper bound counts them as seen.
 	earlyReq, earlyTok, _ := l.sentAfterLocked(m, at)
 	if h.HasRemainingRequests && l.rpm != nil {
-		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, earlyReq, m.skewReq, othersReq, raise)
+		if level {
+			raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, earlyReq, m.skewReq, othersReq, raise)
+		}
 		if !refused && fresh {
 			l.admittedLocked(now, l.rpm, &l.rpmQ, h.RemainingRequests)
 		}
@@ -155,7 +161,9 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		// Unseen: reserved since the send, less cancelled and refused
 		// (the permit's own refusal is not one of them).
 		unseen := max(0, l.resTok-l.canTok-m.tok-(l.rfdTok-m.rfd-m.own))
-		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, earlyTok, m.skewTok, othersTok, raise) || raised
+		if level {
+			raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, earlyTok, m.skewTok, othersTok, raise) || raised
+		}
 		if !refused && fresh {
 			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens)
 			l.refundsLocked(reading{ok: true, at: at, remaining: h.RemainingTokens, m: m})

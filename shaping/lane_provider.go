@@ -171,7 +171,7 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 	switch l.kind {
 	case ProviderUnknown, ProviderMinute:
 		l.setKindLocked(ProviderShort)
-		l.shortAt = now
+		l.shortAt, l.shortSent = now, sentAt
 		refused := [2]struct {
 			has       bool
 			remaining float64

@@ -41,8 +41,8 @@ func (b *Bench) room(ctx context.Context, md *strings.Builder, rep *Report) erro
 	}
 	fmt.Fprintf(md, `## 8. A burst the quota holds
 
-%d short questions (~%d tokens charged each) land at once on an idle provider of %d RPM / %s TPM:
-its quota holds them all. *minute*: the provider enforces a bucket of one minute, full at the start,
+%d short questions (~%d tokens charged each) land at once on an idle provider of %d RPM / %s TPM
+whose latency does not grow with the calls in flight: its quota holds them all. *minute*: the provider enforces a bucket of one minute, full at the start,
 so it would take all of them at once and the physical limit is about one call (~%s); *short*: a
 bucket of %s of refill (%d requests), so the rest go at its rate. *Span* is from the first call's
 start (job_attempts) to the last result.

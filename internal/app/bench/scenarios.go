@@ -210,7 +210,7 @@ func physicalLimit(kind upstreamsim.Enforcement, tokens float64) time.Duration {
 }
 
 // The room scenario: roomJobs short questions land at once on an idle
-// provider whose quota holds them all (roomTPM is far above their tokens, and
+// provider (of ample capacity) whose quota holds them all (roomTPM is far above their tokens, and
 // roomJobs is under the RPM), so nothing but the client keeps them waiting:
 // the physical limit is about one call.
 const (
@@ -225,6 +225,9 @@ const (
 func roomSpec(kind upstreamsim.Enforcement) spec {
 	sim := simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: roomTPM}})
 	sim.Enforcement = kind
+	// An idle provider of ample capacity: its latency does not grow with
+	// the calls in flight, so the physical limit is one call.
+	sim.Latency.Capacity = 0
 	return spec{
 		name: fmt.Sprintf("room-%s", kind), strategy: shaping.StrategyShape,
 		sim: sim, models: map[string]llmq.Model{Primary: {RPM: RPM, TPM: roomTPM}},

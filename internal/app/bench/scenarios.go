@@ -236,3 +236,26 @@ func roomSpec(kind upstreamsim.Enforcement) spec {
 		duration: roomRun,
 	}
 }
+
+// The enqueue scenario: a steady enqueueRate jobs per second, each recorded
+// before its message is sent (as the API's outbox does, so the worker's
+// ingest of it is a duplicate), on a provider with room for all of them.
+const (
+	enqueueRate = 50
+	enqueueRun  = 20 * time.Second
+	enqueueRPM  = 60_000
+	enqueueTPM  = 10_000_000
+)
+
+// enqueueSpec is the enqueue scenario over the in-memory broker.
+func enqueueSpec() spec {
+	sim := simConfig(map[string]upstreamsim.Limits{Primary: {RPM: enqueueRPM, TPM: enqueueTPM}})
+	sim.Latency.Capacity = 0
+	return spec{
+		name: "enqueue", strategy: shaping.StrategyShape,
+		sim: sim, models: map[string]llmq.Model{Primary: {RPM: enqueueRPM, TPM: enqueueTPM}},
+		model: Primary, mix: workload.Mix{}, sizes: sizes,
+		load:     []phase{{until: enqueueRun, rate: enqueueRate}},
+		duration: enqueueRun + 5*time.Second,
+	}
+}

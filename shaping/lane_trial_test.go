@@ -57,6 +57,8 @@ func TestLaneTrial(t *testing.T) {
 	require.Equal(t, []time.Time{sec(0.3), sec(0.4)}, paced, "after the canary's slot")
 	n, trying := lane.trialRoomLocked(sec(0.2), sec(1.2), 120)
 	require.Equal(t, []any{7, true}, []any{n, trying}, "-3 and 10 refilled in a second, no canary while one is out")
+	require.Equal(t, 7+8, lane.HeadroomAt(sec(0.2), time.Second, Request{PromptTokens: 20, MaxOutputTokens: 100}),
+		"and the paced sends from 0.5 s to 1.2 s")
 
 	require.NoError(t, canaries[0].DoneAt(sec(0.4), Outcome{Headers: h(548)}))
 	require.Equal(t, ProviderUnknown, lane.SnapshotAt(sec(0.4)).Provider)

@@ -171,7 +171,7 @@ func (l *Lane) chargeOwnLocked(now time.Time, tokens int, deadline time.Time, re
 	}
 	cr.bucket, cr.Tokens, cr.ReadyAt, cr.ticket, cr.fixes = rpm, 1, atR, tr, rpm.fixes
 	ct.bucket, ct.Tokens, ct.ReadyAt, ct.share, ct.ticket, ct.fixes = tpm, cost, atT, 1, tt, tpm.fixes
-	res.pace, res.canary = l.paceLocked(now, cost)
+	res.pace, res.canary = l.paceLocked(now, cost, ready.After(now))
 	l.resReq++
 	l.resTok += cost
 	return nil
@@ -243,7 +243,7 @@ func (l *Lane) chargeLocked(now time.Time, tokens int, cs []charge, deadline tim
 		b := c.b
 		res.add(Claim{bucket: b, Tokens: c.cost, ReadyAt: c.readyAt, share: c.share, ticket: b.take(c.cost, c.ready), fixes: b.fixes})
 	}
-	res.pace, res.canary = l.paceLocked(now, float64(tokens))
+	res.pace, res.canary = l.paceLocked(now, float64(tokens), ready.After(now))
 	if l.rpm != nil {
 		l.resReq++
 	}

@@ -64,8 +64,10 @@ func (l *Lane) trialRate(i int) float64 { return l.views()[i].v.limit / 60 }
 // leaves a bucket with less than a second of refill; one that tries the
 // provider charges every send to its trials and sends unpaced what they
 // hold, and one canary at a time that only the requests' trial cannot
-// hold; otherwise every send is paced.
-func (l *Lane) paceLocked(now time.Time, tokens float64) (pace, canary bool) {
+// hold, and that goes now (one that waits for a bucket, a tenant's quota
+// say, would keep the next canary back as long); otherwise every send is
+// paced.
+func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, canary bool) {
 	low := (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate)
 	if !l.trying {
 		return l.paceAll || low, false
@@ -85,7 +87,7 @@ func (l *Lane) paceLocked(now time.Time, tokens float64) (pace, canary bool) {
 	switch {
 	case fits[0] && fits[1]:
 		return low, false
-	case fits[1] && !l.canaryOut:
+	case fits[1] && !waits && !l.canaryOut:
 		l.canaryOut = true
 		return low, true
 	}

@@ -72,6 +72,20 @@ func TestLaneTrial(t *testing.T) {
 	unpaced, canaries, _ = burst(lane, sec(0.6), 100)
 	require.Equal(t, []any{100, 0}, []any{unpaced, len(canaries)}, "a minute bucket: all at once")
 
+	// A request that waits for a bucket (its tenant's quota) is no
+	// canary: it would hold the next one back as long.
+	lane, probe = newLane()
+	require.NoError(t, probe.DoneAt(sec(0.2), Outcome{Headers: h(599)}))
+	unpaced, canaries, _ = burst(lane, sec(0.2), 50)
+	require.Equal(t, []any{50, 0}, []any{unpaced, len(canaries)})
+	tenant, err := NewBucket(BucketConfig{Name: "tenant", Limit: 60, Start: StartEmpty}, sec(0.2))
+	require.NoError(t, err)
+	r, err := lane.ReserveAt(sec(0.2), Request{PromptTokens: 20, MaxOutputTokens: 100, Quotas: []Quota{{Bucket: tenant}}})
+	require.NoError(t, err)
+	require.Equal(t, []any{false, true}, []any{r.canary, r.pace})
+	_, canaries, _ = burst(lane, sec(0.2), 1)
+	require.Len(t, canaries, 1)
+
 	lane, probe = newLane()
 	require.NoError(t, probe.DoneAt(sec(0.2), Outcome{Headers: h(599)}))
 	_, canaries, _ = burst(lane, sec(0.2), 51)

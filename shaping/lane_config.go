@@ -11,14 +11,9 @@ import (
 
 // Lane defaults.
 const (
-	// LaneConcurrencyDefault is the concurrency limit of rpm, and the
-	// initial limit of adaptive.
+	// LaneConcurrencyDefault is the concurrency limit of rpm and shape, and
+	// the initial limit of adaptive.
 	LaneConcurrencyDefault = 16
-	// LaneShapeConcurrencyDefault is the concurrency limit of shape: its
-	// buckets and pacing decide when a request goes, so what the provider's
-	// quota holds goes at once (a provider's own limit on calls in flight is
-	// configured per model).
-	LaneShapeConcurrencyDefault = 512
 	// LaneMaxConcurrencyDefault is adaptive's upper bound.
 	LaneMaxConcurrencyDefault = 512
 	// LaneMaxOutputDefault is reserved for a request that sets no maximum
@@ -107,8 +102,7 @@ type LaneConfig struct {
 	// adaptive.
 	TPM float64
 	// Concurrency is the fixed limit of rpm and shape and the initial limit
-	// of adaptive. Default LaneShapeConcurrencyDefault for shape, else
-	// LaneConcurrencyDefault.
+	// of adaptive. Default LaneConcurrencyDefault.
 	Concurrency int
 	// MaxConcurrency bounds adaptive. Default LaneMaxConcurrencyDefault.
 	MaxConcurrency int
@@ -162,9 +156,6 @@ type LaneConfig struct {
 // WithDefaults returns c with the defaults applied.
 func (c LaneConfig) WithDefaults() LaneConfig {
 	c.Strategy = cmp.Or(c.Strategy, DefaultStrategy(c.RPM, c.TPM))
-	if c.Strategy == StrategyShape {
-		c.Concurrency = cmp.Or(c.Concurrency, LaneShapeConcurrencyDefault)
-	}
 	c.Concurrency = cmp.Or(c.Concurrency, LaneConcurrencyDefault)
 	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, max(LaneMaxConcurrencyDefault, c.Concurrency))
 	shaped := c.Strategy == StrategyShape || c.Strategy == StrategyAdaptive

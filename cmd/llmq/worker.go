@@ -51,7 +51,7 @@ finish within --shutdown-timeout and hands back the rest (other workers claim th
 	fs.StringVar(&wf.strategy, "strategy", "", "shaping strategy: retry, rpm, shape or adaptive (default: config file, else shape when quotas are known, adaptive when not)")
 	fs.IntVar(&wf.rpm, "rpm", 0, "requests per minute of every model the config file does not list (0: unknown)")
 	fs.IntVar(&wf.tpm, "tpm", 0, "tokens per minute of every model the config file does not list (0: unknown)")
-	fs.IntVar(&wf.concurrency, "concurrency", 0, fmt.Sprintf("calls in flight per model the config file does not list (0: shaping's default, %d for shape, %d for the others)", shaping.LaneShapeConcurrencyDefault, shaping.LaneConcurrencyDefault))
+	fs.IntVar(&wf.concurrency, "concurrency", 0, fmt.Sprintf("calls in flight per model the config file does not list (0: shaping's default, %d)", shaping.LaneConcurrencyDefault))
 	fs.IntVar(&wf.maxInFlight, "max-in-flight", worker.MaxInFlightDefault, "jobs held at once (claimed: waiting for quota, calling or backing off)")
 	fs.StringVar(&wf.metricsListen, "metrics-listen", app.MetricsListenDefault, "address of the Prometheus /metrics endpoint and of /healthz (empty: none)")
 	fs.DurationVar(&wf.shutdownTimeout, "shutdown-timeout", worker.ShutdownTimeoutDefault, "how long in-flight jobs may finish after SIGTERM")

@@ -42,14 +42,15 @@ func (b *Bench) room(ctx context.Context, md *strings.Builder, rep *Report) erro
 	fmt.Fprintf(md, `## 8. A burst the quota holds
 
 %d short questions (~%d tokens charged each) land at once on an idle provider of %d RPM / %s TPM
-whose latency does not grow with the calls in flight: its quota holds them all. *minute*: the provider enforces a bucket of one minute, full at the start,
+whose latency does not grow with the calls in flight (the model configured with `+"`concurrency: %d`"+`;
+shape's default, 16, holds them to 16 a round trip): its quota holds them all. *minute*: the provider enforces a bucket of one minute, full at the start,
 so it would take all of them at once and the physical limit is about one call (~%s); *short*: a
 bucket of %s of refill (%d requests), so the rest go at its rate. *Span* is from the first call's
 start (job_attempts) to the last result.
 
 | provider | succeeded / jobs | span | p50 | p99 | 429s / calls |
 |---|---:|---:|---:|---:|---:|
-`, roomJobs, sizes.Charge(workload.KindShort), RPM, kilo(roomTPM), simTTFT+time.Duration(sizes.ShortMaxTokens)*simPerToken,
+`, roomJobs, sizes.Charge(workload.KindShort), RPM, kilo(roomTPM), roomConcurrency, simTTFT+time.Duration(sizes.ShortMaxTokens)*simPerToken,
 		upstreamsim.ShortBucketDefault, int(upstreamsim.ShortBucketDefault.Seconds()*RPM/60))
 	for _, r := range rep.Room {
 		fmt.Fprintf(md, "| %s | %d / %d | %s | %s | %s | %d / %d |\n", r.Kind, r.Succeeded, r.Jobs,

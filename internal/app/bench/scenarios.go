@@ -217,6 +217,10 @@ const (
 	roomJobs = 180
 	roomTPM  = 1_000_000
 	roomRun  = time.Minute
+	// roomConcurrency is the model's configured concurrency: the
+	// provider's room for calls in flight (shape's default, 16, would hold
+	// 180 calls to 16 a round trip).
+	roomConcurrency = 256
 )
 
 // roomSpec runs the room scenario against a provider enforcing per minute or
@@ -230,7 +234,7 @@ func roomSpec(kind upstreamsim.Enforcement) spec {
 	sim.Latency.Capacity = 0
 	return spec{
 		name: fmt.Sprintf("room-%s", kind), strategy: shaping.StrategyShape,
-		sim: sim, models: map[string]llmq.Model{Primary: {RPM: RPM, TPM: roomTPM}},
+		sim: sim, models: map[string]llmq.Model{Primary: {RPM: RPM, TPM: roomTPM, Concurrency: roomConcurrency}},
 		model: Primary, mix: workload.Mix{}, sizes: sizes,
 		backlog: roomJobs, untilDone: true,
 		duration: roomRun,

@@ -8,7 +8,9 @@ import (
 // HeadroomAt is how many requests like typical the lane could admit between
 // now and now+horizon, for a scheduler that takes from a backlog only what
 // the lane can admit soon: the free concurrency slots (limit minus in
-// flight minus waiting), the sends the pacer allows in the horizon, and
+// flight minus waiting), the sends the pacer allows in the horizon (and
+// those a staged burst's trials let go unpaced; none once the lane knows
+// a minute bucket, whose sends are paced only near empty), and
 // for each bucket (RPM, TPM, the lane's quotas) its level at now plus its
 // refill until now+horizon, divided by what typical costs in it.
 // Reservations already made are in the levels (as debt when ahead of the
@@ -31,7 +33,17 @@ func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request)
 		if !first.After(end) {
 			sends = int(end.Sub(first)/iv) + 1
 		}
-		n = min(n, sends)
+		l.mu.Lock()
+		room, trying := l.trialRoomLocked(now, end, float64(l.tokensFor(typical)))
+		paceAll := l.paceAll
+		l.mu.Unlock()
+		switch {
+		case trying:
+			// Past the trials, sends are paced, not held.
+			n = min(n, room+sends)
+		case paceAll:
+			n = min(n, sends)
+		}
 	}
 	if l.cfg.Strategy == StrategyRetry {
 		return max(0, n)

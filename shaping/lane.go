@@ -58,15 +58,24 @@ type Lane struct {
 	// peers is what the other replicas on the quota hold and know, as the
 	// quota ledger showed it (SetPeersAt), newest last; peersKnown: it
 	// has.
-	peers       []peersAt
-	peersKnown  bool
-	kind        ProviderKind
-	shortAt     time.Time // when the lane learned a short bucket
-	probing     bool      // a cold start's probe: no answer with headers yet
+	peers      []peersAt
+	peersKnown bool
+	kind       ProviderKind
+	shortAt    time.Time // when the lane learned a short bucket
+	// shortSent is the send of the refusal it learned it from: the
+	// answers to requests sent no later describe the provider before
+	// the refusal's remaining, which the lane reads the headers against.
+	shortSent   time.Time
+	probing     bool // a cold start's probe: no answer with headers yet
 	headersSeen bool
 	// paceAll paces every send; otherwise only those that leave a bucket
 	// with less than a second of refill.
 	paceAll bool
+	// trying: the lane tries a provider of unknown kind with a staged
+	// burst, trials for requests and tokens (lane_trial.go); canaryOut: a
+	// request past them is in flight.
+	trying, canaryOut bool
+	trials            [2]trial
 	// learned: the TPM bucket was learned from 429s (lane_adaptive.go);
 	// refusedAt is the reference of the next measure (a 429), refusedTaken
 	// the tokens the provider had taken then and refusedTok1 those of the
@@ -184,6 +193,11 @@ func (l *Lane) ReleaseSlot() { l.slots.Release() }
 // bucket holds goes at once.
 func (l *Lane) PaceReservationAt(now time.Time, r *Reservation) time.Time {
 	if !r.pace {
+		if r.canary {
+			// It goes now, but takes a send's place: a short bucket it
+			// overdraws refills it before the next paced send.
+			l.pacer.ReserveAt(now)
+		}
 		return now
 	}
 	return l.pacer.ReserveAt(now)

@@ -58,24 +58,24 @@ func (l *Lane) skewLocked(now time.Time) (req, tok float64) {
 	return req, tok
 }
 
-// sentAfterLocked returns the tokens sent after the send that left the
-// ledger's tokens sent at mark, up to to (the sends at that send's own
-// instant included: a burst leaves at one instant, and its requests may
-// reach the server in any order), or false when the ring no longer holds
-// every send after it.
-func (l *Lane) sentAfterLocked(mark float64, to time.Time) (float64, bool) {
-	endTok, startTok := l.sentTok, l.sentTok
+// sentAfterLocked returns the requests and tokens sent after the send that
+// left the ledger at m, up to to (the sends at that send's own instant
+// included: a burst leaves at one instant, and its requests may reach the
+// server in any order), or false when the ring no longer holds every send
+// after it.
+func (l *Lane) sentAfterLocked(m marks, to time.Time) (req, tok float64, ok bool) {
+	endReq, startReq, endTok, startTok := l.sentReq, l.sentReq, l.sentTok, l.sentTok
 	for i := 1; i <= sendRing; i++ {
 		s := l.sends[(l.sendNext-i+sendRing)%sendRing]
-		if s.at.IsZero() || s.tok < mark {
-			return endTok - startTok, true
+		if s.at.IsZero() || s.req < m.req || s.tok < m.tok {
+			return endReq - startReq, endTok - startTok, true
 		}
-		startTok = s.tok
+		startReq, startTok = s.req, s.tok
 		if s.at.After(to) {
-			endTok = s.tok
+			endReq, endTok = s.req, s.tok
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // calibrateLocked makes the server the source of truth about the minute.
@@ -112,6 +112,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 			l.kind = ProviderUnknown
 		}
 		l.endProbeLocked(now)
+		l.startTrialLocked(now, m)
 	}
 	learn := l.cfg.Strategy == StrategyAdaptive
 	if at.Before(l.limitsAt) {
@@ -139,10 +140,19 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	// A 429 starts the distrust; a short bucket's capping does not show in
 	// the per-minute headers, so its lane runs on its own refill.
 	raise := fresh && !now.Before(l.distrustUntil) && l.kind != ProviderShort && (l.share == 1 || first || l.peersKnown)
+	// On a short bucket learned from a refusal, the answers to requests
+	// sent no later than it show the provider before the remaining it
+	// showed: their levels are no news.
+	level := l.kind != ProviderShort || at.After(l.shortSent) || refused && at.Equal(l.shortSent)
 	raised := false
 	othersReq, othersTok := l.peersSinceLocked(at)
+	// The requests sent at this one's instant after it (a burst) may have
+	// reached the server before it: the upper bound counts them as seen.
+	earlyReq, earlyTok, _ := l.sentAfterLocked(m, at)
 	if h.HasRemainingRequests && l.rpm != nil {
-		raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, m.skewReq, othersReq, raise)
+		if level {
+			raised = l.levelLocked(now, at, l.rpm, &l.rpmQ, h.RemainingRequests, 0, l.resReq-l.canReq-m.req, earlyReq, m.skewReq, othersReq, raise)
+		}
 		if !refused && fresh {
 			l.admittedLocked(now, l.rpm, &l.rpmQ, h.RemainingRequests)
 		}
@@ -151,7 +161,9 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		// Unseen: reserved since the send, less cancelled and refused
 		// (the permit's own refusal is not one of them).
 		unseen := max(0, l.resTok-l.canTok-m.tok-(l.rfdTok-m.rfd-m.own))
-		raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, m.skewTok, othersTok, raise) || raised
+		if level {
+			raised = l.levelLocked(now, at, l.tpm, &l.tpmQ, h.RemainingTokens, l.refTok-m.ref, unseen, earlyTok, m.skewTok, othersTok, raise) || raised
+		}
 		if !refused && fresh {
 			l.admittedLocked(now, l.tpm, &l.tpmQ, h.RemainingTokens)
 			l.refundsLocked(reading{ok: true, at: at, remaining: h.RemainingTokens, m: m})
@@ -192,7 +204,7 @@ func (l *Lane) wakeLocked() {
 // out of proportion to their shares the levels are. A level above the
 // upper bound is lowered to it; one below the lower bound is raised to it
 // when raise is set. It reports a raise.
-func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen, skew, others float64, raise bool) bool {
+func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen, early, skew, others float64, raise bool) bool {
 	age := max(0, now.Sub(at).Seconds())
 	server := remaining + age*v.limit/60
 	// The request reached the server up to SendSkew after its send: the
@@ -215,7 +227,7 @@ func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, ref
 		slack := (1 - l.share) * v.limit / 60 * (age + peersSlack.Seconds())
 		lo = min(lo, back-others-slack-unseen-skew)
 	}
-	hi := min(l.share*v.limit, l.share*(server+max(0, refunded))-unseen) - l.share*cut
+	hi := min(l.share*v.limit, l.share*(server+max(0, refunded))-max(0, unseen-early)) - l.share*cut
 	return b.calibrateAt(now, lo, hi, raise)
 }
 
@@ -251,7 +263,7 @@ func (l *Lane) refundsLocked(r reading) {
 		// reached the server on its other side, which looks like tokens
 		// given back: the sample counts them as not given back, and only
 		// when they are a tenth of the unused tokens at most.
-		after, ok := l.sentAfterLocked(last.m.tok, last.at.Add(l.cfg.SendSkew))
+		_, after, ok := l.sentAfterLocked(last.m, last.at.Add(l.cfg.SendSkew))
 		skew := r.m.skewTok + after
 		switch {
 		case !ok:

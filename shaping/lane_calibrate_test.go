@@ -489,6 +489,6 @@ func TestLevelLockedRaiseBound(t *testing.T) {
 	// the header's request may not have been either.
 	at := t0.Add(-time.Second)
 	// The refill counts from 0.1 s after the send (the send skew).
-	require.True(t, lane.levelLocked(t0, at, b, v, 20000, 4000, 3000, 500, 0, true))
+	require.True(t, lane.levelLocked(t0, at, b, v, 20000, 4000, 3000, 0, 500, 0, true))
 	require.InDelta(t, 20000+900+2000-(60000-50000)-3000-500, b.LevelAt(t0), 1e-9)
 }

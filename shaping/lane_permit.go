@@ -170,6 +170,10 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 		l.growLocked(now, float64(actual))
 	}
 	l.calibrateLocked(now, p.sentAt, m, o.Headers, o.RateLimited)
+	if rec.res.canary {
+		h := o.Headers
+		l.canaryDoneLocked(now, !o.RateLimited && (h.HasRemainingRequests || h.HasRemainingTokens))
+	}
 	if o.RateLimited {
 		l.pauseLocked(now, o.Headers)
 		l.learnFromRefusalLocked(now, p.sentAt, float64(rec.res.Tokens))

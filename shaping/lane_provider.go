@@ -120,6 +120,7 @@ func (l *Lane) views() [2]bucketView {
 // static: a warm-up protects against growth-rate limits).
 func (l *Lane) setKindLocked(k ProviderKind) {
 	l.kind = k
+	l.trying = l.trying && k == ProviderUnknown
 	l.paceAll = l.cfg.ColdStart != ColdStartProbe || k != ProviderMinute
 }
 
@@ -170,7 +171,7 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 	switch l.kind {
 	case ProviderUnknown, ProviderMinute:
 		l.setKindLocked(ProviderShort)
-		l.shortAt = now
+		l.shortAt, l.shortSent = now, sentAt
 		refused := [2]struct {
 			has       bool
 			remaining float64
@@ -257,6 +258,9 @@ func (l *Lane) SetShareAt(now time.Time, share float64) error {
 		return nil
 	}
 	l.share = share
+	// Replicas learn the provider's kind through the ledger, not each by
+	// a staged burst of its own (lane_trial.go).
+	l.trying = l.trying && share == 1
 	for _, q := range l.views() {
 		if q.b == nil {
 			continue

@@ -35,8 +35,9 @@ func requireBucketsNear(t *testing.T, want, got []BucketSnapshot) {
 // first request goes at once whatever its size), warming up from it; the
 // first answer's headers end the warm-up and set the levels, which makes
 // the queued reservation ready at once. Until the provider has admitted
-// more than a short bucket holds, every send is paced; after, a send is
-// paced only when it leaves a bucket with less than a second of refill.
+// more than a short bucket holds, a send its trials do not hold is paced;
+// after, a send is paced only when it leaves a bucket with less than a
+// second of refill.
 func TestLaneColdStartProbe(t *testing.T) {
 	t.Parallel()
 	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})
@@ -71,7 +72,9 @@ func TestLaneColdStartProbe(t *testing.T) {
 	require.Equal(t, sec(1), lane.ReadyAt(&r2), "r2 is ready at once")
 	require.Equal(t, ProviderUnknown, lane.SnapshotAt(sec(1)).Provider, "8000 admitted: a short bucket could hold it")
 
-	// Unknown kind: every send is paced, one RPM period apart.
+	// Unknown kind: a send the trials (lane_trial.go) do not hold is
+	// paced, one RPM period apart: r3's 1,124 tokens are more than their
+	// second of refill.
 	require.Equal(t, sec(1), lane.PaceReservationAt(sec(1), &r2))
 	r3, err := lane.ReserveAt(sec(1), Request{PromptTokens: 100})
 	require.NoError(t, err)
@@ -167,9 +170,10 @@ func TestLaneShortBucketDetected(t *testing.T) {
 	require.Equal(t, []BucketSnapshot{
 		// Bursts of 10 requests (a second; 5 admitted) and 5000 tokens;
 		// both buckets empty at the refusal (it does not say which one
-		// refused), less p4, unseen.
-		{Name: "rpm", Level: -1, Capacity: 10, Limit: 600},
-		{Name: "tpm", Level: -3024, Capacity: 5000, Limit: 60000}, // p4: 2000 + 1024 of default output
+		// refused). p4 left at p3's instant and may have reached the
+		// server first: the refusal's remaining may count it already.
+		{Name: "rpm", Level: 0, Capacity: 10, Limit: 600},
+		{Name: "tpm", Level: 0, Capacity: 5000, Limit: 60000},
 	}, s.Buckets)
 	require.True(t, lane.paceAll)
 	// p4 was sent before the lane learned: its refusal is no news.

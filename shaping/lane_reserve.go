@@ -34,8 +34,9 @@ type Reservation struct {
 	claims [maxInline]Claim
 	n      int
 	extra  []Claim
-	// pace: the send is paced inside its slot (see [Lane.PaceReservationAt]).
-	pace bool
+	// pace: the send is paced inside its slot (see [Lane.PaceReservationAt]);
+	// canary: it is the request past the trials (lane_trial.go).
+	pace, canary bool
 }
 
 func (r *Reservation) add(c Claim) {
@@ -170,7 +171,7 @@ func (l *Lane) chargeOwnLocked(now time.Time, tokens int, deadline time.Time, re
 	}
 	cr.bucket, cr.Tokens, cr.ReadyAt, cr.ticket, cr.fixes = rpm, 1, atR, tr, rpm.fixes
 	ct.bucket, ct.Tokens, ct.ReadyAt, ct.share, ct.ticket, ct.fixes = tpm, cost, atT, 1, tt, tpm.fixes
-	res.pace = l.paceAll || rpm.level < rpm.rate || tpm.level < tpm.rate
+	res.pace, res.canary = l.paceLocked(now, cost, ready.After(now))
 	l.resReq++
 	l.resTok += cost
 	return nil
@@ -242,7 +243,7 @@ func (l *Lane) chargeLocked(now time.Time, tokens int, cs []charge, deadline tim
 		b := c.b
 		res.add(Claim{bucket: b, Tokens: c.cost, ReadyAt: c.readyAt, share: c.share, ticket: b.take(c.cost, c.ready), fixes: b.fixes})
 	}
-	res.pace = l.paceAll || (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate)
+	res.pace, res.canary = l.paceLocked(now, float64(tokens), ready.After(now))
 	if l.rpm != nil {
 		l.resReq++
 	}
@@ -332,6 +333,9 @@ func (l *Lane) CancelAt(now time.Time, r *Reservation) {
 	}
 	if l.tpm != nil && r.n > 0 {
 		l.canTok += float64(r.Tokens)
+	}
+	if r.canary && r.n > 0 {
+		l.canaryOut = false
 	}
 	r.n, r.extra = 0, nil
 }

@@ -32,6 +32,13 @@ const (
 	jKey  = `j.tenant || '/' || j.id`
 )
 
+// JobQueuedChannel is the Postgres notification channel on which every
+// statement that records queued jobs (an insert: the API's outbox, a
+// worker's ingest, Insert) announces their models when it commits, one
+// notification per model (migration 0022's trigger). The workers' claims
+// are woken by it (see ListenJobsQueued).
+const JobQueuedChannel = "llmq_job_queued"
+
 // ListenJobsDone holds one connection of its own (outside the pool, with
 // the pool's settings) listening on JobDoneChannel. Once it listens it
 // calls listening (the caller re-reads what it waits for: a job that ended
@@ -40,12 +47,29 @@ const (
 // error) or the connection fails; the caller reconnects by calling it
 // again, and listening tells it to re-read.
 func (s *Store) ListenJobsDone(ctx context.Context, listening func(), done func(Key)) error {
+	return s.listen(ctx, JobDoneChannel, listening, func(payload string) {
+		// Another sender's payload that is not a key wakes nobody.
+		if k, ok := ParseKey(payload); ok {
+			done(k)
+		}
+	})
+}
+
+// ListenJobsQueued is ListenJobsDone for JobQueuedChannel: queued is
+// called with the model of every statement's newly queued jobs.
+func (s *Store) ListenJobsQueued(ctx context.Context, listening func(), queued func(model string)) error {
+	return s.listen(ctx, JobQueuedChannel, listening, queued)
+}
+
+// listen holds a connection of its own listening on channel (see
+// ListenJobsDone).
+func (s *Store) listen(ctx context.Context, channel string, listening func(), heard func(payload string)) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("store: listen: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck
-	if _, err := conn.Exec(ctx, `LISTEN `+JobDoneChannel); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return fmt.Errorf("store: listen: %w", err)
 	}
 	listening()
@@ -57,9 +81,6 @@ func (s *Store) ListenJobsDone(ctx context.Context, listening func(), done func(
 			}
 			return fmt.Errorf("store: listen: %w", err)
 		}
-		// Another sender's payload that is not a key wakes nobody.
-		if k, ok := ParseKey(n.Payload); ok {
-			done(k)
-		}
+		heard(n.Payload)
 	}
 }

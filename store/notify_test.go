@@ -101,3 +101,66 @@ func TestJobDoneNotifications(t *testing.T) {
 	default:
 	}
 }
+
+// TestJobQueuedNotifications: a statement that records queued jobs
+// announces their models once it commits, one notification per model
+// (Insert, Ingest, the outbox); a duplicate records nothing and announces
+// nothing.
+func TestJobQueuedNotifications(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(b.ctx)
+	models := make(chan string, 64)
+	listening := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() {
+		ended <- b.store.ListenJobsQueued(ctx, func() { close(listening) }, func(m string) { models <- m })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.ErrorIs(t, <-ended, context.Canceled)
+	})
+	select {
+	case <-listening:
+	case err := <-ended:
+		t.Fatalf("listen: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not listening after 10s")
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case m := <-models:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no notification after 10s")
+			return ""
+		}
+	}
+
+	_, err := b.store.Insert(b.ctx, newJob(t, "one"))
+	require.NoError(t, err)
+	require.Equal(t, "big", next())
+
+	j1, j2, j3 := newJob(t, "two"), newJob(t, "three"), newJob(t, "four")
+	j3.Body = []byte(`{"model":"small","messages":[{"role":"user","content":"hi"}]}`)
+	_, err = b.store.Ingest(b.ctx, []store.NewJob{{Job: j1}, {Job: j2}, {Job: j3}})
+	require.NoError(t, err)
+	got := []string{next(), next()}
+	require.ElementsMatch(t, []string{"big", "small"}, got)
+
+	// A duplicate inserts no row: no notification; the next one is the
+	// next statement's.
+	_, err = b.store.Insert(b.ctx, newJob(t, "one"))
+	require.NoError(t, err)
+	five := newJob(t, "five")
+	five.Body = []byte(`{"model":"small","messages":[{"role":"user","content":"hi"}]}`)
+	_, err = b.store.Insert(b.ctx, five)
+	require.NoError(t, err)
+	require.Equal(t, "small", next())
+	select {
+	case m := <-models:
+		t.Fatalf("unexpected notification %q", m)
+	default:
+	}
+}

@@ -124,6 +124,16 @@ type JobStore interface {
 	Ping(ctx context.Context) error
 }
 
+// QueuedListener tells the worker of jobs recorded elsewhere (by the API,
+// by another replica) as they are recorded. [*store.Store] implements it
+// with LISTEN/NOTIFY (store.JobQueuedChannel).
+type QueuedListener interface {
+	// ListenJobsQueued listens until ctx ends or its connection fails:
+	// it calls listening once it listens, then queued with the model of
+	// every statement's newly queued jobs.
+	ListenJobsQueued(ctx context.Context, listening func(), queued func(model string)) error
+}
+
 // QuotaLedger is the quota ledger the replicas share a provider's quota
 // through (docs/design/replicas.md). [*store.Store] implements it.
 type QuotaLedger interface {
@@ -278,6 +288,11 @@ type Config struct {
 	MaxMessageBytes int
 	// Owner names this worker in job leases. Default host:pid:random.
 	Owner string
+
+	// Queued, when set, wakes the claims as jobs are recorded elsewhere
+	// (docs/design/queue-of-record.md, "The claim"). nil = such jobs are
+	// claimed at the next claim tick (a quarter of ClaimHorizon).
+	Queued QueuedListener
 
 	// Ledger, when set, makes the replicas on one QuotaScope share each
 	// model's provider quota: every lane runs on the share the ledger

@@ -438,6 +438,9 @@ func (w *Worker) settle(permit shaping.Permit, l *lane, tenant string, reply Rep
 	if err := permit.Done(so); err != nil {
 		w.log.Error("settle permit", slog.Any("error", err))
 	}
+	// The answer may have widened what the lane admits (its headers, a
+	// staged burst's canary): claim now, not after this job is stored.
+	w.poke()
 }
 
 // backoff records the retryable failure and waits delay, holding the lease

@@ -76,7 +76,7 @@ type modelNote struct {
 // scheduleRound claims for every model that may have queued jobs.
 func (w *Worker) scheduleRound(ctx context.Context, s *scheduler) {
 	now := w.cfg.Clock.Now()
-	if now.Sub(s.readAt) >= modelsRefresh {
+	if now.Sub(s.readAt) >= modelsRefresh || w.reread.Swap(false) {
 		s.readAt = now
 		if models, err := w.cfg.Store.QueuedModels(ctx); err == nil {
 			for _, m := range models {

@@ -98,6 +98,10 @@ type Worker struct {
 	newModels map[string]bool
 	// unserved are the fallback models the provider answered 404 for.
 	unserved unservedModels
+	// reread makes the next claim round read the queued models again (the
+	// queued listener listens again: what was recorded meanwhile was not
+	// announced).
+	reread atomic.Bool
 
 	// workCtx ends when Stop's grace period is over (calls in flight are
 	// cut); stopCtx, its child, when Stop begins (ingest and claims stop,
@@ -186,6 +190,10 @@ func (w *Worker) Start(ctx context.Context) error {
 			w.ledgerRound(bgCtx)
 			w.background.Add(1)
 			go w.ledgerLoop(bgCtx)
+		}
+		if w.cfg.Queued != nil {
+			w.background.Add(1)
+			go w.queuedLoop(bgCtx)
 		}
 		w.scheduling.Add(1)
 		go w.scheduleLoop()

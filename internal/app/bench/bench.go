@@ -88,6 +88,8 @@ type Report struct {
 	Sizes []SizesRow
 	// Room is the room scenario's runs (empty when not run).
 	Room []RoomRow
+	// Enqueue is the enqueue scenario's (nil when not run).
+	Enqueue *EnqueueResult
 	// Gateway is the gateway scenario's (nil when not run).
 	Gateway *GatewayResult
 	// Throughput is the throughput scenario's (nil when not run).
@@ -126,6 +128,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioGateway, b.gateway},
 		{ScenarioSizes, b.sizes},
 		{ScenarioRoom, b.room},
+		{ScenarioEnqueue, b.enqueue},
 		{ScenarioThroughput, b.throughput},
 		{ScenarioMillion, b.million},
 	}

@@ -17,13 +17,14 @@ const (
 	ScenarioBacklog    = "backlog"
 	ScenarioSizes      = "sizes"
 	ScenarioRoom       = "room"
+	ScenarioEnqueue    = "enqueue"
 	ScenarioGateway    = "gateway"
 	ScenarioThroughput = "throughput"
 	ScenarioMillion    = "million"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioThroughput, ScenarioMillion}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioEnqueue, ScenarioThroughput, ScenarioMillion}
 
 // Defaults of Config.
 const (

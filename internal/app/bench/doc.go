@@ -29,6 +29,11 @@
 //     failures and the agents' latencies;
 //   - sizes: the backlog drained first come, first served and then
 //     size-aware (ingest.size_order): short and long jobs' latencies;
+//   - room: 180 short questions landing at once on an idle provider whose
+//     quota holds them all, per-minute and short-bucket enforcement: the
+//     time from the first call to the last result, and the 429s;
+//   - enqueue: a steady 50 jobs/s recorded as the API records them, on a
+//     provider with room: the time from a job's record to its call;
 //   - throughput: llmq's own overhead, single-job POST /v1/jobs by 64
 //     callers to an API and worker before an instant simulator.
 //

@@ -150,6 +150,9 @@ type result struct {
 	jobs    []jobResult
 	// span is from the first call's start to the last result.
 	span time.Duration
+	// toCall is each job's time from its record (created_at) to its first
+	// call's start (job_attempts).
+	toCall []time.Duration
 }
 
 // runOne runs spec s in a database of its own and returns what it measured.
@@ -297,6 +300,9 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		return nil, fmt.Errorf("bench: read span: %w", err)
 	}
 	res.span = time.Duration(span * float64(time.Second))
+	if res.toCall, err = readToCall(ctx, st); err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 
@@ -422,4 +428,27 @@ func total(m map[string]int64) int64 {
 		n += v
 	}
 	return n
+}
+
+// readToCall reads each called job's time from its record to its first
+// call's start.
+func readToCall(ctx context.Context, st *store.Store) ([]time.Duration, error) {
+	rows, err := st.Pool().Query(ctx, `SELECT extract(epoch FROM min(a.started_at) - j.created_at)::float8
+		FROM jobs j JOIN job_attempts a ON a.tenant = j.tenant AND a.job_id = j.id GROUP BY j.tenant, j.id, j.created_at`)
+	if err != nil {
+		return nil, fmt.Errorf("bench: read calls: %w", err)
+	}
+	defer rows.Close()
+	var out []time.Duration
+	for rows.Next() {
+		var secs float64
+		if err := rows.Scan(&secs); err != nil {
+			return nil, fmt.Errorf("bench: read calls: %w", err)
+		}
+		out = append(out, time.Duration(secs*float64(time.Second)))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bench: read calls: %w", err)
+	}
+	return out, nil
 }

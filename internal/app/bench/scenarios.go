@@ -210,13 +210,17 @@ func physicalLimit(kind upstreamsim.Enforcement, tokens float64) time.Duration {
 }
 
 // The room scenario: roomJobs short questions land at once on an idle
-// provider whose quota holds them all (roomTPM is far above their tokens, and
+// provider (of ample capacity) whose quota holds them all (roomTPM is far above their tokens, and
 // roomJobs is under the RPM), so nothing but the client keeps them waiting:
 // the physical limit is about one call.
 const (
 	roomJobs = 180
 	roomTPM  = 1_000_000
 	roomRun  = time.Minute
+	// roomConcurrency is the model's configured concurrency: the
+	// provider's room for calls in flight (shape's default, 16, would hold
+	// 180 calls to 16 a round trip).
+	roomConcurrency = 256
 )
 
 // roomSpec runs the room scenario against a provider enforcing per minute or
@@ -225,11 +229,37 @@ const (
 func roomSpec(kind upstreamsim.Enforcement) spec {
 	sim := simConfig(map[string]upstreamsim.Limits{Primary: {RPM: RPM, TPM: roomTPM}})
 	sim.Enforcement = kind
+	// An idle provider of ample capacity: its latency does not grow with
+	// the calls in flight, so the physical limit is one call.
+	sim.Latency.Capacity = 0
 	return spec{
 		name: fmt.Sprintf("room-%s", kind), strategy: shaping.StrategyShape,
-		sim: sim, models: map[string]llmq.Model{Primary: {RPM: RPM, TPM: roomTPM}},
+		sim: sim, models: map[string]llmq.Model{Primary: {RPM: RPM, TPM: roomTPM, Concurrency: roomConcurrency}},
 		model: Primary, mix: workload.Mix{}, sizes: sizes,
 		backlog: roomJobs, untilDone: true,
 		duration: roomRun,
+	}
+}
+
+// The enqueue scenario: a steady enqueueRate jobs per second, each recorded
+// before its message is sent (as the API's outbox does, so the worker's
+// ingest of it is a duplicate), on a provider with room for all of them.
+const (
+	enqueueRate = 50
+	enqueueRun  = 20 * time.Second
+	enqueueRPM  = 60_000
+	enqueueTPM  = 10_000_000
+)
+
+// enqueueSpec is the enqueue scenario over the in-memory broker.
+func enqueueSpec() spec {
+	sim := simConfig(map[string]upstreamsim.Limits{Primary: {RPM: enqueueRPM, TPM: enqueueTPM}})
+	sim.Latency.Capacity = 0
+	return spec{
+		name: "enqueue", strategy: shaping.StrategyShape,
+		sim: sim, models: map[string]llmq.Model{Primary: {RPM: enqueueRPM, TPM: enqueueTPM}},
+		model: Primary, mix: workload.Mix{}, sizes: sizes,
+		load:     []phase{{until: enqueueRun, rate: enqueueRate}},
+		duration: enqueueRun + 5*time.Second,
 	}
 }

@@ -1,0 +1,143 @@
+package shaping
+
+import (
+	"math"
+	"time"
+)
+
+// The staged burst of a provider whose kind is not known yet
+// (docs/design/rate-limiting.md, "Pacing inside the slot"). Its headers
+// say what remains of the minute, but a provider that enforces its limits
+// over a few seconds reports the minute too. So the lane sends unpaced
+// what a short bucket would surely hold: ShortBucket of requests and a
+// second of tokens (trials, refilled at the limits' rates and charged with
+// every send); then one request past the requests' trial, the canary,
+// while the rest is paced. A short-bucket provider refuses the canary (one
+// 429, and the lane learns it is short); one that admits it holds more than
+// the trials, which double; past twice ShortBucket of refill the provider
+// enforces per minute, and the lane spends what its headers say remains.
+
+// trial is a short bucket the lane tries a provider of unknown kind with,
+// in the lane's units.
+type trial struct {
+	capacity, level float64
+	at              time.Time
+}
+
+// refill brings the trial to now at rate per second.
+func (t *trial) refill(now time.Time, rate float64) {
+	if now.After(t.at) {
+		t.level = min(t.capacity, t.level+now.Sub(t.at).Seconds()*rate)
+		t.at = now
+	}
+}
+
+// startTrialLocked starts the staged burst at the first answer with
+// headers of a lane that started by probe on the whole quota (a static
+// lane paces every send; replicas learn the kind through the ledger): the
+// trials hold ShortBucket of requests and a second of tokens, less what the
+// lane reserved that the answer had not seen (since the send marked m).
+func (l *Lane) startTrialLocked(now time.Time, m marks) {
+	if l.cfg.ColdStart != ColdStartProbe || l.kind != ProviderUnknown || l.share < 1 {
+		return
+	}
+	l.trying = true
+	unseen := [2]float64{l.resReq - l.canReq - m.req, l.resTok - l.canTok - m.tok}
+	for i, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		c := l.probeBurst(q.v.limit)
+		if i == 1 {
+			c = floorBurst(q.v.limit)
+		}
+		l.trials[i] = trial{capacity: c, level: max(0, c-unseen[i]), at: now}
+	}
+}
+
+// trialRate is the refill per second of the trial of view i.
+func (l *Lane) trialRate(i int) float64 { return l.views()[i].v.limit / 60 }
+
+// paceLocked reports whether a reservation of tokens is paced inside its
+// slot ([Lane.PaceReservationAt]), and whether it is the trials' canary. A
+// lane that knows its provider enforces per minute paces only a send that
+// leaves a bucket with less than a second of refill; one that tries the
+// provider charges every send to its trials and sends unpaced what they
+// hold, and one canary at a time that only the requests' trial cannot
+// hold, and that goes now (one that waits for a bucket, a tenant's quota
+// say, would keep the next canary back as long); otherwise every send is
+// paced.
+func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, canary bool) {
+	low := (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate)
+	if !l.trying {
+		return l.paceAll || low, false
+	}
+	costs := [2]float64{1, tokens}
+	var fits [2]bool
+	for i, q := range l.views() {
+		fits[i] = true
+		if q.b == nil {
+			continue
+		}
+		t := &l.trials[i]
+		t.refill(now, l.trialRate(i))
+		fits[i] = t.level >= costs[i]
+		t.level -= costs[i]
+	}
+	switch {
+	case fits[0] && fits[1]:
+		return low, false
+	case fits[1] && !waits && !l.canaryOut:
+		l.canaryOut = true
+		return low, true
+	}
+	return true, false
+}
+
+// canaryDoneLocked ends the canary's flight: admitted (an answer with
+// headers, not refused) while the lane still tries the provider, the
+// trials double, and once the requests' holds more than twice ShortBucket
+// of refill the provider is known to enforce per minute. A refused canary
+// is refusedLocked's to learn from.
+func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
+	l.canaryOut = false
+	if !admitted || !l.trying {
+		return
+	}
+	for i, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		t := &l.trials[i]
+		t.refill(now, l.trialRate(i))
+		t.level += t.capacity
+		t.capacity *= 2
+	}
+	if l.rpm == nil || l.trials[0].capacity > l.shortMax(l.rpmQ.limit) {
+		l.setKindLocked(ProviderMinute)
+	}
+}
+
+// trialRoomLocked is, while the lane tries the provider, how many requests
+// like one of tokens its trials let go between now and end: what they hold
+// then, and a canary.
+func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, trying bool) {
+	if !l.trying {
+		return 0, false
+	}
+	n = math.MaxInt32
+	costs := [2]float64{1, max(1, tokens)}
+	for i, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		t := l.trials[i]
+		t.refill(now, l.trialRate(i))
+		room := t.level + max(0, end.Sub(now).Seconds())*l.trialRate(i)
+		n = min(n, int(max(0, math.Floor(room/costs[i]+1e-9))))
+	}
+	if !l.canaryOut {
+		n++
+	}
+	return n, true
+}

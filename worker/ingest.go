@@ -196,7 +196,7 @@ func (w *Worker) waitForWindow(ctx context.Context) error {
 		w.readWindow(ctx)
 		w.readTenants(ctx)
 		n := w.window.value()
-		if n < int64(w.cfg.IngestWindow) || w.tenants.overShare(w.cfg.IngestWindow, w.cfg.Tenants) {
+		if n < int64(w.cfg.IngestWindow) || w.tenants.overShare(w.cfg.IngestWindow, ingesters*w.cfg.IngestBatch, w.cfg.Tenants) {
 			if paused {
 				w.log.Info("ingestion resumed", slog.Int64("queued", n))
 			}

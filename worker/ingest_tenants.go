@@ -67,8 +67,11 @@ func (c *tenantCount) add(tenant string, n int64, claimed bool) {
 }
 
 // overShare reports whether a tenant holds more queued jobs than its share
-// of window: llmq.ShareOf its weight among the tenants counted.
-func (c *tenantCount) overShare(window int, ts llmq.Tenants) bool {
+// of window (llmq.ShareOf its weight among the tenants counted) and slack:
+// the share is soft by what the ingest loops have in hand, as the window
+// is, so that the order in which two tenants' batches land does not decide
+// whether ingestion pauses.
+func (c *tenantCount) overShare(window, slack int, ts llmq.Tenants) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	weight := c.weight
@@ -80,7 +83,7 @@ func (c *tenantCount) overShare(window int, ts llmq.Tenants) bool {
 	for _, counts := range []map[string]int64{c.queued, c.recorded} {
 		for t := range counts {
 			n := c.queued[t] + c.recorded[t] - c.claimed[t]
-			if float64(n) > float64(window)*llmq.ShareOf(ts.Weight(t), weight) {
+			if float64(n) > float64(window)*llmq.ShareOf(ts.Weight(t), weight)+float64(slack) {
 				return true
 			}
 		}

@@ -19,16 +19,19 @@ func TestTenantCountOverShare(t *testing.T) {
 		name              string
 		queued            map[string]int64
 		recorded, claimed map[string]int64
+		slack             int
 		want              bool
 	}{
-		{"alone at half", map[string]int64{"a": 5}, nil, nil, false},
-		{"alone past half", map[string]int64{"a": 5}, map[string]int64{"a": 1}, nil, true},
-		{"claims bring it back", map[string]int64{"a": 5}, map[string]int64{"a": 2}, map[string]int64{"a": 2}, false},
-		{"two at half each", map[string]int64{"a": 5, "b": 5}, nil, nil, false},
-		{"one of two past half", map[string]int64{"a": 6, "b": 4}, nil, nil, true},
-		{"a newcomer recorded since the read", map[string]int64{"a": 6}, map[string]int64{"b": 1}, nil, true},
-		{"weight 3 of 4", map[string]int64{"heavy": 7, "b": 2}, nil, nil, false},
-		{"weight 3 of 4, past", map[string]int64{"heavy": 8, "b": 2}, nil, nil, true},
+		{"alone at half", map[string]int64{"a": 5}, nil, nil, 0, false},
+		{"alone past half", map[string]int64{"a": 5}, map[string]int64{"a": 1}, nil, 0, true},
+		{"claims bring it back", map[string]int64{"a": 5}, map[string]int64{"a": 2}, map[string]int64{"a": 2}, 0, false},
+		{"two at half each", map[string]int64{"a": 5, "b": 5}, nil, nil, 0, false},
+		{"one of two past half", map[string]int64{"a": 6, "b": 4}, nil, nil, 0, true},
+		{"a newcomer recorded since the read", map[string]int64{"a": 6}, map[string]int64{"b": 1}, nil, 0, true},
+		{"weight 3 of 4", map[string]int64{"heavy": 7, "b": 2}, nil, nil, 0, false},
+		{"weight 3 of 4, past", map[string]int64{"heavy": 8, "b": 2}, nil, nil, 0, true},
+		{"one of two past half, within the slack", map[string]int64{"a": 7, "b": 3}, nil, nil, 2, false},
+		{"one of two past half and the slack", map[string]int64{"a": 8, "b": 2}, nil, nil, 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c tenantCount
@@ -39,7 +42,7 @@ func TestTenantCountOverShare(t *testing.T) {
 			for tenant, n := range tc.claimed {
 				c.add(tenant, n, true)
 			}
-			require.Equal(t, tc.want, c.overShare(10, ts))
+			require.Equal(t, tc.want, c.overShare(10, tc.slack, ts))
 		})
 	}
 }

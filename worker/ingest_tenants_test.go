@@ -15,7 +15,8 @@ import (
 
 // TestIngestTenantFlood floods one tenant through RabbitMQ: 50 jobs of
 // "flood", then 5 of "calm" behind them in the queue. The ingest window
-// (10) does not pause for flood, which holds more than its share of it:
+// (10) does not pause for flood, which holds more than its share of it (5,
+// soft by the 2 messages two ingest loops of batches of 1 hold in hand):
 // its jobs are recorded up to its cap (30), the 20 past it dead-lettered
 // tenant_queue_full, and calm's jobs are recorded and claimed by fair
 // share meanwhile: they all finish while most of flood's still wait (each
@@ -33,7 +34,7 @@ func TestIngestTenantFlood(t *testing.T) {
 		values = append(values, jobJSON(fmt.Sprintf("calm-%d", i), "gpt-4o-mini", `,"tenant":"calm"`))
 	}
 	tb.publish(t, values...)
-	tb.start(t, func(c *worker.Config) { c.IngestWindow, c.TenantCap, c.MaxInFlight, c.IngestBatch = 10, 30, 2, 5 })
+	tb.start(t, func(c *worker.Config) { c.IngestWindow, c.TenantCap, c.MaxInFlight, c.IngestBatch = 10, 30, 2, 1 })
 
 	require.Eventually(t, func() bool { return tb.count(t, `tenant = 'calm' AND status = 'succeeded'`) == 5 },
 		30*time.Second, 10*time.Millisecond, "calm's jobs run")

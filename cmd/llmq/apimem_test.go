@@ -48,31 +48,7 @@ func TestAPIMemoryUnderHugeBatches(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
 	}
-	bin := buildLLMQ(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	cmd := exec.Command(bin, "api", "--listen", addr)
-	cmd.Env = append(os.Environ(), "LLMQ_DATABASE_URL="+storetest.NewDB(t), "LLMQ_BROKER=memory://rss/jobs",
-		"LLMQ_API_KEYS=key-rss:acme", "LLMQ_CONFIG=", "GOMAXPROCS=2")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	base := "http://" + addr
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(base + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "api did not start: %s", &logs)
-	pid := cmd.Process.Pid
+	base, pid := startAPI(t, buildLLMQ(t))
 	before := procStatus(t, pid, "VmRSS")
 
 	// The review's attack, and its twin inside one job's body.

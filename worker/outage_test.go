@@ -266,7 +266,9 @@ func TestWorkerFreeCallsSurviveAClaim(t *testing.T) {
 	tb := setup(t, upstreamsim.Config{Seed: 47})
 	provider, simURL := proxied(t, tb.sim.URL)
 	clock := clockwork.NewFakeClock()
-	a := tb.start(t, func(c *worker.Config) { c.Upstream, c.Clock, c.MaxAttempts = upstreamAt(simURL, 5*time.Second), clock, 2 })
+	a := tb.start(t, func(c *worker.Config) {
+		c.Upstream, c.Clock, c.MaxAttempts = upstreamAt(simURL, 5*time.Second), clock, 2
+	})
 	provider.Cut()
 	runClock(t, clock, 10*time.Millisecond)
 	tb.publish(t, jobJSON("held", "m", ""))

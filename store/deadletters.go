@@ -502,7 +502,7 @@ const LaneReasonReplayed = "replayed"
 // *IllegalTransitionError, a missing job ErrNotFound.
 func (s *Store) Requeue(ctx context.Context, tenant, id string) (*JobRecord, error) {
 	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = `+tRequeue.to+`, attempts = 0, retries = 0,
-		model_index = 0, rate_limited = 0, error_code = '', error_message = '', result = NULL, used_model = '',
+		model_index = 0, rate_limited = 0, free_attempts = 0, error_code = '', error_message = '', result = NULL, used_model = '',
 		prompt_tokens = 0, completion_tokens = 0, cost_usd = 0, started_at = NULL, finished_at = NULL,
 		lease_owner = '', lease_expires_at = NULL, phase = '', batch_id = '', lane = 'live',
 		lane_reason = '`+LaneReasonReplayed+`', updated_at = $3

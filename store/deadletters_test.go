@@ -235,7 +235,7 @@ func TestRequeue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	l := b.hold(t, "w1", newJob(t, "j1"))["j1"]
-	_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 2, ModelIndex: 1})
+	_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 2, ModelIndex: 1, FreeAttempts: 3})
 	require.NoError(t, err)
 	held := newLetter("j1", "acme", "retries_exhausted")
 	held.LeaseToken = l.Token
@@ -252,7 +252,7 @@ func TestRequeue(t *testing.T) {
 	rec, err = b.store.Requeue(b.ctx, "acme", "j1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
-	require.Equal(t, []int{0, 0, 0}, []int{rec.Attempts, rec.Retries, rec.ModelIndex})
+	require.Equal(t, []int{0, 0, 0, 0}, []int{rec.Attempts, rec.Retries, rec.ModelIndex, rec.FreeAttempts})
 	require.Equal(t, "", rec.ErrorCode)
 	require.Nil(t, rec.FinishedAt)
 	require.Nil(t, rec.StartedAt)

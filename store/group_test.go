@@ -155,7 +155,7 @@ func TestGroupCommitMergesRows(t *testing.T) {
 		if i == 5 {
 			l = stale
 		}
-		attempts[i], errs[i] = s.MarkCalling(b.ctx, l, store.PolicyState{Retries: i % n})
+		attempts[i], errs[i] = s.MarkCalling(b.ctx, l, store.PolicyState{Retries: i % n, FreeAttempts: 2 * (i % n)})
 	})
 	require.NoError(t, errs[n])
 	require.ElementsMatch(t, []int{1, 2}, []int{attempts[0], attempts[n]}, "both calls of job 0 are counted")
@@ -168,7 +168,8 @@ func TestGroupCommitMergesRows(t *testing.T) {
 		if i != 0 {
 			require.Equal(t, i%3+1, attempts[i], id)
 		}
-		require.Equal(t, i, b.get(t, id).Retries, id)
+		rec := b.get(t, id)
+		require.Equal(t, [2]int{i, 2 * i}, [2]int{rec.Retries, rec.FreeAttempts}, id)
 	}
 
 	// Results: job i's own answer; job 0 answered twice; job 1 already

@@ -192,6 +192,10 @@ type PolicyState struct {
 	ModelIndex int
 	// RateLimited counts the 429s on the current model.
 	RateLimited int
+	// FreeAttempts counts the job's calls that failed for a provider
+	// outage within the worker's outage limit: in attempts, but not
+	// counted toward its max_attempts.
+	FreeAttempts int
 
 	// Call is the call MarkCalling counts, recorded as the job's next
 	// attempt (job_attempts).
@@ -275,12 +279,12 @@ func (s *Store) lost(ctx context.Context, op string, l Lease, to llmq.Status) er
 func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attempts int, err error) {
 	return s.fencedOp(ctx, "mark calling", tMarkCalling, l, fencedSQL{
 		set: `, phase = '` + PhaseCalling + `', attempts = attempts + 1, started_at = coalesce(started_at, $3),
-		retries = $5, model_index = $6, rate_limited = $7`,
+		retries = $5, model_index = $6, rate_limited = $7, free_attempts = $12`,
 		wrap:     func(update string) string { return insertAttemptSQL(update, 8) },
 		answered: st.Answered,
 		rows:     markCallingRows,
 	}, st.Retries, st.ModelIndex, st.RateLimited, st.Call.Model, st.Call.QuotaWait.Milliseconds(), st.Call.Backoff.Milliseconds(),
-		st.Call.Entry)
+		st.Call.Entry, st.FreeAttempts)
 }
 
 // markCallingRows is MarkCalling for many jobs in one statement, which
@@ -288,20 +292,21 @@ func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attem
 // the answers to the previous calls (answersCTE).
 var markCallingRows = newRowKind(`WITH c AS (UPDATE jobs j SET status = `+tMarkCalling.to+`, updated_at = u.now, phase = '`+PhaseCalling+`',
 		attempts = j.attempts + 1, started_at = coalesce(j.started_at, u.now), retries = u.retries,
-		model_index = u.model_index, rate_limited = u.rate_limited
+		model_index = u.model_index, rate_limited = u.rate_limited, free_attempts = u.free_attempts
 	FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[], $5::int[], $6::int[], $7::int[], $8::text[],
-		$9::bigint[], $10::bigint[], $11::text[])
-		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, model, quota_wait, backoff, entry, n)
+		$9::bigint[], $10::bigint[], $11::text[], $12::int[])
+		WITH ORDINALITY AS u(tenant, id, now, token, retries, model_index, rate_limited, model, quota_wait, backoff, entry,
+			free_attempts, n)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.lease_token = u.token AND j.status `+tMarkCalling.in+`
 	RETURNING u.n, j.attempts, j.tenant, j.id, j.requested_model, u.now, u.model, u.quota_wait, u.backoff, u.entry
 ), a AS (
 	INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at, quota_wait_ms, backoff_ms, entry)
 	SELECT c.tenant, c.id, coalesce((SELECT max(seq) FROM job_attempts x WHERE x.tenant = c.tenant AND x.job_id = c.id), 0) + 1,
 		c.attempts, coalesce(nullif(c.model, ''), c.requested_model), c.now, c.quota_wait, c.backoff, c.entry FROM c
-) SELECT n, attempts FROM c`, 11, func(ops []*op) []any {
+) SELECT n, attempts FROM c`, 12, func(ops []*op) []any {
 	return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[int64](ops, 3),
 		column[int](ops, 4), column[int](ops, 5), column[int](ops, 6), column[string](ops, 7),
-		column[int64](ops, 8), column[int64](ops, 9), column[string](ops, 10)}
+		column[int64](ops, 8), column[int64](ops, 9), column[string](ops, 10), column[int](ops, 11)}
 })
 
 // MarkRetrying records a retryable failure of the call of the holder of l
@@ -311,9 +316,9 @@ var markCallingRows = newRowKind(`WITH c AS (UPDATE jobs j SET status = `+tMarkC
 func (s *Store) MarkRetrying(ctx context.Context, l Lease, st PolicyState, code, msg string) error {
 	_, err := s.fencedOp(ctx, "mark retrying", tMarkRetrying, l, fencedSQL{
 		set: `, phase = '` + PhaseBackingOff + `', error_code = $5, error_message = $6, retries = $7, model_index = $8,
-		rate_limited = $9`,
+		rate_limited = $9, free_attempts = $10`,
 		answered: st.Answered,
-	}, code, msg, st.Retries, st.ModelIndex, st.RateLimited)
+	}, code, msg, st.Retries, st.ModelIndex, st.RateLimited, st.FreeAttempts)
 	return err
 }
 

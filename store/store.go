@@ -208,11 +208,12 @@ type JobRecord struct {
 	// ingest (NewJob); 0 and 0 when the job was recorded without one.
 	EstPromptTokens int `db:"est_prompt_tokens"`
 	EstOutputTokens int `db:"est_output_tokens"`
-	// Retries, ModelIndex and RateLimited are the rest of the worker's
-	// policy state (see PolicyState).
-	Retries     int `db:"retries"`
-	ModelIndex  int `db:"model_index"`
-	RateLimited int `db:"rate_limited"`
+	// Retries, ModelIndex, RateLimited and FreeAttempts are the rest of
+	// the worker's policy state (see PolicyState).
+	Retries      int `db:"retries"`
+	ModelIndex   int `db:"model_index"`
+	RateLimited  int `db:"rate_limited"`
+	FreeAttempts int `db:"free_attempts"`
 	// WaitingReason says why a queued job waits (WaitingReason*): filled
 	// by Get and List, "" when nothing is known to hold it back.
 	WaitingReason string `db:"-"`
@@ -228,7 +229,8 @@ const jobColumns = `id, tenant, status, priority, requested_model, used_model, b
 	error_code, error_message, error_status, attempts, prompt_tokens, completion_tokens, cost_usd,
 	created_at, started_at, finished_at, updated_at, deadline, "deferrable", fallback_models,
 	metadata, lease_owner, lease_expires_at, lease_token, phase, batch_id, lane, lane_reason,
-	sched_key, est_prompt_tokens, est_output_tokens, retries, model_index, rate_limited, project`
+	sched_key, est_prompt_tokens, est_output_tokens, retries, model_index, rate_limited, free_attempts,
+	project`
 
 // Job rebuilds the wire job from the record (Model and MaxOutputTokens
 // are read from the body).

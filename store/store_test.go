@@ -315,13 +315,13 @@ func TestHolderLifecycle(t *testing.T) {
 	require.Equal(t, b.clock.Now(), rec.StartedAt.UTC())
 	started := *rec.StartedAt
 
-	require.NoError(t, b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1, ModelIndex: 1, RateLimited: 2},
+	require.NoError(t, b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1, ModelIndex: 1, RateLimited: 2, FreeAttempts: 1},
 		"rate_limited", "429 Too Many Requests"))
 	rec = b.get(t, "job-1")
 	require.Equal(t, llmq.StatusRetrying, rec.Status)
 	require.Equal(t, store.PhaseBackingOff, rec.Phase)
 	require.Equal(t, "rate_limited", rec.ErrorCode)
-	require.Equal(t, []int{1, 1, 2}, []int{rec.Retries, rec.ModelIndex, rec.RateLimited})
+	require.Equal(t, []int{1, 1, 2, 1}, []int{rec.Retries, rec.ModelIndex, rec.RateLimited, rec.FreeAttempts})
 
 	// The heartbeat renews the lease of every job the worker holds.
 	b.clock.Advance(50 * time.Second)
@@ -337,13 +337,13 @@ func TestHolderLifecycle(t *testing.T) {
 	require.Empty(t, held, "a lease not named is not renewed")
 
 	b.clock.Advance(time.Second)
-	attempts, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 1, ModelIndex: 1})
+	attempts, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 1, ModelIndex: 1, FreeAttempts: 1})
 	require.NoError(t, err)
 	require.Equal(t, 2, attempts)
 	rec = b.get(t, "job-1")
 	require.Equal(t, llmq.StatusRunning, rec.Status)
 	require.True(t, started.Equal(*rec.StartedAt), "started_at is the first call's")
-	require.Equal(t, 0, rec.RateLimited)
+	require.Equal(t, []int{0, 1}, []int{rec.RateLimited, rec.FreeAttempts})
 
 	stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{
 		Response: json.RawMessage(`{"id":"chatcmpl-1","choices":[]}`), UsedModel: "small",

@@ -256,6 +256,38 @@ func TestWorkerOutageCallsCostNoAttempts(t *testing.T) {
 	}
 }
 
+// TestWorkerFreeCallsSurviveAClaim: a job with 2 attempts makes at least
+// 3 free calls under worker A in an outage; A stops (the job goes back to
+// queued, its free calls stored with it). Worker B claims it once the
+// provider is back: its 2 paid attempts are whole, so it succeeds on B's
+// first call, the free count unchanged.
+func TestWorkerFreeCallsSurviveAClaim(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 47})
+	provider, simURL := proxied(t, tb.sim.URL)
+	clock := clockwork.NewFakeClock()
+	a := tb.start(t, func(c *worker.Config) {
+		c.Upstream, c.Clock, c.MaxAttempts = upstreamAt(simURL, 5*time.Second), clock, 2
+	})
+	provider.Cut()
+	runClock(t, clock, 10*time.Millisecond)
+	tb.publish(t, jobJSON("held", "m", ""))
+	require.Eventually(t, func() bool { return tb.count(t, `id = 'held' AND free_attempts >= 3`) == 1 },
+		time.Minute, time.Millisecond)
+	stopWorker(t, a)
+	before := tb.get(t, "held")
+	require.Equal(t, llmq.StatusQueued, before.Status)
+	require.LessOrEqual(t, before.Attempts-before.FreeAttempts, 1, "a call cut by the stop is paid, no other")
+
+	provider.Restore()
+	tb.start(t, func(c *worker.Config) { c.Upstream, c.MaxAttempts = upstreamAt(simURL, 5*time.Second), 2 })
+	rec := tb.waitTerminal(t, []string{"held"}, time.Minute)["held"]
+	require.Equal(t, llmq.StatusSucceeded, rec.Status, "%s %s", rec.ErrorCode, rec.ErrorMessage)
+	require.Equal(t, before.Attempts+1, rec.Attempts, "B made one call")
+	require.Equal(t, before.FreeAttempts, rec.FreeAttempts)
+	require.Empty(t, tb.letters.all())
+}
+
 // failingIngest is a job store whose Ingest fails when a batch holds the
 // job id: the first fails times, or always when forever.
 type failingIngest struct {

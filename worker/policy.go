@@ -22,8 +22,11 @@ import (
 // each call, the rest with it and MarkRetrying), so a job claimed again
 // goes on where the last holder stopped.
 type state struct {
-	// Attempts counts the upstream calls made, fallbacks included.
+	// Attempts counts the upstream calls made, fallbacks included, but
+	// the free ones: those max_attempts bounds.
 	Attempts int
+	// Free counts the calls that cost the job no attempt (policy.free).
+	Free int
 	// Retries counts the backoff waits taken; it sizes the next jitter
 	// window.
 	Retries int
@@ -220,7 +223,9 @@ func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
 	}
 
 	free := p.free(e)
-	if !free {
+	if free {
+		s.Free++
+	} else {
 		s.Attempts++
 	}
 	out := e.Outcome

@@ -64,10 +64,6 @@ type job struct {
 	scopes []*scopeQuota
 	// writeFails counts the database errors of the job's writes in a row.
 	writeFails int
-	// freeCalls counts the calls this holder made for the job that failed
-	// for a provider outage (policy.free): calls (in attempts) the policy
-	// does not count. A holder that claims the job again counts them.
-	freeCalls int
 	// attempt is what is not yet written of the job's calls (attempts.go).
 	attempt attempt
 }
@@ -171,7 +167,9 @@ func (w *Worker) prepare(p *job, l *lane) bool {
 	p.pendingMu.Unlock()
 	l.observe(p.req)
 	p.req.Quotas = requestQuotas(p.scopes)
-	p.state = state{Attempts: p.rec.Attempts, Retries: p.rec.Retries, Model: p.rec.ModelIndex, RateLimited: p.rec.RateLimited}
+	// The free calls of its earlier holders stay free (stored with the job).
+	p.state = state{Attempts: p.rec.Attempts - p.rec.FreeAttempts, Free: p.rec.FreeAttempts, Retries: p.rec.Retries,
+		Model: p.rec.ModelIndex, RateLimited: p.rec.RateLimited}
 	p.entry = -1
 	if p.state.Model >= len(p.models) {
 		// The configured fallbacks changed since: start over on the model.
@@ -266,9 +264,6 @@ func (w *Worker) decide(p *job, e event) action {
 		w.budget.Withdraw()
 	}
 	w.policyMu.Unlock()
-	if w.policy.free(e) {
-		p.freeCalls++
-	}
 	p.state = next
 	return act
 }
@@ -339,7 +334,7 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	p.attempt.called(attempts)
 	// The call is counted before it starts: the policy counts it again
 	// when it answers.
-	p.state.Attempts = attempts - 1 - p.freeCalls
+	p.state.Attempts = attempts - 1 - p.state.Free
 	p.setPending(nil)
 	w.metrics.inFlight.Inc()
 	begin := w.cfg.Clock.Now()
@@ -375,7 +370,7 @@ const markTimeout = 30 * time.Second
 
 // stored is the policy state kept with the job.
 func (s state) stored() store.PolicyState {
-	return store.PolicyState{Retries: s.Retries, ModelIndex: s.Model, RateLimited: s.RateLimited}
+	return store.PolicyState{Retries: s.Retries, ModelIndex: s.Model, RateLimited: s.RateLimited, FreeAttempts: s.Free}
 }
 
 // admit waits in lane l: priority order first, then shaping, no longer

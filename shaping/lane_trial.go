@@ -6,16 +6,12 @@ import (
 )
 
 // The staged burst of a provider whose kind is not known yet
-// (docs/design/rate-limiting.md, "Pacing inside the slot"). Its headers
-// say what remains of the minute, but a provider that enforces its limits
-// over a few seconds reports the minute too. So the lane sends unpaced
-// what a short bucket would surely hold: ShortBucket of requests and a
-// second of tokens (trials, refilled at the limits' rates and charged with
-// every send); then one request past the requests' trial, the canary,
-// while the rest is paced. A short-bucket provider refuses the canary (one
-// 429, and the lane learns it is short); one that admits it holds more than
-// the trials, which double; past twice ShortBucket of refill the provider
-// enforces per minute, and the lane spends what its headers say remains.
+// (docs/design/rate-limiting.md, "Pacing inside the slot"): the lane sends
+// unpaced what a short bucket would surely hold (ShortBucket of requests
+// and a second of tokens: the trials), then one canary past them while the
+// rest is paced. A short-bucket provider refuses the canary (one 429: the
+// lane learns it is short); one that admits it doubles the trials, and past
+// twice ShortBucket of refill the lane spends what its headers say remains.
 
 // trial is a short bucket the lane tries a provider of unknown kind with,
 // in the lane's units.

@@ -7,17 +7,13 @@ import (
 	"time"
 )
 
-// A provider incident: the provider unreachable (connections refused or
-// reset), refusing the API key (401), or failing most calls of a model
-// across jobs (5xx, timeouts). Left to the retry policy, every job in
-// flight would spend its attempts against an upstream that cannot answer.
-// Instead each lane has a breaker (incident): while it is open the lane's
-// dispatcher holds every job (leases renewed, attempts untouched) and lets
-// one through as a probe every IncidentProbeEvery; the calls that fail for
-// the provider cost their jobs nothing for up to OutageLimit.
-// docs/worker-policy.md has the rules. Not sony/gobreaker (used before):
-// it reads the system clock, so an outage could not run on the worker's
-// clock, and its counts cannot tell a call that reached no one from a 5xx.
+// A provider incident (the provider unreachable, refusing the key, or
+// failing most calls of a model) holds the lane: its dispatcher keeps every
+// job (leases renewed, attempts untouched) and lets one through as a probe
+// every IncidentProbeEvery; the calls that fail for the provider are free
+// for up to OutageLimit. Rules in docs/worker-policy.md. Not
+// sony/gobreaker: it reads the system clock, and its counts cannot tell a
+// call that reached no one from a 5xx.
 
 // Defaults of the incident breaker (Config).
 const (

@@ -10,17 +10,13 @@ import (
 	"github.com/llmq/llmq/dlq"
 )
 
-// The ingest's tenants (docs/design/admission.md). The broker hands
-// messages over in the order they came: while a flooding tenant's messages
-// are ahead of another tenant's, a pause of ingestion would keep the other
-// tenant's out too. So the ingest window pauses only while no tenant holds
-// more than its share of it (a backlog spread over the tenants, which the
-// broker then buffers); past its share, a tenant's jobs are recorded (the
-// claim order's fair share puts the others' first) up to Config.TenantCap
-// jobs queued or in flight, and its messages past the cap are dead-lettered
-// tenant_queue_full. The tenants' counts are read with the window's every
-// windowRecount (each up to the cap, or just past the window without one)
-// and follow this worker's records and claims in between.
+// The ingest's tenants (docs/design/admission.md). A broker hands messages
+// over in order, so a pause behind a flood would keep the other tenants'
+// messages out too: the window pauses only while no tenant holds more than
+// its share of it; past its share a tenant's jobs are recorded (fair share
+// claims the others' first) up to Config.TenantCap, and its messages past
+// the cap are dead-lettered tenant_queue_full. The counts are read with the
+// window's and follow this worker's records and claims in between.
 
 // tenantCount is the count of each tenant's jobs behind the ingest: the
 // last read of its queued and in-flight jobs, and what this worker

@@ -11,7 +11,7 @@ import (
 // that a dead letter of any message can be recorded (its raw bytes stay in
 // the bytea message column).
 func pgText(s string) string {
-	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+	if pgHolds(s) {
 		return s
 	}
 	const hex = "0123456789abcdef"
@@ -34,15 +34,15 @@ func pgText(s string) string {
 	return b.String()
 }
 
+// pgHolds reports whether Postgres text holds s as it is.
+func pgHolds(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
 // pgTextMap is pgText of every key and value of m; m itself when none
 // needs it.
 func pgTextMap(m map[string]string) map[string]string {
 	clean := true
 	for k, v := range m {
-		if pgText(k) != k || pgText(v) != v {
-			clean = false
-			break
-		}
+		clean = clean && pgHolds(k) && pgHolds(v)
 	}
 	if clean {
 		return m

@@ -10,6 +10,8 @@ package jsonlimit
 import (
 	"fmt"
 	"io"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Limits are the bounds a Scanner enforces; 0 means no limit.
@@ -52,11 +54,12 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("JSON nests deeper than the %d level limit (at byte %d)", e.Limit, e.Offset)
 }
 
-// Scanner checks a JSON text fed to it in pieces. A string's length counts
-// each escape sequence as one byte (so that re-encoding a checked value,
-// which may escape more, never makes it longer) and every other byte as
-// itself. The zero Scanner enforces no limit; it is not safe for
-// concurrent use.
+// Scanner checks a JSON text fed to it in pieces. A string's length is
+// the length in bytes of the string encoding/json decodes from it: an
+// escape counts as the UTF-8 of what it stands for, and a byte that is not
+// valid UTF-8 as the three bytes of U+FFFD that replace it. Encoding a
+// checked value again therefore never makes it longer. The zero Scanner
+// enforces no limit; it is not safe for concurrent use.
 type Scanner struct {
 	limits Limits
 	offset int64
@@ -67,11 +70,18 @@ type Scanner struct {
 	expectKey bool
 	inString  bool
 	isKey     bool
-	// escape counts the bytes of an escape sequence still to skip; -1
-	// right after a backslash.
+	// escape counts the hex digits of a \u escape still to read; -1 right
+	// after a backslash. code accumulates them.
 	escape int
-	length int
-	err    *Error
+	code   rune
+	// highSurrogate: the last thing read was a \u escape of a high
+	// surrogate, which a low one right after completes.
+	highSurrogate bool
+	// pending holds the bytes of a multi-byte UTF-8 sequence not yet whole.
+	pending [utf8.UTFMax]byte
+	npend   int
+	length  int
+	err     *Error
 }
 
 // NewScanner returns a Scanner enforcing l.
@@ -97,34 +107,12 @@ func (s *Scanner) Write(p []byte) (int, error) {
 
 func (s *Scanner) step(c byte) *Error {
 	if s.inString {
-		switch {
-		case s.escape == -1: // the byte after a backslash
-			s.escape = 0
-			if c == 'u' {
-				s.escape = 4
-			}
-			return nil
-		case s.escape > 0:
-			s.escape--
-			return nil
-		case c == '"':
-			s.inString = false
-			return nil
-		case c == '\\':
-			s.escape = -1
-		}
-		s.length++
-		if lim := s.limits.MaxKeyBytes; s.isKey && lim > 0 && s.length > lim {
-			return &Error{What: Key, Limit: lim}
-		}
-		if lim := s.limits.MaxStringBytes; !s.isKey && lim > 0 && s.length > lim {
-			return &Error{What: Str, Limit: lim}
-		}
-		return nil
+		return s.stringByte(c)
 	}
 	switch c {
 	case '"':
 		s.inString, s.isKey, s.length, s.escape = true, s.expectKey, 0, 0
+		s.highSurrogate, s.npend = false, 0
 		s.expectKey = false
 	case '{', '[':
 		s.depth++
@@ -144,6 +132,106 @@ func (s *Scanner) step(c byte) *Error {
 		s.expectKey = false
 	}
 	return nil
+}
+
+// stringByte scans a byte inside a string, counting what it decodes to.
+func (s *Scanner) stringByte(c byte) *Error {
+	switch {
+	case s.escape == -1: // the byte after a backslash
+		if c == 'u' {
+			s.escape, s.code = 4, 0
+			return nil
+		}
+		s.escape = 0
+		s.highSurrogate = false
+		return s.count(1)
+	case s.escape > 0:
+		s.code = s.code<<4 | rune(unhex(c))
+		if s.escape--; s.escape > 0 {
+			return nil
+		}
+		return s.count(s.escapedLen())
+	case c >= utf8.RuneSelf:
+		s.highSurrogate = false
+		s.pending[s.npend] = c
+		s.npend++
+		return s.decodePending(false)
+	}
+	if e := s.decodePending(true); e != nil {
+		return e
+	}
+	if c == '\\' {
+		s.escape = -1
+		return nil
+	}
+	s.highSurrogate = false
+	if c == '"' {
+		s.inString = false
+		return nil
+	}
+	return s.count(1)
+}
+
+// escapedLen is the decoded length of the \u escape just read: a pair of
+// surrogates decodes to 4 bytes (3 counted for the first, 1 for the
+// second), a lone one to U+FFFD, as encoding/json decodes them.
+func (s *Scanner) escapedLen() int {
+	r := s.code
+	switch {
+	case utf16.IsSurrogate(r) && r >= 0xdc00 && s.highSurrogate:
+		s.highSurrogate = false
+		return 1
+	case utf16.IsSurrogate(r):
+		s.highSurrogate = r < 0xdc00
+		return 3
+	}
+	s.highSurrogate = false
+	return utf8.RuneLen(r)
+}
+
+// decodePending counts the whole UTF-8 sequences in pending as
+// utf8.DecodeRune reads them (an invalid byte is U+FFFD, 3 bytes); with
+// flush, what is left of a sequence that will not complete too.
+func (s *Scanner) decodePending(flush bool) *Error {
+	for s.npend > 0 && (flush || utf8.FullRune(s.pending[:s.npend])) {
+		r, size := utf8.DecodeRune(s.pending[:s.npend])
+		n := size
+		if r == utf8.RuneError && size == 1 {
+			n = 3
+		}
+		copy(s.pending[:], s.pending[size:s.npend])
+		s.npend -= size
+		if e := s.count(n); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// count adds n decoded bytes to the string's length.
+func (s *Scanner) count(n int) *Error {
+	s.length += n
+	if lim := s.limits.MaxKeyBytes; s.isKey && lim > 0 && s.length > lim {
+		return &Error{What: Key, Limit: lim}
+	}
+	if lim := s.limits.MaxStringBytes; !s.isKey && lim > 0 && s.length > lim {
+		return &Error{What: Str, Limit: lim}
+	}
+	return nil
+}
+
+// unhex is the value of a hex digit; invalid JSON (any other byte) is the
+// decoder's to refuse, so it counts as 0 here.
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10
+	}
+	return 0
 }
 
 // setObject records whether the container just opened is an object.

@@ -160,7 +160,7 @@ func (a *App) openResources(ctx context.Context) error {
 	a.store = st
 	a.parts.opened("store", quietly(st.Close))
 	if a.cfg.Migrate {
-		if a.migrated, err = migrations.UpPool(ctx, st.Pool()); err != nil {
+		if a.migrated, err = st.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
 		}
 	}

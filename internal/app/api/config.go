@@ -59,8 +59,7 @@ type Config struct {
 	DeadLetters http.Handler
 	// DeadLetterService, when set, serves what spans many letters:
 	// GET /v1/dead-letters/reasons and POST /v1/dead-letters/replay and
-	// /purge. A *dlq.Service is one. The counts of /reasons are read
-	// from the database of Store, which must then be a *store.Store.
+	// /purge. A *dlq.Service is one.
 	DeadLetterService DeadLetterService
 	// Batches, when set, serves the provider batches of the batch lane to
 	// operator keys: GET /v1/batches and /v1/batches/{id}. A *store.Store
@@ -178,6 +177,7 @@ type BatchStore interface {
 // a [*dlq.Service] is one.
 type DeadLetterService interface {
 	List(ctx context.Context, q store.DeadLetterListOptions) ([]*store.DeadLetter, string, error)
+	Count(ctx context.Context, tenant string, since, until time.Time) ([]store.DeadLetterCount, error)
 	Replay(ctx context.Context, tenant string, id int64) (dlq.ReplayResult, error)
 	Purge(ctx context.Context, f store.DeadLetterFilter) (int64, error)
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
@@ -53,63 +50,38 @@ func (a *API) deadLetterReasons(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, _ := scopeOf(r)
-	pooled, ok := a.cfg.Store.(interface{ Pool() *pgxpool.Pool })
-	if !ok {
-		a.internalError(w, r, errors.New("dead-letter counts need the store's database"))
-		return
-	}
-	out, err := countDeadLetters(r.Context(), pooled.Pool(), s.tenant, since, until)
+	counts, err := a.cfg.DeadLetterService.Count(r.Context(), s.tenant, since, until)
 	if err != nil {
 		a.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, reasonCounts(counts, since, until))
 }
 
-// countDeadLetters counts the letters of tenant ("" = every tenant)
-// dead-lettered in [since, until) (zero: unbounded) by reason. It is the
-// one read of the API the store has no method for (a GROUP BY on
-// dead_letters; see the report of the console's first phase): it reads
-// through the store's pool and the dead_letters_tenant_created_idx and
-// dead_letters_created_idx indexes.
-func countDeadLetters(ctx context.Context, pool *pgxpool.Pool, tenant string, since, until time.Time) (DeadLetterReasons, error) {
+// reasonCounts is the answer of /reasons: every reason of dlq.Reasons in
+// its order (zero when none), then any other reason the store holds.
+func reasonCounts(counts []store.DeadLetterCount, since, until time.Time) DeadLetterReasons {
 	out := DeadLetterReasons{Data: make([]ReasonCount, len(dlq.Reasons))}
 	for i, reason := range dlq.Reasons {
 		out.Data[i].Reason = string(reason)
 	}
-	var lo, hi *time.Time
 	if !since.IsZero() {
-		lo, out.Since = &since, &since
+		out.Since = &since
 	}
 	if !until.IsZero() {
-		hi, out.Until = &until, &until
+		out.Until = &until
 	}
-	rows, err := pool.Query(ctx, `SELECT reason, count(*), count(*) FILTER (WHERE replayed_at IS NULL), max(created_at)
-		FROM dead_letters
-		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR created_at >= $2)
-			AND ($3::timestamptz IS NULL OR created_at < $3)
-		GROUP BY reason`, tenant, lo, hi)
-	if err != nil {
-		return out, fmt.Errorf("api: count dead letters: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var c ReasonCount
-		if err := rows.Scan(&c.Reason, &c.Count, &c.NotReplayed, &c.NewestAt); err != nil {
-			return out, fmt.Errorf("api: count dead letters: %w", err)
-		}
+	for _, c := range counts {
+		rc := ReasonCount{Reason: c.Reason, Count: c.Count, NotReplayed: c.NotReplayed, NewestAt: c.NewestAt}
 		out.Total += c.Count
 		out.NotReplayed += c.NotReplayed
 		if i := slices.Index(dlq.Reasons, dlq.Reason(c.Reason)); i >= 0 {
-			out.Data[i] = c
+			out.Data[i] = rc
 		} else {
-			out.Data = append(out.Data, c)
+			out.Data = append(out.Data, rc)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("api: count dead letters: %w", err)
-	}
-	return out, nil
+	return out
 }
 
 // letterFilter is the body of POST /v1/dead-letters/replay and /purge:

@@ -328,9 +328,17 @@ func startHogs(ctx context.Context, n int, baseURL, model string) *sync.WaitGrou
 	return &wg
 }
 
+// runStore is what a run reads of its database: a *store.Store is one.
+type runStore interface {
+	CountEnded(ctx context.Context) (int, error)
+	JobOutcomes(ctx context.Context) ([]store.JobOutcome, error)
+	CallSpan(ctx context.Context) (time.Duration, error)
+	TimesToFirstCall(ctx context.Context) ([]time.Duration, error)
+}
+
 // takeSample reads the terminal jobs, the simulator's 429s and the
 // worker's concurrency limit.
-func takeSample(ctx context.Context, st *store.Store, sim *upstreamsim.Server, reg *prometheus.Registry, model string) (sample, error) {
+func takeSample(ctx context.Context, st runStore, sim *upstreamsim.Server, reg *prometheus.Registry, model string) (sample, error) {
 	var s sample
 	n, err := st.CountEnded(ctx)
 	s.terminal = n
@@ -356,7 +364,7 @@ func takeSample(ctx context.Context, st *store.Store, sim *upstreamsim.Server, r
 }
 
 // readJobs reads every job's final state.
-func readJobs(ctx context.Context, st *store.Store, kinds map[string]workload.Kind) ([]jobResult, error) {
+func readJobs(ctx context.Context, st runStore, kinds map[string]workload.Kind) ([]jobResult, error) {
 	outcomes, err := st.JobOutcomes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bench: read jobs: %w", err)
@@ -413,7 +421,7 @@ func total(m map[string]int64) int64 {
 
 // readToCall reads each called job's time from its record to its first
 // call's start.
-func readToCall(ctx context.Context, st *store.Store) ([]time.Duration, error) {
+func readToCall(ctx context.Context, st runStore) ([]time.Duration, error) {
 	out, err := st.TimesToFirstCall(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bench: read calls: %w", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
 
@@ -327,12 +328,20 @@ func (c counts) terminal() int {
 	return n
 }
 
+// runStore is what a run reads of the store: a *store.Store is one.
+type runStore interface {
+	TallyJobs(ctx context.Context, tenant string, ids []string) ([]store.JobTally, error)
+	CountDeadLetteredJobs(ctx context.Context, ids []string, reason string) (int, error)
+	SucceededJobs(ctx context.Context, ids []string) ([]store.SucceededJob, error)
+}
+
 // count reads the run's jobs by key (jobs_pkey: one lookup per job, 3 ms
 // for the default 200 with 1,000,000 other jobs queued); by id alone it
 // walked an index of every job, 0.4-0.55 s a tick (docs/bench/million/sql.md).
 func (r *run) count(ctx context.Context) (counts, error) {
 	c := counts{byStatus: map[llmq.Status]int{}}
-	tallies, err := r.app.Store().TallyJobs(ctx, TenantDefault, r.good)
+	var st runStore = r.app.Store()
+	tallies, err := st.TallyJobs(ctx, TenantDefault, r.good)
 	if err != nil {
 		return c, fmt.Errorf("demo: count jobs: %w", err)
 	}
@@ -345,7 +354,7 @@ func (r *run) count(ctx context.Context) (counts, error) {
 			c.viaFallback += t.N
 		}
 	}
-	c.poison, err = r.app.Store().CountDeadLetteredJobs(ctx, r.bad, string(dlq.ReasonPoison))
+	c.poison, err = st.CountDeadLetteredJobs(ctx, r.bad, string(dlq.ReasonPoison))
 	if err != nil {
 		return c, fmt.Errorf("demo: count dead letters: %w", err)
 	}

@@ -56,7 +56,8 @@ func (r *run) summary(ctx context.Context) (Summary, error) {
 	var last time.Time
 	var lat []time.Duration
 	var example string
-	done, err := r.app.Store().SucceededJobs(ctx, r.good)
+	var rs runStore = r.app.Store()
+	done, err := rs.SucceededJobs(ctx, r.good)
 	if err != nil {
 		return Summary{}, fmt.Errorf("demo: read latencies: %w", err)
 	}

@@ -5,8 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -128,4 +134,69 @@ func TestLayersCatchUpwardImports(t *testing.T) {
 	slices.Sort(got)
 	slices.Sort(want)
 	require.Equal(t, want, got)
+}
+
+// poolCallers lists every call of a method Pool() with no arguments (the
+// store's pool) in the non-test Go files under root, outside store/ and
+// migrations/, as "path:line".
+func poolCallers(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel == "store" || rel == "migrations" || rel == "testdata" || strings.HasPrefix(d.Name(), ".") && rel != "." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if c, ok := n.(*ast.CallExpr); ok && len(c.Args) == 0 {
+				if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Pool" {
+					out = append(out, fmt.Sprintf("%s:%d", filepath.ToSlash(rel), fset.Position(c.Pos()).Line))
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestAppsGoThroughTheStore: outside store/ and migrations/, no non-test
+// code reaches the store's pool (Store.Pool): every query is a method of
+// the store, in the file of its aggregate. Tests may read the pool.
+func TestAppsGoThroughTheStore(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, poolCallers(t, "."), "calls of Pool() outside store/ and migrations/")
+}
+
+// TestPoolCallersFound holds the check itself: a call in an app is found,
+// one in store/, migrations/ or a test file is not.
+func TestPoolCallersFound(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for path, src := range map[string]string{
+		"internal/app/x/x.go":      "package x\nfunc f(s interface{ Pool() int }) int {\n\treturn s.Pool()\n}\n",
+		"internal/app/x/x_test.go": "package x\nfunc g(s interface{ Pool() int }) int { return s.Pool() }\n",
+		"store/store.go":           "package store\nfunc h(s interface{ Pool() int }) int { return s.Pool() }\n",
+		"migrations/m.go":          "package migrations\nfunc h(s interface{ Pool() int }) int { return s.Pool() }\n",
+		"cmd/c/c.go":               "package main\nfunc Pool(n int) int { return n }\nfunc main() { _ = Pool(1) }\n",
+	} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
+	}
+	require.Equal(t, []string{"internal/app/x/x.go:3"}, poolCallers(t, root))
 }

@@ -62,11 +62,12 @@ type Store interface {
 	UnpublishedDeadLetters(ctx context.Context, olderThan time.Time, limit int) ([]*store.DeadLetter, error)
 	UnfinishedReplays(ctx context.Context, olderThan time.Time, limit int) ([]*store.DeadLetter, error)
 	MarkDeadLettered(ctx context.Context, k store.Key, code, msg string) error
-	// GetDeadLetter, ListDeadLetters, PurgeDeadLetters, BeginReplay,
-	// MarkReplayPublished and Requeue serve the Service (Repair purges
-	// and completes replays too).
+	// GetDeadLetter, ListDeadLetters, CountDeadLetters, PurgeDeadLetters,
+	// BeginReplay, MarkReplayPublished and Requeue serve the Service
+	// (Repair purges and completes replays too).
 	GetDeadLetter(ctx context.Context, tenant string, id int64) (*store.DeadLetter, error)
 	ListDeadLetters(ctx context.Context, o store.DeadLetterListOptions) ([]*store.DeadLetter, string, error)
+	CountDeadLetters(ctx context.Context, tenant string, since, until time.Time) ([]store.DeadLetterCount, error)
 	PurgeDeadLetters(ctx context.Context, f store.DeadLetterFilter) (int64, error)
 	BeginReplay(ctx context.Context, tenant string, id int64) (rec *store.DeadLetter, begun bool, err error)
 	MarkReplayPublished(ctx context.Context, id int64) (bool, error)

@@ -82,6 +82,6 @@
 // replay, so replaying the same letter twice gives one new attempt; a replay
 // whose publish failed is finished by [Writer.Repair]. If the job is
 // dead-lettered again, that is a new letter. [Service.Purge] deletes letters
-// and refuses a filter that selects nothing explicitly. [NewHTTPHandler]
-// serves the tenant-scoped HTTP view.
+// and refuses a filter that selects nothing explicitly. The API
+// (internal/app/api) serves them over HTTP, tenant-scoped, as [View]s.
 package dlq

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
@@ -41,6 +42,17 @@ func (s *Service) List(ctx context.Context, q store.DeadLetterListOptions) ([]*s
 		return nil, "", fmt.Errorf("dlq: list: %w", err)
 	}
 	return recs, next, nil
+}
+
+// Count counts the letters of tenant ("" = every tenant) dead-lettered in
+// [since, until) (zero: unbounded) by reason; a reason without letters is
+// absent.
+func (s *Service) Count(ctx context.Context, tenant string, since, until time.Time) ([]store.DeadLetterCount, error) {
+	counts, err := s.cfg.Store.CountDeadLetters(ctx, tenant, since, until)
+	if err != nil {
+		return nil, fmt.Errorf("dlq: count: %w", err)
+	}
+	return counts, nil
 }
 
 // Get returns letter id of tenant ("" = any tenant); ErrNotFound when there

@@ -411,3 +411,33 @@ func (s *Store) ModelStats(ctx context.Context, tenant string, since time.Time) 
 }
 
 func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// CallSpan is the time from the first call's start to the last job's end
+// (0 without either): a benchmark's run, in a database of its own.
+func (s *Store) CallSpan(ctx context.Context) (time.Duration, error) {
+	var span float64
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM
+		(SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts)), 0)::float8`).Scan(&span); err != nil {
+		return 0, fmt.Errorf("store: call span: %w", err)
+	}
+	return time.Duration(span * float64(time.Second)), nil
+}
+
+// TimesToFirstCall reads, for each job called at least once, the time from
+// its record to its first call's start (a benchmark's run).
+func (s *Store) TimesToFirstCall(ctx context.Context) ([]time.Duration, error) {
+	rows, err := s.pool.Query(ctx, `SELECT extract(epoch FROM min(a.started_at) - j.created_at)::float8
+		FROM jobs j JOIN job_attempts a ON a.tenant = j.tenant AND a.job_id = j.id GROUP BY j.tenant, j.id, j.created_at`)
+	if err != nil {
+		return nil, fmt.Errorf("store: times to first call: %w", err)
+	}
+	var out []time.Duration
+	var secs float64
+	if _, err := pgx.ForEachRow(rows, []any{&secs}, func() error {
+		out = append(out, time.Duration(secs*float64(time.Second)))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: times to first call: %w", err)
+	}
+	return out, nil
+}

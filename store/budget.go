@@ -373,13 +373,15 @@ func endReservationsTx(ctx context.Context, tx pgx.Tx, where string, args []any,
 	return nil
 }
 
-// budgetHeldFilter leaves, in the claim (q: the job, $5: now), the jobs a
-// budget of their scope holds: every job ('all') or the low-priority ones
-// ('low'), except the deferrable jobs of a scope whose policy is degrade
-// (claimed, to move to the batch lane).
-const budgetHeldFilter = ` AND NOT EXISTS (SELECT FROM budgets b WHERE b.tenant = q.tenant AND b.project IN ('', q.project)
-	AND b.hold <> '' AND b.period_end > $5 AND (b.hold = '` + holdAll + `' OR q.priority = 'low')
+// budgetHeldFilter leaves, in the claim (q: the job, now: the parameter
+// of now), the jobs a budget of their scope holds: every job ('all') or
+// the low-priority ones ('low'), except the deferrable jobs of a scope
+// whose policy is degrade (claimed, to move to the batch lane).
+func budgetHeldFilter(now string) string {
+	return ` AND NOT EXISTS (SELECT FROM budgets b WHERE b.tenant = q.tenant AND b.project IN ('', q.project)
+	AND b.hold <> '' AND b.period_end > ` + now + ` AND (b.hold = '` + holdAll + `' OR q.priority = 'low')
 	AND NOT (b.degrade AND q."deferrable"))`
+}
 
 // fillWaitingReasons sets the WaitingReason of the queued records: budget
 // for a job its scope's budget holds (as the claim leaves it), else

@@ -522,3 +522,56 @@ func (s *Store) Requeue(ctx context.Context, tenant, id string) (*JobRecord, err
 	}
 	return rec, &IllegalTransitionError{Key: Key{Tenant: tenant, ID: id}, From: rec.Status, To: llmq.StatusQueued}
 }
+
+// DeadLetterCount is the letters of one reason.
+type DeadLetterCount struct {
+	Reason string
+	Count  int64
+	// NotReplayed counts the letters no one replayed yet.
+	NotReplayed int64
+	// NewestAt is when the newest was dead-lettered.
+	NewestAt *time.Time
+}
+
+// CountDeadLetters counts the letters of tenant ("" = every tenant)
+// dead-lettered in [since, until) (zero: unbounded) by reason, in no
+// order; a reason without letters is absent. It reads
+// dead_letters_tenant_created_idx or dead_letters_created_idx.
+func (s *Store) CountDeadLetters(ctx context.Context, tenant string, since, until time.Time) ([]DeadLetterCount, error) {
+	var lo, hi *time.Time
+	if !since.IsZero() {
+		lo = &since
+	}
+	if !until.IsZero() {
+		hi = &until
+	}
+	rows, err := s.pool.Query(ctx, `SELECT reason, count(*), count(*) FILTER (WHERE replayed_at IS NULL), max(created_at)
+		FROM dead_letters
+		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR created_at >= $2)
+			AND ($3::timestamptz IS NULL OR created_at < $3)
+		GROUP BY reason`, tenant, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("store: count dead letters: %w", err)
+	}
+	var out []DeadLetterCount
+	var c DeadLetterCount
+	if _, err := pgx.ForEachRow(rows, []any{&c.Reason, &c.Count, &c.NotReplayed, &c.NewestAt}, func() error {
+		out = append(out, c)
+		c.NewestAt = nil
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: count dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// CountDeadLetteredJobs counts the jobs of ids (of any tenant) with at
+// least one letter of reason.
+func (s *Store) CountDeadLetteredJobs(ctx context.Context, ids []string, reason string) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT job_id) FROM dead_letters WHERE job_id = ANY($1) AND reason = $2`,
+		ids, reason).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count dead-lettered jobs: %w", err)
+	}
+	return n, nil
+}

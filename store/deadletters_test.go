@@ -282,3 +282,42 @@ func TestRequeue(t *testing.T) {
 	_, err = b.store.Requeue(b.ctx, "acme", "missing")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
+
+// TestCountDeadLetters: letters count by reason in the tenant and window
+// asked, replayed or not; the jobs with a letter of a reason count once.
+func TestCountDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	t0 := b.clock.Now()
+	for _, l := range []store.NewDeadLetter{newLetter("j1", "acme", "poison"), newLetter("j2", "acme", "retries_exhausted"),
+		newLetter("j3", "other", "poison")} {
+		_, _, err := b.store.RecordDeadLetter(b.ctx, l)
+		require.NoError(t, err)
+		b.clock.Advance(time.Second)
+	}
+	second := newLetter("j1", "acme", "poison")
+	second.KeyBase += "/again"
+	rec, _, err := b.store.RecordDeadLetter(b.ctx, second)
+	require.NoError(t, err)
+	_, begun, err := b.store.BeginReplay(b.ctx, "acme", rec.ID)
+	require.NoError(t, err)
+	require.True(t, begun)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+
+	counts, err := b.store.CountDeadLetters(b.ctx, "acme", time.Time{}, time.Time{})
+	require.NoError(t, err)
+	for i := range counts {
+		counts[i].NewestAt = at(counts[i].NewestAt.Sub(t0)) // in the clock's location
+	}
+	require.ElementsMatch(t, []store.DeadLetterCount{{Reason: "poison", Count: 2, NotReplayed: 1, NewestAt: at(3 * time.Second)},
+		{Reason: "retries_exhausted", Count: 1, NotReplayed: 1, NewestAt: at(time.Second)}}, counts)
+	counts, err = b.store.CountDeadLetters(b.ctx, "", t0.Add(time.Second), t0.Add(3*time.Second))
+	require.NoError(t, err)
+	require.Len(t, counts, 2, "[1 s, 3 s): j2's letter and other's")
+	for _, c := range counts {
+		require.Equal(t, int64(1), c.Count, c.Reason)
+	}
+	n, err := b.store.CountDeadLetteredJobs(b.ctx, []string{"j1", "j2", "j3"}, "poison")
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "j1 (twice) and j3")
+}

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/llmq/llmq"
 )
@@ -19,117 +20,178 @@ import (
 // idle starts at the model's virtual clock (the smallest tag the last
 // claim took): it banks no credit. docs/design/tenants.md.
 
-// claimSQL is the claim of up to $4 queued jobs of model $1 for owner $2,
-// leased until $3 at $5, tenants taking turns by weight and each tenant's
-// jobs in order o: each moves to running (tClaim) with a new lease token,
-// phase waiting_for_quota. $6 is the lane reason recorded on a deferrable
-// job the live lane takes for the first time (empty leaves it unset). $7
-// and $8 are the configured tenants and their weights (others weigh
-// WeightDefault); $9 is the tokens of a job recorded without an estimate;
-// a job whose deadline is before $10 goes first, whatever its tenant's
-// turn. With holdDeferrable, deferrable jobs whose lane is undecided and
-// whose deadline, if any, is after $11 are left for the batch lane. With
-// fallbackOnly, only jobs with a fallback model of their own are taken.
-// With budgets, jobs a budget of their scope holds are left (budget.go).
-// With scoped, the next three parameters (from $11, or $12 after
-// holdDeferrable's) are tenants, the most jobs of each to take (a tenant
-// capped at 0 takes no turn) and the "tenant/project" names of the
-// projects whose jobs are left: the scopes held by their own quota.
-// With roomed, the last parameter bounds the tokens taken: jobs are taken
-// in claim order while their costs add up to at most it, so the first
-// that does not fit stops the claim, and is returned after the claimed
-// jobs as it is, queued and unclaimed (ClaimRequest.TokenRoom).
+// claimPlan is a claim statement: which rules apply, one field per rule.
+// Its statement binds each value as it writes the text (params numbers
+// them), so a new rule is a field, the filter it adds and a case of
+// TestClaimPlans, which prepares and EXPLAINs every combination.
+// docs/design/queue-of-record.md.
+type claimPlan struct {
+	// Order is the order of each tenant's jobs; nil = ClaimOrderDefault.
+	Order ClaimOrder
+	// HoldDeferrable leaves deferrable jobs whose lane is undecided, and
+	// whose deadline, if any, is after HoldDeadlineAfter, to the batch lane.
+	HoldDeferrable bool
+	// FallbackOnly takes only jobs with a fallback model of their own.
+	FallbackOnly bool
+	// Budgets leaves the jobs a budget of their scope holds (budget.go).
+	Budgets bool
+	// Scoped caps the jobs of each tenant of TenantCaps (a tenant capped
+	// at 0 takes no turn) and leaves the jobs of HeldProjects.
+	Scoped bool
+	// Roomed takes jobs while their costs add up to at most TokenRoom; the
+	// first that does not fit stops the claim and is returned after the
+	// claimed jobs, queued and unclaimed (ClaimWithin).
+	Roomed bool
+}
+
+// newClaimPlan is the plan of r on a store whose tenants have budgets or
+// not.
+func newClaimPlan(r ClaimRequest, budgets bool) claimPlan {
+	return claimPlan{Order: r.Order, HoldDeferrable: r.HoldDeferrable, FallbackOnly: r.FallbackOnly, Budgets: budgets,
+		Scoped: len(r.TenantCaps) > 0 || len(r.HeldProjects) > 0, Roomed: r.TokenRoom > 0}
+}
+
+// params are the parameters of a statement, numbered as they are bound.
+type params struct{ args []any }
+
+// bind appends v and returns its placeholder.
+func (p *params) bind(v any) string {
+	p.args = append(p.args, v)
+	return "$" + strconv.Itoa(len(p.args))
+}
+
+// claimValues are the values a claim binds besides the request's own: the
+// store's clock and order.
+type claimValues struct {
+	now time.Time
+	// urgentBefore: a job whose deadline is before it goes first,
+	// whatever its tenant's turn.
+	urgentBefore time.Time
+	tenants      []string
+	weights      []float64
+}
+
+// statement is the claim of up to r.Limit queued jobs of r.Model for
+// r.Owner, leased until now + r.Lease, tenants taking turns by weight (the
+// configured tenants and weights; others weigh WeightDefault) and each
+// tenant's jobs in p.Order: each moves to running (tClaim) with a new lease
+// token, phase waiting_for_quota; a deferrable job the live lane takes for
+// the first time records r.LiveReason. A job recorded without an estimate
+// costs r.TypicalTokens. The other fields of r apply as p's rules say.
 //
 // One statement: the tenants with queued jobs (a loose scan of
-// jobs_fair_idx, one probe per tenant), at most $4 jobs of each (an index
-// range each), the claim, and the virtual times advanced; the fair_share
-// rows are locked in (model, tenant) order, so concurrent claims of one
-// model queue on them and never deadlock.
-func claimSQL(o ClaimOrder, holdDeferrable, fallbackOnly, budgets, scoped, roomed bool) string {
+// jobs_fair_idx, one probe per tenant), at most r.Limit jobs of each (an
+// index range each), the claim, and the virtual times advanced; the
+// fair_share rows are locked in (model, tenant) order, so concurrent claims
+// of one model queue on them and never deadlock.
+func (p claimPlan) statement(r ClaimRequest, v claimValues) (string, []any) {
+	var ps params
+	model, owner, until, limit, now := ps.bind(r.Model), ps.bind(r.Owner), ps.bind(v.now.Add(r.Lease)), ps.bind(r.Limit), ps.bind(v.now)
+	reason, tenants, weights := ps.bind(r.LiveReason), ps.bind(v.tenants), ps.bind(v.weights)
+	typical, urgent := ps.bind(float64(max(r.TypicalTokens, 1))), ps.bind(v.urgentBefore)
 	var filter string
-	next := 11
-	if budgets {
-		filter += budgetHeldFilter
+	if p.Budgets {
+		filter += budgetHeldFilter(now)
 	}
-	if holdDeferrable {
-		filter += ` AND NOT (q."deferrable" AND q.lane_reason = '' AND (q.deadline IS NULL OR q.deadline > $11))`
-		next++
+	if p.HoldDeferrable {
+		filter += ` AND NOT (q."deferrable" AND q.lane_reason = '' AND (q.deadline IS NULL OR q.deadline > ` + ps.bind(r.HoldDeadlineAfter) + `))`
 	}
-	if fallbackOnly {
+	if p.FallbackOnly {
 		filter += ` AND q.fallback_models <> '{}'`
 	}
-	capCol, capJoin, capWhere, capLimit := "", "", "", "$4"
-	if scoped {
-		p := func(i int) string { return "$" + strconv.Itoa(next+i) }
-		capCol = `, coalesce(cap.n, $4) AS cap`
+	capCol, capJoin, capWhere, capLimit := "", "", "", limit
+	if p.Scoped {
+		capped, caps, held := r.scopes()
+		capCol = `, coalesce(cap.n, ` + limit + `) AS cap`
 		capJoin = `
-		LEFT JOIN unnest(` + p(0) + `::text[], ` + p(1) + `::bigint[]) AS cap(tenant, n) ON cap.tenant = t.tenant`
+		LEFT JOIN unnest(` + ps.bind(capped) + `::text[], ` + ps.bind(caps) + `::bigint[]) AS cap(tenant, n) ON cap.tenant = t.tenant`
 		capWhere = ` AND coalesce(cap.n, 1) > 0`
-		capLimit = "least($4, t.cap)"
-		filter += ` AND (q.project = '' OR q.tenant || '/' || q.project <> ALL(` + p(2) + `::text[]))`
-		next += 3
+		capLimit = "least(" + limit + ", t.cap)"
+		filter += ` AND (q.project = '' OR q.tenant || '/' || q.project <> ALL(` + ps.bind(held) + `::text[]))`
 	}
-	// The jobs in claim order; roomed, those that fit the room, and the
-	// first that does not (left).
-	order := `urgent DESC, tag, tenant`
-	ordered, ranked, left := `SELECT * FROM cand ORDER BY `+order, ``, ``
-	if roomed {
-		room := `$` + strconv.Itoa(next) + `::float8`
-		ranked = `
-	ranked AS (SELECT *, sum(cost) OVER (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING) AS upto FROM cand),`
-		ordered = `SELECT * FROM ranked r WHERE r.upto <= ` + room + ` ORDER BY ` + order
-		left = `
-	UNION ALL
-	(SELECT ` + prefixed("q", jobColumns) + ` FROM jobs q
-		JOIN (SELECT tenant, id FROM ranked WHERE upto > ` + room + ` ORDER BY ` + order + ` LIMIT 1) f
-			ON q.tenant = f.tenant AND q.id = f.id)`
-	}
+	ranked, ordered, left := p.roomed(&ps, r.TokenRoom)
+	o := p.Order
 	// The loose scan reads lane, which the index lacks: an index-only scan
 	// would not mark the entries of claimed jobs dead, and every claim
 	// would walk them again until a vacuum.
 	return `WITH RECURSIVE tenants AS (
-		(SELECT tenant FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane = '` + LaneLive + `'
+		(SELECT tenant FROM jobs WHERE status = 'queued' AND requested_model = ` + model + ` AND lane = '` + LaneLive + `'
 			ORDER BY tenant LIMIT 1)
 		UNION ALL
-		SELECT (SELECT j.tenant FROM jobs j WHERE j.status = 'queued' AND j.requested_model = $1 AND j.tenant > t.tenant
+		SELECT (SELECT j.tenant FROM jobs j WHERE j.status = 'queued' AND j.requested_model = ` + model + ` AND j.tenant > t.tenant
 			AND j.lane = '` + LaneLive + `' ORDER BY j.tenant LIMIT 1) FROM tenants t WHERE t.tenant IS NOT NULL),
-	clock AS (SELECT coalesce(max(vtime), 0) AS v FROM fair_share WHERE model = $1 AND tenant = ''),
+	clock AS (SELECT coalesce(max(vtime), 0) AS v FROM fair_share WHERE model = ` + model + ` AND tenant = ''),
 	turn AS (SELECT t.tenant, coalesce(w.weight, ` + strconv.Itoa(llmq.WeightDefault) + `) AS weight,
 			greatest(coalesce(f.vtime, c.v), c.v) AS start` + capCol + `
 		FROM tenants t CROSS JOIN clock c
-		LEFT JOIN unnest($7::text[], $8::float8[]) AS w(tenant, weight) ON w.tenant = t.tenant
-		LEFT JOIN fair_share f ON f.model = $1 AND f.tenant = t.tenant` + capJoin + `
+		LEFT JOIN unnest(` + tenants + `::text[], ` + weights + `::float8[]) AS w(tenant, weight) ON w.tenant = t.tenant
+		LEFT JOIN fair_share f ON f.model = ` + model + ` AND f.tenant = t.tenant` + capJoin + `
 		WHERE t.tenant IS NOT NULL` + capWhere + `),
 	cand AS (SELECT q.tenant, q.id, q.urgent, q.cost, q.cost / t.weight AS step,
 			t.start + sum(q.cost / t.weight) OVER (PARTITION BY q.tenant ORDER BY ` + o.orderBy("q") + `
 				ROWS UNBOUNDED PRECEDING) - q.cost / t.weight AS tag
 		FROM turn t CROSS JOIN LATERAL (
 			SELECT q.tenant, q.id, q.sched_key, q.created_at, q.est_prompt_tokens, q.est_output_tokens, q.deadline,
-				coalesce(q.deadline < $10, false) AS urgent,
+				coalesce(q.deadline < ` + urgent + `, false) AS urgent,
 				CASE WHEN q.est_prompt_tokens + q.est_output_tokens > 0
-					THEN q.est_prompt_tokens + q.est_output_tokens ELSE $9::float8 END AS cost
+					THEN q.est_prompt_tokens + q.est_output_tokens ELSE ` + typical + `::float8 END AS cost
 			FROM jobs q
-			WHERE q.status ` + tClaim.in + ` AND q.requested_model = $1 AND q.tenant = t.tenant
+			WHERE q.status ` + tClaim.in + ` AND q.requested_model = ` + model + ` AND q.tenant = t.tenant
 				AND q.lane = '` + LaneLive + `'` + filter + `
 			ORDER BY ` + o.orderBy("q") + ` LIMIT ` + capLimit + `) q),` + ranked + `
 	pick AS (SELECT c.tenant, c.id, c.urgent, c.tag, c.step
 		FROM (` + ordered + `) c
 		CROSS JOIN LATERAL (` + claimLockSQL("c.tenant", "c.id") + `) l
-		LIMIT $4),
-	claimed AS (UPDATE jobs j SET status = ` + tClaim.to + `, lease_owner = $2, lease_expires_at = $3,
-			lease_token = j.lease_token + 1, phase = '` + PhaseWaitingForQuota + `', updated_at = $5,
-			lane_reason = CASE WHEN j."deferrable" AND j.lane_reason = '' THEN $6 ELSE j.lane_reason END
+		LIMIT ` + limit + `),
+	claimed AS (UPDATE jobs j SET status = ` + tClaim.to + `, lease_owner = ` + owner + `, lease_expires_at = ` + until + `,
+			lease_token = j.lease_token + 1, phase = '` + PhaseWaitingForQuota + `', updated_at = ` + now + `,
+			lane_reason = CASE WHEN j."deferrable" AND j.lane_reason = '' THEN ` + reason + ` ELSE j.lane_reason END
 		FROM pick p WHERE j.tenant = p.tenant AND j.id = p.id
 		RETURNING ` + prefixed("j", jobColumns) + `, p.urgent AS pick_urgent, p.tag AS pick_tag),
 	advance AS (INSERT INTO fair_share AS f (model, tenant, vtime)
-		SELECT $1, a.tenant, a.vtime FROM (
+		SELECT ` + model + `, a.tenant, a.vtime FROM (
 			SELECT '' AS tenant, min(p.tag) AS vtime FROM pick p HAVING count(*) > 0
 			UNION ALL
 			SELECT p.tenant, (SELECT v FROM clock) + sum(p.step) FROM pick p GROUP BY p.tenant) a
 		ORDER BY a.tenant
 		ON CONFLICT (model, tenant) DO UPDATE SET vtime = CASE WHEN f.tenant = '' THEN greatest(f.vtime, excluded.vtime)
 			ELSE greatest(f.vtime, (SELECT v FROM clock)) + (excluded.vtime - (SELECT v FROM clock)) END)
-	(SELECT ` + jobColumns + ` FROM claimed ORDER BY pick_urgent DESC, pick_tag, tenant)` + left
+	(SELECT ` + jobColumns + ` FROM claimed ORDER BY pick_urgent DESC, pick_tag, tenant)` + left, ps.args
+}
+
+// roomed returns the claim's ranked CTE, its jobs in claim order and the
+// job it leaves: with p.Roomed, the jobs that fit room and the first that
+// does not (returned after the claimed ones); without, all and none.
+func (p claimPlan) roomed(ps *params, room float64) (ranked, ordered, left string) {
+	const order = `urgent DESC, tag, tenant`
+	if !p.Roomed {
+		return ``, `SELECT * FROM cand ORDER BY ` + order, ``
+	}
+	bound := ps.bind(room) + `::float8`
+	ranked = `
+	ranked AS (SELECT *, sum(cost) OVER (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING) AS upto FROM cand),`
+	ordered = `SELECT * FROM ranked r WHERE r.upto <= ` + bound + ` ORDER BY ` + order
+	left = `
+	UNION ALL
+	(SELECT ` + prefixed("q", jobColumns) + ` FROM jobs q
+		JOIN (SELECT tenant, id FROM ranked WHERE upto > ` + bound + ` ORDER BY ` + order + ` LIMIT 1) f
+			ON q.tenant = f.tenant AND q.id = f.id)`
+	return ranked, ordered, left
+}
+
+// scopes are r's TenantCaps as sorted tenants and their caps (at least 0)
+// and its HeldProjects as "tenant/project" names.
+func (r ClaimRequest) scopes() (capped []string, caps []int64, held []string) {
+	capped = slices.Sorted(maps.Keys(r.TenantCaps))
+	caps = make([]int64, len(capped))
+	for i, t := range capped {
+		caps[i] = int64(max(0, r.TenantCaps[t]))
+	}
+	held = make([]string, len(r.HeldProjects))
+	for i, p := range r.HeldProjects {
+		held[i] = p.Tenant + "/" + p.Project
+	}
+	return capped, caps, held
 }
 
 // claimLockSQL locks the queued job of key (tenant, id), SQL expressions,
@@ -139,8 +201,8 @@ func claimLockSQL(tenant, id string) string {
 		` FOR UPDATE SKIP LOCKED`
 }
 
-// weights are the configured tenants and their weights, as claimSQL's $7
-// and $8.
+// weights are the configured tenants and their weights, as a claim binds
+// them.
 func weights(ts llmq.Tenants) ([]string, []float64) {
 	names := slices.Sorted(maps.Keys(ts))
 	ws := make([]float64, len(names))

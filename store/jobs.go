@@ -398,3 +398,116 @@ func decodeCursor(c string) (time.Time, string, error) {
 	}
 	return time.UnixMicro(us).UTC(), id, nil
 }
+
+// JobOutcome is a job's final state as a run's report reads it.
+type JobOutcome struct {
+	ID        string
+	Status    llmq.Status
+	UsedModel string
+	// Latency is from the job's record to its end; 0 until it ends.
+	Latency time.Duration
+}
+
+// JobOutcomes reads every job's final state, by id (a benchmark's run, in
+// a database of its own).
+func (s *Store) JobOutcomes(ctx context.Context) ([]JobOutcome, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, status, used_model,
+		coalesce(extract(epoch FROM finished_at - created_at), 0)::float8 FROM jobs ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("store: job outcomes: %w", err)
+	}
+	var out []JobOutcome
+	var (
+		j      JobOutcome
+		status string
+		secs   float64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&j.ID, &status, &j.UsedModel, &secs}, func() error {
+		j.Status, j.Latency = llmq.Status(status), 0
+		if j.Status.Terminal() {
+			j.Latency = time.Duration(secs * float64(time.Second))
+		}
+		out = append(out, j)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: job outcomes: %w", err)
+	}
+	return out, nil
+}
+
+// CountEnded counts the jobs of every tenant in a terminal status, exactly
+// (a benchmark's run, in a database of its own).
+func (s *Store) CountEnded(ctx context.Context) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs
+		WHERE status IN ('succeeded', 'failed', 'dead_lettered', 'expired', 'cancelled')`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count ended jobs: %w", err)
+	}
+	return n, nil
+}
+
+// JobTally is how many jobs of a set share a status, whether they
+// succeeded on the batch lane and whether a fallback model answered.
+type JobTally struct {
+	Status   llmq.Status
+	Batch    bool
+	Fallback bool
+	N        int
+}
+
+// TallyJobs counts the jobs ids of tenant by (status, succeeded on the
+// batch lane, answered by a model other than the requested one), reading
+// each by key (jobs_pkey).
+func (s *Store) TallyJobs(ctx context.Context, tenant string, ids []string) ([]JobTally, error) {
+	rows, err := s.pool.Query(ctx, `SELECT status, lane = 'batch' AND status = 'succeeded',
+		used_model <> '' AND used_model <> requested_model, count(*)
+		FROM jobs WHERE tenant = $2 AND id = ANY($1) GROUP BY 1, 2, 3`, ids, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("store: tally jobs: %w", err)
+	}
+	var out []JobTally
+	var (
+		t      JobTally
+		status string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&status, &t.Batch, &t.Fallback, &t.N}, func() error {
+		t.Status = llmq.Status(status)
+		out = append(out, t)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: tally jobs: %w", err)
+	}
+	return out, nil
+}
+
+// SucceededJob is a job that succeeded: when, after how long, on which
+// lane.
+type SucceededJob struct {
+	ID         string
+	Latency    time.Duration
+	FinishedAt time.Time
+	Lane       string
+}
+
+// SucceededJobs reads the jobs of ids (of any tenant) that succeeded, by
+// id.
+func (s *Store) SucceededJobs(ctx context.Context, ids []string) ([]SucceededJob, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, extract(epoch FROM finished_at - created_at)::float8, finished_at, lane FROM jobs
+		WHERE id = ANY($1) AND status = 'succeeded' ORDER BY id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("store: succeeded jobs: %w", err)
+	}
+	var out []SucceededJob
+	var (
+		j    SucceededJob
+		secs float64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&j.ID, &secs, &j.FinishedAt, &j.Lane}, func() error {
+		j.Latency = time.Duration(secs * float64(time.Second))
+		out = append(out, j)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("store: succeeded jobs: %w", err)
+	}
+	return out, nil
+}

@@ -12,7 +12,7 @@ import (
 // The order of claims. A queued job carries a static key, sched_key,
 // computed once when it is recorded (SchedKey); a claim takes each
 // tenant's queued jobs of one model with the smallest keys first, the
-// tenants taking turns by weight (claimSQL). Static keys
+// tenants taking turns by weight (claimPlan). Static keys
 // keep the claim an index range scan: no clock in the query, no re-sorting
 // of the backlog. docs/design/queue-of-record.md has the formula and why.
 
@@ -73,7 +73,7 @@ func SchedKey(created time.Time, p llmq.Priority, deadline *time.Time, size time
 
 // ClaimOrder describes the order in which a claim takes the queued jobs of
 // one tenant: the terms of its ORDER BY, most significant first. Between
-// tenants the claim takes turns by fair share (claimSQL, fair.go). Every
+// tenants the claim takes turns by fair share (claimPlan, fair.go). Every
 // claim statement is built from one, so a new order inside a tenant (size)
 // is a new description, not a new statement.
 type ClaimOrder []OrderTerm

@@ -38,11 +38,9 @@ func TestClaimReadsWhatItTakes(t *testing.T) {
 			}
 			now := time.Now()
 			tenants, ws := weights(s.order.Tenants)
-			args := []any{"m", "w", now.Add(time.Minute), limit, now, "", tenants, ws, 1.0, now.Add(time.Minute)}
-			if roomed {
-				args = append(args, 1e9)
-			}
-			plan := s.explain(t, claimSQL(nil, false, false, false, false, roomed), args...)
+			sql, args := claimPlan{Roomed: roomed}.statement(ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit, TokenRoom: 1e9},
+				claimValues{now: now, urgentBefore: now.Add(time.Minute), tenants: tenants, weights: ws})
+			plan := s.explain(t, sql, args...)
 			var claimed int
 			plan.walk(func(n planNode) {
 				if n.NodeType == "ModifyTable" && n.Operation == "Update" {

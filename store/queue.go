@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"time"
 
@@ -87,29 +85,9 @@ func (s *Store) ClaimWithin(ctx context.Context, r ClaimRequest) (recs []*JobRec
 	}
 	now := s.clock()
 	tenants, ws := weights(s.order.Tenants)
-	args := []any{r.Model, r.Owner, now.Add(r.Lease), r.Limit, now, r.LiveReason, tenants, ws,
-		float64(max(r.TypicalTokens, 1)), now.Add(s.order.DeadlineLead)}
-	if r.HoldDeferrable {
-		args = append(args, r.HoldDeadlineAfter)
-	}
-	scoped := len(r.TenantCaps) > 0 || len(r.HeldProjects) > 0
-	if scoped {
-		capped := slices.Sorted(maps.Keys(r.TenantCaps))
-		caps := make([]int64, len(capped))
-		for i, t := range capped {
-			caps[i] = int64(max(0, r.TenantCaps[t]))
-		}
-		held := make([]string, len(r.HeldProjects))
-		for i, p := range r.HeldProjects {
-			held[i] = p.Tenant + "/" + p.Project
-		}
-		args = append(args, capped, caps, held)
-	}
-	roomed := r.TokenRoom > 0
-	if roomed {
-		args = append(args, r.TokenRoom)
-	}
-	rows, err := s.pool.Query(ctx, claimSQL(r.Order, r.HoldDeferrable, r.FallbackOnly, s.order.Tenants.HasBudgets(), scoped, roomed), args...)
+	sql, args := newClaimPlan(r, s.order.Tenants.HasBudgets()).statement(r,
+		claimValues{now: now, urgentBefore: now.Add(s.order.DeadlineLead), tenants: tenants, weights: ws})
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("store: claim %q: %w", r.Model, err)
 	}

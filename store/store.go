@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/migrations"
 )
 
 // Store runs llmq's job operations on a pgx pool. It is safe for concurrent
@@ -101,8 +102,16 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	return s
 }
 
-// Pool is the underlying pool.
+// Pool is the underlying pool, for tests and migrations only: code
+// outside the store runs its queries through the store's methods
+// (TestAppsGoThroughTheStore in the module's root holds it).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Migrate applies the pending migrations on one connection of the pool
+// and returns those it applied (migrations.UpPool).
+func (s *Store) Migrate(ctx context.Context) ([]migrations.Migration, error) {
+	return migrations.UpPool(ctx, s.pool)
+}
 
 // Close stops the group committer and closes the pool when Open created it.
 func (s *Store) Close() {

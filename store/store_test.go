@@ -696,3 +696,45 @@ func TestWaitingReason(t *testing.T) {
 	require.Len(t, b.hold(t, "w"), 2)
 	require.Equal(t, "", b.get(t, "plain").WaitingReason, "a running job waits for nothing")
 }
+
+// TestRunReadings: the readings of a run's report (bench, demo) of one job
+// that succeeded on a fallback, its call 2 s after its record and its end
+// 3 s later, and one still queued.
+func TestRunReadings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	t0 := b.clock.Now()
+	l := b.claimOne(t, "j1")
+	_, err := b.store.Insert(b.ctx, newJob(t, "j2"))
+	require.NoError(t, err)
+	b.clock.Advance(2 * time.Second)
+	_, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{ModelIndex: 1, Call: store.Call{Model: "small"}})
+	require.NoError(t, err)
+	b.clock.Advance(3 * time.Second)
+	stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{}`), UsedModel: "small"})
+	require.NoError(t, err)
+	require.True(t, stored)
+
+	ended, err := b.store.CountEnded(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, ended)
+	outcomes, err := b.store.JobOutcomes(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []store.JobOutcome{{ID: "j1", Status: llmq.StatusSucceeded, UsedModel: "small", Latency: 5 * time.Second},
+		{ID: "j2", Status: llmq.StatusQueued}}, outcomes)
+	tallies, err := b.store.TallyJobs(b.ctx, "acme", []string{"j1", "j2", "none"})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []store.JobTally{{Status: llmq.StatusSucceeded, Fallback: true, N: 1}, {Status: llmq.StatusQueued, N: 1}}, tallies)
+	done, err := b.store.SucceededJobs(b.ctx, []string{"j1", "j2"})
+	require.NoError(t, err)
+	require.Len(t, done, 1)
+	require.True(t, t0.Add(5*time.Second).Equal(done[0].FinishedAt))
+	done[0].FinishedAt = time.Time{}
+	require.Equal(t, store.SucceededJob{ID: "j1", Latency: 5 * time.Second, Lane: store.LaneLive}, done[0])
+	span, err := b.store.CallSpan(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Second, span)
+	toCall, err := b.store.TimesToFirstCall(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []time.Duration{2 * time.Second}, toCall)
+}

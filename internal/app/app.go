@@ -160,7 +160,7 @@ func (a *App) openResources(ctx context.Context) error {
 	a.store = st
 	a.parts.opened("store", quietly(st.Close))
 	if a.cfg.Migrate {
-		if a.migrated, err = migrations.UpPool(ctx, st.Pool()); err != nil {
+		if a.migrated, err = st.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
 		}
 	}
@@ -431,7 +431,7 @@ func (a *App) buildAPI() error {
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, Keys: s.APIKeys, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
-		DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc, Batches: a.store,
+		DeadLetterService: svc, Batches: a.store,
 		Usage: a.store, Tenants: s.Tenants,
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)

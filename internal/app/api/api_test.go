@@ -91,7 +91,7 @@ func setup(t *testing.T, o options) *testBundle {
 	require.NoError(t, err)
 	acfg := api.Config{
 		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []string{keyOps},
-		DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc, Batches: st,
+		DeadLetterService: svc, Batches: st,
 		Usage: st, Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
 	}
 	var bcfg batchapi.Config
@@ -515,21 +515,6 @@ func TestBackpressureHTTP(t *testing.T) {
 	drain("j2", "j3", "relaxed")
 	require.Equal(t, "ok", b.get(t, keyAcme, "/v1/queue").json(t)["state"])
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, jobJSON("after")).status)
-}
-
-func TestDeadLettersMounted(t *testing.T) {
-	t.Parallel()
-	dl := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, _ := api.Scope(r)
-		_, _ = fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.Path, tenant)
-	})
-	b := setup(t, options{api: func(c *api.Config) { c.DeadLetters = dl }})
-	r := b.get(t, keyAcme, "/v1/dead-letters?limit=1")
-	require.Equal(t, http.StatusOK, r.status)
-	require.Equal(t, "GET /v1/dead-letters acme", string(r.body))
-	r = b.do(t, http.MethodPost, "/v1/dead-letters/7/replay", keyGlobex, "", nil)
-	require.Equal(t, "POST /v1/dead-letters/7/replay globex", string(r.body))
-	require.Equal(t, http.StatusUnauthorized, b.get(t, "", "/v1/dead-letters").status)
 }
 
 // TestModelAllowlist: a job that names a model the catalog does not list

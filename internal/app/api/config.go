@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -54,13 +53,10 @@ type Config struct {
 	// fallback_models); any other is refused with 400 model_not_allowed.
 	// The zero Catalog allows every name.
 	Catalog llmq.Catalog
-	// DeadLetters, when set, is mounted behind the authentication at
-	// /v1/dead-letters and below (see dlq.NewHTTPHandler; pass Scope).
-	DeadLetters http.Handler
-	// DeadLetterService, when set, serves what spans many letters:
-	// GET /v1/dead-letters/reasons and POST /v1/dead-letters/replay and
-	// /purge. A *dlq.Service is one. The counts of /reasons are read
-	// from the database of Store, which must then be a *store.Store.
+	// DeadLetterService, when set, serves the dead letters:
+	// GET /v1/dead-letters, /v1/dead-letters/{id} and /reasons, POST
+	// /v1/dead-letters/{id}/replay, /replay and /purge. A *dlq.Service is
+	// one.
 	DeadLetterService DeadLetterService
 	// Batches, when set, serves the provider batches of the batch lane to
 	// operator keys: GET /v1/batches and /v1/batches/{id}. A *store.Store
@@ -174,10 +170,12 @@ type BatchStore interface {
 	BatchJobCounts(ctx context.Context, id string) (map[llmq.Status]int, error)
 }
 
-// DeadLetterService is what the API does with many dead letters at once;
+// DeadLetterService is what the API does with dead letters;
 // a [*dlq.Service] is one.
 type DeadLetterService interface {
 	List(ctx context.Context, q store.DeadLetterListOptions) ([]*store.DeadLetter, string, error)
+	Get(ctx context.Context, tenant string, id int64) (*store.DeadLetter, error)
+	Count(ctx context.Context, tenant string, since, until time.Time) ([]store.DeadLetterCount, error)
 	Replay(ctx context.Context, tenant string, id int64) (dlq.ReplayResult, error)
 	Purge(ctx context.Context, f store.DeadLetterFilter) (int64, error)
 }

@@ -1,7 +1,7 @@
 package api
 
 import (
-	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,9 +9,9 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
@@ -53,63 +53,38 @@ func (a *API) deadLetterReasons(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s, _ := scopeOf(r)
-	pooled, ok := a.cfg.Store.(interface{ Pool() *pgxpool.Pool })
-	if !ok {
-		a.internalError(w, r, errors.New("dead-letter counts need the store's database"))
-		return
-	}
-	out, err := countDeadLetters(r.Context(), pooled.Pool(), s.tenant, since, until)
+	counts, err := a.cfg.DeadLetterService.Count(r.Context(), s.tenant, since, until)
 	if err != nil {
 		a.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, reasonCounts(counts, since, until))
 }
 
-// countDeadLetters counts the letters of tenant ("" = every tenant)
-// dead-lettered in [since, until) (zero: unbounded) by reason. It is the
-// one read of the API the store has no method for (a GROUP BY on
-// dead_letters; see the report of the console's first phase): it reads
-// through the store's pool and the dead_letters_tenant_created_idx and
-// dead_letters_created_idx indexes.
-func countDeadLetters(ctx context.Context, pool *pgxpool.Pool, tenant string, since, until time.Time) (DeadLetterReasons, error) {
+// reasonCounts is the answer of /reasons: every reason of dlq.Reasons in
+// its order (zero when none), then any other reason the store holds.
+func reasonCounts(counts []store.DeadLetterCount, since, until time.Time) DeadLetterReasons {
 	out := DeadLetterReasons{Data: make([]ReasonCount, len(dlq.Reasons))}
 	for i, reason := range dlq.Reasons {
 		out.Data[i].Reason = string(reason)
 	}
-	var lo, hi *time.Time
 	if !since.IsZero() {
-		lo, out.Since = &since, &since
+		out.Since = &since
 	}
 	if !until.IsZero() {
-		hi, out.Until = &until, &until
+		out.Until = &until
 	}
-	rows, err := pool.Query(ctx, `SELECT reason, count(*), count(*) FILTER (WHERE replayed_at IS NULL), max(created_at)
-		FROM dead_letters
-		WHERE ($1 = '' OR tenant = $1) AND ($2::timestamptz IS NULL OR created_at >= $2)
-			AND ($3::timestamptz IS NULL OR created_at < $3)
-		GROUP BY reason`, tenant, lo, hi)
-	if err != nil {
-		return out, fmt.Errorf("api: count dead letters: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var c ReasonCount
-		if err := rows.Scan(&c.Reason, &c.Count, &c.NotReplayed, &c.NewestAt); err != nil {
-			return out, fmt.Errorf("api: count dead letters: %w", err)
-		}
+	for _, c := range counts {
+		rc := ReasonCount{Reason: c.Reason, Count: c.Count, NotReplayed: c.NotReplayed, NewestAt: c.NewestAt}
 		out.Total += c.Count
 		out.NotReplayed += c.NotReplayed
 		if i := slices.Index(dlq.Reasons, dlq.Reason(c.Reason)); i >= 0 {
-			out.Data[i] = c
+			out.Data[i] = rc
 		} else {
-			out.Data = append(out.Data, c)
+			out.Data = append(out.Data, rc)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("api: count dead letters: %w", err)
-	}
-	return out, nil
+	return out
 }
 
 // letterFilter is the body of POST /v1/dead-letters/replay and /purge:
@@ -245,7 +220,7 @@ func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, dlq.ErrNotFound):
 			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: CodeNotFound, Message: "the letter was purged meanwhile"})
 		case errors.Is(err, dlq.ErrNotReplayable):
-			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: "not_replayable", Message: "its job is no longer dead-lettered"})
+			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: CodeNotReplayable, Message: "its job is no longer dead-lettered"})
 		case err != nil:
 			a.log.Error("api: replay dead letter", slog.Int64("dead_letter_id", id), slog.String("error", err.Error()))
 			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: CodeInternal,
@@ -257,4 +232,139 @@ func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// listDeadLetters pages the letters in scope, newest first: GET
+// /v1/dead-letters ?reason= &job_id= &since= &until= &limit= &cursor=.
+// Each letter is a bounded list entry (dlq.View).
+func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	s, _ := scopeOf(r)
+	query := store.DeadLetterListOptions{
+		DeadLetterFilter: store.DeadLetterFilter{Tenant: s.tenant, Reason: q.Get("reason"), JobID: q.Get("job_id")},
+		After:            q.Get("cursor"),
+	}
+	bad := func(field, msg string) {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: field, Message: msg})
+	}
+	switch {
+	case query.Reason != "" && !slices.Contains(dlq.Reasons, dlq.Reason(query.Reason)):
+		bad("reason", "reason must be one of "+reasonNames())
+		return
+	case query.JobID != "" && !llmq.ValidID(query.JobID):
+		bad("job_id", fmt.Sprintf("job_id must be 1-%d characters of [A-Za-z0-9._:-]", llmq.MaxIDLength))
+		return
+	case query.After != "" && !validCursor(query.After):
+		bad("cursor", "cursor was not returned by this API")
+		return
+	}
+	since, until, ok := window(w, r)
+	if !ok {
+		return
+	}
+	query.Since, query.Until = since, until
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.ListLimitMax {
+			bad("limit", "limit must be an integer from 1 to "+strconv.Itoa(store.ListLimitMax))
+			return
+		}
+		query.Limit = n
+	}
+	recs, next, err := a.cfg.DeadLetterService.List(r.Context(), query)
+	if err != nil {
+		a.letterError(w, r, err)
+		return
+	}
+	var cursor *string
+	if next != "" {
+		cursor = &next
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Data       []dlq.View `json:"data"`
+		NextCursor *string    `json:"next_cursor"`
+	}{dlq.Views(recs), cursor})
+}
+
+// getDeadLetter answers one letter in scope, whole (headers and message):
+// GET /v1/dead-letters/{id}.
+func (a *API) getDeadLetter(w http.ResponseWriter, r *http.Request) {
+	id, ok := letterID(w, r)
+	if !ok {
+		return
+	}
+	s, _ := scopeOf(r)
+	d, err := a.cfg.DeadLetterService.Get(r.Context(), s.tenant, id)
+	if err != nil {
+		a.letterError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, dlq.NewView(d, true))
+}
+
+// replayDeadLetter replays one letter in scope, once: POST
+// /v1/dead-letters/{id}/replay; replayed says whether this call did.
+func (a *API) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
+	id, ok := letterID(w, r)
+	if !ok {
+		return
+	}
+	s, _ := scopeOf(r)
+	res, err := a.cfg.DeadLetterService.Replay(r.Context(), s.tenant, id)
+	if err != nil {
+		a.letterError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Data     dlq.View `json:"data"`
+		Replayed bool     `json:"replayed"`
+	}{dlq.NewView(res.Record, false), res.Replayed})
+}
+
+// letterID reads the {id} of the path; a path that is no letter id answers
+// 404, like a missing letter (or another tenant's).
+func letterID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: "dead letter not found"})
+		return 0, false
+	}
+	return id, true
+}
+
+// letterError answers an error of the dead-letter service.
+func (a *API) letterError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, dlq.ErrNotFound):
+		writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: "dead letter not found"})
+	case errors.Is(err, dlq.ErrNotReplayable):
+		writeError(w, http.StatusConflict, Error{Code: CodeNotReplayable, Field: "id", Message: err.Error()})
+	case errors.Is(err, dlq.ErrBadCursor):
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "cursor", Message: "cursor was not returned by this API"})
+	case isDataException(err):
+		// A filter the database cannot even compare (a forged cursor's
+		// bytes): bad input, not a server error.
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue,
+			Message: "a parameter holds bytes the database cannot read"})
+	case errors.Is(err, dlq.ErrNoPublisher):
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "replay is not configured on this server"})
+	default:
+		a.internalError(w, r, err)
+	}
+}
+
+func reasonNames() string {
+	names := make([]string, len(dlq.Reasons))
+	for i, r := range dlq.Reasons {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
+}
+
+// validCursor reports whether c can be a cursor this API printed: URL-safe
+// base64 (the store's own check then refuses what it did not produce).
+func validCursor(c string) bool {
+	_, err := base64.RawURLEncoding.DecodeString(c)
+	return err == nil && len(c) <= maxCursorBytes
 }

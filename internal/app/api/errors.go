@@ -22,6 +22,7 @@ const (
 	CodeTooManyJobs         = "too_many_jobs"
 	CodeNotCancellable      = "not_cancellable"
 	CodeEmptyFilter         = "empty_filter"
+	CodeNotReplayable       = "not_replayable"
 	CodeUpstream            = "upstream_error"
 	CodeUnavailable         = "unavailable"
 	CodeQueueFull           = "queue_full"

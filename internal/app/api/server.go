@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/producer"
 )
@@ -130,17 +129,12 @@ func (a *API) routes() {
 		a.mux.Handle("POST /v1/batches/{id}/cancel", a.authed(a.operatorOnly(a.cancelBatch)))
 	}
 	if a.cfg.DeadLetterService != nil {
+		a.mux.Handle("GET /v1/dead-letters", a.authed(a.listDeadLetters))
+		a.mux.Handle("GET /v1/dead-letters/{id}", a.authed(a.getDeadLetter))
+		a.mux.Handle("POST /v1/dead-letters/{id}/replay", a.authed(a.replayDeadLetter))
 		a.mux.Handle("GET /v1/dead-letters/reasons", a.authed(a.deadLetterReasons))
 		a.mux.Handle("POST /v1/dead-letters/replay", a.authed(a.replayDeadLetters))
 		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
-	}
-	if a.cfg.DeadLetters != nil {
-		// The dead-letter handler's own patterns, so that the route label
-		// of every request is a "METHOD /path" pattern.
-		h := a.authed(a.cfg.DeadLetters.ServeHTTP)
-		for _, pattern := range dlq.HTTPRoutes {
-			a.mux.Handle(pattern, h)
-		}
 	}
 }
 

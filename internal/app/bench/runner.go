@@ -294,12 +294,9 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var span float64
-	if err := st.Pool().QueryRow(ctx, `SELECT coalesce(extract(epoch FROM
-		(SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts)), 0)::float8`).Scan(&span); err != nil {
+	if res.span, err = st.CallSpan(ctx); err != nil {
 		return nil, fmt.Errorf("bench: read span: %w", err)
 	}
-	res.span = time.Duration(span * float64(time.Second))
 	if res.toCall, err = readToCall(ctx, st); err != nil {
 		return nil, err
 	}
@@ -331,11 +328,20 @@ func startHogs(ctx context.Context, n int, baseURL, model string) *sync.WaitGrou
 	return &wg
 }
 
+// runStore is what a run reads of its database: a *store.Store is one.
+type runStore interface {
+	CountEnded(ctx context.Context) (int, error)
+	JobOutcomes(ctx context.Context) ([]store.JobOutcome, error)
+	CallSpan(ctx context.Context) (time.Duration, error)
+	TimesToFirstCall(ctx context.Context) ([]time.Duration, error)
+}
+
 // takeSample reads the terminal jobs, the simulator's 429s and the
 // worker's concurrency limit.
-func takeSample(ctx context.Context, st *store.Store, sim *upstreamsim.Server, reg *prometheus.Registry, model string) (sample, error) {
+func takeSample(ctx context.Context, st runStore, sim *upstreamsim.Server, reg *prometheus.Registry, model string) (sample, error) {
 	var s sample
-	err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status IN ('succeeded', 'failed', 'dead_lettered', 'expired', 'cancelled')`).Scan(&s.terminal)
+	n, err := st.CountEnded(ctx)
+	s.terminal = n
 	if err != nil {
 		return s, fmt.Errorf("bench: count jobs: %w", err)
 	}
@@ -358,31 +364,14 @@ func takeSample(ctx context.Context, st *store.Store, sim *upstreamsim.Server, r
 }
 
 // readJobs reads every job's final state.
-func readJobs(ctx context.Context, st *store.Store, kinds map[string]workload.Kind) ([]jobResult, error) {
-	rows, err := st.Pool().Query(ctx, `SELECT id, status, used_model,
-		coalesce(extract(epoch FROM finished_at - created_at), 0)::float8 FROM jobs ORDER BY id`)
+func readJobs(ctx context.Context, st runStore, kinds map[string]workload.Kind) ([]jobResult, error) {
+	outcomes, err := st.JobOutcomes(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bench: read jobs: %w", err)
 	}
-	defer rows.Close()
-	var out []jobResult
-	for rows.Next() {
-		var (
-			j      jobResult
-			status string
-			secs   float64
-		)
-		if err := rows.Scan(&j.id, &status, &j.usedModel, &secs); err != nil {
-			return nil, fmt.Errorf("bench: read jobs: %w", err)
-		}
-		j.status, j.kind = llmq.Status(status), kinds[j.id]
-		if j.status.Terminal() {
-			j.latency = time.Duration(secs * float64(time.Second))
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("bench: read jobs: %w", err)
+	out := make([]jobResult, len(outcomes))
+	for i, o := range outcomes {
+		out[i] = jobResult{id: o.ID, status: o.Status, usedModel: o.UsedModel, kind: kinds[o.ID], latency: o.Latency}
 	}
 	return out, nil
 }
@@ -432,22 +421,9 @@ func total(m map[string]int64) int64 {
 
 // readToCall reads each called job's time from its record to its first
 // call's start.
-func readToCall(ctx context.Context, st *store.Store) ([]time.Duration, error) {
-	rows, err := st.Pool().Query(ctx, `SELECT extract(epoch FROM min(a.started_at) - j.created_at)::float8
-		FROM jobs j JOIN job_attempts a ON a.tenant = j.tenant AND a.job_id = j.id GROUP BY j.tenant, j.id, j.created_at`)
+func readToCall(ctx context.Context, st runStore) ([]time.Duration, error) {
+	out, err := st.TimesToFirstCall(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("bench: read calls: %w", err)
-	}
-	defer rows.Close()
-	var out []time.Duration
-	for rows.Next() {
-		var secs float64
-		if err := rows.Scan(&secs); err != nil {
-			return nil, fmt.Errorf("bench: read calls: %w", err)
-		}
-		out = append(out, time.Duration(secs*float64(time.Second)))
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("bench: read calls: %w", err)
 	}
 	return out, nil

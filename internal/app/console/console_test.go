@@ -68,7 +68,7 @@ func setup(t *testing.T) *bundle {
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		OperatorKeys: []string{keyOps}, DeadLetters: dlq.NewHTTPHandler(svc, api.Scope), DeadLetterService: svc,
+		OperatorKeys: []string{keyOps}, DeadLetterService: svc,
 		Batches: st, Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})), Tenants: consoleTenants,
 		Logger: quiet})
 	require.NoError(t, err)

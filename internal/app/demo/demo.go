@@ -26,6 +26,7 @@ import (
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
 
@@ -327,41 +328,33 @@ func (c counts) terminal() int {
 	return n
 }
 
+// runStore is what a run reads of the store: a *store.Store is one.
+type runStore interface {
+	TallyJobs(ctx context.Context, tenant string, ids []string) ([]store.JobTally, error)
+	CountDeadLetteredJobs(ctx context.Context, ids []string, reason string) (int, error)
+	SucceededJobs(ctx context.Context, ids []string) ([]store.SucceededJob, error)
+}
+
 // count reads the run's jobs by key (jobs_pkey: one lookup per job, 3 ms
 // for the default 200 with 1,000,000 other jobs queued); by id alone it
 // walked an index of every job, 0.4-0.55 s a tick (docs/bench/million/sql.md).
 func (r *run) count(ctx context.Context) (counts, error) {
 	c := counts{byStatus: map[llmq.Status]int{}}
-	rows, err := r.app.Store().Pool().Query(ctx, `SELECT status, lane = 'batch' AND status = 'succeeded',
-		used_model <> '' AND used_model <> requested_model, count(*)
-		FROM jobs WHERE tenant = $2 AND id = ANY($1) GROUP BY 1, 2, 3`, r.good, TenantDefault)
+	var st runStore = r.app.Store()
+	tallies, err := st.TallyJobs(ctx, TenantDefault, r.good)
 	if err != nil {
 		return c, fmt.Errorf("demo: count jobs: %w", err)
 	}
-	for rows.Next() {
-		var (
-			status          string
-			batch, fallback bool
-			n               int
-		)
-		if err := rows.Scan(&status, &batch, &fallback, &n); err != nil {
-			rows.Close()
-			return c, fmt.Errorf("demo: count jobs: %w", err)
+	for _, t := range tallies {
+		c.byStatus[t.Status] += t.N
+		if t.Batch {
+			c.viaBatch += t.N
 		}
-		c.byStatus[llmq.Status(status)] += n
-		if batch {
-			c.viaBatch += n
-		}
-		if fallback && status == string(llmq.StatusSucceeded) {
-			c.viaFallback += n
+		if t.Fallback && t.Status == llmq.StatusSucceeded {
+			c.viaFallback += t.N
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return c, fmt.Errorf("demo: count jobs: %w", err)
-	}
-	err = r.app.Store().Pool().QueryRow(ctx, `SELECT count(DISTINCT job_id) FROM dead_letters WHERE job_id = ANY($1) AND reason = $2`,
-		r.bad, string(dlq.ReasonPoison)).Scan(&c.poison)
+	c.poison, err = st.CountDeadLetteredJobs(ctx, r.bad, string(dlq.ReasonPoison))
 	if err != nil {
 		return c, fmt.Errorf("demo: count dead letters: %w", err)
 	}

@@ -56,34 +56,21 @@ func (r *run) summary(ctx context.Context) (Summary, error) {
 	var last time.Time
 	var lat []time.Duration
 	var example string
-	rows, err := r.app.Store().Pool().Query(ctx, `SELECT id, extract(epoch FROM finished_at - created_at)::float8, finished_at, lane FROM jobs
-		WHERE id = ANY($1) AND status = 'succeeded' ORDER BY id`, r.good)
+	var rs runStore = r.app.Store()
+	done, err := rs.SucceededJobs(ctx, r.good)
 	if err != nil {
 		return Summary{}, fmt.Errorf("demo: read latencies: %w", err)
 	}
-	for rows.Next() {
-		var (
-			id, lane string
-			secs     float64
-			at       time.Time
-		)
-		if err := rows.Scan(&id, &secs, &at, &lane); err != nil {
-			rows.Close()
-			return Summary{}, fmt.Errorf("demo: read latencies: %w", err)
+	for _, j := range done {
+		if j.FinishedAt.After(last) {
+			last = j.FinishedAt
 		}
-		if at.After(last) {
-			last = at
-		}
-		if lane != "batch" {
-			lat = append(lat, time.Duration(secs*float64(time.Second)))
+		if j.Lane != "batch" {
+			lat = append(lat, j.Latency)
 			if example == "" {
-				example = id
+				example = j.ID
 			}
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return Summary{}, fmt.Errorf("demo: read latencies: %w", err)
 	}
 	elapsed := time.Since(r.started)
 	if !last.IsZero() && last.After(r.started) {

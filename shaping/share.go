@@ -31,9 +31,10 @@ type Replica struct {
 // included): docs/design/replicas.md.
 //
 // On a provider that enforces per minute (no row learned a short bucket),
-// every replica gets the floor (at most 1/n of n replicas); the rest is
-// divided in proportion to the demands (equally when no replica has any),
-// so an idle replica's part goes to the busy ones.
+// every replica with demand gets the floor (at most 1/(2n) of n replicas)
+// and the idle ones one floor together; the rest is divided in proportion
+// to the demands (equally when no replica has any), so an idle replica's
+// part goes to the busy ones.
 //
 // On a short bucket (a row learned one), the quota is not divided: one
 // replica, the holder, runs on all of it and the others on none (0: they
@@ -69,15 +70,24 @@ func ReplicaShare(rows []Replica, floor float64) float64 {
 		return holderShare(rows, self)
 	}
 	var others float64
+	idle := 0
 	for i, r := range rows {
 		if i != self {
 			others += r.Share
 		}
+		if !(r.Demand > 0) {
+			idle++
+		}
 	}
-	floor = min(max(0, floor), 1/n)
+	busyFloor, idleFloor := floors(floor, len(rows), idle)
+	floor = busyFloor
+	if !(rows[self].Demand > 0) {
+		floor = idleFloor
+	}
 	target := 1 / n
 	if demand > 0 {
-		target = floor + (1-n*floor)*max(0, rows[self].Demand)/demand
+		rest := 1 - float64(len(rows)-idle)*busyFloor - float64(idle)*idleFloor
+		target = floor + rest*max(0, rows[self].Demand)/demand
 	}
 	share := max(floor, min(target, 1-others))
 	if share <= 0 {
@@ -86,6 +96,28 @@ func ReplicaShare(rows []Replica, floor float64) float64 {
 		share = ShareLeast
 	}
 	return min(1, share)
+}
+
+// floors are the floors of a replica with demand and of an idle one, of n
+// replicas of which idle have no demand: at most floor, and together at
+// most half the quota (so demand decides the rest however many replicas
+// run); the idle ones together keep at most one floor, which they do not
+// use (docs/design/scale.md).
+func floors(floor float64, n, idle int) (busy, idleOne float64) {
+	busy = min(max(0, floor), 1/(2*float64(n)))
+	if idle == 0 {
+		return busy, busy
+	}
+	return busy, min(busy, max(0, floor)/float64(idle))
+}
+
+// LedgerShare is the share a replica writes to a quota ledger whose
+// shares are positive: its share, or ShareLeast when it holds none.
+func LedgerShare(share float64) float64 {
+	if share > 0 {
+		return min(1, share)
+	}
+	return ShareLeast
 }
 
 // holderShare is ReplicaShare on a short bucket: all that the others leave

@@ -24,6 +24,8 @@ func TestReplicaShare(t *testing.T) {
 		{"lowers at once", []Replica{me(10, 1), other(10, 0.02)}, 0.5},
 		{"an idle replica keeps the floor", []Replica{me(0, 0.5), other(10, 0.5)}, 0.02},
 		{"the busy one takes the idle ones' part", []Replica{me(10, 0.96), other(0, 0.02), other(0, 0.02)}, 0.96},
+		{"the idle ones keep one floor together", []Replica{me(0, 0.02), other(0, 0.02), other(10, 0.96)}, 0.01},
+		{"which the busy one takes", []Replica{me(10, 0.96), other(0, 0.01), other(0, 0.01)}, 0.98},
 		{"a newcomer waits for the others to lower", []Replica{me(10, 0.02), other(10, 1)}, 0.02},
 		{"then takes what they left", []Replica{me(10, 0.02), other(10, 0.5)}, 0.5},
 		{"partly", []Replica{me(10, 0.02), other(10, 0.7)}, 0.3},
@@ -34,7 +36,24 @@ func TestReplicaShare(t *testing.T) {
 			require.InDelta(t, tc.want, ReplicaShare(tc.rows, ShareFloorDefault), 1e-9)
 		})
 	}
-	require.InDelta(t, 1.0/3, ReplicaShare([]Replica{me(0, 0.1), other(10, 0.1), other(10, 0.1)}, 0.5), 1e-9, "the floor is at most 1/n")
+	require.InDelta(t, 1.0/6, ReplicaShare([]Replica{me(0, 0.1), other(10, 0.1), other(10, 0.1)}, 0.5), 1e-9, "the floors take at most half")
+	// A hundred replicas, one with work: it takes all but the floors, the
+	// 99 idle ones keep one floor together (each less than ShareLeast).
+	rows := []Replica{me(300, 0.5)}
+	for range 99 {
+		rows = append(rows, other(0, 0.02/99))
+	}
+	require.InDelta(t, 0.98, ReplicaShare(rows, ShareFloorDefault), 1e-9)
+	rows[0], rows[1] = other(300, 0.5), me(0, 0.02/99)
+	require.InDelta(t, 0.02/99, ReplicaShare(rows, ShareFloorDefault), 1e-12)
+	// All busy: the floors are 0.5% each, demand divides the rest.
+	rows = []Replica{me(300, 0.01)}
+	for range 99 {
+		rows = append(rows, other(3, 0.001))
+	}
+	require.InDelta(t, 0.005+0.5*300.0/597, ReplicaShare(rows, ShareFloorDefault), 1e-9)
+	require.Equal(t, ShareLeast, LedgerShare(0))
+	require.Equal(t, 0.0002, LedgerShare(0.0002))
 	require.Equal(t, ShareLeast, ReplicaShare([]Replica{me(0, 0.5), other(10, 1)}, 0), "a floor of 0 leaves the least share")
 }
 

@@ -108,7 +108,7 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 		}
 		// The ledger's shares are positive: none of a short bucket is
 		// written as the least share.
-		claims[i].Share = max(share, shaping.ShareLeast)
+		claims[i].Share = shaping.LedgerShare(share)
 	}
 	w.sharesMu.Unlock()
 	scs := w.scopes.list()

@@ -29,7 +29,8 @@ that halves mid-run (with the provider's rate-limit headers and without any), a 
 (llmq api's POST /v1/chat/completions), a backlog of long and short jobs first come then
 size-aware (sizes), llmq's own overhead before an instant simulator (throughput: 64 callers
 of POST /v1/jobs, on --broker), and the API's reads over HTTP at 10,000, 100,000 and 1,000,000
-jobs queued in Postgres (million: about 10 minutes). Figures are measured from the simulator's own
+jobs queued in Postgres (million: about 10 minutes), and Postgres's load by 1, 3 and 6 workers
+(fleet). Figures are measured from the simulator's own
 accounting (/sim/stats) and, for the agents, from their own calls.
 It writes report.md and PNG plots to --out. About 25 minutes with the default --scale (sections 1
 to 7 of the committed report took 21m22s on 2 CPUs).`,

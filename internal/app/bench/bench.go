@@ -94,6 +94,8 @@ type Report struct {
 	Gateway *GatewayResult
 	// Throughput is the throughput scenario's (nil when not run).
 	Throughput *ThroughputResult
+	// Fleet is the fleet scenario's rows, by workers (empty when not run).
+	Fleet []FleetRow
 	// Million is the million scenario's reads, level by level (empty when
 	// not run).
 	Million []MillionRow
@@ -131,6 +133,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioEnqueue, b.enqueue},
 		{ScenarioThroughput, b.throughput},
 		{ScenarioMillion, b.million},
+		{ScenarioFleet, b.fleet},
 	}
 	for _, s := range steps {
 		if !cfg.runs(s.name) {

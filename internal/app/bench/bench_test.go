@@ -236,3 +236,31 @@ func TestRunMillionScaledDown(t *testing.T) {
 	require.Contains(t, string(md), "## 9. A backlog of 1,000 queued jobs: the API's reads")
 	require.Contains(t, string(md), "| endpoint | 10 queued: p50 / p99 | 100 queued: p50 / p99 | 1,000 queued: p50 / p99 |")
 }
+
+// TestRunFleetScaledDown runs the fleet scenario at 1 and 2 workers on 500
+// jobs each (the scenario's 1, 3 and 6 take a minute): every size has its row, with Postgres's transactions
+// counted idle and loaded, and the report has its section.
+func TestRunFleetScaledDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an API, up to six workers and a simulator")
+	}
+	sizes := fleetSizes
+	fleetSizes = []int{1, 2}
+	t.Cleanup(func() { fleetSizes = sizes })
+	out := t.TempDir()
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Out: out, Scale: 0.01, Only: []string{ScenarioFleet}, Progress: &progress})
+	require.NoError(t, err, progress.String())
+	require.Len(t, rep.Fleet, len(fleetSizes))
+	for i, r := range rep.Fleet {
+		require.Equal(t, fleetSizes[i], r.Workers)
+		require.Equal(t, 500, r.Jobs)
+		require.Positive(t, r.IdleXacts, "%+v", r)
+		require.Greater(t, r.LoadXacts, r.IdleXacts, "%+v", r)
+	}
+	md, err := os.ReadFile(filepath.Join(out, ReportFile))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "## Fleet: Postgres's load by workers")
+}

@@ -21,10 +21,11 @@ const (
 	ScenarioGateway    = "gateway"
 	ScenarioThroughput = "throughput"
 	ScenarioMillion    = "million"
+	ScenarioFleet      = "fleet"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioEnqueue, ScenarioThroughput, ScenarioMillion}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioEnqueue, ScenarioThroughput, ScenarioMillion, ScenarioFleet}
 
 // Defaults of Config.
 const (

@@ -49,6 +49,7 @@ type bundle struct {
 	clock   *clockwork.FakeClock
 	srv     *httptest.Server
 	letters *dlq.Writer
+	api     http.Handler
 }
 
 func setup(t *testing.T) *bundle {
@@ -83,7 +84,7 @@ func setup(t *testing.T) *bundle {
 		a.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return &bundle{store: st, clock: clk, srv: srv, letters: letters}
+	return &bundle{store: st, clock: clk, srv: srv, letters: letters, api: a}
 }
 
 // browser is a client with a cookie jar that does not follow redirects.

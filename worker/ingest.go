@@ -13,6 +13,7 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/redact"
+	"github.com/llmq/llmq/internal/tracing"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
@@ -264,10 +265,12 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.letterOf(m, w.tenantFull(j))
 			continue
 		}
+		j.TraceContext = tracing.FromHeaders(m.Headers)
 		items = append(items, ingestItem{msg: m, job: w.sizer.NewJob(j)})
 	}
 	if len(items) > 0 {
 		w.record(items)
+		w.traceIngested(items)
 	}
 }
 

@@ -75,3 +75,13 @@ func FromRequest(ctx context.Context, r *http.Request) context.Context {
 	}
 	return prop.Extract(ctx, propagation.HeaderCarrier(r.Header))
 }
+
+// TraceIDOf is the trace id (32 hex digits) of a stored trace context
+// (Encode's form), "" when it holds none.
+func TraceIDOf(stored string) string {
+	// traceparent: version "-" trace-id "-" parent-id "-" flags
+	if len(stored) < 55 || stored[2] != '-' || stored[35] != '-' {
+		return ""
+	}
+	return stored[3:35]
+}

@@ -3,6 +3,7 @@ package tracing_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -261,4 +262,25 @@ func TestGatewayTrace(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, exemplars, "one exemplar of the call's trace on the request duration histogram")
+}
+
+// TestJobShowsTraceID: GET /v1/jobs/{id} answers the job's trace id, the
+// one its enqueue continued.
+func TestJobShowsTraceID(t *testing.T) {
+	if testing.Short() {
+		t.Skip("tracing end to end: Postgres, broker, worker, simulator")
+	}
+	pl := setup(t, "memory://trace-"+uuid.NewString()[:8]+"/jobs")
+	id := newTraceID()
+	resp := pl.post(t, "/v1/jobs", id, `{"id":"shown","body":{"model":"backup","messages":[{"role":"user","content":"hi"}]}}`)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	req, err := http.NewRequest(http.MethodGet, pl.srv.URL+"/v1/jobs/shown", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	got, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer got.Body.Close()
+	var job api.Job
+	require.NoError(t, json.NewDecoder(got.Body).Decode(&job))
+	require.Equal(t, id, job.TraceID)
 }

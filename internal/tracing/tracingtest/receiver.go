@@ -35,16 +35,24 @@ type Span struct {
 type Receiver struct {
 	// URL is the server's root: OTEL_EXPORTER_OTLP_ENDPOINT.
 	URL string
-	// Requests counts the export requests received.
-	mu       sync.Mutex
-	spans    []Span
-	changed  chan struct{}
-	requests int
+	// discard: count the spans, keep none (NewDiscarding).
+	discard bool
+	mu      sync.Mutex
+	spans   []Span
+	count   int
+	changed chan struct{}
 }
 
 // NewReceiver starts a receiver, closed when the test ends.
-func NewReceiver(t testing.TB) *Receiver {
-	r := &Receiver{changed: make(chan struct{})}
+func NewReceiver(t testing.TB) *Receiver { return newReceiver(t, false) }
+
+// NewDiscarding starts a receiver that decodes every request as
+// NewReceiver's does but keeps no span, only their count (Count): for
+// benchmarks.
+func NewDiscarding(t testing.TB) *Receiver { return newReceiver(t, true) }
+
+func newReceiver(t testing.TB, discard bool) *Receiver {
+	r := &Receiver{changed: make(chan struct{}), discard: discard}
 	srv := httptest.NewServer(http.HandlerFunc(r.serve))
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL
@@ -81,6 +89,18 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 }
 
 func (r *Receiver) add(msg *collectortrace.ExportTraceServiceRequest) {
+	if r.discard {
+		n := 0
+		for _, rs := range msg.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				n += len(ss.GetSpans())
+			}
+		}
+		r.mu.Lock()
+		r.count += n
+		r.mu.Unlock()
+		return
+	}
 	var got []Span
 	for _, rs := range msg.GetResourceSpans() {
 		service := attrs(rs.GetResource().GetAttributes())["service.name"]
@@ -99,7 +119,7 @@ func (r *Receiver) add(msg *collectortrace.ExportTraceServiceRequest) {
 	}
 	r.mu.Lock()
 	r.spans = append(r.spans, got...)
-	r.requests++
+	r.count += len(got)
 	close(r.changed)
 	r.changed = make(chan struct{})
 	r.mu.Unlock()
@@ -119,6 +139,13 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 		}
 	}
 	return m
+}
+
+// Count is the number of spans received.
+func (r *Receiver) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
 }
 
 // Spans returns the spans received so far.

@@ -25,15 +25,12 @@ func (w *Worker) traceStart(p *job, rec *store.JobRecord) {
 		FirstClaim: rec.LeaseToken <= 1, ClaimedTime: time.Now()})
 }
 
-// traceIngested records the ingest of items' messages.
+// traceIngested ends the ingest spans of items, recorded or handed back.
 func (w *Worker) traceIngested(items []ingestItem) {
-	if !tracing.Enabled() {
-		return
-	}
-	now := time.Now()
 	for _, it := range items {
-		j := it.job.Job
-		tracing.Ingested(j.TraceContext, j.ID, it.msg.Source, it.msg.ReceivedAt, now)
+		if it.span != nil {
+			it.span.End()
+		}
 	}
 }
 

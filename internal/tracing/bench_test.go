@@ -24,8 +24,10 @@ func BenchmarkWorkerJob(b *testing.B) {
 		now := time.Now()
 		cpu0 := processCPU(b)
 		for b.Loop() {
-			stored := tracing.FromHeaders(h)
-			tracing.Ingested(stored, "job-1", "jobs/0/1", now, now)
+			stored, ingest := tracing.StartIngest(h, "job-1", "jobs/0/1", now)
+			if ingest != nil {
+				ingest.End()
+			}
 			j := tracing.StartJob(tracing.JobInfo{Stored: stored, ID: "job-1", Tenant: "acme", Model: "gpt-4o-mini",
 				Created: now, FirstClaim: true, ClaimedTime: now})
 			tracing.EndErr(j.Child(tracing.SpanQuotaWait), nil)

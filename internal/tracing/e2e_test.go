@@ -25,6 +25,7 @@ import (
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/store/storetest"
+	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/kafka/kafkatest"
 	"github.com/llmq/llmq/transport/open"
 	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
@@ -43,6 +44,8 @@ type pipeline struct {
 	srv  *httptest.Server
 	st   *store.Store
 	reg  *prometheus.Registry
+	pub  transport.Publisher
+	dest string
 }
 
 func setup(t *testing.T, brokerURL string) *pipeline {
@@ -95,7 +98,7 @@ func setup(t *testing.T, brokerURL string) *pipeline {
 		require.NoError(t, w.Stop(sctx))
 		require.NoError(t, a.Stop(sctx))
 	})
-	return &pipeline{recv: recv, srv: srv, st: st, reg: reg}
+	return &pipeline{recv: recv, srv: srv, st: st, reg: reg, pub: pub, dest: target.Dest}
 }
 
 // post sends body to path with a traceparent of trace id traceID.
@@ -283,4 +286,31 @@ func TestJobShowsTraceID(t *testing.T) {
 	var job api.Job
 	require.NoError(t, json.NewDecoder(got.Body).Decode(&job))
 	require.Equal(t, id, job.TraceID)
+}
+
+// TestBareMessageTrace: a job published straight to the broker without
+// trace headers starts its trace at the worker's ingest, and its wait and
+// run are in that trace.
+func TestBareMessageTrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("tracing end to end: Postgres, broker, worker, simulator")
+	}
+	pl := setup(t, "memory://trace-"+uuid.NewString()[:8]+"/jobs")
+	require.NoError(t, pl.pub.Publish(context.Background(), pl.dest, transport.Message{
+		Value: []byte(`{"id":"bare","tenant":"acme","body":{"model":"backup","messages":[{"role":"user","content":"hi"}]}}`)}))
+	var id string
+	pl.recv.WaitFor(t, 60*time.Second, func(spans []tracingtest.Span) bool {
+		for _, s := range spans {
+			if s.Name == tracing.SpanRun && s.Attrs["llmq.job.id"] == "bare" && s.Attrs["llmq.job.status"] != "" {
+				id = s.TraceID
+				return true
+			}
+		}
+		return false
+	})
+	tr := tree{t: t, spans: pl.recv.Trace(id)}
+	ingest := tr.one(tracing.SpanIngest)
+	require.Empty(t, ingest.ParentID, "the trace starts at the ingest")
+	require.Equal(t, ingest.SpanID, tr.one(tracing.SpanQueueWait).ParentID)
+	require.Equal(t, ingest.SpanID, tr.one(tracing.SpanRun).ParentID)
 }

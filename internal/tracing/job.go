@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -156,15 +157,24 @@ func (j *Job) Finished(status string) {
 	j.span.SetAttributes(attribute.String("llmq.job.status", status))
 }
 
-// Ingested records the ingest of a message whose job continues the trace
-// context stored (Encode's form; "" starts a new trace), from its receipt
-// to its record in Postgres.
-func Ingested(stored, id, source string, received, done time.Time) {
+// StartIngest starts the ingest span of a message received at received,
+// under the trace context of its headers h, and returns the context its
+// job is stored with: the headers' (the publisher's span), or the ingest
+// span's own when they carry none (the job's trace starts there). Off, it
+// returns "" and a nil span.
+func StartIngest(h map[string]string, id, source string, received time.Time) (string, trace.Span) {
 	if !enabled.Load() {
-		return
+		return "", nil
 	}
-	ctx := Decode(context.Background(), stored)
-	_, s := Tracer().Start(ctx, SpanIngest, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(received),
+	ctx := context.Background()
+	if h[HeaderTraceparent] != "" {
+		ctx = prop.Extract(ctx, propagation.MapCarrier(h))
+	}
+	stored := Encode(ctx)
+	ctx, s := Tracer().Start(ctx, SpanIngest, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(received),
 		trace.WithAttributes(attribute.String("llmq.job.id", id), attribute.String("messaging.source", source)))
-	s.End(trace.WithTimestamp(done))
+	if stored == "" {
+		stored = Encode(ctx)
+	}
+	return stored, s
 }

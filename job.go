@@ -80,6 +80,12 @@ type Job struct {
 	// Body is an OpenAI chat-completions request, kept byte for byte.
 	Body json.RawMessage `json:"body"`
 
+	// TraceContext is the W3C trace context the job's trace continues
+	// from (internal/tracing's stored form: traceparent, then a newline
+	// and the tracestate when there is one); "" for none. It travels in
+	// the broker message's headers and in the job's row, not in its JSON.
+	TraceContext string `json:"-"`
+
 	// model, maxTokens are read from Body by Decode/Validate.
 	model     string
 	maxTokens int

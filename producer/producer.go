@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/tracing"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
@@ -101,7 +102,27 @@ func (p *Producer) Publish(ctx context.Context, job *llmq.Job) (Receipt, QueueSt
 // it ingests their messages): when the publish fails, ErrUnpublished is
 // returned with the receipts, the jobs stay queued and the outbox sweeper
 // publishes them later.
+//
+// With tracing on, the call is a span (llmq.publish) under ctx's, and each
+// job without a TraceContext continues that span's trace: the context
+// goes in its message's headers and its row.
 func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receipt, QueueState, error) {
+	if !tracing.Enabled() {
+		return p.publishBatch(ctx, jobs)
+	}
+	ctx, span := tracing.StartPublish(ctx, p.cfg.Destination, len(jobs))
+	tc := tracing.Encode(ctx)
+	for _, j := range jobs {
+		if j.TraceContext == "" {
+			j.TraceContext = tc
+		}
+	}
+	rs, q, err := p.publishBatch(ctx, jobs)
+	tracing.EndErr(span, err)
+	return rs, q, err
+}
+
+func (p *Producer) publishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receipt, QueueState, error) {
 	if len(jobs) > p.cfg.MaxBatch {
 		return nil, QueueState{}, fmt.Errorf("%w: %d (at most %d)", ErrTooManyJobs, len(jobs), p.cfg.MaxBatch)
 	}
@@ -208,7 +229,8 @@ func priority(p llmq.Priority) uint8 {
 }
 
 // Message is the broker message of j: key = its id or tenant (key), value =
-// its wire form (llmq.Job.Encode), priority high 9 / normal 5 / low 1.
+// its wire form (llmq.Job.Encode), priority high 9 / normal 5 / low 1,
+// headers its trace context (traceparent, tracestate) when it has one.
 func Message(j *llmq.Job, key KeyBy) (transport.Message, error) {
 	v, err := j.Encode()
 	if err != nil {
@@ -218,7 +240,8 @@ func Message(j *llmq.Job, key KeyBy) (transport.Message, error) {
 	if key == KeyByTenant {
 		k = j.Tenant
 	}
-	return transport.Message{Key: []byte(k), Value: v, Priority: priority(j.Priority)}, nil
+	return transport.Message{Key: []byte(k), Value: v, Priority: priority(j.Priority),
+		Headers: tracing.SetHeaders(nil, j.TraceContext)}, nil
 }
 
 // message is the broker message of j, or a *llmq.TooLargeError when its

@@ -18,8 +18,8 @@ import (
 
 const insertSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
-	project)
-SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14
+	project, trace_context)
+SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 
@@ -55,7 +55,7 @@ func (s *Store) insertArgs(n NewJob, now time.Time) []any {
 	}
 	return []any{j.ID, j.Tenant, string(j.Priority), j.Model(), []byte(j.Body), now,
 		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, n.SizeDelay, s.order),
-		n.EstPromptTokens, n.EstOutputTokens, j.Project}
+		n.EstPromptTokens, n.EstOutputTokens, j.Project, j.TraceContext}
 }
 
 // validate refuses an invalid job with ErrInvalidJob. A job exactly as
@@ -91,14 +91,15 @@ func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err erro
 // jobArrays (alias u); the columns are jobInsertColumns.
 const (
 	jobInsertColumns = `tenant, id, status, priority, requested_model, body, created_at, updated_at,
-	deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens, project`
+	deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens, project,
+	trace_context`
 	jobValues = `u.tenant, u.id, 'queued', u.priority, u.model, u.body::jsonb, $1, $1, u.deadline, u.dfr,
 	ARRAY(SELECT jsonb_array_elements_text(u.fallbacks::jsonb)), u.metadata::jsonb, u.sched_key, u.ep, u.eo,
-	u.project`
+	u.project, u.trace`
 	// jobUnnest reads jobArrays' arrays, $2 onwards ($1 is now).
 	jobUnnest = `unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bool[],
-	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[])`
-	jobUnnestColumns = `tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo, project`
+	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[], $15::text[])`
+	jobUnnestColumns = `tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo, project, trace`
 )
 
 // ingestSQL records many jobs in one statement: $1 is now, $2.. the
@@ -117,7 +118,7 @@ func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error
 	n := len(jobs)
 	var (
 		tenants, ids, prios, models, bodies = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		projects                            = make([]string, n)
+		projects, traces                    = make([]string, n), make([]string, n)
 		deadlines                           = make([]*time.Time, n)
 		deferrable                          = make([]bool, n)
 		fallbacks, metas                    = make([]string, n), make([]string, n)
@@ -143,10 +144,10 @@ func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error
 		tenants[i], ids[i], prios[i], models[i], bodies[i] = j.Tenant, j.ID, string(j.Priority), j.Model(), string(j.Body)
 		deadlines[i], deferrable[i], fallbacks[i], metas[i] = j.Deadline, j.Deferrable, string(fb), string(meta)
 		keys[i] = SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, nj.SizeDelay, s.order)
-		projects[i] = j.Project
+		projects[i], traces[i] = j.Project, j.TraceContext
 		ep[i], eo[i] = int32(min(nj.EstPromptTokens, math.MaxInt32)), int32(min(nj.EstOutputTokens, math.MaxInt32))
 	}
-	return []any{now, tenants, ids, prios, models, bodies, deadlines, deferrable, fallbacks, metas, keys, ep, eo, projects}, nil
+	return []any{now, tenants, ids, prios, models, bodies, deadlines, deferrable, fallbacks, metas, keys, ep, eo, projects, traces}, nil
 }
 
 // Ingest records jobs as queued in one statement (all or none) and

@@ -226,6 +226,9 @@ type JobRecord struct {
 	// WaitingReason says why a queued job waits (WaitingReason*): filled
 	// by Get and List, "" when nothing is known to hold it back.
 	WaitingReason string `db:"-"`
+	// TraceContext is the W3C trace context the job's trace continues
+	// from (llmq.Job.TraceContext), "" for none.
+	TraceContext string `db:"trace_context"`
 }
 
 // Key is the record's key.
@@ -239,7 +242,7 @@ const jobColumns = `id, tenant, status, priority, requested_model, used_model, b
 	created_at, started_at, finished_at, updated_at, deadline, "deferrable", fallback_models,
 	metadata, lease_owner, lease_expires_at, lease_token, phase, batch_id, lane, lane_reason,
 	sched_key, est_prompt_tokens, est_output_tokens, retries, model_index, rate_limited, free_attempts,
-	project`
+	project, trace_context`
 
 // Job rebuilds the wire job from the record (Model and MaxOutputTokens
 // are read from the body).
@@ -247,7 +250,7 @@ func (r *JobRecord) Job() *llmq.Job {
 	j := &llmq.Job{
 		ID: r.ID, Tenant: r.Tenant, Project: r.Project, Priority: r.Priority, Deadline: r.Deadline,
 		Deferrable: r.Deferrable, FallbackModels: r.FallbackModels, Metadata: r.Metadata,
-		Body: r.Body,
+		Body: r.Body, TraceContext: r.TraceContext,
 	}
 	if len(j.FallbackModels) == 0 {
 		j.FallbackModels = nil

@@ -10,9 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
 	"github.com/llmq/llmq/internal/redact"
+	"github.com/llmq/llmq/internal/tracing"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 )
@@ -113,6 +116,8 @@ func (c *windowCount) add(recorded, claimed int64) {
 type ingestItem struct {
 	msg *transport.Message
 	job store.NewJob
+	// span is the message's ingest span (tracing.go); nil when off.
+	span trace.Span
 }
 
 // forward copies the subscriber's messages into buf until they end or
@@ -264,10 +269,13 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.letterOf(m, w.tenantFull(j))
 			continue
 		}
-		items = append(items, ingestItem{msg: m, job: w.sizer.NewJob(j)})
+		var span trace.Span
+		j.TraceContext, span = tracing.StartIngest(m.Headers, j.ID, m.Source, m.ReceivedAt)
+		items = append(items, ingestItem{msg: m, job: w.sizer.NewJob(j), span: span})
 	}
 	if len(items) > 0 {
 		w.record(items)
+		w.traceIngested(items)
 	}
 }
 

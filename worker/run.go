@@ -10,8 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/tracing"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 )
@@ -66,6 +69,8 @@ type job struct {
 	writeFails int
 	// attempt is what is not yet written of the job's calls (attempts.go).
 	attempt attempt
+	// trace is the job's run span (tracing.go); nil when tracing is off.
+	trace *tracing.Job
 }
 
 // lose cancels what the job waits for: its lease was taken.
@@ -112,6 +117,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 	// configuration) may name a model the catalog does not allow: it is
 	// dead-lettered without a lane.
 	p.job = rec.Job()
+	w.traceStart(p, rec)
 	p.scopes = w.scopesOf(rec.Tenant, rec.Project)
 	refused := w.cfg.Catalog.CheckModels(p.job)
 	var l *lane
@@ -128,6 +134,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 	w.runners.Add(1)
 	go func() {
 		defer func() {
+			p.trace.End()
 			p.setPending(nil)
 			p.cancel(nil)
 			w.unregister(p)
@@ -193,6 +200,7 @@ func (w *Worker) run(p *job) {
 			}
 		case doRetry:
 			w.metrics.retries.WithLabelValues(p.models[p.state.Model]).Inc()
+			p.trace.Event("retry", attribute.Float64("llmq.delay_s", act.Delay.Seconds()))
 			if !w.backoff(p, act.Delay) {
 				return
 			}
@@ -203,6 +211,7 @@ func (w *Worker) run(p *job) {
 			p.entry = act.Entry
 			to := w.entryName(p, model)
 			w.metrics.entrySwitches.WithLabelValues(model, from, to).Inc()
+			p.trace.Event("pool_entry_switch", attribute.String("llmq.from", from), attribute.String("llmq.to", to))
 			p.log.Info("moving to another key of the pool", slog.String("model", model), slog.String("from", from),
 				slog.String("to", to), slog.String("why", act.Why))
 			e = event{Step: stepReady}
@@ -210,6 +219,7 @@ func (w *Worker) run(p *job) {
 			p.entry, p.left = -1, 0
 			to := p.models[p.state.Model]
 			w.metrics.fallbacks.WithLabelValues(p.models[from], to).Inc()
+			p.trace.Event("fallback", attribute.String("llmq.from", p.models[from]), attribute.String("llmq.to", to))
 			p.log.Info("falling back", slog.String("from", p.models[from]), slog.String("to", to), slog.String("why", act.Why))
 			e = event{Step: stepReady}
 		case doSucceed:
@@ -278,7 +288,9 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	}
 	l := w.laneAt(model, p.entry)
 	p.setPending(l)
+	ws := p.trace.Child(tracing.SpanQuotaWait)
 	a, err := w.admit(p, l, act)
+	endQuotaWait(ws, model, a, err)
 	permit := a.permit
 	switch {
 	case errors.Is(err, errLanePaused):
@@ -338,7 +350,9 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	p.setPending(nil)
 	w.metrics.inFlight.Inc()
 	begin := w.cfg.Clock.Now()
-	p.reply = l.up.Call(w.workCtx, model, body)
+	cs := p.trace.Child(tracing.SpanCall)
+	p.reply = l.up.Call(p.trace.Context(w.workCtx), model, body)
+	w.endCall(cs, p, model)
 	// A call cut by shutdown, not by the upstream (an answer that arrived
 	// is stored all the same).
 	cut := p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil
@@ -389,7 +403,7 @@ func (w *Worker) admit(p *job, l *lane, act action) (admission, error) {
 	l.sched.Push(t, p.job.Priority.Rank())
 	a := t.wait(ctx)
 	a.waited = w.cfg.Clock.Since(begin)
-	w.metrics.shapingWait.Observe(a.waited.Seconds())
+	tracing.Observe(p.trace.Context(p.ctx), w.metrics.shapingWait, a.waited.Seconds())
 	if a.err != nil && !act.Deadline.IsZero() && errors.Is(a.err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
 		return admission{}, &shaping.WaitError{Deadline: act.Deadline}
 	}
@@ -540,11 +554,11 @@ func (w *Worker) deadLetter(p *job, reason dlq.Reason, lastError string) {
 	w.finish(p, llmq.StatusDeadLettered)
 }
 
-// durable runs write until it succeeds, retrying database (and broker)
+// durableWrite runs write until it succeeds, retrying database (and broker)
 // errors with a growing pause on the worker's clock until ctx ends. It
 // returns nil, or the error that ended it: the job gone from this worker
 // (logged by gone), a permanent error, or the last error when ctx ended.
-func (w *Worker) durable(p *job, ctx context.Context, what string, write func(ctx context.Context) error) error {
+func (w *Worker) durableWrite(p *job, ctx context.Context, what string, write func(ctx context.Context) error) error {
 	for {
 		err := write(ctx)
 		if err == nil {
@@ -634,8 +648,9 @@ func (w *Worker) release(p *job) {
 
 // finish counts a terminal job.
 func (w *Worker) finish(p *job, status llmq.Status) {
+	p.trace.Finished(string(status))
 	w.metrics.jobs.WithLabelValues(string(status)).Inc()
-	w.metrics.jobDuration.Observe(w.cfg.Clock.Since(p.start).Seconds())
+	tracing.Observe(p.trace.Context(p.ctx), w.metrics.jobDuration, w.cfg.Clock.Since(p.start).Seconds())
 }
 
 // clean drops the NUL characters Postgres text cannot hold. (An upstream's

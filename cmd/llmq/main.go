@@ -11,9 +11,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/llmq/llmq/internal/tracing"
 )
 
 // subcommands holds the constructors registered by each subcommand's file.
@@ -112,7 +116,7 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	err := traced(ctx, args, func() error { return root.ExecuteContext(ctx) })
 	if err == nil {
 		return 0
 	}
@@ -122,6 +126,27 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return ee.code
 	}
 	return 1
+}
+
+// traced runs run with tracing on when the OTEL_* environment asks for it
+// (internal/tracing), as service llmq-<subcommand>, and flushes the spans
+// after it.
+func traced(ctx context.Context, args []string, run func() error) error {
+	service := "llmq"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		service += "-" + args[0]
+	}
+	shutdown, err := tracing.Setup(ctx, service)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	err = run()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if serr := shutdown(sctx); serr != nil {
+		return errors.Join(err, fmt.Errorf("tracing: %w", serr))
+	}
+	return err
 }
 
 func main() {

@@ -524,7 +524,9 @@ func (a *App) brokerName() string {
 // liveness probe of a worker, which has no other port).
 func (a *App) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	// OpenMetrics when the scraper asks for it: the only format that
+	// carries the histograms' exemplars (trace ids, docs/design/tracing.md).
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg, EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))

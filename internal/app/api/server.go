@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq/internal/background"
+	"github.com/llmq/llmq/internal/tracing"
 	"github.com/llmq/llmq/producer"
 )
 
@@ -150,13 +151,17 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route := pattern
 	if pattern == "" {
 		route = "unmatched"
+	}
+	r, span := tracing.StartServer(r, route)
+	if pattern == "" {
 		a.unmatched(h)(rw, r)
 	} else {
 		// mux.ServeHTTP (not h) so that r.PathValue is set.
 		a.mux.ServeHTTP(rw, r)
 	}
 	a.requests.WithLabelValues(route, strconv.Itoa(rw.status)).Inc()
-	a.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	tracing.EndServer(span, rw.status)
+	tracing.Observe(r.Context(), a.duration.WithLabelValues(route), time.Since(start).Seconds())
 }
 
 // unmatched turns the mux's plain-text 404 and 405 into JSON errors.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/redact"
+	"github.com/llmq/llmq/internal/tracing"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 )
@@ -51,6 +52,9 @@ type Job struct {
 	Body json.RawMessage `json:"body,omitempty"`
 	// Calls are the job's upstream calls, in GET /v1/jobs/{id} only.
 	Calls []Call `json:"calls,omitempty"`
+	// TraceID is the id of the job's trace when it was enqueued with
+	// tracing on (docs/design/tracing.md).
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // JobError is why a job failed or is retrying: a code (the upstream's, or
@@ -81,7 +85,7 @@ func JobView(r *store.JobRecord) Job {
 		FallbackModels: r.FallbackModels, Metadata: r.Metadata, Attempts: r.Attempts,
 		Phase: r.Phase, WaitingReason: r.WaitingReason,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, UpdatedAt: r.UpdatedAt,
-		Result: r.Result, CostUSD: r.CostUSD,
+		Result: r.Result, CostUSD: r.CostUSD, TraceID: tracing.TraceIDOf(r.TraceContext),
 	}
 	if j.FallbackModels == nil {
 		j.FallbackModels = []string{}

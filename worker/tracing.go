@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmq/llmq/internal/tracing"
+	"github.com/llmq/llmq/store"
+)
+
+// The worker's part of a job's trace (internal/tracing,
+// docs/design/tracing.md). Every helper returns at once when tracing is
+// off: p.trace is nil and its spans record nothing.
+
+// traceStart starts the run span of the claimed job p.
+func (w *Worker) traceStart(p *job, rec *store.JobRecord) {
+	if !tracing.Enabled() {
+		return
+	}
+	p.trace = tracing.StartJob(tracing.JobInfo{Stored: rec.TraceContext, ID: rec.ID, Tenant: rec.Tenant,
+		Model: rec.RequestedModel, Attempts: rec.Attempts, Created: rec.CreatedAt,
+		FirstClaim: rec.LeaseToken <= 1, ClaimedTime: time.Now()})
+}
+
+// traceIngested ends the ingest spans of items, recorded or handed back.
+func (w *Worker) traceIngested(items []ingestItem) {
+	for _, it := range items {
+		if it.span != nil {
+			it.span.End()
+		}
+	}
+}
+
+// endQuotaWait ends the span of a wait for admission in a lane.
+func endQuotaWait(s trace.Span, model string, a admission, err error) {
+	if !s.IsRecording() {
+		return
+	}
+	s.SetAttributes(attribute.String("gen_ai.request.model", model), attribute.Float64("llmq.waited_s", a.waited.Seconds()))
+	tracing.EndErr(s, err)
+}
+
+// endCall ends the span of p's upstream call to model with its reply.
+func (w *Worker) endCall(s trace.Span, p *job, model string) {
+	if !s.IsRecording() {
+		return
+	}
+	o := p.reply.Outcome
+	tracing.EndCall(s, tracing.Call{Model: model, Entry: w.entryName(p, model), Status: o.Status, Class: o.Class.String(),
+		Code: o.Code, PromptTokens: p.reply.PromptTokens, CompletionTokens: p.reply.CompletionTokens,
+		RetryAfter: o.Headers.RetryAfter, HasRetryAfter: o.Headers.HasRetryAfter})
+}
+
+// durable is durableWrite in a span of its own (what names the write): the
+// result's is llmq.result.write, the other states' llmq.job.write.
+func (w *Worker) durable(p *job, ctx context.Context, what string, write func(ctx context.Context) error) error {
+	if p.trace == nil {
+		return w.durableWrite(p, ctx, what, write)
+	}
+	name := tracing.SpanJobWrite
+	if what == "store result" {
+		name = tracing.SpanResultSave
+	}
+	s := p.trace.Child(name, attribute.String("llmq.write", what))
+	err := w.durableWrite(p, ctx, what, write)
+	tracing.EndErr(s, err)
+	return err
+}

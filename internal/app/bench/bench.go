@@ -88,8 +88,8 @@ type Report struct {
 	Sizes []SizesRow
 	// Room is the room scenario's runs (empty when not run).
 	Room []RoomRow
-	// Enqueue is the enqueue scenario's (nil when not run).
-	Enqueue *EnqueueResult
+	// Enqueue is the enqueue scenario's runs, one per broker.
+	Enqueue []EnqueueResult
 	// Gateway is the gateway scenario's (nil when not run).
 	Gateway *GatewayResult
 	// Throughput is the throughput scenario's (nil when not run).

@@ -38,6 +38,9 @@ const (
 	ScaleDefault = 1.0
 )
 
+// RabbitMQURLDefault is the RabbitMQ server of the enqueue scenario.
+const RabbitMQURLDefault = "amqp://guest:guest@127.0.0.1:5672/"
+
 // Config configures a bench run.
 type Config struct {
 	// Out is the folder of report.md and the PNGs, created when missing.

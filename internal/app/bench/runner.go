@@ -83,6 +83,9 @@ type spec struct {
 	viaBroker bool
 	// sizeOrder is the setting ingest.size_order (0: the default).
 	sizeOrder float64
+	// broker is the first worker's broker, in a form of LLMQ_BROKER
+	// ("" = an in-memory one of its own).
+	broker string
 }
 
 // scaled returns s with every duration multiplied by f.
@@ -151,8 +154,9 @@ type result struct {
 	// span is from the first call's start to the last result.
 	span time.Duration
 	// toCall is each job's time from its record (created_at) to its first
-	// call's start (job_attempts).
-	toCall []time.Duration
+	// call's start (job_attempts); toCallWarm that of the jobs recorded
+	// after the first call's answer (the lane's cold start).
+	toCall, toCallWarm []time.Duration
 }
 
 // runOne runs spec s in a database of its own and returns what it measured.
@@ -180,6 +184,11 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	// Replicas are workers of their own (lanes, ledger rows) in this
 	// process, each on an in-memory broker of its own: the jobs reach
 	// them through Postgres.
+	if s.broker != "" {
+		if broker, err = config.ParseBroker(s.broker); err != nil {
+			return nil, err
+		}
+	}
 	apps := make([]*app.App, max(1, s.replicas))
 	for i := range apps {
 		if i > 0 {
@@ -202,6 +211,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		apps[i] = a
 	}
 	st, pub, reg := apps[0].Store(), apps[0].Publisher(), apps[0].Registry()
+	_, target := apps[0].Broker()
 	// A job recorded here before its message is sent carries its estimate
 	// and size delay, as one recorded by the worker or the producer does.
 	est, err := shaping.NewEstimator(shaping.EstimatorConfig{})
@@ -244,7 +254,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		}
 		kinds[id] = s.mix.Kind(n)
 		ids = append(ids, id)
-		return pub.Publish(ctx, queueName, msg)
+		return pub.Publish(ctx, target.Dest, msg)
 	}
 
 	tick := time.NewTicker(publishTick)
@@ -300,7 +310,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		return nil, fmt.Errorf("bench: read span: %w", err)
 	}
 	res.span = time.Duration(span * float64(time.Second))
-	if res.toCall, err = readToCall(ctx, st); err != nil {
+	if res.toCall, res.toCallWarm, err = readToCall(ctx, st); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -431,24 +441,32 @@ func total(m map[string]int64) int64 {
 }
 
 // readToCall reads each called job's time from its record to its first
-// call's start.
-func readToCall(ctx context.Context, st *store.Store) ([]time.Duration, error) {
-	rows, err := st.Pool().Query(ctx, `SELECT extract(epoch FROM min(a.started_at) - j.created_at)::float8
+// call's start, of every job and of those recorded after the first call's
+// answer.
+func readToCall(ctx context.Context, st *store.Store) (all, warm []time.Duration, err error) {
+	rows, err := st.Pool().Query(ctx, `SELECT extract(epoch FROM min(a.started_at) - j.created_at)::float8,
+		j.created_at > (SELECT min(finished_at) FROM job_attempts)
 		FROM jobs j JOIN job_attempts a ON a.tenant = j.tenant AND a.job_id = j.id GROUP BY j.tenant, j.id, j.created_at`)
 	if err != nil {
-		return nil, fmt.Errorf("bench: read calls: %w", err)
+		return nil, nil, fmt.Errorf("bench: read calls: %w", err)
 	}
 	defer rows.Close()
-	var out []time.Duration
 	for rows.Next() {
-		var secs float64
-		if err := rows.Scan(&secs); err != nil {
-			return nil, fmt.Errorf("bench: read calls: %w", err)
+		var (
+			secs  float64
+			after bool
+		)
+		if err := rows.Scan(&secs, &after); err != nil {
+			return nil, nil, fmt.Errorf("bench: read calls: %w", err)
 		}
-		out = append(out, time.Duration(secs*float64(time.Second)))
+		d := time.Duration(secs * float64(time.Second))
+		all = append(all, d)
+		if after {
+			warm = append(warm, d)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("bench: read calls: %w", err)
+		return nil, nil, fmt.Errorf("bench: read calls: %w", err)
 	}
-	return out, nil
+	return all, warm, nil
 }

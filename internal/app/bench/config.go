@@ -18,13 +18,14 @@ const (
 	ScenarioSizes      = "sizes"
 	ScenarioRoom       = "room"
 	ScenarioEnqueue    = "enqueue"
+	ScenarioLearn      = "learn"
 	ScenarioGateway    = "gateway"
 	ScenarioThroughput = "throughput"
 	ScenarioMillion    = "million"
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioEnqueue, ScenarioThroughput, ScenarioMillion}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioEnqueue, ScenarioLearn, ScenarioThroughput, ScenarioMillion}
 
 // Defaults of Config.
 const (

@@ -114,11 +114,11 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 			continue
 		}
 		t.refill(now, l.trialRate(i))
-		// The tokens' trial starts at a second: it doubles up to what a
-		// short bucket holds, then past it as the requests' does.
+		// The tokens' trial starts at a second: admitted past it, it
+		// holds what a short bucket does, then doubles as the requests'.
 		c := 2 * t.capacity
 		if short := l.probeBurst(q.v.limit); t.capacity < short {
-			c = min(c, short)
+			c = short
 		}
 		t.level += c - t.capacity
 		t.capacity = c

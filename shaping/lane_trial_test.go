@@ -167,9 +167,9 @@ func runRoomMix(t *testing.T, short time.Duration, seed uint64) (span time.Durat
 }
 
 // TestLaneTrialRoomTokens: when the tokens' trial (a second of refill) is
-// what holds a burst back, the canary goes past it: its admission doubles
-// that trial up to ShortBucket of refill, then past it, and once it holds
-// more than twice ShortBucket the provider enforces per minute: 3.9 s.
+// what holds a burst back, the canary goes past it: its admission makes
+// that trial ShortBucket of refill, the next ones double it, and once it
+// holds more than twice ShortBucket the provider enforces per minute: 2.5 s.
 // Before, the canary had to fit the tokens' trial, which the paced sends
 // kept empty: the 180 jobs went at the RPM interval, 11.7 s. On a short
 // bucket the canary past its tokens is refused, once.

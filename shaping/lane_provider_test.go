@@ -72,13 +72,19 @@ func TestLaneColdStartProbe(t *testing.T) {
 	require.Equal(t, sec(1), lane.ReadyAt(&r2), "r2 is ready at once")
 	require.Equal(t, ProviderUnknown, lane.SnapshotAt(sec(1)).Provider, "8000 admitted: a short bucket could hold it")
 
-	// Unknown kind: a send the trials (lane_trial.go) do not hold is
-	// paced, one RPM period apart: r3's 1,124 tokens are more than their
-	// second of refill.
+	// Unknown kind: the first send the trials (lane_trial.go) do not hold
+	// is the canary and goes now (r3's 1,124 tokens are more than the
+	// tokens' second of refill); the next is paced after the canary's
+	// pacing slot.
 	require.Equal(t, sec(1), lane.PaceReservationAt(sec(1), &r2))
 	r3, err := lane.ReserveAt(sec(1), Request{PromptTokens: 100})
 	require.NoError(t, err)
-	require.Equal(t, sec(1.1), lane.PaceReservationAt(sec(1), &r3))
+	require.Equal(t, sec(1), lane.PaceReservationAt(sec(1), &r3))
+	require.True(t, r3.canary)
+	r3b, err := lane.ReserveAt(sec(1), Request{PromptTokens: 1})
+	require.NoError(t, err)
+	require.Equal(t, sec(1.2), lane.PaceReservationAt(sec(1), &r3b))
+	lane.CancelAt(sec(1), &r3b)
 
 	// An answer showing 12,000 admitted (more than 2 x 5 s of refill): a
 	// minute bucket. Bursts go at once, until a bucket is near empty.

@@ -10,14 +10,17 @@ import (
 // unpaced what a short bucket would surely hold (ShortBucket of requests
 // and a second of tokens: the trials), then one canary past them while the
 // rest is paced. A short-bucket provider refuses the canary (one 429: the
-// lane learns it is short); one that admits it doubles the trials, and past
-// twice ShortBucket of refill the lane spends what its headers say remains.
+// lane learns it is short); one that admits it doubles the trials it went
+// past, and past twice ShortBucket of refill the lane spends what its
+// headers say remains.
 
 // trial is a short bucket the lane tries a provider of unknown kind with,
 // in the lane's units.
 type trial struct {
 	capacity, level float64
 	at              time.Time
+	// over: the canary out went past this trial.
+	over bool
 }
 
 // refill brings the trial to now at rate per second.
@@ -59,10 +62,11 @@ func (l *Lane) trialRate(i int) float64 { return l.views()[i].v.limit / 60 }
 // lane that knows its provider enforces per minute paces only a send that
 // leaves a bucket with less than a second of refill; one that tries the
 // provider charges every send to its trials and sends unpaced what they
-// hold, and one canary at a time that only the requests' trial cannot
-// hold, and that goes now (one that waits for a bucket, a tenant's quota
-// say, would keep the next canary back as long); otherwise every send is
-// paced.
+// hold, and one canary at a time that they cannot hold (the requests', the
+// tokens' or both: paced sends keep the tokens' trial empty when the jobs
+// are large) and that goes now (one that waits for a bucket, a tenant's
+// quota say, would keep the next canary back as long); otherwise every
+// send is paced.
 func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, canary bool) {
 	low := (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate)
 	if !l.trying {
@@ -83,8 +87,11 @@ func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, cana
 	switch {
 	case fits[0] && fits[1]:
 		return low, false
-	case fits[1] && !waits && !l.canaryOut:
+	case !waits && !l.canaryOut:
 		l.canaryOut = true
+		for i := range l.trials {
+			l.trials[i].over = !fits[i]
+		}
 		return low, true
 	}
 	return true, false
@@ -92,24 +99,32 @@ func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, cana
 
 // canaryDoneLocked ends the canary's flight: admitted (an answer with
 // headers, not refused) while the lane still tries the provider, the
-// trials double, and once the requests' holds more than twice ShortBucket
-// of refill the provider is known to enforce per minute. A refused canary
-// is refusedLocked's to learn from.
+// trials it went past double, and once one holds more than twice
+// ShortBucket of refill the provider is known to enforce per minute. A
+// refused canary is refusedLocked's to learn from.
 func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	l.canaryOut = false
 	if !admitted || !l.trying {
 		return
 	}
+	minute := l.rpm == nil
 	for i, q := range l.views() {
-		if q.b == nil {
+		t := &l.trials[i]
+		if q.b == nil || !t.over {
 			continue
 		}
-		t := &l.trials[i]
 		t.refill(now, l.trialRate(i))
-		t.level += t.capacity
-		t.capacity *= 2
+		// The tokens' trial starts at a second: admitted past it, it
+		// holds what a short bucket does, then doubles as the requests'.
+		c := 2 * t.capacity
+		if short := l.probeBurst(q.v.limit); t.capacity < short {
+			c = short
+		}
+		t.level += c - t.capacity
+		t.capacity = c
+		minute = minute || t.capacity > l.shortMax(q.v.limit)
 	}
-	if l.rpm == nil || l.trials[0].capacity > l.shortMax(l.rpmQ.limit) {
+	if minute {
 		l.setKindLocked(ProviderMinute)
 	}
 }

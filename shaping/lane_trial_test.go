@@ -140,3 +140,51 @@ func TestLaneTrialRoom(t *testing.T) {
 		require.Less(t, span, 15*time.Second)
 	}
 }
+
+// runRoomMix is runRoom with llmq demo's mix at its quota (600 RPM, 150k
+// TPM): one job in four a document of about 1,500 tokens charged, the
+// others about 120, 180 of them (about 80k tokens): the quota holds them
+// all, but a second of tokens holds two documents.
+func runRoomMix(t *testing.T, short time.Duration, seed uint64) (span time.Duration, limited int, kind ProviderKind) {
+	t.Helper()
+	const rpm, tpm = 600.0, 150e3
+	n := 0
+	job := func(*rand.Rand) *simJob {
+		n++
+		if n%4 == 0 {
+			return &simJob{prompt: 1000, maxOut: 500, out: 500}
+		}
+		return roomJob(nil)
+	}
+	res, err := runSim(simConfig{
+		lane:    LaneConfig{Name: "room-mix", RPM: rpm, TPM: tpm, Concurrency: 512},
+		up:      upstreamConfig{RPM: rpm, TPM: tpm, Headers: true, TTFT: 100 * time.Millisecond, PerToken: time.Millisecond, Short: short, RetryAfterSeconds: true},
+		workers: 512, serial: true, backlog: 180, job: job, duration: time.Hour, seed: seed, transit: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 180, res.completed)
+	return res.end.Sub(res.start), res.up.limited, res.lane.Snapshot().Provider
+}
+
+// TestLaneTrialRoomTokens: when the tokens' trial (a second of refill) is
+// what holds a burst back, the canary goes past it: its admission makes
+// that trial ShortBucket of refill, the next ones double it, and once it
+// holds more than twice ShortBucket the provider enforces per minute: 2.5 s.
+// Before, the canary had to fit the tokens' trial, which the paced sends
+// kept empty: the 180 jobs went at the RPM interval, 11.7 s. On a short
+// bucket the canary past its tokens is refused, once.
+func TestLaneTrialRoomTokens(t *testing.T) {
+	t.Parallel()
+	for _, seed := range []uint64{1, 2} {
+		span, limited, kind := runRoomMix(t, 0, seed)
+		t.Logf("minute seed %d: span %v, %d answered 429, provider %s", seed, span, limited, kind)
+		require.Equal(t, 0, limited)
+		require.Equal(t, ProviderMinute, kind)
+		_ = span
+
+		span, limited, kind = runRoomMix(t, 5*time.Second, seed)
+		t.Logf("short seed %d: span %v, %d answered 429, provider %s", seed, span, limited, kind)
+		require.LessOrEqual(t, limited, 1)
+		require.Equal(t, ProviderShort, kind)
+	}
+}

@@ -424,20 +424,28 @@ func (s *Store) CallSpan(ctx context.Context) (time.Duration, error) {
 }
 
 // TimesToFirstCall reads, for each job called at least once, the time from
-// its record to its first call's start (a benchmark's run).
-func (s *Store) TimesToFirstCall(ctx context.Context) ([]time.Duration, error) {
-	rows, err := s.pool.Query(ctx, `SELECT extract(epoch FROM min(a.started_at) - j.created_at)::float8
+// its record to its first call's start (a benchmark's run): of every job,
+// and of the warm ones, recorded after the first call's answer.
+func (s *Store) TimesToFirstCall(ctx context.Context) (all, warm []time.Duration, err error) {
+	rows, err := s.pool.Query(ctx, `SELECT extract(epoch FROM min(a.started_at) - j.created_at)::float8,
+		coalesce(j.created_at > (SELECT min(finished_at) FROM job_attempts), false)
 		FROM jobs j JOIN job_attempts a ON a.tenant = j.tenant AND a.job_id = j.id GROUP BY j.tenant, j.id, j.created_at`)
 	if err != nil {
-		return nil, fmt.Errorf("store: times to first call: %w", err)
+		return nil, nil, fmt.Errorf("store: times to first call: %w", err)
 	}
-	var out []time.Duration
-	var secs float64
-	if _, err := pgx.ForEachRow(rows, []any{&secs}, func() error {
-		out = append(out, time.Duration(secs*float64(time.Second)))
+	var (
+		secs  float64
+		after bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&secs, &after}, func() error {
+		d := time.Duration(secs * float64(time.Second))
+		all = append(all, d)
+		if after {
+			warm = append(warm, d)
+		}
 		return nil
 	}); err != nil {
-		return nil, fmt.Errorf("store: times to first call: %w", err)
+		return nil, nil, fmt.Errorf("store: times to first call: %w", err)
 	}
-	return out, nil
+	return all, warm, nil
 }

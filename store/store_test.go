@@ -734,7 +734,8 @@ func TestRunReadings(t *testing.T) {
 	span, err := b.store.CallSpan(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Second, span)
-	toCall, err := b.store.TimesToFirstCall(b.ctx)
+	toCall, warm, err := b.store.TimesToFirstCall(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []time.Duration{2 * time.Second}, toCall)
+	require.Empty(t, warm, "recorded before the first call's answer")
 }

@@ -88,8 +88,10 @@ type Report struct {
 	Sizes []SizesRow
 	// Room is the room scenario's runs (empty when not run).
 	Room []RoomRow
-	// Enqueue is the enqueue scenario's (nil when not run).
-	Enqueue *EnqueueResult
+	// Enqueue is the enqueue scenario's runs, one per broker.
+	Enqueue []EnqueueResult
+	// Learn is the learn scenario's runs (empty when not run).
+	Learn []LearnRow
 	// Gateway is the gateway scenario's (nil when not run).
 	Gateway *GatewayResult
 	// Throughput is the throughput scenario's (nil when not run).
@@ -131,6 +133,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		{ScenarioSizes, b.sizes},
 		{ScenarioRoom, b.room},
 		{ScenarioEnqueue, b.enqueue},
+		{ScenarioLearn, b.learn},
 		{ScenarioThroughput, b.throughput},
 		{ScenarioMillion, b.million},
 		{ScenarioFleet, b.fleet},

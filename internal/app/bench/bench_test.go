@@ -264,3 +264,31 @@ func TestRunFleetScaledDown(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(md), "## Fleet: Postgres's load by workers")
 }
+
+// TestRunEnqueueScaledDown runs the enqueue scenario at a twentieth of its
+// duration: one row per broker (in memory, RabbitMQ, kfake), each of the
+// jobs its second of arrivals recorded, and the report's table.
+func TestRunEnqueueScaledDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the worker on three brokers for about 5 s")
+	}
+	out := t.TempDir()
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Out: out, Scale: 0.05, Only: []string{ScenarioEnqueue}, Progress: &progress})
+	require.NoError(t, err, progress.String())
+	require.Len(t, rep.Enqueue, 3)
+	want := enqueueSpec("", "").scaled(0.05)
+	for i, broker := range []string{"memory", "rabbitmq", "kfake"} {
+		r := rep.Enqueue[i]
+		require.Equal(t, broker, r.Broker)
+		require.Equal(t, want.arrivals(want.duration), r.Jobs, "every job recorded")
+		require.Positive(t, r.Called, "%s: some jobs called", broker)
+		require.Positive(t, r.P99)
+	}
+	md, err := os.ReadFile(filepath.Join(out, ReportFile))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "## 9. Enqueue to call when the quota has room")
+	require.Contains(t, string(md), "| kfake | 50 |")
+}

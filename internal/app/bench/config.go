@@ -18,6 +18,7 @@ const (
 	ScenarioSizes      = "sizes"
 	ScenarioRoom       = "room"
 	ScenarioEnqueue    = "enqueue"
+	ScenarioLearn      = "learn"
 	ScenarioGateway    = "gateway"
 	ScenarioThroughput = "throughput"
 	ScenarioMillion    = "million"
@@ -25,7 +26,7 @@ const (
 )
 
 // Scenarios lists every scenario in the order Run runs them.
-var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioEnqueue, ScenarioThroughput, ScenarioMillion, ScenarioFleet}
+var Scenarios = []string{ScenarioStrategies, ScenarioBurst, ScenarioFallback, ScenarioAdaptive, ScenarioBacklog, ScenarioGateway, ScenarioSizes, ScenarioRoom, ScenarioEnqueue, ScenarioLearn, ScenarioThroughput, ScenarioMillion, ScenarioFleet}
 
 // Defaults of Config.
 const (
@@ -38,6 +39,9 @@ const (
 	// all).
 	ScaleDefault = 1.0
 )
+
+// RabbitMQURLDefault is the RabbitMQ server of the enqueue scenario.
+const RabbitMQURLDefault = "amqp://guest:guest@127.0.0.1:5672/"
 
 // Config configures a bench run.
 type Config struct {

@@ -33,7 +33,10 @@
 //     quota holds them all, per-minute and short-bucket enforcement: the
 //     time from the first call to the last result, and the 429s;
 //   - enqueue: a steady 50 jobs/s recorded as the API records them, on a
-//     provider with room: the time from a job's record to its call;
+//     provider with room, over the in-memory broker, RabbitMQ and kfake:
+//     the time from a job's record to its call;
+//   - learn: the backlog with no quota configured, on a short-bucket
+//     provider with headers and a minute one without: the 429s;
 //   - throughput: llmq's own overhead, single-job POST /v1/jobs by 64
 //     callers to an API and worker before an instant simulator.
 //

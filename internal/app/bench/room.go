@@ -3,10 +3,15 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/workload"
 )
@@ -60,39 +65,82 @@ start (job_attempts) to the last result.
 	return nil
 }
 
-// EnqueueResult is the enqueue scenario's run.
+// EnqueueResult is one run of the enqueue scenario.
 type EnqueueResult struct {
+	// Broker names the broker the jobs' messages went through.
+	Broker string
 	// Jobs and Called count the jobs recorded and those whose call began.
 	Jobs, Called int
 	// P50 and P99 are the times from a job's record (created_at) to its
 	// first call's start (job_attempts.started_at).
 	P50, P99 time.Duration
+	// WarmP50 and WarmP99 are those of the jobs recorded after the first
+	// call's answer: past the lane's cold start.
+	WarmP50, WarmP99 time.Duration
 	// RateLimited is the simulator's 429s.
 	RateLimited int64
 }
 
-// enqueue runs the enqueue scenario: how soon a job recorded as the API
-// records it is called, on a provider with room.
+// enqueue runs the enqueue scenario on each broker: how soon a job
+// recorded as the API records it is called, on a provider with room.
 func (b *Bench) enqueue(ctx context.Context, md *strings.Builder, rep *Report) error {
-	res, err := b.run(ctx, enqueueSpec())
-	if err != nil {
-		return err
+	queue := "llmq.bench.enqueue-" + uuid.NewString()[:8]
+	defer b.deleteQueues(queue, queue+".rejected", queue+".dlq", queue+".dlq.rejected")
+	brokers := [][2]string{
+		{"memory", ""},
+		{"rabbitmq", RabbitMQURLDefault + "?queue=" + queue},
+		{"kfake", string(config.BrokerEmbedded)},
 	}
-	r := &EnqueueResult{Jobs: len(res.jobs), Called: len(res.toCall), RateLimited: res.rateLimited(),
-		P50: workload.Percentile(res.toCall, 0.5), P99: workload.Percentile(res.toCall, 0.99)}
-	rep.Enqueue = r
+	for _, br := range brokers {
+		res, err := b.run(ctx, enqueueSpec(br[0], br[1]))
+		if err != nil {
+			return err
+		}
+		rep.Enqueue = append(rep.Enqueue, EnqueueResult{Broker: br[0], Jobs: len(res.jobs), Called: len(res.toCall),
+			RateLimited: res.rateLimited(), P50: workload.Percentile(res.toCall, 0.5), P99: workload.Percentile(res.toCall, 0.99),
+			WarmP50: workload.Percentile(res.toCallWarm, 0.5), WarmP99: workload.Percentile(res.toCallWarm, 0.99)})
+	}
 	fmt.Fprintf(md, `## 9. Enqueue to call when the quota has room
 
-A steady %d jobs/s for %s, each recorded in Postgres before its message goes to the in-memory
-broker (as the API's outbox records it: the worker's ingest of the message is a duplicate), on a
-provider of %s RPM / %s TPM whose latency does not grow with load. From a job's record
-(`+"`created_at`"+`) to its first call's start (`+"`job_attempts.started_at`"+`):
+A steady %d jobs/s for %s, each recorded in Postgres before its message goes to the broker (as the
+API's outbox records it: the worker's ingest of the message is a duplicate), on a provider of %s
+RPM / %s TPM whose latency does not grow with load; the in-memory broker, RabbitMQ (a queue of the
+run's own on the local server) and the embedded Kafka (kfake). From a job's record
+(`+"`created_at`"+`) to its first call's start (`+"`job_attempts.started_at`"+`), of every job and
+(*warm*) of the jobs recorded after the first call's answer, past the lane's cold start (its first
+call goes alone, the probe, and the rest wait for its headers):
 
-| jobs | called | p50 | p99 | 429s |
-|---|---:|---:|---:|---:|
-| %d | %d | %s | %s | %d |
-
-`, enqueueRate, enqueueRun, kilo(enqueueRPM), kilo(enqueueTPM), r.Jobs, r.Called,
-		r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.RateLimited)
+| broker | jobs | called | p50 | p99 | warm p50 | warm p99 | 429s |
+|---|---:|---:|---:|---:|---:|---:|---:|
+`, enqueueRate, enqueueRun, kilo(enqueueRPM), kilo(enqueueTPM))
+	for _, r := range rep.Enqueue {
+		ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+		fmt.Fprintf(md, "| %s | %d | %d | %s | %s | %s | %s | %d |\n", r.Broker, r.Jobs, r.Called,
+			ms(r.P50), ms(r.P99), ms(r.WarmP50), ms(r.WarmP99), r.RateLimited)
+	}
+	md.WriteString("\n")
 	return nil
+}
+
+// deleteQueues deletes a run's queues from the RabbitMQ server, logging
+// (not failing) when it cannot.
+func (b *Bench) deleteQueues(queues ...string) {
+	conn, err := amqp.Dial(RabbitMQURLDefault)
+	if err != nil {
+		b.log.Warn("bench: delete queues", slog.Any("error", err))
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.log.Warn("bench: delete queues", slog.Any("error", err))
+		return
+	}
+	defer ch.Close()
+	for _, q := range queues {
+		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+			b.log.Warn("bench: delete queue", slog.String("queue", q), slog.Any("error", err))
+			return // the channel is closed on an error
+		}
+	}
 }

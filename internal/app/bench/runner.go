@@ -83,6 +83,9 @@ type spec struct {
 	viaBroker bool
 	// sizeOrder is the setting ingest.size_order (0: the default).
 	sizeOrder float64
+	// broker is the first worker's broker, in a form of LLMQ_BROKER
+	// ("" = an in-memory one of its own).
+	broker string
 }
 
 // scaled returns s with every duration multiplied by f.
@@ -151,8 +154,9 @@ type result struct {
 	// span is from the first call's start to the last result.
 	span time.Duration
 	// toCall is each job's time from its record (created_at) to its first
-	// call's start (job_attempts).
-	toCall []time.Duration
+	// call's start (job_attempts); toCallWarm that of the jobs recorded
+	// after the first call's answer (the lane's cold start).
+	toCall, toCallWarm []time.Duration
 }
 
 // runOne runs spec s in a database of its own and returns what it measured.
@@ -180,6 +184,11 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	// Replicas are workers of their own (lanes, ledger rows) in this
 	// process, each on an in-memory broker of its own: the jobs reach
 	// them through Postgres.
+	if s.broker != "" {
+		if broker, err = config.ParseBroker(s.broker); err != nil {
+			return nil, err
+		}
+	}
 	apps := make([]*app.App, max(1, s.replicas))
 	for i := range apps {
 		if i > 0 {
@@ -202,6 +211,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		apps[i] = a
 	}
 	st, pub, reg := apps[0].Store(), apps[0].Publisher(), apps[0].Registry()
+	_, target := apps[0].Broker()
 	// A job recorded here before its message is sent carries its estimate
 	// and size delay, as one recorded by the worker or the producer does.
 	est, err := shaping.NewEstimator(shaping.EstimatorConfig{})
@@ -244,7 +254,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 		}
 		kinds[id] = s.mix.Kind(n)
 		ids = append(ids, id)
-		return pub.Publish(ctx, queueName, msg)
+		return pub.Publish(ctx, target.Dest, msg)
 	}
 
 	tick := time.NewTicker(publishTick)
@@ -297,7 +307,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	if res.span, err = st.CallSpan(ctx); err != nil {
 		return nil, fmt.Errorf("bench: read span: %w", err)
 	}
-	if res.toCall, err = readToCall(ctx, st); err != nil {
+	if res.toCall, res.toCallWarm, err = readToCall(ctx, st); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -333,7 +343,7 @@ type runStore interface {
 	CountEnded(ctx context.Context) (int, error)
 	JobOutcomes(ctx context.Context) ([]store.JobOutcome, error)
 	CallSpan(ctx context.Context) (time.Duration, error)
-	TimesToFirstCall(ctx context.Context) ([]time.Duration, error)
+	TimesToFirstCall(ctx context.Context) (all, warm []time.Duration, err error)
 }
 
 // takeSample reads the terminal jobs, the simulator's 429s and the
@@ -420,11 +430,11 @@ func total(m map[string]int64) int64 {
 }
 
 // readToCall reads each called job's time from its record to its first
-// call's start.
-func readToCall(ctx context.Context, st runStore) ([]time.Duration, error) {
-	out, err := st.TimesToFirstCall(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("bench: read calls: %w", err)
+// call's start, of every job and of those recorded after the first call's
+// answer.
+func readToCall(ctx context.Context, st runStore) (all, warm []time.Duration, err error) {
+	if all, warm, err = st.TimesToFirstCall(ctx); err != nil {
+		return nil, nil, fmt.Errorf("bench: read calls: %w", err)
 	}
-	return out, nil
+	return all, warm, nil
 }

@@ -251,12 +251,13 @@ const (
 	enqueueTPM  = 10_000_000
 )
 
-// enqueueSpec is the enqueue scenario over the in-memory broker.
-func enqueueSpec() spec {
+// enqueueSpec is the enqueue scenario over broker, named kind ("" = the
+// in-memory broker).
+func enqueueSpec(kind, broker string) spec {
 	sim := simConfig(map[string]upstreamsim.Limits{Primary: {RPM: enqueueRPM, TPM: enqueueTPM}})
 	sim.Latency.Capacity = 0
 	return spec{
-		name: "enqueue", strategy: shaping.StrategyShape,
+		name: "enqueue-" + kind, strategy: shaping.StrategyShape, broker: broker,
 		sim: sim, models: map[string]llmq.Model{Primary: {RPM: enqueueRPM, TPM: enqueueTPM}},
 		model: Primary, mix: workload.Mix{}, sizes: sizes,
 		load:     []phase{{until: enqueueRun, rate: enqueueRate}},

@@ -37,6 +37,10 @@ const (
 	maxAttempts     = 8
 	publishChunk    = 100
 	shutdownTimeout = 10 * time.Second
+	// concurrency is each model's calls in flight: the simulator's latency
+	// does not grow with them, and shape's default (16) held the demo's
+	// 180 live jobs to 16 a round trip.
+	concurrency = maxInFlight
 )
 
 // simConfig is the simulated provider: the demo model and its fallback
@@ -128,9 +132,9 @@ func settings(cfg Config, simRoot string) (*config.Config, error) {
 		OpenAIBaseURL: simRoot + "/v1", OpenAIAPIKey: simAPIKey,
 		Strategy: string(shaping.StrategyShape),
 		Models: map[string]llmq.Model{
-			ModelDefault: {RPM: float64(cfg.RPM), TPM: float64(cfg.TPM), Fallbacks: []string{FallbackModelDefault},
+			ModelDefault: {RPM: float64(cfg.RPM), TPM: float64(cfg.TPM), Concurrency: concurrency, Fallbacks: []string{FallbackModelDefault},
 				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
-			FallbackModelDefault: {RPM: FallbackRPM, TPM: FallbackTPM,
+			FallbackModelDefault: {RPM: FallbackRPM, TPM: FallbackTPM, Concurrency: concurrency,
 				InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault},
 		},
 		Retry:        config.Retry{MaxAttempts: maxAttempts, BaseDelay: 250 * time.Millisecond, MaxDelay: 5 * time.Second},

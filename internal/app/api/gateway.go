@@ -317,10 +317,9 @@ func (a *API) gatewayPublishError(w http.ResponseWriter, r *http.Request, err er
 		qi := ownQueue(w, bp.Queue)
 		e := refusal(bp, qi, false)
 		if bp.Reason == producer.ReasonDeadline {
-			_, drain, _, _ := bp.Queue.Own()
 			e = Error{Code: CodeDeadlineUnmeetable,
-				Message: fmt.Sprintf("the predicted wait (%.0f s for %d queued jobs) passes the call's deadline: nothing was enqueued, retry later",
-					drain.Seconds(), qi.QueueDepth)}
+				Message: fmt.Sprintf("the predicted %s passes the call's deadline: nothing was enqueued, retry later", predictionText(bp, qi))}
+			a.logDeadline(r, bp, qi)
 		}
 		writeOpenAIError(w, http.StatusTooManyRequests, e)
 	case errors.Is(err, producer.ErrBrokerUnavailable), errors.Is(err, producer.ErrDatabaseUnavailable):

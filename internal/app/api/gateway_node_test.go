@@ -36,7 +36,8 @@ func TestGatewayOpenAINode(t *testing.T) {
 		t.Skip("npm is not installed")
 	}
 	b := gatewaySetup(t, api.GatewayConfig{})
-	b.slowQueue(t)
+	b.slowQueue(t, 3)
+	b.slowLane(t)
 	b.startWorker()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -79,7 +80,7 @@ func TestGatewayOpenAINode(t *testing.T) {
 	require.Equal(t, api.CodeDeadlineUnmeetable, got.Deadline.Code)
 	require.Equal(t, "rate_limit_error", got.Deadline.Type)
 	require.NotNil(t, got.Deadline.RetryAfter)
-	require.Equal(t, "390", *got.Deadline.RetryAfter)
+	require.Equal(t, "140", *got.Deadline.RetryAfter)
 
 	job := b.get(t, keyAcme, "/v1/jobs/"+got.Completion.JobID).json(t)
 	require.Equal(t, "succeeded", job["status"])

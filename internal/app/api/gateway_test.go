@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -71,7 +72,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*prod
 	// worker keep the system clock.
 	clk := clockwork.NewFakeClockAt(time.Now())
 	pcfg := producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
-		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry()}
+		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry(), Predict: st.PredictJob}
 	for _, o := range producerOpts {
 		o(&pcfg)
 	}
@@ -249,14 +250,15 @@ func TestGatewayProviderStatus(t *testing.T) {
 	require.Equal(t, float64(http.StatusUnauthorized), job["error"].(map[string]any)["status"])
 }
 
-// TestGatewayDeadlineUnmeetable: when the queue's drain passes the call's
-// deadline the caller gets 429 deadline_unmeetable with Retry-After at
+// TestGatewayDeadlineUnmeetable: when the predicted completion on the
+// call's model lane passes the call's deadline the caller gets 429 deadline_unmeetable with Retry-After at
 // once, and nothing is enqueued.
 func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	t.Parallel()
 	b := gatewaySetup(t, api.GatewayConfig{})
 	ctx := context.Background()
-	b.slowQueue(t)
+	b.slowQueue(t, 3)
+	b.slowLane(t)
 	before, err := b.store.CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 
@@ -269,7 +271,8 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
 	require.Equal(t, api.CodeDeadlineUnmeetable, apiErr.Code)
 	require.Equal(t, "rate_limit_error", apiErr.Type)
-	require.Equal(t, "390", b.lastHeader().Get("Retry-After"))
+	require.Equal(t, "140", b.lastHeader().Get("Retry-After"))
+	require.Contains(t, apiErr.Message, "the predicted completion (200 s: 0 jobs ahead on the model and 3 in flight")
 	after, err := b.store.CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing enqueued")
@@ -304,15 +307,16 @@ func TestGatewayTenantQueueFull(t *testing.T) {
 	require.NotEmpty(t, b.lastHeader().Get("Retry-After"))
 }
 
-// slowQueue makes the queue's drain 7.5 min: two jobs finished in the
-// rate window (5 min), 0.4 jobs a minute, and three running, held by a
-// worker that makes no progress. That is less than the default timeout
-// (10 min) and more than a caller's 60 s: such a call gets a 429 with
-// Retry-After 390 (450 s of drain less the 60 s deadline).
-func (b *gatewayBundle) slowQueue(t *testing.T) {
+// slowQueue leaves two jobs finished in the rate window (5 min), 0.4 jobs
+// a minute, and running ones held by a worker that makes no progress.
+func (b *gatewayBundle) slowQueue(t *testing.T, running int) {
 	t.Helper()
 	ctx := context.Background()
-	for _, id := range []string{"done-1", "done-2", "run-1", "run-2", "run-3"} {
+	ids := []string{"done-1", "done-2"}
+	for i := range running {
+		ids = append(ids, fmt.Sprintf("run-%d", i+1))
+	}
+	for _, id := range ids {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
 		_, err := b.store.Insert(ctx, j)
@@ -324,7 +328,38 @@ func (b *gatewayBundle) slowQueue(t *testing.T) {
 	}
 	held, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
 	require.NoError(t, err)
-	require.Len(t, held, 3)
+	require.Len(t, held, running)
+}
+
+// slowLane is the stuck worker's lane of gpt-4o-mini, rewritten every
+// 100 ms until the test ends as a worker does: 3 calls at a time, all in
+// flight, 150 s each. A call is predicted to complete in 200 s (the
+// earliest of the three ends in 50 s on average, then the call's 150 s):
+// less than the default timeout (10 min), more than a caller's 60 s, who
+// gets a 429 with Retry-After 140.
+func (b *gatewayBundle) slowLane(t *testing.T) {
+	t.Helper()
+	rate := store.LaneRate{Model: "gpt-4o-mini", RequestsPerMin: 0.4, Concurrency: 3, InFlight: 3, Latency: 150 * time.Second}
+	require.NoError(t, b.store.SetLaneRates(context.Background(), "stuck", []store.LaneRate{rate}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_ = b.store.SetLaneRates(ctx, "stuck", []store.LaneRate{rate})
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }
 
 // TestGatewayCallerDisconnects: a caller that leaves while its job waits
@@ -376,4 +411,19 @@ func waitForJob(t *testing.T, b *gatewayBundle) string {
 		case <-tick.C:
 		}
 	}
+}
+
+// TestGatewayColdStartAdmits: a plain SDK (go-openai, no llmq header) at
+// a cold start, two jobs finished in the rate window and five running
+// stuck, is admitted and answered: no lane knows its rate yet, so no
+// completion is predicted. The queue's drain (5 jobs at 0.4 a minute,
+// 12.5 min) would have refused it for its default deadline (10 min).
+func TestGatewayColdStartAdmits(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetup(t, api.GatewayConfig{})
+	b.slowQueue(t, 5)
+	b.startWorker()
+	resp, err := b.client(nil).CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.Choices[0].Message.Content)
 }

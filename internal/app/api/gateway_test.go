@@ -43,6 +43,7 @@ type gatewayBundle struct {
 	// OutageLimit.
 	upstreamKey string
 	outageLimit time.Duration
+	sim         *upstreamsim.TestServer
 	// headers are the headers of every answer the clients below got.
 	mu      sync.Mutex
 	headers []http.Header
@@ -53,13 +54,25 @@ var gatewayCatalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {
 
 func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*producer.Config)) *gatewayBundle {
 	t.Helper()
+	return gatewaySetupEnv(t, gw, gatewayEnv{sim: upstreamsim.Config{Seed: 2, RestrictModels: true, APIKeys: []string{"sk-test"},
+		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}}}, producerOpts...)
+}
+
+// gatewayEnv is the simulator's configuration and the worker's catalog
+// (its quotas; zero: none configured).
+type gatewayEnv struct {
+	sim     upstreamsim.Config
+	catalog llmq.Catalog
+}
+
+func gatewaySetupEnv(t *testing.T, gw api.GatewayConfig, env gatewayEnv, producerOpts ...func(*producer.Config)) *gatewayBundle {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("gateway: RabbitMQ, Postgres, worker, simulator")
 	}
 	ctx := context.Background()
 	st := store.New(storetest.NewPool(t))
-	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 2, RestrictModels: true, APIKeys: []string{"sk-test"},
-		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}}, upstreamsim.WithLogger(quiet))
+	sim := upstreamsim.NewTestServer(t, env.sim, upstreamsim.WithLogger(quiet))
 	queue := rabbitmqtest.NewQueue(t)
 	rcfg := rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Prefetch: 16, Logger: quiet}
 	pub, err := rabbitmq.NewPublisher(rcfg)
@@ -88,7 +101,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*prod
 		srv.Close()
 		require.NoError(t, a.Stop(context.Background()))
 	})
-	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st, reg: reg, upstreamKey: "sk-test"}
+	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st, reg: reg, upstreamKey: "sk-test", sim: sim}
 	b.startWorker = func() {
 		workSub, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)
@@ -99,7 +112,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*prod
 			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
-			OutageLimit: b.outageLimit, Logger: quiet, Registerer: prometheus.NewRegistry(),
+			OutageLimit: b.outageLimit, Catalog: env.catalog, Logger: quiet, Registerer: prometheus.NewRegistry(),
 		})
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))

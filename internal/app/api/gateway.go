@@ -77,8 +77,14 @@ type openAIError struct {
 
 // writeOpenAIError answers e in OpenAI's shape: Field becomes param (with
 // the job's "body." prefix dropped: the caller sent the body), the type
-// follows the status.
+// follows the status; a 429 without Retry-After gets
+// producer.RetryAfterDefault.
 func writeOpenAIError(w http.ResponseWriter, status int, e Error) {
+	if status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+		// Every 429 says when to retry (one passed on from a failed job
+		// has no figure of its own).
+		setRetryAfter(w, producer.RetryAfterDefault)
+	}
 	oe := openAIError{Message: e.Message, Type: openAIErrorType(status)}
 	if f := strings.TrimPrefix(e.Field, "body."); f != "" && f != "body" {
 		oe.Param = &f

@@ -102,9 +102,10 @@ func TestGatewayOpenAINode(t *testing.T) {
 // TestGatewayOpenAINodeWorkload: agents on the official Node SDK, with no
 // llmq header, at ten times the rates of a small provider account (600
 // RPM, 200k TPM, 4 calls at a time, 3% 502s and 2% connection resets),
-// from a cold start: with the model's quota configured or learned from
-// the provider's headers, and the SDK's retries off or at its default,
-// no call fails and the provider refuses at most 1% of them.
+// from a cold start, the SDK's timeout a tenth of its default (60 s):
+// with the model's quota configured or learned from the provider's
+// headers, and the SDK's retries off or at its default, no call fails
+// and the provider refuses at most 1% of them.
 func TestGatewayOpenAINodeWorkload(t *testing.T) {
 	t.Parallel()
 	node, err := exec.LookPath("node")
@@ -139,7 +140,7 @@ func TestGatewayOpenAINodeWorkload(t *testing.T) {
 			cmd := exec.CommandContext(ctx, node, "workload.mjs")
 			cmd.Dir = nodeSDKDir
 			cmd.Env = append(os.Environ(), "LLMQ_BASE_URL="+b.srv.URL+"/v1", "LLMQ_API_KEY="+keyAcme,
-				"AGENTS="+strconv.Itoa(agents), "CALLS="+strconv.Itoa(calls))
+				"AGENTS="+strconv.Itoa(agents), "CALLS="+strconv.Itoa(calls), "TIMEOUT_MS=60000")
 			if arm.maxRetries != "" {
 				cmd.Env = append(cmd.Env, "MAX_RETRIES="+arm.maxRetries)
 			}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -61,8 +62,9 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*prod
 // gatewayEnv is the simulator's configuration and the worker's catalog
 // (its quotas; zero: none configured).
 type gatewayEnv struct {
-	sim     upstreamsim.Config
-	catalog llmq.Catalog
+	sim        upstreamsim.Config
+	catalog    llmq.Catalog
+	rateLimits api.RateLimitConfig
 }
 
 func gatewaySetupEnv(t *testing.T, gw api.GatewayConfig, env gatewayEnv, producerOpts ...func(*producer.Config)) *gatewayBundle {
@@ -93,7 +95,7 @@ func gatewaySetupEnv(t *testing.T, gw api.GatewayConfig, env gatewayEnv, produce
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, Clock: clk, Logger: quiet, Registerer: reg})
+		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Clock: clk, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -439,4 +441,33 @@ func TestGatewayColdStartAdmits(t *testing.T) {
 	resp, err := b.client(nil).CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.Choices[0].Message.Content)
+}
+
+// TestGatewayRateLimitHeaders: every gateway answer carries the caller's
+// tightest request limit as OpenAI sends its own (here the key's 3 a
+// minute, under the tenant's 10), no token limit (none known), and a 429
+// past it carries Retry-After. Admission's clock stands still: exact
+// figures.
+func TestGatewayRateLimitHeaders(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetupEnv(t, api.GatewayConfig{}, gatewayEnv{sim: upstreamsim.Config{APIKeys: []string{"sk-test"}},
+		rateLimits: api.RateLimitConfig{KeyRPM: 3, TenantRPM: 10}})
+	c := b.client(nil)
+	for i, reset := range []string{"20s", "40s", "1m0s"} {
+		_, err := c.ListModels(context.Background())
+		require.NoError(t, err)
+		h := b.lastHeader()
+		require.Equal(t, "3", h.Get("X-Ratelimit-Limit-Requests"))
+		require.Equal(t, strconv.Itoa(2-i), h.Get("X-Ratelimit-Remaining-Requests"))
+		require.Equal(t, reset, h.Get("X-Ratelimit-Reset-Requests"))
+		require.Empty(t, h.Get("X-Ratelimit-Limit-Tokens"))
+	}
+	_, err := c.CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
+	h := b.lastHeader()
+	require.Equal(t, "20", h.Get("Retry-After"))
+	require.Equal(t, "0", h.Get("X-Ratelimit-Remaining-Requests"))
+	require.Equal(t, "1m0s", h.Get("X-Ratelimit-Reset-Requests"))
 }

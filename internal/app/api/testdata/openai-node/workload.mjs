@@ -1,13 +1,15 @@
 // A plain SDK's workload against llmq's gateway, run by
 // TestGatewayOpenAINodeWorkload (gateway_node_test.go): AGENTS agents
 // each make CALLS sequential calls with no llmq header, the SDK's retries
-// set by MAX_RETRIES (unset: the SDK's default). Prints one JSON object:
+// set by MAX_RETRIES and its timeout by TIMEOUT_MS (unset: the SDK's
+// defaults). Prints one JSON object:
 // the calls that succeeded, those that failed, and the failures by
 // status and code.
 import OpenAI from 'openai';
 
 const opts = { baseURL: process.env.LLMQ_BASE_URL, apiKey: process.env.LLMQ_API_KEY };
 if (process.env.MAX_RETRIES !== undefined) opts.maxRetries = Number(process.env.MAX_RETRIES);
+if (process.env.TIMEOUT_MS !== undefined) opts.timeout = Number(process.env.TIMEOUT_MS);
 const client = new OpenAI(opts);
 const agents = Number(process.env.AGENTS);
 const calls = Number(process.env.CALLS);

@@ -62,7 +62,8 @@ func (s *Store) SetLaneRates(ctx context.Context, worker string, rates []LaneRat
 // lanes and the work ahead of it (PredictCompletion).
 type Prediction struct {
 	// Known is false while no live lane of the model knows its rate
-	// (requests or tokens per minute): Wait is then 0.
+	// (requests or tokens per minute): Wait and the jobs' counts are then
+	// 0.
 	Known bool
 	// Wait is the predicted time from now to the call's completion.
 	Wait time.Duration
@@ -90,26 +91,31 @@ func (s *Store) PredictCompletion(ctx context.Context, model string, priority ll
 	var p Prediction
 	var latMS float64
 	now := s.clock()
-	err := s.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch'
-			AND priority = ANY($2) LIMIT $5) q),
-		(SELECT coalesce(sum(CASE WHEN est_prompt_tokens + est_output_tokens > 0 THEN est_prompt_tokens + est_output_tokens
-			ELSE $6 END), 0)::bigint FROM (SELECT est_prompt_tokens, est_output_tokens FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch'
-			AND priority = ANY($2) LIMIT $5) q),
-		(SELECT count(*) FROM jobs WHERE status `+leasedIn+` AND requested_model = $1),
-		coalesce(sum(requests_per_min), 0), coalesce(sum(tokens_per_min), 0), coalesce(sum(concurrency), 0)::bigint,
-		coalesce(avg(latency_ms) FILTER (WHERE latency_ms > 0), 0)
-		FROM lane_rates WHERE model = $1 AND updated_at > $3 AND updated_at <= $4`,
-		model, atOrAbove(priority), now.Add(-LaneRateTTL), now.Add(LaneRateTTL), predictBound, max(tokens, 0)).
-		Scan(&p.Ahead, &p.AheadTokens, &p.InFlight, &p.RequestsPerMin, &p.TokensPerMin, &p.Concurrency, &latMS)
+	// The lanes first (a primary-key range): with no rate known the jobs
+	// are not counted, so an unknown prediction costs one cheap read.
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(requests_per_min), 0), coalesce(sum(tokens_per_min), 0),
+		coalesce(sum(concurrency), 0)::bigint, coalesce(avg(latency_ms) FILTER (WHERE latency_ms > 0), 0)
+		FROM lane_rates WHERE model = $1 AND updated_at > $2 AND updated_at <= $3`,
+		model, now.Add(-LaneRateTTL), now.Add(LaneRateTTL)).Scan(&p.RequestsPerMin, &p.TokensPerMin, &p.Concurrency, &latMS)
 	if err != nil {
 		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
 	}
 	p.Latency = time.Duration(latMS * float64(time.Millisecond))
-	p.Known = p.RequestsPerMin > 0 || p.TokensPerMin > 0
-	if p.Known {
-		p.Wait = p.predict(tokens)
+	if p.Known = p.RequestsPerMin > 0 || p.TokensPerMin > 0; !p.Known {
+		return p, nil
 	}
+	err = s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch'
+			AND priority = ANY($2) LIMIT $3) q),
+		(SELECT coalesce(sum(CASE WHEN est_prompt_tokens + est_output_tokens > 0 THEN est_prompt_tokens + est_output_tokens
+			ELSE $4 END), 0)::bigint FROM (SELECT est_prompt_tokens, est_output_tokens FROM jobs
+			WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch' AND priority = ANY($2) LIMIT $3) q),
+		(SELECT count(*) FROM jobs WHERE status `+leasedIn+` AND requested_model = $1)`,
+		model, atOrAbove(priority), predictBound, max(tokens, 0)).Scan(&p.Ahead, &p.AheadTokens, &p.InFlight)
+	if err != nil {
+		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
+	}
+	p.Wait = p.predict(tokens)
 	return p, nil
 }
 

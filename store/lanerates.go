@@ -71,11 +71,22 @@ type Prediction struct {
 	// AheadTokens their estimated tokens; InFlight its jobs running.
 	Ahead, AheadTokens, InFlight int64
 	// The model's lanes summed over the live workers: their rates and
-	// concurrency, and the mean latency of their calls.
+	// concurrency. Latency is a job's mean time from its first call to
+	// its end (retries included) over the model's last recentJobs
+	// succeeded in recentWindow, else the lanes' mean call latency.
 	RequestsPerMin, TokensPerMin float64
 	Concurrency                  int64
 	Latency                      time.Duration
+	// Overhead is llmq's own time from a job's record to its first call
+	// with nothing ahead: the least of those recent jobs'.
+	Overhead time.Duration
 }
+
+// The recent jobs Prediction's Latency and Overhead are measured over.
+const (
+	recentJobs   = 20
+	recentWindow = 5 * time.Minute
+)
 
 // predictBound bounds the jobs ahead that PredictCompletion counts: past
 // it the prediction is a floor, and passes any deadline a call may have.
@@ -85,8 +96,8 @@ const predictBound = 100_000
 // estimated tokens, recorded now would complete: the jobs queued ahead of
 // it in claim order (its priority or higher; one recorded without an
 // estimate counts tokens) pass the lanes' rates, and
-// the calls in flight hold their concurrency; then the call takes a
-// lane's mean latency. docs/design/gateway.md.
+// the calls in flight hold their concurrency; then the call takes llmq's
+// overhead and a job's mean latency. docs/design/gateway.md.
 func (s *Store) PredictCompletion(ctx context.Context, model string, priority llmq.Priority, tokens int) (Prediction, error) {
 	var p Prediction
 	var latMS float64
@@ -104,16 +115,28 @@ func (s *Store) PredictCompletion(ctx context.Context, model string, priority ll
 	if p.Known = p.RequestsPerMin > 0 || p.TokensPerMin > 0; !p.Known {
 		return p, nil
 	}
+	var overhead, service float64
 	err = s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch'
 			AND priority = ANY($2) LIMIT $3) q),
 		(SELECT coalesce(sum(CASE WHEN est_prompt_tokens + est_output_tokens > 0 THEN est_prompt_tokens + est_output_tokens
 			ELSE $4 END), 0)::bigint FROM (SELECT est_prompt_tokens, est_output_tokens FROM jobs
 			WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch' AND priority = ANY($2) LIMIT $3) q),
-		(SELECT count(*) FROM jobs WHERE status `+leasedIn+` AND requested_model = $1)`,
-		model, atOrAbove(priority), predictBound, max(tokens, 0)).Scan(&p.Ahead, &p.AheadTokens, &p.InFlight)
+		(SELECT count(*) FROM jobs WHERE status `+leasedIn+` AND requested_model = $1),
+		r.overhead, r.service
+		FROM (SELECT coalesce(min(extract(epoch FROM started_at - created_at)), 0)::float8 AS overhead,
+			coalesce(avg(extract(epoch FROM finished_at - started_at)), 0)::float8 AS service
+			FROM (SELECT created_at, started_at, finished_at FROM jobs WHERE finished_at IS NOT NULL AND finished_at > $5
+				AND requested_model = $1 AND status = 'succeeded' AND started_at IS NOT NULL
+				ORDER BY finished_at DESC LIMIT $6) f) r`,
+		model, atOrAbove(priority), predictBound, max(tokens, 0), now.Add(-recentWindow), recentJobs).
+		Scan(&p.Ahead, &p.AheadTokens, &p.InFlight, &overhead, &service)
 	if err != nil {
 		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
+	}
+	p.Overhead = time.Duration(max(overhead, 0) * float64(time.Second))
+	if service > 0 {
+		p.Latency = time.Duration(service * float64(time.Second))
 	}
 	p.Wait = p.predict(tokens)
 	return p, nil
@@ -136,7 +159,7 @@ func (p Prediction) predict(tokens int) time.Duration {
 		over := float64(p.Ahead + p.InFlight + 1 - p.Concurrency)
 		wait = max(wait, over/float64(p.Concurrency)*float64(p.Latency))
 	}
-	wait += float64(p.Latency)
+	wait += float64(p.Latency + p.Overhead)
 	if wait > float64(math.MaxInt64/2) {
 		return time.Duration(math.MaxInt64 / 2)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/app/api"
 	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/shaping"
 )
 
 // nodeSDKDir holds the pinned OpenAI Node SDK (package-lock.json) and the
@@ -129,7 +130,11 @@ func TestGatewayOpenAINodeWorkload(t *testing.T) {
 				Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {Limits: upstreamsim.Limits{RPM: 600, TPM: 200_000, MaxConcurrency: 4}}},
 				Faults: upstreamsim.FaultConfig{Rates: map[upstreamsim.FaultKind]float64{
 					upstreamsim.FaultBadGateway: 0.03, upstreamsim.FaultConnectionReset: 0.02}}}}
+			// The strategies llmq picks by default: shape for a model
+			// with a quota, adaptive for one without.
+			env.strategy = shaping.StrategyAdaptive
 			if arm.quotas {
+				env.strategy = shaping.StrategyShape
 				env.catalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {RPM: 600, TPM: 200_000, Concurrency: 4}, "gpt-4o": {}}}
 			}
 			b := gatewaySetupEnv(t, api.GatewayConfig{}, env)

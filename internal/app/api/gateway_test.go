@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,8 @@ type gatewayEnv struct {
 	sim        upstreamsim.Config
 	catalog    llmq.Catalog
 	rateLimits api.RateLimitConfig
+	// strategy is the worker's ("": retry).
+	strategy shaping.Strategy
 }
 
 func gatewaySetupEnv(t *testing.T, gw api.GatewayConfig, env gatewayEnv, producerOpts ...func(*producer.Config)) *gatewayBundle {
@@ -111,7 +114,7 @@ func gatewaySetupEnv(t *testing.T, gw api.GatewayConfig, env gatewayEnv, produce
 		letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
 		require.NoError(t, err)
 		w, err := worker.New(worker.Config{
-			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
+			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 			OutageLimit: b.outageLimit, Catalog: env.catalog, Logger: quiet, Registerer: prometheus.NewRegistry(),

@@ -97,9 +97,10 @@ func TestGatewayPredictionAccuracy(t *testing.T) {
 			require.NotEmpty(t, errs)
 			p50, p90 := errs[len(errs)/2], errs[len(errs)*9/10]
 			t.Logf("%s: %d calls, relative error p50 %.0f%%, p90 %.0f%%", tc.name, len(errs), 100*p50, 100*p90)
-			// Measured 31-35% and 46-54% (docs/design/gateway.md): the
-			// bounds catch a prediction gone wrong, not the goal of 25%
-			// and 50%.
+			// Measured 15-18% and 41-43%, up to 35% and 54% on a
+			// machine at a load average of 36 (docs/design/gateway.md):
+			// the bounds catch a prediction gone wrong without flaking
+			// under load.
 			require.LessOrEqual(t, p50, 0.5)
 			require.LessOrEqual(t, p90, 1.0)
 		})

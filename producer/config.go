@@ -152,6 +152,12 @@ type Config struct {
 	// (worker.QuotaRate): the drain estimate's rate before any job finished
 	// in RateWindow. 0 = unknown: no estimate until a job finishes.
 	QuotaRatePerMin float64
+	// Predict, when set, predicts when a job would complete for the
+	// deadline check, from its model's lanes (store.PredictCompletion): a
+	// job whose known prediction passes its deadline is refused, one whose
+	// prediction is unknown (no rate learned yet) or fails is admitted.
+	// Unset, the queue's drain estimate is compared with the deadline.
+	Predict func(ctx context.Context, j *llmq.Job) (store.Prediction, error)
 	// NoConsumerAfter is how long jobs wait with no worker consuming (no
 	// live lease, no scheduler at work: store.QueueStats.Consuming) before
 	// the state is StateNoConsumer. 0 = NoConsumerAfterDefault; -1 = never.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/store"
 )
 
 var (
@@ -67,9 +68,16 @@ type ErrBackpressure struct {
 	// ProjectDepth jobs, at its hard depth; Index is its first job.
 	Project      string
 	ProjectDepth int64
+	// Prediction is the refused job's predicted completion (deadline,
+	// with Config.Predict).
+	Prediction *store.Prediction
 }
 
 func (e *ErrBackpressure) Error() string {
+	if e.Reason == ReasonDeadline && e.Prediction != nil {
+		return fmt.Sprintf("producer: job %q: predicted completion in %s (%d jobs ahead, %d in flight) passes its deadline; retry after %s",
+			e.JobID, e.Prediction.Wait.Round(time.Second), e.Prediction.Ahead, e.Prediction.InFlight, e.RetryAfter)
+	}
 	if e.Reason == ReasonDeadline {
 		return fmt.Sprintf("producer: job %q: estimated wait %s passes its deadline; retry after %s",
 			e.JobID, e.Queue.EstimatedDrain.Round(time.Second), e.RetryAfter)

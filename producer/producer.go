@@ -153,7 +153,7 @@ func (p *Producer) publishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 	}
 	q, bp := p.admitTenants(q, jobs)
 	if bp == nil {
-		bp = p.admit(q, jobs)
+		bp = p.admit(ctx, q, jobs)
 	}
 	if bp != nil {
 		p.metrics.jobs.WithLabelValues("rejected_" + bp.Reason).Add(float64(len(jobs)))
@@ -194,10 +194,13 @@ func (p *Producer) publishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 // admit refuses jobs when the queue is full or a deadline cannot be met
 // (at the drain estimate of q's tenant when it has one: its jobs are
 // claimed by fair share, not behind every other tenant's).
-func (p *Producer) admit(q QueueState, jobs []*llmq.Job) *ErrBackpressure {
+func (p *Producer) admit(ctx context.Context, q QueueState, jobs []*llmq.Job) *ErrBackpressure {
 	if q.State == StateRejecting {
 		wait, known := q.waitFor(q.Depth - p.cfg.SoftDepth)
 		return &ErrBackpressure{Reason: ReasonQueueFull, RetryAfter: retryHint(wait, known), Queue: q, Index: -1}
+	}
+	if p.cfg.Predict != nil {
+		return p.admitPredicted(ctx, q, jobs)
 	}
 	_, drain, known, _ := q.Own()
 	if !known {
@@ -212,6 +215,27 @@ func (p *Producer) admit(q QueueState, jobs []*llmq.Job) *ErrBackpressure {
 		if drain > left {
 			return &ErrBackpressure{Reason: ReasonDeadline, RetryAfter: retryHint(drain-max(left, 0), true),
 				Queue: q, Index: i, JobID: j.ID}
+		}
+	}
+	return nil
+}
+
+// admitPredicted refuses the first job with a deadline whose predicted
+// completion (Config.Predict) passes it; an unknown prediction admits.
+func (p *Producer) admitPredicted(ctx context.Context, q QueueState, jobs []*llmq.Job) *ErrBackpressure {
+	for i, j := range jobs {
+		if j.Deadline == nil {
+			continue
+		}
+		pr, err := p.cfg.Predict(ctx, j)
+		if err != nil {
+			p.log.Warn("predict a job's completion; admitted", slog.String("job_id", j.ID), slog.String("error", err.Error()))
+			continue
+		}
+		left := j.Deadline.Sub(p.cfg.Clock.Now())
+		if pr.Known && pr.Wait > left {
+			return &ErrBackpressure{Reason: ReasonDeadline, RetryAfter: retryHint(pr.Wait-max(left, 0), true),
+				Queue: q, Index: i, JobID: j.ID, Prediction: &pr}
 		}
 	}
 	return nil

@@ -497,3 +497,43 @@ func TestConfigValidate(t *testing.T) {
 	require.ErrorContains(t, err, "SweeperConfig.Producer")
 	require.True(t, errors.Is(fmt.Errorf("x: %w", producer.ErrUnpublished), producer.ErrUnpublished))
 }
+
+// TestPredictedDeadlineAdmission: with Config.Predict the deadline is
+// checked against the job's own prediction, not the queue's drain: an
+// unknown prediction admits (the drain would refuse), a known one past
+// the deadline refuses with it.
+func TestPredictedDeadlineAdmission(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var pred store.Prediction
+	p := b.producer(t, func(c *producer.Config) {
+		c.RateWindow = time.Minute
+		c.Predict = func(context.Context, *llmq.Job) (store.Prediction, error) { return pred, nil }
+	})
+	ctx := context.Background()
+	finish(t, b, 6) // 6/min
+	for i := range 10 {
+		_, _, err := p.Publish(ctx, newJob(fmt.Sprintf("j%d", i)))
+		require.NoError(t, err)
+	}
+	// Depth 10 at 6/min is 100 s of drain: ignored.
+	soon := b.clock.Now().Add(30 * time.Second)
+	j := newJob("urgent")
+	j.Deadline = &soon
+	_, _, err := p.Publish(ctx, j)
+	require.NoError(t, err, "no rate known: admitted")
+
+	pred = store.Prediction{Known: true, Wait: 45 * time.Second, Ahead: 3}
+	j = newJob("urgent-2")
+	j.Deadline = &soon
+	_, _, err = p.Publish(ctx, j)
+	var bp *producer.ErrBackpressure
+	require.ErrorAs(t, err, &bp)
+	require.Equal(t, producer.ReasonDeadline, bp.Reason)
+	require.Equal(t, 15*time.Second, bp.RetryAfter)
+	require.Equal(t, &pred, bp.Prediction)
+
+	pred.Wait = 29 * time.Second
+	_, _, err = p.Publish(ctx, j)
+	require.NoError(t, err)
+}

@@ -132,3 +132,17 @@ func (w *Worker) observeCapacity(l *lane, s shaping.Snapshot) {
 	}
 	w.capacity.allocatable.WithLabelValues(l.model, l.entry, "concurrency").Set(allocatable(float64(s.ConcurrencyLimit), h, safety, reserved))
 }
+
+// mean is the mean latency of the model's last calls (0: none yet).
+func (h *health) mean() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for i := range h.n {
+		sum += h.latency[i]
+	}
+	return sum / time.Duration(h.n)
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
 )
 
 // Drain is the estimated time to work off the queue: the jobs waiting (in
@@ -51,8 +52,10 @@ func (w *Worker) observeLoop(ctx context.Context) {
 		case <-tick.Chan():
 		}
 		w.lanesMu.Lock()
+		rates := make([]store.LaneRate, 0, len(w.lanes))
 		for _, l := range w.lanes {
 			s := l.shaper.Snapshot()
+			rates = append(rates, l.rate(s))
 			w.metrics.concurrencyLimit.WithLabelValues(l.model, l.entry).Set(float64(s.ConcurrencyLimit))
 			w.metrics.quotaShare.WithLabelValues(l.model, l.entry).Set(s.Share)
 			w.observeCapacity(l, s)
@@ -61,6 +64,7 @@ func (w *Worker) observeLoop(ctx context.Context) {
 			}
 		}
 		w.lanesMu.Unlock()
+		w.writeLaneRates(ctx, rates)
 		w.observeScopes()
 	}
 }

@@ -394,6 +394,9 @@ func (a *App) buildProducer() error {
 	}
 	pc.DeadLetters = letters
 	pc.QuotaRatePerMin = 60 * worker.QuotaRate(a.cfg.Settings.Catalog(), nil)
+	// A deadline is checked against the job's own model lane
+	// (docs/design/gateway.md), not the queue's drain.
+	pc.Predict = a.store.PredictJob
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
 	// The worker exports its own llmq_queue_depth: a process with both

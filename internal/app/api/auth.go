@@ -59,6 +59,13 @@ func (a *API) authed(h http.HandlerFunc) http.Handler { return a.authedAs(h, wri
 // authedAs is authed answering its errors with fail (the gateway's
 // endpoints answer in OpenAI's shape).
 func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error)) http.Handler {
+	return a.authedLimits(h, fail, false)
+}
+
+// authedLimits is authedAs; with limitHeaders every answer past the key's check
+// carries the caller's request limit as OpenAI sends its own
+// (setLimitHeaders): the gateway's.
+func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error), limitHeaders bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := a.cfg.Clock.Now()
 		// An address past its failures is refused before its key is
@@ -97,7 +104,12 @@ func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, E
 		if !c.operator {
 			tenantLimit = a.tenantLimits.get(c.tenant, true)
 		}
-		switch i, wait := take(now, a.keyLimits.get(string(hash[:]), true), tenantLimit); i {
+		keyLimit := a.keyLimits.get(string(hash[:]), true)
+		i, wait := take(now, keyLimit, tenantLimit)
+		if limitHeaders {
+			setLimitHeaders(w.Header(), now, keyLimit, tenantLimit)
+		}
+		switch i {
 		case 0:
 			a.rateLimited(w, fail, "key_rpm", wait, fmt.Sprintf(
 				"the API key is over its limit of %d requests per minute (rate_limits.key_rpm)", a.cfg.RateLimits.KeyRPM))

@@ -77,8 +77,14 @@ type openAIError struct {
 
 // writeOpenAIError answers e in OpenAI's shape: Field becomes param (with
 // the job's "body." prefix dropped: the caller sent the body), the type
-// follows the status.
+// follows the status; a 429 without Retry-After gets
+// producer.RetryAfterDefault.
 func writeOpenAIError(w http.ResponseWriter, status int, e Error) {
+	if status == http.StatusTooManyRequests && w.Header().Get("Retry-After") == "" {
+		// Every 429 says when to retry (one passed on from a failed job
+		// has no figure of its own).
+		setRetryAfter(w, producer.RetryAfterDefault)
+	}
 	oe := openAIError{Message: e.Message, Type: openAIErrorType(status)}
 	if f := strings.TrimPrefix(e.Field, "body."); f != "" && f != "body" {
 		oe.Param = &f
@@ -317,10 +323,9 @@ func (a *API) gatewayPublishError(w http.ResponseWriter, r *http.Request, err er
 		qi := ownQueue(w, bp.Queue)
 		e := refusal(bp, qi, false)
 		if bp.Reason == producer.ReasonDeadline {
-			_, drain, _, _ := bp.Queue.Own()
 			e = Error{Code: CodeDeadlineUnmeetable,
-				Message: fmt.Sprintf("the predicted wait (%.0f s for %d queued jobs) passes the call's deadline: nothing was enqueued, retry later",
-					drain.Seconds(), qi.QueueDepth)}
+				Message: fmt.Sprintf("the predicted %s passes the call's deadline: nothing was enqueued, retry later", predictionText(bp, qi))}
+			a.logDeadline(r, bp, qi)
 		}
 		writeOpenAIError(w, http.StatusTooManyRequests, e)
 	case errors.Is(err, producer.ErrBrokerUnavailable), errors.Is(err, producer.ErrDatabaseUnavailable):

@@ -1,11 +1,14 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +45,7 @@ type gatewayBundle struct {
 	// OutageLimit.
 	upstreamKey string
 	outageLimit time.Duration
+	sim         *upstreamsim.TestServer
 	// headers are the headers of every answer the clients below got.
 	mu      sync.Mutex
 	headers []http.Header
@@ -52,13 +56,28 @@ var gatewayCatalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {
 
 func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*producer.Config)) *gatewayBundle {
 	t.Helper()
+	return gatewaySetupEnv(t, gw, gatewayEnv{sim: upstreamsim.Config{Seed: 2, RestrictModels: true, APIKeys: []string{"sk-test"},
+		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}}}, producerOpts...)
+}
+
+// gatewayEnv is the simulator's configuration and the worker's catalog
+// (its quotas; zero: none configured).
+type gatewayEnv struct {
+	sim        upstreamsim.Config
+	catalog    llmq.Catalog
+	rateLimits api.RateLimitConfig
+	// strategy is the worker's ("": retry).
+	strategy shaping.Strategy
+}
+
+func gatewaySetupEnv(t *testing.T, gw api.GatewayConfig, env gatewayEnv, producerOpts ...func(*producer.Config)) *gatewayBundle {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("gateway: RabbitMQ, Postgres, worker, simulator")
 	}
 	ctx := context.Background()
 	st := store.New(storetest.NewPool(t))
-	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 2, RestrictModels: true, APIKeys: []string{"sk-test"},
-		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}}, upstreamsim.WithLogger(quiet))
+	sim := upstreamsim.NewTestServer(t, env.sim, upstreamsim.WithLogger(quiet))
 	queue := rabbitmqtest.NewQueue(t)
 	rcfg := rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Prefetch: 16, Logger: quiet}
 	pub, err := rabbitmq.NewPublisher(rcfg)
@@ -71,7 +90,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*prod
 	// worker keep the system clock.
 	clk := clockwork.NewFakeClockAt(time.Now())
 	pcfg := producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
-		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry()}
+		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry(), Predict: st.PredictJob}
 	for _, o := range producerOpts {
 		o(&pcfg)
 	}
@@ -79,7 +98,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*prod
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, Clock: clk, Logger: quiet, Registerer: reg})
+		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Clock: clk, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -87,7 +106,7 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*prod
 		srv.Close()
 		require.NoError(t, a.Stop(context.Background()))
 	})
-	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st, reg: reg, upstreamKey: "sk-test"}
+	b := &gatewayBundle{testBundle: &testBundle{srv: srv, api: a}, store: st, reg: reg, upstreamKey: "sk-test", sim: sim}
 	b.startWorker = func() {
 		workSub, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)
@@ -95,10 +114,10 @@ func gatewaySetup(t *testing.T, gw api.GatewayConfig, producerOpts ...func(*prod
 		letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
 		require.NoError(t, err)
 		w, err := worker.New(worker.Config{
-			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
+			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
-			OutageLimit: b.outageLimit, Logger: quiet, Registerer: prometheus.NewRegistry(),
+			OutageLimit: b.outageLimit, Catalog: env.catalog, Logger: quiet, Registerer: prometheus.NewRegistry(),
 		})
 		require.NoError(t, err)
 		require.NoError(t, w.Start(ctx))
@@ -249,14 +268,15 @@ func TestGatewayProviderStatus(t *testing.T) {
 	require.Equal(t, float64(http.StatusUnauthorized), job["error"].(map[string]any)["status"])
 }
 
-// TestGatewayDeadlineUnmeetable: when the queue's drain passes the call's
-// deadline the caller gets 429 deadline_unmeetable with Retry-After at
+// TestGatewayDeadlineUnmeetable: when the predicted completion on the
+// call's model lane passes the call's deadline the caller gets 429 deadline_unmeetable with Retry-After at
 // once, and nothing is enqueued.
 func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	t.Parallel()
 	b := gatewaySetup(t, api.GatewayConfig{})
 	ctx := context.Background()
-	b.slowQueue(t)
+	b.slowQueue(t, 3)
+	b.slowLane(t)
 	before, err := b.store.CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 
@@ -269,7 +289,8 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
 	require.Equal(t, api.CodeDeadlineUnmeetable, apiErr.Code)
 	require.Equal(t, "rate_limit_error", apiErr.Type)
-	require.Equal(t, "390", b.lastHeader().Get("Retry-After"))
+	require.Equal(t, "140", b.lastHeader().Get("Retry-After"))
+	require.Contains(t, apiErr.Message, "the predicted completion (200 s: 0 jobs ahead on the model and 3 in flight")
 	after, err := b.store.CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing enqueued")
@@ -304,15 +325,16 @@ func TestGatewayTenantQueueFull(t *testing.T) {
 	require.NotEmpty(t, b.lastHeader().Get("Retry-After"))
 }
 
-// slowQueue makes the queue's drain 7.5 min: two jobs finished in the
-// rate window (5 min), 0.4 jobs a minute, and three running, held by a
-// worker that makes no progress. That is less than the default timeout
-// (10 min) and more than a caller's 60 s: such a call gets a 429 with
-// Retry-After 390 (450 s of drain less the 60 s deadline).
-func (b *gatewayBundle) slowQueue(t *testing.T) {
+// slowQueue leaves two jobs finished in the rate window (5 min), 0.4 jobs
+// a minute, and running ones held by a worker that makes no progress.
+func (b *gatewayBundle) slowQueue(t *testing.T, running int) {
 	t.Helper()
 	ctx := context.Background()
-	for _, id := range []string{"done-1", "done-2", "run-1", "run-2", "run-3"} {
+	ids := []string{"done-1", "done-2"}
+	for i := range running {
+		ids = append(ids, fmt.Sprintf("run-%d", i+1))
+	}
+	for _, id := range ids {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
 		_, err := b.store.Insert(ctx, j)
@@ -324,7 +346,38 @@ func (b *gatewayBundle) slowQueue(t *testing.T) {
 	}
 	held, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
 	require.NoError(t, err)
-	require.Len(t, held, 3)
+	require.Len(t, held, running)
+}
+
+// slowLane is the stuck worker's lane of gpt-4o-mini, rewritten every
+// 100 ms until the test ends as a worker does: 3 calls at a time, all in
+// flight, 150 s each. A call is predicted to complete in 200 s (the
+// earliest of the three ends in 50 s on average, then the call's 150 s):
+// less than the default timeout (10 min), more than a caller's 60 s, who
+// gets a 429 with Retry-After 140.
+func (b *gatewayBundle) slowLane(t *testing.T) {
+	t.Helper()
+	rate := store.LaneRate{Model: "gpt-4o-mini", RequestsPerMin: 0.4, Concurrency: 3, InFlight: 3, Latency: 150 * time.Second}
+	require.NoError(t, b.store.SetLaneRates(context.Background(), "stuck", []store.LaneRate{rate}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_ = b.store.SetLaneRates(ctx, "stuck", []store.LaneRate{rate})
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }
 
 // TestGatewayCallerDisconnects: a caller that leaves while its job waits
@@ -376,4 +429,48 @@ func waitForJob(t *testing.T, b *gatewayBundle) string {
 		case <-tick.C:
 		}
 	}
+}
+
+// TestGatewayColdStartAdmits: a plain SDK (go-openai, no llmq header) at
+// a cold start, two jobs finished in the rate window and five running
+// stuck, is admitted and answered: no lane knows its rate yet, so no
+// completion is predicted. The queue's drain (5 jobs at 0.4 a minute,
+// 12.5 min) would have refused it for its default deadline (10 min).
+func TestGatewayColdStartAdmits(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetup(t, api.GatewayConfig{})
+	b.slowQueue(t, 5)
+	b.startWorker()
+	resp, err := b.client(nil).CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.Choices[0].Message.Content)
+}
+
+// TestGatewayRateLimitHeaders: every gateway answer carries the caller's
+// tightest request limit as OpenAI sends its own (here the key's 3 a
+// minute, under the tenant's 10), no token limit (none known), and a 429
+// past it carries Retry-After. Admission's clock stands still: exact
+// figures.
+func TestGatewayRateLimitHeaders(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetupEnv(t, api.GatewayConfig{}, gatewayEnv{sim: upstreamsim.Config{APIKeys: []string{"sk-test"}},
+		rateLimits: api.RateLimitConfig{KeyRPM: 3, TenantRPM: 10}})
+	c := b.client(nil)
+	for i, reset := range []string{"20s", "40s", "1m0s"} {
+		_, err := c.ListModels(context.Background())
+		require.NoError(t, err)
+		h := b.lastHeader()
+		require.Equal(t, "3", h.Get("X-Ratelimit-Limit-Requests"))
+		require.Equal(t, strconv.Itoa(2-i), h.Get("X-Ratelimit-Remaining-Requests"))
+		require.Equal(t, reset, h.Get("X-Ratelimit-Reset-Requests"))
+		require.Empty(t, h.Get("X-Ratelimit-Limit-Tokens"))
+	}
+	_, err := c.CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
+	var apiErr *openai.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
+	h := b.lastHeader()
+	require.Equal(t, "20", h.Get("Retry-After"))
+	require.Equal(t, "0", h.Get("X-Ratelimit-Remaining-Requests"))
+	require.Equal(t, "1m0s", h.Get("X-Ratelimit-Reset-Requests"))
 }

@@ -78,10 +78,8 @@ func refusal(bp *producer.ErrBackpressure, qi queueInfo, batch bool) Error {
 	}
 	switch {
 	case bp.Reason == producer.ReasonDeadline:
-		_, drain, _, _ := bp.Queue.Own()
 		return Error{Code: CodeDeadlineUnreachable, Field: field("deadline"),
-			Message: fmt.Sprintf("the estimated wait (%.0f s for %d queued jobs) passes the deadline of job %q",
-				drain.Seconds(), qi.QueueDepth, bp.JobID)}
+			Message: fmt.Sprintf("the estimated %s passes the deadline of job %q", predictionText(bp, qi), bp.JobID)}
 	case bp.Reason == producer.ReasonTenantQueueFull && bp.Project != "":
 		return Error{Code: CodeTenantQueueFull, Field: field("project"),
 			Message: fmt.Sprintf("project %q holds %d jobs, at its hard depth: retry later; other projects are admitted",
@@ -234,7 +232,11 @@ func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, ba
 	switch {
 	case errors.As(err, &bp):
 		setRetryAfter(w, bp.RetryAfter)
-		writeError(w, http.StatusTooManyRequests, refusal(bp, ownQueue(w, bp.Queue), batch))
+		qi := ownQueue(w, bp.Queue)
+		if bp.Reason == producer.ReasonDeadline {
+			a.logDeadline(r, bp, qi)
+		}
+		writeError(w, http.StatusTooManyRequests, refusal(bp, qi, batch))
 	case errors.Is(err, producer.ErrBrokerUnavailable):
 		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeBrokerUnavailable,

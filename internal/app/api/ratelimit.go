@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -130,6 +131,38 @@ func throttled(now time.Time, l *rate.Limiter) time.Duration {
 	r := l.ReserveN(now, 1)
 	defer r.CancelAt(now)
 	return r.DelayFrom(now)
+}
+
+// setLimitHeaders writes the tightest of lims (the one with the fewest
+// requests left; nil ones are no limit) at now as OpenAI's
+// x-ratelimit-limit-requests, -remaining-requests and -reset-requests (the
+// time until it is full again, a Go duration). The API knows no token
+// limit of a caller: the -tokens headers are left out, as OpenAI leaves
+// out what does not apply. docs/design/gateway.md.
+func setLimitHeaders(h http.Header, now time.Time, lims ...*rate.Limiter) {
+	var tight *rate.Limiter
+	left := math.Inf(1)
+	for _, l := range lims {
+		if l == nil {
+			continue
+		}
+		if n := l.TokensAt(now); n < left {
+			tight, left = l, n
+		}
+	}
+	if tight == nil {
+		return
+	}
+	limit := float64(tight.Burst())
+	perSec := float64(tight.Limit())
+	left = max(0, left)
+	reset := time.Duration(0)
+	if perSec > 0 {
+		reset = time.Duration((limit - left) / perSec * float64(time.Second)).Round(time.Millisecond)
+	}
+	h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(tight.Burst()))
+	h.Set("X-Ratelimit-Remaining-Requests", strconv.FormatInt(int64(math.Floor(left)), 10))
+	h.Set("X-Ratelimit-Reset-Requests", reset.String())
 }
 
 // rateLimited answers 429 rate_limit_exceeded naming the limit.

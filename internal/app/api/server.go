@@ -114,8 +114,8 @@ func (a *API) routes() {
 		_, _ = w.Write(openAPIDocument)
 	})
 	if a.cfg.JobsDone != nil {
-		a.mux.Handle("POST /v1/chat/completions", refuseHops(a.authedAs(a.chatCompletions, writeOpenAIError)))
-		a.mux.Handle("GET /v1/models", refuseHops(a.authedAs(a.models, writeOpenAIError)))
+		a.mux.Handle("POST /v1/chat/completions", refuseHops(a.authedLimits(a.chatCompletions, writeOpenAIError, true)))
+		a.mux.Handle("GET /v1/models", refuseHops(a.authedLimits(a.models, writeOpenAIError, true)))
 	}
 	a.mux.Handle("GET /v1/me", a.authed(a.me))
 	a.mux.Handle("GET /v1/stats/jobs", a.authed(a.jobStats))

@@ -154,7 +154,8 @@ func TestRunScaledDown(t *testing.T) {
 }
 
 // TestRunGatewayScaledDown runs seed 002's experiment with one call per
-// agent: every call through llmq succeeds, and the report has its section.
+// agent: every call through llmq succeeds, with the deadline announced and
+// as a plain SDK, and the report has its section.
 func TestRunGatewayScaledDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the API, the worker and two simulators for about 15 s")
@@ -180,10 +181,14 @@ func TestRunGatewayScaledDown(t *testing.T) {
 	require.Equal(t, int64(gw.Calls)+gw.UpstreamFaults+gw.UpstreamRateLimited, gw.UpstreamCalls,
 		"through llmq: one upstream call per answer, plus one retry per fault or 429")
 	require.Positive(t, gw.P50)
+	plain := rep.Gateway.Plain
+	require.Equal(t, gatewayAgents, plain.Calls)
+	require.Equal(t, 0, plain.Failures, "%v", plain.Errors)
 	md, err := os.ReadFile(filepath.Join(out, ReportFile))
 	require.NoError(t, err)
 	require.Contains(t, string(md), "## 6. Agents on a shared, flaky endpoint")
 	require.Contains(t, string(md), "| through llmq | 11 | 0 | 0.0% | none |")
+	require.Contains(t, string(md), "| plain SDK through llmq | 11 | 0 | 0.0% | none |")
 }
 
 // TestRunThroughputScaledDown posts 1,000 jobs through the API and the

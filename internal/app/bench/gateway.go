@@ -72,9 +72,12 @@ type GatewayRow struct {
 	UpstreamCalls, UpstreamRateLimited, UpstreamFaults int64
 }
 
-// GatewayResult is the gateway scenario's two runs.
+// GatewayResult is the gateway scenario's runs: direct, through llmq with
+// the deadline announced and the quotas configured, and through llmq as a
+// plain SDK finds it (no llmq header, no quota configured: the worker
+// learns the provider's limits from its headers).
 type GatewayResult struct {
-	Direct, Gateway GatewayRow
+	Direct, Gateway, Plain GatewayRow
 }
 
 // gatewaySim is the tight, flaky provider of seed 002's experiment.
@@ -100,7 +103,7 @@ func (b *Bench) gateway(ctx context.Context, md *strings.Builder, rep *Report) e
 	res := &GatewayResult{}
 	fmt.Fprintf(b.cfg.Progress, "bench: %-18s %d agents x %d calls ...", "gateway-direct", gatewayAgents, calls)
 	err := b.withSim(ctx, func(root string) error {
-		res.Direct = runAgents(ctx, root+"/v1", simAPIKey, calls)
+		res.Direct = runAgents(ctx, root+"/v1", simAPIKey, calls, true)
 		return nil
 	}, &res.Direct)
 	if err != nil {
@@ -109,11 +112,17 @@ func (b *Bench) gateway(ctx context.Context, md *strings.Builder, rep *Report) e
 	}
 	fmt.Fprintf(b.cfg.Progress, " done in %s: %d of %d failed\n", res.Direct.Took.Round(time.Second), res.Direct.Failures, res.Direct.Calls)
 	fmt.Fprintf(b.cfg.Progress, "bench: %-18s %d agents x %d calls ...", "gateway-llmq", gatewayAgents, calls)
-	if res.Gateway, err = b.throughLLMQ(ctx, calls); err != nil {
+	if res.Gateway, err = b.throughLLMQ(ctx, calls, false); err != nil {
 		fmt.Fprintln(b.cfg.Progress, " failed")
 		return err
 	}
 	fmt.Fprintf(b.cfg.Progress, " done in %s: %d of %d failed\n", res.Gateway.Took.Round(time.Second), res.Gateway.Failures, res.Gateway.Calls)
+	fmt.Fprintf(b.cfg.Progress, "bench: %-18s %d agents x %d calls ...", "gateway-plain", gatewayAgents, calls)
+	if res.Plain, err = b.throughLLMQ(ctx, calls, true); err != nil {
+		fmt.Fprintln(b.cfg.Progress, " failed")
+		return err
+	}
+	fmt.Fprintf(b.cfg.Progress, " done in %s: %d of %d failed\n", res.Plain.Took.Round(time.Second), res.Plain.Failures, res.Plain.Calls)
 	rep.Gateway = res
 
 	fmt.Fprintf(md, `## 6. Agents on a shared, flaky endpoint: direct, then through gateway mode ([gateway scheduling](../design/gateway.md))
@@ -124,16 +133,18 @@ func (b *Bench) gateway(ctx context.Context, md *strings.Builder, rep *Report) e
 connections. *Direct*: the agents call the simulator. *Through llmq*: the agents call
 `+"`POST /v1/chat/completions`"+` on `+"`llmq api`"+` (announcing their timeout as
 `+"`X-LLMQ-Deadline`"+`), and one worker calls a fresh simulator with the same settings; API,
-worker, in-memory broker and Postgres in one process. A failure is any call that does not return a
+worker, in-memory broker and Postgres in one process. *Plain SDK*: the same, with no llmq header
+and no quota configured (the worker learns the limits from the provider's headers). A failure is any call that does not return a
 completion, a deadline 429 included; latencies are the agents' own, of the calls that succeeded.
 The upstream columns are the simulator's count of the calls it received, its 429s and the 502s
 and resets it injected (through llmq, every one of them retried inside llmq).
 
 | path | calls | failed | failure rate | failures by kind | p50 | p99 | time for all calls | upstream calls | upstream 429s | upstream 502s + resets |
 |---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|
-%s%s
+%s%s%s
 `, gatewayAgents, calls, gatewayMaxTokens, gatewayMinOutput, gatewayMaxOutput, gatewayTimeout, gatewayRPM, kilo(gatewayTPM),
-		gatewayConcurrency, 100*gatewayBadGateway, 100*gatewayResets, res.Direct.markdown("direct"), res.Gateway.markdown("through llmq"))
+		gatewayConcurrency, 100*gatewayBadGateway, 100*gatewayResets, res.Direct.markdown("direct"), res.Gateway.markdown("through llmq"),
+		res.Plain.markdown("plain SDK through llmq"))
 	return nil
 }
 
@@ -173,8 +184,9 @@ func (b *Bench) withSim(ctx context.Context, f func(root string) error, row *Gat
 }
 
 // throughLLMQ runs the agents against the gateway of an API and a worker
-// in one process, in a database of their own.
-func (b *Bench) throughLLMQ(ctx context.Context, calls int) (GatewayRow, error) {
+// in one process, in a database of their own; plain agents send no llmq
+// header, and the model's quota is not configured.
+func (b *Bench) throughLLMQ(ctx context.Context, calls int, plain bool) (GatewayRow, error) {
 	var row GatewayRow
 	dbURL, drop, err := b.database(ctx)
 	if err != nil {
@@ -190,9 +202,13 @@ func (b *Bench) throughLLMQ(ctx context.Context, calls int) (GatewayRow, error) 
 		if err != nil {
 			return err
 		}
+		model := llmq.Model{RPM: gatewayRPM, TPM: gatewayTPM, Concurrency: gatewayConcurrency}
+		if plain {
+			model = llmq.Model{}
+		}
 		a, err := app.New(ctx, app.Config{
 			Settings: &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
-				Models:  map[string]llmq.Model{Primary: {RPM: gatewayRPM, TPM: gatewayTPM, Concurrency: gatewayConcurrency}},
+				Models:  map[string]llmq.Model{Primary: model},
 				APIKeys: map[string]string{gatewayKey: tenant}},
 			Migrate: true, Logger: b.log,
 			Worker: &app.WorkerConfig{Strategy: shaping.StrategyShape, ShutdownTimeout: shutdownTimeout,
@@ -208,20 +224,25 @@ func (b *Bench) throughLLMQ(ctx context.Context, calls int) (GatewayRow, error) 
 		if err := a.Start(ctx); err != nil {
 			return err
 		}
-		row = runAgents(ctx, "http://"+a.APIAddr().String()+"/v1", gatewayKey, calls)
+		row = runAgents(ctx, "http://"+a.APIAddr().String()+"/v1", gatewayKey, calls, !plain)
 		return nil
 	}, &row)
 	return row, err
 }
 
 // runAgents runs gatewayAgents agents, each making calls sequential calls
-// to baseURL with key, and returns what they saw.
-func runAgents(ctx context.Context, baseURL, key string, calls int) GatewayRow {
+// to baseURL with key (announcing their timeout as X-LLMQ-Deadline when
+// announce says so), and returns what they saw.
+func runAgents(ctx context.Context, baseURL, key string, calls int, announce bool) GatewayRow {
 	cfg := openai.DefaultConfig(key)
 	cfg.BaseURL = baseURL
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = gatewayAgents
-	cfg.HTTPClient = &http.Client{Timeout: gatewayTimeout, Transport: deadlineTransport{t}}
+	var rt http.RoundTripper = t
+	if announce {
+		rt = deadlineTransport{t}
+	}
+	cfg.HTTPClient = &http.Client{Timeout: gatewayTimeout, Transport: rt}
 	client := openai.NewClientWithConfig(cfg)
 
 	var (

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/llmq/llmq"
+)
+
+// LaneRateTTL is how long a lane's row counts after it was written: the
+// workers rewrite theirs every second, so an older one is from a worker
+// that stopped.
+const LaneRateTTL = 5 * time.Second
+
+// LaneRate is what one worker's lane of a model runs at (table
+// lane_rates), for the API's completion prediction (PredictCompletion).
+type LaneRate struct {
+	// Model is the lane's model, Entry its pool entry ("" without a pool).
+	Model, Entry string
+	// RequestsPerMin and TokensPerMin are what the lane's limits let
+	// through (its share of the provider's quota); 0 = not known yet.
+	RequestsPerMin, TokensPerMin float64
+	// Concurrency is the lane's concurrency limit, InFlight its calls
+	// running now.
+	Concurrency, InFlight int
+	// Latency is the mean duration of the lane's recent calls (0: none).
+	Latency time.Duration
+}
+
+// SetLaneRates records worker's lanes as they run now.
+func (s *Store) SetLaneRates(ctx context.Context, worker string, rates []LaneRate) error {
+	if len(rates) == 0 {
+		return nil
+	}
+	n := len(rates)
+	models, entries := make([]string, n), make([]string, n)
+	rpm, tpm, lat := make([]float64, n), make([]float64, n), make([]float64, n)
+	conc, inflight := make([]int32, n), make([]int32, n)
+	for i, r := range rates {
+		models[i], entries[i] = r.Model, r.Entry
+		rpm[i], tpm[i] = max(0, r.RequestsPerMin), max(0, r.TokensPerMin)
+		conc[i], inflight[i] = int32(min(max(r.Concurrency, 0), math.MaxInt32)), int32(min(max(r.InFlight, 0), math.MaxInt32))
+		lat[i] = float64(max(r.Latency, 0)) / float64(time.Millisecond)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO lane_rates (model, entry, worker, requests_per_min, tokens_per_min,
+			concurrency, in_flight, latency_ms, updated_at)
+		SELECT m, e, $1, r, t, c, f, l, $9
+		FROM unnest($2::text[], $3::text[], $4::float8[], $5::float8[], $6::int[], $7::int[], $8::float8[]) AS x(m, e, r, t, c, f, l)
+		ON CONFLICT (model, entry, worker) DO UPDATE SET requests_per_min = excluded.requests_per_min,
+			tokens_per_min = excluded.tokens_per_min, concurrency = excluded.concurrency,
+			in_flight = excluded.in_flight, latency_ms = excluded.latency_ms, updated_at = excluded.updated_at`,
+		worker, models, entries, rpm, tpm, conc, inflight, lat, s.clock())
+	if err != nil {
+		return fmt.Errorf("store: set lane rates: %w", err)
+	}
+	return nil
+}
+
+// Prediction is when a call of a model would complete, from the model's
+// lanes and the work ahead of it (PredictCompletion).
+type Prediction struct {
+	// Known is false while no live lane of the model knows its rate
+	// (requests or tokens per minute): Wait and the jobs' counts are then
+	// 0.
+	Known bool
+	// Wait is the predicted time from now to the call's completion.
+	Wait time.Duration
+	// Ahead is the model's jobs queued at the call's priority or higher,
+	// AheadTokens their estimated tokens; InFlight its jobs running.
+	Ahead, AheadTokens, InFlight int64
+	// The model's lanes summed over the live workers: their rates and
+	// concurrency. Latency is a job's mean time from its first call to
+	// its end (retries included) over the model's last recentJobs
+	// succeeded in recentWindow, else the lanes' mean call latency.
+	RequestsPerMin, TokensPerMin float64
+	Concurrency                  int64
+	Latency                      time.Duration
+	// Overhead is llmq's own time from a job's record to its first call
+	// with nothing ahead: the least of those recent jobs'.
+	Overhead time.Duration
+}
+
+// The recent jobs Prediction's Latency and Overhead are measured over.
+const (
+	recentJobs   = 20
+	recentWindow = 5 * time.Minute
+)
+
+// predictBound bounds the jobs ahead that PredictCompletion counts: past
+// it the prediction is a floor, and passes any deadline a call may have.
+const predictBound = 100_000
+
+// PredictCompletion predicts when a call of model at priority, of tokens
+// estimated tokens, recorded now would complete: the jobs queued ahead of
+// it in claim order (its priority or higher; one recorded without an
+// estimate counts tokens) pass the lanes' rates, and
+// the calls in flight hold their concurrency; then the call takes llmq's
+// overhead and a job's mean latency. docs/design/gateway.md.
+func (s *Store) PredictCompletion(ctx context.Context, model string, priority llmq.Priority, tokens int) (Prediction, error) {
+	var p Prediction
+	var latMS float64
+	now := s.clock()
+	// The lanes first (a primary-key range): with no rate known the jobs
+	// are not counted, so an unknown prediction costs one cheap read.
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(requests_per_min), 0), coalesce(sum(tokens_per_min), 0),
+		coalesce(sum(concurrency), 0)::bigint, coalesce(avg(latency_ms) FILTER (WHERE latency_ms > 0), 0)
+		FROM lane_rates WHERE model = $1 AND updated_at > $2 AND updated_at <= $3`,
+		model, now.Add(-LaneRateTTL), now.Add(LaneRateTTL)).Scan(&p.RequestsPerMin, &p.TokensPerMin, &p.Concurrency, &latMS)
+	if err != nil {
+		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
+	}
+	p.Latency = time.Duration(latMS * float64(time.Millisecond))
+	if p.Known = p.RequestsPerMin > 0 || p.TokensPerMin > 0; !p.Known {
+		return p, nil
+	}
+	var overhead, service float64
+	err = s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch'
+			AND priority = ANY($2) LIMIT $3) q),
+		(SELECT coalesce(sum(CASE WHEN est_prompt_tokens + est_output_tokens > 0 THEN est_prompt_tokens + est_output_tokens
+			ELSE $4 END), 0)::bigint FROM (SELECT est_prompt_tokens, est_output_tokens FROM jobs
+			WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch' AND priority = ANY($2) LIMIT $3) q),
+		(SELECT count(*) FROM jobs WHERE status `+leasedIn+` AND requested_model = $1),
+		r.overhead, r.service
+		FROM (SELECT coalesce(min(extract(epoch FROM started_at - created_at)), 0)::float8 AS overhead,
+			coalesce(avg(extract(epoch FROM finished_at - started_at)), 0)::float8 AS service
+			FROM (SELECT created_at, started_at, finished_at FROM jobs WHERE finished_at IS NOT NULL AND finished_at > $5
+				AND requested_model = $1 AND status = 'succeeded' AND started_at IS NOT NULL
+				ORDER BY finished_at DESC LIMIT $6) f) r`,
+		model, atOrAbove(priority), predictBound, max(tokens, 0), now.Add(-recentWindow), recentJobs).
+		Scan(&p.Ahead, &p.AheadTokens, &p.InFlight, &overhead, &service)
+	if err != nil {
+		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
+	}
+	p.Overhead = time.Duration(max(overhead, 0) * float64(time.Second))
+	if service > 0 {
+		p.Latency = time.Duration(service * float64(time.Second))
+	}
+	p.Wait = p.predict(tokens)
+	return p, nil
+}
+
+// predict is the wait of a call of tokens behind p's work: the longer of
+// the rate's (the queued jobs' requests and tokens at the lanes' rates)
+// and the concurrency's (every call ahead and in flight, Concurrency at a
+// time, each a mean latency), plus the call's own latency.
+func (p Prediction) predict(tokens int) time.Duration {
+	var minutes float64
+	if p.RequestsPerMin > 0 {
+		minutes = float64(p.Ahead) / p.RequestsPerMin
+	}
+	if p.TokensPerMin > 0 {
+		minutes = max(minutes, float64(p.AheadTokens+int64(max(tokens, 0)))/p.TokensPerMin)
+	}
+	wait := minutes * float64(time.Minute)
+	if p.Concurrency > 0 && p.Latency > 0 {
+		over := float64(p.Ahead + p.InFlight + 1 - p.Concurrency)
+		wait = max(wait, over/float64(p.Concurrency)*float64(p.Latency))
+	}
+	wait += float64(p.Latency + p.Overhead)
+	if wait > float64(math.MaxInt64/2) {
+		return time.Duration(math.MaxInt64 / 2)
+	}
+	return time.Duration(wait)
+}
+
+// atOrAbove lists the priorities claimed before or with priority.
+func atOrAbove(priority llmq.Priority) []string {
+	switch priority {
+	case llmq.PriorityHigh:
+		return []string{"high"}
+	case llmq.PriorityLow:
+		return []string{"high", "normal", "low"}
+	}
+	return []string{"high", "normal"}
+}
+
+// PredictJob is PredictCompletion for job j, its tokens counted roughly
+// (one per 4 bytes of body, plus its output allowance): the tokenizer's
+// count would cost the API more than the prediction's error is worth.
+func (s *Store) PredictJob(ctx context.Context, j *llmq.Job) (Prediction, error) {
+	return s.PredictCompletion(ctx, j.Model(), j.Priority, len(j.Body)/4+j.MaxOutputTokens())
+}

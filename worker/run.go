@@ -338,10 +338,12 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	p.setPending(nil)
 	w.metrics.inFlight.Inc()
 	begin := w.cfg.Clock.Now()
-	p.reply = l.up.Call(w.workCtx, model, body)
+	ctx, sink := w.streamTo(w.workCtx, p)
+	p.reply = l.up.Call(ctx, model, body)
+	partial := sink.finish(&p.reply, p.req.PromptTokens)
 	// A call cut by shutdown, not by the upstream (an answer that arrived
-	// is stored all the same).
-	cut := p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil
+	// is stored all the same); a stream the caller saw part of ends here.
+	cut := p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil && !partial
 	e := event{Step: stepCalled, Outcome: p.reply.Outcome}
 	if a.incident != nil && !cut {
 		// Told first: the calls about to start learn of an outage at once.
@@ -421,11 +423,14 @@ func (w *Worker) settle(permit shaping.Permit, l *lane, tenant string, reply Rep
 		Headers:     out.Headers,
 	}
 	so.Headers.RetryAfter = min(so.Headers.RetryAfter, w.cfg.Backoff.MaxRetryAfter)
-	if out.Class == ClassSuccess {
+	// A streamed call cut short (stream.go) is charged what it used.
+	if out.Class == ClassSuccess || reply.PromptTokens+reply.CompletionTokens > 0 {
 		so.PromptTokens, so.CompletionTokens = reply.PromptTokens, reply.CompletionTokens
 		w.metrics.tokens.WithLabelValues(model, "prompt").Add(float64(reply.PromptTokens))
 		w.metrics.tokens.WithLabelValues(model, "completion").Add(float64(reply.CompletionTokens))
 		w.metrics.tenantTokens.WithLabelValues(w.tenantLabel(tenant)).Add(float64(reply.PromptTokens + reply.CompletionTokens))
+	}
+	if out.Class == ClassSuccess {
 		w.policyMu.Lock()
 		w.budget.Deposit()
 		w.policyMu.Unlock()

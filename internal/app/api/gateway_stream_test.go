@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -304,4 +305,54 @@ func TestStreamUpstreamErrorMidStream(t *testing.T) {
 	require.Equal(t, "server_error", e.Error.Type)
 	require.Empty(t, s.next(t), "no [DONE] after the error")
 	require.Equal(t, int64(1), b.sim.Sim.Stats().Total.Accepted, "not retried")
+}
+
+// BenchmarkGatewayStreamTTFB measures the time to the first chunk of a
+// streamed call, directly from the simulator (its time to first token,
+// 200 ms) and through llmq (API, broker, worker, job_chunks, NOTIFY), one
+// call at a time with the quota's room; it reports the p50 of each and
+// of the difference. Run: go test -run '^$' -bench GatewayStreamTTFB
+// -benchtime 40x ./internal/app/api/
+func BenchmarkGatewayStreamTTFB(b *testing.B) {
+	const ttft = 200 * time.Millisecond
+	sb := streamSetup(b, nil, upstreamsim.LatencyConfig{TTFT: ttft, PerToken: time.Millisecond})
+	first := func(url, key, body string) time.Duration {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		require.NoError(b, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(b, err)
+		defer resp.Body.Close()
+		s := &sseStream{resp: resp, r: bufio.NewReader(resp.Body)}
+		require.NotEmpty(b, s.next(b))
+		d := time.Since(start)
+		for s.next(b) != "" { // read to the end: the call ends before the next
+		}
+		return d
+	}
+	body := `{"model":"gpt-4o-mini","max_completion_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	var direct, through []time.Duration
+	// One call each to warm the connections and the lane.
+	first(sb.sim.URL+"/chat/completions", "sk-test", body)
+	first(sb.srv.URL+"/v1/chat/completions", keyAcme, body)
+	b.ResetTimer()
+	for range b.N {
+		direct = append(direct, first(sb.sim.URL+"/chat/completions", "sk-test", body))
+		through = append(through, first(sb.srv.URL+"/v1/chat/completions", keyAcme, body))
+	}
+	b.StopTimer()
+	p50 := func(ds []time.Duration) float64 {
+		ds = slices.Clone(ds)
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2]) / float64(time.Millisecond)
+	}
+	diff := make([]time.Duration, len(direct))
+	for i := range direct {
+		diff[i] = through[i] - direct[i]
+	}
+	b.ReportMetric(p50(direct), "direct-p50-ms")
+	b.ReportMetric(p50(through), "llmq-p50-ms")
+	b.ReportMetric(p50(diff), "overhead-p50-ms")
+	b.ReportMetric(0, "ns/op")
 }

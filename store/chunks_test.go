@@ -22,7 +22,9 @@ func TestStreamChunks(t *testing.T) {
 	heard := make(chan store.Key, 8)
 	listening := make(chan struct{})
 	ended := make(chan error, 1)
-	go func() { ended <- b.store.ListenJobChunks(ctx, func() { close(listening) }, func(k store.Key) { heard <- k }) }()
+	go func() {
+		ended <- b.store.ListenJobChunks(ctx, func() { close(listening) }, func(k store.Key) { heard <- k })
+	}()
 	<-listening
 
 	left, err := b.store.AppendChunks(b.ctx, k, 1, [][]byte{[]byte(`{"a":1}`), []byte(`{"a":2}`)})

@@ -148,8 +148,8 @@ func (s *chunkSink) run() {
 
 // finish waits for every chunk to be appended and corrects r: a call that
 // failed after its first chunk is not retried (the caller saw part of it:
-// partial), and a call cut because its caller left fails with
-// CodeClientDisconnected. A partial call without the provider's usage is
+// partial), and a call cut because its caller left, chunks or none, fails
+// with CodeClientDisconnected. A partial call without the provider's usage is
 // charged promptTokens and one token per content chunk.
 func (s *chunkSink) finish(r *Reply, promptTokens int) (partial bool) {
 	if s == nil {
@@ -164,7 +164,7 @@ func (s *chunkSink) finish(r *Reply, promptTokens int) (partial bool) {
 	}
 	<-s.done
 	s.cancel(nil)
-	if r.Outcome.Class == ClassSuccess || s.added == 0 {
+	if r.Outcome.Class == ClassSuccess || (s.added == 0 && !s.left) {
 		return false
 	}
 	if r.PromptTokens+r.CompletionTokens == 0 {

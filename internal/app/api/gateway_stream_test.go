@@ -374,3 +374,47 @@ func BenchmarkGatewayStreamTTFB(b *testing.B) {
 	b.ReportMetric(p50(relay), "relay-p50-ms")
 	b.ReportMetric(0, "ns/op")
 }
+
+// TestStreamDisconnectBeforeFirstChunk: a caller that leaves while the
+// provider has sent nothing yet cuts the call as well (the worker asks
+// while it waits), and the job is not retried.
+func TestStreamDisconnectBeforeFirstChunk(t *testing.T) {
+	t.Parallel()
+	reached, release, left := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	b := streamSetup(t, holdAt(1, reached, release, left), upstreamsim.LatencyConfig{})
+	t.Cleanup(sync.OnceFunc(func() { close(release) }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	callCtx, leave := context.WithCancel(ctx)
+	body := `{"model":"gpt-4o-mini","max_completion_tokens":64,"stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, b.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+keyAcme)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case <-reached:
+	case <-ctx.Done():
+		t.Fatal("the simulator never reached chunk 1")
+	}
+	leave()
+	require.ErrorIs(t, <-done, context.Canceled, "no header before the first chunk")
+	select {
+	case <-left:
+	case <-ctx.Done():
+		t.Fatal("the simulator never saw the call cut")
+	}
+	bundle := &testBundle{srv: b.srv, api: b.api}
+	jobs := bundle.get(t, keyAcme, "/v1/jobs").json(t)["data"].([]any)
+	require.Len(t, jobs, 1)
+	job := pollUntil(t, bundle, jobs[0].(map[string]any)["id"].(string), "failed")
+	require.Equal(t, worker.CodeClientDisconnected, job["error"].(map[string]any)["code"])
+	require.Len(t, job["calls"], 1, "not retried")
+	require.Equal(t, float64(0), job["calls"].([]any)[0].(map[string]any)["completion_tokens"])
+}

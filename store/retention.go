@@ -34,7 +34,8 @@ type Retention struct {
 const PruneBatchSizeDefault = 1000
 
 // Pruned counts what one Prune deleted, by kind: "jobs", "dead_letters",
-// "batches", "tombstones".
+// "batches", "tombstones", and "streams" (rows of streamed calls, only
+// when some were).
 type Pruned map[string]int64
 
 // pruneJobsSQL deletes up to $3 jobs of status $1 that finished before $2,
@@ -132,8 +133,23 @@ func (s *Store) Prune(ctx context.Context, r Retention) (Pruned, error) {
 			}
 		}
 	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, pruneStreamsSQL).Scan(&n); err != nil {
+		return out, fmt.Errorf("store: prune streams: %w", err)
+	} else if n > 0 {
+		out["streams"] = n
+	}
 	return out, nil
 }
+
+// pruneStreamsSQL deletes the streamed calls' rows (chunks.go) over two
+// hours old, on the database's clock, and returns how many: the API
+// deletes a call's chunks once it answered, so these were left by an API
+// that stopped mid-stream, or by a caller's cancel no append read, past
+// any call's deadline (gateway.max_deadline, 30 min by default).
+const pruneStreamsSQL = `WITH c AS (DELETE FROM job_chunks WHERE created_at < now() - interval '2 hours' RETURNING 1),
+	x AS (DELETE FROM job_stream_cancels WHERE created_at < now() - interval '2 hours' RETURNING 1)
+	SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM x)`
 
 // TableBytes reports the size on disk (pg_total_relation_size: rows,
 // TOAST and indexes) of the tables that grow with the work.

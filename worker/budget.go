@@ -217,7 +217,7 @@ func (w *Worker) endBudget(p *job, model string, reply *Reply) {
 		return
 	}
 	what, write := "release budget", func(ctx context.Context) error { return w.cfg.Budgets.ReleaseBudget(ctx, p.lease) }
-	if reply != nil && reply.Outcome.Class == ClassSuccess {
+	if reply != nil && (reply.Outcome.Class == ClassSuccess || reply.PromptTokens+reply.CompletionTokens > 0) {
 		cost := w.priced(p, model).Cost(reply.PromptTokens, reply.CompletionTokens)
 		what, write = "settle budget", func(ctx context.Context) error { return w.cfg.Budgets.SettleBudget(ctx, p.lease, cost) }
 	}

@@ -351,11 +351,13 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	w.metrics.inFlight.Inc()
 	begin := w.cfg.Clock.Now()
 	cs := p.trace.Child(tracing.SpanCall)
-	p.reply = l.up.Call(p.trace.Context(w.workCtx), model, body)
+	ctx, sink := w.streamTo(p.trace.Context(w.workCtx), p)
+	p.reply = l.up.Call(ctx, model, body)
+	partial := sink.finish(&p.reply, p.req.PromptTokens)
 	w.endCall(cs, p, model)
 	// A call cut by shutdown, not by the upstream (an answer that arrived
-	// is stored all the same).
-	cut := p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil
+	// is stored all the same); a stream the caller saw part of ends here.
+	cut := p.reply.Outcome.Class != ClassSuccess && w.workCtx.Err() != nil && !partial
 	e := event{Step: stepCalled, Outcome: p.reply.Outcome}
 	if a.incident != nil && !cut {
 		// Told first: the calls about to start learn of an outage at once.
@@ -435,11 +437,14 @@ func (w *Worker) settle(permit shaping.Permit, l *lane, tenant string, reply Rep
 		Headers:     out.Headers,
 	}
 	so.Headers.RetryAfter = min(so.Headers.RetryAfter, w.cfg.Backoff.MaxRetryAfter)
-	if out.Class == ClassSuccess {
+	// A streamed call cut short (stream.go) is charged what it used.
+	if out.Class == ClassSuccess || reply.PromptTokens+reply.CompletionTokens > 0 {
 		so.PromptTokens, so.CompletionTokens = reply.PromptTokens, reply.CompletionTokens
 		w.metrics.tokens.WithLabelValues(model, "prompt").Add(float64(reply.PromptTokens))
 		w.metrics.tokens.WithLabelValues(model, "completion").Add(float64(reply.CompletionTokens))
 		w.metrics.tenantTokens.WithLabelValues(w.tenantLabel(tenant)).Add(float64(reply.PromptTokens + reply.CompletionTokens))
+	}
+	if out.Class == ClassSuccess {
 		w.policyMu.Lock()
 		w.budget.Deposit()
 		w.policyMu.Unlock()

@@ -53,6 +53,9 @@ type openAIUpstream struct {
 }
 
 func (u *openAIUpstream) Call(ctx context.Context, model string, body []byte) Reply {
+	if s := sinkOf(ctx); s != nil {
+		return u.callStream(ctx, model, body, s)
+	}
 	x := &exchange{request: body}
 	// go-openai only needs the model from the struct: the bytes sent are
 	// the exchange's, the job's own body.
@@ -167,6 +170,11 @@ type exchange struct {
 	// not use.
 	read  bool
 	usage answerUsage
+	// stream is set for a streamed call (stream.go): its answer is read
+	// as it comes, and header keeps the answer's headers, which
+	// go-openai drops on a stream's error.
+	stream bool
+	header http.Header
 }
 
 // answerUsage is all the worker reads of a successful answer.
@@ -250,18 +258,21 @@ func (t *passthroughTransport) RoundTrip(r *http.Request) (*http.Response, error
 	if err != nil {
 		return nil, err
 	}
-	if err := t.bound(r.Context(), resp); err != nil {
+	if err := t.bound(r.Context(), resp, !x.stream); err != nil {
 		return nil, err
 	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+	if x.stream {
+		x.header = resp.Header
+	} else if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		x.readAnswer(resp)
 	}
 	return resp, nil
 }
 
 // bound wraps resp's body in the limit, inflating it first when the server
-// gzipped it unasked (the inflated bytes are what the limit counts).
-func (t *passthroughTransport) bound(ctx context.Context, resp *http.Response) error {
+// gzipped it unasked (the inflated bytes are what the limit counts). A
+// stream (whole is false) is read as it comes, without a large slot.
+func (t *passthroughTransport) bound(ctx context.Context, resp *http.Response, whole bool) error {
 	var r io.Reader = resp.Body
 	if !resp.Uncompressed && strings.EqualFold(strings.TrimSpace(resp.Header.Get("Content-Encoding")), "gzip") {
 		zr, err := gzip.NewReader(resp.Body)
@@ -275,7 +286,10 @@ func (t *passthroughTransport) bound(ctx context.Context, resp *http.Response) e
 		resp.ContentLength = -1
 		resp.Uncompressed = true
 	}
-	lr := &limitReader{r: r, left: t.limit, limit: t.limit, status: resp.StatusCode, ctx: ctx, large: t.large}
+	lr := &limitReader{r: r, left: t.limit, limit: t.limit, status: resp.StatusCode, ctx: ctx}
+	if whole {
+		lr.large = t.large
+	}
 	body := resp.Body
 	resp.Body = teeReadCloser{Reader: lr, Closer: closerFunc(func() error {
 		lr.release()
@@ -303,7 +317,7 @@ func (l *limitReader) Read(p []byte) (int, error) {
 	if l.limit >= 0 && l.left < 0 {
 		return 0, &ResponseTooLargeError{Status: l.status, Limit: l.limit}
 	}
-	if l.read >= largeAnswerBytes && !l.held {
+	if l.large != nil && l.read >= largeAnswerBytes && !l.held {
 		select {
 		case l.large <- struct{}{}:
 			l.held = true

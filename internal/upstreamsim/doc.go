@@ -7,8 +7,10 @@
 //
 // # Endpoints
 //
-//   - POST /v1/chat/completions: non-streaming and stream=true (SSE with
-//     stream_options.include_usage and a final "data: [DONE]").
+//   - POST /v1/chat/completions: non-streaming and stream=true (SSE, the
+//     first chunk after the time to first token, one per token after it,
+//     stream_options.include_usage and a final "data: [DONE]";
+//     WithStreamHook holds a stream or ends it with an error event).
 //   - GET /v1/models, GET /v1/models/{model}.
 //   - Files: POST /v1/files (multipart, purpose=batch), GET /v1/files,
 //     GET /v1/files/{id}, GET /v1/files/{id}/content, DELETE /v1/files/{id}.

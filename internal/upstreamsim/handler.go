@@ -274,7 +274,8 @@ type chatChunk struct {
 }
 
 // stream writes the completion as server-sent events, one chunk per token,
-// TTFT before the first content and per between tokens.
+// TTFT before the first (the role's, with the first word) and per between
+// tokens; the hook (WithStreamHook) runs before each.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c completion, ttft, per time.Duration, start time.Time) {
 	h := w.Header()
 	h["Content-Type"] = []string{"text/event-stream; charset=utf-8"}
@@ -301,14 +302,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c comple
 		}
 		return rc.Flush() == nil
 	}
-	empty := ""
-	first := base
-	for i := range c.choices {
-		first.Choices = append(first.Choices, chunkChoice{Index: i, Delta: chunkDelta{Role: "assistant", Content: &empty}})
-	}
-	if !send(first) || sleep(r.Context(), s.clock, ttft) != nil {
-		return
-	}
 	words := make([][]string, len(c.choices))
 	longest := 0
 	for i, ch := range c.choices {
@@ -318,20 +311,43 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c comple
 		}
 		longest = max(longest, len(words[i]))
 	}
-	for j := range longest {
+	if sleep(r.Context(), s.clock, ttft) != nil {
+		return
+	}
+	for j := range max(longest, 1) {
 		if j > 0 && sleep(r.Context(), s.clock, per) != nil {
 			return
 		}
+		if s.hook != nil {
+			if err := s.hook(r.Context(), j+1); err != nil {
+				b, _ := json.Marshal(struct {
+					Error apiError `json:"error"`
+				}{apiError{Type: "server_error", Message: err.Error()}})
+				_, _ = bw.WriteString("data: " + string(b) + "\n\n")
+				_ = bw.Flush()
+				_ = rc.Flush()
+				return
+			}
+		}
 		ch := base
 		for i := range words {
-			if j >= len(words[i]) {
+			var d chunkDelta
+			if j == 0 {
+				d.Role = "assistant"
+			}
+			if j < len(words[i]) {
+				piece := words[i][j]
+				if j > 0 {
+					piece = " " + piece
+				}
+				d.Content = &piece
+			} else if j == 0 {
+				empty := ""
+				d.Content = &empty
+			} else {
 				continue
 			}
-			piece := words[i][j]
-			if j > 0 {
-				piece = " " + piece
-			}
-			ch.Choices = append(ch.Choices, chunkChoice{Index: i, Delta: chunkDelta{Content: &piece}})
+			ch.Choices = append(ch.Choices, chunkChoice{Index: i, Delta: d})
 		}
 		if !send(ch) {
 			return

@@ -26,7 +26,18 @@ type options struct {
 	clock      clockwork.Clock
 	logger     *slog.Logger
 	registerer prometheus.Registerer
+	streamHook StreamHook
 }
+
+// StreamHook is called before each content chunk of a stream is sent,
+// with the request's context (done once the client left) and the chunk's
+// number (from 1). It may block; a non-nil error ends the stream with an
+// error event in OpenAI's shape carrying its text. Tests use it to hold a
+// stream open and to see a client leave.
+type StreamHook func(ctx context.Context, chunk int) error
+
+// WithStreamHook sets the hook of every stream (default none).
+func WithStreamHook(h StreamHook) Option { return func(o *options) { o.streamHook = h } }
 
 // WithClock sets the clock (default clockwork.NewRealClock()). Tests pass a
 // clockwork.FakeClock to run in virtual time.
@@ -43,6 +54,7 @@ func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { 
 // call Start. It is safe for concurrent use.
 type Server struct {
 	cfg     Config
+	hook    StreamHook
 	clock   clockwork.Clock
 	log     *slog.Logger
 	born    time.Time
@@ -97,6 +109,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		clock:     o.clock,
 		log:       o.logger,
 		born:      o.clock.Now(),
+		hook:      o.streamHook,
 		limiter:   newLimiter(cfg),
 		overrides: map[string]Limits{},
 		counters:  map[string]counter{},

@@ -101,6 +101,10 @@ type Config struct {
 	// /v1/chat/completions and GET /v1/models are not served. With it, Start
 	// and Stop run the listening connection.
 	JobsDone JobsDoneListener
+	// Streams carries the chunks of streamed gateway calls from the
+	// workers (a [*store.Store] is one; gateway_stream.go). nil: a
+	// streamed call is answered once its completion is whole.
+	Streams StreamStore
 	// Gateway tunes gateway mode.
 	Gateway GatewayConfig
 }
@@ -131,6 +135,21 @@ type JobsDoneListener interface {
 	// ListenJobsDone listens until ctx ends or its connection fails: it
 	// calls listening once it listens, then done with each job that ends.
 	ListenJobsDone(ctx context.Context, listening func(), done func(store.Key)) error
+}
+
+// StreamStore is what the gateway reads of streamed calls; a
+// [*store.Store] is one.
+type StreamStore interface {
+	// ListenJobChunks listens until ctx ends or its connection fails: it
+	// calls listening once it listens, then appended with each job whose
+	// stream grew.
+	ListenJobChunks(ctx context.Context, listening func(), appended func(store.Key)) error
+	// Chunks returns job k's chunks numbered after after, in order.
+	Chunks(ctx context.Context, k store.Key, after int) ([]store.Chunk, error)
+	// CancelStream asks the worker streaming job k to cut the call.
+	CancelStream(ctx context.Context, k store.Key) error
+	// DropStream deletes job k's chunks.
+	DropStream(ctx context.Context, k store.Key) error
 }
 
 // JobStore is what the API reads and changes of the job store; a

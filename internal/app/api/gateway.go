@@ -191,6 +191,10 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
+	if call.stream && a.cfg.Streams != nil {
+		a.streamCall(w, r, k, call)
+		return
+	}
 	done, err := a.waitDone(r.Context(), k)
 	if err != nil {
 		a.callerLeft(r.Context(), k)
@@ -230,8 +234,9 @@ type gatewayCall struct {
 }
 
 // gatewayCall reads the request: the body is the job's body less stream
-// and stream_options (the upstream call is made without streaming),
-// priority and deadline come from the headers or the defaults.
+// and stream_options (a streamed call is marked in the job's metadata, and
+// the worker asks for the stream), priority and deadline come from the
+// headers or the defaults.
 func (a *API) gatewayCall(r *http.Request, raw []byte) (gatewayCall, *Error) {
 	var call gatewayCall
 	var fields map[string]json.RawMessage
@@ -266,11 +271,17 @@ func (a *API) gatewayCall(r *http.Request, raw []byte) (gatewayCall, *Error) {
 	if e != nil {
 		return call, e
 	}
+	var meta map[string]string
+	if call.stream && a.cfg.Streams != nil {
+		// The worker streams the call (gateway_stream.go).
+		meta = map[string]string{worker.MetadataStream: "true"}
+	}
 	call.job, _ = json.Marshal(struct {
-		Priority llmq.Priority   `json:"priority"`
-		Deadline time.Time       `json:"deadline"`
-		Body     json.RawMessage `json:"body"`
-	}{prio, deadline, raw})
+		Priority llmq.Priority     `json:"priority"`
+		Deadline time.Time         `json:"deadline"`
+		Metadata map[string]string `json:"metadata,omitempty"`
+		Body     json.RawMessage   `json:"body"`
+	}{prio, deadline, meta, raw})
 	return call, nil
 }
 

@@ -1,17 +1,29 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
+	"sync"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store"
 )
 
-// A gateway call with "stream": true gets the finished completion as
-// server-sent events, the way OpenAI streams one: per choice a
-// chat.completion.chunk whose delta holds the whole message, then one
-// with its finish_reason, then (stream_options.include_usage) a chunk
-// with the usage and no choices, then "data: [DONE]". The upstream call
-// itself is made without streaming: the first byte comes when the answer
-// is complete.
+// A gateway call with "stream": true is streamed as it runs (with
+// Config.Streams): the worker calls the provider with streaming and
+// appends each chunk to the job store, announced by NOTIFY; streamCall
+// sends each as a server-sent event as it comes, then "data: [DONE]", or
+// an error event in OpenAI's shape when the call failed after its first
+// chunk. A caller that leaves cancels the job, or, once it started, asks
+// the worker to cut the call. See docs/design/gateway.md#streaming.
+//
+// Without Streams, or when the job ran without streaming, the finished
+// completion is replayed as chunks (stream): per choice a chunk whose
+// delta holds the whole message, then its finish_reason, then the usage.
 
 // completion is what the chunks are made of; unknown fields are dropped.
 type completion struct {
@@ -106,4 +118,196 @@ func (a *API) stream(w http.ResponseWriter, result []byte, includeUsage bool) {
 	}
 	_, _ = w.Write([]byte("data: [DONE]\n\n"))
 	_ = http.NewResponseController(w).Flush()
+}
+
+// streamCall streams job k's chunks to the caller as they come.
+func (a *API) streamCall(w http.ResponseWriter, r *http.Request, k store.Key, call gatewayCall) {
+	ctx := r.Context()
+	grew, stopChunks := a.chunkWaiters.subscribe(k)
+	defer stopChunks()
+	ended, stopDone := a.waiters.subscribe(k)
+	defer stopDone()
+	a.waiting.Inc()
+	defer a.waiting.Dec()
+	sse := &sseWriter{w: w, includeUsage: call.includeUsage}
+	after, readJob := 0, true
+	for {
+		after = a.sendChunks(ctx, sse, k, after)
+		if readJob {
+			readJob = false
+			rec, err := a.cfg.Store.Get(ctx, k.Tenant, k.ID)
+			if err == nil && rec.Status.Terminal() {
+				// Every chunk was appended before the job ended.
+				a.sendChunks(ctx, sse, k, after)
+				a.endStream(w, sse, rec, call)
+				a.dropStream(ctx, k)
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				a.log.Warn("api: gateway: read the job", slog.String("key", k.String()), slog.String("error", err.Error()))
+			}
+		}
+		select {
+		case <-grew:
+		case <-ended:
+			readJob = true
+		case <-ctx.Done():
+			a.streamLeft(ctx, k)
+			return
+		}
+	}
+}
+
+// sendChunks sends job k's chunks after after and returns the last sent.
+func (a *API) sendChunks(ctx context.Context, sse *sseWriter, k store.Key, after int) int {
+	cs, err := a.cfg.Streams.Chunks(ctx, k, after)
+	if err != nil {
+		if ctx.Err() == nil {
+			a.log.Warn("api: gateway: read the call's chunks", slog.String("key", k.String()), slog.String("error", err.Error()))
+		}
+		return after
+	}
+	for _, c := range cs {
+		sse.chunk(c.Data)
+		after = c.Seq
+	}
+	if len(cs) > 0 {
+		sse.flush()
+	}
+	return after
+}
+
+// endStream ends the answer of job rec: [DONE] after its chunks, the
+// whole answer when none was sent (a call made without streaming, a
+// failure before the first chunk), an error event after a part.
+func (a *API) endStream(w http.ResponseWriter, sse *sseWriter, rec *store.JobRecord, call gatewayCall) {
+	switch {
+	case !sse.started:
+		a.answer(w, rec, call)
+	case rec.Status == llmq.StatusSucceeded:
+		sse.done()
+	default:
+		typ := "server_error"
+		if s := rec.ErrorStatus; s >= 400 && s < 500 {
+			typ = openAIErrorType(s)
+		}
+		oe := openAIError{Message: rec.ErrorMessage, Type: typ}
+		if rec.ErrorCode != "" {
+			oe.Code = &rec.ErrorCode
+		}
+		b, _ := json.Marshal(struct {
+			Error openAIError `json:"error"`
+		}{oe})
+		sse.event(b)
+		sse.flush()
+	}
+}
+
+// streamLeft handles a streamed call's caller that left: its job is
+// cancelled if it has not started, else its worker cuts the call at its
+// next chunk, charged what it used (docs/design/gateway.md#streaming).
+func (a *API) streamLeft(ctx context.Context, k store.Key) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err := a.cfg.Store.Cancel(ctx, k.Tenant, k.ID)
+	var ite *store.IllegalTransitionError
+	if errors.As(err, &ite) {
+		err = a.cfg.Streams.CancelStream(ctx, k)
+	}
+	if err != nil {
+		a.log.Warn("api: gateway: cancel the call of a caller that left", slog.String("key", k.String()), slog.String("error", err.Error()))
+	}
+}
+
+// dropStream deletes the chunks of a stream that was answered.
+func (a *API) dropStream(ctx context.Context, k store.Key) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := a.cfg.Streams.DropStream(ctx, k); err != nil {
+		a.log.Warn("api: gateway: drop the call's chunks", slog.String("key", k.String()), slog.String("error", err.Error()))
+	}
+}
+
+// sseWriter writes server-sent events, the headers with the first.
+type sseWriter struct {
+	w            http.ResponseWriter
+	includeUsage bool
+	started      bool
+}
+
+// chunk sends one chunk as the provider sent it; the usage chunk only
+// when the caller asked for it (stream_options.include_usage: the worker
+// always does).
+func (s *sseWriter) chunk(data []byte) {
+	if !s.includeUsage {
+		var c struct {
+			Choices []json.RawMessage `json:"choices"`
+			Usage   json.RawMessage   `json:"usage"`
+		}
+		if json.Unmarshal(data, &c) == nil && len(c.Choices) == 0 && len(c.Usage) > 0 && string(c.Usage) != "null" {
+			return
+		}
+	}
+	s.event(data)
+}
+
+func (s *sseWriter) event(data []byte) {
+	if !s.started {
+		s.started = true
+		h := s.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		s.w.WriteHeader(http.StatusOK)
+	}
+	_, _ = s.w.Write([]byte("data: "))
+	_, _ = s.w.Write(data)
+	_, _ = s.w.Write([]byte("\n\n"))
+}
+
+func (s *sseWriter) done() {
+	_, _ = s.w.Write([]byte("data: [DONE]\n\n"))
+	s.flush()
+}
+
+func (s *sseWriter) flush() { _ = http.NewResponseController(s.w).Flush() }
+
+// listenAll runs the listening connections: jobs that end, and (with
+// Streams) streams that grow.
+func (a *API) listenAll(ctx context.Context) {
+	if a.cfg.Streams == nil {
+		a.listen(ctx)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { a.listenChunks(ctx) })
+	a.listen(ctx)
+	wg.Wait()
+}
+
+// listenChunks is listen for the streams that grow: one connection for
+// the process, reconnected with backoff; a reconnection wakes every
+// streamed call, which reads what it missed.
+func (a *API) listenChunks(ctx context.Context) {
+	delay := listenRetryMin
+	for {
+		heard := false
+		err := a.cfg.Streams.ListenJobChunks(ctx, func() {
+			heard = true
+			a.chunkWaiters.wakeAll()
+		}, a.chunkWaiters.notify)
+		if ctx.Err() != nil {
+			return
+		}
+		if heard {
+			delay = listenRetryMin
+		}
+		a.log.Warn("api: gateway: the chunks' listening connection failed; reconnecting",
+			slog.String("error", err.Error()), slog.Duration("in", delay))
+		select {
+		case <-a.cfg.Clock.After(delay):
+		case <-ctx.Done():
+			return
+		}
+		delay = min(2*delay, listenRetryMax)
+	}
 }

@@ -108,7 +108,7 @@ func (a *API) Start(ctx context.Context) error {
 	if a.cfg.JobsDone == nil {
 		return nil
 	}
-	return a.listener.Start(ctx, a.listen)
+	return a.listener.Start(ctx, a.listenAll)
 }
 
 // Stop closes the listening connection. It may be called more than once.

@@ -39,9 +39,12 @@ type API struct {
 	limited                               *prometheus.CounterVec
 	waitingCalls                          waitingCalls
 	// waiters and listener serve gateway mode (gateway_wait.go).
-	waiters  waiters
-	waiting  prometheus.Gauge
-	listener background.Runner
+	waiters waiters
+	waiting prometheus.Gauge
+	// chunkWaiters wake the streamed calls whose stream grew
+	// (gateway_stream.go).
+	chunkWaiters waiters
+	listener     background.Runner
 }
 
 // New returns the API handler.

@@ -16,22 +16,23 @@ import (
 	"github.com/llmq/llmq/shaping"
 )
 
-// TestGatewayPredictionAccuracy measures the completion predicted for a
+// BenchmarkGatewayPrediction measures the completion predicted for a
 // gateway call (store.PredictCompletion, as admission reads it just
 // before the call is recorded) against the call's actual completion, for
 // a steady load (agents of sequential calls) and a burst (calls sent as
 // fast as each is recorded), on a provider of 300 RPM, 4 calls at a time
 // and 0.3-0.6 s calls whose limits the worker (adaptive, llmq's default
 // without a quota) learns from its headers. It logs the p50 and p90 of
-// the relative error |predicted - actual| / actual.
-func TestGatewayPredictionAccuracy(t *testing.T) {
-	t.Parallel()
+// the relative error |predicted - actual| / actual (figures in
+// docs/design/gateway.md). A measurement, not a test: it depends on the
+// machine's load. Run: go test -run '^$' -bench GatewayPrediction
+// -benchtime 1x ./internal/app/api/
+func BenchmarkGatewayPrediction(bb *testing.B) {
 	for _, tc := range []struct {
 		name          string
 		agents, calls int
 	}{{"steady", 4, 8}, {"burst", 32, 1}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
+		bb.Run(tc.name, func(t *testing.B) {
 			b := gatewaySetupEnv(t, api.GatewayConfig{}, gatewayEnv{sim: upstreamsim.Config{Seed: 4, RestrictModels: true,
 				APIKeys: []string{"sk-test"},
 				Models:  map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {Limits: upstreamsim.Limits{RPM: 300, TPM: 1_000_000, MaxConcurrency: 4}}},
@@ -96,13 +97,8 @@ func TestGatewayPredictionAccuracy(t *testing.T) {
 			slices.Sort(errs)
 			require.NotEmpty(t, errs)
 			p50, p90 := errs[len(errs)/2], errs[len(errs)*9/10]
-			t.Logf("%s: %d calls, relative error p50 %.0f%%, p90 %.0f%%", tc.name, len(errs), 100*p50, 100*p90)
-			// Measured 15-18% and 41-43%, up to 35% and 54% on a
-			// machine at a load average of 36 (docs/design/gateway.md):
-			// the bounds catch a prediction gone wrong without flaking
-			// under load.
-			require.LessOrEqual(t, p50, 0.5)
-			require.LessOrEqual(t, p90, 1.0)
+			t.ReportMetric(100*p50, "p50-error-%")
+			t.ReportMetric(100*p90, "p90-error-%")
 		})
 	}
 }

@@ -70,7 +70,7 @@ type gatewayEnv struct {
 	strategy shaping.Strategy
 }
 
-func gatewaySetupEnv(t *testing.T, gw api.GatewayConfig, env gatewayEnv, producerOpts ...func(*producer.Config)) *gatewayBundle {
+func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, producerOpts ...func(*producer.Config)) *gatewayBundle {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("gateway: RabbitMQ, Postgres, worker, simulator")

@@ -18,20 +18,13 @@ import (
 	"github.com/llmq/llmq/store"
 )
 
-// NewHTTPHandler serves the dead letters of the caller's tenant:
-//
-//	GET  /v1/dead-letters              ?reason= &job_id= &since= &until= (RFC 3339) &limit= &cursor=
-//	     -> 200 {"data": [letter...], "next_cursor": "..." | null}, newest first
-//	GET  /v1/dead-letters/{id}         -> 200 letter, whole (headers and message)
-//	POST /v1/dead-letters/{id}/replay  -> 200 {"data": letter, "replayed": true | false}
-//
-// Letters are shown as [View]s: whole on GET /v1/dead-letters/{id}, as
-// bounded list entries elsewhere. scopeOf returns the tenant the (already
-// authenticated) request acts on and true, "" meaning every tenant (an
-// operator); false is answered 401. A letter of another tenant is 404, like
-// a missing one. Errors are {"error": {"code",
-// "message", "field"}}. Every answer carries Cache-Control: no-store and
-// X-Content-Type-Options: nosniff.
+// NewHTTPHandler serves the dead letters of the caller's tenant: GET
+// /v1/dead-letters (newest first, paged), GET /v1/dead-letters/{id} (the
+// whole [View]) and POST /v1/dead-letters/{id}/replay; the parameters and
+// answers are in internal/app/api/openapi.yaml. scopeOf returns the tenant
+// the (authenticated) request acts on and true, "" meaning every tenant
+// (an operator); false is answered 401. A letter of another tenant is 404,
+// like a missing one. Every answer is no-store and nosniff.
 func NewHTTPHandler(svc *Service, scopeOf func(*http.Request) (tenant string, ok bool)) http.Handler {
 	h := &httpHandler{svc: svc, scopeOf: scopeOf}
 	mux := http.NewServeMux()

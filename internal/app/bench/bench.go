@@ -168,7 +168,7 @@ func (b *Bench) run(ctx context.Context, s spec) (*result, error) {
 func (b *Bench) header(md *strings.Builder) {
 	fmt.Fprintf(md, `# llmq benchmark report
 
-Scenarios from the seeds, each run in real time against the in-process upstream simulator with the
+Scenarios from the design notes (docs/design), each run in real time against the in-process upstream simulator with the
 real worker (in-memory transport) and a real Postgres database created for the run and dropped
 after it. Upstream figures (goodput, quota utilisation, 429s) are the **simulator's own
 accounting** (`+"`/sim/stats`"+`), not llmq's counters; latencies are read from the job rows
@@ -452,7 +452,7 @@ TPM/60 while it drains.
 
 // adaptiveBlind writes the adaptive scenario against a provider that
 // sends no x-ratelimit-* header: the worker learns the quota from 429s
-// alone. The goal (issue 13): 90% of the limit within 30 s, again within
+// alone. The goal (docs/design/rate-limiting.md): 90% of the limit within 30 s, again within
 // 30 s after it halves, at most 2% of the calls answered 429.
 func (b *Bench) adaptiveBlind(md *strings.Builder, res *result, change int, limit func(int) float64) {
 	pts := res.series(Primary)
@@ -479,7 +479,7 @@ func (b *Bench) adaptiveBlind(md *strings.Builder, res *result, change int, limi
 header at all (`+"`rate_limit_headers: none`"+`; 429s keep their `+"`Retry-After`"+`): the worker can learn
 the quota only from its 429s. *Time to 90%%* is from the start (or the halving) to the start of the
 first %d s window in which the tokens served reach 90%% of the limit in force with at most 5%% of the
-calls refused. Goal (issue 13): 90%% within 30 s of the start and of the halving, at most 2%% 429s.
+calls refused. Goal ([rate-limiting.md](../design/rate-limiting.md)): 90%% within 30 s of the start and of the halving, at most 2%% 429s.
 The provider's bucket starts full and still holds part of it at the halving (the arrivals are
 served faster than the limit while it drains), so the time to 90%% says little here: what the
 worker learns shows in its 429s. Learning a limit from 429s alone takes two of them after the
@@ -504,7 +504,7 @@ starts empty, TestSimulationAdaptiveBlindHalving this scenario on a virtual cloc
 	fmt.Fprintf(md, "\n%d of %d jobs succeeded (%d dead-lettered).\n\n", res.count(llmq.StatusSucceeded), len(res.jobs), res.count(llmq.StatusDeadLettered))
 }
 
-// backlog runs issue 13's backlog on both kinds of provider, with one
+// backlog runs the backlog scenario on both kinds of provider, with one
 // worker and with three replicas.
 func (b *Bench) backlog(ctx context.Context, md *strings.Builder, rep *Report) error {
 	for _, kind := range []upstreamsim.Enforcement{upstreamsim.EnforcementMinute, upstreamsim.EnforcementShort} {
@@ -563,7 +563,7 @@ type SizesRow struct {
 }
 
 // sizes runs the minute-bucket backlog with one worker twice, first come
-// first served and then size-aware (issue 14, item 7): the short
+// first served and then size-aware (docs/design/tenants.md): the short
 // questions' latency against the long documents'.
 func (b *Bench) sizes(ctx context.Context, md *strings.Builder, rep *Report) error {
 	for _, order := range []float64{-1, worker.SizeOrderDefault} {
@@ -594,7 +594,7 @@ The backlog of section 5 (minute bucket, one worker), every job of one priority,
 broker, drained completely twice: first come, first served (`+"`ingest.size_order: -1`"+`), then
 size-aware (the default, %g: a job sorts as if recorded %g times its estimated tokens' time at the
 model's TPM later, so a document is passed only by jobs recorded within that time after it).
-Goal (issue 14): short p99 at most a fifth of the long p99, the long p99 at most 1.2 times its
+Goal ([tenants.md](../design/tenants.md)): short p99 at most a fifth of the long p99, the long p99 at most 1.2 times its
 first-come value, the share of the physical limit unchanged.
 
 | order | succeeded / jobs | makespan | share | short p50 / p99 | long p50 / p99 | 429s |

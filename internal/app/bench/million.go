@@ -24,7 +24,7 @@ import (
 	"github.com/llmq/llmq/shaping"
 )
 
-// The million scenario is issue 17's backlog: jobs queued in Postgres,
+// The million scenario is a backlog of a million jobs queued in Postgres,
 // the queue of record, past the ingest window (as the API's outbox records
 // them: the broker only carries arrivals, and a worker holds at most its
 // prefetch of those), with `llmq api` in front and a worker claiming from

@@ -21,73 +21,19 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	reqID := newRequestID()
 	s.commonHeaders(w, reqID)
 	key := apiKey(r)
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
-	if err != nil {
-		return
-	}
-	req, aerr := parseChat(body, r.PathValue("deployment"))
-	if aerr != nil {
-		model := ""
-		if req != nil {
-			model = req.Model
-		}
-		s.stats.invalid(model)
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusBadRequest, *aerr)
+	req, m, p, ok := s.readChat(w, r, start)
+	if !ok {
 		return
 	}
 	model := req.Model
-	m, known := s.modelConfig(model)
-	if !known {
-		s.stats.invalid(model)
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusNotFound, apiError{
-			Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model),
-			Type:    "invalid_request_error",
-			Code:    "model_not_found",
-		})
-		return
-	}
-	p, aerr := s.planChat(req, m)
-	if aerr != nil {
-		s.stats.invalid(model)
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusBadRequest, *aerr)
-		return
-	}
 	fault := s.drawFault(model)
-	switch fault {
-	case FaultSlowDown:
-		s.stats.fault(model, fault)
-		s.retryAfterHeaders(w, time.Second)
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		e := slowDownError(model, s.cfg.Organization, "1s")
-		if s.cfg.Mode == ModeDashScope {
-			e = dashScopeBurstError(reqID)
-		}
-		writeError(w, http.StatusTooManyRequests, e)
-		return
-	case FaultInsufficientQuota:
-		s.stats.fault(model, fault)
-		if s.cfg.Faults.ShouldRetryFalse {
-			w.Header()["X-Should-Retry"] = []string{"false"}
-		}
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusTooManyRequests, insufficientQuotaError(s.cfg.Mode, reqID))
+	if s.serveEarlyFault(w, model, fault, reqID, start) {
 		return
 	}
 
 	d := s.admit(r.Context(), r, key, model, m.Limits, p.charge)
 	if !d.Allowed {
-		s.stats.rejected(model, d.Reason)
-		if !s.cfg.OmitRateLimitHeadersOn429 {
-			s.rateLimitHeaders(w, d)
-		}
-		if d.Reason != ReasonTooLarge {
-			s.retryAfterHeaders(w, d.RetryAfter)
-		}
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusTooManyRequests, s.rateLimitError(model, d, p.charge, reqID, r.URL.Query().Get("api-version")))
+		s.rejectChat(w, r, model, d, p, reqID, start)
 		return
 	}
 	defer s.limiter.Release(key, model)
@@ -105,7 +51,93 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.serveFault(w, r, fault, reqID, start)
 		return
 	}
+	s.answerChat(w, r, key, req, m, p, n, start)
+}
 
+// readChat reads and plans the request, answering 400 or 404 (and false)
+// when it is invalid or names an unknown model.
+func (s *Server) readChat(w http.ResponseWriter, r *http.Request, start time.Time) (*chatRequest, ModelConfig, plan, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
+	if err != nil {
+		return nil, ModelConfig{}, plan{}, false
+	}
+	req, aerr := parseChat(body, r.PathValue("deployment"))
+	if aerr != nil {
+		model := ""
+		if req != nil {
+			model = req.Model
+		}
+		s.stats.invalid(model)
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		writeError(w, http.StatusBadRequest, *aerr)
+		return nil, ModelConfig{}, plan{}, false
+	}
+	model := req.Model
+	m, known := s.modelConfig(model)
+	if !known {
+		s.stats.invalid(model)
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		writeError(w, http.StatusNotFound, apiError{
+			Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model),
+			Type:    "invalid_request_error",
+			Code:    "model_not_found",
+		})
+		return nil, ModelConfig{}, plan{}, false
+	}
+	p, aerr := s.planChat(req, m)
+	if aerr != nil {
+		s.stats.invalid(model)
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		writeError(w, http.StatusBadRequest, *aerr)
+		return nil, ModelConfig{}, plan{}, false
+	}
+	return req, m, p, true
+}
+
+// serveEarlyFault answers the faults drawn before admission (a burst's
+// slow_down, insufficient_quota) and reports whether it answered.
+func (s *Server) serveEarlyFault(w http.ResponseWriter, model string, fault FaultKind, reqID string, start time.Time) bool {
+	switch fault {
+	case FaultSlowDown:
+		s.stats.fault(model, fault)
+		s.retryAfterHeaders(w, time.Second)
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		e := slowDownError(model, s.cfg.Organization, "1s")
+		if s.cfg.Mode == ModeDashScope {
+			e = dashScopeBurstError(reqID)
+		}
+		writeError(w, http.StatusTooManyRequests, e)
+		return true
+	case FaultInsufficientQuota:
+		s.stats.fault(model, fault)
+		if s.cfg.Faults.ShouldRetryFalse {
+			w.Header()["X-Should-Retry"] = []string{"false"}
+		}
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		writeError(w, http.StatusTooManyRequests, insufficientQuotaError(s.cfg.Mode, reqID))
+		return true
+	}
+	return false
+}
+
+// rejectChat answers the limiter's refusal d with a 429.
+func (s *Server) rejectChat(w http.ResponseWriter, r *http.Request, model string, d Decision, p plan, reqID string, start time.Time) {
+	s.stats.rejected(model, d.Reason)
+	if !s.cfg.OmitRateLimitHeadersOn429 {
+		s.rateLimitHeaders(w, d)
+	}
+	if d.Reason != ReasonTooLarge {
+		s.retryAfterHeaders(w, d.RetryAfter)
+	}
+	setProcessingMS(w, s.clock.Now().Sub(start))
+	writeError(w, http.StatusTooManyRequests, s.rateLimitError(model, d, p.charge, reqID, r.URL.Query().Get("api-version")))
+}
+
+// answerChat completes an admitted request (n in flight with it), gives
+// back the tokens charged and not used (TrueUp), and answers after the
+// simulated latency, streamed or whole.
+func (s *Server) answerChat(w http.ResponseWriter, r *http.Request, key string, req *chatRequest, m ModelConfig, p plan, n int64, start time.Time) {
+	model := req.Model
 	c := s.complete(p)
 	s.stats.accepted(model, start, p.promptTokens, c.completionTokens, m.Price, 1)
 	if s.cfg.TrueUp {

@@ -200,20 +200,7 @@ func (b *Bench) strategies(ctx context.Context, md *strings.Builder, rep *Report
 			return err
 		}
 		results = append(results, res)
-		pts := res.series(Primary)
-		rep.Strategies = append(rep.Strategies, StrategyRow{
-			Strategy: st, Arrived: len(res.jobs), Succeeded: res.count(llmq.StatusSucceeded),
-			DeadLettered: res.count(llmq.StatusDeadLettered), LongDeadLettered: res.countKind(llmq.StatusDeadLettered, workload.KindLong),
-			Unfinished: res.unfinished(""), LongSucceeded: res.countKind(llmq.StatusSucceeded, workload.KindLong),
-			LongUnfinished: res.unfinished(workload.KindLong),
-			GoodputPerMin:  float64(res.count(llmq.StatusSucceeded)) / res.spec.duration.Minutes(),
-			TPMUtilisation: res.tpmUtilisation(Primary, TPM), RateLimited: res.rateLimited(),
-			SteadyUtilisation: steadyUtilisation(pts, int(steadyFrom.Seconds()*b.cfg.Scale), TPM/60),
-			P50:               res.latency("", 0.5), P99: res.latency("", 0.99),
-			ShortP99: res.latency(workload.KindShort, 0.99), LongP99: res.latency(workload.KindLong, 0.99),
-			tokens: field(pts, func(p point) float64 { return float64(p.tokens) }),
-			depth:  field(pts, func(p point) float64 { return float64(p.depth) }),
-		})
+		rep.Strategies = append(rep.Strategies, b.strategyRow(st, res))
 	}
 	s := results[0].spec
 	fmt.Fprintf(md, `## 1. The four strategies under %dx overload ([the four client strategies](../design/rate-limiting.md#the-four-client-strategies))
@@ -255,8 +242,31 @@ workload's two classes: a strategy that lets long documents monopolise TPM shows
 close to the long one.
 
 `)
+	return b.plotStrategies(rep, results[0].seconds())
+}
+
+// strategyRow is the report's row of strategy st's run.
+func (b *Bench) strategyRow(st shaping.Strategy, res *result) StrategyRow {
+	pts := res.series(Primary)
+	return StrategyRow{
+		Strategy: st, Arrived: len(res.jobs), Succeeded: res.count(llmq.StatusSucceeded),
+		DeadLettered: res.count(llmq.StatusDeadLettered), LongDeadLettered: res.countKind(llmq.StatusDeadLettered, workload.KindLong),
+		Unfinished: res.unfinished(""), LongSucceeded: res.countKind(llmq.StatusSucceeded, workload.KindLong),
+		LongUnfinished: res.unfinished(workload.KindLong),
+		GoodputPerMin:  float64(res.count(llmq.StatusSucceeded)) / res.spec.duration.Minutes(),
+		TPMUtilisation: res.tpmUtilisation(Primary, TPM), RateLimited: res.rateLimited(),
+		SteadyUtilisation: steadyUtilisation(pts, int(steadyFrom.Seconds()*b.cfg.Scale), TPM/60),
+		P50:               res.latency("", 0.5), P99: res.latency("", 0.99),
+		ShortP99: res.latency(workload.KindShort, 0.99), LongP99: res.latency(workload.KindLong, 0.99),
+		tokens: field(pts, func(p point) float64 { return float64(p.tokens) }),
+		depth:  field(pts, func(p point) float64 { return float64(p.depth) }),
+	}
+}
+
+// plotStrategies saves the goodput and queue-depth plots of the strategy
+// runs, n seconds long.
+func (b *Bench) plotStrategies(rep *Report, n int) error {
 	var tokLines, depthLines []line
-	n := results[0].seconds()
 	for _, r := range rep.Strategies {
 		tokLines = append(tokLines, line{name: string(r.Strategy), y: movingAverage(r.tokens, 3)})
 		depthLines = append(depthLines, line{name: string(r.Strategy), y: r.depth})

@@ -94,14 +94,8 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 	fs.BoolVar(&retryBackoff, "wait", true, "on a full queue, wait the suggested Retry-After and retry (--wait=false rejects)")
 	fs.DurationVar(&maxRetryAfter, "max-wait", 10*time.Minute, "give up on a batch after waiting this long in total")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if batch < 1 || batch > producer.MaxBatchDefault {
-			return fmt.Errorf("--batch must be 1-%d", producer.MaxBatchDefault)
-		}
-		if fromLine < 1 {
-			return fmt.Errorf("--from-line must be 1 or more")
-		}
-		if inFlight < 1 || inFlight > 64 {
-			return fmt.Errorf("--in-flight must be 1-64")
+		if err := checkProduceFlags(batch, fromLine, inFlight); err != nil {
+			return err
 		}
 		cfg, err := flags.Load()
 		if err != nil {
@@ -140,6 +134,20 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 		return run.run(ctx, in, maxLine, batch, fromLine)
 	}
 	return cmd
+}
+
+// checkProduceFlags checks the ranges of --batch, --from-line and --in-flight.
+func checkProduceFlags(batch, fromLine, inFlight int) error {
+	if batch < 1 || batch > producer.MaxBatchDefault {
+		return fmt.Errorf("--batch must be 1-%d", producer.MaxBatchDefault)
+	}
+	if fromLine < 1 {
+		return fmt.Errorf("--from-line must be 1 or more")
+	}
+	if inFlight < 1 || inFlight > 64 {
+		return fmt.Errorf("--in-flight must be 1-64")
+	}
+	return nil
 }
 
 // produceRun is one `llmq produce`: the lines read, the batch being

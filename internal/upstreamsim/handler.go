@@ -313,25 +313,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c comple
 	h["Cache-Control"] = []string{"no-cache"}
 	setProcessingMS(w, s.clock.Now().Sub(start))
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	bw := bufio.NewWriter(w)
+	out := sseWriter{bw: bufio.NewWriter(w), rc: http.NewResponseController(w)}
+	send := out.send
 	includeUsage := p.req.StreamOptions != nil && p.req.StreamOptions.IncludeUsage
 	base := chatChunk{ID: newID("chatcmpl-", 29), Object: "chat.completion.chunk", Created: s.clock.Now().Unix(), Model: p.req.Model, SystemFingerprint: systemFingerprint}
 	if includeUsage {
 		base.Usage = json.RawMessage("null")
-	}
-	send := func(ch chatChunk) bool {
-		b, err := json.Marshal(ch)
-		if err != nil {
-			return false
-		}
-		_, _ = bw.WriteString("data: ")
-		_, _ = bw.Write(b)
-		_, _ = bw.WriteString("\n\n")
-		if bw.Flush() != nil {
-			return false
-		}
-		return rc.Flush() == nil
 	}
 	empty := ""
 	first := base
@@ -341,15 +328,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c comple
 	if !send(first) || sleep(r.Context(), s.clock, ttft) != nil {
 		return
 	}
-	words := make([][]string, len(c.choices))
-	longest := 0
-	for i, ch := range c.choices {
-		words[i] = strings.Split(ch.text, " ")
-		if ch.text == "" {
-			words[i] = nil
-		}
-		longest = max(longest, len(words[i]))
-	}
+	words, longest := choiceWords(c)
 	for j := range longest {
 		if j > 0 && sleep(r.Context(), s.clock, per) != nil {
 			return
@@ -388,7 +367,47 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c comple
 			return
 		}
 	}
-	_, _ = bw.WriteString("data: [DONE]\n\n")
-	_ = bw.Flush()
-	_ = rc.Flush()
+	out.done()
+}
+
+// choiceWords splits each choice's text into the words its chunks carry,
+// and returns the most words of a choice.
+func choiceWords(c completion) (words [][]string, longest int) {
+	words = make([][]string, len(c.choices))
+	for i, ch := range c.choices {
+		words[i] = strings.Split(ch.text, " ")
+		if ch.text == "" {
+			words[i] = nil
+		}
+		longest = max(longest, len(words[i]))
+	}
+	return words, longest
+}
+
+// sseWriter writes server-sent events, flushing each to the client.
+type sseWriter struct {
+	bw *bufio.Writer
+	rc *http.ResponseController
+}
+
+// send writes ch as one event and reports whether it reached the client.
+func (o sseWriter) send(ch chatChunk) bool {
+	b, err := json.Marshal(ch)
+	if err != nil {
+		return false
+	}
+	_, _ = o.bw.WriteString("data: ")
+	_, _ = o.bw.Write(b)
+	_, _ = o.bw.WriteString("\n\n")
+	if o.bw.Flush() != nil {
+		return false
+	}
+	return o.rc.Flush() == nil
+}
+
+// done writes the stream's end.
+func (o sseWriter) done() {
+	_, _ = o.bw.WriteString("data: [DONE]\n\n")
+	_ = o.bw.Flush()
+	_ = o.rc.Flush()
 }

@@ -32,7 +32,7 @@ var layers = []struct {
 	name string
 	pkgs []string
 }{
-	{"ground: the job contract and what is pure", []string{"", "shaping", "migrations", "internal/redact", "internal/tokencount",
+	{"ground: the job contract and what is pure", []string{"", "shaping", "migrations", "internal/redact", "internal/tokencount", "internal/backoff",
 		"internal/jsonlimit"}},
 	{"infrastructure", []string{"store/...", "transport/...", "internal/config", "internal/background",
 		"internal/upstreamsim", "internal/workload", "internal/chaos", "internal/tracing/..."}},

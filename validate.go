@@ -210,28 +210,7 @@ func (j *Job) validateBody() []FieldError {
 	} else if strings.TrimSpace(model) == "" {
 		add("body.model", CodeRequired, "must not be empty")
 	}
-	if b, ok := body["messages"]; !ok || isNull(b) {
-		add("body.messages", CodeRequired, "is required")
-	} else {
-		var msgs []json.RawMessage
-		if err := json.Unmarshal(b, &msgs); err != nil {
-			add("body.messages", CodeInvalidType, "must be an array of messages")
-		} else if len(msgs) == 0 {
-			add("body.messages", CodeInvalidValue, "must not be empty")
-		} else {
-			for i, m := range msgs {
-				var msg map[string]json.RawMessage
-				if err := json.Unmarshal(m, &msg); err != nil || msg == nil {
-					add(fmt.Sprintf("body.messages[%d]", i), CodeInvalidType, "must be an object")
-					continue
-				}
-				var role string
-				if r, ok := msg["role"]; !ok || json.Unmarshal(r, &role) != nil || role == "" {
-					add(fmt.Sprintf("body.messages[%d].role", i), CodeRequired, "must be a non-empty string")
-				}
-			}
-		}
-	}
+	checkMessages(body["messages"], add)
 	maxTokens := 0
 	for _, name := range []string{"max_tokens", "max_completion_tokens"} {
 		b, ok := body[name]
@@ -262,6 +241,35 @@ func (j *Job) validateBody() []FieldError {
 		j.maxTokens = maxTokens
 	}
 	return errs
+}
+
+// checkMessages checks body.messages b: a non-empty array of objects, each
+// with a non-empty role.
+func checkMessages(b json.RawMessage, add func(field, code, format string, args ...any)) {
+	if b == nil || isNull(b) {
+		add("body.messages", CodeRequired, "is required")
+		return
+	}
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(b, &msgs); err != nil {
+		add("body.messages", CodeInvalidType, "must be an array of messages")
+		return
+	}
+	if len(msgs) == 0 {
+		add("body.messages", CodeInvalidValue, "must not be empty")
+		return
+	}
+	for i, m := range msgs {
+		var msg map[string]json.RawMessage
+		if err := json.Unmarshal(m, &msg); err != nil || msg == nil {
+			add(fmt.Sprintf("body.messages[%d]", i), CodeInvalidType, "must be an object")
+			continue
+		}
+		var role string
+		if r, ok := msg["role"]; !ok || json.Unmarshal(r, &role) != nil || role == "" {
+			add(fmt.Sprintf("body.messages[%d].role", i), CodeRequired, "must be a non-empty string")
+		}
+	}
 }
 
 // maxNumberDigits bounds the digits and the exponent of a number in a body:

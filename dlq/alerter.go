@@ -10,6 +10,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmq/llmq/internal/backoff"
 )
 
 // senderQueueSize bounds the notifications waiting for one sink. The rate
@@ -254,7 +256,7 @@ func (a *Alerter) deliver(ctx context.Context, s sink, n notification) {
 		a.giveUp(s, n, 0, fmt.Errorf("dlq: render %s notification: %w", s.name, err))
 		return
 	}
-	backoff := a.cfg.RetryBackoff
+	policy := backoff.Policy{Base: a.cfg.RetryBackoff, Max: a.cfg.RetryMaxBackoff, MaxRetryAfter: a.cfg.RetryMaxBackoff}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, a.cfg.SendTimeout)
 		err := s.post(actx, a.cfg.HTTPClient, body)
@@ -269,12 +271,11 @@ func (a *Alerter) deliver(ctx context.Context, s sink, n notification) {
 			a.giveUp(s, n, attempt, err)
 			return
 		}
-		wait := backoff
-		if derr != nil && derr.RetryAfter > wait {
-			wait = derr.RetryAfter
+		var retryAfter time.Duration
+		if derr != nil {
+			retryAfter = derr.RetryAfter
 		}
-		wait = min(wait, a.cfg.RetryMaxBackoff)
-		backoff = min(2*backoff, a.cfg.RetryMaxBackoff)
+		wait := policy.Delay(attempt-1, retryAfter, nil)
 		a.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "dlq: alert delivery failed, retrying",
 			slog.String("sink", s.name), slog.Int("attempt", attempt), slog.Duration("wait", wait), slog.Any("error", err))
 		t := a.cfg.Clock.NewTimer(wait)

@@ -95,22 +95,12 @@ type ReplayResult struct {
 	Replayed bool
 }
 
-// Replay republishes the original message of letter id of tenant ("" = any
-// tenant) to the main topic or queue, with the job requeued and its attempts
-// reset, once: replaying the same letter again publishes nothing and returns
-// Replayed=false. The letter stays, marked replayed; if the job is
-// dead-lettered again that is a new letter.
-//
-// The replay is begun in Postgres first (replayed_at set, only one caller
-// wins), then the job is requeued (dead_lettered → queued, store.Requeue),
-// then the message is published and the replay marked published. If the
-// publish fails the error is returned and Writer.Repair completes the replay
-// after RepairAfter.
-//
-// Errors: ErrNotFound (no such letter for the tenant), ErrNotReplayable (the
-// letter's job exists but is not dead-lettered), ErrNoPublisher. A job is
-// named by (tenant, id), so a letter can only ever requeue its own
-// tenant's job.
+// Replay requeues the job of letter id of tenant ("" = any tenant) with its
+// attempts reset and republishes its original message, once: a second
+// replay publishes nothing and returns Replayed=false. The order (begin in
+// Postgres, requeue, publish; Writer.Repair finishes a failed publish) is
+// in the package documentation (dlq/doc.go, Replay). Errors: ErrNotFound,
+// ErrNotReplayable (the job is not dead-lettered), ErrNoPublisher.
 func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayResult, error) {
 	if s.cfg.Publisher == nil {
 		return ReplayResult{}, fmt.Errorf("dlq: replay %d: %w", id, ErrNoPublisher)

@@ -34,16 +34,11 @@ func newCore(cfg Config, writer bool) (*core, error) {
 
 // Writer records dead letters in Postgres, publishes them to the dead-letter
 // topic or queue and raises alerts. It implements the worker's DeadLetterer.
-//
-// The row is written first, with a unique letter key, so a letter is
-// recorded once however often the worker hands it over. A failed publish is
-// returned as an error: the worker leaves the message unacknowledged, the
-// broker delivers it again and the next DeadLetter finds the same row and
-// publishes it. Rows whose publish was never confirmed (the worker died, or
-// the redelivered job finished otherwise) are settled by [Writer.Repair],
-// which a started Writer runs every RepairInterval.
-//
-// A Writer is safe for concurrent use.
+// The row comes first, under a unique letter key; a failed publish is
+// returned so the broker redelivers and the next call publishes the same
+// row; [Writer.Repair] settles rows never confirmed (the ordering:
+// dlq/doc.go and docs/design/queue-of-record.md). It is safe for concurrent
+// use.
 type Writer struct {
 	*core
 	repair background.Runner

@@ -16,6 +16,15 @@
 // confirmed: one write per job. Concurrent calls share one transaction and
 // one publish.
 //
+// [Producer.PublishBatch] checks in this order, recording nothing for the
+// first four: ErrTooManyJobs; a *JobError wrapping the job's
+// *llmq.ValidationError or *llmq.TooLargeError (the API answers 413 with the
+// limit); ErrBrokerUnavailable or ErrDatabaseUnavailable (the queue could
+// not be measured); *ErrBackpressure (queue full, or a deadline the
+// estimated wait passes). Then the transaction (ErrDatabaseUnavailable, or
+// store.ErrInvalidJob for data Postgres refuses) and the publish
+// (ErrUnpublished, see Outbox).
+//
 // # Outbox
 //
 // When the publish fails (a broker outage), the rows are committed all the

@@ -10,18 +10,13 @@ import (
 	"github.com/llmq/llmq/transport"
 )
 
-// Group commit of the outbox: concurrent PublishBatch calls (the API's
-// single-job POSTs above all) share one transaction
-// (store.InsertOutboxPublishing) and one publish whose confirms are awaited
-// together, instead of a commit and a confirm round trip each. The rows are
-// inserted marked published and committed once the broker confirmed, so a
-// job takes no second write (the UPDATE of published_at that a mark after
-// the confirm was cost Postgres more than the insert: docs/bench/enqueue.md).
-// There is no timer and no goroutine of its own: a caller queues its jobs
-// and, while a flush slot is free, flushes everything queued (its own jobs
-// and those of the callers that queued meanwhile); the callers whose jobs
-// another took wait for that flush. docs/design/queue-of-record.md (the
-// outbox).
+// Group commit of the outbox: concurrent PublishBatch calls share one
+// transaction (store.InsertOutboxPublishing) and one publish whose confirms
+// are awaited together. Rows are inserted marked published and committed
+// once the broker confirmed, so a job takes no second write
+// (docs/bench/enqueue.md). No timer, no goroutine: a caller queues its jobs
+// and, while a flush slot is free, flushes everything queued; the others
+// wait for that flush. docs/design/queue-of-record.md (the outbox).
 
 // groupFlushes is the number of flushes in flight at once.
 const groupFlushes = 4

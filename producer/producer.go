@@ -86,26 +86,16 @@ func (p *Producer) Publish(ctx context.Context, job *llmq.Job) (Receipt, QueueSt
 }
 
 // PublishBatch validates, admits, records and publishes jobs (at most
-// MaxBatch); it fills in their ids, tenants and priorities. The queue state
-// used for admission is returned with the receipts.
-//
-// Errors, in the order they are checked (nothing is recorded for the first
-// four): ErrTooManyJobs; a *JobError wrapping the job's
-// *llmq.ValidationError, or its *llmq.TooLargeError when the encoded
-// message is over MaxMessageBytes or the broker's limit (the API answers
-// 413 with the limit); ErrBrokerUnavailable or ErrDatabaseUnavailable
-// (the queue could not be measured); *ErrBackpressure (queue full, or a
-// deadline the estimated wait passes). Then the jobs are recorded in one
-// transaction, published, and committed (ErrDatabaseUnavailable, or
-// store.ErrInvalidJob for data Postgres refuses: nothing recorded; when the
-// commit fails after the broker confirmed, the worker records the jobs as
-// it ingests their messages): when the publish fails, ErrUnpublished is
-// returned with the receipts, the jobs stay queued and the outbox sweeper
-// publishes them later.
-//
-// With tracing on, the call is a span (llmq.publish) under ctx's, and each
-// job without a TraceContext continues that span's trace: the context
-// goes in its message's headers and its row.
+// MaxBatch), filling in their ids, tenants and priorities, and returns the
+// receipts and the queue state admission used. Nothing is recorded on
+// ErrTooManyJobs, a *JobError (*llmq.ValidationError or *llmq.TooLargeError),
+// ErrBrokerUnavailable or ErrDatabaseUnavailable (queue not measured),
+// *ErrBackpressure, or a failed transaction (ErrDatabaseUnavailable,
+// store.ErrInvalidJob). A failed publish returns ErrUnpublished with the
+// receipts: the jobs stay queued and the outbox sweeper publishes them
+// (the order of the checks: producer/doc.go).
+// With tracing on, the call is a span (llmq.publish) whose context goes in
+// each job's message headers and row unless the job has one.
 func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receipt, QueueState, error) {
 	if !tracing.Enabled() {
 		return p.publishBatch(ctx, jobs)

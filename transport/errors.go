@@ -18,17 +18,10 @@ var ErrStaleDelivery = errors.New("transport: delivery is stale (connection lost
 var ErrConsuming = errors.New("transport: Consume already called on this subscriber")
 
 // ErrMessageRejected is wrapped by a Publish error when the broker refused a
-// message for what it is, not for the broker's state: publishing the same
-// message again fails the same way. Each adapter classifies its broker's
-// refusals:
-//   - Kafka: a message over the broker's max.message.bytes (refused by the
-//     client before sending, or MESSAGE_TOO_LARGE / RECORD_LIST_TOO_LARGE
-//     from the broker) and INVALID_RECORD;
-//   - RabbitMQ: a message over the broker's max_message_size (the channel
-//     closed with 406 PRECONDITION_FAILED "message size ... is larger than
-//     configured max size").
-//
-// Refusals that concern every message (authorization, a missing topic) are
-// not ErrMessageRejected. When Publish sends several messages, the error
-// does not say which were refused: publish them one by one to find out.
+// message for what it is, so that publishing it again fails the same way:
+// Kafka's max.message.bytes (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, or
+// the client's own check) and INVALID_RECORD; RabbitMQ's max_message_size
+// (406 PRECONDITION_FAILED). Refusals of every message (authorization, a
+// missing topic) are not. When Publish sends several messages, the error
+// does not say which: publish them one by one to find out.
 var ErrMessageRejected = errors.New("transport: message rejected by the broker")

@@ -3,6 +3,8 @@ package worker
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/llmq/llmq/internal/backoff"
 )
 
 // Backoff computes retry delays: exponential backoff with full jitter
@@ -43,25 +45,9 @@ func (b Backoff) WithDefaults() Backoff {
 
 // Delay returns the wait before retry number retry (0 for the first retry):
 // a uniform draw from [0, min(Max, Base·2^retry)], raised to retryAfter when
-// the server asked for longer.
+// the server asked for longer (the policy of internal/backoff).
 func (b Backoff) Delay(retry int, retryAfter time.Duration, rng *rand.Rand) time.Duration {
-	window := b.Base
-	for i := 0; i < retry && window < b.Max; i++ {
-		window *= 2
-	}
-	window = min(window, b.Max)
-	var d time.Duration
-	if window > 0 {
-		if rng != nil {
-			d = time.Duration(rng.Int64N(int64(window) + 1))
-		} else {
-			d = time.Duration(rand.Int64N(int64(window) + 1))
-		}
-	}
-	if ra := min(retryAfter, b.MaxRetryAfter); ra > d {
-		d = ra
-	}
-	return d
+	return backoff.Policy{Base: b.Base, Max: b.Max, Jitter: true, MaxRetryAfter: b.MaxRetryAfter}.Delay(retry, retryAfter, rng)
 }
 
 // RetryBudget bounds retries to a share of successful calls, so a failing

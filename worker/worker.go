@@ -12,6 +12,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/llmq/llmq/internal/backoff"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
@@ -270,11 +271,7 @@ func (w *Worker) poke() {
 // retryDelay is the wait before try n+1 of something that failed n times
 // on a database or broker error: 100 ms doubling up to max.
 func retryDelay(n int, max time.Duration) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 0; i < n && d < max; i++ {
-		d *= 2
-	}
-	return min(d, max)
+	return backoff.Policy{Base: 100 * time.Millisecond, Max: max}.Exp(n)
 }
 
 // sleep waits d on clock, or until ctx is done.

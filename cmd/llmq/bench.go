@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Run the seeds' experiments against the simulator and write a Markdown + PNG report",
+		Short: "Run the design notes' experiments against the simulator and write a Markdown + PNG report",
 		Long: `bench runs, in real time against the in-process upstream simulator, with the real worker on the
 in-memory transport and a Postgres database created for each run (and dropped after it):
 the four shaping strategies under the same 5x overload of a long/short mix, a 5x burst within

@@ -294,19 +294,9 @@ skipped, so running the same replay twice gives one new attempt per letter.`,
 		defer env.close()
 		out := cmd.OutOrStdout()
 		// Collect first: replaying while paging would shift the pages.
-		var ids []int64
-		for cursor := ""; ; {
-			recs, next, err := env.svc.List(ctx, store.DeadLetterListOptions{DeadLetterFilter: filter, Limit: store.ListLimitMax, After: cursor})
-			if err != nil {
-				return err
-			}
-			for _, r := range recs {
-				ids = append(ids, r.ID)
-			}
-			if next == "" {
-				break
-			}
-			cursor = next
+		ids, err := dlqIDs(ctx, env, filter)
+		if err != nil {
+			return err
 		}
 		replayed, skipped := 0, 0
 		var errs []error
@@ -339,6 +329,24 @@ skipped, so running the same replay twice gives one new attempt per letter.`,
 		return nil
 	}
 	return cmd
+}
+
+// dlqIDs lists the ids of every letter filter selects, all pages.
+func dlqIDs(ctx context.Context, env *dlqEnv, filter store.DeadLetterFilter) ([]int64, error) {
+	var ids []int64
+	for cursor := ""; ; {
+		recs, next, err := env.svc.List(ctx, store.DeadLetterListOptions{DeadLetterFilter: filter, Limit: store.ListLimitMax, After: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			ids = append(ids, r.ID)
+		}
+		if next == "" {
+			return ids, nil
+		}
+		cursor = next
+	}
 }
 
 func newDLQPurgeCmd() *cobra.Command {

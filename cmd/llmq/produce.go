@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/app"
+	"github.com/llmq/llmq/internal/backoff"
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/producer"
 )
@@ -93,14 +94,8 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 	fs.BoolVar(&retryBackoff, "wait", true, "on a full queue, wait the suggested Retry-After and retry (--wait=false rejects)")
 	fs.DurationVar(&maxRetryAfter, "max-wait", 10*time.Minute, "give up on a batch after waiting this long in total")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if batch < 1 || batch > producer.MaxBatchDefault {
-			return fmt.Errorf("--batch must be 1-%d", producer.MaxBatchDefault)
-		}
-		if fromLine < 1 {
-			return fmt.Errorf("--from-line must be 1 or more")
-		}
-		if inFlight < 1 || inFlight > 64 {
-			return fmt.Errorf("--in-flight must be 1-64")
+		if err := checkProduceFlags(batch, fromLine, inFlight); err != nil {
+			return err
 		}
 		cfg, err := flags.Load()
 		if err != nil {
@@ -139,6 +134,20 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 		return run.run(ctx, in, maxLine, batch, fromLine)
 	}
 	return cmd
+}
+
+// checkProduceFlags checks the ranges of --batch, --from-line and --in-flight.
+func checkProduceFlags(batch, fromLine, inFlight int) error {
+	if batch < 1 || batch > producer.MaxBatchDefault {
+		return fmt.Errorf("--batch must be 1-%d", producer.MaxBatchDefault)
+	}
+	if fromLine < 1 {
+		return fmt.Errorf("--from-line must be 1 or more")
+	}
+	if inFlight < 1 || inFlight > 64 {
+		return fmt.Errorf("--in-flight must be 1-64")
+	}
+	return nil
 }
 
 // produceRun is one `llmq produce`: the lines read, the batch being
@@ -345,8 +354,10 @@ const publishTimeout = time.Minute
 // sent and their lines are returned with ctx's error.
 func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, lines []int, sum *produceSummary,
 	wait bool, maxWait time.Duration) ([]*llmq.Job, []int, error) {
-	waited, backoff := time.Duration(0), time.Second
+	var waited time.Duration
+	transientFails := 0
 	for {
+		pause := transientBackoff.Exp(transientFails)
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 		rs, _, err := p.PublishBatch(pctx, jobs)
 		cancel()
@@ -384,19 +395,19 @@ func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, l
 		case errors.As(err, &bp):
 			sum.reject(len(jobs), "queue full", fmt.Sprintf("lines %d-%d: %v", lines[0], lines[len(lines)-1], err))
 			return nil, nil, nil
-		case wait && transient(err) && waited+backoff <= maxWait:
+		case wait && transient(err) && waited+pause <= maxWait:
 			// The queue could not be measured (a probe over its timeout
 			// under load) or the insert failed: nothing was recorded, and
 			// the same jobs (their ids set) are sent again.
-			waited += backoff
-			t := time.NewTimer(backoff)
+			waited += pause
+			t := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return jobs, lines, context.Cause(ctx)
 			case <-t.C:
 			}
-			backoff = min(2*backoff, maxTransientBackoff)
+			transientFails++
 		default:
 			sum.reject(len(jobs), "error: "+err.Error(), fmt.Sprintf("lines %d-%d", lines[0], lines[len(lines)-1]))
 			return nil, nil, nil
@@ -404,9 +415,9 @@ func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, l
 	}
 }
 
-// maxTransientBackoff caps the wait between two tries of a batch that
-// failed for a reason that passes (transient).
-const maxTransientBackoff = 30 * time.Second
+// transientBackoff is the wait between two tries of a batch that failed
+// for a reason that passes (transient): 1s doubling up to 30s.
+var transientBackoff = backoff.Policy{Base: time.Second, Max: 30 * time.Second}
 
 // transient reports a PublishBatch error after which nothing was recorded
 // and a later try may succeed: the queue could not be measured, or the

@@ -18,16 +18,7 @@ import (
 func init() { register(newSimCmd) }
 
 func newSimCmd() *cobra.Command {
-	var (
-		listen, configPath, mode      string
-		enforcement, rateLimitHeaders string
-		rpm, tpm                      int64
-		concurrency                   int
-		seed                          uint64
-		ttft, perToken, shortBucket   time.Duration
-		timeScale                     float64
-		apiKeys                       []string
-	)
+	var fl simFlags
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the OpenAI-compatible upstream simulator (rate limits, latency, faults, Batch API)",
@@ -48,98 +39,125 @@ GET /sim/stats, POST /sim/reset, GET|POST /sim/limits, GET /metrics.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var cfg upstreamsim.Config
-			if configPath != "" {
-				c, err := upstreamsim.LoadConfig(configPath)
+			if fl.configPath != "" {
+				c, err := upstreamsim.LoadConfig(fl.configPath)
 				if err != nil {
 					return err
 				}
 				cfg = c
 			}
-			f := cmd.Flags()
-			if f.Changed("rpm") {
-				cfg.Default.RPM = rpm
-			}
-			if f.Changed("tpm") {
-				cfg.Default.TPM = tpm
-			}
-			if f.Changed("concurrency") {
-				cfg.Default.MaxConcurrency = concurrency
-			}
-			if f.Changed("seed") {
-				cfg.Seed = seed
-			}
-			if f.Changed("mode") {
-				cfg.Mode = upstreamsim.Mode(mode)
-			}
-			if f.Changed("ttft") {
-				cfg.Latency.TTFT = ttft
-			}
-			if f.Changed("per-token") {
-				cfg.Latency.PerToken = perToken
-			}
-			if f.Changed("batch-time-scale") {
-				cfg.Batch.TimeScale = timeScale
-			}
-			if f.Changed("api-key") {
-				cfg.APIKeys = apiKeys
-			}
-			if f.Changed("enforcement") {
-				cfg.Enforcement = upstreamsim.Enforcement(enforcement)
-			}
-			if f.Changed("short-bucket") {
-				cfg.ShortBucket = shortBucket
-			}
-			if f.Changed("rate-limit-headers") {
-				cfg.RateLimitHeaders = upstreamsim.HeaderMode(rateLimitHeaders)
-			}
-			if f.Changed("rpm") || f.Changed("tpm") || f.Changed("concurrency") {
-				// The flags apply to every model name, including configured ones.
-				for name, m := range cfg.Models {
-					if f.Changed("rpm") {
-						m.RPM = rpm
-					}
-					if f.Changed("tpm") {
-						m.TPM = tpm
-					}
-					if f.Changed("concurrency") {
-						m.MaxConcurrency = concurrency
-					}
-					cfg.Models[name] = m
-				}
-			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			sim, err := upstreamsim.New(cfg, upstreamsim.WithLogger(logger))
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			url, err := sim.Start(ctx, listen)
-			if err != nil {
-				return err
-			}
-			printSimLimits(cmd.OutOrStdout(), url, sim)
-			<-ctx.Done()
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			return sim.Stop(stopCtx)
+			fl.apply(&cfg, cmd.Flags().Changed)
+			return runSim(cmd, cfg, fl.listen)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&listen, "listen", "127.0.0.1:8081", "address to listen on")
-	f.StringVar(&configPath, "config", "", "YAML configuration file (upstreamsim.Config)")
-	f.StringVar(&mode, "mode", string(upstreamsim.ModeDefault), "provider to imitate: openai, azure or dashscope")
-	f.Int64Var(&rpm, "rpm", upstreamsim.RPMDefault, "requests per minute per (key, model), every model; -1 unlimited")
-	f.Int64Var(&tpm, "tpm", upstreamsim.TPMDefault, "tokens per minute per (key, model), every model; -1 unlimited")
-	f.IntVar(&concurrency, "concurrency", 0, "max in-flight requests per (key, model), every model; 0 unlimited")
-	f.Uint64Var(&seed, "seed", 0, "seed for completions, faults and batch output order")
-	f.DurationVar(&ttft, "ttft", 0, "time to first token")
-	f.DurationVar(&perToken, "per-token", 0, "time per output token")
-	f.Float64Var(&timeScale, "batch-time-scale", upstreamsim.BatchTimeScaleDefault, "divide every Batch API duration by this factor")
-	f.StringSliceVar(&apiKeys, "api-key", nil, "accepted API key (repeatable); none means any key")
-	f.StringVar(&enforcement, "enforcement", string(upstreamsim.EnforcementDefault), "how limits are enforced: minute (a bucket of one minute) or short (a bucket of --short-bucket)")
-	f.DurationVar(&shortBucket, "short-bucket", upstreamsim.ShortBucketDefault, "refill a short bucket holds (--enforcement short)")
-	f.StringVar(&rateLimitHeaders, "rate-limit-headers", string(upstreamsim.RateLimitHeadersDefault), "x-ratelimit-* headers on answers: all or none")
+	fl.register(cmd)
 	return cmd
+}
+
+// simFlags are the flags of llmq sim.
+type simFlags struct {
+	listen, configPath, mode      string
+	enforcement, rateLimitHeaders string
+	rpm, tpm                      int64
+	concurrency                   int
+	seed                          uint64
+	ttft, perToken, shortBucket   time.Duration
+	timeScale                     float64
+	apiKeys                       []string
+}
+
+// register declares the flags on cmd.
+func (fl *simFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&fl.listen, "listen", "127.0.0.1:8081", "address to listen on")
+	f.StringVar(&fl.configPath, "config", "", "YAML configuration file (upstreamsim.Config)")
+	f.StringVar(&fl.mode, "mode", string(upstreamsim.ModeDefault), "provider to imitate: openai, azure or dashscope")
+	f.Int64Var(&fl.rpm, "rpm", upstreamsim.RPMDefault, "requests per minute per (key, model), every model; -1 unlimited")
+	f.Int64Var(&fl.tpm, "tpm", upstreamsim.TPMDefault, "tokens per minute per (key, model), every model; -1 unlimited")
+	f.IntVar(&fl.concurrency, "concurrency", 0, "max in-flight requests per (key, model), every model; 0 unlimited")
+	f.Uint64Var(&fl.seed, "seed", 0, "seed for completions, faults and batch output order")
+	f.DurationVar(&fl.ttft, "ttft", 0, "time to first token")
+	f.DurationVar(&fl.perToken, "per-token", 0, "time per output token")
+	f.Float64Var(&fl.timeScale, "batch-time-scale", upstreamsim.BatchTimeScaleDefault, "divide every Batch API duration by this factor")
+	f.StringSliceVar(&fl.apiKeys, "api-key", nil, "accepted API key (repeatable); none means any key")
+	f.StringVar(&fl.enforcement, "enforcement", string(upstreamsim.EnforcementDefault), "how limits are enforced: minute (a bucket of one minute) or short (a bucket of --short-bucket)")
+	f.DurationVar(&fl.shortBucket, "short-bucket", upstreamsim.ShortBucketDefault, "refill a short bucket holds (--enforcement short)")
+	f.StringVar(&fl.rateLimitHeaders, "rate-limit-headers", string(upstreamsim.RateLimitHeadersDefault), "x-ratelimit-* headers on answers: all or none")
+}
+
+// apply sets in cfg the flags given on the command line (changed), which
+// override the file; --rpm, --tpm and --concurrency apply to every model.
+func (fl *simFlags) apply(cfg *upstreamsim.Config, changed func(string) bool) {
+	if changed("rpm") {
+		cfg.Default.RPM = fl.rpm
+	}
+	if changed("tpm") {
+		cfg.Default.TPM = fl.tpm
+	}
+	if changed("concurrency") {
+		cfg.Default.MaxConcurrency = fl.concurrency
+	}
+	if changed("seed") {
+		cfg.Seed = fl.seed
+	}
+	if changed("mode") {
+		cfg.Mode = upstreamsim.Mode(fl.mode)
+	}
+	if changed("ttft") {
+		cfg.Latency.TTFT = fl.ttft
+	}
+	if changed("per-token") {
+		cfg.Latency.PerToken = fl.perToken
+	}
+	if changed("batch-time-scale") {
+		cfg.Batch.TimeScale = fl.timeScale
+	}
+	if changed("api-key") {
+		cfg.APIKeys = fl.apiKeys
+	}
+	if changed("enforcement") {
+		cfg.Enforcement = upstreamsim.Enforcement(fl.enforcement)
+	}
+	if changed("short-bucket") {
+		cfg.ShortBucket = fl.shortBucket
+	}
+	if changed("rate-limit-headers") {
+		cfg.RateLimitHeaders = upstreamsim.HeaderMode(fl.rateLimitHeaders)
+	}
+	if changed("rpm") || changed("tpm") || changed("concurrency") {
+		// The flags apply to every model name, including configured ones.
+		for name, m := range cfg.Models {
+			if changed("rpm") {
+				m.RPM = fl.rpm
+			}
+			if changed("tpm") {
+				m.TPM = fl.tpm
+			}
+			if changed("concurrency") {
+				m.MaxConcurrency = fl.concurrency
+			}
+			cfg.Models[name] = m
+		}
+	}
+}
+
+// runSim runs the simulator on listen until the command's context ends.
+func runSim(cmd *cobra.Command, cfg upstreamsim.Config, listen string) error {
+	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	sim, err := upstreamsim.New(cfg, upstreamsim.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	url, err := sim.Start(ctx, listen)
+	if err != nil {
+		return err
+	}
+	printSimLimits(cmd.OutOrStdout(), url, sim)
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return sim.Stop(stopCtx)
 }
 
 // printSimLimits prints where the simulator listens and the limits it

@@ -164,7 +164,17 @@ func (a *App) openResources(ctx context.Context) error {
 			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
 		}
 	}
+	if err := a.openBroker(ctx); err != nil {
+		return err
+	}
+	return a.openListeners()
+}
 
+// openBroker opens the publisher and the subscriber of LLMQ_BROKER (an
+// embedded Kafka first when asked) and waits for the broker to answer.
+func (a *App) openBroker(ctx context.Context) error {
+	s := a.cfg.Settings
+	var err error
 	a.brokerURL = s.Broker.Raw
 	if s.Broker.Kind == config.BrokerEmbedded {
 		// An in-process Kafka cluster with the topic and its dead-letter
@@ -195,10 +205,12 @@ func (a *App) openResources(ctx context.Context) error {
 	}
 	a.parts.opened("publisher", closer(a.pub.Close))
 	a.parts.opened("subscriber", closer(a.sub.Close))
-	if err := a.waitForBroker(ctx); err != nil {
-		return err
-	}
+	return a.waitForBroker(ctx)
+}
 
+// openListeners opens the API's listener and the metrics server's.
+func (a *App) openListeners() error {
+	var err error
 	if a.cfg.API != nil {
 		ln := a.cfg.API.Listener
 		if ln == nil {

@@ -9,6 +9,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	kafkago "github.com/segmentio/kafka-go"
+
+	"github.com/llmq/llmq/internal/backoff"
 )
 
 // The broker check at start-up.
@@ -39,8 +41,9 @@ var (
 // after llmq is normal in a deployment); a one-shot command fails at once.
 func (a *App) waitForBroker(ctx context.Context) error {
 	retry := a.cfg.Worker != nil || a.cfg.API != nil
-	wait := BrokerRetryMin
+	policy := backoff.Policy{Base: BrokerRetryMin, Max: BrokerRetryMax}
 	for attempt := 1; ; attempt++ {
+		wait := policy.Exp(attempt - 1)
 		pctx, cancel := context.WithTimeout(ctx, brokerProbeTimeout)
 		_, err := a.sub.Depth(pctx)
 		cancel()
@@ -64,7 +67,6 @@ func (a *App) waitForBroker(ctx context.Context) error {
 			return fmt.Errorf("%w: %s: %w (gave up: %w)", ErrBrokerUnavailable, a.brokerName(), err, context.Cause(ctx))
 		case <-t.Chan():
 		}
-		wait = min(2*wait, BrokerRetryMax)
 	}
 }
 

@@ -503,6 +503,25 @@ func (c *Config) Validate() error {
 	if c.MaxMessageBytes < -1 {
 		bad("max_message_bytes", "must be positive, or -1 for no limit")
 	}
+	c.validateModels(bad)
+	c.validateRetry(bad)
+	c.validateServing(bad)
+	for _, k := range slices.Sorted(maps.Keys(c.APIKeys)) {
+		if k == "" || !validTenant(c.APIKeys[k]) {
+			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact.Key(k))
+		}
+	}
+	c.validatePools(bad)
+	for _, err := range c.Tenants.Validate("tenants") {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
+	}
+	c.validateAccess(bad)
+	c.validateAlerts(bad)
+	return errors.Join(errs...)
+}
+
+// validateModels checks the models: quotas, prices and fallbacks.
+func (c *Config) validateModels(bad func(setting, format string, args ...any)) {
 	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
 		m := c.Models[name]
 		p := "models." + name
@@ -537,6 +556,10 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+}
+
+// validateRetry checks the retry, batch, backpressure, incident and capacity settings.
+func (c *Config) validateRetry(bad func(setting, format string, args ...any)) {
 	for _, f := range []struct {
 		setting string
 		v       float64
@@ -565,6 +588,10 @@ func (c *Config) Validate() error {
 	if k := c.Capacity; k.Safety < 0 || k.Safety > 1 || !(k.Reserved == -1 || k.Reserved >= 0 && k.Reserved < 1) || k.TailLatency < 0 {
 		bad("capacity", "safety must be in [0, 1], reserved -1 (none) or in [0, 1), tail_latency not negative (0: the defaults)")
 	}
+}
+
+// validateServing checks retention, the gateway, the rate limits, the upstream and ingest.
+func (c *Config) validateServing(bad func(setting, format string, args ...any)) {
 	if c.Retention.Interval < 0 {
 		bad("retention.interval", "%v: must not be negative", c.Retention.Interval)
 	}
@@ -607,15 +634,10 @@ func (c *Config) Validate() error {
 	if so := c.Ingest.SizeOrder; !(so >= 0 && so <= 1000) && so != -1 {
 		bad("ingest.size_order", "must be between 0 and 1000 (0: the default, -1: first come, first served); got %v", so)
 	}
-	for _, k := range slices.Sorted(maps.Keys(c.APIKeys)) {
-		if k == "" || !validTenant(c.APIKeys[k]) {
-			bad("api_keys", "key %q must map to a tenant of 1-128 characters of [A-Za-z0-9._:-]", redact.Key(k))
-		}
-	}
-	c.validatePools(bad)
-	for _, err := range c.Tenants.Validate("tenants") {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalid, err))
-	}
+}
+
+// validateAccess checks the operator keys and the console secret.
+func (c *Config) validateAccess(bad func(setting, format string, args ...any)) {
 	for i, k := range c.OperatorKeys {
 		switch _, tenant := c.APIKeys[k]; {
 		case strings.TrimSpace(k) == "":
@@ -627,6 +649,10 @@ func (c *Config) Validate() error {
 	if c.ConsoleSecret != "" && len(c.ConsoleSecret) < ConsoleSecretMinBytes {
 		bad(c.source(EnvConsoleSecret), "must be at least %d bytes (e.g. openssl rand -hex 32); got %d", ConsoleSecretMinBytes, len(c.ConsoleSecret))
 	}
+}
+
+// validateAlerts checks the alert sinks and their timing.
+func (c *Config) validateAlerts(bad func(setting, format string, args ...any)) {
 	if c.Alerts.AlertmanagerURL != "" {
 		if err := checkURL(c.Alerts.AlertmanagerURL, redact.URL, "http", "https"); err != nil {
 			bad("alerts.alertmanager_url", "%v", err)
@@ -640,7 +666,6 @@ func (c *Config) Validate() error {
 			bad("alerts.webhook_url", "%v", err)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // checkDatabaseURL checks that s is a Postgres URL (or key=value

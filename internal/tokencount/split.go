@@ -7,13 +7,8 @@ package tokencount
 //	       |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //	cl100k: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //
-// The first alternative that matches at the start of the rest of the text
-// takes it. On ASCII text the classes are: letters A-Z (Lu) and a-z (Ll),
-// no Lt, Lm, Lo or M; digits 0-9; space \t \n \v \f \r and ' '; every
-// other byte is "other" (neither \s, \p{L} nor \p{N}), except DEL (0x7f):
-// the codec's compiled negated classes leave it out, so no alternative
-// matches at a DEL, which the split skips (it counts no token), though it
-// is \S to the lookahead.
+// The first alternative that matches takes the text; the ASCII classes
+// (and DEL, which no alternative matches): internal/tokencount/doc.go.
 
 func isUpper(c byte) bool  { return 'A' <= c && c <= 'Z' }
 func isLower(c byte) bool  { return 'a' <= c && c <= 'z' }

@@ -474,19 +474,7 @@ type inputLine struct {
 // parseLines validates the input file; the result is revealed when the
 // batch leaves validating.
 func (st *batchStore) parseLines(b *batch, content []byte) {
-	fail := func(code, msg, param string, line int) {
-		if len(b.validation) >= maxBatchErrors {
-			return
-		}
-		e := batchError{Code: code, Message: msg}
-		if param != "" {
-			e.Param = strPtr(param)
-		}
-		if line > 0 {
-			e.Line = &line
-		}
-		b.validation = append(b.validation, e)
-	}
+	fail := b.fail
 	raw := bytes.Split(bytes.TrimRight(content, "\r\n"), []byte("\n"))
 	if len(bytes.TrimSpace(content)) == 0 {
 		fail("empty_file", "The batch input file is empty.", "", 0)
@@ -504,21 +492,8 @@ func (st *batchStore) parseLines(b *batch, content []byte) {
 			fail("invalid_json_line", "This line is not parseable as valid JSON.", "", n)
 			continue
 		}
-		switch {
-		case in.CustomID == nil || *in.CustomID == "":
-			fail("missing_required_parameter", "Missing required parameter: 'custom_id'.", "custom_id", n)
-			continue
-		case seen[*in.CustomID]:
-			fail("duplicate_custom_id", "The custom_id for this request is a duplicate of another request. The custom_id parameter must be unique for each request in a batch.", "custom_id", n)
-			continue
-		case in.Method != http.MethodPost:
-			fail("invalid_method", fmt.Sprintf("Invalid value for 'method': '%s'. Supported values are: 'POST'.", in.Method), "method", n)
-			continue
-		case in.URL != b.obj.Endpoint:
-			fail("url_mismatch", fmt.Sprintf("The provided url '%s' does not match the batch endpoint '%s'.", in.URL, b.obj.Endpoint), "url", n)
-			continue
-		case len(in.Body) == 0:
-			fail("missing_required_parameter", "Missing required parameter: 'body'.", "body", n)
+		if code, msg, param := checkLine(in, seen, b.obj.Endpoint); code != "" {
+			fail(code, msg, param, n)
 			continue
 		}
 		seen[*in.CustomID] = true
@@ -536,32 +511,72 @@ func (st *batchStore) parseLines(b *batch, content []byte) {
 				continue
 			}
 		}
-		req, aerr := parseChat(in.Body, "")
-		switch {
-		case aerr != nil:
-			line.status, line.err = http.StatusBadRequest, aerr
-		case probe.Stream:
-			line.status, line.err = http.StatusBadRequest, invalidParam("stream", "invalid_value", "Streaming is not supported in the Batch API.")
-		default:
-			m, known := st.s.modelConfig(req.Model)
-			if !known {
-				line.status, line.err = http.StatusNotFound, &apiError{Type: "invalid_request_error", Code: "model_not_found",
-					Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model)}
-				break
-			}
-			p, aerr := st.s.planChat(req, m)
-			line.plan = p
-			if aerr != nil {
-				line.status, line.err = http.StatusBadRequest, aerr
-				break
-			}
-			b.enqueued += int64(p.promptTokens)
-			b.price = m.Price
-		}
+		st.planLine(b, &line, in.Body, probe.Stream)
 		b.lines = append(b.lines, line)
 	}
 	if b.model != "" {
 		b.obj.Model = strPtr(b.model)
+	}
+}
+
+// fail records a validation error of the input file (line 0: the whole
+// file), up to maxBatchErrors.
+func (b *batch) fail(code, msg, param string, line int) {
+	if len(b.validation) >= maxBatchErrors {
+		return
+	}
+	e := batchError{Code: code, Message: msg}
+	if param != "" {
+		e.Param = strPtr(param)
+	}
+	if line > 0 {
+		e.Line = &line
+	}
+	b.validation = append(b.validation, e)
+}
+
+// checkLine returns the validation error of an input line's envelope
+// (code "" when it has none): custom_id, method, url and body.
+func checkLine(in inputLine, seen map[string]bool, endpoint string) (code, msg, param string) {
+	switch {
+	case in.CustomID == nil || *in.CustomID == "":
+		return "missing_required_parameter", "Missing required parameter: 'custom_id'.", "custom_id"
+	case seen[*in.CustomID]:
+		return "duplicate_custom_id", "The custom_id for this request is a duplicate of another request. The custom_id parameter must be unique for each request in a batch.", "custom_id"
+	case in.Method != http.MethodPost:
+		return "invalid_method", fmt.Sprintf("Invalid value for 'method': '%s'. Supported values are: 'POST'.", in.Method), "method"
+	case in.URL != endpoint:
+		return "url_mismatch", fmt.Sprintf("The provided url '%s' does not match the batch endpoint '%s'.", in.URL, endpoint), "url"
+	case len(in.Body) == 0:
+		return "missing_required_parameter", "Missing required parameter: 'body'.", "body"
+	}
+	return "", "", ""
+}
+
+// planLine plans the request of a valid line, or sets the error its
+// output line will carry; a planned line counts in the batch's tokens.
+func (st *batchStore) planLine(b *batch, line *batchLine, body json.RawMessage, stream bool) {
+	req, aerr := parseChat(body, "")
+	switch {
+	case aerr != nil:
+		line.status, line.err = http.StatusBadRequest, aerr
+	case stream:
+		line.status, line.err = http.StatusBadRequest, invalidParam("stream", "invalid_value", "Streaming is not supported in the Batch API.")
+	default:
+		m, known := st.s.modelConfig(req.Model)
+		if !known {
+			line.status, line.err = http.StatusNotFound, &apiError{Type: "invalid_request_error", Code: "model_not_found",
+				Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model)}
+			return
+		}
+		p, aerr := st.s.planChat(req, m)
+		line.plan = p
+		if aerr != nil {
+			line.status, line.err = http.StatusBadRequest, aerr
+			return
+		}
+		b.enqueued += int64(p.promptTokens)
+		b.price = m.Price
 	}
 }
 

@@ -427,6 +427,28 @@ func (c Config) WithDefaults() Config {
 // Validate reports the first invalid field of c (after WithDefaults, zero
 // fields are valid), naming it.
 func (c Config) Validate() error {
+	for _, check := range []func() error{c.validateModes, c.validateModels, c.validateOutput, c.validateFaults} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	b := c.Batch
+	if b.TimeScale < 0 || b.LinesPerSecond < 0 || b.Validating < 0 || b.Finalizing < 0 || b.Cancelling < 0 || b.CompletionWindow < 0 || b.MaxLines < 0 || b.MaxFileBytes < 0 {
+		return fmt.Errorf("%w: batch.* must not be negative", ErrInvalidConfig)
+	}
+	for i, e := range c.Schedule {
+		if e.At < 0 {
+			return fmt.Errorf("%w: schedule[%d].at must not be negative", ErrInvalidConfig, i)
+		}
+		if err := e.Limits.validate(fmt.Sprintf("schedule[%d].limits", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateModes checks the provider mode, the charge, the enforcement and the headers.
+func (c Config) validateModes() error {
 	switch c.Mode {
 	case "", ModeOpenAI, ModeAzure, ModeDashScope:
 	default:
@@ -450,6 +472,11 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("%w: rate_limit_headers must be all or none, got %q", ErrInvalidConfig, c.RateLimitHeaders)
 	}
+	return nil
+}
+
+// validateModels checks the default limits and each model's.
+func (c Config) validateModels() error {
 	if err := c.Default.validate("default"); err != nil {
 		return err
 	}
@@ -469,6 +496,11 @@ func (c Config) Validate() error {
 	if c.RestrictModels && len(c.Models) == 0 {
 		return fmt.Errorf("%w: restrict_models needs at least one entry in models", ErrInvalidConfig)
 	}
+	return nil
+}
+
+// validateOutput checks the latency model and the output-size distribution.
+func (c Config) validateOutput() error {
 	if c.Latency.TTFT < 0 || c.Latency.PerToken < 0 {
 		return fmt.Errorf("%w: latency.ttft and latency.per_token must not be negative", ErrInvalidConfig)
 	}
@@ -486,6 +518,11 @@ func (c Config) Validate() error {
 	if c.Output.Mean < 0 || c.Output.StdDev < 0 {
 		return fmt.Errorf("%w: output.mean and output.stddev must not be negative", ErrInvalidConfig)
 	}
+	return nil
+}
+
+// validateFaults checks the fault rates (known kinds, in [0, 1], summing to at most 1).
+func (c Config) validateFaults() error {
 	var sum float64
 	for kind, rate := range c.Faults.Rates {
 		known := false
@@ -505,18 +542,6 @@ func (c Config) Validate() error {
 	}
 	if c.Faults.HangDuration < 0 {
 		return fmt.Errorf("%w: faults.hang_duration must not be negative", ErrInvalidConfig)
-	}
-	b := c.Batch
-	if b.TimeScale < 0 || b.LinesPerSecond < 0 || b.Validating < 0 || b.Finalizing < 0 || b.Cancelling < 0 || b.CompletionWindow < 0 || b.MaxLines < 0 || b.MaxFileBytes < 0 {
-		return fmt.Errorf("%w: batch.* must not be negative", ErrInvalidConfig)
-	}
-	for i, e := range c.Schedule {
-		if e.At < 0 {
-			return fmt.Errorf("%w: schedule[%d].at must not be negative", ErrInvalidConfig, i)
-		}
-		if err := e.Limits.validate(fmt.Sprintf("schedule[%d].limits", i)); err != nil {
-			return err
-		}
 	}
 	return nil
 }

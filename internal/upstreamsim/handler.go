@@ -21,73 +21,19 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	reqID := newRequestID()
 	s.commonHeaders(w, reqID)
 	key := apiKey(r)
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
-	if err != nil {
-		return
-	}
-	req, aerr := parseChat(body, r.PathValue("deployment"))
-	if aerr != nil {
-		model := ""
-		if req != nil {
-			model = req.Model
-		}
-		s.stats.invalid(model)
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusBadRequest, *aerr)
+	req, m, p, ok := s.readChat(w, r, start)
+	if !ok {
 		return
 	}
 	model := req.Model
-	m, known := s.modelConfig(model)
-	if !known {
-		s.stats.invalid(model)
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusNotFound, apiError{
-			Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model),
-			Type:    "invalid_request_error",
-			Code:    "model_not_found",
-		})
-		return
-	}
-	p, aerr := s.planChat(req, m)
-	if aerr != nil {
-		s.stats.invalid(model)
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusBadRequest, *aerr)
-		return
-	}
 	fault := s.drawFault(model)
-	switch fault {
-	case FaultSlowDown:
-		s.stats.fault(model, fault)
-		s.retryAfterHeaders(w, time.Second)
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		e := slowDownError(model, s.cfg.Organization, "1s")
-		if s.cfg.Mode == ModeDashScope {
-			e = dashScopeBurstError(reqID)
-		}
-		writeError(w, http.StatusTooManyRequests, e)
-		return
-	case FaultInsufficientQuota:
-		s.stats.fault(model, fault)
-		if s.cfg.Faults.ShouldRetryFalse {
-			w.Header()["X-Should-Retry"] = []string{"false"}
-		}
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusTooManyRequests, insufficientQuotaError(s.cfg.Mode, reqID))
+	if s.serveEarlyFault(w, model, fault, reqID, start) {
 		return
 	}
 
 	d := s.admit(r.Context(), r, key, model, m.Limits, p.charge)
 	if !d.Allowed {
-		s.stats.rejected(model, d.Reason)
-		if !s.cfg.OmitRateLimitHeadersOn429 {
-			s.rateLimitHeaders(w, d)
-		}
-		if d.Reason != ReasonTooLarge {
-			s.retryAfterHeaders(w, d.RetryAfter)
-		}
-		setProcessingMS(w, s.clock.Now().Sub(start))
-		writeError(w, http.StatusTooManyRequests, s.rateLimitError(model, d, p.charge, reqID, r.URL.Query().Get("api-version")))
+		s.rejectChat(w, r, model, d, p, reqID, start)
 		return
 	}
 	defer s.limiter.Release(key, model)
@@ -105,7 +51,93 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.serveFault(w, r, fault, reqID, start)
 		return
 	}
+	s.answerChat(w, r, key, req, m, p, n, start)
+}
 
+// readChat reads and plans the request, answering 400 or 404 (and false)
+// when it is invalid or names an unknown model.
+func (s *Server) readChat(w http.ResponseWriter, r *http.Request, start time.Time) (*chatRequest, ModelConfig, plan, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes))
+	if err != nil {
+		return nil, ModelConfig{}, plan{}, false
+	}
+	req, aerr := parseChat(body, r.PathValue("deployment"))
+	if aerr != nil {
+		model := ""
+		if req != nil {
+			model = req.Model
+		}
+		s.stats.invalid(model)
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		writeError(w, http.StatusBadRequest, *aerr)
+		return nil, ModelConfig{}, plan{}, false
+	}
+	model := req.Model
+	m, known := s.modelConfig(model)
+	if !known {
+		s.stats.invalid(model)
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		writeError(w, http.StatusNotFound, apiError{
+			Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", model),
+			Type:    "invalid_request_error",
+			Code:    "model_not_found",
+		})
+		return nil, ModelConfig{}, plan{}, false
+	}
+	p, aerr := s.planChat(req, m)
+	if aerr != nil {
+		s.stats.invalid(model)
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		writeError(w, http.StatusBadRequest, *aerr)
+		return nil, ModelConfig{}, plan{}, false
+	}
+	return req, m, p, true
+}
+
+// serveEarlyFault answers the faults drawn before admission (a burst's
+// slow_down, insufficient_quota) and reports whether it answered.
+func (s *Server) serveEarlyFault(w http.ResponseWriter, model string, fault FaultKind, reqID string, start time.Time) bool {
+	switch fault {
+	case FaultSlowDown:
+		s.stats.fault(model, fault)
+		s.retryAfterHeaders(w, time.Second)
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		e := slowDownError(model, s.cfg.Organization, "1s")
+		if s.cfg.Mode == ModeDashScope {
+			e = dashScopeBurstError(reqID)
+		}
+		writeError(w, http.StatusTooManyRequests, e)
+		return true
+	case FaultInsufficientQuota:
+		s.stats.fault(model, fault)
+		if s.cfg.Faults.ShouldRetryFalse {
+			w.Header()["X-Should-Retry"] = []string{"false"}
+		}
+		setProcessingMS(w, s.clock.Now().Sub(start))
+		writeError(w, http.StatusTooManyRequests, insufficientQuotaError(s.cfg.Mode, reqID))
+		return true
+	}
+	return false
+}
+
+// rejectChat answers the limiter's refusal d with a 429.
+func (s *Server) rejectChat(w http.ResponseWriter, r *http.Request, model string, d Decision, p plan, reqID string, start time.Time) {
+	s.stats.rejected(model, d.Reason)
+	if !s.cfg.OmitRateLimitHeadersOn429 {
+		s.rateLimitHeaders(w, d)
+	}
+	if d.Reason != ReasonTooLarge {
+		s.retryAfterHeaders(w, d.RetryAfter)
+	}
+	setProcessingMS(w, s.clock.Now().Sub(start))
+	writeError(w, http.StatusTooManyRequests, s.rateLimitError(model, d, p.charge, reqID, r.URL.Query().Get("api-version")))
+}
+
+// answerChat completes an admitted request (n in flight with it), gives
+// back the tokens charged and not used (TrueUp), and answers after the
+// simulated latency, streamed or whole.
+func (s *Server) answerChat(w http.ResponseWriter, r *http.Request, key string, req *chatRequest, m ModelConfig, p plan, n int64, start time.Time) {
+	model := req.Model
 	c := s.complete(p)
 	s.stats.accepted(model, start, p.promptTokens, c.completionTokens, m.Price, 1)
 	if s.cfg.TrueUp {
@@ -282,74 +314,27 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c comple
 	h["Cache-Control"] = []string{"no-cache"}
 	setProcessingMS(w, s.clock.Now().Sub(start))
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	bw := bufio.NewWriter(w)
+	out := sseWriter{bw: bufio.NewWriter(w), rc: http.NewResponseController(w)}
 	includeUsage := p.req.StreamOptions != nil && p.req.StreamOptions.IncludeUsage
 	base := chatChunk{ID: newID("chatcmpl-", 29), Object: "chat.completion.chunk", Created: s.clock.Now().Unix(), Model: p.req.Model, SystemFingerprint: systemFingerprint}
 	if includeUsage {
 		base.Usage = json.RawMessage("null")
 	}
-	send := func(ch chatChunk) bool {
-		b, err := json.Marshal(ch)
-		if err != nil {
-			return false
-		}
-		_, _ = bw.WriteString("data: ")
-		_, _ = bw.Write(b)
-		_, _ = bw.WriteString("\n\n")
-		if bw.Flush() != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	words := make([][]string, len(c.choices))
-	longest := 0
-	for i, ch := range c.choices {
-		words[i] = strings.Split(ch.text, " ")
-		if ch.text == "" {
-			words[i] = nil
-		}
-		longest = max(longest, len(words[i]))
-	}
 	if sleep(r.Context(), s.clock, ttft) != nil {
 		return
 	}
+	words, longest := choiceWords(c)
 	for j := range max(longest, 1) {
 		if j > 0 && sleep(r.Context(), s.clock, per) != nil {
 			return
 		}
 		if s.hook != nil {
 			if err := s.hook(r.Context(), j+1); err != nil {
-				b, _ := json.Marshal(struct {
-					Error apiError `json:"error"`
-				}{apiError{Type: "server_error", Message: err.Error()}})
-				_, _ = bw.WriteString("data: " + string(b) + "\n\n")
-				_ = bw.Flush()
-				_ = rc.Flush()
+				out.error(err)
 				return
 			}
 		}
-		ch := base
-		for i := range words {
-			var d chunkDelta
-			if j == 0 {
-				d.Role = "assistant"
-			}
-			if j < len(words[i]) {
-				piece := words[i][j]
-				if j > 0 {
-					piece = " " + piece
-				}
-				d.Content = &piece
-			} else if j == 0 {
-				empty := ""
-				d.Content = &empty
-			} else {
-				continue
-			}
-			ch.Choices = append(ch.Choices, chunkChoice{Index: i, Delta: d})
-		}
-		if !send(ch) {
+		if !out.send(wordChunk(base, words, j)) {
 			return
 		}
 	}
@@ -357,7 +342,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c comple
 	for i := range c.choices {
 		last.Choices = append(last.Choices, chunkChoice{Index: i, FinishReason: &c.choices[i].finish})
 	}
-	if !send(last) {
+	if !out.send(last) {
 		return
 	}
 	if includeUsage {
@@ -368,11 +353,88 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p plan, c comple
 		final := base
 		final.Choices = []chunkChoice{}
 		final.Usage = u
-		if !send(final) {
+		if !out.send(final) {
 			return
 		}
 	}
-	_, _ = bw.WriteString("data: [DONE]\n\n")
-	_ = bw.Flush()
-	_ = rc.Flush()
+	out.done()
+}
+
+// wordChunk is the chunk of each choice's j-th word; the first carries the
+// role (and an empty content for a choice with no words).
+func wordChunk(base chatChunk, words [][]string, j int) chatChunk {
+	ch := base
+	for i := range words {
+		var d chunkDelta
+		if j == 0 {
+			d.Role = "assistant"
+		}
+		switch {
+		case j < len(words[i]):
+			piece := words[i][j]
+			if j > 0 {
+				piece = " " + piece
+			}
+			d.Content = &piece
+		case j == 0:
+			empty := ""
+			d.Content = &empty
+		default:
+			continue
+		}
+		ch.Choices = append(ch.Choices, chunkChoice{Index: i, Delta: d})
+	}
+	return ch
+}
+
+// choiceWords splits each choice's text into the words its chunks carry,
+// and returns the most words of a choice.
+func choiceWords(c completion) (words [][]string, longest int) {
+	words = make([][]string, len(c.choices))
+	for i, ch := range c.choices {
+		words[i] = strings.Split(ch.text, " ")
+		if ch.text == "" {
+			words[i] = nil
+		}
+		longest = max(longest, len(words[i]))
+	}
+	return words, longest
+}
+
+// sseWriter writes server-sent events, flushing each to the client.
+type sseWriter struct {
+	bw *bufio.Writer
+	rc *http.ResponseController
+}
+
+// send writes ch as one event and reports whether it reached the client.
+func (o sseWriter) send(ch chatChunk) bool {
+	b, err := json.Marshal(ch)
+	if err != nil {
+		return false
+	}
+	_, _ = o.bw.WriteString("data: ")
+	_, _ = o.bw.Write(b)
+	_, _ = o.bw.WriteString("\n\n")
+	if o.bw.Flush() != nil {
+		return false
+	}
+	return o.rc.Flush() == nil
+}
+
+// error writes an error event in OpenAI's shape (the stream ends there).
+func (o sseWriter) error(err error) {
+	b, _ := json.Marshal(struct {
+		Error apiError `json:"error"`
+	}{apiError{Type: "server_error", Message: err.Error()}})
+	_, _ = o.bw.WriteString("data: " + string(b) + "\n\n")
+	_ = o.bw.Flush()
+	_ = o.rc.Flush()
+}
+
+// done writes the stream's end.
+func (o sseWriter) done() {
+	_, _ = o.bw.WriteString("data: [DONE]\n\n")
+	_ = o.bw.Flush()
+	_ = o.rc.Flush()
 }

@@ -181,20 +181,7 @@ func (l *Limiter) Admit(now time.Time, lim Limits, a Admission) Decision {
 		l.states[k] = st
 	}
 	hasRPM, hasTPM := lim.RPM > 0, lim.TPM > 0
-	short := l.short > 0
-	if hasRPM {
-		st.requests.refill(now, lim.RPM, time.Minute)
-		if short {
-			st.shortReq.refill(now, lim.RPM, l.short)
-		}
-	}
-	if hasTPM {
-		st.tokens.refill(now, lim.TPM, time.Minute)
-		if short {
-			st.shortTok.refill(now, lim.TPM, l.short)
-		}
-	}
-	tokens := float64(a.Tokens)
+	st.refill(now, lim, l.short)
 	st.rollBurst(now)
 	d := Decision{Limits: lim}
 	if hasRPM {
@@ -203,6 +190,42 @@ func (l *Limiter) Admit(now time.Time, lim Limits, a Admission) Decision {
 	if hasTPM {
 		d.UsedTokens = st.tokens.used()
 	}
+	st.decide(now, lim, a, l.short > 0, &d)
+	if hasRPM {
+		d.RemainingRequests = st.requests.remaining()
+		d.ResetRequests = st.requests.reset()
+	}
+	if hasTPM {
+		d.RemainingTokens = st.tokens.remaining()
+		d.ResetTokens = st.tokens.reset()
+	}
+	d.InFlight = st.inFlight
+	return d
+}
+
+// refill refills the buckets of the limits set (the short ones too when
+// short, the short bucket's span, is set).
+func (st *limitState) refill(now time.Time, lim Limits, short time.Duration) {
+	if lim.RPM > 0 {
+		st.requests.refill(now, lim.RPM, time.Minute)
+		if short > 0 {
+			st.shortReq.refill(now, lim.RPM, short)
+		}
+	}
+	if lim.TPM > 0 {
+		st.tokens.refill(now, lim.TPM, time.Minute)
+		if short > 0 {
+			st.shortTok.refill(now, lim.TPM, short)
+		}
+	}
+}
+
+// decide admits a (charging its request and tokens, taking a concurrency
+// slot) or sets d's refusal reason and wait; a refused request is charged
+// its request, except a held burst.
+func (st *limitState) decide(now time.Time, lim Limits, a Admission, short bool, d *Decision) {
+	hasRPM, hasTPM := lim.RPM > 0, lim.TPM > 0
+	tokens := float64(a.Tokens)
 	chargeRPM := func() {
 		if hasRPM {
 			st.requests.level--
@@ -251,16 +274,6 @@ func (l *Limiter) Admit(now time.Time, lim Limits, a Admission) Decision {
 		st.burstCount++
 		d.Allowed = true
 	}
-	if hasRPM {
-		d.RemainingRequests = st.requests.remaining()
-		d.ResetRequests = st.requests.reset()
-	}
-	if hasTPM {
-		d.RemainingTokens = st.tokens.remaining()
-		d.ResetTokens = st.tokens.reset()
-	}
-	d.InFlight = st.inFlight
-	return d
 }
 
 func (st *limitState) rollBurst(now time.Time) {

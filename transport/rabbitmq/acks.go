@@ -3,17 +3,12 @@ package rabbitmq
 import "slices"
 
 // acks coalesces the acks of one channel: one basic.ack with the multiple
-// flag settles every delivery up to its tag, so a run of acked deliveries
-// costs the broker one frame (on a quorum queue, one settlement in its
-// log) instead of one each. A channel numbers its deliveries 1, 2, 3, ...
-// in the order the broker sends them, across its consumers (the queue's
-// and its rejected queue's), so "every delivery up to a tag" is known
-// only once each of them has arrived here and been acked or given back: a
-// delivery still in a consumer's buffer, or handed out and not settled,
-// ends the run. The acks behind it are sent alone, at once, so a slow
-// message never holds the others' acks (the broker stops delivering at
-// the prefetch count of unacked messages). amqp091-go sends each ack as
-// it is asked; the coalescing is the subscriber's.
+// flag settles every delivery up to its tag, one frame for a run instead of
+// one each. Tags number the channel's deliveries across its consumers, so a
+// run ends at a delivery not yet settled (still buffered, or handed out);
+// the acks behind it go alone, at once, so a slow message never holds the
+// others' (the broker stops at the prefetch count of unacked messages).
+// The reasoning: transport/rabbitmq/doc.go.
 type acks struct {
 	// wake wakes the subscriber's sender; nil before Consume and once the
 	// sender has stopped.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	ibackoff "github.com/llmq/llmq/internal/backoff"
 )
 
 // dialer opens AMQP connections and remembers the socket of the latest one,
@@ -225,14 +227,7 @@ func readyCount(conn *amqp.Connection, queue string) (int, error) {
 
 // backoff returns the wait before redial attempt n (0-based).
 func backoff(cfg Config, n int) time.Duration {
-	d := cfg.ReconnectMin
-	for range n {
-		d *= 2
-		if d >= cfg.ReconnectMax {
-			return cfg.ReconnectMax
-		}
-	}
-	return d
+	return ibackoff.Policy{Base: cfg.ReconnectMin, Max: cfg.ReconnectMax}.Exp(n)
 }
 
 // sleep waits d or until ctx ends; false when ctx ended.

@@ -52,26 +52,7 @@ func (a *API) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
 			cr.limit = cr.n + int64(a.cfg.MaxMessageBytes) + valueSlack
 		}
 	}
-	fail := func(err error, field string) *Error {
-		var tooBig *http.MaxBytesError
-		if e := shapeError(err, field); e != nil {
-			return e
-		}
-		switch {
-		case errors.As(err, &tooBig):
-			return &Error{Code: llmq.CodeTooLarge, Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)}
-		case errors.Is(err, errValueTooLarge):
-			what := "the job"
-			if field != "" {
-				what = field
-			}
-			return &Error{Code: llmq.CodeTooLarge, Field: field,
-				Message: fmt.Sprintf("%s is over the %d byte limit of a job", what, a.cfg.MaxMessageBytes)}
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			return &Error{Code: llmq.CodeInvalidJSON, Field: field, Message: "request body ends before its JSON does"}
-		}
-		return &Error{Code: llmq.CodeInvalidJSON, Field: field, Message: "request body is not valid JSON: " + err.Error()}
-	}
+	fail := a.bodyError
 
 	tok, err := dec.Token()
 	switch {
@@ -126,6 +107,29 @@ func (a *API) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
 		return []json.RawMessage{append(append([]byte{'{'}, fields...), '}')}, false, nil
 	}
 	return jobs, true, nil
+}
+
+// bodyError is the answer to err met reading the body at field ("" for
+// the body itself): too large, cut short, or not JSON.
+func (a *API) bodyError(err error, field string) *Error {
+	var tooBig *http.MaxBytesError
+	if e := shapeError(err, field); e != nil {
+		return e
+	}
+	switch {
+	case errors.As(err, &tooBig):
+		return &Error{Code: llmq.CodeTooLarge, Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)}
+	case errors.Is(err, errValueTooLarge):
+		what := "the job"
+		if field != "" {
+			what = field
+		}
+		return &Error{Code: llmq.CodeTooLarge, Field: field,
+			Message: fmt.Sprintf("%s is over the %d byte limit of a job", what, a.cfg.MaxMessageBytes)}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &Error{Code: llmq.CodeInvalidJSON, Field: field, Message: "request body ends before its JSON does"}
+	}
+	return &Error{Code: llmq.CodeInvalidJSON, Field: field, Message: "request body is not valid JSON: " + err.Error()}
 }
 
 // readJobs reads the array of "jobs", each element bounded, stopping at

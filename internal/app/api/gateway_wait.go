@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmq/llmq/internal/backoff"
 	"github.com/llmq/llmq/store"
 )
 
@@ -115,7 +116,7 @@ func (a *API) Start(ctx context.Context) error {
 func (a *API) Stop(ctx context.Context) error { return a.listener.Stop(ctx) }
 
 func (a *API) listen(ctx context.Context) {
-	delay := listenRetryMin
+	policy, fails := backoff.Policy{Base: listenRetryMin, Max: listenRetryMax}, 0
 	for {
 		heard := false
 		err := a.cfg.JobsDone.ListenJobsDone(ctx, func() {
@@ -126,8 +127,9 @@ func (a *API) listen(ctx context.Context) {
 			return
 		}
 		if heard {
-			delay = listenRetryMin
+			fails = 0
 		}
+		delay := policy.Exp(fails)
 		a.log.Warn("api: gateway: the listening connection failed; reconnecting",
 			slog.String("error", err.Error()), slog.Duration("in", delay))
 		select {
@@ -135,6 +137,6 @@ func (a *API) listen(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		delay = min(2*delay, listenRetryMax)
+		fails++
 	}
 }

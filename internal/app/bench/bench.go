@@ -174,7 +174,7 @@ func (b *Bench) run(ctx context.Context, s spec) (*result, error) {
 func (b *Bench) header(md *strings.Builder) {
 	fmt.Fprintf(md, `# llmq benchmark report
 
-Scenarios from the seeds, each run in real time against the in-process upstream simulator with the
+Scenarios from the design notes (docs/design), each run in real time against the in-process upstream simulator with the
 real worker (in-memory transport) and a real Postgres database created for the run and dropped
 after it. Upstream figures (goodput, quota utilisation, 429s) are the **simulator's own
 accounting** (`+"`/sim/stats`"+`), not llmq's counters; latencies are read from the job rows
@@ -206,20 +206,7 @@ func (b *Bench) strategies(ctx context.Context, md *strings.Builder, rep *Report
 			return err
 		}
 		results = append(results, res)
-		pts := res.series(Primary)
-		rep.Strategies = append(rep.Strategies, StrategyRow{
-			Strategy: st, Arrived: len(res.jobs), Succeeded: res.count(llmq.StatusSucceeded),
-			DeadLettered: res.count(llmq.StatusDeadLettered), LongDeadLettered: res.countKind(llmq.StatusDeadLettered, workload.KindLong),
-			Unfinished: res.unfinished(""), LongSucceeded: res.countKind(llmq.StatusSucceeded, workload.KindLong),
-			LongUnfinished: res.unfinished(workload.KindLong),
-			GoodputPerMin:  float64(res.count(llmq.StatusSucceeded)) / res.spec.duration.Minutes(),
-			TPMUtilisation: res.tpmUtilisation(Primary, TPM), RateLimited: res.rateLimited(),
-			SteadyUtilisation: steadyUtilisation(pts, int(steadyFrom.Seconds()*b.cfg.Scale), TPM/60),
-			P50:               res.latency("", 0.5), P99: res.latency("", 0.99),
-			ShortP99: res.latency(workload.KindShort, 0.99), LongP99: res.latency(workload.KindLong, 0.99),
-			tokens: field(pts, func(p point) float64 { return float64(p.tokens) }),
-			depth:  field(pts, func(p point) float64 { return float64(p.depth) }),
-		})
+		rep.Strategies = append(rep.Strategies, b.strategyRow(st, res))
 	}
 	s := results[0].spec
 	fmt.Fprintf(md, `## 1. The four strategies under %dx overload ([the four client strategies](../design/rate-limiting.md#the-four-client-strategies))
@@ -261,8 +248,31 @@ workload's two classes: a strategy that lets long documents monopolise TPM shows
 close to the long one.
 
 `)
+	return b.plotStrategies(rep, results[0].seconds())
+}
+
+// strategyRow is the report's row of strategy st's run.
+func (b *Bench) strategyRow(st shaping.Strategy, res *result) StrategyRow {
+	pts := res.series(Primary)
+	return StrategyRow{
+		Strategy: st, Arrived: len(res.jobs), Succeeded: res.count(llmq.StatusSucceeded),
+		DeadLettered: res.count(llmq.StatusDeadLettered), LongDeadLettered: res.countKind(llmq.StatusDeadLettered, workload.KindLong),
+		Unfinished: res.unfinished(""), LongSucceeded: res.countKind(llmq.StatusSucceeded, workload.KindLong),
+		LongUnfinished: res.unfinished(workload.KindLong),
+		GoodputPerMin:  float64(res.count(llmq.StatusSucceeded)) / res.spec.duration.Minutes(),
+		TPMUtilisation: res.tpmUtilisation(Primary, TPM), RateLimited: res.rateLimited(),
+		SteadyUtilisation: steadyUtilisation(pts, int(steadyFrom.Seconds()*b.cfg.Scale), TPM/60),
+		P50:               res.latency("", 0.5), P99: res.latency("", 0.99),
+		ShortP99: res.latency(workload.KindShort, 0.99), LongP99: res.latency(workload.KindLong, 0.99),
+		tokens: field(pts, func(p point) float64 { return float64(p.tokens) }),
+		depth:  field(pts, func(p point) float64 { return float64(p.depth) }),
+	}
+}
+
+// plotStrategies saves the goodput and queue-depth plots of the strategy
+// runs, n seconds long.
+func (b *Bench) plotStrategies(rep *Report, n int) error {
 	var tokLines, depthLines []line
-	n := results[0].seconds()
 	for _, r := range rep.Strategies {
 		tokLines = append(tokLines, line{name: string(r.Strategy), y: movingAverage(r.tokens, 3)})
 		depthLines = append(depthLines, line{name: string(r.Strategy), y: r.depth})
@@ -458,7 +468,7 @@ TPM/60 while it drains.
 
 // adaptiveBlind writes the adaptive scenario against a provider that
 // sends no x-ratelimit-* header: the worker learns the quota from 429s
-// alone. The goal (issue 13): 90% of the limit within 30 s, again within
+// alone. The goal (docs/design/rate-limiting.md): 90% of the limit within 30 s, again within
 // 30 s after it halves, at most 2% of the calls answered 429.
 func (b *Bench) adaptiveBlind(md *strings.Builder, res *result, change int, limit func(int) float64) {
 	pts := res.series(Primary)
@@ -485,7 +495,7 @@ func (b *Bench) adaptiveBlind(md *strings.Builder, res *result, change int, limi
 header at all (`+"`rate_limit_headers: none`"+`; 429s keep their `+"`Retry-After`"+`): the worker can learn
 the quota only from its 429s. *Time to 90%%* is from the start (or the halving) to the start of the
 first %d s window in which the tokens served reach 90%% of the limit in force with at most 5%% of the
-calls refused. Goal (issue 13): 90%% within 30 s of the start and of the halving, at most 2%% 429s.
+calls refused. Goal ([rate-limiting.md](../design/rate-limiting.md)): 90%% within 30 s of the start and of the halving, at most 2%% 429s.
 The provider's bucket starts full and still holds part of it at the halving (the arrivals are
 served faster than the limit while it drains), so the time to 90%% says little here: what the
 worker learns shows in its 429s. Learning a limit from 429s alone takes two of them after the
@@ -510,7 +520,7 @@ starts empty, TestSimulationAdaptiveBlindHalving this scenario on a virtual cloc
 	fmt.Fprintf(md, "\n%d of %d jobs succeeded (%d dead-lettered).\n\n", res.count(llmq.StatusSucceeded), len(res.jobs), res.count(llmq.StatusDeadLettered))
 }
 
-// backlog runs issue 13's backlog on both kinds of provider, with one
+// backlog runs the backlog scenario on both kinds of provider, with one
 // worker and with three replicas.
 func (b *Bench) backlog(ctx context.Context, md *strings.Builder, rep *Report) error {
 	for _, kind := range []upstreamsim.Enforcement{upstreamsim.EnforcementMinute, upstreamsim.EnforcementShort} {
@@ -569,7 +579,7 @@ type SizesRow struct {
 }
 
 // sizes runs the minute-bucket backlog with one worker twice, first come
-// first served and then size-aware (issue 14, item 7): the short
+// first served and then size-aware (docs/design/tenants.md): the short
 // questions' latency against the long documents'.
 func (b *Bench) sizes(ctx context.Context, md *strings.Builder, rep *Report) error {
 	for _, order := range []float64{-1, worker.SizeOrderDefault} {
@@ -600,7 +610,7 @@ The backlog of section 5 (minute bucket, one worker), every job of one priority,
 broker, drained completely twice: first come, first served (`+"`ingest.size_order: -1`"+`), then
 size-aware (the default, %g: a job sorts as if recorded %g times its estimated tokens' time at the
 model's TPM later, so a document is passed only by jobs recorded within that time after it).
-Goal (issue 14): short p99 at most a fifth of the long p99, the long p99 at most 1.2 times its
+Goal ([tenants.md](../design/tenants.md)): short p99 at most a fifth of the long p99, the long p99 at most 1.2 times its
 first-come value, the share of the physical limit unchanged.
 
 | order | succeeded / jobs | makespan | share | short p50 / p99 | long p50 / p99 | 429s |

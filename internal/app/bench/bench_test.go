@@ -153,7 +153,7 @@ func TestRunScaledDown(t *testing.T) {
 	require.Contains(t, string(md), "These figures are floors")
 }
 
-// TestRunGatewayScaledDown runs seed 002's experiment with one call per
+// TestRunGatewayScaledDown runs the gateway load test (docs/design/gateway.md) with one call per
 // agent: every call through llmq succeeds, with the deadline announced and
 // as a plain SDK, and the report has its section.
 func TestRunGatewayScaledDown(t *testing.T) {

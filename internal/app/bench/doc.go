@@ -1,4 +1,4 @@
-// Package bench runs `llmq bench`: the seeds' experiments against the
+// Package bench runs `llmq bench`: the design notes' experiments against the
 // in-process upstream simulator, with the real worker on the in-memory
 // transport and a real Postgres database (created for each run and dropped
 // after it), in real time with scaled-down quotas.
@@ -23,7 +23,7 @@
 //   - backlog: 200 jobs landing at once on an idle provider, one worker
 //     and three replicas, per-minute and short-bucket enforcement: the
 //     share of the physical limit;
-//   - gateway: seed 002's experiment, 11 agents making sequential calls
+//   - gateway: the load test of docs/design/gateway.md, 11 agents making sequential calls
 //     with a 60 s timeout to a provider with tight limits, 502s and
 //     resets, straight to it and then through the API's gateway mode:
 //     failures and the agents' latencies;

@@ -26,7 +26,7 @@ import (
 	"github.com/llmq/llmq/shaping"
 )
 
-// The gateway scenario is seed 002's experiment (HiveMind): agents that
+// The gateway scenario is the load test of docs/design/gateway.md: agents that
 // share one tight, flaky endpoint and call it synchronously, first
 // straight to it, then through llmq's gateway (POST /v1/chat/completions
 // on the API, the worker behind it). The work fits the quota (at
@@ -80,7 +80,7 @@ type GatewayResult struct {
 	Direct, Gateway, Plain GatewayRow
 }
 
-// gatewaySim is the tight, flaky provider of seed 002's experiment.
+// gatewaySim is the tight, flaky provider of the gateway load test.
 // Latency: 200 ms to the first token and 10 ms per token (0.7-2.2 s a
 // call).
 func gatewaySim() upstreamsim.Config {

@@ -24,7 +24,7 @@ import (
 	"github.com/llmq/llmq/shaping"
 )
 
-// The million scenario is issue 17's backlog: jobs queued in Postgres,
+// The million scenario is a backlog of a million jobs queued in Postgres,
 // the queue of record, past the ingest window (as the API's outbox records
 // them: the broker only carries arrivals, and a worker holds at most its
 // prefetch of those), with `llmq api` in front and a worker claiming from
@@ -204,23 +204,7 @@ func (b *Bench) runMillion(ctx context.Context, levels []int, requests int) ([]M
 			return nil, err
 		}
 		queued, finished = level, done
-		// t3's jobs are those whose number is 3 modulo the tenants.
-		ids := level / millionTenants
-		rng := rand.New(rand.NewPCG(17, uint64(level)))
-		for _, e := range []millionEndpoint{
-			{"`GET /v1/jobs/{id}` (tenant, a queued job)", millionKey, func(int) string {
-				return fmt.Sprintf("/v1/jobs/backlog-%d", rng.IntN(ids)*millionTenants+3)
-			}},
-			{"`GET /v1/jobs?status=queued` (tenant)", millionKey, constPath("/v1/jobs?status=queued")},
-			{"`GET /v1/jobs?status=succeeded` (tenant)", millionKey, constPath("/v1/jobs?status=succeeded")},
-			{"`GET /v1/jobs?status=queued` (operator)", millionOpsKey, constPath("/v1/jobs?status=queued")},
-			{"`GET /v1/jobs?status=running` (operator)", millionOpsKey, constPath("/v1/jobs?status=running")},
-			{"`GET /v1/usage` (tenant)", millionKey, constPath("/v1/usage")},
-			{"`GET /v1/usage` (operator)", millionOpsKey, constPath("/v1/usage")},
-			{"`GET /v1/queue` (backpressure probe)", millionKey, constPath("/v1/queue")},
-			{"`GET /v1/stats/jobs` (tenant)", millionKey, constPath("/v1/stats/jobs")},
-			{"`GET /v1/stats/jobs` (operator)", millionOpsKey, constPath("/v1/stats/jobs")},
-		} {
+		for _, e := range millionEndpoints(level) {
 			for _, clients := range []int{1, millionClients} {
 				lat, err := readConcurrently(ctx, base, e, clients, requests)
 				if err != nil {
@@ -232,6 +216,27 @@ func (b *Bench) runMillion(ctx context.Context, levels []int, requests int) ([]M
 		}
 	}
 	return rows, nil
+}
+
+// millionEndpoints are the reads measured at a backlog of level jobs.
+func millionEndpoints(level int) []millionEndpoint {
+	// t3's jobs are those whose number is 3 modulo the tenants.
+	ids := level / millionTenants
+	rng := rand.New(rand.NewPCG(17, uint64(level)))
+	return []millionEndpoint{
+		{"`GET /v1/jobs/{id}` (tenant, a queued job)", millionKey, func(int) string {
+			return fmt.Sprintf("/v1/jobs/backlog-%d", rng.IntN(ids)*millionTenants+3)
+		}},
+		{"`GET /v1/jobs?status=queued` (tenant)", millionKey, constPath("/v1/jobs?status=queued")},
+		{"`GET /v1/jobs?status=succeeded` (tenant)", millionKey, constPath("/v1/jobs?status=succeeded")},
+		{"`GET /v1/jobs?status=queued` (operator)", millionOpsKey, constPath("/v1/jobs?status=queued")},
+		{"`GET /v1/jobs?status=running` (operator)", millionOpsKey, constPath("/v1/jobs?status=running")},
+		{"`GET /v1/usage` (tenant)", millionKey, constPath("/v1/usage")},
+		{"`GET /v1/usage` (operator)", millionOpsKey, constPath("/v1/usage")},
+		{"`GET /v1/queue` (backpressure probe)", millionKey, constPath("/v1/queue")},
+		{"`GET /v1/stats/jobs` (tenant)", millionKey, constPath("/v1/stats/jobs")},
+		{"`GET /v1/stats/jobs` (operator)", millionOpsKey, constPath("/v1/stats/jobs")},
+	}
 }
 
 func constPath(p string) func(int) string { return func(int) string { return p } }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
+	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/worker"
 )
 
@@ -176,41 +178,12 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	}
 	defer func() { _ = app.StopWithin(ctx, sim.Stop, stopTimeout) }()
 
-	// The worker alone (no batch lane) on an in-memory broker of its own.
-	broker, err := config.ParseBroker("memory://" + s.name + "-" + uuid.NewString()[:8] + "/" + queueName)
+	apps, stopApps, err := b.newApps(ctx, s, dbURL, root)
 	if err != nil {
 		return nil, err
 	}
-	// Replicas are workers of their own (lanes, ledger rows) in this
-	// process, each on an in-memory broker of its own: the jobs reach
-	// them through Postgres.
-	if s.broker != "" {
-		if broker, err = config.ParseBroker(s.broker); err != nil {
-			return nil, err
-		}
-	}
-	apps := make([]*app.App, max(1, s.replicas))
-	for i := range apps {
-		if i > 0 {
-			if broker, err = config.ParseBroker(fmt.Sprintf("memory://%s-%s-%d/%s", s.name, uuid.NewString()[:8], i, queueName)); err != nil {
-				return nil, err
-			}
-		}
-		a, err := app.New(ctx, app.Config{
-			Settings: &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
-				Models: s.models, Ingest: config.Ingest{SizeOrder: s.sizeOrder}},
-			Migrate: true, Logger: b.log,
-			Worker: &app.WorkerConfig{Strategy: s.strategy, ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second,
-				NoBatchLane: true},
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bench: %s: %w", s.name, err)
-		}
-		// A shutdown error does not change the figures already read.
-		defer func() { _ = a.Stop(ctx) }()
-		apps[i] = a
-	}
-	st, pub, reg := apps[0].Store(), apps[0].Publisher(), apps[0].Registry()
+	defer stopApps()
+	st := apps[0].Store()
 	_, target := apps[0].Broker()
 	// A job recorded here before its message is sent carries its estimate
 	// and size delay, as one recorded by the worker or the producer does.
@@ -218,7 +191,8 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sizer := store.Sizer{Estimator: est, Catalog: llmq.Catalog{Models: s.models}, Order: cmp.Or(s.sizeOrder, worker.SizeOrderDefault)}
+	f := &feed{s: s, st: st, pub: apps[0].Publisher(), dest: target.Dest, kinds: map[string]workload.Kind{},
+		sizer: store.Sizer{Estimator: est, Catalog: llmq.Catalog{Models: s.models}, Order: cmp.Or(s.sizeOrder, worker.SizeOrderDefault)}}
 	sim.Reset()
 	hogCtx, stopHogs := context.WithCancel(ctx)
 	hogsDone := startHogs(hogCtx, s.hogs, root+"/v1", s.model)
@@ -230,33 +204,102 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	}
 
 	res := &result{spec: s, start: time.Now()}
-	kinds := map[string]workload.Kind{}
-	var ids []string
-	publish := func(n int) error {
-		id := fmt.Sprintf("%s-%05d", s.name, n)
-		raw, err := s.mix.Job(s.sizes, id, tenant, s.model, n).Encode()
-		if err != nil {
-			return err
-		}
-		j, err := llmq.Decode(raw, llmq.DecodeOptions{})
-		if err != nil {
-			return fmt.Errorf("bench: job %s: %w", id, err)
-		}
-		j.FallbackModels = s.fallbacks
-		if !s.viaBroker {
-			if _, err := st.Ingest(ctx, []store.NewJob{sizer.NewJob(j)}); err != nil {
-				return err
-			}
-		}
-		msg, err := producer.Message(j, producer.KeyByDefault)
-		if err != nil {
-			return err
-		}
-		kinds[id] = s.mix.Kind(n)
-		ids = append(ids, id)
-		return pub.Publish(ctx, target.Dest, msg)
+	if err := b.drive(ctx, sim, apps[0].Registry(), f, res); err != nil {
+		return nil, err
 	}
+	res.stats = sim.Stats()
+	// The workers stop before the jobs are read: what they finish while
+	// stopping counts.
+	for _, a := range apps {
+		_ = app.StopWithin(ctx, a.Worker().Stop, stopTimeout)
+	}
+	if err := readResult(ctx, st, f.kinds, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
 
+// newApps builds the workers of spec s: one, or s.replicas, each alone
+// (no batch lane) on an in-memory broker of its own, so the jobs reach the
+// replicas through Postgres. stop stops them, the last built first.
+func (b *Bench) newApps(ctx context.Context, s spec, dbURL, root string) (apps []*app.App, stop func(), err error) {
+	stop = func() {
+		// A shutdown error does not change the figures already read.
+		for _, a := range slices.Backward(apps) {
+			_ = a.Stop(ctx)
+		}
+	}
+	for i := range max(1, s.replicas) {
+		url := "memory://" + s.name + "-" + uuid.NewString()[:8] + "/" + queueName
+		if i == 0 && s.broker != "" {
+			url = s.broker // the spec's own broker: the others reach the jobs through Postgres
+		} else if i > 0 {
+			url = fmt.Sprintf("memory://%s-%s-%d/%s", s.name, uuid.NewString()[:8], i, queueName)
+		}
+		broker, err := config.ParseBroker(url)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		a, err := app.New(ctx, app.Config{
+			Settings: &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
+				Models: s.models, Ingest: config.Ingest{SizeOrder: s.sizeOrder}},
+			Migrate: true, Logger: b.log,
+			Worker: &app.WorkerConfig{Strategy: s.strategy, ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second,
+				NoBatchLane: true},
+		})
+		if err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("bench: %s: %w", s.name, err)
+		}
+		apps = append(apps, a)
+	}
+	return apps, stop, nil
+}
+
+// feed publishes the jobs of a run and remembers each one's kind.
+type feed struct {
+	s     spec
+	st    runStore
+	pub   transport.Publisher
+	dest  string
+	sizer store.Sizer
+	kinds map[string]workload.Kind
+	ids   []string
+}
+
+// publish sends job number n of the run (recorded first unless the spec
+// goes through the broker).
+func (f *feed) publish(ctx context.Context, n int) error {
+	s := f.s
+	id := fmt.Sprintf("%s-%05d", s.name, n)
+	raw, err := s.mix.Job(s.sizes, id, tenant, s.model, n).Encode()
+	if err != nil {
+		return err
+	}
+	j, err := llmq.Decode(raw, llmq.DecodeOptions{})
+	if err != nil {
+		return fmt.Errorf("bench: job %s: %w", id, err)
+	}
+	j.FallbackModels = s.fallbacks
+	if !s.viaBroker {
+		if _, err := f.st.Ingest(ctx, []store.NewJob{f.sizer.NewJob(j)}); err != nil {
+			return err
+		}
+	}
+	msg, err := producer.Message(j, producer.KeyByDefault)
+	if err != nil {
+		return err
+	}
+	f.kinds[id] = s.mix.Kind(n)
+	f.ids = append(f.ids, id)
+	return f.pub.Publish(ctx, f.dest, msg)
+}
+
+// drive runs the spec's clock: its events, its arrivals and a sample a
+// second, until its duration (or, untilDone, every job terminal).
+func (b *Bench) drive(ctx context.Context, sim *upstreamsim.Server, reg *prometheus.Registry, f *feed, res *result) error {
+	s := f.s
 	tick := time.NewTicker(publishTick)
 	defer tick.Stop()
 	nextSample := time.Duration(0)
@@ -268,49 +311,46 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 			events[0].do(sim)
 			events = events[1:]
 		}
-		for due := s.arrivals(at); len(ids) < due; {
-			if err := publish(len(ids)); err != nil {
-				return nil, fmt.Errorf("bench: %s: publish: %w", s.name, err)
+		for due := s.arrivals(at); len(f.ids) < due; {
+			if err := f.publish(ctx, len(f.ids)); err != nil {
+				return fmt.Errorf("bench: %s: publish: %w", s.name, err)
 			}
 		}
 		if at >= nextSample {
-			smp, err := takeSample(ctx, st, sim, reg, s.model)
+			smp, err := takeSample(ctx, f.st, sim, reg, s.model)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			smp.at, smp.arrived = at.Round(time.Second), len(ids)
+			smp.at, smp.arrived = at.Round(time.Second), len(f.ids)
 			res.samples = append(res.samples, smp)
 			nextSample += time.Second
-			if s.untilDone && smp.terminal == len(ids) && s.arrivals(s.duration) == len(ids) {
-				break
+			if s.untilDone && smp.terminal == len(f.ids) && s.arrivals(s.duration) == len(f.ids) {
+				return nil
 			}
 		}
 		if at >= s.duration {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-tick.C:
 		}
 	}
-	res.stats = sim.Stats()
-	// The workers stop before the jobs are read: what they finish while
-	// stopping counts.
-	for _, a := range apps {
-		_ = app.StopWithin(ctx, a.Worker().Stop, stopTimeout)
-	}
-	res.jobs, err = readJobs(ctx, st, kinds)
-	if err != nil {
-		return nil, err
+}
+
+// readResult reads the jobs, the span from the first call to the last
+// result, and each job's time to its first call into res.
+func readResult(ctx context.Context, st runStore, kinds map[string]workload.Kind, res *result) error {
+	var err error
+	if res.jobs, err = readJobs(ctx, st, kinds); err != nil {
+		return err
 	}
 	if res.span, err = st.CallSpan(ctx); err != nil {
-		return nil, fmt.Errorf("bench: read span: %w", err)
+		return fmt.Errorf("bench: read span: %w", err)
 	}
-	if res.toCall, res.toCallWarm, err = readToCall(ctx, st); err != nil {
-		return nil, err
-	}
-	return res, nil
+	res.toCall, res.toCallWarm, err = readToCall(ctx, st)
+	return err
 }
 
 // startHogs starts n other clients that each keep one call to model in
@@ -340,6 +380,7 @@ func startHogs(ctx context.Context, n int, baseURL, model string) *sync.WaitGrou
 
 // runStore is what a run reads of its database: a *store.Store is one.
 type runStore interface {
+	Ingest(ctx context.Context, jobs []store.NewJob) (created []bool, err error)
 	CountEnded(ctx context.Context) (int, error)
 	JobOutcomes(ctx context.Context) ([]store.JobOutcome, error)
 	CallSpan(ctx context.Context) (time.Duration, error)

@@ -170,7 +170,7 @@ func adaptiveSpec(headers upstreamsim.HeaderMode) spec {
 	}
 }
 
-// The backlog scenario (issue 13): backlogJobs jobs, one in five a ~3,000
+// The backlog scenario: backlogJobs jobs, one in five a ~3,000
 // token document, land at once on an idle provider whose bucket is full;
 // the run ends when every job is terminal (at most backlogRun).
 const (

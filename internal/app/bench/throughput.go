@@ -24,7 +24,7 @@ import (
 	"github.com/llmq/llmq/shaping"
 )
 
-// The throughput scenario is issue 17's measure of llmq's own overhead:
+// The throughput scenario measures llmq's own overhead:
 // an instant upstream without quotas, so every second goes to the API,
 // the broker, Postgres and the worker. Callers post single-job
 // POST /v1/jobs requests, throughputClients at a time; the worker behind

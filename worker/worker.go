@@ -81,11 +81,12 @@ type Worker struct {
 	statsAt time.Time
 	ingestState
 
-	// heldMu guards held and heldSeq: the jobs this worker holds, by key,
-	// each with the registration number the heartbeat compares against.
-	heldMu  sync.Mutex
-	held    map[store.Key]*job
-	heldSeq uint64
+	// leases holds the jobs this worker holds and renews their leases
+	// (lease.go).
+	leases *heartbeat
+	// services are the background loops, started in order, every one
+	// running until the last job has left (services.go).
+	services []service
 	// inFlight counts the jobs held (claimed, not yet finished).
 	inFlight atomic.Int64
 	// handedBack counts the jobs released to queued by the shutdown.
@@ -135,7 +136,7 @@ func New(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 	}
-	return &Worker{
+	w := &Worker{
 		cfg:           cfg,
 		log:           cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
 		metrics:       newMetrics(cfg.Registerer),
@@ -154,11 +155,14 @@ func New(cfg Config) (*Worker, error) {
 		},
 		budget:      NewRetryBudget(cfg.RetryBudget, 0, 0),
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		held:        make(map[store.Key]*job),
 		wake:        make(chan struct{}, 1),
 		newModels:   make(map[string]bool),
 		ingestState: ingestState{deliveries: newDeliveries()},
-	}, nil
+	}
+	if err := w.newServices(); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // Start begins ingesting and scheduling. It fails fast when the
@@ -180,9 +184,8 @@ func (w *Worker) Start(ctx context.Context) error {
 			err = fmt.Errorf("worker: consume: %w", err)
 			return
 		}
-		w.background.Add(3)
-		go w.heartbeatLoop(bgCtx)
-		go w.reapLoop(bgCtx)
+		w.startServices(bgCtx)
+		w.background.Add(1)
 		go w.observeLoop(bgCtx)
 		if w.cfg.Ledger != nil {
 			// The shares are read before the first claim, so that a lane

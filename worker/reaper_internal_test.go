@@ -91,3 +91,8 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	require.NoError(t, c.Write(&m))
 	return m.GetCounter().GetValue()
 }
+
+// sweepFunc is a sweeper made of a function.
+type sweepFunc func(ctx context.Context)
+
+func (f sweepFunc) sweep(ctx context.Context) { f(ctx) }

@@ -33,10 +33,13 @@ var errShutdown = errors.New("worker: shutting down")
 //   - run (run.go): each claimed job is admitted, marked calling, called,
 //     and the pure policy's decision performed (policy.go); its result is
 //     stored until it lands;
-//   - lease (lease.go): a heartbeat renews every lease the worker holds,
-//     and a reaper hands back expired leases and expires overdue jobs;
-//   - ledger (ledger.go): with Config.Ledger, the share of each model's
-//     quota this replica runs on, renewed with the other replicas.
+//   - background services (services.go), each a type of its own: the
+//     heartbeat (lease.go) renews every lease the worker holds; the reaper
+//     (reaper.go) hands back expired leases, expires overdue jobs and,
+//     with budgets, sweeps their orphan reservations (budgetsweep.go);
+//     the gauges (observe.go) measure the queue and the drain estimate;
+//     with Config.Ledger, the ledger sync (ledger.go) keeps the share of
+//     each model's quota this replica runs on.
 type Worker struct {
 	cfg     Config
 	log     *slog.Logger
@@ -46,6 +49,9 @@ type Worker struct {
 	sizer store.Sizer
 	// budgetMetrics are the budgets' gauges (budget.go).
 	budgetMetrics *budgetMetrics
+	// budgets sweeps the budgets' orphan reservations and refreshes their
+	// gauges (budgetsweep.go); nil without budgets.
+	budgets *budgetSweep
 	// scopeMetrics are the series of the tenants' and projects' quotas.
 	scopeMetrics *scopeMetrics
 	// capacity are the capacity normalisation's gauges (capacity.go).
@@ -56,10 +62,9 @@ type Worker struct {
 	// unbound counts, per model with a pool of keys, its jobs claimed
 	// that have not chosen an entry yet (pool.go).
 	unbound map[string]*lane
-	// sharesMu guards shares: the share of each model's quota the ledger
-	// last gave this worker (ledger.go).
-	sharesMu sync.Mutex
-	shares   map[string]float64
+	// ledger keeps, with Config.Ledger, the shares of the quotas this
+	// worker runs on (ledger.go); nil without.
+	ledger *ledgerSync
 	// scopes are the configured tenants' and projects' quota layers
 	// (tenantquota.go).
 	scopes scopes
@@ -71,14 +76,9 @@ type Worker struct {
 	budget   *RetryBudget
 	rng      *rand.Rand
 
-	// depth is the broker's last depth; drain the estimated time to empty
-	// the queue (see Drain).
-	depth atomic.Int64
-	drain atomic.Int64
-	// stats are the newest Postgres figures of the queue, read at most
-	// again at statsAt (measure's goroutine only).
-	stats   store.QueueStats
-	statsAt time.Time
+	// gauges refreshes the lanes' gauges, the queue's depth and the drain
+	// estimate (observe.go).
+	gauges *gauges
 	ingestState
 
 	// leases holds the jobs this worker holds and renews their leases
@@ -147,7 +147,6 @@ func New(cfg Config) (*Worker, error) {
 		sizer:         store.Sizer{Estimator: est, Catalog: cfg.Catalog, Order: cfg.SizeOrder},
 		lanes:         make(map[string]*lane),
 		unbound:       make(map[string]*lane),
-		shares:        make(map[string]float64),
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
 			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
@@ -185,19 +184,6 @@ func (w *Worker) Start(ctx context.Context) error {
 			return
 		}
 		w.startServices(bgCtx)
-		w.background.Add(1)
-		go w.observeLoop(bgCtx)
-		if w.cfg.Ledger != nil {
-			// The shares are read before the first claim, so that a lane
-			// never starts on the whole quota while other replicas run.
-			w.ledgerRound(bgCtx)
-			w.background.Add(1)
-			go w.ledgerLoop(bgCtx)
-		}
-		if w.cfg.Queued != nil {
-			w.background.Add(1)
-			go w.queuedLoop(bgCtx)
-		}
 		w.scheduling.Add(1)
 		go w.scheduleLoop()
 		// The messages queue up in a buffer while a batch is recorded, so

@@ -55,13 +55,21 @@ func TestQueuedListenerReconnects(t *testing.T) {
 		}
 		clock.Advance(time.Nanosecond)
 	}
-	f.listens <- false
+	listen := func(ok bool) {
+		t.Helper()
+		select {
+		case f.listens <- ok:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the listener did not listen again")
+		}
+	}
+	listen(false)
 	wait(100 * time.Millisecond)
-	f.listens <- false
+	listen(false)
 	wait(200 * time.Millisecond)
-	f.listens <- true
+	listen(true)
 	wait(100 * time.Millisecond)
-	f.listens <- false
+	listen(false)
 	cancel()
 	<-done
 	require.Equal(t, []string{"listen"}, listened)

@@ -72,25 +72,6 @@ func newBudgetMetrics(reg prometheus.Registerer) *budgetMetrics {
 	return m
 }
 
-// measureBudgets refreshes the budget gauges (the configured budgets
-// only, so the label set is the configuration's).
-func (w *Worker) measureBudgets(ctx context.Context) {
-	if w.cfg.Budgets == nil || !w.cfg.Tenants.HasBudgets() {
-		return
-	}
-	us, err := w.cfg.Budgets.BudgetUsages(ctx, "")
-	if err != nil {
-		w.log.Debug("read budgets", slog.Any("error", err))
-		return
-	}
-	for _, u := range us {
-		ls := []string{u.Tenant, u.Project, string(u.Period)}
-		w.budgetMetrics.spent.WithLabelValues(ls...).Set(u.SpentUSD)
-		w.budgetMetrics.reserved.WithLabelValues(ls...).Set(u.ReservedUSD)
-		w.budgetMetrics.limit.WithLabelValues(ls...).Set(u.LimitUSD)
-	}
-}
-
 // budgetGate reserves the price of p's call of model and returns the body
 // to send (its output capped past 90% of a budget), or, when the call is
 // not to be made (proceed false), the step the job goes on with (stay) or
@@ -223,19 +204,6 @@ func (w *Worker) endBudget(p *job, model string, reply *Reply) {
 	}
 	// Left to the reaper's sweep if the database stays down.
 	_ = w.durable(p, w.workCtx, what, write)
-}
-
-// reapBudgets gives back the reservations of jobs no longer held.
-func (w *Worker) reapBudgets(ctx context.Context) {
-	if w.cfg.Budgets == nil || !w.cfg.Tenants.HasBudgets() {
-		return
-	}
-	if n, err := w.cfg.Budgets.ReleaseOrphanBudgets(ctx); err != nil {
-		w.log.Debug("release orphan budget reservations", slog.Any("error", err))
-	} else if n > 0 {
-		w.log.Info("budget reservations of jobs no longer held given back", slog.Int("calls", n))
-		w.poke()
-	}
 }
 
 // capOutput returns body with its output allowance capped at n tokens:

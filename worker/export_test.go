@@ -30,7 +30,7 @@ func (w *Worker) Lanes() []string {
 var CapOutput = capOutput
 
 // Measure is measure (observe.go).
-func (w *Worker) Measure(ctx context.Context) { w.measure(ctx) }
+func (w *Worker) Measure(ctx context.Context) { w.gauges.measure(ctx) }
 
 // WindowRecount and WindowRefresh are how often the ingest window's count
 // is read again (ingest.go).

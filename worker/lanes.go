@@ -205,9 +205,9 @@ func (w *Worker) laneAt(model string, i int) *lane {
 		w.log.Error("build shaping lane; using strategy retry", "model", model, "entry", entry, "error", err)
 		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: label, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
 	}
-	if w.cfg.Ledger != nil {
+	if w.ledger != nil {
 		// In [0, 1] by construction.
-		_ = shaper.SetShare(w.startShare(w.stopCtx, quotaKey))
+		_ = shaper.SetShare(w.ledger.startShare(w.stopCtx, quotaKey))
 	}
 	l := &lane{model: model, entry: entry, up: up, quotaKey: quotaKey, shaper: shaper,
 		sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault,

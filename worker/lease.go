@@ -1,9 +1,15 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/llmq/llmq/store"
 )
@@ -15,38 +21,90 @@ import (
 // a job missing from the heartbeat's answer was taken from this worker
 // (reaped after its lease expired, maybe claimed again): whatever it
 // waits for is cancelled at once, without a write (a call in flight is left
-// to finish: its answer is stored all the same). The reaper, on any worker,
-// hands back the jobs whose lease expired (their worker died) and expires
-// queued jobs whose deadline passed.
+// to finish: its answer is stored all the same).
 
 // errLeaseLost is the cause of a job's cancellation when its lease was
 // taken from this worker.
 var errLeaseLost = errors.New("worker: lease lost")
 
-// register records p as held by this worker.
-func (w *Worker) register(p *job) {
-	w.heldMu.Lock()
-	w.heldSeq++
-	p.seq = w.heldSeq
-	w.held[p.lease.Key] = p
-	w.heldMu.Unlock()
+// leaseRenewer renews the leases of an owner's jobs ([JobStore.Heartbeat]).
+type leaseRenewer interface {
+	Heartbeat(ctx context.Context, owner string, lease time.Duration, held []store.Lease) ([]store.Lease, error)
+}
+
+// heartbeatConfig configures a heartbeat.
+type heartbeatConfig struct {
+	Store    leaseRenewer // required
+	Owner    string       // required
+	Lease    time.Duration
+	Interval time.Duration // shorter than Lease; default Lease/3
+	Clock    clockwork.Clock
+	Log      *slog.Logger
+}
+
+func (c heartbeatConfig) withDefaults() heartbeatConfig {
+	c.Lease = cmp.Or(max(0, c.Lease), LeaseDefault)
+	c.Interval = cmp.Or(max(0, c.Interval), c.Lease/3)
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return c
+}
+
+func (c heartbeatConfig) validate() error {
+	if c.Store == nil || c.Owner == "" {
+		return errors.New("worker: heartbeat: Store and Owner are required")
+	}
+	if c.Interval >= c.Lease {
+		return fmt.Errorf("worker: heartbeat: Interval (%v) must be shorter than Lease (%v)", c.Interval, c.Lease)
+	}
+	return nil
+}
+
+// heartbeat holds the jobs this worker holds and renews their leases.
+type heartbeat struct {
+	cfg heartbeatConfig
+	// mu guards held and seq: the jobs held, by key, each with the
+	// registration number a renewal compares against.
+	mu   sync.Mutex
+	held map[store.Key]*job
+	seq  uint64
+}
+
+func newHeartbeat(cfg heartbeatConfig) (*heartbeat, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &heartbeat{cfg: cfg, held: make(map[store.Key]*job)}, nil
+}
+
+// register records p as held.
+func (h *heartbeat) register(p *job) {
+	h.mu.Lock()
+	h.seq++
+	p.seq = h.seq
+	h.held[p.lease.Key] = p
+	h.mu.Unlock()
 }
 
 // unregister forgets p.
-func (w *Worker) unregister(p *job) {
-	w.heldMu.Lock()
-	if w.held[p.lease.Key] == p {
-		delete(w.held, p.lease.Key)
+func (h *heartbeat) unregister(p *job) {
+	h.mu.Lock()
+	if h.held[p.lease.Key] == p {
+		delete(h.held, p.lease.Key)
 	}
-	w.heldMu.Unlock()
+	h.mu.Unlock()
 }
 
-// heartbeatLoop renews the leases every HeartbeatInterval until ctx ends.
-func (w *Worker) heartbeatLoop(ctx context.Context) {
-	defer w.background.Done()
-	t := w.cfg.Clock.NewTicker(w.cfg.HeartbeatInterval)
+// Run renews the leases every Interval until ctx ends.
+func (h *heartbeat) Run(ctx context.Context) {
+	t := h.cfg.Clock.NewTicker(h.cfg.Interval)
 	defer t.Stop()
-	renewed := w.cfg.Clock.Now()
+	renewed := h.cfg.Clock.Now()
 	failing := false
 	for {
 		select {
@@ -54,57 +112,57 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			return
 		case <-t.Chan():
 		}
-		if w.heartbeat(ctx) {
-			renewed = w.cfg.Clock.Now()
+		if h.renew(ctx) {
+			renewed = h.cfg.Clock.Now()
 			if failing {
 				failing = false
-				w.log.Info("heartbeat renews the leases again")
+				h.cfg.Log.Info("heartbeat renews the leases again")
 			}
 			continue
 		}
 		if !failing {
 			failing = true
-			w.log.Warn("heartbeat failed: leases are not renewed")
+			h.cfg.Log.Warn("heartbeat failed: leases are not renewed")
 		}
-		if w.cfg.Clock.Since(renewed) >= w.cfg.Lease {
+		if h.cfg.Clock.Since(renewed) >= h.cfg.Lease {
 			// The leases have expired: any worker may reap and claim the
 			// jobs. Everything still waiting is given up.
-			w.loseAll(0)
+			h.loseAll(0)
 		}
 	}
 }
 
-// heartbeat renews the leases and cancels the jobs whose lease is gone; it
+// renew renews the leases and cancels the jobs whose lease is gone; it
 // reports whether the renewal was written.
-func (w *Worker) heartbeat(ctx context.Context) bool {
-	w.heldMu.Lock()
-	seq := w.heldSeq
-	held := make([]store.Lease, 0, len(w.held))
-	for _, p := range w.held {
+func (h *heartbeat) renew(ctx context.Context) bool {
+	h.mu.Lock()
+	seq := h.seq
+	held := make([]store.Lease, 0, len(h.held))
+	for _, p := range h.held {
 		held = append(held, p.lease)
 	}
-	w.heldMu.Unlock()
+	h.mu.Unlock()
 	// A renewal that takes longer than the lease comes too late anyway.
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.Lease)
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.Lease)
 	defer cancel()
-	leases, err := w.cfg.Store.Heartbeat(ctx, w.cfg.Owner, w.cfg.Lease, held)
+	leases, err := h.cfg.Store.Heartbeat(ctx, h.cfg.Owner, h.cfg.Lease, held)
 	if err != nil {
-		w.log.Debug("heartbeat", slog.Any("error", err))
+		h.cfg.Log.Debug("heartbeat", slog.Any("error", err))
 		return false
 	}
 	renewed := make(map[store.Lease]bool, len(leases))
 	for _, l := range leases {
 		renewed[l] = true
 	}
-	w.heldMu.Lock()
+	h.mu.Lock()
 	var lost []*job
-	for _, p := range w.held {
+	for _, p := range h.held {
 		// A job registered after the heartbeat began was not in it.
 		if p.seq <= seq && !renewed[p.lease] {
 			lost = append(lost, p)
 		}
 	}
-	w.heldMu.Unlock()
+	h.mu.Unlock()
 	for _, p := range lost {
 		p.lose()
 	}
@@ -112,53 +170,16 @@ func (w *Worker) heartbeat(ctx context.Context) bool {
 }
 
 // loseAll cancels every held job registered up to seq (0: all).
-func (w *Worker) loseAll(seq uint64) {
-	w.heldMu.Lock()
+func (h *heartbeat) loseAll(seq uint64) {
+	h.mu.Lock()
 	var lost []*job
-	for _, p := range w.held {
+	for _, p := range h.held {
 		if seq == 0 || p.seq <= seq {
 			lost = append(lost, p)
 		}
 	}
-	w.heldMu.Unlock()
+	h.mu.Unlock()
 	for _, p := range lost {
 		p.lose()
 	}
-}
-
-// reapLoop sweeps every ReapInterval until ctx ends: expired leases back to
-// queued, overdue queued jobs to expired. The statements are idempotent:
-// several workers may sweep at once.
-func (w *Worker) reapLoop(ctx context.Context) {
-	defer w.background.Done()
-	t := w.cfg.Clock.NewTicker(w.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Chan():
-		}
-		w.reap(ctx)
-	}
-}
-
-// reap runs one sweep.
-func (w *Worker) reap(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.ReapInterval)
-	defer cancel()
-	if keys, err := w.cfg.Store.ReapExpired(ctx); err != nil {
-		w.log.Debug("reap expired leases", slog.Any("error", err))
-	} else if len(keys) > 0 {
-		w.metrics.reaped.Add(float64(len(keys)))
-		w.log.Info("jobs whose lease expired handed back", slog.Int("jobs", len(keys)))
-		w.poke()
-	}
-	if keys, err := w.cfg.Store.ExpireOverdue(ctx); err != nil {
-		w.log.Debug("expire overdue jobs", slog.Any("error", err))
-	} else if len(keys) > 0 {
-		w.metrics.jobs.WithLabelValues("expired").Add(float64(len(keys)))
-		w.log.Info("queued jobs past their deadline expired", slog.Int("jobs", len(keys)))
-	}
-	w.reapBudgets(ctx)
 }

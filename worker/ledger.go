@@ -1,12 +1,19 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
@@ -40,42 +47,161 @@ func (w *Worker) quotaKey(model string) string { return w.cfg.QuotaScope + " " +
 // scopeName): one for every provider and model, as the scope's limits are.
 func scopeKey(name string) string { return "scope " + name }
 
-// ledgerLoop renews the worker's rows and sets its lanes' shares every
-// LedgerPeriod until ctx ends, then deletes the rows, so the other
-// replicas take this one's shares at once.
-func (w *Worker) ledgerLoop(ctx context.Context) {
-	defer w.background.Done()
-	tick := w.cfg.Clock.NewTicker(w.cfg.LedgerPeriod)
+// ledgerLane is one of the quotas a round writes: a lane's, or one its
+// catalog lists that has no lane yet (l nil).
+type ledgerLane struct {
+	key string
+	l   *lane
+}
+
+// quotaLister lists the quotas a round writes besides the scopes': the
+// lanes and the catalog's models that have none yet.
+type quotaLister interface {
+	ledgerLanes() []ledgerLane
+}
+
+// ledgerSyncConfig configures a ledgerSync.
+type ledgerSyncConfig struct {
+	Ledger  QuotaLedger // required
+	Quotas  quotaLister // required
+	Replica string      // required
+	// Scopes are the tenants' and projects' quotas (nil: none).
+	Scopes *scopes
+	// Period is how often the rows are renewed, Lease how long they live
+	// (longer than Period).
+	Period, Lease time.Duration
+	Clock         clockwork.Clock
+	Log           *slog.Logger
+}
+
+func (c ledgerSyncConfig) withDefaults() ledgerSyncConfig {
+	c.Period = cmp.Or(max(0, c.Period), LedgerPeriodDefault)
+	c.Lease = cmp.Or(max(0, c.Lease), LedgerLeaseDefault)
+	if c.Scopes == nil {
+		c.Scopes = &scopes{}
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return c
+}
+
+func (c ledgerSyncConfig) validate() error {
+	if c.Ledger == nil || c.Quotas == nil || c.Replica == "" {
+		return errors.New("worker: ledger: Ledger, Quotas and Replica are required")
+	}
+	if c.Lease <= c.Period {
+		return fmt.Errorf("worker: ledger: Lease (%v) must be longer than Period (%v)", c.Lease, c.Period)
+	}
+	return nil
+}
+
+// ledgerSync keeps the worker's rows in the quota ledger and its lanes'
+// and scopes' shares of the quotas.
+type ledgerSync struct {
+	cfg ledgerSyncConfig
+	// mu guards shares: the share of each quota the ledger last gave.
+	mu     sync.Mutex
+	shares map[string]float64
+}
+
+func newLedgerSync(cfg ledgerSyncConfig) (*ledgerSync, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &ledgerSync{cfg: cfg, shares: make(map[string]float64)}, nil
+}
+
+// prime runs the first round: the shares are read before the first claim,
+// so that a lane never starts on the whole quota while other replicas run.
+func (s *ledgerSync) prime(ctx context.Context) { s.round(ctx) }
+
+// Run renews the rows and sets the shares every Period until ctx ends,
+// then deletes the rows, so the other replicas take this one's shares at
+// once.
+func (s *ledgerSync) Run(ctx context.Context) {
+	tick := s.cfg.Clock.NewTicker(s.cfg.Period)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LedgerLease)
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease)
 			defer cancel()
-			if err := w.cfg.Ledger.LeaveQuotas(lctx, w.cfg.Replica); err != nil {
-				w.log.Warn("leave the quota ledger", slog.Any("error", err))
+			if err := s.cfg.Ledger.LeaveQuotas(lctx, s.cfg.Replica); err != nil {
+				s.cfg.Log.Warn("leave the quota ledger", slog.Any("error", err))
 			}
 			return
 		case <-tick.Chan():
 		}
-		w.ledgerRound(ctx)
+		s.round(ctx)
 	}
 }
 
-// ledgerRound renews the rows of every lane the worker has or its catalog
-// lists (one per pool entry: each key's quota is shared apart; so a
-// replica counts before its first job) and sets the shares from the live
-// rows. On an error the lanes keep their shares.
-func (w *Worker) ledgerRound(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.LedgerLease)
+// round renews the rows of every quota (so a replica counts before its
+// first job) and sets the shares from the live rows. On an error the
+// lanes keep their shares.
+func (s *ledgerSync) round(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease)
 	defer cancel()
+	quotas := s.cfg.Quotas.ledgerLanes()
+	claims := make([]store.QuotaClaim, len(quotas))
+	s.mu.Lock()
+	for i, q := range quotas {
+		share, ok := s.shares[q.key]
+		if !ok {
+			share = shaping.ShareFloorDefault // not started yet
+		}
+		claims[i] = store.QuotaClaim{Key: q.key}
+		if q.l != nil {
+			claims[i].Demand = q.l.demand()
+			share = q.l.shaper.Share()
+			st := q.l.shaper.StateAt(s.cfg.Clock.Now())
+			claims[i].Provider = store.ProviderState{CreditRequests: st.Requests, CreditTokens: st.Tokens,
+				ShortRequests: st.ShortRequests, ShortTokens: st.ShortTokens}
+		}
+		// The ledger's shares are positive: none of a short bucket is
+		// written as the least share.
+		claims[i].Share = shaping.LedgerShare(share)
+	}
+	s.mu.Unlock()
+	scs := s.cfg.Scopes.list()
+	for _, sc := range scs {
+		claims = append(claims, store.QuotaClaim{Key: scopeKey(sc.name), Demand: sc.demand(), Share: sc.shareNow()})
+	}
+	rows, err := s.cfg.Ledger.RenewQuotas(ctx, s.cfg.Replica, s.cfg.Lease, claims)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Log.Warn("renew the quota ledger; the lanes keep their shares", slog.Any("error", err))
+		}
+		return
+	}
+	now := s.cfg.Clock.Now()
+	for _, q := range quotas {
+		share := s.shareFrom(rows, q.key)
+		if q.l != nil {
+			_ = q.l.shaper.SetShareAt(now, share) // in [0, 1] by construction
+			q.l.shaper.SetPeersAt(now, s.peersFrom(rows, q.key))
+		}
+	}
+	for _, sc := range scs {
+		sc.setShare(now, s.shareFrom(rows, scopeKey(sc.name)))
+	}
+	if len(scs) > 0 {
+		s.cfg.Scopes.signal() // a concurrency may have grown
+	}
+}
+
+// ledgerLanes lists the lanes the worker has, then one per quota its
+// catalog lists that has no lane yet (one per pool entry: each key's quota
+// is shared apart).
+func (w *Worker) ledgerLanes() []ledgerLane {
 	w.lanesMu.Lock()
 	lanes := maps.Clone(w.lanes)
 	w.lanesMu.Unlock()
-	type ledgerLane struct {
-		key string
-		l   *lane // nil: not started
-	}
 	var quotas []ledgerLane
 	for _, name := range slices.Sorted(maps.Keys(lanes)) {
 		quotas = append(quotas, ledgerLane{key: lanes[name].quotaKey, l: lanes[name]})
@@ -91,75 +217,31 @@ func (w *Worker) ledgerRound(ctx context.Context) {
 			}
 		}
 	}
-	claims := make([]store.QuotaClaim, len(quotas))
-	w.sharesMu.Lock()
-	for i, q := range quotas {
-		share, ok := w.shares[q.key]
-		if !ok {
-			share = shaping.ShareFloorDefault // not started yet
-		}
-		claims[i] = store.QuotaClaim{Key: q.key}
-		if q.l != nil {
-			claims[i].Demand = q.l.demand()
-			share = q.l.shaper.Share()
-			st := q.l.shaper.StateAt(w.cfg.Clock.Now())
-			claims[i].Provider = store.ProviderState{CreditRequests: st.Requests, CreditTokens: st.Tokens,
-				ShortRequests: st.ShortRequests, ShortTokens: st.ShortTokens}
-		}
-		// The ledger's shares are positive: none of a short bucket is
-		// written as the least share.
-		claims[i].Share = shaping.LedgerShare(share)
-	}
-	w.sharesMu.Unlock()
-	scs := w.scopes.list()
-	for _, sc := range scs {
-		claims = append(claims, store.QuotaClaim{Key: scopeKey(sc.name), Demand: sc.demand(), Share: sc.shareNow()})
-	}
-	rows, err := w.cfg.Ledger.RenewQuotas(ctx, w.cfg.Replica, w.cfg.LedgerLease, claims)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("renew the quota ledger; the lanes keep their shares", slog.Any("error", err))
-		}
-		return
-	}
-	now := w.cfg.Clock.Now()
-	for _, q := range quotas {
-		share := w.shareFrom(rows, q.key)
-		if q.l != nil {
-			_ = q.l.shaper.SetShareAt(now, share) // in [0, 1] by construction
-			q.l.shaper.SetPeersAt(now, w.peersFrom(rows, q.key))
-		}
-	}
-	for _, sc := range scs {
-		sc.setShare(now, w.shareFrom(rows, scopeKey(sc.name)))
-	}
-	if len(scs) > 0 {
-		w.scopes.signal() // a concurrency may have grown
-	}
+	return quotas
 }
 
 // shareFrom computes the share of the quota of ledger key from the
 // ledger rows and remembers it.
-func (w *Worker) shareFrom(rows []store.LedgerEntry, key string) float64 {
+func (s *ledgerSync) shareFrom(rows []store.LedgerEntry, key string) float64 {
 	var rs []shaping.Replica
 	for _, r := range rows {
 		if r.Key == key {
-			rs = append(rs, shaping.Replica{Name: r.Replica, Demand: r.Demand, Share: r.Share, Self: r.Replica == w.cfg.Replica,
+			rs = append(rs, shaping.Replica{Name: r.Replica, Demand: r.Demand, Share: r.Share, Self: r.Replica == s.cfg.Replica,
 				Short: r.Provider.ShortRequests > 0 || r.Provider.ShortTokens > 0})
 		}
 	}
 	share := shaping.ReplicaShare(rs, shaping.ShareFloorDefault)
-	w.sharesMu.Lock()
-	w.shares[key] = share
-	w.sharesMu.Unlock()
+	s.mu.Lock()
+	s.shares[key] = share
+	s.mu.Unlock()
 	return share
 }
 
 // peersFrom sums what the other replicas' rows of ledger key say they hold
 // of the provider (their credit), with the smallest short bucket any of
 // them learned.
-func (w *Worker) peersFrom(rows []store.LedgerEntry, key string) shaping.ReplicaState {
-	var s shaping.ReplicaState
+func (s *ledgerSync) peersFrom(rows []store.LedgerEntry, key string) shaping.ReplicaState {
+	var st shaping.ReplicaState
 	least := func(have, v float64) float64 {
 		if v > 0 && (have == 0 || v < have) {
 			return v
@@ -167,16 +249,16 @@ func (w *Worker) peersFrom(rows []store.LedgerEntry, key string) shaping.Replica
 		return have
 	}
 	for _, r := range rows {
-		if r.Key != key || r.Replica == w.cfg.Replica {
+		if r.Key != key || r.Replica == s.cfg.Replica {
 			continue
 		}
 		p := r.Provider
-		s.Requests += p.CreditRequests
-		s.Tokens += p.CreditTokens
-		s.ShortRequests = least(s.ShortRequests, p.ShortRequests)
-		s.ShortTokens = least(s.ShortTokens, p.ShortTokens)
+		st.Requests += p.CreditRequests
+		st.Tokens += p.CreditTokens
+		st.ShortRequests = least(st.ShortRequests, p.ShortRequests)
+		st.ShortTokens = least(st.ShortTokens, p.ShortTokens)
 	}
-	return s
+	return st
 }
 
 // startShare is the share a new lane (or scope) starts on, of the quota of
@@ -184,22 +266,22 @@ func (w *Worker) peersFrom(rows []store.LedgerEntry, key string) shaping.Replica
 // not seen yet, one read now (declaring a backlog: a lane is made for jobs
 // to run). A ledger that cannot be read starts it on the floor; the next
 // round corrects it.
-func (w *Worker) startShare(ctx context.Context, key string) float64 {
-	w.sharesMu.Lock()
-	share, ok := w.shares[key]
-	w.sharesMu.Unlock()
+func (s *ledgerSync) startShare(ctx context.Context, key string) float64 {
+	s.mu.Lock()
+	share, ok := s.shares[key]
+	s.mu.Unlock()
 	if ok {
 		return share
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.LedgerLease)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Lease)
 	defer cancel()
-	rows, err := w.cfg.Ledger.RenewQuotas(ctx, w.cfg.Replica, w.cfg.LedgerLease,
+	rows, err := s.cfg.Ledger.RenewQuotas(ctx, s.cfg.Replica, s.cfg.Lease,
 		[]store.QuotaClaim{{Key: key, Demand: backlogDemand, Share: shaping.ShareFloorDefault}})
 	if err != nil {
-		w.log.Warn("read the quota ledger; the lane starts on the floor", slog.String("quota", key), slog.Any("error", err))
+		s.cfg.Log.Warn("read the quota ledger; the lane starts on the floor", slog.String("quota", key), slog.Any("error", err))
 		return shaping.ShareFloorDefault
 	}
-	return w.shareFrom(rows, key)
+	return s.shareFrom(rows, key)
 }
 
 // demand is what the scope could use of its quota now, in requests: its

@@ -3,8 +3,13 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
+	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/shaping"
@@ -18,7 +23,7 @@ import (
 // before any job finished, over the rate the configured quotas allow. It
 // is 0 with an empty queue and DrainUnknown when no rate is known. The
 // batch lane compares it with its threshold.
-func (w *Worker) Drain() time.Duration { return time.Duration(w.drain.Load()) }
+func (w *Worker) Drain() time.Duration { return w.gauges.Drain() }
 
 // DrainUnknown is Drain's answer when jobs wait and no rate is known.
 const DrainUnknown = 24 * time.Hour
@@ -36,66 +41,147 @@ const (
 	statsCost = 50
 )
 
-// observeLoop refreshes the gauges of lane state every second, and the
-// queue's depth and drain estimate every measureEvery seconds.
-func (w *Worker) observeLoop(ctx context.Context) {
-	defer w.background.Done()
-	tick := w.cfg.Clock.NewTicker(time.Second)
+// depthReader reads the broker's depth ([transport.Subscriber]).
+type depthReader interface {
+	Depth(ctx context.Context) (int64, error)
+}
+
+// statsReader reads the queue's figures in Postgres ([JobStore]).
+type statsReader interface {
+	QueueStats(ctx context.Context, since time.Time, limit int64) (store.QueueStats, error)
+}
+
+// laneObserver is what the gauges read of the lanes: observeLanes
+// refreshes their gauges and records their rates; quotaRate is the jobs per second their quotas allow.
+type laneObserver interface {
+	observeLanes(ctx context.Context)
+	quotaRate() float64
+}
+
+// gaugesConfig configures the gauges.
+type gaugesConfig struct {
+	Broker depthReader  // required
+	Store  statsReader  // required
+	Lanes  laneObserver // required
+	// QueueDepth is the gauge of the jobs waiting (required).
+	QueueDepth prometheus.Gauge
+	// Window is set from each count of the queue (nil: none); Budgets
+	// refreshes its gauges with each measure (nil: none).
+	Window  *windowCount
+	Budgets *budgetSweep
+	Clock   clockwork.Clock
+}
+
+func (c gaugesConfig) withDefaults() gaugesConfig {
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	return c
+}
+
+func (c gaugesConfig) validate() error {
+	if c.Broker == nil || c.Store == nil || c.Lanes == nil || c.QueueDepth == nil {
+		return errors.New("worker: gauges: Broker, Store, Lanes and QueueDepth are required")
+	}
+	return nil
+}
+
+// gauges refreshes the lanes' gauges every second, and the queue's depth
+// and drain estimate every measureEvery seconds.
+type gauges struct {
+	cfg gaugesConfig
+	// depth is the broker's last depth; drain the estimated time to empty
+	// the queue (see Drain).
+	depth atomic.Int64
+	drain atomic.Int64
+	// stats are the newest Postgres figures of the queue, read at most
+	// again at statsAt (measure's goroutine only).
+	stats   store.QueueStats
+	statsAt time.Time
+}
+
+func newGauges(cfg gaugesConfig) (*gauges, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &gauges{cfg: cfg}, nil
+}
+
+// Drain is the last drain estimate ([Worker.Drain]).
+func (g *gauges) Drain() time.Duration { return time.Duration(g.drain.Load()) }
+
+// Run refreshes the gauges until ctx ends.
+func (g *gauges) Run(ctx context.Context) {
+	tick := g.cfg.Clock.NewTicker(time.Second)
 	defer tick.Stop()
 	for n := 0; ; n++ {
 		if n%measureEvery == 0 {
-			w.measure(ctx)
+			g.measure(ctx)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.Chan():
 		}
-		w.lanesMu.Lock()
-		rates := make([]store.LaneRate, 0, len(w.lanes))
-		for _, l := range w.lanes {
-			s := l.shaper.Snapshot()
-			rates = append(rates, l.rate(s))
-			w.metrics.concurrencyLimit.WithLabelValues(l.model, l.entry).Set(float64(s.ConcurrencyLimit))
-			w.metrics.quotaShare.WithLabelValues(l.model, l.entry).Set(s.Share)
-			w.observeCapacity(l, s)
-			for _, b := range s.Buckets {
-				w.metrics.bucketLevel.WithLabelValues(l.model, l.entry, b.Name).Set(b.Level)
-			}
-		}
-		w.lanesMu.Unlock()
-		w.writeLaneRates(ctx, rates)
-		w.observeScopes()
+		g.cfg.Lanes.observeLanes(ctx)
 	}
+}
+
+// observeLanes refreshes the gauges of lane and scope state and records
+// the lanes' rates (store.LaneRate) for the API's predictions.
+func (w *Worker) observeLanes(ctx context.Context) {
+	w.lanesMu.Lock()
+	rates := make([]store.LaneRate, 0, len(w.lanes))
+	for _, l := range w.lanes {
+		s := l.shaper.Snapshot()
+		rates = append(rates, l.rate(s))
+		w.metrics.concurrencyLimit.WithLabelValues(l.model, l.entry).Set(float64(s.ConcurrencyLimit))
+		w.metrics.quotaShare.WithLabelValues(l.model, l.entry).Set(s.Share)
+		w.observeCapacity(l, s)
+		for _, b := range s.Buckets {
+			w.metrics.bucketLevel.WithLabelValues(l.model, l.entry, b.Name).Set(b.Level)
+		}
+	}
+	w.lanesMu.Unlock()
+	w.writeLaneRates(ctx, rates)
+	w.observeScopes()
 }
 
 // measure reads the broker's depth and the Postgres figures (these no more
 // often than statsCost allows: a slow count is reused until then), and
 // updates the depth gauge and the drain estimate.
-func (w *Worker) measure(ctx context.Context) {
+func (g *gauges) measure(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, measureEvery*time.Second)
 	defer cancel()
-	if d, err := w.cfg.Subscriber.Depth(ctx); err == nil {
-		w.depth.Store(d)
+	if d, err := g.cfg.Broker.Depth(ctx); err == nil {
+		g.depth.Store(d)
 	}
-	now := w.cfg.Clock.Now()
-	st := w.stats
-	if !now.Before(w.statsAt) {
+	now := g.cfg.Clock.Now()
+	st := g.stats
+	if !now.Before(g.statsAt) {
 		var err error
-		claimed := w.window.claims()
-		if st, err = w.cfg.Store.QueueStats(ctx, now.Add(-drainWindow), 0); err != nil {
+		var claimed int64
+		if g.cfg.Window != nil {
+			claimed = g.cfg.Window.claims()
+		}
+		if st, err = g.cfg.Store.QueueStats(ctx, now.Add(-drainWindow), 0); err != nil {
 			return
 		}
-		w.stats, w.statsAt = st, now.Add(statsCost*w.cfg.Clock.Since(now))
-		w.window.set(st.Queued, false, claimed)
+		g.stats, g.statsAt = st, now.Add(statsCost*g.cfg.Clock.Since(now))
+		if g.cfg.Window != nil {
+			g.cfg.Window.set(st.Queued, false, claimed)
+		}
 	}
-	w.measureBudgets(ctx)
-	w.metrics.queueDepth.Set(float64(w.depth.Load() + st.Queued))
+	if g.cfg.Budgets != nil {
+		g.cfg.Budgets.measure(ctx)
+	}
+	g.cfg.QueueDepth.Set(float64(g.depth.Load() + st.Queued))
 	rate := float64(st.Finished) / drainWindow.Seconds()
 	if st.Finished == 0 {
-		rate = w.quotaRate()
+		rate = g.cfg.Lanes.quotaRate()
 	}
-	w.drain.Store(int64(drainEstimate(w.depth.Load()+st.Queued+st.InFlight, rate)))
+	g.drain.Store(int64(drainEstimate(g.depth.Load()+st.Queued+st.InFlight, rate)))
 }
 
 // quotaRate is the jobs per second the configured quotas allow, with the

@@ -2,8 +2,11 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // How long the queued listener waits before it reconnects: doubling from
@@ -13,33 +16,69 @@ const (
 	queuedRetryMax = 10 * time.Second
 )
 
-// queuedLoop listens for jobs recorded elsewhere (Config.Queued) until ctx
-// ends: each announced model is claimed for at once, and so is every model
-// once it listens again (the jobs recorded while it did not are not
-// announced again). It reconnects when the connection fails; meanwhile the
-// claim tick still claims.
-func (w *Worker) queuedLoop(ctx context.Context) {
-	defer w.background.Done()
+// queuedListenerConfig configures a queuedListener.
+type queuedListenerConfig struct {
+	Listener QueuedListener // required
+	// Listening is told each time the listener listens (again): the jobs
+	// recorded while it did not were not announced. Queued is told of
+	// each announced model. Both required.
+	Listening func()
+	Queued    func(model string)
+	Clock     clockwork.Clock
+	Log       *slog.Logger
+}
+
+func (c queuedListenerConfig) withDefaults() queuedListenerConfig {
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return c
+}
+
+func (c queuedListenerConfig) validate() error {
+	if c.Listener == nil || c.Listening == nil || c.Queued == nil {
+		return errors.New("worker: queued listener: Listener, Listening and Queued are required")
+	}
+	return nil
+}
+
+// queuedListener listens for jobs recorded elsewhere (Config.Queued).
+type queuedListener struct {
+	cfg queuedListenerConfig
+}
+
+func newQueuedListener(cfg queuedListenerConfig) (*queuedListener, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &queuedListener{cfg: cfg}, nil
+}
+
+// Run listens until ctx ends: each announced model is claimed for at
+// once, and so is every model once it listens again. It reconnects when
+// the connection fails; meanwhile the claim tick still claims.
+func (q *queuedListener) Run(ctx context.Context) {
 	delay := queuedRetryMin
 	for {
 		heard := false
-		err := w.cfg.Queued.ListenJobsQueued(ctx, func() {
+		err := q.cfg.Listener.ListenJobsQueued(ctx, func() {
 			heard = true
-			w.rereadModels()
-		}, func(model string) {
-			w.learnModel(model)
-			w.poke()
-		})
+			q.cfg.Listening()
+		}, q.cfg.Queued)
 		if ctx.Err() != nil {
 			return
 		}
 		if heard {
 			delay = queuedRetryMin
 		}
-		w.log.Warn("worker: the queued jobs' listening connection failed; reconnecting",
+		q.cfg.Log.Warn("worker: the queued jobs' listening connection failed; reconnecting",
 			slog.Any("error", err), slog.Duration("in", delay))
 		select {
-		case <-w.cfg.Clock.After(delay):
+		case <-q.cfg.Clock.After(delay):
 		case <-ctx.Done():
 			return
 		}

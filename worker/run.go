@@ -112,7 +112,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 	p.ctx, p.cancel = context.WithCancelCause(w.stopCtx)
 	w.inFlight.Add(1)
 	w.metrics.claimed.Inc()
-	w.register(p)
+	w.leases.register(p)
 	// A job recorded by another path (the producer's outbox, an older
 	// configuration) may name a model the catalog does not allow: it is
 	// dead-lettered without a lane.
@@ -137,7 +137,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 			p.trace.End()
 			p.setPending(nil)
 			p.cancel(nil)
-			w.unregister(p)
+			w.leases.unregister(p)
 			w.inFlight.Add(-1)
 			w.runners.Done()
 			w.poke()

@@ -151,8 +151,8 @@ func (w *Worker) scope(ref store.ScopeRef, cfg llmq.Scope) *scopeQuota {
 		sc.quotas = append(sc.quotas, shaping.Quota{Bucket: sc.tpm, Unit: shaping.UnitTokens})
 	}
 	sc.limit.Store(int64(cfg.Concurrency))
-	if w.cfg.Ledger != nil {
-		sc.setShare(now, w.startShare(w.stopCtx, scopeKey(name)))
+	if w.ledger != nil {
+		sc.setShare(now, w.ledger.startShare(w.stopCtx, scopeKey(name)))
 	}
 	if w.scopes.byName == nil {
 		w.scopes.byName = map[string]*scopeQuota{}

@@ -34,10 +34,13 @@ var errShutdown = errors.New("worker: shutting down")
 //   - run (run.go): each claimed job is admitted, marked calling, called,
 //     and the pure policy's decision performed (policy.go); its result is
 //     stored until it lands;
-//   - lease (lease.go): a heartbeat renews every lease the worker holds,
-//     and a reaper hands back expired leases and expires overdue jobs;
-//   - ledger (ledger.go): with Config.Ledger, the share of each model's
-//     quota this replica runs on, renewed with the other replicas.
+//   - background services (services.go), each a type of its own: the
+//     heartbeat (lease.go) renews every lease the worker holds; the reaper
+//     (reaper.go) hands back expired leases, expires overdue jobs and,
+//     with budgets, sweeps their orphan reservations (budgetsweep.go);
+//     the gauges (observe.go) measure the queue and the drain estimate;
+//     with Config.Ledger, the ledger sync (ledger.go) keeps the share of
+//     each model's quota this replica runs on.
 type Worker struct {
 	cfg     Config
 	log     *slog.Logger
@@ -47,6 +50,9 @@ type Worker struct {
 	sizer store.Sizer
 	// budgetMetrics are the budgets' gauges (budget.go).
 	budgetMetrics *budgetMetrics
+	// budgets sweeps the budgets' orphan reservations and refreshes their
+	// gauges (budgetsweep.go); nil without budgets.
+	budgets *budgetSweep
 	// scopeMetrics are the series of the tenants' and projects' quotas.
 	scopeMetrics *scopeMetrics
 	// capacity are the capacity normalisation's gauges (capacity.go).
@@ -57,10 +63,9 @@ type Worker struct {
 	// unbound counts, per model with a pool of keys, its jobs claimed
 	// that have not chosen an entry yet (pool.go).
 	unbound map[string]*lane
-	// sharesMu guards shares: the share of each model's quota the ledger
-	// last gave this worker (ledger.go).
-	sharesMu sync.Mutex
-	shares   map[string]float64
+	// ledger keeps, with Config.Ledger, the shares of the quotas this
+	// worker runs on (ledger.go); nil without.
+	ledger *ledgerSync
 	// scopes are the configured tenants' and projects' quota layers
 	// (tenantquota.go).
 	scopes scopes
@@ -72,21 +77,17 @@ type Worker struct {
 	budget   *RetryBudget
 	rng      *rand.Rand
 
-	// depth is the broker's last depth; drain the estimated time to empty
-	// the queue (see Drain).
-	depth atomic.Int64
-	drain atomic.Int64
-	// stats are the newest Postgres figures of the queue, read at most
-	// again at statsAt (measure's goroutine only).
-	stats   store.QueueStats
-	statsAt time.Time
+	// gauges refreshes the lanes' gauges, the queue's depth and the drain
+	// estimate (observe.go).
+	gauges *gauges
 	ingestState
 
-	// heldMu guards held and heldSeq: the jobs this worker holds, by key,
-	// each with the registration number the heartbeat compares against.
-	heldMu  sync.Mutex
-	held    map[store.Key]*job
-	heldSeq uint64
+	// leases holds the jobs this worker holds and renews their leases
+	// (lease.go).
+	leases *heartbeat
+	// services are the background loops, started in order, every one
+	// running until the last job has left (services.go).
+	services []service
 	// inFlight counts the jobs held (claimed, not yet finished).
 	inFlight atomic.Int64
 	// handedBack counts the jobs released to queued by the shutdown.
@@ -136,7 +137,7 @@ func New(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 	}
-	return &Worker{
+	w := &Worker{
 		cfg:           cfg,
 		log:           cfg.Logger.With(slog.String("component", "worker"), slog.String("owner", cfg.Owner)),
 		metrics:       newMetrics(cfg.Registerer),
@@ -147,7 +148,6 @@ func New(cfg Config) (*Worker, error) {
 		sizer:         store.Sizer{Estimator: est, Catalog: cfg.Catalog, Order: cfg.SizeOrder},
 		lanes:         make(map[string]*lane),
 		unbound:       make(map[string]*lane),
-		shares:        make(map[string]float64),
 		policy: policy{
 			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
 			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
@@ -155,11 +155,14 @@ func New(cfg Config) (*Worker, error) {
 		},
 		budget:      NewRetryBudget(cfg.RetryBudget, 0, 0),
 		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		held:        make(map[store.Key]*job),
 		wake:        make(chan struct{}, 1),
 		newModels:   make(map[string]bool),
 		ingestState: ingestState{deliveries: newDeliveries()},
-	}, nil
+	}
+	if err := w.newServices(); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // Start begins ingesting and scheduling. It fails fast when the
@@ -181,21 +184,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			err = fmt.Errorf("worker: consume: %w", err)
 			return
 		}
-		w.background.Add(3)
-		go w.heartbeatLoop(bgCtx)
-		go w.reapLoop(bgCtx)
-		go w.observeLoop(bgCtx)
-		if w.cfg.Ledger != nil {
-			// The shares are read before the first claim, so that a lane
-			// never starts on the whole quota while other replicas run.
-			w.ledgerRound(bgCtx)
-			w.background.Add(1)
-			go w.ledgerLoop(bgCtx)
-		}
-		if w.cfg.Queued != nil {
-			w.background.Add(1)
-			go w.queuedLoop(bgCtx)
-		}
+		w.startServices(bgCtx)
 		w.scheduling.Add(1)
 		go w.scheduleLoop()
 		// The messages queue up in a buffer while a batch is recorded, so

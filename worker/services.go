@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"context"
+)
+
+// service is one of the worker's background loops: Run returns soon after
+// ctx ends. Each is a type of its own with its own configuration and lock
+// (lease.go, reaper.go, observe.go, ledger.go, queued.go). The worker
+// makes them in New and starts them in the order of Worker.services; Stop
+// ends them all once every job has left, and waits for them.
+type service interface {
+	Run(ctx context.Context)
+}
+
+// newServices makes the worker's background services from its
+// configuration.
+func (w *Worker) newServices() error {
+	var err error
+	w.leases, err = newHeartbeat(heartbeatConfig{Store: w.cfg.Store, Owner: w.cfg.Owner, Lease: w.cfg.Lease,
+		Interval: w.cfg.HeartbeatInterval, Clock: w.cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
+	var then []sweeper
+	if w.cfg.Budgets != nil && w.cfg.Tenants.HasBudgets() {
+		w.budgets, err = newBudgetSweep(budgetSweepConfig{Store: w.cfg.Budgets, Metrics: w.budgetMetrics,
+			Released: w.poke, Log: w.log})
+		if err != nil {
+			return err
+		}
+		then = append(then, w.budgets)
+	}
+	reap, err := newReaper(reaperConfig{Store: w.cfg.Store, Interval: w.cfg.ReapInterval,
+		Reaped: w.metrics.reaped, Expired: w.metrics.jobs.WithLabelValues("expired"), HandedBack: w.poke,
+		Then: then, Clock: w.cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
+	w.gauges, err = newGauges(gaugesConfig{Broker: w.cfg.Subscriber, Store: w.cfg.Store, Lanes: w,
+		QueueDepth: w.metrics.queueDepth, Window: &w.window, Budgets: w.budgets, Clock: w.cfg.Clock})
+	if err != nil {
+		return err
+	}
+	w.services = []service{w.leases, reap, w.gauges}
+	if w.cfg.Ledger != nil {
+		w.ledger, err = newLedgerSync(ledgerSyncConfig{Ledger: w.cfg.Ledger, Quotas: w, Replica: w.cfg.Replica,
+			Scopes: &w.scopes, Period: w.cfg.LedgerPeriod, Lease: w.cfg.LedgerLease, Clock: w.cfg.Clock, Log: w.log})
+		if err != nil {
+			return err
+		}
+		w.services = append(w.services, w.ledger)
+	}
+	if w.cfg.Queued != nil {
+		q, err := newQueuedListener(queuedListenerConfig{Listener: w.cfg.Queued, Listening: w.rereadModels,
+			Queued: func(model string) { w.learnModel(model); w.poke() }, Clock: w.cfg.Clock, Log: w.log})
+		if err != nil {
+			return err
+		}
+		w.services = append(w.services, q)
+	}
+	return nil
+}
+
+// primer is a service with a first round to make before the worker
+// claims its first job.
+type primer interface {
+	prime(ctx context.Context)
+}
+
+// startServices starts the services in order, each primed first when it
+// has a first round; they run until ctx ends.
+func (w *Worker) startServices(ctx context.Context) {
+	for _, s := range w.services {
+		if p, ok := s.(primer); ok {
+			p.prime(ctx)
+		}
+		w.background.Add(1)
+		go func() {
+			defer w.background.Done()
+			s.Run(ctx)
+		}()
+	}
+}

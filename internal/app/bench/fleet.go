@@ -212,20 +212,8 @@ func (b *Bench) runFleet(ctx context.Context, n, jobs int, idle time.Duration) (
 	if _, err := postJobs(ctx, "http://"+ln.Addr().String()+"/v1/jobs", jobs); err != nil {
 		return row, err
 	}
-	for tick := time.NewTicker(250 * time.Millisecond); ; {
-		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&done); err != nil {
-			return row, fmt.Errorf("bench: fleet: %w", err)
-		}
-		if done == jobs {
-			tick.Stop()
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return row, ctx.Err()
-		case <-tick.C:
-		}
+	if err := awaitSucceeded(ctx, pool, jobs, 250*time.Millisecond); err != nil {
+		return row, fmt.Errorf("bench: fleet: %w", err)
 	}
 	s2, err := samplePG(ctx, pool, db)
 	if err != nil {

@@ -144,20 +144,8 @@ func (b *Bench) runThroughput(ctx context.Context, jobs int) (*ThroughputResult,
 	}
 	res.Enqueue = time.Since(began)
 	res.EnqueueP50, res.EnqueueP99 = workload.Percentile(lat, 0.5), workload.Percentile(lat, 0.99)
-	for tick := time.NewTicker(50 * time.Millisecond); ; {
-		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&done); err != nil {
-			return nil, fmt.Errorf("bench: throughput: %w", err)
-		}
-		if done == jobs {
-			tick.Stop()
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-		}
+	if err := awaitSucceeded(ctx, pool, jobs, 50*time.Millisecond); err != nil {
+		return nil, fmt.Errorf("bench: throughput: %w", err)
 	}
 	res.EndToEnd = time.Since(began)
 	res.UpstreamCalls = sim.Stats().Models[Primary].Accepted
@@ -230,4 +218,24 @@ func postJobs(ctx context.Context, url string, n int) ([]time.Duration, error) {
 	}
 	wg.Wait()
 	return lat, failure
+}
+
+// awaitSucceeded polls, every period, until jobs jobs have succeeded.
+func awaitSucceeded(ctx context.Context, pool *pgxpool.Pool, jobs int, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		var done int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&done); err != nil {
+			return err
+		}
+		if done == jobs {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }

@@ -5,22 +5,13 @@ import (
 	"time"
 )
 
-// Admit waits, in the order of docs/design/rate-limiting.md, for every
-// bucket (all together), then a concurrency slot, then the pacing inside
-// the slot (see [Lane.PaceReservationAt]), and returns the permit to send.
-// A level raised from a server's header while it waits for the buckets
-// wakes it at once; a 429 pause that begins while it waits for its pacing
-// sends it back to wait out the pause without the slot. It never waits long while
-// holding a slot: a lane pause that begins meanwhile gives the slot back
-// first. It fails at once with a [*WaitError] when the buckets or a pause
-// would pass ctx's deadline, with [ErrTooLarge] (permanent) when the request
-// can never fit, and with ctx's cause if ctx ends while waiting; then
-// nothing stays reserved. On share 0 (the lane holds none of the quota:
-// [Lane.SetShareAt]) it waits for a share before it reserves, at most
-// until ctx's deadline (then a [*WaitError]).
-//
-// When nothing waits, Admit takes the lane's lock twice (tick and reserve
-// together, then the send), allocates nothing and returns a Permit by value.
+// Admit waits, in the order of docs/design/rate-limiting.md, for every bucket
+// (all together), then a concurrency slot, then the pacing inside the slot,
+// and returns the permit to send. It fails at once with a [*WaitError] when
+// the wait would pass ctx's deadline, with [ErrTooLarge] when the request can
+// never fit, and with ctx's cause if ctx ends; then nothing stays reserved.
+// How it reacts to headers, pauses and share 0: docs/design/rate-limiting.md#admit.
+// When nothing waits it takes the lane's lock twice and allocates nothing.
 func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 	deadline, _ := ctx.Deadline()
 	return l.admit(ctx, req, deadline)

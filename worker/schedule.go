@@ -173,17 +173,10 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		bounded = bounded && !spent
 	}
 	if bounded && want > 0 {
-		// In tokens, only what the buckets hold now, not their refill
-		// over the horizon: the first job in claim order that does not
-		// fit (a document, while the quota is spent) stays queued in its
-		// place, where the jobs before it in the order (the questions
-		// recorded within its size delay) still pass it, instead of
-		// taking in the lane the refill they arrive to use. When it is
-		// the next job, nothing is claimed until the buckets hold it (a
-		// job larger than they hold: until they are full). The small
-		// jobs lose nothing by it: the buckets keep what is not claimed,
-		// and a round follows every job's end and every quarter of the
-		// horizon.
+		// In tokens, only what the buckets hold now, not their refill over the
+		// horizon: a job that does not fit stays queued in its place, where the jobs
+		// before it in the order still pass it
+		// (docs/design/queue-of-record.md#claiming-by-tokens-held-now).
 		if tokens < 1 {
 			want = 0
 		}

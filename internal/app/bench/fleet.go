@@ -167,21 +167,8 @@ func (b *Bench) runFleet(ctx context.Context, n, jobs int, idle time.Duration) (
 			_ = a.Stop(ctx)
 		}
 	}()
-	for i := range n {
-		cfg := app.Config{Settings: settings, Migrate: i == 0, Logger: b.log,
-			Worker: &app.WorkerConfig{Strategy: shaping.StrategyRetry, MaxInFlight: throughputInFlight / n,
-				ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second, NoBatchLane: true}}
-		if i == 0 {
-			cfg.API = &app.APIConfig{Listener: ln}
-		}
-		a, err := app.New(ctx, cfg)
-		if err != nil {
-			return row, fmt.Errorf("bench: fleet: %w", err)
-		}
-		apps = append(apps, a)
-		if err := a.Start(ctx); err != nil {
-			return row, err
-		}
+	if err := b.startFleet(ctx, n, settings, ln, &apps); err != nil {
+		return row, err
 	}
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -212,20 +199,8 @@ func (b *Bench) runFleet(ctx context.Context, n, jobs int, idle time.Duration) (
 	if _, err := postJobs(ctx, "http://"+ln.Addr().String()+"/v1/jobs", jobs); err != nil {
 		return row, err
 	}
-	for tick := time.NewTicker(250 * time.Millisecond); ; {
-		var done int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&done); err != nil {
-			return row, fmt.Errorf("bench: fleet: %w", err)
-		}
-		if done == jobs {
-			tick.Stop()
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return row, ctx.Err()
-		case <-tick.C:
-		}
+	if err := waitSucceeded(ctx, pool, jobs); err != nil {
+		return row, err
 	}
 	s2, err := samplePG(ctx, pool, db)
 	if err != nil {
@@ -237,6 +212,48 @@ func (b *Bench) runFleet(ctx context.Context, n, jobs int, idle time.Duration) (
 	row.XactsPerJob = (row.LoadXacts - row.IdleXacts) * secs / float64(jobs)
 	row.CPUMsPerJob = (row.LoadCPU - row.IdleCPU) * secs * 1000 / float64(jobs)
 	return row, nil
+}
+
+// startFleet starts n apps on settings, each a worker and the first also
+// the API on ln, appending each to apps as it is made.
+func (b *Bench) startFleet(ctx context.Context, n int, settings *config.Config, ln net.Listener, apps *[]*app.App) error {
+	for i := range n {
+		cfg := app.Config{Settings: settings, Migrate: i == 0, Logger: b.log,
+			Worker: &app.WorkerConfig{Strategy: shaping.StrategyRetry, MaxInFlight: throughputInFlight / n,
+				ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second, NoBatchLane: true}}
+		if i == 0 {
+			cfg.API = &app.APIConfig{Listener: ln}
+		}
+		a, err := app.New(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("bench: fleet: %w", err)
+		}
+		*apps = append(*apps, a)
+		if err := a.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitSucceeded polls pool until jobs jobs have succeeded.
+func waitSucceeded(ctx context.Context, pool *pgxpool.Pool, jobs int) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var done int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE status = 'succeeded'`).Scan(&done); err != nil {
+			return fmt.Errorf("bench: fleet: %w", err)
+		}
+		if done == jobs {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

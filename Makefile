@@ -62,7 +62,7 @@ bench: $(BENCH_TARGETS)
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
-## bench-llmq: the seeds' experiments against the simulator (about 20 min), report in docs/bench
+## bench-llmq: the design notes' experiments against the simulator (about 20 min), report in docs/bench
 bench-llmq:
 	$(GO) run ./cmd/llmq bench --out docs/bench
 

@@ -109,10 +109,6 @@ func TestDocsNameRealPaths(t *testing.T) {
 // The design note that holds the reasoning is named instead.
 var projectOnly = regexp.MustCompile(`(?i)\bissues? #?[0-9]+|\bseed 00[0-9]|\bseed documents?\b|(^|[\s(])#[0-9]+\b`)
 
-// projectOnlyPending are files still naming such an item, left to the
-// worker's restructuring; each must still do so (the list only shrinks).
-var projectOnlyPending = map[string]bool{"worker/budget_test.go": true, "worker/pool_test.go": true}
-
 // TestDocsNameNoTrackerOrSeed holds README.md, docs/ and every Go file
 // (comments and text alike) to projectOnly.
 func TestDocsNameNoTrackerOrSeed(t *testing.T) {
@@ -130,17 +126,10 @@ func TestDocsNameNoTrackerOrSeed(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		found := false
 		for n, line := range strings.Split(string(data), "\n") {
 			if m := projectOnly.FindString(line); m != "" {
-				found = true
-				if !projectOnlyPending[p] {
-					t.Errorf("%s:%d: %q: name the design note (docs/design/*.md) instead", p, n+1, strings.TrimSpace(m))
-				}
+				t.Errorf("%s:%d: %q: name the design note (docs/design/*.md) instead", p, n+1, strings.TrimSpace(m))
 			}
-		}
-		if projectOnlyPending[p] && !found {
-			t.Errorf("%s names no tracker item or seed any more: take it out of projectOnlyPending", p)
 		}
 		return nil
 	}))

@@ -87,15 +87,10 @@ func (p *Producer) Publish(ctx context.Context, job *llmq.Job) (Receipt, QueueSt
 
 // PublishBatch validates, admits, records and publishes jobs (at most
 // MaxBatch), filling in their ids, tenants and priorities, and returns the
-// receipts and the queue state admission used. Nothing is recorded on
-// ErrTooManyJobs, a *JobError (*llmq.ValidationError or *llmq.TooLargeError),
-// ErrBrokerUnavailable or ErrDatabaseUnavailable (queue not measured),
-// *ErrBackpressure, or a failed transaction (ErrDatabaseUnavailable,
-// store.ErrInvalidJob). A failed publish returns ErrUnpublished with the
-// receipts: the jobs stay queued and the outbox sweeper publishes them
-// (the order of the checks: producer/doc.go).
-// With tracing on, the call is a span (llmq.publish) whose context goes in
-// each job's message headers and row unless the job has one.
+// receipts and the queue state admission used. Nothing is recorded on an
+// error, except ErrUnpublished: the jobs stay queued for the outbox sweeper.
+// The errors and the order of the checks: producer/doc.go and
+// docs/design/admission.md#publishbatch.
 func (p *Producer) PublishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receipt, QueueState, error) {
 	if !tracing.Enabled() {
 		return p.publishBatch(ctx, jobs)

@@ -9,26 +9,10 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Admission cost, side by side with golang.org/x/time/rate in the same run.
-// The limits are high enough that no call waits, so every figure
-// is the bookkeeping alone.
-//
-// Like with like: a Lane with RPM and TPM reserves in two buckets together,
-// so rate is measured both with ONE Limiter (ReserveN(now, 1)) and with TWO
-// (an RPM Limiter and a TPM Limiter, ReserveN on each: what a caller of rate
-// would do, without the all-or-nothing reservation the Lane gives). Each
-// case runs uncontended (one goroutine, the time advancing 1 ns per call)
-// and with 64 goroutines (RunParallel with SetParallelism, each goroutine
-// advancing its own time, so calls arrive slightly out of order as they do
-// in a worker). Lane.Admit+Done is the full waiting layer on a fake clock:
-// TickAt, ReserveAt, ReadyAt, a concurrency slot, the pacer, SendAt, and
-// Done's settlement.
-//
-// three-layers adds a tenant's and a project's quota (an RPM and a TPM
-// bucket each, shared by every goroutine: the worst contention, one tenant
-// and project for all) to the lane's own, reserved together: the
-// admission of a job of a configured tenant's project
-// (docs/design/tenants.md).
+// Admission cost, side by side with golang.org/x/time/rate in the same run,
+// at limits where no call waits: a Lane against one and two rate.Limiters,
+// uncontended and on 64 goroutines, plus the three-layer case (tenant and
+// project quotas). Cases: docs/design/rate-limiting.md#benchmarkadmission.
 //
 //	go test -run XXX -bench Admission -benchtime=1000000x -count=6 ./shaping/
 

@@ -79,18 +79,12 @@ func (c BucketConfig) validate() error {
 
 var bucketIDs atomic.Uint64
 
-// Bucket is a token bucket with debt. A reservation always succeeds (unless it
-// is larger than the capacity): when tokens are short, the level goes
-// negative and the reservation is told when the refill will have covered it.
-// Because every reservation takes its tokens at once and later ones queue
-// behind the debt, waiters are served strictly first-in first-out.
-//
-// The refill rate may ramp up linearly during a warm-up (see
-// docs/design/rate-limiting.md): cumulative tokens generated t seconds after
-// creation are R t²/(2T) for t <= T and RT/2 + R(t-T) after.
-//
-// All methods take the time explicitly and are safe for concurrent use. A
-// Bucket may be shared by several [Lane]s (a tenant or API-key quota).
+// Bucket is a token bucket with debt: a reservation always succeeds (unless
+// larger than the capacity), the level going negative, and waiters are
+// served first-in first-out. The refill may ramp up during a warm-up
+// (docs/design/rate-limiting.md#bucket). All methods take the time
+// explicitly and are safe for concurrent use; several [Lane]s may share a
+// Bucket (a tenant or API-key quota).
 type Bucket struct {
 	id   uint64
 	name string

@@ -108,16 +108,10 @@ func (c ElasticConfig) validate() error {
 }
 
 // Elastic is the BBR-like controller ("elastic bandwidth probing") of
-// docs/design/rate-limiting.md.
-// Each success grows the limit by one share of a per-round step (a round
-// being one limit's worth of samples): the step is the larger of a spring
-// term that pulls fast towards the best known level and slows near it, and a
-// linear thrust that keeps probing past it; a governor caps the step. Growth
-// stops while the limit is not used (Little's law), while time-per-token is
-// more than HoldFactor times its EMA (HOLD: saturation, not length), and
-// during DRAIN, which a drop (429) starts with a multiplicative backoff.
-// Known quotas cap the limit at the concurrency that sustains them; a long
-// idle spell halves it (slow-start restart).
+// docs/design/rate-limiting.md: each success grows the limit by a share of
+// a per-round step, growth holds while the limit is unused or time-per-token
+// rises, and a 429 starts a multiplicative DRAIN. The step's terms:
+// docs/design/rate-limiting.md#elastic.
 type Elastic struct {
 	cfg        ElasticConfig
 	limit      float64

@@ -6,19 +6,10 @@ import (
 )
 
 // HeadroomAt is how many requests like typical the lane could admit between
-// now and now+horizon, for a scheduler that takes from a backlog only what
-// the lane can admit soon: the free concurrency slots (limit minus in
-// flight minus waiting), the sends the pacer allows in the horizon (and
-// those a staged burst's trials let go unpaced; none once the lane knows
-// a minute bucket, whose sends are paced only near empty), and
-// for each bucket (RPM, TPM, the lane's quotas) its level at now plus its
-// refill until now+horizon, divided by what typical costs in it.
-// Reservations already made are in the levels (as debt when ahead of the
-// refill); requests not yet reserved are the caller's to count. A lane
-// paused by 429s past the horizon has no headroom. With unknown quotas
-// (strategy retry, or no bucket yet) only the concurrency counts. A lane on
-// share 0 (it holds none of the quota) has none. It is never negative, and
-// reserves nothing.
+// now and now+horizon (free slots, pacer sends, and each bucket's level plus
+// refill over what typical costs), for a scheduler that claims only what the
+// lane can admit soon. It reserves nothing and is never negative; a paused
+// lane, or one on share 0, has none (docs/design/rate-limiting.md#headroomat).
 func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request) int {
 	n := l.slots.Limit() - l.slots.InFlight() - l.slots.Waiting()
 	end := now.Add(max(0, horizon))

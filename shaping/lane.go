@@ -9,23 +9,12 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// Lane is the admission control of one (API key, model) pair: the buckets,
-// the concurrency limiter, the pacer, the adaptive controller and the
-// calibration from the server's headers, in the order
-// docs/design/rate-limiting.md gives. It is safe for concurrent use.
-//
-// The core methods (ReserveAt, CancelAt, TryAcquireSlot, PaceReservationAt,
-// SendAt, [Permit.DoneAt]) take the time explicitly and never block;
-// [Lane.Admit] and [Permit.Done] are the waiting layer on the configured
-// Clock.
-//
-// A lane's code is split by concern: lane_config.go (configuration and
-// defaults), lane_reserve.go (the all-or-nothing reservation across the
-// buckets, with its fast path), lane_admit.go (the waiting layer),
-// lane_permit.go (send and settlement), lane_calibrate.go (the server's
-// rate-limit headers and the 429 pause), lane_provider.go (the cold start's
-// probe, the provider's kind, the share of its quota) and lane_adaptive.go
-// (the adaptive controller's glue, and a quota learned from 429s).
+// Lane is the admission control of one (API key, model) pair: buckets,
+// concurrency limiter, pacer, adaptive controller and header calibration, in
+// the order docs/design/rate-limiting.md gives. It is safe for concurrent
+// use. The core methods take the time explicitly and never block; [Lane.Admit]
+// and [Permit.Done] wait on the Clock. The files it spans:
+// docs/design/rate-limiting.md#lane.
 type Lane struct {
 	cfg   LaneConfig
 	clock clockwork.Clock

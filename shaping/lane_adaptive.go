@@ -54,57 +54,11 @@ func (l *Lane) guideLocked() {
 }
 
 // Without a TPM quota from configuration or headers, adaptive learns one
-// from its 429s: a concurrency limit cannot hold a token rate under a
-// hidden limit when requests range from a few hundred tokens to thousands
-// (each probe past the limit costs several 429s), a token bucket can.
-//
-// A 429 for tokens comes when the provider's bucket is empty: it held less
-// than the refused request. Between two of them, however the lane sent,
-// the provider took its refill, so the tokens it took in between (sent,
-// less refused, less what settlement gave back) over the time in between
-// are its limit, give or take what its bucket held at either 429: the
-// measure lies between the tokens taken less the first refused request and
-// the tokens taken plus the second, over the time. The tokens taken over
-// the last learnWindow before a 429 are an upper bound of the limit (the
-// bucket was not below empty at the start of the window and is empty at
-// its end; a window shorter than a short bucket cannot hide a full one).
-//
-// A 429 of a request sent before the lane reacted to the previous one is
-// the same event. Otherwise:
-//   - A 429 that no measure explains (the first, or one at least
-//     learnApart after the last measure while the quota was at most the
-//     lowest limit that measure allowed: the provider lowered its limit)
-//     starts an episode. It is the reference of the next measure, and the
-//     quota is cut to learnCut of the rate taken over the last learnWindow
-//     (at most the old quota): the rate the provider refused is the base,
-//     so a limit that halved is found at once, where a cut of the old
-//     quota would have probed over it again and again. That rate is the
-//     ceiling until a measure. With too little taken in the window to tell
-//     (a cold start on an empty provider), the lane waits for the measure.
-//   - A 429 closer than learnApart to the reference is too close to
-//     measure: the cut did not do, and the quota is cut again (by learnCut
-//     in an episode, by 1 - learnMaxCut after a measure).
-//   - A later one measures the limit. The quota becomes learnMargin of the
-//     middle of the measure, never raised by a refusal; when it was
-//     probing above the ceiling, the cut is at most 1 - learnMaxCut (the
-//     provider's bucket may have filled over a long interval, which the
-//     rate would not show). A measure whose spread is at most learnPrecise
-//     of its middle is the ceiling and the reference of the next; a wider
-//     one (large requests on a low limit, a short interval) keeps the
-//     reference, so that the next measure spans more time, and its
-//     ceiling is halfway between its middle and its top.
-//
-// A 429 also empties the learned bucket until the lane's pause (the
-// Retry-After) ends: the provider's bucket is empty, and a lane that saved
-// up during the pause would spend it at once into the next 429.
-//
-// While the quota binds (requests wait on it), each answer grows it by
-// learnFloor a minute, plus, below the ceiling's learnMargin, a spring of
-// learnSpring times how far it is below (back fast towards the level the
-// provider admitted), and past the ceiling up to learnGrowth more, the
-// farther past the faster (CUBIC's plateau: slow near the level where the
-// 429s were, then probing for more). Its burst is a second of refill. A
-// limit header replaces it.
+// from its 429s (a token bucket holds a hidden token rate where a
+// concurrency limit cannot): the tokens taken between two 429s measure the
+// provider's limit; a 429 no measure explains cuts the quota to learnCut of
+// the rate refused, and while the quota binds it grows back, CUBIC-like. The
+// episodes, measures and growth: docs/design/rate-limiting.md#learning-a-quota-from-429s.
 const (
 	learnApart  = 2500 * time.Millisecond
 	learnWindow = 10 * time.Second

@@ -5,22 +5,13 @@ import (
 	"time"
 )
 
-// Admit waits, in the order of docs/design/rate-limiting.md, for every
-// bucket (all together), then a concurrency slot, then the pacing inside
-// the slot (see [Lane.PaceReservationAt]), and returns the permit to send.
-// A level raised from a server's header while it waits for the buckets
-// wakes it at once; a 429 pause that begins while it waits for its pacing
-// sends it back to wait out the pause without the slot. It never waits long while
-// holding a slot: a lane pause that begins meanwhile gives the slot back
-// first. It fails at once with a [*WaitError] when the buckets or a pause
-// would pass ctx's deadline, with [ErrTooLarge] (permanent) when the request
-// can never fit, and with ctx's cause if ctx ends while waiting; then
-// nothing stays reserved. On share 0 (the lane holds none of the quota:
-// [Lane.SetShareAt]) it waits for a share before it reserves, at most
-// until ctx's deadline (then a [*WaitError]).
-//
-// When nothing waits, Admit takes the lane's lock twice (tick and reserve
-// together, then the send), allocates nothing and returns a Permit by value.
+// Admit waits, in the order of docs/design/rate-limiting.md, for every bucket
+// (all together), then a concurrency slot, then the pacing inside the slot,
+// and returns the permit to send. It fails at once with a [*WaitError] when
+// the wait would pass ctx's deadline, with [ErrTooLarge] when the request can
+// never fit, and with ctx's cause if ctx ends; then nothing stays reserved.
+// How it reacts to headers, pauses and share 0: docs/design/rate-limiting.md#admit.
+// When nothing waits it takes the lane's lock twice and allocates nothing.
 func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 	deadline, _ := ctx.Deadline()
 	return l.admit(ctx, req, deadline)
@@ -41,9 +32,31 @@ func (l *Lane) AdmitBy(ctx context.Context, req Request, by time.Time) (Permit, 
 }
 
 func (l *Lane) admit(ctx context.Context, req Request, deadline time.Time) (Permit, error) {
+	var r Reservation
+	now, err := l.reserveAdmit(ctx, req, deadline, &r)
+	if err != nil {
+		return Permit{}, err
+	}
+	// r.ReadyAt includes the pause as of the reservation: when it is not
+	// after now, the first bucket and pause checks below would pass.
+	waited := r.ReadyAt.After(now)
+	if waited {
+		if err := l.waitBuckets(ctx, deadline, &r); err != nil {
+			return l.abandon(&r, err)
+		}
+	}
+	if now, err = l.slotAndPace(ctx, deadline, &r, waited); err != nil {
+		return l.abandon(&r, err)
+	}
+	return l.send(now, &r), nil
+}
+
+// reserveAdmit waits for a share while the lane is on share 0, then ticks
+// and reserves req's tokens into r under one lock. It returns the time of
+// the reservation; on an error nothing is reserved.
+func (l *Lane) reserveAdmit(ctx context.Context, req Request, deadline time.Time, r *Reservation) (time.Time, error) {
 	now := l.clock.Now()
 	tokens := l.tokensFor(req)
-	var r Reservation
 	l.mu.Lock()
 	for l.share == 0 {
 		if l.wake == nil {
@@ -52,78 +65,84 @@ func (l *Lane) admit(ctx context.Context, req Request, deadline time.Time) (Perm
 		wake := l.wake
 		l.mu.Unlock()
 		if err := l.waitShare(ctx, deadline, wake); err != nil {
-			return Permit{}, err
+			return now, err
 		}
 		now = l.clock.Now()
 		l.mu.Lock()
 	}
 	l.tickLocked(now)
-	err := l.reserveLocked(now, tokens, req.Quotas, deadline, &r)
+	err := l.reserveLocked(now, tokens, req.Quotas, deadline, r)
 	l.mu.Unlock()
-	if err != nil {
-		return Permit{}, err
-	}
-	// r.ReadyAt includes the pause as of the reservation: when it is not
-	// after now, the first bucket and pause checks below would pass.
-	waited := r.ReadyAt.After(now)
-	for waited {
-		ready, wake := l.readyWake(l.clock.Now(), &r)
+	return now, err
+}
+
+// waitBuckets waits until r's buckets are ready, waking early when a header
+// raises a level; it fails with a *WaitError when they would pass deadline.
+func (l *Lane) waitBuckets(ctx context.Context, deadline time.Time, r *Reservation) error {
+	for {
+		ready, wake := l.readyWake(l.clock.Now(), r)
 		if wake == nil {
-			break
+			return nil
 		}
 		if !deadline.IsZero() && ready.After(deadline) {
-			return l.abandon(&r, &WaitError{Wait: ready.Sub(l.clock.Now()), Deadline: deadline})
+			return &WaitError{Wait: ready.Sub(l.clock.Now()), Deadline: deadline}
 		}
 		if err := sleepUntil(ctx, l.clock, ready, wake); err != nil {
-			return l.abandon(&r, err)
+			return err
 		}
 	}
+}
+
+// slotAndPace waits out a lane pause (when the reservation waited), takes a
+// concurrency slot and waits for r's pacing inside it, giving the slot back
+// to wait out a pause that begins meanwhile. It returns the time to send;
+// on an error it holds no slot and no pacer booking.
+func (l *Lane) slotAndPace(ctx context.Context, deadline time.Time, r *Reservation, waited bool) (time.Time, error) {
 	for {
 		if waited {
 			if until := l.PausedUntil(); until.After(l.clock.Now()) {
 				if !deadline.IsZero() && until.After(deadline) {
 					now := l.clock.Now()
-					return l.abandon(&r, &WaitError{Wait: until.Sub(now), Deadline: deadline})
+					return now, &WaitError{Wait: until.Sub(now), Deadline: deadline}
 				}
 				if err := sleepUntil(ctx, l.clock, until, nil); err != nil {
-					return l.abandon(&r, err)
+					return time.Time{}, err
 				}
 			}
 		}
 		waited = true
 		if err := l.slots.Acquire(ctx); err != nil {
-			return l.abandon(&r, err)
+			return time.Time{}, err
 		}
-		now = l.clock.Now()
+		now := l.clock.Now()
 		if l.PausedUntil().After(now) {
 			l.slots.Release()
 			continue
 		}
-		at := l.PaceReservationAt(now, &r)
+		at := l.PaceReservationAt(now, r)
 		if !at.After(now) {
-			if err = ctx.Err(); err != nil {
+			if err := ctx.Err(); err != nil {
 				if r.pace {
 					l.pacer.CancelAt(at)
 				}
 				l.slots.Release()
-				return l.abandon(&r, err)
+				return now, err
 			}
-			break
+			return now, nil
 		}
-		err = sleepUntil(ctx, l.clock, at, nil)
+		err := sleepUntil(ctx, l.clock, at, nil)
 		now = l.clock.Now()
 		if err == nil && !l.PausedUntil().After(now) {
-			break
+			return now, nil
 		}
 		// Cancelled, or a 429 paused the lane while the send waited for
 		// its pacing: the booking and the slot go back.
 		l.pacer.CancelAt(at)
 		l.slots.Release()
 		if err != nil {
-			return l.abandon(&r, err)
+			return now, err
 		}
 	}
-	return l.send(now, &r), nil
 }
 
 // waitShare waits for wake (a share given to a lane on share 0), at most

@@ -78,23 +78,12 @@ func (l *Lane) sentAfterLocked(m marks, to time.Time) (req, tok float64, ok bool
 	return 0, 0, false
 }
 
-// calibrateLocked makes the server the source of truth about the minute.
-// A limit header replaces (or, for adaptive, creates) the bucket's limit;
-// without one, a remaining header with its reset gives the limit when the
-// lane has none from a header. A remaining header, which describes the
-// server when it received the request sent at `at`, sets the level to what
-// the server had then, plus the refill since, minus what this lane reserved
-// that the server had not yet seen (see levelLocked): it may lower the
-// level whatever its age, and raise it only when it is the newest applied
-// (a stale header must not move the level back), no 429 arrived in the
-// last minute (this one included), the buckets are past their warm-up, and
-// the lane runs on the whole quota, or this is its first header, or the
-// ledger has told it what the other replicas hold: on a share, the header
-// answers a request sent a while ago and the other replicas have spent
-// since from credit it does not show, so s × remaining alone would count
-// their spending twice; levelLocked counts their credit out
-// (docs/design/replicas.md).
-// The first header ends a cold start's probe.
+// calibrateLocked makes the server the source of truth about the minute: a
+// limit header replaces (or, for adaptive, creates) the bucket's limit, and a
+// remaining header sets the level through levelLocked; it lowers a level
+// whatever its age but raises it only when it is fresh and safe to
+// (docs/design/replicas.md#calibratelocked). The first header ends a cold
+// start's probe.
 func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, refused bool) {
 	if l.cfg.Strategy == StrategyRetry {
 		return
@@ -183,27 +172,13 @@ func (l *Lane) wakeLocked() {
 	}
 }
 
-// levelLocked applies a remaining header to b, keeping the level between
-// two bounds of the lane's part of the server's level. The server had
-// remaining when it answered the request sent at `at`; since then it has
-// refilled (at most to its limit) and got back what the lane's settlements
-// found unused, as far as it gives it back (refundShare; OpenAI does not, a
-// provider that settles to the real usage does); the lane trusts only its
-// burst of it (limit − burst less; on a short-bucket provider, what it has
-// above the remaining its refusal showed), takes its share, and takes off
-// what it reserved that the server had not seen. The
-// lower bound counts the refill as landing before those reservations (it
-// may have been lost at the limit); the upper bound counts them first and
-// every unused token back. On a share, once the ledger has told what the
-// other replicas hold (others, their credit: SetPeersAt), the lower bound
-// is also at most what none of them holds, less their refill since the
-// ledger's figures (peersSlack) and during the answer's round trip: a
-// header answers a request sent a while ago, and the others may since have
-// spent what they held from credit it does not show. Counting their credit
-// out keeps the replicas' levels together within the server's, however
-// out of proportion to their shares the levels are. A level above the
-// upper bound is lowered to it; one below the lower bound is raised to it
-// when raise is set. It reports a raise.
+// levelLocked applies a remaining header to b, keeping the level between a
+// lower and an upper bound of the lane's part of the server's level (the
+// refill since the request was sent, the refunds it trusts, its share, less
+// what it reserved unseen; on a share, less the other replicas' credit:
+// docs/design/replicas.md#levellocked). A level above the upper bound is
+// lowered to it, one below the lower raised when raise is set. It reports a
+// raise.
 func (l *Lane) levelLocked(now, at time.Time, b *Bucket, v *view, remaining, refunded, unseen, early, skew, others float64, raise bool) bool {
 	age := max(0, now.Sub(at).Seconds())
 	server := remaining + age*v.limit/60

@@ -151,18 +151,11 @@ func (l *Lane) shortMax(limit float64) float64 {
 }
 
 // refusedLocked learns from a 429 on a request of tokens sent at sentAt,
-// before its headers are applied. When its headers (or, without them, the
-// newest ones) showed room for twice the request, the provider enforces a
-// short bucket (even when the lane had taken it for a minute one): the
-// lane caps its burst to what the provider admitted (at least a second of
-// refill): the largest deficit an answer showed, or the deficit the
-// refusal shows, since a short bucket refuses when it is about empty, that
-// is when the deficit is about its capacity; at most twice ShortBucket of
-// refill (a deficit is larger when the bucket was not full to start with).
-// On a known short bucket, a refusal with
-// room of a request sent after the lane learned it halves the burst. A
-// refusal without room (the quota spent by someone else, or a header that
-// lied) makes the headers only lower the levels for a minute.
+// before its headers are applied. A refusal with room for twice the request
+// means a short bucket: the lane caps its burst to what the provider admitted
+// (halving it on a known short bucket). A refusal without room makes the
+// headers only lower the levels for a minute
+// (docs/design/rate-limiting.md#refusedlocked).
 func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitHeaders) {
 	if !l.roomLocked(tokens, h) {
 		l.distrustUntil = now.Add(distrustAfter429)
@@ -229,25 +222,12 @@ func (l *Lane) roomLocked(tokens float64, h RateLimitHeaders) bool {
 	return ok && known
 }
 
-// SetShareAt makes the lane run on share, in [0, 1], of the provider's
-// quota from now on: the refill and the capacity of its buckets, and the
-// levels it reads from the headers (the provider's remaining times share),
-// scale with it. The level is the lane's credit at the provider and stays
-// (cut to a lowered capacity): scaling it would create credit whenever the
-// replicas' levels are not in the proportion of their shares, and replicas
-// whose shares sum to 1 would spend more than the provider has (on a share
-// below 1, headers after the first raise it only to what the other
-// replicas do not hold: SetPeersAt, levelLocked). A level
-// in debt is owed whatever the share: the reservations waiting on it wait
-// for the rest of it at the new refill, sooner when the share grows, later
-// when it shrinks. N replicas on one API key that each set 1/N spend
-// together what one lane would.
-//
-// On share 0 the lane holds none of the quota (another replica holds a
-// short bucket whole: ReplicaShare): it admits nothing, Admit waits for a
-// share before it reserves, and its headroom is 0; its buckets run on
-// ShareLeast, so the reservations already made wait for their tokens at
-// the refill of the share it gets back.
+// SetShareAt makes the lane run on share, in [0, 1], of the provider's quota
+// from now on: its buckets' refill and capacity, and the levels read from
+// headers, scale with it; the level (the lane's credit) stays, cut to a
+// lowered capacity, so N replicas that each set 1/N spend together what one
+// lane would. On share 0 it admits nothing and Admit waits for a share.
+// Why: docs/design/replicas.md#setshareat.
 func (l *Lane) SetShareAt(now time.Time, share float64) error {
 	if !(share >= 0 && share <= 1) {
 		return fmt.Errorf("%w: lane %q share must be in [0, 1], got %v", ErrInvalidConfig, l.cfg.Name, share)

@@ -55,22 +55,12 @@ func TestReserveDeadlineBoundary(t *testing.T) {
 	}
 }
 
-// TestFastPathMatchesGeneral holds chargeOwnLocked, the hand-inlined path of
-// a lane with RPM and TPM buckets and no quota, against chargeLocked, the
-// general path. Two lanes with the same configuration run the same random
-// sequence of reservations (with and without deadlines, some too large),
-// cancellations, sends, settlements, 429s, header calibrations and ticks at
-// the same instants; the twin has one more quota bucket that never binds,
-// which forces every reservation onto the general path. After every step
-// the two must agree exactly: errors, reservations (ready times, tokens and
-// each claim), ReadyAt of every queued reservation, and the whole state of
-// the RPM and TPM buckets and of the lane's ledger.
-//
-// The configurations cover shape with known quotas (warm-up or none, full
-// or empty start, either settlement) and adaptive with the quotas learned
-// from headers, where the buckets are created at different times (their
-// origins differ) and in either order (tpm before rpm in bucket id order);
-// hour-long gaps make the buckets rebase their origins.
+// TestFastPathMatchesGeneral holds chargeOwnLocked, the hand-inlined path,
+// against chargeLocked, the general path: two lanes (the twin with a quota
+// bucket that never binds) run the same random sequence of operations, and
+// after every step must agree exactly on errors, reservations and the state
+// of their buckets and ledger. The configurations covered:
+// docs/design/rate-limiting.md#testfastpathmatchesgeneral.
 func TestFastPathMatchesGeneral(t *testing.T) {
 	t.Parallel()
 	seeds, steps := uint64(120), 250

@@ -53,18 +53,11 @@ func TestLaneShareOscillates(t *testing.T) {
 	require.Equal(t, len(rs), next)
 }
 
-// TestLaneSharesOneProvider: three replicas' lanes on one provider (a
-// minute bucket, full at the start, that answers with its headers) take a
-// backlog each, one job at a time as a worker's dispatcher does (a refused
-// job would go back to the head), their shares summing to 1: fixed at a
-// third, or rotating every 500 ms (0.17, 0.35, 0.48). Either way the
-// provider never refuses a request: a header read with a share below 1
-// may lower a level but not raise it (after the first, which ends the
-// probe), and a raised share creates no credit, so credit moves between
-// the replicas only through their shares of the refill. No lane stalls:
-// the backlogs are done within 120% of the physical limit (a lane whose
-// backlog is done leaves its share idle), and the rotation costs at most
-// 5% over fixed shares.
+// TestLaneSharesOneProvider: three replicas' lanes on one minute bucket take
+// a backlog each, their shares summing to 1, fixed or rotating every 500 ms.
+// The provider never refuses a request, the backlogs are done within 120% of
+// the physical limit, and the rotation costs at most 5% over fixed shares
+// (docs/design/replicas.md#testlanesharesoneprovider).
 func TestLaneSharesOneProvider(t *testing.T) {
 	t.Parallel()
 	const third = 1.0 / 3

@@ -28,29 +28,10 @@ type Replica struct {
 
 // ReplicaShare is the share of one provider quota that the replica marked
 // Self should run on, from the live rows of the quota's ledger (its own
-// included): docs/design/replicas.md.
-//
-// On a provider that enforces per minute (no row learned a short bucket),
-// every replica with demand gets the floor (at most 1/(2n) of n replicas)
-// and the idle ones one floor together; the rest is divided in proportion
-// to the demands (equally when no replica has any), so an idle replica's
-// part goes to the busy ones.
-//
-// On a short bucket (a row learned one), the quota is not divided: one
-// replica, the holder, runs on all of it and the others on none (0: they
-// admit nothing), as one worker would; a third of a few seconds of quota
-// is too small for a large request, and replicas that borrow from each
-// other's parts are refused. The holder is the replica with demand that
-// runs on the largest share (the holder in place keeps it while it has
-// demand and lives), then the largest demand, then the first name; when
-// none has demand, the one on the largest share. There is no floor.
-//
-// Either way the share never takes more than the others leave: 1 minus
-// the shares they run on. A replica whose part grows waits until the
-// others have lowered theirs (at their next renewal), so together they
-// never run on much more than the whole quota; a replica whose part
-// shrinks lowers it at once. Without its own row (an empty ledger) the
-// replica is alone: share 1.
+// included). Per minute, each busy replica gets the floor and the rest goes
+// by demand; on a short bucket one replica, the holder, runs on all of it.
+// It never takes more than the others leave (1 minus their shares); without
+// its own row it is alone: share 1. Rules: docs/design/replicas.md#replicashare.
 func ReplicaShare(rows []Replica, floor float64) float64 {
 	n := float64(len(rows))
 	self := -1

@@ -110,23 +110,11 @@ func firstReach(u *upstream, from, until time.Time, limit, frac float64) (time.T
 	return time.Time{}, false
 }
 
-// Adaptive with unknown quotas, one worker's lane (admitting one job at a
-// time), finds the hidden TPM within 30 simulated seconds, and again within
-// 30 s after it halves, on both kinds of provider: from the rate-limit
-// headers when the server sends them, and from 429s alone when it sends
-// none (a TPM quota learned from them, lane_adaptive.go), with at most 2%
-// of the calls answered 429 (the goal of docs/design/rate-limiting.md is
-// the provider without headers). It then holds at least 90% of the limit,
-// with two exceptions. Without headers on a short-bucket provider, the bucket fills and loses
-// refill between refusals unseen, so the quota learned from them runs low:
-// 80%. With headers on a short-bucket provider whose minute starts empty
-// (no free burst), the deficits the headers show say little of the short
-// bucket, and learning it again after the limit halves costs more: at
-// most 5% 429s, and 85% held on average over the seeds, at least 75% in
-// each (the run is chaotic: over 40 seeds the limit held after the
-// halving averages 91%, and three or four of them hold less than 80%,
-// which seeds changes with any change of timing in the lane, the send
-// skew's included).
+// Adaptive with unknown quotas, one worker's lane, finds the hidden TPM
+// within 30 simulated seconds, and again within 30 s after it halves, from
+// headers or from 429s alone, with at most 2% of the calls answered 429, and
+// then holds at least 90% of the limit, with two exceptions on short-bucket
+// providers (docs/design/rate-limiting.md#testsimulationadaptiveunknownquota).
 func TestSimulationAdaptiveUnknownQuota(t *testing.T) {
 	t.Parallel()
 	for _, short := range []time.Duration{0, 5 * time.Second} {
@@ -193,18 +181,10 @@ func halvingJob(rng *rand.Rand) *simJob {
 }
 
 // TestSimulationAdaptiveBlindHalving is llmq bench's adaptive scenario
-// without rate-limit headers, on one worker's lane: 600 RPM / 60k TPM whose
-// bucket starts full, halved at 35 s, arrivals at twice the first
-// capacity, Retry-After in whole seconds; the bench counts the 429s from
-// the halving to 75 s. The first 429s come after the halving, once the
-// bucket is spent: the lane must cut below the halved limit from the rate
-// the provider refused and measure it at the next 429, not probe over it
-// again and again. Over five seeds: at most three 429s in that phase and
-// eleven in all (one to find the wall, one to measure it, one more when a
-// measure spans too little time for requests of 2,000 tokens on 500 a
-// second); the cut from the old level, with no bucket until a second 429,
-// cost 10 to 16 each. From 75 s to 135 s, at least 75% of the halved
-// limit served.
+// without rate-limit headers: 600 RPM / 60k TPM halved at 35 s. Over five
+// seeds, at most three 429s from the halving to 75 s and eleven in all, and
+// from 75 s to 135 s at least 75% of the halved limit served
+// (docs/design/rate-limiting.md#testsimulationadaptiveblindhalving).
 func TestSimulationAdaptiveBlindHalving(t *testing.T) {
 	t.Parallel()
 	total := 0
@@ -317,16 +297,10 @@ func TestSimulationColdStartBacklog(t *testing.T) {
 }
 
 // TestSimulationSendSkew: requests reach the provider up to 20 ms after
-// their send, so two sent close together may arrive in the other order (a
-// connection set up, a long prompt tokenised first), and a header answers
-// its request at its arrival, not at its send. The lane sends each request
-// the moment its level holds it, so any overestimate of the server's level
-// is a 429; on the backlog of TestSimulationColdStartBacklog (minute
-// bucket, nothing given back), first come and shortest first (the
-// size-aware order), it meets at most one per run and keeps 99% of the
-// physical limit. Without the send skew (a header raising the level with
-// the refill since the send, a reordered request read as tokens given
-// back) the same runs met 6 to 35 429s each.
+// their send, and a header answers its request at its arrival. On the backlog
+// of TestSimulationColdStartBacklog the lane meets at most one 429 per run and
+// keeps 99% of the physical limit
+// (docs/design/rate-limiting.md#testsimulationsendskew).
 func TestSimulationSendSkew(t *testing.T) {
 	t.Parallel()
 	shortest := func(a, b *simJob) int { return (a.prompt + a.maxOut) - (b.prompt + b.maxOut) }

@@ -11,18 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Attempts (table job_attempts, migration 0010): a row per upstream call
-// of a job, for the job page and the per-model statistics. Recording them
-// costs no round trip of its own on the paths every call takes:
-// MarkCalling inserts the row in the statement that counts the call, and
-// the answer rides in the batch of the write that follows it
-// (MarkRetrying, StoreResult, or the next MarkCalling after a fallback);
-// when the group committer merges StoreResult or MarkCalling ops, in the
-// merged statement itself (answersCTE). Half of each page of the table is
-// left free (migration 0019), so the answer is a heap-only update.
-// Only the paths that end or hand back a job after a failed call (failed,
-// dead-lettered, expired, released) record the answer with a statement of
-// its own (EndAttempt).
+// Attempts (table job_attempts, migration 0010): a row per upstream call of
+// a job, for the job page and the per-model statistics. The paths every call
+// takes record them without a round trip of their own (MarkCalling inserts
+// the row, the next write carries the answer); only the paths that end or
+// hand back a job after a failed call use EndAttempt
+// (docs/design/queue-of-record.md#attempts).
 
 // Call is what MarkCalling records of the call it counts.
 type Call struct {

@@ -469,16 +469,47 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
-	var ingested *time.Time
-	if err := tx.QueryRow(ctx, `SELECT ingested_at FROM batches WHERE id = $1 FOR UPDATE`, in.BatchID).Scan(&ingested); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, ErrBatchNotFound)
-		}
+	if err := lockBatchForIngest(ctx, tx, in.BatchID); err != nil {
+		return st, err
+	}
+	if err := ingestResults(ctx, tx, in, now, &st); err != nil {
+		return st, err
+	}
+	if err := ingestReturned(ctx, tx, in, now, &st); err != nil {
+		return st, err
+	}
+	if err := s.chargeBatchBudgets(ctx, tx, in.BatchID, now); err != nil {
+		return st, fmt.Errorf("store: ingest batch %q: charge budgets: %w", in.BatchID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE batches SET ingested_at = $2, updated_at = $2, cost_usd = $3, live_cost_usd = $4
+		WHERE id = $1`, in.BatchID, now, st.CostUSD, st.LiveCostUSD); err != nil {
 		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 	}
-	if ingested != nil {
-		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, ErrBatchIngested)
+	if err := tx.Commit(ctx); err != nil {
+		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 	}
+	return st, nil
+}
+
+// lockBatchForIngest locks batch id's row for the ingest's transaction:
+// ErrBatchNotFound without one, ErrBatchIngested when it was ingested.
+func lockBatchForIngest(ctx context.Context, tx pgx.Tx, id string) error {
+	var ingested *time.Time
+	if err := tx.QueryRow(ctx, `SELECT ingested_at FROM batches WHERE id = $1 FOR UPDATE`, id).Scan(&ingested); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("store: ingest batch %q: %w", id, ErrBatchNotFound)
+		}
+		return fmt.Errorf("store: ingest batch %q: %w", id, err)
+	}
+	if ingested != nil {
+		return fmt.Errorf("store: ingest batch %q: %w", id, ErrBatchIngested)
+	}
+	return nil
+}
+
+// ingestResults stores in.Results on their jobs still batched in the batch,
+// counting the stored jobs and their batch and live costs into st.
+func ingestResults(ctx context.Context, tx pgx.Tx, in BatchIngest, now time.Time, st *IngestStats) error {
 	live := map[Key]float64{}
 	for chunk := range chunks(in.Results) {
 		n := len(chunk)
@@ -497,7 +528,7 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestResult.in+` AND j.batch_id = $1
 		RETURNING j.tenant, j.id, j.cost_usd`, jKey, `tenant, id, cost_usd`), in.BatchID, now, tenants, ids, bodies, models, pt, ct, cost)
 		if err != nil {
-			return st, dataError("ingest batch "+strconv.Quote(in.BatchID), err)
+			return dataError("ingest batch "+strconv.Quote(in.BatchID), err)
 		}
 		var k Key
 		var c float64
@@ -508,9 +539,15 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 			return nil
 		})
 		if err != nil {
-			return st, dataError("ingest batch "+strconv.Quote(in.BatchID), err)
+			return dataError("ingest batch "+strconv.Quote(in.BatchID), err)
 		}
 	}
+	return nil
+}
+
+// ingestReturned moves in.Live back to the live lane and ends
+// in.DeadLetter dead_lettered (an outbox row each), counting both into st.
+func ingestReturned(ctx context.Context, tx pgx.Tx, in BatchIngest, now time.Time, st *IngestStats) error {
 	for chunk := range chunks(in.Live) {
 		tenants, ids, reasons := returnCols(chunk)
 		tag, err := tx.Exec(ctx, `UPDATE jobs j SET status = `+tIngestLive.to+`, lane = 'live', batch_id = '',
@@ -519,7 +556,7 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestLive.in+` AND j.batch_id = $1`,
 			in.BatchID, now, tenants, ids, reasons)
 		if err != nil {
-			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+			return fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 		}
 		st.Live += int(tag.RowsAffected())
 	}
@@ -536,25 +573,15 @@ func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, e
 		RETURNING j.tenant, j.id, u.reason`, jKey, `tenant, id, reason`),
 			in.BatchID, now, tenants, ids, reasons, codes)
 		if err != nil {
-			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+			return fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 		}
 		n, err := outboxFrom(ctx, tx, rows, now)
 		if err != nil {
-			return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
+			return fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
 		}
 		st.DeadLettered += n
 	}
-	if err := s.chargeBatchBudgets(ctx, tx, in.BatchID, now); err != nil {
-		return st, fmt.Errorf("store: ingest batch %q: charge budgets: %w", in.BatchID, err)
-	}
-	if _, err := tx.Exec(ctx, `UPDATE batches SET ingested_at = $2, updated_at = $2, cost_usd = $3, live_cost_usd = $4
-		WHERE id = $1`, in.BatchID, now, st.CostUSD, st.LiveCostUSD); err != nil {
-		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return st, fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)
-	}
-	return st, nil
+	return nil
 }
 
 func chunks[T any](s []T) func(func([]T) bool) {

@@ -17,16 +17,10 @@ const CountLimitDefault = 10_000
 
 // CountByStatus counts a tenant's jobs per status ("" tenant: all
 // tenants), each status up to limit (<= 0: all of them). A count equal to
-// limit means limit or more. Statuses without jobs are absent.
-//
-// Each status is counted on jobs_tenant_status_created_idx, index only,
-// the tenants found by a loose scan: a bounded count reads at most limit
-// entries per status, so its cost does not grow with the table. At
-// 1,000,000 queued and 200,000 succeeded jobs (10 tenants), every tenant
-// up to 10,000: 12-15 ms; one tenant: 3 ms. The exact count it replaces,
-// one GROUP BY status over the table, took 0.3 s there (1.07 s at 1.2M
-// rows under load); counting up to 100,000 would take 90 ms
-// (docs/bench/million/sql.md).
+// limit means limit or more. Statuses without jobs are absent. It reads
+// jobs_tenant_status_created_idx index only, at most limit entries per
+// status, so its cost does not grow with the table (figures:
+// docs/design/queue-of-record.md#countbystatus).
 func (s *Store) CountByStatus(ctx context.Context, tenant string, limit int64) (map[llmq.Status]int64, error) {
 	var bound any // NULL: LIMIT ALL
 	if limit > 0 {

@@ -72,18 +72,11 @@ type claimValues struct {
 }
 
 // statement is the claim of up to r.Limit queued jobs of r.Model for
-// r.Owner, leased until now + r.Lease, tenants taking turns by weight (the
-// configured tenants and weights; others weigh WeightDefault) and each
-// tenant's jobs in p.Order: each moves to running (tClaim) with a new lease
-// token, phase waiting_for_quota; a deferrable job the live lane takes for
-// the first time records r.LiveReason. A job recorded without an estimate
-// costs r.TypicalTokens. The other fields of r apply as p's rules say.
-//
-// One statement: the tenants with queued jobs (a loose scan of
-// jobs_fair_idx, one probe per tenant), at most r.Limit jobs of each (an
-// index range each), the claim, and the virtual times advanced; the
-// fair_share rows are locked in (model, tenant) order, so concurrent claims
-// of one model queue on them and never deadlock.
+// r.Owner, leased until now + r.Lease, tenants taking turns by weight and
+// each tenant's jobs in p.Order; each moves to running (tClaim) with a new
+// lease token. One statement; the fair_share rows are locked in (model,
+// tenant) order so concurrent claims never deadlock
+// (docs/design/tenants.md#the-fair-claim-statement).
 func (p claimPlan) statement(r ClaimRequest, v claimValues) (string, []any) {
 	var ps params
 	model, owner, until, limit, now := ps.bind(r.Model), ps.bind(r.Owner), ps.bind(v.now.Add(r.Lease)), ps.bind(r.Limit), ps.bind(v.now)

@@ -10,18 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Group-commit defaults (see WithGroupCommit). Two flushes in flight: one
-// runs while the next batch forms. More slots make smaller batches, which
-// cost Postgres more per job (a statement's planning, executor start and
-// constraint setup, and a commit, shared by fewer jobs): BenchmarkPipeline
-// measured 6 slots at 270-445 pg-µs/job, 2 at 234-298 (memory, Kafka,
-// RabbitMQ; 1 slot cost as little, but took fewer jobs/s over Kafka). With
-// two slots a batch of at most 256 operations held back the ones queued
-// behind it: up to 1,024, interleaved runs of 20,000 jobs cost 238-269
-// pg-µs/job instead of 244-427, and took 2,500-3,000 jobs/s instead of
-// 1,100-2,900. A failed batch reruns its operations one by one, so a
-// larger batch makes a failure dearer: failures are rare (data Postgres
-// refuses, a lost connection).
+// Group-commit defaults (see WithGroupCommit): two flushes in flight, one
+// running while the next batch forms, and batches of at most 1,024
+// operations. More slots or smaller batches cost Postgres more per job; a
+// larger batch makes a (rare) failure dearer. Measurements:
+// docs/design/platform.md#group-commit-defaults.
 const (
 	GroupFlushesDefault = 2
 	GroupMaxOpsDefault  = 1024
@@ -112,15 +105,9 @@ type opResult struct {
 
 // committer runs the hot-path writes of many goroutines (claims and state
 // changes) as one pipelined batch per transaction, so that hundreds of jobs
-// share one WAL flush instead of paying a commit each (measured on the
-// project's machines, docs/design/platform.md: single-row statements
-// ~3-10k/s, batches of 500 ~35k/s). Batches form by
-// themselves: ops queue while every flush slot is busy, and the next free
-// slot takes all of them. No op waits for a timer.
-//
-// If any statement of a batch fails, Postgres aborts the batch's implicit
-// transaction, so nothing of it was written: each op of that batch is then
-// run again on its own, and gets its own result or error.
+// share one WAL flush. Batches form by themselves while every flush slot is
+// busy; no op waits for a timer. A failed batch wrote nothing, and its ops
+// run again one by one (docs/design/platform.md#the-group-committer).
 type committer struct {
 	pool   *pgxpool.Pool
 	maxOps int

@@ -50,17 +50,11 @@ func (o Order) WithDefaults() Order {
 
 // SchedKey is the claim-order key of a job recorded at created with
 // priority p, deadline (nil: none) and size delay size (see
-// [NewJob.SizeDelay]):
+// [NewJob.SizeDelay]); smaller keys are claimed first:
 //
 //	min(created + rank(p) x AgingStep + size, deadline - DeadlineLead)
 //
-// with rank high 0, normal 1, low 2. Smaller keys are claimed first: a
-// high job before a normal one enqueued at the same time, a low job
-// enqueued 2 x AgingStep before a high one together with it (the effective
-// rank rank - wait/AgingStep of an in-process priority queue, without a
-// clock in the query), a short job before a long one of its priority
-// enqueued up to the difference of their size delays earlier, and any job
-// whose deadline comes within DeadlineLead before the others.
+// with rank high 0, normal 1, low 2 (docs/design/queue-of-record.md#schedkey).
 func SchedKey(created time.Time, p llmq.Priority, deadline *time.Time, size time.Duration, o Order) time.Time {
 	k := created.Add(time.Duration(p.Rank())*o.AgingStep + max(0, size))
 	if deadline != nil {

@@ -89,21 +89,11 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 }
 
 // InsertOutboxPublishing records jobs as InsertOutbox does, but marked
-// published, in a transaction held open while publish sends the created
-// ones (recorded says which): it commits once publish returns. So a
-// confirmed job takes one write, not an insert then a mark (an UPDATE of
-// published_at, never HOT: the column is in jobs_unpublished_idx's
-// predicate, so each mark adds an entry to every index the row is in), and
-// one commit. When publish fails, the created rows are
-// committed unpublished (published_at NULL) for the sweeper, and the jobs
-// are recorded all the same: the error is publish's to report, not
-// InsertOutboxPublishing's, which returns only the database's. It holds a
-// connection of the pool while publish runs. A job is not visible to other
-// transactions before the commit: a concurrent insert of
-// its key waits for it, and a worker that ingests its message before the
-// commit finds it there after. When the commit itself fails after the
-// broker confirmed, the messages are on the broker and nothing in Postgres:
-// the worker records each job when it ingests the message.
+// published, in a transaction held open while publish sends the created ones
+// (recorded says which), so a confirmed job takes one write and one commit.
+// When publish fails, the rows are committed unpublished for the sweeper and
+// the error is publish's to report; it returns only the database's. Why and
+// the failure cases: docs/design/queue-of-record.md#insertoutboxpublishing.
 func (s *Store) InsertOutboxPublishing(ctx context.Context, jobs []NewJob, publish func(recorded []Recorded) error) ([]Recorded, error) {
 	if len(jobs) == 0 {
 		return nil, publish(nil)

@@ -8,18 +8,11 @@ import (
 )
 
 // A transition is one kind of status change a store operation makes: a job
-// in one of the statuses From moves to To. Every status change the store
-// makes is declared below, and each declaration is checked against
-// [llmq.CanTransition] when the package loads (a move the table forbids
-// panics), so no statement can move a job along an edge that the table in
-// status.go does not list. A statement that changes a status never spells
-// one: it splices in the SQL text rendered once from To and From
-// (status = 'running', status IN ('queued', 'retrying')), which keeps the
-// statement text constant and lets the planner match the partial indexes
-// on status.
-//
-// Rows are created queued (Insert, Ingest, InsertOutbox); that is not a
-// transition.
+// in one of the statuses From moves to To. Each declaration below is checked
+// against [llmq.CanTransition] at load (a forbidden move panics), and
+// statements splice in its SQL text rendered once, so they never spell a
+// status (docs/design/queue-of-record.md#transition). Rows are created
+// queued (Insert, Ingest, InsertOutbox); that is not a transition.
 type transition struct {
 	// Op names the store operation (a test runs each one against every
 	// status).
@@ -128,18 +121,11 @@ var (
 		From: []llmq.Status{llmq.StatusDeadLettered}, Replay: true})
 )
 
-// keyed is the test of t's from-statuses on column col of a statement
-// that finds one job by key (tenant, id): (col IN (...)) IS TRUE, which the
+// keyed is the test of t's from-statuses on column col of a statement that
+// finds one job by key (tenant, id): (col IN (...)) IS TRUE, which the
 // planner cannot make an index condition, so the key finds the row through
-// jobs_pkey. With a plain col IN (...) the claim's lock of each job it
-// picks (claimLockSQL) was planned through jobs_tenant_status_created_idx
-// or jobs_fair_idx whenever the statistics made queued jobs look rare, as
-// a backlog that grew since the last ANALYZE does: it then walked the
-// queued jobs of the tenant for each job (measured in BenchmarkPipeline:
-// claims of 256 jobs taking 0.3-1 s instead of 10-20 ms once the
-// statistics of jobs were taken mid-run). Not for the merged statements
-// over arrays: there it made the planner join by hash over a sequential
-// scan of jobs.
+// jobs_pkey. Not for the merged statements over arrays
+// (docs/design/queue-of-record.md#keyed).
 func (t *transition) keyed(col string) string { return "(" + col + " " + t.in + ") IS TRUE" }
 
 // leasedIn lists the statuses in which a worker holds a job under a lease

@@ -25,19 +25,11 @@ type ScopeUsage struct {
 }
 
 // Usage returns the usage of every (tenant, project) whose jobs finished
-// today (UTC), ordered by tenant then project; tenant "" reads every
-// tenant. A job counts when it finishes, whatever its status, and keeps
-// counting once retention has deleted it.
-//
-// It is summed from job_usage (migration 0020): rows that the jobs' own
-// statements add as they finish and FoldUsage folds, one per scope for the
-// day before the last two minutes and one per second and scope since, so
-// its cost grows with neither the jobs finished today nor those of the
-// last minute; only the two seconds at the ends of the minute are read
-// from the jobs, index only (jobs_tenant_finished_idx). With 200,000 jobs
-// finished today, every tenant's usage took 25-39 ms summed from the jobs
-// (117-135 ms under more load), and takes 0.4-0.8 ms; a tenant's 3.2-5.5
-// ms, now 0.3-0.6 ms (docs/bench/million/sql.md).
+// today (UTC), ordered by tenant then project; tenant "" reads every tenant.
+// A job counts when it finishes, whatever its status, and keeps counting
+// once retention has deleted it. It is summed from job_usage (migration
+// 0020), so its cost grows with neither the jobs finished today nor those of
+// the last minute (docs/design/tenants.md#usage-1).
 func (s *Store) Usage(ctx context.Context, tenant string) ([]ScopeUsage, error) {
 	scope, args := usageArgs(s.clock(), tenant)
 	rows, err := s.pool.Query(ctx, usageSQL(scope), args...)

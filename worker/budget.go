@@ -14,17 +14,11 @@ import (
 )
 
 // Budgets (docs/design/tenants.md#budgets): before each call the job's
-// holder reserves the call's price, at its model's live prices (its pool
-// entry's, when they differ: pool.go) with the
-// whole output allowance, on every budget of the job's tenant and project;
-// the store decides it atomically for every worker (store.ReserveBudget).
-// After the call the reservation is settled to the real price, or given
-// back when the call failed or was not made. A refused call leaves the
-// pipeline by the scope's overage policy: reject dead-letters the job
-// (budget_exceeded), degrade moves a deferrable job to the batch lane when
-// this worker runs one, and otherwise the job is handed back, where the
-// claim leaves it (waiting_reason budget) until the period rolls over or a
-// reservation is given back.
+// holder reserves the call's price with the whole output allowance on every
+// budget of the job's tenant and project (store.ReserveBudget); after the
+// call it is settled to the real price or given back. A refused call leaves
+// by the scope's overage policy: reject, degrade, or handed back until the
+// period rolls over (docs/design/tenants.md#budget-reservations-in-the-worker).
 
 // BudgetStore is what the worker needs of the budgets. [*store.Store]
 // implements it; its methods document the accounting.

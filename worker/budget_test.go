@@ -130,7 +130,7 @@ func (h *hook) counts() map[string]int {
 	return out
 }
 
-// TestBudgetBurstAtTheEdge (issue 14's acceptance): a project at 95% of
+// TestBudgetBurstAtTheEdge (docs/design/tenants.md#budgets): a project at 95% of
 // its daily budget of 1 USD receives 200 concurrent jobs, served by two
 // workers. Past 90% each call's output is capped at 20 tokens (0.02 USD),
 // so exactly two calls fit: the spend stops at 0.99 USD, 0.01 short of the

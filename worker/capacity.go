@@ -12,18 +12,12 @@ import (
 )
 
 // Capacity normalisation (docs/design/quotas.md, "Normalising capacity"):
-// what of a model's provider limit may be handed out, per kind (rpm, tpm,
-// concurrency):
+// what of a model's provider limit may be handed out, per kind:
 //
 //	allocatable = limit x health x safety - limit x reserved
 //
-// limit is the lane's (its share of the provider's quota, as the headers
-// last corrected it); health is (1 - the share of the last calls that
-// failed with a 5xx or a timeout) x min(1, CapacityTailLatency / their
-// p95 latency), 1 before capacityMinCalls calls; safety is
-// CapacitySafety; reserved is CapacityReserved, the part kept for
-// high-priority work and retries. It is reported (llmq_capacity_*), not
-// enforced: the lanes admit up to their limits.
+// It is reported (llmq_capacity_*), not enforced. The terms:
+// docs/design/quotas.md#capacity-in-the-worker.
 
 // Defaults of the capacity normalisation (Config).
 const (

@@ -35,7 +35,7 @@ func TestCapacityHealth(t *testing.T) {
 	}
 	require.InDelta(t, 0.9*0.5, l.health.factor(10*time.Second), 1e-9, "p95 of 20 s against 10 s")
 
-	// The seed's example: 2,400,000 TPM x 0.9 x 0.85 - 200,000.
+	// The example of docs/design/quotas.md, "Normalising capacity": 2,400,000 TPM x 0.9 x 0.85 - 200,000.
 	require.InDelta(t, 1_636_000, allocatable(2_400_000, 0.9, 0.85, 200_000.0/2_400_000), 1e-6)
 	require.Zero(t, allocatable(100, 0.1, 0.9, 0.1))
 }

@@ -28,18 +28,11 @@ import (
 // the insert retried in place; a message that fails alone while others go
 // in is handed back (nack), so the broker counts its deliveries.
 
-// The ingest window's count of queued jobs (waitForWindow, windowCount).
-// Postgres is read every windowRecount, counting up to the window and half
-// of it again (windowSlack), and in between the count follows what this
-// worker records and claims itself, which it knows at no cost: a count
-// walks an index entry (and often a heap page) per queued job, which read
-// every 300 ms cost 12-25 µs of Postgres CPU per job while the window was
-// full (BenchmarkPipeline). What others change (other replicas' ingests
-// and claims, the API's outbox, releases, cancellations) is seen at the
-// next read. A read that reaches its limit is a backlog over the window by
-// half of it at least, which the worker's claims may not empty: the count
-// then only grows until the next read, every windowRefresh while it does,
-// and that read asks whether the backlog fell under the window.
+// The ingest window's count of queued jobs (waitForWindow, windowCount):
+// Postgres is read every windowRecount, counting up to the window and
+// windowSlack more, and in between the count follows this worker's own
+// records and claims, which cost nothing to know. Why, and the backlog case:
+// docs/design/queue-of-record.md#the-ingest-window-count.
 const (
 	windowRecount = 2 * time.Second
 	windowRefresh = 300 * time.Millisecond

@@ -189,39 +189,58 @@ var fallbackWhy = map[FallbackTrigger]string{
 // decide returns the state after e and what to do next. It is pure: its
 // only source of randomness, the backoff jitter, is rng.
 func (p policy) decide(s state, e event, rng *rand.Rand) (state, action) {
+	if s, a, ok := p.decideBefore(s, e); ok {
+		return s, a
+	}
+	return p.decideCalled(s, e, rng)
+}
+
+// decideBefore decides the steps before a call (ok false for the others):
+// the job is ready to call, its lane held it, or it was refused unsent.
+func (p policy) decideBefore(s state, e event) (_ state, _ action, ok bool) {
+	var a action
 	switch e.Step {
 	case stepReady:
 		if s.Attempts >= p.MaxAttempts {
 			// Claimed again with its calls spent (calls that never
 			// answered: a holder that died mid-call, say).
-			return s, action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}
+			return s, action{Verb: doDeadLetter, Reason: dlq.ReasonRetriesExhausted}, true
 		}
-		a := action{Verb: doCall}
+		a = action{Verb: doCall}
 		if e.Pooled || e.Next > 0 && slices.Contains(p.FallbackOn, FallbackOnRateLimit) {
 			// Another key of the pool, or a fallback model: the job
 			// moves on rather than wait long.
 			a.MaxPause = p.FallbackMaxWait
 		}
-		return p.firstCall(s, e, a)
+		s, a = p.firstCall(s, e, a)
+		return s, a, true
 	case stepLanePaused:
 		switch {
 		case e.Entry > 0:
 			// Another key of the model before any other model.
-			return switchEntry(s, e, "lane held it past fallback_max_wait")
+			s, a = switchEntry(s, e, "lane held it past fallback_max_wait")
+			return s, a, true
 		case e.Next > 0 && slices.Contains(p.FallbackOn, FallbackOnRateLimit):
-			return fallBack(s, e, "lane held it past fallback_max_wait")
+			s, a = fallBack(s, e, "lane held it past fallback_max_wait")
+			return s, a, true
 		case e.Pooled:
 			// No other key can take it and no fallback model: it waits
 			// in its lane as a job with nowhere else to go does.
-			return p.firstCall(s, e, action{Verb: doCall})
+			s, a = p.firstCall(s, e, action{Verb: doCall})
+			return s, a, true
 		}
-		return s, action{Verb: doHandBack, Why: errLanePaused.Error()}
+		return s, action{Verb: doHandBack, Why: errLanePaused.Error()}, true
 	case stepTooLarge:
-		return s, action{Verb: doFail, Code: "request_too_large", Message: e.Detail}
+		return s, action{Verb: doFail, Code: "request_too_large", Message: e.Detail}, true
 	case stepWaitTooLong:
-		return s, action{Verb: doExpire, Why: "predicted wait passes the deadline: " + e.Detail}
+		return s, action{Verb: doExpire, Why: "predicted wait passes the deadline: " + e.Detail}, true
 	}
+	return s, action{}, false
+}
 
+// decideCalled decides after a call by its outcome: success, failure, a
+// move to another key or model, or a retry after a backoff.
+func (p policy) decideCalled(s state, e event, rng *rand.Rand) (state, action) {
 	free := p.free(e)
 	if free {
 		s.Free++

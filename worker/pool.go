@@ -9,16 +9,11 @@ import (
 )
 
 // Pools of upstream keys (docs/design/tenants.md, "Key pools"): a model of
-// Config.Pools is served by several upstreams (a base URL and an API key
-// each, an OpenAI key and an Azure deployment, say), each with a lane of
-// its own (its buckets, header learning, ledger key, incident breaker and
-// client). A job's call goes to the first entry, in the configured order,
-// whose lane has headroom for it now; when that entry is exhausted (its
-// lane would hold the job past FallbackMaxWait, or the failures that move
-// a job to a fallback model come back from it), the job moves to another
-// entry of the same model before any fallback model, and only to one that
-// serves the request (its context window), whose lane has headroom now
-// and at whose prices the job's budgets have room.
+// Config.Pools is served by several upstreams, each with a lane of its own.
+// A job's call goes to the first entry whose lane has headroom now; when
+// that entry is exhausted the job moves to another entry that serves the
+// request and whose prices its budgets admit, before any fallback model
+// (docs/design/tenants.md#key-pools-in-the-worker).
 
 // PoolEntry is one upstream of a model's pool (Config.Pools).
 type PoolEntry struct {

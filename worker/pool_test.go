@@ -17,20 +17,11 @@ import (
 	"github.com/llmq/llmq/worker"
 )
 
-// TestKeyPoolMovesToTheSecondKey is issue 14's acceptance of key pools,
-// against two simulators (two keys, each with its own limits and its own
-// accounting), real Postgres and RabbitMQ. Model "primary" has a pool of
-// two keys: key a (simulator A) allows 1 request a minute, and another
-// client spent it before the worker starts, so the first job called on
-// key a gets a 429 with a Retry-After of about a minute (and key a's lane
-// pauses); key b is simulator B. The jobs allow the fallback model
-// "backup" (on simulator A, outside the pool). The job refused on key a
-// moves to key b, and the others go there, not to the fallback model, but
-// only when key b serves the request (capability: its context window),
-// its lane has headroom (quota: its one concurrency slot is taken by a
-// slow call) and the job's budget has room for the call at key b's
-// prices (budget); otherwise they fall back to "backup". The counts are
-// each simulator's own.
+// TestKeyPoolMovesToTheSecondKey checks key pools against two simulators,
+// real Postgres and RabbitMQ: a job refused on key a moves to key b, and the
+// others go there rather than to the fallback model "backup", but only when
+// key b serves the request, has headroom and fits the job's budget at its
+// prices (docs/design/tenants.md#testkeypoolmovestothesecondkey).
 func TestKeyPoolMovesToTheSecondKey(t *testing.T) {
 	t.Parallel()
 	const jobs = 4

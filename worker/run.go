@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strconv"
@@ -287,44 +288,74 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 		p.entry = w.pickEntry(p, model)
 	}
 	l := w.laneAt(model, p.entry)
+	a, ev, stay, ok := w.admitCall(p, model, l, act)
+	if !ok {
+		return ev, stay
+	}
+	body, ev, stay, ok := w.callBody(p, model, &a)
+	if !ok {
+		return ev, stay
+	}
+	if ev, stay, ok := w.markCalling(p, model, l, &a); !ok {
+		return ev, stay
+	}
+	return w.makeCall(p, model, l, &a, body)
+}
+
+// admitCall waits for admission in lane l. Without one (ok false) it
+// returns the step that came of it, or false when the job left.
+func (w *Worker) admitCall(p *job, model string, l *lane, act action) (_ admission, _ event, stay, ok bool) {
 	p.setPending(l)
 	ws := p.trace.Child(tracing.SpanQuotaWait)
 	a, err := w.admit(p, l, act)
 	endQuotaWait(ws, model, a, err)
-	permit := a.permit
 	switch {
 	case errors.Is(err, errLanePaused):
-		return event{Step: stepLanePaused}, true
+		return a, event{Step: stepLanePaused}, true, false
 	case errors.Is(err, errLaneUnshared):
 		p.log.Info("job handed back", slog.String("why", err.Error()))
 		w.release(p)
-		return event{}, false
+		return a, event{}, false, false
 	case errors.Is(err, shaping.ErrTooLarge):
-		return event{Step: stepTooLarge, Detail: err.Error()}, true
+		return a, event{Step: stepTooLarge, Detail: err.Error()}, true, false
 	case isWaitError(err):
-		return event{Step: stepWaitTooLong, Detail: err.Error()}, true
+		return a, event{Step: stepWaitTooLong, Detail: err.Error()}, true, false
 	case err != nil:
 		w.leave(p)
-		return event{}, false
+		return a, event{}, false, false
 	}
+	return a, event{}, false, true
+}
+
+// callBody is the body of the call to model, after the budget gate; when
+// the call is not made (ok false) the admission is given back.
+func (w *Worker) callBody(p *job, model string, a *admission) (_ json.RawMessage, _ event, stay, ok bool) {
+	permit := a.permit
 	// The body as recorded when it names the model called (every job's
 	// first model): decoding and encoding it again would change nothing.
 	body := p.job.Body
 	if model != p.job.Model() {
+		var err error
 		if body, err = p.job.WithModel(model); err != nil {
 			permit.Cancel()
 			a.notCalled()
 			a.releaseScopes()
 			w.fail(p, 0, "invalid_body", err.Error())
-			return event{}, false
+			return nil, event{}, false, false
 		}
 	}
 	body, ev, stay, proceed := w.budgetGate(p, model, body)
 	if !proceed {
 		permit.Cancel()
 		a.notCalled()
-		return ev, stay
+		return nil, ev, stay, false
 	}
+	return body, event{}, false, true
+}
+
+// markCalling records the call. When the record fails (ok false) the
+// admission and the budget go back, and the job is admitted again or left.
+func (w *Worker) markCalling(p *job, model string, l *lane, a *admission) (_ event, stay, ok bool) {
 	// Recorded on a context Stop does not cut: once the call is recorded
 	// it is made (a call in flight finishes at shutdown); a lease lost
 	// meanwhile fails the record, fenced.
@@ -332,14 +363,15 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	attempts, err := w.cfg.Store.MarkCalling(mctx, p.lease, p.attempt.call(p.state.stored(), model, l.entry, a.waited))
 	cancel()
 	if err != nil {
+		permit := a.permit
 		w.endBudget(p, model, nil)
 		permit.Cancel()
 		a.notCalled()
 		a.releaseScopes()
 		if w.gone(p, "mark calling", err) || !w.pause(p) {
-			return event{}, false
+			return event{}, false, false
 		}
-		return event{Step: stepReady}, true // admitted again, then recorded
+		return event{Step: stepReady}, true, false // admitted again, then recorded
 	}
 	p.writeFails = 0
 	p.left = 0
@@ -347,6 +379,13 @@ func (w *Worker) call(p *job, act action) (event, bool) {
 	// The call is counted before it starts: the policy counts it again
 	// when it answers.
 	p.state.Attempts = attempts - 1 - p.state.Free
+	return event{}, false, true
+}
+
+// makeCall makes the recorded call and settles it: the lane, the scopes
+// and the budget. It returns the step, or false when shutdown cut it.
+func (w *Worker) makeCall(p *job, model string, l *lane, a *admission, body json.RawMessage) (event, bool) {
+	permit := a.permit
 	p.setPending(nil)
 	w.metrics.inFlight.Inc()
 	begin := w.cfg.Clock.Now()

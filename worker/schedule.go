@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 )
 
@@ -125,76 +126,14 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 	lanes := w.lanesOf(model)
 	now := w.cfg.Clock.Now()
 	typical := lanes[0].typical()
-	pending, want, paused, unshared, spent := 0, 0, true, true, true
-	// The tokens the lanes' buckets hold, past those of the jobs pending:
-	// bounded unless a lane takes any job now (shaping.Lane.TokenRoomAt).
-	tokens, bounded := 0.0, true
-	if u := w.unboundOf(model); u != nil {
-		pending = int(u.pending.Load())
-		want = -pending
-		tokens = -float64(u.pendingTokens.Load())
-	}
-	for _, l := range lanes {
-		n := int(l.pending.Load())
-		pending += n
-		want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
-		paused = paused && l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait
-		spent = spent && l.shaper.HeldAt(now, w.cfg.FallbackMaxWait, typical)
-		unshared = unshared && l.shaper.Share() == 0
-		r, b := l.shaper.TokenRoomAt(now)
-		tokens += r - float64(l.pendingTokens.Load())
-		bounded = bounded && b
-	}
-	backlog := func(b bool) {
-		for _, l := range lanes {
-			l.backlog.Store(b)
-		}
-	}
-	fallbackOnly, tokenRoom := false, 0.0
-	switch {
-	case want > 0:
-	case paused && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
-		// The lane is paused by 429s for longer than a job with a
-		// fallback waits: those jobs may be claimed to move on (all of
-		// them when the model itself has fallbacks).
-		want = fallbackClaim - pending
-		fallbackOnly = len(w.cfg.Catalog.Lookup(model).Fallbacks) == 0
-		bounded = false
-	case pending == 0 && !unshared:
-		// An idle lane gets its next job (below: once its buckets hold
-		// it, or are full), which waits in the lane for what else its
-		// buckets need (a job larger than they hold, a bucket warming
-		// up, the RPM): never more than one such job. Not on share 0:
-		// another replica holds the whole quota and claims it. When the
-		// buckets would hold even a typical job longer than a job with a
-		// fallback waits (spent by other clients, say), whatever tokens
-		// they hold: a job with a fallback moves on to it at once.
-		want = 1
-		bounded = bounded && !spent
-	}
-	if bounded && want > 0 {
-		// In tokens, only what the buckets hold now, not their refill
-		// over the horizon: the first job in claim order that does not
-		// fit (a document, while the quota is spent) stays queued in its
-		// place, where the jobs before it in the order (the questions
-		// recorded within its size delay) still pass it, instead of
-		// taking in the lane the refill they arrive to use. When it is
-		// the next job, nothing is claimed until the buckets hold it (a
-		// job larger than they hold: until they are full). The small
-		// jobs lose nothing by it: the buckets keep what is not claimed,
-		// and a round follows every job's end and every quarter of the
-		// horizon.
-		if tokens < 1 {
-			want = 0
-		}
-		tokenRoom = tokens
-	}
+	lr := w.laneRoomOf(model, lanes, now, typical)
+	want, fallbackOnly, tokenRoom := w.claimWant(model, lr)
 	want = min(want, room, claimMax)
 	// Asked even when nothing is claimed, so that the scopes held stay
 	// noted while the provider's quota binds too.
 	caps, heldProjects, rooms := w.claimScopes(now, typical, held)
 	if want <= 0 {
-		backlog(true)
+		setBacklog(lanes, true)
 		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
@@ -214,15 +153,98 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		for _, c := range caps {
 			capped = capped || c < want
 		}
-		backlog(false)
+		setBacklog(lanes, false)
 		w.note(ctx, s, model, "", hold.Hold)
 		return !capped
 	}
 	// Full, or short of the tokens the next job needs: the model has a
 	// backlog that waits for the provider's quota.
-	backlog(true)
+	setBacklog(lanes, true)
 	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
+}
+
+// laneRoom is what a model's lanes can take, together.
+type laneRoom struct {
+	// pending are the jobs waiting in the lanes; want is their headroom
+	// past those.
+	pending, want int
+	// paused: every lane is paused past FallbackMaxWait; unshared: every
+	// lane is on share 0; spent: every lane would hold a typical job past
+	// FallbackMaxWait.
+	paused, unshared, spent bool
+	// tokens the lanes' buckets hold, past those of the jobs pending:
+	// bounded unless a lane takes any job now (shaping.Lane.TokenRoomAt).
+	tokens  float64
+	bounded bool
+}
+
+// laneRoomOf measures model's lanes (and its unbound jobs) at now.
+func (w *Worker) laneRoomOf(model string, lanes []*lane, now time.Time, typical shaping.Request) laneRoom {
+	lr := laneRoom{paused: true, unshared: true, spent: true, bounded: true}
+	if u := w.unboundOf(model); u != nil {
+		lr.pending = int(u.pending.Load())
+		lr.want = -lr.pending
+		lr.tokens = -float64(u.pendingTokens.Load())
+	}
+	for _, l := range lanes {
+		n := int(l.pending.Load())
+		lr.pending += n
+		lr.want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
+		lr.paused = lr.paused && l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait
+		lr.spent = lr.spent && l.shaper.HeldAt(now, w.cfg.FallbackMaxWait, typical)
+		lr.unshared = lr.unshared && l.shaper.Share() == 0
+		r, b := l.shaper.TokenRoomAt(now)
+		lr.tokens += r - float64(l.pendingTokens.Load())
+		lr.bounded = lr.bounded && b
+	}
+	return lr
+}
+
+// claimWant is how many of model's jobs to claim given its lanes' room
+// (before the caps of the worker and of a claim), whether only jobs with a
+// fallback, and the tokens the claim may take (0 when not bounded).
+func (w *Worker) claimWant(model string, lr laneRoom) (want int, fallbackOnly bool, tokenRoom float64) {
+	want, bounded := lr.want, lr.bounded
+	switch {
+	case want > 0:
+	case lr.paused && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
+		// The lane is paused by 429s for longer than a job with a
+		// fallback waits: those jobs may be claimed to move on (all of
+		// them when the model itself has fallbacks).
+		want = fallbackClaim - lr.pending
+		fallbackOnly = len(w.cfg.Catalog.Lookup(model).Fallbacks) == 0
+		bounded = false
+	case lr.pending == 0 && !lr.unshared:
+		// An idle lane gets its next job (below: once its buckets hold
+		// it, or are full), which waits in the lane for what else its
+		// buckets need (a job larger than they hold, a bucket warming
+		// up, the RPM): never more than one such job. Not on share 0:
+		// another replica holds the whole quota and claims it. When the
+		// buckets would hold even a typical job longer than a job with a
+		// fallback waits (spent by other clients, say), whatever tokens
+		// they hold: a job with a fallback moves on to it at once.
+		want = 1
+		bounded = bounded && !lr.spent
+	}
+	if bounded && want > 0 {
+		// In tokens, only what the buckets hold now, not their refill over the
+		// horizon: a job that does not fit stays queued in its place, where the jobs
+		// before it in the order still pass it
+		// (docs/design/queue-of-record.md#claiming-by-tokens-held-now).
+		if lr.tokens < 1 {
+			want = 0
+		}
+		tokenRoom = lr.tokens
+	}
+	return want, fallbackOnly, tokenRoom
+}
+
+// setBacklog marks whether lanes' model has a backlog waiting for them.
+func setBacklog(lanes []*lane, b bool) {
+	for _, l := range lanes {
+		l.backlog.Store(b)
+	}
 }
 
 // claim claims r (as this worker, for its lease) and starts the jobs it

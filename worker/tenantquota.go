@@ -14,24 +14,10 @@ import (
 
 // Tenants' and projects' own quotas (docs/design/tenants.md): a configured
 // scope with an rpm, tpm or concurrency is a layer every admission of its
-// jobs passes with the provider lane's, reserved together or not at all.
-//
-//   - Its RPM and TPM buckets travel in the job's shaping.Request.Quotas:
-//     the lane reserves them with its own, a cancelled admission gives
-//     them back, and the permit settles them to the real usage.
-//   - Its concurrency is a count of calls taken, with the buckets, by the
-//     lane's dispatcher (scopeReady, all the scopes of a job or none) and
-//     given back when the permit is (release).
-//   - The dispatcher takes a job only when its scopes admit it now, so a
-//     tenant at its limit does not hold back the other tenants' jobs in
-//     the lane; the scheduler claims no more of a tenant than its quota
-//     admits within the claim horizon (claimScopes), and notes the
-//     scopes it holds for the waiting reason tenant_quota.
-//   - Replicas share a scope as they share a provider quota: through the
-//     quota ledger, under the key "scope " + its name (ledger.go).
-//
-// A scope is made on first use, and only for a configured scope with a
-// limit: the jobs of other tenants carry no bucket and no metric label.
+// jobs passes with the provider lane's, reserved together or not at all;
+// replicas share it through the quota ledger. A scope is made on first use,
+// and only for a configured scope with a limit. How each limit is applied:
+// docs/design/tenants.md#scope-quotas-in-the-worker.
 
 // scopeQuota is one configured tenant's or project's quota layer in this
 // worker.

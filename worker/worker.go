@@ -24,23 +24,10 @@ import (
 var errShutdown = errors.New("worker: shutting down")
 
 // Worker moves jobs from the broker through Postgres to the upstream. Its
-// parts run concurrently (docs/design/queue-of-record.md):
-//
-//   - ingest (ingest.go): messages are decoded, recorded as queued jobs in
-//     batches and acked at once; poison messages are dead-lettered;
-//     ingestion pauses over the ingest window;
-//   - schedule (schedule.go): per model, claim from Postgres only what its
-//     shaping lane can admit soon;
-//   - run (run.go): each claimed job is admitted, marked calling, called,
-//     and the pure policy's decision performed (policy.go); its result is
-//     stored until it lands;
-//   - background services (services.go), each a type of its own: the
-//     heartbeat (lease.go) renews every lease the worker holds; the reaper
-//     (reaper.go) hands back expired leases, expires overdue jobs and,
-//     with budgets, sweeps their orphan reservations (budgetsweep.go);
-//     the gauges (observe.go) measure the queue and the drain estimate;
-//     with Config.Ledger, the ledger sync (ledger.go) keeps the share of
-//     each model's quota this replica runs on.
+// parts run concurrently (docs/design/queue-of-record.md): ingest
+// (ingest.go), schedule (schedule.go), run (run.go, policy.go) and the
+// background services (services.go: heartbeat, reaper, gauges, ledger
+// sync). What each does: docs/design/queue-of-record.md#the-workers-parts.
 type Worker struct {
 	cfg     Config
 	log     *slog.Logger

@@ -1,17 +1,8 @@
-// Package tracing follows one job end to end with OpenTelemetry: the
-// enqueue (API or producer), the broker publish, the ingest, the wait in
-// Postgres, each quota wait and upstream call, and the result write, in
-// one trace (docs/design/tracing.md).
-//
-// The W3C trace context (traceparent, tracestate) travels in the broker
-// message's headers and is stored with the job (jobs.trace_context), so a
-// worker continues the trace of a job another process enqueued.
-//
-// Tracing is on when Setup finds OTEL_EXPORTER_OTLP_ENDPOINT or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set and OTEL_SDK_DISABLED not true;
-// the other OTEL_* variables configure the exporter, sampler, batching and
-// resource as the SDK reads them. Off, every helper returns at once and
-// nothing is stored or sent: the hot path pays for a load of one flag.
+// Package tracing follows one job end to end with OpenTelemetry, from the
+// enqueue to the result write, in one trace (docs/design/tracing.md); the
+// W3C trace context travels in the broker message's headers and the job's
+// row. Tracing is on when Setup finds an OTLP endpoint set; off, the hot
+// path pays for a load of one flag (docs/design/tracing.md#the-tracing-package).
 package tracing
 
 import (

@@ -16,17 +16,11 @@ import (
 	"github.com/llmq/llmq/shaping"
 )
 
-// BenchmarkGatewayPrediction measures the completion predicted for a
-// gateway call (store.PredictCompletion, as admission reads it just
-// before the call is recorded) against the call's actual completion, for
-// a steady load (agents of sequential calls) and a burst (calls sent as
-// fast as each is recorded), on a provider of 300 RPM, 4 calls at a time
-// and 0.3-0.6 s calls whose limits the worker (adaptive, llmq's default
-// without a quota) learns from its headers. It logs the p50 and p90 of
-// the relative error |predicted - actual| / actual (figures in
-// docs/design/gateway.md). A measurement, not a test: it depends on the
-// machine's load. Run: go test -run '^$' -bench GatewayPrediction
-// -benchtime 1x ./internal/app/api/
+// BenchmarkGatewayPrediction measures the completion predicted for a gateway
+// call (store.PredictCompletion) against its actual completion, under steady
+// and burst load, and logs the p50 and p90 of the relative error. A
+// measurement, not a test (docs/design/gateway.md#benchmarkgatewayprediction).
+// Run: go test -run '^$' -bench GatewayPrediction -benchtime 1x ./internal/app/api/
 func BenchmarkGatewayPrediction(bb *testing.B) {
 	for _, tc := range []struct {
 		name          string

@@ -14,16 +14,10 @@ import (
 )
 
 // A gateway call with "stream": true is streamed as it runs (with
-// Config.Streams): the worker calls the provider with streaming and
-// appends each chunk to the job store, announced by NOTIFY; streamCall
-// sends each as a server-sent event as it comes, then "data: [DONE]", or
-// an error event in OpenAI's shape when the call failed after its first
-// chunk. A caller that leaves cancels the job, or, once it started, asks
-// the worker to cut the call. See docs/design/gateway.md#streaming.
-//
-// Without Streams, or when the job ran without streaming, the finished
-// completion is replayed as chunks (stream): per choice a chunk whose
-// delta holds the whole message, then its finish_reason, then the usage.
+// Config.Streams): streamCall sends each chunk the worker stores as a
+// server-sent event, then "data: [DONE]", or an error event. Without
+// Streams, the finished completion is replayed as chunks (stream). See
+// docs/design/gateway.md#streaming and #streaming-in-the-api.
 
 // completion is what the chunks are made of; unknown fields are dropped.
 type completion struct {

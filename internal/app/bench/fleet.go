@@ -167,21 +167,8 @@ func (b *Bench) runFleet(ctx context.Context, n, jobs int, idle time.Duration) (
 			_ = a.Stop(ctx)
 		}
 	}()
-	for i := range n {
-		cfg := app.Config{Settings: settings, Migrate: i == 0, Logger: b.log,
-			Worker: &app.WorkerConfig{Strategy: shaping.StrategyRetry, MaxInFlight: throughputInFlight / n,
-				ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second, NoBatchLane: true}}
-		if i == 0 {
-			cfg.API = &app.APIConfig{Listener: ln}
-		}
-		a, err := app.New(ctx, cfg)
-		if err != nil {
-			return row, fmt.Errorf("bench: fleet: %w", err)
-		}
-		apps = append(apps, a)
-		if err := a.Start(ctx); err != nil {
-			return row, err
-		}
+	if err := b.startFleet(ctx, n, settings, ln, &apps); err != nil {
+		return row, err
 	}
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -225,6 +212,28 @@ func (b *Bench) runFleet(ctx context.Context, n, jobs int, idle time.Duration) (
 	row.XactsPerJob = (row.LoadXacts - row.IdleXacts) * secs / float64(jobs)
 	row.CPUMsPerJob = (row.LoadCPU - row.IdleCPU) * secs * 1000 / float64(jobs)
 	return row, nil
+}
+
+// startFleet starts n apps on settings, each a worker and the first also
+// the API on ln, appending each to apps as it is made.
+func (b *Bench) startFleet(ctx context.Context, n int, settings *config.Config, ln net.Listener, apps *[]*app.App) error {
+	for i := range n {
+		cfg := app.Config{Settings: settings, Migrate: i == 0, Logger: b.log,
+			Worker: &app.WorkerConfig{Strategy: shaping.StrategyRetry, MaxInFlight: throughputInFlight / n,
+				ShutdownTimeout: shutdownTimeout, UpstreamTimeout: 30 * time.Second, NoBatchLane: true}}
+		if i == 0 {
+			cfg.API = &app.APIConfig{Listener: ln}
+		}
+		a, err := app.New(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("bench: fleet: %w", err)
+		}
+		*apps = append(*apps, a)
+		if err := a.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

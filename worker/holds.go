@@ -63,6 +63,11 @@ func (h *holdLog) scopes(held map[store.ScopeRef]bool, now time.Time) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.scopesLocked(held, now)
+}
+
+// scopesLocked is scopes.
+func (h *holdLog) scopesLocked(held map[store.ScopeRef]bool, now time.Time) {
 	keys := make(map[string]bool, len(held))
 	for ref := range held {
 		keys[scopeHoldKey(ref)] = true

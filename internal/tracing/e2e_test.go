@@ -336,7 +336,7 @@ func TestQueueWaitReasons(t *testing.T) {
 		t.Skip("tracing end to end: Postgres, broker, worker, simulator")
 	}
 	pl := setup(t, "memory://trace-"+uuid.NewString()[:8]+"/jobs",
-		options{ttft: 500 * time.Millisecond, tenants: llmq.Tenants{"acme": {Scope: llmq.Scope{Concurrency: 1}}}})
+		options{ttft: time.Second, tenants: llmq.Tenants{"acme": {Scope: llmq.Scope{Concurrency: 1}}}})
 	ids := []string{newTraceID(), newTraceID()}
 	body := `{"id":"%s","body":{"model":"backup","messages":[{"role":"user","content":"hi"}]}}`
 	resp := pl.post(t, "/v1/jobs", ids[0], fmt.Sprintf(body, "first"))

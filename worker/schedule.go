@@ -105,6 +105,7 @@ func (w *Worker) scheduleRound(ctx context.Context, s *scheduler) {
 		}
 	}
 	w.noteScopes(ctx, s, held)
+	w.holds.scopes(held, now)
 }
 
 // claimFor claims the jobs model's lane can take soon, and of each
@@ -295,6 +296,7 @@ func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[stor
 // they wait, at most every stateRefresh.
 func (w *Worker) note(ctx context.Context, s *scheduler, model, reason string, hold bool) {
 	now := w.cfg.Clock.Now()
+	w.holds.model(model, reason == store.WaitingReasonProviderQuota, now)
 	last, ok := s.notes[model]
 	same := ok && last.reason == reason && last.hold == hold
 	if same && (reason == "" && !hold || now.Sub(last.at) < stateRefresh) {

@@ -20,9 +20,14 @@ func (w *Worker) traceStart(p *job, rec *store.JobRecord) {
 	if !tracing.Enabled() {
 		return
 	}
+	first := rec.LeaseToken <= 1
+	var waits []tracing.Wait
+	if first {
+		waits = w.holds.waits(rec)
+	}
 	p.trace = tracing.StartJob(tracing.JobInfo{Stored: rec.TraceContext, ID: rec.ID, Tenant: rec.Tenant,
 		Model: rec.RequestedModel, Attempts: rec.Attempts, Created: rec.CreatedAt,
-		FirstClaim: rec.LeaseToken <= 1, ClaimedTime: time.Now()})
+		FirstClaim: first, ClaimedTime: time.Now(), Waits: waits})
 }
 
 // traceIngested ends the ingest spans of items, recorded or handed back.

@@ -35,6 +35,8 @@ type Worker struct {
 	est     *shaping.Estimator
 	// sizer gives an ingested job its estimate and size delay.
 	sizer store.Sizer
+	// holds are the scheduler's holds, for the jobs' traces (holds.go).
+	holds holdLog
 	// budgetMetrics are the budgets' gauges (budget.go).
 	budgetMetrics *budgetMetrics
 	// budgets sweeps the budgets' orphan reservations and refreshes their

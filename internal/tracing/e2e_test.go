@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -48,8 +49,19 @@ type pipeline struct {
 	dest string
 }
 
-func setup(t *testing.T, brokerURL string) *pipeline {
+// options change setup's pipeline: the simulator's time to first token,
+// the worker's tenants.
+type options struct {
+	ttft    time.Duration
+	tenants llmq.Tenants
+}
+
+func setup(t *testing.T, brokerURL string, opts ...options) *pipeline {
 	t.Helper()
+	var o options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	recv := tracingtest.NewReceiver(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", recv.URL)
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
@@ -61,7 +73,8 @@ func setup(t *testing.T, brokerURL string) *pipeline {
 	ctx := context.Background()
 	st := store.New(storetest.NewPool(t))
 	sim := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 5, Faults: upstreamsim.FaultConfig{
-		Rates: map[upstreamsim.FaultKind]float64{upstreamsim.FaultServerError: 1}, Models: []string{"broken"}}},
+		Rates: map[upstreamsim.FaultKind]float64{upstreamsim.FaultServerError: 1}, Models: []string{"broken"}},
+		Latency: upstreamsim.LatencyConfig{TTFT: o.ttft}},
 		upstreamsim.WithLogger(quiet))
 	target, err := open.Parse(brokerURL)
 	require.NoError(t, err)
@@ -88,7 +101,7 @@ func setup(t *testing.T, brokerURL string) *pipeline {
 			APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 		MaxAttempts: 4, FallbackAfter: 2, FallbackOn: []worker.FallbackTrigger{worker.FallbackOnServerError},
 		Backoff: worker.Backoff{Base: 5 * time.Millisecond, Max: 20 * time.Millisecond},
-		Logger:  quiet, Registerer: prometheus.NewRegistry()})
+		Tenants: o.tenants, Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() {
@@ -313,4 +326,30 @@ func TestBareMessageTrace(t *testing.T) {
 	require.Empty(t, ingest.ParentID, "the trace starts at the ingest")
 	require.Equal(t, ingest.SpanID, tr.one(tracing.SpanQueueWait).ParentID)
 	require.Equal(t, ingest.SpanID, tr.one(tracing.SpanRun).ParentID)
+}
+
+// TestQueueWaitReasons: of two jobs of a tenant whose concurrency is 1,
+// the one posted while the other runs waits for its tenant's quota: its
+// llmq.queue.wait span has the event tenant_quota, the first's none.
+func TestQueueWaitReasons(t *testing.T) {
+	if testing.Short() {
+		t.Skip("tracing end to end: Postgres, broker, worker, simulator")
+	}
+	pl := setup(t, "memory://trace-"+uuid.NewString()[:8]+"/jobs",
+		options{ttft: time.Second, tenants: llmq.Tenants{"acme": {Scope: llmq.Scope{Concurrency: 1}}}})
+	ids := []string{newTraceID(), newTraceID()}
+	body := `{"id":"%s","body":{"model":"backup","messages":[{"role":"user","content":"hi"}]}}`
+	resp := pl.post(t, "/v1/jobs", ids[0], fmt.Sprintf(body, "first"))
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.Eventually(t, func() bool {
+		rec, err := pl.st.Get(context.Background(), "acme", "first")
+		return err == nil && rec.Status == llmq.StatusRunning
+	}, 30*time.Second, 5*time.Millisecond)
+	resp = pl.post(t, "/v1/jobs", ids[1], fmt.Sprintf(body, "second"))
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	for i, want := range [][]string{nil, {store.WaitingReasonTenantQuota}} {
+		tr := pl.finished(t, ids[i], "POST /v1/jobs")
+		require.Equal(t, "succeeded", tr.one(tracing.SpanRun).Attrs["llmq.job.status"])
+		require.Equal(t, want, tr.one(tracing.SpanQueueWait).Events, "job %d", i)
+	}
 }

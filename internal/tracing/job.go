@@ -41,6 +41,16 @@ type JobInfo struct {
 	Created     time.Time
 	FirstClaim  bool
 	ClaimedTime time.Time
+	// Waits are what held the job in Postgres, each an event of its
+	// llmq.queue.wait span (first claim only).
+	Waits []Wait
+}
+
+// Wait is one waiting reason of a job (store's WaitingReason*:
+// tenant_quota, provider_quota) and since when it held the job.
+type Wait struct {
+	Reason string
+	Since  time.Time
 }
 
 // StartJob starts the run span of a claimed job under its stored trace
@@ -56,6 +66,13 @@ func StartJob(in JobInfo) *Job {
 	t := Tracer()
 	if in.FirstClaim {
 		_, wait := t.Start(ctx, SpanQueueWait, trace.WithTimestamp(in.Created), attrs)
+		for _, w := range in.Waits {
+			at := w.Since
+			if at.Before(in.Created) {
+				at = in.Created
+			}
+			wait.AddEvent(w.Reason, trace.WithTimestamp(at), trace.WithAttributes(attribute.String("llmq.waiting_reason", w.Reason)))
+		}
 		wait.End(trace.WithTimestamp(in.ClaimedTime))
 	}
 	ctx, span := t.Start(ctx, SpanRun, trace.WithTimestamp(in.ClaimedTime), attrs,

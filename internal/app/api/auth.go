@@ -64,7 +64,8 @@ func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, E
 
 // authedLimits is authedAs; with limitHeaders every answer past the key's check
 // carries the caller's request limit as OpenAI sends its own
-// (setLimitHeaders): the gateway's.
+// (setLimitHeaders), every admitted one its token limit (setTokenHeaders):
+// the gateway's.
 func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error), limitHeaders bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := a.cfg.Clock.Now()
@@ -118,6 +119,9 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 			a.rateLimited(w, fail, "tenant_rpm", wait, fmt.Sprintf(
 				"tenant %q is over its limit of %d requests per minute (rate_limits.tenant_rpm)", c.tenant, a.cfg.RateLimits.TenantRPM))
 			return
+		}
+		if limitHeaders && !c.operator {
+			a.setTokenHeaders(r.Context(), w.Header(), c.tenant) // past the door: a refused flood reads nothing
 		}
 		s := scope(c)
 		if t := r.URL.Query().Get("tenant"); t != "" {

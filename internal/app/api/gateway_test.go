@@ -68,6 +68,8 @@ type gatewayEnv struct {
 	rateLimits api.RateLimitConfig
 	// strategy is the worker's ("": retry).
 	strategy shaping.Strategy
+	// tenants are the API's (their TPM quotas in the token headers).
+	tenants llmq.Tenants
 }
 
 func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, producerOpts ...func(*producer.Config)) *gatewayBundle {
@@ -98,7 +100,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Clock: clk, Logger: quiet, Registerer: reg})
+		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Usage: st, Tenants: env.tenants, Clock: clk, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -454,18 +456,32 @@ func TestGatewayColdStartAdmits(t *testing.T) {
 func TestGatewayRateLimitHeaders(t *testing.T) {
 	t.Parallel()
 	b := gatewaySetupEnv(t, api.GatewayConfig{}, gatewayEnv{sim: upstreamsim.Config{APIKeys: []string{"sk-test"}},
-		rateLimits: api.RateLimitConfig{KeyRPM: 3, TenantRPM: 10}})
+		rateLimits: api.RateLimitConfig{KeyRPM: 3, TenantRPM: 10}, tenants: llmq.Tenants{"acme": {Scope: llmq.Scope{TPM: 1000}}}})
+	b.startWorker()
 	c := b.client(nil)
+	// The first call's answer counts no token yet (its own job finishes
+	// after the headers); the next two count its tokens against acme's
+	// TPM, the bucket refilling them in tokens/1000 of a minute.
+	resp, err := c.CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
+	require.NoError(t, err)
+	spent := resp.Usage.TotalTokens
+	require.Positive(t, spent)
+	tokens := []string{"1000", strconv.Itoa(1000 - spent), strconv.Itoa(1000 - spent)}
+	tokenReset := (time.Duration(spent) * time.Minute / 1000).String()
 	for i, reset := range []string{"20s", "40s", "1m0s"} {
-		_, err := c.ListModels(context.Background())
-		require.NoError(t, err)
+		if i > 0 {
+			_, err := c.ListModels(context.Background())
+			require.NoError(t, err)
+		}
 		h := b.lastHeader()
 		require.Equal(t, "3", h.Get("X-Ratelimit-Limit-Requests"))
 		require.Equal(t, strconv.Itoa(2-i), h.Get("X-Ratelimit-Remaining-Requests"))
 		require.Equal(t, reset, h.Get("X-Ratelimit-Reset-Requests"))
-		require.Empty(t, h.Get("X-Ratelimit-Limit-Tokens"))
+		require.Equal(t, "1000", h.Get("X-Ratelimit-Limit-Tokens"))
+		require.Equal(t, tokens[i], h.Get("X-Ratelimit-Remaining-Tokens"))
+		require.Equal(t, map[bool]string{true: "0s", false: tokenReset}[i == 0], h.Get("X-Ratelimit-Reset-Tokens"))
 	}
-	_, err := c.CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
+	_, err = c.CreateChatCompletion(context.Background(), chatRequest("gpt-4o-mini", "hi"))
 	var apiErr *openai.APIError
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, http.StatusTooManyRequests, apiErr.HTTPStatusCode)
@@ -473,4 +489,20 @@ func TestGatewayRateLimitHeaders(t *testing.T) {
 	require.Equal(t, "20", h.Get("Retry-After"))
 	require.Equal(t, "0", h.Get("X-Ratelimit-Remaining-Requests"))
 	require.Equal(t, "1m0s", h.Get("X-Ratelimit-Reset-Requests"))
+	require.Empty(t, h.Get("X-Ratelimit-Limit-Tokens"), "refused at the door: no usage read")
+}
+
+// TestGatewayTokenHeadersNoQuota: a tenant without a TPM quota gets no
+// -tokens header.
+func TestGatewayTokenHeadersNoQuota(t *testing.T) {
+	t.Parallel()
+	b := gatewaySetupEnv(t, api.GatewayConfig{}, gatewayEnv{sim: upstreamsim.Config{APIKeys: []string{"sk-test"}},
+		tenants: llmq.Tenants{"acme": {Scope: llmq.Scope{RPM: 100}}}})
+	_, err := b.client(nil).ListModels(context.Background())
+	require.NoError(t, err)
+	h := b.lastHeader()
+	require.NotEmpty(t, h.Get("X-Ratelimit-Limit-Requests"))
+	for _, k := range []string{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"} {
+		require.Empty(t, h.Get(k), k)
+	}
 }

@@ -136,9 +136,8 @@ func throttled(now time.Time, l *rate.Limiter) time.Duration {
 // setLimitHeaders writes the tightest of lims (the one with the fewest
 // requests left; nil ones are no limit) at now as OpenAI's
 // x-ratelimit-limit-requests, -remaining-requests and -reset-requests (the
-// time until it is full again, a Go duration). The API knows no token
-// limit of a caller: the -tokens headers are left out, as OpenAI leaves
-// out what does not apply. docs/design/gateway.md.
+// time until it is full again, a Go duration). The -tokens headers are
+// setTokenHeaders'. docs/design/gateway.md.
 func setLimitHeaders(h http.Header, now time.Time, lims ...*rate.Limiter) {
 	var tight *rate.Limiter
 	left := math.Inf(1)
@@ -163,6 +162,34 @@ func setLimitHeaders(h http.Header, now time.Time, lims ...*rate.Limiter) {
 	h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(tight.Burst()))
 	h.Set("X-Ratelimit-Remaining-Requests", strconv.FormatInt(int64(math.Floor(left)), 10))
 	h.Set("X-Ratelimit-Reset-Requests", reset.String())
+}
+
+// setTokenHeaders writes tenant's TPM quota (Config.Tenants; a gateway
+// call names no project, so the tenant's is the only token limit in force)
+// as x-ratelimit-limit-tokens, -remaining-tokens (the quota less the
+// tokens of the tenant's jobs that finished in the last minute, Usage) and
+// -reset-tokens (the time the workers' bucket takes to refill those
+// tokens, at most a minute). No quota, no Usage or a failed read: none.
+func (a *API) setTokenHeaders(ctx context.Context, h http.Header, tenant string) {
+	tpm := a.cfg.Tenants[tenant].TPM
+	if tpm <= 0 || a.cfg.Usage == nil {
+		return
+	}
+	used, err := a.cfg.Usage.Usage(ctx, tenant)
+	if err != nil {
+		a.log.WarnContext(ctx, "api: the tenant's tokens of the last minute", "tenant", tenant, "err", err)
+		return
+	}
+	var spent int64
+	for _, u := range used {
+		if u.Tenant == tenant {
+			spent += u.MinuteTokens
+		}
+	}
+	reset := min(time.Duration(float64(spent)/tpm*float64(time.Minute)), time.Minute).Round(time.Millisecond)
+	h.Set("X-Ratelimit-Limit-Tokens", strconv.FormatInt(int64(tpm), 10))
+	h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(max(0, int64(tpm)-spent), 10))
+	h.Set("X-Ratelimit-Reset-Tokens", reset.String())
 }
 
 // rateLimited answers 429 rate_limit_exceeded naming the limit.

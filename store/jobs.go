@@ -54,7 +54,7 @@ func (s *Store) insertArgs(n NewJob, now time.Time) []any {
 		meta = map[string]string{}
 	}
 	return []any{j.ID, j.Tenant, string(j.Priority), j.Model(), []byte(j.Body), now,
-		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, n.SizeDelay, s.order),
+		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, s.order.tenants().Priority(j), j.Deadline, n.SizeDelay, s.order),
 		n.EstPromptTokens, n.EstOutputTokens, j.Project, j.TraceContext}
 }
 
@@ -143,7 +143,7 @@ func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error
 		}
 		tenants[i], ids[i], prios[i], models[i], bodies[i] = j.Tenant, j.ID, string(j.Priority), j.Model(), string(j.Body)
 		deadlines[i], deferrable[i], fallbacks[i], metas[i] = j.Deadline, j.Deferrable, string(fb), string(meta)
-		keys[i] = SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, nj.SizeDelay, s.order)
+		keys[i] = SchedKey(now, s.order.tenants().Priority(j), j.Deadline, nj.SizeDelay, s.order)
 		projects[i], traces[i] = j.Project, j.TraceContext
 		ep[i], eo[i] = int32(min(nj.EstPromptTokens, math.MaxInt32)), int32(min(nj.EstOutputTokens, math.MaxInt32))
 	}

@@ -84,8 +84,8 @@ func (s *Store) ClaimWithin(ctx context.Context, r ClaimRequest) (recs []*JobRec
 		return nil, false, fmt.Errorf("store: claim: Model, Owner, a positive Lease and a positive Limit are required")
 	}
 	now := s.clock()
-	tenants, ws := weights(s.order.Tenants)
-	sql, args := newClaimPlan(r, s.order.Tenants.HasBudgets()).statement(r,
+	tenants, ws := weights(s.order.tenants())
+	sql, args := newClaimPlan(r, s.order.tenants().HasBudgets()).statement(r,
 		claimValues{now: now, urgentBefore: now.Add(s.order.DeadlineLead), tenants: tenants, weights: ws})
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {

@@ -207,6 +207,11 @@ type Config struct {
 	// per-tenant metrics names them, and TenantOther the rest. nil: every
 	// tenant is TenantOther.
 	Tenants llmq.Tenants
+	// LiveTenants, when set, is read at every use instead of Tenants:
+	// the tenants kept as data, changed at run time (the app's
+	// tenancy watcher; docs/design/tenants.md#tenants-as-data). Call
+	// Worker.TenantsChanged when they change.
+	LiveTenants func() llmq.Tenants
 	// Estimator counts prompt tokens. nil = a new shaping.Estimator.
 	Estimator *shaping.Estimator
 

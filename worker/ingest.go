@@ -194,7 +194,7 @@ func (w *Worker) waitForWindow(ctx context.Context) error {
 		w.readWindow(ctx)
 		w.readTenants(ctx)
 		n := w.window.value()
-		if n < int64(w.cfg.IngestWindow) || w.tenants.overShare(w.cfg.IngestWindow, ingesters*w.cfg.IngestBatch, w.cfg.Tenants) {
+		if n < int64(w.cfg.IngestWindow) || w.tenants.overShare(w.cfg.IngestWindow, ingesters*w.cfg.IngestBatch, w.tenantsNow()) {
 			if paused {
 				w.log.Info("ingestion resumed", slog.Int64("queued", n))
 			}
@@ -254,7 +254,7 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
 			continue
 		}
-		if refused := w.cfg.Tenants.CheckProject(j); len(refused) > 0 {
+		if refused := w.tenantsNow().CheckProject(j); len(refused) > 0 {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonUnknownProject, LastError: notAllowed(refused)})
 			continue
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/internal/retention"
+	"github.com/llmq/llmq/internal/tenancy"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
@@ -67,6 +68,8 @@ type App struct {
 	apiLn    net.Listener
 	metLn    net.Listener
 	strategy shaping.Strategy
+	// tenancy serves the tenants and tenant keys kept as data (tenancy.go).
+	tenancy *tenancy.Watcher
 
 	parts    parts
 	failed   chan error
@@ -153,7 +156,13 @@ func (a *App) openResources(ctx context.Context) error {
 		}
 		a.est = est
 	}
-	st, err := store.Open(ctx, s.DatabaseURL, store.WithOrder(storeOrder(s)))
+	order := storeOrder(s)
+	live := a.cfg.Worker != nil || a.cfg.API != nil || a.cfg.Producer
+	if live {
+		a.tenancy = a.newTenancy()
+		order.Live = a.tenancy.Tenants
+	}
+	st, err := store.Open(ctx, s.DatabaseURL, store.WithOrder(order))
 	if err != nil {
 		return err
 	}
@@ -162,6 +171,11 @@ func (a *App) openResources(ctx context.Context) error {
 	if a.cfg.Migrate {
 		if a.migrated, err = st.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
+		}
+	}
+	if live {
+		if err := a.startTenancy(ctx); err != nil {
+			return err
 		}
 	}
 	if err := a.openBroker(ctx); err != nil {
@@ -261,6 +275,7 @@ func (a *App) buildWorker() error {
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
 	wcfg.Budgets = a.store
+	wcfg.LiveTenants = a.tenancy.Tenants
 	wcfg.Estimator = a.est
 	if a.alerter != nil {
 		wcfg.BudgetAlerts = a.alerter
@@ -411,6 +426,7 @@ func (a *App) buildProducer() error {
 	pc.Predict = a.store.PredictJob
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
+	pc.LiveTenants = a.tenancy.Tenants
 	// The worker exports its own llmq_queue_depth: a process with both
 	// exports the worker's (the two gauges share a name, not a help text).
 	if a.worker == nil {
@@ -445,9 +461,9 @@ func (a *App) buildAPI() error {
 	// Batch API, with the worker's address and key.
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, Keys: s.APIKeys, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
+		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
 		DeadLetterService: svc, Batches: a.store,
-		Usage: a.store, Tenants: s.Tenants,
+		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},

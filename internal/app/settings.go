@@ -151,7 +151,7 @@ func rateLimitConfig(s *config.Config) api.RateLimitConfig {
 func retentionConfig(s *config.Config) retention.Config {
 	r := s.Retention
 	return retention.Config{Succeeded: r.Succeeded, Unsuccessful: r.Unsuccessful, DeadLetters: r.DeadLetters,
-		Batches: r.Batches, Tombstones: r.Tombstones, Interval: r.Interval}
+		Batches: r.Batches, Tombstones: r.Tombstones, Audit: r.Audit, Interval: r.Interval}
 }
 
 // alertConfig is the dead-letter alerter's share of the settings; ok is

@@ -329,6 +329,9 @@ type Retention struct {
 	// Tombstones: the key a pruned job leaves, which keeps a late
 	// duplicate of its message from being run again.
 	Tombstones time.Duration `yaml:"tombstones"`
+	// Audit: the tenancy's audit log (who changed which tenant, project
+	// or key), after the change.
+	Audit time.Duration `yaml:"audit"`
 	// Interval is the time between prunes.
 	Interval time.Duration `yaml:"interval"`
 }

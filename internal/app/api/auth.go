@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/tenancy"
 )
 
 // caller is who a key belongs to: a tenant, or an operator (bound to no
@@ -16,6 +17,9 @@ import (
 type caller struct {
 	tenant   string
 	operator bool
+	// name is an operator key's name, for the audit log: "operator "
+	// and the first 8 hex digits of its SHA-256 (operatorName).
+	name string
 }
 
 // scope is what an authenticated request may see and act on.
@@ -24,6 +28,7 @@ type scope struct {
 	// parameter, "" meaning every tenant.
 	tenant   string
 	operator bool
+	name     string
 }
 
 type scopeKey struct{}
@@ -88,6 +93,13 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 		if ok {
 			hash = sha256.Sum256([]byte(key))
 			c, known = a.keys[hash]
+			if !known && a.cfg.Tenancy != nil {
+				var k tenancy.Key
+				if k, known = a.cfg.Tenancy.Snapshot().Key(hash, now); known {
+					c = caller{tenant: k.Tenant}
+					a.noteKeyUse(r.Context(), k.Name, now)
+				}
+			}
 		}
 		if !known {
 			if failures := a.authFailures.get(addr, true); failures != nil {
@@ -176,3 +188,12 @@ func (a *API) me(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// operatorName names an operator key in the audit log without showing
+// it: the first 8 hex digits of its SHA-256.
+func operatorName(hash [sha256.Size]byte) string {
+	return fmt.Sprintf("operator %x", hash[:4])
+}
+
+// OperatorName is the name the audit log gives the operator key key.
+func OperatorName(key string) string { return operatorName(sha256.Sum256([]byte(key))) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/tenancy"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 )
@@ -72,6 +73,14 @@ type Config struct {
 	// Tenants are the configured tenants and projects: their weights and
 	// limits, shown by GET /v1/usage.
 	Tenants llmq.Tenants
+	// Tenancy, when set, serves the tenants and tenant keys kept as data
+	// (docs/design/tenants.md#tenants-as-data) in place of Tenants and
+	// Keys, changed at run time, and the admin API under /v1/admin
+	// (operator keys only) changes them through TenancyStore.
+	Tenancy *tenancy.Watcher
+	// TenancyStore is what the admin API changes (a *store.Tenancy);
+	// required with Tenancy.
+	TenancyStore TenancyStore
 	// MaxBodyBytes limits a request body (413 above). 0 =
 	// MaxBodyBytesDefault.
 	MaxBodyBytes int64
@@ -260,6 +269,9 @@ func (c Config) validate() error {
 	}
 	if !c.Gateway.Priority.Valid() {
 		errs = append(errs, fmt.Errorf("api: Config.Gateway.Priority: %q is not high, normal or low", c.Gateway.Priority))
+	}
+	if (c.Tenancy == nil) != (c.TenancyStore == nil) {
+		errs = append(errs, errors.New("api: Config.Tenancy and Config.TenancyStore go together"))
 	}
 	for k, tenant := range c.Keys {
 		if k == "" || !llmq.ValidID(tenant) {

@@ -171,7 +171,7 @@ func setLimitHeaders(h http.Header, now time.Time, lims ...*rate.Limiter) {
 // -reset-tokens (the time the workers' bucket takes to refill those
 // tokens, at most a minute). No quota, no Usage or a failed read: none.
 func (a *API) setTokenHeaders(ctx context.Context, h http.Header, tenant string) {
-	tpm := a.cfg.Tenants[tenant].TPM
+	tpm := a.tenants()[tenant].TPM
 	if tpm <= 0 || a.cfg.Usage == nil {
 		return
 	}

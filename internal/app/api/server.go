@@ -45,6 +45,8 @@ type API struct {
 	// (gateway_stream.go).
 	chunkWaiters waiters
 	listener     background.Runner
+	// used records the last use of the tenancy's keys (admin.go).
+	used keyUses
 }
 
 // New returns the API handler.
@@ -86,7 +88,8 @@ func New(cfg Config) (*API, error) {
 		a.keys[sha256.Sum256([]byte(k))] = caller{tenant: tenant}
 	}
 	for _, k := range cfg.OperatorKeys {
-		a.keys[sha256.Sum256([]byte(k))] = caller{operator: true}
+		h := sha256.Sum256([]byte(k))
+		a.keys[h] = caller{operator: true, name: operatorName(h)}
 	}
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
 	collectors := []prometheus.Collector{a.requests, a.duration, a.limited}
@@ -140,6 +143,7 @@ func (a *API) routes() {
 		a.mux.Handle("POST /v1/dead-letters/replay", a.authed(a.replayDeadLetters))
 		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
 	}
+	a.adminRoutes()
 }
 
 // ServeHTTP routes the request. Unknown paths answer 404 and known paths

@@ -118,6 +118,11 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.openResources(ctx); err != nil {
 		return err
 	}
+	if a.tenancy != nil {
+		if err := a.startTenancy(ctx); err != nil {
+			return err
+		}
+	}
 	if a.cfg.Worker != nil {
 		if err := a.checkUpstreams(ctx); err != nil {
 			return err
@@ -173,11 +178,7 @@ func (a *App) openResources(ctx context.Context) error {
 			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
 		}
 	}
-	if live {
-		if err := a.startTenancy(ctx); err != nil {
-			return err
-		}
-	}
+
 	if err := a.openBroker(ctx); err != nil {
 		return err
 	}

@@ -239,7 +239,7 @@ func (a *API) readScope(w http.ResponseWriter, r *http.Request) (scopeBody, bool
 		e := Error{Code: llmq.CodeInvalidJSON, Message: "the body is not a scope: " + err.Error()}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			e = Error{Code: llmq.CodeInvalidType, Field: te.Field, Message: fmt.Sprintf("must be a %s", te.Type)}
+			e = Error{Code: llmq.CodeInvalidType, Field: strings.TrimPrefix(te.Field, "Scope."), Message: fmt.Sprintf("must be of type %s", te.Type)}
 		} else if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			e = Error{Code: llmq.CodeInvalidValue, Field: strings.Trim(f, `"`), Message: "no such setting"}
 		}

@@ -67,7 +67,7 @@ func New(cfg Config) (*API, error) {
 		authFailures: newLimiterSet(cfg.RateLimits.AuthFailuresPerMinute, cfg.RateLimits.MaxClients),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_rate_limited_total",
-			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting.",
+			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting, paused.",
 		}, []string{"limit"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_requests_total",

@@ -216,7 +216,6 @@ func newTenantsCmd() *cobra.Command {
 	return cmd
 }
 
-
 func newKeysCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "keys",

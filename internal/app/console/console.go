@@ -183,6 +183,8 @@ func (c *Console) routes() http.Handler {
 	page("GET "+Prefix+"/batches", c.batches)
 	page("GET "+Prefix+"/batches/{id}", c.batch)
 	page("POST "+Prefix+"/batches/{id}/cancel", c.cancelBatch)
+	page("GET "+Prefix+"/tenants", c.tenants)
+	page("POST "+Prefix+"/tenants/{tenant}/{action}", c.pauseTenant)
 	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.renderStatus(w, r, http.StatusNotFound, "login", pageData{Title: "Not found",
 			Error: "There is no such page in the console. Go to " + Prefix + "/ for the overview."})

@@ -52,7 +52,10 @@ type bundle struct {
 	api     http.Handler
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { t.Helper(); return setupWith(t, nil) }
+
+// setupWith is setup with the API's configuration changed by mutate.
+func setupWith(t *testing.T, mutate func(*api.Config)) *bundle {
 	t.Helper()
 	st := store.New(storetest.NewPool(t))
 	b := memory.New()
@@ -68,10 +71,14 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
+	acfg := api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
 		OperatorKeys: []string{keyOps}, DeadLetterService: svc,
 		Batches: st, Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})), Tenants: consoleTenants,
-		Logger: quiet})
+		Logger: quiet}
+	if mutate != nil {
+		mutate(&acfg)
+	}
+	a, err := api.New(acfg)
 	require.NoError(t, err)
 	clk := clockwork.NewFakeClockAt(time.Now())
 	ui, err := console.New(console.Config{API: a, Logger: quiet, Clock: clk})

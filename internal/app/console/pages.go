@@ -33,6 +33,10 @@ func notice(q url.Values) string {
 		return "Purged " + plural(n, "dead letter", "dead letters") + "."
 	case "cancelled":
 		return "The job is cancelled."
+	case "paused":
+		return "The tenant is paused: its queued jobs wait (reason paused) and its gateway calls are refused, on every replica within 2 s."
+	case "resumed":
+		return "The tenant is resumed: its jobs are claimed again."
 	case "batch-cancelled":
 		return "The provider was asked to cancel the batch: finished results are brought home, the other jobs go back to the live lane."
 	}
@@ -704,4 +708,45 @@ func (c *Console) cancelBatch(w http.ResponseWriter, r *http.Request, s session)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/batches/"+url.PathEscape(id)+"?done=batch-cancelled", http.StatusSeeOther)
+}
+
+// ---- tenants ----
+
+type tenantsPage struct {
+	Tenants []api.AdminTenant
+	Audit   []api.AdminAuditEntry
+}
+
+// tenants lists the tenants kept as data, with pause and resume, and the
+// audit log (GET /v1/admin/tenants and /v1/admin/audit: operators only).
+func (c *Console) tenants(w http.ResponseWriter, r *http.Request, s session) {
+	var p tenantsPage
+	var ts struct{ Data []api.AdminTenant }
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/tenants", nil, nil, &ts); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	var audit struct{ Data []api.AdminAuditEntry }
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/audit", url.Values{"limit": {"50"}}, nil, &audit); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	p.Tenants, p.Audit = ts.Data, audit.Data
+	c.render(w, r, "tenants", c.data(r, s, "Tenants", "tenants", pageData{Page: p}))
+}
+
+// pauseTenant pauses or resumes a tenant (POST, with the session's CSRF
+// token, as every form).
+func (c *Console) pauseTenant(w http.ResponseWriter, r *http.Request, s session) {
+	action := r.PathValue("action")
+	if action != "pause" && action != "resume" {
+		c.renderStatus(w, r, http.StatusNotFound, "error", c.data(r, s, "Not found", "", pageData{Error: "No such action: " + action}))
+		return
+	}
+	path := "/v1/admin/tenants/" + url.PathEscape(r.PathValue("tenant")) + "/" + action
+	if err := c.call(r.Context(), s.Key, http.MethodPost, path, nil, nil, nil); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done="+action+"d", http.StatusSeeOther)
 }

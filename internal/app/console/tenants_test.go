@@ -1,0 +1,78 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/tenancy"
+	"github.com/llmq/llmq/store"
+)
+
+// TestTenantsPage: an operator's console lists the tenants kept as data,
+// pauses and resumes one with a form that carries the session's CSRF
+// token (a forged token changes nothing), and shows the audit log; a
+// tenant's session has no such page.
+func TestTenantsPage(t *testing.T) {
+	t.Parallel()
+	var w *tenancy.Watcher
+	b := setupWith(t, func(c *api.Config) {
+		st := c.Store.(*store.Store)
+		w = tenancy.New(st.Tenancy(), tenancy.Config{Logger: quiet})
+		c.Tenancy, c.TenancyStore = w, st.Tenancy()
+	})
+	ctx := context.Background()
+	_, err := b.store.Tenancy().Import(ctx, llmq.Tenants{"acme": {Scope: llmq.Scope{TPM: 60000}}, "globex": {}}, nil)
+	require.NoError(t, err)
+	require.NoError(t, w.Load(ctx))
+
+	ops := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, ops.signIn(keyOps).status)
+	p := ops.get("/ui/tenants")
+	require.Equal(t, http.StatusOK, p.status, p.body)
+	row := p.body[strings.Index(p.body, `data-tenant="acme"`):]
+	row = row[:strings.Index(row, "</tr>")]
+	require.Contains(t, row, `<span class="badge b-succeeded">running</span>`)
+	require.Contains(t, row, `60,000`)
+	require.Contains(t, row, `action="/ui/tenants/acme/pause"`)
+
+	forged := ops.post("/ui/tenants/acme/pause", url.Values{"csrf": {"forged"}})
+	require.Equal(t, http.StatusForbidden, forged.status)
+	r, err := b.store.Tenancy().Tenant(ctx, "acme")
+	require.NoError(t, err)
+	require.False(t, r.Scope.Paused, "a forged form changes nothing")
+
+	p = ops.post("/ui/tenants/acme/pause", url.Values{"csrf": {csrf(t, p)}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, "/ui/tenants?done=paused", p.header.Get("Location"))
+	p = ops.get("/ui/tenants?done=paused")
+	require.Contains(t, p.body, "The tenant is paused")
+	row = p.body[strings.Index(p.body, `data-tenant="acme"`):]
+	row = row[:strings.Index(row, "</tr>")]
+	require.Contains(t, row, `<span class="badge b-failed">paused</span>`)
+	require.Contains(t, row, `action="/ui/tenants/acme/resume"`)
+	audit := p.body[strings.Index(p.body, "data-audit"):]
+	require.Contains(t, audit, api.OperatorName(keyOps))
+	require.Contains(t, audit, "update")
+	require.Regexp(t, `tenant <span class="mono">acme</span>`, audit)
+	require.Contains(t, audit, "&#34;paused&#34;:true")
+
+	p = ops.post("/ui/tenants/acme/resume", url.Values{"csrf": {csrf(t, p)}})
+	require.Equal(t, "/ui/tenants?done=resumed", p.header.Get("Location"))
+	r, err = b.store.Tenancy().Tenant(ctx, "acme")
+	require.NoError(t, err)
+	require.False(t, r.Scope.Paused)
+	require.Less(t, time.Since(r.UpdatedAt), time.Minute)
+
+	tenant := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, tenant.signIn(keyAcme).status)
+	require.NotContains(t, tenant.get("/ui/").body, `href="/ui/tenants"`)
+	require.Equal(t, http.StatusForbidden, tenant.get("/ui/tenants").status)
+}

@@ -264,3 +264,43 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 	}
 	require.Positive(t, posted.Load(), "the changes were made under load")
 }
+
+// TestPausedTenantWaits: a worker whose live tenants pause tenant a and
+// project b/bulk claims none of their jobs, which read waiting_reason
+// paused, while b's other jobs run; resumed, the held jobs run.
+func TestPausedTenantWaits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a worker on Postgres, RabbitMQ and the simulator")
+	}
+	var live atomic.Pointer[llmq.Tenants]
+	set := func(ts llmq.Tenants) { live.Store(&ts) }
+	set(llmq.Tenants{"a": {Scope: llmq.Scope{Paused: true}}, "b": {Projects: map[string]llmq.Scope{"bulk": {Paused: true}}}})
+	tb := setup(t, upstreamsim.Config{Seed: 5})
+	now := func() llmq.Tenants { return *live.Load() }
+	st, err := store.Open(context.Background(), tb.dbURL, store.WithOrder(store.Order{Live: now}))
+	require.NoError(t, err)
+	t.Cleanup(st.Close)
+	tb.store, tb.letters.store = st, st
+	w := tb.start(t, func(c *worker.Config) { c.LiveTenants = now })
+	job := func(tenant, project string, i int) []byte {
+		return []byte(fmt.Sprintf(`{"id":"%s%s-%d","tenant":%q,"project":%q,"body":{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`,
+			tenant, project, i, tenant, project))
+	}
+	for i := range 5 {
+		tb.publish(t, job("a", "", i), job("b", "bulk", i), job("b", "", i))
+	}
+	require.Eventually(t, func() bool { return tb.count(t, `tenant = 'b' AND project = '' AND status = 'succeeded'`) == 5 },
+		30*time.Second, 10*time.Millisecond, "b's other jobs run")
+	require.Eventually(t, func() bool { return tb.count(t, `status = 'queued'`) == 10 }, 10*time.Second, 10*time.Millisecond,
+		"a's jobs and b/bulk's are recorded, and wait")
+	require.Zero(t, tb.count(t, `status <> 'queued' AND (tenant = 'a' OR project = 'bulk')`))
+	for _, k := range []store.Key{{Tenant: "a", ID: "a-0"}, {Tenant: "b", ID: "bbulk-0"}} {
+		rec, err := st.Get(context.Background(), k.Tenant, k.ID)
+		require.NoError(t, err)
+		require.Equal(t, store.WaitingReasonPaused, rec.WaitingReason, k.String())
+	}
+	set(llmq.Tenants{})
+	w.TenantsChanged()
+	require.Eventually(t, func() bool { return tb.count(t, `status = 'succeeded'`) == 15 }, 30*time.Second, 10*time.Millisecond,
+		"resumed, they run")
+}

@@ -94,7 +94,8 @@ func newApplyCmd() *cobra.Command {
 		Long: `apply reads the tenants: section of a YAML file (the configuration's format), prints what
 differs from the tenants and projects in Postgres (+ created, ~ changed, - deleted), and then makes
 Postgres match it in one transaction, each change in the audit log. Every worker and API replica
-applies it within 2 s. API keys are left as they are (llmq keys). With --dry-run it changes nothing.`,
+applies it within 2 s. API keys are left as they are (llmq keys), except that a tenant the file
+does not list is deleted with its projects and keys. With --dry-run it changes nothing.`,
 		Args: cobra.NoArgs,
 	}
 	flags := config.BindFlags(cmd, config.FlagDatabase)

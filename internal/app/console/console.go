@@ -184,7 +184,10 @@ func (c *Console) routes() http.Handler {
 	page("GET "+Prefix+"/batches/{id}", c.batch)
 	page("POST "+Prefix+"/batches/{id}/cancel", c.cancelBatch)
 	page("GET "+Prefix+"/tenants", c.tenants)
+	page("POST "+Prefix+"/tenants", c.createTenant)
 	page("POST "+Prefix+"/tenants/{tenant}/{action}", c.pauseTenant)
+	page("POST "+Prefix+"/keys", c.createKey)
+	page("POST "+Prefix+"/keys/{key}/revoke", c.revokeKey)
 	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.renderStatus(w, r, http.StatusNotFound, "login", pageData{Title: "Not found",
 			Error: "There is no such page in the console. Go to " + Prefix + "/ for the overview."})

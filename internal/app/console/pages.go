@@ -37,6 +37,10 @@ func notice(q url.Values) string {
 		return "The tenant is paused: its queued jobs wait (reason paused) and its gateway calls are refused, on every replica within 2 s."
 	case "resumed":
 		return "The tenant is resumed: its jobs are claimed again."
+	case "tenant-created":
+		return "The tenant is created: every replica serves it within 2 s."
+	case "key-revoked":
+		return "The key is revoked: every replica refuses it within 2 s."
 	case "batch-cancelled":
 		return "The provider was asked to cancel the batch: finished results are brought home, the other jobs go back to the live lane."
 	}
@@ -714,15 +718,30 @@ func (c *Console) cancelBatch(w http.ResponseWriter, r *http.Request, s session)
 
 type tenantsPage struct {
 	Tenants []api.AdminTenant
+	Keys    []api.AdminKey
 	Audit   []api.AdminAuditEntry
+	// NewKey is the key just created: shown on this page only.
+	NewKey *api.AdminKey
 }
 
-// tenants lists the tenants kept as data, with pause and resume, and the
-// audit log (GET /v1/admin/tenants and /v1/admin/audit: operators only).
+// tenants lists the tenants and keys kept as data, with pause, resume,
+// revocation and creation, and the audit log (the admin API: operators
+// only).
 func (c *Console) tenants(w http.ResponseWriter, r *http.Request, s session) {
-	var p tenantsPage
+	c.renderTenants(w, r, s, http.StatusOK, nil, "")
+}
+
+// renderTenants renders the tenants page with a key just created, or the
+// error of a form.
+func (c *Console) renderTenants(w http.ResponseWriter, r *http.Request, s session, status int, newKey *api.AdminKey, formError string) {
+	p := tenantsPage{NewKey: newKey}
 	var ts struct{ Data []api.AdminTenant }
 	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/tenants", nil, nil, &ts); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	var keys struct{ Data []api.AdminKey }
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/keys", nil, nil, &keys); err != nil {
 		c.failed(w, r, s, err)
 		return
 	}
@@ -731,8 +750,74 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request, s session) {
 		c.failed(w, r, s, err)
 		return
 	}
-	p.Tenants, p.Audit = ts.Data, audit.Data
-	c.render(w, r, "tenants", c.data(r, s, "Tenants", "tenants", pageData{Page: p}))
+	p.Tenants, p.Keys, p.Audit = ts.Data, keys.Data, audit.Data
+	c.renderStatus(w, r, status, "tenants", c.data(r, s, "Tenants", "tenants", pageData{Page: p, Error: formError}))
+}
+
+// formFailed re-renders the tenants page with a refused form's error (the
+// API's, naming the field), or fails the page.
+func (c *Console) formFailed(w http.ResponseWriter, r *http.Request, s session, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status < 500 && ae.status != http.StatusForbidden {
+		msg := ae.body.Message
+		if ae.body.Field != "" {
+			msg = ae.body.Field + ": " + msg
+		}
+		c.renderTenants(w, r, s, ae.status, nil, msg)
+		return
+	}
+	c.failed(w, r, s, err)
+}
+
+// createTenant creates a tenant from the page's form (POST /v1/admin/tenants).
+func (c *Console) createTenant(w http.ResponseWriter, r *http.Request, s session) {
+	body := map[string]any{"name": r.PostFormValue("name")}
+	for _, f := range []string{"weight", "rpm", "tpm", "concurrency"} {
+		v := strings.TrimSpace(r.PostFormValue(f))
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			c.renderTenants(w, r, s, http.StatusBadRequest, nil, f+": "+strconv.Quote(v)+" is not a number")
+			return
+		}
+		body[f] = n
+	}
+	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/tenants", nil, body, nil); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done=tenant-created", http.StatusSeeOther)
+}
+
+// createKey creates a key from the page's form and shows it, this once.
+func (c *Console) createKey(w http.ResponseWriter, r *http.Request, s session) {
+	body := map[string]any{"name": r.PostFormValue("name"), "tenant": r.PostFormValue("tenant")}
+	if v := strings.TrimSpace(r.PostFormValue("expires_days")); v != "" {
+		days, err := strconv.Atoi(v)
+		if err != nil {
+			c.renderTenants(w, r, s, http.StatusBadRequest, nil, "expires_days: "+strconv.Quote(v)+" is not a number of days")
+			return
+		}
+		body["expires_at"] = c.cfg.Clock.Now().Add(time.Duration(days) * 24 * time.Hour)
+	}
+	var k api.AdminKey
+	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/keys", nil, body, &k); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	c.renderTenants(w, r, s, http.StatusCreated, &k, "")
+}
+
+// revokeKey revokes a key (POST /v1/admin/keys/{key}/revoke).
+func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, s session) {
+	path := "/v1/admin/keys/" + url.PathEscape(r.PathValue("key")) + "/revoke"
+	if err := c.call(r.Context(), s.Key, http.MethodPost, path, nil, nil, nil); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done=key-revoked", http.StatusSeeOther)
 }
 
 // pauseTenant pauses or resumes a tenant (POST, with the session's CSRF

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -71,8 +72,43 @@ func TestTenantsPage(t *testing.T) {
 	require.False(t, r.Scope.Paused)
 	require.Less(t, time.Since(r.UpdatedAt), time.Minute)
 
+	// A tenant and a key from the page's forms; a refused form names its field.
+	token := csrf(t, ops.get("/ui/tenants"))
+	p = ops.post("/ui/tenants", url.Values{"csrf": {token}, "name": {"initech"}, "tpm": {"-5"}})
+	require.Equal(t, http.StatusBadRequest, p.status)
+	require.Contains(t, p.body, "tpm: must be a finite number, not negative")
+	p = ops.post("/ui/tenants", url.Values{"csrf": {token}, "name": {"initech"}, "tpm": {"5000"}})
+	require.Equal(t, "/ui/tenants?done=tenant-created", p.header.Get("Location"))
+	p = ops.post("/ui/keys", url.Values{"csrf": {token}, "name": {"ci"}, "tenant": {"initech"}, "expires_days": {"30"}})
+	require.Equal(t, http.StatusCreated, p.status, p.body)
+	m := regexp.MustCompile(`<code class="mono">(llmq_[^<]+)</code>`).FindStringSubmatch(p.body)
+	require.NotNil(t, m, p.body)
+	require.Eventually(t, func() bool { _ = w.Load(ctx); return b.apiStatus(t, m[1]) == http.StatusOK }, 5*time.Second, 10*time.Millisecond)
+	p = ops.get("/ui/tenants")
+	require.NotContains(t, p.body, m[1], "shown once")
+	require.Contains(t, p.body, `data-key="ci"`)
+	p = ops.post("/ui/keys", url.Values{"csrf": {token}, "name": {"ci"}, "tenant": {"initech"}})
+	require.Equal(t, http.StatusConflict, p.status)
+	require.Contains(t, p.body, "name: the name is taken")
+	p = ops.post("/ui/keys/ci/revoke", url.Values{"csrf": {token}})
+	require.Equal(t, "/ui/tenants?done=key-revoked", p.header.Get("Location"))
+	require.NoError(t, w.Load(ctx))
+	require.Equal(t, http.StatusUnauthorized, b.apiStatus(t, m[1]))
+
 	tenant := b.browser(t)
 	require.Equal(t, http.StatusSeeOther, tenant.signIn(keyAcme).status)
 	require.NotContains(t, tenant.get("/ui/").body, `href="/ui/tenants"`)
 	require.Equal(t, http.StatusForbidden, tenant.get("/ui/tenants").status)
+}
+
+// apiStatus is the status of GET /v1/me with key.
+func (b *bundle) apiStatus(t *testing.T, key string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.srv.URL+"/v1/me", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }

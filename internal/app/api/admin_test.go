@@ -21,10 +21,13 @@ import (
 
 // adminBundle is a bundle whose API serves the tenancy kept as data, its
 // store (the jobs' waiting reasons) reading the same live tenants.
-func adminBundle(t *testing.T) (*testBundle, *tenancy.Watcher) {
+func adminBundle(t *testing.T, mutate ...func(*api.Config)) (*testBundle, *tenancy.Watcher) {
 	t.Helper()
 	var w *tenancy.Watcher
 	b := setup(t, options{api: func(c *api.Config) {
+		for _, m := range mutate {
+			m(c)
+		}
 		live := store.New(c.Store.(*store.Store).Pool(), store.WithClock(c.Clock),
 			store.WithOrder(store.Order{Live: func() llmq.Tenants { return w.Tenants() }}))
 		w = tenancy.New(live.Tenancy(), tenancy.Config{Logger: quiet})
@@ -211,4 +214,31 @@ func TestAdminPause(t *testing.T) {
 	r = b.post(t, keyAcme, `{"id":"j2","project":"bulk","body":`+validBody+`}`)
 	require.Equal(t, http.StatusAccepted, r.status, string(r.body))
 	require.Equal(t, "paused", b.get(t, keyAcme, "/v1/jobs/j2").json(t)["waiting_reason"])
+}
+
+// TestAdminKeysKeepTheirRateLimits: the request limits of keys and
+// tenants kept as data hold whatever other keys are used between two
+// requests (their limiters are not forgotten).
+func TestAdminKeysKeepTheirRateLimits(t *testing.T) {
+	t.Parallel()
+	b, w := adminBundle(t, func(c *api.Config) { c.RateLimits.TenantRPM = 2 })
+	keys := make([]string, 3)
+	for i := range keys {
+		name := string(rune('a' + i))
+		require.Equal(t, http.StatusCreated, b.admin(t, http.MethodPost, "/v1/admin/tenants", keyOps, `{"name":"t`+name+`"}`).status)
+		r := b.admin(t, http.MethodPost, "/v1/admin/keys", keyOps, `{"name":"k`+name+`","tenant":"t`+name+`"}`)
+		require.Equal(t, http.StatusCreated, r.status, string(r.body))
+		var k api.AdminKey
+		require.NoError(t, json.Unmarshal(r.body, &k))
+		keys[i] = k.Key
+	}
+	require.Eventually(t, func() bool { _, ok := w.Snapshot().Key(hashOf(keys[2]), time.Now()); return ok }, 5*time.Second, time.Millisecond)
+	for range 2 {
+		for _, k := range keys {
+			require.Equal(t, http.StatusOK, b.get(t, k, "/v1/me").status)
+		}
+	}
+	for _, k := range keys {
+		require.Equal(t, http.StatusTooManyRequests, b.get(t, k, "/v1/me").status, "the third request of a minute")
+	}
 }

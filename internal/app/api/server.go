@@ -60,10 +60,8 @@ func New(cfg Config) (*API, error) {
 		log:  cfg.Logger,
 		mux:  http.NewServeMux(),
 		keys: make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
-		// Keys and tenants are the configured ones: their sets never
-		// forget one.
-		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, max(1, len(cfg.Keys)+len(cfg.OperatorKeys))),
-		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, max(1, len(cfg.Keys))),
+		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, knownCallers(cfg, len(cfg.Keys)+len(cfg.OperatorKeys))),
+		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, knownCallers(cfg, len(cfg.Keys))),
 		authFailures: newLimiterSet(cfg.RateLimits.AuthFailuresPerMinute, cfg.RateLimits.MaxClients),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_rate_limited_total",
@@ -263,4 +261,15 @@ func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	a.log.Error("api: request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("error", err.Error()))
 	writeError(w, http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"})
+}
+
+// knownCallers is the size of the limiter set of n configured keys or
+// tenants: all of them, so that the set never forgets one; with the
+// tenancy kept as data, whose keys and tenants change at run time,
+// RateLimits.MaxClients of them, the least recently seen forgotten first.
+func knownCallers(cfg Config, n int) int {
+	if cfg.Tenancy != nil {
+		return max(n, cfg.RateLimits.MaxClients)
+	}
+	return max(1, n)
 }

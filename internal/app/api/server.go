@@ -56,10 +56,10 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	a := &API{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		mux:  http.NewServeMux(),
-		keys: make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		mux:          http.NewServeMux(),
+		keys:         make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
 		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, knownCallers(cfg, len(cfg.Keys)+len(cfg.OperatorKeys))),
 		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, knownCallers(cfg, len(cfg.Keys))),
 		authFailures: newLimiterSet(cfg.RateLimits.AuthFailuresPerMinute, cfg.RateLimits.MaxClients),

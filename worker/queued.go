@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/llmq/llmq/internal/backoff"
 )
 
 // How long the queued listener waits before it reconnects: doubling from
@@ -62,7 +64,7 @@ func newQueuedListener(cfg queuedListenerConfig) (*queuedListener, error) {
 // once, and so is every model once it listens again. It reconnects when
 // the connection fails; meanwhile the claim tick still claims.
 func (q *queuedListener) Run(ctx context.Context) {
-	delay := queuedRetryMin
+	policy, fails := backoff.Policy{Base: queuedRetryMin, Max: queuedRetryMax}, 0
 	for {
 		heard := false
 		err := q.cfg.Listener.ListenJobsQueued(ctx, func() {
@@ -73,8 +75,9 @@ func (q *queuedListener) Run(ctx context.Context) {
 			return
 		}
 		if heard {
-			delay = queuedRetryMin
+			fails = 0
 		}
+		delay := policy.Exp(fails)
 		q.cfg.Log.Warn("worker: the queued jobs' listening connection failed; reconnecting",
 			slog.Any("error", err), slog.Duration("in", delay))
 		select {
@@ -82,7 +85,7 @@ func (q *queuedListener) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		delay = min(2*delay, queuedRetryMax)
+		fails++
 	}
 }
 

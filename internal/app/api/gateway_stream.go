@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/backoff"
 	"github.com/llmq/llmq/store"
 )
 
@@ -282,7 +283,7 @@ func (a *API) listenAll(ctx context.Context) {
 // the process, reconnected with backoff; a reconnection wakes every
 // streamed call, which reads what it missed.
 func (a *API) listenChunks(ctx context.Context) {
-	delay := listenRetryMin
+	policy, fails := backoff.Policy{Base: listenRetryMin, Max: listenRetryMax}, 0
 	for {
 		heard := false
 		err := a.cfg.Streams.ListenJobChunks(ctx, func() {
@@ -293,8 +294,9 @@ func (a *API) listenChunks(ctx context.Context) {
 			return
 		}
 		if heard {
-			delay = listenRetryMin
+			fails = 0
 		}
+		delay := policy.Exp(fails)
 		a.log.Warn("api: gateway: the chunks' listening connection failed; reconnecting",
 			slog.String("error", err.Error()), slog.Duration("in", delay))
 		select {
@@ -302,6 +304,6 @@ func (a *API) listenChunks(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		delay = min(2*delay, listenRetryMax)
+		fails++
 	}
 }

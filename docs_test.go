@@ -105,9 +105,12 @@ func TestDocsNameRealPaths(t *testing.T) {
 }
 
 // projectOnly finds what the code and docs must not name: tracker items
-// (an issue's number, "#N") and the outside notes the project began from.
-// The design note that holds the reasoning is named instead.
-var projectOnly = regexp.MustCompile(`(?i)\bissues? #?[0-9]+|\bseed 00[0-9]|\bseed documents?\b|(^|[\s(])#[0-9]+\b`)
+// (an issue's number, "#N", the tracker's item itself) and the notes the
+// project began from, kept apart from the repository (its seeds, design
+// card, platform notes and API reference). The design note that holds the
+// reasoning is named instead.
+var projectOnly = regexp.MustCompile(`(?i)\bissues? #?[0-9]+|\bthe issue\b|\bseed 00[0-9]|\bseed documents?\b|(^|[\s(])#[0-9]+\b|` +
+	`\bproject's (design document|platform notes|openai api reference)|\boutside the repository\b`)
 
 // TestDocsNameNoTrackerOrSeed holds README.md, docs/ and every Go file
 // (comments and text alike) to projectOnly.

@@ -284,3 +284,45 @@ func TestDocsMigrationsNamedExist(t *testing.T) {
 		return nil
 	}))
 }
+
+// docBarePath is a repository path written in prose, outside backticks:
+// folders, then a file with a known extension.
+var docBarePath = regexp.MustCompile(`(^|[\s(])((?:[\w-]+/)+[\w.-]+\.(?:go|md|sql|yaml|yml|json|png|txt|sh))\b`)
+
+// TestDocsBarePathsExist: a path written in the prose of README.md or
+// docs/ (outside code spans and fenced blocks, URLs skipped) whose first
+// folder is an entry of the repository root or of the doc's folder exists
+// from there.
+func TestDocsBarePathsExist(t *testing.T) {
+	t.Parallel()
+	docs, err := filepath.Glob("docs/*.md")
+	require.NoError(t, err)
+	more, err := filepath.Glob("docs/*/*.md")
+	require.NoError(t, err)
+	docs = append(append(docs, more...), "README.md")
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	for _, doc := range docs {
+		data, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		dir, fenced := path.Dir(doc), false
+		for n, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				fenced = !fenced
+			}
+			if fenced {
+				continue
+			}
+			prose := docSpan.ReplaceAllString(line, "")
+			for _, m := range docBarePath.FindAllStringSubmatch(prose, -1) {
+				p := m[2]
+				first, _, _ := strings.Cut(p, "/")
+				if !exists(first) && !exists(path.Join(dir, first)) {
+					continue // another repository's file, such as go-openai's
+				}
+				if !exists(p) && !exists(path.Join(dir, p)) {
+					t.Errorf("%s:%d: %s: no such path from the repository root or %s/", doc, n+1, p, dir)
+				}
+			}
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -107,4 +108,44 @@ func TestLongCodeFound(t *testing.T) {
 		"x/x.go:3: a comment of 11 lines",
 		"x/x.go:14: f of 81 lines",
 	}, longCode(t, root))
+}
+
+// codePath is a repository path in a comment: folders, then a file with a
+// known extension, or a docs/ note.
+var codePath = regexp.MustCompile(`(?:^|[\s(\x60"])((?:[\w-]+/)+[\w.-]+\.(?:go|md|sql|yaml|yml|json))\b`)
+
+// TestCodeNamesRealPaths: a path named in a comment of a non-test Go file,
+// whose first folder is an entry of the repository root or of the file's
+// folder, exists from there: comments follow the files they point to.
+func TestCodeNamesRealPaths(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	require.NoError(t, filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && (d.Name() == "testdata" || d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".") && p != "."):
+			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go"):
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(p)
+		for _, c := range f.Comments {
+			for _, m := range codePath.FindAllStringSubmatch(c.Text(), -1) {
+				first, _, _ := strings.Cut(m[1], "/")
+				if !exists(first) && !exists(filepath.Join(dir, first)) {
+					continue // another repository's file
+				}
+				if !exists(m[1]) && !exists(filepath.Join(dir, m[1])) {
+					t.Errorf("%s:%d: %s: no such path from the repository root or %s/", p, fset.Position(c.Pos()).Line, m[1], dir)
+				}
+			}
+		}
+		return nil
+	}))
 }

@@ -107,7 +107,8 @@ func BenchmarkPipeline(b *testing.B) {
 	}
 }
 
-// benchJob is a job of about 200 bytes of prompt, the issue's measure.
+// benchJob is a job of about 200 bytes of prompt, the size the
+// throughput figures are stated for.
 func benchJob(id string) []byte {
 	return []byte(fmt.Sprintf(`{"id":%q,"body":{"model":"gpt-4o-mini","max_tokens":32,"messages":[{"role":"user","content":"%s %s"}]}}`,
 		id, strings.Repeat("Summarise this sentence in five words. ", 5), id))

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/internal/backoff"
 	"github.com/llmq/llmq/store"
 )
@@ -116,27 +117,15 @@ func (a *API) Start(ctx context.Context) error {
 func (a *API) Stop(ctx context.Context) error { return a.listener.Stop(ctx) }
 
 func (a *API) listen(ctx context.Context) {
-	policy, fails := backoff.Policy{Base: listenRetryMin, Max: listenRetryMax}, 0
-	for {
-		heard := false
-		err := a.cfg.JobsDone.ListenJobsDone(ctx, func() {
-			heard = true
-			a.waiters.wakeAll()
-		}, a.waiters.notify)
-		if ctx.Err() != nil {
-			return
-		}
-		if heard {
-			fails = 0
-		}
-		delay := policy.Exp(fails)
-		a.log.Warn("api: gateway: the listening connection failed; reconnecting",
-			slog.String("error", err.Error()), slog.Duration("in", delay))
-		select {
-		case <-a.cfg.Clock.After(delay):
-		case <-ctx.Done():
-			return
-		}
-		fails++
-	}
+	background.Relisten(ctx, a.cfg.Clock, backoff.Policy{Base: listenRetryMin, Max: listenRetryMax},
+		func(ctx context.Context, listening func()) error {
+			return a.cfg.JobsDone.ListenJobsDone(ctx, func() {
+				listening()
+				a.waiters.wakeAll()
+			}, a.waiters.notify)
+		},
+		func(err error, wait time.Duration) {
+			a.log.Warn("api: gateway: the listening connection failed; reconnecting",
+				slog.String("error", err.Error()), slog.Duration("in", wait))
+		})
 }

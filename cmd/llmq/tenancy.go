@@ -134,7 +134,12 @@ func newTenantsCmd() *cobra.Command {
 		Short: "List, pause and resume the tenants and projects kept in Postgres, and read the audit log",
 	}
 	flags := persistentDBFlags(cmd)
-	ls := &cobra.Command{Use: "ls", Short: "List the tenants and their projects", Args: cobra.NoArgs,
+	cmd.AddCommand(newTenantsLsCmd(flags), newPauseCmd(flags, true), newPauseCmd(flags, false), newAuditCmd(flags))
+	return cmd
+}
+
+func newTenantsLsCmd(flags *config.Flags) *cobra.Command {
+	return &cobra.Command{Use: "ls", Short: "List the tenants and their projects", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withConfigStore(cmd, flags, func(_ *config.Config, st *store.Store) error {
 				rows, err := st.Tenancy().Load(cmd.Context())
@@ -158,28 +163,29 @@ func newTenantsCmd() *cobra.Command {
 				return tw.Flush()
 			})
 		}}
-	pause := func(paused bool) *cobra.Command {
-		verb := map[bool]string{true: "pause", false: "resume"}[paused]
-		var project string
-		c := &cobra.Command{Use: verb + " TENANT", Short: map[bool]string{
-			true:  "Pause a tenant (or --project): its jobs wait with reason paused, its gateway calls get 429",
-			false: "Resume a paused tenant (or --project)"}[paused],
-			Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				return withConfigStore(cmd, flags, func(_ *config.Config, st *store.Store) error {
-					tc := st.Tenancy()
-					if project != "" {
-						p, err := tc.Project(cmd.Context(), args[0], project)
-						if err != nil {
-							return fmt.Errorf("%s/%s: %w", args[0], project, err)
-						}
-						p.Scope.Paused = paused
-						if _, err := tc.PutProject(cmd.Context(), cliActor(), p, p.Version); err != nil {
-							return err
-						}
-						fmt.Fprintf(cmd.OutOrStdout(), "project %s/%s: %sd\n", args[0], project, verb)
-						return nil
+}
+
+// newPauseCmd is llmq tenants pause (paused) or resume.
+func newPauseCmd(flags *config.Flags, paused bool) *cobra.Command {
+	verb := map[bool]string{true: "pause", false: "resume"}[paused]
+	var project string
+	c := &cobra.Command{Use: verb + " TENANT", Short: map[bool]string{
+		true:  "Pause a tenant (or --project): its jobs wait with reason paused, its gateway calls get 429",
+		false: "Resume a paused tenant (or --project)"}[paused],
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withConfigStore(cmd, flags, func(_ *config.Config, st *store.Store) error {
+				tc, what := st.Tenancy(), "tenant "+args[0]
+				if project != "" {
+					p, err := tc.Project(cmd.Context(), args[0], project)
+					if err != nil {
+						return fmt.Errorf("%s/%s: %w", args[0], project, err)
 					}
+					p.Scope.Paused, what = paused, "project "+args[0]+"/"+project
+					if _, err := tc.PutProject(cmd.Context(), cliActor(), p, p.Version); err != nil {
+						return err
+					}
+				} else {
 					t, err := tc.Tenant(cmd.Context(), args[0])
 					if err != nil {
 						return fmt.Errorf("%s: %w", args[0], err)
@@ -188,13 +194,16 @@ func newTenantsCmd() *cobra.Command {
 					if _, err := tc.UpdateTenant(cmd.Context(), cliActor(), t, t.Version); err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "tenant %s: %sd\n", args[0], verb)
-					return nil
-				})
-			}}
-		c.Flags().StringVar(&project, "project", "", "a project of the tenant, not the whole tenant")
-		return c
-	}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %sd\n", what, verb)
+				return nil
+			})
+		}}
+	c.Flags().StringVar(&project, "project", "", "a project of the tenant, not the whole tenant")
+	return c
+}
+
+func newAuditCmd(flags *config.Flags) *cobra.Command {
 	var limit int
 	audit := &cobra.Command{Use: "audit", Short: "Print the newest changes of tenants, projects and keys", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -213,8 +222,7 @@ func newTenantsCmd() *cobra.Command {
 			})
 		}}
 	audit.Flags().IntVar(&limit, "limit", 50, "the most entries to print")
-	cmd.AddCommand(ls, pause(true), pause(false), audit)
-	return cmd
+	return audit
 }
 
 func newKeysCmd() *cobra.Command {

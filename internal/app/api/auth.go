@@ -5,11 +5,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"time"
 
 	"golang.org/x/time/rate"
 
 	"github.com/llmq/llmq"
-	"github.com/llmq/llmq/internal/tenancy"
 )
 
 // caller is who a key belongs to: a tenant, or an operator (bound to no
@@ -92,14 +92,7 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 		)
 		if ok {
 			hash = sha256.Sum256([]byte(key))
-			c, known = a.keys[hash]
-			if !known && a.cfg.Tenancy != nil {
-				var k tenancy.Key
-				if k, known = a.cfg.Tenancy.Snapshot().Key(hash, now); known {
-					c = caller{tenant: k.Tenant}
-					a.noteKeyUse(r.Context(), k.Name, now)
-				}
-			}
+			c, known = a.lookupKey(r.Context(), hash, now)
 		}
 		if !known {
 			if failures := a.authFailures.get(addr, true); failures != nil {
@@ -197,3 +190,17 @@ func operatorName(hash [sha256.Size]byte) string {
 
 // OperatorName is the name the audit log gives the operator key key.
 func OperatorName(key string) string { return operatorName(sha256.Sum256([]byte(key))) }
+
+// lookupKey is the caller of the key whose SHA-256 is hash: a configured
+// key's, else a live key's of the tenancy (whose use is recorded).
+func (a *API) lookupKey(ctx context.Context, hash [sha256.Size]byte, now time.Time) (caller, bool) {
+	if c, ok := a.keys[hash]; ok || a.cfg.Tenancy == nil {
+		return c, ok
+	}
+	k, ok := a.cfg.Tenancy.Snapshot().Key(hash, now)
+	if !ok {
+		return caller{}, false
+	}
+	a.noteKeyUse(ctx, k.Name, now)
+	return caller{tenant: k.Tenant}, true
+}

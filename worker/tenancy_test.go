@@ -109,8 +109,11 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 		p, err := producer.New(producer.Config{Publisher: tb.pub, Store: r.store, Destination: tb.queue, DepthProbe: tb.probe,
 			LiveTenants: r.watch.Tenants, Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
+		// The test polls revoked keys from one address: no limit on
+		// failed authentications.
 		a, err := api.New(api.Config{Producer: p, Store: r.store, OperatorKeys: []string{tenancyOperatorKey}, Usage: r.store,
-			Tenancy: r.watch, TenancyStore: r.store.Tenancy(), Logger: slog.New(slog.DiscardHandler)})
+			Tenancy: r.watch, TenancyStore: r.store.Tenancy(), Logger: slog.New(slog.DiscardHandler),
+			RateLimits: api.RateLimitConfig{AuthFailuresPerMinute: -1}})
 		require.NoError(t, err)
 		r.srv = httptest.NewServer(a)
 		t.Cleanup(r.srv.Close)

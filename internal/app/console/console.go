@@ -185,6 +185,7 @@ func (c *Console) routes() http.Handler {
 	page("POST "+Prefix+"/batches/{id}/cancel", c.cancelBatch)
 	page("GET "+Prefix+"/tenants", c.tenants)
 	page("POST "+Prefix+"/tenants", c.createTenant)
+	page("POST "+Prefix+"/tenants/{tenant}/limits", c.editTenant)
 	page("POST "+Prefix+"/tenants/{tenant}/{action}", c.pauseTenant)
 	page("POST "+Prefix+"/keys", c.createKey)
 	page("POST "+Prefix+"/keys/{key}/revoke", c.revokeKey)
@@ -278,6 +279,16 @@ func (e *apiError) Error() string {
 // decodes the answer into out. An error answer is an *apiError;
 // errUnauthorized when the key is refused.
 func (c *Console) call(ctx context.Context, key, method, path string, query url.Values, body any, out any) error {
+	return c.callWith(ctx, key, method, path, query, nil, body, out)
+}
+
+// callIfMatch is call of an update that names the version it read.
+func (c *Console) callIfMatch(ctx context.Context, key, method, path, ifMatch string, body any) error {
+	return c.callWith(ctx, key, method, path, nil, http.Header{"If-Match": {ifMatch}}, body, nil)
+}
+
+// callWith is call with header added to the request.
+func (c *Console) callWith(ctx context.Context, key, method, path string, query url.Values, header http.Header, body any, out any) error {
 	var rd io.Reader = http.NoBody
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -293,6 +304,9 @@ func (c *Console) call(ctx context.Context, key, method, path string, query url.
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return err
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	if body != nil {

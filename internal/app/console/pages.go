@@ -37,6 +37,8 @@ func notice(q url.Values) string {
 		return "The tenant is paused: its queued jobs wait (reason paused) and its gateway calls are refused, on every replica within 2 s."
 	case "resumed":
 		return "The tenant is resumed: its jobs are claimed again."
+	case "tenant-updated":
+		return "The tenant's limits are changed: every replica applies them within 2 s."
 	case "tenant-created":
 		return "The tenant is created: every replica serves it within 2 s."
 	case "key-revoked":
@@ -772,23 +774,61 @@ func (c *Console) formFailed(w http.ResponseWriter, r *http.Request, s session, 
 // createTenant creates a tenant from the page's form (POST /v1/admin/tenants).
 func (c *Console) createTenant(w http.ResponseWriter, r *http.Request, s session) {
 	body := map[string]any{"name": r.PostFormValue("name")}
-	for _, f := range []string{"weight", "rpm", "tpm", "concurrency"} {
-		v := strings.TrimSpace(r.PostFormValue(f))
-		if v == "" {
-			continue
-		}
-		n, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			c.renderTenants(w, r, s, http.StatusBadRequest, nil, f+": "+strconv.Quote(v)+" is not a number")
-			return
-		}
-		body[f] = n
+	if !c.formLimits(w, r, s, body) {
+		return
 	}
 	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/tenants", nil, body, nil); err != nil {
 		c.formFailed(w, r, s, err)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/tenants?done=tenant-created", http.StatusSeeOther)
+}
+
+// limitFields are the settings the page's forms set.
+var limitFields = []string{"weight", "rpm", "tpm", "concurrency"}
+
+// formLimits reads limitFields from the form into body ("" leaves a
+// field out); false when one is not a number (the page is rendered with
+// the error).
+func (c *Console) formLimits(w http.ResponseWriter, r *http.Request, s session, body map[string]any) bool {
+	for _, f := range limitFields {
+		v := strings.TrimSpace(r.PostFormValue(f))
+		if v == "" {
+			delete(body, f)
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			c.renderTenants(w, r, s, http.StatusBadRequest, nil, f+": "+strconv.Quote(v)+" is not a number")
+			return false
+		}
+		body[f] = n
+	}
+	return true
+}
+
+// editTenant sets a tenant's weight and limits from the page's form, its
+// other settings kept, if it is still the version the page showed
+// (If-Match: a change made since is refused, not overwritten).
+func (c *Console) editTenant(w http.ResponseWriter, r *http.Request, s session) {
+	path := "/v1/admin/tenants/" + url.PathEscape(r.PathValue("tenant"))
+	var body map[string]any
+	if err := c.call(r.Context(), s.Key, http.MethodGet, path, nil, nil, &body); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	for _, f := range []string{"name", "projects", "version", "updated_at"} {
+		delete(body, f)
+	}
+	if !c.formLimits(w, r, s, body) {
+		return
+	}
+	ifMatch := `"` + r.PostFormValue("version") + `"`
+	if err := c.callIfMatch(r.Context(), s.Key, http.MethodPut, path, ifMatch, body); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done=tenant-updated", http.StatusSeeOther)
 }
 
 // createKey creates a key from the page's form and shows it, this once.

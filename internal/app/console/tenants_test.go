@@ -72,6 +72,30 @@ func TestTenantsPage(t *testing.T) {
 	require.False(t, r.Scope.Paused)
 	require.Less(t, time.Since(r.UpdatedAt), time.Minute)
 
+	// New limits from the row's form, the other settings kept; a form of
+	// a version changed since is refused, not applied.
+	page := ops.get("/ui/tenants")
+	version := regexp.MustCompile(`action="/ui/tenants/acme/limits"[\s\S]*?name="version" value="(\d+)"`).FindStringSubmatch(page.body)
+	require.NotNil(t, version, page.body)
+	form := url.Values{"csrf": {csrf(t, page)}, "version": {version[1]}, "tpm": {"90000"}, "weight": {"2"}}
+	p = ops.post("/ui/tenants/acme/limits", form)
+	require.Equal(t, "/ui/tenants?done=tenant-updated", p.header.Get("Location"), p.body)
+	r, err = b.store.Tenancy().Tenant(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, llmq.Scope{TPM: 90000, Weight: 2}, r.Scope)
+	p = ops.post("/ui/tenants/acme/limits", form)
+	require.Equal(t, http.StatusPreconditionFailed, p.status, "the same form again: the tenant changed since")
+	require.Contains(t, p.body, "If-Match: the tenant changed since the version you read")
+	_, err = b.store.Tenancy().UpdateTenant(ctx, "ops", store.TenantRow{Name: "acme", Scope: llmq.Scope{TPM: 90000, Weight: 2, DailyCost: 5}}, 0)
+	require.NoError(t, err)
+	page = ops.get("/ui/tenants")
+	version = regexp.MustCompile(`action="/ui/tenants/acme/limits"[\s\S]*?name="version" value="(\d+)"`).FindStringSubmatch(page.body)
+	p = ops.post("/ui/tenants/acme/limits", url.Values{"csrf": {csrf(t, page)}, "version": {version[1]}, "tpm": {"1000"}, "weight": {"2"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	r, err = b.store.Tenancy().Tenant(ctx, "acme")
+	require.NoError(t, err)
+	require.Equal(t, llmq.Scope{TPM: 1000, Weight: 2, DailyCost: 5}, r.Scope, "the budget kept")
+
 	// A tenant and a key from the page's forms; a refused form names its field.
 	token := csrf(t, ops.get("/ui/tenants"))
 	p = ops.post("/ui/tenants", url.Values{"csrf": {token}, "name": {"initech"}, "tpm": {"-5"}})

@@ -452,7 +452,7 @@ func (a *App) buildAPI() error {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},
 		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
-		JobsDone: a.store, Streams: a.store, Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s),
+		JobsDone: a.store, Streams: a.store, Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store,
 	})
 	if err != nil {
 		return err

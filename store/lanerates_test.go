@@ -69,3 +69,55 @@ func TestPredictCompletion(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, p.Known)
 }
+
+// TestPredictTenantShare: a tenant's call waits for its own jobs ahead
+// and, of another tenant's backlog, for what the fair share gives that
+// tenant meanwhile (its weight's part of the call's turn), not for the
+// whole backlog; without a tenant the whole queue is ahead.
+func TestPredictTenantShare(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert := func(tenant string, n int, prio string) {
+		for i := range n {
+			j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"%s-%s-%d","tenant":%q,"priority":%q,
+				"body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":10}}`, tenant, prio, i, tenant, prio)),
+				llmq.DecodeOptions{})
+			require.NoError(t, err)
+			_, err = b.store.Insert(b.ctx, j)
+			require.NoError(t, err)
+		}
+	}
+	// Recorded without an estimate: each job counts the call's 20 tokens.
+	insert("small", 1, "normal")
+	insert("big", 50, "low") // between tenants the claim takes turns, whatever the priority
+	require.NoError(t, b.store.SetLaneRates(b.ctx, "w", []store.LaneRate{{Model: "m", RequestsPerMin: 60, TokensPerMin: 6000}}))
+
+	req := store.PredictRequest{Model: "m", Priority: llmq.PriorityNormal, Tokens: 20, Tenant: "small"}
+	p, err := b.store.Predict(b.ctx, req)
+	require.NoError(t, err)
+	// small's turn: its job and the call, 40 tokens; big gets as much, 2 jobs.
+	require.Equal(t, int64(3), p.Ahead)
+	require.Equal(t, int64(60), p.AheadTokens)
+	require.Equal(t, 3*time.Second, p.Wait, "3 requests at 60 a minute")
+
+	// big weighs 3: 120 tokens of it meanwhile, 6 jobs.
+	req.Weight = llmq.Tenants{"big": {Scope: llmq.Scope{Weight: 3}}}.Weight
+	p, err = b.store.Predict(b.ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), p.Ahead)
+	require.Equal(t, int64(140), p.AheadTokens)
+
+	// big's own call is behind all of its jobs at low or higher, and
+	// small's one job (less than its turn).
+	p, err = b.store.Predict(b.ctx, store.PredictRequest{Model: "m", Priority: llmq.PriorityLow, Tokens: 20, Tenant: "big"})
+	require.NoError(t, err)
+	require.Equal(t, int64(51), p.Ahead)
+
+	// No tenant: the whole queue at normal or higher, as before tenants.
+	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
+	require.NoError(t, err)
+	require.Equal(t, int64(51), p.Ahead)
+	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityNormal, 20)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), p.Ahead)
+}

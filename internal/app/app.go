@@ -408,7 +408,7 @@ func (a *App) buildProducer() error {
 	pc.QuotaRatePerMin = 60 * worker.QuotaRate(a.cfg.Settings.Catalog(), nil)
 	// A deadline is checked against the job's own model lane
 	// (docs/design/gateway.md), not the queue's drain.
-	pc.Predict = a.store.PredictJob
+	pc.Predict = a.store.JobPredictor(a.cfg.Settings.Tenants)
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
 	// The worker exports its own llmq_queue_depth: a process with both

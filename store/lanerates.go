@@ -79,9 +79,13 @@ type Prediction struct {
 	RequestsPerMin, TokensPerMin float64
 	Concurrency                  int64
 	Latency                      time.Duration
-	// Overhead is llmq's own time from a job's record to its first call
-	// with nothing ahead: the least of those recent jobs'.
+	// Overhead is llmq's own time from a job's record to its first call:
+	// the median of those recent jobs'.
 	Overhead time.Duration
+	// RecentRequests and RecentTokens are the model's upstream calls of
+	// the last minute and their settled tokens: what the lanes' one-minute
+	// buckets have spent, the rest of which lets jobs ahead go at once.
+	RecentRequests, RecentTokens int64
 }
 
 // The recent jobs Prediction's Latency and Overhead are measured over.
@@ -149,14 +153,16 @@ func (s *Store) Predict(ctx context.Context, req PredictRequest) (Prediction, er
 	}
 	err = s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM jobs WHERE status `+leasedIn+` AND requested_model = $1),
-		r.overhead, r.service
-		FROM (SELECT coalesce(min(extract(epoch FROM started_at - created_at)), 0)::float8 AS overhead,
+		a.n, a.tokens, r.overhead, r.service
+		FROM (SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)), 0)::float8 AS overhead,
 			coalesce(avg(extract(epoch FROM finished_at - started_at)), 0)::float8 AS service
 			FROM (SELECT created_at, started_at, finished_at FROM jobs WHERE finished_at IS NOT NULL AND finished_at > $2
 				AND requested_model = $1 AND status = 'succeeded' AND started_at IS NOT NULL
-				ORDER BY finished_at DESC LIMIT $3) f) r`,
-		model, now.Add(-recentWindow), recentJobs).
-		Scan(&p.InFlight, &overhead, &service)
+				ORDER BY finished_at DESC LIMIT $3) f) r,
+			(SELECT count(*) AS n, coalesce(sum(prompt_tokens + completion_tokens), 0)::bigint AS tokens
+				FROM job_attempts WHERE started_at > $4 AND model = $1) a`,
+		model, now.Add(-recentWindow), recentJobs, now.Add(-time.Minute)).
+		Scan(&p.InFlight, &p.RecentRequests, &p.RecentTokens, &overhead, &service)
 	if err != nil {
 		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
 	}
@@ -222,16 +228,21 @@ func (s *Store) predictAhead(ctx context.Context, req PredictRequest, p *Predict
 }
 
 // predict is the wait of a call of tokens behind p's work: the longer of
-// the rate's (the queued jobs' requests and tokens at the lanes' rates)
+// the rate's (the queued jobs' requests and tokens past what the lanes'
+// buckets hold, at the lanes' rates)
 // and the concurrency's (every call ahead and in flight, Concurrency at a
 // time, each a mean latency), plus the call's own latency.
 func (p Prediction) predict(tokens int) time.Duration {
+	// A one-minute bucket lets through at once what the last minute's
+	// calls left of it; the rest waits for its refill.
 	var minutes float64
 	if p.RequestsPerMin > 0 {
-		minutes = float64(p.Ahead) / p.RequestsPerMin
+		left := max(0, p.RequestsPerMin-float64(p.RecentRequests))
+		minutes = max(0, float64(p.Ahead)-left) / p.RequestsPerMin
 	}
 	if p.TokensPerMin > 0 {
-		minutes = max(minutes, float64(p.AheadTokens+int64(max(tokens, 0)))/p.TokensPerMin)
+		left := max(0, p.TokensPerMin-float64(p.RecentTokens))
+		minutes = max(minutes, max(0, float64(p.AheadTokens+int64(max(tokens, 0)))-left)/p.TokensPerMin)
 	}
 	wait := minutes * float64(time.Minute)
 	if p.Concurrency > 0 && p.Latency > 0 {

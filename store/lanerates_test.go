@@ -55,8 +55,19 @@ func TestPredictCompletion(t *testing.T) {
 	require.Equal(t, 60.0, p.RequestsPerMin)
 	require.Equal(t, int64(4), p.Concurrency)
 	require.Equal(t, time.Second, p.Latency)
-	// 5 requests at 1 s each; the concurrency's (5+1+1-4)/4 x 1 s is less;
-	// then the call's 1 s.
+	// The buckets hold a minute's 60 requests: the 5 go at once, 4 calls
+	// at a time, (5+1+1-4)/4 x 1 s; then the call's 1 s.
+	require.Equal(t, 1750*time.Millisecond, p.Wait)
+	// The last minute's 60 calls spent the buckets: 5 requests at 1 s
+	// each; the concurrency's wait is less; then the call's 1 s.
+	_, err = b.store.Pool().Exec(b.ctx, `INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at,
+			prompt_tokens, completion_tokens)
+		SELECT 'acme', 'spent-' || i, 1, 1, 'm', $1, 10, 10 FROM generate_series(1, 60) i`, b.clock.Now().Add(-30*time.Second))
+	require.NoError(t, err)
+	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
+	require.NoError(t, err)
+	require.Equal(t, int64(60), p.RecentRequests)
+	require.Equal(t, int64(1200), p.RecentTokens)
 	require.Equal(t, 6*time.Second, p.Wait)
 	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityHigh, 20)
 	require.NoError(t, err)
@@ -91,6 +102,12 @@ func TestPredictTenantShare(t *testing.T) {
 	insert("small", 1, "normal")
 	insert("big", 50, "low") // between tenants the claim takes turns, whatever the priority
 	require.NoError(t, b.store.SetLaneRates(b.ctx, "w", []store.LaneRate{{Model: "m", RequestsPerMin: 60, TokensPerMin: 6000}}))
+	// The last minute's calls spent the buckets (jobs of another model's
+	// tenant: not queued here).
+	_, err := b.store.Pool().Exec(b.ctx, `INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at,
+			prompt_tokens, completion_tokens)
+		SELECT 'x', 'spent-' || i, 1, 1, 'm', $1, 50, 50 FROM generate_series(1, 60) i`, b.clock.Now().Add(-30*time.Second))
+	require.NoError(t, err)
 
 	req := store.PredictRequest{Model: "m", Priority: llmq.PriorityNormal, Tokens: 20, Tenant: "small"}
 	p, err := b.store.Predict(b.ctx, req)

@@ -424,7 +424,7 @@ func (a *App) buildProducer() error {
 	pc.QuotaRatePerMin = 60 * worker.QuotaRate(a.cfg.Settings.Catalog(), nil)
 	// A deadline is checked against the job's own model lane
 	// (docs/design/gateway.md), not the queue's drain.
-	pc.Predict = a.store.PredictJob
+	pc.Predict = a.store.JobPredictor(a.cfg.Settings.Tenants)
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
 	pc.LiveTenants = a.tenancy.Tenants
@@ -469,7 +469,7 @@ func (a *App) buildAPI() error {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},
 		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
-		JobsDone: a.store, Streams: a.store, Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s),
+		JobsDone: a.store, Streams: a.store, Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store,
 	})
 	if err != nil {
 		return err

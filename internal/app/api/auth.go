@@ -110,7 +110,8 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 		if !c.operator {
 			tenantLimit = a.tenantLimits.get(c.tenant, true)
 		}
-		keyLimit := a.keyLimits.get(string(hash[:]), true)
+		keyName := keyLimitName(hash)
+		keyLimit := a.keyLimits.get(keyName, true)
 		i, wait := take(now, keyLimit, tenantLimit)
 		if limitHeaders {
 			setLimitHeaders(w.Header(), now, keyLimit, tenantLimit)
@@ -124,6 +125,10 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 			a.rateLimited(w, fail, "tenant_rpm", wait, fmt.Sprintf(
 				"tenant %q is over its limit of %d requests per minute (rate_limits.tenant_rpm)", c.tenant, a.cfg.RateLimits.TenantRPM))
 			return
+		}
+		a.keyLimits.took(keyName, now)
+		if !c.operator {
+			a.tenantLimits.took(c.tenant, now)
 		}
 		if limitHeaders && !c.operator {
 			a.setTokenHeaders(r.Context(), w.Header(), c.tenant) // past the door: a refused flood reads nothing

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -116,6 +119,20 @@ type Config struct {
 	Streams StreamStore
 	// Gateway tunes gateway mode.
 	Gateway GatewayConfig
+
+	// Limits, when set, makes the API replicas behind one address share
+	// the key and tenant limits of RateLimits (a [*store.Store] is one;
+	// doorshare.go): each replica writes what it let through every
+	// LimitPeriod and takes the others' from its buckets. Start and Stop
+	// run the exchange. nil: each replica limits alone.
+	Limits LimitLedger
+	// Replica names this API replica in Limits. "" = host, pid and a
+	// random part.
+	Replica string
+	// LimitPeriod is how often the replica exchanges its counts; 0 =
+	// LimitPeriodDefault. LimitLease is how long its counts live
+	// unrenewed; 0 = LimitLeaseDefault.
+	LimitPeriod, LimitLease time.Duration
 }
 
 // GatewayConfig tunes gateway mode (see docs/design/gateway.md).
@@ -221,6 +238,12 @@ func (c Config) WithDefaults() Config {
 	c.RateLimits.TenantRPM = cmp.Or(c.RateLimits.TenantRPM, TenantRPMDefault)
 	c.RateLimits.AuthFailuresPerMinute = cmp.Or(c.RateLimits.AuthFailuresPerMinute, AuthFailuresPerMinuteDefault)
 	c.RateLimits.MaxClients = cmp.Or(c.RateLimits.MaxClients, RateLimitClientsDefault)
+	c.LimitPeriod = cmp.Or(max(0, c.LimitPeriod), LimitPeriodDefault)
+	c.LimitLease = cmp.Or(max(0, c.LimitLease), LimitLeaseDefault)
+	if c.Replica == "" {
+		host, _ := os.Hostname()
+		c.Replica = host + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

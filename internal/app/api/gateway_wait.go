@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -105,16 +106,25 @@ func (a *API) waitDone(ctx context.Context, k store.Key) (*store.JobRecord, erro
 
 // Start runs the gateway's listening connection (nothing without
 // Config.JobsDone): one connection for the whole process, reconnected with
-// backoff when it fails.
+// backoff when it fails; and, with Config.Limits, the exchange of the
+// door's limits with the other replicas (doorshare.go).
 func (a *API) Start(ctx context.Context) error {
+	if a.cfg.Limits != nil {
+		if err := a.limitSharer.Start(ctx, a.shareLimits); err != nil {
+			return err
+		}
+	}
 	if a.cfg.JobsDone == nil {
 		return nil
 	}
 	return a.listener.Start(ctx, a.listenAll)
 }
 
-// Stop closes the listening connection. It may be called more than once.
-func (a *API) Stop(ctx context.Context) error { return a.listener.Stop(ctx) }
+// Stop closes the listening connection and ends the limits' exchange. It
+// may be called more than once.
+func (a *API) Stop(ctx context.Context) error {
+	return errors.Join(a.listener.Stop(ctx), a.limitSharer.Stop(ctx))
+}
 
 func (a *API) listen(ctx context.Context) {
 	background.Relisten(ctx, a.cfg.Clock, backoff.Policy{Base: listenRetryMin, Max: listenRetryMax},

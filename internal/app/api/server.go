@@ -37,7 +37,13 @@ type API struct {
 	// per client address failing authentication, and the calls waiting.
 	keyLimits, tenantLimits, authFailures *limiterSet
 	limited                               *prometheus.CounterVec
-	waitingCalls                          waitingCalls
+	// keyNames and tenantNames are the names of the configured keys' and
+	// tenants' buckets: the only ones the replicas' counts may add
+	// (doorshare.go).
+	keyNames, tenantNames map[string]bool
+	limitSyncs            *prometheus.CounterVec
+	limitSharer           background.Runner
+	waitingCalls          waitingCalls
 	// waiters and listener serve gateway mode (gateway_wait.go).
 	waiters waiters
 	waiting prometheus.Gauge
@@ -67,6 +73,12 @@ func New(cfg Config) (*API, error) {
 			Name: "llmq_api_rate_limited_total",
 			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting, paused.",
 		}, []string{"limit"}),
+		limitSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_api_limit_exchanges_total",
+			Help: "Exchanges of the door's limit counts with the other API replicas, by outcome: ok, error.",
+		}, []string{"outcome"}),
+		keyNames:    map[string]bool{},
+		tenantNames: map[string]bool{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
@@ -83,16 +95,22 @@ func New(cfg Config) (*API, error) {
 	}
 	// Keys are looked up by their hash; the API keeps no key itself.
 	for k, tenant := range cfg.Keys {
-		a.keys[sha256.Sum256([]byte(k))] = caller{tenant: tenant}
+		hash := sha256.Sum256([]byte(k))
+		a.keys[hash] = caller{tenant: tenant}
+		a.keyNames[keyLimitName(hash)], a.tenantNames[tenant] = true, true
 	}
 	for _, k := range cfg.OperatorKeys {
-		h := sha256.Sum256([]byte(k))
-		a.keys[h] = caller{operator: true, name: operatorName(h)}
+		hash := sha256.Sum256([]byte(k))
+		a.keys[hash] = caller{operator: true, name: operatorName(hash)}
+		a.keyNames[keyLimitName(hash)] = true
 	}
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
 	collectors := []prometheus.Collector{a.requests, a.duration, a.limited}
 	if cfg.JobsDone != nil {
 		collectors = append(collectors, a.waiting)
+	}
+	if cfg.Limits != nil {
+		collectors = append(collectors, a.limitSyncs)
 	}
 	if cfg.Registerer != nil {
 		for _, c := range collectors {

@@ -92,6 +92,8 @@ func (s *limiterSet) counts(prefix, replica string, now time.Time) []store.DoorC
 // the period before they heard of this replica's requests), down to one
 // bucket's size: the debt is paid by refusing until the refill covers it.
 // A peer no longer in peers (stopped, or its lease ended) is forgotten.
+// Only a name known (configured) or with a bucket here already (a key or
+// tenant kept as data this replica let through) is taken from.
 func (s *limiterSet) apply(peers []store.DoorCount, now time.Time, known func(string) bool) {
 	if s == nil {
 		return
@@ -100,7 +102,7 @@ func (s *limiterSet) apply(peers []store.DoorCount, now time.Time, known func(st
 	defer s.mu.Unlock()
 	seen := make(map[[2]string]int64, len(peers))
 	for _, p := range peers {
-		if !known(p.Name) {
+		if !known(p.Name) && s.entry(p.Name, false) == nil {
 			continue
 		}
 		k := [2]string{p.Replica, p.Name}

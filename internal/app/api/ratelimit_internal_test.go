@@ -80,4 +80,9 @@ func TestLimiterSetShared(t *testing.T) {
 	require.Empty(t, s.seen, "a peer gone is forgotten")
 	s.apply([]store.DoorCount{{Name: "j", Replica: "q", Taken: 5, LastMinute: 5}}, now, known)
 	require.InDelta(t, 55, s.get("j", false).TokensAt(now), 1e-9, "a name known here gets its bucket")
+	// A key kept as data is not configured, but once this replica has let
+	// it through, its bucket takes the others' share too.
+	d := s.get("data", true)
+	s.apply([]store.DoorCount{{Name: "data", Replica: "q", Taken: 7, LastMinute: 7}}, now, known)
+	require.InDelta(t, 53, d.TokensAt(now), 1e-9, "a name with a bucket here is shared")
 }

@@ -1,0 +1,41 @@
+-- 0027_notifications: where a job's result goes besides Postgres, and the
+-- outbox of result events (docs/design/notifications.md).
+--
+-- jobs.reply is the job's route (NULL: none): the reply queue or results
+-- topic and correlation id, the headers to echo, the webhook URL. Every
+-- statement that ends a job with a route writes its notifications row in
+-- the same statement, so a result event is never lost between the commit
+-- and its publication; jobs without a route write nothing.
+ALTER TABLE jobs ADD COLUMN reply jsonb;
+
+CREATE TABLE notifications (
+    id bigserial PRIMARY KEY,
+    -- event_id is the result event's stable id: every delivery of the
+    -- row, retries and replays included, carries it (deduplication).
+    event_id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE,
+    tenant text NOT NULL,
+    job_id text NOT NULL,
+    -- status is the job's terminal status when the row was written.
+    status text NOT NULL,
+    reply jsonb NOT NULL,
+    created_at timestamptz NOT NULL,
+    -- retry_since starts the retry period (created_at, or a replay).
+    retry_since timestamptz NOT NULL,
+    -- next_attempt_at: due from then; a notifier that claims the row
+    -- pushes it by its lease, so a notifier that dies mid-delivery hands
+    -- the row to another once the lease passes.
+    next_attempt_at timestamptz NOT NULL,
+    attempts int NOT NULL DEFAULT 0,
+    last_error text NOT NULL DEFAULT '',
+    delivered_at timestamptz,
+    -- dead_at is set when the retry period passed without a delivery
+    -- (dead_reason notification_undeliverable); a replay clears it.
+    dead_at timestamptz,
+    dead_reason text NOT NULL DEFAULT '',
+    FOREIGN KEY (tenant, job_id) REFERENCES jobs (tenant, id) ON DELETE CASCADE
+);
+
+CREATE INDEX notifications_due_idx ON notifications (next_attempt_at)
+    WHERE delivered_at IS NULL AND dead_at IS NULL;
+CREATE INDEX notifications_job_idx ON notifications (tenant, job_id);
+CREATE INDEX notifications_dead_idx ON notifications (tenant, dead_at) WHERE dead_at IS NOT NULL;

@@ -38,3 +38,7 @@ const (
 	WindowRecount = windowRecount
 	WindowRefresh = windowRefresh
 )
+
+// CrashAfterClaim makes n's rounds stop right after their claim commits
+// while crash returns true, as a process killed there would.
+func (n *Notifier) CrashAfterClaim(crash func() bool) { n.crashAfterClaim = crash }

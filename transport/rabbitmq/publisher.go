@@ -42,13 +42,24 @@ type Publisher struct {
 // amqp091 hands frames on in order, so a Reply that saw its confirms
 // finds its returns here.
 type returns struct {
+	c   <-chan amqp.Return // buffered; drained by take
 	mu  sync.Mutex
 	ids map[string]bool
 }
 
+// take reports whether the message id was returned, reading the returns
+// that arrived so far.
 func (r *returns) take(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case ret := <-r.c:
+			r.ids[ret.MessageId] = true
+		default:
+			drained = true
+		}
+	}
 	ok := r.ids[id]
 	delete(r.ids, id)
 	return ok
@@ -233,8 +244,9 @@ func (p *Publisher) ensure(dest string, declareDest bool) error {
 		}
 		p.conn, p.sock, p.ch, p.declared = conn, p.dialer.socket(), ch, map[string]bool{}
 		p.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
-		p.returned = &returns{ids: map[string]bool{}}
-		go collectReturns(ch.NotifyReturn(make(chan amqp.Return, 16)), p.returned)
+		// A return not read when the buffer is full would stall the
+		// channel: replies are sent at most ConfirmWindow at a time.
+		p.returned = &returns{c: ch.NotifyReturn(make(chan amqp.Return, p.cfg.ConfirmWindow+1)), ids: map[string]bool{}}
 	}
 	if !declareDest || p.declared[dest] {
 		return nil
@@ -269,14 +281,4 @@ func (p *Publisher) Close() error {
 	// Close only releases it.
 	p.drop()
 	return nil
-}
-
-// collectReturns records the ids of the messages returned on a channel
-// until it closes.
-func collectReturns(c <-chan amqp.Return, r *returns) {
-	for ret := range c {
-		r.mu.Lock()
-		r.ids[ret.MessageId] = true
-		r.mu.Unlock()
-	}
 }

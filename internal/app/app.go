@@ -297,6 +297,18 @@ func (a *App) buildWorker() error {
 		return err
 	}
 	a.parts.add("retention", pruner.Start, pruner.Stop, stopTimeout)
+	// The notifier publishes the result events of jobs with a route
+	// after their commit (docs/design/notifications.md).
+	nc := worker.NotifierConfig{Outbox: a.store.Notifications(), RetryFor: s.Notifications.RetryFor,
+		Log: a.log, Registerer: a.registerer}
+	if r, ok := a.pub.(transport.Replier); ok {
+		nc.Replier = r
+	}
+	notifier, err := worker.NewNotifier(nc)
+	if err != nil {
+		return err
+	}
+	a.parts.add("notifier", notifier.Start, notifier.Stop, stopTimeout)
 	// The worker's Stop bounds itself (its ShutdownTimeout).
 	a.parts.add("worker", a.startWorker, a.stopWorker, 0)
 	return nil

@@ -128,6 +128,9 @@ type Config struct {
 	Retention Retention `yaml:"retention"`
 	// Capacity is the capacity normalisation the worker reports.
 	Capacity Capacity `yaml:"capacity"`
+	// Notifications is where result events go besides Postgres
+	// (docs/design/notifications.md).
+	Notifications Notifications `yaml:"notifications"`
 	// MaxMessageBytes limits an encoded job. 0 means
 	// llmq.MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
@@ -193,6 +196,21 @@ type Capacity struct {
 
 // Ingest configures the worker's ingest. Zero fields mean the worker's
 // defaults.
+// Notifications configures the result events of jobs with a route.
+type Notifications struct {
+	// ResultsTopic is the deployment's results topic (Kafka) or queue
+	// (RabbitMQ): where the result event of every job that names no reply
+	// of its own goes. "" (default): only jobs with a reply get one.
+	ResultsTopic string `yaml:"results_topic"`
+	// TenantReplies overrides ResultsTopic per tenant: a results topic
+	// ("to") and a webhook ("webhook", https) for the tenant's jobs that
+	// name no reply of their own.
+	TenantReplies map[string]llmq.Reply `yaml:"tenant_replies"`
+	// RetryFor is how long a result event is retried before it ends dead
+	// (notification_undeliverable); 0 = 24 h.
+	RetryFor time.Duration `yaml:"retry_for"`
+}
+
 type Ingest struct {
 	// Window: ingestion pauses while Postgres holds this many queued jobs,
 	// so the overflow stays in the broker; 0 = worker.IngestWindowDefault,

@@ -81,3 +81,12 @@ func (r *Reply) validate() []FieldError {
 	}
 	return errs
 }
+
+// Validate checks r as a job's reply_to field would be checked: a
+// *ValidationError naming the fields (reply_to.webhook, ...), or nil.
+func (r *Reply) Validate() error {
+	if errs := r.validate(); len(errs) > 0 {
+		return &ValidationError{Errors: errs}
+	}
+	return nil
+}

@@ -2,19 +2,27 @@ package worker_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/upstreamsim"
+	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
@@ -238,4 +246,73 @@ func TestNotifierDeadAndReplay(t *testing.T) {
 	rec, err = b.store.Get(b.ctx, llmq.DefaultTenant, "gone")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status, "a replay re-sends the event, never the job")
+}
+
+// TestNotifierWebhookFailingHalfTheTime: a webhook receiver that fails
+// every other request still gets every job's result event, signed (the
+// Standard Webhooks library verifies each), and every duplicate carries
+// the event id of the first.
+func TestNotifierWebhookFailingHalfTheTime(t *testing.T) {
+	t.Parallel()
+	const n = 30
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a secret of twenty-four b"))
+	verifier, err := standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	var calls atomic.Int64
+	var mu sync.Mutex
+	events := map[string][]string{} // job id -> event ids received
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := verifier.Verify(body, r.Header); err != nil {
+			t.Errorf("signature: %v", err)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var e llmq.ResultEvent
+		if err := json.Unmarshal(body, &e); err != nil {
+			t.Errorf("event: %v", err)
+			return
+		}
+		if e.EventID != r.Header.Get("webhook-id") {
+			t.Errorf("event id %s, webhook-id %s", e.EventID, r.Header.Get("webhook-id"))
+		}
+		mu.Lock()
+		events[e.JobID] = append(events[e.JobID], e.EventID)
+		mu.Unlock()
+		if calls.Add(1)%2 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable) // received, but answered as failed: sent again
+		}
+	}))
+	defer srv.Close()
+	hooks, err := webhook.New(webhook.Config{Secrets: map[string][]string{llmq.DefaultTenant: {secret}}, AllowPrivate: true,
+		TLS: srv.Client().Transport.(*http.Transport).TLSClientConfig})
+	require.NoError(t, err)
+	defer hooks.CloseIdleConnections()
+
+	b := setupNotifier(t)
+	for i := range n {
+		b.finish(t, fmt.Sprintf("hook-%02d", i), &llmq.Reply{Webhook: srv.URL + "/results"})
+	}
+	nt := b.notifier(t, worker.NotifierConfig{Webhooks: hooks, Batch: 8, BackoffMin: time.Second, BackoffMax: time.Second})
+	for round := 0; ; round++ {
+		require.Less(t, round, 50, "not every event delivered")
+		nt.Round(b.ctx)
+		pending, err := b.store.Notifications().List(b.ctx, store.NotificationFilter{State: store.NotificationPending})
+		require.NoError(t, err)
+		if len(pending) == 0 {
+			break
+		}
+		b.clock.Advance(time.Second)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, events, n, "every job's event arrived")
+	dups := 0
+	for id, ids := range events {
+		for _, e := range ids[1:] {
+			require.Equal(t, ids[0], e, "a duplicate of %s carries the same event id", id)
+			dups++
+		}
+	}
+	require.Positive(t, dups, "the failing half was sent again")
 }

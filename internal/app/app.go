@@ -28,6 +28,7 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/internal/retention"
+	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
@@ -303,6 +304,14 @@ func (a *App) buildWorker() error {
 		Log: a.log, Registerer: a.registerer}
 	if r, ok := a.pub.(transport.Replier); ok {
 		nc.Replier = r
+	}
+	if len(s.Notifications.WebhookSecrets) > 0 {
+		hooks, err := webhook.New(webhook.Config{Secrets: s.Notifications.WebhookSecrets,
+			AllowPrivate: s.Notifications.AllowPrivateWebhooks})
+		if err != nil {
+			return fmt.Errorf("notifications.webhook_secrets: %w", err)
+		}
+		nc.Webhooks = hooks
 	}
 	notifier, err := worker.NewNotifier(nc)
 	if err != nil {

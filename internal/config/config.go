@@ -209,6 +209,15 @@ type Notifications struct {
 	// RetryFor is how long a result event is retried before it ends dead
 	// (notification_undeliverable); 0 = 24 h.
 	RetryFor time.Duration `yaml:"retry_for"`
+	// WebhookSecrets are the Standard Webhooks signing secrets per tenant
+	// ("*": every other tenant), "whsec_" + base64: one, or two while
+	// rotating (deliveries are signed with both). A tenant without one
+	// gets no webhook delivered (its events end dead).
+	WebhookSecrets map[string][]string `yaml:"webhook_secrets"`
+	// AllowPrivateWebhooks lets webhooks reach loopback, private and
+	// link-local addresses. Default false: refused at dial time, so that
+	// a job cannot make the worker call inside its network.
+	AllowPrivateWebhooks bool `yaml:"allow_private_webhooks"`
 }
 
 type Ingest struct {
@@ -535,6 +544,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateAccess(bad)
 	c.validateAlerts(bad)
+	c.validateNotifications(bad)
 	return errors.Join(errs...)
 }
 
@@ -670,6 +680,26 @@ func (c *Config) validateAccess(bad func(setting, format string, args ...any)) {
 }
 
 // validateAlerts checks the alert sinks and their timing.
+// validateNotifications checks the tenants' replies and webhook secrets.
+func (c *Config) validateNotifications(bad func(setting, format string, args ...any)) {
+	n := c.Notifications
+	if n.RetryFor < 0 {
+		bad("notifications.retry_for", "must not be negative")
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(n.TenantReplies)) {
+		r := n.TenantReplies[tenant]
+		r.CorrelationID, r.Headers = "", nil
+		if err := r.Validate(); err != nil {
+			bad("notifications.tenant_replies."+tenant, "%v", err)
+		}
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(n.WebhookSecrets)) {
+		if k := len(n.WebhookSecrets[tenant]); k < 1 || k > 2 {
+			bad("notifications.webhook_secrets."+tenant, "want one secret, or two while rotating; got %d", k)
+		}
+	}
+}
+
 func (c *Config) validateAlerts(bad func(setting, format string, args ...any)) {
 	if c.Alerts.AlertmanagerURL != "" {
 		if err := checkURL(c.Alerts.AlertmanagerURL, redact.URL, "http", "https"); err != nil {

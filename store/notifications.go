@@ -142,10 +142,14 @@ func qualify(q, cols string) string {
 	return string(out)
 }
 
-// Delivered marks notification id delivered at at.
-func (ns *Notifications) Delivered(ctx context.Context, id int64, at time.Time) error {
-	if _, err := ns.s.pool.Exec(ctx, `UPDATE notifications SET delivered_at = $2, last_error = '' WHERE id = $1`,
-		id, at); err != nil {
+// Delivered marks the notifications ids delivered at at, in one
+// statement.
+func (ns *Notifications) Delivered(ctx context.Context, ids []int64, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := ns.s.pool.Exec(ctx, `UPDATE notifications SET delivered_at = $2, last_error = '' WHERE id = ANY($1)`,
+		ids, at); err != nil {
 		return fmt.Errorf("store: notification delivered: %w", err)
 	}
 	return nil

@@ -165,7 +165,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, again, 1)
 	require.Equal(t, n.EventID, again[0].EventID)
-	require.NoError(t, ns.Delivered(b.ctx, n.ID, now.Add(48*time.Hour)))
+	require.NoError(t, ns.Delivered(b.ctx, []int64{n.ID}, now.Add(48*time.Hour)))
 	bl, err := ns.Backlog(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, store.NotificationBacklog{}, bl)

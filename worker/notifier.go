@@ -32,7 +32,7 @@ const (
 // notifications outbox (*store.Notifications).
 type NotificationOutbox interface {
 	Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*store.Notification, error)
-	Delivered(ctx context.Context, id int64, at time.Time) error
+	Delivered(ctx context.Context, ids []int64, at time.Time) error
 	Failed(ctx context.Context, id int64, at time.Time, msg string, next time.Time, dead bool) error
 	Backlog(ctx context.Context) (store.NotificationBacklog, error)
 }
@@ -222,28 +222,30 @@ func (n *Notifier) Round(ctx context.Context) bool {
 		return false
 	}
 	mark := context.WithoutCancel(ctx)
+	failed := n.deliverAll(ctx, claimed)
+	at := n.cfg.Clock.Now()
+	var delivered []int64
 	for _, nt := range claimed {
-		route, err := n.deliver(ctx, nt)
-		at := n.cfg.Clock.Now()
-		if err == nil {
-			if err := n.cfg.Outbox.Delivered(mark, nt.ID, at); err != nil {
-				n.cfg.Log.Warn("notifier: mark delivered", slog.String("event_id", nt.EventID), slog.Any("error", err))
-			}
-			n.metrics.delivered.WithLabelValues(route).Inc()
+		f, ok := failed[nt.ID]
+		if !ok {
+			delivered = append(delivered, nt.ID)
 			continue
 		}
 		next := at.Add(NotifierBackoff(nt.Attempts, n.cfg.BackoffMin, n.cfg.BackoffMax))
 		dead := next.After(nt.RetrySince.Add(n.cfg.RetryFor))
 		if dead {
-			n.metrics.dead.WithLabelValues(route).Inc()
+			n.metrics.dead.WithLabelValues(f.route).Inc()
 			n.cfg.Log.Warn("notifier: undeliverable", slog.String("event_id", nt.EventID), slog.String("tenant", nt.Tenant),
-				slog.String("job_id", nt.JobID), slog.Any("error", err))
+				slog.String("job_id", nt.JobID), slog.Any("error", f.err))
 		} else {
-			n.metrics.retries.WithLabelValues(route).Inc()
+			n.metrics.retries.WithLabelValues(f.route).Inc()
 		}
-		if err := n.cfg.Outbox.Failed(mark, nt.ID, at, err.Error(), next, dead); err != nil {
+		if err := n.cfg.Outbox.Failed(mark, nt.ID, at, f.err.Error(), next, dead); err != nil {
 			n.cfg.Log.Warn("notifier: mark failed", slog.String("event_id", nt.EventID), slog.Any("error", err))
 		}
+	}
+	if err := n.cfg.Outbox.Delivered(mark, delivered, at); err != nil {
+		n.cfg.Log.Warn("notifier: mark delivered", slog.Int("notifications", len(delivered)), slog.Any("error", err))
 	}
 	return len(claimed) == n.cfg.Batch
 }
@@ -255,41 +257,89 @@ const (
 	HeaderCorrelationID = "llmq-correlation-id"
 )
 
-// deliver publishes nt to every destination of its route; route names the
-// one that failed, or the last one.
-func (n *Notifier) deliver(ctx context.Context, nt *store.Notification) (route string, err error) {
-	payload, err := json.Marshal(nt.Event())
-	if err != nil {
-		return "reply", fmt.Errorf("encode result event: %w", err)
+// failure is why a notification was not delivered, and on which route.
+type failure struct {
+	route string
+	err   error
+}
+
+// deliverAll publishes claimed to their destinations: the replies of one
+// destination in one Reply (so a broker confirms them together), then
+// each webhook. It returns the failures by notification id; a
+// notification with a reply and a webhook counts as delivered only when
+// both took it (the one that did gets it again, with the same event id).
+func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification) map[int64]failure {
+	failed := map[int64]failure{}
+	payloads := make(map[int64][]byte, len(claimed))
+	type group struct {
+		ids  []int64
+		msgs []transport.Message
 	}
-	if nt.Reply.To != "" {
-		route = "reply"
+	byDest := map[string]*group{}
+	var dests []string
+	for _, nt := range claimed {
+		payload, err := json.Marshal(nt.Event())
+		if err != nil {
+			failed[nt.ID] = failure{"reply", fmt.Errorf("encode result event: %w", err)}
+			continue
+		}
+		payloads[nt.ID] = payload
+		if nt.Reply.To == "" {
+			continue
+		}
 		if n.cfg.Replier == nil {
-			return route, errors.New("no broker to reply on")
+			failed[nt.ID] = failure{"reply", errors.New("no broker to reply on")}
+			continue
 		}
-		h := maps.Clone(nt.Reply.Headers)
-		if h == nil {
-			h = map[string]string{}
+		g := byDest[nt.Reply.To]
+		if g == nil {
+			g = &group{}
+			byDest[nt.Reply.To] = g
+			dests = append(dests, nt.Reply.To)
 		}
-		h[HeaderEventID] = nt.EventID
-		if nt.Reply.CorrelationID != "" {
-			h[HeaderCorrelationID] = nt.Reply.CorrelationID
-		}
-		if err := n.cfg.Replier.Reply(ctx, nt.Reply.To, transport.Message{Key: []byte(nt.JobID), Value: payload,
-			Headers: h, CorrelationID: nt.Reply.CorrelationID, ID: nt.EventID}); err != nil {
-			return route, err
-		}
+		g.ids = append(g.ids, nt.ID)
+		g.msgs = append(g.msgs, replyMessage(nt, payload))
 	}
-	if nt.Reply.Webhook != "" {
-		route = "webhook"
+	for _, d := range dests {
+		g := byDest[d]
+		if err := n.cfg.Replier.Reply(ctx, d, g.msgs...); err != nil {
+			for _, id := range g.ids {
+				failed[id] = failure{"reply", err}
+			}
+			continue
+		}
+		n.metrics.delivered.WithLabelValues("reply").Add(float64(len(g.ids)))
+	}
+	for _, nt := range claimed {
+		if _, bad := failed[nt.ID]; bad || nt.Reply.Webhook == "" {
+			continue
+		}
 		if n.cfg.Webhooks == nil {
-			return route, errors.New("no webhook sender configured")
+			failed[nt.ID] = failure{"webhook", errors.New("no webhook sender configured")}
+			continue
 		}
-		if err := n.cfg.Webhooks.Send(ctx, nt.Tenant, nt.Reply.Webhook, nt.EventID, n.cfg.Clock.Now(), payload); err != nil {
-			return route, err
+		if err := n.cfg.Webhooks.Send(ctx, nt.Tenant, nt.Reply.Webhook, nt.EventID, n.cfg.Clock.Now(), payloads[nt.ID]); err != nil {
+			failed[nt.ID] = failure{"webhook", err}
+			continue
 		}
+		n.metrics.delivered.WithLabelValues("webhook").Inc()
 	}
-	return route, nil
+	return failed
+}
+
+// replyMessage is nt's result event as a broker message: keyed by the job
+// id, the job message's headers echoed with the event and correlation
+// ids added.
+func replyMessage(nt *store.Notification, payload []byte) transport.Message {
+	h := maps.Clone(nt.Reply.Headers)
+	if h == nil {
+		h = map[string]string{}
+	}
+	h[HeaderEventID] = nt.EventID
+	if nt.Reply.CorrelationID != "" {
+		h[HeaderCorrelationID] = nt.Reply.CorrelationID
+	}
+	return transport.Message{Key: []byte(nt.JobID), Value: payload, Headers: h, CorrelationID: nt.Reply.CorrelationID, ID: nt.EventID}
 }
 
 // NotifierBackoff is the wait after the attempts-th failed delivery:

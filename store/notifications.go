@@ -173,13 +173,14 @@ func (ns *Notifications) Failed(ctx context.Context, id int64, at time.Time, msg
 	return nil
 }
 
-// Replay sends the notification of tenant with eventID again: due at
-// now, its retry period restarted, whether it was delivered or dead. The
-// job is not touched. ErrNotificationNotFound when there is none.
+// Replay sends the notification of tenant ("": any, an operator) with
+// eventID again: due at now, its retry period restarted, whether it was
+// delivered or dead. The job is not touched. ErrNotificationNotFound when
+// there is none.
 func (ns *Notifications) Replay(ctx context.Context, tenant, eventID string, now time.Time) (*Notification, error) {
 	rows, err := ns.s.pool.Query(ctx, `UPDATE notifications SET delivered_at = NULL, dead_at = NULL, dead_reason = '',
 		retry_since = $3, next_attempt_at = $3
-	WHERE tenant = $1 AND event_id::text = $2 RETURNING `+notificationColumns, tenant, eventID, now)
+	WHERE ($1 = '' OR tenant = $1) AND event_id::text = $2 RETURNING `+notificationColumns, tenant, eventID, now)
 	if err != nil {
 		return nil, fmt.Errorf("store: replay notification: %w", err)
 	}

@@ -467,7 +467,7 @@ func (a *App) buildAPI() error {
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, Keys: s.APIKeys, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
-		DeadLetterService: svc, Batches: a.store,
+		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
 		Usage: a.store, Tenants: s.Tenants,
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)

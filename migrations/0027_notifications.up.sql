@@ -8,11 +8,16 @@
 -- and its publication; jobs without a route write nothing.
 ALTER TABLE jobs ADD COLUMN reply jsonb;
 
+-- A row lives from the job's end to its delivery, when the notifier
+-- deletes it; a row that could not be delivered in its retry period stays,
+-- dead, until it is replayed. So the table holds the undelivered events
+-- only, and an event costs one insert, one claim and one delete: no
+-- foreign key and no index besides the key and the due rows (measured in
+-- docs/design/notifications.md).
 CREATE TABLE notifications (
-    id bigserial PRIMARY KEY,
     -- event_id is the result event's stable id: every delivery of the
     -- row, retries and replays included, carries it (deduplication).
-    event_id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE,
+    event_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     tenant text NOT NULL,
     job_id text NOT NULL,
     -- status is the job's terminal status when the row was written.
@@ -27,15 +32,11 @@ CREATE TABLE notifications (
     next_attempt_at timestamptz NOT NULL,
     attempts int NOT NULL DEFAULT 0,
     last_error text NOT NULL DEFAULT '',
-    delivered_at timestamptz,
     -- dead_at is set when the retry period passed without a delivery
     -- (dead_reason notification_undeliverable); a replay clears it.
     dead_at timestamptz,
-    dead_reason text NOT NULL DEFAULT '',
-    FOREIGN KEY (tenant, job_id) REFERENCES jobs (tenant, id) ON DELETE CASCADE
+    dead_reason text NOT NULL DEFAULT ''
 );
 
-CREATE INDEX notifications_due_idx ON notifications (next_attempt_at)
-    WHERE delivered_at IS NULL AND dead_at IS NULL;
-CREATE INDEX notifications_job_idx ON notifications (tenant, job_id);
+CREATE INDEX notifications_due_idx ON notifications (next_attempt_at) WHERE dead_at IS NULL;
 CREATE INDEX notifications_dead_idx ON notifications (tenant, dead_at) WHERE dead_at IS NOT NULL;

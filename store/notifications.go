@@ -21,8 +21,9 @@ var ErrNotificationNotFound = errors.New("store: notification not found")
 
 // Notifications is the outbox of result events: a row per job with a
 // route that ended, written by the statement that ended it (notifyDone),
-// claimed by notifiers under a lease (FOR UPDATE SKIP LOCKED) and marked
-// delivered or dead after publication (docs/design/notifications.md).
+// claimed by notifiers under a lease (FOR UPDATE SKIP LOCKED), deleted
+// once delivered, or kept dead when its retry period passed
+// (docs/design/notifications.md).
 type Notifications struct{ s *Store }
 
 // Notifications is the store's notifications outbox.
@@ -30,7 +31,6 @@ func (s *Store) Notifications() *Notifications { return &Notifications{s: s} }
 
 // Notification is one row of the outbox, with its job when claimed.
 type Notification struct {
-	ID      int64  `db:"id"`
 	EventID string `db:"event_id"`
 	Tenant  string `db:"tenant"`
 	JobID   string `db:"job_id"`
@@ -42,19 +42,20 @@ type Notification struct {
 	NextAttempt time.Time   `db:"next_attempt_at"`
 	// Attempts counts the claims of the row (deliveries tried).
 	Attempts    int        `db:"attempts"`
-	LastError   string     `db:"last_error"`
-	DeliveredAt *time.Time `db:"delivered_at"`
-	DeadAt      *time.Time `db:"dead_at"`
-	DeadReason  string     `db:"dead_reason"`
+	LastError  string     `db:"last_error"`
+	DeadAt     *time.Time `db:"dead_at"`
+	DeadReason string     `db:"dead_reason"`
 
 	// Job is the job's record, read by Claim; nil otherwise.
 	Job *JobRecord `db:"-"`
 }
 
-const notificationColumns = `id, event_id::text, tenant, job_id, status, reply, created_at, retry_since, next_attempt_at,
-	attempts, last_error, delivered_at, dead_at, dead_reason`
+const notificationColumns = `event_id::text, tenant, job_id, status, reply, created_at, retry_since, next_attempt_at,
+	attempts, last_error, dead_at, dead_reason`
 
-// Event is the result event of n, whose Job Claim read.
+// Event is the result event of n, whose Job Claim read (nil when
+// retention deleted the job first: the event then carries its ids and
+// status only).
 func (n *Notification) Event() llmq.ResultEvent {
 	e := llmq.ResultEvent{
 		Type: llmq.ResultEventType, Version: llmq.ResultEventVersion, EventID: n.EventID,
@@ -79,17 +80,17 @@ func (n *Notification) Event() llmq.ResultEvent {
 	return e
 }
 
-// Claim takes up to limit due notifications (neither delivered nor dead,
-// next attempt at or before now) that no other notifier holds, counts an
+// Claim takes up to limit due notifications (not dead, next attempt at
+// or before now) that no other notifier holds, counts an
 // attempt on each and pushes its next attempt to now + lease, in one
 // committed statement: a notifier that dies before it marks them hands
 // them on when the lease passes. Each comes with its job's record.
 func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Notification, error) {
 	rows, err := ns.s.pool.Query(ctx, `WITH c AS (
-		SELECT id FROM notifications WHERE delivered_at IS NULL AND dead_at IS NULL AND next_attempt_at <= $1
+		SELECT event_id FROM notifications WHERE dead_at IS NULL AND next_attempt_at <= $1
 		ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
 	UPDATE notifications n SET attempts = n.attempts + 1, next_attempt_at = $2
-	FROM c WHERE n.id = c.id
+	FROM c WHERE n.event_id = c.event_id
 	RETURNING `+qualify("n.", notificationColumns), now, now.Add(lease), limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim notifications: %w", err)
@@ -124,7 +125,7 @@ func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Du
 	return claimed, nil
 }
 
-// qualify prefixes each column of a list with q (n.id, n.event_id::text).
+// qualify prefixes each column of a list with q (n.event_id::text, n.tenant).
 func qualify(q, cols string) string {
 	out := []byte{}
 	start := true
@@ -142,30 +143,29 @@ func qualify(q, cols string) string {
 	return string(out)
 }
 
-// Delivered marks the notifications ids delivered at at, in one
+// Delivered deletes the delivered notifications eventIDs, in one
 // statement.
-func (ns *Notifications) Delivered(ctx context.Context, ids []int64, at time.Time) error {
-	if len(ids) == 0 {
+func (ns *Notifications) Delivered(ctx context.Context, eventIDs []string) error {
+	if len(eventIDs) == 0 {
 		return nil
 	}
-	if _, err := ns.s.pool.Exec(ctx, `UPDATE notifications SET delivered_at = $2, last_error = '' WHERE id = ANY($1)`,
-		ids, at); err != nil {
+	if _, err := ns.s.pool.Exec(ctx, `DELETE FROM notifications WHERE event_id = ANY($1::uuid[])`, eventIDs); err != nil {
 		return fmt.Errorf("store: notification delivered: %w", err)
 	}
 	return nil
 }
 
-// Failed records a failed delivery of notification id: its error, and
-// either its next attempt (next) or, when dead, its end as a dead letter
-// (NotificationUndeliverable) at at.
-func (ns *Notifications) Failed(ctx context.Context, id int64, at time.Time, msg string, next time.Time, dead bool) error {
+// Failed records a failed delivery of notification eventID: its error,
+// and either its next attempt (next) or, when dead, its end as a dead
+// letter (NotificationUndeliverable) at at.
+func (ns *Notifications) Failed(ctx context.Context, eventID string, at time.Time, msg string, next time.Time, dead bool) error {
 	var err error
 	if dead {
 		_, err = ns.s.pool.Exec(ctx, `UPDATE notifications SET last_error = $2, dead_at = $3, dead_reason = $4
-			WHERE id = $1 AND delivered_at IS NULL`, id, msg, at, NotificationUndeliverable)
+			WHERE event_id = $1::uuid`, eventID, msg, at, NotificationUndeliverable)
 	} else {
 		_, err = ns.s.pool.Exec(ctx, `UPDATE notifications SET last_error = $2, next_attempt_at = $3
-			WHERE id = $1 AND delivered_at IS NULL`, id, msg, next)
+			WHERE event_id = $1::uuid`, eventID, msg, next)
 	}
 	if err != nil {
 		return fmt.Errorf("store: notification failed: %w", err)
@@ -173,12 +173,12 @@ func (ns *Notifications) Failed(ctx context.Context, id int64, at time.Time, msg
 	return nil
 }
 
-// Replay sends the notification of tenant ("": any, an operator) with
-// eventID again: due at now, its retry period restarted, whether it was
-// delivered or dead. The job is not touched. ErrNotificationNotFound when
-// there is none.
+// Replay sends the dead (or pending) notification of tenant ("": any, an
+// operator) with eventID again: due at now, its retry period restarted.
+// The job is not touched. ErrNotificationNotFound when there is none (a
+// delivered notification is gone).
 func (ns *Notifications) Replay(ctx context.Context, tenant, eventID string, now time.Time) (*Notification, error) {
-	rows, err := ns.s.pool.Query(ctx, `UPDATE notifications SET delivered_at = NULL, dead_at = NULL, dead_reason = '',
+	rows, err := ns.s.pool.Query(ctx, `UPDATE notifications SET dead_at = NULL, dead_reason = '',
 		retry_since = $3, next_attempt_at = $3
 	WHERE ($1 = '' OR tenant = $1) AND event_id::text = $2 RETURNING `+notificationColumns, tenant, eventID, now)
 	if err != nil {
@@ -198,8 +198,7 @@ func (ns *Notifications) Replay(ctx context.Context, tenant, eventID string, now
 // all) and a state ("": any).
 type NotificationFilter struct {
 	Tenant string
-	// State is NotificationPending, NotificationDelivered,
-	// NotificationDead or "".
+	// State is NotificationPending, NotificationDead or "" (both).
 	State string
 	// JobID, when set, keeps the notifications of that job.
 	JobID string
@@ -209,9 +208,8 @@ type NotificationFilter struct {
 
 // Notification states, as NotificationFilter.State reads them.
 const (
-	NotificationPending   = "pending"
-	NotificationDelivered = "delivered"
-	NotificationDead      = "dead"
+	NotificationPending = "pending"
+	NotificationDead    = "dead"
 )
 
 // List returns the notifications f selects, newest first.
@@ -228,13 +226,11 @@ func (ns *Notifications) List(ctx context.Context, f NotificationFilter) ([]*Not
 	switch f.State {
 	case "":
 	case NotificationPending:
-		where += " AND delivered_at IS NULL AND dead_at IS NULL"
-	case NotificationDelivered:
-		where += " AND delivered_at IS NOT NULL"
+		where += " AND dead_at IS NULL"
 	case NotificationDead:
 		where += " AND dead_at IS NOT NULL"
 	default:
-		return nil, fmt.Errorf("store: list notifications: unknown state %q (pending, delivered, dead)", f.State)
+		return nil, fmt.Errorf("store: list notifications: unknown state %q (pending, dead)", f.State)
 	}
 	limit := f.Limit
 	if limit <= 0 {
@@ -242,7 +238,7 @@ func (ns *Notifications) List(ctx context.Context, f NotificationFilter) ([]*Not
 	}
 	args = append(args, limit)
 	rows, err := ns.s.pool.Query(ctx, `SELECT `+notificationColumns+` FROM notifications WHERE `+where+
-		fmt.Sprintf(` ORDER BY id DESC LIMIT $%d`, len(args)), args...)
+		fmt.Sprintf(` ORDER BY created_at DESC, event_id LIMIT $%d`, len(args)), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list notifications: %w", err)
 	}
@@ -268,9 +264,9 @@ func (ns *Notifications) Backlog(ctx context.Context) (NotificationBacklog, erro
 	var b NotificationBacklog
 	var oldest *time.Time
 	err := ns.s.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM notifications WHERE delivered_at IS NULL AND dead_at IS NULL),
+		(SELECT count(*) FROM notifications WHERE dead_at IS NULL),
 		(SELECT count(*) FROM notifications WHERE dead_at IS NOT NULL),
-		(SELECT min(created_at) FROM notifications WHERE delivered_at IS NULL AND dead_at IS NULL)`).
+		(SELECT min(created_at) FROM notifications WHERE dead_at IS NULL)`).
 		Scan(&b.Pending, &b.Dead, &oldest)
 	if err != nil {
 		return b, fmt.Errorf("store: notification backlog: %w", err)

@@ -107,7 +107,8 @@ func TestNotificationsGroupCommit(t *testing.T) {
 // them from a second claim), carries the job, and a failed delivery
 // comes back at its next attempt; past the retry period the row is dead
 // with notification_undeliverable while the job keeps its status; a
-// replay makes it due again with the same event id.
+// replay makes it due again with the same event id; once delivered it is
+// gone.
 func TestNotificationLifecycle(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -133,7 +134,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	again, err := ns.Claim(b.ctx, now, time.Minute, 10)
 	require.NoError(t, err)
 	require.Empty(t, again, "a held notification is claimed once")
-	require.NoError(t, ns.Failed(b.ctx, n.ID, now, "broker down", now.Add(5*time.Second), false))
+	require.NoError(t, ns.Failed(b.ctx, n.EventID, now, "broker down", now.Add(5*time.Second), false))
 	again, err = ns.Claim(b.ctx, now.Add(4*time.Second), time.Minute, 10)
 	require.NoError(t, err)
 	require.Empty(t, again)
@@ -143,7 +144,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	require.Equal(t, 2, again[0].Attempts)
 	require.Equal(t, n.EventID, again[0].EventID)
 
-	require.NoError(t, ns.Failed(b.ctx, n.ID, now.Add(25*time.Hour), "still down", time.Time{}, true))
+	require.NoError(t, ns.Failed(b.ctx, n.EventID, now.Add(25*time.Hour), "still down", time.Time{}, true))
 	dead, err := ns.List(b.ctx, store.NotificationFilter{State: store.NotificationDead})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
@@ -165,8 +166,14 @@ func TestNotificationLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, again, 1)
 	require.Equal(t, n.EventID, again[0].EventID)
-	require.NoError(t, ns.Delivered(b.ctx, []int64{n.ID}, now.Add(48*time.Hour)))
 	bl, err := ns.Backlog(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.NotificationBacklog{Pending: 1, Oldest: n.CreatedAt}, bl)
+	require.NoError(t, ns.Delivered(b.ctx, []string{n.EventID}))
+	left, err := ns.List(b.ctx, store.NotificationFilter{})
+	require.NoError(t, err)
+	require.Empty(t, left, "a delivered notification leaves the outbox")
+	bl, err = ns.Backlog(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, store.NotificationBacklog{}, bl)
 }

@@ -32,8 +32,8 @@ const (
 // notifications outbox (*store.Notifications).
 type NotificationOutbox interface {
 	Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*store.Notification, error)
-	Delivered(ctx context.Context, ids []int64, at time.Time) error
-	Failed(ctx context.Context, id int64, at time.Time, msg string, next time.Time, dead bool) error
+	Delivered(ctx context.Context, eventIDs []string) error
+	Failed(ctx context.Context, eventID string, at time.Time, msg string, next time.Time, dead bool) error
 	Backlog(ctx context.Context) (store.NotificationBacklog, error)
 }
 
@@ -120,7 +120,7 @@ func (c NotifierConfig) validate() error {
 // Notifier publishes the result events of the notifications outbox: it
 // claims due rows (a committed claim under a lease), publishes each after
 // the commit to its reply queue or results topic and its webhook, then
-// marks it delivered; a failure is retried with backoff for RetryFor,
+// deletes it (delivered); a failure is retried with backoff for RetryFor,
 // then the row ends dead (store.NotificationUndeliverable) and its job
 // keeps its status. Delivery is at least once: a notifier that dies
 // between the publication and the mark publishes again, with the same
@@ -224,11 +224,11 @@ func (n *Notifier) Round(ctx context.Context) bool {
 	mark := context.WithoutCancel(ctx)
 	failed := n.deliverAll(ctx, claimed)
 	at := n.cfg.Clock.Now()
-	var delivered []int64
+	var delivered []string
 	for _, nt := range claimed {
-		f, ok := failed[nt.ID]
+		f, ok := failed[nt.EventID]
 		if !ok {
-			delivered = append(delivered, nt.ID)
+			delivered = append(delivered, nt.EventID)
 			continue
 		}
 		next := at.Add(NotifierBackoff(nt.Attempts, n.cfg.BackoffMin, n.cfg.BackoffMax))
@@ -240,11 +240,11 @@ func (n *Notifier) Round(ctx context.Context) bool {
 		} else {
 			n.metrics.retries.WithLabelValues(f.route).Inc()
 		}
-		if err := n.cfg.Outbox.Failed(mark, nt.ID, at, f.err.Error(), next, dead); err != nil {
+		if err := n.cfg.Outbox.Failed(mark, nt.EventID, at, f.err.Error(), next, dead); err != nil {
 			n.cfg.Log.Warn("notifier: mark failed", slog.String("event_id", nt.EventID), slog.Any("error", err))
 		}
 	}
-	if err := n.cfg.Outbox.Delivered(mark, delivered, at); err != nil {
+	if err := n.cfg.Outbox.Delivered(mark, delivered); err != nil {
 		n.cfg.Log.Warn("notifier: mark delivered", slog.Int("notifications", len(delivered)), slog.Any("error", err))
 	}
 	return len(claimed) == n.cfg.Batch
@@ -265,14 +265,14 @@ type failure struct {
 
 // deliverAll publishes claimed to their destinations: the replies of one
 // destination in one Reply (so a broker confirms them together), then
-// each webhook. It returns the failures by notification id; a
+// each webhook. It returns the failures by event id; a
 // notification with a reply and a webhook counts as delivered only when
 // both took it (the one that did gets it again, with the same event id).
-func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification) map[int64]failure {
-	failed := map[int64]failure{}
-	payloads := make(map[int64][]byte, len(claimed))
+func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification) map[string]failure {
+	failed := map[string]failure{}
+	payloads := make(map[string][]byte, len(claimed))
 	type group struct {
-		ids  []int64
+		ids  []string
 		msgs []transport.Message
 	}
 	byDest := map[string]*group{}
@@ -280,15 +280,15 @@ func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification
 	for _, nt := range claimed {
 		payload, err := json.Marshal(nt.Event())
 		if err != nil {
-			failed[nt.ID] = failure{"reply", fmt.Errorf("encode result event: %w", err)}
+			failed[nt.EventID] = failure{"reply", fmt.Errorf("encode result event: %w", err)}
 			continue
 		}
-		payloads[nt.ID] = payload
+		payloads[nt.EventID] = payload
 		if nt.Reply.To == "" {
 			continue
 		}
 		if n.cfg.Replier == nil {
-			failed[nt.ID] = failure{"reply", errors.New("no broker to reply on")}
+			failed[nt.EventID] = failure{"reply", errors.New("no broker to reply on")}
 			continue
 		}
 		g := byDest[nt.Reply.To]
@@ -297,7 +297,7 @@ func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification
 			byDest[nt.Reply.To] = g
 			dests = append(dests, nt.Reply.To)
 		}
-		g.ids = append(g.ids, nt.ID)
+		g.ids = append(g.ids, nt.EventID)
 		g.msgs = append(g.msgs, replyMessage(nt, payload))
 	}
 	for _, d := range dests {
@@ -311,15 +311,15 @@ func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification
 		n.metrics.delivered.WithLabelValues("reply").Add(float64(len(g.ids)))
 	}
 	for _, nt := range claimed {
-		if _, bad := failed[nt.ID]; bad || nt.Reply.Webhook == "" {
+		if _, bad := failed[nt.EventID]; bad || nt.Reply.Webhook == "" {
 			continue
 		}
 		if n.cfg.Webhooks == nil {
-			failed[nt.ID] = failure{"webhook", errors.New("no webhook sender configured")}
+			failed[nt.EventID] = failure{"webhook", errors.New("no webhook sender configured")}
 			continue
 		}
-		if err := n.cfg.Webhooks.Send(ctx, nt.Tenant, nt.Reply.Webhook, nt.EventID, n.cfg.Clock.Now(), payloads[nt.ID]); err != nil {
-			failed[nt.ID] = failure{"webhook", err}
+		if err := n.cfg.Webhooks.Send(ctx, nt.Tenant, nt.Reply.Webhook, nt.EventID, n.cfg.Clock.Now(), payloads[nt.EventID]); err != nil {
+			failed[nt.EventID] = failure{"webhook", err}
 			continue
 		}
 		n.metrics.delivered.WithLabelValues("webhook").Inc()

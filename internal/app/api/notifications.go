@@ -27,7 +27,6 @@ type Notification struct {
 	LastError   string      `json:"last_error,omitempty"`
 	CreatedAt   time.Time   `json:"created_at"`
 	NextAttempt *time.Time  `json:"next_attempt_at,omitempty"`
-	DeliveredAt *time.Time  `json:"delivered_at,omitempty"`
 	DeadAt      *time.Time  `json:"dead_at,omitempty"`
 	DeadReason  string      `json:"dead_reason,omitempty"`
 }
@@ -35,13 +34,8 @@ type Notification struct {
 func notificationView(n *store.Notification) Notification {
 	v := Notification{EventID: n.EventID, JobID: n.JobID, Tenant: n.Tenant, Status: n.Status, ReplyTo: n.Reply.To,
 		Webhook: n.Reply.Webhook, Attempts: n.Attempts, LastError: n.LastError, CreatedAt: n.CreatedAt,
-		DeliveredAt: n.DeliveredAt, DeadAt: n.DeadAt, DeadReason: n.DeadReason}
-	switch {
-	case n.DeliveredAt != nil:
-		v.State = store.NotificationDelivered
-	case n.DeadAt != nil:
-		v.State = store.NotificationDead
-	default:
+		DeadAt: n.DeadAt, DeadReason: n.DeadReason, State: store.NotificationDead}
+	if n.DeadAt == nil {
 		v.State = store.NotificationPending
 		next := n.NextAttempt
 		v.NextAttempt = &next
@@ -50,16 +44,17 @@ func notificationView(n *store.Notification) Notification {
 }
 
 // listNotifications answers GET /v1/notifications ?state= &job_id=
-// &limit=: the newest result events in scope.
+// &limit=: the newest undelivered result events in scope (a delivered
+// one leaves the outbox).
 func (a *API) listNotifications(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	s, _ := scopeOf(r)
 	f := store.NotificationFilter{Tenant: s.tenant, State: q.Get("state"), JobID: q.Get("job_id"), Limit: 100}
 	switch f.State {
-	case "", store.NotificationPending, store.NotificationDelivered, store.NotificationDead:
+	case "", store.NotificationPending, store.NotificationDead:
 	default:
 		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "state",
-			Message: "must be pending, delivered or dead"})
+			Message: "must be pending or dead"})
 		return
 	}
 	if v := q.Get("limit"); v != "" {

@@ -41,7 +41,7 @@ type Notification struct {
 	RetrySince  time.Time   `db:"retry_since"`
 	NextAttempt time.Time   `db:"next_attempt_at"`
 	// Attempts counts the claims of the row (deliveries tried).
-	Attempts    int        `db:"attempts"`
+	Attempts   int        `db:"attempts"`
 	LastError  string     `db:"last_error"`
 	DeadAt     *time.Time `db:"dead_at"`
 	DeadReason string     `db:"dead_reason"`

@@ -46,7 +46,7 @@ func TestResultsAwait(t *testing.T) {
 		resultMessage(t, "acme", "b", "e-b"),
 	))
 	var got []string
-	err = producer.NewResults(sub).Await(ctx, []producer.ResultKey{{Tenant: "acme", ID: "a"}, {Tenant: "acme", ID: "b"}},
+	err = producer.NewResults(sub).AwaitKeys(ctx, []producer.ResultKey{{Tenant: "acme", ID: "a"}, {Tenant: "acme", ID: "b"}},
 		func(e llmq.ResultEvent) error {
 			got = append(got, e.EventID)
 			return nil
@@ -60,7 +60,7 @@ func TestResultsAwait(t *testing.T) {
 	require.NoError(t, err)
 	defer pub2.Close()
 	defer sub2.Close()
-	err = producer.NewResults(sub2).Await(short, []producer.ResultKey{{Tenant: "acme", ID: "never"}}, func(llmq.ResultEvent) error { return nil })
+	err = producer.NewResults(sub2).AwaitKeys(short, []producer.ResultKey{{Tenant: "acme", ID: "never"}}, func(llmq.ResultEvent) error { return nil })
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "1 of 1 jobs without a result")
 }

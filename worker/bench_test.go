@@ -37,16 +37,27 @@ const benchInFlight = 512
 // reports the row updates of jobs per job, how many of them were HOT
 // (storetest.Updates), the HOT updates of job_attempts per job (the
 // answers), and the table's heap (without indexes) per job.
-func BenchmarkPipeline(b *testing.B) { benchPipeline(b, false) }
+func BenchmarkPipeline(b *testing.B) { benchPipeline(b, notifyNone) }
 
 // BenchmarkPipelineNotified is BenchmarkPipeline with a route on every
 // job (the deployment's results topic, or a reply queue on RabbitMQ) and
 // a notifier publishing their result events while the jobs run: the cost
 // of notifications (docs/design/notifications.md). The memory broker
 // has no replier and is skipped.
-func BenchmarkPipelineNotified(b *testing.B) { benchPipeline(b, true) }
+func BenchmarkPipelineNotified(b *testing.B) { benchPipeline(b, notifyDeliver) }
 
-func benchPipeline(b *testing.B, notify bool) {
+// BenchmarkPipelineOutbox is BenchmarkPipelineNotified without the
+// notifier: what the outbox rows cost the statements that end the jobs.
+func BenchmarkPipelineOutbox(b *testing.B) { benchPipeline(b, notifyWrite) }
+
+// What a benchmark of the pipeline does with notifications.
+const (
+	notifyNone    = iota // no job has a route
+	notifyWrite          // every job has one; nobody delivers
+	notifyDeliver        // every job has one; a notifier delivers
+)
+
+func benchPipeline(b *testing.B, notify int) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
 			return rabbitmqtest.BrokerURL(rabbitmqtest.NewQueue(b))
@@ -59,7 +70,7 @@ func benchPipeline(b *testing.B, notify bool) {
 	}
 	for _, name := range []string{"memory", "kafka", "rabbitmq"} {
 		b.Run(name, func(b *testing.B) {
-			if notify && name == "memory" {
+			if notify != notifyNone && name == "memory" {
 				b.Skip("the memory broker has no replier")
 			}
 			tb := setup(b, upstreamsim.Config{Seed: 10, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
@@ -82,7 +93,7 @@ func benchPipeline(b *testing.B, notify bool) {
 				MaxInFlight: benchInFlight,
 				Logger:      slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 			}
-			if notify {
+			if notify != notifyNone {
 				wcfg.ResultsTopic = target.Dest + "-results"
 				if name == "rabbitmq" {
 					wcfg.ResultsTopic = rabbitmqtest.NewQueue(b)
@@ -94,6 +105,8 @@ func benchPipeline(b *testing.B, notify bool) {
 					require.NoError(b, err)
 					_ = conn.Close()
 				}
+			}
+			if notify == notifyDeliver {
 				nt, err := worker.NewNotifier(worker.NotifierConfig{Outbox: tb.store.Notifications(), Replier: pub.(transport.Replier),
 					Interval: 50 * time.Millisecond, Batch: 256, Log: slog.New(slog.DiscardHandler)})
 				require.NoError(b, err)

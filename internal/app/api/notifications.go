@@ -31,7 +31,9 @@ type Notification struct {
 	DeadReason  string      `json:"dead_reason,omitempty"`
 }
 
-func notificationView(n *store.Notification) Notification {
+// NewNotificationView is the view of a notification (the API, llmq
+// notifications --json).
+func NewNotificationView(n *store.Notification) Notification {
 	v := Notification{EventID: n.EventID, JobID: n.JobID, Tenant: n.Tenant, Status: n.Status, ReplyTo: n.Reply.To,
 		Webhook: n.Reply.Webhook, Attempts: n.Attempts, LastError: n.LastError, CreatedAt: n.CreatedAt,
 		DeadAt: n.DeadAt, DeadReason: n.DeadReason, State: store.NotificationDead}
@@ -73,7 +75,7 @@ func (a *API) listNotifications(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]Notification, len(ns))
 	for i, n := range ns {
-		out[i] = notificationView(n)
+		out[i] = NewNotificationView(n)
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Data       []Notification `json:"data"`
@@ -96,5 +98,5 @@ func (a *API) replayNotification(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Data Notification `json:"data"`
-	}{notificationView(n)})
+	}{NewNotificationView(n)})
 }

@@ -26,17 +26,21 @@ CREATE TABLE notifications (
     created_at timestamptz NOT NULL,
     -- retry_since starts the retry period (created_at, or a replay).
     retry_since timestamptz NOT NULL,
-    -- next_attempt_at: due from then; a notifier that claims the row
-    -- pushes it by its lease, so a notifier that dies mid-delivery hands
-    -- the row to another once the lease passes.
+    -- next_attempt_at: due from then (a failed delivery pushes it by its
+    -- backoff).
     next_attempt_at timestamptz NOT NULL,
+    -- claimed_until: a notifier that claims the row holds it until then
+    -- (its lease), so one that dies mid-delivery hands the row to another
+    -- once the lease passes. Not indexed, so that a claim is a heap-only
+    -- update.
+    claimed_until timestamptz,
     attempts int NOT NULL DEFAULT 0,
     last_error text NOT NULL DEFAULT '',
     -- dead_at is set when the retry period passed without a delivery
     -- (dead_reason notification_undeliverable); a replay clears it.
     dead_at timestamptz,
     dead_reason text NOT NULL DEFAULT ''
-);
+) WITH (fillfactor = 70);
 
 CREATE INDEX notifications_due_idx ON notifications (next_attempt_at) WHERE dead_at IS NULL;
 CREATE INDEX notifications_dead_idx ON notifications (tenant, dead_at) WHERE dead_at IS NOT NULL;

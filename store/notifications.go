@@ -81,15 +81,17 @@ func (n *Notification) Event() llmq.ResultEvent {
 }
 
 // Claim takes up to limit due notifications (not dead, next attempt at
-// or before now) that no other notifier holds, counts an
-// attempt on each and pushes its next attempt to now + lease, in one
-// committed statement: a notifier that dies before it marks them hands
-// them on when the lease passes. Each comes with its job's record.
+// or before now) that no other notifier holds, counts an attempt on each
+// and holds it until now + lease (claimed_until), in one committed
+// statement, a heap-only update (nothing it changes is indexed): a
+// notifier that dies before it marks them hands them on when the lease
+// passes. Each comes with its job's record.
 func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Notification, error) {
 	rows, err := ns.s.pool.Query(ctx, `WITH c AS (
 		SELECT event_id FROM notifications WHERE dead_at IS NULL AND next_attempt_at <= $1
+			AND (claimed_until IS NULL OR claimed_until <= $1)
 		ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-	UPDATE notifications n SET attempts = n.attempts + 1, next_attempt_at = $2
+	UPDATE notifications n SET attempts = n.attempts + 1, claimed_until = $2
 	FROM c WHERE n.event_id = c.event_id
 	RETURNING `+qualify("n.", notificationColumns), now, now.Add(lease), limit)
 	if err != nil {
@@ -164,7 +166,7 @@ func (ns *Notifications) Failed(ctx context.Context, eventID string, at time.Tim
 		_, err = ns.s.pool.Exec(ctx, `UPDATE notifications SET last_error = $2, dead_at = $3, dead_reason = $4
 			WHERE event_id = $1::uuid`, eventID, msg, at, NotificationUndeliverable)
 	} else {
-		_, err = ns.s.pool.Exec(ctx, `UPDATE notifications SET last_error = $2, next_attempt_at = $3
+		_, err = ns.s.pool.Exec(ctx, `UPDATE notifications SET last_error = $2, next_attempt_at = $3, claimed_until = NULL
 			WHERE event_id = $1::uuid`, eventID, msg, next)
 	}
 	if err != nil {
@@ -179,7 +181,7 @@ func (ns *Notifications) Failed(ctx context.Context, eventID string, at time.Tim
 // delivered notification is gone).
 func (ns *Notifications) Replay(ctx context.Context, tenant, eventID string, now time.Time) (*Notification, error) {
 	rows, err := ns.s.pool.Query(ctx, `UPDATE notifications SET dead_at = NULL, dead_reason = '',
-		retry_since = $3, next_attempt_at = $3
+		retry_since = $3, next_attempt_at = $3, claimed_until = NULL
 	WHERE ($1 = '' OR tenant = $1) AND event_id::text = $2 RETURNING `+notificationColumns, tenant, eventID, now)
 	if err != nil {
 		return nil, fmt.Errorf("store: replay notification: %w", err)

@@ -130,3 +130,23 @@ func TestNotifierReplyReadByAmqpConsume(t *testing.T) {
 	require.Equal(t, "corr-ac", e.CorrelationID)
 	require.Equal(t, llmq.StatusSucceeded, e.Status)
 }
+
+// TestNotifierTenantReply: a job that names no reply of its own takes its
+// tenant's from the configuration; its message's own reply_to property
+// wins over it.
+func TestNotifierTenantReply(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 6, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	tenantQ, ds := replyQueue(t)
+	ownQ, own := replyQueue(t)
+	runNotified(t, tb, tb.subscriber(t, 16), tb.pub.(transport.Replier),
+		worker.Config{TenantReplies: map[string]llmq.Reply{llmq.DefaultTenant: {To: tenantQ}}})
+	require.NoError(t, tb.pub.Publish(context.Background(), tb.queue,
+		transport.Message{Value: jobJSON("t-1", "gpt-4o-mini", "")},
+		transport.Message{Value: jobJSON("t-2", "gpt-4o-mini", ""), ReplyTo: ownQ}))
+	var e llmq.ResultEvent
+	require.NoError(t, json.Unmarshal(nextReply(t, ds).Body, &e))
+	require.Equal(t, "t-1", e.JobID)
+	require.NoError(t, json.Unmarshal(nextReply(t, own).Body, &e))
+	require.Equal(t, "t-2", e.JobID)
+}

@@ -27,7 +27,7 @@ func TestDecodeReplyTo(t *testing.T) {
 		`{"webhook":"http://h.example/x"}`:        "reply_to.webhook",
 		`{"webhook":"https://u:p@h.example/x"}`:   "reply_to.webhook",
 		`{"to":"q","webhook":"not a url at all"}`: "reply_to.webhook",
-		`"replies"`:                               "reply_to",
+		`"replies"`: "reply_to",
 	} {
 		_, err := llmq.Decode([]byte(`{"id":"a","reply_to":`+in+body), llmq.DecodeOptions{})
 		var ve *llmq.ValidationError

@@ -222,7 +222,12 @@ func (n *Notifier) Round(ctx context.Context) bool {
 		return false
 	}
 	mark := context.WithoutCancel(ctx)
-	failed := n.deliverAll(ctx, claimed)
+	// A delivery that outlasts the lease (a broker down: the publisher
+	// redials until its context ends) fails, and is retried after its
+	// backoff, rather than be claimed and sent by another notifier too.
+	dctx, cancel := context.WithTimeout(ctx, n.cfg.Lease)
+	failed := n.deliverAll(dctx, claimed)
+	cancel()
 	at := n.cfg.Clock.Now()
 	var delivered []string
 	for _, nt := range claimed {

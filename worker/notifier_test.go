@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,11 +22,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/chaos"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
+	"github.com/llmq/llmq/transport/rabbitmq"
 	"github.com/llmq/llmq/transport/rabbitmq/rabbitmqtest"
 	"github.com/llmq/llmq/worker"
 )
@@ -320,4 +323,54 @@ func TestNotifierWebhookFailingHalfTheTime(t *testing.T) {
 		}
 	}
 	require.Positive(t, dups, "the failing half was sent again")
+}
+
+// TestNotifierBrokerOutage: with the broker unreachable a delivery fails
+// once its lease is spent (it does not hang, nor is it lost) and is retried
+// after its backoff; once the broker is back the event arrives, once.
+func TestNotifierBrokerOutage(t *testing.T) {
+	t.Parallel()
+	b := setupNotifier(t)
+	u, err := url.Parse(rabbitmqtest.URL())
+	require.NoError(t, err)
+	proxy, err := chaos.New(u.Host)
+	require.NoError(t, err)
+	defer proxy.Close()
+	u.Host = proxy.Addr()
+	pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: u.String(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer pub.Close()
+	b.pub = pub
+
+	queue := rabbitmqtest.NewQueue(t)
+	conn, err := amqp.Dial(rabbitmqtest.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare(queue, false, false, false, false, nil)
+	require.NoError(t, err)
+	b.finish(t, "out", &llmq.Reply{To: queue})
+
+	proxy.Cut()
+	n := b.notifier(t, worker.NotifierConfig{Lease: time.Second, BackoffMin: 10 * time.Second})
+	n.Round(b.ctx)
+	got := b.only(t)
+	require.Equal(t, 1, got.Attempts)
+	require.NotEmpty(t, got.LastError, "the failed delivery is recorded, to be retried")
+	_, ok, err := ch.Get(queue, true)
+	require.NoError(t, err)
+	require.False(t, ok, "nothing got through")
+
+	proxy.Restore()
+	b.clock.Advance(10 * time.Second)
+	n.Round(b.ctx)
+	require.Empty(t, b.left(t), "delivered once the broker is back")
+	d, ok, err := ch.Get(queue, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, got.EventID, d.MessageId)
+	_, ok, err = ch.Get(queue, true)
+	require.NoError(t, err)
+	require.False(t, ok, "once")
 }

@@ -35,7 +35,7 @@ var layers = []struct {
 	{"ground: the job contract and what is pure", []string{"", "shaping", "migrations", "internal/redact", "internal/tokencount", "internal/backoff",
 		"internal/jsonlimit"}},
 	{"infrastructure", []string{"store/...", "transport/...", "internal/config", "internal/background",
-		"internal/upstreamsim", "internal/workload", "internal/chaos", "internal/tracing/..."}},
+		"internal/upstreamsim", "internal/workload", "internal/chaos", "internal/tracing/...", "internal/webhook"}},
 	{"components used by others", []string{"producer", "dlq", "internal/tenancy"}},
 	{"components", []string{"worker", "batchapi", "internal/retention"}},
 	{"apps", []string{"internal/app/..."}},

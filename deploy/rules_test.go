@@ -141,7 +141,7 @@ func TestPrometheusRules(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	require.Equal(t, []string{"LLMQDeadLettersGrowing", "LLMQQueueDepthHigh", "LLMQUpstreamIncident", "LLMQUpstreamKeyRefused",
+	require.Equal(t, []string{"LLMQDeadLettersGrowing", "LLMQNotificationsPilingUp", "LLMQQueueDepthHigh", "LLMQUpstreamIncident", "LLMQUpstreamKeyRefused",
 		"LLMQUpstreamRateLimited", "LLMQWorkerAbsent", "LLMQWorkerDown"}, names)
 
 	// The expressions are the alerts' definitions (compared as parsed

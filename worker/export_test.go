@@ -50,3 +50,7 @@ func (w *Worker) ScopeTPM(name string) (float64, bool) {
 	}
 	return sc.tpm.Limit(), true
 }
+
+// CrashAfterClaim makes n's rounds stop right after their claim commits
+// while crash returns true, as a process killed there would.
+func (n *Notifier) CrashAfterClaim(crash func() bool) { n.crashAfterClaim = crash }

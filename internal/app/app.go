@@ -29,6 +29,7 @@ import (
 	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/internal/retention"
 	"github.com/llmq/llmq/internal/tenancy"
+	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
@@ -313,8 +314,35 @@ func (a *App) buildWorker() error {
 		return err
 	}
 	a.parts.add("retention", pruner.Start, pruner.Stop, stopTimeout)
+	if err := a.addNotifier(s); err != nil {
+		return err
+	}
 	// The worker's Stop bounds itself (its ShutdownTimeout).
 	a.parts.add("worker", a.startWorker, a.stopWorker, 0)
+	return nil
+}
+
+// addNotifier adds the notifier, which publishes the result events of jobs
+// with a route after their commit (docs/design/notifications.md).
+func (a *App) addNotifier(s *config.Config) error {
+	nc := worker.NotifierConfig{Outbox: a.store.Notifications(), RetryFor: s.Notifications.RetryFor,
+		Log: a.log, Registerer: a.registerer}
+	if r, ok := a.pub.(transport.Replier); ok {
+		nc.Replier = r
+	}
+	if len(s.Notifications.WebhookSecrets) > 0 {
+		hooks, err := webhook.New(webhook.Config{Secrets: s.Notifications.WebhookSecrets,
+			AllowPrivate: s.Notifications.AllowPrivateWebhooks})
+		if err != nil {
+			return fmt.Errorf("notifications.webhook_secrets: %w", err)
+		}
+		nc.Webhooks = hooks
+	}
+	notifier, err := worker.NewNotifier(nc)
+	if err != nil {
+		return err
+	}
+	a.parts.add("notifier", notifier.Start, notifier.Stop, stopTimeout)
 	return nil
 }
 
@@ -463,7 +491,7 @@ func (a *App) buildAPI() error {
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
-		DeadLetterService: svc, Batches: a.store,
+		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
 		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)

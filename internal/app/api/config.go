@@ -62,6 +62,10 @@ type Config struct {
 	// /v1/dead-letters/{id}/replay, /replay and /purge. A *dlq.Service is
 	// one.
 	DeadLetterService DeadLetterService
+	// Notifications, when set, serves the result events of jobs with a
+	// route: GET /v1/notifications and POST
+	// /v1/notifications/{event_id}/replay. A *store.Notifications is one.
+	Notifications NotificationStore
 	// Batches, when set, serves the provider batches of the batch lane to
 	// operator keys: GET /v1/batches and /v1/batches/{id}. A *store.Store
 	// is one.
@@ -213,6 +217,13 @@ type BatchStore interface {
 	GetBatch(ctx context.Context, ref string) (*store.BatchRecord, error)
 	// BatchJobCounts counts a batch's jobs per status.
 	BatchJobCounts(ctx context.Context, id string) (map[llmq.Status]int, error)
+}
+
+// NotificationStore is what the API reads and replays of the
+// notifications outbox; a [*store.Notifications] is one.
+type NotificationStore interface {
+	List(ctx context.Context, f store.NotificationFilter) ([]*store.Notification, error)
+	Replay(ctx context.Context, tenant, eventID string, now time.Time) (*store.Notification, error)
 }
 
 // DeadLetterService is what the API does with dead letters;

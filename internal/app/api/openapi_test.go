@@ -137,8 +137,27 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, b, "DELETE", "/v1/jobs/none", keyGlobex, "", "", true, 404)
 	c.check(t, b, "DELETE", "/v1/jobs/one", "", "", "", true, 401)
 
-	// Dead letters: acme's job "dl" was dead-lettered, and a poison message.
+	// Notifications: acme's job "nt" has a route and succeeded.
 	ctx := context.Background()
+	nj, err := llmq.Decode([]byte(jobJSON("nt")), llmq.DecodeOptions{})
+	require.NoError(t, err)
+	nj.Tenant, nj.ReplyTo = "acme", &llmq.Reply{To: "replies", CorrelationID: "c1"}
+	_, err = b.store.Insert(ctx, nj)
+	require.NoError(t, err)
+	_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: "nt"}, store.Result{Response: []byte(`{"id":"x"}`), UsedModel: "gpt-4o-mini"})
+	require.NoError(t, err)
+	ns, err := b.store.Notifications().List(ctx, store.NotificationFilter{Tenant: "acme"})
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+	c.check(t, b, "GET", "/v1/notifications", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/notifications?state=pending&limit=5", keyOps, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/notifications?state=lost", keyAcme, "", "", false, 400)
+	c.check(t, b, "GET", "/v1/notifications", "", "", "", true, 401)
+	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", keyAcme, "", "", true, 200)
+	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", keyGlobex, "", "", true, 404)
+	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", "", "", "", true, 401)
+
+	// Dead letters: acme's job "dl" was dead-lettered, and a poison message.
 	j, err := llmq.Decode([]byte(jobJSON("dl")), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	j.Tenant = "acme"

@@ -151,6 +151,10 @@ func (a *API) routes() {
 		a.mux.Handle("GET /v1/batches/{id}", a.authed(a.operatorOnly(a.getBatch)))
 		a.mux.Handle("POST /v1/batches/{id}/cancel", a.authed(a.operatorOnly(a.cancelBatch)))
 	}
+	if a.cfg.Notifications != nil {
+		a.mux.Handle("GET /v1/notifications", a.authed(a.listNotifications))
+		a.mux.Handle("POST /v1/notifications/{event_id}/replay", a.authed(a.replayNotification))
+	}
 	if a.cfg.DeadLetterService != nil {
 		a.mux.Handle("GET /v1/dead-letters", a.authed(a.listDeadLetters))
 		a.mux.Handle("GET /v1/dead-letters/{id}", a.authed(a.getDeadLetter))

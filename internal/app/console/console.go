@@ -175,6 +175,7 @@ func (c *Console) routes() http.Handler {
 	page("GET "+Prefix+"/jobs/{id}", c.job)
 	page("GET "+Prefix+"/live/jobs/{id}", c.jobLive)
 	page("POST "+Prefix+"/jobs/{id}/cancel", c.cancelJob)
+	page("POST "+Prefix+"/jobs/{id}/notifications/{event}/replay", c.replayNotification)
 	page("GET "+Prefix+"/dead-letters", c.deadLetters)
 	page("GET "+Prefix+"/dead-letters/{id}", c.deadLetter)
 	page("POST "+Prefix+"/dead-letters/replay", c.replay)

@@ -43,6 +43,8 @@ func notice(q url.Values) string {
 		return "The tenant is created: every replica serves it within 2 s."
 	case "key-revoked":
 		return "The key is revoked: every replica refuses it within 2 s."
+	case "notification-replayed":
+		return "The result event is due again: the notifier sends it now, with the same event id. The job is not touched."
 	case "batch-cancelled":
 		return "The provider was asked to cancel the batch: finished results are brought home, the other jobs go back to the live lane."
 	}
@@ -325,6 +327,9 @@ type jobPage struct {
 	// Timeline draws the job's calls; Events lists its changes of state.
 	Timeline template.HTML
 	Events   []event
+	// Notifications are the job's result events not yet delivered
+	// (GET /v1/notifications?job_id=).
+	Notifications []api.Notification
 }
 
 func (c *Console) jobData(r *http.Request, s session) (jobPage, error) {
@@ -348,6 +353,15 @@ func (c *Console) jobData(r *http.Request, s session) (jobPage, error) {
 		p.Answer = result.Choices[0].Message.Content
 	}
 	p.Timeline, p.Events = callTimeline(p.Job, c.cfg.Clock.Now()), jobEvents(p.Job)
+	nq := url.Values{"job_id": {p.Job.ID}}
+	if s.Operator {
+		nq.Set("tenant", p.Job.Tenant)
+	}
+	var ns api.List[api.Notification]
+	// An API without notifications (404) shows none.
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/notifications", nq, nil, &ns); err == nil {
+		p.Notifications = ns.Data
+	}
 	return p, nil
 }
 
@@ -380,6 +394,23 @@ func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	q.Set("done", "cancelled")
+	http.Redirect(w, r, Prefix+"/jobs/"+url.PathEscape(id)+"?"+q.Encode(), http.StatusSeeOther)
+}
+
+// replayNotification sends a job's result event again (POST
+// /v1/notifications/{event_id}/replay), never the job.
+func (c *Console) replayNotification(w http.ResponseWriter, r *http.Request, s session) {
+	id := r.PathValue("id")
+	q := url.Values{}
+	if t := r.PostFormValue("tenant"); s.Operator && t != "" {
+		q.Set("tenant", t)
+	}
+	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/notifications/"+url.PathEscape(r.PathValue("event"))+"/replay",
+		q, nil, nil); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	q.Set("done", "notification-replayed")
 	http.Redirect(w, r, Prefix+"/jobs/"+url.PathEscape(id)+"?"+q.Encode(), http.StatusSeeOther)
 }
 

@@ -360,18 +360,8 @@ func (t *Tenancy) Tenant(ctx context.Context, name string) (TenantRow, error) {
 // version (0: whatever it is), raising the version.
 func (t *Tenancy) UpdateTenant(ctx context.Context, actor string, row TenantRow, version int64) (TenantRow, error) {
 	err := pgx.BeginFunc(ctx, t.s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT name, scope, allow_unknown_projects, version, updated_at FROM tenancy_tenants WHERE name = $1 FOR UPDATE`, row.Name)
+		old, err := lockTenant(ctx, tx, row.Name, version)
 		if err != nil {
-			return err
-		}
-		old, err := pgx.CollectExactlyOneRow(rows, scanTenant)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrTenancyNotFound
-		}
-		if err != nil {
-			return err
-		}
-		if err := ifVersion(old.Version, version); err != nil {
 			return err
 		}
 		scope, err := json.Marshal(row.Scope)
@@ -391,22 +381,29 @@ func (t *Tenancy) UpdateTenant(ctx context.Context, actor string, row TenantRow,
 	return t.Tenant(ctx, row.Name)
 }
 
+// lockTenant locks tenant name's row in tx and returns it, if its version
+// is still version (0: whatever it is).
+func lockTenant(ctx context.Context, tx pgx.Tx, name string, version int64) (TenantRow, error) {
+	rows, err := tx.Query(ctx, `SELECT name, scope, allow_unknown_projects, version, updated_at FROM tenancy_tenants WHERE name = $1 FOR UPDATE`, name)
+	if err != nil {
+		return TenantRow{}, err
+	}
+	old, err := pgx.CollectExactlyOneRow(rows, scanTenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return TenantRow{}, ErrTenancyNotFound
+	}
+	if err != nil {
+		return TenantRow{}, err
+	}
+	return old, ifVersion(old.Version, version)
+}
+
 // DeleteTenant deletes a tenant, its projects and its keys if its version
 // is still version (0: whatever it is).
 func (t *Tenancy) DeleteTenant(ctx context.Context, actor, name string, version int64) error {
 	err := pgx.BeginFunc(ctx, t.s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT name, scope, allow_unknown_projects, version, updated_at FROM tenancy_tenants WHERE name = $1 FOR UPDATE`, name)
+		old, err := lockTenant(ctx, tx, name, version)
 		if err != nil {
-			return err
-		}
-		old, err := pgx.CollectExactlyOneRow(rows, scanTenant)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrTenancyNotFound
-		}
-		if err != nil {
-			return err
-		}
-		if err := ifVersion(old.Version, version); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM tenancy_tenants WHERE name = $1`, name); err != nil {

@@ -342,18 +342,8 @@ func (t *Tenancy) CreateTenant(ctx context.Context, actor string, row TenantRow)
 
 // Tenant returns one tenant's row.
 func (t *Tenancy) Tenant(ctx context.Context, name string) (TenantRow, error) {
-	rows, err := t.s.pool.Query(ctx, `SELECT name, scope, allow_unknown_projects, version, updated_at FROM tenancy_tenants WHERE name = $1`, name)
-	if err != nil {
-		return TenantRow{}, fmt.Errorf("store: tenant: %w", err)
-	}
-	row, err := pgx.CollectExactlyOneRow(rows, scanTenant)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return TenantRow{}, ErrTenancyNotFound
-	}
-	if err != nil {
-		return TenantRow{}, fmt.Errorf("store: tenant: %w", err)
-	}
-	return row, nil
+	row, err := queryOne(ctx, t.s.pool, scanTenant, `SELECT name, scope, allow_unknown_projects, version, updated_at FROM tenancy_tenants WHERE name = $1`, name)
+	return row, tenancyErr("tenant", err)
 }
 
 // UpdateTenant replaces tenant row.Name's scope if its version is still
@@ -384,14 +374,7 @@ func (t *Tenancy) UpdateTenant(ctx context.Context, actor string, row TenantRow,
 // lockTenant locks tenant name's row in tx and returns it, if its version
 // is still version (0: whatever it is).
 func lockTenant(ctx context.Context, tx pgx.Tx, name string, version int64) (TenantRow, error) {
-	rows, err := tx.Query(ctx, `SELECT name, scope, allow_unknown_projects, version, updated_at FROM tenancy_tenants WHERE name = $1 FOR UPDATE`, name)
-	if err != nil {
-		return TenantRow{}, err
-	}
-	old, err := pgx.CollectExactlyOneRow(rows, scanTenant)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return TenantRow{}, ErrTenancyNotFound
-	}
+	old, err := queryOne(ctx, tx, scanTenant, `SELECT name, scope, allow_unknown_projects, version, updated_at FROM tenancy_tenants WHERE name = $1 FOR UPDATE`, name)
 	if err != nil {
 		return TenantRow{}, err
 	}
@@ -416,18 +399,8 @@ func (t *Tenancy) DeleteTenant(ctx context.Context, actor, name string, version 
 
 // Project returns one project's row.
 func (t *Tenancy) Project(ctx context.Context, tenant, name string) (ProjectRow, error) {
-	rows, err := t.s.pool.Query(ctx, `SELECT tenant, name, scope, version, updated_at FROM tenancy_projects WHERE tenant = $1 AND name = $2`, tenant, name)
-	if err != nil {
-		return ProjectRow{}, fmt.Errorf("store: project: %w", err)
-	}
-	row, err := pgx.CollectExactlyOneRow(rows, scanProject)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ProjectRow{}, ErrTenancyNotFound
-	}
-	if err != nil {
-		return ProjectRow{}, fmt.Errorf("store: project: %w", err)
-	}
-	return row, nil
+	row, err := queryOne(ctx, t.s.pool, scanProject, `SELECT tenant, name, scope, version, updated_at FROM tenancy_projects WHERE tenant = $1 AND name = $2`, tenant, name)
+	return row, tenancyErr("project", err)
 }
 
 // PutProject creates a project (version -1: it must not exist) or
@@ -486,14 +459,7 @@ func (t *Tenancy) PutProject(ctx context.Context, actor string, row ProjectRow, 
 // whatever it is).
 func (t *Tenancy) DeleteProject(ctx context.Context, actor, tenant, name string, version int64) error {
 	err := pgx.BeginFunc(ctx, t.s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT tenant, name, scope, version, updated_at FROM tenancy_projects WHERE tenant = $1 AND name = $2 FOR UPDATE`, tenant, name)
-		if err != nil {
-			return err
-		}
-		old, err := pgx.CollectExactlyOneRow(rows, scanProject)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrTenancyNotFound
-		}
+		old, err := queryOne(ctx, tx, scanProject, `SELECT tenant, name, scope, version, updated_at FROM tenancy_projects WHERE tenant = $1 AND name = $2 FOR UPDATE`, tenant, name)
 		if err != nil {
 			return err
 		}
@@ -537,32 +503,15 @@ func (t *Tenancy) CreateKey(ctx context.Context, actor string, k APIKeyRow) (API
 
 // Key returns one key's row.
 func (t *Tenancy) Key(ctx context.Context, name string) (APIKeyRow, error) {
-	rows, err := t.s.pool.Query(ctx, `SELECT `+keyCols+` FROM tenancy_keys WHERE name = $1`, name)
-	if err != nil {
-		return APIKeyRow{}, fmt.Errorf("store: key: %w", err)
-	}
-	row, err := pgx.CollectExactlyOneRow(rows, scanKey)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return APIKeyRow{}, ErrTenancyNotFound
-	}
-	if err != nil {
-		return APIKeyRow{}, fmt.Errorf("store: key: %w", err)
-	}
-	return row, nil
+	row, err := queryOne(ctx, t.s.pool, scanKey, `SELECT `+keyCols+` FROM tenancy_keys WHERE name = $1`, name)
+	return row, tenancyErr("key", err)
 }
 
 // RevokeKey revokes a key if its version is still version (0: whatever
 // it is); a revoked key stays listed, and its name taken.
 func (t *Tenancy) RevokeKey(ctx context.Context, actor, name string, version int64) (APIKeyRow, error) {
 	err := pgx.BeginFunc(ctx, t.s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+keyCols+` FROM tenancy_keys WHERE name = $1 FOR UPDATE`, name)
-		if err != nil {
-			return err
-		}
-		old, err := pgx.CollectExactlyOneRow(rows, scanKey)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrTenancyNotFound
-		}
+		old, err := queryOne(ctx, tx, scanKey, `SELECT `+keyCols+` FROM tenancy_keys WHERE name = $1 FOR UPDATE`, name)
 		if err != nil {
 			return err
 		}
@@ -763,6 +712,23 @@ func unionKeys[V any](a, b map[string]V) []string {
 	all := slices.Concat(slices.Collect(maps.Keys(a)), slices.Collect(maps.Keys(b)))
 	slices.Sort(all)
 	return slices.Compact(all)
+}
+
+// queryOne is the one row sql selects, scanned by scan; ErrTenancyNotFound
+// when there is none.
+func queryOne[T any](ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, scan pgx.RowToFunc[T], sql string, args ...any) (T, error) {
+	var zero T
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return zero, err
+	}
+	row, err := pgx.CollectExactlyOneRow(rows, scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return zero, ErrTenancyNotFound
+	}
+	return row, err
 }
 
 // tenancyErr wraps err unless it is one of the tenancy's own.

@@ -131,6 +131,49 @@ func TestNotifierReplyReadByAmqpConsume(t *testing.T) {
 	require.Equal(t, llmq.StatusSucceeded, e.Status)
 }
 
+// TestNotifierResultsReadByKcat: the results topic read by kcat
+// (librdkafka's client) holds each job's result event, keyed by its job id
+// with the job's headers echoed.
+func TestNotifierResultsReadByKcat(t *testing.T) {
+	t.Parallel()
+	bin, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Skip("kcat is not installed")
+	}
+	tb := setup(t, upstreamsim.Config{Seed: 7, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	addrs := kafkatest.NewCluster(t)
+	jobs, results := kafkatest.NewTopic(t, addrs, 2), kafkatest.NewTopic(t, addrs, 1)
+	dest, pub, sub := openBroker(t, "kafka://"+strings.Join(addrs, ",")+"/"+jobs, 16)
+	runNotified(t, tb, sub, pub.(transport.Replier), worker.Config{ResultsTopic: results})
+	require.NoError(t, pub.Publish(context.Background(), dest,
+		transport.Message{Key: []byte("kc-1"), Value: jobJSON("kc-1", "gpt-4o-mini", ""), Headers: map[string]string{"x-app": "kc"}}))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// -c 1: exit after the first message; -J: key, payload and headers as JSON.
+	cmd := exec.CommandContext(ctx, bin, "-C", "-b", strings.Join(addrs, ","), "-t", results, "-o", "beginning", "-c", "1", "-J", "-q")
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	var m struct {
+		Key     string   `json:"key"`
+		Payload string   `json:"payload"`
+		Headers []string `json:"headers"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &m), out.String())
+	var e llmq.ResultEvent
+	require.NoError(t, json.Unmarshal([]byte(m.Payload), &e), m.Payload)
+	require.Equal(t, "kc-1", m.Key, "keyed by job id")
+	require.Equal(t, "kc-1", e.JobID)
+	require.Equal(t, llmq.StatusSucceeded, e.Status)
+	headers := map[string]string{}
+	for i := 0; i+1 < len(m.Headers); i += 2 {
+		headers[m.Headers[i]] = m.Headers[i+1]
+	}
+	require.Equal(t, "kc", headers["x-app"], "headers echoed")
+	require.Equal(t, e.EventID, headers[worker.HeaderEventID])
+}
+
 // TestNotifierTenantReply: a job that names no reply of its own takes its
 // tenant's from the configuration; its message's own reply_to property
 // wins over it.

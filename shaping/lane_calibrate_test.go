@@ -330,7 +330,8 @@ func TestLaneLimitFromReset(t *testing.T) {
 // the tokens a settlement finds unused: between two fresh readings its
 // remaining is the first, plus the refill, less what the lane sent, plus
 // what came back. The lane gives back to its TPM bucket only that share;
-// before a measure, none on a minute bucket and all on a short one.
+// before a measure, none, on a short bucket too (crediting them, the lanes
+// of a fleet on a short bucket that keeps them were refused).
 func TestLaneRefundsMeasured(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -380,7 +381,7 @@ func TestLaneRefundsMeasured(t *testing.T) {
 	require.False(t, lane.refundsKnown, "59000 + 1000 refilled: the bucket may have been full")
 	require.Equal(t, 0.0, lane.refundShare(), "a minute bucket: none before a measure")
 	lane.setKindLocked(ProviderShort)
-	require.Equal(t, 1.0, lane.refundShare(), "a short bucket: all")
+	require.Equal(t, 0.0, lane.refundShare(), "a short bucket: none before a measure")
 }
 
 // TestLaneRefundsReordered: a request sent within SendSkew after another

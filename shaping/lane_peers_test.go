@@ -326,22 +326,6 @@ func TestLanePeersTryTheKindTogether(t *testing.T) {
 	require.InDelta(t, 4800, l.tpm.LevelAt(t0), 1e-9, "a tenth of the 48,000 left")
 	require.InDelta(t, 60, l.rpm.Capacity(), 1e-9)
 
-	// A lane whose probe ended on a share (a worker that could not read
-	// the ledger starts on the floor) trusts the whole minute once it is
-	// alone on the quota: it does not try the provider with the others
-	// any more.
-	late, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})
-	require.NoError(t, err)
-	require.NoError(t, late.SetShareAt(t0, ShareFloorDefault))
-	late.SetPeersAt(t0, ReplicaState{})
-	late.ObserveAt(t0, headers600(600, 60000))
-	require.InDelta(t, ShareFloorDefault*5000, late.tpm.Capacity(), 1e-9)
-	require.NoError(t, late.SetShareAt(t0, 1))
-	require.InDelta(t, 60000, late.tpm.Capacity(), 1e-9)
-	// Its level, kept through the share's change, grows by what it trusts
-	// more (55,000); the next header raises it to what the provider has.
-	require.InDelta(t, 100+55000, late.tpm.LevelAt(t0), 1e-6)
-
 	// Without the ledger (shares set by hand, no word of the peers), the
 	// lane trusts its share of the whole minute, as a lane alone does.
 	alone, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})

@@ -184,17 +184,15 @@ func (l *Lane) unguardLocked(now time.Time) {
 	}
 }
 
-// growBurstLocked sets the burst of view v to burst, and moves b's level by
-// the lane's part of the growth: the level is its part of the provider's
-// remaining less what the lane does not trust (limit − burst). A burst
-// lowered cuts the level to the capacity.
+// growBurstLocked raises the burst of view v to burst, and b's level by the
+// lane's part of the growth: the level is its part of the provider's
+// remaining less what the lane does not trust (limit − burst), which
+// shrank.
 func (l *Lane) growBurstLocked(now time.Time, b *Bucket, v *view, burst float64) {
 	grown := burst - v.burst
 	v.burst = burst
 	l.applyLocked(now, b, v)
-	if grown > 0 {
-		b.AdjustAt(now, grown*l.part())
-	}
+	b.AdjustAt(now, grown*l.part())
 }
 
 // shortMax is the most a short bucket holds: twice ShortBucket of refill
@@ -302,11 +300,6 @@ func (l *Lane) SetShareAt(now time.Time, share float64) error {
 	l.trying = l.trying && share == 1
 	for _, q := range l.views() {
 		if q.b == nil {
-			continue
-		}
-		if burst := l.unknownBurst(q.v); l.headersSeen && l.kind == ProviderUnknown && burst != q.v.burst {
-			// Guarded or not any more (unknownBurst).
-			l.growBurstLocked(now, q.b, q.v, burst)
 			continue
 		}
 		l.applyLocked(now, q.b, q.v)

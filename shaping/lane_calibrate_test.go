@@ -493,3 +493,25 @@ func TestLevelLockedRaiseBound(t *testing.T) {
 	require.True(t, lane.levelLocked(t0, at, b, v, 20000, 4000, 3000, 0, 500, 0, true))
 	require.InDelta(t, 20000+900+2000-(60000-50000)-3000-500, b.LevelAt(t0), 1e-9)
 }
+
+// TestLaneSettlesPromptEstimate: once the provider sends headers, a
+// settlement gives the lane's TPM bucket back the tokens its prompt
+// estimate took over the provider's count whatever the provider does with
+// unused output (it charges the prompt it counts), and of the unused
+// output only the share the headers show coming back: none before a
+// measure, on a short bucket too.
+func TestLaneSettlesPromptEstimate(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	lane.ObserveAt(t0, RateLimitHeaders{RemainingTokens: 60000, HasRemainingTokens: true})
+	lane.mu.Lock()
+	lane.setKindLocked(ProviderShort)
+	lane.mu.Unlock()
+	r, err := lane.ReserveAt(t0, Request{PromptTokens: 1000, MaxOutputTokens: 500})
+	require.NoError(t, err)
+	before := lane.tpm.LevelAt(t0)
+	p := lane.SendAt(t0, r)
+	require.NoError(t, p.DoneAt(t0, Outcome{PromptTokens: 800, CompletionTokens: 100}))
+	require.InDelta(t, 200, lane.tpm.LevelAt(t0)-before, 1e-9, "the prompt's 200, not the output's 400")
+}

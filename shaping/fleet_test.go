@@ -323,6 +323,24 @@ func TestFleetIdleFloors(t *testing.T) {
 	require.LessOrEqual(t, r.limitedRatio(), 0.01)
 }
 
+// TestFleetShortBucket: ten and thirty replicas on a provider that enforces
+// its limits over a 5 s bucket spend at least 97% of the physical limit
+// with at most 1% of the calls answered 429. While each replica trusted its
+// share of the whole minute until a refusal showed the short bucket, every
+// one of them was refused at the start (2% to 18% of the calls at thirty),
+// and a lane crediting unused tokens the provider kept was refused again.
+func TestFleetShortBucket(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{10, 30} {
+		for _, seed := range []uint64{1, 2, 3} {
+			r := runFleet(t, fleetConfig{n: n, short: 5 * time.Second, period: 500 * time.Millisecond, seed: seed, jobs: 3000})
+			t.Logf("n %d seed %d: efficiency %.3f, %d of %d calls answered 429", n, seed, r.efficiency(), r.limited, r.calls)
+			require.GreaterOrEqual(t, r.efficiency(), 0.97, "n %d seed %d", n, seed)
+			require.LessOrEqual(t, r.limitedRatio(), 0.01, "n %d seed %d", n, seed)
+		}
+	}
+}
+
 // BenchmarkFleet measures docs/design/scale.md's table: the share of the
 // physical limit (pct-physical) and of the calls answered 429
 // (pct-429) by replicas, bucket and ledger period, one run each:

@@ -73,6 +73,9 @@ func (l *Lane) reserveAdmit(ctx context.Context, req Request, deadline time.Time
 	l.tickLocked(now)
 	err := l.reserveLocked(now, tokens, req.Quotas, deadline, r)
 	l.mu.Unlock()
+	if err == nil {
+		r.prompt = max(0, req.PromptTokens)
+	}
 	return now, err
 }
 

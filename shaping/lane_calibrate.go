@@ -270,19 +270,17 @@ const refundsFloor = 0.25
 
 // refundShare is the share of the unused tokens the lane counts as back at
 // the provider once it sends headers: as measured (none below
-// refundsFloor, at most all); before a measure, none
-// on a minute bucket (the headers show them when they are back) and all on
-// a short one (its per-minute headers are about full while the lane keeps
-// it busy, so they cannot show them; a provider that does not give them
-// back refuses, and halves the burst).
+// refundsFloor, at most all); before a measure, none, whatever the bucket:
+// the headers show them when they are back; a short bucket's per-minute
+// headers, about full while the lane keeps it busy, may never measure
+// them, and a lane crediting tokens a provider kept is refused
+// (docs/design/rate-limiting.md#refundshare).
 func (l *Lane) refundShare() float64 {
 	switch {
 	case l.refundsKnown && l.refunds < refundsFloor:
 		return 0
 	case l.refundsKnown:
 		return min(1, l.refunds)
-	case l.kind == ProviderShort:
-		return 1
 	}
 	return 0
 }

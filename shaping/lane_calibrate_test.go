@@ -330,7 +330,8 @@ func TestLaneLimitFromReset(t *testing.T) {
 // the tokens a settlement finds unused: between two fresh readings its
 // remaining is the first, plus the refill, less what the lane sent, plus
 // what came back. The lane gives back to its TPM bucket only that share;
-// before a measure, none on a minute bucket and all on a short one.
+// before a measure, none, on a short bucket too (crediting them, the lanes
+// of a fleet on a short bucket that keeps them were refused).
 func TestLaneRefundsMeasured(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -380,7 +381,7 @@ func TestLaneRefundsMeasured(t *testing.T) {
 	require.False(t, lane.refundsKnown, "59000 + 1000 refilled: the bucket may have been full")
 	require.Equal(t, 0.0, lane.refundShare(), "a minute bucket: none before a measure")
 	lane.setKindLocked(ProviderShort)
-	require.Equal(t, 1.0, lane.refundShare(), "a short bucket: all")
+	require.Equal(t, 0.0, lane.refundShare(), "a short bucket: none before a measure")
 }
 
 // TestLaneRefundsReordered: a request sent within SendSkew after another
@@ -491,4 +492,26 @@ func TestLevelLockedRaiseBound(t *testing.T) {
 	// The refill counts from 0.1 s after the send (the send skew).
 	require.True(t, lane.levelLocked(t0, at, b, v, 20000, 4000, 3000, 0, 500, 0, true))
 	require.InDelta(t, 20000+900+2000-(60000-50000)-3000-500, b.LevelAt(t0), 1e-9)
+}
+
+// TestLaneSettlesPromptEstimate: once the provider sends headers, a
+// settlement gives the lane's TPM bucket back the tokens its prompt
+// estimate took over the provider's count whatever the provider does with
+// unused output (it charges the prompt it counts), and of the unused
+// output only the share the headers show coming back: none before a
+// measure, on a short bucket too.
+func TestLaneSettlesPromptEstimate(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: 60000, WarmUp: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	lane.ObserveAt(t0, RateLimitHeaders{RemainingTokens: 60000, HasRemainingTokens: true})
+	lane.mu.Lock()
+	lane.setKindLocked(ProviderShort)
+	lane.mu.Unlock()
+	r, err := lane.ReserveAt(t0, Request{PromptTokens: 1000, MaxOutputTokens: 500})
+	require.NoError(t, err)
+	before := lane.tpm.LevelAt(t0)
+	p := lane.SendAt(t0, r)
+	require.NoError(t, p.DoneAt(t0, Outcome{PromptTokens: 800, CompletionTokens: 100}))
+	require.InDelta(t, 200, lane.tpm.LevelAt(t0)-before, 1e-9, "the prompt's 200, not the output's 400")
 }

@@ -294,3 +294,43 @@ func TestLaneShortWholeWaitsForItsTokens(t *testing.T) {
 		require.WithinDuration(t, t0.Add(time.Duration((need-level)/rate*float64(time.Second))), l.ReadyAt(&r), time.Microsecond, "share %v", share)
 	}
 }
+
+// TestLanePeersTryTheKindTogether: a replica's lane on a tenth of a quota
+// whose kind is unknown, told by the ledger of its peers, trusts a tenth of
+// ShortBucket of refill after its probe (not a tenth of the whole minute:
+// thirty replicas trusting theirs at once sent a short bucket thirty
+// refusals), half again the deficit the provider admitted as it grows, its level
+// raised by its part of each growth, and the whole minute once the deficit
+// proves a minute bucket.
+func TestLanePeersTryTheKindTogether(t *testing.T) {
+	t.Parallel()
+	l, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	require.NoError(t, l.SetShareAt(t0, 0.1))
+	l.SetPeersAt(t0, ReplicaState{})
+	l.ObserveAt(t0, headers600(600, 60000))
+	require.Equal(t, []BucketSnapshot{
+		{Name: "rpm", Level: 5, Capacity: 5, Limit: 60},
+		{Name: "tpm", Level: 500, Capacity: 500, Limit: 6000},
+	}, snapshotBuckets(l, t0), "a tenth of 5 s of refill")
+	// The provider admitted a deficit of 4,000 tokens: the replicas may try
+	// 6,000 together; the lane holds a tenth of the 2,000 of them left.
+	l.ObserveAt(t0, headers600(600, 56000))
+	require.InDelta(t, 600, l.tpm.Capacity(), 1e-9)
+	require.InDelta(t, 200, l.tpm.LevelAt(t0), 1e-9)
+	require.Equal(t, ProviderUnknown, l.SnapshotAt(t0).Provider)
+	// 12,000, more than twice 5 s of refill: a minute bucket.
+	l.ObserveAt(t0, headers600(600, 48000))
+	require.Equal(t, ProviderMinute, l.SnapshotAt(t0).Provider)
+	require.InDelta(t, 6000, l.tpm.Capacity(), 1e-9)
+	require.InDelta(t, 4800, l.tpm.LevelAt(t0), 1e-9, "a tenth of the 48,000 left")
+	require.InDelta(t, 60, l.rpm.Capacity(), 1e-9)
+
+	// Without the ledger (shares set by hand, no word of the peers), the
+	// lane trusts its share of the whole minute, as a lane alone does.
+	alone, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	require.NoError(t, alone.SetShareAt(t0, 0.1))
+	alone.ObserveAt(t0, headers600(600, 60000))
+	require.InDelta(t, 6000, alone.tpm.Capacity(), 1e-9)
+}

@@ -115,8 +115,9 @@ func (p Permit) Done(o Outcome) error {
 
 // DoneAt ends a sent request at now: it releases the slot, settles the
 // tokens to the real usage (per LaneConfig.Settlement; once the provider
-// sends rate-limit headers, the lane's TPM bucket gets back only the share
-// of the unused tokens they show the provider gives back), learns from a 429
+// sends rate-limit headers, the lane's TPM bucket gets back what the prompt's
+// estimate took over its count, and of the unused output only the share
+// they show the provider gives back), learns from a 429
 // (see [ProviderShort]), calibrates the buckets from the headers, pauses
 // the whole lane on a 429 until the advertised Retry-After (at most
 // LaneConfig.MaxRetryAfter), and feeds the adaptive controller.
@@ -134,6 +135,13 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 	l.mu.Lock()
 	if actual > 0 && !o.RateLimited && l.cfg.Settlement == SettleActual {
 		delta := float64(rec.res.Tokens - actual)
+		// What the prompt's estimate took over its count comes back in
+		// any case: a provider charges the prompt it counts. The rest is
+		// the unused output.
+		overPrompt := 0.0
+		if o.PromptTokens > 0 {
+			overPrompt = max(0, min(delta, float64(rec.res.prompt-o.PromptTokens)))
+		}
 		for _, cs := range rec.res.lists() {
 			for _, c := range cs {
 				if c.share == 0 {
@@ -142,8 +150,8 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 				d := c.share * delta
 				if c.bucket == l.tpm && l.headersSeen && d > 0 {
 					// The provider's headers show how much of the unused
-					// tokens it gives back (OpenAI none).
-					d *= l.refundShare()
+					// output it gives back (OpenAI none).
+					d = c.share * (overPrompt + (delta-overPrompt)*l.refundShare())
 				}
 				c.bucket.AdjustAt(now, d)
 			}

@@ -100,7 +100,7 @@ func (l *Lane) endProbeLocked(now time.Time) {
 		}
 		q.b.endWarmUpAt(now)
 		if l.kind != ProviderShort {
-			q.v.burst = q.v.limit
+			q.v.burst = l.unknownBurst(q.v)
 			l.applyLocked(now, q.b, q.v)
 		}
 	}
@@ -135,6 +135,9 @@ func (l *Lane) admittedLocked(now time.Time, b *Bucket, v *view, remaining float
 	case ProviderUnknown:
 		if v.admitted > 2*l.cfg.ShortBucket.Seconds()*v.limit/60 {
 			l.setKindLocked(ProviderMinute)
+			l.unguardLocked(now)
+		} else if burst := l.unknownBurst(v); burst > v.burst {
+			l.growBurstLocked(now, b, v, burst)
 		}
 	case ProviderShort:
 		if a := min(v.admitted, l.shortMax(v.limit)); a > v.burst {
@@ -142,6 +145,54 @@ func (l *Lane) admittedLocked(now time.Time, b *Bucket, v *view, remaining float
 			l.applyLocked(now, b, v)
 		}
 	}
+}
+
+// unknownBurst is what a lane trusts the provider of view v to admit at
+// once after its probe, while the provider's kind is unknown: the whole
+// limit, but for a lane that neither tries the provider itself (the staged
+// burst of lane_trial.go, on the whole quota alone) nor was told its kind
+// by the ledger: a replica on a share of the quota. Then the replicas'
+// bursts together stay within what the provider was seen to admit, grown
+// by half (ShortBucket of refill at first), until its deficit proves a
+// minute bucket: a short one refuses the growth's last requests only,
+// rather than every replica's share of a whole minute
+// (docs/design/replicas.md#trying-the-kind-together).
+func (l *Lane) unknownBurst(v *view) float64 {
+	if !l.guardedLocked() {
+		return v.limit
+	}
+	return min(v.limit, max(l.probeBurst(v.limit), unknownGrowth*v.admitted))
+}
+
+// guardedLocked reports whether the lane tries a provider of unknown kind
+// with the other replicas on its quota (unknownBurst).
+func (l *Lane) guardedLocked() bool {
+	return l.cfg.ColdStart == ColdStartProbe && l.kind == ProviderUnknown && !l.trying && l.share < 1 && l.peersKnown
+}
+
+// unknownGrowth is how much past the deficit the provider admitted the
+// replicas of a provider of unknown kind try together (unknownBurst).
+const unknownGrowth = 1.5
+
+// unguardLocked gives the buckets the whole limit once the provider is
+// known to enforce per minute.
+func (l *Lane) unguardLocked(now time.Time) {
+	for _, q := range l.views() {
+		if q.b != nil && q.v.burst < q.v.limit {
+			l.growBurstLocked(now, q.b, q.v, q.v.limit)
+		}
+	}
+}
+
+// growBurstLocked raises the burst of view v to burst, and b's level by the
+// lane's part of the growth: the level is its part of the provider's
+// remaining less what the lane does not trust (limit − burst), which
+// shrank.
+func (l *Lane) growBurstLocked(now time.Time, b *Bucket, v *view, burst float64) {
+	grown := burst - v.burst
+	v.burst = burst
+	l.applyLocked(now, b, v)
+	b.AdjustAt(now, grown*l.part())
 }
 
 // shortMax is the most a short bucket holds: twice ShortBucket of refill
@@ -163,6 +214,7 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 	}
 	switch l.kind {
 	case ProviderUnknown, ProviderMinute:
+		guarded := l.guardedLocked()
 		l.setKindLocked(ProviderShort)
 		l.shortAt, l.shortSent = now, sentAt
 		refused := [2]struct {
@@ -176,6 +228,11 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 			admitted := q.v.admitted
 			if r := refused[i]; r.has {
 				admitted = max(admitted, q.v.limit-r.remaining)
+			}
+			if guarded {
+				// The replicas tried the burst together: the provider's
+				// bucket holds between what it admitted and that.
+				admitted = max(admitted, (admitted+q.v.burst)/2)
 			}
 			q.v.burst = max(floorBurst(q.v.limit), min(admitted, l.shortMax(q.v.limit)))
 			q.v.anchor = q.v.limit - q.v.burst

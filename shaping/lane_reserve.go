@@ -31,6 +31,8 @@ type Reservation struct {
 	ReadyAt time.Time
 	// Tokens is the number of tokens reserved (prompt + max output).
 	Tokens int
+	// prompt is the prompt's part of Tokens: its estimate.
+	prompt int
 	claims [maxInline]Claim
 	n      int
 	extra  []Claim
@@ -94,6 +96,9 @@ func (l *Lane) reserve(now time.Time, req Request, deadline time.Time, res *Rese
 	l.mu.Lock()
 	err := l.reserveLocked(now, tokens, req.Quotas, deadline, res)
 	l.mu.Unlock()
+	if err == nil {
+		res.prompt = max(0, req.PromptTokens)
+	}
 	return err
 }
 

@@ -412,7 +412,7 @@ func TestLaneReserveTokens(t *testing.T) {
 	require.NoError(t, err)
 	r, err := retry.ReserveAt(sec(1), Request{PromptTokens: 10})
 	require.NoError(t, err)
-	require.Equal(t, Reservation{ReadyAt: sec(1), Tokens: 10 + LaneMaxOutputDefault}, r, "retry reserves nowhere")
+	require.Equal(t, Reservation{ReadyAt: sec(1), Tokens: 10 + LaneMaxOutputDefault, prompt: 10}, r, "retry reserves nowhere")
 }
 
 // TestCancelTwiceCountsOnce: a reservation cancelled twice is given back

@@ -153,7 +153,7 @@ func (a *App) openResources(ctx context.Context) error {
 		}
 		a.est = est
 	}
-	st, err := store.Open(ctx, s.DatabaseURL, store.WithOrder(storeOrder(s)))
+	st, err := a.openStore(ctx, store.WithOrder(storeOrder(s)))
 	if err != nil {
 		return err
 	}

@@ -317,6 +317,7 @@ type Config struct {
 	// The provider-incident breaker of each lane (incident.go): when at
 	// least IncidentMinCalls calls of the last IncidentWindow were made and
 	// at least IncidentFailureRatio of them failed (5xx, timeouts), when
+	// IncidentMinCalls calls in a row within IncidentWindow failed so, when
 	// three calls in a row get no answer (connection refused or reset) or
 	// one a 401, the lane holds its jobs and lets one through as a probe
 	// every IncidentProbeEvery (a lane held on no answer probes at once

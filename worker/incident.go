@@ -99,7 +99,14 @@ type incident struct {
 	unreached      int
 	unreachedSince time.Time
 	testing        bool
-	buckets        [incidentBuckets]struct {
+	// failedInRow counts the calls that failed (resultFailed) while
+	// closed since the last one answered, the first at failedSince, less
+	// than a window ago: minCalls of them hold the lane whatever the
+	// window's ratio (a busy lane's minute of successes before a run of
+	// 5xx would keep it open for as long again).
+	failedInRow int
+	failedSince time.Time
+	buckets     [incidentBuckets]struct {
 		start           time.Time
 		calls, failures int
 	}
@@ -178,6 +185,14 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, l
 			defer b.notify() // the lane in doubt admits its next call
 		}
 		switch {
+		case r == resultFailed && (b.failedInRow == 0 || now.Sub(b.failedSince) >= b.window):
+			b.failedInRow, b.failedSince = 1, now
+		case r == resultFailed:
+			b.failedInRow++
+		case r == resultAnswered:
+			b.failedInRow = 0
+		}
+		switch {
 		case r == resultUnreachable && b.unreached == 0:
 			b.unreached, b.unreachedSince = 1, now
 		case r == resultUnreachable:
@@ -196,7 +211,7 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, l
 			// No answer is the provider's failure, not the job's, even
 			// before the lane is held.
 			return true, now.Sub(b.unreachedSince)
-		case r == resultFailed && b.tripsOnRatio(now):
+		case r == resultFailed && (b.failedInRow >= b.minCalls || b.tripsOnRatio(now)):
 			b.trip(now, causeFailures, now.Add(b.probeEvery), true)
 		}
 	case !probe:
@@ -221,7 +236,7 @@ func (b *incident) trip(since time.Time, cause incidentCause, probeAt time.Time,
 	if b.state == incidentClosed {
 		b.since, b.confirmed = since, false
 	}
-	b.probeAt, b.unreached, b.testing = probeAt, 0, false
+	b.probeAt, b.unreached, b.testing, b.failedInRow = probeAt, 0, false, 0
 	report := confirm && (!b.confirmed || cause != b.cause && cause == causeUnauthorized)
 	b.confirmed = b.confirmed || confirm
 	b.set(incidentOpen, cause, report)

@@ -185,3 +185,33 @@ func TestResultOf(t *testing.T) {
 		require.Equal(t, tt.want, resultOf(tt.out), "%+v", tt.out)
 	}
 }
+
+// TestIncidentFailuresInARow: minCalls calls failed in a row hold the lane
+// even when the window's successes keep the failure ratio low (a busy
+// lane whose provider starts answering 5xx to every call); an answer
+// between them starts the row again.
+func TestIncidentFailuresInARow(t *testing.T) {
+	t.Parallel()
+	var reported []incidentCause
+	b := newTestIncident(&reported)
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for range 100 {
+		b.done(t0, false, resultAnswered)
+	}
+	for i := range 3 {
+		outage, _ := b.done(t0.Add(time.Second), false, resultFailed)
+		require.False(t, outage, "a 5xx before the lane is held is the job's")
+		require.Equal(t, incidentClosed, b.state, "%d failed in a row", i+1)
+	}
+	b.done(t0.Add(time.Second), false, resultAnswered)
+	for range 3 {
+		b.done(t0.Add(2*time.Second), false, resultFailed)
+	}
+	require.Equal(t, incidentClosed, b.state, "an answer started the row again")
+	b.done(t0.Add(2*time.Second), false, resultFailed)
+	require.Equal(t, incidentOpen, b.state, "4 failed in a row, 7 of 108 in the window")
+	require.Equal(t, []incidentCause{causeFailures}, reported)
+	ok, _, wait, _ := b.allow(t0.Add(2 * time.Second))
+	require.False(t, ok)
+	require.Equal(t, 15*time.Second, wait, "held until the probe")
+}

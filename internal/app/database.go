@@ -44,7 +44,7 @@ func (a *App) openStore(ctx context.Context, opts ...store.Option) (*store.Store
 				a.log.Info("database reachable", slog.String("database", redact.URL(url)), slog.Int("attempts", attempt))
 			}
 			return st, nil
-		case !retry || !transientOpenError(err) || ctx.Err() != nil:
+		case !retry || !transientDatabaseError(err) || ctx.Err() != nil:
 			return nil, err
 		}
 		wait := policy.Exp(attempt - 1)
@@ -60,11 +60,11 @@ func (a *App) openStore(ctx context.Context, opts ...store.Option) (*store.Store
 	}
 }
 
-// transientOpenError reports whether err, from store.Open, may pass by
-// itself: no answer (refused, reset, timed out) or a server starting up,
+// transientDatabaseError reports whether err, from store.Open or a first
+// query, may pass by itself: no answer (refused, reset, timed out) or a server starting up,
 // shutting down or full; not a missing database, refused credentials or a
 // bad URL.
-func transientOpenError(err error) bool {
+func transientDatabaseError(err error) bool {
 	if errors.Is(err, store.ErrNoDatabase) {
 		return false
 	}
@@ -76,4 +76,30 @@ func transientOpenError(err error) bool {
 	}
 	_, badURL := errors.AsType[*pgconn.ParseConfigError](err)
 	return !badURL
+}
+
+// waitingForDatabase wraps the start of a part (name) whose start reads
+// the database: Postgres may go away again between the store's opening
+// and the part's start, so a transient failure is retried as openStore
+// retries, logging why, until Start's context ends.
+func (a *App) waitingForDatabase(name string, start func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		policy := backoff.Policy{Base: DatabaseRetryMin, Max: DatabaseRetryMax}
+		for attempt := 1; ; attempt++ {
+			err := start(ctx)
+			if err == nil || !transientDatabaseError(err) || a.starting.Err() != nil {
+				return err
+			}
+			wait := policy.Exp(attempt - 1)
+			a.log.Warn("database unavailable at start-up; retrying", slog.String("part", name),
+				slog.Int("attempt", attempt), slog.Duration("retry_in", wait), slog.Any("error", err))
+			t := a.clock.NewTimer(wait)
+			select {
+			case <-a.starting.Done():
+				t.Stop()
+				return fmt.Errorf("%w: %s: %w (gave up: %w)", ErrDatabaseUnavailable, name, err, context.Cause(a.starting))
+			case <-t.Chan():
+			}
+		}
+	}
 }

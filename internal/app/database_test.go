@@ -15,7 +15,8 @@ import (
 )
 
 // TestDatabaseDownAtStart: a worker and API started while Postgres is
-// down retries with backoff, logging why, and starts once it answers; a
+// down retries with backoff, logging why, and starts once it answers, and
+// so does the batch lane when Postgres goes away again before Start; a
 // one-shot command fails at once.
 func TestDatabaseDownAtStart(t *testing.T) {
 	if testing.Short() {
@@ -63,5 +64,21 @@ func TestDatabaseDownAtStart(t *testing.T) {
 	}
 	require.Contains(t, logs.String(), "database reachable")
 	require.NotContains(t, logs.String(), "password")
+
+	// Postgres goes away again before the parts start: the batch lane's
+	// first read waits for it too.
+	p.Cut()
+	started := make(chan error, 1)
+	go func() { started <- a.Start(ctx) }()
+	require.NoError(t, clk.BlockUntilContext(ctx, 1), "the batch lane's retry waits on the clock")
+	require.Contains(t, logs.String(), "part=\"batch lane\"")
+	p.Restore()
+	clk.Advance(app.DatabaseRetryMin)
+	select {
+	case err := <-started:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatalf("Start did not return once the database answered; logs:\n%s", logs.String())
+	}
 	require.NoError(t, a.Stop(context.Background()))
 }

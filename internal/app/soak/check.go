@@ -47,7 +47,7 @@ type Report struct {
 		Calls, OK, Failed int
 		Longest           time.Duration
 	}
-	Failed    map[string]int // gateway failures by answer
+	Failed map[string]int // gateway failures by answer
 
 	// Nothing lost, nothing stuck.
 	JobsByStatus map[string]int

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/llmq/llmq/internal/app/soak"
+	"github.com/llmq/llmq/internal/redact"
 )
 
 func init() { register(newSoakCmd) }
@@ -31,8 +32,8 @@ latency spikes and the provider quota halved, each kind at least 3 times. Then i
 most one paid call per job, budgets and tenant quotas kept, provider 429s, dead letters by
 reason, gateway failures, peak RSS and log lines per second of each process.
 
-It needs Postgres (127.0.0.1:5432) and RabbitMQ (127.0.0.1:5672); it creates a database and
-a queue of its own and removes them at the end. It exits 1 when a threshold fails; the
+It needs Postgres and RabbitMQ (local by default: --database-url, --rabbitmq-url); it creates
+a database and a queue of its own and removes them at the end. It exits 1 when a threshold fails; the
 report names the seed that replays the faults (docs/bench/soak.md).`,
 		Example: "  llmq soak --duration 15m --seed 7",
 		Args:    cobra.NoArgs,
@@ -68,5 +69,7 @@ report names the seed that replays the faults (docs/bench/soak.md).`,
 	f.Float64Var(&cfg.Rate, "rate", soak.RateDefault, "submissions per second")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for each process's log (default: a new temporary one)")
 	f.BoolVar(&cfg.KeepDatabase, "keep-database", false, "keep the soak's database for inspection")
+	f.StringVar(&cfg.PostgresURL, "database-url", "", "Postgres server on which the soak creates and drops its own database (default "+redact.URL(soak.PostgresURLDefault)+")")
+	f.StringVar(&cfg.RabbitMQ, "rabbitmq-url", "", "RabbitMQ server the soak declares and deletes its own queue on (default the local server, user guest)")
 	return cmd
 }

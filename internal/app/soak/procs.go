@@ -65,7 +65,7 @@ func (p *proc) start() error {
 	if err != nil {
 		return err
 	}
-	cmd.Stderr = cmd.Stdout.(io.Writer)
+	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("soak: start %s: %w", p.name, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -64,9 +65,11 @@ type Config struct {
 
 // Defaults.
 const (
-	DurationDefault = 15 * time.Minute
-	DrainDefault    = 5 * time.Minute
-	RateDefault     = 20.0
+	PostgresURLDefault = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	rabbitMQDefault    = "amqp://guest:guest@127.0.0.1:5672/"
+	DurationDefault    = 15 * time.Minute
+	DrainDefault       = 5 * time.Minute
+	RateDefault        = 20.0
 )
 
 // The soak's model, as the simulator limits it and llmq is configured.
@@ -105,12 +108,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Bounds == (Bounds{}) {
 		cfg.Bounds = BoundsDefault
 	}
-	if cfg.PostgresURL == "" {
-		cfg.PostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	if cfg.RabbitMQ == "" {
-		cfg.RabbitMQ = "amqp://guest:guest@127.0.0.1:5672/"
-	}
+	cfg.PostgresURL = cmp.Or(cfg.PostgresURL, PostgresURLDefault)
+	cfg.RabbitMQ = cmp.Or(cfg.RabbitMQ, rabbitMQDefault)
 	if cfg.Out == nil {
 		cfg.Out = io.Discard
 	}
@@ -151,6 +150,7 @@ type soak struct {
 	name  string // database, queue and topic
 
 	dbURL    string
+	mqHost   string // RabbitMQ's host:port
 	st       *store.Store
 	pg, mq   *chaos.Proxy
 	kafka    []string
@@ -186,9 +186,19 @@ func (s *soak) setUp(ctx context.Context) error {
 	s.name = fmt.Sprintf("llmq_soak_%d_%d", s.cfg.Seed, os.Getpid())
 	u, err := pgx.ParseConfig(s.cfg.PostgresURL)
 	if err != nil {
-		return fmt.Errorf("soak: postgres URL: %w", err)
+		return fmt.Errorf("soak: --database-url: %w", err)
 	}
-	s.dbURL = fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", u.User, u.Host, u.Port, s.name)
+	pu, err := url.Parse(s.cfg.PostgresURL)
+	if err != nil || pu.Host == "" {
+		return errors.New("soak: --database-url: want postgres://user[:password]@host:port/database")
+	}
+	pu.Path = "/" + s.name
+	s.dbURL = pu.String()
+	mu, err := url.Parse(s.cfg.RabbitMQ)
+	if err != nil || mu.Host == "" {
+		return errors.New("soak: --rabbitmq-url: want amqp://user:password@host:port/")
+	}
+	s.mqHost = mu.Host
 	if _, err := migrations.EnsureDatabase(ctx, s.dbURL); err != nil {
 		return err
 	}
@@ -206,8 +216,7 @@ func (s *soak) setUp(ctx context.Context) error {
 		return err
 	}
 	s.closers = append(s.closers, func() { _ = s.pg.Close() })
-	mqHost := strings.TrimSuffix(strings.SplitN(strings.TrimPrefix(s.cfg.RabbitMQ, "amqp://"), "@", 2)[1], "/")
-	if s.mq, err = chaos.New(mqHost); err != nil {
+	if s.mq, err = chaos.New(s.mqHost); err != nil {
 		return err
 	}
 	s.closers = append(s.closers, func() { _ = s.mq.Close() })
@@ -233,12 +242,11 @@ func (s *soak) setUp(ctx context.Context) error {
 }
 
 func (s *soak) rabbitURL(proxied bool) string {
-	url := strings.TrimSuffix(s.cfg.RabbitMQ, "/") + "/?queue=" + s.name
+	u := strings.TrimSuffix(s.cfg.RabbitMQ, "/") + "/?queue=" + s.name
 	if proxied {
-		host := strings.TrimSuffix(strings.SplitN(strings.TrimPrefix(s.cfg.RabbitMQ, "amqp://"), "@", 2)[1], "/")
-		url = strings.Replace(url, host, s.mq.Addr(), 1)
+		u = strings.Replace(u, s.mqHost, s.mq.Addr(), 1)
 	}
-	return url
+	return u
 }
 
 func (s *soak) kafkaURL() string { return "kafka://" + strings.Join(s.kafka, ",") + "/" + s.name }

@@ -213,7 +213,7 @@ func (r *Report) Print(w io.Writer, b Bounds) {
 	p("| submissions by path and answer | %s |", countsText(r.Submitted))
 	p("| jobs accepted / in Postgres by status | %d / %s |", r.Accepted, countsText(r.JobsByStatus))
 	p("| lost (accepted, not in Postgres) | %d |", len(r.Lost))
-	p("| stuck (not terminal %s after the load) | %d |", r.Drain.Round(time.Second), len(r.Stuck))
+	p("| stuck (not terminal after the drain, which took %s) | %d |", r.Drain.Round(time.Second), len(r.Stuck))
 	p("| provider calls: total, paid, jobs called | %d, %d, %d |", r.Calls.Total, r.Calls.Paid, r.JobsCalled)
 	p("| calls failed: injected 5xx, refused (outage), injected 429, limiter 429, other | %d, %d, %d, %d, %d |",
 		r.Calls.Injected5xx, r.Calls.Refused, r.Calls.Injected429, r.Calls.Limited429, r.Calls.OtherFailed)

@@ -67,6 +67,14 @@ func resultOf(out Outcome) callResult {
 // incidentBuckets divide the window of the failure ratio.
 const incidentBuckets = 6
 
+// failedTrip is the number of calls in a row that fail (5xx, timeouts)
+// that holds a lane, whatever the window's ratio: on a busy lane the
+// minute of successes before a run of 5xx would keep the ratio low for as
+// long again, and a worker that starts during one knows of nothing
+// before; every failed call costs its job an attempt. The next call
+// probes at once, so a short run costs a probe, not a hold.
+const failedTrip = 5
+
 // unreachableTrip is the number of calls in a row that get no answer
 // that holds a lane: a connection reset now and then (a keep-alive
 // connection the server dropped) costs a moment of doubt, not a hold.
@@ -101,9 +109,7 @@ type incident struct {
 	testing        bool
 	// failedInRow counts the calls that failed (resultFailed) while
 	// closed since the last one answered, the first at failedSince, less
-	// than a window ago: minCalls of them hold the lane whatever the
-	// window's ratio (a busy lane's minute of successes before a run of
-	// 5xx would keep it open for as long again).
+	// than a window ago: failedTrip of them hold the lane.
 	failedInRow int
 	failedSince time.Time
 	buckets     [incidentBuckets]struct {
@@ -174,6 +180,7 @@ func (b *incident) notCalled(probe bool) {
 func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, lasted time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	held := b.state != incidentClosed
 	switch {
 	case r == resultUnauthorized:
 		// One 401 is enough: the key is refused for every job.
@@ -211,11 +218,16 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, l
 			// No answer is the provider's failure, not the job's, even
 			// before the lane is held.
 			return true, now.Sub(b.unreachedSince)
-		case r == resultFailed && (b.failedInRow >= b.minCalls || b.tripsOnRatio(now)):
+		case r == resultFailed && b.failedInRow >= failedTrip:
+			// As for calls that get no answer: held, the next call
+			// probing at once, reported when that probe fails too.
+			b.trip(b.failedSince, causeFailures, now, false)
+		case r == resultFailed && b.tripsOnRatio(now):
 			b.trip(now, causeFailures, now.Add(b.probeEvery), true)
 		}
 	case !probe:
-		// Admitted before the lane was held: says nothing new.
+		// Admitted before the lane was held: says nothing new of the
+		// provider, but a failure is the incident's (below).
 	case r == resultAnswered:
 		b.close()
 	case r == resultUnreachable:
@@ -223,7 +235,10 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, l
 	default:
 		b.trip(now, causeFailures, now.Add(b.probeEvery), true)
 	}
-	if b.state == incidentClosed || r == resultAnswered || r == resultFailed && !probe {
+	if b.state == incidentClosed || r == resultAnswered || r == resultFailed && !probe && !held {
+		// A failure that held the lane was the job's; one that ends
+		// while the lane is held (admitted before, in flight as the
+		// incident began) is the incident's.
 		return false, 0
 	}
 	return true, now.Sub(b.since)

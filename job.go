@@ -79,6 +79,9 @@ type Job struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Body is an OpenAI chat-completions request, kept byte for byte.
 	Body json.RawMessage `json:"body"`
+	// ReplyTo, optional, says where the job's result event goes besides
+	// Postgres (see [Reply]).
+	ReplyTo *Reply `json:"reply_to,omitempty"`
 
 	// TraceContext is the W3C trace context the job's trace continues
 	// from (internal/tracing's stored form: traceparent, then a newline
@@ -213,6 +216,7 @@ func Decode(data []byte, opts DecodeOptions) (*Job, error) {
 	decodeField(raw, "deferrable", &j.Deferrable, "a boolean", &errs)
 	decodeField(raw, "fallback_models", &j.FallbackModels, "an array of strings", &errs)
 	decodeField(raw, "metadata", &j.Metadata, "an object of strings", &errs)
+	decodeField(raw, "reply_to", &j.ReplyTo, "an object", &errs)
 	if b, ok := raw["body"]; ok && !isNull(b) {
 		j.Body = append(json.RawMessage(nil), b...)
 	}
@@ -251,7 +255,7 @@ func (j *Job) Validated() bool {
 		(j.Deadline == nil) == (d.Deadline == nil) && (j.Deadline == nil || j.Deadline.Equal(*d.Deadline)) &&
 		j.Deferrable == d.Deferrable && slices.Equal(j.FallbackModels, d.FallbackModels) &&
 		maps.Equal(j.Metadata, d.Metadata) && bytes.Equal(j.Body, d.Body) &&
-		j.model == d.model && j.maxTokens == d.maxTokens
+		j.model == d.model && j.maxTokens == d.maxTokens && j.ReplyTo.equal(d.ReplyTo)
 }
 
 // clone returns a copy of j that shares nothing a holder of j can change.
@@ -265,6 +269,7 @@ func (j *Job) clone() *Job {
 	c.FallbackModels = slices.Clone(j.FallbackModels)
 	c.Metadata = maps.Clone(j.Metadata)
 	c.Body = bytes.Clone(j.Body)
+	c.ReplyTo = j.ReplyTo.clone()
 	return &c
 }
 

@@ -22,35 +22,39 @@ type Scope struct {
 	// the tokens of a tenant of weight 1); 0 = WeightDefault. Between
 	// projects it is not used yet: a tenant's jobs share its turn in claim
 	// order.
-	Weight float64 `yaml:"weight"`
+	Weight float64 `yaml:"weight" json:"weight,omitempty"`
 	// Priority is the highest priority the scope's jobs are ordered at: a
 	// job asking for more is claimed as if it asked for this one. "" = no
 	// cap.
-	Priority Priority `yaml:"priority"`
+	Priority Priority `yaml:"priority" json:"priority,omitempty"`
 	// RPM and TPM are the scope's requests and tokens per minute over all
 	// its models; 0 = no limit.
-	RPM float64 `yaml:"rpm"`
-	TPM float64 `yaml:"tpm"`
+	RPM float64 `yaml:"rpm" json:"rpm,omitempty"`
+	TPM float64 `yaml:"tpm" json:"tpm,omitempty"`
 	// Concurrency is the scope's calls in flight; 0 = no limit.
-	Concurrency int `yaml:"concurrency"`
+	Concurrency int `yaml:"concurrency" json:"concurrency,omitempty"`
 	// DailyCost and MonthlyCost are the scope's budgets in USD per UTC day
 	// and month (budget.go); 0 = none.
-	DailyCost   float64 `yaml:"daily_cost"`
-	MonthlyCost float64 `yaml:"monthly_cost"`
+	DailyCost   float64 `yaml:"daily_cost" json:"daily_cost,omitempty"`
+	MonthlyCost float64 `yaml:"monthly_cost" json:"monthly_cost,omitempty"`
 	// Overage is what happens once a budget is spent; "" = a project's
 	// tenant's policy, else OverageQueue.
-	Overage Overage `yaml:"overage"`
+	Overage Overage `yaml:"overage" json:"overage,omitempty"`
 	// OutputCap is the output allowance (max_tokens) of the scope's calls
 	// past BudgetHoldAt of a budget; 0 = a project's tenant's, else
 	// OutputCapDefault.
-	OutputCap int `yaml:"output_cap"`
+	OutputCap int `yaml:"output_cap" json:"output_cap,omitempty"`
 	// SoftDepth and HardDepth are the most jobs the scope may hold waiting
 	// or in flight before it is throttled, then refused
 	// (docs/design/admission.md); 0 = a tenant's weighted share of the
 	// queue's soft and hard depth, a project's tenant's (no limit of its
 	// own).
-	SoftDepth int64 `yaml:"soft_depth"`
-	HardDepth int64 `yaml:"hard_depth"`
+	SoftDepth int64 `yaml:"soft_depth" json:"soft_depth,omitempty"`
+	HardDepth int64 `yaml:"hard_depth" json:"hard_depth,omitempty"`
+	// Paused holds the scope's queued jobs: none is claimed (waiting
+	// reason paused) and the gateway refuses its calls with 429, until it
+	// is resumed. false = running.
+	Paused bool `yaml:"paused" json:"paused,omitempty"`
 }
 
 // Tenant is a tenant's scope and those of its projects.
@@ -58,11 +62,11 @@ type Tenant struct {
 	Scope `yaml:",inline"`
 	// Projects are the tenant's projects by name (a job's project field).
 	// A tenant that lists projects takes jobs of those only (CheckProject).
-	Projects map[string]Scope `yaml:"projects"`
+	Projects map[string]Scope `yaml:"projects" json:"projects,omitempty"`
 	// AllowUnknownProjects lets the tenant's jobs name projects Projects
 	// does not list: they count against the tenant's limits and budgets
 	// only. false = such a job is refused.
-	AllowUnknownProjects bool `yaml:"allow_unknown_projects"`
+	AllowUnknownProjects bool `yaml:"allow_unknown_projects" json:"allow_unknown_projects,omitempty"`
 }
 
 // CodeUnknownProject is the field error code of a project its tenant's
@@ -104,6 +108,13 @@ func (ts Tenants) Weight(tenant string) float64 {
 		return w
 	}
 	return WeightDefault
+}
+
+// Paused reports whether tenant, or its project (when project is not
+// ""), is paused: its jobs are not claimed.
+func (ts Tenants) Paused(tenant, project string) bool {
+	t, ok := ts[tenant]
+	return ok && (t.Paused || (project != "" && t.Projects[project].Paused))
 }
 
 // Priority is the priority j is ordered at: its own, lowered to its

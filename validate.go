@@ -178,6 +178,9 @@ func (j *Job) validate(prior []FieldError) []FieldError {
 			add("metadata."+k, CodeInvalidValue, "keys and values must be valid UTF-8 without NUL")
 		}
 	}
+	if !hasField(prior, "reply_to") {
+		errs = append(errs, j.ReplyTo.validate()...)
+	}
 	errs = append(errs, j.validateBody()...)
 	return errs
 }

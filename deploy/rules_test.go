@@ -141,10 +141,10 @@ func TestPrometheusRules(t *testing.T) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	require.Equal(t, []string{"LLMQDeadLettersGrowing", "LLMQQueueDepthHigh", "LLMQUpstreamIncident", "LLMQUpstreamKeyRefused",
+	require.Equal(t, []string{"LLMQDeadLettersGrowing", "LLMQNotificationsPilingUp", "LLMQQueueDepthHigh", "LLMQUpstreamIncident", "LLMQUpstreamKeyRefused",
 		"LLMQUpstreamRateLimited", "LLMQWorkerAbsent", "LLMQWorkerDown"}, names)
 
-	// The expressions mean what the issue asks for (compared as parsed
+	// The expressions are the alerts' definitions (compared as parsed
 	// PromQL, so formatting does not matter).
 	for alert, want := range map[string]string{
 		"LLMQDeadLettersGrowing":  `increase(llmq_dead_letters_total[10m]) > 0`,

@@ -138,6 +138,10 @@ type Config struct {
 	// depths. nil: every tenant has llmq.WeightDefault and its weighted
 	// share, no project a depth of its own.
 	Tenants llmq.Tenants
+	// LiveTenants, when set, is read at every use instead of Tenants:
+	// the tenants kept as data, changed at run time
+	// (docs/design/tenants.md#tenants-as-data).
+	LiveTenants func() llmq.Tenants
 	// DepthTTL is how long a measurement is reused (PublishBatch goes on
 	// with an expired one for up to ProbeTimeout more while one goroutine
 	// takes the next). 0 = DepthTTLDefault;

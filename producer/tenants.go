@@ -67,7 +67,7 @@ func (p *Producer) measureTenants(ctx context.Context, since time.Time) (*tenant
 	}
 	t := &tenantTable{byName: make(map[string]store.TenantQueue, len(ts))}
 	for _, q := range ts {
-		t.weight += p.cfg.Tenants.Weight(q.Tenant)
+		t.weight += p.tenants().Weight(q.Tenant)
 		t.byName[q.Tenant] = q
 	}
 	names, limits := make([]string, len(ts)), make([]int64, len(ts))
@@ -85,7 +85,7 @@ func (p *Producer) measureTenants(ctx context.Context, since time.Time) (*tenant
 	}
 	t.projects = map[store.ScopeRef]int64{}
 	for i, q := range ts {
-		projects := limitedProjects(p.cfg.Tenants[q.Tenant])
+		projects := limitedProjects(p.tenants()[q.Tenant])
 		if len(projects) == 0 {
 			continue
 		}
@@ -113,13 +113,13 @@ func limitedProjects(t llmq.Tenant) []string {
 
 // shares returns tenant's soft and hard shares under t.
 func (p *Producer) shares(t *tenantTable, tenant string) (soft, hard int64) {
-	w := p.cfg.Tenants.Weight(tenant)
+	w := p.tenants().Weight(tenant)
 	total := t.weight
 	if _, ok := t.byName[tenant]; !ok {
 		total += w
 	}
 	frac := llmq.ShareOf(w, total)
-	cfg := p.cfg.Tenants[tenant]
+	cfg := p.tenants()[tenant]
 	soft = cfg.SoftDepth
 	if soft == 0 {
 		soft = max(int64(math.Ceil(frac*float64(p.cfg.SoftDepth))), 1)
@@ -135,7 +135,7 @@ func (p *Producer) shares(t *tenantTable, tenant string) (soft, hard int64) {
 // recorded for it since.
 func (p *Producer) tenantQueue(q QueueState, t *tenantTable, tenant string, recorded int64) *TenantQueue {
 	m := t.byName[tenant]
-	tq := &TenantQueue{Tenant: tenant, Queued: m.Queued, InFlight: m.InFlight, Weight: p.cfg.Tenants.Weight(tenant)}
+	tq := &TenantQueue{Tenant: tenant, Queued: m.Queued, InFlight: m.InFlight, Weight: p.tenants().Weight(tenant)}
 	tq.SoftShare, tq.HardShare = p.shares(t, tenant)
 	tq.Depth = m.Queued + m.InFlight + recorded
 	total := t.weight
@@ -190,7 +190,7 @@ func (p *Producer) countRecorded(j *llmq.Job) {
 // projectDepth is the jobs of j's project queued or in flight, and its
 // configured depths (0 when it has none of its own).
 func (p *Producer) projectDepth(j *llmq.Job) (depth, soft, hard int64) {
-	cfg := p.cfg.Tenants[j.Tenant].Projects[j.Project]
+	cfg := p.tenants()[j.Tenant].Projects[j.Project]
 	if j.Project == "" || cfg.SoftDepth == 0 && cfg.HardDepth == 0 {
 		return 0, 0, 0
 	}
@@ -266,4 +266,13 @@ func (p *Producer) admitTenants(q QueueState, jobs []*llmq.Job) (QueueState, *Er
 		}
 	}
 	return first, nil
+}
+
+// tenants are the tenants the producer applies now: LiveTenants', else
+// Config.Tenants.
+func (p *Producer) tenants() llmq.Tenants {
+	if p.cfg.LiveTenants != nil {
+		return p.cfg.LiveTenants()
+	}
+	return p.cfg.Tenants
 }

@@ -526,7 +526,7 @@ func ingestResults(ctx context.Context, tx pgx.Tx, in BatchIngest, now time.Time
 		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::int[], $8::int[], $9::float8[])
 			AS u(tenant, id, body, model, pt, ct, cost)
 		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestResult.in+` AND j.batch_id = $1
-		RETURNING j.tenant, j.id, j.cost_usd`, jKey, `tenant, id, cost_usd`), in.BatchID, now, tenants, ids, bodies, models, pt, ct, cost)
+		RETURNING j.tenant, j.id, j.cost_usd`, aliasJ, `tenant, id, cost_usd`), in.BatchID, now, tenants, ids, bodies, models, pt, ct, cost)
 		if err != nil {
 			return dataError("ingest batch "+strconv.Quote(in.BatchID), err)
 		}
@@ -570,7 +570,7 @@ func ingestReturned(ctx context.Context, tx pgx.Tx, in BatchIngest, now time.Tim
 			error_message = u.reason, finished_at = $2, updated_at = $2, lease_expires_at = NULL
 		FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) AS u(tenant, id, reason, code)
 		WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tIngestDeadLetter.in+` AND j.batch_id = $1
-		RETURNING j.tenant, j.id, u.reason`, jKey, `tenant, id, reason`),
+		RETURNING j.tenant, j.id, u.reason`, aliasJ, `tenant, id, reason`),
 			in.BatchID, now, tenants, ids, reasons, codes)
 		if err != nil {
 			return fmt.Errorf("store: ingest batch %q: %w", in.BatchID, err)

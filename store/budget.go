@@ -164,7 +164,7 @@ func decideBudget(rows []budgetRow, r BudgetReservation) (BudgetOutcome, []budge
 // the hold of the refusing scope. A job without budgets is reserved at
 // once without a write.
 func (s *Store) ReserveBudget(ctx context.Context, r BudgetReservation) (BudgetOutcome, error) {
-	budgets := s.order.Tenants.Budgets(r.Lease.Tenant, r.Project)
+	budgets := s.order.tenants().Budgets(r.Lease.Tenant, r.Project)
 	if len(budgets) == 0 {
 		return BudgetOutcome{Reserved: true}, nil
 	}
@@ -394,7 +394,8 @@ func (s *Store) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error
 	if err := s.fillScopeReasons(ctx, recs); err != nil {
 		return err
 	}
-	if !s.order.Tenants.HasBudgets() {
+	defer s.fillPausedReasons(recs)
+	if !s.order.tenants().HasBudgets() {
 		return nil
 	}
 	var tenants []string
@@ -465,7 +466,7 @@ type BudgetUsage struct {
 func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage, error) {
 	now := s.clock()
 	var out []BudgetUsage
-	for _, b := range s.order.Tenants.AllBudgets() {
+	for _, b := range s.order.tenants().AllBudgets() {
 		if tenant == "" || b.Tenant == tenant {
 			out = append(out, BudgetUsage{Budget: b, PeriodStart: b.Period.Start(now)})
 		}
@@ -510,7 +511,7 @@ func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage,
 // price: the batch lane reserves nothing, its calls count once their
 // results are home. The rows are locked in key order, as by ReserveBudget.
 func (s *Store) chargeBatchBudgets(ctx context.Context, tx pgx.Tx, id string, now time.Time) error {
-	all := s.order.Tenants.AllBudgets()
+	all := s.order.tenants().AllBudgets()
 	if len(all) == 0 {
 		return nil
 	}

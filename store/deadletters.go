@@ -244,7 +244,7 @@ func (s *Store) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *Dea
 func (s *Store) deadLetterHeld(ctx context.Context, tx pgx.Tx, l Lease, d NewDeadLetter, at time.Time) error {
 	tag, err := tx.Exec(ctx, notifyDone(`UPDATE jobs SET status = `+tDeadLetter.to+`, error_code = $4, error_message = $5,
 		finished_at = $6, updated_at = $6, lease_expires_at = NULL, phase = ''
-	WHERE tenant = $1 AND id = $2 AND lease_token = $3 AND status `+tDeadLetter.in+` RETURNING id`, keyOf, `id`),
+	WHERE tenant = $1 AND id = $2 AND lease_token = $3 AND status `+tDeadLetter.in+` RETURNING id`, unaliased, `id`),
 		l.Tenant, l.ID, l.Token, d.Reason, d.LastError, at)
 	if err != nil {
 		return dataError("dead-letter "+strconv.Quote(l.String()), err)

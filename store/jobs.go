@@ -18,8 +18,8 @@ import (
 
 const insertSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
-	project, trace_context)
-SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15
+	project, trace_context, reply)
+SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::jsonb
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 
@@ -54,8 +54,22 @@ func (s *Store) insertArgs(n NewJob, now time.Time) []any {
 		meta = map[string]string{}
 	}
 	return []any{j.ID, j.Tenant, string(j.Priority), j.Model(), []byte(j.Body), now,
-		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, n.SizeDelay, s.order),
-		n.EstPromptTokens, n.EstOutputTokens, j.Project, j.TraceContext}
+		j.Deadline, j.Deferrable, fallbacks, meta, SchedKey(now, s.order.tenants().Priority(j), j.Deadline, n.SizeDelay, s.order),
+		n.EstPromptTokens, n.EstOutputTokens, j.Project, j.TraceContext, replyJSON(j.ReplyTo)}
+}
+
+// replyJSON is the jobs.reply of a job's route: NULL when it names no
+// destination.
+func replyJSON(r *llmq.Reply) *string {
+	if r.Empty() {
+		return nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("store: encode reply: %v", err)) // strings and a string map always encode
+	}
+	s := string(b)
+	return &s
 }
 
 // validate refuses an invalid job with ErrInvalidJob. A job exactly as
@@ -92,14 +106,14 @@ func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err erro
 const (
 	jobInsertColumns = `tenant, id, status, priority, requested_model, body, created_at, updated_at,
 	deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens, project,
-	trace_context`
+	trace_context, reply`
 	jobValues = `u.tenant, u.id, 'queued', u.priority, u.model, u.body::jsonb, $1, $1, u.deadline, u.dfr,
 	ARRAY(SELECT jsonb_array_elements_text(u.fallbacks::jsonb)), u.metadata::jsonb, u.sched_key, u.ep, u.eo,
-	u.project, u.trace`
+	u.project, u.trace, u.reply::jsonb`
 	// jobUnnest reads jobArrays' arrays, $2 onwards ($1 is now).
 	jobUnnest = `unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[], $8::bool[],
-	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[], $15::text[])`
-	jobUnnestColumns = `tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo, project, trace`
+	$9::text[], $10::text[], $11::timestamptz[], $12::int[], $13::int[], $14::text[], $15::text[], $16::text[])`
+	jobUnnestColumns = `tenant, id, priority, model, body, deadline, dfr, fallbacks, metadata, sched_key, ep, eo, project, trace, reply`
 )
 
 // ingestSQL records many jobs in one statement: $1 is now, $2.. the
@@ -123,6 +137,7 @@ func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error
 		deferrable                          = make([]bool, n)
 		fallbacks, metas                    = make([]string, n), make([]string, n)
 		keys                                = make([]time.Time, n)
+		replies                             = make([]*string, n)
 		ep, eo                              = make([]int32, n), make([]int32, n)
 	)
 	for i, nj := range jobs {
@@ -143,11 +158,11 @@ func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error
 		}
 		tenants[i], ids[i], prios[i], models[i], bodies[i] = j.Tenant, j.ID, string(j.Priority), j.Model(), string(j.Body)
 		deadlines[i], deferrable[i], fallbacks[i], metas[i] = j.Deadline, j.Deferrable, string(fb), string(meta)
-		keys[i] = SchedKey(now, s.order.Tenants.Priority(j), j.Deadline, nj.SizeDelay, s.order)
-		projects[i], traces[i] = j.Project, j.TraceContext
+		keys[i] = SchedKey(now, s.order.tenants().Priority(j), j.Deadline, nj.SizeDelay, s.order)
+		projects[i], traces[i], replies[i] = j.Project, j.TraceContext, replyJSON(j.ReplyTo)
 		ep[i], eo[i] = int32(min(nj.EstPromptTokens, math.MaxInt32)), int32(min(nj.EstOutputTokens, math.MaxInt32))
 	}
-	return []any{now, tenants, ids, prios, models, bodies, deadlines, deferrable, fallbacks, metas, keys, ep, eo, projects, traces}, nil
+	return []any{now, tenants, ids, prios, models, bodies, deadlines, deferrable, fallbacks, metas, keys, ep, eo, projects, traces, replies}, nil
 }
 
 // Ingest records jobs as queued in one statement (all or none) and
@@ -215,7 +230,7 @@ func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set s
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
 		` WHERE tenant = $1 AND id = $2 AND status ` + t.in + ` RETURNING ` + jobColumns
 	if t.To.Terminal() {
-		sql = notifyDone(sql, keyOf, jobColumns)
+		sql = notifyDone(sql, unaliased, jobColumns)
 	}
 	var rec *JobRecord
 	found, err := s.run(ctx, scanRecord(&rec), stmt{sql, append([]any{k.Tenant, k.ID, s.clock()}, args...)})
@@ -234,7 +249,7 @@ func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set s
 func (s *Store) ExpireOverdue(ctx context.Context) ([]Key, error) {
 	return s.keys(ctx, "expire overdue", notifyDone(`UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
 		error_message = 'deadline passed before the job started', finished_at = $1, updated_at = $1
-		WHERE status `+tExpireOverdue.in+` AND deadline IS NOT NULL AND deadline <= $1 RETURNING tenant, id`, keyOf, `tenant, id`),
+		WHERE status `+tExpireOverdue.in+` AND deadline IS NOT NULL AND deadline <= $1 RETURNING tenant, id`, unaliased, `tenant, id`),
 		s.clock(), ErrorCodeExpired)
 }
 

@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/llmq/llmq"
 )
 
@@ -67,7 +69,7 @@ type Prediction struct {
 	Known bool
 	// Wait is the predicted time from now to the call's completion.
 	Wait time.Duration
-	// Ahead is the model's jobs queued at the call's priority or higher,
+	// Ahead is the model's queued jobs claimed before the call (Predict),
 	// AheadTokens their estimated tokens; InFlight its jobs running.
 	Ahead, AheadTokens, InFlight int64
 	// The model's lanes summed over the live workers: their rates and
@@ -77,9 +79,13 @@ type Prediction struct {
 	RequestsPerMin, TokensPerMin float64
 	Concurrency                  int64
 	Latency                      time.Duration
-	// Overhead is llmq's own time from a job's record to its first call
-	// with nothing ahead: the least of those recent jobs'.
+	// Overhead is llmq's own time from a job's record to its first call:
+	// the median of those recent jobs'.
 	Overhead time.Duration
+	// RecentRequests and RecentTokens are the model's upstream calls of
+	// the last minute and their settled tokens: what the lanes' one-minute
+	// buckets have spent, the rest of which lets jobs ahead go at once.
+	RecentRequests, RecentTokens int64
 }
 
 // The recent jobs Prediction's Latency and Overhead are measured over.
@@ -93,12 +99,38 @@ const (
 const predictBound = 100_000
 
 // PredictCompletion predicts when a call of model at priority, of tokens
-// estimated tokens, recorded now would complete: the jobs queued ahead of
-// it in claim order (its priority or higher; one recorded without an
-// estimate counts tokens) pass the lanes' rates, and
-// the calls in flight hold their concurrency; then the call takes llmq's
-// overhead and a job's mean latency. docs/design/gateway.md.
+// estimated tokens, recorded now would complete, behind every tenant's
+// queued jobs at its priority or higher: Predict without a tenant.
 func (s *Store) PredictCompletion(ctx context.Context, model string, priority llmq.Priority, tokens int) (Prediction, error) {
+	return s.Predict(ctx, PredictRequest{Model: model, Priority: priority, Tokens: tokens})
+}
+
+// PredictRequest is the call Predict predicts.
+type PredictRequest struct {
+	// Model, Priority and Tokens (estimated) are the call's.
+	Model    string
+	Priority llmq.Priority
+	Tokens   int
+	// Tenant is the call's; "": the work ahead is every tenant's queued
+	// jobs at Priority or higher, as if one tenant.
+	Tenant string
+	// Weight is a tenant's weight in the claim's fair share; nil: every
+	// tenant llmq.WeightDefault.
+	Weight func(tenant string) float64
+}
+
+// Predict predicts when req's call, recorded now, would complete: the
+// jobs queued ahead of it in claim order pass the lanes' rates, and the
+// calls in flight hold their concurrency; then the call takes llmq's
+// overhead and a job's mean latency. Ahead in claim order are its
+// tenant's jobs at its priority or higher, and of each other tenant with
+// queued jobs what the fair share gives it meanwhile: the tokens of the
+// tenant's turn (its jobs ahead and the call) times the other's weight
+// over the tenant's, at most the other's queued tokens (every priority:
+// between tenants the claim goes by turns); a job recorded without an
+// estimate counts tokens. docs/design/gateway.md.
+func (s *Store) Predict(ctx context.Context, req PredictRequest) (Prediction, error) {
+	model, tokens := req.Model, req.Tokens
 	var p Prediction
 	var latMS float64
 	now := s.clock()
@@ -116,21 +148,21 @@ func (s *Store) PredictCompletion(ctx context.Context, model string, priority ll
 		return p, nil
 	}
 	var overhead, service float64
+	if err := s.predictAhead(ctx, req, &p); err != nil {
+		return Prediction{}, err
+	}
 	err = s.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch'
-			AND priority = ANY($2) LIMIT $3) q),
-		(SELECT coalesce(sum(CASE WHEN est_prompt_tokens + est_output_tokens > 0 THEN est_prompt_tokens + est_output_tokens
-			ELSE $4 END), 0)::bigint FROM (SELECT est_prompt_tokens, est_output_tokens FROM jobs
-			WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch' AND priority = ANY($2) LIMIT $3) q),
 		(SELECT count(*) FROM jobs WHERE status `+leasedIn+` AND requested_model = $1),
-		r.overhead, r.service
-		FROM (SELECT coalesce(min(extract(epoch FROM started_at - created_at)), 0)::float8 AS overhead,
+		a.n, a.tokens, r.overhead, r.service
+		FROM (SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)), 0)::float8 AS overhead,
 			coalesce(avg(extract(epoch FROM finished_at - started_at)), 0)::float8 AS service
-			FROM (SELECT created_at, started_at, finished_at FROM jobs WHERE finished_at IS NOT NULL AND finished_at > $5
+			FROM (SELECT created_at, started_at, finished_at FROM jobs WHERE finished_at IS NOT NULL AND finished_at > $2
 				AND requested_model = $1 AND status = 'succeeded' AND started_at IS NOT NULL
-				ORDER BY finished_at DESC LIMIT $6) f) r`,
-		model, atOrAbove(priority), predictBound, max(tokens, 0), now.Add(-recentWindow), recentJobs).
-		Scan(&p.Ahead, &p.AheadTokens, &p.InFlight, &overhead, &service)
+				ORDER BY finished_at DESC LIMIT $3) f) r,
+			(SELECT count(*) AS n, coalesce(sum(prompt_tokens + completion_tokens), 0)::bigint AS tokens
+				FROM job_attempts WHERE started_at > $4 AND model = $1) a`,
+		model, now.Add(-recentWindow), recentJobs, now.Add(-time.Minute)).
+		Scan(&p.InFlight, &p.RecentRequests, &p.RecentTokens, &overhead, &service)
 	if err != nil {
 		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
 	}
@@ -142,17 +174,75 @@ func (s *Store) PredictCompletion(ctx context.Context, model string, priority ll
 	return p, nil
 }
 
+// predictAhead sets p's Ahead and AheadTokens: req's work ahead in claim
+// order (Predict), from one read of the model's queued jobs by tenant.
+func (s *Store) predictAhead(ctx context.Context, req PredictRequest, p *Prediction) error {
+	rows, err := s.pool.Query(ctx, `SELECT tenant,
+			count(*) FILTER (WHERE priority = ANY($2)), coalesce(sum(tok) FILTER (WHERE priority = ANY($2)), 0)::bigint,
+			count(*), coalesce(sum(tok), 0)::bigint
+		FROM (SELECT tenant, priority, CASE WHEN est_prompt_tokens + est_output_tokens > 0
+				THEN est_prompt_tokens + est_output_tokens ELSE $4 END AS tok
+			FROM jobs WHERE status = 'queued' AND requested_model = $1 AND lane <> 'batch' LIMIT $3) q
+		GROUP BY tenant`, req.Model, atOrAbove(req.Priority), predictBound, max(req.Tokens, 0))
+	if err != nil {
+		return fmt.Errorf("store: predict completion of %q: %w", req.Model, err)
+	}
+	type queued struct {
+		tenant                        string
+		ahead, aheadTokens, n, tokens int64
+	}
+	qs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queued, error) {
+		var q queued
+		return q, r.Scan(&q.tenant, &q.ahead, &q.aheadTokens, &q.n, &q.tokens)
+	})
+	if err != nil {
+		return fmt.Errorf("store: predict completion of %q: %w", req.Model, err)
+	}
+	weight := req.Weight
+	if weight == nil {
+		weight = func(string) float64 { return llmq.WeightDefault }
+	}
+	if req.Tenant == "" {
+		for _, q := range qs {
+			p.Ahead += q.ahead
+			p.AheadTokens += q.aheadTokens
+		}
+		return nil
+	}
+	// The tenant's turn first: its own jobs ahead and the call.
+	for _, q := range qs {
+		if q.tenant == req.Tenant {
+			p.Ahead, p.AheadTokens = q.ahead, q.aheadTokens
+		}
+	}
+	turn := float64(p.AheadTokens+int64(max(req.Tokens, 0))) / weight(req.Tenant)
+	for _, q := range qs {
+		if q.tenant == req.Tenant || q.tokens <= 0 {
+			continue
+		}
+		share := min(float64(q.tokens), turn*weight(q.tenant))
+		p.AheadTokens += int64(math.Round(share))
+		p.Ahead += int64(math.Ceil(float64(q.n) * share / float64(q.tokens)))
+	}
+	return nil
+}
+
 // predict is the wait of a call of tokens behind p's work: the longer of
-// the rate's (the queued jobs' requests and tokens at the lanes' rates)
+// the rate's (the queued jobs' requests and tokens past what the lanes'
+// buckets hold, at the lanes' rates)
 // and the concurrency's (every call ahead and in flight, Concurrency at a
 // time, each a mean latency), plus the call's own latency.
 func (p Prediction) predict(tokens int) time.Duration {
+	// A one-minute bucket lets through at once what the last minute's
+	// calls left of it; the rest waits for its refill.
 	var minutes float64
 	if p.RequestsPerMin > 0 {
-		minutes = float64(p.Ahead) / p.RequestsPerMin
+		left := max(0, p.RequestsPerMin-float64(p.RecentRequests))
+		minutes = max(0, float64(p.Ahead)-left) / p.RequestsPerMin
 	}
 	if p.TokensPerMin > 0 {
-		minutes = max(minutes, float64(p.AheadTokens+int64(max(tokens, 0)))/p.TokensPerMin)
+		left := max(0, p.TokensPerMin-float64(p.RecentTokens))
+		minutes = max(minutes, max(0, float64(p.AheadTokens+int64(max(tokens, 0)))-left)/p.TokensPerMin)
 	}
 	wait := minutes * float64(time.Minute)
 	if p.Concurrency > 0 && p.Latency > 0 {
@@ -181,5 +271,15 @@ func atOrAbove(priority llmq.Priority) []string {
 // (one per 4 bytes of body, plus its output allowance): the tokenizer's
 // count would cost the API more than the prediction's error is worth.
 func (s *Store) PredictJob(ctx context.Context, j *llmq.Job) (Prediction, error) {
-	return s.PredictCompletion(ctx, j.Model(), j.Priority, len(j.Body)/4+j.MaxOutputTokens())
+	return s.JobPredictor(nil)(ctx, j)
+}
+
+// JobPredictor is PredictJob with tenants' weights and priority caps
+// (every tenant weighs llmq.WeightDefault in nil), as the claim orders
+// the jobs.
+func (s *Store) JobPredictor(tenants llmq.Tenants) func(ctx context.Context, j *llmq.Job) (Prediction, error) {
+	return func(ctx context.Context, j *llmq.Job) (Prediction, error) {
+		return s.Predict(ctx, PredictRequest{Model: j.Model(), Priority: tenants.Priority(j), Tokens: len(j.Body)/4 + j.MaxOutputTokens(),
+			Tenant: j.Tenant, Weight: tenants.Weight})
+	}
 }

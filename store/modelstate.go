@@ -22,7 +22,21 @@ const (
 	// WaitingReasonBatch: the job is deferrable and held for, or waiting
 	// in, the batch lane.
 	WaitingReasonBatch = "batch"
+	// WaitingReasonPaused: the job's tenant or project is paused
+	// (llmq.Scope.Paused): no scheduler claims it until it is resumed.
+	WaitingReasonPaused = "paused"
 )
+
+// fillPausedReasons sets WaitingReasonPaused on the queued records of a
+// paused tenant or project, over any other reason.
+func (s *Store) fillPausedReasons(recs []*JobRecord) {
+	ts := s.order.tenants()
+	for _, r := range recs {
+		if r.Status == llmq.StatusQueued && ts.Paused(r.Tenant, r.Project) {
+			r.WaitingReason = WaitingReasonPaused
+		}
+	}
+}
 
 // ModelStateTTL is how long a model state counts after it was written:
 // schedulers that hold back rewrite it at least every second, so an older

@@ -18,18 +18,25 @@ const JobDoneChannel = "llmq_job_done"
 
 // notifyDone turns update, an UPDATE of jobs that moves rows to a terminal
 // status and ends with its RETURNING list, into one statement that also
-// sends each changed row's key on JobDoneChannel. key is the SQL text of
-// the key (tenant || '/' || id, qualified as the UPDATE needs); the
-// statement returns cols, the names of the RETURNING list.
-func notifyDone(update, key, cols string) string {
-	return `WITH done AS (` + update + `, ` + key + ` AS done_key)
+// sends each changed row's key on JobDoneChannel and writes the result
+// event of each changed row that has a route (jobs.reply) into the
+// notifications outbox: a job without a route costs the statement
+// nothing more than the filter (docs/design/notifications.md). q
+// qualifies the jobs columns as the UPDATE needs (unaliased or aliasJ);
+// the statement returns cols, the names of the RETURNING list.
+func notifyDone(update, q, cols string) string {
+	return `WITH done AS (` + update + `, ` + q + `tenant || '/' || ` + q + `id AS done_key, ` + q + `tenant AS done_tenant, ` +
+		q + `id AS done_id, ` + q + `status AS done_status, ` + q + `reply AS done_reply, ` + q + `updated_at AS done_at),
+	outbox AS (INSERT INTO notifications (tenant, job_id, status, reply, created_at, retry_since, next_attempt_at)
+		SELECT done_tenant, done_id, done_status, done_reply, done_at, done_at, done_at FROM done WHERE done_reply IS NOT NULL)
 	SELECT ` + cols + ` FROM done, pg_notify('` + JobDoneChannel + `', done.done_key) AS notified`
 }
 
-// keyOf and jKey are the SQL key of a jobs row, unaliased and aliased j.
+// unaliased and aliasJ qualify the jobs columns of a statement that does
+// not alias the table, and of one that aliases it j.
 const (
-	keyOf = `tenant || '/' || id`
-	jKey  = `j.tenant || '/' || j.id`
+	unaliased = ``
+	aliasJ    = `j.`
 )
 
 // JobQueuedChannel is the Postgres notification channel on which every

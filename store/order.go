@@ -39,6 +39,18 @@ type Order struct {
 	// between tenants (fair share), their priority caps lower the sched
 	// keys of their jobs. Nil: every tenant has weight 1 and no cap.
 	Tenants llmq.Tenants
+	// Live, when set, is read at every use instead of Tenants: the
+	// tenants kept as data, changed at run time
+	// (docs/design/tenants.md#tenants-as-data).
+	Live func() llmq.Tenants
+}
+
+// tenants are the tenants the order applies now: Live's, else Tenants.
+func (o Order) tenants() llmq.Tenants {
+	if o.Live != nil {
+		return o.Live()
+	}
+	return o.Tenants
 }
 
 // WithDefaults returns o with zero fields set to their defaults.

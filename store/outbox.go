@@ -19,7 +19,7 @@ import (
 // commits once their publish is confirmed: no second write per row.
 
 // insertOutboxSQL records many jobs in one statement, as ingestSQL with
-// published_at $16 (NULL: not yet published), and answers one row per job
+// published_at $17 (NULL: not yet published), and answers one row per job
 // in the order given (u.n, from 1): whether it was created, and the status
 // of the job that was there before (NULL when there was none, or when a
 // concurrent transaction committed it after the statement's snapshot: the
@@ -29,7 +29,7 @@ const insertOutboxSQL = `WITH u AS (
 	SELECT * FROM ` + jobUnnest + ` WITH ORDINALITY AS u(` + jobUnnestColumns + `, n)
 ), ins AS (
 	INSERT INTO jobs (` + jobInsertColumns + `, published_at)
-	SELECT ` + jobValues + `, $16::timestamptz FROM u
+	SELECT ` + jobValues + `, $17::timestamptz FROM u
 	WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = u.tenant AND t.id = u.id)
 	ON CONFLICT (tenant, id) DO NOTHING
 	RETURNING tenant, id
@@ -39,14 +39,14 @@ FROM u LEFT JOIN ins ON ins.tenant = u.tenant AND ins.id = u.id
 	LEFT JOIN jobs j ON j.tenant = u.tenant AND j.id = u.id
 ORDER BY u.n`
 
-// insertOneSQL records one job as queued, published at $16 (NULL: not
+// insertOneSQL records one job as queued, published at $17 (NULL: not
 // yet), in the pipeline InsertOutbox sends for a few jobs; the status of a
 // job it did not create is read after the pipeline, in a snapshot of its
 // own.
 const insertOneSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
-	project, trace_context, published_at)
-SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::timestamptz
+	project, trace_context, reply, published_at)
+SELECT $1, $2, 'queued', $3, $4, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::jsonb, $17::timestamptz
 WHERE NOT EXISTS (SELECT 1 FROM job_tombstones t WHERE t.tenant = $2 AND t.id = $1)
 ON CONFLICT (tenant, id) DO NOTHING`
 

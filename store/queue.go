@@ -84,8 +84,8 @@ func (s *Store) ClaimWithin(ctx context.Context, r ClaimRequest) (recs []*JobRec
 		return nil, false, fmt.Errorf("store: claim: Model, Owner, a positive Lease and a positive Limit are required")
 	}
 	now := s.clock()
-	tenants, ws := weights(s.order.Tenants)
-	sql, args := newClaimPlan(r, s.order.Tenants.HasBudgets()).statement(r,
+	tenants, ws := weights(s.order.tenants())
+	sql, args := newClaimPlan(r, s.order.tenants().HasBudgets()).statement(r,
 		claimValues{now: now, urgentBefore: now.Add(s.order.DeadlineLead), tenants: tenants, weights: ws})
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
@@ -214,7 +214,7 @@ func (s *Store) fencedOp(ctx context.Context, what string, t *transition, l Leas
 		sql = f.wrap(sql + `, tenant, id, requested_model`)
 	}
 	if t.To.Terminal() {
-		sql = notifyDone(sql, keyOf, `attempts`)
+		sql = notifyDone(sql, unaliased, `attempts`)
 	}
 	var attempts int
 	o := &op{stmts: withAnswer(l.Key, f.answered, stmt{sql, append([]any{l.Tenant, l.ID, s.clock(), l.Token}, args...)}),
@@ -362,7 +362,7 @@ func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, 
 		prompt_tokens = $6, completion_tokens = $7, cost_usd = $8, finished_at = $3, lease_expires_at = NULL,
 		phase = '', error_code = '', error_message = ''
 	WHERE tenant = $1 AND id = $2 AND status ` + tStoreResult.in + ` RETURNING true AS stored`
-	sql = notifyDone(sql, keyOf, `stored`)
+	sql = notifyDone(sql, unaliased, `stored`)
 	found, err := s.do(ctx, &op{stmts: withAnswer(k, r.Answered, stmt{sql, []any{k.Tenant, k.ID, s.clock(), resp, r.UsedModel,
 		r.PromptTokens, r.CompletionTokens, r.CostUSD}}), row: &rowOp{kind: storeResultRows, key: k, answer: r.Answered}})
 	if err != nil {
@@ -394,7 +394,7 @@ var storeResultRows = newRowKind(notifyDone(`UPDATE jobs j SET status = `+tStore
 		$8::float8[]) WITH ORDINALITY AS u(tenant, id, now, result, used_model, prompt_tokens, completion_tokens,
 		cost_usd, n)
 	WHERE j.tenant = u.tenant AND j.id = u.id AND j.status `+tStoreResult.in+`
-	RETURNING u.n`, jKey, `n`), 8, func(ops []*op) []any {
+	RETURNING u.n`, aliasJ, `n`), 8, func(ops []*op) []any {
 	return []any{column[string](ops, 0), column[string](ops, 1), column[time.Time](ops, 2), column[[]byte](ops, 3),
 		column[string](ops, 4), column[int](ops, 5), column[int](ops, 6), column[float64](ops, 7)}
 })

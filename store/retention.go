@@ -24,6 +24,9 @@ type Retention struct {
 	// prune: longer than the brokers keep messages, so that a late
 	// duplicate of the job's message is never ingested again.
 	Tombstones time.Duration
+	// Audit is how long an entry of the tenancy's audit log is kept
+	// (tenancy.go), counted from the change.
+	Audit time.Duration
 	// BatchSize is the most rows one statement deletes (default 1,000):
 	// each statement is a short transaction that holds its row locks
 	// briefly, and rows other transactions hold are skipped.
@@ -34,7 +37,7 @@ type Retention struct {
 const PruneBatchSizeDefault = 1000
 
 // Pruned counts what one Prune deleted, by kind: "jobs", "dead_letters",
-// "batches", "tombstones", and "streams" (rows of streamed calls, only
+// "batches", "tombstones", "audit", and "streams" (rows of streamed calls, only
 // when some were).
 type Pruned map[string]int64
 
@@ -89,6 +92,14 @@ const pruneTombstonesSQL = `WITH victims AS (
 )
 SELECT count(*) FROM gone`
 
+const pruneAuditSQL = `WITH victims AS (
+	SELECT id FROM tenancy_audit WHERE at < $1
+	ORDER BY at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED
+), gone AS (DELETE FROM tenancy_audit a USING victims v WHERE a.id = v.id RETURNING 1)
+SELECT count(*) FROM gone`
+
 // Prune deletes what r's periods let go, in statements of at most
 // r.BatchSize rows, until nothing more is due or ctx ends. Several
 // processes may prune at once: each skips the rows another holds. It
@@ -126,6 +137,7 @@ func (s *Store) Prune(ctx context.Context, r Retention) (Pruned, error) {
 		{"dead_letters", pruneDeadLettersSQL, r.DeadLetters},
 		{"batches", pruneBatchesSQL, r.Batches},
 		{"tombstones", pruneTombstonesSQL, r.Tombstones},
+		{"audit", pruneAuditSQL, r.Audit},
 	} {
 		if k.period > 0 {
 			if err := drain(k.kind, k.sql, now.Add(-k.period), batch); err != nil {

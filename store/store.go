@@ -229,6 +229,9 @@ type JobRecord struct {
 	// TraceContext is the W3C trace context the job's trace continues
 	// from (llmq.Job.TraceContext), "" for none.
 	TraceContext string `db:"trace_context"`
+	// Reply is where the job's result event goes besides Postgres
+	// (llmq.Job.ReplyTo), nil for nowhere.
+	Reply *llmq.Reply `db:"reply"`
 }
 
 // Key is the record's key.
@@ -242,7 +245,7 @@ const jobColumns = `id, tenant, status, priority, requested_model, used_model, b
 	created_at, started_at, finished_at, updated_at, deadline, "deferrable", fallback_models,
 	metadata, lease_owner, lease_expires_at, lease_token, phase, batch_id, lane, lane_reason,
 	sched_key, est_prompt_tokens, est_output_tokens, retries, model_index, rate_limited, free_attempts,
-	project, trace_context`
+	project, trace_context, reply`
 
 // Job rebuilds the wire job from the record (Model and MaxOutputTokens
 // are read from the body).
@@ -250,7 +253,7 @@ func (r *JobRecord) Job() *llmq.Job {
 	j := &llmq.Job{
 		ID: r.ID, Tenant: r.Tenant, Project: r.Project, Priority: r.Priority, Deadline: r.Deadline,
 		Deferrable: r.Deferrable, FallbackModels: r.FallbackModels, Metadata: r.Metadata,
-		Body: r.Body, TraceContext: r.TraceContext,
+		Body: r.Body, TraceContext: r.TraceContext, ReplyTo: r.Reply,
 	}
 	if len(j.FallbackModels) == 0 {
 		j.FallbackModels = nil

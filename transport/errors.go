@@ -25,3 +25,8 @@ var ErrConsuming = errors.New("transport: Consume already called on this subscri
 // missing topic) are not. When Publish sends several messages, the error
 // does not say which: publish them one by one to find out.
 var ErrMessageRejected = errors.New("transport: message rejected by the broker")
+
+// ErrUnroutable is wrapped by a Reply error when the broker had nowhere to
+// put a message: no queue of that name (RabbitMQ returned it), no such
+// topic (Kafka).
+var ErrUnroutable = errors.New("transport: no such destination")

@@ -26,6 +26,15 @@ type Message struct {
 	// Priority is 0 (low) .. 9 (high); RabbitMQ maps it to the message
 	// priority property; Kafka ignores it.
 	Priority uint8
+	// ReplyTo and CorrelationID are where the job's result event goes
+	// and what it is correlated by: RabbitMQ's reply_to and
+	// correlation_id properties, read by the subscriber and written by
+	// the publisher; Kafka carries neither (a job names its results topic
+	// in its reply_to field).
+	ReplyTo, CorrelationID string
+	// ID, when set, is the message's id: RabbitMQ's message_id property
+	// (a result event's event id); Kafka ignores it.
+	ID string
 
 	// Source names where the message came from, for dead letters:
 	// "topic/partition/offset" or "queue/delivery-tag".
@@ -116,6 +125,18 @@ type Subscriber interface {
 	// other consumers' unacked messages), memory ready plus unacked.
 	Depth(ctx context.Context) (int64, error)
 	Close() error
+}
+
+// Replier publishes result events to the destinations jobs named (a
+// reply queue, a results topic); Publisher of the RabbitMQ and Kafka
+// adapters implement it (docs/design/notifications.md).
+type Replier interface {
+	// Reply sends msgs to dest and returns once the broker confirmed all
+	// of them. Unlike Publish it creates and declares nothing: a
+	// destination the broker cannot route to is an error wrapping
+	// ErrUnroutable (the reply queue is gone, or not there yet), so the
+	// caller tries again later rather than lose the message.
+	Reply(ctx context.Context, dest string, msgs ...Message) error
 }
 
 // SizeLimiter is implemented by a Publisher that knows the largest message

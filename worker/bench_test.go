@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/internal/upstreamsim"
@@ -36,7 +37,27 @@ const benchInFlight = 512
 // reports the row updates of jobs per job, how many of them were HOT
 // (storetest.Updates), the HOT updates of job_attempts per job (the
 // answers), and the table's heap (without indexes) per job.
-func BenchmarkPipeline(b *testing.B) {
+func BenchmarkPipeline(b *testing.B) { benchPipeline(b, notifyNone) }
+
+// BenchmarkPipelineNotified is BenchmarkPipeline with a route on every
+// job (the deployment's results topic, or a reply queue on RabbitMQ) and
+// a notifier publishing their result events while the jobs run: the cost
+// of notifications (docs/design/notifications.md). The memory broker
+// has no replier and is skipped.
+func BenchmarkPipelineNotified(b *testing.B) { benchPipeline(b, notifyDeliver) }
+
+// BenchmarkPipelineOutbox is BenchmarkPipelineNotified without the
+// notifier: what the outbox rows cost the statements that end the jobs.
+func BenchmarkPipelineOutbox(b *testing.B) { benchPipeline(b, notifyWrite) }
+
+// What a benchmark of the pipeline does with notifications.
+const (
+	notifyNone    = iota // no job has a route
+	notifyWrite          // every job has one; nobody delivers
+	notifyDeliver        // every job has one; a notifier delivers
+)
+
+func benchPipeline(b *testing.B, notify int) {
 	brokers := map[string]func(b *testing.B) string{
 		"rabbitmq": func(b *testing.B) string {
 			return rabbitmqtest.BrokerURL(rabbitmqtest.NewQueue(b))
@@ -49,6 +70,9 @@ func BenchmarkPipeline(b *testing.B) {
 	}
 	for _, name := range []string{"memory", "kafka", "rabbitmq"} {
 		b.Run(name, func(b *testing.B) {
+			if notify != notifyNone && name == "memory" {
+				b.Skip("the memory broker has no replier")
+			}
 			tb := setup(b, upstreamsim.Config{Seed: 10, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 			url := brokers[name](b)
 			target, err := open.Parse(url)
@@ -62,13 +86,34 @@ func BenchmarkPipeline(b *testing.B) {
 			}
 			require.NoError(b, pub.Publish(context.Background(), target.Dest, msgs...))
 			gate := newGate(sub, b.N)
-			w, err := worker.New(worker.Config{
+			wcfg := worker.Config{
 				Subscriber: gate, Store: tb.store, DeadLetters: tb.letters,
 				Upstream:    upstreamAt(tb.sim.URL, 30*time.Second),
 				Strategy:    shaping.StrategyRetry,
 				MaxInFlight: benchInFlight,
 				Logger:      slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
-			})
+			}
+			if notify != notifyNone {
+				wcfg.ResultsTopic = target.Dest + "-results"
+				if name == "rabbitmq" {
+					wcfg.ResultsTopic = rabbitmqtest.NewQueue(b)
+					conn, err := amqp.Dial(rabbitmqtest.URL())
+					require.NoError(b, err)
+					ch, err := conn.Channel()
+					require.NoError(b, err)
+					_, err = ch.QueueDeclare(wcfg.ResultsTopic, true, false, false, false, nil)
+					require.NoError(b, err)
+					_ = conn.Close()
+				}
+			}
+			if notify == notifyDeliver {
+				nt, err := worker.NewNotifier(worker.NotifierConfig{Outbox: tb.store.Notifications(), Replier: pub.(transport.Replier),
+					Interval: 50 * time.Millisecond, Batch: 256, Log: slog.New(slog.DiscardHandler)})
+				require.NoError(b, err)
+				require.NoError(b, nt.Start(context.Background()))
+				defer func() { require.NoError(b, nt.Stop(context.Background())) }()
+			}
+			w, err := worker.New(wcfg)
 			require.NoError(b, err)
 			require.NoError(b, w.Start(context.Background()))
 			finished := listenDone(b, tb.store, b.N)
@@ -107,7 +152,8 @@ func BenchmarkPipeline(b *testing.B) {
 	}
 }
 
-// benchJob is a job of about 200 bytes of prompt, the issue's measure.
+// benchJob is a job of about 200 bytes of prompt, the size the
+// throughput figures are stated for.
 func benchJob(id string) []byte {
 	return []byte(fmt.Sprintf(`{"id":%q,"body":{"model":"gpt-4o-mini","max_tokens":32,"messages":[{"role":"user","content":"%s %s"}]}}`,
 		id, strings.Repeat("Summarise this sentence in five words. ", 5), id))

@@ -96,7 +96,7 @@ func (w *Worker) budgetsOf(p *job) []llmq.Budget {
 	if w.cfg.Budgets == nil {
 		return nil
 	}
-	return w.cfg.Tenants.Budgets(p.rec.Tenant, p.rec.Project)
+	return w.tenantsNow().Budgets(p.rec.Tenant, p.rec.Project)
 }
 
 // reserveBudget reserves the price of p's call of model on its budgets. It

@@ -175,6 +175,14 @@ type BatchHold struct {
 type Config struct {
 	// Subscriber delivers the job messages. Required.
 	Subscriber transport.Subscriber
+	// ResultsTopic, when set, is where the result event of a job that
+	// names no reply of its own goes (Kafka: the deployment's results
+	// topic); "" for none (docs/design/notifications.md).
+	ResultsTopic string
+	// TenantReplies, when set, overrides ResultsTopic per tenant: the
+	// tenant's results topic and webhook for its jobs that name no reply
+	// of their own.
+	TenantReplies map[string]llmq.Reply
 	// Store holds the jobs' state (a *store.Store). Required.
 	Store JobStore
 	// Upstream makes the chat completion calls (OpenAIUpstream over
@@ -207,6 +215,11 @@ type Config struct {
 	// per-tenant metrics names them, and TenantOther the rest. nil: every
 	// tenant is TenantOther.
 	Tenants llmq.Tenants
+	// LiveTenants, when set, is read at every use instead of Tenants:
+	// the tenants kept as data, changed at run time (the app's
+	// tenancy watcher; docs/design/tenants.md#tenants-as-data). Call
+	// Worker.TenantsChanged when they change.
+	LiveTenants func() llmq.Tenants
 	// Estimator counts prompt tokens. nil = a new shaping.Estimator.
 	Estimator *shaping.Estimator
 

@@ -38,3 +38,19 @@ const (
 	WindowRecount = windowRecount
 	WindowRefresh = windowRefresh
 )
+
+// ScopeTPM is the tokens per minute of scope name ("tenant:a") on this
+// worker's share; false when the worker has not made it or it has no TPM.
+func (w *Worker) ScopeTPM(name string) (float64, bool) {
+	w.scopes.mu.Lock()
+	defer w.scopes.mu.Unlock()
+	sc, ok := w.scopes.byName[name]
+	if !ok || sc.tpm == nil {
+		return 0, false
+	}
+	return sc.tpm.Limit(), true
+}
+
+// CrashAfterClaim makes n's rounds stop right after their claim commits
+// while crash returns true, as a process killed there would.
+func (n *Notifier) CrashAfterClaim(crash func() bool) { n.crashAfterClaim = crash }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,7 +195,7 @@ func (w *Worker) waitForWindow(ctx context.Context) error {
 		w.readWindow(ctx)
 		w.readTenants(ctx)
 		n := w.window.value()
-		if n < int64(w.cfg.IngestWindow) || w.tenants.overShare(w.cfg.IngestWindow, ingesters*w.cfg.IngestBatch, w.cfg.Tenants) {
+		if n < int64(w.cfg.IngestWindow) || w.tenants.overShare(w.cfg.IngestWindow, ingesters*w.cfg.IngestBatch, w.tenantsNow()) {
 			if paused {
 				w.log.Info("ingestion resumed", slog.Int64("queued", n))
 			}
@@ -254,7 +255,7 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
 			continue
 		}
-		if refused := w.cfg.Tenants.CheckProject(j); len(refused) > 0 {
+		if refused := w.tenantsNow().CheckProject(j); len(refused) > 0 {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonUnknownProject, LastError: notAllowed(refused)})
 			continue
 		}
@@ -262,6 +263,7 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.letterOf(m, w.tenantFull(j))
 			continue
 		}
+		w.route(j, m)
 		var span trace.Span
 		j.TraceContext, span = tracing.StartIngest(m.Headers, j.ID, m.Source, m.ReceivedAt)
 		items = append(items, ingestItem{msg: m, job: w.sizer.NewJob(j), span: span})
@@ -539,4 +541,30 @@ type ingestState struct {
 	// deliveries counts the deliveries of a message that failed to be
 	// recorded.
 	deliveries deliveries
+}
+
+// route fills the job's reply (where its result event goes) from its
+// message when the job names none itself: the message's reply_to and
+// correlation_id (RabbitMQ), else the tenant's reply, else the
+// deployment's results topic. A job with a reply has the message's
+// headers echoed on its result (docs/design/notifications.md).
+func (w *Worker) route(j *llmq.Job, m *transport.Message) {
+	if j.ReplyTo.Empty() {
+		switch r, ok := w.cfg.TenantReplies[j.Tenant]; {
+		case m.ReplyTo != "":
+			j.ReplyTo = &llmq.Reply{To: m.ReplyTo, CorrelationID: m.CorrelationID}
+		case ok && !r.Empty():
+			j.ReplyTo = &llmq.Reply{To: r.To, Webhook: r.Webhook}
+		case w.cfg.ResultsTopic != "":
+			j.ReplyTo = &llmq.Reply{To: w.cfg.ResultsTopic}
+		default:
+			return
+		}
+	}
+	if j.ReplyTo.CorrelationID == "" {
+		j.ReplyTo.CorrelationID = m.CorrelationID
+	}
+	if len(m.Headers) > 0 && j.ReplyTo.Headers == nil {
+		j.ReplyTo.Headers = maps.Clone(m.Headers)
+	}
 }

@@ -123,7 +123,7 @@ func (w *Worker) readTenants(ctx context.Context) {
 	queued, inFlight, weight := make(map[string]int64, len(ts)), make(map[string]int64, len(ts)), 0.0
 	for i, t := range ts {
 		queued[t.Tenant], inFlight[t.Tenant] = counts[i], t.InFlight
-		weight += w.cfg.Tenants.Weight(t.Tenant)
+		weight += w.tenantsNow().Weight(t.Tenant)
 	}
 	w.tenants.set(queued, inFlight, weight)
 }

@@ -143,7 +143,7 @@ const TenantOther = "other"
 // tenantLabel is tenant as a metric label: itself when configured, else
 // TenantOther.
 func (w *Worker) tenantLabel(tenant string) string {
-	if _, ok := w.cfg.Tenants[tenant]; ok {
+	if _, ok := w.tenantsNow()[tenant]; ok {
 		return tenant
 	}
 	return TenantOther

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/llmq/llmq/internal/background"
+	"github.com/llmq/llmq/internal/backoff"
 )
 
 // How long the queued listener waits before it reconnects: doubling from
@@ -62,28 +65,17 @@ func newQueuedListener(cfg queuedListenerConfig) (*queuedListener, error) {
 // once, and so is every model once it listens again. It reconnects when
 // the connection fails; meanwhile the claim tick still claims.
 func (q *queuedListener) Run(ctx context.Context) {
-	delay := queuedRetryMin
-	for {
-		heard := false
-		err := q.cfg.Listener.ListenJobsQueued(ctx, func() {
-			heard = true
-			q.cfg.Listening()
-		}, q.cfg.Queued)
-		if ctx.Err() != nil {
-			return
-		}
-		if heard {
-			delay = queuedRetryMin
-		}
-		q.cfg.Log.Warn("worker: the queued jobs' listening connection failed; reconnecting",
-			slog.Any("error", err), slog.Duration("in", delay))
-		select {
-		case <-q.cfg.Clock.After(delay):
-		case <-ctx.Done():
-			return
-		}
-		delay = min(2*delay, queuedRetryMax)
-	}
+	background.Relisten(ctx, q.cfg.Clock, backoff.Policy{Base: queuedRetryMin, Max: queuedRetryMax},
+		func(ctx context.Context, listening func()) error {
+			return q.cfg.Listener.ListenJobsQueued(ctx, func() {
+				listening()
+				q.cfg.Listening()
+			}, q.cfg.Queued)
+		},
+		func(err error, wait time.Duration) {
+			q.cfg.Log.Warn("worker: the queued jobs' listening connection failed; reconnecting",
+				slog.Any("error", err), slog.Duration("in", wait))
+		})
 }
 
 // rereadModels makes the next claim round read the models with queued jobs

@@ -31,7 +31,8 @@ func (f *listenFake) ListenJobsQueued(ctx context.Context, listening func(), que
 }
 
 // TestQueuedListenerReconnects: a connection that keeps failing is tried
-// again after 100 ms, 200 ms, …; once it listened, after 100 ms again.
+// again after 100 ms, 200 ms, … up to 10 s; once it listened, after 100 ms
+// again.
 // Each listen and each announced model is told.
 func TestQueuedListenerReconnects(t *testing.T) {
 	t.Parallel()
@@ -69,6 +70,10 @@ func TestQueuedListenerReconnects(t *testing.T) {
 	wait(200 * time.Millisecond)
 	listen(true)
 	wait(100 * time.Millisecond)
+	for _, d := range []time.Duration{200, 400, 800, 1600, 3200, 6400, 10000, 10000} { // capped at 10 s
+		listen(false)
+		wait(d * time.Millisecond)
+	}
 	listen(false)
 	cancel()
 	<-done

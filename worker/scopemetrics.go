@@ -55,16 +55,16 @@ func (w *Worker) observeScopes() {
 	now := w.cfg.Clock.Now()
 	m := w.scopeMetrics
 	for _, sc := range w.scopes.list() {
-		share := sc.shareNow()
+		share, cfg := sc.shareNow(), sc.limits()
 		if sc.rpm != nil {
-			m.limit.WithLabelValues(sc.name, "rpm").Set(sc.cfg.RPM * share)
+			m.limit.WithLabelValues(sc.name, "rpm").Set(cfg.RPM * share)
 			m.level.WithLabelValues(sc.name, "rpm").Set(sc.rpm.LevelAt(now))
 		}
 		if sc.tpm != nil {
-			m.limit.WithLabelValues(sc.name, "tpm").Set(sc.cfg.TPM * share)
+			m.limit.WithLabelValues(sc.name, "tpm").Set(cfg.TPM * share)
 			m.level.WithLabelValues(sc.name, "tpm").Set(sc.tpm.LevelAt(now))
 		}
-		if sc.cfg.Concurrency > 0 {
+		if cfg.Concurrency > 0 {
 			m.limit.WithLabelValues(sc.name, "concurrency").Set(float64(sc.limit.Load()))
 			m.inFlight.WithLabelValues(sc.name).Set(float64(sc.inFlight.Load()))
 		}

@@ -23,7 +23,7 @@ func (w *Worker) newServices() error {
 		return err
 	}
 	var then []sweeper
-	if w.cfg.Budgets != nil && w.cfg.Tenants.HasBudgets() {
+	if w.cfg.Budgets != nil && (w.cfg.LiveTenants != nil || w.cfg.Tenants.HasBudgets()) {
 		w.budgets, err = newBudgetSweep(budgetSweepConfig{Store: w.cfg.Budgets, Metrics: w.budgetMetrics,
 			Released: w.poke, Log: w.log})
 		if err != nil {

@@ -33,6 +33,9 @@ type scopeQuota struct {
 	// limit is the concurrency on this replica's share (0: none);
 	// inFlight the calls it admitted that are not done.
 	limit, inFlight atomic.Int64
+	// counts: it has a concurrency limit, so it counts its calls (a
+	// change of limits keeps it: reconfigure).
+	counts bool
 	// pending counts the jobs of the scope this worker holds that hold no
 	// permit (claimed and waiting, backing off): what a claim already
 	// has of its room.
@@ -40,7 +43,8 @@ type scopeQuota struct {
 	// held: the scheduler's last look found it spent (its demand in the
 	// ledger counts a backlog).
 	held atomic.Bool
-	// share is the part of the scope's quota this replica runs on.
+	// share is the part of the scope's quota this replica runs on; cfg
+	// is guarded by shareMu too (reconfigure).
 	shareMu sync.Mutex
 	share   float64
 }
@@ -97,11 +101,83 @@ func (ss *scopes) list() []*scopeQuota {
 	return out
 }
 
+// tenantsNow are the tenants the worker applies now: LiveTenants', else
+// the configured ones.
+func (w *Worker) tenantsNow() llmq.Tenants {
+	if w.cfg.LiveTenants != nil {
+		return w.cfg.LiveTenants()
+	}
+	return w.cfg.Tenants
+}
+
+// TenantsChanged applies LiveTenants to the scopes made so far at once
+// (their limits; a scope whose tenant or project lost every limit, or
+// gained or lost a kind of limit, is made afresh at its next job). The
+// app calls it at every load of the tenancy.
+func (w *Worker) TenantsChanged() {
+	ts := w.tenantsNow()
+	now := w.cfg.Clock.Now()
+	w.scopes.mu.Lock()
+	for name, sc := range w.scopes.byName {
+		cfg, ok := scopeConfig(ts, sc.ref)
+		if !ok || !sc.reconfigure(now, cfg) {
+			delete(w.scopes.byName, name)
+		}
+	}
+	w.scopes.mu.Unlock()
+	w.scopes.signal()
+}
+
+// scopeConfig is ref's scope in ts, when it has a limit.
+func scopeConfig(ts llmq.Tenants, ref store.ScopeRef) (llmq.Scope, bool) {
+	t, ok := ts[ref.Tenant]
+	if !ok {
+		return llmq.Scope{}, false
+	}
+	s := t.Scope
+	if ref.Project != "" {
+		if s, ok = t.Projects[ref.Project]; !ok {
+			return llmq.Scope{}, false
+		}
+	}
+	return s, limited(s)
+}
+
+// reconfigure moves sc to cfg's limits in place and reports true, when
+// cfg limits the same kinds (rpm, tpm, concurrency) as sc's; false when
+// sc must be made afresh.
+func (sc *scopeQuota) reconfigure(now time.Time, cfg llmq.Scope) bool {
+	sc.shareMu.Lock()
+	defer sc.shareMu.Unlock()
+	old := sc.cfg
+	if (old.RPM > 0) != (cfg.RPM > 0) || (old.TPM > 0) != (cfg.TPM > 0) || (old.Concurrency > 0) != (cfg.Concurrency > 0) {
+		return false
+	}
+	sc.cfg = cfg
+	if sc.rpm != nil && cfg.RPM != old.RPM {
+		_ = sc.rpm.ShareAt(now, cfg.RPM, sc.share)
+	}
+	if sc.tpm != nil && cfg.TPM != old.TPM {
+		_ = sc.tpm.ShareAt(now, cfg.TPM, sc.share)
+	}
+	if c := cfg.Concurrency; c > 0 {
+		sc.limit.Store(max(1, int64(math.Floor(float64(c)*sc.share+1e-9))))
+	}
+	return true
+}
+
+// limits returns sc's configured scope.
+func (sc *scopeQuota) limits() llmq.Scope {
+	sc.shareMu.Lock()
+	defer sc.shareMu.Unlock()
+	return sc.cfg
+}
+
 // scopesOf returns the quota layers of a job of tenant and project: its
 // tenant's and its project's, those configured with a limit; nil for
 // most jobs.
 func (w *Worker) scopesOf(tenant, project string) []*scopeQuota {
-	t, ok := w.cfg.Tenants[tenant]
+	t, ok := w.tenantsNow()[tenant]
 	if !ok {
 		return nil
 	}
@@ -125,7 +201,7 @@ func (w *Worker) scope(ref store.ScopeRef, cfg llmq.Scope) *scopeQuota {
 		return sc
 	}
 	now := w.cfg.Clock.Now()
-	sc := &scopeQuota{ref: ref, name: name, cfg: cfg, share: 1}
+	sc := &scopeQuota{ref: ref, name: name, cfg: cfg, share: 1, counts: cfg.Concurrency > 0}
 	// The limits are validated finite and not negative: a bucket of a
 	// positive limit is always made.
 	if cfg.RPM > 0 {
@@ -226,7 +302,7 @@ func (sc *scopeQuota) acquire() bool {
 
 // release gives back a call of sc.
 func (sc *scopeQuota) release() {
-	if sc.cfg.Concurrency > 0 {
+	if sc.counts {
 		sc.inFlight.Add(-1)
 	}
 }
@@ -282,7 +358,8 @@ func (w *Worker) releaseScopes(scs []*scopeQuota) {
 // surplus back). A scope not made yet counts as full. The spent scopes are
 // added to held.
 func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[store.ScopeRef]bool) (map[string]int, []store.ScopeRef, map[store.ScopeRef]int) {
-	if len(w.cfg.Tenants) == 0 {
+	ts := w.tenantsNow()
+	if len(ts) == 0 {
 		return nil, nil, nil
 	}
 	tokens := typical.PromptTokens + typical.MaxOutputTokens
@@ -297,8 +374,16 @@ func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[st
 	var caps map[string]int
 	var projects []store.ScopeRef
 	var rooms map[store.ScopeRef]int
-	for tenant, t := range w.cfg.Tenants {
+	for tenant, t := range ts {
 		ref := store.ScopeRef{Tenant: tenant}
+		if t.Paused {
+			// A paused tenant takes no turn (waiting reason paused).
+			if caps == nil {
+				caps = map[string]int{}
+			}
+			caps[tenant] = 0
+			continue
+		}
 		if limited(t.Scope) {
 			n := max(0, room(ref, t.Scope))
 			if caps == nil {
@@ -311,6 +396,10 @@ func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[st
 		}
 		for project, p := range t.Projects {
 			pref := store.ScopeRef{Tenant: tenant, Project: project}
+			if p.Paused {
+				projects = append(projects, pref)
+				continue
+			}
 			if !limited(p) {
 				continue
 			}

@@ -59,19 +59,8 @@ func (s *produceSummary) merge(o *produceSummary) {
 	}
 }
 
-func newProduceCmd() *cobra.Command {
-	var (
-		file          string
-		batch         int
-		fromLine      int
-		inFlight      int
-		retryBackoff  bool
-		maxRetryAfter time.Duration
-	)
-	cmd := &cobra.Command{
-		Use:   "produce",
-		Short: "Publish jobs from a JSONL file (or stdin) with backpressure, progress and a summary",
-		Long: `produce reads one job per line (the llmq wire format; blank lines are skipped), records each
+// produceLong is llmq produce's help.
+const produceLong = `produce reads one job per line (the llmq wire format; blank lines are skipped), records each
 as queued in Postgres and publishes it to the broker, in batches. A line that is not a valid
 job, or one that names a model the configuration does not allow (models:), is rejected with
 its line number and field. When the queue is full (backpressure) produce
@@ -82,8 +71,31 @@ fails the insert, the batch is tried again after 1 s, 2 s, ... up to 30 s apart 
 
 Ctrl-C (or SIGTERM) lets the batch being published finish, then prints the summary with the
 jobs not sent and the line to resume from (--from-line), and exits 130 (143 on SIGTERM).
-Resending a line is harmless when its job has an id: the same id is recorded once.`,
-		Args: cobra.NoArgs,
+Resending a line is harmless when its job has an id: the same id is recorded once.
+
+--results-to NAME names a reply queue (RabbitMQ) or results topic (Kafka) on the same broker:
+every job that names no reply_to of its own is published with reply_to {"to": NAME}, and produce
+subscribes to NAME and writes each new job's result event (docs/design/notifications.md) to
+standard output as a JSON line as it arrives, then exits once every job it created has one
+(--results-timeout bounds the wait). The summary then goes to standard error. (--wait is the
+wait on a full queue, not on results.)`
+
+func newProduceCmd() *cobra.Command {
+	var (
+		file          string
+		batch         int
+		fromLine      int
+		inFlight      int
+		retryBackoff  bool
+		maxRetryAfter time.Duration
+		resultsTo     string
+		resultsWait   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "produce",
+		Short: "Publish jobs from a JSONL file (or stdin) with backpressure, progress and a summary",
+		Long:  produceLong,
+		Args:  cobra.NoArgs,
 	}
 	flags := config.BindFlags(cmd, config.FlagDatabase|config.FlagBroker)
 	fs := cmd.Flags()
@@ -93,6 +105,8 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 	fs.IntVar(&inFlight, "in-flight", 4, "batches published at once (1-64; 1 publishes the lines in their order)")
 	fs.BoolVar(&retryBackoff, "wait", true, "on a full queue, wait the suggested Retry-After and retry (--wait=false rejects)")
 	fs.DurationVar(&maxRetryAfter, "max-wait", 10*time.Minute, "give up on a batch after waiting this long in total")
+	fs.StringVar(&resultsTo, "results-to", "", "reply queue or results topic: publish the jobs with it as reply_to and write their result events as JSON lines")
+	fs.DurationVar(&resultsWait, "results-timeout", time.Hour, "with --results-to, give up waiting for results after this long")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkProduceFlags(batch, fromLine, inFlight); err != nil {
 			return err
@@ -101,18 +115,12 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 		if err != nil {
 			return err
 		}
-		var in io.Reader = cmd.InOrStdin()
-		total := int64(-1)
-		if file != "-" {
-			f, err := os.Open(file)
-			if err != nil {
-				return err
-			}
+		in, total, err := openJobs(cmd.InOrStdin(), file)
+		if err != nil {
+			return err
+		}
+		if f, ok := in.(*os.File); ok && file != "-" {
 			defer f.Close()
-			if total, err = countLines(f); err != nil {
-				return err
-			}
-			in = f
 		}
 		ctx := cmd.Context()
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelError}))
@@ -121,8 +129,16 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 			return err
 		}
 		defer func() { _ = a.Stop(ctx) }()
+		out := cmd.OutOrStdout()
+		var awaited *resultsRun
+		if resultsTo != "" {
+			if awaited, err = startResults(ctx, cfg.Broker, resultsTo, resultsWait, cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			out = cmd.ErrOrStderr()
+		}
 		run := &produceRun{
-			producer: a.Producer(), out: cmd.OutOrStdout(), sum: &produceSummary{reasons: map[string]int{}},
+			producer: a.Producer(), out: out, sum: &produceSummary{reasons: map[string]int{}}, results: awaited,
 			progress: newProgress(cmd.ErrOrStderr(), total, time.Now), file: file,
 			wait: retryBackoff, maxWait: maxRetryAfter, inFlight: inFlight, sent: make(chan sentBatch, inFlight),
 			decode: llmq.DecodeOptions{MaxMessageBytes: cfg.MaxMessageBytes}, catalog: cfg.Catalog(),
@@ -131,9 +147,31 @@ Resending a line is harmless when its job has an id: the same id is recorded onc
 		if cfg.MaxMessageBytes < 0 {
 			maxLine = 1 << 30
 		}
-		return run.run(ctx, in, maxLine, batch, fromLine)
+		err = run.run(ctx, in, maxLine, batch, fromLine)
+		if awaited != nil {
+			err = errors.Join(err, awaited.wait())
+		}
+		return err
 	}
 	return cmd
+}
+
+// openJobs opens the jobs file ("-": stdin) and counts its lines (-1 for
+// stdin) for the progress.
+func openJobs(stdin io.Reader, file string) (io.Reader, int64, error) {
+	if file == "-" {
+		return stdin, -1, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := countLines(f)
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, total, nil
 }
 
 // checkProduceFlags checks the ranges of --batch, --from-line and --in-flight.
@@ -164,6 +202,9 @@ type produceRun struct {
 	// catalog refuses the jobs that name a model the configuration does
 	// not allow.
 	catalog llmq.Catalog
+	// results, when set, awaits the result events of the jobs created
+	// (--results-to).
+	results *resultsRun
 
 	pending []*llmq.Job
 	lines   []int // the line of each pending job
@@ -278,6 +319,9 @@ func (r *produceRun) add(l line) {
 		r.sum.reject(1, reason, fmt.Sprintf("line %d: %v", l.n, err))
 		return
 	}
+	if r.results != nil && j.ReplyTo.Empty() {
+		j.ReplyTo = &llmq.Reply{To: r.results.dest}
+	}
 	r.pending, r.lines = append(r.pending, j), append(r.lines, l.n)
 }
 
@@ -298,7 +342,7 @@ func (r *produceRun) flush(ctx context.Context) error {
 	r.busy++
 	go func() {
 		sum := &produceSummary{reasons: map[string]int{}}
-		_, unsent, err := publishLines(ctx, r.producer, jobs, lines, sum, r.wait, r.maxWait)
+		_, unsent, err := publishLines(ctx, r.producer, jobs, lines, sum, r.wait, r.maxWait, r.results.created)
 		r.sent <- sentBatch{sum: sum, lines: unsent, err: err}
 	}()
 	return nil
@@ -353,7 +397,7 @@ const publishTimeout = time.Minute
 // whatever ctx does; a wait for room ends with ctx, and then the jobs not
 // sent and their lines are returned with ctx's error.
 func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, lines []int, sum *produceSummary,
-	wait bool, maxWait time.Duration) ([]*llmq.Job, []int, error) {
+	wait bool, maxWait time.Duration, created func(producer.Receipt)) ([]*llmq.Job, []int, error) {
 	var waited time.Duration
 	transientFails := 0
 	for {
@@ -365,6 +409,9 @@ func publishLines(ctx context.Context, p *producer.Producer, jobs []*llmq.Job, l
 		switch {
 		case err == nil || errors.Is(err, producer.ErrUnpublished):
 			for _, r := range rs {
+				if r.Created && created != nil {
+					created(r)
+				}
 				switch {
 				case !r.Created:
 					sum.duplicates++

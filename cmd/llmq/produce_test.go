@@ -217,7 +217,7 @@ func TestProduceRetriesWhenTheQueueCannotBeMeasured(t *testing.T) {
 
 	stats.fails.Store(2)
 	sum := &produceSummary{reasons: map[string]int{}}
-	rest, _, err := publishLines(b.ctx, p, batch("a", "b"), []int{1, 2}, sum, true, time.Minute)
+	rest, _, err := publishLines(b.ctx, p, batch("a", "b"), []int{1, 2}, sum, true, time.Minute, nil)
 	require.NoError(t, err)
 	require.Empty(t, rest)
 	require.Equal(t, produceSummary{published: 2, reasons: map[string]int{}}, *sum)
@@ -225,7 +225,7 @@ func TestProduceRetriesWhenTheQueueCannotBeMeasured(t *testing.T) {
 
 	stats.fails.Store(1)
 	sum = &produceSummary{reasons: map[string]int{}}
-	_, _, err = publishLines(b.ctx, p, batch("c"), []int{3}, sum, false, time.Minute)
+	_, _, err = publishLines(b.ctx, p, batch("c"), []int{3}, sum, false, time.Minute, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, sum.rejected, "--wait=false: rejected")
 	require.Equal(t, 2, b.countJobs(t))

@@ -38,6 +38,15 @@ and which jobs it holds. The same as GET /v1/usage with an operator key.`,
 	cmd.Flags().StringVar(&tenant, "tenant", "", "one tenant (default: every tenant)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return withConfigStore(cmd, flags, func(cfg *config.Config, st *store.Store) error {
+			// Once imported, the tenants are Postgres's
+			// (docs/design/tenants.md#tenants-as-data).
+			rows, err := st.Tenancy().Load(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if rows.Imported {
+				cfg.Tenants = rows.AsTenants()
+			}
 			if err := knownTenant(cmd.Context(), cfg, st, tenant); err != nil {
 				return err
 			}

@@ -28,6 +28,8 @@ import (
 	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/redact"
 	"github.com/llmq/llmq/internal/retention"
+	"github.com/llmq/llmq/internal/tenancy"
+	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/migrations"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/shaping"
@@ -71,6 +73,8 @@ type App struct {
 	apiLn    net.Listener
 	metLn    net.Listener
 	strategy shaping.Strategy
+	// tenancy serves the tenants and tenant keys kept as data (tenancy.go).
+	tenancy *tenancy.Watcher
 
 	parts    parts
 	failed   chan error
@@ -119,6 +123,11 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.openResources(ctx); err != nil {
 		return err
 	}
+	if a.tenancy != nil {
+		if err := a.startTenancy(ctx); err != nil {
+			return err
+		}
+	}
 	if a.cfg.Worker != nil {
 		if err := a.checkUpstreams(ctx); err != nil {
 			return err
@@ -157,7 +166,13 @@ func (a *App) openResources(ctx context.Context) error {
 		}
 		a.est = est
 	}
-	st, err := a.openStore(ctx, store.WithOrder(storeOrder(s)))
+	order := storeOrder(s)
+	live := a.cfg.Worker != nil || a.cfg.API != nil || a.cfg.Producer
+	if live {
+		a.tenancy = a.newTenancy()
+		order.Live = a.tenancy.Tenants
+	}
+	st, err := a.openStore(ctx, store.WithOrder(order))
 	if err != nil {
 		return err
 	}
@@ -168,6 +183,7 @@ func (a *App) openResources(ctx context.Context) error {
 			return fmt.Errorf("migrate %s: %w", redact.URL(s.DatabaseURL), err)
 		}
 	}
+
 	if err := a.openBroker(ctx); err != nil {
 		return err
 	}
@@ -265,6 +281,7 @@ func (a *App) buildWorker() error {
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
 	wcfg.Budgets = a.store
+	wcfg.LiveTenants = a.tenancy.Tenants
 	wcfg.Estimator = a.est
 	if a.alerter != nil {
 		wcfg.BudgetAlerts = a.alerter
@@ -301,8 +318,35 @@ func (a *App) buildWorker() error {
 		return err
 	}
 	a.parts.add("retention", pruner.Start, pruner.Stop, stopTimeout)
+	if err := a.addNotifier(s); err != nil {
+		return err
+	}
 	// The worker's Stop bounds itself (its ShutdownTimeout).
 	a.parts.add("worker", a.startWorker, a.stopWorker, 0)
+	return nil
+}
+
+// addNotifier adds the notifier, which publishes the result events of jobs
+// with a route after their commit (docs/design/notifications.md).
+func (a *App) addNotifier(s *config.Config) error {
+	nc := worker.NotifierConfig{Outbox: a.store.Notifications(), RetryFor: s.Notifications.RetryFor,
+		Log: a.log, Registerer: a.registerer}
+	if r, ok := a.pub.(transport.Replier); ok {
+		nc.Replier = r
+	}
+	if len(s.Notifications.WebhookSecrets) > 0 {
+		hooks, err := webhook.New(webhook.Config{Secrets: s.Notifications.WebhookSecrets,
+			AllowPrivate: s.Notifications.AllowPrivateWebhooks})
+		if err != nil {
+			return fmt.Errorf("notifications.webhook_secrets: %w", err)
+		}
+		nc.Webhooks = hooks
+	}
+	notifier, err := worker.NewNotifier(nc)
+	if err != nil {
+		return err
+	}
+	a.parts.add("notifier", notifier.Start, notifier.Stop, stopTimeout)
 	return nil
 }
 
@@ -412,9 +456,10 @@ func (a *App) buildProducer() error {
 	pc.QuotaRatePerMin = 60 * worker.QuotaRate(a.cfg.Settings.Catalog(), nil)
 	// A deadline is checked against the job's own model lane
 	// (docs/design/gateway.md), not the queue's drain.
-	pc.Predict = a.store.PredictJob
+	pc.Predict = a.store.JobPredictor(a.cfg.Settings.Tenants)
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
+	pc.LiveTenants = a.tenancy.Tenants
 	// The worker exports its own llmq_queue_depth: a process with both
 	// exports the worker's (the two gauges share a name, not a help text).
 	if a.worker == nil {
@@ -449,14 +494,14 @@ func (a *App) buildAPI() error {
 	// Batch API, with the worker's address and key.
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, Keys: s.APIKeys, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
-		DeadLetterService: svc, Batches: a.store,
-		Usage: a.store, Tenants: s.Tenants,
+		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
+		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
+		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},
 		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
-		JobsDone: a.store, Streams: a.store, Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s),
+		JobsDone: a.store, Streams: a.store, Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store,
 	})
 	if err != nil {
 		return err

@@ -40,6 +40,8 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 	return worker.Config{
 		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel, AllowAny: s.AllowAnyModel},
 		Tenants:         s.Tenants,
+		ResultsTopic:    s.Notifications.ResultsTopic,
+		TenantReplies:   s.Notifications.TenantReplies,
 		MaxInFlight:     wc.MaxInFlight,
 		MaxAttempts:     s.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay, MaxRetryAfter: s.Retry.MaxRetryAfter},
@@ -151,7 +153,7 @@ func rateLimitConfig(s *config.Config) api.RateLimitConfig {
 func retentionConfig(s *config.Config) retention.Config {
 	r := s.Retention
 	return retention.Config{Succeeded: r.Succeeded, Unsuccessful: r.Unsuccessful, DeadLetters: r.DeadLetters,
-		Batches: r.Batches, Tombstones: r.Tombstones, Interval: r.Interval}
+		Batches: r.Batches, Tombstones: r.Tombstones, Audit: r.Audit, Interval: r.Interval}
 }
 
 // alertConfig is the dead-letter alerter's share of the settings; ok is

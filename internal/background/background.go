@@ -2,7 +2,8 @@
 // with a loop of its own shares (the dead-letter repair, the outbox sweeper,
 // the batch lane): one goroutine between Start and Stop, a context that ends
 // at Stop or with Start's, and a Stop that waits for the goroutine within a
-// deadline and may be called any number of times.
+// deadline and may be called any number of times. Relisten is the loop
+// that keeps a listening connection up.
 package background
 
 import (

@@ -10,17 +10,18 @@ import (
 	"github.com/llmq/llmq/transport/open"
 )
 
-// BrokerKind names a broker adapter.
+// BrokerKind names a broker adapter: one of the transport's kinds
+// (open.KindKafka, ...), or BrokerEmbedded.
 type BrokerKind string
 
 const (
 	// BrokerKafka: kafka://host:port[,host:port]/topic[?group=name].
-	BrokerKafka BrokerKind = "kafka"
+	BrokerKafka BrokerKind = open.KindKafka
 	// BrokerAMQP: amqp[s]://user:pass@host:port/vhost?queue=name.
-	BrokerAMQP BrokerKind = "amqp"
+	BrokerAMQP BrokerKind = open.KindRabbitMQ
 	// BrokerMemory: memory://name/queue, an in-process broker shared by
 	// the parts of one process (tests).
-	BrokerMemory BrokerKind = "memory"
+	BrokerMemory BrokerKind = open.KindMemory
 	// BrokerEmbedded: an in-process Kafka cluster (kfake) started by the
 	// command itself, for demos and trials.
 	BrokerEmbedded BrokerKind = "embedded"
@@ -70,8 +71,7 @@ func ParseBroker(s string) (Broker, error) {
 	if err != nil {
 		return Broker{}, fmt.Errorf("%q: %w; want %s", redact.URL(s), err, BrokerForms)
 	}
-	kinds := map[string]BrokerKind{open.KindKafka: BrokerKafka, open.KindRabbitMQ: BrokerAMQP, open.KindMemory: BrokerMemory}
-	return Broker{Kind: kinds[t.Kind], Target: t, Raw: s}, nil
+	return Broker{Kind: BrokerKind(t.Kind), Target: t, Raw: s}, nil
 }
 
 // checkURL checks that s is an absolute URL with one of the schemes. Its

@@ -128,6 +128,9 @@ type Config struct {
 	Retention Retention `yaml:"retention"`
 	// Capacity is the capacity normalisation the worker reports.
 	Capacity Capacity `yaml:"capacity"`
+	// Notifications is where result events go besides Postgres
+	// (docs/design/notifications.md).
+	Notifications Notifications `yaml:"notifications"`
 	// MaxMessageBytes limits an encoded job. 0 means
 	// llmq.MaxMessageBytesDefault; -1 means no limit.
 	MaxMessageBytes int `yaml:"max_message_bytes"`
@@ -193,6 +196,30 @@ type Capacity struct {
 
 // Ingest configures the worker's ingest. Zero fields mean the worker's
 // defaults.
+// Notifications configures the result events of jobs with a route.
+type Notifications struct {
+	// ResultsTopic is the deployment's results topic (Kafka) or queue
+	// (RabbitMQ): where the result event of every job that names no reply
+	// of its own goes. "" (default): only jobs with a reply get one.
+	ResultsTopic string `yaml:"results_topic"`
+	// TenantReplies overrides ResultsTopic per tenant: a results topic
+	// ("to") and a webhook ("webhook", https) for the tenant's jobs that
+	// name no reply of their own.
+	TenantReplies map[string]llmq.Reply `yaml:"tenant_replies"`
+	// RetryFor is how long a result event is retried before it ends dead
+	// (notification_undeliverable); 0 = 24 h.
+	RetryFor time.Duration `yaml:"retry_for"`
+	// WebhookSecrets are the Standard Webhooks signing secrets per tenant
+	// ("*": every other tenant), "whsec_" + base64: one, or two while
+	// rotating (deliveries are signed with both). A tenant without one
+	// gets no webhook delivered (its events end dead).
+	WebhookSecrets map[string][]string `yaml:"webhook_secrets"`
+	// AllowPrivateWebhooks lets webhooks reach loopback, private and
+	// link-local addresses. Default false: refused at dial time, so that
+	// a job cannot make the worker call inside its network.
+	AllowPrivateWebhooks bool `yaml:"allow_private_webhooks"`
+}
+
 type Ingest struct {
 	// Window: ingestion pauses while Postgres holds this many queued jobs,
 	// so the overflow stays in the broker; 0 = worker.IngestWindowDefault,
@@ -329,6 +356,9 @@ type Retention struct {
 	// Tombstones: the key a pruned job leaves, which keeps a late
 	// duplicate of its message from being run again.
 	Tombstones time.Duration `yaml:"tombstones"`
+	// Audit: the tenancy's audit log (who changed which tenant, project
+	// or key), after the change.
+	Audit time.Duration `yaml:"audit"`
 	// Interval is the time between prunes.
 	Interval time.Duration `yaml:"interval"`
 }
@@ -517,6 +547,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateAccess(bad)
 	c.validateAlerts(bad)
+	c.validateNotifications(bad)
 	return errors.Join(errs...)
 }
 
@@ -652,6 +683,26 @@ func (c *Config) validateAccess(bad func(setting, format string, args ...any)) {
 }
 
 // validateAlerts checks the alert sinks and their timing.
+// validateNotifications checks the tenants' replies and webhook secrets.
+func (c *Config) validateNotifications(bad func(setting, format string, args ...any)) {
+	n := c.Notifications
+	if n.RetryFor < 0 {
+		bad("notifications.retry_for", "must not be negative")
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(n.TenantReplies)) {
+		r := n.TenantReplies[tenant]
+		r.CorrelationID, r.Headers = "", nil
+		if err := r.Validate(); err != nil {
+			bad("notifications.tenant_replies."+tenant, "%v", err)
+		}
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(n.WebhookSecrets)) {
+		if k := len(n.WebhookSecrets[tenant]); k < 1 || k > 2 {
+			bad("notifications.webhook_secrets."+tenant, "want one secret, or two while rotating; got %d", k)
+		}
+	}
+}
+
 func (c *Config) validateAlerts(bad func(setting, format string, args ...any)) {
 	if c.Alerts.AlertmanagerURL != "" {
 		if err := checkURL(c.Alerts.AlertmanagerURL, redact.URL, "http", "https"); err != nil {

@@ -30,6 +30,8 @@ const (
 	BatchesDefault = 30 * 24 * time.Hour
 	// TombstonesDefault keeps a pruned job's key 30 days.
 	TombstonesDefault = 30 * 24 * time.Hour
+	// AuditDefault keeps the tenancy's audit log a year.
+	AuditDefault = 365 * 24 * time.Hour
 	// IntervalDefault is the time between prunes.
 	IntervalDefault = 5 * time.Minute
 	// FoldIntervalDefault is the time between folds of the usage.
@@ -58,6 +60,8 @@ type Config struct {
 	DeadLetters time.Duration
 	Batches     time.Duration
 	Tombstones  time.Duration
+	// Audit: see store.Retention.
+	Audit time.Duration
 	// Interval is the time between prunes.
 	Interval time.Duration
 	// FoldInterval is the time between folds of the usage.
@@ -78,6 +82,7 @@ func (c Config) WithDefaults() Config {
 	c.DeadLetters = cmp.Or(c.DeadLetters, DeadLettersDefault)
 	c.Batches = cmp.Or(c.Batches, BatchesDefault)
 	c.Tombstones = cmp.Or(c.Tombstones, TombstonesDefault)
+	c.Audit = cmp.Or(c.Audit, AuditDefault)
 	c.Interval = cmp.Or(c.Interval, IntervalDefault)
 	c.FoldInterval = cmp.Or(c.FoldInterval, FoldIntervalDefault)
 	if c.Logger == nil {
@@ -105,6 +110,7 @@ func (c Config) Retention() store.Retention {
 		DeadLetters: keep(c.DeadLetters),
 		Batches:     keep(c.Batches),
 		Tombstones:  keep(c.Tombstones),
+		Audit:       keep(c.Audit),
 		BatchSize:   c.BatchSize,
 	}
 }

@@ -30,5 +30,5 @@ func TestConformance(t *testing.T) {
 			require.NoError(t, err)
 			return s
 		},
-	}, transporttest.Features{Key: true, Depth: true})
+	}, transporttest.Features{Key: true, Depth: true, Reply: true})
 }

@@ -31,6 +31,7 @@ type Publisher struct {
 var (
 	_ transport.Publisher   = (*Publisher)(nil)
 	_ transport.SizeLimiter = (*Publisher)(nil)
+	_ transport.Replier     = (*Publisher)(nil)
 )
 
 // NewPublisher returns a publisher.
@@ -94,6 +95,14 @@ func (p *Publisher) Publish(ctx context.Context, dest string, msgs ...transport.
 		return fmt.Errorf("kafka: publish %d messages to %s: %w", len(kms), dest, err)
 	}
 	return nil
+}
+
+// Reply writes result events to the results topic dest, as Publish does
+// (the topic is created when missing unless DisableTopicCreation is set:
+// the deployment, a tenant or a job named it); Kafka has no reply
+// properties, so msgs carry their correlation in their headers.
+func (p *Publisher) Reply(ctx context.Context, dest string, msgs ...transport.Message) error {
+	return p.Publish(ctx, dest, msgs...)
 }
 
 // rejected tells a refusal of the messages themselves (too large for the

@@ -441,3 +441,26 @@ func tlsConfig(t TLS) (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// WithDest returns brokerURL with its destination (Kafka topic, RabbitMQ
+// queue, memory queue) replaced by dest, to open a subscriber of another
+// destination on the same broker (a reply queue, a results topic).
+func WithDest(brokerURL, dest string) (string, error) {
+	t, err := Parse(brokerURL)
+	if err != nil {
+		return "", err
+	}
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s", ErrBadURL, redact(brokerURL))
+	}
+	switch t.Kind {
+	case KindRabbitMQ:
+		q := u.Query()
+		q.Set("queue", dest)
+		u.RawQuery = q.Encode()
+	default:
+		u.Path = "/" + dest
+	}
+	return u.String(), nil
+}

@@ -204,3 +204,20 @@ func TestOpenRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+func TestWithDest(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"kafka://h1:9092,h2:9092/jobs?group=g":       "kafka://h1:9092,h2:9092/replies?group=g",
+		"amqp://u:p@h:5672/vh?queue=jobs&prefetch=4": "amqp://u:p@h:5672/vh?prefetch=4&queue=replies",
+		"amqp://h:5672":   "amqp://h:5672?queue=replies",
+		"memory://b/jobs": "memory://b/replies",
+	} {
+		got, err := open.WithDest(in, "replies")
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+		tg, err := open.Parse(got)
+		require.NoError(t, err)
+		require.Equal(t, "replies", tg.Dest)
+	}
+}

@@ -32,9 +32,43 @@ type Publisher struct {
 	// chClosed receives the broker's reason when it closes ch.
 	chClosed chan *amqp.Error
 	declared map[string]bool // queues declared on conn
+	// returned holds the ids of mandatory messages the broker returned
+	// on ch (unroutable replies), until their Reply reads them.
+	returned *returns
 }
 
-var _ transport.Publisher = (*Publisher)(nil)
+// returns collects the message ids of the broker's basic.return frames.
+// RabbitMQ sends a return before the confirm of the same message, and
+// amqp091 hands frames on in order, so a Reply that saw its confirms
+// finds its returns here.
+type returns struct {
+	c   <-chan amqp.Return // buffered; drained by take
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// take reports whether the message id was returned, reading the returns
+// that arrived so far.
+func (r *returns) take(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case ret := <-r.c:
+			r.ids[ret.MessageId] = true
+		default:
+			drained = true
+		}
+	}
+	ok := r.ids[id]
+	delete(r.ids, id)
+	return ok
+}
+
+var (
+	_ transport.Publisher = (*Publisher)(nil)
+	_ transport.Replier   = (*Publisher)(nil)
+)
 
 // NewPublisher returns a publisher; it connects on the first Publish.
 func NewPublisher(cfg Config) (*Publisher, error) {
@@ -49,13 +83,31 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 // returns once the broker confirmed every one. A lost connection is redialed
 // with backoff and the unconfirmed rest is published again, until ctx ends.
 func (p *Publisher) Publish(ctx context.Context, dest string, msgs ...transport.Message) error {
+	return p.publish(ctx, dest, false, msgs)
+}
+
+// Reply sends msgs to the reply queue dest (a job's reply_to) through the
+// default exchange, as mandatory messages, without declaring dest: a
+// reply queue belongs to its consumer (often exclusive or auto-delete,
+// with arguments of its own). A message the broker returns as unroutable
+// fails the call with transport.ErrUnroutable. Each message needs an ID.
+func (p *Publisher) Reply(ctx context.Context, dest string, msgs ...transport.Message) error {
+	for _, m := range msgs {
+		if m.ID == "" {
+			return fmt.Errorf("rabbitmq: reply to %s: a reply needs a message id", dest)
+		}
+	}
+	return p.publish(ctx, dest, true, msgs)
+}
+
+func (p *Publisher) publish(ctx context.Context, dest string, reply bool, msgs []transport.Message) error {
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
 	if p.closed {
 		return fmt.Errorf("rabbitmq: publish to %s: %w", dest, transport.ErrClosed)
 	}
 	for attempt := 0; len(msgs) > 0; {
-		n, conn, err := p.publishWindow(ctx, dest, msgs[:min(len(msgs), p.cfg.ConfirmWindow)])
+		n, conn, err := p.publishWindow(ctx, dest, reply, msgs[:min(len(msgs), p.cfg.ConfirmWindow)])
 		msgs = msgs[n:]
 		if err == nil {
 			attempt = 0
@@ -92,7 +144,7 @@ func tooLarge(aerr *amqp.Error) bool {
 // channels, nacks, connection-level exceptions) from a refusal by the broker
 // (a channel exception such as 403 or 404, or a failed dial handshake).
 func connLost(err error) bool {
-	if errors.Is(err, transport.ErrMessageRejected) {
+	if errors.Is(err, transport.ErrMessageRejected) || errors.Is(err, transport.ErrUnroutable) {
 		return false
 	}
 	if errors.Is(err, amqp.ErrClosed) || errors.Is(err, errNacked) {
@@ -108,22 +160,25 @@ func connLost(err error) bool {
 // publishWindow sends msgs with deferred confirms, then waits for all of
 // them without holding the send lock. It returns how many leading messages
 // were confirmed and the connection used (nil if none).
-func (p *Publisher) publishWindow(ctx context.Context, dest string, msgs []transport.Message) (int, *amqp.Connection, error) {
+func (p *Publisher) publishWindow(ctx context.Context, dest string, reply bool, msgs []transport.Message) (int, *amqp.Connection, error) {
 	p.mu.Lock()
-	if err := p.ensure(dest); err != nil {
+	if err := p.ensure(dest, !reply); err != nil {
 		p.mu.Unlock()
 		return 0, nil, err
 	}
-	conn, ch, chClosed := p.conn, p.ch, p.chClosed
+	conn, ch, chClosed, returned := p.conn, p.ch, p.chClosed, p.returned
 	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
 	var sendErr error
 	// The window's frames go out in one write.
 	p.sock.cork()
 	for _, m := range msgs {
 		pub := amqp.Publishing{
-			DeliveryMode: amqp.Persistent,
-			Priority:     m.Priority,
-			Body:         m.Value,
+			DeliveryMode:  amqp.Persistent,
+			Priority:      m.Priority,
+			Body:          m.Value,
+			ReplyTo:       m.ReplyTo,
+			CorrelationId: m.CorrelationID,
+			MessageId:     m.ID,
 		}
 		if len(m.Headers) > 0 {
 			pub.Headers = make(amqp.Table, len(m.Headers))
@@ -131,7 +186,7 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, msgs []trans
 				pub.Headers[k] = v
 			}
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, false, false, pub)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, reply, false, pub)
 		if err != nil {
 			sendErr = err
 			break
@@ -163,13 +218,16 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, msgs []trans
 			}
 			return i, conn, errNacked
 		}
+		if reply && returned.take(msgs[i].ID) {
+			return i, conn, fmt.Errorf("rabbitmq: reply to %s: %w", dest, transport.ErrUnroutable)
+		}
 	}
 	return len(confirms), conn, sendErr
 }
 
-// ensure connects with confirms enabled and declares dest once per
-// connection. p.mu must be held.
-func (p *Publisher) ensure(dest string) error {
+// ensure connects with confirms enabled and, when declare is set,
+// declares dest once per connection. p.mu must be held.
+func (p *Publisher) ensure(dest string, declareDest bool) error {
 	if p.conn == nil || p.conn.IsClosed() || p.ch == nil || p.ch.IsClosed() {
 		p.drop()
 		conn, err := p.dialer.dial()
@@ -186,8 +244,11 @@ func (p *Publisher) ensure(dest string) error {
 		}
 		p.conn, p.sock, p.ch, p.declared = conn, p.dialer.socket(), ch, map[string]bool{}
 		p.chClosed = ch.NotifyClose(make(chan *amqp.Error, 1))
+		// A return not read when the buffer is full would stall the
+		// channel: replies are sent at most ConfirmWindow at a time.
+		p.returned = &returns{c: ch.NotifyReturn(make(chan amqp.Return, p.cfg.ConfirmWindow+1)), ids: map[string]bool{}}
 	}
-	if p.declared[dest] {
+	if !declareDest || p.declared[dest] {
 		return nil
 	}
 	if err := declare(p.conn, p.cfg, dest); err != nil {

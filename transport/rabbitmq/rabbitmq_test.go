@@ -47,6 +47,7 @@ func TestConformanceQuorum(t *testing.T) {
 	transporttest.Run(t, factory(rabbitmq.QueueQuorum), transporttest.Features{
 		Priority: true, Redelivered: true, ExactRedelivery: true,
 		Depth: true, BreakConnection: sever, DeliveryLimit: conformanceDeliveryLimit,
+		ReplyProperties: true, Reply: true, ReplyUnroutable: true,
 	})
 }
 
@@ -54,5 +55,6 @@ func TestConformanceClassic(t *testing.T) {
 	transporttest.Run(t, factory(rabbitmq.QueueClassic), transporttest.Features{
 		Priority: true, PriorityOrder: true, Redelivered: true, ExactRedelivery: true,
 		Depth: true, BreakConnection: sever,
+		ReplyProperties: true, Reply: true, ReplyUnroutable: true,
 	})
 }

@@ -297,11 +297,14 @@ func (s *Subscriber) message(d amqp.Delivery, epoch uint64, rejected bool) *tran
 		queue = s.rejectedQueue()
 	}
 	m := transport.Message{
-		Value:       d.Body,
-		Priority:    d.Priority,
-		Source:      fmt.Sprintf("%s/%d", queue, d.DeliveryTag),
-		Redelivered: d.Redelivered,
-		ReceivedAt:  time.Now(),
+		Value:         d.Body,
+		Priority:      d.Priority,
+		ReplyTo:       d.ReplyTo,
+		CorrelationID: d.CorrelationId,
+		ID:            d.MessageId,
+		Source:        fmt.Sprintf("%s/%d", queue, d.DeliveryTag),
+		Redelivered:   d.Redelivered,
+		ReceivedAt:    time.Now(),
 	}
 	h := d.Headers
 	if rejected {

@@ -53,6 +53,16 @@ type Features struct {
 	// (transport.RejectedDeliveryLimit), and is gone once that delivery is
 	// acked.
 	DeliveryLimit int
+	// ReplyProperties: Message.ReplyTo, CorrelationID and ID are
+	// delivered as published (RabbitMQ's reply_to, correlation_id and
+	// message_id properties).
+	ReplyProperties bool
+	// Reply: the publisher is a transport.Replier whose replies reach a
+	// subscriber of their destination with their value and headers.
+	Reply bool
+	// ReplyUnroutable: a Reply to a destination that does not exist fails
+	// with transport.ErrUnroutable (RabbitMQ; Kafka creates the topic).
+	ReplyUnroutable bool
 	// BreakConnection, when not nil, severs sub's broker connection the way
 	// a network failure would; the suite then checks that consuming resumes
 	// on the same channel and that the unacked messages come back.
@@ -84,6 +94,8 @@ func Run(t *testing.T, f Factory, feat Features) {
 		{"PriorityOrder", s.priorityOrder},
 		{"PublishNewDest", s.publishNewDest},
 		{"Reconnect", s.reconnect},
+		{"ReplyProperties", s.replyProperties},
+		{"Reply", s.reply},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -604,5 +616,51 @@ func (s *suite) reconnect(t *testing.T) {
 	s.ackAll(t, s.receive(t, ch, 2))
 	if s.feat.Depth {
 		s.waitDepth(t, sub, 0)
+	}
+}
+
+// replyProperties: a message's reply_to, correlation id and id arrive.
+func (s *suite) replyProperties(t *testing.T) {
+	if !s.feat.ReplyProperties {
+		t.Skip("the adapter carries no reply properties")
+	}
+	b := s.setup(t)
+	_, ch := s.subscribe(t, b, 4)
+	require.NoError(t, b.pub.Publish(s.ctx(t), b.dest, transport.Message{Value: []byte("v"), ReplyTo: "replies-q",
+		CorrelationID: "corr-1", ID: "msg-1"}))
+	m := s.receive(t, ch, 1)[0]
+	require.Equal(t, "replies-q", m.ReplyTo)
+	require.Equal(t, "corr-1", m.CorrelationID)
+	require.Equal(t, "msg-1", m.ID)
+	require.NoError(t, m.Ack(s.ctx(t)))
+}
+
+// reply: replies reach their destination with their value, key and
+// headers; a reply to nowhere fails with ErrUnroutable when the adapter
+// says so.
+func (s *suite) reply(t *testing.T) {
+	if !s.feat.Reply {
+		t.Skip("the adapter does not reply")
+	}
+	b := s.setup(t)
+	r, ok := b.pub.(transport.Replier)
+	require.True(t, ok, "the publisher is a transport.Replier")
+	_, ch := s.subscribe(t, b, 4)
+	require.NoError(t, r.Reply(s.ctx(t), b.dest, transport.Message{Key: []byte("job-1"), Value: []byte(`{"event_id":"e1"}`),
+		Headers: map[string]string{"llmq-event-id": "e1"}, CorrelationID: "c1", ID: "e1"}))
+	m := s.receive(t, ch, 1)[0]
+	require.Equal(t, `{"event_id":"e1"}`, string(m.Value))
+	require.Equal(t, "e1", m.Headers["llmq-event-id"])
+	if s.feat.Key {
+		require.Equal(t, "job-1", string(m.Key))
+	}
+	if s.feat.ReplyProperties {
+		require.Equal(t, "c1", m.CorrelationID)
+		require.Equal(t, "e1", m.ID)
+	}
+	require.NoError(t, m.Ack(s.ctx(t)))
+	if s.feat.ReplyUnroutable {
+		err := r.Reply(s.ctx(t), "nowhere-"+strconv.FormatInt(time.Now().UnixNano(), 36), transport.Message{Value: []byte("x"), ID: "e2"})
+		require.ErrorIs(t, err, transport.ErrUnroutable)
 	}
 }

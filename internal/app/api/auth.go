@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"time"
 
 	"golang.org/x/time/rate"
 
@@ -16,6 +17,9 @@ import (
 type caller struct {
 	tenant   string
 	operator bool
+	// name is an operator key's name, for the audit log: "operator "
+	// and the first 8 hex digits of its SHA-256 (operatorName).
+	name string
 }
 
 // scope is what an authenticated request may see and act on.
@@ -24,6 +28,7 @@ type scope struct {
 	// parameter, "" meaning every tenant.
 	tenant   string
 	operator bool
+	name     string
 }
 
 type scopeKey struct{}
@@ -87,7 +92,7 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 		)
 		if ok {
 			hash = sha256.Sum256([]byte(key))
-			c, known = a.keys[hash]
+			c, known = a.lookupKey(r.Context(), hash, now)
 		}
 		if !known {
 			if failures := a.authFailures.get(addr, true); failures != nil {
@@ -105,7 +110,8 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 		if !c.operator {
 			tenantLimit = a.tenantLimits.get(c.tenant, true)
 		}
-		keyLimit := a.keyLimits.get(string(hash[:]), true)
+		keyName := keyLimitName(hash)
+		keyLimit := a.keyLimits.get(keyName, true)
 		i, wait := take(now, keyLimit, tenantLimit)
 		if limitHeaders {
 			setLimitHeaders(w.Header(), now, keyLimit, tenantLimit)
@@ -119,6 +125,10 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 			a.rateLimited(w, fail, "tenant_rpm", wait, fmt.Sprintf(
 				"tenant %q is over its limit of %d requests per minute (rate_limits.tenant_rpm)", c.tenant, a.cfg.RateLimits.TenantRPM))
 			return
+		}
+		a.keyLimits.took(keyName, now)
+		if !c.operator {
+			a.tenantLimits.took(c.tenant, now)
 		}
 		if limitHeaders && !c.operator {
 			a.setTokenHeaders(r.Context(), w.Header(), c.tenant) // past the door: a refused flood reads nothing
@@ -175,4 +185,27 @@ func (a *API) me(w http.ResponseWriter, r *http.Request) {
 		out.Tenant = &s.tenant
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// operatorName names an operator key in the audit log without showing
+// it: the first 8 hex digits of its SHA-256.
+func operatorName(hash [sha256.Size]byte) string {
+	return fmt.Sprintf("operator %x", hash[:4])
+}
+
+// OperatorName is the name the audit log gives the operator key key.
+func OperatorName(key string) string { return operatorName(sha256.Sum256([]byte(key))) }
+
+// lookupKey is the caller of the key whose SHA-256 is hash: a configured
+// key's, else a live key's of the tenancy (whose use is recorded).
+func (a *API) lookupKey(ctx context.Context, hash [sha256.Size]byte, now time.Time) (caller, bool) {
+	if c, ok := a.keys[hash]; ok || a.cfg.Tenancy == nil {
+		return c, ok
+	}
+	k, ok := a.cfg.Tenancy.Snapshot().Key(hash, now)
+	if !ok {
+		return caller{}, false
+	}
+	a.noteKeyUse(ctx, k.Name, now)
+	return caller{tenant: k.Tenant}, true
 }

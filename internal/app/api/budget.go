@@ -25,7 +25,7 @@ func (a *API) budgetRefusal(ctx context.Context, jobs []*llmq.Job, batch bool) (
 	read := map[string][]budgetState{}
 	for i, j := range jobs {
 		var rejecting bool
-		for _, b := range a.cfg.Tenants.Budgets(j.Tenant, j.Project) {
+		for _, b := range a.tenants().Budgets(j.Tenant, j.Project) {
 			rejecting = rejecting || b.Overage == llmq.OverageReject
 		}
 		if !rejecting {

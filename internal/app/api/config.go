@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/dlq"
+	"github.com/llmq/llmq/internal/tenancy"
 	"github.com/llmq/llmq/producer"
 	"github.com/llmq/llmq/store"
 )
@@ -58,6 +62,10 @@ type Config struct {
 	// /v1/dead-letters/{id}/replay, /replay and /purge. A *dlq.Service is
 	// one.
 	DeadLetterService DeadLetterService
+	// Notifications, when set, serves the result events of jobs with a
+	// route: GET /v1/notifications and POST
+	// /v1/notifications/{event_id}/replay. A *store.Notifications is one.
+	Notifications NotificationStore
 	// Batches, when set, serves the provider batches of the batch lane to
 	// operator keys: GET /v1/batches and /v1/batches/{id}. A *store.Store
 	// is one.
@@ -72,6 +80,14 @@ type Config struct {
 	// Tenants are the configured tenants and projects: their weights and
 	// limits, shown by GET /v1/usage.
 	Tenants llmq.Tenants
+	// Tenancy, when set, serves the tenants and tenant keys kept as data
+	// (docs/design/tenants.md#tenants-as-data) in place of Tenants and
+	// Keys, changed at run time, and the admin API under /v1/admin
+	// (operator keys only) changes them through TenancyStore.
+	Tenancy *tenancy.Watcher
+	// TenancyStore is what the admin API changes (a *store.Tenancy);
+	// required with Tenancy.
+	TenancyStore TenancyStore
 	// MaxBodyBytes limits a request body (413 above). 0 =
 	// MaxBodyBytesDefault.
 	MaxBodyBytes int64
@@ -107,6 +123,20 @@ type Config struct {
 	Streams StreamStore
 	// Gateway tunes gateway mode.
 	Gateway GatewayConfig
+
+	// Limits, when set, makes the API replicas behind one address share
+	// the key and tenant limits of RateLimits (a [*store.Store] is one;
+	// doorshare.go): each replica writes what it let through every
+	// LimitPeriod and takes the others' from its buckets. Start and Stop
+	// run the exchange. nil: each replica limits alone.
+	Limits LimitLedger
+	// Replica names this API replica in Limits. "" = host, pid and a
+	// random part.
+	Replica string
+	// LimitPeriod is how often the replica exchanges its counts; 0 =
+	// LimitPeriodDefault. LimitLease is how long its counts live
+	// unrenewed; 0 = LimitLeaseDefault.
+	LimitPeriod, LimitLease time.Duration
 }
 
 // GatewayConfig tunes gateway mode (see docs/design/gateway.md).
@@ -189,6 +219,13 @@ type BatchStore interface {
 	BatchJobCounts(ctx context.Context, id string) (map[llmq.Status]int, error)
 }
 
+// NotificationStore is what the API reads and replays of the
+// notifications outbox; a [*store.Notifications] is one.
+type NotificationStore interface {
+	List(ctx context.Context, f store.NotificationFilter) ([]*store.Notification, error)
+	Replay(ctx context.Context, tenant, eventID string, now time.Time) (*store.Notification, error)
+}
+
 // DeadLetterService is what the API does with dead letters;
 // a [*dlq.Service] is one.
 type DeadLetterService interface {
@@ -212,6 +249,12 @@ func (c Config) WithDefaults() Config {
 	c.RateLimits.TenantRPM = cmp.Or(c.RateLimits.TenantRPM, TenantRPMDefault)
 	c.RateLimits.AuthFailuresPerMinute = cmp.Or(c.RateLimits.AuthFailuresPerMinute, AuthFailuresPerMinuteDefault)
 	c.RateLimits.MaxClients = cmp.Or(c.RateLimits.MaxClients, RateLimitClientsDefault)
+	c.LimitPeriod = cmp.Or(max(0, c.LimitPeriod), LimitPeriodDefault)
+	c.LimitLease = cmp.Or(max(0, c.LimitLease), LimitLeaseDefault)
+	if c.Replica == "" {
+		host, _ := os.Hostname()
+		c.Replica = host + ":" + strconv.Itoa(os.Getpid()) + ":" + uuid.NewString()[:8]
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -260,6 +303,9 @@ func (c Config) validate() error {
 	}
 	if !c.Gateway.Priority.Valid() {
 		errs = append(errs, fmt.Errorf("api: Config.Gateway.Priority: %q is not high, normal or low", c.Gateway.Priority))
+	}
+	if (c.Tenancy == nil) != (c.TenancyStore == nil) {
+		errs = append(errs, errors.New("api: Config.Tenancy and Config.TenancyStore go together"))
 	}
 	for k, tenant := range c.Keys {
 		if k == "" || !llmq.ValidID(tenant) {

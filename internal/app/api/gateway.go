@@ -161,6 +161,12 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeOpenAIError(w, http.StatusBadRequest, *e)
 		return
 	}
+	if e := a.pausedRefusal(j.Tenant, j.Project); e != nil {
+		a.limited.WithLabelValues("paused").Inc()
+		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		writeOpenAIError(w, http.StatusTooManyRequests, *e)
+		return
+	}
 	if e, err := a.budgetRefusal(r.Context(), []*llmq.Job{j}, false); err != nil {
 		a.gatewayPublishError(w, r, err)
 		return

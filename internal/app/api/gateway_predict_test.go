@@ -3,11 +3,13 @@ package api_test
 import (
 	"context"
 	"math"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
@@ -35,7 +37,13 @@ func BenchmarkGatewayPrediction(bb *testing.B) {
 				strategy: shaping.StrategyAdaptive})
 			b.startWorker()
 			ctx := context.Background()
-			c := b.client(nil)
+			// The SDKs' timeouts (60 s and more), not the tests' 30 s: a
+			// retry of the burst's first 429s may wait the worker's
+			// longest backoff (docs/design/gateway.md#measured).
+			cfg := openai.DefaultConfig(keyAcme)
+			cfg.BaseURL = b.srv.URL + "/v1"
+			cfg.HTTPClient = &http.Client{Timeout: 2 * time.Minute}
+			c := openai.NewClientWithConfig(cfg)
 			// Warm up until a lane row knows the rate.
 			for range 20 {
 				_, err := c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "warm up"))

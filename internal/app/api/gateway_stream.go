@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/background"
+	"github.com/llmq/llmq/internal/backoff"
 	"github.com/llmq/llmq/store"
 )
 
@@ -282,26 +284,15 @@ func (a *API) listenAll(ctx context.Context) {
 // the process, reconnected with backoff; a reconnection wakes every
 // streamed call, which reads what it missed.
 func (a *API) listenChunks(ctx context.Context) {
-	delay := listenRetryMin
-	for {
-		heard := false
-		err := a.cfg.Streams.ListenJobChunks(ctx, func() {
-			heard = true
-			a.chunkWaiters.wakeAll()
-		}, a.chunkWaiters.notify)
-		if ctx.Err() != nil {
-			return
-		}
-		if heard {
-			delay = listenRetryMin
-		}
-		a.log.Warn("api: gateway: the chunks' listening connection failed; reconnecting",
-			slog.String("error", err.Error()), slog.Duration("in", delay))
-		select {
-		case <-a.cfg.Clock.After(delay):
-		case <-ctx.Done():
-			return
-		}
-		delay = min(2*delay, listenRetryMax)
-	}
+	background.Relisten(ctx, a.cfg.Clock, backoff.Policy{Base: listenRetryMin, Max: listenRetryMax},
+		func(ctx context.Context, listening func()) error {
+			return a.cfg.Streams.ListenJobChunks(ctx, func() {
+				listening()
+				a.chunkWaiters.wakeAll()
+			}, a.chunkWaiters.notify)
+		},
+		func(err error, wait time.Duration) {
+			a.log.Warn("api: gateway: the chunks' listening connection failed; reconnecting",
+				slog.String("error", err.Error()), slog.Duration("in", wait))
+		})
 }

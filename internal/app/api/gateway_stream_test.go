@@ -3,9 +3,11 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -17,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+	openai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/dlq"
@@ -417,4 +420,62 @@ func TestStreamDisconnectBeforeFirstChunk(t *testing.T) {
 	require.Equal(t, worker.CodeClientDisconnected, job["error"].(map[string]any)["code"])
 	require.Len(t, job["calls"], 1, "not retried")
 	require.Equal(t, float64(0), job["calls"].([]any)[0].(map[string]any)["completion_tokens"])
+}
+
+// TestStreamGoOpenAI: go-openai as the caller of a streamed call (what an
+// agent written in Go sends: stream_options.include_usage): its first
+// chunks come while the provider holds the rest, the content it assembles
+// is the stored completion, its usage the job's.
+func TestStreamGoOpenAI(t *testing.T) {
+	t.Parallel()
+	reached, release, left := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	b := streamSetup(t, holdAt(3, reached, release, left), upstreamsim.LatencyConfig{})
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // before the simulator stops
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := openai.DefaultConfig(keyAcme)
+	cfg.BaseURL = b.srv.URL + "/v1"
+	req := openai.ChatCompletionRequest{Model: "gpt-4o-mini", MaxCompletionTokens: 64, Stream: true,
+		StreamOptions: &openai.StreamOptions{IncludeUsage: true},
+		Messages:      []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "name three queues"}}}
+	s, err := openai.NewClientWithConfig(cfg).CreateChatCompletionStream(ctx, req)
+	require.NoError(t, err)
+	defer s.Close()
+	var content strings.Builder
+	for range 2 {
+		c, err := s.Recv()
+		require.NoError(t, err)
+		content.WriteString(c.Choices[0].Delta.Content)
+	}
+	select {
+	case <-reached:
+	case <-ctx.Done():
+		t.Fatal("the simulator never reached chunk 3")
+	}
+	require.NotEmpty(t, content.String(), "two chunks came while the provider holds the third")
+	free()
+	var usage *openai.Usage
+	var finish openai.FinishReason
+	for {
+		c, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		for _, choice := range c.Choices {
+			content.WriteString(choice.Delta.Content)
+			finish = cmp.Or(choice.FinishReason, finish)
+		}
+		if c.Usage != nil {
+			usage = c.Usage
+		}
+	}
+	require.NotNil(t, usage, "include_usage: the last chunk holds the usage")
+	job := (&testBundle{srv: b.srv, api: b.api}).get(t, keyAcme, "/v1/jobs/"+s.Header().Get(api.HeaderJobID)).json(t)
+	require.Equal(t, "succeeded", job["status"])
+	choice := job["result"].(map[string]any)["choices"].([]any)[0].(map[string]any)
+	require.Equal(t, content.String(), choice["message"].(map[string]any)["content"])
+	require.Equal(t, string(finish), choice["finish_reason"])
+	require.Equal(t, float64(usage.CompletionTokens), job["usage"].(map[string]any)["completion_tokens"])
 }

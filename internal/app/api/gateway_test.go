@@ -3,9 +3,11 @@ package api_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -70,6 +72,8 @@ type gatewayEnv struct {
 	strategy shaping.Strategy
 	// tenants are the API's (their TPM quotas in the token headers).
 	tenants llmq.Tenants
+	// logger is the API's (nil: quiet).
+	logger *slog.Logger
 }
 
 func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, producerOpts ...func(*producer.Config)) *gatewayBundle {
@@ -100,7 +104,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Usage: st, Tenants: env.tenants, Clock: clk, Logger: quiet, Registerer: reg})
+		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Usage: st, Tenants: env.tenants, Clock: clk, Logger: cmp.Or(env.logger, quiet), Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -275,7 +279,10 @@ func TestGatewayProviderStatus(t *testing.T) {
 // once, and nothing is enqueued.
 func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	t.Parallel()
-	b := gatewaySetup(t, api.GatewayConfig{})
+	var logs syncBuffer
+	b := gatewaySetupEnv(t, api.GatewayConfig{}, gatewayEnv{sim: upstreamsim.Config{Seed: 2, RestrictModels: true,
+		APIKeys: []string{"sk-test"}, Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}},
+		logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	ctx := context.Background()
 	b.slowQueue(t, 3)
 	b.slowLane(t)
@@ -293,6 +300,21 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	require.Equal(t, "rate_limit_error", apiErr.Type)
 	require.Equal(t, "140", b.lastHeader().Get("Retry-After"))
 	require.Contains(t, apiErr.Message, "the predicted completion (200 s: 0 jobs ahead on the model and 3 in flight")
+	// The refusal is logged with its prediction's figures.
+	var logged map[string]any
+	for line := range strings.Lines(logs.String()) {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		if m["msg"] == "api: deadline refused" {
+			logged = m
+		}
+	}
+	require.NotNil(t, logged, "logs: %s", logs.String())
+	require.Equal(t, "/v1/chat/completions", logged["path"])
+	for k, v := range map[string]float64{"predicted": float64(200 * time.Second), "retry_after": float64(140 * time.Second),
+		"ahead": 0, "in_flight": 3, "rpm": 0.4, "concurrency": 3, "latency": float64(150 * time.Second)} {
+		require.InDelta(t, v, logged[k], 1e-6, k)
+	}
 	after, err := b.store.CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing enqueued")

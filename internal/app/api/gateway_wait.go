@@ -2,11 +2,13 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/internal/backoff"
 	"github.com/llmq/llmq/store"
 )
@@ -104,39 +106,36 @@ func (a *API) waitDone(ctx context.Context, k store.Key) (*store.JobRecord, erro
 
 // Start runs the gateway's listening connection (nothing without
 // Config.JobsDone): one connection for the whole process, reconnected with
-// backoff when it fails.
+// backoff when it fails; and, with Config.Limits, the exchange of the
+// door's limits with the other replicas (doorshare.go).
 func (a *API) Start(ctx context.Context) error {
+	if a.cfg.Limits != nil {
+		if err := a.limitSharer.Start(ctx, a.shareLimits); err != nil {
+			return err
+		}
+	}
 	if a.cfg.JobsDone == nil {
 		return nil
 	}
 	return a.listener.Start(ctx, a.listenAll)
 }
 
-// Stop closes the listening connection. It may be called more than once.
-func (a *API) Stop(ctx context.Context) error { return a.listener.Stop(ctx) }
+// Stop closes the listening connection and ends the limits' exchange. It
+// may be called more than once.
+func (a *API) Stop(ctx context.Context) error {
+	return errors.Join(a.listener.Stop(ctx), a.limitSharer.Stop(ctx))
+}
 
 func (a *API) listen(ctx context.Context) {
-	policy, fails := backoff.Policy{Base: listenRetryMin, Max: listenRetryMax}, 0
-	for {
-		heard := false
-		err := a.cfg.JobsDone.ListenJobsDone(ctx, func() {
-			heard = true
-			a.waiters.wakeAll()
-		}, a.waiters.notify)
-		if ctx.Err() != nil {
-			return
-		}
-		if heard {
-			fails = 0
-		}
-		delay := policy.Exp(fails)
-		a.log.Warn("api: gateway: the listening connection failed; reconnecting",
-			slog.String("error", err.Error()), slog.Duration("in", delay))
-		select {
-		case <-a.cfg.Clock.After(delay):
-		case <-ctx.Done():
-			return
-		}
-		fails++
-	}
+	background.Relisten(ctx, a.cfg.Clock, backoff.Policy{Base: listenRetryMin, Max: listenRetryMax},
+		func(ctx context.Context, listening func()) error {
+			return a.cfg.JobsDone.ListenJobsDone(ctx, func() {
+				listening()
+				a.waiters.wakeAll()
+			}, a.waiters.notify)
+		},
+		func(err error, wait time.Duration) {
+			a.log.Warn("api: gateway: the listening connection failed; reconnecting",
+				slog.String("error", err.Error()), slog.Duration("in", wait))
+		})
 }

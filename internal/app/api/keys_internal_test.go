@@ -52,9 +52,10 @@ func TestKeysByHash(t *testing.T) {
 	require.Nil(t, a.cfg.OperatorKeys, "no key is kept")
 	require.Equal(t, map[[sha256.Size]byte]caller{
 		sha256.Sum256([]byte("key-acme-0123")):     {tenant: "acme"},
-		sha256.Sum256([]byte("key-operator-0123")): {operator: true},
+		sha256.Sum256([]byte("key-operator-0123")): {operator: true, name: OperatorName("key-operator-0123")},
 	}, a.keys)
-	for key, want := range map[string]scope{"key-acme-0123": {tenant: "acme"}, "key-operator-0123": {operator: true}} {
+	require.NotContains(t, OperatorName("key-operator-0123"), "key-operator", "an operator key's name shows no key")
+	for key, want := range map[string]scope{"key-acme-0123": {tenant: "acme"}, "key-operator-0123": {operator: true, name: OperatorName("key-operator-0123")}} {
 		var got scope
 		h := a.authed(func(_ http.ResponseWriter, r *http.Request) { got, _ = scopeOf(r) })
 		req := httptest.NewRequest(http.MethodGet, "/v1/jobs", nil)

@@ -31,6 +31,8 @@ type conformance struct {
 	doc    *openapi3.T
 	router routers.Router
 	seen   map[string]bool // "METHOD path status"
+	// header is added to the next requests (checkWith).
+	header http.Header
 }
 
 func newConformance(t *testing.T) *conformance {
@@ -59,6 +61,9 @@ func (c *conformance) check(t *testing.T, b *testBundle, method, path, key, ctyp
 	if ctype != "" {
 		req.Header.Set("Content-Type", ctype)
 	}
+	for k, v := range c.header {
+		req.Header[k] = v
+	}
 	// The document's server is "/": route on the path alone.
 	routed := req.Clone(context.Background())
 	routed.URL = &url.URL{Path: req.URL.Path, RawQuery: req.URL.RawQuery}
@@ -82,6 +87,21 @@ func (c *conformance) check(t *testing.T, b *testBundle, method, path, key, ctyp
 	require.NoError(t, openapi3filter.ValidateResponse(context.Background(), out), "response of %s %s (%d): %s",
 		method, path, resp.StatusCode, data)
 	c.seen[fmt.Sprintf("%s %s %d", route.Method, route.Path, resp.StatusCode)] = true
+}
+
+// checkWith is check with the operator key and an If-Match ("" none).
+func (c *conformance) checkWith(t *testing.T, b *testBundle, method, path, body, ifMatch string, wantStatus int) {
+	t.Helper()
+	c.header = http.Header{}
+	if ifMatch != "" {
+		c.header.Set("If-Match", ifMatch)
+	}
+	defer func() { c.header = nil }()
+	ctype := ""
+	if body != "" {
+		ctype = "application/json"
+	}
+	c.check(t, b, method, path, keyOps, ctype, body, wantStatus < 400, wantStatus)
 }
 
 func TestOpenAPIConformance(t *testing.T) {
@@ -117,8 +137,27 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, b, "DELETE", "/v1/jobs/none", keyGlobex, "", "", true, 404)
 	c.check(t, b, "DELETE", "/v1/jobs/one", "", "", "", true, 401)
 
-	// Dead letters: acme's job "dl" was dead-lettered, and a poison message.
+	// Notifications: acme's job "nt" has a route and succeeded.
 	ctx := context.Background()
+	nj, err := llmq.Decode([]byte(jobJSON("nt")), llmq.DecodeOptions{})
+	require.NoError(t, err)
+	nj.Tenant, nj.ReplyTo = "acme", &llmq.Reply{To: "replies", CorrelationID: "c1"}
+	_, err = b.store.Insert(ctx, nj)
+	require.NoError(t, err)
+	_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: "nt"}, store.Result{Response: []byte(`{"id":"x"}`), UsedModel: "gpt-4o-mini"})
+	require.NoError(t, err)
+	ns, err := b.store.Notifications().List(ctx, store.NotificationFilter{Tenant: "acme"})
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+	c.check(t, b, "GET", "/v1/notifications", keyAcme, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/notifications?state=pending&limit=5", keyOps, "", "", true, 200)
+	c.check(t, b, "GET", "/v1/notifications?state=lost", keyAcme, "", "", false, 400)
+	c.check(t, b, "GET", "/v1/notifications", "", "", "", true, 401)
+	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", keyAcme, "", "", true, 200)
+	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", keyGlobex, "", "", true, 404)
+	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", "", "", "", true, 401)
+
+	// Dead letters: acme's job "dl" was dead-lettered, and a poison message.
 	j, err := llmq.Decode([]byte(jobJSON("dl")), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	j.Tenant = "acme"
@@ -292,6 +331,38 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, gw, "POST", "/v1/chat/completions", "", ct, validBody, true, 401)
 	c.check(t, gw, "GET", "/v1/models", keyAcme, "", "", true, 200)
 	c.check(t, gw, "GET", "/v1/models", "", "", "", true, 401)
+
+	// The admin API, on a bundle serving the tenancy kept as data.
+	ad, _ := adminBundle(t)
+	c.check(t, ad, "GET", "/v1/admin/tenants", keyAcme, "", "", true, 403)
+	c.check(t, ad, "POST", "/v1/admin/tenants", keyOps, ct, `{"name":"initech","tpm":1000,"allow_unknown_projects":true}`, true, 201)
+	c.check(t, ad, "POST", "/v1/admin/tenants", keyOps, ct, `{"name":"initech"}`, true, 409)
+	c.check(t, ad, "POST", "/v1/admin/tenants", keyOps, ct, `{"name":"x","tpm":-1}`, false, 400)
+	c.check(t, ad, "GET", "/v1/admin/tenants", keyOps, "", "", true, 200)
+	c.check(t, ad, "GET", "/v1/admin/tenants/initech", keyOps, "", "", true, 200)
+	c.check(t, ad, "GET", "/v1/admin/tenants/nobody", keyOps, "", "", true, 404)
+	c.checkWith(t, ad, "PUT", "/v1/admin/tenants/initech", `{"tpm":2000}`, "", 428)
+	c.checkWith(t, ad, "PUT", "/v1/admin/tenants/initech", `{"tpm":2000}`, `"1"`, 200)
+	c.checkWith(t, ad, "PUT", "/v1/admin/tenants/initech", `{"tpm":3000}`, `"1"`, 412)
+	c.check(t, ad, "POST", "/v1/admin/tenants/initech/pause", keyOps, "", "", true, 200)
+	c.check(t, ad, "POST", "/v1/admin/tenants/initech/resume", keyOps, "", "", true, 200)
+	c.check(t, ad, "PUT", "/v1/admin/tenants/initech/projects/bulk", keyOps, ct, `{"rpm":5}`, true, 201)
+	c.check(t, ad, "PUT", "/v1/admin/tenants/initech/projects/bulk", keyOps, ct, `{"rpm":5}`, true, 409)
+	c.checkWith(t, ad, "PUT", "/v1/admin/tenants/initech/projects/bulk", `{"rpm":6}`, `"1"`, 200)
+	c.check(t, ad, "GET", "/v1/admin/tenants/initech/projects/bulk", keyOps, "", "", true, 200)
+	c.check(t, ad, "POST", "/v1/admin/tenants/initech/projects/bulk/pause", keyOps, "", "", true, 200)
+	c.checkWith(t, ad, "DELETE", "/v1/admin/tenants/initech/projects/bulk", "", `"1"`, 412)
+	c.checkWith(t, ad, "DELETE", "/v1/admin/tenants/initech/projects/bulk", "", `"3"`, 204)
+	c.check(t, ad, "POST", "/v1/admin/keys", keyOps, ct, `{"name":"ci","tenant":"initech","expires_at":"2027-01-01T00:00:00Z"}`, true, 201)
+	c.check(t, ad, "POST", "/v1/admin/keys", keyOps, ct, `{"name":"ci","tenant":"initech"}`, true, 409)
+	c.check(t, ad, "GET", "/v1/admin/keys", keyOps, "", "", true, 200)
+	c.check(t, ad, "GET", "/v1/admin/keys/ci", keyOps, "", "", true, 200)
+	c.check(t, ad, "POST", "/v1/admin/keys/ci/revoke", keyOps, "", "", true, 200)
+	c.check(t, ad, "POST", "/v1/admin/keys/nobody/revoke", keyOps, "", "", true, 404)
+	c.check(t, ad, "GET", "/v1/admin/audit?limit=5", keyOps, "", "", true, 200)
+	c.check(t, ad, "GET", "/v1/admin/audit?limit=0", keyOps, "", "", false, 400)
+	c.checkWith(t, ad, "DELETE", "/v1/admin/tenants/initech", "", "", 428)
+	c.checkWith(t, ad, "DELETE", "/v1/admin/tenants/initech", "", `"4"`, 204)
 
 	// Every documented operation was exercised.
 	for path, item := range c.doc.Paths.Map() {

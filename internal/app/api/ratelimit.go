@@ -69,19 +69,31 @@ type RateLimitConfig struct {
 // limiterSet holds a token bucket of perMinute per name (a key's hash, a
 // tenant, a client address); past size names the least recently used is
 // forgotten, so that no caller can grow it without bound. A nil set
-// limits nothing. It is safe for concurrent use.
+// limits nothing. It is safe for concurrent use. Its own takes are
+// counted (took) for the replicas that share the limits (doorshare.go).
 type limiterSet struct {
 	perMinute int
 	mu        sync.Mutex
-	lru       *simplelru.LRU[string, *rate.Limiter]
+	lru       *simplelru.LRU[string, *limiterEntry]
+	// seen is the peers' Taken last applied, by replica and name.
+	seen map[[2]string]int64
+}
+
+// limiterEntry is one name's bucket and what this replica let through of
+// it: since it started, and by second over the last minute.
+type limiterEntry struct {
+	lim   *rate.Limiter
+	taken int64
+	sec   [60]int64 // the Unix second each slot counts
+	count [60]int64
 }
 
 func newLimiterSet(perMinute, size int) *limiterSet {
 	if perMinute < 0 {
 		return nil
 	}
-	lru, _ := simplelru.NewLRU[string, *rate.Limiter](size, nil) // size is positive
-	return &limiterSet{perMinute: perMinute, lru: lru}
+	lru, _ := simplelru.NewLRU[string, *limiterEntry](size, nil) // size is positive
+	return &limiterSet{perMinute: perMinute, lru: lru, seen: map[[2]string]int64{}}
 }
 
 // get returns name's limiter, added when create says so and it has none
@@ -92,12 +104,20 @@ func (s *limiterSet) get(name string, create bool) *rate.Limiter {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l, ok := s.lru.Get(name); ok || !create {
-		return l
+	if e := s.entry(name, create); e != nil {
+		return e.lim
 	}
-	l := rate.NewLimiter(rate.Limit(float64(s.perMinute)/60), s.perMinute)
-	s.lru.Add(name, l)
-	return l
+	return nil
+}
+
+// entry is get's, with s.mu held.
+func (s *limiterSet) entry(name string, create bool) *limiterEntry {
+	if e, ok := s.lru.Get(name); ok || !create {
+		return e
+	}
+	e := &limiterEntry{lim: rate.NewLimiter(rate.Limit(float64(s.perMinute)/60), s.perMinute)}
+	s.lru.Add(name, e)
+	return e
 }
 
 // take takes one token of each limiter at now, or none: it returns the
@@ -171,7 +191,7 @@ func setLimitHeaders(h http.Header, now time.Time, lims ...*rate.Limiter) {
 // -reset-tokens (the time the workers' bucket takes to refill those
 // tokens, at most a minute). No quota, no Usage or a failed read: none.
 func (a *API) setTokenHeaders(ctx context.Context, h http.Header, tenant string) {
-	tpm := a.cfg.Tenants[tenant].TPM
+	tpm := a.tenants()[tenant].TPM
 	if tpm <= 0 || a.cfg.Usage == nil {
 		return
 	}

@@ -2,8 +2,10 @@ package api_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,9 +31,14 @@ import (
 // producer and listening connection) on one database and one queue, a
 // worker behind them, work as one (docs/design/scale.md): a gateway call
 // to either is answered when the worker ends its job, whichever replica
-// took it; a job posted to one is read from the other. The rate limits are
-// each replica's own: a key over its limit at one is still let in at the
-// other, so behind N replicas a limit is set to the total / N.
+// took it; a job posted to one is read from the other; the key and tenant
+// limits are shared: what one let through is taken from the other's
+// buckets at its next exchange, and a replica that limits alone (no
+// ledger) lets a key through past its limit.
+// keyGlobex2 is a second key of tenant globex, keyInitech tenant
+// initech's.
+const keyGlobex2, keyInitech = "key-globex-2", "key-initech"
+
 func TestAPIReplicasOneDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two APIs, a worker: RabbitMQ, Postgres, simulator")
@@ -43,7 +50,11 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}}, upstreamsim.WithLogger(quiet))
 	queue := rabbitmqtest.NewQueue(t)
 	rcfg := rabbitmq.Config{URL: rabbitmqtest.URL(), Queue: queue, QueueType: rabbitmq.QueueClassic, Prefetch: 16, Logger: quiet}
-	replica := func() *testBundle {
+	type replicaBundle struct {
+		*testBundle
+		reg *prometheus.Registry
+	}
+	replica := func(limits api.LimitLedger) replicaBundle {
 		pool, err := pgxpool.New(ctx, first.Config().ConnString())
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
@@ -55,11 +66,12 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = probe.Close() })
 		p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
-			Logger: quiet, Registerer: prometheus.NewRegistry()})
+			Predict: st.PredictJob, Logger: quiet, Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
-		a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-			Catalog: gatewayCatalog, JobsDone: st, RateLimits: api.RateLimitConfig{KeyRPM: 3},
-			Logger: quiet, Registerer: prometheus.NewRegistry()})
+		reg := prometheus.NewRegistry()
+		a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex", keyGlobex2: "globex", keyInitech: "initech"},
+			Catalog: gatewayCatalog, JobsDone: st, RateLimits: api.RateLimitConfig{KeyRPM: 4, TenantRPM: 6},
+			Limits: limits, LimitPeriod: 20 * time.Millisecond, Logger: quiet, Registerer: reg})
 		require.NoError(t, err)
 		require.NoError(t, a.Start(ctx))
 		srv := httptest.NewServer(a)
@@ -67,9 +79,9 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 			srv.Close()
 			require.NoError(t, a.Stop(context.Background()))
 		})
-		return &testBundle{srv: srv, api: a, store: st}
+		return replicaBundle{testBundle: &testBundle{srv: srv, api: a, store: st}, reg: reg}
 	}
-	a, b := replica(), replica()
+	a, b := replica(store.New(first)), replica(store.New(first))
 
 	st := store.New(first)
 	sub, err := rabbitmq.NewSubscriber(rcfg)
@@ -96,7 +108,7 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 	// end, which the worker announces to every replica's listener.
 	ids := make([]string, 2)
 	var wg sync.WaitGroup
-	for i, r := range []*testBundle{a, b} {
+	for i, r := range []replicaBundle{a, b} {
 		wg.Go(func() {
 			cfg := openai.DefaultConfig(keyAcme)
 			cfg.BaseURL = r.srv.URL + "/v1"
@@ -112,16 +124,80 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 	for i, id := range ids {
 		require.NotEmpty(t, id, "replica %d", i)
 		// Read from the other replica.
-		job := []*testBundle{b, a}[i].get(t, keyAcme, "/v1/jobs/"+id).json(t)
+		job := []replicaBundle{b, a}[i].get(t, keyAcme, "/v1/jobs/"+id).json(t)
 		require.Equal(t, "succeeded", job["status"])
 	}
 
-	// The key limits are each replica's: 3 a minute at a, 3 at b.
-	for i := range 3 {
+	// The deadline predictions are the lanes' in Postgres: a lane of
+	// gpt-4o whose calls take 150 s refuses a 60 s call alike at either
+	// replica, with the same prediction.
+	slow := store.LaneRate{Model: "gpt-4o", RequestsPerMin: 0.4, Concurrency: 3, Latency: 150 * time.Second}
+	var messages []string
+	for _, r := range []replicaBundle{a, b} {
+		require.NoError(t, st.SetLaneRates(ctx, "stuck", []store.LaneRate{slow}))
+		resp := postGateway(t, r.testBundle, keyInitech, http.Header{"X-Stainless-Timeout": {"60"}}, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusTooManyRequests, resp.status)
+		e := resp.json(t)["error"].(map[string]any)
+		require.Equal(t, api.CodeDeadlineUnmeetable, e["code"])
+		require.NotEmpty(t, resp.header.Get("Retry-After"))
+		messages = append(messages, e["message"].(string))
+	}
+	require.Equal(t, messages[0], messages[1])
+
+	// The key limits are shared: 4 a minute at a and b together (acme's
+	// key made its 4 above, 2 at each). b refuses once it has heard of
+	// a's 4 posts of globex's key (two exchanges of a's after the posts,
+	// then two of b's: one that began after a's write ended).
+	for i := range 4 {
 		require.Equal(t, http.StatusAccepted, a.post(t, keyGlobex, jobJSON("")).status, "post %d at a", i)
 	}
-	require.Equal(t, http.StatusTooManyRequests, a.post(t, keyGlobex, jobJSON("")).status)
-	require.Equal(t, http.StatusAccepted, b.post(t, keyGlobex, jobJSON("")).status)
+	exchanged := func(r replicaBundle) float64 {
+		return metricValue(t, r.reg, "llmq_api_limit_exchanges_total", map[string]string{"outcome": "ok"})
+	}
+	after := func(r replicaBundle) {
+		n := exchanged(r)
+		require.Eventually(t, func() bool { return exchanged(r) >= n+2 }, 10*time.Second, 5*time.Millisecond)
+	}
+	after(a)
+	after(b)
+	refused := b.post(t, keyGlobex, jobJSON(""))
+	require.Equal(t, http.StatusTooManyRequests, refused.status, "the key's 5th request, at b")
+	require.Equal(t, api.CodeRateLimited, refused.json(t)["error"].(map[string]any)["code"])
+	require.NotEmpty(t, refused.header.Get("Retry-After"))
+
+	// The tenant's 6 a minute: globex's other key made 2 at b after the
+	// tenant's 4 at a, which b heard of already (the exchanges above), so
+	// a 3rd is refused at b, and at a once a heard of b's 2.
+	for i := range 2 {
+		require.Equal(t, http.StatusAccepted, b.post(t, keyGlobex2, jobJSON("")).status, "post %d at b", i)
+	}
+	after(b)
+	after(a)
+	require.Equal(t, http.StatusTooManyRequests, a.post(t, keyGlobex2, jobJSON("")).status, "the tenant's 7th request, at a")
+	require.Equal(t, http.StatusTooManyRequests, b.post(t, keyGlobex2, jobJSON("")).status, "the tenant's 7th request, at b")
+
+	// A replica without the ledger limits alone: the key's limit again at
+	// it, past what a and b let through.
+	c := replica(nil)
+	for i := range 4 {
+		require.Equal(t, http.StatusAccepted, c.post(t, keyGlobex, jobJSON("")).status, "post %d at c", i)
+	}
+}
+
+// postGateway posts body to b's POST /v1/chat/completions with header.
+func postGateway(t *testing.T, b *testBundle, key string, header http.Header, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header = header.Clone()
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := b.srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return response{status: resp.StatusCode, header: resp.Header, body: data}
 }
 
 // assertNoError is require.NoError for a goroutine other than the test's.

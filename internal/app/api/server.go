@@ -37,7 +37,13 @@ type API struct {
 	// per client address failing authentication, and the calls waiting.
 	keyLimits, tenantLimits, authFailures *limiterSet
 	limited                               *prometheus.CounterVec
-	waitingCalls                          waitingCalls
+	// keyNames and tenantNames are the names of the configured keys' and
+	// tenants' buckets: the only ones the replicas' counts may add
+	// (doorshare.go).
+	keyNames, tenantNames map[string]bool
+	limitSyncs            *prometheus.CounterVec
+	limitSharer           background.Runner
+	waitingCalls          waitingCalls
 	// waiters and listener serve gateway mode (gateway_wait.go).
 	waiters waiters
 	waiting prometheus.Gauge
@@ -45,6 +51,8 @@ type API struct {
 	// (gateway_stream.go).
 	chunkWaiters waiters
 	listener     background.Runner
+	// used records the last use of the tenancy's keys (admin.go).
+	used keyUses
 }
 
 // New returns the API handler.
@@ -54,19 +62,23 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	a := &API{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		mux:  http.NewServeMux(),
-		keys: make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
-		// Keys and tenants are the configured ones: their sets never
-		// forget one.
-		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, max(1, len(cfg.Keys)+len(cfg.OperatorKeys))),
-		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, max(1, len(cfg.Keys))),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		mux:          http.NewServeMux(),
+		keys:         make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
+		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, knownCallers(cfg, len(cfg.Keys)+len(cfg.OperatorKeys))),
+		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, knownCallers(cfg, len(cfg.Keys))),
 		authFailures: newLimiterSet(cfg.RateLimits.AuthFailuresPerMinute, cfg.RateLimits.MaxClients),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_rate_limited_total",
-			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting.",
+			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting, paused.",
 		}, []string{"limit"}),
+		limitSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_api_limit_exchanges_total",
+			Help: "Exchanges of the door's limit counts with the other API replicas, by outcome: ok, error.",
+		}, []string{"outcome"}),
+		keyNames:    map[string]bool{},
+		tenantNames: map[string]bool{},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
@@ -83,15 +95,22 @@ func New(cfg Config) (*API, error) {
 	}
 	// Keys are looked up by their hash; the API keeps no key itself.
 	for k, tenant := range cfg.Keys {
-		a.keys[sha256.Sum256([]byte(k))] = caller{tenant: tenant}
+		hash := sha256.Sum256([]byte(k))
+		a.keys[hash] = caller{tenant: tenant}
+		a.keyNames[keyLimitName(hash)], a.tenantNames[tenant] = true, true
 	}
 	for _, k := range cfg.OperatorKeys {
-		a.keys[sha256.Sum256([]byte(k))] = caller{operator: true}
+		hash := sha256.Sum256([]byte(k))
+		a.keys[hash] = caller{operator: true, name: operatorName(hash)}
+		a.keyNames[keyLimitName(hash)] = true
 	}
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
 	collectors := []prometheus.Collector{a.requests, a.duration, a.limited}
 	if cfg.JobsDone != nil {
 		collectors = append(collectors, a.waiting)
+	}
+	if cfg.Limits != nil {
+		collectors = append(collectors, a.limitSyncs)
 	}
 	if cfg.Registerer != nil {
 		for _, c := range collectors {
@@ -132,6 +151,10 @@ func (a *API) routes() {
 		a.mux.Handle("GET /v1/batches/{id}", a.authed(a.operatorOnly(a.getBatch)))
 		a.mux.Handle("POST /v1/batches/{id}/cancel", a.authed(a.operatorOnly(a.cancelBatch)))
 	}
+	if a.cfg.Notifications != nil {
+		a.mux.Handle("GET /v1/notifications", a.authed(a.listNotifications))
+		a.mux.Handle("POST /v1/notifications/{event_id}/replay", a.authed(a.replayNotification))
+	}
 	if a.cfg.DeadLetterService != nil {
 		a.mux.Handle("GET /v1/dead-letters", a.authed(a.listDeadLetters))
 		a.mux.Handle("GET /v1/dead-letters/{id}", a.authed(a.getDeadLetter))
@@ -140,6 +163,7 @@ func (a *API) routes() {
 		a.mux.Handle("POST /v1/dead-letters/replay", a.authed(a.replayDeadLetters))
 		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
 	}
+	a.adminRoutes()
 }
 
 // ServeHTTP routes the request. Unknown paths answer 404 and known paths
@@ -259,4 +283,15 @@ func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	a.log.Error("api: request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("error", err.Error()))
 	writeError(w, http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"})
+}
+
+// knownCallers is the size of the limiter set of n configured keys or
+// tenants: all of them, so that the set never forgets one; with the
+// tenancy kept as data, whose keys and tenants change at run time,
+// RateLimits.MaxClients of them, the least recently seen forgotten first.
+func knownCallers(cfg Config, n int) int {
+	if cfg.Tenancy != nil {
+		return max(n, cfg.RateLimits.MaxClients)
+	}
+	return max(1, n)
 }

@@ -149,5 +149,5 @@ func (a *API) usage(w http.ResponseWriter, r *http.Request) {
 		a.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, UsageList(a.cfg.Tenants, s.tenant, used, budgets))
+	writeJSON(w, http.StatusOK, UsageList(a.tenants(), s.tenant, used, budgets))
 }

@@ -35,7 +35,7 @@ type Job struct {
 	// backing_off.
 	Phase string `json:"phase,omitempty"`
 	// WaitingReason says why a queued job waits (provider_quota,
-	// tenant_quota, budget, batch).
+	// tenant_quota, budget, batch, paused).
 	WaitingReason string     `json:"waiting_reason,omitempty"`
 	CreatedAt     time.Time  `json:"created_at"`
 	StartedAt     *time.Time `json:"started_at,omitempty"`

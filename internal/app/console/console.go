@@ -175,6 +175,7 @@ func (c *Console) routes() http.Handler {
 	page("GET "+Prefix+"/jobs/{id}", c.job)
 	page("GET "+Prefix+"/live/jobs/{id}", c.jobLive)
 	page("POST "+Prefix+"/jobs/{id}/cancel", c.cancelJob)
+	page("POST "+Prefix+"/jobs/{id}/notifications/{event}/replay", c.replayNotification)
 	page("GET "+Prefix+"/dead-letters", c.deadLetters)
 	page("GET "+Prefix+"/dead-letters/{id}", c.deadLetter)
 	page("POST "+Prefix+"/dead-letters/replay", c.replay)
@@ -183,6 +184,12 @@ func (c *Console) routes() http.Handler {
 	page("GET "+Prefix+"/batches", c.batches)
 	page("GET "+Prefix+"/batches/{id}", c.batch)
 	page("POST "+Prefix+"/batches/{id}/cancel", c.cancelBatch)
+	page("GET "+Prefix+"/tenants", c.tenants)
+	page("POST "+Prefix+"/tenants", c.createTenant)
+	page("POST "+Prefix+"/tenants/{tenant}/limits", c.editTenant)
+	page("POST "+Prefix+"/tenants/{tenant}/{action}", c.pauseTenant)
+	page("POST "+Prefix+"/keys", c.createKey)
+	page("POST "+Prefix+"/keys/{key}/revoke", c.revokeKey)
 	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.renderStatus(w, r, http.StatusNotFound, "login", pageData{Title: "Not found",
 			Error: "There is no such page in the console. Go to " + Prefix + "/ for the overview."})
@@ -273,6 +280,16 @@ func (e *apiError) Error() string {
 // decodes the answer into out. An error answer is an *apiError;
 // errUnauthorized when the key is refused.
 func (c *Console) call(ctx context.Context, key, method, path string, query url.Values, body any, out any) error {
+	return c.callWith(ctx, key, method, path, query, nil, body, out)
+}
+
+// callIfMatch is call of an update that names the version it read.
+func (c *Console) callIfMatch(ctx context.Context, key, method, path, ifMatch string, body any) error {
+	return c.callWith(ctx, key, method, path, nil, http.Header{"If-Match": {ifMatch}}, body, nil)
+}
+
+// callWith is call with header added to the request.
+func (c *Console) callWith(ctx context.Context, key, method, path string, query url.Values, header http.Header, body any, out any) error {
 	var rd io.Reader = http.NoBody
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -288,6 +305,9 @@ func (c *Console) call(ctx context.Context, key, method, path string, query url.
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
 		return err
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
 	if body != nil {

@@ -52,7 +52,10 @@ type bundle struct {
 	api     http.Handler
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { t.Helper(); return setupWith(t, nil) }
+
+// setupWith is setup with the API's configuration changed by mutate.
+func setupWith(t *testing.T, mutate func(*api.Config)) *bundle {
 	t.Helper()
 	st := store.New(storetest.NewPool(t))
 	b := memory.New()
@@ -68,10 +71,14 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		OperatorKeys: []string{keyOps}, DeadLetterService: svc,
+	acfg := api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
+		OperatorKeys: []string{keyOps}, DeadLetterService: svc, Notifications: st.Notifications(),
 		Batches: st, Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})), Tenants: consoleTenants,
-		Logger: quiet})
+		Logger: quiet}
+	if mutate != nil {
+		mutate(&acfg)
+	}
+	a, err := api.New(acfg)
 	require.NoError(t, err)
 	clk := clockwork.NewFakeClockAt(time.Now())
 	ui, err := console.New(console.Config{API: a, Logger: quiet, Clock: clk})
@@ -434,4 +441,43 @@ func TestOverviewCountsPastTheLimit(t *testing.T) {
 	require.Contains(t, p.body, `data-metric="jobs-cancelled">1</strong>`)
 	require.Contains(t, p.body, `<span data-metric="active">10,000+</span>`)
 	require.Contains(t, p.body, `· 10,001+ jobs</span>`)
+}
+
+// TestReplayNotification: a job's dead result event shows on its page with
+// a Replay button, which makes the event due again and leaves the job as
+// it was.
+func TestReplayNotification(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	j, err := llmq.Decode([]byte(`{"id":"n1","tenant":"acme","reply_to":{"to":"replies"},"body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`),
+		llmq.DecodeOptions{})
+	require.NoError(t, err)
+	_, err = b.store.Insert(ctx, j)
+	require.NoError(t, err)
+	_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: "n1"}, store.Result{Response: []byte(`{}`), UsedModel: "gpt-4o-mini"})
+	require.NoError(t, err)
+	ns := b.store.Notifications()
+	claimed, err := ns.Claim(ctx, time.Now().Add(time.Minute), time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	ev := claimed[0].EventID
+	require.NoError(t, ns.Failed(ctx, ev, time.Now(), "no route", time.Time{}, true))
+
+	br := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, br.signIn(keyAcme).status)
+	p := br.get("/ui/jobs/n1")
+	require.Contains(t, p.body, `data-notification="`+ev+`"`)
+	require.Contains(t, p.body, "notification_undeliverable")
+	p = br.post("/ui/jobs/n1/notifications/"+ev+"/replay", url.Values{"csrf": {csrf(t, p)}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, "/ui/jobs/n1?done=notification-replayed", p.header.Get("Location"))
+	pending, err := ns.List(ctx, store.NotificationFilter{State: store.NotificationPending})
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+	require.Equal(t, ev, pending[0].EventID)
+	rec, err := b.store.Get(ctx, "acme", "n1")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusSucceeded, rec.Status, "the job is not touched")
+	require.Contains(t, br.get("/ui/jobs/n1?done=notification-replayed").body, "The result event is due again")
 }

@@ -19,7 +19,7 @@ import (
 
 // The page templates: each page file defines "content" (and its live
 // fragments) and is parsed with the layout into a set of its own.
-var pageNames = []string{"login", "error", "overview", "jobs", "job", "dead-letters", "dead-letter", "batches", "batch", "usage"}
+var pageNames = []string{"login", "error", "overview", "jobs", "job", "dead-letters", "dead-letter", "batches", "batch", "usage", "tenants"}
 
 func (c *Console) parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{

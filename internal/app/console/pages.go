@@ -33,6 +33,18 @@ func notice(q url.Values) string {
 		return "Purged " + plural(n, "dead letter", "dead letters") + "."
 	case "cancelled":
 		return "The job is cancelled."
+	case "paused":
+		return "The tenant is paused: its queued jobs wait (reason paused) and its gateway calls are refused, on every replica within 2 s."
+	case "resumed":
+		return "The tenant is resumed: its jobs are claimed again."
+	case "tenant-updated":
+		return "The tenant's limits are changed: every replica applies them within 2 s."
+	case "tenant-created":
+		return "The tenant is created: every replica serves it within 2 s."
+	case "key-revoked":
+		return "The key is revoked: every replica refuses it within 2 s."
+	case "notification-replayed":
+		return "The result event is due again: the notifier sends it now, with the same event id. The job is not touched."
 	case "batch-cancelled":
 		return "The provider was asked to cancel the batch: finished results are brought home, the other jobs go back to the live lane."
 	}
@@ -315,6 +327,9 @@ type jobPage struct {
 	// Timeline draws the job's calls; Events lists its changes of state.
 	Timeline template.HTML
 	Events   []event
+	// Notifications are the job's result events not yet delivered
+	// (GET /v1/notifications?job_id=).
+	Notifications []api.Notification
 }
 
 func (c *Console) jobData(r *http.Request, s session) (jobPage, error) {
@@ -338,6 +353,15 @@ func (c *Console) jobData(r *http.Request, s session) (jobPage, error) {
 		p.Answer = result.Choices[0].Message.Content
 	}
 	p.Timeline, p.Events = callTimeline(p.Job, c.cfg.Clock.Now()), jobEvents(p.Job)
+	nq := url.Values{"job_id": {p.Job.ID}}
+	if s.Operator {
+		nq.Set("tenant", p.Job.Tenant)
+	}
+	var ns api.List[api.Notification]
+	// An API without notifications (404) shows none.
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/notifications", nq, nil, &ns); err == nil {
+		p.Notifications = ns.Data
+	}
 	return p, nil
 }
 
@@ -370,6 +394,23 @@ func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	q.Set("done", "cancelled")
+	http.Redirect(w, r, Prefix+"/jobs/"+url.PathEscape(id)+"?"+q.Encode(), http.StatusSeeOther)
+}
+
+// replayNotification sends a job's result event again (POST
+// /v1/notifications/{event_id}/replay), never the job.
+func (c *Console) replayNotification(w http.ResponseWriter, r *http.Request, s session) {
+	id := r.PathValue("id")
+	q := url.Values{}
+	if t := r.PostFormValue("tenant"); s.Operator && t != "" {
+		q.Set("tenant", t)
+	}
+	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/notifications/"+url.PathEscape(r.PathValue("event"))+"/replay",
+		q, nil, nil); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	q.Set("done", "notification-replayed")
 	http.Redirect(w, r, Prefix+"/jobs/"+url.PathEscape(id)+"?"+q.Encode(), http.StatusSeeOther)
 }
 
@@ -704,4 +745,164 @@ func (c *Console) cancelBatch(w http.ResponseWriter, r *http.Request, s session)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/batches/"+url.PathEscape(id)+"?done=batch-cancelled", http.StatusSeeOther)
+}
+
+// ---- tenants ----
+
+type tenantsPage struct {
+	Tenants []api.AdminTenant
+	Keys    []api.AdminKey
+	Audit   []api.AdminAuditEntry
+	// NewKey is the key just created: shown on this page only.
+	NewKey *api.AdminKey
+}
+
+// tenants lists the tenants and keys kept as data, with pause, resume,
+// revocation and creation, and the audit log (the admin API: operators
+// only).
+func (c *Console) tenants(w http.ResponseWriter, r *http.Request, s session) {
+	c.renderTenants(w, r, s, http.StatusOK, nil, "")
+}
+
+// renderTenants renders the tenants page with a key just created, or the
+// error of a form.
+func (c *Console) renderTenants(w http.ResponseWriter, r *http.Request, s session, status int, newKey *api.AdminKey, formError string) {
+	p := tenantsPage{NewKey: newKey}
+	var ts struct{ Data []api.AdminTenant }
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/tenants", nil, nil, &ts); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	var keys struct{ Data []api.AdminKey }
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/keys", nil, nil, &keys); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	var audit struct{ Data []api.AdminAuditEntry }
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/audit", url.Values{"limit": {"50"}}, nil, &audit); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	p.Tenants, p.Keys, p.Audit = ts.Data, keys.Data, audit.Data
+	c.renderStatus(w, r, status, "tenants", c.data(r, s, "Tenants", "tenants", pageData{Page: p, Error: formError}))
+}
+
+// formFailed re-renders the tenants page with a refused form's error (the
+// API's, naming the field), or fails the page.
+func (c *Console) formFailed(w http.ResponseWriter, r *http.Request, s session, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status < 500 && ae.status != http.StatusForbidden {
+		msg := ae.body.Message
+		if ae.body.Field != "" {
+			msg = ae.body.Field + ": " + msg
+		}
+		c.renderTenants(w, r, s, ae.status, nil, msg)
+		return
+	}
+	c.failed(w, r, s, err)
+}
+
+// createTenant creates a tenant from the page's form (POST /v1/admin/tenants).
+func (c *Console) createTenant(w http.ResponseWriter, r *http.Request, s session) {
+	body := map[string]any{"name": r.PostFormValue("name")}
+	if !c.formLimits(w, r, s, body) {
+		return
+	}
+	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/tenants", nil, body, nil); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done=tenant-created", http.StatusSeeOther)
+}
+
+// limitFields are the settings the page's forms set.
+var limitFields = []string{"weight", "rpm", "tpm", "concurrency"}
+
+// formLimits reads limitFields from the form into body ("" leaves a
+// field out); false when one is not a number (the page is rendered with
+// the error).
+func (c *Console) formLimits(w http.ResponseWriter, r *http.Request, s session, body map[string]any) bool {
+	for _, f := range limitFields {
+		v := strings.TrimSpace(r.PostFormValue(f))
+		if v == "" {
+			delete(body, f)
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			c.renderTenants(w, r, s, http.StatusBadRequest, nil, f+": "+strconv.Quote(v)+" is not a number")
+			return false
+		}
+		body[f] = n
+	}
+	return true
+}
+
+// editTenant sets a tenant's weight and limits from the page's form, its
+// other settings kept, if it is still the version the page showed
+// (If-Match: a change made since is refused, not overwritten).
+func (c *Console) editTenant(w http.ResponseWriter, r *http.Request, s session) {
+	path := "/v1/admin/tenants/" + url.PathEscape(r.PathValue("tenant"))
+	var body map[string]any
+	if err := c.call(r.Context(), s.Key, http.MethodGet, path, nil, nil, &body); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	for _, f := range []string{"name", "projects", "version", "updated_at"} {
+		delete(body, f)
+	}
+	if !c.formLimits(w, r, s, body) {
+		return
+	}
+	ifMatch := `"` + r.PostFormValue("version") + `"`
+	if err := c.callIfMatch(r.Context(), s.Key, http.MethodPut, path, ifMatch, body); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done=tenant-updated", http.StatusSeeOther)
+}
+
+// createKey creates a key from the page's form and shows it, this once.
+func (c *Console) createKey(w http.ResponseWriter, r *http.Request, s session) {
+	body := map[string]any{"name": r.PostFormValue("name"), "tenant": r.PostFormValue("tenant")}
+	if v := strings.TrimSpace(r.PostFormValue("expires_days")); v != "" {
+		days, err := strconv.Atoi(v)
+		if err != nil {
+			c.renderTenants(w, r, s, http.StatusBadRequest, nil, "expires_days: "+strconv.Quote(v)+" is not a number of days")
+			return
+		}
+		body["expires_at"] = c.cfg.Clock.Now().Add(time.Duration(days) * 24 * time.Hour)
+	}
+	var k api.AdminKey
+	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/keys", nil, body, &k); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	c.renderTenants(w, r, s, http.StatusCreated, &k, "")
+}
+
+// revokeKey revokes a key (POST /v1/admin/keys/{key}/revoke).
+func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, s session) {
+	path := "/v1/admin/keys/" + url.PathEscape(r.PathValue("key")) + "/revoke"
+	if err := c.call(r.Context(), s.Key, http.MethodPost, path, nil, nil, nil); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done=key-revoked", http.StatusSeeOther)
+}
+
+// pauseTenant pauses or resumes a tenant (POST, with the session's CSRF
+// token, as every form).
+func (c *Console) pauseTenant(w http.ResponseWriter, r *http.Request, s session) {
+	action := r.PathValue("action")
+	if action != "pause" && action != "resume" {
+		c.renderStatus(w, r, http.StatusNotFound, "error", c.data(r, s, "Not found", "", pageData{Error: "No such action: " + action}))
+		return
+	}
+	path := "/v1/admin/tenants/" + url.PathEscape(r.PathValue("tenant")) + "/" + action
+	if err := c.call(r.Context(), s.Key, http.MethodPost, path, nil, nil, nil); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done="+action+"d", http.StatusSeeOther)
 }

@@ -1,0 +1,102 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store"
+)
+
+// MaxNotifications is the most notifications GET /v1/notifications lists.
+const MaxNotifications = 1000
+
+// Notification is a result event of the outbox as the API shows it
+// (docs/design/notifications.md).
+type Notification struct {
+	EventID     string      `json:"event_id"`
+	JobID       string      `json:"job_id"`
+	Tenant      string      `json:"tenant"`
+	Status      llmq.Status `json:"status"`
+	State       string      `json:"state"`
+	ReplyTo     string      `json:"reply_to,omitempty"`
+	Webhook     string      `json:"webhook,omitempty"`
+	Attempts    int         `json:"attempts"`
+	LastError   string      `json:"last_error,omitempty"`
+	CreatedAt   time.Time   `json:"created_at"`
+	NextAttempt *time.Time  `json:"next_attempt_at,omitempty"`
+	DeadAt      *time.Time  `json:"dead_at,omitempty"`
+	DeadReason  string      `json:"dead_reason,omitempty"`
+}
+
+// NewNotificationView is the view of a notification (the API, llmq
+// notifications --json).
+func NewNotificationView(n *store.Notification) Notification {
+	v := Notification{EventID: n.EventID, JobID: n.JobID, Tenant: n.Tenant, Status: n.Status, ReplyTo: n.Reply.To,
+		Webhook: n.Reply.Webhook, Attempts: n.Attempts, LastError: n.LastError, CreatedAt: n.CreatedAt,
+		DeadAt: n.DeadAt, DeadReason: n.DeadReason, State: store.NotificationDead}
+	if n.DeadAt == nil {
+		v.State = store.NotificationPending
+		next := n.NextAttempt
+		v.NextAttempt = &next
+	}
+	return v
+}
+
+// listNotifications answers GET /v1/notifications ?state= &job_id=
+// &limit=: the newest undelivered result events in scope (a delivered
+// one leaves the outbox).
+func (a *API) listNotifications(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	s, _ := scopeOf(r)
+	f := store.NotificationFilter{Tenant: s.tenant, State: q.Get("state"), JobID: q.Get("job_id"), Limit: 100}
+	switch f.State {
+	case "", store.NotificationPending, store.NotificationDead:
+	default:
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "state",
+			Message: "must be pending or dead"})
+		return
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxNotifications {
+			writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "limit",
+				Message: "must be an integer from 1 to " + strconv.Itoa(MaxNotifications)})
+			return
+		}
+		f.Limit = n
+	}
+	ns, err := a.cfg.Notifications.List(r.Context(), f)
+	if err != nil {
+		a.internalError(w, r, err)
+		return
+	}
+	out := make([]Notification, len(ns))
+	for i, n := range ns {
+		out[i] = NewNotificationView(n)
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Data       []Notification `json:"data"`
+		NextCursor *string        `json:"next_cursor"`
+	}{out, nil})
+}
+
+// replayNotification answers POST /v1/notifications/{event_id}/replay:
+// the result event is sent again (same event id); the job is not touched.
+func (a *API) replayNotification(w http.ResponseWriter, r *http.Request) {
+	s, _ := scopeOf(r)
+	n, err := a.cfg.Notifications.Replay(r.Context(), s.tenant, r.PathValue("event_id"), a.cfg.Clock.Now())
+	if errors.Is(err, store.ErrNotificationNotFound) {
+		writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "event_id", Message: "notification not found"})
+		return
+	}
+	if err != nil {
+		a.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Data Notification `json:"data"`
+	}{NewNotificationView(n)})
+}

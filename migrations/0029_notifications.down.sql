@@ -1,0 +1,3 @@
+-- 0027_notifications: undo (no result routes, no notifications outbox).
+DROP TABLE notifications;
+ALTER TABLE jobs DROP COLUMN reply;

@@ -1,0 +1,179 @@
+package store_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/store"
+)
+
+func withReply(j *llmq.Job, to string) *llmq.Job {
+	j.ReplyTo = &llmq.Reply{To: to, CorrelationID: "c-" + j.ID, Headers: map[string]string{"h": "v"}}
+	return j
+}
+
+// TestNotificationsWrittenWithTheEnd: every statement that ends a job
+// with a route writes one notifications row with the job's terminal
+// status in the same statement; a job without a route writes none.
+func TestNotificationsWrittenWithTheEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ns := b.store.Notifications()
+	ls := b.hold(t, "w1", withReply(newJob(t, "ok"), "replies"), withReply(newJob(t, "bad"), "replies"),
+		withReply(newJob(t, "late"), "replies"), withReply(newJob(t, "dead"), "replies"), newJob(t, "plain"))
+	for _, id := range []string{"cancel", "poison", "overdue"} {
+		_, err := b.store.Insert(b.ctx, withReply(newJob(t, id), "replies"))
+		require.NoError(t, err)
+	}
+	key := func(id string) store.Key { return store.Key{Tenant: "acme", ID: id} }
+	_, err := b.store.StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big",
+		PromptTokens: 3, CompletionTokens: 4, CostUSD: 0.5})
+	require.NoError(t, err)
+	_, err = b.store.StoreResult(b.ctx, key("plain"), store.Result{Response: []byte(`{"id":"c2"}`), UsedModel: "big"})
+	require.NoError(t, err)
+	require.NoError(t, b.store.MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
+	require.NoError(t, b.store.MarkExpired(b.ctx, ls["late"], "too late"))
+	d := newLetter("dead", "acme", "retries_exhausted")
+	d.LeaseToken = ls["dead"].Token
+	_, _, err = b.store.RecordDeadLetter(b.ctx, d)
+	require.NoError(t, err)
+	_, err = b.store.Cancel(b.ctx, "acme", "cancel")
+	require.NoError(t, err)
+	require.NoError(t, b.store.MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
+	b.clock.Advance(366 * 24 * time.Hour)
+	_, err = b.store.ExpireOverdue(b.ctx)
+	require.NoError(t, err)
+	// A second result for a finished job writes nothing more.
+	_, err = b.store.StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c3"}`), UsedModel: "big"})
+	require.NoError(t, err)
+
+	got, err := ns.List(b.ctx, store.NotificationFilter{Tenant: "acme"})
+	require.NoError(t, err)
+	status := map[string]llmq.Status{}
+	for _, n := range got {
+		_, dup := status[n.JobID]
+		require.False(t, dup, "two notifications for %s", n.JobID)
+		status[n.JobID] = n.Status
+		require.Equal(t, llmq.Reply{To: "replies", CorrelationID: "c-" + n.JobID, Headers: map[string]string{"h": "v"}}, n.Reply)
+		require.NotEmpty(t, n.EventID)
+	}
+	require.Equal(t, map[string]llmq.Status{
+		"ok": llmq.StatusSucceeded, "bad": llmq.StatusFailed, "late": llmq.StatusExpired, "dead": llmq.StatusDeadLettered,
+		"cancel": llmq.StatusCancelled, "poison": llmq.StatusDeadLettered, "overdue": llmq.StatusExpired,
+	}, status)
+}
+
+// TestNotificationsGroupCommit: results stored concurrently, which the
+// group committer merges into statements over arrays, write one
+// notification per job with a route and none for the others.
+func TestNotificationsGroupCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var jobs []*llmq.Job
+	for i := range 200 {
+		j := newJob(t, fmt.Sprintf("j%03d", i))
+		if i%2 == 0 {
+			withReply(j, "replies")
+		}
+		jobs = append(jobs, j)
+	}
+	b.hold(t, "w1", jobs...)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			_, err := b.store.StoreResult(b.ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: []byte(`{}`), UsedModel: "big"})
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	got, err := b.store.Notifications().List(b.ctx, store.NotificationFilter{Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, got, 100)
+	for _, n := range got {
+		var i int
+		_, err := fmt.Sscanf(n.JobID, "j%03d", &i)
+		require.NoError(t, err)
+		require.Zero(t, i%2, n.JobID)
+	}
+}
+
+// TestNotificationLifecycle: a claim takes due rows once (the lease hides
+// them from a second claim), carries the job, and a failed delivery
+// comes back at its next attempt; past the retry period the row is dead
+// with notification_undeliverable while the job keeps its status; a
+// replay makes it due again with the same event id; once delivered it is
+// gone.
+func TestNotificationLifecycle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ns := b.store.Notifications()
+	b.hold(t, "w1", withReply(newJob(t, "ok"), "replies"))
+	_, err := b.store.StoreResult(b.ctx, store.Key{Tenant: "acme", ID: "ok"}, store.Result{Response: []byte(`{"id":"c1"}`),
+		UsedModel: "big", PromptTokens: 3, CompletionTokens: 4, CostUSD: 0.5})
+	require.NoError(t, err)
+	now := b.clock.Now()
+	claimed, err := ns.Claim(b.ctx, now, time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	n := claimed[0]
+	require.Equal(t, 1, n.Attempts)
+	e := n.Event()
+	raw, err := json.Marshal(e)
+	require.NoError(t, err)
+	require.JSONEq(t, fmt.Sprintf(`{"type":"llmq.job.finished","version":1,"event_id":%q,"job_id":"ok","tenant":"acme",
+		"status":"succeeded","correlation_id":"c-ok","model":"big","response":{"id":"c1"},
+		"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7},"cost_usd":0.5,"attempts":0,
+		"metadata":{"k":"v"},"created_at":"2026-11-30T12:00:00Z","finished_at":"2026-11-30T12:00:00Z"}`, n.EventID), string(raw))
+
+	again, err := ns.Claim(b.ctx, now, time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, again, "a held notification is claimed once")
+	require.NoError(t, ns.Failed(b.ctx, n.EventID, now, "broker down", now.Add(5*time.Second), false))
+	again, err = ns.Claim(b.ctx, now.Add(4*time.Second), time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, again)
+	again, err = ns.Claim(b.ctx, now.Add(5*time.Second), time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.Equal(t, 2, again[0].Attempts)
+	require.Equal(t, n.EventID, again[0].EventID)
+
+	require.NoError(t, ns.Failed(b.ctx, n.EventID, now.Add(25*time.Hour), "still down", time.Time{}, true))
+	dead, err := ns.List(b.ctx, store.NotificationFilter{State: store.NotificationDead})
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, store.NotificationUndeliverable, dead[0].DeadReason)
+	require.Equal(t, "still down", dead[0].LastError)
+	rec, err := b.store.Get(b.ctx, "acme", "ok")
+	require.NoError(t, err)
+	require.Equal(t, llmq.StatusSucceeded, rec.Status)
+	none, err := ns.Claim(b.ctx, now.Add(48*time.Hour), time.Minute, 10)
+	require.NoError(t, err)
+	require.Empty(t, none, "a dead notification is not claimed")
+
+	_, err = ns.Replay(b.ctx, "other", n.EventID, now)
+	require.ErrorIs(t, err, store.ErrNotificationNotFound)
+	replayed, err := ns.Replay(b.ctx, "acme", n.EventID, now.Add(48*time.Hour))
+	require.NoError(t, err)
+	require.Nil(t, replayed.DeadAt)
+	again, err = ns.Claim(b.ctx, now.Add(48*time.Hour), time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.Equal(t, n.EventID, again[0].EventID)
+	bl, err := ns.Backlog(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.NotificationBacklog{Pending: 1, Oldest: n.CreatedAt}, bl)
+	require.NoError(t, ns.Delivered(b.ctx, []string{n.EventID}))
+	left, err := ns.List(b.ctx, store.NotificationFilter{})
+	require.NoError(t, err)
+	require.Empty(t, left, "a delivered notification leaves the outbox")
+	bl, err = ns.Backlog(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.NotificationBacklog{}, bl)
+}

@@ -13,7 +13,7 @@ BENCHTIME ?= 1s
 
 BENCH_TARGETS ?= bench-go bench-llmq
 
-.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq bench-throughput bench-million bench-enqueue mutate demo console-screenshots run migrate clean
+.PHONY: all help build test lint vet staticcheck fmt-check unit fuzz bench bench-go bench-llmq bench-throughput bench-million bench-enqueue mutate demo console-screenshots run migrate clean soak
 
 all: build
 
@@ -85,6 +85,13 @@ bench-enqueue:
 	$(GO) test -run '^$$' -bench '^BenchmarkOutbox$$' -benchtime 200000x ./store
 	$(GO) test -run '^$$' -bench '^BenchmarkPublish(Quorum|Classic)$$' -benchtime 200000x ./transport/rabbitmq
 	scripts/bench-produce.sh 1000000
+
+SOAK_DURATION ?= 15m
+SOAK_SEED     ?= $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+
+## soak: 3 workers, 2 API replicas, the simulator and kfake under load and overlapping faults for SOAK_DURATION (15m), replayable from SOAK_SEED; checks every promise, exits 1 when one fails (docs/bench/soak.md); not in test
+soak: build
+	$(BIN) soak --duration $(SOAK_DURATION) --seed $(SOAK_SEED)
 
 ## mutate: mutation testing (gremlins) of shaping, the job contract and the worker's policy; slow, not in test (docs/mutation.md)
 mutate:

@@ -330,9 +330,10 @@ type Config struct {
 	// The provider-incident breaker of each lane (incident.go): when at
 	// least IncidentMinCalls calls of the last IncidentWindow were made and
 	// at least IncidentFailureRatio of them failed (5xx, timeouts), when
+	// five calls in a row within IncidentWindow failed so, when
 	// three calls in a row get no answer (connection refused or reset) or
 	// one a 401, the lane holds its jobs and lets one through as a probe
-	// every IncidentProbeEvery (a lane held on no answer probes at once
+	// every IncidentProbeEvery (a lane held on calls in a row probes at once
 	// first).
 	// Defaults 20, 0.5, 1m, 15s; IncidentMinCalls -1 turns it off.
 	IncidentMinCalls     int

@@ -67,6 +67,14 @@ func resultOf(out Outcome) callResult {
 // incidentBuckets divide the window of the failure ratio.
 const incidentBuckets = 6
 
+// failedTrip is the number of calls in a row that fail (5xx, timeouts)
+// that holds a lane, whatever the window's ratio: on a busy lane the
+// minute of successes before a run of 5xx would keep the ratio low for as
+// long again, and a worker that starts during one knows of nothing
+// before; every failed call costs its job an attempt. The next call
+// probes at once, so a short run costs a probe, not a hold.
+const failedTrip = 5
+
 // unreachableTrip is the number of calls in a row that get no answer
 // that holds a lane: a connection reset now and then (a keep-alive
 // connection the server dropped) costs a moment of doubt, not a hold.
@@ -99,7 +107,12 @@ type incident struct {
 	unreached      int
 	unreachedSince time.Time
 	testing        bool
-	buckets        [incidentBuckets]struct {
+	// failedInRow counts the calls that failed (resultFailed) while
+	// closed since the last one answered, the first at failedSince, less
+	// than a window ago: failedTrip of them hold the lane.
+	failedInRow int
+	failedSince time.Time
+	buckets     [incidentBuckets]struct {
 		start           time.Time
 		calls, failures int
 	}
@@ -167,6 +180,7 @@ func (b *incident) notCalled(probe bool) {
 func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, lasted time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	held := b.state != incidentClosed
 	switch {
 	case r == resultUnauthorized:
 		// One 401 is enough: the key is refused for every job.
@@ -176,6 +190,14 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, l
 		if probe || b.unreached > 0 {
 			b.testing = b.testing && !probe
 			defer b.notify() // the lane in doubt admits its next call
+		}
+		switch {
+		case r == resultFailed && (b.failedInRow == 0 || now.Sub(b.failedSince) >= b.window):
+			b.failedInRow, b.failedSince = 1, now
+		case r == resultFailed:
+			b.failedInRow++
+		case r == resultAnswered:
+			b.failedInRow = 0
 		}
 		switch {
 		case r == resultUnreachable && b.unreached == 0:
@@ -196,11 +218,16 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, l
 			// No answer is the provider's failure, not the job's, even
 			// before the lane is held.
 			return true, now.Sub(b.unreachedSince)
+		case r == resultFailed && b.failedInRow >= failedTrip:
+			// As for calls that get no answer: held, the next call
+			// probing at once, reported when that probe fails too.
+			b.trip(b.failedSince, causeFailures, now, false)
 		case r == resultFailed && b.tripsOnRatio(now):
 			b.trip(now, causeFailures, now.Add(b.probeEvery), true)
 		}
 	case !probe:
-		// Admitted before the lane was held: says nothing new.
+		// Admitted before the lane was held: says nothing new of the
+		// provider, but a failure is the incident's (below).
 	case r == resultAnswered:
 		b.close()
 	case r == resultUnreachable:
@@ -208,7 +235,10 @@ func (b *incident) done(now time.Time, probe bool, r callResult) (outage bool, l
 	default:
 		b.trip(now, causeFailures, now.Add(b.probeEvery), true)
 	}
-	if b.state == incidentClosed || r == resultAnswered || r == resultFailed && !probe {
+	if b.state == incidentClosed || r == resultAnswered || r == resultFailed && !probe && !held {
+		// A failure that held the lane was the job's; one that ends
+		// while the lane is held (admitted before, in flight as the
+		// incident began) is the incident's.
 		return false, 0
 	}
 	return true, now.Sub(b.since)
@@ -221,7 +251,7 @@ func (b *incident) trip(since time.Time, cause incidentCause, probeAt time.Time,
 	if b.state == incidentClosed {
 		b.since, b.confirmed = since, false
 	}
-	b.probeAt, b.unreached, b.testing = probeAt, 0, false
+	b.probeAt, b.unreached, b.testing, b.failedInRow = probeAt, 0, false, 0
 	report := confirm && (!b.confirmed || cause != b.cause && cause == causeUnauthorized)
 	b.confirmed = b.confirmed || confirm
 	b.set(incidentOpen, cause, report)

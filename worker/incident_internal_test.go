@@ -185,3 +185,51 @@ func TestResultOf(t *testing.T) {
 		require.Equal(t, tt.want, resultOf(tt.out), "%+v", tt.out)
 	}
 }
+
+// TestIncidentFailuresInARow: failedTrip calls failed in a row hold the
+// lane even when the window's successes keep the failure ratio low (a
+// busy lane whose provider starts answering 5xx to every call); an answer
+// between them starts the row again. The next call probes at once; a
+// call in flight that fails while the lane is held is the incident's (it
+// costs its job no attempt), and the probe's failure confirms it.
+func TestIncidentFailuresInARow(t *testing.T) {
+	t.Parallel()
+	var reported []incidentCause
+	b := newTestIncident(&reported)
+	b.minCalls = 1000 // the ratio never trips here
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for range 100 {
+		b.done(t0, false, resultAnswered)
+	}
+	for i := range failedTrip - 1 {
+		outage, _ := b.done(at(time.Second), false, resultFailed)
+		require.False(t, outage, "a 5xx before the lane is held is the job's")
+		require.Equal(t, incidentClosed, b.state, "%d failed in a row", i+1)
+	}
+	b.done(at(time.Second), false, resultAnswered)
+	for range failedTrip - 1 {
+		b.done(at(2*time.Second), false, resultFailed)
+	}
+	require.Equal(t, incidentClosed, b.state, "an answer started the row again")
+	outage, _ := b.done(at(3*time.Second), false, resultFailed)
+	require.False(t, outage, "the failure that holds the lane was the job's")
+	require.Equal(t, incidentOpen, b.state, "%d failed in a row, of %d in the window", failedTrip, 100+2*failedTrip)
+	require.Empty(t, reported, "not reported before a probe fails")
+
+	outage, lasted := b.done(at(4*time.Second), false, resultFailed)
+	require.True(t, outage, "a call in flight as the lane was held: the incident's")
+	require.Equal(t, 2*time.Second, lasted, "since the first of the row")
+	ok, probe, _, _ := b.allow(at(4 * time.Second))
+	require.True(t, ok && probe, "the next call probes at once")
+	outage, _ = b.done(at(5*time.Second), true, resultFailed)
+	require.True(t, outage)
+	require.Equal(t, []incidentCause{causeFailures}, reported, "the failed probe confirms it")
+	ok, _, wait, _ := b.allow(at(5 * time.Second))
+	require.False(t, ok)
+	require.Equal(t, 15*time.Second, wait, "then probes every 15 s")
+	ok, probe, _, _ = b.allow(at(20 * time.Second))
+	require.True(t, ok && probe)
+	b.done(at(21*time.Second), true, resultAnswered)
+	require.Equal(t, incidentClosed, b.state, "an answered probe ends it")
+}

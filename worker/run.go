@@ -390,7 +390,7 @@ func (w *Worker) makeCall(p *job, model string, l *lane, a *admission, body json
 	w.metrics.inFlight.Inc()
 	begin := w.cfg.Clock.Now()
 	cs := p.trace.Child(tracing.SpanCall)
-	ctx, sink := w.streamTo(p.trace.Context(w.workCtx), p)
+	ctx, sink := w.streamTo(withCallOf(p.trace.Context(w.workCtx), p.rec.Tenant, p.rec.ID), p)
 	p.reply = l.up.Call(ctx, model, body)
 	partial := sink.finish(&p.reply, p.req.PromptTokens)
 	w.endCall(cs, p, model)

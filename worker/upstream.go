@@ -144,7 +144,7 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 		}
 		timeout += c.DashScopeWaitTimeout
 	}
-	rt = &headerTransport{base: rt, name: HeaderHop, value: "1"}
+	rt = &headerTransport{base: &callHeaderTransport{base: rt}, name: HeaderHop, value: "1"}
 	limit := cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
 	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt, limit: limit,
 		large: make(chan struct{}, largeAnswers)}, Timeout: timeout}

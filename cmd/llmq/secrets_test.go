@@ -52,6 +52,7 @@ func extraArgs(t *testing.T, name string) []string {
 		"produce":      {"--file", empty, "--wait=false"},
 		"demo":         {"--listen", "127.0.0.1:0", "--jobs", "1", "--timeout", "20s"},
 		"bench":        {"--out", t.TempDir(), "--only", "burst", "--scale", "0.01"},
+		"soak":         {"--duration", "10s", "--rabbitmq-url", "amqp://guest:" + brokerSecret + "@127.0.0.1:1/"},
 		"status":       {"no-such-job"},
 		"batch show":   {"lb_none"},
 		"batch cancel": {"lb_none"},
@@ -137,7 +138,7 @@ func TestNoCommandPrintsASecret(t *testing.T) {
 				continue // no database, broker or upstream; it serves until interrupted
 			}
 			args := extraArgs(t, name)
-			if name == "bench" {
+			if name == "bench" || name == "soak" {
 				args = append(args, "--database-url", round.benchPostgres)
 			}
 			printed, err := runLeaf(t, path, args, 30*time.Second)

@@ -47,7 +47,11 @@ type App struct {
 	cfg   Config
 	log   *slog.Logger
 	clock clockwork.Clock
-	reg   *prometheus.Registry
+	// starting is Start's context: a part waiting at start-up for the
+	// database gives up when it ends (the parts themselves run on a
+	// context without its cancellation).
+	starting context.Context
+	reg      *prometheus.Registry
 	// registerer is what the components register with: reg, and
 	// Config.Registerer when set.
 	registerer prometheus.Registerer
@@ -168,7 +172,7 @@ func (a *App) openResources(ctx context.Context) error {
 		a.tenancy = a.newTenancy()
 		order.Live = a.tenancy.Tenants
 	}
-	st, err := store.Open(ctx, s.DatabaseURL, store.WithOrder(order))
+	st, err := a.openStore(ctx, store.WithOrder(order))
 	if err != nil {
 		return err
 	}
@@ -300,7 +304,7 @@ func (a *App) buildWorker() error {
 		if err != nil {
 			return err
 		}
-		a.parts.add("batch lane", batches.Start, batches.Stop, batchStopTimeout)
+		a.parts.add("batch lane", a.waitingForDatabase("batch lane", batches.Start), batches.Stop, batchStopTimeout)
 		wcfg.Router = batchRouter{r: router, drain: wc.BatchDrain}
 	}
 	if a.worker, err = worker.New(wcfg); err != nil {
@@ -615,6 +619,7 @@ func (a *App) Start(ctx context.Context) error {
 	if a.stopped {
 		return errors.New("app: Start after Stop")
 	}
+	a.starting = ctx
 	return a.parts.startAll(context.WithoutCancel(ctx))
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/producer"
 )
 
 // CodeBudgetExceeded is the error code of a job refused because a budget
@@ -15,7 +16,8 @@ const CodeBudgetExceeded = "budget_exceeded"
 // budgetRefusal returns the error of the first job whose scope has a
 // rejecting budget that is spent (docs/design/tenants.md#budgets), nil
 // when every job may be recorded. batch: the jobs came as {"jobs": [...]}
-// (field paths jobs[i]).
+// (field paths jobs[i]). A failed read of the budgets is
+// producer.ErrDatabaseUnavailable.
 func (a *API) budgetRefusal(ctx context.Context, jobs []*llmq.Job, batch bool) (*Error, error) {
 	if a.cfg.Usage == nil {
 		return nil, nil
@@ -33,7 +35,9 @@ func (a *API) budgetRefusal(ctx context.Context, jobs []*llmq.Job, batch bool) (
 		if !ok {
 			us, err := a.cfg.Usage.BudgetUsages(ctx, j.Tenant)
 			if err != nil {
-				return nil, err
+				// Postgres away: the request is refused as a publish
+				// would be (503, Retry-After), nothing recorded.
+				return nil, fmt.Errorf("%w: read budgets: %w", producer.ErrDatabaseUnavailable, err)
 			}
 			for _, u := range us {
 				states = append(states, budgetState{b: u.Budget, spent: u.SpentUSD + u.ReservedUSD, exceeded: u.State == llmq.BudgetExceeded,

@@ -168,7 +168,7 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if e, err := a.budgetRefusal(r.Context(), []*llmq.Job{j}, false); err != nil {
-		a.internalError(w, r, err)
+		a.gatewayPublishError(w, r, err)
 		return
 	} else if e != nil {
 		writeOpenAIError(w, http.StatusPaymentRequired, *e)

@@ -150,7 +150,7 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 		jobs[i] = j
 	}
 	if e, err := a.budgetRefusal(r.Context(), jobs, batch); err != nil {
-		a.internalError(w, r, err)
+		a.publishError(w, r, err, batch)
 		return
 	} else if e != nil {
 		writeError(w, http.StatusPaymentRequired, *e)

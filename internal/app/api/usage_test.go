@@ -3,12 +3,15 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/internal/chaos"
 	"github.com/llmq/llmq/store"
 )
 
@@ -111,4 +114,36 @@ func TestUsageBudgets(t *testing.T) {
 	require.Equal(t, http.StatusPaymentRequired, r.status)
 	require.Contains(t, string(r.body), `"code":"budget_exceeded"`)
 	require.Contains(t, string(r.body), `the day budget of tenant globex (1.00 USD) is spent (1.00 USD spent or reserved)`)
+}
+
+// TestBudgetReadFailureIsUnavailable: when the budgets cannot be read
+// (Postgres away), a job of a scope with a rejecting budget is refused as
+// a publish would be: 503 database_unavailable with Retry-After, nothing
+// recorded; a gateway call 503 too, in OpenAI's shape.
+func TestBudgetReadFailureIsUnavailable(t *testing.T) {
+	t.Parallel()
+	tenants := llmq.Tenants{"acme": {Scope: llmq.Scope{DailyCost: 1, Overage: llmq.OverageReject}}}
+	p, err := chaos.New("127.0.0.1:5432")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	b := setup(t, options{api: func(c *api.Config) {
+		url := c.Store.(*store.Store).Pool().Config().ConnString()
+		require.Contains(t, url, "127.0.0.1:5432")
+		pool, err := pgxpool.New(context.Background(), strings.Replace(url, "127.0.0.1:5432", p.Addr(), 1))
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		c.Usage, c.Tenants, c.JobsDone = store.New(pool, store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants})), tenants, c.Store.(*store.Store)
+	}})
+	p.Cut()
+	r := b.post(t, keyAcme, `{"id":"a1","body":`+validBody+`}`)
+	require.Equal(t, http.StatusServiceUnavailable, r.status, string(r.body))
+	require.Contains(t, string(r.body), `"code":"database_unavailable"`)
+	require.Equal(t, "5", r.header.Get("Retry-After"))
+	r = b.do(t, http.MethodPost, "/v1/chat/completions", keyAcme, "application/json", []byte(validBody))
+	require.Equal(t, http.StatusServiceUnavailable, r.status, string(r.body))
+	require.Contains(t, string(r.body), `"code":"unavailable"`)
+	require.Equal(t, "5", r.header.Get("Retry-After"))
+
+	p.Restore()
+	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"id":"a1","body":`+validBody+`}`).status, "recorded once Postgres is back")
 }

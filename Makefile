@@ -88,10 +88,12 @@ bench-enqueue:
 
 SOAK_DURATION ?= 15m
 SOAK_SEED     ?= $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+# SOAK_FLAGS: more llmq soak flags, e.g. --postgres-control "pg_ctlcluster --skip-systemctl-redirect 15 main"
+SOAK_FLAGS    ?=
 
 ## soak: 3 workers, 2 API replicas, the simulator and kfake under load and overlapping faults for SOAK_DURATION (15m), replayable from SOAK_SEED; checks every promise, exits 1 when one fails (docs/bench/soak.md); not in test
 soak: build
-	$(BIN) soak --duration $(SOAK_DURATION) --seed $(SOAK_SEED)
+	$(BIN) soak --duration $(SOAK_DURATION) --seed $(SOAK_SEED) $(SOAK_FLAGS)
 
 ## mutate: mutation testing (gremlins) of shaping, the job contract and the worker's policy; slow, not in test (docs/mutation.md)
 mutate:

@@ -55,6 +55,9 @@ report names the seed that replays the faults (docs/bench/soak.md).`,
 				return err
 			}
 			r.Command = fmt.Sprintf("llmq soak --duration %s --seed %d --rate %v", cfg.Duration, cfg.Seed, cfg.Rate)
+			if cfg.PostgresControl != "" {
+				r.Command += fmt.Sprintf(" --postgres-control %q", cfg.PostgresControl)
+			}
 			r.Print(out, soak.BoundsDefault)
 			if f := r.Failures(soak.BoundsDefault); len(f) > 0 {
 				return errors.New("soak failed (seed " + fmt.Sprint(cfg.Seed) + "): " + strings.Join(f, "; "))
@@ -69,6 +72,7 @@ report names the seed that replays the faults (docs/bench/soak.md).`,
 	f.Float64Var(&cfg.Rate, "rate", soak.RateDefault, "submissions per second")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for each process's log (default: a new temporary one)")
 	f.BoolVar(&cfg.KeepDatabase, "keep-database", false, "keep the soak's database for inspection")
+	f.StringVar(&cfg.PostgresControl, "postgres-control", "", `make each Postgres outage a real stop and start of the server by this command, with "stop" and "start" appended (e.g. "pg_ctlcluster 15 main"); default: a proxy cuts the connections`)
 	f.StringVar(&cfg.PostgresURL, "database-url", "", "Postgres server on which the soak creates and drops its own database (default "+redact.URL(soak.PostgresURLDefault)+")")
 	f.StringVar(&cfg.RabbitMQ, "rabbitmq-url", "", "RabbitMQ server the soak declares and deletes its own queue on (default the local server, user guest)")
 	return cmd

@@ -69,8 +69,13 @@ func startPipeline(t *testing.T) *pipeline {
 	price := llmq.Model{InputPricePer1M: upstreamsim.InputPerMTokDefault, OutputPricePer1M: upstreamsim.OutputPerMTokDefault}
 	s := &config.Config{
 		DatabaseURL: storetest.NewDB(t), Broker: broker, OpenAIBaseURL: sim.URL, OpenAIAPIKey: "sk-test",
-		Models:       map[string]llmq.Model{goodModel: price, brokenModel: price, busyModel: price},
-		Retry:        config.Retry{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond},
+		Models: map[string]llmq.Model{goodModel: price, brokenModel: price, busyModel: price},
+		// The broken model answers 500 to every call: with the incident
+		// breaker on, five in a row would hold its lane and its jobs would
+		// wait the "outage" out (docs/worker-policy.md); here they spend
+		// their attempts, so the console has dead letters to show.
+		Retry: config.Retry{MaxAttempts: 2, BaseDelay: 10 * time.Millisecond, MaxDelay: 20 * time.Millisecond,
+			IncidentMinCalls: -1},
 		Batch:        config.Batch{Window: batchapi.WindowOff, FlushInterval: 300 * time.Millisecond},
 		APIKeys:      map[string]string{keyAcme: "acme", keyGlobex: "globex"},
 		OperatorKeys: []string{keyOps},

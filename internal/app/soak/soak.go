@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -56,6 +57,12 @@ type Config struct {
 	PostgresURL, RabbitMQ string
 	// KeepDatabase keeps the soak's database at the end.
 	KeepDatabase bool
+	// PostgresControl, when set, makes each Postgres outage a real stop
+	// and start of the server: the command (split on spaces) run with
+	// "stop" then "start" appended, e.g. "pg_ctlcluster 15 main". Empty:
+	// the outage is the proxy cutting every connection. Every client of
+	// that server sees the outage, not only the soak's.
+	PostgresControl string
 	// Bounds are the thresholds (BoundsDefault when zero).
 	Bounds Bounds
 	// Out receives the progress and the report; Logger the driver's
@@ -489,6 +496,12 @@ func (s *soak) inject(ctx context.Context, start time.Time, f Fault) {
 			s.logf("restart %s: %v", p.name, err)
 		}
 	case PostgresCut:
+		if s.cfg.PostgresControl != "" {
+			s.postgres(ctx, "stop")
+			end()
+			s.postgres(ctx, "start")
+			break
+		}
 		s.pg.Cut()
 		end()
 		s.pg.Restore()
@@ -518,6 +531,18 @@ func (s *soak) inject(ctx context.Context, start time.Time, f Fault) {
 		s.sim.SetLimits(model, upstreamsim.Limits{RPM: modelRPM, TPM: modelTPM})
 	}
 	s.logf("fault over: %s", f.Kind)
+}
+
+// postgres runs cfg.PostgresControl with args appended (stop or start
+// the server), logging a failure: the check then shows what it cost.
+func (s *soak) postgres(ctx context.Context, args ...string) {
+	argv := append(strings.Fields(s.cfg.PostgresControl), args...)
+	out, err := exec.CommandContext(context.WithoutCancel(ctx), argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		s.logf("postgres %s: %v: %s", args[0], err, strings.TrimSpace(string(out)))
+		return
+	}
+	s.logf("postgres %s", args[0])
 }
 
 // drain waits until every accepted job is in Postgres and no job is

@@ -496,15 +496,7 @@ func (s *soak) inject(ctx context.Context, start time.Time, f Fault) {
 			s.logf("restart %s: %v", p.name, err)
 		}
 	case PostgresCut:
-		if s.cfg.PostgresControl != "" {
-			s.postgres(ctx, "stop")
-			end()
-			s.postgres(ctx, "start")
-			break
-		}
-		s.pg.Cut()
-		end()
-		s.pg.Restore()
+		s.postgresOutage(ctx, end)
 	case BrokerCut:
 		s.mq.Cut()
 		end()
@@ -531,6 +523,20 @@ func (s *soak) inject(ctx context.Context, start time.Time, f Fault) {
 		s.sim.SetLimits(model, upstreamsim.Limits{RPM: modelRPM, TPM: modelTPM})
 	}
 	s.logf("fault over: %s", f.Kind)
+}
+
+// postgresOutage takes Postgres away until end returns: the server
+// stopped and started again with cfg.PostgresControl, else the proxy's cut.
+func (s *soak) postgresOutage(ctx context.Context, end func()) {
+	if s.cfg.PostgresControl == "" {
+		s.pg.Cut()
+		end()
+		s.pg.Restore()
+		return
+	}
+	s.postgres(ctx, "stop")
+	end()
+	s.postgres(ctx, "start")
 }
 
 // postgres runs cfg.PostgresControl with args appended (stop or start

@@ -3,7 +3,6 @@ package worker
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -282,12 +281,12 @@ func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification
 	}
 	byDest := map[string]*group{}
 	var dests []string
+	var buf []byte // the round's payloads, one after the other
 	for _, nt := range claimed {
-		payload, err := json.Marshal(nt.Event())
-		if err != nil {
-			failed[nt.EventID] = failure{"reply", fmt.Errorf("encode result event: %w", err)}
-			continue
-		}
+		e := nt.Event()
+		start := len(buf)
+		buf = appendEvent(buf, &e)
+		payload := buf[start:len(buf):len(buf)]
 		payloads[nt.EventID] = payload
 		if nt.Reply.To == "" {
 			continue

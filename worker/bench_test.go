@@ -111,7 +111,7 @@ func benchPipeline(b *testing.B, notify int) {
 			if notify == notifyDeliver {
 				outbox = &countingOutbox{NotificationOutbox: tb.store.Notifications(), n: int64(b.N), done: make(chan struct{})}
 				nt, err := worker.NewNotifier(worker.NotifierConfig{Outbox: outbox, Replier: pub.(transport.Replier),
-					Interval: 50 * time.Millisecond, Batch: 256, Log: slog.New(slog.DiscardHandler)})
+					Log: slog.New(slog.DiscardHandler)})
 				require.NoError(b, err)
 				require.NoError(b, nt.Start(context.Background()))
 				defer func() { require.NoError(b, nt.Stop(context.Background())) }()

@@ -21,7 +21,7 @@ import (
 const (
 	NotifierIntervalDefault   = 250 * time.Millisecond
 	NotifierLeaseDefault      = 30 * time.Second
-	NotifierBatchDefault      = 64
+	NotifierBatchDefault      = 256
 	NotifierRetryForDefault   = 24 * time.Hour
 	NotifierBackoffMinDefault = time.Second
 	NotifierBackoffMaxDefault = 5 * time.Minute

@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
@@ -252,6 +253,29 @@ func (n *Notifier) Round(ctx context.Context) bool {
 		n.cfg.Log.Warn("notifier: mark delivered", slog.Int("notifications", len(delivered)), slog.Any("error", err))
 	}
 	return len(claimed) == n.cfg.Batch
+}
+
+// TenantReplier answers a tenant's route for its jobs that name none
+// (Config.TenantReplies).
+type TenantReplier interface {
+	TenantReply(tenant string) (llmq.Reply, bool)
+}
+
+// StaticTenantReplies is a TenantReplier that never changes.
+type StaticTenantReplies map[string]llmq.Reply
+
+// TenantReply is m's route of tenant.
+func (m StaticTenantReplies) TenantReply(tenant string) (llmq.Reply, bool) {
+	r, ok := m[tenant]
+	return r, ok
+}
+
+// tenantReply is src's route of tenant; none when src is nil.
+func tenantReply(src TenantReplier, tenant string) (llmq.Reply, bool) {
+	if src == nil {
+		return llmq.Reply{}, false
+	}
+	return src.TenantReply(tenant)
 }
 
 // Result-event headers on the bus: the event id and correlation id, after

@@ -183,7 +183,7 @@ func TestNotifierTenantReply(t *testing.T) {
 	tenantQ, ds := replyQueue(t)
 	ownQ, own := replyQueue(t)
 	runNotified(t, tb, tb.subscriber(t, 16), tb.pub.(transport.Replier),
-		worker.Config{TenantReplies: map[string]llmq.Reply{llmq.DefaultTenant: {To: tenantQ}}})
+		worker.Config{TenantReplies: worker.StaticTenantReplies{llmq.DefaultTenant: {To: tenantQ}}})
 	require.NoError(t, tb.pub.Publish(context.Background(), tb.queue,
 		transport.Message{Value: jobJSON("t-1", "gpt-4o-mini", "")},
 		transport.Message{Value: jobJSON("t-2", "gpt-4o-mini", ""), ReplyTo: ownQ}))

@@ -307,6 +307,11 @@ func (a *App) buildWorker() error {
 		a.parts.add("batch lane", a.waitingForDatabase("batch lane", batches.Start), batches.Stop, batchStopTimeout)
 		wcfg.Router = batchRouter{r: router, drain: wc.BatchDrain}
 	}
+	hooks, routes, err := a.buildTenantRoutes(s)
+	if err != nil {
+		return err
+	}
+	wcfg.TenantReplies = routes
 	if a.worker, err = worker.New(wcfg); err != nil {
 		return err
 	}
@@ -318,7 +323,8 @@ func (a *App) buildWorker() error {
 		return err
 	}
 	a.parts.add("retention", pruner.Start, pruner.Stop, stopTimeout)
-	if err := a.addNotifier(s); err != nil {
+	a.parts.add("tenant routes", a.startTenantRoutes(routes), routes.Stop, stopTimeout)
+	if err := a.addNotifier(s, hooks); err != nil {
 		return err
 	}
 	// The worker's Stop bounds itself (its ShutdownTimeout).
@@ -327,20 +333,13 @@ func (a *App) buildWorker() error {
 }
 
 // addNotifier adds the notifier, which publishes the result events of jobs
-// with a route after their commit (docs/design/notifications.md).
-func (a *App) addNotifier(s *config.Config) error {
+// with a route after their commit, and posts their webhooks with hooks
+// (docs/design/notifications.md).
+func (a *App) addNotifier(s *config.Config, hooks *webhook.Sender) error {
 	nc := worker.NotifierConfig{Outbox: a.store.Notifications(), RetryFor: s.Notifications.RetryFor,
-		Log: a.log, Registerer: a.registerer}
+		Webhooks: hooks, Log: a.log, Registerer: a.registerer}
 	if r, ok := a.pub.(transport.Replier); ok {
 		nc.Replier = r
-	}
-	if len(s.Notifications.WebhookSecrets) > 0 {
-		hooks, err := webhook.New(webhook.Config{Secrets: s.Notifications.WebhookSecrets,
-			AllowPrivate: s.Notifications.AllowPrivateWebhooks})
-		if err != nil {
-			return fmt.Errorf("notifications.webhook_secrets: %w", err)
-		}
-		nc.Webhooks = hooks
 	}
 	notifier, err := worker.NewNotifier(nc)
 	if err != nil {
@@ -497,6 +496,7 @@ func (a *App) buildAPI() error {
 		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
 		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
 		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
+		TenantNotifications: store.NewTenantNotifications(a.store),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},

@@ -16,8 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/tenantroutes"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/kafka"
 	"github.com/llmq/llmq/transport/kafka/kafkatest"
@@ -192,4 +194,44 @@ func TestNotifierTenantReply(t *testing.T) {
 	require.Equal(t, "t-1", e.JobID)
 	require.NoError(t, json.Unmarshal(nextReply(t, own).Body, &e))
 	require.Equal(t, "t-2", e.JobID)
+}
+
+// TestNotifierTenantReplyLive: the tenant's route kept as data
+// (tenantroutes over store.TenantNotifications) is read at each job: a
+// route changed while the worker runs takes the jobs recorded after it.
+func TestNotifierTenantReplyLive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := setup(t, upstreamsim.Config{Seed: 7, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	firstQ, first := replyQueue(t)
+	secondQ, second := replyQueue(t)
+	tn := store.NewTenantNotifications(tb.store)
+	_, err := tn.Import(ctx, map[string]llmq.Reply{llmq.DefaultTenant: {To: firstQ}}, nil)
+	require.NoError(t, err)
+	loaded := make(chan struct{}, 16)
+	routes, err := tenantroutes.New(tenantroutes.Config{Source: tn, Log: slog.New(slog.DiscardHandler),
+		OnSecrets: func(map[string][]string) error { loaded <- struct{}{}; return nil }})
+	require.NoError(t, err)
+	require.NoError(t, routes.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, routes.Stop(ctx)) })
+	runNotified(t, tb, tb.subscriber(t, 16), tb.pub.(transport.Replier), worker.Config{TenantReplies: routes})
+
+	require.NoError(t, tb.pub.Publish(ctx, tb.queue, transport.Message{Value: jobJSON("l-1", "gpt-4o-mini", "")}))
+	var e llmq.ResultEvent
+	require.NoError(t, json.Unmarshal(nextReply(t, first).Body, &e))
+	require.Equal(t, "l-1", e.JobID)
+
+	_, err = tn.PutRoute(ctx, "ops", llmq.DefaultTenant, llmq.Reply{To: secondQ}, 1)
+	require.NoError(t, err)
+	deadline := time.After(10 * time.Second)
+	for r, _ := routes.TenantReply(llmq.DefaultTenant); r.To != secondQ; r, _ = routes.TenantReply(llmq.DefaultTenant) {
+		select {
+		case <-loaded:
+		case <-deadline:
+			t.Fatal("the changed route did not arrive")
+		}
+	}
+	require.NoError(t, tb.pub.Publish(ctx, tb.queue, transport.Message{Value: jobJSON("l-2", "gpt-4o-mini", "")}))
+	require.NoError(t, json.Unmarshal(nextReply(t, second).Body, &e))
+	require.Equal(t, "l-2", e.JobID)
 }

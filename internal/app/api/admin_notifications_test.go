@@ -90,7 +90,9 @@ func TestAdminTenantNotificationsBadInput(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.status, "%s: %s", c.body, r.body)
 		require.Equal(t, c.field, r.apiError(t).Field, "%s: %s", c.body, r.body)
 	}
-	var list struct{ Data []api.AdminTenantNotifications }
+	var list struct {
+		Data []api.AdminTenantNotifications
+	}
 	require.NoError(t, json.Unmarshal(b.admin(t, http.MethodGet, "/v1/admin/notifications", keyOps, "").body, &list))
 	require.Empty(t, list.Data)
 	r := b.admin(t, http.MethodPost, "/v1/admin/tenants/*/notifications/secrets", keyOps, "")

@@ -235,3 +235,39 @@ func TestNotifierTenantReplyLive(t *testing.T) {
 	require.NoError(t, json.Unmarshal(nextReply(t, second).Body, &e))
 	require.Equal(t, "l-2", e.JobID)
 }
+
+// TestNotifierMemoryReplies: on the in-memory broker a job's result event
+// reaches a subscriber of its reply queue, whether the job or its
+// message's reply_to and correlation id named it.
+func TestNotifierMemoryReplies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := setup(t, upstreamsim.Config{Seed: 8, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	name := "notify-" + strings.ReplaceAll(t.Name(), "/", "-")
+	dest, pub, sub := openBroker(t, "memory://"+name+"/jobs", 16)
+	_, _, replies := openBroker(t, "memory://"+name+"/replies", 16)
+	ch, err := replies.Consume(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = replies.Close() })
+	runNotified(t, tb, sub, pub.(transport.Replier), worker.Config{})
+
+	require.NoError(t, pub.Publish(ctx, dest,
+		transport.Message{Value: jobJSON("m-1", "gpt-4o-mini", `,"reply_to":{"to":"replies"}`)},
+		transport.Message{Value: jobJSON("m-2", "gpt-4o-mini", ""), ReplyTo: "replies", CorrelationID: "c-2"}))
+	got := map[string]llmq.ResultEvent{}
+	for len(got) < 2 {
+		select {
+		case m := <-ch:
+			var e llmq.ResultEvent
+			require.NoError(t, json.Unmarshal(m.Value, &e))
+			require.Equal(t, e.EventID, m.ID)
+			require.Equal(t, e.CorrelationID, m.CorrelationID)
+			got[e.JobID] = e
+			require.NoError(t, m.Ack(ctx))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("result events: got %d of 2", len(got))
+		}
+	}
+	require.Equal(t, llmq.StatusSucceeded, got["m-1"].Status)
+	require.Equal(t, "c-2", got["m-2"].CorrelationID)
+}

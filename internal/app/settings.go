@@ -125,6 +125,7 @@ func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
 	return worker.UpstreamConfig{
 		BaseURL: s.OpenAIBaseURL, APIKey: s.OpenAIAPIKey, Timeout: wc.UpstreamTimeout,
 		DashScopeWaitTimeout: wc.DashScopeWaitTimeout, MaxResponseBytes: s.Upstream.MaxResponseBytes,
+		NameCalls: s.Upstream.NameCalls,
 	}
 }
 

@@ -244,6 +244,10 @@ type Upstream struct {
 	// (response_too_large); 0 = worker.MaxResponseBytesDefault (8 MiB),
 	// -1 = no bound.
 	MaxResponseBytes int64 `yaml:"max_response_bytes"`
+	// NameCalls sends each call's job id and tenant upstream
+	// (worker.HeaderJob, worker.HeaderTenant). Default false: a provider
+	// learns nothing of the tenants' names unless the deployment asks.
+	NameCalls bool `yaml:"name_calls"`
 }
 
 // The failures retry.fallback_on may name.

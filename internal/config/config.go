@@ -551,41 +551,12 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateModels checks the models: quotas, prices and fallbacks.
+// validateModels checks the models: quotas, prices and fallbacks
+// (llmq.ValidateModels, which every other writer of models applies too).
 func (c *Config) validateModels(bad func(setting, format string, args ...any)) {
-	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
-		m := c.Models[name]
-		p := "models." + name
-		if strings.TrimSpace(name) == "" {
-			bad("models", "a model name is empty")
-		}
-		for field, v := range map[string]float64{"rpm": m.RPM, "tpm": m.TPM, "concurrency": float64(m.Concurrency),
-			"context_window": float64(m.ContextWindow), "max_output_default": float64(m.MaxOutputDefault)} {
-			if v < 0 {
-				bad(p+"."+field, "must not be negative; got %v", v)
-			}
-		}
-		if m.InputPricePer1M < 0 {
-			bad(p+".input_price_per_1m", "must not be negative")
-		}
-		if m.OutputPricePer1M < 0 {
-			bad(p+".output_price_per_1m", "must not be negative")
-		}
-		if m.BatchDiscount < 0 || m.BatchDiscount > 1 {
-			bad(p+".batch_discount", "must be in (0, 1] (0: the default, %v); got %v", llmq.BatchDiscountDefault, m.BatchDiscount)
-		}
-		for i, f := range m.Fallbacks {
-			_, listed := c.Models[f]
-			switch {
-			case strings.TrimSpace(f) == "" || f == name:
-				bad(fmt.Sprintf("%s.fallbacks[%d]", p, i), "must name another model; got %q", f)
-			case !listed && !c.AllowAnyModel:
-				// A typo here would start, then fail every job that falls
-				// back with the provider's 404.
-				bad(fmt.Sprintf("%s.fallbacks[%d]", p, i), "%q is not in models (%s): list it there with its quota, or set allow_any_model: true",
-					f, strings.Join(slices.Sorted(maps.Keys(c.Models)), ", "))
-			}
-		}
+	for _, err := range llmq.ValidateModels("models", c.Models, c.AllowAnyModel) {
+		setting, msg, _ := strings.Cut(err.Error(), ": ")
+		bad(setting, "%s", msg)
 	}
 }
 

@@ -148,6 +148,15 @@ func (a *API) tenants() llmq.Tenants {
 	return a.cfg.Tenants
 }
 
+// catalog is the catalog the API applies now: Config.Catalog with the
+// tenancy's models.
+func (a *API) catalog() llmq.Catalog {
+	if a.cfg.Tenancy != nil {
+		return a.cfg.Tenancy.Catalog(a.cfg.Catalog)
+	}
+	return a.cfg.Catalog
+}
+
 // keyUseEvery is how often a replica records a key's last use: at most
 // one write per key and minute.
 const keyUseEvery = time.Minute

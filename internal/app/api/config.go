@@ -55,7 +55,8 @@ type Config struct {
 	OperatorKeys []string
 	// Catalog says which models a job may name (body.model and
 	// fallback_models); any other is refused with 400 model_not_allowed.
-	// The zero Catalog allows every name.
+	// The zero Catalog allows every name. With Tenancy, the models kept
+	// as data replace its Models once imported (Watcher.Catalog).
 	Catalog llmq.Catalog
 	// DeadLetterService, when set, serves the dead letters:
 	// GET /v1/dead-letters, /v1/dead-letters/{id} and /reasons, POST

@@ -125,7 +125,7 @@ type model struct {
 // models lists the catalog's models in OpenAI's list shape.
 func (a *API) models(w http.ResponseWriter, _ *http.Request) {
 	data := []model{}
-	for _, name := range slices.Sorted(maps.Keys(a.cfg.Catalog.Models)) {
+	for _, name := range slices.Sorted(maps.Keys(a.catalog().Models)) {
 		data = append(data, model{ID: name, Object: "model", OwnedBy: "llmq"})
 	}
 	writeJSON(w, http.StatusOK, struct {

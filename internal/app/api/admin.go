@@ -119,6 +119,7 @@ func (a *API) adminRoutes() {
 	a.mux.Handle("GET /v1/admin/keys/{key}", h(a.getKey))
 	a.mux.Handle("POST /v1/admin/keys/{key}/revoke", h(a.revokeKey))
 	a.mux.Handle("GET /v1/admin/audit", h(a.listAudit))
+	a.modelRoutes(h)
 }
 
 // adminOnly refuses a tenant key with 403.

@@ -14,7 +14,9 @@ import (
 
 // liveModels are the models of the newest load; nil until the first (the
 // configured catalog applies).
-type liveModels struct{ p atomic.Pointer[map[string]llmq.Model] }
+type liveModels struct {
+	p atomic.Pointer[map[string]llmq.Model]
+}
 
 // ModelsChanged applies models, the models kept as data by name, at once:
 // each lane made so far of a model without a key pool takes its model's

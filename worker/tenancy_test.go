@@ -49,9 +49,12 @@ func newTenancyReplica(t *testing.T, tb *testBundle, name string) *tenancyReplic
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	r.store = st
-	r.watch = tenancy.New(st.Tenancy(), tenancy.Config{Logger: slog.New(slog.DiscardHandler), OnLoad: func(*tenancy.Snapshot) {
+	r.watch = tenancy.New(st.Tenancy(), tenancy.Config{Logger: slog.New(slog.DiscardHandler), OnLoad: func(s *tenancy.Snapshot) {
 		if w := r.worker.Load(); w != nil {
 			w.TenantsChanged()
+			if s.Models != nil {
+				w.ModelsChanged(s.Models)
+			}
 		}
 	}})
 	require.NoError(t, r.watch.Load(ctx))

@@ -62,7 +62,7 @@ func TestModelLimitsReachEveryWorker(t *testing.T) {
 	p, err := producer.New(producer.Config{Publisher: tb.pub, Store: admin.store, Destination: tb.queue, DepthProbe: tb.probe,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Producer: p, Store: admin.store, OperatorKeys: []string{tenancyOperatorKey},
+	a, err := api.New(api.Config{Producer: p, Store: admin.store, OperatorKeys: []api.OperatorKey{{Name: "ops", Key: tenancyOperatorKey}},
 		Tenancy: admin.watch, TenancyStore: admin.store.Tenancy(), Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	admin.srv = httptest.NewServer(a)

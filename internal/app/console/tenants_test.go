@@ -60,7 +60,7 @@ func TestTenantsPage(t *testing.T) {
 	require.Contains(t, row, `<span class="badge b-failed">paused</span>`)
 	require.Contains(t, row, `action="/ui/tenants/acme/resume"`)
 	audit := p.body[strings.Index(p.body, "data-audit"):]
-	require.Contains(t, audit, api.OperatorName(keyOps))
+	require.Contains(t, audit, api.OperatorName(api.OperatorKey{Key: keyOps}))
 	require.Contains(t, audit, "update")
 	require.Regexp(t, `tenant <span class="mono">acme</span>`, audit)
 	require.Contains(t, audit, "&#34;paused&#34;:true")

@@ -216,7 +216,7 @@ func newPauseCmd(flags *config.Flags, paused bool) *cobra.Command {
 
 func newAuditCmd(flags *config.Flags) *cobra.Command {
 	var limit int
-	audit := &cobra.Command{Use: "audit", Short: "Print the newest changes of tenants, projects and keys", Args: cobra.NoArgs,
+	audit := &cobra.Command{Use: "audit", Short: "Print the newest changes of tenants, projects, keys and models", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withConfigStore(cmd, flags, func(_ *config.Config, st *store.Store) error {
 				entries, err := st.Tenancy().Audit(cmd.Context(), 0, limit)

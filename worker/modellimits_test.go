@@ -128,7 +128,7 @@ func TestModelLimitsReachEveryWorker(t *testing.T) {
 		took = append(took, reached(put(llmq.Model{RPM: rpm, TPM: tpm, Concurrency: 64}), "tpm", tpm))
 	}
 	sorted := slices.Sorted(slices.Values(took))
-	t.Logf("%d changes of m's limits under a load of %d jobs: took median %v, max %v", len(took), posted.Load(),
+	t.Logf("%d changes of m's limits, %d jobs posted meanwhile: took median %v, max %v", len(took), posted.Load(),
 		sorted[len(sorted)/2], sorted[len(sorted)-1])
 	for i, d := range took {
 		require.LessOrEqual(t, d, 2*time.Second, "change %d took %v to reach both workers", i, d)

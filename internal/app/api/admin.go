@@ -50,6 +50,9 @@ type TenancyStore interface {
 	RevokeKey(ctx context.Context, actor, name string, version int64) (store.APIKeyRow, error)
 	TouchKeys(ctx context.Context, names []string, at time.Time) error
 	Audit(ctx context.Context, before int64, limit int) ([]store.AuditEntry, error)
+	Model(ctx context.Context, name string) (store.ModelRow, error)
+	PutModel(ctx context.Context, actor string, row store.ModelRow, version int64) (store.ModelRow, error)
+	DeleteModel(ctx context.Context, actor, name string, version int64) error
 }
 
 // AdminTenant is a tenant of the admin API: its scope, its projects'

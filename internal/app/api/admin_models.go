@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,14 +20,6 @@ import (
 // CodeUnknownModel: a model's fallback names no model held.
 const CodeUnknownModel = "unknown_model"
 
-// ModelStore is what the admin API's models read and change; a
-// *store.Tenancy is one.
-type ModelStore interface {
-	Model(ctx context.Context, name string) (store.ModelRow, error)
-	PutModel(ctx context.Context, actor string, row store.ModelRow, version int64) (store.ModelRow, error)
-	DeleteModel(ctx context.Context, actor, name string, version int64) error
-}
-
 // AdminModel is a model of the admin API: its settings (0: unknown or
 // none, as in the configuration) and version (the ETag).
 type AdminModel struct {
@@ -42,12 +33,9 @@ func adminModel(m store.ModelRow) AdminModel {
 	return AdminModel{Name: m.Name, Model: m.Model, Version: m.Version, UpdatedAt: m.UpdatedAt}
 }
 
-// modelRoutes mounts the models' endpoints when the store serves them.
+// modelRoutes mounts the models' endpoints.
 func (a *API) modelRoutes(h func(http.HandlerFunc) http.Handler) {
-	ms, ok := a.cfg.TenancyStore.(ModelStore)
-	if !ok {
-		return
-	}
+	ms := a.cfg.TenancyStore
 	a.mux.Handle("GET /v1/admin/models", h(a.listModels))
 	a.mux.Handle("POST /v1/admin/models", h(func(w http.ResponseWriter, r *http.Request) { a.putModel(w, r, ms, "") }))
 	a.mux.Handle("GET /v1/admin/models/{model...}", h(func(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +73,7 @@ func (a *API) writeModel(w http.ResponseWriter, r *http.Request, status int, m s
 
 // putModel: POST /v1/admin/models (name "": the body names it; it must
 // be new) and PUT /v1/admin/models/{model} (If-Match required).
-func (a *API) putModel(w http.ResponseWriter, r *http.Request, ms ModelStore, name string) {
+func (a *API) putModel(w http.ResponseWriter, r *http.Request, ms TenancyStore, name string) {
 	version, status := int64(-1), http.StatusCreated
 	if name != "" {
 		v, ok := ifMatch(w, r)
@@ -119,7 +107,7 @@ func (a *API) putModel(w http.ResponseWriter, r *http.Request, ms ModelStore, na
 }
 
 // deleteModel: DELETE /v1/admin/models/{model}, If-Match required.
-func (a *API) deleteModel(w http.ResponseWriter, r *http.Request, ms ModelStore) {
+func (a *API) deleteModel(w http.ResponseWriter, r *http.Request, ms TenancyStore) {
 	version, ok := ifMatch(w, r)
 	if !ok {
 		return

@@ -35,15 +35,17 @@ func adminModel(m store.ModelRow) AdminModel {
 
 // modelRoutes mounts the models' endpoints.
 func (a *API) modelRoutes(h func(http.HandlerFunc) http.Handler) {
-	ms := a.cfg.TenancyStore
 	a.mux.Handle("GET /v1/admin/models", h(a.listModels))
-	a.mux.Handle("POST /v1/admin/models", h(func(w http.ResponseWriter, r *http.Request) { a.putModel(w, r, ms, "") }))
-	a.mux.Handle("GET /v1/admin/models/{model...}", h(func(w http.ResponseWriter, r *http.Request) {
-		m, err := ms.Model(r.Context(), r.PathValue("model"))
-		a.writeModel(w, r, http.StatusOK, m, err)
-	}))
-	a.mux.Handle("PUT /v1/admin/models/{model...}", h(func(w http.ResponseWriter, r *http.Request) { a.putModel(w, r, ms, r.PathValue("model")) }))
-	a.mux.Handle("DELETE /v1/admin/models/{model...}", h(func(w http.ResponseWriter, r *http.Request) { a.deleteModel(w, r, ms) }))
+	a.mux.Handle("POST /v1/admin/models", h(func(w http.ResponseWriter, r *http.Request) { a.putModel(w, r, "") }))
+	a.mux.Handle("GET /v1/admin/models/{model...}", h(a.getModel))
+	a.mux.Handle("PUT /v1/admin/models/{model...}", h(func(w http.ResponseWriter, r *http.Request) { a.putModel(w, r, r.PathValue("model")) }))
+	a.mux.Handle("DELETE /v1/admin/models/{model...}", h(a.deleteModel))
+}
+
+// getModel: GET /v1/admin/models/{model}.
+func (a *API) getModel(w http.ResponseWriter, r *http.Request) {
+	m, err := a.cfg.TenancyStore.Model(r.Context(), r.PathValue("model"))
+	a.writeModel(w, r, http.StatusOK, m, err)
 }
 
 // listModels: GET /v1/admin/models.
@@ -73,7 +75,7 @@ func (a *API) writeModel(w http.ResponseWriter, r *http.Request, status int, m s
 
 // putModel: POST /v1/admin/models (name "": the body names it; it must
 // be new) and PUT /v1/admin/models/{model} (If-Match required).
-func (a *API) putModel(w http.ResponseWriter, r *http.Request, ms TenancyStore, name string) {
+func (a *API) putModel(w http.ResponseWriter, r *http.Request, name string) {
 	version, status := int64(-1), http.StatusCreated
 	if name != "" {
 		v, ok := ifMatch(w, r)
@@ -101,19 +103,19 @@ func (a *API) putModel(w http.ResponseWriter, r *http.Request, ms TenancyStore, 
 	case name == "":
 		name = b.Name
 	}
-	m, err := ms.PutModel(r.Context(), actor(r), store.ModelRow{Name: name, Model: b.Model}, version)
+	m, err := a.cfg.TenancyStore.PutModel(r.Context(), actor(r), store.ModelRow{Name: name, Model: b.Model}, version)
 	m.Name = name
 	a.writeModel(w, r, status, m, err)
 }
 
 // deleteModel: DELETE /v1/admin/models/{model}, If-Match required.
-func (a *API) deleteModel(w http.ResponseWriter, r *http.Request, ms TenancyStore) {
+func (a *API) deleteModel(w http.ResponseWriter, r *http.Request) {
 	version, ok := ifMatch(w, r)
 	if !ok {
 		return
 	}
 	name := r.PathValue("model")
-	if err := ms.DeleteModel(r.Context(), actor(r), name, version); err != nil {
+	if err := a.cfg.TenancyStore.DeleteModel(r.Context(), actor(r), name, version); err != nil {
 		a.modelError(w, r, err, name)
 		return
 	}

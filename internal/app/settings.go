@@ -167,3 +167,12 @@ func alertConfig(s *config.Config) (c dlq.AlertConfig, ok bool) {
 		MaxPerMinute: a.MaxPerMinute,
 	}, cmp.Or(a.AlertmanagerURL, a.WebhookURL) != ""
 }
+
+// operatorKeys are the operator keys of the settings, with their names.
+func operatorKeys(keys []config.OperatorKey) []api.OperatorKey {
+	out := make([]api.OperatorKey, len(keys))
+	for i, k := range keys {
+		out[i] = api.OperatorKey{Name: k.Name, Key: k.Key}
+	}
+	return out
+}

@@ -376,10 +376,18 @@ func (l *Lane) SetPeersAt(now time.Time, peers ReplicaState) {
 	if len(l.peers) == peersKept {
 		l.peers = append(l.peers[:0], l.peers[1:]...)
 	}
+	first := !l.peersKnown
 	l.peers, l.peersKnown = append(l.peers, peersAt{at: now, ReplicaState: peers}), true
-	if l.kind == ProviderShort || (peers.ShortRequests <= 0 && peers.ShortTokens <= 0) {
-		return
+	if l.kind != ProviderShort && (peers.ShortRequests > 0 || peers.ShortTokens > 0) {
+		l.learnShortLocked(now, peers)
 	}
+	if first {
+		l.spreadProbeLocked(now)
+	}
+}
+
+// learnShortLocked takes the short bucket another replica learned.
+func (l *Lane) learnShortLocked(now time.Time, peers ReplicaState) {
 	l.setKindLocked(ProviderShort)
 	l.shortAt = now
 	for i, q := range l.views() {
@@ -394,6 +402,21 @@ func (l *Lane) SetPeersAt(now time.Time, peers ReplicaState) {
 		q.v.anchor = q.v.limit - q.v.burst
 		l.applyLocked(now, q.b, q.v)
 	}
+}
+
+// spreadProbeLocked lowers the token level of a lane that the ledger tells
+// of its peers before its probe's answer, on a provider of unknown kind,
+// to a random part of its capacity (LaneConfig.Seed). Its probe, which
+// goes when its bucket is full whatever its size, then waits for the
+// refill (within the warm-up): replicas started together send their
+// probes over seconds rather than at once, where a hundred probes of a
+// thousand tokens, each past its sliver of the bucket, are twice a short
+// bucket (docs/design/scale.md).
+func (l *Lane) spreadProbeLocked(now time.Time) {
+	if !l.probing || !l.guardedLocked() || l.tpm == nil {
+		return
+	}
+	l.tpm.LowerAt(now, l.spread*l.tpm.Capacity())
 }
 
 // peersAt is what the ledger told of the other replicas at a time.

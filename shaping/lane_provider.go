@@ -406,17 +406,22 @@ func (l *Lane) learnShortLocked(now time.Time, peers ReplicaState) {
 
 // spreadProbeLocked lowers the token level of a lane that the ledger tells
 // of its peers before its probe's answer, on a provider of unknown kind,
-// to a random part of its capacity (LaneConfig.Seed). Its probe, which
-// goes when its bucket is full whatever its size, then waits for the
-// refill (within the warm-up): replicas started together send their
-// probes over seconds rather than at once, where a hundred probes of a
-// thousand tokens, each past its sliver of the bucket, are twice a short
-// bucket (docs/design/scale.md).
+// so that its bucket fills at a random time (LaneConfig.Seed) within
+// ShortBucket. Its probe, which goes when its bucket is full whatever its
+// size, goes then: replicas started together send their probes over
+// ShortBucket rather than at once, where a hundred probes of a thousand
+// tokens, each past its sliver of the bucket, are twice a short bucket
+// (docs/design/scale.md).
 func (l *Lane) spreadProbeLocked(now time.Time) {
 	if !l.probing || !l.guardedLocked() || l.tpm == nil {
 		return
 	}
-	l.tpm.LowerAt(now, l.spread*l.tpm.Capacity())
+	b := l.tpm
+	b.mu.Lock()
+	s := b.rel(now)
+	refill := b.cum(s+l.spread*l.cfg.ShortBucket.Seconds()) - b.cum(s)
+	b.mu.Unlock()
+	b.LowerAt(now, b.Capacity()-refill)
 }
 
 // peersAt is what the ledger told of the other replicas at a time.

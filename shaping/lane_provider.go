@@ -212,15 +212,15 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 		l.distrustUntil = now.Add(distrustAfter429)
 		return
 	}
+	refused := [2]struct {
+		has       bool
+		remaining float64
+	}{{h.HasRemainingRequests, h.RemainingRequests}, {h.HasRemainingTokens, h.RemainingTokens}}
 	switch l.kind {
 	case ProviderUnknown, ProviderMinute:
 		guarded := l.guardedLocked()
 		l.setKindLocked(ProviderShort)
 		l.shortAt, l.shortSent = now, sentAt
-		refused := [2]struct {
-			has       bool
-			remaining float64
-		}{{h.HasRemainingRequests, h.RemainingRequests}, {h.HasRemainingTokens, h.RemainingTokens}}
 		for i, q := range l.views() {
 			if q.b == nil {
 				continue
@@ -245,11 +245,19 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 		if !sentAt.After(l.shortAt) {
 			return // sent before the lane knew: no news
 		}
-		for _, q := range l.views() {
-			if q.b != nil {
-				q.v.burst = max(floorBurst(q.v.limit), q.v.burst/2)
-				l.applyLocked(now, q.b, q.v)
+		for i, q := range l.views() {
+			if q.b == nil {
+				continue
 			}
+			q.v.burst = max(floorBurst(q.v.limit), q.v.burst/2)
+			// Refused where the anchor said the short bucket held twice
+			// the request: the minute the headers show drifted from it
+			// (it refills on while a full short bucket does not), and
+			// the anchor moves to this refusal's remaining.
+			if r := refused[i]; r.has && r.remaining-q.v.anchor > 2*[2]float64{1, tokens}[i] {
+				q.v.anchor = r.remaining
+			}
+			l.applyLocked(now, q.b, q.v)
 		}
 	default:
 		l.distrustUntil = now.Add(distrustAfter429)

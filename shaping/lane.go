@@ -57,8 +57,8 @@ type Lane struct {
 	// the refusal's remaining, which the lane reads the headers against.
 	shortSent time.Time
 	probing   bool // a cold start's probe: no answer with headers yet
-	// spread, in [0, 1), is where in its bucket a probe on a share starts
-	// (spreadProbeLocked), drawn from LaneConfig.Seed.
+	// spread, in [0, 1), is the part of ShortBucket a probe on a share
+	// waits (spreadProbeLocked), drawn from LaneConfig.Seed.
 	spread      float64
 	headersSeen bool
 	// paceAll paces every send; otherwise only those that leave a bucket

@@ -8,8 +8,8 @@ import (
 
 // The headers that name the job of each upstream call: a provider (or the
 // simulator, or a proxy in front of either) can count calls per job and
-// per tenant, and an operator can match a provider's log line to a job.
-// Values are query-escaped: a job id may hold any character, a header
+// per tenant, and an operator can match a provider's log line to a job;
+// sent only when UpstreamConfig.NameCalls asks. Values are query-escaped: a job id may hold any character, a header
 // value may not.
 const (
 	HeaderJob    = "X-Llmq-Job"

@@ -251,7 +251,7 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.poison(m, err)
 			continue
 		}
-		if refused := w.cfg.Catalog.CheckModels(j); len(refused) > 0 {
+		if refused := w.catalog().CheckModels(j); len(refused) > 0 {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
 			continue
 		}

@@ -106,6 +106,9 @@ type UpstreamConfig struct {
 	// http.DefaultTransport that asks for no compression, with enough idle
 	// connections per host for the worker's concurrency.
 	Transport http.RoundTripper
+	// NameCalls sends HeaderJob and HeaderTenant with each call made for
+	// a job (callheaders.go); off, the provider is told neither.
+	NameCalls bool
 }
 
 // UpstreamTimeoutDefault bounds one upstream call.
@@ -144,7 +147,10 @@ func NewOpenAIClient(c UpstreamConfig) *openai.Client {
 		}
 		timeout += c.DashScopeWaitTimeout
 	}
-	rt = &headerTransport{base: &callHeaderTransport{base: rt}, name: HeaderHop, value: "1"}
+	if c.NameCalls {
+		rt = &callHeaderTransport{base: rt}
+	}
+	rt = &headerTransport{base: rt, name: HeaderHop, value: "1"}
 	limit := cmp.Or(c.MaxResponseBytes, MaxResponseBytesDefault)
 	cfg.HTTPClient = &http.Client{Transport: &passthroughTransport{base: rt, limit: limit,
 		large: make(chan struct{}, largeAnswers)}, Timeout: timeout}

@@ -493,9 +493,9 @@ func (a *App) buildAPI() error {
 	// Batch API, with the worker's address and key.
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
+		Producer: a.producer, Store: a.store, OperatorKeys: operatorKeys(s.OperatorKeys), Catalog: s.Catalog(),
 		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
-		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
+		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy().AnyModel(s.AllowAnyModel),
 		TenantNotifications: store.NewTenantNotifications(a.store),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)

@@ -124,6 +124,7 @@ func upstreamConfig(s *config.Config, wc *WorkerConfig) worker.UpstreamConfig {
 	return worker.UpstreamConfig{
 		BaseURL: s.OpenAIBaseURL, APIKey: s.OpenAIAPIKey, Timeout: wc.UpstreamTimeout,
 		DashScopeWaitTimeout: wc.DashScopeWaitTimeout, MaxResponseBytes: s.Upstream.MaxResponseBytes,
+		NameCalls: s.Upstream.NameCalls,
 	}
 }
 
@@ -164,4 +165,13 @@ func alertConfig(s *config.Config) (c dlq.AlertConfig, ok bool) {
 		GroupWait: a.GroupWait, GroupInterval: a.GroupInterval, ResolveTimeout: a.ResolveTimeout,
 		MaxPerMinute: a.MaxPerMinute,
 	}, cmp.Or(a.AlertmanagerURL, a.WebhookURL) != ""
+}
+
+// operatorKeys are the operator keys of the settings, with their names.
+func operatorKeys(keys []config.OperatorKey) []api.OperatorKey {
+	out := make([]api.OperatorKey, len(keys))
+	for i, k := range keys {
+		out[i] = api.OperatorKey{Name: k.Name, Key: k.Key}
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/app"
+	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/memory"
 )
@@ -31,7 +32,7 @@ func TestTenantRoutesImportedAndLive(t *testing.T) {
 	ctx := context.Background()
 	s := settings(t)
 	s.Models = map[string]llmq.Model{"gpt-4o-mini": {TPM: 600000}}
-	s.OperatorKeys = []string{"key-ops"}
+	s.OperatorKeys = []config.OperatorKey{{Name: "ops", Key: "key-ops"}}
 	key := make([]byte, 24)
 	_, err := rand.Read(key)
 	require.NoError(t, err)

@@ -29,7 +29,8 @@ const (
 	EnvOpenAIAPIKey  = "OPENAI_API_KEY"
 	EnvConfig        = "LLMQ_CONFIG"
 	EnvAPIKeys       = "LLMQ_API_KEYS"
-	// EnvOperatorKeys lists the operator keys, comma-separated.
+	// EnvOperatorKeys lists the operator keys, comma-separated, each
+	// "name=key" or a bare key (OperatorKey).
 	EnvOperatorKeys = "LLMQ_OPERATOR_KEYS"
 	// EnvConsoleSecret seals the web console's session cookies.
 	EnvConsoleSecret = "LLMQ_CONSOLE_SECRET"
@@ -100,12 +101,12 @@ type Config struct {
 	// LLMQ_API_KEYS (--api-keys) entries added over them. Empty: the API
 	// refuses every request.
 	APIKeys map[string]string `yaml:"api_keys"`
-	// OperatorKeys are the HTTP API keys of operators: the YAML
-	// operator_keys with the LLMQ_OPERATOR_KEYS entries (key1,key2) added.
-	// An operator key is bound to no tenant: it sees every tenant's jobs,
-	// dead letters and batches and may act on all of them. Empty: no
-	// operator.
-	OperatorKeys []string `yaml:"operator_keys"`
+	// OperatorKeys are the HTTP API keys of operators, each with its name
+	// in the audit log: the YAML operator_keys with the LLMQ_OPERATOR_KEYS
+	// entries (name1=key1,key2) added. An operator key is bound to no
+	// tenant: it sees every tenant's jobs, dead letters and batches and
+	// may act on all of them. Empty: no operator.
+	OperatorKeys []OperatorKey `yaml:"operator_keys"`
 	// ConsoleSecret (LLMQ_CONSOLE_SECRET, environment only) seals the web
 	// console's session cookies, so that every API replica behind one
 	// address accepts the sessions of the others. At least
@@ -246,6 +247,10 @@ type Upstream struct {
 	// (response_too_large); 0 = worker.MaxResponseBytesDefault (8 MiB),
 	// -1 = no bound.
 	MaxResponseBytes int64 `yaml:"max_response_bytes"`
+	// NameCalls sends each call's job id and tenant upstream
+	// (worker.HeaderJob, worker.HeaderTenant). Default false: a provider
+	// learns nothing of the tenants' names unless the deployment asks.
+	NameCalls bool `yaml:"name_calls"`
 }
 
 // The failures retry.fallback_on may name.
@@ -553,41 +558,12 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateModels checks the models: quotas, prices and fallbacks.
+// validateModels checks the models: quotas, prices and fallbacks
+// (llmq.ValidateModels, which every other writer of models applies too).
 func (c *Config) validateModels(bad func(setting, format string, args ...any)) {
-	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
-		m := c.Models[name]
-		p := "models." + name
-		if strings.TrimSpace(name) == "" {
-			bad("models", "a model name is empty")
-		}
-		for field, v := range map[string]float64{"rpm": m.RPM, "tpm": m.TPM, "concurrency": float64(m.Concurrency),
-			"context_window": float64(m.ContextWindow), "max_output_default": float64(m.MaxOutputDefault)} {
-			if v < 0 {
-				bad(p+"."+field, "must not be negative; got %v", v)
-			}
-		}
-		if m.InputPricePer1M < 0 {
-			bad(p+".input_price_per_1m", "must not be negative")
-		}
-		if m.OutputPricePer1M < 0 {
-			bad(p+".output_price_per_1m", "must not be negative")
-		}
-		if m.BatchDiscount < 0 || m.BatchDiscount > 1 {
-			bad(p+".batch_discount", "must be in (0, 1] (0: the default, %v); got %v", llmq.BatchDiscountDefault, m.BatchDiscount)
-		}
-		for i, f := range m.Fallbacks {
-			_, listed := c.Models[f]
-			switch {
-			case strings.TrimSpace(f) == "" || f == name:
-				bad(fmt.Sprintf("%s.fallbacks[%d]", p, i), "must name another model; got %q", f)
-			case !listed && !c.AllowAnyModel:
-				// A typo here would start, then fail every job that falls
-				// back with the provider's 404.
-				bad(fmt.Sprintf("%s.fallbacks[%d]", p, i), "%q is not in models (%s): list it there with its quota, or set allow_any_model: true",
-					f, strings.Join(slices.Sorted(maps.Keys(c.Models)), ", "))
-			}
-		}
+	for _, err := range llmq.ValidateModels("models", c.Models, c.AllowAnyModel) {
+		setting, msg, _ := strings.Cut(err.Error(), ": ")
+		bad(setting, "%s", msg)
 	}
 }
 
@@ -671,14 +647,7 @@ func (c *Config) validateServing(bad func(setting, format string, args ...any)) 
 
 // validateAccess checks the operator keys and the console secret.
 func (c *Config) validateAccess(bad func(setting, format string, args ...any)) {
-	for i, k := range c.OperatorKeys {
-		switch _, tenant := c.APIKeys[k]; {
-		case strings.TrimSpace(k) == "":
-			bad(fmt.Sprintf("operator_keys[%d]", i), "must not be empty")
-		case tenant:
-			bad(fmt.Sprintf("operator_keys[%d]", i), "key %q is also a tenant's key in api_keys: a key is one or the other", redact.Key(k))
-		}
-	}
+	c.validateOperatorKeys(bad)
 	if c.ConsoleSecret != "" && len(c.ConsoleSecret) < ConsoleSecretMinBytes {
 		bad(c.source(EnvConsoleSecret), "must be at least %d bytes (e.g. openssl rand -hex 32); got %d", ConsoleSecretMinBytes, len(c.ConsoleSecret))
 	}
@@ -749,17 +718,6 @@ func ParseAPIKeys(s string) (map[string]string, error) {
 		out[key] = tenant
 	}
 	return out, nil
-}
-
-// ParseOperatorKeys reads "key1,key2"; blank entries are skipped.
-func ParseOperatorKeys(s string) []string {
-	var out []string
-	for _, k := range strings.Split(s, ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			out = append(out, k)
-		}
-	}
-	return out
 }
 
 // ConsoleSecretMinBytes is the shortest LLMQ_CONSOLE_SECRET accepted.

@@ -300,7 +300,7 @@ func (s *soak) startSim() error {
 // proxies the nemesis cuts.
 func (s *soak) startProcs() error {
 	conf := filepath.Join(s.cfg.Dir, "llmq.yaml")
-	yaml := fmt.Sprintf("models:\n  %s:\n    rpm: %d\n    tpm: %d\n    concurrency: 64\n    input_price_per_1m: %v\n    output_price_per_1m: %v\n",
+	yaml := fmt.Sprintf("upstream:\n  name_calls: true\nmodels:\n  %s:\n    rpm: %d\n    tpm: %d\n    concurrency: 64\n    input_price_per_1m: %v\n    output_price_per_1m: %v\n",
 		model, modelRPM, modelTPM, upstreamsim.InputPerMTokDefault, upstreamsim.OutputPerMTokDefault) + tenantsYAML
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		return err

@@ -73,6 +73,9 @@ type App struct {
 	apiLn    net.Listener
 	metLn    net.Listener
 	strategy shaping.Strategy
+	// routing serves the tenants' routes and webhook secrets
+	// (tenantroutes.go).
+	routing *tenantRouting
 	// tenancy serves the tenants and tenant keys kept as data (tenancy.go).
 	tenancy *tenancy.Watcher
 
@@ -307,11 +310,11 @@ func (a *App) buildWorker() error {
 		a.parts.add("batch lane", a.waitingForDatabase("batch lane", batches.Start), batches.Stop, batchStopTimeout)
 		wcfg.Router = batchRouter{r: router, drain: wc.BatchDrain}
 	}
-	hooks, routes, err := a.buildTenantRoutes(s)
+	routing, err := a.tenantRoutes()
 	if err != nil {
 		return err
 	}
-	wcfg.TenantReplies = routes
+	wcfg.TenantReplies = routing.routes
 	if a.worker, err = worker.New(wcfg); err != nil {
 		return err
 	}
@@ -323,8 +326,7 @@ func (a *App) buildWorker() error {
 		return err
 	}
 	a.parts.add("retention", pruner.Start, pruner.Stop, stopTimeout)
-	a.parts.add("tenant routes", a.startTenantRoutes(routes), routes.Stop, stopTimeout)
-	if err := a.addNotifier(s, hooks); err != nil {
+	if err := a.addNotifier(s, routing.hooks); err != nil {
 		return err
 	}
 	// The worker's Stop bounds itself (its ShutdownTimeout).
@@ -459,6 +461,11 @@ func (a *App) buildProducer() error {
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
 	pc.LiveTenants = a.tenancy.Tenants
+	routing, err := a.tenantRoutes()
+	if err != nil {
+		return err
+	}
+	pc.TenantReplies, pc.ResultsTopic = routing.routes.TenantReply, a.cfg.Settings.Notifications.ResultsTopic
 	// The worker exports its own llmq_queue_depth: a process with both
 	// exports the worker's (the two gauges share a name, not a help text).
 	if a.worker == nil {

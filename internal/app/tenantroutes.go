@@ -4,26 +4,39 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/llmq/llmq/internal/config"
 	"github.com/llmq/llmq/internal/tenantroutes"
 	"github.com/llmq/llmq/internal/webhook"
 	"github.com/llmq/llmq/store"
 )
 
-// buildTenantRoutes makes the webhook sender and the tenants' routes and
-// secrets served from the database (migration 0031), which hand each
-// load's secrets to the sender; startTenantRoutes starts them.
-func (a *App) buildTenantRoutes(s *config.Config) (*webhook.Sender, *tenantroutes.Routes, error) {
+// tenantRouting is what a process serves of the tenants' routes and
+// webhook secrets kept as data (migration 0031): the routes the worker's
+// ingest and the producer give jobs that name none, and the webhook
+// sender each load hands the secrets to.
+type tenantRouting struct {
+	hooks  *webhook.Sender
+	routes *tenantroutes.Routes
+}
+
+// tenantRoutes makes the process's tenant routing on first use (the
+// worker and the producer share it) and adds the part that starts it.
+func (a *App) tenantRoutes() (*tenantRouting, error) {
+	if a.routing != nil {
+		return a.routing, nil
+	}
+	s := a.cfg.Settings
 	hooks, err := webhook.New(webhook.Config{AllowPrivate: s.Notifications.AllowPrivateWebhooks})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	routes, err := tenantroutes.New(tenantroutes.Config{Source: store.NewTenantNotifications(a.store),
 		OnSecrets: hooks.SetSecrets, Log: a.log})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return hooks, routes, nil
+	a.routing = &tenantRouting{hooks: hooks, routes: routes}
+	a.parts.add("tenant routes", a.waitingForDatabase("tenant routes", a.startTenantRoutes(routes)), routes.Stop, stopTimeout)
+	return a.routing, nil
 }
 
 // startTenantRoutes imports the configuration's notifications.tenant_replies

@@ -550,7 +550,7 @@ type ingestState struct {
 // headers echoed on its result (docs/design/notifications.md).
 func (w *Worker) route(j *llmq.Job, m *transport.Message) {
 	if j.ReplyTo.Empty() {
-		switch r, ok := w.cfg.TenantReplies[j.Tenant]; {
+		switch r, ok := tenantReply(w.cfg.TenantReplies, j.Tenant); {
 		case m.ReplyTo != "":
 			j.ReplyTo = &llmq.Reply{To: m.ReplyTo, CorrelationID: m.CorrelationID}
 		case ok && !r.Empty():

@@ -41,7 +41,6 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel, AllowAny: s.AllowAnyModel},
 		Tenants:         s.Tenants,
 		ResultsTopic:    s.Notifications.ResultsTopic,
-		TenantReplies:   s.Notifications.TenantReplies,
 		MaxInFlight:     wc.MaxInFlight,
 		MaxAttempts:     s.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay, MaxRetryAfter: s.Retry.MaxRetryAfter},

@@ -205,7 +205,8 @@ type Notifications struct {
 	ResultsTopic string `yaml:"results_topic"`
 	// TenantReplies overrides ResultsTopic per tenant: a results topic
 	// ("to") and a webhook ("webhook", https) for the tenant's jobs that
-	// name no reply of their own.
+	// name no reply of their own. Imported into the database on the first
+	// start, which is their source after it (the admin API changes them).
 	TenantReplies map[string]llmq.Reply `yaml:"tenant_replies"`
 	// RetryFor is how long a result event is retried before it ends dead
 	// (notification_undeliverable); 0 = 24 h.
@@ -213,7 +214,8 @@ type Notifications struct {
 	// WebhookSecrets are the Standard Webhooks signing secrets per tenant
 	// ("*": every other tenant), "whsec_" + base64: one, or two while
 	// rotating (deliveries are signed with both). A tenant without one
-	// gets no webhook delivered (its events end dead).
+	// gets no webhook delivered (its events end dead). Imported into the
+	// database on the first start, as TenantReplies.
 	WebhookSecrets map[string][]string `yaml:"webhook_secrets"`
 	// AllowPrivateWebhooks lets webhooks reach loopback, private and
 	// link-local addresses. Default false: refused at dial time, so that

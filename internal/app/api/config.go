@@ -89,6 +89,9 @@ type Config struct {
 	// TenancyStore is what the admin API changes (a *store.Tenancy);
 	// required with Tenancy.
 	TenancyStore TenancyStore
+	// TenantNotifications, when set, serves the tenants' result routes and
+	// webhook secrets under /v1/admin (operator keys only).
+	TenantNotifications TenantNotificationStore
 	// MaxBodyBytes limits a request body (413 above). 0 =
 	// MaxBodyBytesDefault.
 	MaxBodyBytes int64

@@ -375,6 +375,18 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.checkWith(t, ad, "DELETE", "/v1/admin/tenants/initech", "", "", 428)
 	c.checkWith(t, ad, "DELETE", "/v1/admin/tenants/initech", "", `"4"`, 204)
 
+	// The tenants' result routes and webhook secrets.
+	nb := notificationsBundle(t)
+	c.check(t, nb, "PUT", "/v1/admin/tenants/acme/notifications", keyOps, ct, `{"reply_to":"acme-results"}`, true, 201)
+	c.check(t, nb, "PUT", "/v1/admin/tenants/acme/notifications", keyOps, ct, `{"webhook":"http://x"}`, false, 400)
+	c.checkWith(t, nb, "PUT", "/v1/admin/tenants/acme/notifications", `{"webhook":"https://acme.example/h"}`, `"1"`, 200)
+	c.check(t, nb, "GET", "/v1/admin/tenants/acme/notifications", keyOps, "", "", true, 200)
+	c.check(t, nb, "GET", "/v1/admin/notifications", keyOps, "", "", true, 200)
+	c.check(t, nb, "POST", "/v1/admin/tenants/acme/notifications/secrets", keyOps, "", "", true, 201)
+	c.check(t, nb, "DELETE", "/v1/admin/tenants/acme/notifications/secrets/previous", keyOps, "", "", true, 200)
+	c.checkWith(t, nb, "DELETE", "/v1/admin/tenants/acme/notifications", "", "", 428)
+	c.checkWith(t, nb, "DELETE", "/v1/admin/tenants/acme/notifications", "", `"4"`, 204)
+
 	// Every documented operation was exercised.
 	for path, item := range c.doc.Paths.Map() {
 		for method := range item.Operations() {

@@ -164,6 +164,7 @@ func (a *API) routes() {
 		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
 	}
 	a.adminRoutes()
+	a.tenantNotificationRoutes()
 }
 
 // ServeHTTP routes the request. Unknown paths answer 404 and known paths

@@ -341,7 +341,7 @@ func (s *Store) ReleaseOrphanBudgets(ctx context.Context) (int, error) {
 // budget_reservations r, args from $1) in a transaction of its own; cost
 // < 0 releases them (no charge, holds lifted), else each budget is
 // charged cost.
-func (s *Store) endReservations(ctx context.Context, where string, args []any, cost float64) error {
+func (s *base) endReservations(ctx context.Context, where string, args []any, cost float64) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		return endReservationsTx(ctx, tx, where, args, cost)
 	})
@@ -387,7 +387,7 @@ func budgetHeldFilter(now string) string {
 // for a job its scope's budget holds (as the claim leaves it), else
 // tenant_quota when its tenant or project is held by its own quota
 // (fillScopeReasons), else as fillModelReasons says.
-func (s *Store) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error {
+func (s *base) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error {
 	if err := s.fillModelReasons(ctx, recs); err != nil {
 		return err
 	}
@@ -510,7 +510,7 @@ func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage,
 // succeeded at now (IngestBatch, in its transaction tx) with their batch
 // price: the batch lane reserves nothing, its calls count once their
 // results are home. The rows are locked in key order, as by ReserveBudget.
-func (s *Store) chargeBatchBudgets(ctx context.Context, tx pgx.Tx, id string, now time.Time) error {
+func (s *base) chargeBatchBudgets(ctx context.Context, tx pgx.Tx, id string, now time.Time) error {
 	all := s.order.tenants().AllBudgets()
 	if len(all) == 0 {
 		return nil

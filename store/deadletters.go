@@ -241,7 +241,7 @@ func (s *Store) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *Dea
 // deadLetterHeld moves the job l holds to dead_lettered inside tx, fenced
 // to l; a job already dead_lettered (this letter recorded before) is left
 // as it is.
-func (s *Store) deadLetterHeld(ctx context.Context, tx pgx.Tx, l Lease, d NewDeadLetter, at time.Time) error {
+func (s *base) deadLetterHeld(ctx context.Context, tx pgx.Tx, l Lease, d NewDeadLetter, at time.Time) error {
 	tag, err := tx.Exec(ctx, notifyDone(`UPDATE jobs SET status = `+tDeadLetter.to+`, error_code = $4, error_message = $5,
 		finished_at = $6, updated_at = $6, lease_expires_at = NULL, phase = ''
 	WHERE tenant = $1 AND id = $2 AND lease_token = $3 AND status `+tDeadLetter.in+` RETURNING id`, unaliased, `id`),

@@ -43,7 +43,7 @@ type NewJob struct {
 	SizeDelay time.Duration
 }
 
-func (s *Store) insertArgs(n NewJob, now time.Time) []any {
+func (s *base) insertArgs(n NewJob, now time.Time) []any {
 	j := n.Job
 	fallbacks := j.FallbackModels
 	if fallbacks == nil {
@@ -128,7 +128,7 @@ RETURNING tenant, id`
 // jobArrays turns jobs into the arguments of a multi-row insert: now,
 // then one array per column of jobUnnestColumns. op names the caller in
 // errors; the caller has validated every job.
-func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error) {
+func (s *base) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error) {
 	n := len(jobs)
 	var (
 		tenants, ids, prios, models, bodies = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -210,7 +210,7 @@ func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 // refused reads the job after a conditional UPDATE (to, from the statuses
 // in from) matched no row and says why: ErrNotFound, or an
 // *IllegalTransitionError with the record.
-func (s *Store) refused(ctx context.Context, op string, k Key, to llmq.Status) (*JobRecord, error) {
+func (s *base) refused(ctx context.Context, op string, k Key, to llmq.Status) (*JobRecord, error) {
 	rec, err := s.queryJob(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND id = $2`, k.Tenant, k.ID)
 	switch {
 	case err != nil:
@@ -226,7 +226,7 @@ func (s *Store) refused(ctx context.Context, op string, k Key, to llmq.Status) (
 // status IN t.From. Placeholders $1, $2 and $3 are tenant, id and now;
 // extra args start at $4. When no row matched it reads the job to say why
 // (see refused).
-func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set string, args ...any) (*JobRecord, error) {
+func (s *base) move(ctx context.Context, op string, t *transition, k Key, set string, args ...any) (*JobRecord, error) {
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
 		` WHERE tenant = $1 AND id = $2 AND status ` + t.in + ` RETURNING ` + jobColumns
 	if t.To.Terminal() {

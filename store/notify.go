@@ -70,7 +70,7 @@ func (s *Store) ListenJobsQueued(ctx context.Context, listening func(), queued f
 
 // listen holds a connection of its own listening on channel (see
 // ListenJobsDone).
-func (s *Store) listen(ctx context.Context, channel string, listening func(), heard func(payload string)) error {
+func (s *base) listen(ctx context.Context, channel string, listening func(), heard func(payload string)) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("store: listen: %w", err)

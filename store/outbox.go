@@ -411,11 +411,3 @@ func (s *Store) QueueStats(ctx context.Context, since time.Time, limit int64) (Q
 	}
 	return st, nil
 }
-
-// Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("store: ping: %w", err)
-	}
-	return nil
-}

@@ -147,7 +147,7 @@ func (s *Store) ReapExpired(ctx context.Context) ([]Key, error) {
 
 // keys runs sql, which returns (tenant, id) rows, and collects them; op
 // names the operation in its errors.
-func (s *Store) keys(ctx context.Context, op, sql string, args ...any) ([]Key, error) {
+func (s *base) keys(ctx context.Context, op, sql string, args ...any) ([]Key, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", op, err)
@@ -189,7 +189,7 @@ type PolicyState struct {
 // Extra args start at $5. It returns the job's attempts after the change.
 // When no row matched: ErrNotFound, an *IllegalTransitionError (ErrTerminal)
 // when the job has finished, else ErrLeaseLost.
-func (s *Store) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
+func (s *base) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
 	return s.fencedOp(ctx, op, t, l, fencedSQL{set: set}, args...)
 }
 
@@ -207,7 +207,7 @@ type fencedSQL struct {
 }
 
 // fencedOp is fenced with the statement shaped by f.
-func (s *Store) fencedOp(ctx context.Context, what string, t *transition, l Lease, f fencedSQL, args ...any) (int, error) {
+func (s *base) fencedOp(ctx context.Context, what string, t *transition, l Lease, f fencedSQL, args ...any) (int, error) {
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + f.set +
 		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND status ` + t.in + ` RETURNING attempts`
 	if f.wrap != nil {
@@ -233,7 +233,7 @@ func (s *Store) fencedOp(ctx context.Context, what string, t *transition, l Leas
 }
 
 // lost says why a fenced change of the job l holds matched no row.
-func (s *Store) lost(ctx context.Context, op string, l Lease, to llmq.Status) error {
+func (s *base) lost(ctx context.Context, op string, l Lease, to llmq.Status) error {
 	var status llmq.Status
 	err := s.pool.QueryRow(ctx, `SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, l.Tenant, l.ID).Scan(&status)
 	switch {

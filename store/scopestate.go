@@ -51,7 +51,7 @@ func (s *Store) SetScopeStates(ctx context.Context, worker string, held, freed [
 
 // fillScopeReasons sets WaitingReasonTenantQuota on the queued live
 // records whose tenant, or project, a scheduler holds.
-func (s *Store) fillScopeReasons(ctx context.Context, recs []*JobRecord) error {
+func (s *base) fillScopeReasons(ctx context.Context, recs []*JobRecord) error {
 	var tenants []string
 	for _, r := range recs {
 		if r.Status == llmq.StatusQueued && r.Lane != LaneBatch {

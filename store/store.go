@@ -18,10 +18,17 @@ import (
 )
 
 // Store runs llmq's job operations on a pgx pool. It is safe for concurrent
-// use.
+// use. Its operations are grouped by aggregate, each a type of its own
+// reached from the Store (doc.go).
 type Store struct {
-	pool  *pgxpool.Pool
+	*base
 	owned bool
+}
+
+// base is what every aggregate of the store shares: the pool, the clock,
+// the claim order and the group committer, and the helpers over them.
+type base struct {
+	pool  *pgxpool.Pool
 	clk   clockwork.Clock
 	order Order
 	// group batches hot-path writes into shared transactions; nil runs
@@ -95,7 +102,7 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 
 // New wraps an existing pool; Close then leaves the pool open.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults(), outboxArraysFrom: outboxArraysFrom}
+	s := &Store{base: &base{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults(), outboxArraysFrom: outboxArraysFrom}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -123,8 +130,18 @@ func (s *Store) Close() {
 	}
 }
 
+// Ping checks that the database answers. It is the one exported method of
+// base, so every aggregate has it: each consumer tells a database that is
+// down from a write it refuses.
+func (s *base) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}
+
 // clock is the current time at Postgres precision (microseconds).
-func (s *Store) clock() time.Time { return s.clk.Now().UTC().Truncate(time.Microsecond) }
+func (s *base) clock() time.Time { return s.clk.Now().UTC().Truncate(time.Microsecond) }
 
 // Lane values of JobRecord.Lane.
 const (
@@ -277,7 +294,7 @@ func scanJob(row pgx.CollectableRow) (*JobRecord, error) {
 }
 
 // queryJob runs a statement returning at most one job row; nil when none.
-func (s *Store) queryJob(ctx context.Context, sql string, args ...any) (*JobRecord, error) {
+func (s *base) queryJob(ctx context.Context, sql string, args ...any) (*JobRecord, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err

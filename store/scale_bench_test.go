@@ -27,13 +27,13 @@ func BenchmarkRenewQuotas(b *testing.B) {
 			defer s.Close()
 			claim := []store.QuotaClaim{{Key: "https://api.example key:00 m", Demand: 10, Share: 1 / float64(n)}}
 			for i := range n {
-				_, err := s.RenewQuotas(ctx, fmt.Sprintf("r%03d", i), time.Hour, claim)
+				_, err := s.Ledger().RenewQuotas(ctx, fmt.Sprintf("r%03d", i), time.Hour, claim)
 				require.NoError(b, err)
 			}
 			cpu0 := storetest.BackendCPU(b, s.Pool())
 			b.ResetTimer()
 			for range b.N {
-				rows, err := s.RenewQuotas(ctx, "r000", time.Hour, claim)
+				rows, err := s.Ledger().RenewQuotas(ctx, "r000", time.Hour, claim)
 				if err != nil || len(rows) != n {
 					b.Fatal(err, len(rows))
 				}

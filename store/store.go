@@ -22,7 +22,8 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
-	owned bool
+	owned  bool
+	ledger Ledger
 }
 
 // base is what every aggregate of the store shares: the pool, the clock,
@@ -106,8 +107,12 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.ledger = Ledger{s.base}
 	return s
 }
+
+// Ledger is the store's quota ledger and door counts.
+func (s *Store) Ledger() *Ledger { return &s.ledger }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

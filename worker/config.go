@@ -135,7 +135,7 @@ type QueuedListener interface {
 }
 
 // QuotaLedger is the quota ledger the replicas share a provider's quota
-// through (docs/design/replicas.md). [*store.Store] implements it.
+// through (docs/design/replicas.md). [*store.Ledger] implements it.
 type QuotaLedger interface {
 	// RenewQuotas writes the replica's rows and returns the live rows of
 	// their keys, its own included.

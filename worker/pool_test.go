@@ -158,7 +158,7 @@ func TestKeyPoolLedgerKeys(t *testing.T) {
 	for range 2 {
 		tb.start(t, func(c *worker.Config) {
 			c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"m": {}}}
-			c.Ledger, c.QuotaScope = tb.store, worker.QuotaScopeOf(tb.sim.URL, "sk-test")
+			c.Ledger, c.QuotaScope = tb.store.Ledger(), worker.QuotaScopeOf(tb.sim.URL, "sk-test")
 			c.LedgerPeriod, c.LedgerLease = 100*time.Millisecond, time.Second
 			c.Pools = map[string][]worker.PoolEntry{"m": {
 				{Name: "a", Upstream: upstreamAt(tb.sim.URL, time.Second), QuotaScope: scopeA, RPM: 60},

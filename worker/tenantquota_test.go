@@ -213,7 +213,7 @@ func TestTenantQuotaSharedByReplicas(t *testing.T) {
 	for range 2 {
 		tb.start(t, func(c *worker.Config) {
 			tb.tenantConfig(tenants, nil)(c)
-			c.Ledger = tb.store
+			c.Ledger = tb.store.Ledger()
 			c.QuotaScope = worker.QuotaScopeOf(tb.sim.URL, "sk-test")
 			c.LedgerPeriod = 200 * time.Millisecond
 			c.LedgerLease = time.Second

@@ -81,7 +81,7 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 		})
 		return replicaBundle{testBundle: &testBundle{srv: srv, api: a, store: st}, reg: reg}
 	}
-	a, b := replica(store.New(first)), replica(store.New(first))
+	a, b := replica(store.New(first).Ledger()), replica(store.New(first).Ledger())
 
 	st := store.New(first)
 	sub, err := rabbitmq.NewSubscriber(rcfg)

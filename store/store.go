@@ -22,8 +22,9 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
-	owned  bool
-	ledger Ledger
+	owned   bool
+	ledger  Ledger
+	streams Streams
 }
 
 // base is what every aggregate of the store shares: the pool, the clock,
@@ -107,12 +108,16 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.streams = Streams{s.base}
 	s.ledger = Ledger{s.base}
 	return s
 }
 
 // Ledger is the store's quota ledger and door counts.
 func (s *Store) Ledger() *Ledger { return &s.ledger }
+
+// Streams is the store's chunks of streamed calls.
+func (s *Store) Streams() *Streams { return &s.streams }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

@@ -197,6 +197,9 @@ type Config struct {
 	// their thresholds. nil = no budget is enforced.
 	Budgets      BudgetStore
 	BudgetAlerts BudgetAlerter
+	// Chunks, when set, carries the chunks of the calls streamed to the
+	// API's callers (stream.go). nil: every call runs without streaming.
+	Chunks ChunkStore
 
 	// Strategy is the shaping strategy of every lane. "" = shape when a
 	// model's quota is known, adaptive when not.

@@ -280,7 +280,7 @@ func (a *App) buildWorker() error {
 	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger, wcfg.Queued = a.sub, a.store, letters, a.store.Ledger(), a.store
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
-	wcfg.Budgets = a.store
+	wcfg.Budgets, wcfg.Chunks = a.store, a.store.Streams()
 	wcfg.LiveTenants = a.tenancy.Tenants
 	wcfg.Estimator = a.est
 	if a.alerter != nil {
@@ -501,7 +501,7 @@ func (a *App) buildAPI() error {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},
 		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
-		JobsDone: a.store, Streams: a.store, Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store.Ledger(),
+		JobsDone: a.store, Streams: a.store.Streams(), Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store.Ledger(),
 	})
 	if err != nil {
 		return err

@@ -75,7 +75,7 @@ func streamSetup(t testing.TB, hook upstreamsim.StreamHook, latency upstreamsim.
 		Clock: clockwork.NewRealClock(), Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	a, err := api.New(api.Config{Producer: p, Store: apiStore, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: apiStore, Streams: apiStore, Logger: quiet, Registerer: prometheus.NewRegistry()})
+		JobsDone: apiStore, Streams: apiStore.Streams(), Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -90,7 +90,7 @@ func streamSetup(t testing.TB, hook upstreamsim.StreamHook, latency upstreamsim.
 	letters, err := dlq.NewWriter(dlq.Config{Store: workerStore, Publisher: pub, Destination: queue})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
-		Subscriber: workSub, Store: workerStore, Queued: workerStore, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
+		Subscriber: workSub, Store: workerStore, Queued: workerStore, Chunks: workerStore.Streams(), DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 			APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 		Logger: quiet, Registerer: prometheus.NewRegistry(),

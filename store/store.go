@@ -22,9 +22,10 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
-	owned   bool
-	ledger  Ledger
-	streams Streams
+	laneRates LaneRates
+	owned     bool
+	ledger    Ledger
+	streams   Streams
 }
 
 // base is what every aggregate of the store shares: the pool, the clock,
@@ -108,6 +109,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.laneRates = LaneRates{s.base}
 	s.streams = Streams{s.base}
 	s.ledger = Ledger{s.base}
 	return s
@@ -118,6 +120,9 @@ func (s *Store) Ledger() *Ledger { return &s.ledger }
 
 // Streams is the store's chunks of streamed calls.
 func (s *Store) Streams() *Streams { return &s.streams }
+
+// LaneRates is the store's lane rates and the predictions made from them.
+func (s *Store) LaneRates() *LaneRates { return &s.laneRates }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

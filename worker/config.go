@@ -200,6 +200,9 @@ type Config struct {
 	// Chunks, when set, carries the chunks of the calls streamed to the
 	// API's callers (stream.go). nil: every call runs without streaming.
 	Chunks ChunkStore
+	// LaneRates, when set, records every second what each lane runs at,
+	// for the API's predictions (lanerates.go). nil: none is recorded.
+	LaneRates LaneRateWriter
 
 	// Strategy is the shaping strategy of every lane. "" = shape when a
 	// model's quota is known, adaptive when not.

@@ -280,7 +280,7 @@ func (a *App) buildWorker() error {
 	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger, wcfg.Queued = a.sub, a.store, letters, a.store.Ledger(), a.store
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
-	wcfg.Budgets, wcfg.Chunks = a.store, a.store.Streams()
+	wcfg.Budgets, wcfg.Chunks, wcfg.LaneRates = a.store, a.store.Streams(), a.store.LaneRates()
 	wcfg.LiveTenants = a.tenancy.Tenants
 	wcfg.Estimator = a.est
 	if a.alerter != nil {
@@ -456,7 +456,7 @@ func (a *App) buildProducer() error {
 	pc.QuotaRatePerMin = 60 * worker.QuotaRate(a.cfg.Settings.Catalog(), nil)
 	// A deadline is checked against the job's own model lane
 	// (docs/design/gateway.md), not the queue's drain.
-	pc.Predict = a.store.JobPredictor(a.cfg.Settings.Tenants)
+	pc.Predict = a.store.LaneRates().JobPredictor(a.cfg.Settings.Tenants)
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
 	pc.LiveTenants = a.tenancy.Tenants

@@ -96,7 +96,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 	// worker keep the system clock.
 	clk := clockwork.NewFakeClockAt(time.Now())
 	pcfg := producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
-		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry(), Predict: st.PredictJob}
+		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry(), Predict: st.LaneRates().PredictJob}
 	for _, o := range producerOpts {
 		o(&pcfg)
 	}
@@ -120,7 +120,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 		letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
 		require.NoError(t, err)
 		w, err := worker.New(worker.Config{
-			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
+			Subscriber: workSub, Store: st, LaneRates: st.LaneRates(), Chunks: st.Streams(), DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 			OutageLimit: b.outageLimit, Catalog: env.catalog, Logger: quiet, Registerer: prometheus.NewRegistry(),
@@ -382,7 +382,7 @@ func (b *gatewayBundle) slowQueue(t *testing.T, running int) {
 func (b *gatewayBundle) slowLane(t *testing.T) {
 	t.Helper()
 	rate := store.LaneRate{Model: "gpt-4o-mini", RequestsPerMin: 0.4, Concurrency: 3, InFlight: 3, Latency: 150 * time.Second}
-	require.NoError(t, b.store.SetLaneRates(context.Background(), "stuck", []store.LaneRate{rate}))
+	require.NoError(t, b.store.LaneRates().SetLaneRates(context.Background(), "stuck", []store.LaneRate{rate}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -394,7 +394,7 @@ func (b *gatewayBundle) slowLane(t *testing.T) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				_ = b.store.SetLaneRates(ctx, "stuck", []store.LaneRate{rate})
+				_ = b.store.LaneRates().SetLaneRates(ctx, "stuck", []store.LaneRate{rate})
 			}
 		}
 	}()

@@ -22,6 +22,7 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
+	budgets   Budgets
 	laneRates LaneRates
 	owned     bool
 	ledger    Ledger
@@ -109,6 +110,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.budgets = Budgets{s.base}
 	s.laneRates = LaneRates{s.base}
 	s.streams = Streams{s.base}
 	s.ledger = Ledger{s.base}
@@ -123,6 +125,9 @@ func (s *Store) Streams() *Streams { return &s.streams }
 
 // LaneRates is the store's lane rates and the predictions made from them.
 func (s *Store) LaneRates() *LaneRates { return &s.laneRates }
+
+// Budgets is the store's budgets and usage.
+func (s *Store) Budgets() *Budgets { return &s.budgets }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

@@ -43,7 +43,7 @@ func TestUsage(t *testing.T) {
 	_, err := b.store.Insert(b.ctx, newJob(t, "queued")) // not finished: not counted
 	require.NoError(t, err)
 
-	all, err := b.store.Usage(b.ctx, "")
+	all, err := b.store.Budgets().Usage(b.ctx, "")
 	require.NoError(t, err)
 	require.Equal(t, []store.ScopeUsage{
 		{Tenant: "acme", MinuteRequests: 2, DayRequests: 3, MinuteTokens: 15, DayTokens: 2015},
@@ -51,7 +51,7 @@ func TestUsage(t *testing.T) {
 		{Tenant: "other", MinuteRequests: 1, DayRequests: 1, MinuteTokens: 4, DayTokens: 4},
 	}, all)
 
-	mine, err := b.store.Usage(b.ctx, "other")
+	mine, err := b.store.Budgets().Usage(b.ctx, "other")
 	require.NoError(t, err)
 	require.Equal(t, all[2:], mine, "one tenant's")
 }
@@ -211,7 +211,7 @@ func TestUsageAfterReplayAndPrune(t *testing.T) {
 	require.NoError(t, err)
 	usage := func(want ...store.ScopeUsage) {
 		t.Helper()
-		got, err := b.store.Usage(b.ctx, "acme")
+		got, err := b.store.Budgets().Usage(b.ctx, "acme")
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}

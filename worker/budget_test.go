@@ -48,7 +48,7 @@ func budgetSetup(t *testing.T, tenants llmq.Tenants, faults upstreamsim.FaultCon
 func (tb *testBundle) budgetWorker(t *testing.T, tenants llmq.Tenants, alerts worker.BudgetAlerter, mutate func(*worker.Config)) {
 	t.Helper()
 	tb.start(t, func(c *worker.Config) {
-		c.Tenants, c.Budgets, c.BudgetAlerts = tenants, tb.store, alerts
+		c.Tenants, c.Budgets, c.BudgetAlerts = tenants, tb.store.Budgets(), alerts
 		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{budgetModel: {OutputPricePer1M: outputPerToken * 1e6}}}
 		if mutate != nil {
 			mutate(c)
@@ -70,7 +70,7 @@ func (tb *testBundle) seedSpend(t *testing.T, project string, limit, spent float
 // budgetOf is acme/project's budget of today.
 func (tb *testBundle) budgetOf(t *testing.T, project string) store.BudgetUsage {
 	t.Helper()
-	us, err := tb.store.BudgetUsages(context.Background(), "acme")
+	us, err := tb.store.Budgets().BudgetUsages(context.Background(), "acme")
 	require.NoError(t, err)
 	for _, u := range us {
 		if u.Project == project && u.Period == llmq.PeriodDay {

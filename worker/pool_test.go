@@ -84,7 +84,7 @@ func TestKeyPoolMovesToTheSecondKey(t *testing.T) {
 				c.Registerer = reg
 				c.Tenants = tenants
 				if tt.budget {
-					c.Budgets = tb.store
+					c.Budgets = tb.store.Budgets()
 				}
 				// A call of "primary" costs 0.032 USD at the model's
 				// prices (32 output tokens); "backup" is free.

@@ -111,7 +111,7 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 		require.NoError(t, err)
 		// The test polls revoked keys from one address: no limit on
 		// failed authentications.
-		a, err := api.New(api.Config{Producer: p, Store: r.store, OperatorKeys: []string{tenancyOperatorKey}, Usage: r.store,
+		a, err := api.New(api.Config{Producer: p, Store: r.store, OperatorKeys: []string{tenancyOperatorKey}, Usage: r.store.Budgets(),
 			Tenancy: r.watch, TenancyStore: r.store.Tenancy(), Logger: slog.New(slog.DiscardHandler),
 			RateLimits: api.RateLimitConfig{AuthFailuresPerMinute: -1}})
 		require.NoError(t, err)

@@ -50,11 +50,11 @@ and which jobs it holds. The same as GET /v1/usage with an operator key.`,
 			if err := knownTenant(cmd.Context(), cfg, st, tenant); err != nil {
 				return err
 			}
-			used, err := st.Usage(cmd.Context(), tenant)
+			used, err := st.Budgets().Usage(cmd.Context(), tenant)
 			if err != nil {
 				return err
 			}
-			budgets, err := st.BudgetUsages(cmd.Context(), tenant)
+			budgets, err := st.Budgets().BudgetUsages(cmd.Context(), tenant)
 			if err != nil {
 				return err
 			}

@@ -280,7 +280,7 @@ func (a *App) buildWorker() error {
 	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger, wcfg.Queued = a.sub, a.store, letters, a.store.Ledger(), a.store
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
-	wcfg.Budgets, wcfg.Chunks, wcfg.LaneRates = a.store, a.store.Streams(), a.store.LaneRates()
+	wcfg.Budgets, wcfg.Chunks, wcfg.LaneRates = a.store.Budgets(), a.store.Streams(), a.store.LaneRates()
 	wcfg.LiveTenants = a.tenancy.Tenants
 	wcfg.Estimator = a.est
 	if a.alerter != nil {
@@ -496,7 +496,7 @@ func (a *App) buildAPI() error {
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
 		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
-		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
+		Usage: a.store.Budgets(), Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},

@@ -83,7 +83,7 @@ func TestPrunerFoldsTheUsageOnItsTimer(t *testing.T) {
 	clock.Advance(time.Second)
 	require.Eventually(t, func() bool { return counter(t, reg, "llmq_usage_folded_total") == 5 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, rows())
-	used, err := s.Usage(ctx, "acme")
+	used, err := s.Budgets().Usage(ctx, "acme")
 	require.NoError(t, err)
 	require.Equal(t, []store.ScopeUsage{{Tenant: "acme", DayRequests: 5, DayTokens: 50}}, used)
 }

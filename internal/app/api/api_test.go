@@ -92,7 +92,7 @@ func setup(t *testing.T, o options) *testBundle {
 	acfg := api.Config{
 		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []string{keyOps},
 		DeadLetterService: svc, Batches: st, Notifications: st.Notifications(),
-		Usage: st, Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
+		Usage: st.Budgets(), Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
 	}
 	var bcfg batchapi.Config
 	if o.batches {

@@ -104,7 +104,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Usage: st, Tenants: env.tenants, Clock: clk, Logger: cmp.Or(env.logger, quiet), Registerer: reg})
+		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Usage: st.Budgets(), Tenants: env.tenants, Clock: clk, Logger: cmp.Or(env.logger, quiet), Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)

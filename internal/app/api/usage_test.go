@@ -63,15 +63,15 @@ func TestUsageBudgets(t *testing.T) {
 	var budgets *store.Store
 	b := setup(t, options{api: func(c *api.Config) {
 		budgets = store.New(c.Store.(*store.Store).Pool(), store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants}))
-		c.Usage, c.Tenants, c.JobsDone = budgets, tenants, c.Store.(*store.Store)
+		c.Usage, c.Tenants, c.JobsDone = budgets.Budgets(), tenants, c.Store.(*store.Store)
 	}})
 	ctx := context.Background()
 	l := store.Lease{Key: store.Key{Tenant: "acme", ID: "earlier"}, Token: 1}
-	_, err := budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.5, CappedCostUSD: 0.5})
+	_, err := budgets.Budgets().ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.5, CappedCostUSD: 0.5})
 	require.NoError(t, err)
-	require.NoError(t, budgets.SettleBudget(ctx, l, 0.25))
+	require.NoError(t, budgets.Budgets().SettleBudget(ctx, l, 0.25))
 	l.ID = "in-flight"
-	_, err = budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.5, CappedCostUSD: 0.5})
+	_, err = budgets.Budgets().ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.5, CappedCostUSD: 0.5})
 	require.NoError(t, err)
 
 	r := b.get(t, keyAcme, "/v1/usage")
@@ -92,7 +92,7 @@ func TestUsageBudgets(t *testing.T) {
 	// A call that does not fit is refused at the budget: from then on the
 	// API refuses the project's jobs until the period rolls over.
 	l.ID = "too-big"
-	out, err := budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.3, CappedCostUSD: 0.3})
+	out, err := budgets.Budgets().ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.3, CappedCostUSD: 0.3})
 	require.NoError(t, err)
 	require.True(t, out.Exceeded)
 	r = b.post(t, keyAcme, `{"id":"s2","project":"strict","body":`+validBody+`}`)
@@ -108,7 +108,7 @@ func TestUsageBudgets(t *testing.T) {
 
 	// Gateway mode answers in OpenAI's shape.
 	l = store.Lease{Key: store.Key{Tenant: "globex", ID: "all"}, Token: 1}
-	_, err = budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, CostUSD: 1, CappedCostUSD: 1})
+	_, err = budgets.Budgets().ReserveBudget(ctx, store.BudgetReservation{Lease: l, CostUSD: 1, CappedCostUSD: 1})
 	require.NoError(t, err)
 	r = b.do(t, http.MethodPost, "/v1/chat/completions", keyGlobex, "application/json", []byte(validBody))
 	require.Equal(t, http.StatusPaymentRequired, r.status)
@@ -132,7 +132,7 @@ func TestBudgetReadFailureIsUnavailable(t *testing.T) {
 		pool, err := pgxpool.New(context.Background(), strings.Replace(url, "127.0.0.1:5432", p.Addr(), 1))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		c.Usage, c.Tenants, c.JobsDone = store.New(pool, store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants})), tenants, c.Store.(*store.Store)
+		c.Usage, c.Tenants, c.JobsDone = store.New(pool, store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants})).Budgets(), tenants, c.Store.(*store.Store)
 	}})
 	p.Cut()
 	r := b.post(t, keyAcme, `{"id":"a1","body":`+validBody+`}`)

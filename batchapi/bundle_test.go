@@ -63,7 +63,7 @@ func setup(t *testing.T, simCfg upstreamsim.Config, mod func(*Config)) *testBund
 		st: st, sim: sim, simCfg: simCfg, clock: clock, client: newClient(t, sim, nil), lane: clockwork.NewFakeClockAt(night),
 	}
 	b.cfg = Config{
-		Store: st, Client: b.client,
+		Store: st.Batches(), Client: b.client,
 		Catalog:  llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {InputPricePer1M: 0.15, OutputPricePer1M: 0.60}}},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Clock:    b.lane,

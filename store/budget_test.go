@@ -279,12 +279,12 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	// results come home.
 	before := b.budgetOf(t, "d", llmq.PeriodDay)
 	monthBefore := b.budgetOf(t, "", llmq.PeriodMonth)
-	_, jobs, err := b.store.ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 10})
+	_, jobs, err := b.store.Batches().ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 10})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
-	_, err = b.store.MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: "lb_1", ProviderBatchID: "batch_1", Status: store.BatchValidating})
+	_, err = b.store.Batches().MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: "lb_1", ProviderBatchID: "batch_1", Status: store.BatchValidating})
 	require.NoError(t, err)
-	_, err = b.store.IngestBatch(b.ctx, store.BatchIngest{BatchID: "lb_1", Results: []store.BatchResult{
+	_, err = b.store.Batches().IngestBatch(b.ctx, store.BatchIngest{BatchID: "lb_1", Results: []store.BatchResult{
 		{Job: dl.Key, Response: []byte(`{}`), UsedModel: "big", CostUSD: 0.02, LiveCostUSD: 0.04}}})
 	require.NoError(t, err)
 	require.InDelta(t, before.SpentUSD+0.02, b.budgetOf(t, "d", llmq.PeriodDay).SpentUSD, 1e-12)

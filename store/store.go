@@ -22,6 +22,7 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
+	batches   Batches
 	budgets   Budgets
 	laneRates LaneRates
 	owned     bool
@@ -110,6 +111,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.batches = Batches{s.base}
 	s.budgets = Budgets{s.base}
 	s.laneRates = LaneRates{s.base}
 	s.streams = Streams{s.base}
@@ -128,6 +130,9 @@ func (s *Store) LaneRates() *LaneRates { return &s.laneRates }
 
 // Budgets is the store's budgets and usage.
 func (s *Store) Budgets() *Budgets { return &s.budgets }
+
+// Batches is the store's batch lane.
+func (s *Store) Batches() *Batches { return &s.batches }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

@@ -69,7 +69,7 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 	ingest := func(in func(id string) store.BatchIngest) transitionCase {
 		return transitionCase{batch: store.BatchInProgress, lease: anyone, bulk: true,
 			run: func(b *testBundle, id string, _ int64) error {
-				_, err := b.store.IngestBatch(b.ctx, in(id))
+				_, err := b.store.Batches().IngestBatch(b.ctx, in(id))
 				return err
 			}}
 	}
@@ -122,7 +122,7 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 		}),
 		"MarkBatchSubmitted": {batch: store.BatchSubmitting, lease: anyone, bulk: true,
 			run: func(b *testBundle, id string, _ int64) error {
-				_, err := b.store.MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: batchOf(id), ProviderBatchID: "batch_" + id,
+				_, err := b.store.Batches().MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: batchOf(id), ProviderBatchID: "batch_" + id,
 					Status: store.BatchValidating})
 				return err
 			}},
@@ -138,7 +138,7 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 		"PullBack": {batch: store.BatchInProgress, deadline: time.Hour, lease: anyone, bulk: true,
 			run: func(b *testBundle, _ string, _ int64) error {
 				soon := b.clock.Now().Add(2 * time.Hour)
-				_, err := b.store.PullBack(b.ctx, soon, soon, "live: test")
+				_, err := b.store.Batches().PullBack(b.ctx, soon, soon, "live: test")
 				return err
 			}},
 		"Requeue": {lease: anyone, quiet: func(from llmq.Status) bool { return from == llmq.StatusQueued },

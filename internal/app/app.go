@@ -290,7 +290,7 @@ func (a *App) buildWorker() error {
 		// The batch lane: deferrable jobs go to the provider's Batch API
 		// off-peak, or when the live lane would take too long to drain.
 		bc := batchConfig(s, wc)
-		bc.Store, bc.Client = a.store, newBatchClient(s, cmp.Or(wc.UpstreamTimeout, worker.UpstreamTimeoutDefault))
+		bc.Store, bc.Client = a.store.Batches(), newBatchClient(s, cmp.Or(wc.UpstreamTimeout, worker.UpstreamTimeoutDefault))
 		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.registerer
 		bc.Drain = wc.BatchDrain
 		if bc.Drain == nil {
@@ -495,10 +495,10 @@ func (a *App) buildAPI() error {
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
 		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
-		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
+		DeadLetterService: svc, Batches: a.store.Batches(), Notifications: a.store.Notifications(),
 		Usage: a.store.Budgets(), Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
-			return batchapi.Cancel(ctx, a.store, batchClient, ref)
+			return batchapi.Cancel(ctx, a.store.Batches(), batchClient, ref)
 		},
 		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
 		JobsDone: a.store, Streams: a.store.Streams(), Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store.Ledger(),

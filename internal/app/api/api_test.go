@@ -91,7 +91,7 @@ func setup(t *testing.T, o options) *testBundle {
 	require.NoError(t, err)
 	acfg := api.Config{
 		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []string{keyOps},
-		DeadLetterService: svc, Batches: st, Notifications: st.Notifications(),
+		DeadLetterService: svc, Batches: st.Batches(), Notifications: st.Notifications(),
 		Usage: st.Budgets(), Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
 	}
 	var bcfg batchapi.Config
@@ -104,10 +104,10 @@ func setup(t *testing.T, o options) *testBundle {
 		client := openai.NewClientWithConfig(cc)
 		// A live lane that drains in an hour sends deferrable jobs to the
 		// Batch API at once.
-		bcfg = batchapi.Config{Store: st, Client: client, Logger: quiet, Clock: clk,
+		bcfg = batchapi.Config{Store: st.Batches(), Client: client, Logger: quiet, Clock: clk,
 			DrainThreshold: time.Minute, Drain: func() time.Duration { return time.Hour }}
 		acfg.CancelBatch = func(ctx context.Context, ref string) (*store.BatchRecord, error) {
-			return batchapi.Cancel(ctx, st, client, ref)
+			return batchapi.Cancel(ctx, st.Batches(), client, ref)
 		}
 	}
 	if o.api != nil {
@@ -139,7 +139,7 @@ func (b *testBundle) batch(t *testing.T, ids ...string) string {
 	n, err := c.FlushAll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(ids), n)
-	open, err := b.store.ListBatches(ctx, 1, true)
+	open, err := b.store.Batches().ListBatches(ctx, 1, true)
 	require.NoError(t, err)
 	require.Len(t, open, 1)
 	return open[0].ID

@@ -207,7 +207,7 @@ type JobStore interface {
 }
 
 // BatchStore is what the API reads of the batch lane's batches; a
-// [*store.Store] is one.
+// [*store.Batches] is one.
 type BatchStore interface {
 	// ListBatches returns the newest batches, only those not yet brought
 	// home when open.

@@ -243,7 +243,7 @@ func TestBatchesForOperators(t *testing.T) {
 	r := b.do(t, http.MethodPost, "/v1/batches/"+id+"/cancel", keyOps, "", nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.Contains(t, []string{"cancelling", "cancelled"}, r.json(t)["status"])
-	stored, err := b.store.GetBatch(context.Background(), id)
+	stored, err := b.store.Batches().GetBatch(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, r.json(t)["status"], stored.Status, "the provider's answer is recorded")
 }

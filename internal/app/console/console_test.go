@@ -73,7 +73,7 @@ func setupWith(t *testing.T, mutate func(*api.Config)) *bundle {
 	require.NoError(t, err)
 	acfg := api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
 		OperatorKeys: []string{keyOps}, DeadLetterService: svc, Notifications: st.Notifications(),
-		Batches: st, Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})).Budgets(), Tenants: consoleTenants,
+		Batches: st.Batches(), Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})).Budgets(), Tenants: consoleTenants,
 		Logger: quiet}
 	if mutate != nil {
 		mutate(&acfg)

@@ -58,7 +58,7 @@ func Run(ctx context.Context, databaseURL, brokerURL string) error {
 		return err
 	}
 
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: target.Dest})
+	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: target.Dest})
 	if err != nil {
 		return err
 	}

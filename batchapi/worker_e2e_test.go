@@ -22,7 +22,7 @@ import (
 type storeLetters struct{ st *store.Store }
 
 func (m storeLetters) DeadLetter(ctx context.Context, l dlq.Letter) error {
-	_, _, err := m.st.RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: "job:" + l.Tenant + "/" + l.JobID, JobID: l.JobID,
+	_, _, err := m.st.DeadLetters().RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: "job:" + l.Tenant + "/" + l.JobID, JobID: l.JobID,
 		Tenant: l.Tenant, LeaseToken: l.LeaseToken, Reason: string(l.Reason), LastError: l.LastError, Message: l.Message})
 	return err
 }

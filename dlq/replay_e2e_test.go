@@ -91,7 +91,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 
 	broker := memory.New()
 	pub := &countingPublisher{Publisher: broker.NewPublisher()}
-	dcfg := dlq.Config{Store: st, Publisher: pub, Destination: "jobs"}
+	dcfg := dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: "jobs"}
 	writer, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
 	svc, err := dlq.NewService(dcfg)

@@ -122,7 +122,7 @@ func setupDLQ(t *testing.T) *dlqBundle {
 		ctx: ctx, clock: clock, store: st, alerts: &notifier{}, reg: prometheus.NewRegistry(), leases: map[string]store.Lease{},
 		pub: &testPublisher{Publisher: memory.New().NewPublisher(), published: make(chan published, 100)},
 	}
-	cfg := Config{Store: st, Publisher: b.pub, Destination: testDest, Alerter: b.alerts, Clock: clock, Registerer: b.reg}
+	cfg := Config{Store: st.DeadLetters(), Publisher: b.pub, Destination: testDest, Alerter: b.alerts, Clock: clock, Registerer: b.reg}
 	b.writer, err = NewWriter(cfg)
 	require.NoError(t, err)
 	b.svc, err = NewService(cfg)
@@ -373,14 +373,14 @@ func TestConfigValidation(t *testing.T) {
 		field string
 	}{
 		"no store":       {Config{Publisher: pub, Destination: "d"}, "Store"},
-		"no publisher":   {Config{Store: st, Destination: "d"}, "Publisher"},
-		"no destination": {Config{Store: st, Publisher: pub}, "Destination"},
-		"negative after": {Config{Store: st, Publisher: pub, Destination: "d", RepairAfter: -1}, "RepairAfter"},
+		"no publisher":   {Config{Store: st.DeadLetters(), Destination: "d"}, "Publisher"},
+		"no destination": {Config{Store: st.DeadLetters(), Publisher: pub}, "Destination"},
+		"negative after": {Config{Store: st.DeadLetters(), Publisher: pub, Destination: "d", RepairAfter: -1}, "RepairAfter"},
 	} {
 		_, err := NewWriter(tc.cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig, name)
 		require.ErrorContains(t, err, tc.field, name)
 	}
-	_, err := NewService(Config{Store: st})
+	_, err := NewService(Config{Store: st.DeadLetters()})
 	require.NoError(t, err)
 }

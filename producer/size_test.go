@@ -181,7 +181,7 @@ func TestSweepDeadLettersUnpublishable(t *testing.T) {
 	require.ErrorIs(t, err, producer.ErrUnpublishable)
 	require.Zero(t, n)
 
-	w, err := dlq.NewWriter(dlq.Config{Store: b.store, Publisher: k.pub, Destination: k.topic, Clock: b.clock})
+	w, err := dlq.NewWriter(dlq.Config{Store: b.store.DeadLetters(), Publisher: k.pub, Destination: k.topic, Clock: b.clock})
 	require.NoError(t, err)
 	p := b.producer(t, func(c *producer.Config) { cfg(c); c.DeadLetters = w })
 	n, err = p.Sweep(ctx, time.Minute, 10)
@@ -197,7 +197,7 @@ func TestSweepDeadLettersUnpublishable(t *testing.T) {
 		rec, err := b.store.Get(ctx, "acme", id)
 		require.NoError(t, err)
 		require.Equal(t, llmq.StatusDeadLettered, rec.Status, id)
-		letters, _, err := b.store.ListDeadLetters(ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "acme", JobID: id}})
+		letters, _, err := b.store.DeadLetters().ListDeadLetters(ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "acme", JobID: id}})
 		require.NoError(t, err)
 		require.Len(t, letters, 1, id)
 		require.Equal(t, string(producer.ReasonUnpublishable), letters[0].Reason)

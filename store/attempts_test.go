@@ -122,10 +122,10 @@ func TestAttemptsTerminalAndReplay(t *testing.T) {
 
 	require.NoError(t, b.store.EndAttempt(b.ctx, l.Key, store.Answer{Attempt: 1, At: b.clock.Now(), Status: 502,
 		Outcome: "retryable", ErrorCode: "server_error"}))
-	_, _, err = b.store.RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/j", JobID: "j", Tenant: "acme",
+	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/j", JobID: "j", Tenant: "acme",
 		Reason: "retries_exhausted", Message: []byte(`{}`), LeaseToken: l.Token})
 	require.NoError(t, err)
-	_, err = b.store.Requeue(b.ctx, "acme", "j")
+	_, err = b.store.DeadLetters().Requeue(b.ctx, "acme", "j")
 	require.NoError(t, err)
 
 	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})

@@ -267,6 +267,11 @@ func (s *Store) Cancel(ctx context.Context, tenant, id string) (*JobRecord, erro
 // Get returns the job id of tenant, ErrNotFound when the tenant has none.
 // A queued job's WaitingReason is filled in.
 func (s *Store) Get(ctx context.Context, tenant, id string) (*JobRecord, error) {
+	return s.getJob(ctx, tenant, id)
+}
+
+// getJob is Get, for every aggregate that reads a job.
+func (s *base) getJob(ctx context.Context, tenant, id string) (*JobRecord, error) {
 	rec, err := s.queryJob(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND id = $2`, tenant, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: get %q: %w", id, err)

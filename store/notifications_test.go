@@ -41,11 +41,11 @@ func TestNotificationsWrittenWithTheEnd(t *testing.T) {
 	require.NoError(t, b.store.MarkExpired(b.ctx, ls["late"], "too late"))
 	d := newLetter("dead", "acme", "retries_exhausted")
 	d.LeaseToken = ls["dead"].Token
-	_, _, err = b.store.RecordDeadLetter(b.ctx, d)
+	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
 	require.NoError(t, err)
 	_, err = b.store.Cancel(b.ctx, "acme", "cancel")
 	require.NoError(t, err)
-	require.NoError(t, b.store.MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
+	require.NoError(t, b.store.DeadLetters().MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
 	b.clock.Advance(366 * 24 * time.Hour)
 	_, err = b.store.ExpireOverdue(b.ctx)
 	require.NoError(t, err)

@@ -75,7 +75,7 @@ func TestJobDoneNotifications(t *testing.T) {
 
 	d := newLetter("dead", "acme", "retries_exhausted")
 	d.LeaseToken = ls["dead"].Token
-	_, _, err = b.store.RecordDeadLetter(b.ctx, d)
+	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
 	require.NoError(t, err)
 	require.Equal(t, key("dead"), nextKey(t, keys))
 
@@ -83,7 +83,7 @@ func TestJobDoneNotifications(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, key("cancel"), nextKey(t, keys))
 
-	require.NoError(t, b.store.MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
+	require.NoError(t, b.store.DeadLetters().MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
 	require.Equal(t, key("poison"), nextKey(t, keys))
 
 	// A refused move announces nothing: the next key is the sweep's.

@@ -403,7 +403,7 @@ var storeResultRows = newRowKind(notifyDone(`UPDATE jobs j SET status = `+tStore
 // (its message was given up by the broker, or cannot be published); code
 // is the dead-letter reason class. A job a worker holds is dead-lettered
 // by its holder (RecordDeadLetter with NewDeadLetter.LeaseToken).
-func (s *Store) MarkDeadLettered(ctx context.Context, k Key, code, msg string) error {
+func (s *DeadLetters) MarkDeadLettered(ctx context.Context, k Key, code, msg string) error {
 	_, err := s.move(ctx, "mark dead-lettered", tMarkDeadLettered, k,
 		`, error_code = $4, error_message = $5, finished_at = $3, lease_expires_at = NULL, phase = ''`, code, msg)
 	return err

@@ -63,7 +63,7 @@ func (b *retentionBundle) finished(t *testing.T, id string, st llmq.Status, age 
 
 func (b *retentionBundle) letter(t *testing.T, jobID string, age time.Duration, published bool) {
 	t.Helper()
-	rec, _, err := b.store.RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/" + jobID, JobID: jobID,
+	rec, _, err := b.store.DeadLetters().RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/" + jobID, JobID: jobID,
 		Tenant: "acme", Reason: "retries_exhausted", Message: []byte(`{}`), CreatedAt: b.clock.Now().Add(-age)})
 	require.NoError(t, err)
 	if published {

@@ -22,12 +22,13 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
-	batches   Batches
-	budgets   Budgets
-	laneRates LaneRates
-	owned     bool
-	ledger    Ledger
-	streams   Streams
+	deadLetters DeadLetters
+	batches     Batches
+	budgets     Budgets
+	laneRates   LaneRates
+	owned       bool
+	ledger      Ledger
+	streams     Streams
 }
 
 // base is what every aggregate of the store shares: the pool, the clock,
@@ -111,6 +112,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.deadLetters = DeadLetters{s.base}
 	s.batches = Batches{s.base}
 	s.budgets = Budgets{s.base}
 	s.laneRates = LaneRates{s.base}
@@ -133,6 +135,9 @@ func (s *Store) Budgets() *Budgets { return &s.budgets }
 
 // Batches is the store's batch lane.
 func (s *Store) Batches() *Batches { return &s.batches }
+
+// DeadLetters is the store's dead letters.
+func (s *Store) DeadLetters() *DeadLetters { return &s.deadLetters }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

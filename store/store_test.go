@@ -404,7 +404,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 			return b.store.MarkExpired(b.ctx, l, "stale")
 		},
 		"RecordDeadLetter": func(l store.Lease) error {
-			_, _, err := b.store.RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/job-1", JobID: "job-1",
+			_, _, err := b.store.DeadLetters().RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/job-1", JobID: "job-1",
 				Tenant: "acme", Reason: "retries_exhausted", Message: []byte(`{}`), LeaseToken: l.Token})
 			return err
 		},
@@ -417,7 +417,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 		require.Equal(t, rec.Attempts, now.Attempts, what)
 		require.Equal(t, rec.Retries, now.Retries, what)
 		require.Equal(t, rec.LeaseToken, now.LeaseToken, what)
-		letters, _, err := b.store.ListDeadLetters(b.ctx, store.DeadLetterListOptions{})
+		letters, _, err := b.store.DeadLetters().ListDeadLetters(b.ctx, store.DeadLetterListOptions{})
 		require.NoError(t, err)
 		require.Empty(t, letters, what)
 	}

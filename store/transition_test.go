@@ -76,7 +76,7 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 	held := fenced(func(b *testBundle, l store.Lease) error {
 		d := newLetter(l.ID, l.Tenant, "retries_exhausted")
 		d.LeaseToken = l.Token
-		_, _, err := b.store.RecordDeadLetter(b.ctx, d)
+		_, _, err := b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
 		return err
 	})
 	held.quiet = func(from llmq.Status) bool { return from == llmq.StatusDeadLettered }
@@ -110,7 +110,7 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 				return err
 			}},
 		"MarkDeadLettered": unfenced(func(b *testBundle, id string) error {
-			return b.store.MarkDeadLettered(b.ctx, acme(id), "delivery_limit", "gave up")
+			return b.store.DeadLetters().MarkDeadLettered(b.ctx, acme(id), "delivery_limit", "gave up")
 		}),
 		"ExpireOverdue": {deadline: -time.Second, lease: anyone, bulk: true, run: func(b *testBundle, _ string, _ int64) error {
 			_, err := b.store.ExpireOverdue(b.ctx)
@@ -143,7 +143,7 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 			}},
 		"Requeue": {lease: anyone, quiet: func(from llmq.Status) bool { return from == llmq.StatusQueued },
 			run: func(b *testBundle, id string, _ int64) error {
-				_, err := b.store.Requeue(b.ctx, "acme", id)
+				_, err := b.store.DeadLetters().Requeue(b.ctx, "acme", id)
 				return err
 			}},
 	}

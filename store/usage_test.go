@@ -207,7 +207,7 @@ func TestUsageAfterReplayAndPrune(t *testing.T) {
 	require.NoError(t, err)
 	letter := newLetter("dead", "acme", "retries_exhausted")
 	letter.LeaseToken = leases["dead"].Token
-	_, _, err = b.store.RecordDeadLetter(b.ctx, letter)
+	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, letter)
 	require.NoError(t, err)
 	usage := func(want ...store.ScopeUsage) {
 		t.Helper()
@@ -219,7 +219,7 @@ func TestUsageAfterReplayAndPrune(t *testing.T) {
 	_, err = b.store.FoldUsage(b.ctx)
 	require.NoError(t, err)
 
-	_, err = b.store.Requeue(b.ctx, "acme", "dead")
+	_, err = b.store.DeadLetters().Requeue(b.ctx, "acme", "dead")
 	require.NoError(t, err)
 	usage(store.ScopeUsage{Tenant: "acme", MinuteRequests: 1, DayRequests: 1, MinuteTokens: 120, DayTokens: 120})
 	summed, rows := usageBoth(t, b.ctx, b.store.Pool(), b.clock.Now(), "")

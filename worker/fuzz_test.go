@@ -107,7 +107,7 @@ func FuzzIngest(f *testing.F) {
 	}
 	sub := &counting{Subscriber: inner, count: map[[sha256.Size]byte]int{}, acked: map[[sha256.Size]byte]chan struct{}{}}
 	pub := broker.NewPublisher()
-	letters, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: "jobs"})
+	letters, err := dlq.NewWriter(dlq.Config{Store: tb.store.DeadLetters(), Publisher: pub, Destination: "jobs"})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -391,7 +391,7 @@ func TestWorkerDeliveryLimitBecomesADeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	notes := &alerts{}
-	writer, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: queue, Alerter: notes,
+	writer, err := dlq.NewWriter(dlq.Config{Store: tb.store.DeadLetters(), Publisher: pub, Destination: queue, Alerter: notes,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	failing := &failingIngest{JobStore: tb.store, id: "doomed", forever: true}
@@ -400,10 +400,10 @@ func TestWorkerDeliveryLimitBecomesADeadLetter(t *testing.T) {
 		transport.Message{Value: jobJSON("fine", "m", "")}, transport.Message{Value: jobJSON("doomed", "m", "")}))
 
 	require.Eventually(t, func() bool {
-		letters, _, err := tb.store.ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
+		letters, _, err := tb.store.DeadLetters().ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
 		return err == nil && len(letters) == 1 && letters[0].PublishedAt != nil
 	}, time.Minute, 10*time.Millisecond)
-	letters, _, err := tb.store.ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
+	letters, _, err := tb.store.DeadLetters().ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
 	require.NoError(t, err)
 	l := letters[0]
 	require.Equal(t, "doomed", l.JobID)

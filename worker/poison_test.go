@@ -29,7 +29,7 @@ func TestBytesPostgresCannotHoldEndAsDeadLetters(t *testing.T) {
 			t.Parallel()
 			tb := setup(t, upstreamsim.Config{Seed: 4})
 			dest, pub, sub := openBroker(t, brokerURL(t), 16)
-			letters, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: dest})
+			letters, err := dlq.NewWriter(dlq.Config{Store: tb.store.DeadLetters(), Publisher: pub, Destination: dest})
 			require.NoError(t, err)
 			reg := prometheus.NewRegistry()
 			w, err := worker.New(worker.Config{

@@ -43,7 +43,7 @@ func (l *letters) DeadLetter(ctx context.Context, letter dlq.Letter) error {
 	if letter.JobID != "" {
 		key = "job:" + letter.Tenant + "/" + letter.JobID
 	}
-	_, created, err := l.store.RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: key, JobID: letter.JobID,
+	_, created, err := l.store.DeadLetters().RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: key, JobID: letter.JobID,
 		Tenant: letter.Tenant, LeaseToken: letter.LeaseToken, Reason: string(letter.Reason),
 		LastError: letter.LastError, Message: letter.Message})
 	if err != nil {

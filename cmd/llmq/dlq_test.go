@@ -53,7 +53,7 @@ func TestDLQCommands(t *testing.T) {
 	st, err := store.Open(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	w, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: memory.New().NewPublisher(), Destination: queue})
+	w, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: memory.New().NewPublisher(), Destination: queue})
 	require.NoError(t, err)
 	for _, id := range []string{"j1", "j2"} {
 		msg := []byte(fmt.Sprintf(`{"id":%q,"tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, id))

@@ -136,7 +136,7 @@ func TestJSONOutputMatchesOpenAPI(t *testing.T) {
 	require.NotNil(t, requireSchema(t, "JobList", out)["next_cursor"])
 
 	// Dead letters: a job's, and a poison message that is not JSON.
-	w, err := dlq.NewWriter(dlq.Config{Store: b.store, Publisher: memory.New().NewPublisher(), Destination: "jobs"})
+	w, err := dlq.NewWriter(dlq.Config{Store: b.store.DeadLetters(), Publisher: memory.New().NewPublisher(), Destination: "jobs"})
 	require.NoError(t, err)
 	require.NoError(t, w.DeadLetter(b.ctx, dlq.Letter{JobID: "queued-1", Tenant: "globex", Reason: dlq.ReasonExpired,
 		Message: []byte(`{"id":"queued-1","body":{}}`)}))

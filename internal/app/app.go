@@ -432,7 +432,7 @@ func (a *App) deadLetters() (*dlq.Writer, error) {
 		notifier, a.alerter = alerter, alerter
 	}
 	letters, err := dlq.NewWriter(dlq.Config{
-		Store: a.store, Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
+		Store: a.store.DeadLetters(), Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
 		Logger: a.log, Registerer: a.registerer,
 	})
 	if err != nil {
@@ -485,7 +485,7 @@ func (a *App) buildAPI() error {
 		return err
 	}
 	a.parts.add("outbox sweeper", sweeper.Start, sweeper.Stop, stopTimeout)
-	svc, err := dlq.NewService(dlq.Config{Store: a.store, Publisher: a.pub, Destination: a.target.Dest,
+	svc, err := dlq.NewService(dlq.Config{Store: a.store.DeadLetters(), Publisher: a.pub, Destination: a.target.Dest,
 		Logger: a.log, Registerer: a.registerer})
 	if err != nil {
 		return err

@@ -93,7 +93,7 @@ func setup(t *testing.T, brokerURL string, opts ...options) *pipeline {
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: target.Dest})
+	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: target.Dest})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{Subscriber: sub, Store: st, DeadLetters: letters, Catalog: catalog,
 		Strategy: shaping.StrategyRetry, MaxInFlight: 8,

@@ -84,7 +84,7 @@ func setup(t *testing.T, o options) *testBundle {
 	}
 	p, err := producer.New(pcfg)
 	require.NoError(t, err)
-	dcfg := dlq.Config{Store: st, Publisher: b.NewPublisher(), Destination: "jobs", Clock: clk, Logger: quiet}
+	dcfg := dlq.Config{Store: st.DeadLetters(), Publisher: b.NewPublisher(), Destination: "jobs", Clock: clk, Logger: quiet}
 	svc, err := dlq.NewService(dcfg)
 	require.NoError(t, err)
 	letters, err := dlq.NewWriter(dcfg)

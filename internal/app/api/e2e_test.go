@@ -107,7 +107,7 @@ func TestEndToEnd(t *testing.T) {
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
 
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
+	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
 		Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,

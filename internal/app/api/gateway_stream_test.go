@@ -87,7 +87,7 @@ func streamSetup(t testing.TB, hook upstreamsim.StreamHook, latency upstreamsim.
 	workSub, err := rabbitmq.NewSubscriber(rcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = workSub.Close() })
-	letters, err := dlq.NewWriter(dlq.Config{Store: workerStore, Publisher: pub, Destination: queue})
+	letters, err := dlq.NewWriter(dlq.Config{Store: workerStore.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
 		Subscriber: workSub, Store: workerStore, Queued: workerStore, Chunks: workerStore.Streams(), DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,

@@ -117,7 +117,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 		workSub, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = workSub.Close() })
-		letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
+		letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 		require.NoError(t, err)
 		w, err := worker.New(worker.Config{
 			Subscriber: workSub, Store: st, LaneRates: st.LaneRates(), Chunks: st.Streams(), DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,

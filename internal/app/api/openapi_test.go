@@ -184,7 +184,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{JobID: "dl", Tenant: "acme", Reason: dlq.ReasonExpired,
 		Message: []byte(jobJSON("dl"))}))
-	_, err = b.store.Requeue(ctx, "acme", "dl")
+	_, err = b.store.DeadLetters().Requeue(ctx, "acme", "dl")
 	require.NoError(t, err)
 	c.check(t, b, "POST", "/v1/dead-letters/3/replay", keyAcme, "", "", true, 409)
 

@@ -90,7 +90,7 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 	pub, err := rabbitmq.NewPublisher(rcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
+	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{Subscriber: sub, Store: st, LaneRates: st.LaneRates(), DeadLetters: letters, Strategy: shaping.StrategyRetry,
 		MaxInFlight: 16, Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,

@@ -66,7 +66,7 @@ func setupWith(t *testing.T, mutate func(*api.Config)) *bundle {
 	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub,
 		DepthTTL: -1, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
-	dcfg := dlq.Config{Store: st, Publisher: b.NewPublisher(), Destination: "jobs", Logger: quiet}
+	dcfg := dlq.Config{Store: st.DeadLetters(), Publisher: b.NewPublisher(), Destination: "jobs", Logger: quiet}
 	svc, err := dlq.NewService(dcfg)
 	require.NoError(t, err)
 	letters, err := dlq.NewWriter(dcfg)

@@ -46,7 +46,7 @@ func Run(ctx context.Context, databaseURL, brokerURL string) error {
 		return err
 	}
 
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: target.Dest, DepthProbe: sub})
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: target.Dest, DepthProbe: sub})
 	if err != nil {
 		return err
 	}

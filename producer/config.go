@@ -83,7 +83,7 @@ type DepthProbe interface {
 
 // Store is what a Producer needs of the job store: the outbox (jobs
 // recorded before they are published) and the queue's Postgres figures.
-// *store.Store is one.
+// *store.Outbox is one.
 type Store interface {
 	// InsertOutbox records jobs (with their estimates) as queued and not
 	// yet published, all or none, and says for each whether it was

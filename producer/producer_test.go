@@ -27,7 +27,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The job store is one a Producer can use.
-var _ producer.Store = (*store.Store)(nil)
+var _ producer.Store = (*store.Outbox)(nil)
 
 var quiet = slog.New(slog.DiscardHandler)
 
@@ -63,7 +63,7 @@ func setup(t *testing.T) *testBundle {
 func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *producer.Producer {
 	t.Helper()
 	cfg := producer.Config{
-		Publisher: b.broker.NewPublisher(), Store: b.store, Destination: b.dest, DepthProbe: b.sub,
+		Publisher: b.broker.NewPublisher(), Store: b.store.Outbox(), Destination: b.dest, DepthProbe: b.sub,
 		Clock: b.clock, DepthTTL: -1, Logger: quiet,
 	}
 	if mod != nil {
@@ -340,7 +340,7 @@ func TestOutboxSweepAfterCrash(t *testing.T) {
 	j := newJob("crashed")
 	require.NoError(t, j.Normalize())
 	require.NoError(t, j.Validate())
-	created, err := b.store.InsertOutbox(ctx, []store.NewJob{{Job: j}})
+	created, err := b.store.Outbox().InsertOutbox(ctx, []store.NewJob{{Job: j}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}}, created)
 	require.Nil(t, publishedAt(t, b.pool, "crashed"))
@@ -392,7 +392,7 @@ func TestSweepPagesAndSkipsFinished(t *testing.T) {
 		require.NoError(t, j.Validate())
 		jobs = append(jobs, store.NewJob{Job: j})
 	}
-	_, err := b.store.InsertOutbox(ctx, jobs)
+	_, err := b.store.Outbox().InsertOutbox(ctx, jobs)
 	require.NoError(t, err)
 	_, err = b.store.Cancel(ctx, "acme", "c6")
 	require.NoError(t, err)
@@ -411,7 +411,7 @@ func TestSweeperStartStop(t *testing.T) {
 	j := newJob("orphan")
 	require.NoError(t, j.Normalize())
 	require.NoError(t, j.Validate())
-	_, err := b.store.InsertOutbox(ctx, []store.NewJob{{Job: j}})
+	_, err := b.store.Outbox().InsertOutbox(ctx, []store.NewJob{{Job: j}})
 	require.NoError(t, err)
 	b.clock.Advance(time.Hour)
 

@@ -167,7 +167,7 @@ func TestSweepDeadLettersUnpublishable(t *testing.T) {
 	for _, j := range jobs {
 		require.NoError(t, j.Normalize())
 		require.NoError(t, j.Validate())
-		_, err := b.store.InsertOutbox(ctx, []store.NewJob{{Job: j}})
+		_, err := b.store.Outbox().InsertOutbox(ctx, []store.NewJob{{Job: j}})
 		require.NoError(t, err)
 		b.clock.Advance(time.Millisecond) // swept in this order
 	}

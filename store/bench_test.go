@@ -236,19 +236,19 @@ func benchOutbox(b *testing.B, write func(context.Context, *store.Store, []store
 }
 
 func publishedOutbox(ctx context.Context, s *store.Store, batch []store.NewJob) error {
-	_, err := s.InsertOutboxPublishing(ctx, batch, func([]store.Recorded) error { return nil })
+	_, err := s.Outbox().InsertOutboxPublishing(ctx, batch, func([]store.Recorded) error { return nil })
 	return err
 }
 
 func markedOutbox(ctx context.Context, s *store.Store, batch []store.NewJob) error {
-	if _, err := s.InsertOutbox(ctx, batch); err != nil {
+	if _, err := s.Outbox().InsertOutbox(ctx, batch); err != nil {
 		return err
 	}
 	keys := make([]store.Key, len(batch))
 	for i, j := range batch {
 		keys[i] = store.Key{Tenant: j.Job.Tenant, ID: j.Job.ID}
 	}
-	return s.MarkPublished(ctx, keys)
+	return s.Outbox().MarkPublished(ctx, keys)
 }
 
 // BenchmarkModelStats measures GET /v1/stats/models' read of an hour of

@@ -33,7 +33,7 @@ func TestOutbox(t *testing.T) {
 }
 
 func testOutbox(t *testing.T, b *testBundle) {
-	created, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o2")}})
+	created, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o2")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}}, created)
 	// A row inserted any other way counts as published (it came from the
@@ -44,26 +44,26 @@ func testOutbox(t *testing.T, b *testBundle) {
 	b.clock.Advance(time.Minute)
 	_, err = b.store.Cancel(b.ctx, "acme", "direct")
 	require.NoError(t, err)
-	created, err = b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o3")}, {Job: newJob(t, "direct")}})
+	created, err = b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o3")}, {Job: newJob(t, "direct")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: false, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued},
 		{Created: false, Status: llmq.StatusCancelled}}, created, "an existing job's status is read in the same transaction")
 
-	recs, err := b.store.Unpublished(b.ctx, b.clock.Now(), 10)
+	recs, err := b.store.Outbox().Unpublished(b.ctx, b.clock.Now(), 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"o1", "o2"}, outboxIDs(recs), "o3 is younger than the cutoff")
 
-	require.NoError(t, b.store.MarkPublished(b.ctx, []store.Key{acme("o1")}))
+	require.NoError(t, b.store.Outbox().MarkPublished(b.ctx, []store.Key{acme("o1")}))
 	_, err = b.store.Cancel(b.ctx, "acme", "o2")
 	require.NoError(t, err)
-	recs, err = b.store.Unpublished(b.ctx, b.clock.Now().Add(time.Second), 10)
+	recs, err = b.store.Outbox().Unpublished(b.ctx, b.clock.Now().Add(time.Second), 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"o3"}, outboxIDs(recs), "published and cancelled rows are not swept")
 
 	// An invalid job writes nothing.
 	bad := newJob(t, "o4")
 	bad.Tenant = "bad tenant"
-	_, err = b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o5")}, {Job: bad}})
+	_, err = b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o5")}, {Job: bad}})
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	_, err = b.store.Get(b.ctx, "acme", "o5")
 	require.ErrorIs(t, err, store.ErrNotFound)
@@ -99,7 +99,7 @@ func testOutboxPublishing(t *testing.T, b *testBundle) {
 	want := []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: false, Status: llmq.StatusQueued},
 		{Created: true, Status: llmq.StatusQueued}}
 	var seen []store.Recorded
-	got, err := b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p1")}, {Job: newJob(t, "old")},
+	got, err := b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p1")}, {Job: newJob(t, "old")},
 		{Job: newJob(t, "p2")}}, func(recorded []store.Recorded) error {
 		seen = recorded
 		require.False(t, visible("p1"), "committed only once published")
@@ -114,20 +114,20 @@ func testOutboxPublishing(t *testing.T, b *testBundle) {
 	}
 	require.Equal(t, oldAt, publishedAt("old"), "an existing job keeps its mark")
 
-	got, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "u1")}, {Job: newJob(t, "p1")}},
+	got, err = b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "u1")}, {Job: newJob(t, "p1")}},
 		func([]store.Recorded) error { return errors.New("broker down") })
 	require.NoError(t, err, "recorded all the same")
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: false, Status: llmq.StatusQueued}}, got)
 	require.Nil(t, publishedAt("u1"))
 	require.Equal(t, &now, publishedAt("p1"), "an existing job keeps its mark")
 	b.clock.Advance(time.Second)
-	recs, err := b.store.Unpublished(b.ctx, b.clock.Now(), 10)
+	recs, err := b.store.Outbox().Unpublished(b.ctx, b.clock.Now(), 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"u1"}, outboxIDs(recs))
 
 	bad := newJob(t, "bad")
 	bad.Tenant = "bad tenant"
-	_, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p3")}, {Job: bad}},
+	_, err = b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p3")}, {Job: bad}},
 		func([]store.Recorded) error { t.Fatal("publish of a failed insert"); return nil })
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	require.False(t, visible("p3"))
@@ -142,12 +142,12 @@ func testOutboxPublishing(t *testing.T, b *testBundle) {
 	require.NoError(t, err)
 	refused := newJob(t, "refused")
 	conns := b.store.Pool().Stat().TotalConns()
-	_, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}, {Job: refused}},
+	_, err = b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}, {Job: refused}},
 		func([]store.Recorded) error { t.Fatal("publish of a failed insert"); return nil })
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	require.False(t, visible("p4"))
 	require.Equal(t, conns, b.store.Pool().Stat().TotalConns(), "the connection was rolled back and kept")
-	got, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}}, func([]store.Recorded) error { return nil })
+	got, err = b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}}, func([]store.Recorded) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}}, got)
 	require.Equal(t, new(b.clock.Now()), publishedAt("p4"))
@@ -271,7 +271,7 @@ func testOutboxRepeatedKey(t *testing.T, b *testBundle) {
 	require.NoError(t, err)
 	_, err = b.store.Cancel(b.ctx, "acme", "old")
 	require.NoError(t, err)
-	got, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "a")}, {Job: newJob(t, "old")},
+	got, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "a")}, {Job: newJob(t, "old")},
 		{Job: newJob(t, "a")}, {Job: newJob(t, "b")}, {Job: newJob(t, "old")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Status: llmq.StatusCancelled},
@@ -299,7 +299,7 @@ func testOutboxKeyCommittedMeanwhile(t *testing.T, b *testBundle) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		got, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "race")}, {Job: newJob(t, "free")}})
+		got, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "race")}, {Job: newJob(t, "free")}})
 		done <- answer{got, err}
 	}()
 	// InsertOutbox waits on the uncommitted key; then the key commits.

@@ -131,7 +131,7 @@ func TestPrune(t *testing.T) {
 	fresh, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: newJob(t, "failed-old")}, {Job: newJob(t, "new")}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, true}, fresh)
-	rec, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "dl-old")}})
+	rec, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "dl-old")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: false, Status: ""}}, rec)
 	_, err = b.store.Get(b.ctx, "acme", "ok-old")

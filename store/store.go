@@ -22,6 +22,9 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
+	// QueueFigures serves the worker's JobStore until Queue holds it.
+	QueueFigures
+	outbox      Outbox
 	deadLetters DeadLetters
 	batches     Batches
 	budgets     Budgets
@@ -112,6 +115,8 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.outbox = Outbox{s.base, QueueFigures{s.base}}
+	s.QueueFigures = QueueFigures{s.base}
 	s.deadLetters = DeadLetters{s.base}
 	s.batches = Batches{s.base}
 	s.budgets = Budgets{s.base}
@@ -138,6 +143,9 @@ func (s *Store) Batches() *Batches { return &s.batches }
 
 // DeadLetters is the store's dead letters.
 func (s *Store) DeadLetters() *DeadLetters { return &s.deadLetters }
+
+// Outbox is the store's producer outbox.
+func (s *Store) Outbox() *Outbox { return &s.outbox }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

@@ -106,7 +106,7 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 	}
 	for i := range 2 {
 		r := newTenancyReplica(t, tb, fmt.Sprintf("api %d", i))
-		p, err := producer.New(producer.Config{Publisher: tb.pub, Store: r.store, Destination: tb.queue, DepthProbe: tb.probe,
+		p, err := producer.New(producer.Config{Publisher: tb.pub, Store: r.store.Outbox(), Destination: tb.queue, DepthProbe: tb.probe,
 			LiveTenants: r.watch.Tenants, Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		// The test polls revoked keys from one address: no limit on

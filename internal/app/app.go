@@ -446,7 +446,7 @@ func (a *App) deadLetters() (*dlq.Writer, error) {
 // buildProducer builds the producer, whose depth probe is the subscriber.
 func (a *App) buildProducer() error {
 	pc := producerConfig(a.cfg.Settings)
-	pc.Publisher, pc.Store, pc.Destination, pc.DepthProbe = a.pub, a.store, a.target.Dest, a.sub
+	pc.Publisher, pc.Store, pc.Destination, pc.DepthProbe = a.pub, a.store.Outbox(), a.target.Dest, a.sub
 	pc.KeyBy = producer.KeyBy(a.target.Key)
 	letters, err := a.deadLetters()
 	if err != nil {

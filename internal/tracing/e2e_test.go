@@ -84,7 +84,7 @@ func setup(t *testing.T, brokerURL string, opts ...options) *pipeline {
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _, _ = sub.Close(), probe.Close(), pub.Close() })
 	catalog := llmq.Catalog{Models: map[string]llmq.Model{"broken": {Fallbacks: []string{"backup"}}, "backup": {}}}
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: target.Dest, DepthProbe: probe,
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: target.Dest, DepthProbe: probe,
 		DepthTTL: -1, Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()

@@ -76,7 +76,7 @@ func setup(t *testing.T, o options) *testBundle {
 	t.Cleanup(func() { _ = sub.Close() })
 	reg := prometheus.NewRegistry()
 	pcfg := producer.Config{
-		Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub,
+		Publisher: b.NewPublisher(), Store: st.Outbox(), Destination: "jobs", DepthProbe: sub,
 		DepthTTL: -1, Clock: clk, Logger: quiet, Registerer: reg,
 	}
 	if o.producer != nil {

@@ -50,7 +50,7 @@ func BenchmarkEnqueue(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = sub.Close(); _ = pub.Close() })
 	reg := prometheus.NewRegistry()
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: sub,
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: queue, DepthProbe: sub,
 		HardDepth: 1 << 40, SoftDepth: 1 << 39, Logger: quiet, Registerer: reg})
 	require.NoError(b, err)
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Logger: quiet, Registerer: reg})

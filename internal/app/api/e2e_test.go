@@ -99,7 +99,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = workSub.Close() })
 
 	reg := prometheus.NewRegistry()
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe,
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: queue, DepthProbe: probe,
 		Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Logger: quiet})

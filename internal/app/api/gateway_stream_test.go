@@ -71,7 +71,7 @@ func streamSetup(t testing.TB, hook upstreamsim.StreamHook, latency upstreamsim.
 	probe, err := rabbitmq.NewSubscriber(rcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = probe.Close() })
-	p, err := producer.New(producer.Config{Publisher: pub, Store: apiStore, Destination: queue, DepthProbe: probe, DepthTTL: -1,
+	p, err := producer.New(producer.Config{Publisher: pub, Store: apiStore.Outbox(), Destination: queue, DepthProbe: probe, DepthTTL: -1,
 		Clock: clockwork.NewRealClock(), Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	a, err := api.New(api.Config{Producer: p, Store: apiStore, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,

@@ -95,7 +95,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 	// Admission's now stands still (exact Retry-After); the store and the
 	// worker keep the system clock.
 	clk := clockwork.NewFakeClockAt(time.Now())
-	pcfg := producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
+	pcfg := producer.Config{Publisher: pub, Store: st.Outbox(), Destination: queue, DepthProbe: probe, DepthTTL: -1,
 		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry(), Predict: st.LaneRates().PredictJob}
 	for _, o := range producerOpts {
 		o(&pcfg)

@@ -46,7 +46,7 @@ func TestWaitDoneLosesNoWakeUp(t *testing.T) {
 	ctx := context.Background()
 	st := store.New(storetest.NewPool(t))
 	b := memory.New()
-	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st, Destination: "jobs"})
+	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st.Outbox(), Destination: "jobs"})
 	require.NoError(t, err)
 	clk := clockwork.NewFakeClock()
 	l := deafListener{drop: make(chan struct{})}

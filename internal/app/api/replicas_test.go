@@ -65,7 +65,7 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 		probe, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = probe.Close() })
-		p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
+		p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: queue, DepthProbe: probe, DepthTTL: -1,
 			Predict: st.LaneRates().PredictJob, Logger: quiet, Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
 		reg := prometheus.NewRegistry()

@@ -63,7 +63,7 @@ func setupWith(t *testing.T, mutate func(*api.Config)) *bundle {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	reg := prometheus.NewRegistry()
-	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub,
+	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st.Outbox(), Destination: "jobs", DepthProbe: sub,
 		DepthTTL: -1, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	dcfg := dlq.Config{Store: st.DeadLetters(), Publisher: b.NewPublisher(), Destination: "jobs", Logger: quiet}

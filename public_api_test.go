@@ -63,7 +63,7 @@ func Run(ctx context.Context, databaseURL, brokerURL string) error {
 		return err
 	}
 	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: st, DeadLetters: letters,
+		Subscriber: sub, Store: st.Queue(), DeadLetters: letters,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: "http://127.0.0.1:8081/v1", APIKey: "sk-test"}), worker.ProviderOpenAI),
 		Strategy: shaping.StrategyShape,
 		Catalog:  llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {RPM: 500, TPM: 200000}}},

@@ -26,7 +26,7 @@ func TestRouter(t *testing.T) {
 	claim := func(now time.Time, drain time.Duration) map[string]*store.JobRecord {
 		t.Helper()
 		h := b.router.Hold(now, drain)
-		recs, err := b.st.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 100,
+		recs, err := b.st.Queue().Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 100,
 			HoldDeferrable: h.Batch, HoldDeadlineAfter: h.DeadlineAfter, LiveReason: h.LiveReason})
 		require.NoError(t, err)
 		out := map[string]*store.JobRecord{}

@@ -52,7 +52,7 @@ func TestWithWorker(t *testing.T) {
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
 		Subscriber:  sub,
-		Store:       b.st,
+		Store:       b.st.Queue(),
 		Upstream:    worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: b.sim.URL, APIKey: "sk-test", Timeout: 5 * time.Second}), worker.ProviderOpenAI),
 		DeadLetters: storeLetters{b.st},
 		Router:      laneRouter{b},

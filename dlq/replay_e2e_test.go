@@ -102,7 +102,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
 		Subscriber: sub,
-		Store:      st,
+		Store:      st.Queue(),
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{
 			BaseURL: upstream.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second,
 		}), worker.ProviderOpenAI),

@@ -146,7 +146,7 @@ func (b *dlqBundle) claimedJob(t *testing.T, id string) []byte {
 // claim claims the queued job id (the only queued job) for w1.
 func (b *dlqBundle) claim(t *testing.T, id string) {
 	t.Helper()
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w1", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w1", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, id, recs[0].ID)
@@ -305,7 +305,7 @@ func TestWriterPublishFailureThenRepair(t *testing.T) {
 	unheld.LeaseToken = 0
 	require.ErrorIs(t, b.writer.DeadLetter(b.ctx, unheld), broken)
 	require.Equal(t, llmq.StatusRunning, b.jobStatus(t, "j2").Status, "a letter without the lease leaves a held job alone")
-	_, err = b.store.StoreResult(b.ctx, b.leases["j2"].Key, store.Result{})
+	_, err = b.store.Queue().StoreResult(b.ctx, b.leases["j2"].Key, store.Result{})
 	require.NoError(t, err)
 	require.Empty(t, b.alerts.got())
 	require.Equal(t, 3.0, gather(t, b.reg)["llmq_dlq_publish_failures_total"])

@@ -208,10 +208,10 @@ func finish(t *testing.T, b *testBundle, n int) {
 		require.NoError(t, j.Validate())
 		_, err := b.store.Insert(ctx, j)
 		require.NoError(t, err)
-		recs, err := b.store.Claim(ctx, store.ClaimRequest{Model: "finished", Owner: "w", Lease: time.Minute, Limit: 1})
+		recs, err := b.store.Queue().Claim(ctx, store.ClaimRequest{Model: "finished", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
-		_, err = b.store.StoreResult(ctx, recs[0].Key(), store.Result{Response: json.RawMessage(`{}`)})
+		_, err = b.store.Queue().StoreResult(ctx, recs[0].Key(), store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 }

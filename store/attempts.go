@@ -182,7 +182,7 @@ func withAnswer(k Key, a *Answer, s stmt) []stmt {
 
 // EndAttempt records a's answer on job k's call, for the paths where no
 // write of the job follows the answer that could carry it.
-func (s *Store) EndAttempt(ctx context.Context, k Key, a Answer) error {
+func (s *Queue) EndAttempt(ctx context.Context, k Key, a Answer) error {
 	st := answerStmt(k, &a)
 	if _, err := s.pool.Exec(ctx, st.sql, st.args...); err != nil {
 		return dataError("end attempt "+strconv.Quote(k.String()), err)

@@ -61,7 +61,7 @@ func TestReserveSubmitIngest(t *testing.T) {
 	require.Equal(t, store.LaneBatch, j1.Lane)
 	require.Equal(t, "batch: off-peak", j1.LaneReason)
 	require.Equal(t, "lb_1", j1.BatchID)
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 10,
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 10,
 		HoldDeferrable: true})
 	require.NoError(t, err)
 	require.Len(t, recs, 1, "the live lane takes neither reserved nor held jobs")
@@ -108,7 +108,7 @@ func TestReserveSubmitIngest(t *testing.T) {
 	j1 = b.get(t, "j1")
 	require.Equal(t, llmq.StatusQueued, j1.Status)
 	require.Equal(t, store.LaneLive, j1.Lane)
-	recs, err = b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1,
+	recs, err = b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1,
 		HoldDeferrable: true})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)

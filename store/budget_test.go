@@ -213,7 +213,7 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	}
 	claim := func() []string {
 		t.Helper()
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 100})
+		recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 100})
 		require.NoError(t, err)
 		var ids []string
 		for _, r := range recs {
@@ -246,7 +246,7 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 
 	// The holder of "first" dies: its reservation is given back, the hold
 	// lifted, and p's jobs are claimed again.
-	require.NoError(t, b.store.Release(b.ctx, l))
+	require.NoError(t, b.store.Queue().Release(b.ctx, l))
 	n, err := b.store.Budgets().ReleaseOrphanBudgets(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)

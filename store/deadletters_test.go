@@ -235,7 +235,7 @@ func TestRequeue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	l := b.hold(t, "w1", newJob(t, "j1"))["j1"]
-	_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 2, ModelIndex: 1, FreeAttempts: 3})
+	_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Retries: 2, ModelIndex: 1, FreeAttempts: 3})
 	require.NoError(t, err)
 	held := newLetter("j1", "acme", "retries_exhausted")
 	held.LeaseToken = l.Token
@@ -266,7 +266,7 @@ func TestRequeue(t *testing.T) {
 
 	// The requeued job runs again from attempt 1.
 	l = b.hold(t, "w2")["j1"]
-	attempts, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+	attempts, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 	require.NoError(t, err)
 	require.Equal(t, 1, attempts)
 	_, err = b.store.DeadLetters().Requeue(b.ctx, "acme", "j1")
@@ -274,7 +274,7 @@ func TestRequeue(t *testing.T) {
 	require.ErrorAs(t, err, &ite)
 	require.Equal(t, llmq.StatusRunning, ite.From)
 
-	_, err = b.store.StoreResult(b.ctx, l.Key, store.Result{})
+	_, err = b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{})
 	require.NoError(t, err)
 	_, err = b.store.DeadLetters().Requeue(b.ctx, "acme", "j1")
 	require.ErrorIs(t, err, store.ErrTerminal)

@@ -48,7 +48,7 @@ func (b *fairBundle) addTo(t *testing.T, tenant, project string, n int, p llmq.P
 		require.NoError(t, err)
 		jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
 	}
-	_, err := b.store.Ingest(b.ctx, jobs)
+	_, err := b.store.Queue().Ingest(b.ctx, jobs)
 	require.NoError(t, err)
 }
 
@@ -63,7 +63,7 @@ func (b *fairBundle) claimN(t *testing.T, rounds, limit int) map[string]int {
 	t.Helper()
 	got := map[string]int{}
 	for range rounds {
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
+		recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
 		require.NoError(t, err)
 		for _, r := range recs {
 			got[r.Tenant]++
@@ -126,7 +126,7 @@ func TestFairShareKeepsOrderInsideTenant(t *testing.T) {
 	require.NoError(t, err)
 	var ids []string
 	for _, limit := range []int{1, 4} {
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
+		recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
 		require.NoError(t, err)
 		for _, r := range recs {
 			ids = append(ids, r.Tenant+"/"+r.ID)

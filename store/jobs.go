@@ -172,7 +172,7 @@ func (s *base) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error)
 // a job is left as it is. Every job must be valid; an invalid one, or one
 // whose data Postgres refuses, fails the whole call with ErrInvalidJob
 // (record the jobs one by one to find it).
-func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err error) {
+func (s *Queue) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -246,7 +246,7 @@ func (s *base) move(ctx context.Context, op string, t *transition, k Key, set st
 // ExpireOverdue moves every queued job whose deadline has passed to
 // expired and returns their keys (the reaper's sweep: a job expires even
 // while no worker looks at it).
-func (s *Store) ExpireOverdue(ctx context.Context) ([]Key, error) {
+func (s *Queue) ExpireOverdue(ctx context.Context) ([]Key, error) {
 	return s.keys(ctx, "expire overdue", notifyDone(`UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
 		error_message = 'deadline passed before the job started', finished_at = $1, updated_at = $1
 		WHERE status `+tExpireOverdue.in+` AND deadline IS NOT NULL AND deadline <= $1 RETURNING tenant, id`, unaliased, `tenant, id`),

@@ -28,7 +28,7 @@ func TestPredictCompletion(t *testing.T) {
 	other := newJob(t, "other-model") // model "big": not counted
 	_, err := b.store.Insert(b.ctx, other)
 	require.NoError(t, err)
-	held, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Hour, Limit: 1})
+	held, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Hour, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, held, 1) // the high job runs
 

@@ -57,7 +57,7 @@ type ModelState struct {
 }
 
 // SetModelState records st as the model's state, now.
-func (s *Store) SetModelState(ctx context.Context, st ModelState) error {
+func (s *Queue) SetModelState(ctx context.Context, st ModelState) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO model_state (model, waiting_reason, batch_hold, worker, updated_at)
 		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (model) DO UPDATE SET waiting_reason = excluded.waiting_reason,
 		batch_hold = excluded.batch_hold, worker = excluded.worker, updated_at = excluded.updated_at`,

@@ -32,13 +32,13 @@ func TestNotificationsWrittenWithTheEnd(t *testing.T) {
 		require.NoError(t, err)
 	}
 	key := func(id string) store.Key { return store.Key{Tenant: "acme", ID: id} }
-	_, err := b.store.StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big",
+	_, err := b.store.Queue().StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big",
 		PromptTokens: 3, CompletionTokens: 4, CostUSD: 0.5})
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(b.ctx, key("plain"), store.Result{Response: []byte(`{"id":"c2"}`), UsedModel: "big"})
+	_, err = b.store.Queue().StoreResult(b.ctx, key("plain"), store.Result{Response: []byte(`{"id":"c2"}`), UsedModel: "big"})
 	require.NoError(t, err)
-	require.NoError(t, b.store.MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
-	require.NoError(t, b.store.MarkExpired(b.ctx, ls["late"], "too late"))
+	require.NoError(t, b.store.Queue().MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
+	require.NoError(t, b.store.Queue().MarkExpired(b.ctx, ls["late"], "too late"))
 	d := newLetter("dead", "acme", "retries_exhausted")
 	d.LeaseToken = ls["dead"].Token
 	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
@@ -47,10 +47,10 @@ func TestNotificationsWrittenWithTheEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.store.DeadLetters().MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
 	b.clock.Advance(366 * 24 * time.Hour)
-	_, err = b.store.ExpireOverdue(b.ctx)
+	_, err = b.store.Queue().ExpireOverdue(b.ctx)
 	require.NoError(t, err)
 	// A second result for a finished job writes nothing more.
-	_, err = b.store.StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c3"}`), UsedModel: "big"})
+	_, err = b.store.Queue().StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c3"}`), UsedModel: "big"})
 	require.NoError(t, err)
 
 	got, err := ns.List(b.ctx, store.NotificationFilter{Tenant: "acme"})
@@ -87,7 +87,7 @@ func TestNotificationsGroupCommit(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Go(func() {
-			_, err := b.store.StoreResult(b.ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: []byte(`{}`), UsedModel: "big"})
+			_, err := b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: []byte(`{}`), UsedModel: "big"})
 			require.NoError(t, err)
 		})
 	}
@@ -114,7 +114,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	b := setup(t)
 	ns := b.store.Notifications()
 	b.hold(t, "w1", withReply(newJob(t, "ok"), "replies"))
-	_, err := b.store.StoreResult(b.ctx, store.Key{Tenant: "acme", ID: "ok"}, store.Result{Response: []byte(`{"id":"c1"}`),
+	_, err := b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: "acme", ID: "ok"}, store.Result{Response: []byte(`{"id":"c1"}`),
 		UsedModel: "big", PromptTokens: 3, CompletionTokens: 4, CostUSD: 0.5})
 	require.NoError(t, err)
 	now := b.clock.Now()

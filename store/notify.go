@@ -64,7 +64,7 @@ func (s *Store) ListenJobsDone(ctx context.Context, listening func(), done func(
 
 // ListenJobsQueued is ListenJobsDone for JobQueuedChannel: queued is
 // called with the model of every statement's newly queued jobs.
-func (s *Store) ListenJobsQueued(ctx context.Context, listening func(), queued func(model string)) error {
+func (s *Queue) ListenJobsQueued(ctx context.Context, listening func(), queued func(model string)) error {
 	return s.listen(ctx, JobQueuedChannel, listening, queued)
 }
 

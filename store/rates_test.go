@@ -24,7 +24,7 @@ func TestJobRates(t *testing.T) {
 	}
 	succeed := func(tenant, id string) {
 		t.Helper()
-		stored, err := b.store.StoreResult(b.ctx, store.Key{Tenant: tenant, ID: id},
+		stored, err := b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: tenant, ID: id},
 			store.Result{Response: []byte(`{}`), UsedModel: "big"})
 		require.NoError(t, err)
 		require.True(t, stored)

@@ -128,7 +128,7 @@ func TestPrune(t *testing.T) {
 	created, err := b.store.Insert(b.ctx, newJob(t, "ok-old"))
 	require.NoError(t, err)
 	require.False(t, created)
-	fresh, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: newJob(t, "failed-old")}, {Job: newJob(t, "new")}})
+	fresh, err := b.store.Queue().Ingest(b.ctx, []store.NewJob{{Job: newJob(t, "failed-old")}, {Job: newJob(t, "new")}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, true}, fresh)
 	rec, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "dl-old")}})
@@ -186,7 +186,7 @@ func TestPruneWhileWorkersStore(t *testing.T) {
 	})
 	for _, l := range leases {
 		wg.Go(func() {
-			stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{Response: json.RawMessage(`{}`)})
+			stored, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{Response: json.RawMessage(`{}`)})
 			if assertNoErr(t, err) && !stored {
 				t.Errorf("%s: result not stored", l.Key.ID)
 			}

@@ -64,7 +64,7 @@ func BenchmarkClaimSchedulers(b *testing.B) {
 				jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
 			}
 			for len(jobs) > 0 {
-				_, err := s.Ingest(ctx, jobs[:min(256, len(jobs))])
+				_, err := s.Queue().Ingest(ctx, jobs[:min(256, len(jobs))])
 				require.NoError(b, err)
 				jobs = jobs[min(256, len(jobs)):]
 			}
@@ -78,7 +78,7 @@ func BenchmarkClaimSchedulers(b *testing.B) {
 			for w := range n {
 				g.Go(func() error {
 					for next.Add(1) <= int64(claims) {
-						got, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: fmt.Sprintf("w%d", w), Lease: time.Minute, Limit: limit})
+						got, err := s.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: fmt.Sprintf("w%d", w), Lease: time.Minute, Limit: limit})
 						if err != nil {
 							return err
 						}

@@ -23,7 +23,7 @@ type ScopeRef struct {
 // (their queued jobs wait for their quota), now, and that it no longer
 // holds those of freed. A scope's state counts for ModelStateTTL after it
 // was written.
-func (s *Store) SetScopeStates(ctx context.Context, worker string, held, freed []ScopeRef) error {
+func (s *Queue) SetScopeStates(ctx context.Context, worker string, held, freed []ScopeRef) error {
 	if len(held) == 0 && len(freed) == 0 {
 		return nil
 	}

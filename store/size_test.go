@@ -67,7 +67,7 @@ func TestInsertOutboxIsSized(t *testing.T) {
 	require.NoError(t, s.Outbox().MarkPublished(ctx, []store.Key{{Tenant: "acme", ID: "long"}, {Tenant: "acme", ID: "short"}}))
 	var order []string
 	for range 2 {
-		recs, err := s.Claim(ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
+		recs, err := s.Queue().Claim(ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		order = append(order, recs[0].ID)

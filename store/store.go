@@ -22,8 +22,7 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
-	// QueueFigures serves the worker's JobStore until Queue holds it.
-	QueueFigures
+	queue       Queue
 	outbox      Outbox
 	deadLetters DeadLetters
 	batches     Batches
@@ -115,8 +114,8 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.queue = Queue{s.base, QueueFigures{s.base}}
 	s.outbox = Outbox{s.base, QueueFigures{s.base}}
-	s.QueueFigures = QueueFigures{s.base}
 	s.deadLetters = DeadLetters{s.base}
 	s.batches = Batches{s.base}
 	s.budgets = Budgets{s.base}
@@ -146,6 +145,9 @@ func (s *Store) DeadLetters() *DeadLetters { return &s.deadLetters }
 
 // Outbox is the store's producer outbox.
 func (s *Store) Outbox() *Outbox { return &s.outbox }
+
+// Queue is the store's queue: jobs, claims and leases.
+func (s *Store) Queue() *Queue { return &s.queue }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

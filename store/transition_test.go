@@ -83,37 +83,37 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 	return map[string]transitionCase{
 		// The claim takes the seeded job by its model, which is its id.
 		"Claim": {lease: anyone, bulk: true, run: func(b *testBundle, id string, _ int64) error {
-			_, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: id, Owner: "w1", Lease: time.Minute, Limit: 1})
+			_, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: id, Owner: "w1", Lease: time.Minute, Limit: 1})
 			return err
 		}},
 		"MarkCalling": fenced(func(b *testBundle, l store.Lease) error {
-			_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+			_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 			return err
 		}),
 		"MarkRetrying": fenced(func(b *testBundle, l store.Lease) error {
-			return b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1}, "rate_limited", "429")
+			return b.store.Queue().MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1}, "rate_limited", "429")
 		}),
-		"Release": fenced(func(b *testBundle, l store.Lease) error { return b.store.Release(b.ctx, l) }),
+		"Release": fenced(func(b *testBundle, l store.Lease) error { return b.store.Queue().Release(b.ctx, l) }),
 		"MarkFailed": fenced(func(b *testBundle, l store.Lease) error {
-			return b.store.MarkFailed(b.ctx, l, 400, "bad_request", "400")
+			return b.store.Queue().MarkFailed(b.ctx, l, 400, "bad_request", "400")
 		}),
-		"MarkExpired":             fenced(func(b *testBundle, l store.Lease) error { return b.store.MarkExpired(b.ctx, l, "too late") }),
+		"MarkExpired":             fenced(func(b *testBundle, l store.Lease) error { return b.store.Queue().MarkExpired(b.ctx, l, "too late") }),
 		"RecordDeadLetter (held)": held,
 		"StoreResult": {lease: anyone, quiet: func(from llmq.Status) bool { return from == llmq.StatusSucceeded },
 			run: func(b *testBundle, id string, _ int64) error {
-				_, err := b.store.StoreResult(b.ctx, acme(id), store.Result{Response: json.RawMessage(`{}`)})
+				_, err := b.store.Queue().StoreResult(b.ctx, acme(id), store.Result{Response: json.RawMessage(`{}`)})
 				return err
 			}},
 		"ReapExpired": {ownDB: true, lease: func(_, live bool) bool { return !live }, bulk: true,
 			run: func(b *testBundle, _ string, _ int64) error {
-				_, err := b.store.ReapExpired(b.ctx)
+				_, err := b.store.Queue().ReapExpired(b.ctx)
 				return err
 			}},
 		"MarkDeadLettered": unfenced(func(b *testBundle, id string) error {
 			return b.store.DeadLetters().MarkDeadLettered(b.ctx, acme(id), "delivery_limit", "gave up")
 		}),
 		"ExpireOverdue": {deadline: -time.Second, lease: anyone, bulk: true, run: func(b *testBundle, _ string, _ int64) error {
-			_, err := b.store.ExpireOverdue(b.ctx)
+			_, err := b.store.Queue().ExpireOverdue(b.ctx)
 			return err
 		}},
 		"Cancel": unfenced(func(b *testBundle, id string) error {

@@ -27,10 +27,10 @@ func TestUsage(t *testing.T) {
 		j.Tenant, j.Project = tenant, project
 		l := b.hold(t, "w", j)[id]
 		for range calls {
-			_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+			_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 			require.NoError(t, err)
 		}
-		_, err := b.store.StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: prompt, CompletionTokens: completion})
+		_, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: prompt, CompletionTokens: completion})
 		require.NoError(t, err)
 	}
 	finish("yesterday", "acme", "", 4, 5000, 5000)
@@ -140,11 +140,11 @@ func TestUsageExactWhileJobsFinish(t *testing.T) {
 			for l := range keys {
 				i, _ := strconv.Atoi(l.ID[1:])
 				for range 1 + i%3 {
-					if _, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{}); err != nil {
+					if _, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{}); err != nil {
 						return err
 					}
 				}
-				if _, err := b.store.StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 10 + i,
+				if _, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 10 + i,
 					CompletionTokens: i % 7}); err != nil {
 					return err
 				}
@@ -200,10 +200,10 @@ func TestUsageAfterReplayAndPrune(t *testing.T) {
 	b := setup(t) // 12:00 UTC
 	leases := b.hold(t, "w", newJob(t, "ok"), newJob(t, "dead"))
 	for _, l := range leases {
-		_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+		_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 		require.NoError(t, err)
 	}
-	_, err := b.store.StoreResult(b.ctx, leases["ok"].Key, store.Result{UsedModel: "big", PromptTokens: 100, CompletionTokens: 20})
+	_, err := b.store.Queue().StoreResult(b.ctx, leases["ok"].Key, store.Result{UsedModel: "big", PromptTokens: 100, CompletionTokens: 20})
 	require.NoError(t, err)
 	letter := newLetter("dead", "acme", "retries_exhausted")
 	letter.LeaseToken = leases["dead"].Token
@@ -254,9 +254,9 @@ func TestUsageMinuteBySecond(t *testing.T) {
 		j := newJob(t, id)
 		j.Project = []string{"", "support"}[i%2]
 		l := b.hold(t, "w", j)[id]
-		_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+		_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 		require.NoError(t, err)
-		_, err = b.store.StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 1 + i, CompletionTokens: 1000})
+		_, err = b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 1 + i, CompletionTokens: 1000})
 		require.NoError(t, err)
 		if i%5 == 4 {
 			_, err := b.store.FoldUsage(b.ctx)

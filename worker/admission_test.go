@@ -42,7 +42,7 @@ func setupAdmission(t *testing.T, seed uint64, order store.Order) *admissionBund
 	t.Cleanup(st.Close)
 	tb.store, tb.letters.store = st, st
 	w := tb.start(t, func(c *worker.Config) {
-		c.Store, c.Clock, c.Strategy = st, clock, shaping.StrategyRPM
+		c.Store, c.Clock, c.Strategy = st.Queue(), clock, shaping.StrategyRPM
 		c.Catalog.Default = llmq.Model{RPM: 1}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -87,7 +87,7 @@ func benchPipeline(b *testing.B, notify int) {
 			require.NoError(b, pub.Publish(context.Background(), target.Dest, msgs...))
 			gate := newGate(sub, b.N)
 			wcfg := worker.Config{
-				Subscriber: gate, Store: tb.store, DeadLetters: tb.letters,
+				Subscriber: gate, Store: tb.store.Queue(), DeadLetters: tb.letters, LaneRates: tb.store.LaneRates(),
 				Upstream:    upstreamAt(tb.sim.URL, 30*time.Second),
 				Strategy:    shaping.StrategyRetry,
 				MaxInFlight: benchInFlight,

@@ -73,7 +73,7 @@ var FallbackTriggers = []FallbackTrigger{FallbackOnRateLimit, FallbackOnServerEr
 
 // JobStore is what the worker needs of the job store: ingest, claims, the
 // holder's fenced writes, the result, the sweeps and the figures of the
-// queue. [*store.Store] implements it; its methods document the
+// queue. [*store.Queue] implements it; its methods document the
 // transitions and errors (store.ErrLeaseLost, store.ErrTerminal,
 // store.ErrInvalidJob) the worker relies on.
 type JobStore interface {
@@ -125,7 +125,7 @@ type JobStore interface {
 }
 
 // QueuedListener tells the worker of jobs recorded elsewhere (by the API,
-// by another replica) as they are recorded. [*store.Store] implements it
+// by another replica) as they are recorded. [*store.Queue] implements it
 // with LISTEN/NOTIFY (store.JobQueuedChannel).
 type QueuedListener interface {
 	// ListenJobsQueued listens until ctx ends or its connection fails:
@@ -183,7 +183,7 @@ type Config struct {
 	// tenant's results topic and webhook for its jobs that name no reply
 	// of their own.
 	TenantReplies map[string]llmq.Reply
-	// Store holds the jobs' state (a *store.Store). Required.
+	// Store holds the jobs' state (a *store.Queue). Required.
 	Store JobStore
 	// Upstream makes the chat completion calls (OpenAIUpstream over
 	// NewOpenAIClient). Required.

@@ -112,7 +112,7 @@ func FuzzIngest(f *testing.F) {
 		f.Fatal(err)
 	}
 	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: tb.store, DeadLetters: letters,
+		Subscriber: sub, Store: tb.store.Queue(), DeadLetters: letters,
 		Upstream: upstreamAt(tb.sim.URL, 10*time.Second), Strategy: shaping.StrategyRetry,
 		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 	})

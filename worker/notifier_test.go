@@ -69,7 +69,7 @@ func TestNotifierRabbitMQReplies(t *testing.T) {
 	const n = 40
 	tb := setup(t, upstreamsim.Config{Seed: 3, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 	w, err := worker.New(worker.Config{
-		Subscriber: tb.subscriber(t, 64), Store: tb.store, DeadLetters: tb.letters,
+		Subscriber: tb.subscriber(t, 64), Store: tb.store.Queue(), DeadLetters: tb.letters,
 		Upstream: upstreamAt(tb.sim.URL, 10*time.Second), Strategy: shaping.StrategyRetry,
 		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 	})
@@ -132,7 +132,7 @@ func (b *notifierBundle) finish(t *testing.T, id string, reply *llmq.Reply) {
 	j.ReplyTo = reply
 	_, err = b.store.Insert(b.ctx, j)
 	require.NoError(t, err)
-	stored, err := b.store.StoreResult(b.ctx, store.Key{Tenant: j.Tenant, ID: id}, store.Result{Response: []byte(`{"id":"c"}`), UsedModel: "gpt-4o-mini"})
+	stored, err := b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: j.Tenant, ID: id}, store.Result{Response: []byte(`{"id":"c"}`), UsedModel: "gpt-4o-mini"})
 	require.NoError(t, err)
 	require.True(t, stored)
 }

@@ -33,7 +33,7 @@ func TestBytesPostgresCannotHoldEndAsDeadLetters(t *testing.T) {
 			require.NoError(t, err)
 			reg := prometheus.NewRegistry()
 			w, err := worker.New(worker.Config{
-				Subscriber: sub, Store: tb.store, DeadLetters: letters,
+				Subscriber: sub, Store: tb.store.Queue(), DeadLetters: letters,
 				Upstream: upstreamAt(tb.sim.URL, 10*time.Second), Strategy: shaping.StrategyRetry,
 				Logger: slog.New(slog.DiscardHandler), Registerer: reg,
 			})

@@ -70,11 +70,11 @@ func TestWorkerAttemptsArePerJob(t *testing.T) {
 		require.NoError(t, err)
 		_, err = tb.store.Insert(ctx, j)
 		require.NoError(t, err)
-		recs, err := tb.store.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "dead", Lease: time.Millisecond, Limit: 1})
+		recs, err := tb.store.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: "dead", Lease: time.Millisecond, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		for range calls {
-			_, err := tb.store.MarkCalling(ctx, recs[0].Lease(), store.PolicyState{})
+			_, err := tb.store.Queue().MarkCalling(ctx, recs[0].Lease(), store.PolicyState{})
 			require.NoError(t, err)
 		}
 	}

@@ -23,7 +23,7 @@ func TestWorkerClaimsJobsRecordedElsewhere(t *testing.T) {
 	tb := setup(t, upstreamsim.Config{Seed: 1})
 	tb.start(t, func(c *worker.Config) {
 		c.Clock = clockwork.NewFakeClock()
-		c.Queued = tb.store
+		c.Queued = tb.store.Queue()
 	})
 	// Once the worker listens: a job recorded before is claimed by the
 	// first round, which proves nothing.

@@ -96,7 +96,7 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 	for i := range 2 {
 		r := newTenancyReplica(t, tb, fmt.Sprintf("worker %d", i))
 		w := tb.start(t, func(c *worker.Config) {
-			c.Store, c.LiveTenants = r.store, r.watch.Tenants
+			c.Store, c.LiveTenants = r.store.Queue(), r.watch.Tenants
 			c.Strategy = shaping.StrategyShape
 			c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{model: {RPM: 1e6, TPM: 1e9, Concurrency: 64}}}
 			c.Subscriber = tb.subscriber(t, 16)

@@ -260,7 +260,7 @@ func TestProjectQuota(t *testing.T) {
 	for i := range 5 {
 		jobs = append(jobs, job("bulk", "normal", i), job("live", "high", i))
 	}
-	_, err := tb.store.Ingest(context.Background(), jobs)
+	_, err := tb.store.Queue().Ingest(context.Background(), jobs)
 	require.NoError(t, err)
 	tb.start(t, tb.tenantConfig(tenants, nil))
 	require.Eventually(t, func() bool { return tb.count(t, `project = 'live' AND status = 'succeeded'`) == 5 }, 10*time.Second, 20*time.Millisecond)

@@ -61,7 +61,7 @@ func TestDLQCommands(t *testing.T) {
 		require.NoError(t, err)
 		_, err = st.Insert(ctx, j)
 		require.NoError(t, err)
-		recs, err := st.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 1})
+		recs, err := st.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		require.NoError(t, w.DeadLetter(ctx, dlq.Letter{JobID: id, Tenant: "acme", Reason: dlq.ReasonRetriesExhausted,

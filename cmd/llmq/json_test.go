@@ -57,7 +57,7 @@ func (b *cliBundle) job(t *testing.T, tenant, id string) *llmq.Job {
 func (b *cliBundle) hold(t *testing.T, tenant, id string) store.Lease {
 	t.Helper()
 	b.job(t, tenant, id)
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, store.Key{Tenant: tenant, ID: id}, store.Key{Tenant: recs[0].Tenant, ID: recs[0].ID})
@@ -90,16 +90,16 @@ func requireSchema(t *testing.T, name, out string) map[string]any {
 func TestJSONOutputMatchesOpenAPI(t *testing.T) {
 	b := setupCLI(t)
 	ok := b.hold(t, "acme", "ok-1")
-	_, err := b.store.StoreResult(b.ctx, ok.Key, store.Result{Response: json.RawMessage(`{"choices":[{"message":{"content":"hello"}}]}`),
+	_, err := b.store.Queue().StoreResult(b.ctx, ok.Key, store.Result{Response: json.RawMessage(`{"choices":[{"message":{"content":"hello"}}]}`),
 		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
 	require.NoError(t, err)
 	failed := b.hold(t, "acme", "failed-1")
-	require.NoError(t, b.store.MarkFailed(b.ctx, failed, 400, "invalid_request_error",
+	require.NoError(t, b.store.Queue().MarkFailed(b.ctx, failed, 400, "invalid_request_error",
 		"HTTP 400: <html>"+strings.Repeat("bad request ", 200)+"\nAuthorization: Bearer sk-leaked0123456789</html>"))
 	long := b.hold(t, "acme", "long-1")
 	longErr := "The model gpt-4o-mini does not exist or you do not have access to it. Check the model name and your " +
 		"organization's access, then send the job again with a model you may use."
-	require.NoError(t, b.store.MarkFailed(b.ctx, long, 404, "model_not_found", longErr))
+	require.NoError(t, b.store.Queue().MarkFailed(b.ctx, long, 404, "model_not_found", longErr))
 	b.job(t, "globex", "queued-1")
 	out, err := runLLMQ(t, "status", "acme/long-1")
 	require.NoError(t, err)

@@ -53,7 +53,7 @@ func TestProduceResultsTo(t *testing.T) {
 		rec, err := b.store.Get(b.ctx, k.Tenant, k.ID)
 		require.NoError(t, err)
 		require.Equal(t, &llmq.Reply{To: replies}, rec.Reply, "published with the reply queue")
-		_, err = b.store.StoreResult(b.ctx, k, store.Result{Response: []byte(`{"id":"r"}`), UsedModel: "gpt-4o-mini"})
+		_, err = b.store.Queue().StoreResult(b.ctx, k, store.Result{Response: []byte(`{"id":"r"}`), UsedModel: "gpt-4o-mini"})
 		require.NoError(t, err)
 	}
 	select {

@@ -277,7 +277,7 @@ func (a *App) buildWorker() error {
 
 	client := worker.NewOpenAIClient(upstreamConfig(s, wc))
 	wcfg := workerConfig(s, wc)
-	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger, wcfg.Queued = a.sub, a.store, letters, a.store.Ledger(), a.store
+	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger, wcfg.Queued = a.sub, a.store.Queue(), letters, a.store.Ledger(), a.store.Queue()
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
 	wcfg.Budgets, wcfg.Chunks, wcfg.LaneRates = a.store.Budgets(), a.store.Streams(), a.store.LaneRates()

@@ -95,7 +95,7 @@ func setup(t *testing.T, brokerURL string, opts ...options) *pipeline {
 	srv := httptest.NewServer(a)
 	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: target.Dest})
 	require.NoError(t, err)
-	w, err := worker.New(worker.Config{Subscriber: sub, Store: st, DeadLetters: letters, Catalog: catalog,
+	w, err := worker.New(worker.Config{Subscriber: sub, Store: st.Queue(), DeadLetters: letters, Catalog: catalog,
 		Strategy: shaping.StrategyRetry, MaxInFlight: 8,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 			APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),

@@ -243,14 +243,14 @@ func TestEnqueueAndPoll(t *testing.T) {
 	require.Equal(t, "running", job["status"])
 	require.Equal(t, store.PhaseWaitingForQuota, job["phase"])
 	require.NotContains(t, job, "waiting_reason")
-	_, err = b.store.MarkCalling(context.Background(), l, store.PolicyState{})
+	_, err = b.store.Queue().MarkCalling(context.Background(), l, store.PolicyState{})
 	require.NoError(t, err)
 	job = b.get(t, keyAcme, "/v1/jobs/"+id).json(t)
 	require.Equal(t, store.PhaseCalling, job["phase"])
 	require.Equal(t, 1.0, job["attempts"])
 
 	// The result is served once stored.
-	_, err = b.store.StoreResult(context.Background(), l.Key, store.Result{
+	_, err = b.store.Queue().StoreResult(context.Background(), l.Key, store.Result{
 		Response:  json.RawMessage(`{"id":"chatcmpl-1","choices":[{"message":{"role":"assistant","content":"hello"}}]}`),
 		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
 	require.NoError(t, err)
@@ -266,7 +266,7 @@ func TestEnqueueAndPoll(t *testing.T) {
 // lease.
 func (b *testBundle) claim(t *testing.T, id string) store.Lease {
 	t.Helper()
-	recs, err := b.store.Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, id, recs[0].ID)
@@ -464,7 +464,7 @@ func TestBackpressureHTTP(t *testing.T) {
 		require.NoError(t, j.Validate())
 		_, err := b.store.Insert(ctx, j)
 		require.NoError(t, err)
-		_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: json.RawMessage(`{}`)})
+		_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 	states := []string{"ok", "ok", "throttled", "throttled"}

@@ -110,7 +110,7 @@ func TestEndToEnd(t *testing.T) {
 	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
-		Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
+		Subscriber: workSub, Store: st.Queue(), DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: upstream.URL + "/v1", APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 		Logger:   quiet, Registerer: prometheus.NewRegistry(),
 	})

@@ -90,7 +90,7 @@ func streamSetup(t testing.TB, hook upstreamsim.StreamHook, latency upstreamsim.
 	letters, err := dlq.NewWriter(dlq.Config{Store: workerStore.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
-		Subscriber: workSub, Store: workerStore, Queued: workerStore, Chunks: workerStore.Streams(), DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
+		Subscriber: workSub, Store: workerStore.Queue(), Queued: workerStore.Queue(), Chunks: workerStore.Streams(), DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 			APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 		Logger: quiet, Registerer: prometheus.NewRegistry(),

@@ -120,7 +120,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 		letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 		require.NoError(t, err)
 		w, err := worker.New(worker.Config{
-			Subscriber: workSub, Store: st, LaneRates: st.LaneRates(), Chunks: st.Streams(), DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
+			Subscriber: workSub, Store: st.Queue(), LaneRates: st.LaneRates(), Chunks: st.Streams(), DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 			OutageLimit: b.outageLimit, Catalog: env.catalog, Logger: quiet, Registerer: prometheus.NewRegistry(),
@@ -364,11 +364,11 @@ func (b *gatewayBundle) slowQueue(t *testing.T, running int) {
 		_, err := b.store.Insert(ctx, j)
 		require.NoError(t, err)
 		if strings.HasPrefix(id, "done") {
-			_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: id}, store.Result{Response: []byte(`{}`)})
+			_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: id}, store.Result{Response: []byte(`{}`)})
 			require.NoError(t, err)
 		}
 	}
-	held, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
+	held, err := b.store.Queue().Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, held, running)
 }

@@ -62,7 +62,7 @@ func TestWaitDoneLosesNoWakeUp(t *testing.T) {
 		return store.Key{Tenant: "acme", ID: id}
 	}
 	end := func(k store.Key) {
-		_, err := st.StoreResult(ctx, k, store.Result{Response: []byte(`{"id":"` + k.ID + `"}`)})
+		_, err := st.Queue().StoreResult(ctx, k, store.Result{Response: []byte(`{"id":"` + k.ID + `"}`)})
 		require.NoError(t, err)
 	}
 	wait := func(k store.Key) <-chan *store.JobRecord {

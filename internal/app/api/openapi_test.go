@@ -144,7 +144,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	nj.Tenant, nj.ReplyTo = "acme", &llmq.Reply{To: "replies", CorrelationID: "c1"}
 	_, err = b.store.Insert(ctx, nj)
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: "nt"}, store.Result{Response: []byte(`{"id":"x"}`), UsedModel: "gpt-4o-mini"})
+	_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: "nt"}, store.Result{Response: []byte(`{"id":"x"}`), UsedModel: "gpt-4o-mini"})
 	require.NoError(t, err)
 	ns, err := b.store.Notifications().List(ctx, store.NotificationFilter{Tenant: "acme"})
 	require.NoError(t, err)
@@ -309,10 +309,10 @@ func TestOpenAPIConformance(t *testing.T) {
 			if err == nil {
 				// Ingested as a worker does: the message may come before
 				// the producer's commit, which this insert waits for.
-				_, err = gw.store.Ingest(context.Background(), []store.NewJob{{Job: j}})
+				_, err = gw.store.Queue().Ingest(context.Background(), []store.NewJob{{Job: j}})
 			}
 			if err == nil {
-				_, err = gw.store.StoreResult(context.Background(), store.Key{Tenant: j.Tenant, ID: j.ID}, store.Result{
+				_, err = gw.store.Queue().StoreResult(context.Background(), store.Key{Tenant: j.Tenant, ID: j.ID}, store.Result{
 					Response: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o-mini",` +
 						`"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)})
 			}

@@ -92,7 +92,7 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 	t.Cleanup(func() { _ = pub.Close() })
 	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
-	w, err := worker.New(worker.Config{Subscriber: sub, Store: st, LaneRates: st.LaneRates(), DeadLetters: letters, Strategy: shaping.StrategyRetry,
+	w, err := worker.New(worker.Config{Subscriber: sub, Store: st.Queue(), LaneRates: st.LaneRates(), DeadLetters: letters, Strategy: shaping.StrategyRetry,
 		MaxInFlight: 16, Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 			APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 		Logger: quiet, Registerer: prometheus.NewRegistry()})

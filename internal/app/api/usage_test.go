@@ -29,9 +29,9 @@ func TestUsage(t *testing.T) {
 	b := setup(t, options{})
 	require.Equal(t, http.StatusAccepted, b.post(t, keyGlobex, `{"id":"g1","body":`+validBody+`}`).status)
 	l := b.claim(t, "g1")
-	_, err := b.store.MarkCalling(context.Background(), l, store.PolicyState{})
+	_, err := b.store.Queue().MarkCalling(context.Background(), l, store.PolicyState{})
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(context.Background(), l.Key, store.Result{UsedModel: "gpt-4o-mini", PromptTokens: 9, CompletionTokens: 3})
+	_, err = b.store.Queue().StoreResult(context.Background(), l.Key, store.Result{UsedModel: "gpt-4o-mini", PromptTokens: 9, CompletionTokens: 3})
 	require.NoError(t, err)
 
 	acme := `{"tenant":"acme","weight":3,"limits":{"rpm":0,"tpm":90000,"concurrency":0,"priority":"normal"},

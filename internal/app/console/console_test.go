@@ -389,7 +389,7 @@ func TestUsagePage(t *testing.T) {
 	ctx := context.Background()
 	for _, j := range []struct{ key, tenant, id string }{{keyAcme, "acme", "u1"}, {keyGlobex, "globex", "u2"}} {
 		b.enqueue(t, j.key, j.id)
-		stored, err := b.store.StoreResult(ctx, store.Key{Tenant: j.tenant, ID: j.id},
+		stored, err := b.store.Queue().StoreResult(ctx, store.Key{Tenant: j.tenant, ID: j.id},
 			store.Result{Response: json.RawMessage(`{}`), PromptTokens: 1200, CompletionTokens: 34})
 		require.NoError(t, err)
 		require.True(t, stored)
@@ -455,7 +455,7 @@ func TestReplayNotification(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.store.Insert(ctx, j)
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: "n1"}, store.Result{Response: []byte(`{}`), UsedModel: "gpt-4o-mini"})
+	_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: "n1"}, store.Result{Response: []byte(`{}`), UsedModel: "gpt-4o-mini"})
 	require.NoError(t, err)
 	ns := b.store.Notifications()
 	claimed, err := ns.Claim(ctx, time.Now().Add(time.Minute), time.Minute, 10)

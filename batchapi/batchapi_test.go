@@ -39,7 +39,7 @@ func TestRouter(t *testing.T) {
 	plain.Deferrable = false
 	soon := night.Add(3 * time.Hour)
 	for _, j := range []*llmq.Job{plain, job("night", "gpt-4o-mini", nil), job("soon", "gpt-4o-mini", &soon)} {
-		_, err := b.st.Insert(ctx, j)
+		_, err := b.st.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 	}
 
@@ -49,7 +49,7 @@ func TestRouter(t *testing.T) {
 	require.Len(t, got, 2, "night: the deferrable job without a deadline is held")
 	require.Empty(t, got["plain"].LaneReason, "not deferrable: no lane decision")
 	require.Equal(t, "live: deadline within 25h0m0s, a batch needs more", got["soon"].LaneReason)
-	held, err := b.st.Get(ctx, llmq.DefaultTenant, "night")
+	held, err := b.st.Jobs().Get(ctx, llmq.DefaultTenant, "night")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, held.Status)
 	require.Equal(t, store.LaneLive, held.Lane)
@@ -335,7 +335,7 @@ func TestCancelAndFailedLines(t *testing.T) {
 	bad := job("a-toolong", "gpt-4o-mini", nil)
 	bad.Body = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`)
 	require.NoError(t, bad.Validate())
-	_, err := b.st.Insert(ctx, bad)
+	_, err := b.st.Jobs().Insert(ctx, bad)
 	require.NoError(t, err)
 	b.route(t, "ok", "gpt-4o-mini", 39, nil)
 
@@ -365,7 +365,7 @@ func TestCancelAndFailedLines(t *testing.T) {
 	_, err = Cancel(ctx, b.st.Batches(), b.client, got.ID)
 	require.ErrorIs(t, err, ErrFinished)
 
-	j, err := b.st.Get(ctx, llmq.DefaultTenant, "a-toolong")
+	j, err := b.st.Jobs().Get(ctx, llmq.DefaultTenant, "a-toolong")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusDeadLettered, j.Status)
 	require.Equal(t, ErrorCodeBatchLineFailed, j.ErrorCode)

@@ -135,7 +135,7 @@ func TestProviderAnswersBounded(t *testing.T) {
 	ps, err := svc.Poller().Poll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, ps.DeadLettered, "%+v", ps)
-	j, err := b.st.Get(ctx, llmq.DefaultTenant, "h-00001")
+	j, err := b.st.Jobs().Get(ctx, llmq.DefaultTenant, "h-00001")
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(j.ErrorMessage, "batch "+before.ID+" line failed: http_400/bad: refused for sk-xxxxx  zzz"), j.ErrorMessage[:80])
 	require.LessOrEqual(t, len(j.ErrorMessage), redact.ErrorMaxBytes)

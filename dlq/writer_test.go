@@ -137,7 +137,7 @@ func (b *dlqBundle) claimedJob(t *testing.T, id string) []byte {
 	msg := []byte(fmt.Sprintf(`{"id":%q,"tenant":"acme","priority":"high","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, id))
 	j, err := llmq.Decode(msg, llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	b.claim(t, id)
 	return msg
@@ -165,7 +165,7 @@ func (b *dlqBundle) letter(id string, msg []byte) Letter {
 
 func (b *dlqBundle) jobStatus(t *testing.T, id string) *store.JobRecord {
 	t.Helper()
-	rec, err := b.store.Get(b.ctx, "acme", id)
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", id)
 	require.NoError(t, err)
 	return rec
 }
@@ -272,7 +272,7 @@ func TestWriterPoisonLeavesTheJobOfItsID(t *testing.T) {
 	b := setupDLQ(t)
 	j, err := llmq.Decode([]byte(`{"id":"j1","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	for _, msg := range []string{`{"id":"j1","tenant":"acme"}`, `{"id":"j1","tenant":"acme","body":1}`} {
 		require.NoError(t, b.writer.DeadLetter(b.ctx, Letter{JobID: "j1", Tenant: "acme", Reason: ReasonPoison, Message: []byte(msg)}))

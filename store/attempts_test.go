@@ -13,7 +13,7 @@ import (
 // claimOne inserts job id and claims it.
 func (b *testBundle) claimOne(t *testing.T, id string) store.Lease {
 	t.Helper()
-	_, err := b.store.Insert(b.ctx, newJob(t, id))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, id))
 	require.NoError(t, err)
 	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestAttemptsTwo429sThenSuccess(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, stored)
 
-	got, err := b.store.Attempts(b.ctx, "acme", "j")
+	got, err := b.store.Jobs().Attempts(b.ctx, "acme", "j")
 	require.NoError(t, err)
 	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
 	ra := 1500 * time.Millisecond
@@ -81,11 +81,11 @@ func TestAttemptsTwo429sThenSuccess(t *testing.T) {
 
 	// A write retried after a database error records nothing twice.
 	require.NoError(t, b.store.Queue().EndAttempt(b.ctx, l.Key, store.Answer{Attempt: 3, At: b.clock.Now(), Status: 500}))
-	again, err := b.store.Attempts(b.ctx, "acme", "j")
+	again, err := b.store.Jobs().Attempts(b.ctx, "acme", "j")
 	require.NoError(t, err)
 	require.Equal(t, got, again)
 
-	stats, err := b.store.ModelStats(b.ctx, "", t0.Add(-time.Hour))
+	stats, err := b.store.Jobs().ModelStats(b.ctx, "", t0.Add(-time.Hour))
 	require.NoError(t, err)
 	require.Len(t, stats, 2)
 	big, small := stats[0], stats[1]
@@ -100,7 +100,7 @@ func TestAttemptsTwo429sThenSuccess(t *testing.T) {
 	require.Equal(t, []store.ModelMinute{{Minute: t0, Requests: 1, Tokens: 12, QuotaWaitMean: 40 * time.Millisecond,
 		QuotaWaitP50: 40 * time.Millisecond, QuotaWaitP95: 40 * time.Millisecond, Concurrency: 1.0 / 60}}, small.Minutes)
 
-	other, err := b.store.ModelStats(b.ctx, "someone-else", t0.Add(-time.Hour))
+	other, err := b.store.Jobs().ModelStats(b.ctx, "someone-else", t0.Add(-time.Hour))
 	require.NoError(t, err)
 	require.Empty(t, other, "a tenant sees its own calls only")
 }
@@ -115,7 +115,7 @@ func TestAttemptsTerminalAndReplay(t *testing.T) {
 	_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Call: store.Call{Model: "big"}})
 	require.NoError(t, err)
 
-	stats, err := b.store.ModelStats(b.ctx, "acme", b.clock.Now().Add(-time.Minute))
+	stats, err := b.store.Jobs().ModelStats(b.ctx, "acme", b.clock.Now().Add(-time.Minute))
 	require.NoError(t, err)
 	require.Len(t, stats, 1)
 	require.Equal(t, int64(1), stats[0].InFlight)
@@ -135,7 +135,7 @@ func TestAttemptsTerminalAndReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
-	got, err := b.store.Attempts(b.ctx, "acme", "j")
+	got, err := b.store.Jobs().Attempts(b.ctx, "acme", "j")
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, []int{1, 2}, []int{got[0].Seq, got[1].Seq})

@@ -16,7 +16,7 @@ func (b *testBundle) deferrable(t *testing.T, id string) {
 	t.Helper()
 	j := newJob(t, id)
 	j.Deferrable = true
-	_, err := b.store.Insert(b.ctx, j)
+	_, err := b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 }
 
@@ -31,7 +31,7 @@ func TestReserveSubmitIngest(t *testing.T) {
 		b.deferrable(t, fmt.Sprintf("j%d", i))
 		b.clock.Advance(time.Millisecond)
 	}
-	_, err := b.store.Insert(b.ctx, newJob(t, "not-deferrable"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "not-deferrable"))
 	require.NoError(t, err)
 	held := store.BatchCandidates{Undecided: true}
 	pending, err := b.store.Batches().PendingBatchModels(b.ctx, store.BatchCandidates{})

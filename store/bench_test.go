@@ -278,7 +278,7 @@ func BenchmarkModelStats(b *testing.B) {
 	require.NoError(b, err)
 	b.ResetTimer()
 	for range b.N {
-		stats, err := s.ModelStats(ctx, "", now.Add(-time.Hour))
+		stats, err := s.Jobs().ModelStats(ctx, "", now.Add(-time.Hour))
 		if err != nil {
 			b.Fatal(err)
 		}

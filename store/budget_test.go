@@ -207,7 +207,7 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	job := func(id, project string, p llmq.Priority, deferrable bool) *llmq.Job {
 		j := newJob(t, id)
 		j.Project, j.Priority, j.Deadline, j.Deferrable = project, p, nil, deferrable
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 		return j
 	}
@@ -236,10 +236,10 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	job("p-low", "p", llmq.PriorityLow, true)
 	job("other", "q", llmq.PriorityNormal, false)
 	job("d-def", "d", llmq.PriorityNormal, true)
-	rec, err := b.store.Get(b.ctx, "acme", "p-normal")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "p-normal")
 	require.NoError(t, err)
 	require.Equal(t, store.WaitingReasonBudget, rec.WaitingReason)
-	rec, err = b.store.Get(b.ctx, "acme", "other")
+	rec, err = b.store.Jobs().Get(b.ctx, "acme", "other")
 	require.NoError(t, err)
 	require.Equal(t, "", rec.WaitingReason)
 	require.ElementsMatch(t, []string{"other", "d-def"}, claim(), "p is held; the others are not")
@@ -270,7 +270,7 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	require.ElementsMatch(t, []string{"d-low-def", "d-normal"}, claim())
 	dl := store.Lease{Key: store.Key{Tenant: "acme", ID: "d-low-def"}, Token: 1}
 	require.NoError(t, b.store.Budgets().MoveToBatch(b.ctx, dl, "budget: acme/d daily"))
-	rec, err = b.store.Get(b.ctx, "acme", "d-low-def")
+	rec, err = b.store.Jobs().Get(b.ctx, "acme", "d-low-def")
 	require.NoError(t, err)
 	require.Equal(t, []string{string(llmq.StatusQueued), store.LaneBatch, "budget: acme/d daily", store.WaitingReasonBatch},
 		[]string{string(rec.Status), rec.Lane, rec.LaneReason, rec.WaitingReason})

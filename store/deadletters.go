@@ -578,7 +578,7 @@ func (s *DeadLetters) CountDeadLetters(ctx context.Context, tenant string, since
 
 // CountDeadLetteredJobs counts the jobs of ids (of any tenant) with at
 // least one letter of reason.
-func (s *Store) CountDeadLetteredJobs(ctx context.Context, ids []string, reason string) (int, error) {
+func (s *Jobs) CountDeadLetteredJobs(ctx context.Context, ids []string, reason string) (int, error) {
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT job_id) FROM dead_letters WHERE job_id = ANY($1) AND reason = $2`,
 		ids, reason).Scan(&n); err != nil {

@@ -317,7 +317,7 @@ func TestCountDeadLetters(t *testing.T) {
 	for _, c := range counts {
 		require.Equal(t, int64(1), c.Count, c.Reason)
 	}
-	n, err := b.store.CountDeadLetteredJobs(b.ctx, []string{"j1", "j2", "j3"}, "poison")
+	n, err := b.store.Jobs().CountDeadLetteredJobs(b.ctx, []string{"j1", "j2", "j3"}, "poison")
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "j1 (twice) and j3")
 }

@@ -286,7 +286,7 @@ func TestGroupCommitMergesAttempts(t *testing.T) {
 			want = []store.Attempt{{Seq: 1, Attempt: 1, Model: "first", StartedAt: t0, FinishedAt: &t1, Status: 429,
 				Outcome: "rate_limited", ErrorCode: fmt.Sprintf("e%d", i), RetryAfter: &retryAfter}, last}
 		}
-		got, err := s.Attempts(b.ctx, leases[id].Tenant, id)
+		got, err := s.Jobs().Attempts(b.ctx, leases[id].Tenant, id)
 		require.NoError(t, err)
 		require.Equal(t, want, got, id)
 	}

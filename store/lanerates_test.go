@@ -22,11 +22,11 @@ func TestPredictCompletion(t *testing.T) {
 		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"j-%d","tenant":"acme","priority":%q,
 			"body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":10}}`, i, prio)), llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = b.store.Insert(b.ctx, j)
+		_, err = b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	other := newJob(t, "other-model") // model "big": not counted
-	_, err := b.store.Insert(b.ctx, other)
+	_, err := b.store.Jobs().Insert(b.ctx, other)
 	require.NoError(t, err)
 	held, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Hour, Limit: 1})
 	require.NoError(t, err)
@@ -94,7 +94,7 @@ func TestPredictTenantShare(t *testing.T) {
 				"body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":10}}`, tenant, prio, i, tenant, prio)),
 				llmq.DecodeOptions{})
 			require.NoError(t, err)
-			_, err = b.store.Insert(b.ctx, j)
+			_, err = b.store.Jobs().Insert(b.ctx, j)
 			require.NoError(t, err)
 		}
 	}

@@ -28,7 +28,7 @@ func TestNotificationsWrittenWithTheEnd(t *testing.T) {
 	ls := b.hold(t, "w1", withReply(newJob(t, "ok"), "replies"), withReply(newJob(t, "bad"), "replies"),
 		withReply(newJob(t, "late"), "replies"), withReply(newJob(t, "dead"), "replies"), newJob(t, "plain"))
 	for _, id := range []string{"cancel", "poison", "overdue"} {
-		_, err := b.store.Insert(b.ctx, withReply(newJob(t, id), "replies"))
+		_, err := b.store.Jobs().Insert(b.ctx, withReply(newJob(t, id), "replies"))
 		require.NoError(t, err)
 	}
 	key := func(id string) store.Key { return store.Key{Tenant: "acme", ID: id} }
@@ -43,7 +43,7 @@ func TestNotificationsWrittenWithTheEnd(t *testing.T) {
 	d.LeaseToken = ls["dead"].Token
 	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
 	require.NoError(t, err)
-	_, err = b.store.Cancel(b.ctx, "acme", "cancel")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "cancel")
 	require.NoError(t, err)
 	require.NoError(t, b.store.DeadLetters().MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
 	b.clock.Advance(366 * 24 * time.Hour)
@@ -150,7 +150,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	require.Len(t, dead, 1)
 	require.Equal(t, store.NotificationUndeliverable, dead[0].DeadReason)
 	require.Equal(t, "still down", dead[0].LastError)
-	rec, err := b.store.Get(b.ctx, "acme", "ok")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "ok")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 	none, err := ns.Claim(b.ctx, now.Add(48*time.Hour), time.Minute, 10)

@@ -53,7 +53,7 @@ const JobQueuedChannel = "llmq_job_queued"
 // ends, from this goroutine, in order. It returns when ctx ends (ctx's
 // error) or the connection fails; the caller reconnects by calling it
 // again, and listening tells it to re-read.
-func (s *Store) ListenJobsDone(ctx context.Context, listening func(), done func(Key)) error {
+func (s *Jobs) ListenJobsDone(ctx context.Context, listening func(), done func(Key)) error {
 	return s.listen(ctx, JobDoneChannel, listening, func(payload string) {
 		// Another sender's payload that is not a key wakes nobody.
 		if k, ok := ParseKey(payload); ok {

@@ -20,7 +20,7 @@ func (b *testBundle) listen(t *testing.T) <-chan store.Key {
 	listening := make(chan struct{})
 	ended := make(chan error, 1)
 	go func() {
-		ended <- b.store.ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) { keys <- k })
+		ended <- b.store.Jobs().ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) { keys <- k })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -57,7 +57,7 @@ func TestJobDoneNotifications(t *testing.T) {
 	ls := b.hold(t, "w1", newJob(t, "ok"), newJob(t, "bad"), newJob(t, "late"), newJob(t, "dead"))
 	require.NoError(t, b.store.Queue().MarkRetrying(b.ctx, ls["bad"], store.PolicyState{Retries: 1}, "http_502", "bad gateway"))
 	for _, id := range []string{"cancel", "poison", "overdue"} {
-		_, err := b.store.Insert(b.ctx, newJob(t, id))
+		_, err := b.store.Jobs().Insert(b.ctx, newJob(t, id))
 		require.NoError(t, err)
 	}
 	key := func(id string) store.Key { return store.Key{Tenant: "acme", ID: id} }
@@ -79,7 +79,7 @@ func TestJobDoneNotifications(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, key("dead"), nextKey(t, keys))
 
-	_, err = b.store.Cancel(b.ctx, "acme", "cancel")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "cancel")
 	require.NoError(t, err)
 	require.Equal(t, key("cancel"), nextKey(t, keys))
 
@@ -87,7 +87,7 @@ func TestJobDoneNotifications(t *testing.T) {
 	require.Equal(t, key("poison"), nextKey(t, keys))
 
 	// A refused move announces nothing: the next key is the sweep's.
-	_, err = b.store.Cancel(b.ctx, "acme", "ok")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "ok")
 	var ite *store.IllegalTransitionError
 	require.True(t, errors.As(err, &ite))
 	b.clock.Advance(366 * 24 * time.Hour) // past every deadline
@@ -138,7 +138,7 @@ func TestJobQueuedNotifications(t *testing.T) {
 		}
 	}
 
-	_, err := b.store.Insert(b.ctx, newJob(t, "one"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "one"))
 	require.NoError(t, err)
 	require.Equal(t, "big", next())
 
@@ -151,11 +151,11 @@ func TestJobQueuedNotifications(t *testing.T) {
 
 	// A duplicate inserts no row: no notification; the next one is the
 	// next statement's.
-	_, err = b.store.Insert(b.ctx, newJob(t, "one"))
+	_, err = b.store.Jobs().Insert(b.ctx, newJob(t, "one"))
 	require.NoError(t, err)
 	five := newJob(t, "five")
 	five.Body = []byte(`{"model":"small","messages":[{"role":"user","content":"hi"}]}`)
-	_, err = b.store.Insert(b.ctx, five)
+	_, err = b.store.Jobs().Insert(b.ctx, five)
 	require.NoError(t, err)
 	require.Equal(t, "small", next())
 	select {

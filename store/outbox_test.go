@@ -38,11 +38,11 @@ func testOutbox(t *testing.T, b *testBundle) {
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}}, created)
 	// A row inserted any other way counts as published (it came from the
 	// broker).
-	_, err = b.store.Insert(b.ctx, newJob(t, "direct"))
+	_, err = b.store.Jobs().Insert(b.ctx, newJob(t, "direct"))
 	require.NoError(t, err)
 
 	b.clock.Advance(time.Minute)
-	_, err = b.store.Cancel(b.ctx, "acme", "direct")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "direct")
 	require.NoError(t, err)
 	created, err = b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o3")}, {Job: newJob(t, "direct")}})
 	require.NoError(t, err)
@@ -54,7 +54,7 @@ func testOutbox(t *testing.T, b *testBundle) {
 	require.Equal(t, []string{"o1", "o2"}, outboxIDs(recs), "o3 is younger than the cutoff")
 
 	require.NoError(t, b.store.Outbox().MarkPublished(b.ctx, []store.Key{acme("o1")}))
-	_, err = b.store.Cancel(b.ctx, "acme", "o2")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "o2")
 	require.NoError(t, err)
 	recs, err = b.store.Outbox().Unpublished(b.ctx, b.clock.Now().Add(time.Second), 10)
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func testOutbox(t *testing.T, b *testBundle) {
 	bad.Tenant = "bad tenant"
 	_, err = b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o5")}, {Job: bad}})
 	require.ErrorIs(t, err, store.ErrInvalidJob)
-	_, err = b.store.Get(b.ctx, "acme", "o5")
+	_, err = b.store.Jobs().Get(b.ctx, "acme", "o5")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -80,7 +80,7 @@ func TestOutboxPublishing(t *testing.T) {
 }
 
 func testOutboxPublishing(t *testing.T, b *testBundle) {
-	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "old"))
 	require.NoError(t, err)
 	visible := func(id string) bool {
 		var n int
@@ -161,7 +161,7 @@ func TestQueueStats(t *testing.T) {
 		jobs = append(jobs, newJob(t, fmt.Sprintf("r%d", i)))
 	}
 	require.Len(t, b.hold(t, "w", jobs...), 4)
-	_, err := b.store.Insert(b.ctx, newJob(t, "queued"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "queued"))
 	require.NoError(t, err)
 	_, err = b.store.Queue().StoreResult(b.ctx, acme("r0"), store.Result{})
 	require.NoError(t, err)
@@ -190,7 +190,7 @@ func TestQueueStats(t *testing.T) {
 	n, err := b.store.Queue().QueuedCount(b.ctx, 10)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	_, err = b.store.Insert(b.ctx, newJob(t, "second"))
+	_, err = b.store.Jobs().Insert(b.ctx, newJob(t, "second"))
 	require.NoError(t, err)
 	n, err = b.store.Queue().QueuedCount(b.ctx, 1)
 	require.NoError(t, err)
@@ -217,37 +217,37 @@ func TestListAllTenants(t *testing.T) {
 	for i, tenant := range []string{"acme", "globex", "acme"} {
 		j := newJob(t, fmt.Sprintf("l%d", i))
 		j.Tenant = tenant
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 		b.clock.Advance(time.Second)
 	}
-	page, next, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2})
+	page, next, err := b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l2", "l1"}, outboxIDs(page))
-	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2, After: next})
+	page, next, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2, After: next})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l0", "r0"}, outboxIDs(page))
 	require.Empty(t, next)
-	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Tenant: "globex"})
+	page, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Tenant: "globex"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l1"}, outboxIDs(page))
 	// One status across tenants: each tenant's newest, merged.
-	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
+	page, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
 	require.NoError(t, err)
 	require.Equal(t, []string{"r0"}, outboxIDs(page))
-	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2})
+	page, next, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l2", "l1"}, outboxIDs(page))
-	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2, After: next})
+	page, next, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2, After: next})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l0"}, outboxIDs(page))
 	require.Empty(t, next)
-	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusFailed})
+	page, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusFailed})
 	require.NoError(t, err)
 	require.Empty(t, page)
-	_, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, After: "zz"})
+	_, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, After: "zz"})
 	require.ErrorIs(t, err, store.ErrBadCursor)
-	_, _, err = b.store.List(b.ctx, store.ListOptions{})
+	_, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{})
 	require.ErrorContains(t, err, "a tenant is required", "never every tenant by accident")
 }
 
@@ -267,9 +267,9 @@ func TestOutboxRepeatedKey(t *testing.T) {
 }
 
 func testOutboxRepeatedKey(t *testing.T, b *testBundle) {
-	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "old"))
 	require.NoError(t, err)
-	_, err = b.store.Cancel(b.ctx, "acme", "old")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "old")
 	require.NoError(t, err)
 	got, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "a")}, {Job: newJob(t, "old")},
 		{Job: newJob(t, "a")}, {Job: newJob(t, "b")}, {Job: newJob(t, "old")}})

@@ -51,7 +51,7 @@ func TestWaitingReasonTenantQuota(t *testing.T) {
 	b.addTo(t, "c", "bulk", 1, llmq.PriorityNormal) // j00002
 	b.addTo(t, "c", "live", 1, llmq.PriorityNormal) // j00003
 	reason := func(tenant, id string) string {
-		rec, err := b.store.Get(b.ctx, tenant, id)
+		rec, err := b.store.Jobs().Get(b.ctx, tenant, id)
 		require.NoError(t, err)
 		return rec.WaitingReason
 	}

@@ -52,7 +52,7 @@ func TestInsertOutboxIsSized(t *testing.T) {
 
 	for _, j := range []*llmq.Job{long, short} {
 		want := sizer.NewJob(j)
-		rec, err := s.Get(ctx, j.Tenant, j.ID)
+		rec, err := s.Jobs().Get(ctx, j.Tenant, j.ID)
 		require.NoError(t, err)
 		require.Positive(t, want.EstPromptTokens, j.ID)
 		require.Equal(t, want.EstPromptTokens, rec.EstPromptTokens, j.ID)

@@ -22,6 +22,7 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
+	jobs        Jobs
 	queue       Queue
 	outbox      Outbox
 	deadLetters DeadLetters
@@ -114,6 +115,7 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
+	s.jobs = Jobs{s.base}
 	s.queue = Queue{s.base, QueueFigures{s.base}}
 	s.outbox = Outbox{s.base, QueueFigures{s.base}}
 	s.deadLetters = DeadLetters{s.base}
@@ -148,6 +150,9 @@ func (s *Store) Outbox() *Outbox { return &s.outbox }
 
 // Queue is the store's queue: jobs, claims and leases.
 func (s *Store) Queue() *Queue { return &s.queue }
+
+// Jobs is the store's reads of the jobs.
+func (s *Store) Jobs() *Jobs { return &s.jobs }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

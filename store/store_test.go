@@ -51,14 +51,14 @@ func TestInsertAndGet(t *testing.T) {
 	b := setup(t)
 	j := newJob(t, "job-1")
 	j.Project = "support"
-	created, err := b.store.Insert(b.ctx, j)
+	created, err := b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	require.True(t, created)
-	created, err = b.store.Insert(b.ctx, j)
+	created, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	require.False(t, created)
 
-	rec, err := b.store.Get(b.ctx, "acme", "job-1")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "job-1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
 	require.Equal(t, llmq.PriorityHigh, rec.Priority)
@@ -83,17 +83,17 @@ func TestInsertAndGet(t *testing.T) {
 	// own.
 	other := newJob(t, "job-1")
 	other.Tenant = "other"
-	created, err = b.store.Insert(b.ctx, other)
+	created, err = b.store.Jobs().Insert(b.ctx, other)
 	require.NoError(t, err)
 	require.True(t, created)
-	rec, err = b.store.Get(b.ctx, "other", "job-1")
+	rec, err = b.store.Jobs().Get(b.ctx, "other", "job-1")
 	require.NoError(t, err)
 	require.Equal(t, "other", rec.Tenant)
-	_, err = b.store.Get(b.ctx, "third", "job-1")
+	_, err = b.store.Jobs().Get(b.ctx, "third", "job-1")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	bad := &llmq.Job{ID: "x", Tenant: "acme", Priority: llmq.PriorityNormal, Body: json.RawMessage(`{"model":"m"}`)}
-	_, err = b.store.Insert(b.ctx, bad)
+	_, err = b.store.Jobs().Insert(b.ctx, bad)
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 }
 
@@ -103,7 +103,7 @@ func TestInsertAndGet(t *testing.T) {
 func TestIngest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "old"))
 	require.NoError(t, err)
 	low := newJob(t, "low")
 	low.Priority, low.Deadline = llmq.PriorityLow, nil
@@ -120,7 +120,7 @@ func TestIngest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, true, true, false}, created)
 
-	rec, err := b.store.Get(b.ctx, "acme", "low")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "low")
 	require.NoError(t, err)
 	require.Equal(t, llmq.PriorityLow, rec.Priority, "the first of two copies in one batch is recorded")
 	require.Equal(t, 12, rec.EstPromptTokens)
@@ -128,7 +128,7 @@ func TestIngest(t *testing.T) {
 	require.Equal(t, b.clock.Now().Add(2*store.AgingStepDefault), rec.SchedKey.UTC())
 	require.Equal(t, []string{"small"}, rec.FallbackModels)
 	require.Equal(t, map[string]string{"k": "v"}, rec.Metadata)
-	rec, err = b.store.Get(b.ctx, "acme", "due")
+	rec, err = b.store.Jobs().Get(b.ctx, "acme", "due")
 	require.NoError(t, err)
 	require.Equal(t, d.Add(-store.DeadlineLeadDefault), rec.SchedKey.UTC(), "a near deadline sorts first")
 
@@ -148,7 +148,7 @@ func TestIngest(t *testing.T) {
 func (b *testBundle) hold(t *testing.T, owner string, jobs ...*llmq.Job) map[string]store.Lease {
 	t.Helper()
 	for _, j := range jobs {
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: owner, Lease: time.Minute, Limit: 1000})
@@ -162,7 +162,7 @@ func (b *testBundle) hold(t *testing.T, owner string, jobs ...*llmq.Job) map[str
 
 func (b *testBundle) get(t *testing.T, id string) *store.JobRecord {
 	t.Helper()
-	rec, err := b.store.Get(b.ctx, "acme", id)
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", id)
 	require.NoError(t, err)
 	return rec
 }
@@ -177,7 +177,7 @@ func TestClaimOrder(t *testing.T) {
 			"body":{"model":%q,"messages":[{"role":"user","content":"hi"}]}}`, id, p, model)), llmq.DecodeOptions{})
 		require.NoError(t, err)
 		j.Deadline = deadline
-		_, err = b.store.Insert(b.ctx, j)
+		_, err = b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	add("low-early", llmq.PriorityLow, nil, "big")
@@ -229,7 +229,7 @@ func TestClaimHoldsDeferrableJobs(t *testing.T) {
 		if id == "fallback-less" {
 			j.FallbackModels = nil
 		}
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	claim := func(r store.ClaimRequest) []string {
@@ -514,17 +514,17 @@ func TestConcurrentStoreResult(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.store.Insert(b.ctx, newJob(t, "j"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "j"))
 	require.NoError(t, err)
-	_, err = b.store.Cancel(b.ctx, "other", "j")
+	_, err = b.store.Jobs().Cancel(b.ctx, "other", "j")
 	require.ErrorIs(t, err, store.ErrNotFound)
-	rec, err := b.store.Cancel(b.ctx, "acme", "j")
+	rec, err := b.store.Jobs().Cancel(b.ctx, "acme", "j")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusCancelled, rec.Status)
 	require.Equal(t, store.ErrorCodeCancelled, rec.ErrorCode)
-	_, err = b.store.Cancel(b.ctx, "acme", "j")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "j")
 	require.ErrorIs(t, err, store.ErrTerminal)
-	_, err = b.store.Cancel(b.ctx, "acme", "missing")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "missing")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -534,7 +534,7 @@ func TestListPaging(t *testing.T) {
 	var want []string // newest first
 	for i := range 25 {
 		j := newJob(t, fmt.Sprintf("job-%02d", i))
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 		want = append([]string{j.ID}, want...)
 		if i%2 == 0 { // pairs share a created_at: the id breaks the tie
@@ -546,13 +546,13 @@ func TestListPaging(t *testing.T) {
 	require.Len(t, recs, 9)
 	other := newJob(t, "other")
 	other.Tenant = "other"
-	_, err = b.store.Insert(b.ctx, other)
+	_, err = b.store.Jobs().Insert(b.ctx, other)
 	require.NoError(t, err)
 
 	var got []string
 	cursor, pages := "", 0
 	for {
-		recs, next, err := b.store.List(b.ctx, store.ListOptions{Tenant: "acme", Limit: 10, After: cursor})
+		recs, next, err := b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: "acme", Limit: 10, After: cursor})
 		require.NoError(t, err)
 		pages++
 		for _, r := range recs {
@@ -566,11 +566,11 @@ func TestListPaging(t *testing.T) {
 	require.Equal(t, 3, pages)
 	require.Equal(t, want, got)
 
-	recs, next, err := b.store.List(b.ctx, store.ListOptions{Tenant: "acme", Status: llmq.StatusRunning})
+	recs, next, err := b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: "acme", Status: llmq.StatusRunning})
 	require.NoError(t, err)
 	require.Equal(t, "", next)
 	require.Len(t, recs, 9)
-	all, _, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
+	all, _, err := b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
 	require.NoError(t, err)
 	require.Equal(t, recs, all, "one tenant's, read across tenants")
 	for _, r := range recs {
@@ -581,7 +581,7 @@ func TestListPaging(t *testing.T) {
 		require.Equal(t, got, r, "a listed job is the job but its body")
 	}
 
-	_, _, err = b.store.List(b.ctx, store.ListOptions{Tenant: "acme", After: "!!"})
+	_, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: "acme", After: "!!"})
 	require.ErrorIs(t, err, store.ErrBadCursor)
 
 	// Counts, exact (limit 0) and bounded: each status up to the limit,
@@ -592,7 +592,7 @@ func TestListPaging(t *testing.T) {
 		limit           int64
 		queued, running int64
 	}{{"acme", 0, 16, 9}, {"", 0, 17, 9}, {"acme", 10, 10, 9}, {"", 16, 16, 9}, {"", 17, 17, 9}} {
-		counts, err := b.store.CountByStatus(b.ctx, c.tenant, c.limit)
+		counts, err := b.store.Jobs().CountByStatus(b.ctx, c.tenant, c.limit)
 		require.NoError(t, err)
 		require.Equal(t, map[llmq.Status]int64{llmq.StatusQueued: c.queued, llmq.StatusRunning: c.running}, counts, "%+v", c)
 	}
@@ -620,7 +620,7 @@ func TestInsertEdgeBodies(t *testing.T) {
 				batch = append(batch, store.NewJob{Job: j})
 				continue
 			}
-			created, err := b.store.Insert(b.ctx, j)
+			created, err := b.store.Jobs().Insert(b.ctx, j)
 			require.NoError(t, err, extra)
 			require.True(t, created)
 		}
@@ -630,11 +630,11 @@ func TestInsertEdgeBodies(t *testing.T) {
 	for i, c := range created {
 		require.True(t, c, i)
 	}
-	recs, _, err := b.store.List(b.ctx, store.ListOptions{Tenant: llmq.DefaultTenant})
+	recs, _, err := b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: llmq.DefaultTenant})
 	require.NoError(t, err)
 	require.Len(t, recs, 2*len(batch))
 	for _, rec := range recs { // a listing leaves the bodies out: read each
-		got, err := b.store.Get(b.ctx, rec.Tenant, rec.ID)
+		got, err := b.store.Jobs().Get(b.ctx, rec.Tenant, rec.ID)
 		require.NoError(t, err)
 		require.Equal(t, "m", got.Job().Model())
 	}
@@ -654,7 +654,7 @@ func TestExpireOverdue(t *testing.T) {
 	}
 	require.Len(t, b.hold(t, "w", mk("running", "2026-11-30T11:00:00Z")), 1)
 	for _, j := range []*llmq.Job{mk("due", "2026-11-30T11:59:59Z"), mk("later", "2026-11-30T12:00:01Z"), mk("none", "")} {
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	keys, err := b.store.Queue().ExpireOverdue(b.ctx)
@@ -678,7 +678,7 @@ func TestWaitingReason(t *testing.T) {
 	for _, id := range []string{"plain", "deferrable"} {
 		j := newJob(t, id)
 		j.Deferrable = id == "deferrable"
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	require.Equal(t, "", b.get(t, "plain").WaitingReason, "no scheduler said anything")
@@ -686,7 +686,7 @@ func TestWaitingReason(t *testing.T) {
 		WaitingReason: store.WaitingReasonProviderQuota, BatchHold: true, Worker: "w"}))
 	require.Equal(t, store.WaitingReasonProviderQuota, b.get(t, "plain").WaitingReason)
 	require.Equal(t, store.WaitingReasonBatch, b.get(t, "deferrable").WaitingReason)
-	recs, _, err := b.store.List(b.ctx, store.ListOptions{Tenant: "acme"})
+	recs, _, err := b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: "acme"})
 	require.NoError(t, err)
 	for _, r := range recs {
 		require.NotEmpty(t, r.WaitingReason, r.ID)
@@ -705,7 +705,7 @@ func TestRunReadings(t *testing.T) {
 	b := setup(t)
 	t0 := b.clock.Now()
 	l := b.claimOne(t, "j1")
-	_, err := b.store.Insert(b.ctx, newJob(t, "j2"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "j2"))
 	require.NoError(t, err)
 	b.clock.Advance(2 * time.Second)
 	_, err = b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{ModelIndex: 1, Call: store.Call{Model: "small"}})
@@ -715,26 +715,26 @@ func TestRunReadings(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, stored)
 
-	ended, err := b.store.CountEnded(b.ctx)
+	ended, err := b.store.Jobs().CountEnded(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, ended)
-	outcomes, err := b.store.JobOutcomes(b.ctx)
+	outcomes, err := b.store.Jobs().JobOutcomes(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []store.JobOutcome{{ID: "j1", Status: llmq.StatusSucceeded, UsedModel: "small", Latency: 5 * time.Second},
 		{ID: "j2", Status: llmq.StatusQueued}}, outcomes)
-	tallies, err := b.store.TallyJobs(b.ctx, "acme", []string{"j1", "j2", "none"})
+	tallies, err := b.store.Jobs().TallyJobs(b.ctx, "acme", []string{"j1", "j2", "none"})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []store.JobTally{{Status: llmq.StatusSucceeded, Fallback: true, N: 1}, {Status: llmq.StatusQueued, N: 1}}, tallies)
-	done, err := b.store.SucceededJobs(b.ctx, []string{"j1", "j2"})
+	done, err := b.store.Jobs().SucceededJobs(b.ctx, []string{"j1", "j2"})
 	require.NoError(t, err)
 	require.Len(t, done, 1)
 	require.True(t, t0.Add(5*time.Second).Equal(done[0].FinishedAt))
 	done[0].FinishedAt = time.Time{}
 	require.Equal(t, store.SucceededJob{ID: "j1", Latency: 5 * time.Second, Lane: store.LaneLive}, done[0])
-	span, err := b.store.CallSpan(b.ctx)
+	span, err := b.store.Jobs().CallSpan(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Second, span)
-	toCall, warm, err := b.store.TimesToFirstCall(b.ctx)
+	toCall, warm, err := b.store.Jobs().TimesToFirstCall(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []time.Duration{2 * time.Second}, toCall)
 	require.Empty(t, warm, "recorded before the first call's answer")

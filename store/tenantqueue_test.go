@@ -28,16 +28,16 @@ func TestQueueTenants(t *testing.T) {
 	_, err := b.store.Queue().StoreResult(b.ctx, acme("h0"), store.Result{})
 	require.NoError(t, err)
 	for i, m := range []string{"big", "small", "small"} {
-		_, err := b.store.Insert(b.ctx, tenantJob("acme", fmt.Sprint("q", i), m))
+		_, err := b.store.Jobs().Insert(b.ctx, tenantJob("acme", fmt.Sprint("q", i), m))
 		require.NoError(t, err)
 	}
 	for i := range 5 {
-		_, err := b.store.Insert(b.ctx, tenantJob("beta", fmt.Sprint("q", i), "small"))
+		_, err := b.store.Jobs().Insert(b.ctx, tenantJob("beta", fmt.Sprint("q", i), "small"))
 		require.NoError(t, err)
 	}
-	_, err = b.store.Insert(b.ctx, tenantJob("gone", "x", "small"))
+	_, err = b.store.Jobs().Insert(b.ctx, tenantJob("gone", "x", "small"))
 	require.NoError(t, err)
-	_, err = b.store.Cancel(b.ctx, "gone", "x")
+	_, err = b.store.Jobs().Cancel(b.ctx, "gone", "x")
 	require.NoError(t, err)
 
 	ts, err := b.store.Queue().QueueTenants(b.ctx, b.clock.Now().Add(-time.Minute))
@@ -62,7 +62,7 @@ func TestCountProjects(t *testing.T) {
 		j, err := llmq.Decode(fmt.Appendf(nil, `{"id":%q,"tenant":%q,"project":%q,"body":{"model":"big","messages":[{"role":"user","content":"hi"}]}}`,
 			id, tenant, project), llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = b.store.Insert(b.ctx, j)
+		_, err = b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 		b.clock.Advance(time.Millisecond)
 	}

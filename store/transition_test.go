@@ -117,7 +117,7 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 			return err
 		}},
 		"Cancel": unfenced(func(b *testBundle, id string) error {
-			_, err := b.store.Cancel(b.ctx, "acme", id)
+			_, err := b.store.Jobs().Cancel(b.ctx, "acme", id)
 			return err
 		}),
 		"MarkBatchSubmitted": {batch: store.BatchSubmitting, lease: anyone, bulk: true,

@@ -40,7 +40,7 @@ func TestUsage(t *testing.T) {
 	finish("a1", "acme", "", 2, 10, 5)
 	finish("a2", "acme", "support", 1, 20, 7)
 	finish("o1", "other", "", 1, 3, 1)
-	_, err := b.store.Insert(b.ctx, newJob(t, "queued")) // not finished: not counted
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "queued")) // not finished: not counted
 	require.NoError(t, err)
 
 	all, err := b.store.Budgets().Usage(b.ctx, "")

@@ -100,7 +100,7 @@ func (ab *admissionBundle) succeeded(t *testing.T, ids []string) []string {
 	t.Helper()
 	var out []string
 	for _, id := range ids {
-		rec, err := ab.store.Get(context.Background(), llmq.DefaultTenant, id)
+		rec, err := ab.store.Jobs().Get(context.Background(), llmq.DefaultTenant, id)
 		if err == nil && rec.Status == llmq.StatusSucceeded {
 			out = append(out, id)
 		}

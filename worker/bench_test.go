@@ -182,7 +182,7 @@ func listenDone(b *testing.B, st *store.Store, n int) <-chan struct{} {
 	listening, finished := make(chan struct{}), make(chan struct{})
 	seen := make(map[store.Key]bool, n)
 	go func() {
-		_ = st.ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) {
+		_ = st.Jobs().ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) {
 			if !seen[k] {
 				seen[k] = true
 				if len(seen) == n {

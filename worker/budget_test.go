@@ -170,7 +170,7 @@ func TestBudgetBurstAtTheEdge(t *testing.T) {
 	require.InDelta(t, 0.04, costs, 1e-9, "the budget's spend is the jobs' cost")
 	var queued string
 	require.NoError(t, tb.store.Pool().QueryRow(context.Background(), `SELECT id FROM jobs WHERE status = 'queued' LIMIT 1`).Scan(&queued))
-	rec, err := tb.store.Get(context.Background(), "acme", queued)
+	rec, err := tb.store.Jobs().Get(context.Background(), "acme", queued)
 	require.NoError(t, err)
 	require.Equal(t, store.WaitingReasonBudget, rec.WaitingReason)
 
@@ -212,7 +212,7 @@ func TestBudgetFailedCallsCostNothing(t *testing.T) {
 	broken := tb.budgetOf(t, "broken")
 	require.Equal(t, []float64{0, 0}, []float64{broken.SpentUSD, broken.ReservedUSD}, "20 failed calls of 0.09 USD reserved each")
 	require.Equal(t, 20, tb.count(t, `project = 'broken' AND attempts = 2`)*2)
-	rec, err := tb.store.Get(context.Background(), "acme", "low-000")
+	rec, err := tb.store.Jobs().Get(context.Background(), "acme", "low-000")
 	require.NoError(t, err)
 	require.Equal(t, store.WaitingReasonBudget, rec.WaitingReason)
 	require.Zero(t, rec.Attempts)

@@ -162,7 +162,7 @@ func FuzzIngest(f *testing.F) {
 		if err := tb.store.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&jobs); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tb.store.Get(ctx, j.Tenant, j.ID); err != nil && jobs == jobsBefore {
+		if _, err := tb.store.Jobs().Get(ctx, j.Tenant, j.ID); err != nil && jobs == jobsBefore {
 			t.Fatalf("message %q is neither a dead letter nor a job", value)
 		}
 	})

@@ -107,7 +107,7 @@ func TestKeyPoolMovesToTheSecondKey(t *testing.T) {
 			for _, id := range ids {
 				rec := tb.waitTenantTerminal(t, "acme", id, 30*time.Second)
 				require.Equal(t, llmq.StatusSucceeded, rec.Status, id)
-				calls, err := tb.store.Attempts(context.Background(), "acme", id)
+				calls, err := tb.store.Jobs().Attempts(context.Background(), "acme", id)
 				require.NoError(t, err)
 				for _, c := range calls[:len(calls)-1] {
 					require.Equal(t, "a", c.Entry, "%s: only key a refused a call", id)
@@ -137,7 +137,7 @@ func (tb *testBundle) waitTenantTerminal(t *testing.T, tenant, id string, timeou
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		rec, err := tb.store.Get(context.Background(), tenant, id)
+		rec, err := tb.store.Jobs().Get(context.Background(), tenant, id)
 		if err == nil && rec.Status.Terminal() {
 			return rec
 		}

@@ -35,7 +35,7 @@ func TestWorkerClaimsJobsRecordedElsewhere(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	j, err := llmq.Decode(jobJSON("elsewhere", "gpt-4o-mini", ""), llmq.DecodeOptions{})
 	require.NoError(t, err)
-	created, err := tb.store.Insert(context.Background(), j)
+	created, err := tb.store.Jobs().Insert(context.Background(), j)
 	require.NoError(t, err)
 	require.True(t, created)
 	rec := tb.waitTerminal(t, []string{"elsewhere"}, 10*time.Second)["elsewhere"]

@@ -111,7 +111,7 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 		require.NoError(t, err)
 		// The test polls revoked keys from one address: no limit on
 		// failed authentications.
-		a, err := api.New(api.Config{Producer: p, Store: r.store, OperatorKeys: []string{tenancyOperatorKey}, Usage: r.store.Budgets(),
+		a, err := api.New(api.Config{Producer: p, Store: r.store.Jobs(), OperatorKeys: []string{tenancyOperatorKey}, Usage: r.store.Budgets(),
 			Tenancy: r.watch, TenancyStore: r.store.Tenancy(), Logger: slog.New(slog.DiscardHandler),
 			RateLimits: api.RateLimitConfig{AuthFailuresPerMinute: -1}})
 		require.NoError(t, err)
@@ -298,7 +298,7 @@ func TestPausedTenantWaits(t *testing.T) {
 		"a's jobs and b/bulk's are recorded, and wait")
 	require.Zero(t, tb.count(t, `status <> 'queued' AND (tenant = 'a' OR project = 'bulk')`))
 	for _, k := range []store.Key{{Tenant: "a", ID: "a-0"}, {Tenant: "b", ID: "bbulk-0"}} {
-		rec, err := st.Get(context.Background(), k.Tenant, k.ID)
+		rec, err := st.Jobs().Get(context.Background(), k.Tenant, k.ID)
 		require.NoError(t, err)
 		require.Equal(t, store.WaitingReasonPaused, rec.WaitingReason, k.String())
 	}

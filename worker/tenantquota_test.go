@@ -185,7 +185,7 @@ func TestWaitingReasonTenantQuota(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return tb.count(t, `tenant = 'b' AND status = 'succeeded'`) == 10 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
-		rec, err := tb.store.Get(context.Background(), "a", "a-0009")
+		rec, err := tb.store.Jobs().Get(context.Background(), "a", "a-0009")
 		require.NoError(t, err)
 		return rec.Status == llmq.StatusQueued && rec.WaitingReason == store.WaitingReasonTenantQuota
 	}, 5*time.Second, 20*time.Millisecond)
@@ -265,7 +265,7 @@ func TestProjectQuota(t *testing.T) {
 	tb.start(t, tb.tenantConfig(tenants, nil))
 	require.Eventually(t, func() bool { return tb.count(t, `project = 'live' AND status = 'succeeded'`) == 5 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
-		rec, err := tb.store.Get(context.Background(), "p", "bulk-4")
+		rec, err := tb.store.Jobs().Get(context.Background(), "p", "bulk-4")
 		require.NoError(t, err)
 		return rec.Status == llmq.StatusQueued && rec.WaitingReason == store.WaitingReasonTenantQuota
 	}, 5*time.Second, 20*time.Millisecond)

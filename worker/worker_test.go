@@ -185,7 +185,7 @@ func (tb *testBundle) publish(t *testing.T, values ...[]byte) {
 // none).
 func (tb *testBundle) get(t testing.TB, id string) *store.JobRecord {
 	t.Helper()
-	rec, err := tb.store.Get(context.Background(), llmq.DefaultTenant, id)
+	rec, err := tb.store.Jobs().Get(context.Background(), llmq.DefaultTenant, id)
 	require.NoError(t, err)
 	return rec
 }
@@ -208,7 +208,7 @@ func (tb *testBundle) waitTerminal(t *testing.T, ids []string, timeout time.Dura
 			if _, done := out[id]; done {
 				continue
 			}
-			rec, err := tb.store.Get(context.Background(), llmq.DefaultTenant, id)
+			rec, err := tb.store.Jobs().Get(context.Background(), llmq.DefaultTenant, id)
 			if err == nil && rec.Status.Terminal() {
 				out[id] = rec
 			}

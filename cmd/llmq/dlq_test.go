@@ -59,7 +59,7 @@ func TestDLQCommands(t *testing.T) {
 		msg := []byte(fmt.Sprintf(`{"id":%q,"tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, id))
 		j, err := llmq.Decode(msg, llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = st.Insert(ctx, j)
+		_, err = st.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 		recs, err := st.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestDLQCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, info.Messages)
 	for _, id := range []string{"j1", "j2"} {
-		rec, err := st.Get(ctx, "acme", id)
+		rec, err := st.Jobs().Get(ctx, "acme", id)
 		require.NoError(t, err)
 		require.Equal(t, llmq.StatusQueued, rec.Status)
 		require.Equal(t, 0, rec.Attempts)

@@ -47,7 +47,7 @@ func (b *cliBundle) job(t *testing.T, tenant, id string) *llmq.Job {
 	t.Helper()
 	j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":%q,"tenant":%q,"metadata":{"k":"v"},"body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`, id, tenant)), llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	return j
 }
@@ -207,7 +207,7 @@ func TestJobsPrune(t *testing.T) {
 	out, err := runLLMQ(t, "jobs", "prune", "--older-than", "48h")
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(out, "pruned 2 jobs that ended before "), out)
-	recs, _, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 10})
+	recs, _, err := b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Limit: 10})
 	require.NoError(t, err)
 	var left []string
 	for _, r := range recs {

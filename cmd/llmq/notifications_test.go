@@ -55,7 +55,7 @@ func TestNotificationsLsAndReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
 	require.Equal(t, ev, pending[0].EventID)
-	rec, err := b.store.Get(b.ctx, "acme", "n1")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "n1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status, "the job is not touched")
 }

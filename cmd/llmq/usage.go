@@ -94,7 +94,7 @@ func knownTenant(ctx context.Context, cfg *config.Config, st *store.Store, tenan
 	if _, ok := cfg.Tenants[tenant]; ok || tenant == "" || slices.Contains(slices.Collect(maps.Values(cfg.APIKeys)), tenant) {
 		return nil
 	}
-	jobs, _, err := st.List(ctx, store.ListOptions{Tenant: tenant, Limit: 1})
+	jobs, _, err := st.Jobs().List(ctx, store.ListOptions{Tenant: tenant, Limit: 1})
 	if err != nil || len(jobs) > 0 {
 		return err
 	}

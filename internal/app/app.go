@@ -494,14 +494,14 @@ func (a *App) buildAPI() error {
 	// Batch API, with the worker's address and key.
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
+		Producer: a.producer, Store: a.store.Jobs(), OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
 		DeadLetterService: svc, Batches: a.store.Batches(), Notifications: a.store.Notifications(),
 		Usage: a.store.Budgets(), Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store.Batches(), batchClient, ref)
 		},
 		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
-		JobsDone: a.store, Streams: a.store.Streams(), Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store.Ledger(),
+		JobsDone: a.store.Jobs(), Streams: a.store.Streams(), Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store.Ledger(),
 	})
 	if err != nil {
 		return err

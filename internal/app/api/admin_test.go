@@ -24,11 +24,11 @@ import (
 func adminBundle(t *testing.T, mutate ...func(*api.Config)) (*testBundle, *tenancy.Watcher) {
 	t.Helper()
 	var w *tenancy.Watcher
-	b := setup(t, options{api: func(c *api.Config) {
+	b := setup(t, options{apiStore: func(c *api.Config, st *store.Store) {
 		for _, m := range mutate {
 			m(c)
 		}
-		live := store.New(c.Store.(*store.Store).Pool(), store.WithClock(c.Clock),
+		live := store.New(st.Pool(), store.WithClock(c.Clock),
 			store.WithOrder(store.Order{Live: func() llmq.Tenants { return w.Tenants() }}))
 		w = tenancy.New(live.Tenancy(), tenancy.Config{Logger: quiet})
 		require.NoError(t, w.Load(context.Background()))
@@ -42,7 +42,7 @@ func adminBundle(t *testing.T, mutate ...func(*api.Config)) (*testBundle, *tenan
 			cancel()
 			<-done
 		})
-		c.Store, c.Tenancy, c.TenancyStore, c.JobsDone = live, w, live.Tenancy(), live
+		c.Store, c.Tenancy, c.TenancyStore, c.JobsDone = live.Jobs(), w, live.Tenancy(), live.Jobs()
 	}})
 	return b, w
 }

@@ -61,6 +61,9 @@ type testBundle struct {
 type options struct {
 	producer func(*producer.Config)
 	api      func(*api.Config)
+	// apiStore, when set, changes the API's configuration with its store
+	// at hand (after api).
+	apiStore func(*api.Config, *store.Store)
 	// batches starts a simulator for the provider batches of the test
 	// (see testBundle.batch) and lets the API cancel them there.
 	batches bool
@@ -90,7 +93,7 @@ func setup(t *testing.T, o options) *testBundle {
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
 	acfg := api.Config{
-		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []string{keyOps},
+		Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []string{keyOps},
 		DeadLetterService: svc, Batches: st.Batches(), Notifications: st.Notifications(),
 		Usage: st.Budgets(), Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
 	}
@@ -112,6 +115,9 @@ func setup(t *testing.T, o options) *testBundle {
 	}
 	if o.api != nil {
 		o.api(&acfg)
+	}
+	if o.apiStore != nil {
+		o.apiStore(&acfg, st)
 	}
 	a, err := api.New(acfg)
 	require.NoError(t, err)
@@ -462,7 +468,7 @@ func TestBackpressureHTTP(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		j := &llmq.Job{ID: fmt.Sprintf("done-%d", i), Tenant: "acme", Priority: llmq.PriorityNormal, Body: json.RawMessage(validBody)}
 		require.NoError(t, j.Validate())
-		_, err := b.store.Insert(ctx, j)
+		_, err := b.store.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 		_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
@@ -560,7 +566,7 @@ func TestUnknownProject(t *testing.T) {
 	}
 	require.Equal(t, int64(0), b.broker.Depth("jobs"))
 	for _, id := range []string{"u1", "u2", "u3"} {
-		_, err := b.store.Get(context.Background(), "acme", id)
+		_, err := b.store.Jobs().Get(context.Background(), "acme", id)
 		require.ErrorIs(t, err, store.ErrNotFound, id)
 	}
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"project":"support","body":`+validBody+`}`).status)

@@ -61,7 +61,7 @@ func BenchmarkGatewayPrediction(bb *testing.B) {
 				admit sync.Mutex
 			)
 			recorded := func() int64 {
-				n, err := b.store.CountByStatus(ctx, "acme", 0)
+				n, err := b.store.Jobs().CountByStatus(ctx, "acme", 0)
 				require.NoError(t, err)
 				var sum int64
 				for _, v := range n {

@@ -74,8 +74,8 @@ func streamSetup(t testing.TB, hook upstreamsim.StreamHook, latency upstreamsim.
 	p, err := producer.New(producer.Config{Publisher: pub, Store: apiStore.Outbox(), Destination: queue, DepthProbe: probe, DepthTTL: -1,
 		Clock: clockwork.NewRealClock(), Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Producer: p, Store: apiStore, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: apiStore, Streams: apiStore.Streams(), Logger: quiet, Registerer: prometheus.NewRegistry()})
+	a, err := api.New(api.Config{Producer: p, Store: apiStore.Jobs(), Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
+		JobsDone: apiStore.Jobs(), Streams: apiStore.Streams(), Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)

@@ -103,8 +103,8 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 	p, err := producer.New(pcfg)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Usage: st.Budgets(), Tenants: env.tenants, Clock: clk, Logger: cmp.Or(env.logger, quiet), Registerer: reg})
+	a, err := api.New(api.Config{Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
+		JobsDone: st.Jobs(), Gateway: gw, RateLimits: env.rateLimits, Usage: st.Budgets(), Tenants: env.tenants, Clock: clk, Logger: cmp.Or(env.logger, quiet), Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -286,7 +286,7 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	ctx := context.Background()
 	b.slowQueue(t, 3)
 	b.slowLane(t)
-	before, err := b.store.CountByStatus(ctx, "acme", 0)
+	before, err := b.store.Jobs().CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 
 	c := b.client(http.Header{"X-Stainless-Timeout": {"60"}})
@@ -315,7 +315,7 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 		"ahead": 0, "in_flight": 3, "rpm": 0.4, "concurrency": 3, "latency": float64(150 * time.Second)} {
 		require.InDelta(t, v, logged[k], 1e-6, k)
 	}
-	after, err := b.store.CountByStatus(ctx, "acme", 0)
+	after, err := b.store.Jobs().CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing enqueued")
 
@@ -336,7 +336,7 @@ func TestGatewayTenantQueueFull(t *testing.T) {
 	for _, id := range []string{"q-1", "q-2"} {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
-		_, err := b.store.Insert(ctx, j)
+		_, err := b.store.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 	}
 	_, err := b.client(nil).CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
@@ -361,7 +361,7 @@ func (b *gatewayBundle) slowQueue(t *testing.T, running int) {
 	for _, id := range ids {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
-		_, err := b.store.Insert(ctx, j)
+		_, err := b.store.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 		if strings.HasPrefix(id, "done") {
 			_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: id}, store.Result{Response: []byte(`{}`)})
@@ -444,7 +444,7 @@ func waitForJob(t *testing.T, b *gatewayBundle) string {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if recs, _, err := b.store.List(context.Background(), store.ListOptions{Tenant: "acme"}); err == nil && len(recs) == 1 {
+		if recs, _, err := b.store.Jobs().List(context.Background(), store.ListOptions{Tenant: "acme"}); err == nil && len(recs) == 1 {
 			return recs[0].ID
 		}
 		select {

@@ -50,14 +50,14 @@ func TestWaitDoneLosesNoWakeUp(t *testing.T) {
 	require.NoError(t, err)
 	clk := clockwork.NewFakeClock()
 	l := deafListener{drop: make(chan struct{})}
-	a, err := New(Config{Producer: p, Store: st, JobsDone: l, Clock: clk})
+	a, err := New(Config{Producer: p, Store: st.Jobs(), JobsDone: l, Clock: clk})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, a.Stop(ctx)) })
 	insert := func(id string) store.Key {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
-		_, err := st.Insert(ctx, j)
+		_, err := st.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 		return store.Key{Tenant: "acme", ID: id}
 	}

@@ -69,8 +69,8 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 			Predict: st.LaneRates().PredictJob, Logger: quiet, Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
 		reg := prometheus.NewRegistry()
-		a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex", keyGlobex2: "globex", keyInitech: "initech"},
-			Catalog: gatewayCatalog, JobsDone: st, RateLimits: api.RateLimitConfig{KeyRPM: 4, TenantRPM: 6},
+		a, err := api.New(api.Config{Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex", keyGlobex2: "globex", keyInitech: "initech"},
+			Catalog: gatewayCatalog, JobsDone: st.Jobs(), RateLimits: api.RateLimitConfig{KeyRPM: 4, TenantRPM: 6},
 			Limits: limits, LimitPeriod: 20 * time.Millisecond, Logger: quiet, Registerer: reg})
 		require.NoError(t, err)
 		require.NoError(t, a.Start(ctx))

@@ -61,9 +61,9 @@ func TestUsageBudgets(t *testing.T) {
 		Projects: map[string]llmq.Scope{"strict": {DailyCost: 1, Overage: llmq.OverageReject}}},
 		"globex": {Scope: llmq.Scope{DailyCost: 1, Overage: llmq.OverageReject}}}
 	var budgets *store.Store
-	b := setup(t, options{api: func(c *api.Config) {
-		budgets = store.New(c.Store.(*store.Store).Pool(), store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants}))
-		c.Usage, c.Tenants, c.JobsDone = budgets.Budgets(), tenants, c.Store.(*store.Store)
+	b := setup(t, options{apiStore: func(c *api.Config, st *store.Store) {
+		budgets = store.New(st.Pool(), store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants}))
+		c.Usage, c.Tenants, c.JobsDone = budgets.Budgets(), tenants, st.Jobs()
 	}})
 	ctx := context.Background()
 	l := store.Lease{Key: store.Key{Tenant: "acme", ID: "earlier"}, Token: 1}
@@ -126,13 +126,13 @@ func TestBudgetReadFailureIsUnavailable(t *testing.T) {
 	p, err := chaos.New("127.0.0.1:5432")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
-	b := setup(t, options{api: func(c *api.Config) {
-		url := c.Store.(*store.Store).Pool().Config().ConnString()
+	b := setup(t, options{apiStore: func(c *api.Config, st *store.Store) {
+		url := st.Pool().Config().ConnString()
 		require.Contains(t, url, "127.0.0.1:5432")
 		pool, err := pgxpool.New(context.Background(), strings.Replace(url, "127.0.0.1:5432", p.Addr(), 1))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		c.Usage, c.Tenants, c.JobsDone = store.New(pool, store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants})).Budgets(), tenants, c.Store.(*store.Store)
+		c.Usage, c.Tenants, c.JobsDone = store.New(pool, store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants})).Budgets(), tenants, st.Jobs()
 	}})
 	p.Cut()
 	r := b.post(t, keyAcme, `{"id":"a1","body":`+validBody+`}`)

@@ -24,8 +24,7 @@ import (
 func TestTenantsPage(t *testing.T) {
 	t.Parallel()
 	var w *tenancy.Watcher
-	b := setupWith(t, func(c *api.Config) {
-		st := c.Store.(*store.Store)
+	b := setupWith(t, func(c *api.Config, st *store.Store) {
 		w = tenancy.New(st.Tenancy(), tenancy.Config{Logger: quiet})
 		c.Tenancy, c.TenancyStore = w, st.Tenancy()
 	})

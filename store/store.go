@@ -22,15 +22,16 @@ import (
 // reached from the Store (doc.go).
 type Store struct {
 	*base
-	jobs        Jobs
+	owned bool
+	// The aggregates, each over base (New fills them).
 	queue       Queue
-	outbox      Outbox
+	jobs        Jobs
 	deadLetters DeadLetters
 	batches     Batches
 	budgets     Budgets
-	laneRates   LaneRates
-	owned       bool
 	ledger      Ledger
+	outbox      Outbox
+	laneRates   LaneRates
 	streams     Streams
 }
 
@@ -115,44 +116,44 @@ func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
-	s.jobs = Jobs{s.base}
 	s.queue = Queue{s.base, QueueFigures{s.base}}
-	s.outbox = Outbox{s.base, QueueFigures{s.base}}
+	s.jobs = Jobs{s.base}
 	s.deadLetters = DeadLetters{s.base}
 	s.batches = Batches{s.base}
 	s.budgets = Budgets{s.base}
+	s.ledger = Ledger{s.base}
+	s.outbox = Outbox{s.base, QueueFigures{s.base}}
 	s.laneRates = LaneRates{s.base}
 	s.streams = Streams{s.base}
-	s.ledger = Ledger{s.base}
 	return s
 }
-
-// Ledger is the store's quota ledger and door counts.
-func (s *Store) Ledger() *Ledger { return &s.ledger }
-
-// Streams is the store's chunks of streamed calls.
-func (s *Store) Streams() *Streams { return &s.streams }
-
-// LaneRates is the store's lane rates and the predictions made from them.
-func (s *Store) LaneRates() *LaneRates { return &s.laneRates }
-
-// Budgets is the store's budgets and usage.
-func (s *Store) Budgets() *Budgets { return &s.budgets }
-
-// Batches is the store's batch lane.
-func (s *Store) Batches() *Batches { return &s.batches }
-
-// DeadLetters is the store's dead letters.
-func (s *Store) DeadLetters() *DeadLetters { return &s.deadLetters }
-
-// Outbox is the store's producer outbox.
-func (s *Store) Outbox() *Outbox { return &s.outbox }
 
 // Queue is the store's queue: jobs, claims and leases.
 func (s *Store) Queue() *Queue { return &s.queue }
 
 // Jobs is the store's reads of the jobs.
 func (s *Store) Jobs() *Jobs { return &s.jobs }
+
+// DeadLetters is the store's dead letters.
+func (s *Store) DeadLetters() *DeadLetters { return &s.deadLetters }
+
+// Batches is the store's batch lane.
+func (s *Store) Batches() *Batches { return &s.batches }
+
+// Budgets is the store's budgets and usage.
+func (s *Store) Budgets() *Budgets { return &s.budgets }
+
+// Ledger is the store's quota ledger and door counts.
+func (s *Store) Ledger() *Ledger { return &s.ledger }
+
+// Outbox is the store's producer outbox.
+func (s *Store) Outbox() *Outbox { return &s.outbox }
+
+// LaneRates is the store's lane rates and the predictions made from them.
+func (s *Store) LaneRates() *LaneRates { return &s.laneRates }
+
+// Streams is the store's chunks of streamed calls.
+func (s *Store) Streams() *Streams { return &s.streams }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods

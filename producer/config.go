@@ -157,7 +157,7 @@ type Config struct {
 	// in RateWindow. 0 = unknown: no estimate until a job finishes.
 	QuotaRatePerMin float64
 	// Predict, when set, predicts when a job would complete for the
-	// deadline check, from its model's lanes (store.PredictCompletion): a
+	// deadline check, from its model's lanes (store.LaneRates.PredictCompletion): a
 	// job whose known prediction passes its deadline is refused, one whose
 	// prediction is unknown (no rate learned yet) or fails is admitted.
 	// Unset, the queue's drain estimate is compared with the deadline.

@@ -497,7 +497,7 @@ func (s *DeadLetters) UnfinishedReplays(ctx context.Context, olderThan time.Time
 // LaneReasonReplayed is the lane_reason of a job requeued by a replay.
 const LaneReasonReplayed = "replayed"
 
-// Job returns the job a letter names (as Store.Get), ErrNotFound when
+// Job returns the job a letter names (as Jobs.Get), ErrNotFound when
 // the tenant has none.
 func (s *DeadLetters) Job(ctx context.Context, tenant, id string) (*JobRecord, error) {
 	return s.getJob(ctx, tenant, id)

@@ -11,7 +11,7 @@ import (
 
 // Every second the worker records what each of its lanes runs at (table
 // lane_rates): the API predicts a call's completion from it
-// (store.PredictCompletion, docs/design/gateway.md).
+// (store.LaneRates.PredictCompletion, docs/design/gateway.md).
 
 // LaneRateWriter is the store's lane_rates table (Config.LaneRates); a
 // *store.LaneRates is one.

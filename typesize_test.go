@@ -31,6 +31,7 @@ var smallTypePackages = map[string]string{
 	"internal/webhook":     "",
 	"dlq":                  "",
 	"internal/upstreamsim": "",
+	"store":                "",
 }
 
 // bigTypes lists, in the non-test Go files of dir, the types with more

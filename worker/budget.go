@@ -20,7 +20,7 @@ import (
 // by the scope's overage policy: reject, degrade, or handed back until the
 // period rolls over (docs/design/tenants.md#budget-reservations-in-the-worker).
 
-// BudgetStore is what the worker needs of the budgets. [*store.Store]
+// BudgetStore is what the worker needs of the budgets. [*store.Budgets]
 // implements it; its methods document the accounting.
 type BudgetStore interface {
 	ReserveBudget(ctx context.Context, r store.BudgetReservation) (store.BudgetOutcome, error)

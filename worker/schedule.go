@@ -273,9 +273,8 @@ func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[stor
 		}
 		return 0, false, err
 	}
-	w.window.add(0, int64(len(recs)))
+	w.ingest.claimed(recs)
 	for _, rec := range recs {
-		w.tenants.add(rec.Tenant, 1, true)
 		ref := store.ScopeRef{Tenant: rec.Tenant, Project: rec.Project}
 		if n, ok := rooms[ref]; ok {
 			if n <= 0 {

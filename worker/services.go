@@ -17,6 +17,14 @@ type service interface {
 // configuration.
 func (w *Worker) newServices() error {
 	var err error
+	w.ingest, err = newIngester(ingesterConfig{Store: w.cfg.Store, DeadLetters: w.cfg.DeadLetters, Tenants: w.tenantsNow,
+		Catalog: w.cfg.Catalog, Sizer: w.sizer, TenantReplies: w.cfg.TenantReplies, ResultsTopic: w.cfg.ResultsTopic,
+		MaxMessageBytes: w.cfg.MaxMessageBytes, Window: w.cfg.IngestWindow, TenantCap: w.cfg.TenantCap,
+		Batch: w.cfg.IngestBatch, Prefetch: w.cfg.IngestPrefetch, Recorded: w.learnModel, Wake: w.poke,
+		Metrics: w.metrics, Clock: w.cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
 	w.leases, err = newHeartbeat(heartbeatConfig{Store: w.cfg.Store, Owner: w.cfg.Owner, Lease: w.cfg.Lease,
 		Interval: w.cfg.HeartbeatInterval, Clock: w.cfg.Clock, Log: w.log})
 	if err != nil {
@@ -38,7 +46,7 @@ func (w *Worker) newServices() error {
 		return err
 	}
 	w.gauges, err = newGauges(gaugesConfig{Broker: w.cfg.Subscriber, Store: w.cfg.Store, Lanes: w,
-		QueueDepth: w.metrics.queueDepth, Window: &w.window, Budgets: w.budgets, Clock: w.cfg.Clock})
+		QueueDepth: w.metrics.queueDepth, Window: &w.ingest.window, Budgets: w.budgets, Clock: w.cfg.Clock})
 	if err != nil {
 		return err
 	}

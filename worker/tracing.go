@@ -30,15 +30,6 @@ func (w *Worker) traceStart(p *job, rec *store.JobRecord) {
 		FirstClaim: first, ClaimedTime: time.Now(), Waits: waits})
 }
 
-// traceIngested ends the ingest spans of items, recorded or handed back.
-func (w *Worker) traceIngested(items []ingestItem) {
-	for _, it := range items {
-		if it.span != nil {
-			it.span.End()
-		}
-	}
-}
-
 // endQuotaWait ends the span of a wait for admission in a lane.
 func endQuotaWait(s trace.Span, model string, a admission, err error) {
 	if !s.IsRecording() {

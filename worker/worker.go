@@ -69,7 +69,8 @@ type Worker struct {
 	// gauges refreshes the lanes' gauges, the queue's depth and the drain
 	// estimate (observe.go).
 	gauges *gauges
-	ingestState
+	// ingest records the broker's messages as queued jobs (ingester.go).
+	ingest *ingester
 
 	// leases holds the jobs this worker holds and renews their leases
 	// (lease.go).
@@ -104,7 +105,6 @@ type Worker struct {
 	stopCancel context.CancelCauseFunc
 	bgCancel   context.CancelFunc
 
-	ingesters  sync.WaitGroup
 	scheduling sync.WaitGroup
 	runners    sync.WaitGroup
 	background sync.WaitGroup
@@ -142,11 +142,10 @@ func New(cfg Config) (*Worker, error) {
 			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
 			OutageLimit: cfg.OutageLimit,
 		},
-		budget:      NewRetryBudget(cfg.RetryBudget, 0, 0),
-		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		wake:        make(chan struct{}, 1),
-		newModels:   make(map[string]bool),
-		ingestState: ingestState{deliveries: newDeliveries()},
+		budget:    NewRetryBudget(cfg.RetryBudget, 0, 0),
+		rng:       rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		wake:      make(chan struct{}, 1),
+		newModels: make(map[string]bool),
 	}
 	if err := w.newServices(); err != nil {
 		return nil, err
@@ -176,22 +175,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.startServices(bgCtx)
 		w.scheduling.Add(1)
 		go w.scheduleLoop()
-		// The messages queue up in a buffer while a batch is recorded, so
-		// the next batch takes them all; two ingesters, one recording a
-		// batch while the other gathers the next. The subscriber's
-		// prefetch bounds the messages delivered and not yet acked.
-		buf := make(chan *transport.Message, w.cfg.IngestPrefetch)
-		w.ingesters.Add(1 + ingesters)
-		go w.forward(msgs, buf)
-		for range ingesters {
-			go w.ingestLoop(buf)
-		}
+		w.ingest.start(w.stopCtx, msgs)
 	})
 	return err
 }
-
-// ingesters is the number of ingest loops.
-const ingesters = 2
 
 // Stop stops ingesting and claiming, hands back at once the jobs that
 // wait for admission or back off, lets calls in flight finish and their
@@ -204,7 +191,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 			return
 		}
 		w.stopCancel(errShutdown)
-		w.ingesters.Wait()
+		w.ingest.wait()
 		w.scheduling.Wait()
 		ctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
 		defer cancel()
@@ -244,6 +231,13 @@ func (w *Worker) poke() {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+// learnModel tells the scheduler about a model with new queued jobs.
+func (w *Worker) learnModel(model string) {
+	w.modelsMu.Lock()
+	w.newModels[model] = true
+	w.modelsMu.Unlock()
 }
 
 // retryDelay is the wait before try n+1 of something that failed n times

@@ -2,8 +2,6 @@ package worker
 
 import (
 	"cmp"
-	"context"
-	"log/slog"
 
 	"github.com/llmq/llmq"
 )
@@ -53,6 +51,9 @@ func laneName(model, entry string) string {
 	}
 	return model + "\x00" + entry
 }
+
+// model returns the catalog entry of a model, as its lane sees it.
+func (w *Worker) model(name string) llmq.Model { return laneModel(w.cfg.Catalog, name) }
 
 // pool is model's pool (nil for a model without one).
 func (w *Worker) pool(model string) []PoolEntry { return w.cfg.Pools[model] }
@@ -139,7 +140,7 @@ func (w *Worker) pickEntry(p *job, model string) int {
 		}
 		base, at := w.model(model), w.pricedAt(model, i)
 		samePrice := at.InputPricePer1M == base.InputPricePer1M && at.OutputPricePer1M == base.OutputPricePer1M
-		if w.hasHeadroom(p, model, i) && (samePrice || w.budgetAllows(p, model, i)) {
+		if w.hasHeadroom(p, model, i) && (samePrice || w.gate.allows(p, w.pricedAt(model, i).Cost(p.req.PromptTokens, p.req.MaxOutputTokens))) {
 			return i
 		}
 	}
@@ -161,7 +162,7 @@ func (w *Worker) nextEntry(p *job, model string) int {
 		if p.left&(1<<i) != 0 {
 			continue
 		}
-		if w.serves(p, model, i) && w.hasHeadroom(p, model, i) && w.budgetAllows(p, model, i) {
+		if w.serves(p, model, i) && w.hasHeadroom(p, model, i) && w.gate.allows(p, w.pricedAt(model, i).Cost(p.req.PromptTokens, p.req.MaxOutputTokens)) {
 			return i + 1
 		}
 	}
@@ -191,33 +192,4 @@ func (w *Worker) hasHeadroom(p *job, model string, i int) bool {
 	p.pendingMu.Unlock()
 	typical := w.lane(model).typical()
 	return l.shaper.HeadroomAt(w.cfg.Clock.Now(), w.cfg.FallbackMaxWait, typical) > pending
-}
-
-// budgetAllows reports whether p's budgets have room for its call of
-// model at the prices of entry i: settled and reserved spend plus the
-// call's price within every limit. It reads the budgets without reserving
-// (the reservation before the call decides, atomically); a read that
-// fails allows nothing.
-func (w *Worker) budgetAllows(p *job, model string, i int) bool {
-	budgets := w.budgetsOf(p)
-	if len(budgets) == 0 {
-		return true
-	}
-	cost := w.pricedAt(model, i).Cost(p.req.PromptTokens, p.req.MaxOutputTokens)
-	ctx, cancel := context.WithTimeout(p.ctx, markTimeout)
-	defer cancel()
-	us, err := w.cfg.Budgets.BudgetUsages(ctx, p.rec.Tenant)
-	if err != nil {
-		p.log.Warn("read budgets before moving to another key", slog.Any("error", err))
-		return false
-	}
-	for _, b := range budgets {
-		for _, u := range us {
-			if u.Tenant == b.Tenant && u.Project == b.Project && u.Period == b.Period &&
-				u.SpentUSD+u.ReservedUSD+cost > u.LimitUSD {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -113,7 +113,7 @@ func (w *Worker) scheduleRound(ctx context.Context, s *scheduler) {
 // it finds spent are added to held), and reports whether the model has no
 // queued job left (the claim came back short).
 func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold BatchHold, held map[store.ScopeRef]bool) (drained bool) {
-	room := w.cfg.MaxInFlight - int(w.inFlight.Load())
+	room := w.cfg.MaxInFlight - int(w.calls.inFlight.Load())
 	if !w.cfg.Catalog.Allows(model) {
 		// Jobs another path recorded with a model the catalog does not
 		// allow: claimed to be dead-lettered (start), with no lane and no
@@ -286,7 +286,7 @@ func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[stor
 			}
 			rooms[ref] = n - 1
 		}
-		w.start(rec)
+		w.calls.start(rec)
 	}
 	return len(recs), left, nil
 }

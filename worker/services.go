@@ -30,6 +30,9 @@ func (w *Worker) newServices() error {
 	if err != nil {
 		return err
 	}
+	if err := w.newCalls(); err != nil {
+		return err
+	}
 	var then []sweeper
 	if w.cfg.Budgets != nil && (w.cfg.LiveTenants != nil || w.cfg.Tenants.HasBudgets()) {
 		w.budgets, err = newBudgetSweep(budgetSweepConfig{Store: w.cfg.Budgets, Metrics: w.budgetMetrics,
@@ -67,6 +70,30 @@ func (w *Worker) newServices() error {
 		}
 		w.services = append(w.services, q)
 	}
+	return nil
+}
+
+// newCalls makes the call runner and the budget gate it passes every call
+// through.
+func (w *Worker) newCalls() error {
+	cfg := w.cfg
+	var err error
+	w.calls, err = newCaller(callerConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Lanes: w, Scopes: w,
+		Leases: w.leases, Estimator: w.est, Catalog: cfg.Catalog,
+		Policy: policy{MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter, FallbackMaxWait: cfg.FallbackMaxWait,
+			FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff, OutageLimit: cfg.OutageLimit},
+		RetryBudget: NewRetryBudget(cfg.RetryBudget, 0, 0), MaxRetryAfter: cfg.Backoff.MaxRetryAfter,
+		StoreRetryMax: cfg.StoreRetryMax, Holds: &w.holds, Unserved: &w.unserved, TenantLabel: w.tenantLabel,
+		Wake: w.poke, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
+	w.gate, err = newBudgetGate(budgetGateConfig{Store: cfg.Budgets, Tenants: w.tenantsNow, Alerts: cfg.BudgetAlerts,
+		Metrics: w.budgetMetrics, Degrade: cfg.Router != nil, Priced: w.priced, Ends: w.calls, Log: w.log})
+	if err != nil {
+		return err
+	}
+	w.calls.budgets = w.gate
 	return nil
 }
 

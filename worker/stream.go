@@ -65,8 +65,8 @@ type chunkSink struct {
 
 // streamTo returns the context and sink of p's call: ctx itself and nil
 // unless p streams.
-func (w *Worker) streamTo(ctx context.Context, p *job) (context.Context, *chunkSink) {
-	cs, ok := w.cfg.Store.(ChunkStore)
+func (c *caller) streamTo(ctx context.Context, p *job) (context.Context, *chunkSink) {
+	cs, ok := c.cfg.Store.(ChunkStore)
 	if !ok || p.job.Metadata[MetadataStream] != "true" {
 		return ctx, nil
 	}

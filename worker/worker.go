@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,12 +58,11 @@ type Worker struct {
 	// (tenantquota.go).
 	scopes scopes
 
-	policy policy
-	// policyMu guards the retry budget and the jitter source, which every
-	// job's decisions share.
-	policyMu sync.Mutex
-	budget   *RetryBudget
-	rng      *rand.Rand
+	// calls runs each claimed job until it leaves (caller.go, run.go);
+	// gate reserves and settles the calls' prices on the jobs' budgets
+	// (budget.go).
+	calls *caller
+	gate  *budgetGate
 
 	// gauges refreshes the lanes' gauges, the queue's depth and the drain
 	// estimate (observe.go).
@@ -78,10 +76,6 @@ type Worker struct {
 	// services are the background loops, started in order, every one
 	// running until the last job has left (services.go).
 	services []service
-	// inFlight counts the jobs held (claimed, not yet finished).
-	inFlight atomic.Int64
-	// handedBack counts the jobs released to queued by the shutdown.
-	handedBack atomic.Int64
 	// wake tells the scheduler that room or work appeared.
 	wake chan struct{}
 	// newModels carries the models of freshly ingested jobs to the
@@ -106,7 +100,6 @@ type Worker struct {
 	bgCancel   context.CancelFunc
 
 	scheduling sync.WaitGroup
-	runners    sync.WaitGroup
 	background sync.WaitGroup
 	startOnce  sync.Once
 	stopOnce   sync.Once
@@ -137,15 +130,8 @@ func New(cfg Config) (*Worker, error) {
 		sizer:         store.Sizer{Estimator: est, Catalog: cfg.Catalog, Order: cfg.SizeOrder},
 		lanes:         make(map[string]*lane),
 		unbound:       make(map[string]*lane),
-		policy: policy{
-			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
-			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
-			OutageLimit: cfg.OutageLimit,
-		},
-		budget:    NewRetryBudget(cfg.RetryBudget, 0, 0),
-		rng:       rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		wake:      make(chan struct{}, 1),
-		newModels: make(map[string]bool),
+		wake:          make(chan struct{}, 1),
+		newModels:     make(map[string]bool),
 	}
 	if err := w.newServices(); err != nil {
 		return nil, err
@@ -172,6 +158,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			err = fmt.Errorf("worker: consume: %w", err)
 			return
 		}
+		w.calls.begin(w.stopCtx, w.workCtx)
 		w.startServices(bgCtx)
 		w.scheduling.Add(1)
 		go w.scheduleLoop()
@@ -196,7 +183,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
 		defer cancel()
 		finished := make(chan struct{})
-		go func() { w.runners.Wait(); close(finished) }()
+		go func() { w.calls.runners.Wait(); close(finished) }()
 		select {
 		case <-finished:
 		case <-ctx.Done():
@@ -214,7 +201,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // HandedBack is the number of jobs Stop handed back to queued (claimed,
 // not finished), for another worker to run.
-func (w *Worker) HandedBack() int64 { return w.handedBack.Load() }
+func (w *Worker) HandedBack() int64 { return w.calls.handedBack.Load() }
 
 // Run starts the worker and stops it when ctx is done.
 func (w *Worker) Run(ctx context.Context) error {

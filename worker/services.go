@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+
+	"github.com/llmq/llmq/store"
 )
 
 // service is one of the worker's background loops: Run returns soon after
@@ -13,58 +15,76 @@ type service interface {
 	Run(ctx context.Context)
 }
 
-// newServices makes the worker's background services from its
-// configuration.
+// newServices makes the worker's parts from its configuration, in order:
+// the claimer (every other part wakes it), the ingester, the heartbeat,
+// the caller and its budget gate, then the background loops.
 func (w *Worker) newServices() error {
+	cfg := w.cfg
 	var err error
-	w.ingest, err = newIngester(ingesterConfig{Store: w.cfg.Store, DeadLetters: w.cfg.DeadLetters, Tenants: w.tenantsNow,
-		Catalog: w.cfg.Catalog, Sizer: w.sizer, TenantReplies: w.cfg.TenantReplies, ResultsTopic: w.cfg.ResultsTopic,
-		MaxMessageBytes: w.cfg.MaxMessageBytes, Window: w.cfg.IngestWindow, TenantCap: w.cfg.TenantCap,
-		Batch: w.cfg.IngestBatch, Prefetch: w.cfg.IngestPrefetch, Recorded: w.learnModel, Wake: w.poke,
-		Metrics: w.metrics, Clock: w.cfg.Clock, Log: w.log})
+	w.claims, err = newClaimer(claimerConfig{Store: cfg.Store, Lanes: w, Scopes: w, Holds: &w.holds, Owner: cfg.Owner,
+		Lease: cfg.Lease, Catalog: cfg.Catalog, MaxInFlight: cfg.MaxInFlight, ClaimHorizon: cfg.ClaimHorizon,
+		FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Router: cfg.Router, Drain: w.Drain,
+		Held:    func() int64 { return w.calls.inFlight.Load() },
+		Claimed: func(recs []*store.JobRecord) { w.ingest.claimed(recs) },
+		Start:   func(rec *store.JobRecord) { w.calls.start(rec) }, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}
-	w.leases, err = newHeartbeat(heartbeatConfig{Store: w.cfg.Store, Owner: w.cfg.Owner, Lease: w.cfg.Lease,
-		Interval: w.cfg.HeartbeatInterval, Clock: w.cfg.Clock, Log: w.log})
+	w.ingest, err = newIngester(ingesterConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Tenants: w.tenantsNow,
+		Catalog: cfg.Catalog, Sizer: w.sizer, TenantReplies: cfg.TenantReplies, ResultsTopic: cfg.ResultsTopic,
+		MaxMessageBytes: cfg.MaxMessageBytes, Window: cfg.IngestWindow, TenantCap: cfg.TenantCap,
+		Batch: cfg.IngestBatch, Prefetch: cfg.IngestPrefetch, Recorded: w.claims.learnModel, Wake: w.claims.poke,
+		Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
+	w.leases, err = newHeartbeat(heartbeatConfig{Store: cfg.Store, Owner: cfg.Owner, Lease: cfg.Lease,
+		Interval: cfg.HeartbeatInterval, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}
 	if err := w.newCalls(); err != nil {
 		return err
 	}
+	return w.newBackground()
+}
+
+// newBackground makes the background services, in the order they start.
+func (w *Worker) newBackground() error {
+	cfg, wake := w.cfg, w.claims.poke
+	var err error
 	var then []sweeper
-	if w.cfg.Budgets != nil && (w.cfg.LiveTenants != nil || w.cfg.Tenants.HasBudgets()) {
-		w.budgets, err = newBudgetSweep(budgetSweepConfig{Store: w.cfg.Budgets, Metrics: w.budgetMetrics,
-			Released: w.poke, Log: w.log})
+	if cfg.Budgets != nil && (cfg.LiveTenants != nil || cfg.Tenants.HasBudgets()) {
+		w.budgets, err = newBudgetSweep(budgetSweepConfig{Store: cfg.Budgets, Metrics: w.budgetMetrics,
+			Released: wake, Log: w.log})
 		if err != nil {
 			return err
 		}
 		then = append(then, w.budgets)
 	}
-	reap, err := newReaper(reaperConfig{Store: w.cfg.Store, Interval: w.cfg.ReapInterval,
-		Reaped: w.metrics.reaped, Expired: w.metrics.jobs.WithLabelValues("expired"), HandedBack: w.poke,
-		Then: then, Clock: w.cfg.Clock, Log: w.log})
+	reap, err := newReaper(reaperConfig{Store: cfg.Store, Interval: cfg.ReapInterval,
+		Reaped: w.metrics.reaped, Expired: w.metrics.jobs.WithLabelValues("expired"), HandedBack: wake,
+		Then: then, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}
-	w.gauges, err = newGauges(gaugesConfig{Broker: w.cfg.Subscriber, Store: w.cfg.Store, Lanes: w,
-		QueueDepth: w.metrics.queueDepth, Window: &w.ingest.window, Budgets: w.budgets, Clock: w.cfg.Clock})
+	w.gauges, err = newGauges(gaugesConfig{Broker: cfg.Subscriber, Store: cfg.Store, Lanes: w,
+		QueueDepth: w.metrics.queueDepth, Window: &w.ingest.window, Budgets: w.budgets, Clock: cfg.Clock})
 	if err != nil {
 		return err
 	}
 	w.services = []service{w.leases, reap, w.gauges}
-	if w.cfg.Ledger != nil {
-		w.ledger, err = newLedgerSync(ledgerSyncConfig{Ledger: w.cfg.Ledger, Quotas: w, Replica: w.cfg.Replica,
-			Scopes: &w.scopes, Period: w.cfg.LedgerPeriod, Lease: w.cfg.LedgerLease, Clock: w.cfg.Clock, Log: w.log})
+	if cfg.Ledger != nil {
+		w.ledger, err = newLedgerSync(ledgerSyncConfig{Ledger: cfg.Ledger, Quotas: w, Replica: cfg.Replica,
+			Scopes: &w.scopes, Period: cfg.LedgerPeriod, Lease: cfg.LedgerLease, Clock: cfg.Clock, Log: w.log})
 		if err != nil {
 			return err
 		}
 		w.services = append(w.services, w.ledger)
 	}
-	if w.cfg.Queued != nil {
-		q, err := newQueuedListener(queuedListenerConfig{Listener: w.cfg.Queued, Listening: w.rereadModels,
-			Queued: func(model string) { w.learnModel(model); w.poke() }, Clock: w.cfg.Clock, Log: w.log})
+	if cfg.Queued != nil {
+		q, err := newQueuedListener(queuedListenerConfig{Listener: cfg.Queued, Listening: w.claims.rereadModels,
+			Queued: func(model string) { w.claims.learnModel(model); wake() }, Clock: cfg.Clock, Log: w.log})
 		if err != nil {
 			return err
 		}
@@ -84,7 +104,7 @@ func (w *Worker) newCalls() error {
 			FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff, OutageLimit: cfg.OutageLimit},
 		RetryBudget: NewRetryBudget(cfg.RetryBudget, 0, 0), MaxRetryAfter: cfg.Backoff.MaxRetryAfter,
 		StoreRetryMax: cfg.StoreRetryMax, Holds: &w.holds, Unserved: &w.unserved, TenantLabel: w.tenantLabel,
-		Wake: w.poke, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
+		Wake: w.claims.poke, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -451,33 +450,4 @@ func fullRoom(cfg llmq.Scope, tokens int) int {
 		n = min(n, cfg.Concurrency)
 	}
 	return max(1, n)
-}
-
-// noteScopes writes the scopes held in this round, each at most every
-// stateRefresh while it holds, and frees those no longer held.
-func (w *Worker) noteScopes(ctx context.Context, s *scheduler, held map[store.ScopeRef]bool) {
-	now := w.cfg.Clock.Now()
-	var hold, free []store.ScopeRef
-	for ref := range held {
-		if at, ok := s.scopeNotes[ref]; !ok || now.Sub(at) >= stateRefresh {
-			hold = append(hold, ref)
-		}
-	}
-	for ref := range s.scopeNotes {
-		if !held[ref] {
-			free = append(free, ref)
-		}
-	}
-	if len(hold) == 0 && len(free) == 0 {
-		return
-	}
-	if err := w.cfg.Store.SetScopeStates(ctx, w.cfg.Owner, hold, free); err != nil {
-		return
-	}
-	for _, ref := range hold {
-		s.scopeNotes[ref] = now
-	}
-	for _, ref := range free {
-		delete(s.scopeNotes, ref)
-	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -76,18 +75,10 @@ type Worker struct {
 	// services are the background loops, started in order, every one
 	// running until the last job has left (services.go).
 	services []service
-	// wake tells the scheduler that room or work appeared.
-	wake chan struct{}
-	// newModels carries the models of freshly ingested jobs to the
-	// scheduler.
-	modelsMu  sync.Mutex
-	newModels map[string]bool
+	// claims is the schedule loop (claimer.go, schedule.go).
+	claims *claimer
 	// unserved are the fallback models the provider answered 404 for.
 	unserved unservedModels
-	// reread makes the next claim round read the queued models again (the
-	// queued listener listens again: what was recorded meanwhile was not
-	// announced).
-	reread atomic.Bool
 
 	// workCtx ends when Stop's grace period is over (calls in flight are
 	// cut); stopCtx, its child, when Stop begins (ingest and claims stop,
@@ -99,7 +90,6 @@ type Worker struct {
 	stopCancel context.CancelCauseFunc
 	bgCancel   context.CancelFunc
 
-	scheduling sync.WaitGroup
 	background sync.WaitGroup
 	startOnce  sync.Once
 	stopOnce   sync.Once
@@ -130,8 +120,6 @@ func New(cfg Config) (*Worker, error) {
 		sizer:         store.Sizer{Estimator: est, Catalog: cfg.Catalog, Order: cfg.SizeOrder},
 		lanes:         make(map[string]*lane),
 		unbound:       make(map[string]*lane),
-		wake:          make(chan struct{}, 1),
-		newModels:     make(map[string]bool),
 	}
 	if err := w.newServices(); err != nil {
 		return nil, err
@@ -160,8 +148,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		w.calls.begin(w.stopCtx, w.workCtx)
 		w.startServices(bgCtx)
-		w.scheduling.Add(1)
-		go w.scheduleLoop()
+		w.claims.start(w.stopCtx)
 		w.ingest.start(w.stopCtx, msgs)
 	})
 	return err
@@ -179,7 +166,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 		w.stopCancel(errShutdown)
 		w.ingest.wait()
-		w.scheduling.Wait()
+		w.claims.wait()
 		ctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
 		defer cancel()
 		finished := make(chan struct{})
@@ -210,21 +197,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return w.Stop(context.WithoutCancel(ctx))
-}
-
-// poke wakes the scheduler (it looks again at every model).
-func (w *Worker) poke() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// learnModel tells the scheduler about a model with new queued jobs.
-func (w *Worker) learnModel(model string) {
-	w.modelsMu.Lock()
-	w.newModels[model] = true
-	w.modelsMu.Unlock()
 }
 
 // retryDelay is the wait before try n+1 of something that failed n times

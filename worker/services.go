@@ -20,8 +20,21 @@ type service interface {
 // the caller and its budget gate, then the background loops.
 func (w *Worker) newServices() error {
 	cfg := w.cfg
+	var share func(ctx context.Context, key string) float64
+	if cfg.Ledger != nil {
+		share = func(ctx context.Context, key string) float64 { return w.ledger.startShare(ctx, key) }
+	}
 	var err error
-	w.claims, err = newClaimer(claimerConfig{Store: cfg.Store, Lanes: w, Scopes: w, Holds: &w.holds, Owner: cfg.Owner,
+	w.lanes, err = newLaneSet(laneSetConfig{Upstream: cfg.Upstream, Pools: cfg.Pools, Catalog: cfg.Catalog,
+		QuotaScope: cfg.QuotaScope, Strategy: cfg.Strategy, AgingStep: cfg.AgingStep, FallbackMaxWait: cfg.FallbackMaxWait,
+		LedgerLease: cfg.LedgerLease, LedgerPeriod: cfg.LedgerPeriod, IncidentMinCalls: cfg.IncidentMinCalls,
+		IncidentFailureRatio: cfg.IncidentFailureRatio, IncidentWindow: cfg.IncidentWindow,
+		IncidentProbeEvery: cfg.IncidentProbeEvery, Scopes: w, ScopesChanged: w.scopes.changed,
+		BudgetAllows: func(p *job, cost float64) bool { return w.gate.allows(p, cost) }, Share: share, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
+	w.claims, err = newClaimer(claimerConfig{Store: cfg.Store, Lanes: w.lanes, Scopes: w, Holds: &w.holds, Owner: cfg.Owner,
 		Lease: cfg.Lease, Catalog: cfg.Catalog, MaxInFlight: cfg.MaxInFlight, ClaimHorizon: cfg.ClaimHorizon,
 		FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Router: cfg.Router, Drain: w.Drain,
 		Held:    func() int64 { return w.calls.inFlight.Load() },
@@ -98,7 +111,7 @@ func (w *Worker) newBackground() error {
 func (w *Worker) newCalls() error {
 	cfg := w.cfg
 	var err error
-	w.calls, err = newCaller(callerConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Lanes: w, Scopes: w,
+	w.calls, err = newCaller(callerConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Lanes: w.lanes, Scopes: w,
 		Leases: w.leases, Estimator: w.est, Catalog: cfg.Catalog,
 		Policy: policy{MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter, FallbackMaxWait: cfg.FallbackMaxWait,
 			FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff, OutageLimit: cfg.OutageLimit},
@@ -109,7 +122,7 @@ func (w *Worker) newCalls() error {
 		return err
 	}
 	w.gate, err = newBudgetGate(budgetGateConfig{Store: cfg.Budgets, Tenants: w.tenantsNow, Alerts: cfg.BudgetAlerts,
-		Metrics: w.budgetMetrics, Degrade: cfg.Router != nil, Priced: w.priced, Ends: w.calls, Log: w.log})
+		Metrics: w.budgetMetrics, Degrade: cfg.Router != nil, Priced: w.lanes.priced, Ends: w.calls, Log: w.log})
 	if err != nil {
 		return err
 	}

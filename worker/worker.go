@@ -45,11 +45,9 @@ type Worker struct {
 	// capacity are the capacity normalisation's gauges (capacity.go).
 	capacity *capacityMetrics
 
-	lanesMu sync.Mutex
-	lanes   map[string]*lane
-	// unbound counts, per model with a pool of keys, its jobs claimed
-	// that have not chosen an entry yet (pool.go).
-	unbound map[string]*lane
+	// lanes are the models' shaping lanes and the pools of keys among
+	// them (laneset.go, lanes.go, pool.go).
+	lanes *laneSet
 	// ledger keeps, with Config.Ledger, the shares of the quotas this
 	// worker runs on (ledger.go); nil without.
 	ledger *ledgerSync
@@ -118,8 +116,6 @@ func New(cfg Config) (*Worker, error) {
 		capacity:      newCapacityMetrics(cfg.Registerer),
 		est:           est,
 		sizer:         store.Sizer{Estimator: est, Catalog: cfg.Catalog, Order: cfg.SizeOrder},
-		lanes:         make(map[string]*lane),
-		unbound:       make(map[string]*lane),
 	}
 	if err := w.newServices(); err != nil {
 		return nil, err
@@ -146,6 +142,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			err = fmt.Errorf("worker: consume: %w", err)
 			return
 		}
+		w.lanes.begin(w.stopCtx, w.workCtx)
 		w.calls.begin(w.stopCtx, w.workCtx)
 		w.startServices(bgCtx)
 		w.claims.start(w.stopCtx)
@@ -181,6 +178,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.workCancel(errShutdown)
 		w.bgCancel()
 		w.background.Wait()
+		w.lanes.wait()
 		w.stopErr = w.cfg.Subscriber.Close()
 	})
 	return w.stopErr

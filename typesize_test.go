@@ -30,6 +30,7 @@ var smallTypePackages = map[string]string{
 	"internal/tenancy": "",
 	"internal/webhook": "",
 	"dlq":              "",
+	"worker":           "Worker",
 }
 
 // bigTypes lists, in the non-test Go files of dir, the types with more

@@ -225,7 +225,7 @@ func (ls *laneSet) dispatch(l *lane) {
 	for {
 		// A ticket whose tenant or project is spent stays in the queue:
 		// the next ticket its scopes admit goes first.
-		t, err := l.sched.PopReady(ls.workCtx, ls.cfg.Scopes.scopeReady, ls.cfg.ScopesChanged)
+		t, err := l.sched.PopReady(ls.workCtx, ls.cfg.Scopes.scopeReady, ls.cfg.Scopes.changed)
 		if err != nil {
 			return
 		}

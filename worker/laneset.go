@@ -16,10 +16,12 @@ import (
 
 // laneScopes are what a lane's dispatcher asks of the tenants' and
 // projects' quotas (tenantquota.go): whether a ticket's scopes admit it
-// now, and the calls they give back.
+// now, the calls they give back, and a channel closed when a scope gives
+// back calls or grows.
 type laneScopes interface {
 	scopeReady(t *ticket) (bool, time.Time)
 	releaseScopes(scs []*scopeQuota)
+	changed() <-chan struct{}
 }
 
 // laneSetConfig configures a laneSet; its fields are Config's of the same
@@ -40,9 +42,6 @@ type laneSetConfig struct {
 	IncidentWindow       time.Duration
 	IncidentProbeEvery   time.Duration
 	Scopes               laneScopes // required
-	// ScopesChanged is closed when a scope gives back calls or grows.
-	// Required.
-	ScopesChanged func() <-chan struct{}
 	// BudgetAllows tells whether p's budgets have room for a call of
 	// cost (budget.go), for the choice of a pool's entry. Required.
 	BudgetAllows func(p *job, cost float64) bool
@@ -55,8 +54,8 @@ type laneSetConfig struct {
 }
 
 func (c laneSetConfig) validate() error {
-	if c.Upstream == nil || c.Scopes == nil || c.ScopesChanged == nil || c.BudgetAllows == nil || c.Metrics == nil {
-		return errors.New("worker: lanes: Upstream, Scopes, ScopesChanged, BudgetAllows and Metrics are required")
+	if c.Upstream == nil || c.Scopes == nil || c.BudgetAllows == nil || c.Metrics == nil {
+		return errors.New("worker: lanes: Upstream, Scopes, BudgetAllows and Metrics are required")
 	}
 	return nil
 }

@@ -144,7 +144,7 @@ func (w *Worker) observeLanes(ctx context.Context) {
 		}
 	}
 	w.writeLaneRates(ctx, rates)
-	w.observeScopes()
+	w.scopes.observeScopes()
 }
 
 // measure reads the broker's depth and the Postgres figures (these no more

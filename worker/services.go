@@ -25,16 +25,25 @@ func (w *Worker) newServices() error {
 		share = func(ctx context.Context, key string) float64 { return w.ledger.startShare(ctx, key) }
 	}
 	var err error
+	var scopeShare func(key string) float64
+	if cfg.Ledger != nil {
+		scopeShare = func(key string) float64 { return w.ledger.startShare(w.stopCtx, key) }
+	}
+	w.scopes, err = newScopes(scopesConfig{Tenants: w.tenantsNow, ClaimHorizon: cfg.ClaimHorizon, Share: scopeShare,
+		Metrics: w.scopeMetrics, Clock: cfg.Clock})
+	if err != nil {
+		return err
+	}
 	w.lanes, err = newLaneSet(laneSetConfig{Upstream: cfg.Upstream, Pools: cfg.Pools, Catalog: cfg.Catalog,
 		QuotaScope: cfg.QuotaScope, Strategy: cfg.Strategy, AgingStep: cfg.AgingStep, FallbackMaxWait: cfg.FallbackMaxWait,
 		LedgerLease: cfg.LedgerLease, LedgerPeriod: cfg.LedgerPeriod, IncidentMinCalls: cfg.IncidentMinCalls,
 		IncidentFailureRatio: cfg.IncidentFailureRatio, IncidentWindow: cfg.IncidentWindow,
-		IncidentProbeEvery: cfg.IncidentProbeEvery, Scopes: w, ScopesChanged: w.scopes.changed,
+		IncidentProbeEvery: cfg.IncidentProbeEvery, Scopes: w.scopes,
 		BudgetAllows: func(p *job, cost float64) bool { return w.gate.allows(p, cost) }, Share: share, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}
-	w.claims, err = newClaimer(claimerConfig{Store: cfg.Store, Lanes: w.lanes, Scopes: w, Holds: &w.holds, Owner: cfg.Owner,
+	w.claims, err = newClaimer(claimerConfig{Store: cfg.Store, Lanes: w.lanes, Scopes: w.scopes, Holds: &w.holds, Owner: cfg.Owner,
 		Lease: cfg.Lease, Catalog: cfg.Catalog, MaxInFlight: cfg.MaxInFlight, ClaimHorizon: cfg.ClaimHorizon,
 		FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Router: cfg.Router, Drain: w.Drain,
 		Held:    func() int64 { return w.calls.inFlight.Load() },
@@ -89,7 +98,7 @@ func (w *Worker) newBackground() error {
 	w.services = []service{w.leases, reap, w.gauges}
 	if cfg.Ledger != nil {
 		w.ledger, err = newLedgerSync(ledgerSyncConfig{Ledger: cfg.Ledger, Quotas: w, Replica: cfg.Replica,
-			Scopes: &w.scopes, Period: cfg.LedgerPeriod, Lease: cfg.LedgerLease, Clock: cfg.Clock, Log: w.log})
+			Scopes: w.scopes, Period: cfg.LedgerPeriod, Lease: cfg.LedgerLease, Clock: cfg.Clock, Log: w.log})
 		if err != nil {
 			return err
 		}
@@ -111,7 +120,7 @@ func (w *Worker) newBackground() error {
 func (w *Worker) newCalls() error {
 	cfg := w.cfg
 	var err error
-	w.calls, err = newCaller(callerConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Lanes: w.lanes, Scopes: w,
+	w.calls, err = newCaller(callerConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Lanes: w.lanes, Scopes: w.scopes,
 		Leases: w.leases, Estimator: w.est, Catalog: cfg.Catalog,
 		Policy: policy{MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter, FallbackMaxWait: cfg.FallbackMaxWait,
 			FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff, OutageLimit: cfg.OutageLimit},

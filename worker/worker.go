@@ -53,7 +53,7 @@ type Worker struct {
 	ledger *ledgerSync
 	// scopes are the configured tenants' and projects' quota layers
 	// (tenantquota.go).
-	scopes scopes
+	scopes *scopes
 
 	// calls runs each claimed job until it leaves (caller.go, run.go);
 	// gate reserves and settles the calls' prices on the jobs' budgets

@@ -84,9 +84,6 @@ type callerConfig struct {
 	MaxRetryAfter, StoreRetryMax time.Duration
 	// Holds are the scheduler's holds, for the jobs' traces (nil: none).
 	Holds *holdLog
-	// Unserved are the fallback models the provider answered 404 for
-	// (nil: none kept).
-	Unserved *unservedModels
 	// TenantLabel is a tenant's metric label (nil: the tenant).
 	TenantLabel func(tenant string) string
 	// Wake is told when a job leaves or an answer may have widened a
@@ -103,9 +100,6 @@ func (c callerConfig) withDefaults() callerConfig {
 	}
 	if c.Holds == nil {
 		c.Holds = &holdLog{}
-	}
-	if c.Unserved == nil {
-		c.Unserved = &unservedModels{}
 	}
 	if c.TenantLabel == nil {
 		c.TenantLabel = func(t string) string { return t }
@@ -140,6 +134,8 @@ type caller struct {
 	// job's decisions share.
 	policyMu sync.Mutex
 	rng      *rand.Rand
+	// unserved are the fallback models the provider answered 404 for.
+	unserved unservedModels
 	// stopCtx ends when Stop begins (jobs not calling are handed back);
 	// workCtx, its parent, when its grace period ends (calls are cut).
 	stopCtx, workCtx context.Context

@@ -255,11 +255,11 @@ func (c *caller) decide(p *job, e event) action {
 		e.Deadline = *p.job.Deadline
 	}
 	if e.Step == stepCalled && p.state.Model > 0 && isNotFound(e.Outcome) {
-		c.cfg.Unserved.mark(p.models[p.state.Model], e.Now)
+		c.unserved.mark(p.models[p.state.Model], e.Now)
 	}
 	e.Next = nextFallback(c.cfg.Catalog, p.models, p.state.Model, shaping.Estimate{
 		PromptTokens: p.req.PromptTokens, MaxOutputTokens: p.req.MaxOutputTokens},
-		func(model string) bool { return c.cfg.Unserved.has(model, e.Now) })
+		func(model string) bool { return c.unserved.has(model, e.Now) })
 	if model := p.models[p.state.Model]; len(c.cfg.Lanes.pool(model)) > 1 {
 		e.Pooled = true
 		// Only where the policy may move the job: the check may read the

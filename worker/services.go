@@ -125,7 +125,7 @@ func (w *Worker) newCalls() error {
 		Policy: policy{MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter, FallbackMaxWait: cfg.FallbackMaxWait,
 			FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff, OutageLimit: cfg.OutageLimit},
 		RetryBudget: NewRetryBudget(cfg.RetryBudget, 0, 0), MaxRetryAfter: cfg.Backoff.MaxRetryAfter,
-		StoreRetryMax: cfg.StoreRetryMax, Holds: &w.holds, Unserved: &w.unserved, TenantLabel: w.tenantLabel,
+		StoreRetryMax: cfg.StoreRetryMax, Holds: &w.holds, TenantLabel: w.tenantLabel,
 		Wake: w.claims.poke, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err

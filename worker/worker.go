@@ -22,10 +22,13 @@ import (
 var errShutdown = errors.New("worker: shutting down")
 
 // Worker moves jobs from the broker through Postgres to the upstream. Its
-// parts run concurrently (docs/design/queue-of-record.md): ingest
-// (ingest.go), schedule (schedule.go), run (run.go, policy.go) and the
-// background services (services.go: heartbeat, reaper, gauges, ledger
-// sync). What each does: docs/design/queue-of-record.md#the-workers-parts.
+// parts run concurrently, each a type of its own (services.go makes them):
+// the lanes (laneset.go), the scopes (tenantquota.go), the caller and its
+// budget gate (caller.go, run.go, budget.go), the claimer (claimer.go,
+// schedule.go), the ingester (ingester.go, ingest.go) and the background
+// services; Start starts them in that order, Stop stops them in reverse
+// (docs/architecture.md). What each does:
+// docs/design/queue-of-record.md#the-workers-parts.
 type Worker struct {
 	cfg     Config
 	log     *slog.Logger
@@ -75,8 +78,6 @@ type Worker struct {
 	services []service
 	// claims is the schedule loop (claimer.go, schedule.go).
 	claims *claimer
-	// unserved are the fallback models the provider answered 404 for.
-	unserved unservedModels
 
 	// workCtx ends when Stop's grace period is over (calls in flight are
 	// cut); stopCtx, its child, when Stop begins (ingest and claims stop,

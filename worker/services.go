@@ -15,34 +15,17 @@ type service interface {
 	Run(ctx context.Context)
 }
 
-// newServices makes the worker's parts from its configuration, in order:
-// the claimer (every other part wakes it), the ingester, the heartbeat,
-// the caller and its budget gate, then the background loops.
+// newServices makes the worker's parts from its configuration: the
+// scopes and the lanes, the claimer (which the other parts wake), the
+// ingester, the heartbeat, the caller and its budget gate, then the
+// background loops. Some are told of others made later by funcs that
+// read them when called, after New.
 func (w *Worker) newServices() error {
 	cfg := w.cfg
-	var share func(ctx context.Context, key string) float64
-	if cfg.Ledger != nil {
-		share = func(ctx context.Context, key string) float64 { return w.ledger.startShare(ctx, key) }
+	if err := w.newLanes(); err != nil {
+		return err
 	}
 	var err error
-	var scopeShare func(key string) float64
-	if cfg.Ledger != nil {
-		scopeShare = func(key string) float64 { return w.ledger.startShare(w.stopCtx, key) }
-	}
-	w.scopes, err = newScopes(scopesConfig{Tenants: w.tenantsNow, ClaimHorizon: cfg.ClaimHorizon, Share: scopeShare,
-		Metrics: w.scopeMetrics, Clock: cfg.Clock})
-	if err != nil {
-		return err
-	}
-	w.lanes, err = newLaneSet(laneSetConfig{Upstream: cfg.Upstream, Pools: cfg.Pools, Catalog: cfg.Catalog,
-		QuotaScope: cfg.QuotaScope, Strategy: cfg.Strategy, AgingStep: cfg.AgingStep, FallbackMaxWait: cfg.FallbackMaxWait,
-		LedgerLease: cfg.LedgerLease, LedgerPeriod: cfg.LedgerPeriod, IncidentMinCalls: cfg.IncidentMinCalls,
-		IncidentFailureRatio: cfg.IncidentFailureRatio, IncidentWindow: cfg.IncidentWindow,
-		IncidentProbeEvery: cfg.IncidentProbeEvery, Scopes: w.scopes,
-		BudgetAllows: func(p *job, cost float64) bool { return w.gate.allows(p, cost) }, Share: share, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
-	if err != nil {
-		return err
-	}
 	w.claims, err = newClaimer(claimerConfig{Store: cfg.Store, Lanes: w.lanes, Scopes: w.scopes, Holds: &w.holds, Owner: cfg.Owner,
 		Lease: cfg.Lease, Catalog: cfg.Catalog, MaxInFlight: cfg.MaxInFlight, ClaimHorizon: cfg.ClaimHorizon,
 		FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Router: cfg.Router, Drain: w.Drain,
@@ -69,6 +52,31 @@ func (w *Worker) newServices() error {
 		return err
 	}
 	return w.newBackground()
+}
+
+// newLanes makes the scopes and the lanes, which take their shares of
+// the quotas from the ledger when there is one.
+func (w *Worker) newLanes() error {
+	cfg := w.cfg
+	var share func(ctx context.Context, key string) float64
+	var scopeShare func(key string) float64
+	if cfg.Ledger != nil {
+		share = func(ctx context.Context, key string) float64 { return w.ledger.startShare(ctx, key) }
+		scopeShare = func(key string) float64 { return w.ledger.startShare(w.stopCtx, key) }
+	}
+	var err error
+	w.scopes, err = newScopes(scopesConfig{Tenants: w.tenantsNow, ClaimHorizon: cfg.ClaimHorizon, Share: scopeShare,
+		Metrics: w.scopeMetrics, Clock: cfg.Clock})
+	if err != nil {
+		return err
+	}
+	w.lanes, err = newLaneSet(laneSetConfig{Upstream: cfg.Upstream, Pools: cfg.Pools, Catalog: cfg.Catalog,
+		QuotaScope: cfg.QuotaScope, Strategy: cfg.Strategy, AgingStep: cfg.AgingStep, FallbackMaxWait: cfg.FallbackMaxWait,
+		LedgerLease: cfg.LedgerLease, LedgerPeriod: cfg.LedgerPeriod, IncidentMinCalls: cfg.IncidentMinCalls,
+		IncidentFailureRatio: cfg.IncidentFailureRatio, IncidentWindow: cfg.IncidentWindow,
+		IncidentProbeEvery: cfg.IncidentProbeEvery, Scopes: w.scopes, Share: share, Metrics: w.metrics,
+		BudgetAllows: func(p *job, cost float64) bool { return w.gate.allows(p, cost) }, Clock: cfg.Clock, Log: w.log})
+	return err
 }
 
 // newBackground makes the background services, in the order they start.

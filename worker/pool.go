@@ -44,7 +44,7 @@ type PoolEntry struct {
 const maxPoolEntries = 16
 
 // laneName is the key of the lane of model's entry ("" for a model
-// without a pool) in Worker.lanes.
+// without a pool) in laneSet.lanes.
 func laneName(model, entry string) string {
 	if entry == "" {
 		return model

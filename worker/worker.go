@@ -143,6 +143,9 @@ func (w *Worker) Start(ctx context.Context) error {
 			err = fmt.Errorf("worker: consume: %w", err)
 			return
 		}
+		// In order: the lanes and the caller take the jobs' contexts, the
+		// background services start (each primed first), then the
+		// claimer, then the ingester. Stop goes back the other way.
 		w.lanes.begin(w.stopCtx, w.workCtx)
 		w.calls.begin(w.stopCtx, w.workCtx)
 		w.startServices(bgCtx)

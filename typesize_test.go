@@ -32,6 +32,7 @@ var smallTypePackages = map[string]string{
 	"dlq":                  "",
 	"internal/upstreamsim": "",
 	"store":                "",
+	"worker":               "Worker",
 }
 
 // bigTypes lists, in the non-test Go files of dir, the types with more

@@ -64,8 +64,8 @@ type chunkSink struct {
 
 // streamTo returns the context and sink of p's call: ctx itself and nil
 // unless p streams.
-func (w *Worker) streamTo(ctx context.Context, p *job) (context.Context, *chunkSink) {
-	cs := w.cfg.Chunks
+func (c *caller) streamTo(ctx context.Context, p *job) (context.Context, *chunkSink) {
+	cs := c.cfg.Chunks
 	if cs == nil || p.job.Metadata[MetadataStream] != "true" {
 		return ctx, nil
 	}

@@ -137,12 +137,10 @@ func TestLayersCatchUpwardImports(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// poolCallers lists every call of a method Pool() with no arguments (the
-// store's pool) in the non-test Go files under root, outside store/ and
-// migrations/, as "path:line".
-func poolCallers(t *testing.T, root string) []string {
+// appFiles parses, with mode, each non-test Go file under root outside
+// store/ and migrations/, and hands it to fn with its slash path.
+func appFiles(t *testing.T, root string, mode parser.Mode, fn func(fset *token.FileSet, rel string, f *ast.File)) {
 	t.Helper()
-	var out []string
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -158,21 +156,31 @@ func poolCallers(t *testing.T, root string) []string {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, path, nil, mode)
 		if err != nil {
 			return err
 		}
+		fn(fset, filepath.ToSlash(rel), f)
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// poolCallers lists every call of a method Pool() with no arguments (the
+// store's pool) in the app files (appFiles), as "path:line".
+func poolCallers(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	appFiles(t, root, parser.SkipObjectResolution, func(fset *token.FileSet, rel string, f *ast.File) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			if c, ok := n.(*ast.CallExpr); ok && len(c.Args) == 0 {
 				if sel, ok := c.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Pool" {
-					out = append(out, fmt.Sprintf("%s:%d", filepath.ToSlash(rel), fset.Position(c.Pos()).Line))
+					out = append(out, fmt.Sprintf("%s:%d", rel, fset.Position(c.Pos()).Line))
 				}
 			}
 			return true
 		})
-		return nil
 	})
-	require.NoError(t, err)
 	return out
 }
 
@@ -215,40 +223,19 @@ var ownPools = map[string]string{
 	"internal/app/bench/million.go":    "loads a backlog of a million rows",
 }
 
-// poolOpeners lists the non-test Go files under root, outside store/ and
-// migrations/, that import pgx or pgxpool (a connection or pool of their
-// own), as paths.
+// poolOpeners lists the app files (appFiles) that import pgx or pgxpool
+// (a connection or pool of their own), as paths.
 func poolOpeners(t *testing.T, root string) []string {
 	t.Helper()
 	var out []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if d.IsDir() {
-			if rel == "store" || rel == "migrations" || rel == "testdata" || strings.HasPrefix(d.Name(), ".") && rel != "." {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
+	appFiles(t, root, parser.ImportsOnly, func(_ *token.FileSet, rel string, f *ast.File) {
 		for _, im := range f.Imports {
 			if p := strings.Trim(im.Path.Value, `"`); p == "github.com/jackc/pgx/v5" || p == "github.com/jackc/pgx/v5/pgxpool" {
-				out = append(out, filepath.ToSlash(rel))
+				out = append(out, rel)
 				break
 			}
 		}
-		return nil
 	})
-	require.NoError(t, err)
 	return out
 }
 

@@ -105,6 +105,17 @@ func (l *Lane) concurrencyAnsweredLocked(now time.Time, inFlight int) {
 	}
 }
 
+// slotsAhead is the concurrency limit a scheduler may count on: in a slow
+// start, the limit it grows to within a few round trips, not its cap now.
+func (l *Lane) slotsAhead() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conc.slow {
+		return l.baseSlotsLocked()
+	}
+	return l.slots.Limit()
+}
+
 // startSlowLocked starts a lane whose concurrency is not configured at one
 // call.
 func (l *Lane) startSlowLocked() {

@@ -15,9 +15,10 @@ import (
 // TestWorkerLearnsProviderConcurrency: a burst of jobs for a model of which
 // nothing is configured, on a provider that takes 4 calls at a time and
 // says so only in its 429s (the simulator): the lane starts slow and learns
-// the limit from the first such 429, so every job succeeds and the
-// provider refuses at most one call, where a lane of 16 calls would meet
-// a dozen refusals (docs/design/rate-limiting.md#calls-at-a-time).
+// the limit from the first such 429s, so every job succeeds and the
+// provider refuses at most two calls (the slow start's last step, with
+// answers racing), where a lane of 16 calls would meet a dozen refusals
+// (docs/design/rate-limiting.md#calls-at-a-time).
 func TestWorkerLearnsProviderConcurrency(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{
@@ -39,5 +40,5 @@ func TestWorkerLearnsProviderConcurrency(t *testing.T) {
 	}
 	st := tb.sim.Sim.Stats().Models["gpt-4o-mini"]
 	t.Logf("%d jobs, provider 429s %v", n, st.RateLimited)
-	require.LessOrEqual(t, st.RateLimited["concurrency"], int64(1))
+	require.LessOrEqual(t, st.RateLimited["concurrency"], int64(2))
 }

@@ -21,28 +21,28 @@ const BatchDiscountDefault = 0.5
 type Model struct {
 	// RPM and TPM are the provider's requests and tokens per minute for
 	// this model; 0 = unknown (the adaptive strategy learns them).
-	RPM float64 `yaml:"rpm"`
-	TPM float64 `yaml:"tpm"`
+	RPM float64 `yaml:"rpm" json:"rpm,omitempty"`
+	TPM float64 `yaml:"tpm" json:"tpm,omitempty"`
 	// Concurrency is the number of calls in flight: the fixed limit of the
 	// rpm and shape strategies, the starting one of adaptive. 0 = the
 	// shaping package's default.
-	Concurrency int `yaml:"concurrency"`
+	Concurrency int `yaml:"concurrency" json:"concurrency,omitempty"`
 	// ContextWindow is the model's prompt + output limit in tokens; 0 =
 	// unknown, not checked.
-	ContextWindow int `yaml:"context_window"`
+	ContextWindow int `yaml:"context_window" json:"context_window,omitempty"`
 	// MaxOutputDefault is the output allowance reserved for a job that sets
 	// no max_tokens; 0 = the shaping package's default.
-	MaxOutputDefault int `yaml:"max_output_default"`
+	MaxOutputDefault int `yaml:"max_output_default" json:"max_output_default,omitempty"`
 	// InputPricePer1M and OutputPricePer1M are USD per million prompt and
 	// completion tokens at the live price; 0 = free.
-	InputPricePer1M  float64 `yaml:"input_price_per_1m"`
-	OutputPricePer1M float64 `yaml:"output_price_per_1m"`
+	InputPricePer1M  float64 `yaml:"input_price_per_1m" json:"input_price_per_1m,omitempty"`
+	OutputPricePer1M float64 `yaml:"output_price_per_1m" json:"output_price_per_1m,omitempty"`
 	// BatchDiscount is the price factor of a Batch API call, in (0, 1];
 	// 0 = BatchDiscountDefault.
-	BatchDiscount float64 `yaml:"batch_discount"`
+	BatchDiscount float64 `yaml:"batch_discount" json:"batch_discount,omitempty"`
 	// Fallbacks are tried in order, after a job's own fallback_models, when
 	// this model stays rate limited.
-	Fallbacks []string `yaml:"fallbacks"`
+	Fallbacks []string `yaml:"fallbacks" json:"fallbacks,omitempty"`
 }
 
 // Cost is the live price in USD of a call that used prompt and completion

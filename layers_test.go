@@ -36,7 +36,7 @@ var layers = []struct {
 		"internal/jsonlimit"}},
 	{"infrastructure", []string{"store/...", "transport/...", "internal/config", "internal/background",
 		"internal/upstreamsim", "internal/workload", "internal/chaos", "internal/tracing/...", "internal/webhook"}},
-	{"components used by others", []string{"producer", "dlq", "internal/tenancy"}},
+	{"components used by others", []string{"producer", "dlq", "internal/tenancy", "internal/tenantroutes"}},
 	{"components", []string{"worker", "batchapi", "internal/retention"}},
 	{"apps", []string{"internal/app/..."}},
 	{"commands", []string{"cmd/llmq", "deploy"}},

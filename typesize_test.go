@@ -27,9 +27,10 @@ const (
 // the type of each whose pointer no free function may take (moving a
 // method into a function that takes the type is not a split).
 var smallTypePackages = map[string]string{
-	"internal/tenancy": "",
-	"internal/webhook": "",
-	"dlq":              "",
+	"internal/tenancy":     "",
+	"internal/webhook":     "",
+	"dlq":                  "",
+	"internal/upstreamsim": "",
 }
 
 // bigTypes lists, in the non-test Go files of dir, the types with more

@@ -142,6 +142,14 @@ type Config struct {
 	// the tenants kept as data, changed at run time
 	// (docs/design/tenants.md#tenants-as-data).
 	LiveTenants func() llmq.Tenants
+	// TenantReplies, when set, gives a job that names no route of its own
+	// its tenant's (a results topic or reply queue, a webhook), read at
+	// each job (internal/tenantroutes serves them live); ResultsTopic,
+	// when set, is the route of the others. As the worker's ingest routes
+	// the jobs it records (docs/design/notifications.md). nil and "":
+	// jobs keep their own route only.
+	TenantReplies func(tenant string) (llmq.Reply, bool)
+	ResultsTopic  string
 	// DepthTTL is how long a measurement is reused (PublishBatch goes on
 	// with an expired one for up to ProbeTimeout more while one goroutine
 	// takes the next). 0 = DepthTTLDefault;

@@ -85,6 +85,23 @@ func (p *Producer) Publish(ctx context.Context, job *llmq.Job) (Receipt, QueueSt
 	return Receipt{}, q, err
 }
 
+// route gives j, when it names no route, its tenant's (TenantReplies),
+// else the deployment's results topic (ResultsTopic).
+func (p *Producer) route(j *llmq.Job) {
+	if !j.ReplyTo.Empty() {
+		return
+	}
+	if p.cfg.TenantReplies != nil {
+		if r, ok := p.cfg.TenantReplies(j.Tenant); ok && !r.Empty() {
+			j.ReplyTo = &llmq.Reply{To: r.To, Webhook: r.Webhook}
+			return
+		}
+	}
+	if p.cfg.ResultsTopic != "" {
+		j.ReplyTo = &llmq.Reply{To: p.cfg.ResultsTopic}
+	}
+}
+
 // PublishBatch validates, admits, records and publishes jobs (at most
 // MaxBatch), filling in their ids, tenants and priorities, and returns the
 // receipts and the queue state admission used. Nothing is recorded on an
@@ -124,6 +141,7 @@ func (p *Producer) publishBatch(ctx context.Context, jobs []*llmq.Job) ([]Receip
 	}
 	msgs := make([]transport.Message, len(jobs))
 	for i, j := range jobs {
+		p.route(j)
 		m, err := p.message(j)
 		if err != nil {
 			p.metrics.jobs.WithLabelValues("too_large").Add(float64(len(jobs)))

@@ -2,6 +2,7 @@ package shaping
 
 import (
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,8 +55,11 @@ type Lane struct {
 	// shortSent is the send of the refusal it learned it from: the
 	// answers to requests sent no later describe the provider before
 	// the refusal's remaining, which the lane reads the headers against.
-	shortSent   time.Time
-	probing     bool // a cold start's probe: no answer with headers yet
+	shortSent time.Time
+	probing   bool // a cold start's probe: no answer with headers yet
+	// spread, in [0, 1), is the part of ShortBucket a probe on a share
+	// waits (spreadProbeLocked), drawn from LaneConfig.Seed.
+	spread      float64
 	headersSeen bool
 	// paceAll paces every send; otherwise only those that leave a bucket
 	// with less than a second of refill.
@@ -128,6 +132,11 @@ func NewLane(cfg LaneConfig) (*Lane, error) {
 	}
 	now := cfg.Clock.Now()
 	l := &Lane{cfg: cfg, clock: cfg.Clock, pacer: NewPacer(max(0, cfg.MinInterval)), share: 1}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	l.spread = rand.New(rand.NewPCG(seed, 0)).Float64()
 	l.setKindLocked(ProviderUnknown)
 	warm := max(0, cfg.WarmUp)
 	var err error

@@ -151,6 +151,10 @@ type LaneConfig struct {
 	// Clock is the time source of Admit and Done. Default
 	// clockwork.NewRealClock().
 	Clock clockwork.Clock
+	// Seed seeds the lane's one random choice: when, within ShortBucket,
+	// the probe of a replica started with many others goes
+	// ([Lane.SetPeersAt]). Default (0): a seed drawn at NewLane.
+	Seed uint64
 }
 
 // WithDefaults returns c with the defaults applied.

@@ -334,3 +334,57 @@ func TestLanePeersTryTheKindTogether(t *testing.T) {
 	alone.ObserveAt(t0, headers600(600, 60000))
 	require.InDelta(t, 6000, alone.tpm.Capacity(), 1e-9)
 }
+
+// TestLanePeersSpreadProbe: a lane on a share that the ledger tells of its
+// peers before its probe's answer, on a provider of unknown kind, starts
+// its tokens at its seed's part of its bucket, so that the probes of
+// replicas started together go over ShortBucket rather than at once. A
+// lane alone on the quota, one told of its peers after its first answer,
+// or one whose peers learned a short bucket keeps its level.
+func TestLanePeersSpreadProbe(t *testing.T) {
+	t.Parallel()
+	const tpm = 600000.0
+	headers := RateLimitHeaders{LimitTokens: tpm, HasLimitTokens: true, RemainingTokens: tpm, HasRemainingTokens: true}
+	lane := func(t *testing.T, seed uint64, share float64) *Lane {
+		t.Helper()
+		l, err := NewLane(LaneConfig{Strategy: StrategyShape, TPM: tpm, Clock: clockwork.NewFakeClockAt(t0), Seed: seed})
+		require.NoError(t, err)
+		require.NoError(t, l.SetShareAt(t0, share))
+		return l
+	}
+	probe := 5 * tpm / 60 / 100 // ShortBucket of refill, on a hundredth
+
+	// The probe (a request above the capacity) waits for a full bucket,
+	// which the seed sets within ShortBucket.
+	readies := map[time.Time]bool{}
+	for seed := range uint64(20) {
+		l := lane(t, seed+1, 0.01)
+		require.InDelta(t, probe, l.tpm.LevelAt(t0), 1e-6)
+		l.SetPeersAt(t0, ReplicaState{})
+		require.Less(t, l.tpm.LevelAt(t0), probe)
+		res, err := l.ReserveAt(t0, Request{PromptTokens: 2000, MaxOutputTokens: 100})
+		require.NoError(t, err)
+		want := t0.Add(time.Duration(l.spread * float64(LaneShortBucketDefault)))
+		require.WithinDuration(t, want, l.ReadyAt(&res), time.Millisecond)
+		readies[l.ReadyAt(&res)] = true
+	}
+	require.Len(t, readies, 20, "the seeds spread the probes")
+
+	// Alone on the quota: the staged burst, not the spread.
+	l := lane(t, 1, 1)
+	l.SetPeersAt(t0, ReplicaState{})
+	require.InDelta(t, 5*tpm/60, l.tpm.LevelAt(t0), 1e-6)
+
+	// Told of its peers after its first answer: the probe is over.
+	l = lane(t, 1, 0.01)
+	l.ObserveAt(t0, headers)
+	before := l.tpm.LevelAt(t0)
+	l.SetPeersAt(t0, ReplicaState{})
+	require.InDelta(t, before, l.tpm.LevelAt(t0), 1e-6)
+
+	// Its peers learned a short bucket: the kind is known.
+	l = lane(t, 1, 0.01)
+	l.SetPeersAt(t0, ReplicaState{ShortTokens: 40000})
+	require.Equal(t, ProviderShort, l.kind)
+	require.InDelta(t, 400, l.tpm.LevelAt(t0), 1e-6)
+}

@@ -212,15 +212,15 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 		l.distrustUntil = now.Add(distrustAfter429)
 		return
 	}
+	refused := [2]struct {
+		has       bool
+		remaining float64
+	}{{h.HasRemainingRequests, h.RemainingRequests}, {h.HasRemainingTokens, h.RemainingTokens}}
 	switch l.kind {
 	case ProviderUnknown, ProviderMinute:
 		guarded := l.guardedLocked()
 		l.setKindLocked(ProviderShort)
 		l.shortAt, l.shortSent = now, sentAt
-		refused := [2]struct {
-			has       bool
-			remaining float64
-		}{{h.HasRemainingRequests, h.RemainingRequests}, {h.HasRemainingTokens, h.RemainingTokens}}
 		for i, q := range l.views() {
 			if q.b == nil {
 				continue
@@ -245,11 +245,19 @@ func (l *Lane) refusedLocked(now, sentAt time.Time, tokens float64, h RateLimitH
 		if !sentAt.After(l.shortAt) {
 			return // sent before the lane knew: no news
 		}
-		for _, q := range l.views() {
-			if q.b != nil {
-				q.v.burst = max(floorBurst(q.v.limit), q.v.burst/2)
-				l.applyLocked(now, q.b, q.v)
+		for i, q := range l.views() {
+			if q.b == nil {
+				continue
 			}
+			q.v.burst = max(floorBurst(q.v.limit), q.v.burst/2)
+			// Refused where the anchor said the short bucket held twice
+			// the request: the minute the headers show drifted from it
+			// (it refills on while a full short bucket does not), and
+			// the anchor moves to this refusal's remaining.
+			if r := refused[i]; r.has && r.remaining-q.v.anchor > 2*[2]float64{1, tokens}[i] {
+				q.v.anchor = r.remaining
+			}
+			l.applyLocked(now, q.b, q.v)
 		}
 	default:
 		l.distrustUntil = now.Add(distrustAfter429)
@@ -376,10 +384,18 @@ func (l *Lane) SetPeersAt(now time.Time, peers ReplicaState) {
 	if len(l.peers) == peersKept {
 		l.peers = append(l.peers[:0], l.peers[1:]...)
 	}
+	first := !l.peersKnown
 	l.peers, l.peersKnown = append(l.peers, peersAt{at: now, ReplicaState: peers}), true
-	if l.kind == ProviderShort || (peers.ShortRequests <= 0 && peers.ShortTokens <= 0) {
-		return
+	if l.kind != ProviderShort && (peers.ShortRequests > 0 || peers.ShortTokens > 0) {
+		l.learnShortLocked(now, peers)
 	}
+	if first {
+		l.spreadProbeLocked(now)
+	}
+}
+
+// learnShortLocked takes the short bucket another replica learned.
+func (l *Lane) learnShortLocked(now time.Time, peers ReplicaState) {
 	l.setKindLocked(ProviderShort)
 	l.shortAt = now
 	for i, q := range l.views() {
@@ -394,6 +410,26 @@ func (l *Lane) SetPeersAt(now time.Time, peers ReplicaState) {
 		q.v.anchor = q.v.limit - q.v.burst
 		l.applyLocked(now, q.b, q.v)
 	}
+}
+
+// spreadProbeLocked lowers the token level of a lane that the ledger tells
+// of its peers before its probe's answer, on a provider of unknown kind,
+// so that its bucket fills at a random time (LaneConfig.Seed) within
+// ShortBucket. Its probe, which goes when its bucket is full whatever its
+// size, goes then: replicas started together send their probes over
+// ShortBucket rather than at once, where a hundred probes of a thousand
+// tokens, each past its sliver of the bucket, are twice a short bucket
+// (docs/design/scale.md).
+func (l *Lane) spreadProbeLocked(now time.Time) {
+	if !l.probing || !l.guardedLocked() || l.tpm == nil {
+		return
+	}
+	b := l.tpm
+	b.mu.Lock()
+	s := b.rel(now)
+	refill := b.cum(s+l.spread*l.cfg.ShortBucket.Seconds()) - b.cum(s)
+	b.mu.Unlock()
+	b.LowerAt(now, b.Capacity()-refill)
 }
 
 // peersAt is what the ledger told of the other replicas at a time.

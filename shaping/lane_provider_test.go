@@ -300,3 +300,32 @@ func TestLaneShareSeam(t *testing.T) {
 	}
 	require.Equal(t, 0.2, l.Share())
 }
+
+// TestLaneShortBucketReanchored: on a known short bucket the lane reads
+// its level as the minute's remaining less the anchor, the remaining of a
+// refusal. A later refusal where the anchor said the short bucket held
+// more than twice the request shows the minute drifted from it (it refills
+// on while a full short bucket does not): the anchor moves to the new
+// refusal's remaining. One the anchor explains leaves it. Before, a holder
+// of three replicas on a 5 s bucket was refused a third of its calls for
+// minutes, its anchor 9,000 tokens behind.
+func TestLaneShortBucketReanchored(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 60000, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	refuse := func(at float64, tokens int, remaining float64) {
+		t.Helper()
+		r, err := lane.ReserveAt(sec(at), Request{PromptTokens: tokens - 1, MaxOutputTokens: 1})
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(sec(at), r).DoneAt(sec(at), Outcome{RateLimited: true, Headers: headers600(590, remaining)}))
+	}
+	refuse(0, 1000, 55000)
+	require.Equal(t, ProviderShort, lane.SnapshotAt(sec(0)).Provider)
+	require.Equal(t, 55000.0, lane.tpmQ.anchor)
+	// The anchor says 3,000 tokens held, more than twice the 1,000 refused.
+	refuse(2, 1000, 58000)
+	require.Equal(t, 58000.0, lane.tpmQ.anchor)
+	// It says 500 held: the refusal is explained.
+	refuse(3, 1000, 58500)
+	require.Equal(t, 58000.0, lane.tpmQ.anchor)
+}

@@ -131,8 +131,9 @@ func (s *Store) PendingBatchModels(ctx context.Context, c BatchCandidates) ([]Pe
 	if c.Undecided {
 		args = append(args, c.NotBefore)
 	}
+	paused, pausedArgs := notPaused(s.order.tenants(), len(args)+1)
 	rows, err := s.pool.Query(ctx, `SELECT requested_model, count(*), min(created_at) FROM jobs
-		WHERE `+c.where(1)+` GROUP BY requested_model ORDER BY 3`, args...)
+		WHERE `+c.where(1)+paused+` GROUP BY requested_model ORDER BY 3`, append(args, pausedArgs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("store: pending batch models: %w", err)
 	}
@@ -197,9 +198,10 @@ func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRec
 		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck
+	paused, pausedArgs := notPaused(s.order.tenants(), 4)
 	rows, err := tx.Query(ctx, `SELECT tenant, id, body::text FROM jobs
-		WHERE `+r.Candidates.where(2)+` AND requested_model = $1 AND (deadline IS NULL OR deadline > $2)
-		ORDER BY `+batchOrder+` LIMIT $3 FOR UPDATE SKIP LOCKED`, r.Model, r.Candidates.NotBefore, r.MaxJobs)
+		WHERE `+r.Candidates.where(2)+` AND requested_model = $1 AND (deadline IS NULL OR deadline > $2)`+paused+`
+		ORDER BY `+batchOrder+` LIMIT $3 FOR UPDATE SKIP LOCKED`, append([]any{r.Model, r.Candidates.NotBefore, r.MaxJobs}, pausedArgs...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: reserve batch: %w", err)
 	}

@@ -46,36 +46,37 @@ type Notification struct {
 	DeadAt     *time.Time `db:"dead_at"`
 	DeadReason string     `db:"dead_reason"`
 
-	// Job is the job's record, read by Claim; nil otherwise.
-	Job *JobRecord `db:"-"`
+	// job is what the result event needs of the job, read by Claim; nil
+	// otherwise, or when retention deleted the job first.
+	job *notifiedJob `db:"-"`
 }
 
 const notificationColumns = `event_id::text, tenant, job_id, status, reply, created_at, retry_since, next_attempt_at,
 	attempts, last_error, dead_at, dead_reason`
 
-// Event is the result event of n, whose Job Claim read (nil when
-// retention deleted the job first: the event then carries its ids and
-// status only).
+// Event is the result event of n, whose job Claim read (without it, when
+// retention deleted the job first, the event carries its ids and status
+// only).
 func (n *Notification) Event() llmq.ResultEvent {
 	e := llmq.ResultEvent{
 		Type: llmq.ResultEventType, Version: llmq.ResultEventVersion, EventID: n.EventID,
 		JobID: n.JobID, Tenant: n.Tenant, Status: n.Status, CorrelationID: n.Reply.CorrelationID,
 	}
-	j := n.Job
+	j := n.job
 	if j == nil {
 		return e
 	}
-	e.Model, e.CostUSD, e.Attempts = j.UsedModel, j.CostUSD, j.Attempts
-	e.Usage = llmq.ResultUsage{PromptTokens: j.PromptTokens, CompletionTokens: j.CompletionTokens,
-		TotalTokens: j.PromptTokens + j.CompletionTokens}
-	if len(j.Metadata) > 0 {
-		e.Metadata = j.Metadata
+	e.Model, e.CostUSD, e.Attempts = j.usedModel, j.costUSD, j.attempts
+	e.Usage = llmq.ResultUsage{PromptTokens: j.promptTokens, CompletionTokens: j.completionTokens,
+		TotalTokens: j.promptTokens + j.completionTokens}
+	if len(j.metadata) > 0 {
+		e.Metadata = j.metadata
 	}
-	e.CreatedAt, e.StartedAt, e.FinishedAt = j.CreatedAt, j.StartedAt, j.FinishedAt
+	e.CreatedAt, e.StartedAt, e.FinishedAt = j.createdAt, j.startedAt, j.finishedAt
 	if n.Status == llmq.StatusSucceeded {
-		e.Response = j.Result
+		e.Response = j.result
 	} else {
-		e.Error = &llmq.ResultError{Code: j.ErrorCode, Message: j.ErrorMessage, Status: j.ErrorStatus}
+		e.Error = &llmq.ResultError{Code: j.errorCode, Message: j.errorMessage, Status: j.errorStatus}
 	}
 	return e
 }
@@ -85,64 +86,59 @@ func (n *Notification) Event() llmq.ResultEvent {
 // and holds it until now + lease (claimed_until), in one committed
 // statement, a heap-only update (nothing it changes is indexed): a
 // notifier that dies before it marks them hands them on when the lease
-// passes. Each comes with its job's record.
+// passes. The same statement reads what each one's result event needs of
+// its job (docs/design/notifications.md, Cost).
 func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Notification, error) {
 	rows, err := ns.s.pool.Query(ctx, `WITH c AS (
 		SELECT event_id FROM notifications WHERE dead_at IS NULL AND next_attempt_at <= $1
 			AND (claimed_until IS NULL OR claimed_until <= $1)
-		ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-	UPDATE notifications n SET attempts = n.attempts + 1, claimed_until = $2
-	FROM c WHERE n.event_id = c.event_id
-	RETURNING `+qualify("n.", notificationColumns), now, now.Add(lease), limit)
+		ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED),
+	u AS (UPDATE notifications n SET attempts = n.attempts + 1, claimed_until = $2
+		FROM c WHERE n.event_id = c.event_id
+		RETURNING n.event_id::text, n.tenant, n.job_id, n.status, n.reply, n.created_at, n.retry_since,
+			n.next_attempt_at, n.attempts, n.last_error)
+	SELECT u.*, j.id IS NOT NULL, coalesce(j.used_model, ''), j.result, coalesce(j.error_code, ''),
+		coalesce(j.error_message, ''), coalesce(j.error_status, 0), coalesce(j.attempts, 0),
+		coalesce(j.prompt_tokens, 0), coalesce(j.completion_tokens, 0), coalesce(j.cost_usd, 0),
+		j.metadata, coalesce(j.created_at, u.created_at), j.started_at, j.finished_at
+	FROM u LEFT JOIN jobs j ON j.tenant = u.tenant AND j.id = u.job_id`, now, now.Add(lease), limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim notifications: %w", err)
 	}
-	claimed, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[Notification])
-	if err != nil {
+	defer rows.Close()
+	var claimed []*Notification
+	for rows.Next() {
+		n, j := &Notification{}, &notifiedJob{}
+		var found bool
+		if err := rows.Scan(&n.EventID, &n.Tenant, &n.JobID, &n.Status, &n.Reply, &n.CreatedAt, &n.RetrySince,
+			&n.NextAttempt, &n.Attempts, &n.LastError, &found, &j.usedModel, &j.result, &j.errorCode,
+			&j.errorMessage, &j.errorStatus, &j.attempts, &j.promptTokens, &j.completionTokens, &j.costUSD,
+			&j.metadata, &j.createdAt, &j.startedAt, &j.finishedAt); err != nil {
+			return nil, fmt.Errorf("store: claim notifications: %w", err)
+		}
+		if found {
+			n.job = j
+		}
+		claimed = append(claimed, n)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: claim notifications: %w", err)
-	}
-	if len(claimed) == 0 {
-		return nil, nil
-	}
-	tenants, ids := make([]string, len(claimed)), make([]string, len(claimed))
-	for i, n := range claimed {
-		tenants[i], ids[i] = n.Tenant, n.JobID
-	}
-	rows, err = ns.s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE (tenant, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, tenants, ids)
-	if err != nil {
-		return nil, fmt.Errorf("store: claim notifications: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, scanJob)
-	if err != nil {
-		return nil, fmt.Errorf("store: claim notifications: %w", err)
-	}
-	byKey := make(map[Key]*JobRecord, len(jobs))
-	for _, j := range jobs {
-		byKey[j.Key()] = j
-	}
-	for _, n := range claimed {
-		n.Job = byKey[Key{Tenant: n.Tenant, ID: n.JobID}]
 	}
 	return claimed, nil
 }
 
-// qualify prefixes each column of a list with q (n.event_id::text, n.tenant).
-func qualify(q, cols string) string {
-	out := []byte{}
-	start := true
-	for i := 0; i < len(cols); i++ {
-		c := cols[i]
-		if start && c != ' ' && c != '\t' && c != '\n' {
-			out = append(out, q...)
-			start = false
-		}
-		if c == ',' {
-			start = true
-		}
-		out = append(out, c)
-	}
-	return string(out)
+// notifiedJob is what a result event carries of its job, as Claim reads
+// it.
+type notifiedJob struct {
+	usedModel                      string
+	result                         []byte
+	errorCode, errorMessage        string
+	errorStatus, attempts          int
+	promptTokens, completionTokens int
+	costUSD                        float64
+	metadata                       map[string]string
+	createdAt                      time.Time
+	startedAt, finishedAt          *time.Time
 }
 
 // Delivered deletes the delivered notifications eventIDs, in one

@@ -37,7 +37,12 @@ var (
 // Tenancy reads and changes the tenants, projects and API keys kept as
 // data (docs/design/tenants.md#tenants-as-data); every change writes its
 // audit row in the same transaction. It is reached by Store.Tenancy.
-type Tenancy struct{ s *Store }
+type Tenancy struct {
+	s *Store
+	// anyModel: a model's fallbacks may name models the table does not
+	// hold (allow_any_model; AnyModel).
+	anyModel bool
+}
 
 // Tenancy returns the store's tenancy tables.
 func (s *Store) Tenancy() *Tenancy { return &Tenancy{s: s} }
@@ -75,6 +80,12 @@ type TenancyRows struct {
 	Tenants  []TenantRow
 	Projects []ProjectRow
 	Keys     []APIKeyRow
+	// Models are the models kept as data (tenancy_models.go).
+	Models []ModelRow
+	// ModelsImported reports that the configuration's models were
+	// imported (or the table was written some other way): its rows are
+	// the catalog.
+	ModelsImported bool
 	// Imported reports that the configuration was imported (or the
 	// tables were written some other way): the database wins.
 	Imported bool
@@ -136,6 +147,9 @@ func (t *Tenancy) Load(ctx context.Context) (*TenancyRows, error) {
 		}
 		out.Keys, err = pgx.CollectRows(rows, scanKey)
 		if err != nil {
+			return err
+		}
+		if out.Models, out.ModelsImported, err = loadModels(ctx, tx); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM tenancy_imported)`).Scan(&out.Imported)
@@ -582,14 +596,33 @@ type Change struct {
 	New    any
 }
 
-// Apply makes the tenants and projects match ts (keys are left as they
-// are) and returns the changes, in name order; with dryRun it changes
-// nothing. llmq apply.
-func (t *Tenancy) Apply(ctx context.Context, actor string, ts llmq.Tenants, dryRun bool) ([]Change, error) {
+// ApplyFile is what llmq apply makes the database match.
+type ApplyFile struct {
+	// Tenants are every tenant and project (keys are left as they are).
+	Tenants llmq.Tenants
+	// Models are every model; nil leaves the models as they are.
+	Models map[string]llmq.Model
+}
+
+// Apply makes the tenants, projects and (when f has them) models match f
+// and returns the changes, models first, each kind in name order; with
+// dryRun it changes nothing. Models left inconsistent (a fallback naming
+// no model) fail it with a *ModelsError and change nothing. llmq apply.
+func (t *Tenancy) Apply(ctx context.Context, actor string, f ApplyFile, dryRun bool) ([]Change, error) {
 	var changes []Change
 	err := pgx.BeginFunc(ctx, t.s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `LOCK TABLE tenancy_tenants, tenancy_projects IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 			return err
+		}
+		if f.Models != nil {
+			have, err := lockModels(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if err := t.checkModels(f.Models); err != nil {
+				return err
+			}
+			changes = diffModels(have, f.Models)
 		}
 		rows, err := tx.Query(ctx, `SELECT name, scope, allow_unknown_projects, version, updated_at FROM tenancy_tenants`)
 		if err != nil {
@@ -608,23 +641,40 @@ func (t *Tenancy) Apply(ctx context.Context, actor string, ts llmq.Tenants, dryR
 			return err
 		}
 		have := (&TenancyRows{Tenants: tenants, Projects: projects}).AsTenants()
-		changes = diffTenants(have, ts)
+		changes = append(changes, diffTenants(have, f.Tenants)...)
 		if dryRun {
 			return nil
 		}
-		now := t.s.clk.Now()
-		for _, c := range changes {
-			if err := applyChange(ctx, tx, now, actor, c); err != nil {
-				return err
-			}
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO tenancy_imported (imported_at) VALUES ($1) ON CONFLICT DO NOTHING`, now)
-		return err
+		return t.applyChanges(ctx, tx, actor, changes, f.Models != nil)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store: apply tenancy: %w", err)
+		return nil, modelErr("apply tenancy", err)
 	}
 	return changes, nil
+}
+
+// applyChanges makes Apply's changes and marks the tenancy (and, with
+// models, the models) imported: the database wins.
+func (t *Tenancy) applyChanges(ctx context.Context, tx pgx.Tx, actor string, changes []Change, models bool) error {
+	now := t.s.clk.Now()
+	for _, c := range changes {
+		var err error
+		if c.Kind == "model" {
+			err = applyModelChange(ctx, tx, now, actor, c)
+		} else {
+			err = applyChange(ctx, tx, now, actor, c)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if models {
+		if err := markModelsImported(ctx, tx, now); err != nil {
+			return err
+		}
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO tenancy_imported (imported_at) VALUES ($1) ON CONFLICT DO NOTHING`, now)
+	return err
 }
 
 // tenantOwn is a tenant without its projects, as Apply compares it.
@@ -708,7 +758,7 @@ func applyChange(ctx context.Context, tx pgx.Tx, now time.Time, actor string, c 
 }
 
 // unionKeys returns the keys of a and b, sorted, each once.
-func unionKeys[V any](a, b map[string]V) []string {
+func unionKeys[A, B any](a map[string]A, b map[string]B) []string {
 	all := slices.Concat(slices.Collect(maps.Keys(a)), slices.Collect(maps.Keys(b)))
 	slices.Sort(all)
 	return slices.Compact(all)

@@ -140,20 +140,20 @@ func TestTenancyApply(t *testing.T) {
 	}
 	wantChanges := []string{"update tenant acme", "create project acme/new", "delete project acme/old",
 		"create tenant globex", "delete tenant initech"}
-	changes, err := tc.Apply(ctx, "operator a", want, true)
+	changes, err := tc.Apply(ctx, "operator a", store.ApplyFile{Tenants: want}, true)
 	require.NoError(t, err)
 	require.Equal(t, wantChanges, summary(changes))
 	rows, err := tc.Load(ctx)
 	require.NoError(t, err)
 	require.Len(t, rows.Tenants, 2, "a dry run changes nothing")
 
-	changes, err = tc.Apply(ctx, "operator a", want, false)
+	changes, err = tc.Apply(ctx, "operator a", store.ApplyFile{Tenants: want}, false)
 	require.NoError(t, err)
 	require.Equal(t, wantChanges, summary(changes))
 	rows, err = tc.Load(ctx)
 	require.NoError(t, err)
 	require.Equal(t, want, rows.AsTenants())
-	changes, err = tc.Apply(ctx, "operator a", want, false)
+	changes, err = tc.Apply(ctx, "operator a", store.ApplyFile{Tenants: want}, false)
 	require.NoError(t, err)
 	require.Empty(t, changes, "applied twice: nothing left to change")
 }

@@ -42,8 +42,8 @@ func BenchmarkPipeline(b *testing.B) { benchPipeline(b, notifyNone) }
 // BenchmarkPipelineNotified is BenchmarkPipeline with a route on every
 // job (the deployment's results topic, or a reply queue on RabbitMQ) and
 // a notifier publishing their result events while the jobs run: the cost
-// of notifications (docs/design/notifications.md). The memory broker
-// has no replier and is skipped.
+// of notifications (docs/design/notifications.md). It ends when the last
+// event is delivered too.
 func BenchmarkPipelineNotified(b *testing.B) { benchPipeline(b, notifyDeliver) }
 
 // BenchmarkPipelineOutbox is BenchmarkPipelineNotified without the
@@ -70,9 +70,6 @@ func benchPipeline(b *testing.B, notify int) {
 	}
 	for _, name := range []string{"memory", "kafka", "rabbitmq"} {
 		b.Run(name, func(b *testing.B) {
-			if notify != notifyNone && name == "memory" {
-				b.Skip("the memory broker has no replier")
-			}
 			tb := setup(b, upstreamsim.Config{Seed: 10, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 			url := brokers[name](b)
 			target, err := open.Parse(url)
@@ -95,6 +92,10 @@ func benchPipeline(b *testing.B, notify int) {
 			}
 			if notify != notifyNone {
 				wcfg.ResultsTopic = target.Dest + "-results"
+				if name == "memory" {
+					// A memory reply needs its queue: publishing nothing makes it.
+					require.NoError(b, pub.Publish(context.Background(), wcfg.ResultsTopic))
+				}
 				if name == "rabbitmq" {
 					wcfg.ResultsTopic = rabbitmqtest.NewQueue(b)
 					conn, err := amqp.Dial(rabbitmqtest.URL())
@@ -106,9 +107,11 @@ func benchPipeline(b *testing.B, notify int) {
 					_ = conn.Close()
 				}
 			}
+			var outbox *countingOutbox
 			if notify == notifyDeliver {
-				nt, err := worker.NewNotifier(worker.NotifierConfig{Outbox: tb.store.Notifications(), Replier: pub.(transport.Replier),
-					Interval: 50 * time.Millisecond, Batch: 256, Log: slog.New(slog.DiscardHandler)})
+				outbox = &countingOutbox{NotificationOutbox: tb.store.Notifications(), n: int64(b.N), done: make(chan struct{})}
+				nt, err := worker.NewNotifier(worker.NotifierConfig{Outbox: outbox, Replier: pub.(transport.Replier),
+					Log: slog.New(slog.DiscardHandler)})
 				require.NoError(b, err)
 				require.NoError(b, nt.Start(context.Background()))
 				defer func() { require.NoError(b, nt.Stop(context.Background())) }()
@@ -126,6 +129,13 @@ func benchPipeline(b *testing.B, notify int) {
 			case <-finished:
 			case <-time.After(5 * time.Minute):
 				b.Fatal("the results were not all stored in 5 minutes")
+			}
+			if outbox != nil {
+				select {
+				case <-outbox.done:
+				case <-time.After(5 * time.Minute):
+					b.Fatal("the result events were not all delivered in 5 minutes")
+				}
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
@@ -150,6 +160,23 @@ func benchPipeline(b *testing.B, notify int) {
 			b.ReportMetric(float64(heap)/float64(b.N), "heap-B/job")
 		})
 	}
+}
+
+// countingOutbox closes done once n notifications were delivered (and
+// deleted): the end of a benchmark whose notifier delivers, so the
+// delivery is measured whole.
+type countingOutbox struct {
+	worker.NotificationOutbox
+	n, delivered int64
+	done         chan struct{}
+}
+
+func (o *countingOutbox) Delivered(ctx context.Context, eventIDs []string) error {
+	err := o.NotificationOutbox.Delivered(ctx, eventIDs)
+	if err == nil && len(eventIDs) > 0 && atomic.AddInt64(&o.delivered, int64(len(eventIDs))) == o.n {
+		close(o.done)
+	}
+	return err
 }
 
 // benchJob is a job of about 200 bytes of prompt, the size the

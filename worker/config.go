@@ -181,8 +181,9 @@ type Config struct {
 	ResultsTopic string
 	// TenantReplies, when set, overrides ResultsTopic per tenant: the
 	// tenant's results topic and webhook for its jobs that name no reply
-	// of their own.
-	TenantReplies map[string]llmq.Reply
+	// of their own, read at each job (internal/tenantroutes serves them
+	// live from the database).
+	TenantReplies TenantReplier
 	// Store holds the jobs' state (a *store.Store). Required.
 	Store JobStore
 	// Upstream makes the chat completion calls (OpenAIUpstream over

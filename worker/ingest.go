@@ -251,7 +251,7 @@ func (w *Worker) ingest(batch []*transport.Message) {
 			w.poison(m, err)
 			continue
 		}
-		if refused := w.cfg.Catalog.CheckModels(j); len(refused) > 0 {
+		if refused := w.catalog().CheckModels(j); len(refused) > 0 {
 			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
 			continue
 		}
@@ -550,7 +550,7 @@ type ingestState struct {
 // headers echoed on its result (docs/design/notifications.md).
 func (w *Worker) route(j *llmq.Job, m *transport.Message) {
 	if j.ReplyTo.Empty() {
-		switch r, ok := w.cfg.TenantReplies[j.Tenant]; {
+		switch r, ok := tenantReply(w.cfg.TenantReplies, j.Tenant); {
 		case m.ReplyTo != "":
 			j.ReplyTo = &llmq.Reply{To: m.ReplyTo, CorrelationID: m.CorrelationID}
 		case ok && !r.Empty():

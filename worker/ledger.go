@@ -206,7 +206,7 @@ func (w *Worker) ledgerLanes() []ledgerLane {
 	for _, name := range slices.Sorted(maps.Keys(lanes)) {
 		quotas = append(quotas, ledgerLane{key: lanes[name].quotaKey, l: lanes[name]})
 	}
-	for m := range w.cfg.Catalog.Models {
+	for m := range w.catalog().Models {
 		for i, key := range w.quotaKeys(m) {
 			entry := ""
 			if pool := w.pool(m); len(pool) > 0 {

@@ -3,7 +3,6 @@ package worker
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
@@ -22,7 +22,7 @@ import (
 const (
 	NotifierIntervalDefault   = 250 * time.Millisecond
 	NotifierLeaseDefault      = 30 * time.Second
-	NotifierBatchDefault      = 64
+	NotifierBatchDefault      = 256
 	NotifierRetryForDefault   = 24 * time.Hour
 	NotifierBackoffMinDefault = time.Second
 	NotifierBackoffMaxDefault = 5 * time.Minute
@@ -255,6 +255,29 @@ func (n *Notifier) Round(ctx context.Context) bool {
 	return len(claimed) == n.cfg.Batch
 }
 
+// TenantReplier answers a tenant's route for its jobs that name none
+// (Config.TenantReplies).
+type TenantReplier interface {
+	TenantReply(tenant string) (llmq.Reply, bool)
+}
+
+// StaticTenantReplies is a TenantReplier that never changes.
+type StaticTenantReplies map[string]llmq.Reply
+
+// TenantReply is m's route of tenant.
+func (m StaticTenantReplies) TenantReply(tenant string) (llmq.Reply, bool) {
+	r, ok := m[tenant]
+	return r, ok
+}
+
+// tenantReply is src's route of tenant; none when src is nil.
+func tenantReply(src TenantReplier, tenant string) (llmq.Reply, bool) {
+	if src == nil {
+		return llmq.Reply{}, false
+	}
+	return src.TenantReply(tenant)
+}
+
 // Result-event headers on the bus: the event id and correlation id, after
 // the echoed headers of the job's message.
 const (
@@ -282,12 +305,12 @@ func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification
 	}
 	byDest := map[string]*group{}
 	var dests []string
+	var buf []byte // the round's payloads, one after the other
 	for _, nt := range claimed {
-		payload, err := json.Marshal(nt.Event())
-		if err != nil {
-			failed[nt.EventID] = failure{"reply", fmt.Errorf("encode result event: %w", err)}
-			continue
-		}
+		e := nt.Event()
+		start := len(buf)
+		buf = appendEvent(buf, &e)
+		payload := buf[start:len(buf):len(buf)]
 		payloads[nt.EventID] = payload
 		if nt.Reply.To == "" {
 			continue

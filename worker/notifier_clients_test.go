@@ -16,8 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/tenantroutes"
 	"github.com/llmq/llmq/internal/upstreamsim"
 	"github.com/llmq/llmq/shaping"
+	"github.com/llmq/llmq/store"
 	"github.com/llmq/llmq/transport"
 	"github.com/llmq/llmq/transport/kafka"
 	"github.com/llmq/llmq/transport/kafka/kafkatest"
@@ -183,7 +185,7 @@ func TestNotifierTenantReply(t *testing.T) {
 	tenantQ, ds := replyQueue(t)
 	ownQ, own := replyQueue(t)
 	runNotified(t, tb, tb.subscriber(t, 16), tb.pub.(transport.Replier),
-		worker.Config{TenantReplies: map[string]llmq.Reply{llmq.DefaultTenant: {To: tenantQ}}})
+		worker.Config{TenantReplies: worker.StaticTenantReplies{llmq.DefaultTenant: {To: tenantQ}}})
 	require.NoError(t, tb.pub.Publish(context.Background(), tb.queue,
 		transport.Message{Value: jobJSON("t-1", "gpt-4o-mini", "")},
 		transport.Message{Value: jobJSON("t-2", "gpt-4o-mini", ""), ReplyTo: ownQ}))
@@ -192,4 +194,80 @@ func TestNotifierTenantReply(t *testing.T) {
 	require.Equal(t, "t-1", e.JobID)
 	require.NoError(t, json.Unmarshal(nextReply(t, own).Body, &e))
 	require.Equal(t, "t-2", e.JobID)
+}
+
+// TestNotifierTenantReplyLive: the tenant's route kept as data
+// (tenantroutes over store.TenantNotifications) is read at each job: a
+// route changed while the worker runs takes the jobs recorded after it.
+func TestNotifierTenantReplyLive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := setup(t, upstreamsim.Config{Seed: 7, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	firstQ, first := replyQueue(t)
+	secondQ, second := replyQueue(t)
+	tn := store.NewTenantNotifications(tb.store)
+	_, err := tn.Import(ctx, map[string]llmq.Reply{llmq.DefaultTenant: {To: firstQ}}, nil)
+	require.NoError(t, err)
+	loaded := make(chan struct{}, 16)
+	routes, err := tenantroutes.New(tenantroutes.Config{Source: tn, Log: slog.New(slog.DiscardHandler),
+		OnSecrets: func(map[string][]string) error { loaded <- struct{}{}; return nil }})
+	require.NoError(t, err)
+	require.NoError(t, routes.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, routes.Stop(ctx)) })
+	runNotified(t, tb, tb.subscriber(t, 16), tb.pub.(transport.Replier), worker.Config{TenantReplies: routes})
+
+	require.NoError(t, tb.pub.Publish(ctx, tb.queue, transport.Message{Value: jobJSON("l-1", "gpt-4o-mini", "")}))
+	var e llmq.ResultEvent
+	require.NoError(t, json.Unmarshal(nextReply(t, first).Body, &e))
+	require.Equal(t, "l-1", e.JobID)
+
+	_, err = tn.PutRoute(ctx, "ops", llmq.DefaultTenant, llmq.Reply{To: secondQ}, 1)
+	require.NoError(t, err)
+	deadline := time.After(10 * time.Second)
+	for r, _ := routes.TenantReply(llmq.DefaultTenant); r.To != secondQ; r, _ = routes.TenantReply(llmq.DefaultTenant) {
+		select {
+		case <-loaded:
+		case <-deadline:
+			t.Fatal("the changed route did not arrive")
+		}
+	}
+	require.NoError(t, tb.pub.Publish(ctx, tb.queue, transport.Message{Value: jobJSON("l-2", "gpt-4o-mini", "")}))
+	require.NoError(t, json.Unmarshal(nextReply(t, second).Body, &e))
+	require.Equal(t, "l-2", e.JobID)
+}
+
+// TestNotifierMemoryReplies: on the in-memory broker a job's result event
+// reaches a subscriber of its reply queue, whether the job or its
+// message's reply_to and correlation id named it.
+func TestNotifierMemoryReplies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := setup(t, upstreamsim.Config{Seed: 8, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	name := "notify-" + strings.ReplaceAll(t.Name(), "/", "-")
+	dest, pub, sub := openBroker(t, "memory://"+name+"/jobs", 16)
+	_, _, replies := openBroker(t, "memory://"+name+"/replies", 16)
+	ch, err := replies.Consume(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = replies.Close() })
+	runNotified(t, tb, sub, pub.(transport.Replier), worker.Config{})
+
+	require.NoError(t, pub.Publish(ctx, dest,
+		transport.Message{Value: jobJSON("m-1", "gpt-4o-mini", `,"reply_to":{"to":"replies"}`)},
+		transport.Message{Value: jobJSON("m-2", "gpt-4o-mini", ""), ReplyTo: "replies", CorrelationID: "c-2"}))
+	got := map[string]llmq.ResultEvent{}
+	for len(got) < 2 {
+		select {
+		case m := <-ch:
+			var e llmq.ResultEvent
+			require.NoError(t, json.Unmarshal(m.Value, &e))
+			require.Equal(t, e.EventID, m.ID)
+			require.Equal(t, e.CorrelationID, m.CorrelationID)
+			got[e.JobID] = e
+			require.NoError(t, m.Ack(ctx))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("result events: got %d of 2", len(got))
+		}
+	}
+	require.Equal(t, llmq.StatusSucceeded, got["m-1"].Status)
+	require.Equal(t, "c-2", got["m-2"].CorrelationID)
 }

@@ -188,7 +188,7 @@ func (g *gauges) measure(ctx context.Context) {
 // lanes' typical requests. A model with a key pool counts as one model per
 // key, with the key's limits.
 func (w *Worker) quotaRate() float64 {
-	cat, firstOf := w.cfg.Catalog, map[string]string{}
+	cat, firstOf := w.catalog(), map[string]string{}
 	if len(w.cfg.Pools) > 0 {
 		cat.Models = maps.Clone(cat.Models)
 		for model, pool := range w.cfg.Pools {

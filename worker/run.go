@@ -120,7 +120,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 	p.job = rec.Job()
 	w.traceStart(p, rec)
 	p.scopes = w.scopesOf(rec.Tenant, rec.Project)
-	refused := w.cfg.Catalog.CheckModels(p.job)
+	refused := w.catalog().CheckModels(p.job)
 	var l *lane
 	if len(refused) == 0 {
 		l = w.lane(rec.RequestedModel)
@@ -157,7 +157,7 @@ func (w *Worker) start(rec *store.JobRecord) {
 // state as the last holder left it. A body that no longer parses fails the
 // job.
 func (w *Worker) prepare(p *job, l *lane) bool {
-	p.models = w.cfg.Catalog.Chain(p.job)
+	p.models = w.catalog().Chain(p.job)
 	prompt, out := p.rec.EstPromptTokens, p.rec.EstOutputTokens
 	if prompt == 0 && out == 0 {
 		// Recorded by the producer or the API: estimated here, once.
@@ -257,7 +257,7 @@ func (w *Worker) decide(p *job, e event) action {
 	if e.Step == stepCalled && p.state.Model > 0 && isNotFound(e.Outcome) {
 		w.unserved.mark(p.models[p.state.Model], e.Now)
 	}
-	e.Next = nextFallback(w.cfg.Catalog, p.models, p.state.Model, shaping.Estimate{
+	e.Next = nextFallback(w.catalog(), p.models, p.state.Model, shaping.Estimate{
 		PromptTokens: p.req.PromptTokens, MaxOutputTokens: p.req.MaxOutputTokens},
 		func(model string) bool { return w.unserved.has(model, e.Now) })
 	if model := p.models[p.state.Model]; len(w.pool(model)) > 1 {
@@ -452,7 +452,7 @@ func (w *Worker) admit(p *job, l *lane, act action) (admission, error) {
 }
 
 // model returns the catalog entry of a model, as its lane sees it.
-func (w *Worker) model(name string) llmq.Model { return laneModel(w.cfg.Catalog, name) }
+func (w *Worker) model(name string) llmq.Model { return laneModel(w.catalog(), name) }
 
 func isWaitError(err error) bool {
 	var we *shaping.WaitError

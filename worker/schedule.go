@@ -114,7 +114,7 @@ func (w *Worker) scheduleRound(ctx context.Context, s *scheduler) {
 // queued job left (the claim came back short).
 func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold BatchHold, held map[store.ScopeRef]bool) (drained bool) {
 	room := w.cfg.MaxInFlight - int(w.inFlight.Load())
-	if !w.cfg.Catalog.Allows(model) {
+	if !w.catalog().Allows(model) {
 		// Jobs another path recorded with a model the catalog does not
 		// allow: claimed to be dead-lettered (start), with no lane and no
 		// model state.
@@ -214,7 +214,7 @@ func (w *Worker) claimWant(model string, lr laneRoom) (want int, fallbackOnly bo
 		// fallback waits: those jobs may be claimed to move on (all of
 		// them when the model itself has fallbacks).
 		want = fallbackClaim - lr.pending
-		fallbackOnly = len(w.cfg.Catalog.Lookup(model).Fallbacks) == 0
+		fallbackOnly = len(w.catalog().Lookup(model).Fallbacks) == 0
 		bounded = false
 	case lr.pending == 0 && !lr.unshared:
 		// An idle lane gets its next job (below: once its buckets hold

@@ -49,9 +49,12 @@ func newTenancyReplica(t *testing.T, tb *testBundle, name string) *tenancyReplic
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
 	r.store = st
-	r.watch = tenancy.New(st.Tenancy(), tenancy.Config{Logger: slog.New(slog.DiscardHandler), OnLoad: func(*tenancy.Snapshot) {
+	r.watch = tenancy.New(st.Tenancy(), tenancy.Config{Logger: slog.New(slog.DiscardHandler), OnLoad: func(s *tenancy.Snapshot) {
 		if w := r.worker.Load(); w != nil {
 			w.TenantsChanged()
+			if s.Models != nil {
+				w.ModelsChanged(s.Models)
+			}
 		}
 	}})
 	require.NoError(t, r.watch.Load(ctx))
@@ -111,7 +114,7 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 		require.NoError(t, err)
 		// The test polls revoked keys from one address: no limit on
 		// failed authentications.
-		a, err := api.New(api.Config{Producer: p, Store: r.store, OperatorKeys: []string{tenancyOperatorKey}, Usage: r.store,
+		a, err := api.New(api.Config{Producer: p, Store: r.store, OperatorKeys: []api.OperatorKey{{Name: "ops", Key: tenancyOperatorKey}}, Usage: r.store,
 			Tenancy: r.watch, TenancyStore: r.store.Tenancy(), Logger: slog.New(slog.DiscardHandler),
 			RateLimits: api.RateLimitConfig{AuthFailuresPerMinute: -1}})
 		require.NoError(t, err)

@@ -33,6 +33,8 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *metrics
 	est     *shaping.Estimator
+	// live are the models kept as data (modellimits.go).
+	live liveModels
 	// sizer gives an ingested job its estimate and size delay.
 	sizer store.Sizer
 	// holds are the scheduler's holds, for the jobs' traces (holds.go).

@@ -27,8 +27,8 @@ func newAPICmd() *cobra.Command {
 /healthz, /readyz and /openapi.yaml on --listen, the web console at /ui, and /metrics on
 --metrics-listen (a port of its own, loopback by default: metrics name every tenant's
 traffic). API keys come from LLMQ_API_KEYS (or LLMQ_API_KEYS_FILE) or api_keys in the config
-file, operator keys (every tenant, and the batches) from LLMQ_OPERATOR_KEYS(_FILE) or
-operator_keys; backpressure thresholds from backpressure.soft_depth / hard_depth; the limits
+file, operator keys (every tenant, and the batches; name=key names one in the audit log) from
+LLMQ_OPERATOR_KEYS(_FILE) or operator_keys; backpressure thresholds from backpressure.soft_depth / hard_depth; the limits
 at the door (requests per minute per key and tenant, failed authentications per client address,
 the trusted proxy's address header) from rate_limits.*, a gateway tenant's waiting calls and the
 furthest deadline from gateway.max_waiting / max_deadline. The

@@ -40,25 +40,33 @@ func cliActor() string {
 	return "cli"
 }
 
-// readTenantsFile reads the tenants: section of a configuration file, checked.
-func readTenantsFile(path string) (llmq.Tenants, error) {
+// readTenantsFile reads the tenants: and models: sections of a
+// configuration file, checked (models as the catalog of anyModel: the
+// configuration's allow_any_model). A file without models: leaves the
+// models as they are.
+func readTenantsFile(path string, anyModel bool) (store.ApplyFile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return store.ApplyFile{}, err
 	}
 	var f struct {
-		Tenants llmq.Tenants `yaml:"tenants"`
+		Tenants llmq.Tenants          `yaml:"tenants"`
+		Models  map[string]llmq.Model `yaml:"models"`
 	}
 	if err := yaml.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return store.ApplyFile{}, fmt.Errorf("%s: %w", path, err)
 	}
-	if errs := f.Tenants.Validate("tenants"); len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", path, errors.Join(errs...))
+	errs := f.Tenants.Validate("tenants")
+	if f.Models != nil {
+		errs = append(errs, llmq.ValidateModels("models", f.Models, anyModel)...)
+	}
+	if len(errs) > 0 {
+		return store.ApplyFile{}, fmt.Errorf("%s: %w", path, errors.Join(errs...))
 	}
 	if f.Tenants == nil {
 		f.Tenants = llmq.Tenants{}
 	}
-	return f.Tenants, nil
+	return store.ApplyFile{Tenants: f.Tenants, Models: f.Models}, nil
 }
 
 // printChanges prints a diff line per change: + created, ~ updated, -
@@ -90,12 +98,14 @@ func newApplyCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "apply -f tenants.yaml",
-		Short: "Make the tenants and projects in Postgres match a file's tenants: section (prints the diff first)",
-		Long: `apply reads the tenants: section of a YAML file (the configuration's format), prints what
-differs from the tenants and projects in Postgres (+ created, ~ changed, - deleted), and then makes
-Postgres match it in one transaction, each change in the audit log. Every worker and API replica
-applies it within 2 s. API keys are left as they are (llmq keys), except that a tenant the file
-does not list is deleted with its projects and keys. With --dry-run it changes nothing.`,
+		Short: "Make the tenants, projects and models in Postgres match a file's tenants: and models: sections (prints the diff first)",
+		Long: `apply reads the tenants: and models: sections of a YAML file (the configuration's format),
+prints what differs from the tenants, projects and models in Postgres (+ created, ~ changed,
+- deleted), and then makes Postgres match it in one transaction, each change in the audit log.
+Every worker and API replica applies it within 2 s. A file without models: leaves the models as
+they are; a model's fallback must name a model of the file (unless allow_any_model). API keys are
+left as they are (llmq keys), except that a tenant the file does not list is deleted with its
+projects and keys. With --dry-run it changes nothing.`,
 		Args: cobra.NoArgs,
 	}
 	flags := config.BindFlags(cmd, config.FlagDatabase)
@@ -103,13 +113,14 @@ does not list is deleted with its projects and keys. With --dry-run it changes n
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the diff and change nothing")
 	_ = cmd.MarkFlagRequired("file")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		want, err := readTenantsFile(file)
-		if err != nil {
-			return err
-		}
-		return withConfigStore(cmd, flags, func(_ *config.Config, st *store.Store) error {
+		return withConfigStore(cmd, flags, func(cfg *config.Config, st *store.Store) error {
+			want, err := readTenantsFile(file, cfg.AllowAnyModel)
+			if err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
-			changes, err := st.Tenancy().Apply(cmd.Context(), cliActor(), want, true)
+			tc := st.Tenancy().AnyModel(cfg.AllowAnyModel)
+			changes, err := tc.Apply(cmd.Context(), cliActor(), want, true)
 			if err != nil {
 				return err
 			}
@@ -117,7 +128,7 @@ does not list is deleted with its projects and keys. With --dry-run it changes n
 			if dryRun || len(changes) == 0 {
 				return nil
 			}
-			applied, err := st.Tenancy().Apply(cmd.Context(), cliActor(), want, false)
+			applied, err := tc.Apply(cmd.Context(), cliActor(), want, false)
 			if err != nil {
 				return err
 			}
@@ -205,7 +216,7 @@ func newPauseCmd(flags *config.Flags, paused bool) *cobra.Command {
 
 func newAuditCmd(flags *config.Flags) *cobra.Command {
 	var limit int
-	audit := &cobra.Command{Use: "audit", Short: "Print the newest changes of tenants, projects and keys", Args: cobra.NoArgs,
+	audit := &cobra.Command{Use: "audit", Short: "Print the newest changes of tenants, projects, keys and models", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withConfigStore(cmd, flags, func(_ *config.Config, st *store.Store) error {
 				entries, err := st.Tenancy().Audit(cmd.Context(), 0, limit)

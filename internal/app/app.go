@@ -73,6 +73,9 @@ type App struct {
 	apiLn    net.Listener
 	metLn    net.Listener
 	strategy shaping.Strategy
+	// routing serves the tenants' routes and webhook secrets
+	// (tenantroutes.go).
+	routing *tenantRouting
 	// tenancy serves the tenants and tenant keys kept as data (tenancy.go).
 	tenancy *tenancy.Watcher
 
@@ -307,6 +310,11 @@ func (a *App) buildWorker() error {
 		a.parts.add("batch lane", a.waitingForDatabase("batch lane", batches.Start), batches.Stop, batchStopTimeout)
 		wcfg.Router = batchRouter{r: router, drain: wc.BatchDrain}
 	}
+	routing, err := a.tenantRoutes()
+	if err != nil {
+		return err
+	}
+	wcfg.TenantReplies = routing.routes
 	if a.worker, err = worker.New(wcfg); err != nil {
 		return err
 	}
@@ -318,7 +326,7 @@ func (a *App) buildWorker() error {
 		return err
 	}
 	a.parts.add("retention", pruner.Start, pruner.Stop, stopTimeout)
-	if err := a.addNotifier(s); err != nil {
+	if err := a.addNotifier(s, routing.hooks); err != nil {
 		return err
 	}
 	// The worker's Stop bounds itself (its ShutdownTimeout).
@@ -327,20 +335,13 @@ func (a *App) buildWorker() error {
 }
 
 // addNotifier adds the notifier, which publishes the result events of jobs
-// with a route after their commit (docs/design/notifications.md).
-func (a *App) addNotifier(s *config.Config) error {
+// with a route after their commit, and posts their webhooks with hooks
+// (docs/design/notifications.md).
+func (a *App) addNotifier(s *config.Config, hooks *webhook.Sender) error {
 	nc := worker.NotifierConfig{Outbox: a.store.Notifications(), RetryFor: s.Notifications.RetryFor,
-		Log: a.log, Registerer: a.registerer}
+		Webhooks: hooks, Log: a.log, Registerer: a.registerer}
 	if r, ok := a.pub.(transport.Replier); ok {
 		nc.Replier = r
-	}
-	if len(s.Notifications.WebhookSecrets) > 0 {
-		hooks, err := webhook.New(webhook.Config{Secrets: s.Notifications.WebhookSecrets,
-			AllowPrivate: s.Notifications.AllowPrivateWebhooks})
-		if err != nil {
-			return fmt.Errorf("notifications.webhook_secrets: %w", err)
-		}
-		nc.Webhooks = hooks
 	}
 	notifier, err := worker.NewNotifier(nc)
 	if err != nil {
@@ -460,6 +461,11 @@ func (a *App) buildProducer() error {
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
 	pc.LiveTenants = a.tenancy.Tenants
+	routing, err := a.tenantRoutes()
+	if err != nil {
+		return err
+	}
+	pc.TenantReplies, pc.ResultsTopic = routing.routes.TenantReply, a.cfg.Settings.Notifications.ResultsTopic
 	// The worker exports its own llmq_queue_depth: a process with both
 	// exports the worker's (the two gauges share a name, not a help text).
 	if a.worker == nil {
@@ -494,9 +500,10 @@ func (a *App) buildAPI() error {
 	// Batch API, with the worker's address and key.
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, OperatorKeys: s.OperatorKeys, Catalog: s.Catalog(),
+		Producer: a.producer, Store: a.store, OperatorKeys: operatorKeys(s.OperatorKeys), Catalog: s.Catalog(),
 		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
-		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy(),
+		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy().AnyModel(s.AllowAnyModel),
+		TenantNotifications: store.NewTenantNotifications(a.store),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
 			return batchapi.Cancel(ctx, a.store, batchClient, ref)
 		},

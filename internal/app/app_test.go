@@ -209,6 +209,9 @@ func TestWorkerChecksItsUpstream(t *testing.T) {
 	strict := upstreamsim.NewTestServer(t, upstreamsim.Config{Seed: 1, RestrictModels: true,
 		Models: map[string]upstreamsim.ModelConfig{"gpt-4o-mini": {}}})
 	s.OpenAIBaseURL = strict.URL
+	// A database of its own: the first start imports the models, which
+	// are the database's after it.
+	s.DatabaseURL = storetest.NewDB(t)
 	s.Models = map[string]llmq.Model{"gpt-4o-mini": {}, "gpt-4o-mnii": {}}
 	logs.Reset()
 	a, err = app.New(ctx, app.Config{Settings: s, Migrate: true, Logger: log, Worker: &app.WorkerConfig{}})

@@ -41,7 +41,6 @@ func workerConfig(s *config.Config, wc *WorkerConfig) worker.Config {
 		Catalog:         llmq.Catalog{Models: s.Models, Default: wc.DefaultModel, AllowAny: s.AllowAnyModel},
 		Tenants:         s.Tenants,
 		ResultsTopic:    s.Notifications.ResultsTopic,
-		TenantReplies:   s.Notifications.TenantReplies,
 		MaxInFlight:     wc.MaxInFlight,
 		MaxAttempts:     s.Retry.MaxAttempts,
 		Backoff:         worker.Backoff{Base: s.Retry.BaseDelay, Max: s.Retry.MaxDelay, MaxRetryAfter: s.Retry.MaxRetryAfter},
@@ -166,4 +165,13 @@ func alertConfig(s *config.Config) (c dlq.AlertConfig, ok bool) {
 		GroupWait: a.GroupWait, GroupInterval: a.GroupInterval, ResolveTimeout: a.ResolveTimeout,
 		MaxPerMinute: a.MaxPerMinute,
 	}, cmp.Or(a.AlertmanagerURL, a.WebhookURL) != ""
+}
+
+// operatorKeys are the operator keys of the settings, with their names.
+func operatorKeys(keys []config.OperatorKey) []api.OperatorKey {
+	out := make([]api.OperatorKey, len(keys))
+	for i, k := range keys {
+		out[i] = api.OperatorKey{Name: k.Name, Key: k.Key}
+	}
+	return out
 }

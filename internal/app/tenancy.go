@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/background"
 	"github.com/llmq/llmq/internal/tenancy"
 	"github.com/llmq/llmq/store"
 )
 
-// Tenants, projects and tenant keys are data (docs/design/tenants.md#tenants-as-data):
+// Tenants, projects, tenant keys and models are data (docs/design/tenants.md#tenants-as-data):
 // the first start imports the configuration's into Postgres, then every
 // worker, producer and API replica serves them from a tenancy.Watcher,
 // changed at run time by the admin API and llmq apply.
@@ -47,9 +49,14 @@ func (a *App) startTenancy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	modelsImported, err := a.store.Tenancy().ImportModels(ctx, s.Models)
+	if err != nil {
+		return err
+	}
 	if err := a.tenancy.Load(ctx); err != nil {
 		return fmt.Errorf("tenancy: %w", err)
 	}
+	a.useModelRows(modelsImported)
 	if imported {
 		a.log.Info("tenancy: imported the configuration's tenants and API keys into the database, which is their source from now on",
 			slog.Int("tenants", len(a.tenancy.Tenants())), slog.Int("keys", len(keys)))
@@ -62,6 +69,26 @@ func (a *App) startTenancy(ctx context.Context) error {
 		return run.Start(ctx, a.tenancy.Run)
 	}, run.Stop, stopTimeout)
 	return nil
+}
+
+// useModelRows makes the models kept as data the settings' models, for
+// every component built from now on (the database wins after the first
+// import); the watcher's loads change them at run time.
+func (a *App) useModelRows(imported bool) {
+	rows := a.tenancy.Snapshot().Models
+	if rows == nil {
+		return
+	}
+	if imported {
+		a.log.Info("models: imported the configuration's models into the database, which is their source from now on",
+			slog.Int("models", len(rows)))
+	} else if !maps.EqualFunc(rows, a.cfg.Settings.Models, func(x, y llmq.Model) bool { return reflect.DeepEqual(x, y) }) {
+		a.log.Warn("models: the database's models differ from the configuration's and are applied: the database is their source " +
+			"since the first start (llmq apply and llmq models change them)")
+	}
+	s := *a.cfg.Settings
+	s.Models = rows
+	a.cfg.Settings = &s
 }
 
 // ignoredKeys counts the configuration's keys the database does not hold.
@@ -78,9 +105,12 @@ func (a *App) ignoredKeys(keys []store.ImportKey) int {
 // newTenancy makes the watcher of the store's tenancy; its loads reach
 // the worker's scopes at once.
 func (a *App) newTenancy() *tenancy.Watcher {
-	return tenancy.New(tenancySource{a}, tenancy.Config{Logger: a.log, OnLoad: func(*tenancy.Snapshot) {
+	return tenancy.New(tenancySource{a}, tenancy.Config{Logger: a.log, OnLoad: func(s *tenancy.Snapshot) {
 		if a.worker != nil {
 			a.worker.TenantsChanged()
+			if s.Models != nil {
+				a.worker.ModelsChanged(s.Models)
+			}
 		}
 	}})
 }

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,14 +13,26 @@ import (
 )
 
 // TestFirstStartImportsTheConfiguration: the first start with the
-// configuration of today imports its tenants and keys (the key works);
-// a later start whose configuration says otherwise changes nothing: the
-// database wins.
+// configuration of today imports its tenants, keys and models (the key
+// works); a later start whose configuration says otherwise changes
+// nothing: the database wins (its models are the catalog).
 func TestFirstStartImportsTheConfiguration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := settings(t)
 	s.Tenants = llmq.Tenants{"acme": {Scope: llmq.Scope{TPM: 4000}}}
+	s.Models = map[string]llmq.Model{"m1": {RPM: 60}}
+	post := func(a *app.App, model string) int {
+		body := `{"body":{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}}`
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+a.APIAddr().String()+"/v1/jobs", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer key-acme")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
 	status := func(a *app.App, key string) int {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.APIAddr().String()+"/v1/me", nil)
 		require.NoError(t, err)
@@ -42,8 +55,10 @@ func TestFirstStartImportsTheConfiguration(t *testing.T) {
 	require.Equal(t, llmq.Tenants{"acme": {Scope: llmq.Scope{TPM: 4000}}}, rows.AsTenants())
 	require.Len(t, rows.Keys, 1)
 	require.NotContains(t, string(rows.Keys[0].Hash), "key-acme")
+	require.Equal(t, map[string]llmq.Model{"m1": {RPM: 60}}, rows.ModelMap())
 	require.NoError(t, a.Stop(ctx))
 
+	s.Models = map[string]llmq.Model{"m2": {RPM: 1}}
 	s.Tenants = llmq.Tenants{"acme": {Scope: llmq.Scope{TPM: 9}}, "globex": {}}
 	s.APIKeys = map[string]string{"key-globex": "globex"}
 	b := start()
@@ -53,4 +68,7 @@ func TestFirstStartImportsTheConfiguration(t *testing.T) {
 	rows, err = b.Store().Tenancy().Load(ctx)
 	require.NoError(t, err)
 	require.Equal(t, llmq.Tenants{"acme": {Scope: llmq.Scope{TPM: 4000}}}, rows.AsTenants())
+	require.Equal(t, map[string]llmq.Model{"m1": {RPM: 60}}, rows.ModelMap())
+	require.Equal(t, http.StatusAccepted, post(b, "m1"), "the database's model")
+	require.Equal(t, http.StatusBadRequest, post(b, "m2"), "the file's models are not read again")
 }

@@ -29,7 +29,8 @@ const (
 	EnvOpenAIAPIKey  = "OPENAI_API_KEY"
 	EnvConfig        = "LLMQ_CONFIG"
 	EnvAPIKeys       = "LLMQ_API_KEYS"
-	// EnvOperatorKeys lists the operator keys, comma-separated.
+	// EnvOperatorKeys lists the operator keys, comma-separated, each
+	// "name=key" or a bare key (OperatorKey).
 	EnvOperatorKeys = "LLMQ_OPERATOR_KEYS"
 	// EnvConsoleSecret seals the web console's session cookies.
 	EnvConsoleSecret = "LLMQ_CONSOLE_SECRET"
@@ -101,12 +102,12 @@ type Config struct {
 	// LLMQ_API_KEYS (--api-keys) entries added over them. Empty: the API
 	// refuses every request.
 	APIKeys map[string]string `yaml:"api_keys"`
-	// OperatorKeys are the HTTP API keys of operators: the YAML
-	// operator_keys with the LLMQ_OPERATOR_KEYS entries (key1,key2) added.
-	// An operator key is bound to no tenant: it sees every tenant's jobs,
-	// dead letters and batches and may act on all of them. Empty: no
-	// operator.
-	OperatorKeys []string `yaml:"operator_keys"`
+	// OperatorKeys are the HTTP API keys of operators, each with its name
+	// in the audit log: the YAML operator_keys with the LLMQ_OPERATOR_KEYS
+	// entries (name1=key1,key2) added. An operator key is bound to no
+	// tenant: it sees every tenant's jobs, dead letters and batches and
+	// may act on all of them. Empty: no operator.
+	OperatorKeys []OperatorKey `yaml:"operator_keys"`
 	// ConsoleSecret (LLMQ_CONSOLE_SECRET, environment only) seals the web
 	// console's session cookies, so that every API replica behind one
 	// address accepts the sessions of the others. At least
@@ -205,7 +206,8 @@ type Notifications struct {
 	ResultsTopic string `yaml:"results_topic"`
 	// TenantReplies overrides ResultsTopic per tenant: a results topic
 	// ("to") and a webhook ("webhook", https) for the tenant's jobs that
-	// name no reply of their own.
+	// name no reply of their own. Imported into the database on the first
+	// start, which is their source after it (the admin API changes them).
 	TenantReplies map[string]llmq.Reply `yaml:"tenant_replies"`
 	// RetryFor is how long a result event is retried before it ends dead
 	// (notification_undeliverable); 0 = 24 h.
@@ -213,7 +215,8 @@ type Notifications struct {
 	// WebhookSecrets are the Standard Webhooks signing secrets per tenant
 	// ("*": every other tenant), "whsec_" + base64: one, or two while
 	// rotating (deliveries are signed with both). A tenant without one
-	// gets no webhook delivered (its events end dead).
+	// gets no webhook delivered (its events end dead). Imported into the
+	// database on the first start, as TenantReplies.
 	WebhookSecrets map[string][]string `yaml:"webhook_secrets"`
 	// AllowPrivateWebhooks lets webhooks reach loopback, private and
 	// link-local addresses. Default false: refused at dial time, so that
@@ -556,41 +559,12 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateModels checks the models: quotas, prices and fallbacks.
+// validateModels checks the models: quotas, prices and fallbacks
+// (llmq.ValidateModels, which every other writer of models applies too).
 func (c *Config) validateModels(bad func(setting, format string, args ...any)) {
-	for _, name := range slices.Sorted(maps.Keys(c.Models)) {
-		m := c.Models[name]
-		p := "models." + name
-		if strings.TrimSpace(name) == "" {
-			bad("models", "a model name is empty")
-		}
-		for field, v := range map[string]float64{"rpm": m.RPM, "tpm": m.TPM, "concurrency": float64(m.Concurrency),
-			"context_window": float64(m.ContextWindow), "max_output_default": float64(m.MaxOutputDefault)} {
-			if v < 0 {
-				bad(p+"."+field, "must not be negative; got %v", v)
-			}
-		}
-		if m.InputPricePer1M < 0 {
-			bad(p+".input_price_per_1m", "must not be negative")
-		}
-		if m.OutputPricePer1M < 0 {
-			bad(p+".output_price_per_1m", "must not be negative")
-		}
-		if m.BatchDiscount < 0 || m.BatchDiscount > 1 {
-			bad(p+".batch_discount", "must be in (0, 1] (0: the default, %v); got %v", llmq.BatchDiscountDefault, m.BatchDiscount)
-		}
-		for i, f := range m.Fallbacks {
-			_, listed := c.Models[f]
-			switch {
-			case strings.TrimSpace(f) == "" || f == name:
-				bad(fmt.Sprintf("%s.fallbacks[%d]", p, i), "must name another model; got %q", f)
-			case !listed && !c.AllowAnyModel:
-				// A typo here would start, then fail every job that falls
-				// back with the provider's 404.
-				bad(fmt.Sprintf("%s.fallbacks[%d]", p, i), "%q is not in models (%s): list it there with its quota, or set allow_any_model: true",
-					f, strings.Join(slices.Sorted(maps.Keys(c.Models)), ", "))
-			}
-		}
+	for _, err := range llmq.ValidateModels("models", c.Models, c.AllowAnyModel) {
+		setting, msg, _ := strings.Cut(err.Error(), ": ")
+		bad(setting, "%s", msg)
 	}
 }
 
@@ -674,14 +648,7 @@ func (c *Config) validateServing(bad func(setting, format string, args ...any)) 
 
 // validateAccess checks the operator keys and the console secret.
 func (c *Config) validateAccess(bad func(setting, format string, args ...any)) {
-	for i, k := range c.OperatorKeys {
-		switch _, tenant := c.APIKeys[k]; {
-		case strings.TrimSpace(k) == "":
-			bad(fmt.Sprintf("operator_keys[%d]", i), "must not be empty")
-		case tenant:
-			bad(fmt.Sprintf("operator_keys[%d]", i), "key %q is also a tenant's key in api_keys: a key is one or the other", redact.Key(k))
-		}
-	}
+	c.validateOperatorKeys(bad)
 	if c.ConsoleSecret != "" && len(c.ConsoleSecret) < ConsoleSecretMinBytes {
 		bad(c.source(EnvConsoleSecret), "must be at least %d bytes (e.g. openssl rand -hex 32); got %d", ConsoleSecretMinBytes, len(c.ConsoleSecret))
 	}
@@ -752,17 +719,6 @@ func ParseAPIKeys(s string) (map[string]string, error) {
 		out[key] = tenant
 	}
 	return out, nil
-}
-
-// ParseOperatorKeys reads "key1,key2"; blank entries are skipped.
-func ParseOperatorKeys(s string) []string {
-	var out []string
-	for _, k := range strings.Split(s, ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			out = append(out, k)
-		}
-	}
-	return out
 }
 
 // ConsoleSecretMinBytes is the shortest LLMQ_CONSOLE_SECRET accepted.

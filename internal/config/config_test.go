@@ -373,16 +373,17 @@ func TestOperatorKeysAndConsoleSecret(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte(" op-file-1, op-file-2 \n"), 0o600))
 	secret := strings.Repeat("s", config.ConsoleSecretMinBytes)
 	c, err := config.Load(env(map[string]string{
-		config.EnvConfig:        writeYAML(t, "operator_keys: [op-yaml]\napi_keys: {k1: acme}\n"),
-		config.EnvOperatorKeys:  "op-env-1, ,op-env-2",
+		config.EnvConfig:        writeYAML(t, "operator_keys: [op-yaml, {name: alice, key: op-alice}, bob=op-bob]\napi_keys: {k1: acme}\n"),
+		config.EnvOperatorKeys:  "op-env-1, ,carol=op-env-2,b64key==",
 		config.EnvConsoleSecret: secret,
 	}), config.Flags{})
 	require.NoError(t, err)
-	require.Equal(t, []string{"op-yaml", "op-env-1", "op-env-2"}, c.OperatorKeys)
+	require.Equal(t, []config.OperatorKey{{Key: "op-yaml"}, {Name: "alice", Key: "op-alice"}, {Name: "bob", Key: "op-bob"},
+		{Key: "op-env-1"}, {Name: "carol", Key: "op-env-2"}, {Key: "b64key=="}}, c.OperatorKeys, "named or not; a padded key stays a key")
 	require.Equal(t, secret, c.ConsoleSecret)
 	c, err = config.Load(env(map[string]string{config.EnvOperatorKeys + config.FileSuffix: file}), config.Flags{})
 	require.NoError(t, err)
-	require.Equal(t, []string{"op-file-1", "op-file-2"}, c.OperatorKeys)
+	require.Equal(t, []config.OperatorKey{{Key: "op-file-1"}, {Key: "op-file-2"}}, c.OperatorKeys)
 	c, err = config.Load(env(nil), config.Flags{})
 	require.NoError(t, err)
 	require.Empty(t, c.OperatorKeys)
@@ -396,6 +397,11 @@ func TestOperatorKeysAndConsoleSecret(t *testing.T) {
 		{env: map[string]string{config.EnvOperatorKeys: "shared-key-123", config.EnvAPIKeys: "shared-key-123:acme"},
 			want: "operator_keys[0]: key \"shar"},
 		{yaml: "operator_keys: [\" \"]", want: "operator_keys[0]: must not be empty"},
+		{yaml: "operator_keys: [a=k1, a=k2]", want: `operator_keys[1].name: "a" names operator_keys[0] too`},
+		{yaml: "operator_keys: [{name: \"has space\", key: k1}]", want: "operator_keys[0].name: must be 1-128 characters"},
+		{yaml: "operator_keys: [{name: a, key: \"\"}]", want: "operator_keys[0]: must not be empty"},
+		{yaml: "operator_keys: [{name: a, kye: k1}]", want: `operator_keys[0]: unknown key "kye"`},
+		{yaml: "operator_keys: [k1, x=k1]", want: "operator_keys[1]: key"},
 		{env: map[string]string{config.EnvConsoleSecret: "short-secret"}, want: "LLMQ_CONSOLE_SECRET: must be at least 32 bytes"},
 	} {
 		e := tc.env

@@ -38,7 +38,10 @@ type Snapshot struct {
 	// Tenants are the tenants and projects, as every component reads
 	// them.
 	Tenants llmq.Tenants
-	keys    map[[sha256.Size]byte]Key
+	// Models are the models kept as data by name; nil until the
+	// configuration's were imported (the configuration's apply then).
+	Models map[string]llmq.Model
+	keys   map[[sha256.Size]byte]Key
 	// Loaded is when it was read.
 	Loaded time.Time
 	// Seq counts the loads of its watcher: 1 for the first.
@@ -58,6 +61,9 @@ func (s *Snapshot) Key(hash [sha256.Size]byte, now time.Time) (Key, bool) {
 // Build makes a snapshot of rows: revoked keys are left out.
 func Build(rows *store.TenancyRows, loaded time.Time) *Snapshot {
 	s := &Snapshot{Tenants: rows.AsTenants(), keys: make(map[[sha256.Size]byte]Key, len(rows.Keys)), Loaded: loaded}
+	if rows.ModelsImported {
+		s.Models = rows.ModelMap()
+	}
 	for _, k := range rows.Keys {
 		if k.RevokedAt != nil || len(k.Hash) != sha256.Size {
 			continue
@@ -125,6 +131,15 @@ func (w *Watcher) Snapshot() *Snapshot { return w.cur.Load() }
 
 // Tenants are the tenants served now.
 func (w *Watcher) Tenants() llmq.Tenants { return w.cur.Load().Tenants }
+
+// Catalog is base with the models served now in place of its own, once
+// they were imported: the catalog every component applies.
+func (w *Watcher) Catalog(base llmq.Catalog) llmq.Catalog {
+	if m := w.cur.Load().Models; m != nil {
+		base.Models = m
+	}
+	return base
+}
 
 // Failures counts the loads that failed since the watcher was made.
 func (w *Watcher) Failures() int64 { return w.fails.Load() }

@@ -56,7 +56,7 @@ type modelObject struct {
 }
 
 func (s *Server) handleListModels(w http.ResponseWriter, _ *http.Request) {
-	s.commonHeaders(w, newRequestID())
+	s.dialect.commonHeaders(w, newRequestID())
 	names := slices.Sorted(maps.Keys(s.cfg.Models))
 	data := make([]modelObject, 0, len(names))
 	for _, n := range names {
@@ -66,9 +66,9 @@ func (s *Server) handleListModels(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) handleGetModel(w http.ResponseWriter, r *http.Request) {
-	s.commonHeaders(w, newRequestID())
+	s.dialect.commonHeaders(w, newRequestID())
 	name := r.PathValue("model")
-	if _, ok := s.modelConfig(name); !ok {
+	if _, ok := s.limits.model(name); !ok {
 		writeError(w, http.StatusNotFound, apiError{
 			Message: "The model `" + name + "` does not exist or you do not have access to it.",
 			Type:    "invalid_request_error",

@@ -228,7 +228,7 @@ func (st *batchStore) addFileLocked(name, purpose string, content []byte, now ti
 }
 
 func (st *batchStore) begin(w http.ResponseWriter) time.Time {
-	st.s.commonHeaders(w, newRequestID())
+	st.s.dialect.commonHeaders(w, newRequestID())
 	now := st.s.clock.Now()
 	st.advanceAll(now)
 	return now
@@ -563,13 +563,13 @@ func (st *batchStore) planLine(b *batch, line *batchLine, body json.RawMessage, 
 	case stream:
 		line.status, line.err = http.StatusBadRequest, invalidParam("stream", "invalid_value", "Streaming is not supported in the Batch API.")
 	default:
-		m, known := st.s.modelConfig(req.Model)
+		m, known := st.s.limits.model(req.Model)
 		if !known {
 			line.status, line.err = http.StatusNotFound, &apiError{Type: "invalid_request_error", Code: "model_not_found",
 				Message: fmt.Sprintf("The model `%s` does not exist or you do not have access to it.", req.Model)}
 			return
 		}
-		p, aerr := st.s.planChat(req, m)
+		p, aerr := st.s.chat.plan(req, m)
 		line.plan = p
 		if aerr != nil {
 			line.status, line.err = http.StatusBadRequest, aerr
@@ -739,7 +739,7 @@ func (st *batchStore) stepLocked(b *batch, now time.Time) {
 func (st *batchStore) validateLocked(b *batch) {
 	errs := b.validation
 	if len(errs) == 0 && b.model != "" {
-		m, _ := st.s.modelConfig(b.model)
+		m, _ := st.s.limits.model(b.model)
 		if lim := m.EnqueuedTokenLimit; lim > 0 {
 			var active int64
 			for _, o := range st.order {
@@ -779,8 +779,8 @@ func (st *batchStore) processLocked(b *batch, i int) {
 		return
 	}
 	at := b.inProgressAt.Add(time.Duration(i+1) * b.lineDur)
-	c := st.s.complete(l.plan)
-	out.Response = &resultResponse{StatusCode: http.StatusOK, RequestID: reqID, Body: st.s.chatResponse(l.plan, c, at)}
+	c := st.s.chat.complete(l.plan)
+	out.Response = &resultResponse{StatusCode: http.StatusOK, RequestID: reqID, Body: newChatResponse(l.plan, c, at)}
 	b.outputs = append(b.outputs, out)
 	b.obj.RequestCounts.Completed++
 	b.obj.Usage.InputTokens += l.plan.promptTokens

@@ -161,10 +161,17 @@ type plan struct {
 	charge       int64
 }
 
-// planChat counts the prompt, checks the context window and computes the
+// completer draws the simulator's answers: it counts a request's tokens
+// and draws its completion and latency from the configuration.
+type completer struct {
+	cfg      Config
+	counters map[string]counter
+}
+
+// plan counts the prompt, checks the context window and computes the
 // TPM charge.
-func (s *Server) planChat(req *chatRequest, m ModelConfig) (plan, *apiError) {
-	c := s.counters[m.Encoding]
+func (cm completer) plan(req *chatRequest, m ModelConfig) (plan, *apiError) {
+	c := cm.counters[m.Encoding]
 	p := plan{req: req, model: m, promptTokens: c.promptTokens(*req.Messages)}
 	maxOut, explicit := req.maxOutput(m)
 	p.maxOut = maxOut
@@ -182,7 +189,7 @@ func (s *Server) planChat(req *chatRequest, m ModelConfig) (plan, *apiError) {
 		p.maxOut = min(maxOut, m.ContextWindow-p.promptTokens)
 	}
 	out := int64(req.n()) * int64(p.maxOut)
-	if s.cfg.Charge == ChargeMax {
+	if cm.cfg.Charge == ChargeMax {
 		p.charge = max(int64(p.promptTokens), out)
 	} else {
 		p.charge = int64(p.promptTokens) + out
@@ -204,17 +211,17 @@ type choice struct {
 
 // complete draws the completion of p deterministically from the seed and
 // the request content.
-func (s *Server) complete(p plan) completion {
+func (cm completer) complete(p plan) completion {
 	h := fnv.New64a()
 	_, _ = io.WriteString(h, p.req.Model)
 	for _, m := range *p.req.Messages {
 		_, _ = io.WriteString(h, "\x00"+m.Role+"\x00"+m.parsed)
 	}
-	rng := rand.New(rand.NewPCG(s.cfg.Seed, h.Sum64()))
+	rng := rand.New(rand.NewPCG(cm.cfg.Seed, h.Sum64()))
 	n := p.req.n()
 	c := completion{choices: make([]choice, n)}
 	for i := range n {
-		length := s.drawLength(rng)
+		length := cm.drawLength(rng)
 		finish := "stop"
 		if length > p.maxOut {
 			length, finish = p.maxOut, "length"
@@ -225,8 +232,8 @@ func (s *Server) complete(p plan) completion {
 	return c
 }
 
-func (s *Server) drawLength(rng *rand.Rand) int {
-	o := s.cfg.Output
+func (cm completer) drawLength(rng *rand.Rand) int {
+	o := cm.cfg.Output
 	var v float64
 	switch o.Distribution {
 	case DistFixed:
@@ -245,8 +252,8 @@ func (s *Server) drawLength(rng *rand.Rand) int {
 
 // latency returns the time to first token and the time per token for a
 // model with inflight requests in flight.
-func (s *Server) latency(inflight int64) (time.Duration, time.Duration) {
-	l := s.cfg.Latency
+func (cm completer) latency(inflight int64) (time.Duration, time.Duration) {
+	l := cm.cfg.Latency
 	per := l.PerToken
 	if l.Capacity > 0 && inflight > int64(l.Capacity) {
 		slow := 1 + l.CongestionFactor*float64(inflight-int64(l.Capacity))/float64(l.Capacity)
@@ -306,7 +313,8 @@ func newUsage(prompt, completion int) usage {
 	return usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
 }
 
-func (s *Server) chatResponse(p plan, c completion, now time.Time) chatResponse {
+// newChatResponse is the chat.completion object of p answered with c at now.
+func newChatResponse(p plan, c completion, now time.Time) chatResponse {
 	r := chatResponse{
 		ID:                newID("chatcmpl-", 29),
 		Object:            "chat.completion",

@@ -118,10 +118,10 @@ func TestOutputExactTokens(t *testing.T) {
 	for _, enc := range []string{"o200k_base", "cl100k_base"} {
 		m := s.cfg.Default
 		m.Encoding = enc
-		p, aerr := s.planChat(req, m)
+		p, aerr := s.chat.plan(req, m)
 		require.Nil(t, aerr)
-		c := s.complete(p)
-		n, err := s.counters[enc].codec.Count(c.choices[0].text)
+		c := s.chat.complete(p)
+		n, err := s.chat.counters[enc].codec.Count(c.choices[0].text)
 		require.NoError(t, err)
 		require.Equal(t, 4000, n, enc)
 		require.Equal(t, 4000, c.completionTokens)

@@ -69,10 +69,10 @@ func TestLatency(t *testing.T) {
 		Latency: LatencyConfig{TTFT: time.Second, PerToken: 10 * time.Millisecond, Capacity: 2, CongestionFactor: 1},
 		Output:  OutputConfig{Distribution: DistFixed, Min: 1, Max: 100, Mean: 100},
 	})
-	ttft, per := b.ts.Sim.latency(2)
+	ttft, per := b.ts.Sim.chat.latency(2)
 	require.Equal(t, time.Second, ttft)
 	require.Equal(t, 10*time.Millisecond, per)
-	_, per = b.ts.Sim.latency(4)
+	_, per = b.ts.Sim.chat.latency(4)
 	require.Equal(t, 20*time.Millisecond, per, "twice the capacity in flight doubles the time per token")
 
 	type result struct {

@@ -19,7 +19,7 @@ const maxBodyBytes = 32 << 20
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	start := s.clock.Now()
 	reqID := newRequestID()
-	s.commonHeaders(w, reqID)
+	s.dialect.commonHeaders(w, reqID)
 	key := apiKey(r)
 	req, m, p, ok := s.readChat(w, r, start)
 	if !ok {
@@ -37,14 +37,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.limiter.Release(key, model)
-	inflight := s.modelInflight(model)
+	inflight := s.inflight.of(model)
 	n := inflight.Add(1)
 	s.metrics.inflight.WithLabelValues(model).Inc()
 	defer func() {
 		inflight.Add(-1)
 		s.metrics.inflight.WithLabelValues(model).Dec()
 	}()
-	s.rateLimitHeaders(w, d)
+	s.dialect.rateLimitHeaders(w, d)
 
 	if fault != "" {
 		s.stats.acceptedFault(model, start, fault)
@@ -73,7 +73,7 @@ func (s *Server) readChat(w http.ResponseWriter, r *http.Request, start time.Tim
 		return nil, ModelConfig{}, plan{}, false
 	}
 	model := req.Model
-	m, known := s.modelConfig(model)
+	m, known := s.limits.model(model)
 	if !known {
 		s.stats.invalid(model)
 		setProcessingMS(w, s.clock.Now().Sub(start))
@@ -84,7 +84,7 @@ func (s *Server) readChat(w http.ResponseWriter, r *http.Request, start time.Tim
 		})
 		return nil, ModelConfig{}, plan{}, false
 	}
-	p, aerr := s.planChat(req, m)
+	p, aerr := s.chat.plan(req, m)
 	if aerr != nil {
 		s.stats.invalid(model)
 		setProcessingMS(w, s.clock.Now().Sub(start))
@@ -100,7 +100,7 @@ func (s *Server) serveEarlyFault(w http.ResponseWriter, model string, fault Faul
 	switch fault {
 	case FaultSlowDown:
 		s.stats.fault(model, fault)
-		s.retryAfterHeaders(w, time.Second)
+		s.dialect.retryAfterHeaders(w, time.Second)
 		setProcessingMS(w, s.clock.Now().Sub(start))
 		e := slowDownError(model, s.cfg.Organization, "1s")
 		if s.cfg.Mode == ModeDashScope {
@@ -124,13 +124,13 @@ func (s *Server) serveEarlyFault(w http.ResponseWriter, model string, fault Faul
 func (s *Server) rejectChat(w http.ResponseWriter, r *http.Request, model string, d Decision, p plan, reqID string, start time.Time) {
 	s.stats.rejected(model, d.Reason)
 	if !s.cfg.OmitRateLimitHeadersOn429 {
-		s.rateLimitHeaders(w, d)
+		s.dialect.rateLimitHeaders(w, d)
 	}
 	if d.Reason != ReasonTooLarge {
-		s.retryAfterHeaders(w, d.RetryAfter)
+		s.dialect.retryAfterHeaders(w, d.RetryAfter)
 	}
 	setProcessingMS(w, s.clock.Now().Sub(start))
-	writeError(w, http.StatusTooManyRequests, s.rateLimitError(model, d, p.charge, reqID, r.URL.Query().Get("api-version")))
+	writeError(w, http.StatusTooManyRequests, s.dialect.rateLimitError(model, d, p.charge, reqID, r.URL.Query().Get("api-version")))
 }
 
 // answerChat completes an admitted request (n in flight with it), gives
@@ -138,7 +138,7 @@ func (s *Server) rejectChat(w http.ResponseWriter, r *http.Request, model string
 // simulated latency, streamed or whole.
 func (s *Server) answerChat(w http.ResponseWriter, r *http.Request, key string, req *chatRequest, m ModelConfig, p plan, n int64, start time.Time) {
 	model := req.Model
-	c := s.complete(p)
+	c := s.chat.complete(p)
 	s.stats.accepted(model, start, p.promptTokens, c.completionTokens, m.Price, 1)
 	if s.cfg.TrueUp {
 		actual := int64(p.promptTokens) + int64(c.completionTokens)
@@ -147,7 +147,7 @@ func (s *Server) answerChat(w http.ResponseWriter, r *http.Request, key string, 
 		}
 		s.limiter.Refund(key, model, p.charge-actual)
 	}
-	ttft, per := s.latency(n)
+	ttft, per := s.chat.latency(n)
 	longest := 0
 	for _, ch := range c.choices {
 		longest = max(longest, ch.tokens)
@@ -161,7 +161,7 @@ func (s *Server) answerChat(w http.ResponseWriter, r *http.Request, key string, 
 	}
 	now := s.clock.Now()
 	setProcessingMS(w, now.Sub(start))
-	writeJSON(w, http.StatusOK, s.chatResponse(p, c, now))
+	writeJSON(w, http.StatusOK, newChatResponse(p, c, now))
 }
 
 // admit asks the limiter; in DashScope mode with X-DashScope-Wait-Timeout a
@@ -198,7 +198,7 @@ func (s *Server) drawFault(model string) FaultKind {
 	if len(f.Rates) == 0 || (len(f.Models) > 0 && !slices.Contains(f.Models, model)) {
 		return ""
 	}
-	x := s.randFloat()
+	x := s.dice.float()
 	for _, k := range FaultKinds {
 		rate := f.Rates[k]
 		if x < rate {

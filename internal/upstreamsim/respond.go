@@ -39,7 +39,7 @@ func (s *Server) routes(metricsHandler http.Handler) http.Handler {
 	mux.HandleFunc("POST /sim/limits", s.handleSetLimits)
 	mux.Handle("GET /metrics", metricsHandler)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.commonHeaders(w, newRequestID())
+		s.dialect.commonHeaders(w, newRequestID())
 		writeError(w, http.StatusNotFound, apiError{
 			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path),
 			Type:    "invalid_request_error",
@@ -134,11 +134,15 @@ func putUint64(b []byte, v uint64) {
 	}
 }
 
-func (s *Server) commonHeaders(w http.ResponseWriter, reqID string) {
+// dialect is how the simulator words its answers: the headers every answer
+// carries and the 429s of the provider it plays (Config.Mode).
+type dialect struct{ cfg Config }
+
+func (d dialect) commonHeaders(w http.ResponseWriter, reqID string) {
 	h := w.Header()
 	h["X-Request-Id"] = []string{reqID}
 	h["Openai-Version"] = []string{openAIVersion}
-	h["Openai-Organization"] = []string{s.cfg.Organization}
+	h["Openai-Organization"] = []string{d.cfg.Organization}
 }
 
 func setProcessingMS(w http.ResponseWriter, d time.Duration) {
@@ -160,43 +164,43 @@ func formatDuration(d time.Duration) string {
 
 // rateLimitHeaders sets the x-ratelimit-* headers of d, unless the
 // configuration sends none.
-func (s *Server) rateLimitHeaders(w http.ResponseWriter, d Decision) {
-	if s.cfg.RateLimitHeaders == HeadersNone {
+func (d dialect) rateLimitHeaders(w http.ResponseWriter, dec Decision) {
+	if d.cfg.RateLimitHeaders == HeadersNone {
 		return
 	}
 	h := w.Header()
-	if d.Limits.RPM > 0 {
-		h["X-Ratelimit-Limit-Requests"] = []string{strconv.FormatInt(d.Limits.RPM, 10)}
-		h["X-Ratelimit-Remaining-Requests"] = []string{strconv.FormatInt(d.RemainingRequests, 10)}
-		h["X-Ratelimit-Reset-Requests"] = []string{formatDuration(d.ResetRequests)}
+	if dec.Limits.RPM > 0 {
+		h["X-Ratelimit-Limit-Requests"] = []string{strconv.FormatInt(dec.Limits.RPM, 10)}
+		h["X-Ratelimit-Remaining-Requests"] = []string{strconv.FormatInt(dec.RemainingRequests, 10)}
+		h["X-Ratelimit-Reset-Requests"] = []string{formatDuration(dec.ResetRequests)}
 	}
-	if d.Limits.TPM > 0 {
-		h["X-Ratelimit-Limit-Tokens"] = []string{strconv.FormatInt(d.Limits.TPM, 10)}
-		h["X-Ratelimit-Remaining-Tokens"] = []string{strconv.FormatInt(d.RemainingTokens, 10)}
-		h["X-Ratelimit-Reset-Tokens"] = []string{formatDuration(d.ResetTokens)}
+	if dec.Limits.TPM > 0 {
+		h["X-Ratelimit-Limit-Tokens"] = []string{strconv.FormatInt(dec.Limits.TPM, 10)}
+		h["X-Ratelimit-Remaining-Tokens"] = []string{strconv.FormatInt(dec.RemainingTokens, 10)}
+		h["X-Ratelimit-Reset-Tokens"] = []string{formatDuration(dec.ResetTokens)}
 	}
 }
 
 // retryAfterHeaders sets retry-after (whole seconds, rounded up, at least 1)
 // and, in Azure mode, retry-after-ms.
-func (s *Server) retryAfterHeaders(w http.ResponseWriter, d time.Duration) {
-	if s.cfg.OmitRetryAfterOn429 {
+func (d dialect) retryAfterHeaders(w http.ResponseWriter, wait time.Duration) {
+	if d.cfg.OmitRetryAfterOn429 {
 		return
 	}
-	secs := max(int64(math.Ceil(d.Seconds())), 1)
+	secs := max(int64(math.Ceil(wait.Seconds())), 1)
 	w.Header()["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
-	if s.cfg.Mode == ModeAzure {
-		w.Header()["Retry-After-Ms"] = []string{strconv.FormatInt(max(int64(math.Ceil(float64(d)/float64(time.Millisecond))), 1), 10)}
+	if d.cfg.Mode == ModeAzure {
+		w.Header()["Retry-After-Ms"] = []string{strconv.FormatInt(max(int64(math.Ceil(float64(wait)/float64(time.Millisecond))), 1), 10)}
 	}
 }
 
 // rateLimitError builds the 429 body for a limiter rejection.
-func (s *Server) rateLimitError(model string, d Decision, requested int64, reqID, apiVersion string) apiError {
-	org := s.cfg.Organization
-	wait := formatDuration(d.RetryAfter)
-	switch s.cfg.Mode {
+func (d dialect) rateLimitError(model string, dec Decision, requested int64, reqID, apiVersion string) apiError {
+	org := d.cfg.Organization
+	wait := formatDuration(dec.RetryAfter)
+	switch d.cfg.Mode {
 	case ModeDashScope:
-		switch d.Reason {
+		switch dec.Reason {
 		case ReasonTokens, ReasonTooLarge:
 			return apiError{Message: "Allocated quota exceeded, please increase your quota limit.", Type: "insufficient_quota", Code: "insufficient_quota", paramEmpty: true, requestID: reqID}
 		case ReasonBurst:
@@ -206,10 +210,10 @@ func (s *Server) rateLimitError(model string, d Decision, requested int64, reqID
 		}
 	case ModeAzure:
 		kind := "call rate limit"
-		if d.Reason == ReasonTokens || d.Reason == ReasonTooLarge {
+		if dec.Reason == ReasonTokens || dec.Reason == ReasonTooLarge {
 			kind = "token rate limit"
 		}
-		secs := max(int64(math.Ceil(d.RetryAfter.Seconds())), 1)
+		secs := max(int64(math.Ceil(dec.RetryAfter.Seconds())), 1)
 		return apiError{
 			Code: "429",
 			Message: fmt.Sprintf("Requests to the ChatCompletions_Create Operation under Azure OpenAI API version %s have exceeded %s of your current OpenAI S0 pricing tier. Please retry after %d seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.",
@@ -217,25 +221,25 @@ func (s *Server) rateLimitError(model string, d Decision, requested int64, reqID
 			noType: true,
 		}
 	}
-	switch d.Reason {
+	switch dec.Reason {
 	case ReasonTokens:
 		return apiError{Type: "tokens", Code: "rate_limit_exceeded", Message: fmt.Sprintf(
 			"Rate limit reached for %s in organization %s on tokens per min (TPM): Limit %d, Used %d, Requested %d. Please try again in %s. %s",
-			model, org, d.Limits.TPM, d.UsedTokens, requested, wait, rateLimitsLink)}
+			model, org, dec.Limits.TPM, dec.UsedTokens, requested, wait, rateLimitsLink)}
 	case ReasonTooLarge:
 		return apiError{Type: "tokens", Code: "rate_limit_exceeded", Message: fmt.Sprintf(
 			"Request too large for %s in organization %s on tokens per min (TPM): Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully. %s",
-			model, org, d.Limits.TPM, requested, rateLimitsLink)}
+			model, org, dec.Limits.TPM, requested, rateLimitsLink)}
 	case ReasonConcurrency:
 		return apiError{Type: "requests", Code: "rate_limit_exceeded", Message: fmt.Sprintf(
 			"Rate limit reached for %s in organization %s on concurrent requests: Limit %d, Used %d, Requested 1. Please try again in %s. %s",
-			model, org, d.Limits.MaxConcurrency, d.InFlight, wait, rateLimitsLink)}
+			model, org, dec.Limits.MaxConcurrency, dec.InFlight, wait, rateLimitsLink)}
 	case ReasonBurst:
 		return slowDownError(model, org, wait)
 	default:
 		return apiError{Type: "requests", Code: "rate_limit_exceeded", Message: fmt.Sprintf(
 			"Rate limit reached for %s in organization %s on requests per min (RPM): Limit %d, Used %d, Requested 1. Please try again in %s. %s",
-			model, org, d.Limits.RPM, d.UsedRequests, wait, rateLimitsLink)}
+			model, org, dec.Limits.RPM, dec.UsedRequests, wait, rateLimitsLink)}
 	}
 }
 
@@ -304,7 +308,7 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		reqID := newRequestID()
-		s.commonHeaders(w, reqID)
+		s.dialect.commonHeaders(w, reqID)
 		msg := "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), or as the password field (with blank username) if you're accessing the API from your browser and are prompted for a username. You can obtain an API key from https://platform.openai.com/account/api-keys."
 		code := ""
 		if k != "" {

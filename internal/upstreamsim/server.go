@@ -1,7 +1,6 @@
 package upstreamsim
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,19 +62,11 @@ type Server struct {
 	batches *batchStore
 	handler http.Handler
 
-	// mu guards the limit overrides and the schedule position.
-	mu        sync.RWMutex
-	overrides map[string]Limits // "*" = default
-	schedNext int
-	schedule  []ScheduleEntry
-
-	counters map[string]counter
-
-	rngMu sync.Mutex
-	rng   *rand.Rand
-
-	inflightMu sync.Mutex
-	inflight   map[string]*atomic.Int64
+	limits   *limitBook
+	dialect  dialect
+	chat     completer
+	dice     *dice
+	inflight *inflightCounts
 
 	// lifecycle
 	lifeMu   sync.Mutex
@@ -105,22 +95,21 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("upstreamsim: no single-token words in the vocabulary")
 	}
 	s := &Server{
-		cfg:       cfg,
-		clock:     o.clock,
-		log:       o.logger,
-		born:      o.clock.Now(),
-		hook:      o.streamHook,
-		limiter:   newLimiter(cfg),
-		overrides: map[string]Limits{},
-		counters:  map[string]counter{},
-		rng:       rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
-		inflight:  map[string]*atomic.Int64{},
+		cfg:      cfg,
+		clock:    o.clock,
+		log:      o.logger,
+		born:     o.clock.Now(),
+		hook:     o.streamHook,
+		limiter:  newLimiter(cfg),
+		limits:   newLimitBook(cfg, o.clock, o.logger),
+		dialect:  dialect{cfg: cfg},
+		chat:     completer{cfg: cfg, counters: map[string]counter{}},
+		dice:     &dice{rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))},
+		inflight: &inflightCounts{m: map[string]*atomic.Int64{}},
 	}
 	for name, c := range cs {
-		s.counters[name] = newCounter(c)
+		s.chat.counters[name] = newCounter(c)
 	}
-	s.schedule = append([]ScheduleEntry(nil), cfg.Schedule...)
-	sort.SliceStable(s.schedule, func(i, j int) bool { return s.schedule[i].At < s.schedule[j].At })
 	s.hangCtx, s.hangStop = context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	s.metrics = newMetrics()
@@ -217,75 +206,16 @@ func (s *Server) Stop(ctx context.Context) error {
 	return nil
 }
 
-// modelConfig returns the configuration of a model, with limit overrides
-// (SetLimits, schedule) applied, and whether the model is known.
-func (s *Server) modelConfig(model string) (ModelConfig, bool) {
-	s.applySchedule()
-	m, ok := s.cfg.Models[model]
-	if !ok {
-		m = s.cfg.Default
-	}
-	s.mu.RLock()
-	if l, has := s.overrides[model]; has {
-		m.Limits = l
-	} else if l, has := s.overrides["*"]; has && !ok {
-		m.Limits = l
-	}
-	s.mu.RUnlock()
-	return m, ok || !s.cfg.RestrictModels
-}
-
 // SetLimits changes the limits of model at run time ("" or "*" for the
 // default applied to every model without its own entry). Zero fields keep
 // the value in force (use -1 for unlimited / no cap). Existing buckets keep
 // their level, capped at the new capacity, and refill at the new rate.
-func (s *Server) SetLimits(model string, l Limits) {
-	if model == "" {
-		model = "*"
-	}
-	s.mu.Lock()
-	cur, ok := s.overrides[model]
-	if !ok {
-		cur = s.cfg.Default.Limits
-		if m, has := s.cfg.Models[model]; has {
-			cur = m.Limits
-		}
-	}
-	l.RPM = cmp.Or(l.RPM, cur.RPM)
-	l.TPM = cmp.Or(l.TPM, cur.TPM)
-	l.MaxConcurrency = cmp.Or(l.MaxConcurrency, cur.MaxConcurrency)
-	l.BurstGrowth = cmp.Or(l.BurstGrowth, cur.BurstGrowth)
-	l.BurstFloor = cmp.Or(l.BurstFloor, cur.BurstFloor)
-	s.overrides[model] = l
-	s.mu.Unlock()
-	s.log.Info("upstreamsim: limits changed", "model", model, "rpm", l.RPM, "tpm", l.TPM, "concurrency", l.MaxConcurrency)
-}
+func (s *Server) SetLimits(model string, l Limits) { s.limits.set(model, l) }
 
 // Limits returns the limits in force for model.
 func (s *Server) Limits(model string) Limits {
-	m, _ := s.modelConfig(model)
+	m, _ := s.limits.model(model)
 	return m.Limits
-}
-
-func (s *Server) applySchedule() {
-	s.mu.RLock()
-	pending := s.schedNext < len(s.schedule)
-	s.mu.RUnlock()
-	if !pending {
-		return
-	}
-	elapsed := s.clock.Now().Sub(s.born)
-	for {
-		s.mu.Lock()
-		if s.schedNext >= len(s.schedule) || s.schedule[s.schedNext].At > elapsed {
-			s.mu.Unlock()
-			return
-		}
-		e := s.schedule[s.schedNext]
-		s.schedNext++
-		s.mu.Unlock()
-		s.SetLimits(e.Model, e.Limits)
-	}
 }
 
 // Reset clears the statistics, the limiter buckets and the batches and
@@ -300,21 +230,4 @@ func (s *Server) Reset() {
 func (s *Server) Stats() Stats {
 	s.batches.advanceAll(s.clock.Now())
 	return s.stats.snapshot()
-}
-
-func (s *Server) modelInflight(model string) *atomic.Int64 {
-	s.inflightMu.Lock()
-	defer s.inflightMu.Unlock()
-	c := s.inflight[model]
-	if c == nil {
-		c = new(atomic.Int64)
-		s.inflight[model] = c
-	}
-	return c
-}
-
-func (s *Server) randFloat() float64 {
-	s.rngMu.Lock()
-	defer s.rngMu.Unlock()
-	return s.rng.Float64()
 }

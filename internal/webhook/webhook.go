@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,24 +57,15 @@ type Config struct {
 // Sender posts signed result events. Safe for concurrent use.
 type Sender struct {
 	client  *http.Client
-	signers map[string][]*standardwebhooks.Webhook
+	signers atomic.Pointer[map[string][]*standardwebhooks.Webhook]
 }
 
 // New returns a sender, or an error naming the secret that does not
 // decode.
 func New(cfg Config) (*Sender, error) {
-	s := &Sender{signers: map[string][]*standardwebhooks.Webhook{}}
-	for tenant, secrets := range cfg.Secrets {
-		if len(secrets) == 0 || len(secrets) > 2 {
-			return nil, fmt.Errorf("webhook: secrets of tenant %q: want one or two (while rotating), got %d", tenant, len(secrets))
-		}
-		for i, sec := range secrets {
-			wh, err := standardwebhooks.NewWebhook(sec)
-			if err != nil {
-				return nil, fmt.Errorf("webhook: secret %d of tenant %q: %w", i, tenant, err)
-			}
-			s.signers[tenant] = append(s.signers[tenant], wh)
-		}
+	s := &Sender{}
+	if err := s.SetSecrets(cfg.Secrets); err != nil {
+		return nil, err
 	}
 	dialer := &net.Dialer{Timeout: cmp.Or(cfg.Timeout, TimeoutDefault)}
 	if !cfg.AllowPrivate {
@@ -116,9 +108,10 @@ func refusePrivate(_, address string, _ syscall.RawConn) error {
 // signed with the tenant's secrets. Only a 2xx answer delivers it; any
 // other answer, a redirect included, is an error.
 func (s *Sender) Send(ctx context.Context, tenant, u, eventID string, at time.Time, payload []byte) error {
-	signers := s.signers[tenant]
+	all := *s.signers.Load()
+	signers := all[tenant]
 	if len(signers) == 0 {
-		signers = s.signers[AnyTenant]
+		signers = all[AnyTenant]
 	}
 	if len(signers) == 0 {
 		return fmt.Errorf("%w %q", ErrNoSecret, tenant)
@@ -151,6 +144,27 @@ func (s *Sender) Send(ctx context.Context, tenant, u, eventID string, at time.Ti
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("webhook: answered %s", resp.Status)
 	}
+	return nil
+}
+
+// SetSecrets replaces every tenant's signing secrets (as Config.Secrets)
+// for the deliveries that follow; on an error, which names the tenant and
+// the secret's place but never the secret, the secrets stay as they were.
+func (s *Sender) SetSecrets(secrets map[string][]string) error {
+	signers := make(map[string][]*standardwebhooks.Webhook, len(secrets))
+	for tenant, list := range secrets {
+		if len(list) == 0 || len(list) > 2 {
+			return fmt.Errorf("webhook: secrets of tenant %q: want one or two (while rotating), got %d", tenant, len(list))
+		}
+		for i, sec := range list {
+			wh, err := standardwebhooks.NewWebhook(sec)
+			if err != nil {
+				return fmt.Errorf("webhook: secret %d of tenant %q: %w", i, tenant, err)
+			}
+			signers[tenant] = append(signers[tenant], wh)
+		}
+	}
+	s.signers.Store(&signers)
 	return nil
 }
 

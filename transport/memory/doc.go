@@ -9,5 +9,8 @@
 // again with Redelivered set. With Config.DeliveryLimit, a message handed
 // back more often than the limit is delivered from then on with
 // Message.Rejected set, as RabbitMQ dead-letters it to the rejected queue.
-// Nothing survives the process.
+// A message keeps its reply properties (ReplyTo, CorrelationID, ID), and
+// the Publisher is a transport.Replier: a reply reaches a queue that
+// exists (consumed, or published to) and fails with ErrUnroutable
+// otherwise, as on RabbitMQ. Nothing survives the process.
 package memory

@@ -167,28 +167,49 @@ type Publisher struct {
 	closed bool
 }
 
-var _ transport.Publisher = (*Publisher)(nil)
+var (
+	_ transport.Publisher = (*Publisher)(nil)
+	_ transport.Replier   = (*Publisher)(nil)
+)
 
 // Publish appends msgs to the queue dest, creating it on first use.
 func (p *Publisher) Publish(ctx context.Context, dest string, msgs ...transport.Message) error {
+	return p.publish(ctx, "publish to", dest, true, msgs)
+}
+
+// Reply appends result events to the queue dest, as RabbitMQ's reply: it
+// creates no queue, so a dest that no subscriber consumed and nothing was
+// published to fails with transport.ErrUnroutable (the notifier tries
+// again later).
+func (p *Publisher) Reply(ctx context.Context, dest string, msgs ...transport.Message) error {
+	return p.publish(ctx, "reply to", dest, false, msgs)
+}
+
+func (p *Publisher) publish(ctx context.Context, op, dest string, create bool, msgs []transport.Message) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
-		return fmt.Errorf("memory: publish to %q: %w", dest, transport.ErrClosed)
+		return fmt.Errorf("memory: %s %q: %w", op, dest, transport.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memory: publish to %q: %w", dest, err)
+		return fmt.Errorf("memory: %s %q: %w", op, dest, err)
 	}
 	p.b.mu.Lock()
 	defer p.b.mu.Unlock()
+	if _, ok := p.b.queues[dest]; !ok && !create {
+		return fmt.Errorf("memory: %s %q: %w", op, dest, transport.ErrUnroutable)
+	}
 	q := p.b.queueLocked(dest)
 	for _, m := range msgs {
 		p.b.seq++
 		stored := transport.Message{
-			Key:      clone(m.Key),
-			Value:    clone(m.Value),
-			Headers:  cloneHeaders(m.Headers),
-			Priority: m.Priority,
+			Key:           clone(m.Key),
+			Value:         clone(m.Value),
+			Headers:       cloneHeaders(m.Headers),
+			Priority:      m.Priority,
+			ReplyTo:       m.ReplyTo,
+			CorrelationID: m.CorrelationID,
+			ID:            m.ID,
 		}
 		p.b.pushLocked(q, &entry{msg: stored, seq: p.b.seq})
 	}
@@ -233,6 +254,10 @@ func (s *Subscriber) Consume(ctx context.Context) (<-chan *transport.Message, er
 		return nil, fmt.Errorf("memory: consume %q: %w", s.queue, transport.ErrConsuming)
 	}
 	s.consuming = true
+	// The queue exists from the first Consume on (replies reach it).
+	s.b.mu.Lock()
+	s.b.queueLocked(s.queue)
+	s.b.mu.Unlock()
 	out := make(chan *transport.Message)
 	s.wg.Add(1)
 	go s.run(ctx, out)

@@ -31,6 +31,7 @@ func TestConformance(t *testing.T) {
 	}, transporttest.Features{
 		Key: true, Priority: true, PriorityOrder: true, Redelivered: true,
 		ExactRedelivery: true, Depth: true, DeliveryLimit: 3,
+		ReplyProperties: true, Reply: true, ReplyUnroutable: true,
 	})
 }
 

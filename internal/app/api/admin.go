@@ -50,6 +50,9 @@ type TenancyStore interface {
 	RevokeKey(ctx context.Context, actor, name string, version int64) (store.APIKeyRow, error)
 	TouchKeys(ctx context.Context, names []string, at time.Time) error
 	Audit(ctx context.Context, before int64, limit int) ([]store.AuditEntry, error)
+	Model(ctx context.Context, name string) (store.ModelRow, error)
+	PutModel(ctx context.Context, actor string, row store.ModelRow, version int64) (store.ModelRow, error)
+	DeleteModel(ctx context.Context, actor, name string, version int64) error
 }
 
 // AdminTenant is a tenant of the admin API: its scope, its projects'
@@ -119,6 +122,7 @@ func (a *API) adminRoutes() {
 	a.mux.Handle("GET /v1/admin/keys/{key}", h(a.getKey))
 	a.mux.Handle("POST /v1/admin/keys/{key}/revoke", h(a.revokeKey))
 	a.mux.Handle("GET /v1/admin/audit", h(a.listAudit))
+	a.modelRoutes(h)
 }
 
 // adminOnly refuses a tenant key with 403.
@@ -146,6 +150,15 @@ func (a *API) tenants() llmq.Tenants {
 		return a.cfg.Tenancy.Tenants()
 	}
 	return a.cfg.Tenants
+}
+
+// catalog is the catalog the API applies now: Config.Catalog with the
+// tenancy's models.
+func (a *API) catalog() llmq.Catalog {
+	if a.cfg.Tenancy != nil {
+		return a.cfg.Tenancy.Catalog(a.cfg.Catalog)
+	}
+	return a.cfg.Catalog
 }
 
 // keyUseEvery is how often a replica records a key's last use: at most

@@ -169,7 +169,7 @@ func TestAdminKeys(t *testing.T) {
 	for i, want := range []string{"revoke key ci", "create key ci", "create tenant initech"} {
 		e := audit.Data[i]
 		require.Equal(t, want, e.Action+" "+e.Kind+" "+e.Name)
-		require.Equal(t, api.OperatorName(keyOps), e.Actor)
+		require.Equal(t, "operator ops", e.Actor, "the operator key by its name")
 	}
 }
 

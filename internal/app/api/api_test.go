@@ -90,7 +90,7 @@ func setup(t *testing.T, o options) *testBundle {
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
 	acfg := api.Config{
-		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []string{keyOps},
+		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []api.OperatorKey{{Name: "ops", Key: keyOps}},
 		DeadLetterService: svc, Batches: st, Notifications: st.Notifications(),
 		Usage: st, Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
 	}

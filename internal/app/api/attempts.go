@@ -180,7 +180,7 @@ func (a *API) modelStats(w http.ResponseWriter, r *http.Request) {
 		a.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ModelStatsView(a.cfg.Catalog, calls, since, now))
+	writeJSON(w, http.StatusOK, ModelStatsView(a.catalog(), calls, since, now))
 }
 
 // statsWindow reads a statistics endpoint's ?window= (default an hour):

@@ -18,7 +18,8 @@ type caller struct {
 	tenant   string
 	operator bool
 	// name is an operator key's name, for the audit log: "operator "
-	// and the first 8 hex digits of its SHA-256 (operatorName).
+	// and its name, or the first 8 hex digits of its SHA-256
+	// (operatorName).
 	name string
 }
 
@@ -187,14 +188,25 @@ func (a *API) me(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// OperatorKey is an operator's key and its name in the audit log.
+type OperatorKey struct {
+	// Name is the key's name; "" = derived from the key (OperatorName).
+	Name string
+	Key  string
+}
+
 // operatorName names an operator key in the audit log without showing
-// it: the first 8 hex digits of its SHA-256.
-func operatorName(hash [sha256.Size]byte) string {
+// it: "operator" and its name, or the first 8 hex digits of its SHA-256
+// when it has none.
+func operatorName(name string, hash [sha256.Size]byte) string {
+	if name != "" {
+		return "operator " + name
+	}
 	return fmt.Sprintf("operator %x", hash[:4])
 }
 
-// OperatorName is the name the audit log gives the operator key key.
-func OperatorName(key string) string { return operatorName(sha256.Sum256([]byte(key))) }
+// OperatorName is the name the audit log gives the operator key k.
+func OperatorName(k OperatorKey) string { return operatorName(k.Name, sha256.Sum256([]byte(k.Key))) }
 
 // lookupKey is the caller of the key whose SHA-256 is hash: a configured
 // key's, else a live key's of the tenancy (whose use is recorded).

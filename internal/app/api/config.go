@@ -50,12 +50,13 @@ type Config struct {
 	// every /v1 request is 401.
 	Keys map[string]string
 	// OperatorKeys are keys bound to no tenant: they see every tenant
-	// (the tenant parameter narrows to one) and may act on everything.
-	// Empty: no operator.
-	OperatorKeys []string
+	// (the tenant parameter narrows to one) and may act on everything;
+	// the audit log names each by its name. Empty: no operator.
+	OperatorKeys []OperatorKey
 	// Catalog says which models a job may name (body.model and
 	// fallback_models); any other is refused with 400 model_not_allowed.
-	// The zero Catalog allows every name.
+	// The zero Catalog allows every name. With Tenancy, the models kept
+	// as data replace its Models once imported (Watcher.Catalog).
 	Catalog llmq.Catalog
 	// DeadLetterService, when set, serves the dead letters:
 	// GET /v1/dead-letters, /v1/dead-letters/{id} and /reasons, POST
@@ -88,6 +89,9 @@ type Config struct {
 	// TenancyStore is what the admin API changes (a *store.Tenancy);
 	// required with Tenancy.
 	TenancyStore TenancyStore
+	// TenantNotifications, when set, serves the tenants' result routes and
+	// webhook secrets under /v1/admin (operator keys only).
+	TenantNotifications TenantNotificationStore
 	// MaxBodyBytes limits a request body (413 above). 0 =
 	// MaxBodyBytesDefault.
 	MaxBodyBytes int64
@@ -313,11 +317,14 @@ func (c Config) validate() error {
 			break
 		}
 	}
+	names := map[string]bool{}
 	for _, k := range c.OperatorKeys {
-		if _, tenant := c.Keys[k]; k == "" || tenant {
-			errs = append(errs, errors.New("api: Config.OperatorKeys: every key must be non-empty and not also in Keys"))
+		if _, tenant := c.Keys[k.Key]; k.Key == "" || tenant || (k.Name != "" && (names[k.Name] || !llmq.ValidID(k.Name))) {
+			errs = append(errs, errors.New("api: Config.OperatorKeys: every key must be non-empty and not also in Keys, "+
+				"every name an id and unique"))
 			break
 		}
+		names[k.Name] = true
 	}
 	return errors.Join(errs...)
 }

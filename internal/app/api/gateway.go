@@ -43,6 +43,9 @@ const (
 	// HeaderJobID carries the job's id on every answer once the job
 	// exists (GET /v1/jobs/{id} with the same key reads it).
 	HeaderJobID = "X-Llmq-Job-Id"
+	// HeaderProject is the call's project, one of its tenant's: the job's
+	// project field (its limits, budgets and pause apply).
+	HeaderProject = "X-Llmq-Project"
 )
 
 // CodeDeadlineUnmeetable is the code of the 429 a gateway call gets when
@@ -125,7 +128,7 @@ type model struct {
 // models lists the catalog's models in OpenAI's list shape.
 func (a *API) models(w http.ResponseWriter, _ *http.Request) {
 	data := []model{}
-	for _, name := range slices.Sorted(maps.Keys(a.cfg.Catalog.Models)) {
+	for _, name := range slices.Sorted(maps.Keys(a.catalog().Models)) {
 		data = append(data, model{ID: name, Object: "model", OwnedBy: "llmq"})
 	}
 	writeJSON(w, http.StatusOK, struct {
@@ -158,13 +161,13 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	j, e := a.decodeJob(call.job, s, "")
 	if e != nil {
-		writeOpenAIError(w, http.StatusBadRequest, *e)
+		writeOpenAIError(w, http.StatusBadRequest, projectHeader(*e))
 		return
 	}
 	if e := a.pausedRefusal(j.Tenant, j.Project); e != nil {
 		a.limited.WithLabelValues("paused").Inc()
 		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
-		writeOpenAIError(w, http.StatusTooManyRequests, *e)
+		writeOpenAIError(w, http.StatusTooManyRequests, projectHeader(*e))
 		return
 	}
 	if e, err := a.budgetRefusal(r.Context(), []*llmq.Job{j}, false); err != nil {
@@ -285,10 +288,26 @@ func (a *API) gatewayCall(r *http.Request, raw []byte) (gatewayCall, *Error) {
 	call.job, _ = json.Marshal(struct {
 		Priority llmq.Priority     `json:"priority"`
 		Deadline time.Time         `json:"deadline"`
+		Project  string            `json:"project,omitempty"`
 		Metadata map[string]string `json:"metadata,omitempty"`
 		Body     json.RawMessage   `json:"body"`
-	}{prio, deadline, meta, raw})
+	}{prio, deadline, strings.TrimSpace(r.Header.Get(HeaderProject)), meta, raw})
 	return call, nil
+}
+
+// projectHeader names HeaderProject in e where it names the job's
+// project: a call's project is that header.
+func projectHeader(e Error) Error {
+	if e.Field == "project" {
+		e.Field = HeaderProject
+	}
+	e.Details = slices.Clone(e.Details)
+	for i := range e.Details {
+		if e.Details[i].Field == "project" {
+			e.Details[i].Field = HeaderProject
+		}
+	}
+	return e
 }
 
 // callDeadline is X-LLMQ-Deadline (RFC 3339, or seconds from now), else

@@ -213,7 +213,7 @@ func (a *API) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *
 		return nil, &Error{Code: CodeTenantMismatch, Field: path("tenant"),
 			Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", tenant, tenant)}
 	}
-	if errs := append(a.cfg.Catalog.CheckModels(j), a.tenants().CheckProject(j)...); len(errs) > 0 {
+	if errs := append(a.catalog().CheckModels(j), a.tenants().CheckProject(j)...); len(errs) > 0 {
 		for i := range errs {
 			errs[i].Field = path(errs[i].Field)
 		}

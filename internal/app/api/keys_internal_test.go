@@ -46,16 +46,18 @@ func (noStore) JobRates(context.Context, string, time.Time) ([]store.JobMinute, 
 func TestKeysByHash(t *testing.T) {
 	t.Parallel()
 	a, err := New(Config{Producer: &producer.Producer{}, Store: noStore{}, Keys: map[string]string{"key-acme-0123": "acme"},
-		OperatorKeys: []string{"key-operator-0123"}})
+		OperatorKeys: []OperatorKey{{Key: "key-operator-0123"}, {Name: "ops-alice", Key: "key-operator-4567"}}})
 	require.NoError(t, err)
 	require.Nil(t, a.cfg.Keys, "no key is kept")
 	require.Nil(t, a.cfg.OperatorKeys, "no key is kept")
 	require.Equal(t, map[[sha256.Size]byte]caller{
 		sha256.Sum256([]byte("key-acme-0123")):     {tenant: "acme"},
-		sha256.Sum256([]byte("key-operator-0123")): {operator: true, name: OperatorName("key-operator-0123")},
+		sha256.Sum256([]byte("key-operator-0123")): {operator: true, name: OperatorName(OperatorKey{Key: "key-operator-0123"})},
+		sha256.Sum256([]byte("key-operator-4567")): {operator: true, name: "operator ops-alice"},
 	}, a.keys)
-	require.NotContains(t, OperatorName("key-operator-0123"), "key-operator", "an operator key's name shows no key")
-	for key, want := range map[string]scope{"key-acme-0123": {tenant: "acme"}, "key-operator-0123": {operator: true, name: OperatorName("key-operator-0123")}} {
+	require.Regexp(t, `^operator [0-9a-f]{8}$`, OperatorName(OperatorKey{Key: "key-operator-0123"}), "an unnamed operator key's name shows no key")
+	for key, want := range map[string]scope{"key-acme-0123": {tenant: "acme"}, "key-operator-0123": {operator: true, name: OperatorName(OperatorKey{Key: "key-operator-0123"})},
+		"key-operator-4567": {operator: true, name: "operator ops-alice"}} {
 		var got scope
 		h := a.authed(func(_ http.ResponseWriter, r *http.Request) { got, _ = scopeOf(r) })
 		req := httptest.NewRequest(http.MethodGet, "/v1/jobs", nil)

@@ -359,10 +359,33 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, ad, "GET", "/v1/admin/keys/ci", keyOps, "", "", true, 200)
 	c.check(t, ad, "POST", "/v1/admin/keys/ci/revoke", keyOps, "", "", true, 200)
 	c.check(t, ad, "POST", "/v1/admin/keys/nobody/revoke", keyOps, "", "", true, 404)
+	c.check(t, ad, "POST", "/v1/admin/models", keyOps, ct, `{"name":"m1","rpm":60,"tpm":6000}`, true, 201)
+	c.check(t, ad, "POST", "/v1/admin/models", keyOps, ct, `{"name":"m1"}`, true, 409)
+	c.check(t, ad, "POST", "/v1/admin/models", keyOps, ct, `{"name":"x","fallbacks":["nope"]}`, false, 400)
+	c.check(t, ad, "POST", "/v1/admin/models", keyOps, ct, `{"name":"f","fallbacks":["m1"]}`, true, 201)
+	c.check(t, ad, "GET", "/v1/admin/models", keyOps, "", "", true, 200)
+	c.check(t, ad, "GET", "/v1/admin/models/m1", keyOps, "", "", true, 200)
+	c.check(t, ad, "GET", "/v1/admin/models/none", keyOps, "", "", true, 404)
+	c.checkWith(t, ad, "PUT", "/v1/admin/models/m1", `{"tpm":9000}`, `"1"`, 200)
+	c.checkWith(t, ad, "PUT", "/v1/admin/models/m1", `{"tpm":9000}`, `"1"`, 412)
+	c.checkWith(t, ad, "DELETE", "/v1/admin/models/m1", "", `"2"`, 409)
+	c.checkWith(t, ad, "DELETE", "/v1/admin/models/f", "", `"1"`, 204)
 	c.check(t, ad, "GET", "/v1/admin/audit?limit=5", keyOps, "", "", true, 200)
 	c.check(t, ad, "GET", "/v1/admin/audit?limit=0", keyOps, "", "", false, 400)
 	c.checkWith(t, ad, "DELETE", "/v1/admin/tenants/initech", "", "", 428)
 	c.checkWith(t, ad, "DELETE", "/v1/admin/tenants/initech", "", `"4"`, 204)
+
+	// The tenants' result routes and webhook secrets.
+	nb := notificationsBundle(t)
+	c.check(t, nb, "PUT", "/v1/admin/tenants/acme/notifications", keyOps, ct, `{"reply_to":"acme-results"}`, true, 201)
+	c.check(t, nb, "PUT", "/v1/admin/tenants/acme/notifications", keyOps, ct, `{"webhook":"http://x"}`, false, 400)
+	c.checkWith(t, nb, "PUT", "/v1/admin/tenants/acme/notifications", `{"webhook":"https://acme.example/h"}`, `"1"`, 200)
+	c.check(t, nb, "GET", "/v1/admin/tenants/acme/notifications", keyOps, "", "", true, 200)
+	c.check(t, nb, "GET", "/v1/admin/notifications", keyOps, "", "", true, 200)
+	c.check(t, nb, "POST", "/v1/admin/tenants/acme/notifications/secrets", keyOps, "", "", true, 201)
+	c.check(t, nb, "DELETE", "/v1/admin/tenants/acme/notifications/secrets/previous", keyOps, "", "", true, 200)
+	c.checkWith(t, nb, "DELETE", "/v1/admin/tenants/acme/notifications", "", "", 428)
+	c.checkWith(t, nb, "DELETE", "/v1/admin/tenants/acme/notifications", "", `"4"`, 204)
 
 	// Every documented operation was exercised.
 	for path, item := range c.doc.Paths.Map() {

@@ -100,8 +100,8 @@ func New(cfg Config) (*API, error) {
 		a.keyNames[keyLimitName(hash)], a.tenantNames[tenant] = true, true
 	}
 	for _, k := range cfg.OperatorKeys {
-		hash := sha256.Sum256([]byte(k))
-		a.keys[hash] = caller{operator: true, name: operatorName(hash)}
+		hash := sha256.Sum256([]byte(k.Key))
+		a.keys[hash] = caller{operator: true, name: operatorName(k.Name, hash)}
 		a.keyNames[keyLimitName(hash)] = true
 	}
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
@@ -164,6 +164,7 @@ func (a *API) routes() {
 		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
 	}
 	a.adminRoutes()
+	a.tenantNotificationRoutes()
 }
 
 // ServeHTTP routes the request. Unknown paths answer 404 and known paths

@@ -163,7 +163,7 @@ func (b *Bench) runMillion(ctx context.Context, levels []int, requests int) ([]M
 	settings := func() *config.Config {
 		return &config.Config{DatabaseURL: dbURL, Broker: broker, OpenAIBaseURL: root + "/v1", OpenAIAPIKey: simAPIKey,
 			Models:  map[string]llmq.Model{Primary: {RPM: millionRPM}},
-			APIKeys: map[string]string{millionKey: "t3"}, OperatorKeys: []string{millionOpsKey},
+			APIKeys: map[string]string{millionKey: "t3"}, OperatorKeys: []config.OperatorKey{{Name: "bench", Key: millionOpsKey}},
 			// The reads measure the API's latency under load: no limit at its door.
 			RateLimits: config.RateLimits{KeyRPM: -1, TenantRPM: -1}}
 	}

@@ -78,7 +78,7 @@ func startPipeline(t *testing.T) *pipeline {
 			IncidentMinCalls: -1},
 		Batch:        config.Batch{Window: batchapi.WindowOff, FlushInterval: 300 * time.Millisecond},
 		APIKeys:      map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		OperatorKeys: []string{keyOps},
+		OperatorKeys: []config.OperatorKey{{Key: keyOps}},
 	}
 	a, err := app.New(ctx, app.Config{
 		Settings: s, Migrate: true, Logger: quiet,

@@ -187,6 +187,7 @@ func (c *Console) routes() http.Handler {
 	page("GET "+Prefix+"/tenants", c.tenants)
 	page("POST "+Prefix+"/tenants", c.createTenant)
 	page("POST "+Prefix+"/tenants/{tenant}/limits", c.editTenant)
+	page("POST "+Prefix+"/models/limits", c.editModel)
 	page("POST "+Prefix+"/tenants/{tenant}/{action}", c.pauseTenant)
 	page("POST "+Prefix+"/keys", c.createKey)
 	page("POST "+Prefix+"/keys/{key}/revoke", c.revokeKey)

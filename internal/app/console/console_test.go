@@ -72,7 +72,7 @@ func setupWith(t *testing.T, mutate func(*api.Config)) *bundle {
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
 	acfg := api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
-		OperatorKeys: []string{keyOps}, DeadLetterService: svc, Notifications: st.Notifications(),
+		OperatorKeys: []api.OperatorKey{{Key: keyOps}}, DeadLetterService: svc, Notifications: st.Notifications(),
 		Batches: st, Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})), Tenants: consoleTenants,
 		Logger: quiet}
 	if mutate != nil {

@@ -39,6 +39,8 @@ func notice(q url.Values) string {
 		return "The tenant is resumed: its jobs are claimed again."
 	case "tenant-updated":
 		return "The tenant's limits are changed: every replica applies them within 2 s."
+	case "model-updated":
+		return "The model's limits are changed: every worker moves its lanes to them within 2 s."
 	case "tenant-created":
 		return "The tenant is created: every replica serves it within 2 s."
 	case "key-revoked":
@@ -751,6 +753,7 @@ func (c *Console) cancelBatch(w http.ResponseWriter, r *http.Request, s session)
 
 type tenantsPage struct {
 	Tenants []api.AdminTenant
+	Models  []api.AdminModel
 	Keys    []api.AdminKey
 	Audit   []api.AdminAuditEntry
 	// NewKey is the key just created: shown on this page only.
@@ -783,7 +786,12 @@ func (c *Console) renderTenants(w http.ResponseWriter, r *http.Request, s sessio
 		c.failed(w, r, s, err)
 		return
 	}
-	p.Tenants, p.Keys, p.Audit = ts.Data, keys.Data, audit.Data
+	var models struct{ Data []api.AdminModel }
+	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/models", nil, nil, &models); err != nil {
+		c.failed(w, r, s, err)
+		return
+	}
+	p.Tenants, p.Models, p.Keys, p.Audit = ts.Data, models.Data, keys.Data, audit.Data
 	c.renderStatus(w, r, status, "tenants", c.data(r, s, "Tenants", "tenants", pageData{Page: p, Error: formError}))
 }
 
@@ -805,7 +813,7 @@ func (c *Console) formFailed(w http.ResponseWriter, r *http.Request, s session, 
 // createTenant creates a tenant from the page's form (POST /v1/admin/tenants).
 func (c *Console) createTenant(w http.ResponseWriter, r *http.Request, s session) {
 	body := map[string]any{"name": r.PostFormValue("name")}
-	if !c.formLimits(w, r, s, body) {
+	if !c.formLimits(w, r, s, body, limitFields) {
 		return
 	}
 	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/tenants", nil, body, nil); err != nil {
@@ -815,14 +823,18 @@ func (c *Console) createTenant(w http.ResponseWriter, r *http.Request, s session
 	http.Redirect(w, r, Prefix+"/tenants?done=tenant-created", http.StatusSeeOther)
 }
 
-// limitFields are the settings the page's forms set.
-var limitFields = []string{"weight", "rpm", "tpm", "concurrency"}
+// limitFields are the settings the page's tenant forms set;
+// modelLimitFields those of its model forms.
+var (
+	limitFields      = []string{"weight", "rpm", "tpm", "concurrency"}
+	modelLimitFields = []string{"rpm", "tpm", "concurrency"}
+)
 
-// formLimits reads limitFields from the form into body ("" leaves a
-// field out); false when one is not a number (the page is rendered with
-// the error).
-func (c *Console) formLimits(w http.ResponseWriter, r *http.Request, s session, body map[string]any) bool {
-	for _, f := range limitFields {
+// formLimits reads fields from the form into body ("" leaves a field
+// out); false when one is not a number (the page is rendered with the
+// error).
+func (c *Console) formLimits(w http.ResponseWriter, r *http.Request, s session, body map[string]any, fields []string) bool {
+	for _, f := range fields {
 		v := strings.TrimSpace(r.PostFormValue(f))
 		if v == "" {
 			delete(body, f)
@@ -851,7 +863,7 @@ func (c *Console) editTenant(w http.ResponseWriter, r *http.Request, s session) 
 	for _, f := range []string{"name", "projects", "version", "updated_at"} {
 		delete(body, f)
 	}
-	if !c.formLimits(w, r, s, body) {
+	if !c.formLimits(w, r, s, body, limitFields) {
 		return
 	}
 	ifMatch := `"` + r.PostFormValue("version") + `"`
@@ -860,6 +872,29 @@ func (c *Console) editTenant(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	http.Redirect(w, r, Prefix+"/tenants?done=tenant-updated", http.StatusSeeOther)
+}
+
+// editModel sets a model's rpm, tpm and concurrency from the page's form
+// (the model named by its field model), its other settings kept, if it
+// is still the version the page showed (If-Match).
+func (c *Console) editModel(w http.ResponseWriter, r *http.Request, s session) {
+	path := "/v1/admin/models/" + url.PathEscape(r.PostFormValue("model"))
+	var body map[string]any
+	if err := c.call(r.Context(), s.Key, http.MethodGet, path, nil, nil, &body); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	for _, f := range []string{"name", "version", "updated_at"} {
+		delete(body, f)
+	}
+	if !c.formLimits(w, r, s, body, modelLimitFields) {
+		return
+	}
+	if err := c.callIfMatch(r.Context(), s.Key, http.MethodPut, path, `"`+r.PostFormValue("version")+`"`, body); err != nil {
+		c.formFailed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, Prefix+"/tenants?done=model-updated", http.StatusSeeOther)
 }
 
 // createKey creates a key from the page's form and shows it, this once.

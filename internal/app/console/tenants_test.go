@@ -60,7 +60,7 @@ func TestTenantsPage(t *testing.T) {
 	require.Contains(t, row, `<span class="badge b-failed">paused</span>`)
 	require.Contains(t, row, `action="/ui/tenants/acme/resume"`)
 	audit := p.body[strings.Index(p.body, "data-audit"):]
-	require.Contains(t, audit, api.OperatorName(keyOps))
+	require.Contains(t, audit, api.OperatorName(api.OperatorKey{Key: keyOps}))
 	require.Contains(t, audit, "update")
 	require.Regexp(t, `tenant <span class="mono">acme</span>`, audit)
 	require.Contains(t, audit, "&#34;paused&#34;:true")
@@ -135,4 +135,45 @@ func (b *bundle) apiStatus(t *testing.T, key string) int {
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestTenantsPageModels: the operators' tenants page lists the models kept
+// as data and sets a model's limits with a form that names its version
+// (a form of a version changed since is refused), its other settings
+// kept; a refused value names its field.
+func TestTenantsPageModels(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, func(c *api.Config) {
+		st := c.Store.(*store.Store)
+		c.Tenancy, c.TenancyStore = tenancy.New(st.Tenancy(), tenancy.Config{Logger: quiet}), st.Tenancy()
+	})
+	ctx := context.Background()
+	_, err := b.store.Tenancy().ImportModels(ctx, map[string]llmq.Model{"org/big": {RPM: 60, TPM: 6000, InputPricePer1M: 2}})
+	require.NoError(t, err)
+	ops := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, ops.signIn(keyOps).status)
+	page := ops.get("/ui/tenants")
+	require.Equal(t, http.StatusOK, page.status, page.body)
+	row := page.body[strings.Index(page.body, `data-model="org/big"`):]
+	row = row[:strings.Index(row, "</tr>")]
+	require.Contains(t, row, "6,000")
+	version := regexp.MustCompile(`name="version" value="(\d+)"`).FindStringSubmatch(row)
+	require.NotNil(t, version, row)
+
+	form := url.Values{"csrf": {csrf(t, page)}, "model": {"org/big"}, "version": {version[1]}, "rpm": {"120"}, "tpm": {"9000"}}
+	p := ops.post("/ui/models/limits", form)
+	require.Equal(t, "/ui/tenants?done=model-updated", p.header.Get("Location"), p.body)
+	m, err := b.store.Tenancy().Model(ctx, "org/big")
+	require.NoError(t, err)
+	require.Equal(t, llmq.Model{RPM: 120, TPM: 9000, InputPricePer1M: 2}, m.Model, "the price kept")
+	p = ops.post("/ui/models/limits", form)
+	require.Equal(t, http.StatusPreconditionFailed, p.status, "the same form again: the model changed since")
+	form.Set("version", "2")
+	form.Set("rpm", "-1")
+	p = ops.post("/ui/models/limits", form)
+	require.Equal(t, http.StatusBadRequest, p.status)
+	require.Contains(t, p.body, "rpm: must not be negative")
+	audit := ops.get("/ui/tenants").body
+	audit = audit[strings.Index(audit, "data-audit"):]
+	require.Regexp(t, `model <span class="mono">org/big</span>`, audit)
 }

@@ -140,7 +140,7 @@ func settings(cfg Config, simRoot string) (*config.Config, error) {
 		Retry:        config.Retry{MaxAttempts: maxAttempts, BaseDelay: 250 * time.Millisecond, MaxDelay: 5 * time.Second},
 		Batch:        config.Batch{Window: batchapi.WindowOff, FlushInterval: 2 * time.Second},
 		APIKeys:      map[string]string{APIKeyDefault: TenantDefault},
-		OperatorKeys: []string{OperatorKeyDefault},
+		OperatorKeys: []config.OperatorKey{{Name: "demo", Key: OperatorKeyDefault}},
 	}, nil
 }
 

@@ -1,0 +1,19 @@
+package worker
+
+// LaneLimit is the per-minute limit (bucket "rpm" or "tpm") of model's
+// lane (of a model without a pool) on this worker's share; false when the
+// worker has no such lane or bucket.
+func (w *Worker) LaneLimit(model, bucket string) (float64, bool) {
+	w.lanesMu.Lock()
+	l, ok := w.lanes[laneName(model, "")]
+	w.lanesMu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	for _, b := range l.shaper.Snapshot().Buckets {
+		if b.Name == bucket {
+			return b.Limit, true
+		}
+	}
+	return 0, false
+}

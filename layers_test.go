@@ -10,6 +10,7 @@ import (
 	"go/token"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,4 +200,81 @@ func TestPoolCallersFound(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
 	}
 	require.Equal(t, []string{"internal/app/x/x.go:3"}, poolCallers(t, root))
+}
+
+// ownPools are the files outside store/ and migrations/ that open a pool
+// or connection of their own, and why: the soak audits the database apart
+// from the store it checks, and the benchmarks read Postgres' own
+// statistics, load a backlog of a million rows and drop their databases.
+// Any other file reaches Postgres through the store.
+var ownPools = map[string]string{
+	"internal/app/soak/soak.go":        "the soak's auditor and its database",
+	"internal/app/bench/runner.go":     "drops a run's database",
+	"internal/app/bench/throughput.go": "waits on the jobs of a throughput run",
+	"internal/app/bench/fleet.go":      "reads pg_stat_database and pg_stat_activity",
+	"internal/app/bench/million.go":    "loads a backlog of a million rows",
+}
+
+// poolOpeners lists the non-test Go files under root, outside store/ and
+// migrations/, that import pgx or pgxpool (a connection or pool of their
+// own), as paths.
+func poolOpeners(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel == "store" || rel == "migrations" || rel == "testdata" || strings.HasPrefix(d.Name(), ".") && rel != "." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, im := range f.Imports {
+			if p := strings.Trim(im.Path.Value, `"`); p == "github.com/jackc/pgx/v5" || p == "github.com/jackc/pgx/v5/pgxpool" {
+				out = append(out, filepath.ToSlash(rel))
+				break
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	return out
+}
+
+// TestAppsOpenNoPool: outside store/ and migrations/, the files of
+// ownPools, and they only, open a Postgres pool or connection of their
+// own (a file that stops doing so leaves the list).
+func TestAppsOpenNoPool(t *testing.T) {
+	t.Parallel()
+	got := poolOpeners(t, ".")
+	slices.Sort(got)
+	require.Equal(t, slices.Sorted(maps.Keys(ownPools)), got, "a file opens a pool of its own: query through the store")
+}
+
+// TestPoolOpenersFound holds the check itself: an app importing pgxpool is
+// found, a test file or the store is not.
+func TestPoolOpenersFound(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for path, src := range map[string]string{
+		"internal/app/x/x.go":      "package x\nimport _ \"github.com/jackc/pgx/v5/pgxpool\"\n",
+		"internal/app/x/y.go":      "package x\nimport _ \"github.com/jackc/pgx/v5/pgconn\"\n",
+		"internal/app/x/x_test.go": "package x\nimport _ \"github.com/jackc/pgx/v5\"\n",
+		"store/store.go":           "package store\nimport _ \"github.com/jackc/pgx/v5/pgxpool\"\n",
+	} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
+	}
+	require.Equal(t, []string{"internal/app/x/x.go"}, poolOpeners(t, root))
 }

@@ -46,7 +46,7 @@ func Run(ctx context.Context, databaseURL, brokerURL string) error {
 		return err
 	}
 
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: target.Dest, DepthProbe: sub})
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: target.Dest, DepthProbe: sub})
 	if err != nil {
 		return err
 	}
@@ -58,12 +58,12 @@ func Run(ctx context.Context, databaseURL, brokerURL string) error {
 		return err
 	}
 
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: target.Dest})
+	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: target.Dest})
 	if err != nil {
 		return err
 	}
 	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: st, DeadLetters: letters,
+		Subscriber: sub, Store: st.Queue(), DeadLetters: letters,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: "http://127.0.0.1:8081/v1", APIKey: "sk-test"}), worker.ProviderOpenAI),
 		Strategy: shaping.StrategyShape,
 		Catalog:  llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {RPM: 500, TPM: 200000}}},

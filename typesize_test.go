@@ -31,6 +31,8 @@ var smallTypePackages = map[string]string{
 	"internal/webhook":     "",
 	"dlq":                  "",
 	"internal/upstreamsim": "",
+	"store":                "",
+	"worker":               "Worker",
 }
 
 // bigTypes lists, in the non-test Go files of dir, the types with more

@@ -26,7 +26,7 @@ func TestRouter(t *testing.T) {
 	claim := func(now time.Time, drain time.Duration) map[string]*store.JobRecord {
 		t.Helper()
 		h := b.router.Hold(now, drain)
-		recs, err := b.st.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 100,
+		recs, err := b.st.Queue().Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 100,
 			HoldDeferrable: h.Batch, HoldDeadlineAfter: h.DeadlineAfter, LiveReason: h.LiveReason})
 		require.NoError(t, err)
 		out := map[string]*store.JobRecord{}
@@ -39,7 +39,7 @@ func TestRouter(t *testing.T) {
 	plain.Deferrable = false
 	soon := night.Add(3 * time.Hour)
 	for _, j := range []*llmq.Job{plain, job("night", "gpt-4o-mini", nil), job("soon", "gpt-4o-mini", &soon)} {
-		_, err := b.st.Insert(ctx, j)
+		_, err := b.st.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 	}
 
@@ -49,7 +49,7 @@ func TestRouter(t *testing.T) {
 	require.Len(t, got, 2, "night: the deferrable job without a deadline is held")
 	require.Empty(t, got["plain"].LaneReason, "not deferrable: no lane decision")
 	require.Equal(t, "live: deadline within 25h0m0s, a batch needs more", got["soon"].LaneReason)
-	held, err := b.st.Get(ctx, llmq.DefaultTenant, "night")
+	held, err := b.st.Jobs().Get(ctx, llmq.DefaultTenant, "night")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, held.Status)
 	require.Equal(t, store.LaneLive, held.Lane)
@@ -88,7 +88,7 @@ func TestTenThousandJobs(t *testing.T) {
 	t.Logf("collect, upload and create 4 batches of 2,500: %v", time.Since(start))
 	require.Equal(t, 10000, b.count(t, `status = 'batched' AND lane = 'batch' AND batch_id LIKE 'lb_%'
 		AND lane_reason = 'batch: inside off-peak window 22:00-06:00 UTC'`))
-	batches, err := b.st.ListBatches(ctx, 10, true)
+	batches, err := b.st.Batches().ListBatches(ctx, 10, true)
 	require.NoError(t, err)
 	require.Len(t, batches, 4)
 	for _, bt := range batches {
@@ -128,7 +128,7 @@ func TestTenThousandJobs(t *testing.T) {
 	t.Logf("check 10,000 results against a second simulator: %v", time.Since(start))
 
 	// Cost: batch price is half the live price of the same tokens.
-	c, err := CostReport(ctx, b.st, time.Time{})
+	c, err := CostReport(ctx, b.st.Batches(), time.Time{})
 	require.NoError(t, err)
 	require.Equal(t, 4, c.Batches)
 	require.Equal(t, 10000, c.Jobs)
@@ -174,7 +174,7 @@ func TestExpiredBatch(t *testing.T) {
 	stats := b.sim.Sim.Stats().Total
 	require.EqualValues(t, 50, stats.BatchLines)
 	require.EqualValues(t, 50, stats.Succeeded)
-	bt, err := b.st.ListBatches(ctx, 1, false)
+	bt, err := b.st.Batches().ListBatches(ctx, 1, false)
 	require.NoError(t, err)
 	require.Equal(t, store.BatchExpired, bt[0].Status)
 	require.Equal(t, 100, bt[0].RequestTotal)
@@ -273,7 +273,7 @@ func TestInvalidBatch(t *testing.T) {
 	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Live: 20}, ps)
 	require.Equal(t, 20, b.count(t, `status = 'queued' AND lane = 'live' AND batch_id = ''
 		AND lane_reason LIKE 'live: batch lb_% failed: token_limit_exceeded: Enqueued token limit reached for tiny-quota%'`))
-	bt, err := b.st.ListBatches(ctx, 1, false)
+	bt, err := b.st.Batches().ListBatches(ctx, 1, false)
 	require.NoError(t, err)
 	require.Equal(t, store.BatchFailed, bt[0].Status)
 	require.Contains(t, bt[0].Error, "token_limit_exceeded")
@@ -303,7 +303,7 @@ func TestDeadlinePullBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, PollStats{Polled: 1, PulledBack: 5}, ps)
 	require.Equal(t, 5, b.count(t, `id LIKE 'dl-%' AND status = 'queued' AND lane = 'live' AND lane_reason = 'live: deadline too near for the batch lane, pulled back'`))
-	bt, err := b.st.ListBatches(ctx, 1, true)
+	bt, err := b.st.Batches().ListBatches(ctx, 1, true)
 	require.NoError(t, err)
 	require.Len(t, bt, 1, "the batch was not cancelled")
 
@@ -335,7 +335,7 @@ func TestCancelAndFailedLines(t *testing.T) {
 	bad := job("a-toolong", "gpt-4o-mini", nil)
 	bad.Body = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":5000}`)
 	require.NoError(t, bad.Validate())
-	_, err := b.st.Insert(ctx, bad)
+	_, err := b.st.Jobs().Insert(ctx, bad)
 	require.NoError(t, err)
 	b.route(t, "ok", "gpt-4o-mini", 39, nil)
 
@@ -344,14 +344,14 @@ func TestCancelAndFailedLines(t *testing.T) {
 	n, err := svc.Collector().FlushAll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 40, n)
-	bt, err := b.st.ListBatches(ctx, 1, true)
+	bt, err := b.st.Batches().ListBatches(ctx, 1, true)
 	require.NoError(t, err)
 
 	// 5s validating + 2s at 10 lines/s: 20 lines done, then cancel.
 	b.clock.Advance(7 * time.Second)
-	_, err = Cancel(ctx, b.st, b.client, "nope")
+	_, err = Cancel(ctx, b.st.Batches(), b.client, "nope")
 	require.ErrorIs(t, err, store.ErrBatchNotFound)
-	got, err := Cancel(ctx, b.st, b.client, bt[0].ProviderBatchID)
+	got, err := Cancel(ctx, b.st.Batches(), b.client, bt[0].ProviderBatchID)
 	require.NoError(t, err)
 	require.Equal(t, store.BatchCancelling, got.Status)
 	b.clock.Advance(time.Minute)
@@ -359,13 +359,13 @@ func TestCancelAndFailedLines(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, PollStats{Polled: 1, Ingested: 1, Stored: 19, DeadLettered: 1, Live: 20, Letters: 1}, ps)
 	require.Equal(t, 20, b.count(t, `status = 'queued' AND lane = 'live' AND lane_reason LIKE 'live: batch lb_% cancelled before the job ran'`))
-	got, err = b.st.GetBatch(ctx, bt[0].ID)
+	got, err = b.st.Batches().GetBatch(ctx, bt[0].ID)
 	require.NoError(t, err)
 	require.Equal(t, store.BatchCancelled, got.Status)
-	_, err = Cancel(ctx, b.st, b.client, got.ID)
+	_, err = Cancel(ctx, b.st.Batches(), b.client, got.ID)
 	require.ErrorIs(t, err, ErrFinished)
 
-	j, err := b.st.Get(ctx, llmq.DefaultTenant, "a-toolong")
+	j, err := b.st.Jobs().Get(ctx, llmq.DefaultTenant, "a-toolong")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusDeadLettered, j.Status)
 	require.Equal(t, ErrorCodeBatchLineFailed, j.ErrorCode)
@@ -398,7 +398,7 @@ func TestService(t *testing.T) {
 	require.Eventually(t, func() bool { return b.countOrNeg(`status = 'succeeded'`) == 50 }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, svc.Stop(ctx))
 	require.NoError(t, svc.Stop(ctx))
-	open, err := b.st.OpenBatches(ctx)
+	open, err := b.st.Batches().OpenBatches(ctx)
 	require.NoError(t, err)
 	require.Empty(t, open)
 }

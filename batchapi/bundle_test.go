@@ -63,7 +63,7 @@ func setup(t *testing.T, simCfg upstreamsim.Config, mod func(*Config)) *testBund
 		st: st, sim: sim, simCfg: simCfg, clock: clock, client: newClient(t, sim, nil), lane: clockwork.NewFakeClockAt(night),
 	}
 	b.cfg = Config{
-		Store: st, Client: b.client,
+		Store: st.Batches(), Client: b.client,
 		Catalog:  llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {InputPricePer1M: 0.15, OutputPricePer1M: 0.60}}},
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Clock:    b.lane,
@@ -120,7 +120,7 @@ func (b *testBundle) route(t *testing.T, prefix, model string, n int, deadline *
 	}
 	for len(jobs) > 0 {
 		k := min(len(jobs), 1000)
-		_, err := b.st.Ingest(context.Background(), jobs[:k])
+		_, err := b.st.Queue().Ingest(context.Background(), jobs[:k])
 		require.NoError(t, err)
 		jobs = jobs[k:]
 	}
@@ -153,10 +153,10 @@ func (b *testBundle) liveWorker(t *testing.T, want int) {
 	defer cancel()
 	for done := 0; done < want; {
 		h := b.router.Hold(b.lane.Now(), 0)
-		models, err := b.st.QueuedModels(ctx)
+		models, err := b.st.Queue().QueuedModels(ctx)
 		require.NoError(t, err)
 		require.NotEmpty(t, models, "live worker: %d of %d jobs done", done, want)
-		recs, err := b.st.Claim(ctx, store.ClaimRequest{Model: models[0], Owner: "live-worker", Lease: time.Minute,
+		recs, err := b.st.Queue().Claim(ctx, store.ClaimRequest{Model: models[0], Owner: "live-worker", Lease: time.Minute,
 			Limit: want - done, HoldDeferrable: h.Batch, HoldDeadlineAfter: h.DeadlineAfter, LiveReason: h.LiveReason})
 		require.NoError(t, err)
 		require.NotEmpty(t, recs, "live worker: %d of %d jobs done", done, want)
@@ -168,7 +168,7 @@ func (b *testBundle) liveWorker(t *testing.T, want int) {
 			require.NoError(t, err)
 			raw, err := json.Marshal(resp)
 			require.NoError(t, err)
-			stored, err := b.st.StoreResult(ctx, rec.Key(), store.Result{Response: raw, UsedModel: resp.Model,
+			stored, err := b.st.Queue().StoreResult(ctx, rec.Key(), store.Result{Response: raw, UsedModel: resp.Model,
 				PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens})
 			require.NoError(t, err)
 			require.True(t, stored)

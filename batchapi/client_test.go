@@ -85,7 +85,7 @@ func TestProviderAnswersBounded(t *testing.T) {
 	n, err := svc.Collector().FlushAll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
-	bt, err := b.st.ListBatches(ctx, 1, true)
+	bt, err := b.st.Batches().ListBatches(ctx, 1, true)
 	require.NoError(t, err)
 	before := bt[0]
 
@@ -93,7 +93,7 @@ func TestProviderAnswersBounded(t *testing.T) {
 	for _, status := range []int{http.StatusOK, http.StatusInternalServerError} {
 		hostile.served.Store(0)
 		hostile.answer.Store(&hostileAnswer{status: status, body: batchWithError(before.ProviderBatchID, huge)})
-		_, err = Cancel(ctx, b.st, b.client, before.ID)
+		_, err = Cancel(ctx, b.st.Batches(), b.client, before.ID)
 		var tooLarge *AnswerTooLargeError
 		require.ErrorAs(t, err, &tooLarge, "HTTP %d", status)
 		require.Equal(t, int64(MaxAnswerBytesDefault), tooLarge.Limit)
@@ -105,7 +105,7 @@ func TestProviderAnswersBounded(t *testing.T) {
 		require.ErrorAs(t, err, &tooLarge, "HTTP %d", status)
 		require.LessOrEqual(t, hostile.served.Load(), int64(MaxAnswerBytesDefault+1), "HTTP %d: read past the bound", status)
 	}
-	got, err := b.st.GetBatch(ctx, before.ID)
+	got, err := b.st.Batches().GetBatch(ctx, before.ID)
 	require.NoError(t, err)
 	require.Equal(t, before.Status, got.Status)
 	require.Empty(t, got.Error)
@@ -114,7 +114,7 @@ func TestProviderAnswersBounded(t *testing.T) {
 	// characters, cut to redact.ErrorMaxBytes.
 	leak := `refused for sk-proj-abcdef0123456789\u0000\u001b[2J ` + strings.Repeat("y", 4<<10)
 	hostile.answer.Store(&hostileAnswer{status: http.StatusOK, body: batchWithError(before.ProviderBatchID, leak)})
-	got, err = Cancel(ctx, b.st, b.client, before.ID)
+	got, err = Cancel(ctx, b.st.Batches(), b.client, before.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.BatchInProgress, got.Status)
 	require.True(t, strings.HasPrefix(got.Error, "x: refused for sk-xxxxx  [2J yyy"), got.Error[:40])
@@ -135,7 +135,7 @@ func TestProviderAnswersBounded(t *testing.T) {
 	ps, err := svc.Poller().Poll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, ps.DeadLettered, "%+v", ps)
-	j, err := b.st.Get(ctx, llmq.DefaultTenant, "h-00001")
+	j, err := b.st.Jobs().Get(ctx, llmq.DefaultTenant, "h-00001")
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(j.ErrorMessage, "batch "+before.ID+" line failed: http_400/bad: refused for sk-xxxxx  zzz"), j.ErrorMessage[:80])
 	require.LessOrEqual(t, len(j.ErrorMessage), redact.ErrorMaxBytes)

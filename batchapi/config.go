@@ -68,7 +68,7 @@ type DeadLetterer interface {
 	DeadLetter(ctx context.Context, l dlq.Letter) error
 }
 
-// Store is what the batch lane needs of the job store; *store.Store is
+// Store is what the batch lane needs of the job store; *store.Batches is
 // one.
 type Store interface {
 	// WithAdvisoryLock lets one collector and one poller work at a time.

@@ -9,7 +9,7 @@ import (
 )
 
 // The job store is one the batch lane can use.
-var _ Store = (*store.Store)(nil)
+var _ Store = (*store.Batches)(nil)
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,

@@ -22,7 +22,7 @@ import (
 type storeLetters struct{ st *store.Store }
 
 func (m storeLetters) DeadLetter(ctx context.Context, l dlq.Letter) error {
-	_, _, err := m.st.RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: "job:" + l.Tenant + "/" + l.JobID, JobID: l.JobID,
+	_, _, err := m.st.DeadLetters().RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: "job:" + l.Tenant + "/" + l.JobID, JobID: l.JobID,
 		Tenant: l.Tenant, LeaseToken: l.LeaseToken, Reason: string(l.Reason), LastError: l.LastError, Message: l.Message})
 	return err
 }
@@ -52,7 +52,7 @@ func TestWithWorker(t *testing.T) {
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
 		Subscriber:  sub,
-		Store:       b.st,
+		Store:       b.st.Queue(),
 		Upstream:    worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: b.sim.URL, APIKey: "sk-test", Timeout: 5 * time.Second}), worker.ProviderOpenAI),
 		DeadLetters: storeLetters{b.st},
 		Router:      laneRouter{b},

@@ -53,7 +53,7 @@ type Notifier interface {
 
 // Store is what a [Writer] and a [Service] need of the job store: the
 // dead_letters table and the few job moves a dead letter makes.
-// *store.Store is one.
+// *store.DeadLetters is one.
 type Store interface {
 	// RecordDeadLetter, MarkDeadLetterPublished, UnpublishedDeadLetters,
 	// UnfinishedReplays and MarkDeadLettered serve the Writer.
@@ -72,8 +72,8 @@ type Store interface {
 	BeginReplay(ctx context.Context, tenant string, id int64) (rec *store.DeadLetter, begun bool, err error)
 	MarkReplayPublished(ctx context.Context, id int64) (bool, error)
 	Requeue(ctx context.Context, tenant, id string) (*store.JobRecord, error)
-	// Get reads the letter's job.
-	Get(ctx context.Context, tenant, id string) (*store.JobRecord, error)
+	// Job reads the letter's job.
+	Job(ctx context.Context, tenant, id string) (*store.JobRecord, error)
 }
 
 // Config configures a [Writer] and a [Service]. Fields marked required have

@@ -38,7 +38,7 @@ func TestWriterAndReplayOnKafka(t *testing.T) {
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{Brokers: addrs})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, pub.Close()) })
-	cfg := Config{Store: st, Publisher: pub, Destination: "jobs", Clock: clock}
+	cfg := Config{Store: st.DeadLetters(), Publisher: pub, Destination: "jobs", Clock: clock}
 	w, err := NewWriter(cfg)
 	require.NoError(t, err)
 	svc, err := NewService(cfg)

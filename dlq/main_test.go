@@ -9,7 +9,7 @@ import (
 )
 
 // The job store is one the Writer and the Service can use.
-var _ Store = (*store.Store)(nil)
+var _ Store = (*store.DeadLetters)(nil)
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)

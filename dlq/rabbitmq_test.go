@@ -58,7 +58,7 @@ func TestWriterAndReplayOnRabbitMQ(t *testing.T) {
 	pub, err := rabbitmq.NewPublisher(rabbitmq.Config{URL: rabbitmqtest.URL()})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, pub.Close()) })
-	cfg := Config{Store: st, Publisher: pub, Destination: queue, Clock: clock}
+	cfg := Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue, Clock: clock}
 	w, err := NewWriter(cfg)
 	require.NoError(t, err)
 	svc, err := NewService(cfg)

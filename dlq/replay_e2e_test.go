@@ -91,7 +91,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 
 	broker := memory.New()
 	pub := &countingPublisher{Publisher: broker.NewPublisher()}
-	dcfg := dlq.Config{Store: st, Publisher: pub, Destination: "jobs"}
+	dcfg := dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: "jobs"}
 	writer, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
 	svc, err := dlq.NewService(dcfg)
@@ -102,7 +102,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
 		Subscriber: sub,
-		Store:      st,
+		Store:      st.Queue(),
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{
 			BaseURL: upstream.URL + "/v1", APIKey: "sk-test", Timeout: 5 * time.Second,
 		}), worker.ProviderOpenAI),
@@ -134,7 +134,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	require.Equal(t, "replay-me", l.JobID)
 	require.Equal(t, dlq.ReasonRetriesExhausted, l.Reason)
 	require.Equal(t, 3, l.Attempts)
-	rec, err := st.Get(ctx, "acme", "replay-me")
+	rec, err := st.Jobs().Get(ctx, "acme", "replay-me")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusDeadLettered, rec.Status)
 	require.Equal(t, int64(1), broker.Depth("jobs.dlq"))
@@ -171,7 +171,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 				rec.Status, broker.Depth("jobs"))
 		case <-tick.C:
 		}
-		rec, err = st.Get(ctx, "acme", "replay-me")
+		rec, err = st.Jobs().Get(ctx, "acme", "replay-me")
 		require.NoError(t, err)
 	}
 	require.Equal(t, 1, rec.Attempts)
@@ -187,7 +187,7 @@ func TestReplayAfterFaultsStop(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, third.Replayed)
 	require.Equal(t, int64(2), pub.toMain.Load())
-	rec, err = st.Get(ctx, "acme", "replay-me")
+	rec, err = st.Jobs().Get(ctx, "acme", "replay-me")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 }

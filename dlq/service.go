@@ -113,7 +113,7 @@ func (s *Service) Replay(ctx context.Context, tenant string, id int64) (ReplayRe
 		return ReplayResult{Record: d}, nil
 	}
 	if d.JobID != "" {
-		job, err := s.cfg.Store.Get(ctx, d.Tenant, d.JobID)
+		job, err := s.cfg.Store.Job(ctx, d.Tenant, d.JobID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:

@@ -137,7 +137,7 @@ func TestReplayWithoutPublisher(t *testing.T) {
 	t.Parallel()
 	b := setupDLQ(t)
 	r := b.deadLettered(t, "j1")
-	svc, err := NewService(Config{Store: b.store})
+	svc, err := NewService(Config{Store: b.store.DeadLetters()})
 	require.NoError(t, err)
 	_, err = svc.Replay(b.ctx, "", r.ID)
 	require.ErrorIs(t, err, ErrNoPublisher)

@@ -177,7 +177,7 @@ func (w *Writer) Repair(ctx context.Context) (RepairStats, error) {
 	var errs []error
 	for _, d := range letters {
 		if d.JobID != "" && !Reason(d.Reason).unrecorded() {
-			job, err := w.cfg.Store.Get(ctx, d.Tenant, d.JobID)
+			job, err := w.cfg.Store.Job(ctx, d.Tenant, d.JobID)
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 			case err != nil:

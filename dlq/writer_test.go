@@ -122,7 +122,7 @@ func setupDLQ(t *testing.T) *dlqBundle {
 		ctx: ctx, clock: clock, store: st, alerts: &notifier{}, reg: prometheus.NewRegistry(), leases: map[string]store.Lease{},
 		pub: &testPublisher{Publisher: memory.New().NewPublisher(), published: make(chan published, 100)},
 	}
-	cfg := Config{Store: st, Publisher: b.pub, Destination: testDest, Alerter: b.alerts, Clock: clock, Registerer: b.reg}
+	cfg := Config{Store: st.DeadLetters(), Publisher: b.pub, Destination: testDest, Alerter: b.alerts, Clock: clock, Registerer: b.reg}
 	b.writer, err = NewWriter(cfg)
 	require.NoError(t, err)
 	b.svc, err = NewService(cfg)
@@ -137,7 +137,7 @@ func (b *dlqBundle) claimedJob(t *testing.T, id string) []byte {
 	msg := []byte(fmt.Sprintf(`{"id":%q,"tenant":"acme","priority":"high","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, id))
 	j, err := llmq.Decode(msg, llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	b.claim(t, id)
 	return msg
@@ -146,7 +146,7 @@ func (b *dlqBundle) claimedJob(t *testing.T, id string) []byte {
 // claim claims the queued job id (the only queued job) for w1.
 func (b *dlqBundle) claim(t *testing.T, id string) {
 	t.Helper()
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w1", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w1", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, id, recs[0].ID)
@@ -165,7 +165,7 @@ func (b *dlqBundle) letter(id string, msg []byte) Letter {
 
 func (b *dlqBundle) jobStatus(t *testing.T, id string) *store.JobRecord {
 	t.Helper()
-	rec, err := b.store.Get(b.ctx, "acme", id)
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", id)
 	require.NoError(t, err)
 	return rec
 }
@@ -272,7 +272,7 @@ func TestWriterPoisonLeavesTheJobOfItsID(t *testing.T) {
 	b := setupDLQ(t)
 	j, err := llmq.Decode([]byte(`{"id":"j1","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	for _, msg := range []string{`{"id":"j1","tenant":"acme"}`, `{"id":"j1","tenant":"acme","body":1}`} {
 		require.NoError(t, b.writer.DeadLetter(b.ctx, Letter{JobID: "j1", Tenant: "acme", Reason: ReasonPoison, Message: []byte(msg)}))
@@ -305,7 +305,7 @@ func TestWriterPublishFailureThenRepair(t *testing.T) {
 	unheld.LeaseToken = 0
 	require.ErrorIs(t, b.writer.DeadLetter(b.ctx, unheld), broken)
 	require.Equal(t, llmq.StatusRunning, b.jobStatus(t, "j2").Status, "a letter without the lease leaves a held job alone")
-	_, err = b.store.StoreResult(b.ctx, b.leases["j2"].Key, store.Result{})
+	_, err = b.store.Queue().StoreResult(b.ctx, b.leases["j2"].Key, store.Result{})
 	require.NoError(t, err)
 	require.Empty(t, b.alerts.got())
 	require.Equal(t, 3.0, gather(t, b.reg)["llmq_dlq_publish_failures_total"])
@@ -373,14 +373,14 @@ func TestConfigValidation(t *testing.T) {
 		field string
 	}{
 		"no store":       {Config{Publisher: pub, Destination: "d"}, "Store"},
-		"no publisher":   {Config{Store: st, Destination: "d"}, "Publisher"},
-		"no destination": {Config{Store: st, Publisher: pub}, "Destination"},
-		"negative after": {Config{Store: st, Publisher: pub, Destination: "d", RepairAfter: -1}, "RepairAfter"},
+		"no publisher":   {Config{Store: st.DeadLetters(), Destination: "d"}, "Publisher"},
+		"no destination": {Config{Store: st.DeadLetters(), Publisher: pub}, "Destination"},
+		"negative after": {Config{Store: st.DeadLetters(), Publisher: pub, Destination: "d", RepairAfter: -1}, "RepairAfter"},
 	} {
 		_, err := NewWriter(tc.cfg)
 		require.ErrorIs(t, err, ErrInvalidConfig, name)
 		require.ErrorContains(t, err, tc.field, name)
 	}
-	_, err := NewService(Config{Store: st})
+	_, err := NewService(Config{Store: st.DeadLetters()})
 	require.NoError(t, err)
 }

@@ -34,7 +34,7 @@ func (b *testBundle) ingest(t *testing.T, n int) {
 // claim claims n queued jobs of the producer's model for worker "w".
 func (b *testBundle) claim(t *testing.T, n int) []*store.JobRecord {
 	t.Helper()
-	recs, err := b.store.Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: n})
+	recs, err := b.store.Queue().Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: n})
 	require.NoError(t, err)
 	require.Len(t, recs, n)
 	return recs
@@ -45,7 +45,7 @@ func (b *testBundle) work(t *testing.T, n int) {
 	t.Helper()
 	b.ingest(t, n)
 	for _, rec := range b.claim(t, n) {
-		_, err := b.store.StoreResult(context.Background(), rec.Key(), store.Result{Response: json.RawMessage(`{}`)})
+		_, err := b.store.Queue().StoreResult(context.Background(), rec.Key(), store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 }
@@ -158,7 +158,7 @@ func TestBackpressureColdStartAndNoConsumer(t *testing.T) {
 	// gone.
 	finish(t, b, 3) // 3/min over the last minute
 	b.clock.Advance(time.Minute - time.Second)
-	require.NoError(t, b.store.SetModelState(ctx, store.ModelState{Model: "gpt-4o-mini", WaitingReason: store.WaitingReasonProviderQuota, Worker: "w"}))
+	require.NoError(t, b.store.Queue().SetModelState(ctx, store.ModelState{Model: "gpt-4o-mini", WaitingReason: store.WaitingReasonProviderQuota, Worker: "w"}))
 	q, err = p.Queue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, producer.StateOK, q.State)

@@ -83,7 +83,7 @@ type DepthProbe interface {
 
 // Store is what a Producer needs of the job store: the outbox (jobs
 // recorded before they are published) and the queue's Postgres figures.
-// *store.Store is one.
+// *store.Outbox is one.
 type Store interface {
 	// InsertOutbox records jobs (with their estimates) as queued and not
 	// yet published, all or none, and says for each whether it was
@@ -165,7 +165,7 @@ type Config struct {
 	// in RateWindow. 0 = unknown: no estimate until a job finishes.
 	QuotaRatePerMin float64
 	// Predict, when set, predicts when a job would complete for the
-	// deadline check, from its model's lanes (store.PredictCompletion): a
+	// deadline check, from its model's lanes (store.LaneRates.PredictCompletion): a
 	// job whose known prediction passes its deadline is refused, one whose
 	// prediction is unknown (no rate learned yet) or fails is admitted.
 	// Unset, the queue's drain estimate is compared with the deadline.

@@ -27,7 +27,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The job store is one a Producer can use.
-var _ producer.Store = (*store.Store)(nil)
+var _ producer.Store = (*store.Outbox)(nil)
 
 var quiet = slog.New(slog.DiscardHandler)
 
@@ -63,7 +63,7 @@ func setup(t *testing.T) *testBundle {
 func (b *testBundle) producer(t *testing.T, mod func(*producer.Config)) *producer.Producer {
 	t.Helper()
 	cfg := producer.Config{
-		Publisher: b.broker.NewPublisher(), Store: b.store, Destination: b.dest, DepthProbe: b.sub,
+		Publisher: b.broker.NewPublisher(), Store: b.store.Outbox(), Destination: b.dest, DepthProbe: b.sub,
 		Clock: b.clock, DepthTTL: -1, Logger: quiet,
 	}
 	if mod != nil {
@@ -112,7 +112,7 @@ func TestPublishRecordsThenPublishes(t *testing.T) {
 	require.Equal(t, producer.Receipt{ID: r.ID, Tenant: "acme", Status: llmq.StatusQueued, Created: true, Published: true}, r)
 	require.Equal(t, producer.StateOK, q.State)
 
-	rec, err := b.store.Get(ctx, "acme", r.ID)
+	rec, err := b.store.Jobs().Get(ctx, "acme", r.ID)
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
 	require.NotNil(t, publishedAt(t, b.pool, r.ID))
@@ -173,7 +173,7 @@ func TestPublishBatchDuplicatesAndTenants(t *testing.T) {
 	var ve *llmq.ValidationError
 	require.ErrorAs(t, err, &ve)
 	require.Equal(t, []string{"body.model"}, ve.Fields())
-	_, err = b.store.Get(ctx, "acme", "e")
+	_, err = b.store.Jobs().Get(ctx, "acme", "e")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// A job as llmq.Decode returned it is not validated again; one changed
@@ -206,12 +206,12 @@ func finish(t *testing.T, b *testBundle, n int) {
 		j.Body = json.RawMessage(`{"model":"finished","messages":[{"role":"user","content":"hi"}]}`)
 		require.NoError(t, j.Normalize())
 		require.NoError(t, j.Validate())
-		_, err := b.store.Insert(ctx, j)
+		_, err := b.store.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
-		recs, err := b.store.Claim(ctx, store.ClaimRequest{Model: "finished", Owner: "w", Lease: time.Minute, Limit: 1})
+		recs, err := b.store.Queue().Claim(ctx, store.ClaimRequest{Model: "finished", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
-		_, err = b.store.StoreResult(ctx, recs[0].Key(), store.Result{Response: json.RawMessage(`{}`)})
+		_, err = b.store.Queue().StoreResult(ctx, recs[0].Key(), store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 }
@@ -253,7 +253,7 @@ func TestBackpressureThresholds(t *testing.T) {
 	require.ErrorAs(t, err, &bp)
 	require.Equal(t, producer.ReasonQueueFull, bp.Reason)
 	require.Equal(t, 50*time.Second, bp.RetryAfter, "(10 - soft 5) jobs at 6/min")
-	_, err = b.store.Get(ctx, "acme", "refused")
+	_, err = b.store.Jobs().Get(ctx, "acme", "refused")
 	require.ErrorIs(t, err, store.ErrNotFound, "a refused job is not recorded")
 
 	// The workers drain the queue: the state switches back off.
@@ -340,7 +340,7 @@ func TestOutboxSweepAfterCrash(t *testing.T) {
 	j := newJob("crashed")
 	require.NoError(t, j.Normalize())
 	require.NoError(t, j.Validate())
-	created, err := b.store.InsertOutbox(ctx, []store.NewJob{{Job: j}})
+	created, err := b.store.Outbox().InsertOutbox(ctx, []store.NewJob{{Job: j}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}}, created)
 	require.Nil(t, publishedAt(t, b.pool, "crashed"))
@@ -392,9 +392,9 @@ func TestSweepPagesAndSkipsFinished(t *testing.T) {
 		require.NoError(t, j.Validate())
 		jobs = append(jobs, store.NewJob{Job: j})
 	}
-	_, err := b.store.InsertOutbox(ctx, jobs)
+	_, err := b.store.Outbox().InsertOutbox(ctx, jobs)
 	require.NoError(t, err)
-	_, err = b.store.Cancel(ctx, "acme", "c6")
+	_, err = b.store.Jobs().Cancel(ctx, "acme", "c6")
 	require.NoError(t, err)
 	b.clock.Advance(time.Hour)
 	n, err := p.Sweep(ctx, time.Minute, 2)
@@ -411,7 +411,7 @@ func TestSweeperStartStop(t *testing.T) {
 	j := newJob("orphan")
 	require.NoError(t, j.Normalize())
 	require.NoError(t, j.Validate())
-	_, err := b.store.InsertOutbox(ctx, []store.NewJob{{Job: j}})
+	_, err := b.store.Outbox().InsertOutbox(ctx, []store.NewJob{{Job: j}})
 	require.NoError(t, err)
 	b.clock.Advance(time.Hour)
 
@@ -448,7 +448,7 @@ func TestBrokerDownOutbox(t *testing.T) {
 	probed := b.producer(t, func(c *producer.Config) { c.Publisher, c.DepthProbe = deadPub, deadSub })
 	_, _, err = probed.Publish(ctx, newJob("refused"))
 	require.ErrorIs(t, err, producer.ErrBrokerUnavailable)
-	_, err = b.store.Get(ctx, "acme", "refused")
+	_, err = b.store.Jobs().Get(ctx, "acme", "refused")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// The probe passed (none configured) but the publish fails.
@@ -460,7 +460,7 @@ func TestBrokerDownOutbox(t *testing.T) {
 	r, _, err := unprobed.Publish(ctx, j)
 	require.ErrorIs(t, err, producer.ErrUnpublished)
 	require.Equal(t, producer.Receipt{ID: "kept", Tenant: "acme", Status: llmq.StatusQueued, Created: true}, r)
-	rec, err := b.store.Get(ctx, "acme", "kept")
+	rec, err := b.store.Jobs().Get(ctx, "acme", "kept")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
 

@@ -65,12 +65,12 @@ func TestBackpressureRabbitMQJobsInFlight(t *testing.T) {
 	require.Equal(t, producer.StateThrottled, q.State, "10 jobs over a soft depth of 5, not the 6 RabbitMQ sees")
 
 	// The worker's claim runs them; then they finish.
-	recs, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 4})
+	recs, err := b.store.Queue().Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 4})
 	require.NoError(t, err)
 	require.Len(t, recs, 4)
 	require.Equal(t, [4]int64{10, 6, 6, 4}, queue(), "running: in flight")
 	for _, rec := range recs {
-		_, err := b.store.StoreResult(ctx, rec.Key(), store.Result{Response: json.RawMessage(`{}`)})
+		_, err := b.store.Queue().StoreResult(ctx, rec.Key(), store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 	require.Equal(t, [4]int64{6, 6, 6, 0}, queue(), "finished: gone from the backlog")

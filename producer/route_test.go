@@ -36,11 +36,11 @@ func TestPublishRoutes(t *testing.T) {
 		"tenant": {To: "acme-results", Webhook: "https://acme.example/h"},
 		"own":    {To: "mine"},
 	} {
-		rec, err := b.store.Get(ctx, "acme", id)
+		rec, err := b.store.Jobs().Get(ctx, "acme", id)
 		require.NoError(t, err)
 		require.Equal(t, &want, rec.Reply, id)
 	}
-	rec, err := b.store.Get(ctx, "globex", "other")
+	rec, err := b.store.Jobs().Get(ctx, "globex", "other")
 	require.NoError(t, err)
 	require.Equal(t, &llmq.Reply{To: "all-results"}, rec.Reply)
 

@@ -124,7 +124,7 @@ func TestTooLargeRefusedBeforeRecording(t *testing.T) {
 	require.Equal(t, 4096, tl.Limit)
 	require.Greater(t, tl.Size, 5000)
 	for _, id := range []string{"fits", "big"} {
-		_, err = b.store.Get(ctx, "acme", id)
+		_, err = b.store.Jobs().Get(ctx, "acme", id)
 		require.ErrorIs(t, err, store.ErrNotFound, id)
 	}
 	require.Zero(t, b.broker.Depth(b.dest))
@@ -148,7 +148,7 @@ func TestTooLargeForTheBroker(t *testing.T) {
 	var tl *llmq.TooLargeError
 	require.ErrorAs(t, err, &tl)
 	require.Equal(t, k.pub.MaxValueBytes(transport.Message{Key: []byte("big")}), tl.Limit)
-	_, err = b.store.Get(context.Background(), "acme", "big")
+	_, err = b.store.Jobs().Get(context.Background(), "acme", "big")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -167,7 +167,7 @@ func TestSweepDeadLettersUnpublishable(t *testing.T) {
 	for _, j := range jobs {
 		require.NoError(t, j.Normalize())
 		require.NoError(t, j.Validate())
-		_, err := b.store.InsertOutbox(ctx, []store.NewJob{{Job: j}})
+		_, err := b.store.Outbox().InsertOutbox(ctx, []store.NewJob{{Job: j}})
 		require.NoError(t, err)
 		b.clock.Advance(time.Millisecond) // swept in this order
 	}
@@ -181,7 +181,7 @@ func TestSweepDeadLettersUnpublishable(t *testing.T) {
 	require.ErrorIs(t, err, producer.ErrUnpublishable)
 	require.Zero(t, n)
 
-	w, err := dlq.NewWriter(dlq.Config{Store: b.store, Publisher: k.pub, Destination: k.topic, Clock: b.clock})
+	w, err := dlq.NewWriter(dlq.Config{Store: b.store.DeadLetters(), Publisher: k.pub, Destination: k.topic, Clock: b.clock})
 	require.NoError(t, err)
 	p := b.producer(t, func(c *producer.Config) { cfg(c); c.DeadLetters = w })
 	n, err = p.Sweep(ctx, time.Minute, 10)
@@ -194,10 +194,10 @@ func TestSweepDeadLettersUnpublishable(t *testing.T) {
 		require.NotNil(t, publishedAt(t, b.pool, id), id)
 	}
 	for id, cause := range map[string]string{"refused": "rejected by the broker", "over-limit": "byte limit"} {
-		rec, err := b.store.Get(ctx, "acme", id)
+		rec, err := b.store.Jobs().Get(ctx, "acme", id)
 		require.NoError(t, err)
 		require.Equal(t, llmq.StatusDeadLettered, rec.Status, id)
-		letters, _, err := b.store.ListDeadLetters(ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "acme", JobID: id}})
+		letters, _, err := b.store.DeadLetters().ListDeadLetters(ctx, store.DeadLetterListOptions{DeadLetterFilter: store.DeadLetterFilter{Tenant: "acme", JobID: id}})
 		require.NoError(t, err)
 		require.Len(t, letters, 1, id)
 		require.Equal(t, string(producer.ReasonUnpublishable), letters[0].Reason)

@@ -182,7 +182,7 @@ func withAnswer(k Key, a *Answer, s stmt) []stmt {
 
 // EndAttempt records a's answer on job k's call, for the paths where no
 // write of the job follows the answer that could carry it.
-func (s *Store) EndAttempt(ctx context.Context, k Key, a Answer) error {
+func (s *Queue) EndAttempt(ctx context.Context, k Key, a Answer) error {
 	st := answerStmt(k, &a)
 	if _, err := s.pool.Exec(ctx, st.sql, st.args...); err != nil {
 		return dataError("end attempt "+strconv.Quote(k.String()), err)
@@ -191,7 +191,7 @@ func (s *Store) EndAttempt(ctx context.Context, k Key, a Answer) error {
 }
 
 // Attempts returns the recorded calls of tenant's job id, in order.
-func (s *Store) Attempts(ctx context.Context, tenant, id string) ([]Attempt, error) {
+func (s *Jobs) Attempts(ctx context.Context, tenant, id string) ([]Attempt, error) {
 	rows, err := s.pool.Query(ctx, `SELECT seq, attempt, model, entry, started_at, quota_wait_ms, backoff_ms, finished_at,
 		status, outcome, error_code, prompt_tokens, completion_tokens, retry_after_ms
 	FROM job_attempts WHERE tenant = $1 AND job_id = $2 ORDER BY seq`, tenant, id)
@@ -343,7 +343,7 @@ func (b *minuteBuilder) done() ModelMinute {
 // minute, with the calls in flight and the limits the answers stated;
 // tenant "" reads every tenant's calls. Models by name. The percentiles of the waits are to the bucket
 // (waitBounds).
-func (s *Store) ModelStats(ctx context.Context, tenant string, since time.Time) ([]ModelCalls, error) {
+func (s *Jobs) ModelStats(ctx context.Context, tenant string, since time.Time) ([]ModelCalls, error) {
 	scope, args := modelMinutesArgs(tenant, since, s.clock())
 	rows, err := s.pool.Query(ctx, modelMinutesSQL(scope), args...)
 	if err != nil {
@@ -408,7 +408,7 @@ func msDuration(ms float64) time.Duration { return time.Duration(ms * float64(ti
 
 // CallSpan is the time from the first call's start to the last job's end
 // (0 without either): a benchmark's run, in a database of its own.
-func (s *Store) CallSpan(ctx context.Context) (time.Duration, error) {
+func (s *Jobs) CallSpan(ctx context.Context) (time.Duration, error) {
 	var span float64
 	if err := s.pool.QueryRow(ctx, `SELECT coalesce(extract(epoch FROM
 		(SELECT max(finished_at) FROM jobs) - (SELECT min(started_at) FROM job_attempts)), 0)::float8`).Scan(&span); err != nil {
@@ -420,7 +420,7 @@ func (s *Store) CallSpan(ctx context.Context) (time.Duration, error) {
 // TimesToFirstCall reads, for each job called at least once, the time from
 // its record to its first call's start (a benchmark's run): of every job,
 // and of the warm ones, recorded after the first call's answer.
-func (s *Store) TimesToFirstCall(ctx context.Context) (all, warm []time.Duration, err error) {
+func (s *Jobs) TimesToFirstCall(ctx context.Context) (all, warm []time.Duration, err error) {
 	rows, err := s.pool.Query(ctx, `SELECT extract(epoch FROM min(a.started_at) - j.created_at)::float8,
 		coalesce(j.created_at > (SELECT min(finished_at) FROM job_attempts), false)
 		FROM jobs j JOIN job_attempts a ON a.tenant = j.tenant AND a.job_id = j.id GROUP BY j.tenant, j.id, j.created_at`)

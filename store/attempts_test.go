@@ -13,9 +13,9 @@ import (
 // claimOne inserts job id and claims it.
 func (b *testBundle) claimOne(t *testing.T, id string) store.Lease {
 	t.Helper()
-	_, err := b.store.Insert(b.ctx, newJob(t, id))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, id))
 	require.NoError(t, err)
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	return recs[0].Lease()
@@ -35,37 +35,37 @@ func TestAttemptsTwo429sThenSuccess(t *testing.T) {
 	l := b.claimOne(t, "j")
 	t0 := b.clock.Now()
 
-	n, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{Call: store.Call{Model: "big", QuotaWait: 250 * time.Millisecond}})
+	n, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Call: store.Call{Model: "big", QuotaWait: 250 * time.Millisecond}})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	b.clock.Advance(time.Second)
-	require.NoError(t, b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1, RateLimited: 1,
+	require.NoError(t, b.store.Queue().MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1, RateLimited: 1,
 		Answered: rateLimited(1, b.clock.Now())}, "rate_limit_exceeded", "slow down"))
 
 	b.clock.Advance(2 * time.Second)
-	n, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 1, RateLimited: 1,
+	n, err = b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Retries: 1, RateLimited: 1,
 		Call: store.Call{Model: "big", Backoff: 1500 * time.Millisecond}})
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	b.clock.Advance(time.Second)
-	require.NoError(t, b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 2, RateLimited: 2,
+	require.NoError(t, b.store.Queue().MarkRetrying(b.ctx, l, store.PolicyState{Retries: 2, RateLimited: 2,
 		Answered: rateLimited(2, b.clock.Now())}, "rate_limit_exceeded", "slow down"))
 
 	// The job falls back to "small": the answer to call 2 is already in,
 	// so this MarkCalling records only the call.
 	b.clock.Advance(2 * time.Second)
-	n, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 2, ModelIndex: 1,
+	n, err = b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Retries: 2, ModelIndex: 1,
 		Call: store.Call{Model: "small", QuotaWait: 40 * time.Millisecond, Backoff: 2 * time.Second}})
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	b.clock.Advance(time.Second)
-	stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{}`), UsedModel: "small",
+	stored, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{}`), UsedModel: "small",
 		PromptTokens: 9, CompletionTokens: 3, Answered: &store.Answer{Attempt: 3, At: b.clock.Now(), Status: 200,
 			Outcome: "success", PromptTokens: 9, CompletionTokens: 3}})
 	require.NoError(t, err)
 	require.True(t, stored)
 
-	got, err := b.store.Attempts(b.ctx, "acme", "j")
+	got, err := b.store.Jobs().Attempts(b.ctx, "acme", "j")
 	require.NoError(t, err)
 	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
 	ra := 1500 * time.Millisecond
@@ -80,12 +80,12 @@ func TestAttemptsTwo429sThenSuccess(t *testing.T) {
 	}, got)
 
 	// A write retried after a database error records nothing twice.
-	require.NoError(t, b.store.EndAttempt(b.ctx, l.Key, store.Answer{Attempt: 3, At: b.clock.Now(), Status: 500}))
-	again, err := b.store.Attempts(b.ctx, "acme", "j")
+	require.NoError(t, b.store.Queue().EndAttempt(b.ctx, l.Key, store.Answer{Attempt: 3, At: b.clock.Now(), Status: 500}))
+	again, err := b.store.Jobs().Attempts(b.ctx, "acme", "j")
 	require.NoError(t, err)
 	require.Equal(t, got, again)
 
-	stats, err := b.store.ModelStats(b.ctx, "", t0.Add(-time.Hour))
+	stats, err := b.store.Jobs().ModelStats(b.ctx, "", t0.Add(-time.Hour))
 	require.NoError(t, err)
 	require.Len(t, stats, 2)
 	big, small := stats[0], stats[1]
@@ -100,7 +100,7 @@ func TestAttemptsTwo429sThenSuccess(t *testing.T) {
 	require.Equal(t, []store.ModelMinute{{Minute: t0, Requests: 1, Tokens: 12, QuotaWaitMean: 40 * time.Millisecond,
 		QuotaWaitP50: 40 * time.Millisecond, QuotaWaitP95: 40 * time.Millisecond, Concurrency: 1.0 / 60}}, small.Minutes)
 
-	other, err := b.store.ModelStats(b.ctx, "someone-else", t0.Add(-time.Hour))
+	other, err := b.store.Jobs().ModelStats(b.ctx, "someone-else", t0.Add(-time.Hour))
 	require.NoError(t, err)
 	require.Empty(t, other, "a tenant sees its own calls only")
 }
@@ -112,30 +112,30 @@ func TestAttemptsTerminalAndReplay(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	l := b.claimOne(t, "j")
-	_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{Call: store.Call{Model: "big"}})
+	_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Call: store.Call{Model: "big"}})
 	require.NoError(t, err)
 
-	stats, err := b.store.ModelStats(b.ctx, "acme", b.clock.Now().Add(-time.Minute))
+	stats, err := b.store.Jobs().ModelStats(b.ctx, "acme", b.clock.Now().Add(-time.Minute))
 	require.NoError(t, err)
 	require.Len(t, stats, 1)
 	require.Equal(t, int64(1), stats[0].InFlight)
 
-	require.NoError(t, b.store.EndAttempt(b.ctx, l.Key, store.Answer{Attempt: 1, At: b.clock.Now(), Status: 502,
+	require.NoError(t, b.store.Queue().EndAttempt(b.ctx, l.Key, store.Answer{Attempt: 1, At: b.clock.Now(), Status: 502,
 		Outcome: "retryable", ErrorCode: "server_error"}))
-	_, _, err = b.store.RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/j", JobID: "j", Tenant: "acme",
+	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/j", JobID: "j", Tenant: "acme",
 		Reason: "retries_exhausted", Message: []byte(`{}`), LeaseToken: l.Token})
 	require.NoError(t, err)
-	_, err = b.store.Requeue(b.ctx, "acme", "j")
+	_, err = b.store.DeadLetters().Requeue(b.ctx, "acme", "j")
 	require.NoError(t, err)
 
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
-	n, err := b.store.MarkCalling(b.ctx, recs[0].Lease(), store.PolicyState{})
+	n, err := b.store.Queue().MarkCalling(b.ctx, recs[0].Lease(), store.PolicyState{})
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 
-	got, err := b.store.Attempts(b.ctx, "acme", "j")
+	got, err := b.store.Jobs().Attempts(b.ctx, "acme", "j")
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, []int{1, 2}, []int{got[0].Seq, got[1].Seq})

@@ -12,6 +12,11 @@ import (
 	"github.com/llmq/llmq"
 )
 
+// Batches is the batch lane (tables batches and batch_outbox, the jobs' batch
+// columns): the collector reserves jobs into batches, the poller brings
+// their results home. It is reached by Store.Batches.
+type Batches struct{ *base }
+
 // Errors of the batch lane's store operations.
 var (
 	// ErrBatchNotFound: no batch with that id or provider batch id.
@@ -86,7 +91,7 @@ const batchColumns = `id, provider_batch_id, model, status, input_file_id, outpu
 	job_count, request_total, request_completed, request_failed, created_at, updated_at, submitted_at,
 	completed_at, ingested_at, error, metadata, cost_usd, live_cost_usd`
 
-func (s *Store) queryBatches(ctx context.Context, op, sql string, args ...any) ([]*BatchRecord, error) {
+func (s *Batches) queryBatches(ctx context.Context, op, sql string, args ...any) ([]*BatchRecord, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", op, err)
@@ -126,7 +131,7 @@ func (c BatchCandidates) where(n int) string {
 }
 
 // PendingBatchModels lists, per model, the jobs c selects.
-func (s *Store) PendingBatchModels(ctx context.Context, c BatchCandidates) ([]PendingModel, error) {
+func (s *Batches) PendingBatchModels(ctx context.Context, c BatchCandidates) ([]PendingModel, error) {
 	var args []any
 	if c.Undecided {
 		args = append(args, c.NotBefore)
@@ -189,7 +194,7 @@ type BatchReservation struct {
 // batchOrder of the model that r.Candidates selects, in one transaction; concurrent
 // collectors, and the live lane's claims, get disjoint jobs. It returns nil
 // when no job is pending.
-func (s *Store) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRecord, []BatchJob, error) {
+func (s *Batches) ReserveBatch(ctx context.Context, r BatchReservation) (*BatchRecord, []BatchJob, error) {
 	if r.ID == "" || r.Model == "" || r.MaxJobs <= 0 {
 		return nil, nil, fmt.Errorf("store: reserve batch: ID, Model and a positive MaxJobs are required")
 	}
@@ -264,7 +269,7 @@ func collectBatchJobs(rows pgx.Rows) ([]BatchJob, error) {
 
 // BatchJobs returns the jobs reserved for (or inside) batch id in
 // batchOrder, as ReserveBatch took them into its input file.
-func (s *Store) BatchJobs(ctx context.Context, id string) ([]BatchJob, error) {
+func (s *Batches) BatchJobs(ctx context.Context, id string) ([]BatchJob, error) {
 	rows, err := s.pool.Query(ctx, `SELECT tenant, id, body::text FROM jobs WHERE batch_id = $1
 		ORDER BY `+batchOrder, id)
 	if err != nil {
@@ -278,7 +283,7 @@ func (s *Store) BatchJobs(ctx context.Context, id string) ([]BatchJob, error) {
 }
 
 // SetBatchInputFile records the uploaded input file of a submitting batch.
-func (s *Store) SetBatchInputFile(ctx context.Context, id, fileID string) error {
+func (s *Batches) SetBatchInputFile(ctx context.Context, id, fileID string) error {
 	_, err := s.pool.Exec(ctx, `UPDATE batches SET input_file_id = $2, updated_at = $3 WHERE id = $1`, id, fileID, s.clock())
 	if err != nil {
 		return fmt.Errorf("store: set batch input file %q: %w", id, err)
@@ -294,7 +299,7 @@ type BatchSubmission struct {
 // MarkBatchSubmitted records that the provider accepted batch ID and moves
 // its reserved jobs (still queued) to batched, in one transaction. It
 // returns the number of jobs moved.
-func (s *Store) MarkBatchSubmitted(ctx context.Context, sub BatchSubmission) (int, error) {
+func (s *Batches) MarkBatchSubmitted(ctx context.Context, sub BatchSubmission) (int, error) {
 	now := s.clock()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -328,7 +333,7 @@ func (s *Store) MarkBatchSubmitted(ctx context.Context, sub BatchSubmission) (in
 // (e.g. its upload was refused): its reserved jobs go back to the pending
 // pool of the batch lane, or to the live lane with reason when live is set,
 // and the batch row is closed as failed with errMsg.
-func (s *Store) AbandonBatch(ctx context.Context, id, errMsg string, live bool, reason string) (int, error) {
+func (s *Batches) AbandonBatch(ctx context.Context, id, errMsg string, live bool, reason string) (int, error) {
 	now := s.clock()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -360,7 +365,7 @@ func (s *Store) AbandonBatch(ctx context.Context, id, errMsg string, live bool, 
 }
 
 // GetBatch returns the batch with llmq id or provider batch id ref.
-func (s *Store) GetBatch(ctx context.Context, ref string) (*BatchRecord, error) {
+func (s *Batches) GetBatch(ctx context.Context, ref string) (*BatchRecord, error) {
 	recs, err := s.queryBatches(ctx, "get batch "+strconv.Quote(ref),
 		`SELECT `+batchColumns+` FROM batches WHERE id = $1 OR (provider_batch_id = $1 AND $1 <> '')`, ref)
 	if err != nil {
@@ -374,14 +379,14 @@ func (s *Store) GetBatch(ctx context.Context, ref string) (*BatchRecord, error) 
 
 // OpenBatches returns the batches not yet ingested (submitting, followed
 // at the provider, or final but not yet brought home), oldest first.
-func (s *Store) OpenBatches(ctx context.Context) ([]*BatchRecord, error) {
+func (s *Batches) OpenBatches(ctx context.Context) ([]*BatchRecord, error) {
 	return s.queryBatches(ctx, "open batches",
 		`SELECT `+batchColumns+` FROM batches WHERE ingested_at IS NULL ORDER BY created_at, id`)
 }
 
 // ListBatches returns up to limit batches, newest first; with open set only
 // those not yet ingested.
-func (s *Store) ListBatches(ctx context.Context, limit int, open bool) ([]*BatchRecord, error) {
+func (s *Batches) ListBatches(ctx context.Context, limit int, open bool) ([]*BatchRecord, error) {
 	if limit <= 0 {
 		limit = ListLimitDefault
 	}
@@ -401,7 +406,7 @@ type BatchProgress struct {
 }
 
 // UpdateBatchProgress records the provider's view of a submitted batch.
-func (s *Store) UpdateBatchProgress(ctx context.Context, id string, p BatchProgress) error {
+func (s *Batches) UpdateBatchProgress(ctx context.Context, id string, p BatchProgress) error {
 	_, err := s.pool.Exec(ctx, `UPDATE batches SET status = $2, output_file_id = $3, error_file_id = $4,
 		request_total = $5, request_completed = $6, request_failed = $7, completed_at = coalesce(completed_at, $8),
 		error = CASE WHEN $9 = '' THEN error ELSE $9 END, updated_at = $10
@@ -463,7 +468,7 @@ const ingestChunk = 1000
 // dead letters), the budgets of the stored jobs' scopes are charged their
 // batch price, and the batch is closed with its costs. A batch already ingested changes
 // nothing (ErrBatchIngested).
-func (s *Store) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, error) {
+func (s *Batches) IngestBatch(ctx context.Context, in BatchIngest) (IngestStats, error) {
 	var st IngestStats
 	now := s.clock()
 	tx, err := s.pool.Begin(ctx)
@@ -644,7 +649,7 @@ var pullBackSQL = `UPDATE jobs SET status = ` + tPullBack.to + `, lane = 'live',
 // being submitted are left until it is submitted. The batches themselves
 // are not touched: a late result of a pulled-back job is ignored. It
 // returns the keys moved.
-func (s *Store) PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]Key, error) {
+func (s *Batches) PullBack(ctx context.Context, pending, batched time.Time, reason string) ([]Key, error) {
 	return s.keys(ctx, "pull back", pullBackSQL, pending, batched, reason, s.clock())
 }
 
@@ -656,7 +661,7 @@ type OutboxEntry struct {
 }
 
 // Outbox returns up to limit outbox entries, oldest first.
-func (s *Store) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
+func (s *Batches) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
 	rows, err := s.pool.Query(ctx, `SELECT o.action AS outbox_action, o.reason AS outbox_reason, j.*
 		FROM batch_outbox o JOIN LATERAL (SELECT `+jobColumns+` FROM jobs
 			WHERE jobs.tenant = o.tenant AND jobs.id = o.job_id) j ON true
@@ -686,7 +691,7 @@ func (s *Store) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
 
 // DeleteOutbox removes the outbox entries of the jobs keys (their dead
 // letters are out).
-func (s *Store) DeleteOutbox(ctx context.Context, keys []Key) error {
+func (s *Batches) DeleteOutbox(ctx context.Context, keys []Key) error {
 	tenants, ids := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		tenants[i], ids[i] = k.Tenant, k.ID
@@ -710,7 +715,7 @@ func (c BatchCost) SavingUSD() float64 { return c.LiveCostUSD - c.CostUSD }
 
 // BatchCostSummary sums the costs of the ingested batches created at or
 // after since (zero: all).
-func (s *Store) BatchCostSummary(ctx context.Context, since time.Time) (BatchCost, error) {
+func (s *Batches) BatchCostSummary(ctx context.Context, since time.Time) (BatchCost, error) {
 	var c BatchCost
 	err := s.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(b.stored), 0), coalesce(sum(b.cost_usd), 0),
 		coalesce(sum(b.live_cost_usd), 0) FROM (SELECT id, cost_usd, live_cost_usd,
@@ -724,7 +729,7 @@ func (s *Store) BatchCostSummary(ctx context.Context, since time.Time) (BatchCos
 }
 
 // BatchJobCounts counts the jobs of batch id per status.
-func (s *Store) BatchJobCounts(ctx context.Context, id string) (map[llmq.Status]int, error) {
+func (s *Batches) BatchJobCounts(ctx context.Context, id string) (map[llmq.Status]int, error) {
 	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM jobs WHERE batch_id = $1 GROUP BY status`, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: batch job counts %q: %w", id, err)
@@ -745,7 +750,7 @@ func (s *Store) BatchJobCounts(ctx context.Context, id string) (map[llmq.Status]
 // WithAdvisoryLock runs fn while holding the session advisory lock name on
 // one connection, so that of several processes only one runs fn at a
 // time. It returns ran=false without calling fn when another holds it.
-func (s *Store) WithAdvisoryLock(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
+func (s *Batches) WithAdvisoryLock(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("store: lock %q: %w", name, err)
@@ -769,7 +774,7 @@ func (s *Store) WithAdvisoryLock(ctx context.Context, name string, fn func(ctx c
 
 // BatchJobKeys returns the keys of the jobs of batch id that are in
 // status.
-func (s *Store) BatchJobKeys(ctx context.Context, id string, status llmq.Status) ([]Key, error) {
+func (s *Batches) BatchJobKeys(ctx context.Context, id string, status llmq.Status) ([]Key, error) {
 	return s.keys(ctx, fmt.Sprintf("batch job keys %q", id), `SELECT tenant, id FROM jobs WHERE batch_id = $1 AND status = $2 ORDER BY tenant, id`,
 		id, string(status))
 }

@@ -38,19 +38,19 @@ func BenchmarkJobLifecycle(b *testing.B) {
 	for len(jobs) > 0 {
 		batch := jobs[:min(256, len(jobs))]
 		jobs = jobs[len(batch):]
-		if _, err := s.Ingest(ctx, batch); err != nil {
+		if _, err := s.Queue().Ingest(ctx, batch); err != nil {
 			b.Fatal(err)
 		}
-		recs, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: len(batch)})
+		recs, err := s.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: len(batch)})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, r := range recs {
-			n, err := s.MarkCalling(ctx, r.Lease(), store.PolicyState{Call: store.Call{Model: "m", QuotaWait: time.Millisecond}})
+			n, err := s.Queue().MarkCalling(ctx, r.Lease(), store.PolicyState{Call: store.Call{Model: "m", QuotaWait: time.Millisecond}})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 5, CompletionTokens: 1,
+			if _, err := s.Queue().StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 5, CompletionTokens: 1,
 				Answered: &store.Answer{Attempt: n, At: time.Now(), Status: 200, Outcome: "success", PromptTokens: 5, CompletionTokens: 1}}); err != nil {
 				b.Fatal(err)
 			}
@@ -94,12 +94,12 @@ func BenchmarkGroupWrites(b *testing.B) {
 			jobs[i] = store.NewJob{Job: j, EstPromptTokens: 50, EstOutputTokens: 32}
 		}
 		cpu0 := storetest.BackendCPU(b, s.Pool())
-		_, err := s.Ingest(ctx, jobs)
+		_, err := s.Queue().Ingest(ctx, jobs)
 		require.NoError(b, err)
 		cpu1 := storetest.BackendCPU(b, s.Pool())
 		var recs []*store.JobRecord
 		for len(recs) < n {
-			got, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: 256})
+			got, err := s.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: 256})
 			require.NoError(b, err)
 			recs = append(recs, got...)
 		}
@@ -108,7 +108,7 @@ func BenchmarkGroupWrites(b *testing.B) {
 		var g errgroup.Group
 		for i, r := range recs {
 			g.Go(func() (err error) {
-				attempts[i], err = s.MarkCalling(ctx, r.Lease(), store.PolicyState{Call: store.Call{Model: "m", QuotaWait: time.Millisecond}})
+				attempts[i], err = s.Queue().MarkCalling(ctx, r.Lease(), store.PolicyState{Call: store.Call{Model: "m", QuotaWait: time.Millisecond}})
 				return err
 			})
 		}
@@ -116,7 +116,7 @@ func BenchmarkGroupWrites(b *testing.B) {
 		cpu3 := storetest.BackendCPU(b, s.Pool())
 		for i, r := range recs {
 			g.Go(func() error {
-				_, err := s.StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 50, CompletionTokens: 8,
+				_, err := s.Queue().StoreResult(ctx, r.Key(), store.Result{Response: resp, UsedModel: "m", PromptTokens: 50, CompletionTokens: 8,
 					Answered: &store.Answer{Attempt: attempts[i], At: time.Now(), Status: 200, Outcome: "success", PromptTokens: 50,
 						CompletionTokens: 8}})
 				return err
@@ -162,7 +162,7 @@ func BenchmarkClaim(b *testing.B) {
 					jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
 				}
 				for len(jobs) > 0 {
-					_, err := s.Ingest(ctx, jobs[:min(256, len(jobs))])
+					_, err := s.Queue().Ingest(ctx, jobs[:min(256, len(jobs))])
 					require.NoError(b, err)
 					jobs = jobs[min(256, len(jobs)):]
 				}
@@ -172,7 +172,7 @@ func BenchmarkClaim(b *testing.B) {
 			require.NoError(b, err)
 			b.ResetTimer()
 			for i := range b.N {
-				if _, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: limit, TokenRoom: c.room}); err != nil {
+				if _, err := s.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: "bench", Lease: time.Minute, Limit: limit, TokenRoom: c.room}); err != nil {
 					b.Fatal(err)
 				}
 				if i%(backlog/limit/2) == backlog/limit/2-1 {
@@ -236,19 +236,19 @@ func benchOutbox(b *testing.B, write func(context.Context, *store.Store, []store
 }
 
 func publishedOutbox(ctx context.Context, s *store.Store, batch []store.NewJob) error {
-	_, err := s.InsertOutboxPublishing(ctx, batch, func([]store.Recorded) error { return nil })
+	_, err := s.Outbox().InsertOutboxPublishing(ctx, batch, func([]store.Recorded) error { return nil })
 	return err
 }
 
 func markedOutbox(ctx context.Context, s *store.Store, batch []store.NewJob) error {
-	if _, err := s.InsertOutbox(ctx, batch); err != nil {
+	if _, err := s.Outbox().InsertOutbox(ctx, batch); err != nil {
 		return err
 	}
 	keys := make([]store.Key, len(batch))
 	for i, j := range batch {
 		keys[i] = store.Key{Tenant: j.Job.Tenant, ID: j.Job.ID}
 	}
-	return s.MarkPublished(ctx, keys)
+	return s.Outbox().MarkPublished(ctx, keys)
 }
 
 // BenchmarkModelStats measures GET /v1/stats/models' read of an hour of
@@ -278,7 +278,7 @@ func BenchmarkModelStats(b *testing.B) {
 	require.NoError(b, err)
 	b.ResetTimer()
 	for range b.N {
-		stats, err := s.ModelStats(ctx, "", now.Add(-time.Hour))
+		stats, err := s.Jobs().ModelStats(ctx, "", now.Add(-time.Hour))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -11,6 +11,11 @@ import (
 	"github.com/llmq/llmq"
 )
 
+// Budgets is the tenants' and projects' cost budgets (reservations held by
+// the worker's calls, settled after them) and what the scopes used
+// (usage.go). It is reached by Store.Budgets.
+type Budgets struct{ *base }
+
 // Budgets: every call of a job whose tenant or project has a cost budget
 // reserves its estimated price on each of those budgets before it starts
 // (ReserveBudget), atomically across workers, and settles it to the real
@@ -163,7 +168,7 @@ func decideBudget(rows []budgetRow, r BudgetReservation) (BudgetOutcome, []budge
 // limit. It records the thresholds crossed as alerted and, on a refusal,
 // the hold of the refusing scope. A job without budgets is reserved at
 // once without a write.
-func (s *Store) ReserveBudget(ctx context.Context, r BudgetReservation) (BudgetOutcome, error) {
+func (s *Budgets) ReserveBudget(ctx context.Context, r BudgetReservation) (BudgetOutcome, error) {
 	budgets := s.order.tenants().Budgets(r.Lease.Tenant, r.Project)
 	if len(budgets) == 0 {
 		return BudgetOutcome{Reserved: true}, nil
@@ -288,7 +293,7 @@ func writeBudgets(ctx context.Context, tx pgx.Tx, l Lease, rows []budgetRow, ch 
 // place of the estimate. A job with no reservation under l changes
 // nothing. (Thresholds are alerted when a reservation crosses them: its
 // estimate bounds the price, but for the prompt estimate's error.)
-func (s *Store) SettleBudget(ctx context.Context, l Lease, costUSD float64) error {
+func (s *Budgets) SettleBudget(ctx context.Context, l Lease, costUSD float64) error {
 	if err := s.endReservations(ctx, leaseReservations, []any{l.Tenant, l.ID, l.Token}, costUSD); err != nil {
 		return fmt.Errorf("store: settle budget %q: %w", l.String(), err)
 	}
@@ -301,7 +306,7 @@ const leaseReservations = `r.tenant = $1 AND r.job_id = $2 AND r.lease_token = $
 // ReleaseBudget gives back the reservation of a call the holder of l did
 // not make, or that failed (nothing is charged), and lifts the holds of
 // its budgets: a job they held may fit now.
-func (s *Store) ReleaseBudget(ctx context.Context, l Lease) error {
+func (s *Budgets) ReleaseBudget(ctx context.Context, l Lease) error {
 	if err := s.endReservations(ctx, leaseReservations, []any{l.Tenant, l.ID, l.Token}, -1); err != nil {
 		return fmt.Errorf("store: release budget %q: %w", l.String(), err)
 	}
@@ -311,7 +316,7 @@ func (s *Store) ReleaseBudget(ctx context.Context, l Lease) error {
 // ReleaseOrphanBudgets gives back the reservations whose job is no longer
 // held under their lease token (its worker died mid-call, or lost the
 // lease), as ReleaseBudget. It returns how many it gave back.
-func (s *Store) ReleaseOrphanBudgets(ctx context.Context) (int, error) {
+func (s *Budgets) ReleaseOrphanBudgets(ctx context.Context) (int, error) {
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT r.tenant, r.job_id, r.lease_token FROM budget_reservations r
 		WHERE NOT EXISTS (SELECT FROM jobs j WHERE j.tenant = r.tenant AND j.id = r.job_id
 			AND j.lease_token = r.lease_token AND j.status IN ('running', 'retrying'))`)
@@ -341,7 +346,7 @@ func (s *Store) ReleaseOrphanBudgets(ctx context.Context) (int, error) {
 // budget_reservations r, args from $1) in a transaction of its own; cost
 // < 0 releases them (no charge, holds lifted), else each budget is
 // charged cost.
-func (s *Store) endReservations(ctx context.Context, where string, args []any, cost float64) error {
+func (s *Budgets) endReservations(ctx context.Context, where string, args []any, cost float64) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		return endReservationsTx(ctx, tx, where, args, cost)
 	})
@@ -387,7 +392,7 @@ func budgetHeldFilter(now string) string {
 // for a job its scope's budget holds (as the claim leaves it), else
 // tenant_quota when its tenant or project is held by its own quota
 // (fillScopeReasons), else as fillModelReasons says.
-func (s *Store) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error {
+func (s *base) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error {
 	if err := s.fillModelReasons(ctx, recs); err != nil {
 		return err
 	}
@@ -441,7 +446,7 @@ func (s *Store) fillWaitingReasons(ctx context.Context, recs []*JobRecord) error
 // MoveToBatch hands the job l holds back to queued in the batch lane (its
 // budget's policy is degrade): the batch collector takes it into the next
 // batch, at the batch price. reason is recorded as its lane reason.
-func (s *Store) MoveToBatch(ctx context.Context, l Lease, reason string) error {
+func (s *Budgets) MoveToBatch(ctx context.Context, l Lease, reason string) error {
 	_, err := s.fenced(ctx, "move to batch", tRelease, l, `, lease_owner = '', lease_expires_at = NULL, phase = '',
 		lane = '`+LaneBatch+`', lane_reason = $5`, reason)
 	return err
@@ -463,7 +468,7 @@ type BudgetUsage struct {
 
 // BudgetUsages returns every configured budget of tenant ("" : of every
 // tenant) for the periods that hold now, in llmq.Tenants.AllBudgets order.
-func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage, error) {
+func (s *Budgets) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage, error) {
 	now := s.clock()
 	var out []BudgetUsage
 	for _, b := range s.order.tenants().AllBudgets() {
@@ -510,7 +515,7 @@ func (s *Store) BudgetUsages(ctx context.Context, tenant string) ([]BudgetUsage,
 // succeeded at now (IngestBatch, in its transaction tx) with their batch
 // price: the batch lane reserves nothing, its calls count once their
 // results are home. The rows are locked in key order, as by ReserveBudget.
-func (s *Store) chargeBatchBudgets(ctx context.Context, tx pgx.Tx, id string, now time.Time) error {
+func (s *base) chargeBatchBudgets(ctx context.Context, tx pgx.Tx, id string, now time.Time) error {
 	all := s.order.tenants().AllBudgets()
 	if len(all) == 0 {
 		return nil

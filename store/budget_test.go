@@ -35,7 +35,7 @@ func budgetSetup(t *testing.T) *testBundle {
 // budgetOf returns acme's budget of project and period as it stands.
 func (b *testBundle) budgetOf(t *testing.T, project string, period llmq.Period) store.BudgetUsage {
 	t.Helper()
-	us, err := b.store.BudgetUsages(b.ctx, "acme")
+	us, err := b.store.Budgets().BudgetUsages(b.ctx, "acme")
 	require.NoError(t, err)
 	for _, u := range us {
 		if u.Project == project && u.Period == period {
@@ -60,7 +60,7 @@ func TestBudgetReserveSettleRelease(t *testing.T) {
 	b := budgetSetup(t)
 	reserve := func(id string, cost, capped float64, low bool) store.BudgetOutcome {
 		t.Helper()
-		out, err := b.store.ReserveBudget(b.ctx, store.BudgetReservation{Lease: lease(id), Project: "p", Low: low,
+		out, err := b.store.Budgets().ReserveBudget(b.ctx, store.BudgetReservation{Lease: lease(id), Project: "p", Low: low,
 			CostUSD: cost, CappedCostUSD: capped})
 		require.NoError(t, err)
 		return out
@@ -72,10 +72,10 @@ func TestBudgetReserveSettleRelease(t *testing.T) {
 	require.Equal(t, store.BudgetOutcome{Reserved: true, ReservedUSD: 0.5, OutputCap: 32}, out)
 	require.Equal(t, 0.5, day().ReservedUSD)
 	require.Equal(t, 0.5, month().ReservedUSD, "every budget of the scope")
-	require.NoError(t, b.store.SettleBudget(b.ctx, lease("a"), 0.25))
+	require.NoError(t, b.store.Budgets().SettleBudget(b.ctx, lease("a"), 0.25))
 	require.Equal(t, []float64{0.25, 0}, []float64{day().SpentUSD, day().ReservedUSD})
 	require.Equal(t, []float64{0.25, 0}, []float64{month().SpentUSD, month().ReservedUSD})
-	require.NoError(t, b.store.SettleBudget(b.ctx, lease("a"), 0.25), "settled once: a second settle finds no reservation")
+	require.NoError(t, b.store.Budgets().SettleBudget(b.ctx, lease("a"), 0.25), "settled once: a second settle finds no reservation")
 	require.Equal(t, 0.25, day().SpentUSD)
 
 	out = reserve("b", 0.5, 0.1, false) // demand 0.75: 70% crossed
@@ -84,11 +84,11 @@ func TestBudgetReserveSettleRelease(t *testing.T) {
 	require.Equal(t, store.BudgetAlert{Budget: budgetTenants.Budgets("acme", "p")[1], Percent: 70,
 		PeriodStart: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), SpentUSD: 0.25, ReservedUSD: 0.5}, out.Alerts[0])
 	require.Equal(t, llmq.Budget70, day().State)
-	require.NoError(t, b.store.ReleaseBudget(b.ctx, lease("b")))
+	require.NoError(t, b.store.Budgets().ReleaseBudget(b.ctx, lease("b")))
 	require.Equal(t, []float64{0.25, 0}, []float64{day().SpentUSD, day().ReservedUSD}, "a failed call costs nothing")
 	out = reserve("c", 0.5, 0.1, false)
 	require.Empty(t, out.Alerts, "70% is alerted once per period")
-	require.NoError(t, b.store.SettleBudget(b.ctx, lease("c"), 0.5)) // spent 0.75
+	require.NoError(t, b.store.Budgets().SettleBudget(b.ctx, lease("c"), 0.5)) // spent 0.75
 
 	// Past 90%: the full price would reach it, so the call reserves its
 	// capped price; a low-priority one waits.
@@ -114,7 +114,7 @@ func TestBudgetReserveSettleRelease(t *testing.T) {
 	require.Empty(t, out.Alerts)
 	require.Equal(t, llmq.BudgetExceeded, day().State)
 
-	require.NoError(t, b.store.ReleaseBudget(b.ctx, lease("d")))
+	require.NoError(t, b.store.Budgets().ReleaseBudget(b.ctx, lease("d")))
 	require.Equal(t, "", day().Hold, "a reservation given back lifts the hold: a held job may fit now")
 	require.Equal(t, 0.15, day().ReservedUSD)
 	require.Equal(t, 0.15, month().ReservedUSD)
@@ -126,7 +126,7 @@ func TestBudgetReserveSettleRelease(t *testing.T) {
 	require.Equal(t, []int{70}, percents(out.Alerts))
 	require.Equal(t, []float64{0, 0.8}, []float64{day().SpentUSD, day().ReservedUSD})
 	require.Equal(t, []float64{0, 0.8}, []float64{month().SpentUSD, month().ReservedUSD})
-	require.NoError(t, b.store.SettleBudget(b.ctx, lease("g"), 0.15))
+	require.NoError(t, b.store.Budgets().SettleBudget(b.ctx, lease("g"), 0.15))
 	require.Equal(t, 0.0, day().SpentUSD, "a call is charged to the period it reserved in")
 }
 
@@ -149,13 +149,13 @@ func TestBudgetBurstAtTheEdge(t *testing.T) {
 			t.Parallel()
 			b := budgetSetup(t)
 			res := func(id string, cost float64) store.BudgetOutcome {
-				out, err := b.store.ReserveBudget(b.ctx, store.BudgetReservation{Project: scope.ID,
+				out, err := b.store.Budgets().ReserveBudget(b.ctx, store.BudgetReservation{Project: scope.ID,
 					Lease: store.Lease{Key: store.Key{Tenant: scope.Tenant, ID: id}, Token: 1}, CostUSD: cost, CappedCostUSD: cost})
 				require.NoError(t, err)
 				return out
 			}
 			require.Equal(t, []int{70, 90}, percents(res("seed", 0.95).Alerts))
-			require.NoError(t, b.store.SettleBudget(b.ctx, store.Lease{Key: store.Key{Tenant: scope.Tenant, ID: "seed"}, Token: 1}, 0.95))
+			require.NoError(t, b.store.Budgets().SettleBudget(b.ctx, store.Lease{Key: store.Key{Tenant: scope.Tenant, ID: "seed"}, Token: 1}, 0.95))
 
 			var (
 				mu                 sync.Mutex
@@ -184,7 +184,7 @@ func TestBudgetBurstAtTheEdge(t *testing.T) {
 			require.Equal(t, 5, reserved)
 			require.Equal(t, 195, exceeded)
 			require.Equal(t, []int{100}, alerts, "the last threshold once, whatever the concurrency")
-			us, err := b.store.BudgetUsages(b.ctx, scope.Tenant)
+			us, err := b.store.Budgets().BudgetUsages(b.ctx, scope.Tenant)
 			require.NoError(t, err)
 			for _, u := range us {
 				if u.Project == scope.ID && u.Period == llmq.PeriodDay {
@@ -207,13 +207,13 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	job := func(id, project string, p llmq.Priority, deferrable bool) *llmq.Job {
 		j := newJob(t, id)
 		j.Project, j.Priority, j.Deadline, j.Deferrable = project, p, nil, deferrable
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 		return j
 	}
 	claim := func() []string {
 		t.Helper()
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 100})
+		recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 100})
 		require.NoError(t, err)
 		var ids []string
 		for _, r := range recs {
@@ -225,10 +225,10 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	held := claim()
 	require.Equal(t, []string{"first"}, held)
 	l := store.Lease{Key: store.Key{Tenant: "acme", ID: "first"}, Token: 1}
-	out, err := b.store.ReserveBudget(b.ctx, store.BudgetReservation{Lease: l, Project: "p", CostUSD: 0.95, CappedCostUSD: 0.95})
+	out, err := b.store.Budgets().ReserveBudget(b.ctx, store.BudgetReservation{Lease: l, Project: "p", CostUSD: 0.95, CappedCostUSD: 0.95})
 	require.NoError(t, err)
 	require.True(t, out.Reserved)
-	out, err = b.store.ReserveBudget(b.ctx, store.BudgetReservation{Lease: lease("x"), Project: "p", CostUSD: 0.1, CappedCostUSD: 0.1})
+	out, err = b.store.Budgets().ReserveBudget(b.ctx, store.BudgetReservation{Lease: lease("x"), Project: "p", CostUSD: 0.1, CappedCostUSD: 0.1})
 	require.NoError(t, err)
 	require.True(t, out.Exceeded)
 
@@ -236,32 +236,32 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	job("p-low", "p", llmq.PriorityLow, true)
 	job("other", "q", llmq.PriorityNormal, false)
 	job("d-def", "d", llmq.PriorityNormal, true)
-	rec, err := b.store.Get(b.ctx, "acme", "p-normal")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "p-normal")
 	require.NoError(t, err)
 	require.Equal(t, store.WaitingReasonBudget, rec.WaitingReason)
-	rec, err = b.store.Get(b.ctx, "acme", "other")
+	rec, err = b.store.Jobs().Get(b.ctx, "acme", "other")
 	require.NoError(t, err)
 	require.Equal(t, "", rec.WaitingReason)
 	require.ElementsMatch(t, []string{"other", "d-def"}, claim(), "p is held; the others are not")
 
 	// The holder of "first" dies: its reservation is given back, the hold
 	// lifted, and p's jobs are claimed again.
-	require.NoError(t, b.store.Release(b.ctx, l))
-	n, err := b.store.ReleaseOrphanBudgets(b.ctx)
+	require.NoError(t, b.store.Queue().Release(b.ctx, l))
+	n, err := b.store.Budgets().ReleaseOrphanBudgets(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	u := b.budgetOf(t, "p", llmq.PeriodDay)
 	require.Equal(t, []any{0.0, 0.0, ""}, []any{u.SpentUSD, u.ReservedUSD, u.Hold})
 	require.ElementsMatch(t, []string{"first", "p-normal", "p-low"}, claim())
-	n, err = b.store.ReleaseOrphanBudgets(b.ctx)
+	n, err = b.store.Budgets().ReleaseOrphanBudgets(b.ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)
 
 	// A degrading scope past 90% holds its low-priority jobs but for the
 	// deferrable ones, which the worker moves to the batch lane.
-	_, err = b.store.ReserveBudget(b.ctx, store.BudgetReservation{Lease: lease("y"), Project: "d", CostUSD: 0.95, CappedCostUSD: 0.95})
+	_, err = b.store.Budgets().ReserveBudget(b.ctx, store.BudgetReservation{Lease: lease("y"), Project: "d", CostUSD: 0.95, CappedCostUSD: 0.95})
 	require.NoError(t, err)
-	out, err = b.store.ReserveBudget(b.ctx, store.BudgetReservation{Lease: lease("z"), Project: "d", Low: true})
+	out, err = b.store.Budgets().ReserveBudget(b.ctx, store.BudgetReservation{Lease: lease("z"), Project: "d", Low: true})
 	require.NoError(t, err)
 	require.False(t, out.Reserved)
 	job("d-low", "d", llmq.PriorityLow, false)
@@ -269,8 +269,8 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	job("d-normal", "d", llmq.PriorityNormal, false)
 	require.ElementsMatch(t, []string{"d-low-def", "d-normal"}, claim())
 	dl := store.Lease{Key: store.Key{Tenant: "acme", ID: "d-low-def"}, Token: 1}
-	require.NoError(t, b.store.MoveToBatch(b.ctx, dl, "budget: acme/d daily"))
-	rec, err = b.store.Get(b.ctx, "acme", "d-low-def")
+	require.NoError(t, b.store.Budgets().MoveToBatch(b.ctx, dl, "budget: acme/d daily"))
+	rec, err = b.store.Jobs().Get(b.ctx, "acme", "d-low-def")
 	require.NoError(t, err)
 	require.Equal(t, []string{string(llmq.StatusQueued), store.LaneBatch, "budget: acme/d daily", store.WaitingReasonBatch},
 		[]string{string(rec.Status), rec.Lane, rec.LaneReason, rec.WaitingReason})
@@ -279,12 +279,12 @@ func TestBudgetHoldsTheClaim(t *testing.T) {
 	// results come home.
 	before := b.budgetOf(t, "d", llmq.PeriodDay)
 	monthBefore := b.budgetOf(t, "", llmq.PeriodMonth)
-	_, jobs, err := b.store.ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 10})
+	_, jobs, err := b.store.Batches().ReserveBatch(b.ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 10})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
-	_, err = b.store.MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: "lb_1", ProviderBatchID: "batch_1", Status: store.BatchValidating})
+	_, err = b.store.Batches().MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: "lb_1", ProviderBatchID: "batch_1", Status: store.BatchValidating})
 	require.NoError(t, err)
-	_, err = b.store.IngestBatch(b.ctx, store.BatchIngest{BatchID: "lb_1", Results: []store.BatchResult{
+	_, err = b.store.Batches().IngestBatch(b.ctx, store.BatchIngest{BatchID: "lb_1", Results: []store.BatchResult{
 		{Job: dl.Key, Response: []byte(`{}`), UsedModel: "big", CostUSD: 0.02, LiveCostUSD: 0.04}}})
 	require.NoError(t, err)
 	require.InDelta(t, before.SpentUSD+0.02, b.budgetOf(t, "d", llmq.PeriodDay).SpentUSD, 1e-12)

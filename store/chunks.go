@@ -7,6 +7,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Streams is the chunks of streamed calls (table job_chunks): the worker
+// appends them as the provider sends them, the API reads them as they land.
+type Streams struct{ *base }
+
 // Streamed gateway calls (docs/design/gateway.md#streaming): the worker
 // appends each call's chunks to job_chunks (migration 0026) as the
 // provider sends them, announcing them on JobChunkChannel in the same
@@ -30,7 +34,7 @@ type Chunk struct {
 // (CancelStream) it
 // records nothing, deletes what the stream left instead, and reports
 // cancelled: the call should stop.
-func (s *Store) AppendChunks(ctx context.Context, k Key, first int, data [][]byte) (cancelled bool, err error) {
+func (s *Streams) AppendChunks(ctx context.Context, k Key, first int, data [][]byte) (cancelled bool, err error) {
 	seqs := make([]int32, len(data))
 	texts := make([]string, len(data))
 	for i, d := range data {
@@ -56,7 +60,7 @@ func (s *Store) AppendChunks(ctx context.Context, k Key, first int, data [][]byt
 }
 
 // Chunks returns job k's chunks numbered after after, in order.
-func (s *Store) Chunks(ctx context.Context, k Key, after int) ([]Chunk, error) {
+func (s *Streams) Chunks(ctx context.Context, k Key, after int) ([]Chunk, error) {
 	rows, err := s.pool.Query(ctx, `SELECT seq, data FROM job_chunks
 		WHERE tenant = $1 AND job_id = $2 AND seq > $3 ORDER BY seq`, k.Tenant, k.ID, after)
 	if err != nil {
@@ -77,7 +81,7 @@ func (s *Store) Chunks(ctx context.Context, k Key, after int) ([]Chunk, error) {
 
 // CancelStream records that job k's caller left: the worker streaming it
 // cuts the call at its next append, which deletes the stream's rows.
-func (s *Store) CancelStream(ctx context.Context, k Key) error {
+func (s *Streams) CancelStream(ctx context.Context, k Key) error {
 	if _, err := s.pool.Exec(ctx, `INSERT INTO job_stream_cancels (tenant, job_id) VALUES ($1, $2)
 		ON CONFLICT DO NOTHING`, k.Tenant, k.ID); err != nil {
 		return fmt.Errorf("store: cancel the stream of %s: %w", k, err)
@@ -86,7 +90,7 @@ func (s *Store) CancelStream(ctx context.Context, k Key) error {
 }
 
 // DropStream deletes job k's chunks once its caller read them.
-func (s *Store) DropStream(ctx context.Context, k Key) error {
+func (s *Streams) DropStream(ctx context.Context, k Key) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM job_chunks WHERE tenant = $1 AND job_id = $2`, k.Tenant, k.ID); err != nil {
 		return fmt.Errorf("store: drop the stream of %s: %w", k, err)
 	}
@@ -95,7 +99,7 @@ func (s *Store) DropStream(ctx context.Context, k Key) error {
 
 // ListenJobChunks is ListenJobsDone for JobChunkChannel: appended is
 // called with the key of every job whose stream grew.
-func (s *Store) ListenJobChunks(ctx context.Context, listening func(), appended func(Key)) error {
+func (s *Streams) ListenJobChunks(ctx context.Context, listening func(), appended func(Key)) error {
 	return s.listen(ctx, JobChunkChannel, listening, func(payload string) {
 		if k, ok := ParseKey(payload); ok {
 			appended(k)

@@ -21,7 +21,7 @@ const CountLimitDefault = 10_000
 // jobs_tenant_status_created_idx index only, at most limit entries per
 // status, so its cost does not grow with the table (figures:
 // docs/design/queue-of-record.md#countbystatus).
-func (s *Store) CountByStatus(ctx context.Context, tenant string, limit int64) (map[llmq.Status]int64, error) {
+func (s *Jobs) CountByStatus(ctx context.Context, tenant string, limit int64) (map[llmq.Status]int64, error) {
 	var bound any // NULL: LIMIT ALL
 	if limit > 0 {
 		bound = limit

@@ -14,6 +14,11 @@ import (
 	"github.com/llmq/llmq"
 )
 
+// DeadLetters is the dead letters (table dead_letters) and the job moves a
+// letter makes: dead-lettered when recorded, queued again when replayed.
+// It is reached by Store.DeadLetters.
+type DeadLetters struct{ *base }
+
 var (
 	// ErrDeadLetterNotFound: no dead letter with that id (within that
 	// tenant, where one is given).
@@ -151,7 +156,7 @@ func scanDeadLetter(row pgx.CollectableRow) (*DeadLetter, error) {
 	return d, nil
 }
 
-func (s *Store) queryDeadLetter(ctx context.Context, sql string, args ...any) (*DeadLetter, error) {
+func (s *DeadLetters) queryDeadLetter(ctx context.Context, sql string, args ...any) (*DeadLetter, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -172,7 +177,7 @@ const letterKeySQL = `$1 || ':' || (SELECT count(*) FROM dead_letters
 // dead_lettered in the same transaction, or nothing is recorded and
 // ErrLeaseLost (another holder has it) or an *IllegalTransitionError (it
 // finished otherwise) is returned.
-func (s *Store) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *DeadLetter, created bool, err error) {
+func (s *DeadLetters) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *DeadLetter, created bool, err error) {
 	if d.KeyBase == "" || d.Message == nil || d.Reason == "" {
 		return nil, false, fmt.Errorf("store: record dead letter: %w: KeyBase, Reason and Message are required", ErrInvalidJob)
 	}
@@ -241,7 +246,7 @@ func (s *Store) RecordDeadLetter(ctx context.Context, d NewDeadLetter) (rec *Dea
 // deadLetterHeld moves the job l holds to dead_lettered inside tx, fenced
 // to l; a job already dead_lettered (this letter recorded before) is left
 // as it is.
-func (s *Store) deadLetterHeld(ctx context.Context, tx pgx.Tx, l Lease, d NewDeadLetter, at time.Time) error {
+func (s *DeadLetters) deadLetterHeld(ctx context.Context, tx pgx.Tx, l Lease, d NewDeadLetter, at time.Time) error {
 	tag, err := tx.Exec(ctx, notifyDone(`UPDATE jobs SET status = `+tDeadLetter.to+`, error_code = $4, error_message = $5,
 		finished_at = $6, updated_at = $6, lease_expires_at = NULL, phase = ''
 	WHERE tenant = $1 AND id = $2 AND lease_token = $3 AND status `+tDeadLetter.in+` RETURNING id`, unaliased, `id`),
@@ -279,7 +284,7 @@ func collectDeadLetter(rows pgx.Rows) (*DeadLetter, error) {
 // MarkDeadLetterPublished records that the DLQ publish of letter id was
 // confirmed. It reports whether this call set it (false when it was already
 // set).
-func (s *Store) MarkDeadLetterPublished(ctx context.Context, id int64) (bool, error) {
+func (s *DeadLetters) MarkDeadLetterPublished(ctx context.Context, id int64) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE dead_letters SET published_at = $2 WHERE id = $1 AND published_at IS NULL`,
 		id, s.clock())
 	if err != nil {
@@ -296,7 +301,7 @@ func (s *Store) MarkDeadLetterPublished(ctx context.Context, id int64) (bool, er
 
 // GetDeadLetter returns letter id of tenant ("" = any tenant);
 // ErrDeadLetterNotFound when there is none.
-func (s *Store) GetDeadLetter(ctx context.Context, tenant string, id int64) (*DeadLetter, error) {
+func (s *DeadLetters) GetDeadLetter(ctx context.Context, tenant string, id int64) (*DeadLetter, error) {
 	rec, err := s.queryDeadLetter(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
 		WHERE id = $1 AND ($2 = '' OR tenant = $2)`, id, tenant)
 	if err != nil {
@@ -372,7 +377,7 @@ type DeadLetterListOptions struct {
 
 // ListDeadLetters returns one page of letters, newest first (created_at,
 // then id, descending), and the cursor of the next page ("" after the last).
-func (s *Store) ListDeadLetters(ctx context.Context, o DeadLetterListOptions) ([]*DeadLetter, string, error) {
+func (s *DeadLetters) ListDeadLetters(ctx context.Context, o DeadLetterListOptions) ([]*DeadLetter, string, error) {
 	limit := o.Limit
 	if limit <= 0 {
 		limit = ListLimitDefault
@@ -411,7 +416,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, o DeadLetterListOptions) ([
 
 // PurgeDeadLetters deletes the letters f selects and returns how many. An
 // empty filter without All is refused with ErrEmptyFilter.
-func (s *Store) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error) {
+func (s *DeadLetters) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (int64, error) {
 	if f.Empty() && !f.All {
 		return 0, fmt.Errorf("store: purge dead letters: %w", ErrEmptyFilter)
 	}
@@ -426,7 +431,7 @@ func (s *Store) PurgeDeadLetters(ctx context.Context, f DeadLetterFilter) (int64
 // UnpublishedDeadLetters returns up to limit letters (oldest first) whose
 // DLQ publish was not confirmed and that were created before olderThan, for
 // the repair sweep.
-func (s *Store) UnpublishedDeadLetters(ctx context.Context, olderThan time.Time, limit int) ([]*DeadLetter, error) {
+func (s *DeadLetters) UnpublishedDeadLetters(ctx context.Context, olderThan time.Time, limit int) ([]*DeadLetter, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
 		WHERE published_at IS NULL AND created_at < $1 ORDER BY created_at, id LIMIT $2`, olderThan, limit)
 	if err != nil {
@@ -444,7 +449,7 @@ func (s *Store) UnpublishedDeadLetters(ctx context.Context, olderThan time.Time,
 // begun=true for the one call that started the replay; any later call gets
 // begun=false and the letter unchanged, so replaying twice gives one new
 // attempt. ErrDeadLetterNotFound when the tenant has no such letter.
-func (s *Store) BeginReplay(ctx context.Context, tenant string, id int64) (rec *DeadLetter, begun bool, err error) {
+func (s *DeadLetters) BeginReplay(ctx context.Context, tenant string, id int64) (rec *DeadLetter, begun bool, err error) {
 	rec, err = s.queryDeadLetter(ctx, `UPDATE dead_letters SET replayed_at = $3, replay_count = replay_count + 1
 		WHERE id = $1 AND ($2 = '' OR tenant = $2) AND replayed_at IS NULL RETURNING `+deadLetterColumns,
 		id, tenant, s.clock())
@@ -463,7 +468,7 @@ func (s *Store) BeginReplay(ctx context.Context, tenant string, id int64) (rec *
 
 // MarkReplayPublished records that the replayed message of letter id was
 // confirmed on the main queue. It reports whether this call set it.
-func (s *Store) MarkReplayPublished(ctx context.Context, id int64) (bool, error) {
+func (s *DeadLetters) MarkReplayPublished(ctx context.Context, id int64) (bool, error) {
 	tag, err := s.pool.Exec(ctx, `UPDATE dead_letters SET replay_published_at = $2
 		WHERE id = $1 AND replayed_at IS NOT NULL AND replay_published_at IS NULL`, id, s.clock())
 	if err != nil {
@@ -475,7 +480,7 @@ func (s *Store) MarkReplayPublished(ctx context.Context, id int64) (bool, error)
 // UnfinishedReplays returns up to limit letters (oldest replay first) whose
 // replay began before olderThan but whose republish was never confirmed, for
 // the repair sweep.
-func (s *Store) UnfinishedReplays(ctx context.Context, olderThan time.Time, limit int) ([]*DeadLetter, error) {
+func (s *DeadLetters) UnfinishedReplays(ctx context.Context, olderThan time.Time, limit int) ([]*DeadLetter, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+deadLetterColumns+` FROM dead_letters
 		WHERE replayed_at IS NOT NULL AND replay_published_at IS NULL AND replayed_at < $1
 		ORDER BY replayed_at, id LIMIT $2`, olderThan, limit)
@@ -492,6 +497,12 @@ func (s *Store) UnfinishedReplays(ctx context.Context, olderThan time.Time, limi
 // LaneReasonReplayed is the lane_reason of a job requeued by a replay.
 const LaneReasonReplayed = "replayed"
 
+// Job returns the job a letter names (as Jobs.Get), ErrNotFound when
+// the tenant has none.
+func (s *DeadLetters) Job(ctx context.Context, tenant, id string) (*JobRecord, error) {
+	return s.getJob(ctx, tenant, id)
+}
+
 // Requeue moves the dead-lettered job id of tenant back to queued for a
 // replay: attempts and the policy state reset to 0, error, result, lease,
 // phase, started and finished times cleared, lane live. This is the one exit from a
@@ -500,7 +511,7 @@ const LaneReasonReplayed = "replayed"
 // it has waited). A job already queued is returned unchanged (a replay
 // resumed by the repair sweep); any other state is an
 // *IllegalTransitionError, a missing job ErrNotFound.
-func (s *Store) Requeue(ctx context.Context, tenant, id string) (*JobRecord, error) {
+func (s *DeadLetters) Requeue(ctx context.Context, tenant, id string) (*JobRecord, error) {
 	rec, err := s.queryJob(ctx, `UPDATE jobs SET status = `+tRequeue.to+`, attempts = 0, retries = 0,
 		model_index = 0, rate_limited = 0, free_attempts = 0, error_code = '', error_message = '', result = NULL, used_model = '',
 		prompt_tokens = 0, completion_tokens = 0, cost_usd = 0, started_at = NULL, finished_at = NULL,
@@ -513,7 +524,7 @@ func (s *Store) Requeue(ctx context.Context, tenant, id string) (*JobRecord, err
 	if rec != nil {
 		return rec, nil
 	}
-	rec, err = s.Get(ctx, tenant, id)
+	rec, err = s.getJob(ctx, tenant, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: requeue: %w", err)
 	}
@@ -537,7 +548,7 @@ type DeadLetterCount struct {
 // dead-lettered in [since, until) (zero: unbounded) by reason, in no
 // order; a reason without letters is absent. It reads
 // dead_letters_tenant_created_idx or dead_letters_created_idx.
-func (s *Store) CountDeadLetters(ctx context.Context, tenant string, since, until time.Time) ([]DeadLetterCount, error) {
+func (s *DeadLetters) CountDeadLetters(ctx context.Context, tenant string, since, until time.Time) ([]DeadLetterCount, error) {
 	var lo, hi *time.Time
 	if !since.IsZero() {
 		lo = &since
@@ -567,7 +578,7 @@ func (s *Store) CountDeadLetters(ctx context.Context, tenant string, since, unti
 
 // CountDeadLetteredJobs counts the jobs of ids (of any tenant) with at
 // least one letter of reason.
-func (s *Store) CountDeadLetteredJobs(ctx context.Context, ids []string, reason string) (int, error) {
+func (s *Jobs) CountDeadLetteredJobs(ctx context.Context, ids []string, reason string) (int, error) {
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT job_id) FROM dead_letters WHERE job_id = ANY($1) AND reason = $2`,
 		ids, reason).Scan(&n); err != nil {

@@ -25,7 +25,7 @@ type DoorCount struct {
 // ShareDoorCounts writes replica's counts with a lease and returns the
 // other replicas' live ones (lease not ended), ordered by name and
 // replica. Rows whose lease ended LedgerGone ago are deleted.
-func (s *Store) ShareDoorCounts(ctx context.Context, replica string, lease time.Duration, counts []DoorCount) ([]DoorCount, error) {
+func (s *Ledger) ShareDoorCounts(ctx context.Context, replica string, lease time.Duration, counts []DoorCount) ([]DoorCount, error) {
 	if replica == "" || lease <= 0 {
 		return nil, fmt.Errorf("store: share door counts: a replica and a positive lease are required")
 	}

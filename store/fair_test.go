@@ -48,7 +48,7 @@ func (b *fairBundle) addTo(t *testing.T, tenant, project string, n int, p llmq.P
 		require.NoError(t, err)
 		jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
 	}
-	_, err := b.store.Ingest(b.ctx, jobs)
+	_, err := b.store.Queue().Ingest(b.ctx, jobs)
 	require.NoError(t, err)
 }
 
@@ -63,7 +63,7 @@ func (b *fairBundle) claimN(t *testing.T, rounds, limit int) map[string]int {
 	t.Helper()
 	got := map[string]int{}
 	for range rounds {
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
+		recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
 		require.NoError(t, err)
 		for _, r := range recs {
 			got[r.Tenant]++
@@ -122,11 +122,11 @@ func TestFairShareKeepsOrderInsideTenant(t *testing.T) {
 	j, err := llmq.Decode([]byte(`{"id":"due","tenant":"b","priority":"low","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	j.Deadline = &due
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	var ids []string
 	for _, limit := range []int{1, 4} {
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
+		recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
 		require.NoError(t, err)
 		for _, r := range recs {
 			ids = append(ids, r.Tenant+"/"+r.ID)
@@ -147,13 +147,13 @@ func TestPriorityCapOfTenant(t *testing.T) {
 	b.add(t, "a", 1, llmq.PriorityHigh)
 	j, err := llmq.Decode([]byte(`{"id":"bulk","tenant":"a","project":"bulk","priority":"high","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
-	rec, err := b.store.Get(b.ctx, "a", "j00001")
+	rec, err := b.store.Jobs().Get(b.ctx, "a", "j00001")
 	require.NoError(t, err)
 	require.Equal(t, llmq.PriorityHigh, rec.Priority, "the job keeps the priority it asked for")
 	require.Equal(t, b.clock.Now().Add(store.AgingStepDefault), rec.SchedKey.UTC(), "ordered as normal")
-	rec, err = b.store.Get(b.ctx, "a", "bulk")
+	rec, err = b.store.Jobs().Get(b.ctx, "a", "bulk")
 	require.NoError(t, err)
 	require.Equal(t, b.clock.Now().Add(2*store.AgingStepDefault), rec.SchedKey.UTC(), "the project's cap: low")
 }

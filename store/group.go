@@ -350,12 +350,12 @@ func (c *committer) enqueue(ctx context.Context, o *op) error {
 // run executes one op (statements, and scan for the last one's row):
 // through the committer when the store has one, otherwise directly. It
 // reports whether the last statement returned a row.
-func (s *Store) run(ctx context.Context, scan func(pgx.Rows) error, stmts ...stmt) (bool, error) {
+func (s *base) run(ctx context.Context, scan func(pgx.Rows) error, stmts ...stmt) (bool, error) {
 	return s.do(ctx, &op{stmts: stmts, scan: scan})
 }
 
 // do executes op o (see run).
-func (s *Store) do(ctx context.Context, o *op) (bool, error) {
+func (s *base) do(ctx context.Context, o *op) (bool, error) {
 	if s.group == nil {
 		return runOp(ctx, s.pool, o)
 	}

@@ -37,7 +37,7 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 			if i == 7 {
 				msg = "bad \x00 byte"
 			}
-			errs[i] = b.store.MarkFailed(b.ctx, leases[j.ID], 400+i, "code", msg)
+			errs[i] = b.store.Queue().MarkFailed(b.ctx, leases[j.ID], 400+i, "code", msg)
 		})
 	}
 	close(start)
@@ -75,7 +75,7 @@ func TestGroupCommitSharesATransaction(t *testing.T) {
 	require.Len(t, leases, n+1)
 	errs := make([]error, n)
 	flushTogether(t, b, s, leases["blocker"], n, func(i int) {
-		_, errs[i] = s.MarkCalling(b.ctx, leases[ids[i]], store.PolicyState{})
+		_, errs[i] = s.Queue().MarkCalling(b.ctx, leases[ids[i]], store.PolicyState{})
 	})
 	for _, err := range errs {
 		require.NoError(t, err)
@@ -103,7 +103,7 @@ func flushTogether(t *testing.T, b *testBundle, s *store.Store, blocker store.Le
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err := s.MarkCalling(b.ctx, blocker, store.PolicyState{})
+		_, err := s.Queue().MarkCalling(b.ctx, blocker, store.PolicyState{})
 		assert.NoError(t, err)
 	})
 	require.Eventually(t, func() bool {
@@ -140,7 +140,7 @@ func TestGroupCommitMergesRows(t *testing.T) {
 	// Job i has made i%3 calls before.
 	for i, id := range ids {
 		for range i % 3 {
-			_, err := s.MarkCalling(b.ctx, leases[id], store.PolicyState{})
+			_, err := s.Queue().MarkCalling(b.ctx, leases[id], store.PolicyState{})
 			require.NoError(t, err)
 		}
 	}
@@ -155,7 +155,7 @@ func TestGroupCommitMergesRows(t *testing.T) {
 		if i == 5 {
 			l = stale
 		}
-		attempts[i], errs[i] = s.MarkCalling(b.ctx, l, store.PolicyState{Retries: i % n, FreeAttempts: 2 * (i % n)})
+		attempts[i], errs[i] = s.Queue().MarkCalling(b.ctx, l, store.PolicyState{Retries: i % n, FreeAttempts: 2 * (i % n)})
 	})
 	require.NoError(t, errs[n])
 	require.ElementsMatch(t, []int{1, 2}, []int{attempts[0], attempts[n]}, "both calls of job 0 are counted")
@@ -174,7 +174,7 @@ func TestGroupCommitMergesRows(t *testing.T) {
 
 	// Results: job i's own answer; job 0 answered twice; job 1 already
 	// succeeded; job 2 with no body.
-	_, err := s.StoreResult(b.ctx, leases[ids[1]].Key, store.Result{Response: []byte(`{"first":true}`)})
+	_, err := s.Queue().StoreResult(b.ctx, leases[ids[1]].Key, store.Result{Response: []byte(`{"first":true}`)})
 	require.NoError(t, err)
 	stored, errs := make([]bool, n+1), make([]error, n+1)
 	flushTogether(t, b, s, leases["blocker"], n+1, func(i int) {
@@ -184,7 +184,7 @@ func TestGroupCommitMergesRows(t *testing.T) {
 		if i == 2 {
 			r.Response = nil
 		}
-		stored[i], errs[i] = s.StoreResult(b.ctx, k, r)
+		stored[i], errs[i] = s.Queue().StoreResult(b.ctx, k, r)
 	})
 	for i := range n + 1 {
 		require.NoError(t, errs[i], i)
@@ -234,7 +234,7 @@ func TestGroupCommitMergesAttempts(t *testing.T) {
 	t0 := b.clock.Now().UTC()
 	// Odd jobs have made a call before, not answered yet.
 	for i := 1; i < n; i += 2 {
-		_, err := s.MarkCalling(b.ctx, leases[ids[i]], store.PolicyState{Call: store.Call{Model: "first"}})
+		_, err := s.Queue().MarkCalling(b.ctx, leases[ids[i]], store.PolicyState{Call: store.Call{Model: "first"}})
 		require.NoError(t, err)
 	}
 	// writers counts the transactions that last wrote the rows of
@@ -256,7 +256,7 @@ func TestGroupCommitMergesAttempts(t *testing.T) {
 			st.Answered = &store.Answer{Attempt: 1, At: t1, Status: 429, Outcome: "rate_limited",
 				ErrorCode: fmt.Sprintf("e%d", i), RetryAfter: time.Duration(i) * time.Second}
 		}
-		attempts[i], errs[i] = s.MarkCalling(b.ctx, leases[ids[i]], st)
+		attempts[i], errs[i] = s.Queue().MarkCalling(b.ctx, leases[ids[i]], st)
 	})
 	for i := range n {
 		require.NoError(t, errs[i], i)
@@ -268,7 +268,7 @@ func TestGroupCommitMergesAttempts(t *testing.T) {
 	t2 := b.clock.Now().UTC()
 	flushTogether(t, b, s, leases["blocker"], n, func(i int) {
 		k := leases[ids[i]].Key
-		_, errs[i] = s.StoreResult(b.ctx, k, store.Result{Response: []byte(`{}`), Answered: &store.Answer{
+		_, errs[i] = s.Queue().StoreResult(b.ctx, k, store.Result{Response: []byte(`{}`), Answered: &store.Answer{
 			Attempt: 1 + i%2, At: t2, Status: 200, Outcome: "success", PromptTokens: i, CompletionTokens: 3 * i}})
 	})
 	for i := range n {
@@ -286,7 +286,7 @@ func TestGroupCommitMergesAttempts(t *testing.T) {
 			want = []store.Attempt{{Seq: 1, Attempt: 1, Model: "first", StartedAt: t0, FinishedAt: &t1, Status: 429,
 				Outcome: "rate_limited", ErrorCode: fmt.Sprintf("e%d", i), RetryAfter: &retryAfter}, last}
 		}
-		got, err := s.Attempts(b.ctx, leases[id].Tenant, id)
+		got, err := s.Jobs().Attempts(b.ctx, leases[id].Tenant, id)
 		require.NoError(t, err)
 		require.Equal(t, want, got, id)
 	}
@@ -298,10 +298,10 @@ func TestStoreWithoutGroupCommit(t *testing.T) {
 	b := setup(t)
 	direct := store.New(b.store.Pool(), store.WithGroupCommit(0))
 	l := b.hold(t, "w", newJob(t, "direct-1"))["direct-1"]
-	attempts, err := direct.MarkCalling(b.ctx, l, store.PolicyState{})
+	attempts, err := direct.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 	require.NoError(t, err)
 	require.Equal(t, 1, attempts)
-	stored, err := direct.StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{"ok":true}`)})
+	stored, err := direct.Queue().StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{"ok":true}`)})
 	require.NoError(t, err)
 	require.True(t, stored)
 }
@@ -313,6 +313,6 @@ func TestClosedStoreFailsAtOnce(t *testing.T) {
 	b := setup(t)
 	l := b.hold(t, "w", newJob(t, "closed-1"))["closed-1"]
 	b.store.Close()
-	_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+	_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 	require.ErrorContains(t, err, "closed")
 }

@@ -16,6 +16,12 @@ import (
 	"github.com/llmq/llmq"
 )
 
+// Jobs is what is read and changed of a job outside its queue: a job and
+// its calls (attempts.go) as the API shows them, its cancellation, the
+// counts and rates of the jobs, and the figures of a run (the demo's, the
+// bench's). It is what api.JobStore is given.
+type Jobs struct{ *base }
+
 const insertSQL = `INSERT INTO jobs (id, tenant, status, priority, requested_model, body, created_at,
 	updated_at, deadline, "deferrable", fallback_models, metadata, sched_key, est_prompt_tokens, est_output_tokens,
 	project, trace_context, reply)
@@ -43,7 +49,7 @@ type NewJob struct {
 	SizeDelay time.Duration
 }
 
-func (s *Store) insertArgs(n NewJob, now time.Time) []any {
+func (s *base) insertArgs(n NewJob, now time.Time) []any {
 	j := n.Job
 	fallbacks := j.FallbackModels
 	if fallbacks == nil {
@@ -90,7 +96,7 @@ func validate(op string, j *llmq.Job) error {
 // same id is left as it is and reported with created=false (not an error).
 // j must be valid (Decode or Normalize+Validate); an invalid job returns
 // ErrInvalidJob.
-func (s *Store) Insert(ctx context.Context, j *llmq.Job) (created bool, err error) {
+func (s *Jobs) Insert(ctx context.Context, j *llmq.Job) (created bool, err error) {
 	if err := validate("insert", j); err != nil {
 		return false, err
 	}
@@ -128,7 +134,7 @@ RETURNING tenant, id`
 // jobArrays turns jobs into the arguments of a multi-row insert: now,
 // then one array per column of jobUnnestColumns. op names the caller in
 // errors; the caller has validated every job.
-func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error) {
+func (s *base) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error) {
 	n := len(jobs)
 	var (
 		tenants, ids, prios, models, bodies = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -172,7 +178,7 @@ func (s *Store) jobArrays(op string, jobs []NewJob, now time.Time) ([]any, error
 // a job is left as it is. Every job must be valid; an invalid one, or one
 // whose data Postgres refuses, fails the whole call with ErrInvalidJob
 // (record the jobs one by one to find it).
-func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err error) {
+func (s *Queue) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -210,7 +216,7 @@ func (s *Store) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 // refused reads the job after a conditional UPDATE (to, from the statuses
 // in from) matched no row and says why: ErrNotFound, or an
 // *IllegalTransitionError with the record.
-func (s *Store) refused(ctx context.Context, op string, k Key, to llmq.Status) (*JobRecord, error) {
+func (s *base) refused(ctx context.Context, op string, k Key, to llmq.Status) (*JobRecord, error) {
 	rec, err := s.queryJob(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND id = $2`, k.Tenant, k.ID)
 	switch {
 	case err != nil:
@@ -226,7 +232,7 @@ func (s *Store) refused(ctx context.Context, op string, k Key, to llmq.Status) (
 // status IN t.From. Placeholders $1, $2 and $3 are tenant, id and now;
 // extra args start at $4. When no row matched it reads the job to say why
 // (see refused).
-func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set string, args ...any) (*JobRecord, error) {
+func (s *base) move(ctx context.Context, op string, t *transition, k Key, set string, args ...any) (*JobRecord, error) {
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + set +
 		` WHERE tenant = $1 AND id = $2 AND status ` + t.in + ` RETURNING ` + jobColumns
 	if t.To.Terminal() {
@@ -246,7 +252,7 @@ func (s *Store) move(ctx context.Context, op string, t *transition, k Key, set s
 // ExpireOverdue moves every queued job whose deadline has passed to
 // expired and returns their keys (the reaper's sweep: a job expires even
 // while no worker looks at it).
-func (s *Store) ExpireOverdue(ctx context.Context) ([]Key, error) {
+func (s *Queue) ExpireOverdue(ctx context.Context) ([]Key, error) {
 	return s.keys(ctx, "expire overdue", notifyDone(`UPDATE jobs SET status = `+tExpireOverdue.to+`, error_code = $2,
 		error_message = 'deadline passed before the job started', finished_at = $1, updated_at = $1
 		WHERE status `+tExpireOverdue.in+` AND deadline IS NOT NULL AND deadline <= $1 RETURNING tenant, id`, unaliased, `tenant, id`),
@@ -259,14 +265,19 @@ const ErrorCodeCancelled = "cancelled"
 // Cancel cancels a queued job of tenant and returns it. ErrNotFound when the
 // tenant has no such job; an *IllegalTransitionError when it has started or
 // finished.
-func (s *Store) Cancel(ctx context.Context, tenant, id string) (*JobRecord, error) {
+func (s *Jobs) Cancel(ctx context.Context, tenant, id string) (*JobRecord, error) {
 	return s.move(ctx, "cancel", tCancel, Key{Tenant: tenant, ID: id},
 		`, error_code = '`+ErrorCodeCancelled+`', error_message = 'cancelled by the API', finished_at = $3`)
 }
 
 // Get returns the job id of tenant, ErrNotFound when the tenant has none.
 // A queued job's WaitingReason is filled in.
-func (s *Store) Get(ctx context.Context, tenant, id string) (*JobRecord, error) {
+func (s *Jobs) Get(ctx context.Context, tenant, id string) (*JobRecord, error) {
+	return s.getJob(ctx, tenant, id)
+}
+
+// getJob is Get, for every aggregate that reads a job.
+func (s *base) getJob(ctx context.Context, tenant, id string) (*JobRecord, error) {
 	rec, err := s.queryJob(ctx, `SELECT `+jobColumns+` FROM jobs WHERE tenant = $1 AND id = $2`, tenant, id)
 	if err != nil {
 		return nil, fmt.Errorf("store: get %q: %w", id, err)
@@ -283,7 +294,7 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*JobRecord, error) 
 // TenantsWithJob returns, sorted, at most limit of the tenants that have a
 // job id: the hint of a command given an id without its tenant (an error
 // path: it reads every tenant's jobs).
-func (s *Store) TenantsWithJob(ctx context.Context, id string, limit int) ([]string, error) {
+func (s *Jobs) TenantsWithJob(ctx context.Context, id string, limit int) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `SELECT tenant FROM jobs WHERE id = $1 ORDER BY tenant LIMIT $2`, id, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: tenants with job %q: %w", id, err)
@@ -322,7 +333,7 @@ type ListOptions struct {
 // descending), and the cursor of the next page ("" after the last page).
 // The records leave the body out (nil; Get reads it): a listing shows no
 // request, and the server need not turn each one from jsonb into text.
-func (s *Store) List(ctx context.Context, o ListOptions) ([]*JobRecord, string, error) {
+func (s *Jobs) List(ctx context.Context, o ListOptions) ([]*JobRecord, string, error) {
 	limit := o.Limit
 	if limit <= 0 {
 		limit = ListLimitDefault
@@ -426,7 +437,7 @@ type JobOutcome struct {
 
 // JobOutcomes reads every job's final state, by id (a benchmark's run, in
 // a database of its own).
-func (s *Store) JobOutcomes(ctx context.Context) ([]JobOutcome, error) {
+func (s *Jobs) JobOutcomes(ctx context.Context) ([]JobOutcome, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, status, used_model,
 		coalesce(extract(epoch FROM finished_at - created_at), 0)::float8 FROM jobs ORDER BY id`)
 	if err != nil {
@@ -453,7 +464,7 @@ func (s *Store) JobOutcomes(ctx context.Context) ([]JobOutcome, error) {
 
 // CountEnded counts the jobs of every tenant in a terminal status, exactly
 // (a benchmark's run, in a database of its own).
-func (s *Store) CountEnded(ctx context.Context) (int, error) {
+func (s *Jobs) CountEnded(ctx context.Context) (int, error) {
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM jobs
 		WHERE status IN ('succeeded', 'failed', 'dead_lettered', 'expired', 'cancelled')`).Scan(&n); err != nil {
@@ -474,7 +485,7 @@ type JobTally struct {
 // TallyJobs counts the jobs ids of tenant by (status, succeeded on the
 // batch lane, answered by a model other than the requested one), reading
 // each by key (jobs_pkey).
-func (s *Store) TallyJobs(ctx context.Context, tenant string, ids []string) ([]JobTally, error) {
+func (s *Jobs) TallyJobs(ctx context.Context, tenant string, ids []string) ([]JobTally, error) {
 	rows, err := s.pool.Query(ctx, `SELECT status, lane = 'batch' AND status = 'succeeded',
 		used_model <> '' AND used_model <> requested_model, count(*)
 		FROM jobs WHERE tenant = $2 AND id = ANY($1) GROUP BY 1, 2, 3`, ids, tenant)
@@ -507,7 +518,7 @@ type SucceededJob struct {
 
 // SucceededJobs reads the jobs of ids (of any tenant) that succeeded, by
 // id.
-func (s *Store) SucceededJobs(ctx context.Context, ids []string) ([]SucceededJob, error) {
+func (s *Jobs) SucceededJobs(ctx context.Context, ids []string) ([]SucceededJob, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, extract(epoch FROM finished_at - created_at)::float8, finished_at, lane FROM jobs
 		WHERE id = ANY($1) AND status = 'succeeded' ORDER BY id`, ids)
 	if err != nil {

@@ -11,6 +11,11 @@ import (
 	"github.com/llmq/llmq"
 )
 
+// LaneRates is what the workers' lanes run at (table lane_rates), written
+// every second by each worker, and the predictions of a call's completion
+// the API makes from them.
+type LaneRates struct{ *base }
+
 // LaneRateTTL is how long a lane's row counts after it was written: the
 // workers rewrite theirs every second, so an older one is from a worker
 // that stopped.
@@ -32,7 +37,7 @@ type LaneRate struct {
 }
 
 // SetLaneRates records worker's lanes as they run now.
-func (s *Store) SetLaneRates(ctx context.Context, worker string, rates []LaneRate) error {
+func (s *LaneRates) SetLaneRates(ctx context.Context, worker string, rates []LaneRate) error {
 	if len(rates) == 0 {
 		return nil
 	}
@@ -101,7 +106,7 @@ const predictBound = 100_000
 // PredictCompletion predicts when a call of model at priority, of tokens
 // estimated tokens, recorded now would complete, behind every tenant's
 // queued jobs at its priority or higher: Predict without a tenant.
-func (s *Store) PredictCompletion(ctx context.Context, model string, priority llmq.Priority, tokens int) (Prediction, error) {
+func (s *LaneRates) PredictCompletion(ctx context.Context, model string, priority llmq.Priority, tokens int) (Prediction, error) {
 	return s.Predict(ctx, PredictRequest{Model: model, Priority: priority, Tokens: tokens})
 }
 
@@ -129,7 +134,7 @@ type PredictRequest struct {
 // over the tenant's, at most the other's queued tokens (every priority:
 // between tenants the claim goes by turns); a job recorded without an
 // estimate counts tokens. docs/design/gateway.md.
-func (s *Store) Predict(ctx context.Context, req PredictRequest) (Prediction, error) {
+func (s *LaneRates) Predict(ctx context.Context, req PredictRequest) (Prediction, error) {
 	model, tokens := req.Model, req.Tokens
 	var p Prediction
 	var latMS float64
@@ -176,7 +181,7 @@ func (s *Store) Predict(ctx context.Context, req PredictRequest) (Prediction, er
 
 // predictAhead sets p's Ahead and AheadTokens: req's work ahead in claim
 // order (Predict), from one read of the model's queued jobs by tenant.
-func (s *Store) predictAhead(ctx context.Context, req PredictRequest, p *Prediction) error {
+func (s *LaneRates) predictAhead(ctx context.Context, req PredictRequest, p *Prediction) error {
 	rows, err := s.pool.Query(ctx, `SELECT tenant,
 			count(*) FILTER (WHERE priority = ANY($2)), coalesce(sum(tok) FILTER (WHERE priority = ANY($2)), 0)::bigint,
 			count(*), coalesce(sum(tok), 0)::bigint
@@ -270,14 +275,14 @@ func atOrAbove(priority llmq.Priority) []string {
 // PredictJob is PredictCompletion for job j, its tokens counted roughly
 // (one per 4 bytes of body, plus its output allowance): the tokenizer's
 // count would cost the API more than the prediction's error is worth.
-func (s *Store) PredictJob(ctx context.Context, j *llmq.Job) (Prediction, error) {
+func (s *LaneRates) PredictJob(ctx context.Context, j *llmq.Job) (Prediction, error) {
 	return s.JobPredictor(nil)(ctx, j)
 }
 
 // JobPredictor is PredictJob with tenants' weights and priority caps
 // (every tenant weighs llmq.WeightDefault in nil), as the claim orders
 // the jobs.
-func (s *Store) JobPredictor(tenants llmq.Tenants) func(ctx context.Context, j *llmq.Job) (Prediction, error) {
+func (s *LaneRates) JobPredictor(tenants llmq.Tenants) func(ctx context.Context, j *llmq.Job) (Prediction, error) {
 	return func(ctx context.Context, j *llmq.Job) (Prediction, error) {
 		return s.Predict(ctx, PredictRequest{Model: j.Model(), Priority: tenants.Priority(j), Tokens: len(j.Body)/4 + j.MaxOutputTokens(),
 			Tenant: j.Tenant, Weight: tenants.Weight})

@@ -22,32 +22,32 @@ func TestPredictCompletion(t *testing.T) {
 		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"j-%d","tenant":"acme","priority":%q,
 			"body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":10}}`, i, prio)), llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = b.store.Insert(b.ctx, j)
+		_, err = b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	other := newJob(t, "other-model") // model "big": not counted
-	_, err := b.store.Insert(b.ctx, other)
+	_, err := b.store.Jobs().Insert(b.ctx, other)
 	require.NoError(t, err)
-	held, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Hour, Limit: 1})
+	held, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Hour, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, held, 1) // the high job runs
 
-	p, err := b.store.PredictCompletion(b.ctx, "m", llmq.PriorityNormal, 20)
+	p, err := b.store.LaneRates().PredictCompletion(b.ctx, "m", llmq.PriorityNormal, 20)
 	require.NoError(t, err)
 	require.False(t, p.Known, "no lane row")
 	require.Zero(t, p.Wait)
 	require.Zero(t, p.Ahead, "not counted")
 
 	// Only a concurrency: still unknown.
-	require.NoError(t, b.store.SetLaneRates(b.ctx, "w1", []store.LaneRate{{Model: "m", Concurrency: 4, Latency: time.Second}}))
-	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityNormal, 20)
+	require.NoError(t, b.store.LaneRates().SetLaneRates(b.ctx, "w1", []store.LaneRate{{Model: "m", Concurrency: 4, Latency: time.Second}}))
+	p, err = b.store.LaneRates().PredictCompletion(b.ctx, "m", llmq.PriorityNormal, 20)
 	require.NoError(t, err)
 	require.False(t, p.Known)
 
 	// Two workers at 30 and 30 RPM: 60 RPM, 1 s a request.
-	require.NoError(t, b.store.SetLaneRates(b.ctx, "w1", []store.LaneRate{{Model: "m", RequestsPerMin: 30, Concurrency: 2, InFlight: 1, Latency: 500 * time.Millisecond}}))
-	require.NoError(t, b.store.SetLaneRates(b.ctx, "w2", []store.LaneRate{{Model: "m", RequestsPerMin: 30, Concurrency: 2, Latency: 1500 * time.Millisecond}}))
-	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
+	require.NoError(t, b.store.LaneRates().SetLaneRates(b.ctx, "w1", []store.LaneRate{{Model: "m", RequestsPerMin: 30, Concurrency: 2, InFlight: 1, Latency: 500 * time.Millisecond}}))
+	require.NoError(t, b.store.LaneRates().SetLaneRates(b.ctx, "w2", []store.LaneRate{{Model: "m", RequestsPerMin: 30, Concurrency: 2, Latency: 1500 * time.Millisecond}}))
+	p, err = b.store.LaneRates().PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
 	require.NoError(t, err)
 	require.True(t, p.Known)
 	require.Equal(t, int64(5), p.Ahead, "normal and low jobs queued ahead of a low call")
@@ -64,19 +64,19 @@ func TestPredictCompletion(t *testing.T) {
 			prompt_tokens, completion_tokens)
 		SELECT 'acme', 'spent-' || i, 1, 1, 'm', $1, 10, 10 FROM generate_series(1, 60) i`, b.clock.Now().Add(-30*time.Second))
 	require.NoError(t, err)
-	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
+	p, err = b.store.LaneRates().PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
 	require.NoError(t, err)
 	require.Equal(t, int64(60), p.RecentRequests)
 	require.Equal(t, int64(1200), p.RecentTokens)
 	require.Equal(t, 6*time.Second, p.Wait)
-	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityHigh, 20)
+	p, err = b.store.LaneRates().PredictCompletion(b.ctx, "m", llmq.PriorityHigh, 20)
 	require.NoError(t, err)
 	require.Equal(t, int64(0), p.Ahead)
 	require.Equal(t, time.Second, p.Wait)
 
 	// A row LaneRateTTL old is a stopped worker's.
 	b.clock.Advance(store.LaneRateTTL)
-	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
+	p, err = b.store.LaneRates().PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
 	require.NoError(t, err)
 	require.False(t, p.Known)
 }
@@ -94,14 +94,14 @@ func TestPredictTenantShare(t *testing.T) {
 				"body":{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":10}}`, tenant, prio, i, tenant, prio)),
 				llmq.DecodeOptions{})
 			require.NoError(t, err)
-			_, err = b.store.Insert(b.ctx, j)
+			_, err = b.store.Jobs().Insert(b.ctx, j)
 			require.NoError(t, err)
 		}
 	}
 	// Recorded without an estimate: each job counts the call's 20 tokens.
 	insert("small", 1, "normal")
 	insert("big", 50, "low") // between tenants the claim takes turns, whatever the priority
-	require.NoError(t, b.store.SetLaneRates(b.ctx, "w", []store.LaneRate{{Model: "m", RequestsPerMin: 60, TokensPerMin: 6000}}))
+	require.NoError(t, b.store.LaneRates().SetLaneRates(b.ctx, "w", []store.LaneRate{{Model: "m", RequestsPerMin: 60, TokensPerMin: 6000}}))
 	// The last minute's calls spent the buckets (jobs of another model's
 	// tenant: not queued here).
 	_, err := b.store.Pool().Exec(b.ctx, `INSERT INTO job_attempts (tenant, job_id, seq, attempt, model, started_at,
@@ -110,7 +110,7 @@ func TestPredictTenantShare(t *testing.T) {
 	require.NoError(t, err)
 
 	req := store.PredictRequest{Model: "m", Priority: llmq.PriorityNormal, Tokens: 20, Tenant: "small"}
-	p, err := b.store.Predict(b.ctx, req)
+	p, err := b.store.LaneRates().Predict(b.ctx, req)
 	require.NoError(t, err)
 	// small's turn: its job and the call, 40 tokens; big gets as much, 2 jobs.
 	require.Equal(t, int64(3), p.Ahead)
@@ -119,22 +119,22 @@ func TestPredictTenantShare(t *testing.T) {
 
 	// big weighs 3: 120 tokens of it meanwhile, 6 jobs.
 	req.Weight = llmq.Tenants{"big": {Scope: llmq.Scope{Weight: 3}}}.Weight
-	p, err = b.store.Predict(b.ctx, req)
+	p, err = b.store.LaneRates().Predict(b.ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, int64(7), p.Ahead)
 	require.Equal(t, int64(140), p.AheadTokens)
 
 	// big's own call is behind all of its jobs at low or higher, and
 	// small's one job (less than its turn).
-	p, err = b.store.Predict(b.ctx, store.PredictRequest{Model: "m", Priority: llmq.PriorityLow, Tokens: 20, Tenant: "big"})
+	p, err = b.store.LaneRates().Predict(b.ctx, store.PredictRequest{Model: "m", Priority: llmq.PriorityLow, Tokens: 20, Tenant: "big"})
 	require.NoError(t, err)
 	require.Equal(t, int64(51), p.Ahead)
 
 	// No tenant: the whole queue at normal or higher, as before tenants.
-	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
+	p, err = b.store.LaneRates().PredictCompletion(b.ctx, "m", llmq.PriorityLow, 20)
 	require.NoError(t, err)
 	require.Equal(t, int64(51), p.Ahead)
-	p, err = b.store.PredictCompletion(b.ctx, "m", llmq.PriorityNormal, 20)
+	p, err = b.store.LaneRates().PredictCompletion(b.ctx, "m", llmq.PriorityNormal, 20)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), p.Ahead)
 }

@@ -8,6 +8,10 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Ledger is the tables the replicas share their limits through: the quota
+// ledger (below) and the API's door counts (doorcounts.go).
+type Ledger struct{ *base }
+
 // The quota ledger (table quota_ledger): how the replicas of llmq that
 // call one provider on one API key share its quota. Each replica holds one
 // row per quota key, renewed with its demand and the share it runs on
@@ -57,7 +61,7 @@ type LedgerEntry struct {
 // not ended at now), replica's own included, ordered by key then replica.
 // Rows of other replicas whose lease ended LedgerGone ago are deleted on
 // the way (without waiting for rows another renewal holds).
-func (s *Store) RenewQuotas(ctx context.Context, replica string, lease time.Duration, claims []QuotaClaim) ([]LedgerEntry, error) {
+func (s *Ledger) RenewQuotas(ctx context.Context, replica string, lease time.Duration, claims []QuotaClaim) ([]LedgerEntry, error) {
 	if replica == "" || lease <= 0 {
 		return nil, fmt.Errorf("store: renew quotas: a replica and a positive lease are required")
 	}
@@ -122,7 +126,7 @@ func (s *Store) RenewQuotas(ctx context.Context, replica string, lease time.Dura
 
 // LeaveQuotas deletes replica's rows: a replica that stops gives its
 // shares to the others at once rather than when its lease ends.
-func (s *Store) LeaveQuotas(ctx context.Context, replica string) error {
+func (s *Ledger) LeaveQuotas(ctx context.Context, replica string) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM quota_ledger WHERE replica = $1`, replica); err != nil {
 		return fmt.Errorf("store: leave quotas: %w", err)
 	}

@@ -29,7 +29,7 @@ func TestLedgerReplicasShare(t *testing.T) {
 	lease := 3 * time.Second
 	renew := func(replica string, demand, share float64) []store.LedgerEntry {
 		t.Helper()
-		rows, err := b.store.RenewQuotas(b.ctx, replica, lease, []store.QuotaClaim{{Key: key, Demand: demand, Share: share}})
+		rows, err := b.store.Ledger().RenewQuotas(b.ctx, replica, lease, []store.QuotaClaim{{Key: key, Demand: demand, Share: share}})
 		require.NoError(t, err)
 		return rows
 	}
@@ -53,7 +53,7 @@ func TestLedgerReplicasShare(t *testing.T) {
 	renew("b", 10, 0.5)
 
 	// Another key is another quota.
-	rows, err := b.store.RenewQuotas(b.ctx, "b", lease, []store.QuotaClaim{{Key: other, Demand: 1, Share: 1}})
+	rows, err := b.store.Ledger().RenewQuotas(b.ctx, "b", lease, []store.QuotaClaim{{Key: other, Demand: 1, Share: 1}})
 	require.NoError(t, err)
 	require.Len(t, rows, 1)
 
@@ -75,7 +75,7 @@ func TestLedgerReplicasShare(t *testing.T) {
 	renew("b", 10, 1)
 	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(*) FROM quota_ledger WHERE replica = 'a'`).Scan(&n))
 	require.Equal(t, 0, n)
-	require.NoError(t, b.store.LeaveQuotas(b.ctx, "b"))
+	require.NoError(t, b.store.Ledger().LeaveQuotas(b.ctx, "b"))
 	require.NoError(t, b.store.Pool().QueryRow(b.ctx, `SELECT count(*) FROM quota_ledger`).Scan(&n))
 	require.Equal(t, 0, n)
 }
@@ -85,12 +85,12 @@ func TestLedgerRenewValidates(t *testing.T) {
 	b := setup(t)
 	for _, c := range []store.QuotaClaim{{Key: "", Demand: 1, Share: 1}, {Key: "k", Demand: -1, Share: 1}, {Key: "k", Demand: 1, Share: 0}, {Key: "k", Demand: 1, Share: 1.5},
 		{Key: "k", Demand: 1, Share: 1, Provider: store.ProviderState{CreditTokens: -1}}} {
-		_, err := b.store.RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{c})
+		_, err := b.store.Ledger().RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{c})
 		require.Error(t, err, "%+v", c)
 	}
-	_, err := b.store.RenewQuotas(b.ctx, "", time.Second, []store.QuotaClaim{{Key: "k", Demand: 1, Share: 1}})
+	_, err := b.store.Ledger().RenewQuotas(b.ctx, "", time.Second, []store.QuotaClaim{{Key: "k", Demand: 1, Share: 1}})
 	require.Error(t, err)
-	rows, err := b.store.RenewQuotas(b.ctx, "a", time.Second, nil)
+	rows, err := b.store.Ledger().RenewQuotas(b.ctx, "a", time.Second, nil)
 	require.NoError(t, err)
 	require.Empty(t, rows)
 }
@@ -102,15 +102,15 @@ func TestLedgerProviderState(t *testing.T) {
 	b := setup(t)
 	const key = "https://api.example/v1 k:0123 gpt-4o"
 	ps := store.ProviderState{CreditRequests: 12, CreditTokens: 3400.5, ShortRequests: 50, ShortTokens: 5000}
-	_, err := b.store.RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5, Provider: ps}})
+	_, err := b.store.Ledger().RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5, Provider: ps}})
 	require.NoError(t, err)
-	rows, err := b.store.RenewQuotas(b.ctx, "b", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5}})
+	rows, err := b.store.Ledger().RenewQuotas(b.ctx, "b", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5}})
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	require.Equal(t, ps, rows[0].Provider)
 	require.Equal(t, store.ProviderState{}, rows[1].Provider)
 	ps = store.ProviderState{CreditTokens: 7}
-	rows, err = b.store.RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5, Provider: ps}})
+	rows, err = b.store.Ledger().RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5, Provider: ps}})
 	require.NoError(t, err)
 	require.Equal(t, ps, rows[0].Provider)
 }

@@ -29,7 +29,7 @@ const (
 
 // fillPausedReasons sets WaitingReasonPaused on the queued records of a
 // paused tenant or project, over any other reason.
-func (s *Store) fillPausedReasons(recs []*JobRecord) {
+func (s *base) fillPausedReasons(recs []*JobRecord) {
 	ts := s.order.tenants()
 	for _, r := range recs {
 		if r.Status == llmq.StatusQueued && ts.Paused(r.Tenant, r.Project) {
@@ -57,7 +57,7 @@ type ModelState struct {
 }
 
 // SetModelState records st as the model's state, now.
-func (s *Store) SetModelState(ctx context.Context, st ModelState) error {
+func (s *Queue) SetModelState(ctx context.Context, st ModelState) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO model_state (model, waiting_reason, batch_hold, worker, updated_at)
 		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (model) DO UPDATE SET waiting_reason = excluded.waiting_reason,
 		batch_hold = excluded.batch_hold, worker = excluded.worker, updated_at = excluded.updated_at`,
@@ -71,7 +71,7 @@ func (s *Store) SetModelState(ctx context.Context, st ModelState) error {
 // fillModelReasons sets the WaitingReason of the queued records: batch
 // for a job of the batch lane, or a deferrable one its model's schedulers
 // hold for it; else the reason the model's schedulers last gave, if fresh.
-func (s *Store) fillModelReasons(ctx context.Context, recs []*JobRecord) error {
+func (s *base) fillModelReasons(ctx context.Context, recs []*JobRecord) error {
 	var models []string
 	for _, r := range recs {
 		if r.Status == llmq.StatusQueued {

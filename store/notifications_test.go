@@ -28,29 +28,29 @@ func TestNotificationsWrittenWithTheEnd(t *testing.T) {
 	ls := b.hold(t, "w1", withReply(newJob(t, "ok"), "replies"), withReply(newJob(t, "bad"), "replies"),
 		withReply(newJob(t, "late"), "replies"), withReply(newJob(t, "dead"), "replies"), newJob(t, "plain"))
 	for _, id := range []string{"cancel", "poison", "overdue"} {
-		_, err := b.store.Insert(b.ctx, withReply(newJob(t, id), "replies"))
+		_, err := b.store.Jobs().Insert(b.ctx, withReply(newJob(t, id), "replies"))
 		require.NoError(t, err)
 	}
 	key := func(id string) store.Key { return store.Key{Tenant: "acme", ID: id} }
-	_, err := b.store.StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big",
+	_, err := b.store.Queue().StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big",
 		PromptTokens: 3, CompletionTokens: 4, CostUSD: 0.5})
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(b.ctx, key("plain"), store.Result{Response: []byte(`{"id":"c2"}`), UsedModel: "big"})
+	_, err = b.store.Queue().StoreResult(b.ctx, key("plain"), store.Result{Response: []byte(`{"id":"c2"}`), UsedModel: "big"})
 	require.NoError(t, err)
-	require.NoError(t, b.store.MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
-	require.NoError(t, b.store.MarkExpired(b.ctx, ls["late"], "too late"))
+	require.NoError(t, b.store.Queue().MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
+	require.NoError(t, b.store.Queue().MarkExpired(b.ctx, ls["late"], "too late"))
 	d := newLetter("dead", "acme", "retries_exhausted")
 	d.LeaseToken = ls["dead"].Token
-	_, _, err = b.store.RecordDeadLetter(b.ctx, d)
+	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
 	require.NoError(t, err)
-	_, err = b.store.Cancel(b.ctx, "acme", "cancel")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "cancel")
 	require.NoError(t, err)
-	require.NoError(t, b.store.MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
+	require.NoError(t, b.store.DeadLetters().MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
 	b.clock.Advance(366 * 24 * time.Hour)
-	_, err = b.store.ExpireOverdue(b.ctx)
+	_, err = b.store.Queue().ExpireOverdue(b.ctx)
 	require.NoError(t, err)
 	// A second result for a finished job writes nothing more.
-	_, err = b.store.StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c3"}`), UsedModel: "big"})
+	_, err = b.store.Queue().StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c3"}`), UsedModel: "big"})
 	require.NoError(t, err)
 
 	got, err := ns.List(b.ctx, store.NotificationFilter{Tenant: "acme"})
@@ -87,7 +87,7 @@ func TestNotificationsGroupCommit(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Go(func() {
-			_, err := b.store.StoreResult(b.ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: []byte(`{}`), UsedModel: "big"})
+			_, err := b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: []byte(`{}`), UsedModel: "big"})
 			require.NoError(t, err)
 		})
 	}
@@ -114,7 +114,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	b := setup(t)
 	ns := b.store.Notifications()
 	b.hold(t, "w1", withReply(newJob(t, "ok"), "replies"))
-	_, err := b.store.StoreResult(b.ctx, store.Key{Tenant: "acme", ID: "ok"}, store.Result{Response: []byte(`{"id":"c1"}`),
+	_, err := b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: "acme", ID: "ok"}, store.Result{Response: []byte(`{"id":"c1"}`),
 		UsedModel: "big", PromptTokens: 3, CompletionTokens: 4, CostUSD: 0.5})
 	require.NoError(t, err)
 	now := b.clock.Now()
@@ -150,7 +150,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	require.Len(t, dead, 1)
 	require.Equal(t, store.NotificationUndeliverable, dead[0].DeadReason)
 	require.Equal(t, "still down", dead[0].LastError)
-	rec, err := b.store.Get(b.ctx, "acme", "ok")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "ok")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 	none, err := ns.Claim(b.ctx, now.Add(48*time.Hour), time.Minute, 10)

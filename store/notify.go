@@ -53,7 +53,7 @@ const JobQueuedChannel = "llmq_job_queued"
 // ends, from this goroutine, in order. It returns when ctx ends (ctx's
 // error) or the connection fails; the caller reconnects by calling it
 // again, and listening tells it to re-read.
-func (s *Store) ListenJobsDone(ctx context.Context, listening func(), done func(Key)) error {
+func (s *Jobs) ListenJobsDone(ctx context.Context, listening func(), done func(Key)) error {
 	return s.listen(ctx, JobDoneChannel, listening, func(payload string) {
 		// Another sender's payload that is not a key wakes nobody.
 		if k, ok := ParseKey(payload); ok {
@@ -64,13 +64,13 @@ func (s *Store) ListenJobsDone(ctx context.Context, listening func(), done func(
 
 // ListenJobsQueued is ListenJobsDone for JobQueuedChannel: queued is
 // called with the model of every statement's newly queued jobs.
-func (s *Store) ListenJobsQueued(ctx context.Context, listening func(), queued func(model string)) error {
+func (s *Queue) ListenJobsQueued(ctx context.Context, listening func(), queued func(model string)) error {
 	return s.listen(ctx, JobQueuedChannel, listening, queued)
 }
 
 // listen holds a connection of its own listening on channel (see
 // ListenJobsDone).
-func (s *Store) listen(ctx context.Context, channel string, listening func(), heard func(payload string)) error {
+func (s *base) listen(ctx context.Context, channel string, listening func(), heard func(payload string)) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return fmt.Errorf("store: listen: %w", err)

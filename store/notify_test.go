@@ -20,7 +20,7 @@ func (b *testBundle) listen(t *testing.T) <-chan store.Key {
 	listening := make(chan struct{})
 	ended := make(chan error, 1)
 	go func() {
-		ended <- b.store.ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) { keys <- k })
+		ended <- b.store.Jobs().ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) { keys <- k })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -55,43 +55,43 @@ func TestJobDoneNotifications(t *testing.T) {
 	b := setup(t)
 	keys := b.listen(t)
 	ls := b.hold(t, "w1", newJob(t, "ok"), newJob(t, "bad"), newJob(t, "late"), newJob(t, "dead"))
-	require.NoError(t, b.store.MarkRetrying(b.ctx, ls["bad"], store.PolicyState{Retries: 1}, "http_502", "bad gateway"))
+	require.NoError(t, b.store.Queue().MarkRetrying(b.ctx, ls["bad"], store.PolicyState{Retries: 1}, "http_502", "bad gateway"))
 	for _, id := range []string{"cancel", "poison", "overdue"} {
-		_, err := b.store.Insert(b.ctx, newJob(t, id))
+		_, err := b.store.Jobs().Insert(b.ctx, newJob(t, id))
 		require.NoError(t, err)
 	}
 	key := func(id string) store.Key { return store.Key{Tenant: "acme", ID: id} }
 
-	stored, err := b.store.StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big"})
+	stored, err := b.store.Queue().StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big"})
 	require.NoError(t, err)
 	require.True(t, stored)
 	require.Equal(t, key("ok"), nextKey(t, keys))
 
-	require.NoError(t, b.store.MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
+	require.NoError(t, b.store.Queue().MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
 	require.Equal(t, key("bad"), nextKey(t, keys))
 
-	require.NoError(t, b.store.MarkExpired(b.ctx, ls["late"], "too late"))
+	require.NoError(t, b.store.Queue().MarkExpired(b.ctx, ls["late"], "too late"))
 	require.Equal(t, key("late"), nextKey(t, keys))
 
 	d := newLetter("dead", "acme", "retries_exhausted")
 	d.LeaseToken = ls["dead"].Token
-	_, _, err = b.store.RecordDeadLetter(b.ctx, d)
+	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
 	require.NoError(t, err)
 	require.Equal(t, key("dead"), nextKey(t, keys))
 
-	_, err = b.store.Cancel(b.ctx, "acme", "cancel")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "cancel")
 	require.NoError(t, err)
 	require.Equal(t, key("cancel"), nextKey(t, keys))
 
-	require.NoError(t, b.store.MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
+	require.NoError(t, b.store.DeadLetters().MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
 	require.Equal(t, key("poison"), nextKey(t, keys))
 
 	// A refused move announces nothing: the next key is the sweep's.
-	_, err = b.store.Cancel(b.ctx, "acme", "ok")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "ok")
 	var ite *store.IllegalTransitionError
 	require.True(t, errors.As(err, &ite))
 	b.clock.Advance(366 * 24 * time.Hour) // past every deadline
-	expired, err := b.store.ExpireOverdue(b.ctx)
+	expired, err := b.store.Queue().ExpireOverdue(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []store.Key{key("overdue")}, expired)
 	require.Equal(t, key("overdue"), nextKey(t, keys))
@@ -114,7 +114,7 @@ func TestJobQueuedNotifications(t *testing.T) {
 	listening := make(chan struct{})
 	ended := make(chan error, 1)
 	go func() {
-		ended <- b.store.ListenJobsQueued(ctx, func() { close(listening) }, func(m string) { models <- m })
+		ended <- b.store.Queue().ListenJobsQueued(ctx, func() { close(listening) }, func(m string) { models <- m })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -138,24 +138,24 @@ func TestJobQueuedNotifications(t *testing.T) {
 		}
 	}
 
-	_, err := b.store.Insert(b.ctx, newJob(t, "one"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "one"))
 	require.NoError(t, err)
 	require.Equal(t, "big", next())
 
 	j1, j2, j3 := newJob(t, "two"), newJob(t, "three"), newJob(t, "four")
 	j3.Body = []byte(`{"model":"small","messages":[{"role":"user","content":"hi"}]}`)
-	_, err = b.store.Ingest(b.ctx, []store.NewJob{{Job: j1}, {Job: j2}, {Job: j3}})
+	_, err = b.store.Queue().Ingest(b.ctx, []store.NewJob{{Job: j1}, {Job: j2}, {Job: j3}})
 	require.NoError(t, err)
 	got := []string{next(), next()}
 	require.ElementsMatch(t, []string{"big", "small"}, got)
 
 	// A duplicate inserts no row: no notification; the next one is the
 	// next statement's.
-	_, err = b.store.Insert(b.ctx, newJob(t, "one"))
+	_, err = b.store.Jobs().Insert(b.ctx, newJob(t, "one"))
 	require.NoError(t, err)
 	five := newJob(t, "five")
 	five.Body = []byte(`{"model":"small","messages":[{"role":"user","content":"hi"}]}`)
-	_, err = b.store.Insert(b.ctx, five)
+	_, err = b.store.Jobs().Insert(b.ctx, five)
 	require.NoError(t, err)
 	require.Equal(t, "small", next())
 	select {

@@ -21,7 +21,7 @@ func TestClaimOrderBySize(t *testing.T) {
 	b := setup(t)
 	ingest := func(id string, size time.Duration) {
 		t.Helper()
-		_, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: newJob(t, id), EstPromptTokens: 100, SizeDelay: size}})
+		_, err := b.store.Queue().Ingest(b.ctx, []store.NewJob{{Job: newJob(t, id), EstPromptTokens: 100, SizeDelay: size}})
 		require.NoError(t, err)
 	}
 	ingest("long", 3*time.Second)
@@ -34,13 +34,13 @@ func TestClaimOrderBySize(t *testing.T) {
 	due := newJob(t, "due-long")
 	d := b.clock.Now().Add(30 * time.Second)
 	due.Deadline = &d
-	_, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: due, SizeDelay: time.Hour}})
+	_, err := b.store.Queue().Ingest(b.ctx, []store.NewJob{{Job: due, SizeDelay: time.Hour}})
 	require.NoError(t, err)
 
 	require.Equal(t, b.clock.Now().Add(-4*time.Second+3*time.Second), b.get(t, "long").SchedKey.UTC())
 	var order []string
 	for range 6 {
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
+		recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		order = append(order, recs[0].ID)
@@ -56,7 +56,7 @@ func TestClaimTokenRoom(t *testing.T) {
 	b := setup(t)
 	ingest := func(id string, tokens int, size time.Duration) {
 		t.Helper()
-		_, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: newJob(t, id), EstPromptTokens: tokens, SizeDelay: size}})
+		_, err := b.store.Queue().Ingest(b.ctx, []store.NewJob{{Job: newJob(t, id), EstPromptTokens: tokens, SizeDelay: size}})
 		require.NoError(t, err)
 	}
 	ingest("question-1", 100, 0)
@@ -65,7 +65,7 @@ func TestClaimTokenRoom(t *testing.T) {
 	ingest("question-2", 100, 0)
 	claim := func(room float64, wantLeft bool) []string {
 		t.Helper()
-		recs, left, err := b.store.ClaimWithin(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 10, TokenRoom: room})
+		recs, left, err := b.store.Queue().ClaimWithin(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 10, TokenRoom: room})
 		require.NoError(t, err)
 		require.Equal(t, wantLeft, left, "a job left for the room")
 		ids := []string{}

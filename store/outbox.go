@@ -12,6 +12,15 @@ import (
 	"github.com/llmq/llmq"
 )
 
+// Outbox is the jobs recorded before they are published (the producer's
+// outbox): recorded, marked published on the broker's confirm, swept when
+// no confirm came; with the queue's figures the producer's admission reads.
+// It is reached by Store.Outbox.
+type Outbox struct {
+	*base
+	QueueFigures
+}
+
 // The producer's outbox (migration 0003): a row inserted by InsertOutbox has
 // published_at NULL until MarkPublished records the broker's confirm;
 // Unpublished finds the queued rows a crash left unconfirmed.
@@ -81,7 +90,7 @@ type Recorded struct {
 // recorded with the estimate and size delay it carries (Sizer.NewJob,
 // which the caller runs: the producer, in each caller's goroutine rather
 // than in the flush they share).
-func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, error) {
+func (s *Outbox) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, error) {
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -94,7 +103,7 @@ func (s *Store) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, er
 // When publish fails, the rows are committed unpublished for the sweeper and
 // the error is publish's to report; it returns only the database's. Why and
 // the failure cases: docs/design/queue-of-record.md#insertoutboxpublishing.
-func (s *Store) InsertOutboxPublishing(ctx context.Context, jobs []NewJob, publish func(recorded []Recorded) error) ([]Recorded, error) {
+func (s *Outbox) InsertOutboxPublishing(ctx context.Context, jobs []NewJob, publish func(recorded []Recorded) error) ([]Recorded, error) {
 	if len(jobs) == 0 {
 		return nil, publish(nil)
 	}
@@ -145,7 +154,7 @@ type outboxDB interface {
 // insertOutbox is InsertOutbox on db, with published_at set to
 // publishedAt (nil: NULL). With begin, the insert's pipeline opens with
 // BEGIN, and the transaction stays open for the caller to end.
-func (s *Store) insertOutbox(ctx context.Context, db outboxDB, begin bool, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, error) {
+func (s *Outbox) insertOutbox(ctx context.Context, db outboxDB, begin bool, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, error) {
 	for _, n := range jobs {
 		if err := validate("insert outbox", n.Job); err != nil {
 			return nil, err
@@ -202,7 +211,7 @@ func (s *Store) insertOutbox(ctx context.Context, db outboxDB, begin bool, jobs 
 // insertArrays records jobs (distinct keys) with insertOutboxSQL, queued
 // in b after what b holds (a BEGIN, or nothing), and returns what it did
 // and the keys of the jobs not created whose status it did not see.
-func (s *Store) insertArrays(ctx context.Context, db outboxDB, b *pgx.Batch, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, []Key, error) {
+func (s *Outbox) insertArrays(ctx context.Context, db outboxDB, b *pgx.Batch, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, []Key, error) {
 	args, err := s.jobArrays("insert outbox", jobs, now)
 	if err != nil {
 		return nil, nil, err
@@ -270,7 +279,7 @@ func spread(jobs []NewJob, first []int, got []Recorded) []Recorded {
 // transaction. A job not created is the one there before, or a pruned
 // job's id: it returns their keys, whose status the caller reads (a
 // statement more only when a key was taken).
-func (s *Store) insertEach(ctx context.Context, db outboxDB, b *pgx.Batch, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, []Key, error) {
+func (s *Outbox) insertEach(ctx context.Context, db outboxDB, b *pgx.Batch, jobs []NewJob, now time.Time, publishedAt *time.Time) ([]Recorded, []Key, error) {
 	head := b.Len()
 	for _, n := range jobs {
 		b.Queue(insertOneSQL, append(s.insertArgs(n, now), publishedAt)...)
@@ -329,7 +338,7 @@ func statuses(ctx context.Context, db outboxDB, keys []Key) (map[Key]llmq.Status
 
 // MarkPublished records that the broker confirmed the messages of the jobs
 // keys. Rows already marked keep their first time.
-func (s *Store) MarkPublished(ctx context.Context, keys []Key) error {
+func (s *Outbox) MarkPublished(ctx context.Context, keys []Key) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -347,7 +356,7 @@ func (s *Store) MarkPublished(ctx context.Context, keys []Key) error {
 
 // Unpublished returns up to limit queued jobs created before cutoff whose
 // publish was never confirmed, oldest first.
-func (s *Store) Unpublished(ctx context.Context, cutoff time.Time, limit int) ([]*JobRecord, error) {
+func (s *Outbox) Unpublished(ctx context.Context, cutoff time.Time, limit int) ([]*JobRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+jobColumns+` FROM jobs
 		WHERE published_at IS NULL AND status = 'queued' AND created_at < $1
 		ORDER BY created_at, tenant, id LIMIT $2`, cutoff, limit)
@@ -387,7 +396,7 @@ type QueueStats struct {
 // one index entry per queued job, 55 ms at 1,000,000 queued jobs with the
 // index cached (0.5 s measured under load), 8 ms up to 100,000
 // (docs/design/queue-of-record.md).
-func (s *Store) QueueStats(ctx context.Context, since time.Time, limit int64) (QueueStats, error) {
+func (s *QueueFigures) QueueStats(ctx context.Context, since time.Time, limit int64) (QueueStats, error) {
 	var st QueueStats
 	var first pgtype.Timestamptz
 	now := s.clock()
@@ -410,12 +419,4 @@ func (s *Store) QueueStats(ctx context.Context, since time.Time, limit int64) (Q
 		st.FirstFinished = first.Time
 	}
 	return st, nil
-}
-
-// Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error {
-	if err := s.pool.Ping(ctx); err != nil {
-		return fmt.Errorf("store: ping: %w", err)
-	}
-	return nil
 }

@@ -33,39 +33,39 @@ func TestOutbox(t *testing.T) {
 }
 
 func testOutbox(t *testing.T, b *testBundle) {
-	created, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o2")}})
+	created, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o2")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued}}, created)
 	// A row inserted any other way counts as published (it came from the
 	// broker).
-	_, err = b.store.Insert(b.ctx, newJob(t, "direct"))
+	_, err = b.store.Jobs().Insert(b.ctx, newJob(t, "direct"))
 	require.NoError(t, err)
 
 	b.clock.Advance(time.Minute)
-	_, err = b.store.Cancel(b.ctx, "acme", "direct")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "direct")
 	require.NoError(t, err)
-	created, err = b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o3")}, {Job: newJob(t, "direct")}})
+	created, err = b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o1")}, {Job: newJob(t, "o3")}, {Job: newJob(t, "direct")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: false, Status: llmq.StatusQueued}, {Created: true, Status: llmq.StatusQueued},
 		{Created: false, Status: llmq.StatusCancelled}}, created, "an existing job's status is read in the same transaction")
 
-	recs, err := b.store.Unpublished(b.ctx, b.clock.Now(), 10)
+	recs, err := b.store.Outbox().Unpublished(b.ctx, b.clock.Now(), 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"o1", "o2"}, outboxIDs(recs), "o3 is younger than the cutoff")
 
-	require.NoError(t, b.store.MarkPublished(b.ctx, []store.Key{acme("o1")}))
-	_, err = b.store.Cancel(b.ctx, "acme", "o2")
+	require.NoError(t, b.store.Outbox().MarkPublished(b.ctx, []store.Key{acme("o1")}))
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "o2")
 	require.NoError(t, err)
-	recs, err = b.store.Unpublished(b.ctx, b.clock.Now().Add(time.Second), 10)
+	recs, err = b.store.Outbox().Unpublished(b.ctx, b.clock.Now().Add(time.Second), 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"o3"}, outboxIDs(recs), "published and cancelled rows are not swept")
 
 	// An invalid job writes nothing.
 	bad := newJob(t, "o4")
 	bad.Tenant = "bad tenant"
-	_, err = b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o5")}, {Job: bad}})
+	_, err = b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "o5")}, {Job: bad}})
 	require.ErrorIs(t, err, store.ErrInvalidJob)
-	_, err = b.store.Get(b.ctx, "acme", "o5")
+	_, err = b.store.Jobs().Get(b.ctx, "acme", "o5")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -80,7 +80,7 @@ func TestOutboxPublishing(t *testing.T) {
 }
 
 func testOutboxPublishing(t *testing.T, b *testBundle) {
-	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "old"))
 	require.NoError(t, err)
 	visible := func(id string) bool {
 		var n int
@@ -99,7 +99,7 @@ func testOutboxPublishing(t *testing.T, b *testBundle) {
 	want := []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: false, Status: llmq.StatusQueued},
 		{Created: true, Status: llmq.StatusQueued}}
 	var seen []store.Recorded
-	got, err := b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p1")}, {Job: newJob(t, "old")},
+	got, err := b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p1")}, {Job: newJob(t, "old")},
 		{Job: newJob(t, "p2")}}, func(recorded []store.Recorded) error {
 		seen = recorded
 		require.False(t, visible("p1"), "committed only once published")
@@ -114,20 +114,20 @@ func testOutboxPublishing(t *testing.T, b *testBundle) {
 	}
 	require.Equal(t, oldAt, publishedAt("old"), "an existing job keeps its mark")
 
-	got, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "u1")}, {Job: newJob(t, "p1")}},
+	got, err = b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "u1")}, {Job: newJob(t, "p1")}},
 		func([]store.Recorded) error { return errors.New("broker down") })
 	require.NoError(t, err, "recorded all the same")
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Created: false, Status: llmq.StatusQueued}}, got)
 	require.Nil(t, publishedAt("u1"))
 	require.Equal(t, &now, publishedAt("p1"), "an existing job keeps its mark")
 	b.clock.Advance(time.Second)
-	recs, err := b.store.Unpublished(b.ctx, b.clock.Now(), 10)
+	recs, err := b.store.Outbox().Unpublished(b.ctx, b.clock.Now(), 10)
 	require.NoError(t, err)
 	require.Equal(t, []string{"u1"}, outboxIDs(recs))
 
 	bad := newJob(t, "bad")
 	bad.Tenant = "bad tenant"
-	_, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p3")}, {Job: bad}},
+	_, err = b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p3")}, {Job: bad}},
 		func([]store.Recorded) error { t.Fatal("publish of a failed insert"); return nil })
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	require.False(t, visible("p3"))
@@ -142,12 +142,12 @@ func testOutboxPublishing(t *testing.T, b *testBundle) {
 	require.NoError(t, err)
 	refused := newJob(t, "refused")
 	conns := b.store.Pool().Stat().TotalConns()
-	_, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}, {Job: refused}},
+	_, err = b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}, {Job: refused}},
 		func([]store.Recorded) error { t.Fatal("publish of a failed insert"); return nil })
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	require.False(t, visible("p4"))
 	require.Equal(t, conns, b.store.Pool().Stat().TotalConns(), "the connection was rolled back and kept")
-	got, err = b.store.InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}}, func([]store.Recorded) error { return nil })
+	got, err = b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: newJob(t, "p4")}}, func([]store.Recorded) error { return nil })
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}}, got)
 	require.Equal(t, new(b.clock.Now()), publishedAt("p4"))
@@ -161,47 +161,47 @@ func TestQueueStats(t *testing.T) {
 		jobs = append(jobs, newJob(t, fmt.Sprintf("r%d", i)))
 	}
 	require.Len(t, b.hold(t, "w", jobs...), 4)
-	_, err := b.store.Insert(b.ctx, newJob(t, "queued"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "queued"))
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(b.ctx, acme("r0"), store.Result{})
+	_, err = b.store.Queue().StoreResult(b.ctx, acme("r0"), store.Result{})
 	require.NoError(t, err)
 	start := b.clock.Now()
-	st, err := b.store.QueueStats(b.ctx, start, 0)
+	st, err := b.store.Queue().QueueStats(b.ctx, start, 0)
 	require.NoError(t, err)
 	require.True(t, start.Equal(st.FirstFinished), "r0 finished at %v, not %v", start, st.FirstFinished)
 	st.FirstFinished = time.Time{}
 	require.Equal(t, store.QueueStats{Queued: 1, InFlight: 3, Finished: 1, Consuming: true}, st, "leases live")
 	b.clock.Advance(time.Minute)
-	_, err = b.store.StoreResult(b.ctx, acme("r1"), store.Result{})
+	_, err = b.store.Queue().StoreResult(b.ctx, acme("r1"), store.Result{})
 	require.NoError(t, err)
-	st, err = b.store.QueueStats(b.ctx, start.Add(time.Second), 0)
+	st, err = b.store.Queue().QueueStats(b.ctx, start.Add(time.Second), 0)
 	require.NoError(t, err)
 	require.True(t, start.Add(time.Minute).Equal(st.FirstFinished), "r1 is the first in the window")
 	st.FirstFinished = time.Time{}
 	require.Equal(t, store.QueueStats{Queued: 1, InFlight: 2, Finished: 1}, st, "the leases expired: nobody consumes")
-	require.NoError(t, b.store.SetModelState(b.ctx, store.ModelState{Model: "big", WaitingReason: store.WaitingReasonProviderQuota, Worker: "w"}))
-	st, err = b.store.QueueStats(b.ctx, start.Add(time.Second), 0)
+	require.NoError(t, b.store.Queue().SetModelState(b.ctx, store.ModelState{Model: "big", WaitingReason: store.WaitingReasonProviderQuota, Worker: "w"}))
+	st, err = b.store.Queue().QueueStats(b.ctx, start.Add(time.Second), 0)
 	require.NoError(t, err)
 	require.True(t, st.Consuming, "a scheduler wrote its model state")
 	b.clock.Advance(store.ModelStateTTL)
-	st, err = b.store.QueueStats(b.ctx, start.Add(time.Second), 0)
+	st, err = b.store.Queue().QueueStats(b.ctx, start.Add(time.Second), 0)
 	require.NoError(t, err)
 	require.False(t, st.Consuming, "its model state is old")
-	n, err := b.store.QueuedCount(b.ctx, 10)
+	n, err := b.store.Queue().QueuedCount(b.ctx, 10)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	_, err = b.store.Insert(b.ctx, newJob(t, "second"))
+	_, err = b.store.Jobs().Insert(b.ctx, newJob(t, "second"))
 	require.NoError(t, err)
-	n, err = b.store.QueuedCount(b.ctx, 1)
+	n, err = b.store.Queue().QueuedCount(b.ctx, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "counted up to the limit")
-	st, err = b.store.QueueStats(b.ctx, start.Add(time.Second), 1)
+	st, err = b.store.Queue().QueueStats(b.ctx, start.Add(time.Second), 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.Queued, "2 queued, counted up to the limit")
-	st, err = b.store.QueueStats(b.ctx, start.Add(time.Second), 0)
+	st, err = b.store.Queue().QueueStats(b.ctx, start.Add(time.Second), 0)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Queued, "no limit")
-	models, err := b.store.QueuedModels(b.ctx)
+	models, err := b.store.Queue().QueuedModels(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"big"}, models)
 	require.NoError(t, b.store.Ping(b.ctx))
@@ -217,37 +217,37 @@ func TestListAllTenants(t *testing.T) {
 	for i, tenant := range []string{"acme", "globex", "acme"} {
 		j := newJob(t, fmt.Sprintf("l%d", i))
 		j.Tenant = tenant
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 		b.clock.Advance(time.Second)
 	}
-	page, next, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2})
+	page, next, err := b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l2", "l1"}, outboxIDs(page))
-	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2, After: next})
+	page, next, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Limit: 2, After: next})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l0", "r0"}, outboxIDs(page))
 	require.Empty(t, next)
-	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Tenant: "globex"})
+	page, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Tenant: "globex"})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l1"}, outboxIDs(page))
 	// One status across tenants: each tenant's newest, merged.
-	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
+	page, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
 	require.NoError(t, err)
 	require.Equal(t, []string{"r0"}, outboxIDs(page))
-	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2})
+	page, next, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l2", "l1"}, outboxIDs(page))
-	page, next, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2, After: next})
+	page, next, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusQueued, Limit: 2, After: next})
 	require.NoError(t, err)
 	require.Equal(t, []string{"l0"}, outboxIDs(page))
 	require.Empty(t, next)
-	page, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusFailed})
+	page, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusFailed})
 	require.NoError(t, err)
 	require.Empty(t, page)
-	_, _, err = b.store.List(b.ctx, store.ListOptions{AllTenants: true, After: "zz"})
+	_, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, After: "zz"})
 	require.ErrorIs(t, err, store.ErrBadCursor)
-	_, _, err = b.store.List(b.ctx, store.ListOptions{})
+	_, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{})
 	require.ErrorContains(t, err, "a tenant is required", "never every tenant by accident")
 }
 
@@ -267,11 +267,11 @@ func TestOutboxRepeatedKey(t *testing.T) {
 }
 
 func testOutboxRepeatedKey(t *testing.T, b *testBundle) {
-	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "old"))
 	require.NoError(t, err)
-	_, err = b.store.Cancel(b.ctx, "acme", "old")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "old")
 	require.NoError(t, err)
-	got, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "a")}, {Job: newJob(t, "old")},
+	got, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "a")}, {Job: newJob(t, "old")},
 		{Job: newJob(t, "a")}, {Job: newJob(t, "b")}, {Job: newJob(t, "old")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: true, Status: llmq.StatusQueued}, {Status: llmq.StatusCancelled},
@@ -299,7 +299,7 @@ func testOutboxKeyCommittedMeanwhile(t *testing.T, b *testBundle) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		got, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "race")}, {Job: newJob(t, "free")}})
+		got, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "race")}, {Job: newJob(t, "free")}})
 		done <- answer{got, err}
 	}()
 	// InsertOutbox waits on the uncommitted key; then the key commits.

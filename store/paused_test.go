@@ -33,15 +33,15 @@ func TestBatchLaneLeavesPausedOut(t *testing.T) {
 		j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":"%s-%s","tenant":%q,"project":%q,"deferrable":true,
 			"body":{"model":"big","messages":[{"role":"user","content":"hi"}]}}`, tp[0], tp[1], tp[0], tp[1])), llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = s.Insert(ctx, j)
+		_, err = s.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 	}
 	held := store.BatchCandidates{Undecided: true, NotBefore: clock.Now()}
-	pending, err := s.PendingBatchModels(ctx, held)
+	pending, err := s.Batches().PendingBatchModels(ctx, held)
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
 	require.Equal(t, 2, pending[0].Jobs, "b's jobs outside its paused project")
-	_, jobs, err := s.ReserveBatch(ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 10, Candidates: held})
+	_, jobs, err := s.Batches().ReserveBatch(ctx, store.BatchReservation{ID: "lb_1", Model: "big", MaxJobs: 10, Candidates: held})
 	require.NoError(t, err)
 	keys := make([]string, len(jobs))
 	for i, j := range jobs {
@@ -50,7 +50,7 @@ func TestBatchLaneLeavesPausedOut(t *testing.T) {
 	require.ElementsMatch(t, []string{"b/b-", "b/b-other"}, keys)
 
 	set(llmq.Tenants{})
-	_, jobs, err = s.ReserveBatch(ctx, store.BatchReservation{ID: "lb_2", Model: "big", MaxJobs: 10, Candidates: held})
+	_, jobs, err = s.Batches().ReserveBatch(ctx, store.BatchReservation{ID: "lb_2", Model: "big", MaxJobs: 10, Candidates: held})
 	require.NoError(t, err)
 	require.Len(t, jobs, 3, "resumed: the held jobs are taken")
 }

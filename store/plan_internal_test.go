@@ -33,7 +33,7 @@ func TestClaimReadsWhatItTakes(t *testing.T) {
 			// Jobs already claimed leave entries behind in the index until
 			// they are found dead: the claim below walks them like a real one.
 			for range 10 {
-				_, err := s.Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
+				_, err := s.Queue().Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: limit})
 				require.NoError(t, err)
 			}
 			now := time.Now()
@@ -90,7 +90,7 @@ func TestListAllTenantsReadsPages(t *testing.T) {
 	t.Parallel()
 	s := planStore(t)
 	s.ingest(t, 0, 30, "a", "b", "c")
-	_, err := s.Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 30})
+	_, err := s.Queue().Claim(context.Background(), ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 30})
 	require.NoError(t, err)
 	const limit = 5
 	s.ingest(t, 100, 3000, "a", "b", "c")
@@ -231,7 +231,7 @@ func (s planDB) ingest(t *testing.T, first, n int, tenants ...string) {
 		require.NoError(t, err)
 		jobs[i] = NewJob{Job: j}
 	}
-	_, err := s.Ingest(context.Background(), jobs)
+	_, err := s.Queue().Ingest(context.Background(), jobs)
 	require.NoError(t, err)
 }
 

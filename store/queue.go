@@ -13,6 +13,15 @@ import (
 	"github.com/llmq/llmq"
 )
 
+// Queue is the jobs and their claims: jobs recorded (Ingest), claimed in one
+// order, held under a renewed, fenced lease, ended by their holder's
+// writes, reaped when the holder dies; with the queue's figures and what
+// the schedulers hold back. It is what the worker's JobStore is given.
+type Queue struct {
+	*base
+	QueueFigures
+}
+
 // The queue of record: what a worker does with the jobs in Postgres. It
 // claims queued jobs (Claim), renews the leases it still holds (Heartbeat),
 // changes the jobs it holds under their lease token (MarkCalling,
@@ -71,7 +80,7 @@ type ClaimRequest struct {
 // new lease token (its Lease), phase waiting_for_quota and a lease until
 // now + r.Lease. It returns the claimed records in claim order, none when
 // nothing is queued.
-func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error) {
+func (s *Queue) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error) {
 	recs, _, err := s.ClaimWithin(ctx, r)
 	return recs, err
 }
@@ -79,7 +88,7 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) ([]*JobRecord, error)
 // ClaimWithin is Claim that also reports whether r.TokenRoom left a job
 // queued: the first in claim order that did not fit (so the model's
 // backlog waits for quota, not for work).
-func (s *Store) ClaimWithin(ctx context.Context, r ClaimRequest) (recs []*JobRecord, left bool, err error) {
+func (s *Queue) ClaimWithin(ctx context.Context, r ClaimRequest) (recs []*JobRecord, left bool, err error) {
 	if r.Model == "" || r.Owner == "" || r.Lease <= 0 || r.Limit <= 0 {
 		return nil, false, fmt.Errorf("store: claim: Model, Owner, a positive Lease and a positive Limit are required")
 	}
@@ -107,7 +116,7 @@ func (s *Store) ClaimWithin(ctx context.Context, r ClaimRequest) (recs []*JobRec
 // answer is no longer the job's (reaped after it expired, then maybe
 // claimed again) or the job has finished. Only the leases given are
 // renewed: a job its worker gave up is left to expire.
-func (s *Store) Heartbeat(ctx context.Context, owner string, lease time.Duration, held []Lease) ([]Lease, error) {
+func (s *Queue) Heartbeat(ctx context.Context, owner string, lease time.Duration, held []Lease) ([]Lease, error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
@@ -139,7 +148,7 @@ func (s *Store) Heartbeat(ctx context.Context, owner string, lease time.Duration
 // lease and the phase, and returns their keys. The lease token is kept: the
 // next claim increments it, and the old holder's fenced changes already
 // fail on the status.
-func (s *Store) ReapExpired(ctx context.Context) ([]Key, error) {
+func (s *Queue) ReapExpired(ctx context.Context) ([]Key, error) {
 	return s.keys(ctx, "reap expired leases", `UPDATE jobs SET status = `+tReapExpired.to+`, lease_owner = '',
 		lease_expires_at = NULL, phase = '', updated_at = $1
 		WHERE status `+tReapExpired.in+` AND lease_expires_at <= $1 RETURNING tenant, id`, s.clock())
@@ -147,7 +156,7 @@ func (s *Store) ReapExpired(ctx context.Context) ([]Key, error) {
 
 // keys runs sql, which returns (tenant, id) rows, and collects them; op
 // names the operation in its errors.
-func (s *Store) keys(ctx context.Context, op, sql string, args ...any) ([]Key, error) {
+func (s *base) keys(ctx context.Context, op, sql string, args ...any) ([]Key, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: %s: %w", op, err)
@@ -189,7 +198,7 @@ type PolicyState struct {
 // Extra args start at $5. It returns the job's attempts after the change.
 // When no row matched: ErrNotFound, an *IllegalTransitionError (ErrTerminal)
 // when the job has finished, else ErrLeaseLost.
-func (s *Store) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
+func (s *base) fenced(ctx context.Context, op string, t *transition, l Lease, set string, args ...any) (int, error) {
 	return s.fencedOp(ctx, op, t, l, fencedSQL{set: set}, args...)
 }
 
@@ -207,7 +216,7 @@ type fencedSQL struct {
 }
 
 // fencedOp is fenced with the statement shaped by f.
-func (s *Store) fencedOp(ctx context.Context, what string, t *transition, l Lease, f fencedSQL, args ...any) (int, error) {
+func (s *base) fencedOp(ctx context.Context, what string, t *transition, l Lease, f fencedSQL, args ...any) (int, error) {
 	sql := `UPDATE jobs SET status = ` + t.to + `, updated_at = $3` + f.set +
 		` WHERE tenant = $1 AND id = $2 AND lease_token = $4 AND status ` + t.in + ` RETURNING attempts`
 	if f.wrap != nil {
@@ -233,7 +242,7 @@ func (s *Store) fencedOp(ctx context.Context, what string, t *transition, l Leas
 }
 
 // lost says why a fenced change of the job l holds matched no row.
-func (s *Store) lost(ctx context.Context, op string, l Lease, to llmq.Status) error {
+func (s *base) lost(ctx context.Context, op string, l Lease, to llmq.Status) error {
 	var status llmq.Status
 	err := s.pool.QueryRow(ctx, `SELECT status FROM jobs WHERE tenant = $1 AND id = $2`, l.Tenant, l.ID).Scan(&status)
 	switch {
@@ -254,7 +263,7 @@ func (s *Store) lost(ctx context.Context, op string, l Lease, to llmq.Status) er
 // every call, so attempts count calls per job whatever the deliveries,
 // claims and workers. The same statement records the call st.Call as a
 // row of job_attempts, and the batch records st.Answered first.
-func (s *Store) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attempts int, err error) {
+func (s *Queue) MarkCalling(ctx context.Context, l Lease, st PolicyState) (attempts int, err error) {
 	return s.fencedOp(ctx, "mark calling", tMarkCalling, l, fencedSQL{
 		set: `, phase = '` + PhaseCalling + `', attempts = attempts + 1, started_at = coalesce(started_at, $3),
 		retries = $5, model_index = $6, rate_limited = $7, free_attempts = $12`,
@@ -291,7 +300,7 @@ var markCallingRows = newRowKind(`WITH c AS (UPDATE jobs j SET status = `+tMarkC
 // (running → retrying, phase backing_off) and the policy state after it.
 // The holder keeps the lease (heartbeats renew it) and waits out its
 // backoff before MarkCalling again.
-func (s *Store) MarkRetrying(ctx context.Context, l Lease, st PolicyState, code, msg string) error {
+func (s *Queue) MarkRetrying(ctx context.Context, l Lease, st PolicyState, code, msg string) error {
 	_, err := s.fencedOp(ctx, "mark retrying", tMarkRetrying, l, fencedSQL{
 		set: `, phase = '` + PhaseBackingOff + `', error_code = $5, error_message = $6, retries = $7, model_index = $8,
 		rate_limited = $9, free_attempts = $10`,
@@ -303,7 +312,7 @@ func (s *Store) MarkRetrying(ctx context.Context, l Lease, st PolicyState, code,
 // Release hands the job l holds back to queued (a worker that stops before
 // finishing it, or a job its model cannot take now): lease and phase
 // cleared, its place in the claim order kept.
-func (s *Store) Release(ctx context.Context, l Lease) error {
+func (s *Queue) Release(ctx context.Context, l Lease) error {
 	_, err := s.fenced(ctx, "release", tRelease, l, `, lease_owner = '', lease_expires_at = NULL, phase = ''`)
 	return err
 }
@@ -315,7 +324,7 @@ const terminalSet = `, error_code = $5, error_message = $6, finished_at = $3, le
 // MarkFailed ends the job l holds with a permanent error (failed): status
 // is the HTTP status the upstream answered with, 0 when the failure is
 // llmq's own (a body that no longer parses, a request too large).
-func (s *Store) MarkFailed(ctx context.Context, l Lease, status int, code, msg string) error {
+func (s *Queue) MarkFailed(ctx context.Context, l Lease, status int, code, msg string) error {
 	_, err := s.fenced(ctx, "mark failed", tMarkFailed, l, terminalSet+`, error_status = $7`, code, msg, status)
 	return err
 }
@@ -325,7 +334,7 @@ const ErrorCodeExpired = "expired"
 
 // MarkExpired ends the job l holds, whose deadline passed before its first
 // call (or will, by the predicted admission), as expired with why.
-func (s *Store) MarkExpired(ctx context.Context, l Lease, why string) error {
+func (s *Queue) MarkExpired(ctx context.Context, l Lease, why string) error {
 	_, err := s.fenced(ctx, "mark expired", tMarkExpired, l, terminalSet, ErrorCodeExpired, why)
 	return err
 }
@@ -353,7 +362,7 @@ type Result struct {
 // stores nothing. Another terminal state returns an *IllegalTransitionError
 // (ErrTerminal); a result Postgres cannot hold (a NUL character, a value
 // too large) ErrInvalidJob.
-func (s *Store) StoreResult(ctx context.Context, k Key, r Result) (stored bool, err error) {
+func (s *Queue) StoreResult(ctx context.Context, k Key, r Result) (stored bool, err error) {
 	var resp any
 	if len(r.Response) > 0 {
 		resp = []byte(r.Response)
@@ -403,7 +412,7 @@ var storeResultRows = newRowKind(notifyDone(`UPDATE jobs j SET status = `+tStore
 // (its message was given up by the broker, or cannot be published); code
 // is the dead-letter reason class. A job a worker holds is dead-lettered
 // by its holder (RecordDeadLetter with NewDeadLetter.LeaseToken).
-func (s *Store) MarkDeadLettered(ctx context.Context, k Key, code, msg string) error {
+func (s *DeadLetters) MarkDeadLettered(ctx context.Context, k Key, code, msg string) error {
 	_, err := s.move(ctx, "mark dead-lettered", tMarkDeadLettered, k,
 		`, error_code = $4, error_message = $5, finished_at = $3, lease_expires_at = NULL, phase = ''`, code, msg)
 	return err
@@ -411,7 +420,7 @@ func (s *Store) MarkDeadLettered(ctx context.Context, k Key, code, msg string) e
 
 // QueuedModels lists the requested models of the queued jobs of the live
 // lane, for schedulers that did not ingest them themselves.
-func (s *Store) QueuedModels(ctx context.Context) ([]string, error) {
+func (s *Queue) QueuedModels(ctx context.Context) ([]string, error) {
 	// A loose index scan over jobs_fair_idx: one probe per model, however
 	// long the backlog.
 	rows, err := s.pool.Query(ctx, `WITH RECURSIVE m AS (
@@ -434,7 +443,7 @@ func (s *Store) QueuedModels(ctx context.Context) ([]string, error) {
 // asks whether it is full, and a count of the whole backlog costs a scan
 // of every queued job's index entry (at 1,000,000 queued jobs about
 // 0.5 s, where 10,000 cost a few ms; docs/design/queue-of-record.md).
-func (s *Store) QueuedCount(ctx context.Context, limit int64) (int64, error) {
+func (s *Queue) QueuedCount(ctx context.Context, limit int64) (int64, error) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT FROM jobs WHERE status = 'queued' LIMIT $1) q`,
 		limit).Scan(&n); err != nil {

@@ -29,12 +29,12 @@ func TestCallIsHeapOnly(t *testing.T) {
 	require.Equal(t, [2]int{1, 0}, [2]int{upd, hot}, "the claim")
 	// Time passes between the updates (updated_at changes with each).
 	b.clock.Advance(time.Second)
-	_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{Call: store.Call{Model: "big"}})
+	_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Call: store.Call{Model: "big"}})
 	require.NoError(t, err)
 	upd, hot = updates("jobs")
 	require.Equal(t, [2]int{2, 1}, [2]int{upd, hot}, "the call is heap-only")
 	b.clock.Advance(time.Second)
-	stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{"id":"c"}`), UsedModel: "big"})
+	stored, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{"id":"c"}`), UsedModel: "big"})
 	require.NoError(t, err)
 	require.True(t, stored)
 	upd, hot = updates("jobs")
@@ -96,12 +96,12 @@ func TestAnswerIsHeapOnly(t *testing.T) {
 	leases := b.hold(t, "w", jobs...)
 	require.Len(t, leases, n)
 	for _, j := range jobs {
-		_, err := b.store.MarkCalling(b.ctx, leases[j.ID], store.PolicyState{Call: store.Call{Model: "big"}})
+		_, err := b.store.Queue().MarkCalling(b.ctx, leases[j.ID], store.PolicyState{Call: store.Call{Model: "big"}})
 		require.NoError(t, err)
 	}
 	b.clock.Advance(time.Second)
 	for _, j := range jobs {
-		stored, err := b.store.StoreResult(b.ctx, leases[j.ID].Key, store.Result{Response: []byte(`{}`), UsedModel: "big",
+		stored, err := b.store.Queue().StoreResult(b.ctx, leases[j.ID].Key, store.Result{Response: []byte(`{}`), UsedModel: "big",
 			Answered: &store.Answer{Attempt: 1, At: b.clock.Now(), Status: 200, Outcome: "success", PromptTokens: 5}})
 		require.NoError(t, err)
 		require.True(t, stored)

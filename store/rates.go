@@ -49,7 +49,7 @@ func jobRatesSQL(all bool) string {
 // JobRates returns the jobs recorded and finished since since, per
 // minute, of tenant ("" for every tenant's): the minutes with any, in
 // order.
-func (s *Store) JobRates(ctx context.Context, tenant string, since time.Time) ([]JobMinute, error) {
+func (s *Jobs) JobRates(ctx context.Context, tenant string, since time.Time) ([]JobMinute, error) {
 	rows, err := s.pool.Query(ctx, jobRatesSQL(tenant == ""), since.UTC(), tenant)
 	if err != nil {
 		return nil, fmt.Errorf("store: job rates: %w", err)

@@ -19,12 +19,12 @@ func TestJobRates(t *testing.T) {
 		t.Helper()
 		j := newJob(t, id)
 		j.Tenant = tenant
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	succeed := func(tenant, id string) {
 		t.Helper()
-		stored, err := b.store.StoreResult(b.ctx, store.Key{Tenant: tenant, ID: id},
+		stored, err := b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: tenant, ID: id},
 			store.Result{Response: []byte(`{}`), UsedModel: "big"})
 		require.NoError(t, err)
 		require.True(t, stored)
@@ -38,7 +38,7 @@ func TestJobRates(t *testing.T) {
 	insert("acme", "a3")
 	succeed("acme", "a1")
 	b.clock.Advance(time.Second) // 12:02:00
-	_, err := b.store.Cancel(b.ctx, "acme", "a2")
+	_, err := b.store.Jobs().Cancel(b.ctx, "acme", "a2")
 	require.NoError(t, err)
 	succeed("zen", "z1")
 	b.clock.Advance(90 * time.Second)
@@ -47,19 +47,19 @@ func TestJobRates(t *testing.T) {
 		return store.JobMinute{Minute: t0.Add(time.Duration(min) * time.Minute), Recorded: recorded,
 			Succeeded: succeeded, OtherFinished: other}
 	}
-	got, err := b.store.JobRates(b.ctx, "acme", t0)
+	got, err := b.store.Jobs().JobRates(b.ctx, "acme", t0)
 	require.NoError(t, err)
 	require.Equal(t, []store.JobMinute{m(0, 2, 0, 0), m(1, 1, 1, 0), m(2, 0, 0, 1)}, got)
 
-	got, err = b.store.JobRates(b.ctx, "", t0)
+	got, err = b.store.Jobs().JobRates(b.ctx, "", t0)
 	require.NoError(t, err)
 	require.Equal(t, []store.JobMinute{m(0, 3, 0, 0), m(1, 1, 1, 0), m(2, 0, 1, 1)}, got)
 
-	got, err = b.store.JobRates(b.ctx, "acme", t0.Add(time.Minute))
+	got, err = b.store.Jobs().JobRates(b.ctx, "acme", t0.Add(time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, []store.JobMinute{m(1, 1, 1, 0), m(2, 0, 0, 1)}, got)
 
-	got, err = b.store.JobRates(b.ctx, "nobody", t0)
+	got, err = b.store.Jobs().JobRates(b.ctx, "nobody", t0)
 	require.NoError(t, err)
 	require.Empty(t, got)
 }

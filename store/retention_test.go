@@ -54,7 +54,7 @@ func setupRetention(t *testing.T) *retentionBundle {
 // finished records job id as ended with status st, age ago.
 func (b *retentionBundle) finished(t *testing.T, id string, st llmq.Status, age time.Duration) {
 	t.Helper()
-	_, err := b.store.Insert(b.ctx, newJob(t, id))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, id))
 	require.NoError(t, err)
 	_, err = b.db.Exec(b.ctx, `UPDATE jobs SET status = $3, finished_at = $4 WHERE tenant = $1 AND id = $2`,
 		"acme", id, st, b.clock.Now().Add(-age))
@@ -63,7 +63,7 @@ func (b *retentionBundle) finished(t *testing.T, id string, st llmq.Status, age 
 
 func (b *retentionBundle) letter(t *testing.T, jobID string, age time.Duration, published bool) {
 	t.Helper()
-	rec, _, err := b.store.RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/" + jobID, JobID: jobID,
+	rec, _, err := b.store.DeadLetters().RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/" + jobID, JobID: jobID,
 		Tenant: "acme", Reason: "retries_exhausted", Message: []byte(`{}`), CreatedAt: b.clock.Now().Add(-age)})
 	require.NoError(t, err)
 	if published {
@@ -107,7 +107,7 @@ func TestPrune(t *testing.T) {
 	b.letter(t, "gone-2", 31*day, true)
 	b.letter(t, "gone-3", 35*day, true)
 	b.letter(t, "unpublished", 40*day, false)
-	_, err := b.store.Insert(b.ctx, newJob(t, "queued"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "queued"))
 	require.NoError(t, err)
 	_, err = b.db.Exec(b.ctx, `INSERT INTO batches (id, status, ingested_at) VALUES
 		('b-old', 'completed', $1), ('b-new', 'completed', $2), ('b-open', 'in_progress', NULL)`,
@@ -125,16 +125,16 @@ func TestPrune(t *testing.T) {
 	require.ElementsMatch(t, []string{"b-new", "b-open"}, b.ids(t, `SELECT id FROM batches`))
 
 	// A late duplicate of a pruned job is not recorded again, by any path.
-	created, err := b.store.Insert(b.ctx, newJob(t, "ok-old"))
+	created, err := b.store.Jobs().Insert(b.ctx, newJob(t, "ok-old"))
 	require.NoError(t, err)
 	require.False(t, created)
-	fresh, err := b.store.Ingest(b.ctx, []store.NewJob{{Job: newJob(t, "failed-old")}, {Job: newJob(t, "new")}})
+	fresh, err := b.store.Queue().Ingest(b.ctx, []store.NewJob{{Job: newJob(t, "failed-old")}, {Job: newJob(t, "new")}})
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, true}, fresh)
-	rec, err := b.store.InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "dl-old")}})
+	rec, err := b.store.Outbox().InsertOutbox(b.ctx, []store.NewJob{{Job: newJob(t, "dl-old")}})
 	require.NoError(t, err)
 	require.Equal(t, []store.Recorded{{Created: false, Status: ""}}, rec)
-	_, err = b.store.Get(b.ctx, "acme", "ok-old")
+	_, err = b.store.Jobs().Get(b.ctx, "acme", "ok-old")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	// Nothing more is due; then the tombstones' period passes.
@@ -145,7 +145,7 @@ func TestPrune(t *testing.T) {
 	pruned, err = b.store.Prune(b.ctx, store.Retention{Tombstones: 60 * day})
 	require.NoError(t, err)
 	require.Equal(t, store.Pruned{"tombstones": 6}, pruned)
-	created, err = b.store.Insert(b.ctx, newJob(t, "ok-old"))
+	created, err = b.store.Jobs().Insert(b.ctx, newJob(t, "ok-old"))
 	require.NoError(t, err)
 	require.True(t, created, "the id is free once its tombstone is gone")
 
@@ -186,7 +186,7 @@ func TestPruneWhileWorkersStore(t *testing.T) {
 	})
 	for _, l := range leases {
 		wg.Go(func() {
-			stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{Response: json.RawMessage(`{}`)})
+			stored, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{Response: json.RawMessage(`{}`)})
 			if assertNoErr(t, err) && !stored {
 				t.Errorf("%s: result not stored", l.Key.ID)
 			}
@@ -194,7 +194,7 @@ func TestPruneWhileWorkersStore(t *testing.T) {
 	}
 	wg.Wait()
 	require.EqualValues(t, n, total, "the old jobs, once each")
-	counts, err := b.store.CountByStatus(b.ctx, "acme", 0)
+	counts, err := b.store.Jobs().CountByStatus(b.ctx, "acme", 0)
 	require.NoError(t, err)
 	require.Equal(t, map[llmq.Status]int64{llmq.StatusSucceeded: n}, counts)
 }

@@ -27,13 +27,13 @@ func BenchmarkRenewQuotas(b *testing.B) {
 			defer s.Close()
 			claim := []store.QuotaClaim{{Key: "https://api.example key:00 m", Demand: 10, Share: 1 / float64(n)}}
 			for i := range n {
-				_, err := s.RenewQuotas(ctx, fmt.Sprintf("r%03d", i), time.Hour, claim)
+				_, err := s.Ledger().RenewQuotas(ctx, fmt.Sprintf("r%03d", i), time.Hour, claim)
 				require.NoError(b, err)
 			}
 			cpu0 := storetest.BackendCPU(b, s.Pool())
 			b.ResetTimer()
 			for range b.N {
-				rows, err := s.RenewQuotas(ctx, "r000", time.Hour, claim)
+				rows, err := s.Ledger().RenewQuotas(ctx, "r000", time.Hour, claim)
 				if err != nil || len(rows) != n {
 					b.Fatal(err, len(rows))
 				}
@@ -64,7 +64,7 @@ func BenchmarkClaimSchedulers(b *testing.B) {
 				jobs[i] = store.NewJob{Job: j, EstPromptTokens: 8, EstOutputTokens: 16}
 			}
 			for len(jobs) > 0 {
-				_, err := s.Ingest(ctx, jobs[:min(256, len(jobs))])
+				_, err := s.Queue().Ingest(ctx, jobs[:min(256, len(jobs))])
 				require.NoError(b, err)
 				jobs = jobs[min(256, len(jobs)):]
 			}
@@ -78,7 +78,7 @@ func BenchmarkClaimSchedulers(b *testing.B) {
 			for w := range n {
 				g.Go(func() error {
 					for next.Add(1) <= int64(claims) {
-						got, err := s.Claim(ctx, store.ClaimRequest{Model: "m", Owner: fmt.Sprintf("w%d", w), Lease: time.Minute, Limit: limit})
+						got, err := s.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: fmt.Sprintf("w%d", w), Lease: time.Minute, Limit: limit})
 						if err != nil {
 							return err
 						}

@@ -23,7 +23,7 @@ type ScopeRef struct {
 // (their queued jobs wait for their quota), now, and that it no longer
 // holds those of freed. A scope's state counts for ModelStateTTL after it
 // was written.
-func (s *Store) SetScopeStates(ctx context.Context, worker string, held, freed []ScopeRef) error {
+func (s *Queue) SetScopeStates(ctx context.Context, worker string, held, freed []ScopeRef) error {
 	if len(held) == 0 && len(freed) == 0 {
 		return nil
 	}
@@ -51,7 +51,7 @@ func (s *Store) SetScopeStates(ctx context.Context, worker string, held, freed [
 
 // fillScopeReasons sets WaitingReasonTenantQuota on the queued live
 // records whose tenant, or project, a scheduler holds.
-func (s *Store) fillScopeReasons(ctx context.Context, recs []*JobRecord) error {
+func (s *base) fillScopeReasons(ctx context.Context, recs []*JobRecord) error {
 	var tenants []string
 	for _, r := range recs {
 		if r.Status == llmq.StatusQueued && r.Lane != LaneBatch {

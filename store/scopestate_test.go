@@ -23,7 +23,7 @@ func TestClaimTenantCaps(t *testing.T) {
 	b.addTo(t, "c", "live", 10, llmq.PriorityNormal)
 	claim := func(r store.ClaimRequest) map[string]int {
 		r.Model, r.Owner, r.Lease = "m", "w", time.Minute
-		recs, err := b.store.Claim(b.ctx, r)
+		recs, err := b.store.Queue().Claim(b.ctx, r)
 		require.NoError(t, err)
 		got := map[string]int{}
 		for _, rec := range recs {
@@ -51,15 +51,15 @@ func TestWaitingReasonTenantQuota(t *testing.T) {
 	b.addTo(t, "c", "bulk", 1, llmq.PriorityNormal) // j00002
 	b.addTo(t, "c", "live", 1, llmq.PriorityNormal) // j00003
 	reason := func(tenant, id string) string {
-		rec, err := b.store.Get(b.ctx, tenant, id)
+		rec, err := b.store.Jobs().Get(b.ctx, tenant, id)
 		require.NoError(t, err)
 		return rec.WaitingReason
 	}
-	require.NoError(t, b.store.SetScopeStates(b.ctx, "w1", []store.ScopeRef{{Tenant: "a"}, {Tenant: "c", Project: "bulk"}}, nil))
+	require.NoError(t, b.store.Queue().SetScopeStates(b.ctx, "w1", []store.ScopeRef{{Tenant: "a"}, {Tenant: "c", Project: "bulk"}}, nil))
 	require.Equal(t, store.WaitingReasonTenantQuota, reason("a", "j00001"))
 	require.Equal(t, store.WaitingReasonTenantQuota, reason("c", "j00002"))
 	require.Equal(t, "", reason("c", "j00003"))
-	require.NoError(t, b.store.SetScopeStates(b.ctx, "w1", nil, []store.ScopeRef{{Tenant: "a"}}))
+	require.NoError(t, b.store.Queue().SetScopeStates(b.ctx, "w1", nil, []store.ScopeRef{{Tenant: "a"}}))
 	require.Equal(t, "", reason("a", "j00001"), "freed")
 	b.clock.Advance(store.ModelStateTTL)
 	require.Equal(t, "", reason("c", "j00002"), "not rewritten: the scheduler stopped holding")

@@ -44,15 +44,15 @@ func TestInsertOutboxIsSized(t *testing.T) {
 	t.Cleanup(s.Close)
 
 	long, short := sizedJob(t, "long", 2000, 500), sizedJob(t, "short", 10, 50)
-	_, err = s.InsertOutbox(ctx, []store.NewJob{sizer.NewJob(long)})
+	_, err = s.Outbox().InsertOutbox(ctx, []store.NewJob{sizer.NewJob(long)})
 	require.NoError(t, err)
 	clock.Advance(time.Second)
-	_, err = s.InsertOutbox(ctx, []store.NewJob{sizer.NewJob(short)})
+	_, err = s.Outbox().InsertOutbox(ctx, []store.NewJob{sizer.NewJob(short)})
 	require.NoError(t, err)
 
 	for _, j := range []*llmq.Job{long, short} {
 		want := sizer.NewJob(j)
-		rec, err := s.Get(ctx, j.Tenant, j.ID)
+		rec, err := s.Jobs().Get(ctx, j.Tenant, j.ID)
 		require.NoError(t, err)
 		require.Positive(t, want.EstPromptTokens, j.ID)
 		require.Equal(t, want.EstPromptTokens, rec.EstPromptTokens, j.ID)
@@ -64,10 +64,10 @@ func TestInsertOutboxIsSized(t *testing.T) {
 	}
 	// The outbox's jobs are queued and not yet published; Publish marks
 	// them so the claim takes them as it would a published job.
-	require.NoError(t, s.MarkPublished(ctx, []store.Key{{Tenant: "acme", ID: "long"}, {Tenant: "acme", ID: "short"}}))
+	require.NoError(t, s.Outbox().MarkPublished(ctx, []store.Key{{Tenant: "acme", ID: "long"}, {Tenant: "acme", ID: "short"}}))
 	var order []string
 	for range 2 {
-		recs, err := s.Claim(ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
+		recs, err := s.Queue().Claim(ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		order = append(order, recs[0].ID)

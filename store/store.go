@@ -18,10 +18,27 @@ import (
 )
 
 // Store runs llmq's job operations on a pgx pool. It is safe for concurrent
-// use.
+// use. Its operations are grouped by aggregate, each a type of its own
+// reached from the Store (doc.go).
 type Store struct {
-	pool  *pgxpool.Pool
+	*base
 	owned bool
+	// The aggregates, each over base (New fills them).
+	queue       Queue
+	jobs        Jobs
+	deadLetters DeadLetters
+	batches     Batches
+	budgets     Budgets
+	ledger      Ledger
+	outbox      Outbox
+	laneRates   LaneRates
+	streams     Streams
+}
+
+// base is what every aggregate of the store shares: the pool, the clock,
+// the claim order and the group committer, and the helpers over them.
+type base struct {
+	pool  *pgxpool.Pool
 	clk   clockwork.Clock
 	order Order
 	// group batches hot-path writes into shared transactions; nil runs
@@ -95,12 +112,48 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 
 // New wraps an existing pool; Close then leaves the pool open.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults(), outboxArraysFrom: outboxArraysFrom}
+	s := &Store{base: &base{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults(), outboxArraysFrom: outboxArraysFrom}}
 	for _, o := range opts {
 		o(s)
 	}
+	s.queue = Queue{s.base, QueueFigures{s.base}}
+	s.jobs = Jobs{s.base}
+	s.deadLetters = DeadLetters{s.base}
+	s.batches = Batches{s.base}
+	s.budgets = Budgets{s.base}
+	s.ledger = Ledger{s.base}
+	s.outbox = Outbox{s.base, QueueFigures{s.base}}
+	s.laneRates = LaneRates{s.base}
+	s.streams = Streams{s.base}
 	return s
 }
+
+// Queue is the store's queue: jobs, claims and leases.
+func (s *Store) Queue() *Queue { return &s.queue }
+
+// Jobs is the store's reads of the jobs.
+func (s *Store) Jobs() *Jobs { return &s.jobs }
+
+// DeadLetters is the store's dead letters.
+func (s *Store) DeadLetters() *DeadLetters { return &s.deadLetters }
+
+// Batches is the store's batch lane.
+func (s *Store) Batches() *Batches { return &s.batches }
+
+// Budgets is the store's budgets and usage.
+func (s *Store) Budgets() *Budgets { return &s.budgets }
+
+// Ledger is the store's quota ledger and door counts.
+func (s *Store) Ledger() *Ledger { return &s.ledger }
+
+// Outbox is the store's producer outbox.
+func (s *Store) Outbox() *Outbox { return &s.outbox }
+
+// LaneRates is the store's lane rates and the predictions made from them.
+func (s *Store) LaneRates() *LaneRates { return &s.laneRates }
+
+// Streams is the store's chunks of streamed calls.
+func (s *Store) Streams() *Streams { return &s.streams }
 
 // Pool is the underlying pool, for tests and migrations only: code
 // outside the store runs its queries through the store's methods
@@ -123,8 +176,18 @@ func (s *Store) Close() {
 	}
 }
 
+// Ping checks that the database answers. It is the one exported method of
+// base, so every aggregate has it: each consumer tells a database that is
+// down from a write it refuses.
+func (s *base) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("store: ping: %w", err)
+	}
+	return nil
+}
+
 // clock is the current time at Postgres precision (microseconds).
-func (s *Store) clock() time.Time { return s.clk.Now().UTC().Truncate(time.Microsecond) }
+func (s *base) clock() time.Time { return s.clk.Now().UTC().Truncate(time.Microsecond) }
 
 // Lane values of JobRecord.Lane.
 const (
@@ -277,7 +340,7 @@ func scanJob(row pgx.CollectableRow) (*JobRecord, error) {
 }
 
 // queryJob runs a statement returning at most one job row; nil when none.
-func (s *Store) queryJob(ctx context.Context, sql string, args ...any) (*JobRecord, error) {
+func (s *base) queryJob(ctx context.Context, sql string, args ...any) (*JobRecord, error) {
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err

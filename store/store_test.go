@@ -51,14 +51,14 @@ func TestInsertAndGet(t *testing.T) {
 	b := setup(t)
 	j := newJob(t, "job-1")
 	j.Project = "support"
-	created, err := b.store.Insert(b.ctx, j)
+	created, err := b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	require.True(t, created)
-	created, err = b.store.Insert(b.ctx, j)
+	created, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	require.False(t, created)
 
-	rec, err := b.store.Get(b.ctx, "acme", "job-1")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "job-1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status)
 	require.Equal(t, llmq.PriorityHigh, rec.Priority)
@@ -83,17 +83,17 @@ func TestInsertAndGet(t *testing.T) {
 	// own.
 	other := newJob(t, "job-1")
 	other.Tenant = "other"
-	created, err = b.store.Insert(b.ctx, other)
+	created, err = b.store.Jobs().Insert(b.ctx, other)
 	require.NoError(t, err)
 	require.True(t, created)
-	rec, err = b.store.Get(b.ctx, "other", "job-1")
+	rec, err = b.store.Jobs().Get(b.ctx, "other", "job-1")
 	require.NoError(t, err)
 	require.Equal(t, "other", rec.Tenant)
-	_, err = b.store.Get(b.ctx, "third", "job-1")
+	_, err = b.store.Jobs().Get(b.ctx, "third", "job-1")
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	bad := &llmq.Job{ID: "x", Tenant: "acme", Priority: llmq.PriorityNormal, Body: json.RawMessage(`{"model":"m"}`)}
-	_, err = b.store.Insert(b.ctx, bad)
+	_, err = b.store.Jobs().Insert(b.ctx, bad)
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 }
 
@@ -103,7 +103,7 @@ func TestInsertAndGet(t *testing.T) {
 func TestIngest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.store.Insert(b.ctx, newJob(t, "old"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "old"))
 	require.NoError(t, err)
 	low := newJob(t, "low")
 	low.Priority, low.Deadline = llmq.PriorityLow, nil
@@ -111,7 +111,7 @@ func TestIngest(t *testing.T) {
 	due.Priority = llmq.PriorityLow
 	d := b.clock.Now().Add(30 * time.Second)
 	due.Deadline = &d
-	created, err := b.store.Ingest(b.ctx, []store.NewJob{
+	created, err := b.store.Queue().Ingest(b.ctx, []store.NewJob{
 		{Job: newJob(t, "old")},
 		{Job: low, EstPromptTokens: 12, EstOutputTokens: 64},
 		{Job: due},
@@ -120,7 +120,7 @@ func TestIngest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []bool{false, true, true, false}, created)
 
-	rec, err := b.store.Get(b.ctx, "acme", "low")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "low")
 	require.NoError(t, err)
 	require.Equal(t, llmq.PriorityLow, rec.Priority, "the first of two copies in one batch is recorded")
 	require.Equal(t, 12, rec.EstPromptTokens)
@@ -128,18 +128,18 @@ func TestIngest(t *testing.T) {
 	require.Equal(t, b.clock.Now().Add(2*store.AgingStepDefault), rec.SchedKey.UTC())
 	require.Equal(t, []string{"small"}, rec.FallbackModels)
 	require.Equal(t, map[string]string{"k": "v"}, rec.Metadata)
-	rec, err = b.store.Get(b.ctx, "acme", "due")
+	rec, err = b.store.Jobs().Get(b.ctx, "acme", "due")
 	require.NoError(t, err)
 	require.Equal(t, d.Add(-store.DeadlineLeadDefault), rec.SchedKey.UTC(), "a near deadline sorts first")
 
-	created, err = b.store.Ingest(b.ctx, nil)
+	created, err = b.store.Queue().Ingest(b.ctx, nil)
 	require.NoError(t, err)
 	require.Empty(t, created)
 	// A decoded job changed since Decode is validated again: its body has
 	// lost its messages.
 	changed := newJob(t, "changed")
 	changed.Body = json.RawMessage(`{"model":"big"}`)
-	_, err = b.store.Ingest(b.ctx, []store.NewJob{{Job: changed}})
+	_, err = b.store.Queue().Ingest(b.ctx, []store.NewJob{{Job: changed}})
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 }
 
@@ -148,10 +148,10 @@ func TestIngest(t *testing.T) {
 func (b *testBundle) hold(t *testing.T, owner string, jobs ...*llmq.Job) map[string]store.Lease {
 	t.Helper()
 	for _, j := range jobs {
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: owner, Lease: time.Minute, Limit: 1000})
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: owner, Lease: time.Minute, Limit: 1000})
 	require.NoError(t, err)
 	out := map[string]store.Lease{}
 	for _, r := range recs {
@@ -162,7 +162,7 @@ func (b *testBundle) hold(t *testing.T, owner string, jobs ...*llmq.Job) map[str
 
 func (b *testBundle) get(t *testing.T, id string) *store.JobRecord {
 	t.Helper()
-	rec, err := b.store.Get(b.ctx, "acme", id)
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", id)
 	require.NoError(t, err)
 	return rec
 }
@@ -177,7 +177,7 @@ func TestClaimOrder(t *testing.T) {
 			"body":{"model":%q,"messages":[{"role":"user","content":"hi"}]}}`, id, p, model)), llmq.DecodeOptions{})
 		require.NoError(t, err)
 		j.Deadline = deadline
-		_, err = b.store.Insert(b.ctx, j)
+		_, err = b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	add("low-early", llmq.PriorityLow, nil, "big")
@@ -192,7 +192,7 @@ func TestClaimOrder(t *testing.T) {
 
 	var order []string
 	for range 5 {
-		recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
+		recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
 		for _, r := range recs {
 			order = append(order, r.ID)
@@ -209,7 +209,7 @@ func TestClaimOrder(t *testing.T) {
 	// t=40s (key 40s), low-early at t=0 (key 0+60s), normal at t=40s (key
 	// 70s).
 	require.Equal(t, []string{"due-low", "high", "low-early", "normal"}, order)
-	_, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "", Owner: "w", Lease: time.Minute, Limit: 1})
+	_, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.Error(t, err)
 }
 
@@ -229,12 +229,12 @@ func TestClaimHoldsDeferrableJobs(t *testing.T) {
 		if id == "fallback-less" {
 			j.FallbackModels = nil
 		}
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	claim := func(r store.ClaimRequest) []string {
 		r.Model, r.Owner, r.Lease, r.Limit = "big", "w", time.Minute, 10
-		recs, err := b.store.Claim(b.ctx, r)
+		recs, err := b.store.Queue().Claim(b.ctx, r)
 		require.NoError(t, err)
 		var ids []string
 		for _, rec := range recs {
@@ -266,7 +266,7 @@ func TestConcurrentClaims(t *testing.T) {
 		j.Tenant = fmt.Sprintf("t%d", i%3) // the claims also take turns between tenants
 		jobs[i] = store.NewJob{Job: j}
 	}
-	_, err := b.store.Ingest(b.ctx, jobs)
+	_, err := b.store.Queue().Ingest(b.ctx, jobs)
 	require.NoError(t, err)
 	got := make([][]string, 8)
 	var wg sync.WaitGroup
@@ -275,7 +275,7 @@ func TestConcurrentClaims(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for {
-				recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: fmt.Sprintf("w%d", i),
+				recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: fmt.Sprintf("w%d", i),
 					Lease: time.Minute, Limit: 7})
 				if !assert.NoError(t, err) || len(recs) == 0 {
 					return
@@ -307,7 +307,7 @@ func TestHolderLifecycle(t *testing.T) {
 	b := setup(t)
 	l := b.hold(t, "w1", newJob(t, "job-1"))["job-1"]
 	b.clock.Advance(time.Second)
-	attempts, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+	attempts, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 	require.NoError(t, err)
 	require.Equal(t, 1, attempts)
 	rec := b.get(t, "job-1")
@@ -315,7 +315,7 @@ func TestHolderLifecycle(t *testing.T) {
 	require.Equal(t, b.clock.Now(), rec.StartedAt.UTC())
 	started := *rec.StartedAt
 
-	require.NoError(t, b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1, ModelIndex: 1, RateLimited: 2, FreeAttempts: 1},
+	require.NoError(t, b.store.Queue().MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1, ModelIndex: 1, RateLimited: 2, FreeAttempts: 1},
 		"rate_limited", "429 Too Many Requests"))
 	rec = b.get(t, "job-1")
 	require.Equal(t, llmq.StatusRetrying, rec.Status)
@@ -325,19 +325,19 @@ func TestHolderLifecycle(t *testing.T) {
 
 	// The heartbeat renews the lease of every job the worker holds.
 	b.clock.Advance(50 * time.Second)
-	held, err := b.store.Heartbeat(b.ctx, "w1", time.Minute, []store.Lease{l})
+	held, err := b.store.Queue().Heartbeat(b.ctx, "w1", time.Minute, []store.Lease{l})
 	require.NoError(t, err)
 	require.Equal(t, []store.Lease{l}, held)
 	require.Equal(t, b.clock.Now().Add(time.Minute), b.get(t, "job-1").LeaseExpiresAt.UTC())
-	held, err = b.store.Heartbeat(b.ctx, "w2", time.Minute, []store.Lease{l})
+	held, err = b.store.Queue().Heartbeat(b.ctx, "w2", time.Minute, []store.Lease{l})
 	require.NoError(t, err)
 	require.Empty(t, held, "another owner renews nothing")
-	held, err = b.store.Heartbeat(b.ctx, "w1", time.Minute, nil)
+	held, err = b.store.Queue().Heartbeat(b.ctx, "w1", time.Minute, nil)
 	require.NoError(t, err)
 	require.Empty(t, held, "a lease not named is not renewed")
 
 	b.clock.Advance(time.Second)
-	attempts, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 1, ModelIndex: 1, FreeAttempts: 1})
+	attempts, err = b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Retries: 1, ModelIndex: 1, FreeAttempts: 1})
 	require.NoError(t, err)
 	require.Equal(t, 2, attempts)
 	rec = b.get(t, "job-1")
@@ -345,7 +345,7 @@ func TestHolderLifecycle(t *testing.T) {
 	require.True(t, started.Equal(*rec.StartedAt), "started_at is the first call's")
 	require.Equal(t, []int{0, 1}, []int{rec.RateLimited, rec.FreeAttempts})
 
-	stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{
+	stored, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{
 		Response: json.RawMessage(`{"id":"chatcmpl-1","choices":[]}`), UsedModel: "small",
 		PromptTokens: 10, CompletionTokens: 5, CostUSD: 0.25,
 	})
@@ -360,13 +360,13 @@ func TestHolderLifecycle(t *testing.T) {
 	require.Equal(t, b.clock.Now(), rec.FinishedAt.UTC())
 	require.Equal(t, "", rec.ErrorCode, "success clears the last retry error")
 	require.Equal(t, "", rec.Phase)
-	held, err = b.store.Heartbeat(b.ctx, "w1", time.Minute, []store.Lease{l})
+	held, err = b.store.Queue().Heartbeat(b.ctx, "w1", time.Minute, []store.Lease{l})
 	require.NoError(t, err)
 	require.Empty(t, held, "a finished job is held no more")
 
-	_, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+	_, err = b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 	require.ErrorIs(t, err, store.ErrTerminal)
-	require.ErrorIs(t, b.store.MarkFailed(b.ctx, store.Lease{Key: store.Key{Tenant: "acme", ID: "nope"}}, 0, "c", "m"), store.ErrNotFound)
+	require.ErrorIs(t, b.store.Queue().MarkFailed(b.ctx, store.Lease{Key: store.Key{Tenant: "acme", ID: "nope"}}, 0, "c", "m"), store.ErrNotFound)
 }
 
 // TestStaleHolderChangesNothing: a holder whose lease expired while it
@@ -378,11 +378,11 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	stale := b.hold(t, "w1", newJob(t, "job-1"))["job-1"]
-	_, err := b.store.MarkCalling(b.ctx, stale, store.PolicyState{})
+	_, err := b.store.Queue().MarkCalling(b.ctx, stale, store.PolicyState{})
 	require.NoError(t, err)
 
 	b.clock.Advance(2 * time.Minute)
-	reaped, err := b.store.ReapExpired(b.ctx)
+	reaped, err := b.store.Queue().ReapExpired(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []store.Key{stale.Key}, reaped)
 	rec := b.get(t, "job-1")
@@ -392,19 +392,19 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 
 	writes := map[string]func(l store.Lease) error{
 		"MarkCalling": func(l store.Lease) error {
-			_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{Retries: 9})
+			_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{Retries: 9})
 			return err
 		},
 		"MarkRetrying": func(l store.Lease) error {
-			return b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 9}, "stale", "stale")
+			return b.store.Queue().MarkRetrying(b.ctx, l, store.PolicyState{Retries: 9}, "stale", "stale")
 		},
-		"Release":    func(l store.Lease) error { return b.store.Release(b.ctx, l) },
-		"MarkFailed": func(l store.Lease) error { return b.store.MarkFailed(b.ctx, l, 0, "stale", "stale") },
+		"Release":    func(l store.Lease) error { return b.store.Queue().Release(b.ctx, l) },
+		"MarkFailed": func(l store.Lease) error { return b.store.Queue().MarkFailed(b.ctx, l, 0, "stale", "stale") },
 		"MarkExpired": func(l store.Lease) error {
-			return b.store.MarkExpired(b.ctx, l, "stale")
+			return b.store.Queue().MarkExpired(b.ctx, l, "stale")
 		},
 		"RecordDeadLetter": func(l store.Lease) error {
-			_, _, err := b.store.RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/job-1", JobID: "job-1",
+			_, _, err := b.store.DeadLetters().RecordDeadLetter(b.ctx, store.NewDeadLetter{KeyBase: "job:acme/job-1", JobID: "job-1",
 				Tenant: "acme", Reason: "retries_exhausted", Message: []byte(`{}`), LeaseToken: l.Token})
 			return err
 		},
@@ -417,7 +417,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 		require.Equal(t, rec.Attempts, now.Attempts, what)
 		require.Equal(t, rec.Retries, now.Retries, what)
 		require.Equal(t, rec.LeaseToken, now.LeaseToken, what)
-		letters, _, err := b.store.ListDeadLetters(b.ctx, store.DeadLetterListOptions{})
+		letters, _, err := b.store.DeadLetters().ListDeadLetters(b.ctx, store.DeadLetterListOptions{})
 		require.NoError(t, err)
 		require.Empty(t, letters, what)
 	}
@@ -429,7 +429,7 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 
 	fresh := b.hold(t, "w2")["job-1"]
 	require.Equal(t, stale.Token+1, fresh.Token)
-	_, err = b.store.MarkCalling(b.ctx, fresh, store.PolicyState{})
+	_, err = b.store.Queue().MarkCalling(b.ctx, fresh, store.PolicyState{})
 	require.NoError(t, err)
 	rec = b.get(t, "job-1")
 	require.Equal(t, 2, rec.Attempts)
@@ -438,19 +438,19 @@ func TestStaleHolderChangesNothing(t *testing.T) {
 		require.ErrorIs(t, write(stale), store.ErrLeaseLost, "claimed again: %s", name)
 		unchanged("claimed again: " + name)
 	}
-	held, err := b.store.Heartbeat(b.ctx, "w1", time.Minute, []store.Lease{stale})
+	held, err := b.store.Queue().Heartbeat(b.ctx, "w1", time.Minute, []store.Lease{stale})
 	require.NoError(t, err)
 	require.Empty(t, held, "the stale holder's heartbeat renews nothing")
 
 	// The stale holder's call answered: its result is stored.
-	stored, err := b.store.StoreResult(b.ctx, stale.Key, store.Result{Response: json.RawMessage(`{"by":"w1"}`)})
+	stored, err := b.store.Queue().StoreResult(b.ctx, stale.Key, store.Result{Response: json.RawMessage(`{"by":"w1"}`)})
 	require.NoError(t, err)
 	require.True(t, stored)
-	stored, err = b.store.StoreResult(b.ctx, fresh.Key, store.Result{Response: json.RawMessage(`{"by":"w2"}`)})
+	stored, err = b.store.Queue().StoreResult(b.ctx, fresh.Key, store.Result{Response: json.RawMessage(`{"by":"w2"}`)})
 	require.NoError(t, err)
 	require.False(t, stored, "stored once")
 	require.JSONEq(t, `{"by":"w1"}`, string(b.get(t, "job-1").Result))
-	_, err = b.store.MarkCalling(b.ctx, fresh, store.PolicyState{})
+	_, err = b.store.Queue().MarkCalling(b.ctx, fresh, store.PolicyState{})
 	require.ErrorIs(t, err, store.ErrTerminal, "the new holder learns the job is done")
 }
 
@@ -462,16 +462,16 @@ func TestStoreResultOfAReapedJob(t *testing.T) {
 	b := setup(t)
 	l := b.hold(t, "w1", newJob(t, "job-1"))["job-1"]
 	b.clock.Advance(2 * time.Minute)
-	_, err := b.store.ReapExpired(b.ctx)
+	_, err := b.store.Queue().ReapExpired(b.ctx)
 	require.NoError(t, err)
-	stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{Response: json.RawMessage(`{}`)})
+	stored, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{Response: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	require.True(t, stored)
 	require.Empty(t, b.hold(t, "w2"), "nothing left to claim")
 
 	// A result Postgres cannot hold is a permanent error.
 	l = b.hold(t, "w1", newJob(t, "job-2"))["job-2"]
-	_, err = b.store.StoreResult(b.ctx, l.Key, store.Result{Response: json.RawMessage(`{"content":"a\u0000b"}`)})
+	_, err = b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{Response: json.RawMessage(`{"content":"a\u0000b"}`)})
 	require.ErrorIs(t, err, store.ErrInvalidJob)
 	require.Equal(t, llmq.StatusRunning, b.get(t, "job-2").Status)
 }
@@ -489,7 +489,7 @@ func TestConcurrentStoreResult(t *testing.T) {
 		for i := range stored {
 			wg.Go(func() {
 				<-start
-				stored[i], errs[i] = b.store.StoreResult(b.ctx, k, store.Result{
+				stored[i], errs[i] = b.store.Queue().StoreResult(b.ctx, k, store.Result{
 					Response: json.RawMessage(fmt.Sprintf(`{"writer":%d}`, i)), PromptTokens: i,
 				})
 			})
@@ -514,17 +514,17 @@ func TestConcurrentStoreResult(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.store.Insert(b.ctx, newJob(t, "j"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "j"))
 	require.NoError(t, err)
-	_, err = b.store.Cancel(b.ctx, "other", "j")
+	_, err = b.store.Jobs().Cancel(b.ctx, "other", "j")
 	require.ErrorIs(t, err, store.ErrNotFound)
-	rec, err := b.store.Cancel(b.ctx, "acme", "j")
+	rec, err := b.store.Jobs().Cancel(b.ctx, "acme", "j")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusCancelled, rec.Status)
 	require.Equal(t, store.ErrorCodeCancelled, rec.ErrorCode)
-	_, err = b.store.Cancel(b.ctx, "acme", "j")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "j")
 	require.ErrorIs(t, err, store.ErrTerminal)
-	_, err = b.store.Cancel(b.ctx, "acme", "missing")
+	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "missing")
 	require.ErrorIs(t, err, store.ErrNotFound)
 }
 
@@ -534,25 +534,25 @@ func TestListPaging(t *testing.T) {
 	var want []string // newest first
 	for i := range 25 {
 		j := newJob(t, fmt.Sprintf("job-%02d", i))
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 		want = append([]string{j.ID}, want...)
 		if i%2 == 0 { // pairs share a created_at: the id breaks the tie
 			b.clock.Advance(time.Millisecond)
 		}
 	}
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 9})
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "big", Owner: "w", Lease: time.Minute, Limit: 9})
 	require.NoError(t, err)
 	require.Len(t, recs, 9)
 	other := newJob(t, "other")
 	other.Tenant = "other"
-	_, err = b.store.Insert(b.ctx, other)
+	_, err = b.store.Jobs().Insert(b.ctx, other)
 	require.NoError(t, err)
 
 	var got []string
 	cursor, pages := "", 0
 	for {
-		recs, next, err := b.store.List(b.ctx, store.ListOptions{Tenant: "acme", Limit: 10, After: cursor})
+		recs, next, err := b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: "acme", Limit: 10, After: cursor})
 		require.NoError(t, err)
 		pages++
 		for _, r := range recs {
@@ -566,11 +566,11 @@ func TestListPaging(t *testing.T) {
 	require.Equal(t, 3, pages)
 	require.Equal(t, want, got)
 
-	recs, next, err := b.store.List(b.ctx, store.ListOptions{Tenant: "acme", Status: llmq.StatusRunning})
+	recs, next, err := b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: "acme", Status: llmq.StatusRunning})
 	require.NoError(t, err)
 	require.Equal(t, "", next)
 	require.Len(t, recs, 9)
-	all, _, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
+	all, _, err := b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Status: llmq.StatusRunning})
 	require.NoError(t, err)
 	require.Equal(t, recs, all, "one tenant's, read across tenants")
 	for _, r := range recs {
@@ -581,7 +581,7 @@ func TestListPaging(t *testing.T) {
 		require.Equal(t, got, r, "a listed job is the job but its body")
 	}
 
-	_, _, err = b.store.List(b.ctx, store.ListOptions{Tenant: "acme", After: "!!"})
+	_, _, err = b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: "acme", After: "!!"})
 	require.ErrorIs(t, err, store.ErrBadCursor)
 
 	// Counts, exact (limit 0) and bounded: each status up to the limit,
@@ -592,7 +592,7 @@ func TestListPaging(t *testing.T) {
 		limit           int64
 		queued, running int64
 	}{{"acme", 0, 16, 9}, {"", 0, 17, 9}, {"acme", 10, 10, 9}, {"", 16, 16, 9}, {"", 17, 17, 9}} {
-		counts, err := b.store.CountByStatus(b.ctx, c.tenant, c.limit)
+		counts, err := b.store.Jobs().CountByStatus(b.ctx, c.tenant, c.limit)
 		require.NoError(t, err)
 		require.Equal(t, map[llmq.Status]int64{llmq.StatusQueued: c.queued, llmq.StatusRunning: c.running}, counts, "%+v", c)
 	}
@@ -620,21 +620,21 @@ func TestInsertEdgeBodies(t *testing.T) {
 				batch = append(batch, store.NewJob{Job: j})
 				continue
 			}
-			created, err := b.store.Insert(b.ctx, j)
+			created, err := b.store.Jobs().Insert(b.ctx, j)
 			require.NoError(t, err, extra)
 			require.True(t, created)
 		}
 	}
-	created, err := b.store.Ingest(b.ctx, batch)
+	created, err := b.store.Queue().Ingest(b.ctx, batch)
 	require.NoError(t, err)
 	for i, c := range created {
 		require.True(t, c, i)
 	}
-	recs, _, err := b.store.List(b.ctx, store.ListOptions{Tenant: llmq.DefaultTenant})
+	recs, _, err := b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: llmq.DefaultTenant})
 	require.NoError(t, err)
 	require.Len(t, recs, 2*len(batch))
 	for _, rec := range recs { // a listing leaves the bodies out: read each
-		got, err := b.store.Get(b.ctx, rec.Tenant, rec.ID)
+		got, err := b.store.Jobs().Get(b.ctx, rec.Tenant, rec.ID)
 		require.NoError(t, err)
 		require.Equal(t, "m", got.Job().Model())
 	}
@@ -654,17 +654,17 @@ func TestExpireOverdue(t *testing.T) {
 	}
 	require.Len(t, b.hold(t, "w", mk("running", "2026-11-30T11:00:00Z")), 1)
 	for _, j := range []*llmq.Job{mk("due", "2026-11-30T11:59:59Z"), mk("later", "2026-11-30T12:00:01Z"), mk("none", "")} {
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
-	keys, err := b.store.ExpireOverdue(b.ctx)
+	keys, err := b.store.Queue().ExpireOverdue(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []store.Key{{Tenant: "acme", ID: "due"}}, keys)
 	rec := b.get(t, "due")
 	require.Equal(t, llmq.StatusExpired, rec.Status)
 	require.Equal(t, store.ErrorCodeExpired, rec.ErrorCode)
 	b.clock.Advance(2 * time.Second)
-	keys, err = b.store.ExpireOverdue(b.ctx)
+	keys, err = b.store.Queue().ExpireOverdue(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []store.Key{{Tenant: "acme", ID: "later"}}, keys)
 	require.Equal(t, llmq.StatusRunning, b.get(t, "running").Status, "a held job is its holder's to expire")
@@ -678,15 +678,15 @@ func TestWaitingReason(t *testing.T) {
 	for _, id := range []string{"plain", "deferrable"} {
 		j := newJob(t, id)
 		j.Deferrable = id == "deferrable"
-		_, err := b.store.Insert(b.ctx, j)
+		_, err := b.store.Jobs().Insert(b.ctx, j)
 		require.NoError(t, err)
 	}
 	require.Equal(t, "", b.get(t, "plain").WaitingReason, "no scheduler said anything")
-	require.NoError(t, b.store.SetModelState(b.ctx, store.ModelState{Model: "big",
+	require.NoError(t, b.store.Queue().SetModelState(b.ctx, store.ModelState{Model: "big",
 		WaitingReason: store.WaitingReasonProviderQuota, BatchHold: true, Worker: "w"}))
 	require.Equal(t, store.WaitingReasonProviderQuota, b.get(t, "plain").WaitingReason)
 	require.Equal(t, store.WaitingReasonBatch, b.get(t, "deferrable").WaitingReason)
-	recs, _, err := b.store.List(b.ctx, store.ListOptions{Tenant: "acme"})
+	recs, _, err := b.store.Jobs().List(b.ctx, store.ListOptions{Tenant: "acme"})
 	require.NoError(t, err)
 	for _, r := range recs {
 		require.NotEmpty(t, r.WaitingReason, r.ID)
@@ -705,36 +705,36 @@ func TestRunReadings(t *testing.T) {
 	b := setup(t)
 	t0 := b.clock.Now()
 	l := b.claimOne(t, "j1")
-	_, err := b.store.Insert(b.ctx, newJob(t, "j2"))
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "j2"))
 	require.NoError(t, err)
 	b.clock.Advance(2 * time.Second)
-	_, err = b.store.MarkCalling(b.ctx, l, store.PolicyState{ModelIndex: 1, Call: store.Call{Model: "small"}})
+	_, err = b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{ModelIndex: 1, Call: store.Call{Model: "small"}})
 	require.NoError(t, err)
 	b.clock.Advance(3 * time.Second)
-	stored, err := b.store.StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{}`), UsedModel: "small"})
+	stored, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{Response: []byte(`{}`), UsedModel: "small"})
 	require.NoError(t, err)
 	require.True(t, stored)
 
-	ended, err := b.store.CountEnded(b.ctx)
+	ended, err := b.store.Jobs().CountEnded(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, ended)
-	outcomes, err := b.store.JobOutcomes(b.ctx)
+	outcomes, err := b.store.Jobs().JobOutcomes(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []store.JobOutcome{{ID: "j1", Status: llmq.StatusSucceeded, UsedModel: "small", Latency: 5 * time.Second},
 		{ID: "j2", Status: llmq.StatusQueued}}, outcomes)
-	tallies, err := b.store.TallyJobs(b.ctx, "acme", []string{"j1", "j2", "none"})
+	tallies, err := b.store.Jobs().TallyJobs(b.ctx, "acme", []string{"j1", "j2", "none"})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []store.JobTally{{Status: llmq.StatusSucceeded, Fallback: true, N: 1}, {Status: llmq.StatusQueued, N: 1}}, tallies)
-	done, err := b.store.SucceededJobs(b.ctx, []string{"j1", "j2"})
+	done, err := b.store.Jobs().SucceededJobs(b.ctx, []string{"j1", "j2"})
 	require.NoError(t, err)
 	require.Len(t, done, 1)
 	require.True(t, t0.Add(5*time.Second).Equal(done[0].FinishedAt))
 	done[0].FinishedAt = time.Time{}
 	require.Equal(t, store.SucceededJob{ID: "j1", Latency: 5 * time.Second, Lane: store.LaneLive}, done[0])
-	span, err := b.store.CallSpan(b.ctx)
+	span, err := b.store.Jobs().CallSpan(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3*time.Second, span)
-	toCall, warm, err := b.store.TimesToFirstCall(b.ctx)
+	toCall, warm, err := b.store.Jobs().TimesToFirstCall(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []time.Duration{2 * time.Second}, toCall)
 	require.Empty(t, warm, "recorded before the first call's answer")

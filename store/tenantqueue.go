@@ -9,6 +9,11 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// QueueFigures is what the worker and the producer read of the queue: its
+// size, each tenant's and project's part (below) and the drain's figures
+// (QueueStats, outbox.go). Queue and Outbox both embed it.
+type QueueFigures struct{ *base }
+
 // TenantQueue is one tenant's part of the queue in Postgres.
 type TenantQueue struct {
 	Tenant string
@@ -28,7 +33,7 @@ type TenantQueue struct {
 // backlog); the jobs in flight are few (the workers' holds), and each
 // listed tenant's finished ones are those of the window, from
 // jobs_tenant_finished_idx.
-func (s *Store) QueueTenants(ctx context.Context, since time.Time) ([]TenantQueue, error) {
+func (s *QueueFigures) QueueTenants(ctx context.Context, since time.Time) ([]TenantQueue, error) {
 	rows, err := s.pool.Query(ctx, `WITH RECURSIVE p(m, t) AS (
 			(SELECT requested_model, tenant FROM jobs WHERE status = 'queued' ORDER BY requested_model, tenant LIMIT 1)
 			UNION ALL
@@ -73,7 +78,7 @@ func sinceArg(since time.Time) pgtype.Timestamptz {
 // compares a tenant's backlog with its share passes the share, and a
 // count reads one index entry (jobs_tenant_status_created_idx) per job
 // counted.
-func (s *Store) CountQueued(ctx context.Context, tenants []string, limits []int64) ([]int64, error) {
+func (s *QueueFigures) CountQueued(ctx context.Context, tenants []string, limits []int64) ([]int64, error) {
 	if len(tenants) != len(limits) {
 		return nil, fmt.Errorf("store: count queued: %d tenants, %d limits", len(tenants), len(limits))
 	}
@@ -99,7 +104,7 @@ func (s *Store) CountQueued(ctx context.Context, tenants []string, limits []int6
 // jobs (jobs_tenant_status_created_idx, the project read from each row),
 // so exact while the tenant holds no more than limit; the ones in flight
 // are few (the workers' holds).
-func (s *Store) CountProjects(ctx context.Context, tenant string, projects []string, limit int64) ([]int64, error) {
+func (s *QueueFigures) CountProjects(ctx context.Context, tenant string, projects []string, limit int64) ([]int64, error) {
 	if len(projects) == 0 {
 		return nil, nil
 	}

@@ -69,60 +69,60 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 	ingest := func(in func(id string) store.BatchIngest) transitionCase {
 		return transitionCase{batch: store.BatchInProgress, lease: anyone, bulk: true,
 			run: func(b *testBundle, id string, _ int64) error {
-				_, err := b.store.IngestBatch(b.ctx, in(id))
+				_, err := b.store.Batches().IngestBatch(b.ctx, in(id))
 				return err
 			}}
 	}
 	held := fenced(func(b *testBundle, l store.Lease) error {
 		d := newLetter(l.ID, l.Tenant, "retries_exhausted")
 		d.LeaseToken = l.Token
-		_, _, err := b.store.RecordDeadLetter(b.ctx, d)
+		_, _, err := b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
 		return err
 	})
 	held.quiet = func(from llmq.Status) bool { return from == llmq.StatusDeadLettered }
 	return map[string]transitionCase{
 		// The claim takes the seeded job by its model, which is its id.
 		"Claim": {lease: anyone, bulk: true, run: func(b *testBundle, id string, _ int64) error {
-			_, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: id, Owner: "w1", Lease: time.Minute, Limit: 1})
+			_, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: id, Owner: "w1", Lease: time.Minute, Limit: 1})
 			return err
 		}},
 		"MarkCalling": fenced(func(b *testBundle, l store.Lease) error {
-			_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+			_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 			return err
 		}),
 		"MarkRetrying": fenced(func(b *testBundle, l store.Lease) error {
-			return b.store.MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1}, "rate_limited", "429")
+			return b.store.Queue().MarkRetrying(b.ctx, l, store.PolicyState{Retries: 1}, "rate_limited", "429")
 		}),
-		"Release": fenced(func(b *testBundle, l store.Lease) error { return b.store.Release(b.ctx, l) }),
+		"Release": fenced(func(b *testBundle, l store.Lease) error { return b.store.Queue().Release(b.ctx, l) }),
 		"MarkFailed": fenced(func(b *testBundle, l store.Lease) error {
-			return b.store.MarkFailed(b.ctx, l, 400, "bad_request", "400")
+			return b.store.Queue().MarkFailed(b.ctx, l, 400, "bad_request", "400")
 		}),
-		"MarkExpired":             fenced(func(b *testBundle, l store.Lease) error { return b.store.MarkExpired(b.ctx, l, "too late") }),
+		"MarkExpired":             fenced(func(b *testBundle, l store.Lease) error { return b.store.Queue().MarkExpired(b.ctx, l, "too late") }),
 		"RecordDeadLetter (held)": held,
 		"StoreResult": {lease: anyone, quiet: func(from llmq.Status) bool { return from == llmq.StatusSucceeded },
 			run: func(b *testBundle, id string, _ int64) error {
-				_, err := b.store.StoreResult(b.ctx, acme(id), store.Result{Response: json.RawMessage(`{}`)})
+				_, err := b.store.Queue().StoreResult(b.ctx, acme(id), store.Result{Response: json.RawMessage(`{}`)})
 				return err
 			}},
 		"ReapExpired": {ownDB: true, lease: func(_, live bool) bool { return !live }, bulk: true,
 			run: func(b *testBundle, _ string, _ int64) error {
-				_, err := b.store.ReapExpired(b.ctx)
+				_, err := b.store.Queue().ReapExpired(b.ctx)
 				return err
 			}},
 		"MarkDeadLettered": unfenced(func(b *testBundle, id string) error {
-			return b.store.MarkDeadLettered(b.ctx, acme(id), "delivery_limit", "gave up")
+			return b.store.DeadLetters().MarkDeadLettered(b.ctx, acme(id), "delivery_limit", "gave up")
 		}),
 		"ExpireOverdue": {deadline: -time.Second, lease: anyone, bulk: true, run: func(b *testBundle, _ string, _ int64) error {
-			_, err := b.store.ExpireOverdue(b.ctx)
+			_, err := b.store.Queue().ExpireOverdue(b.ctx)
 			return err
 		}},
 		"Cancel": unfenced(func(b *testBundle, id string) error {
-			_, err := b.store.Cancel(b.ctx, "acme", id)
+			_, err := b.store.Jobs().Cancel(b.ctx, "acme", id)
 			return err
 		}),
 		"MarkBatchSubmitted": {batch: store.BatchSubmitting, lease: anyone, bulk: true,
 			run: func(b *testBundle, id string, _ int64) error {
-				_, err := b.store.MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: batchOf(id), ProviderBatchID: "batch_" + id,
+				_, err := b.store.Batches().MarkBatchSubmitted(b.ctx, store.BatchSubmission{ID: batchOf(id), ProviderBatchID: "batch_" + id,
 					Status: store.BatchValidating})
 				return err
 			}},
@@ -138,12 +138,12 @@ func transitionCases(t *testing.T) map[string]transitionCase {
 		"PullBack": {batch: store.BatchInProgress, deadline: time.Hour, lease: anyone, bulk: true,
 			run: func(b *testBundle, _ string, _ int64) error {
 				soon := b.clock.Now().Add(2 * time.Hour)
-				_, err := b.store.PullBack(b.ctx, soon, soon, "live: test")
+				_, err := b.store.Batches().PullBack(b.ctx, soon, soon, "live: test")
 				return err
 			}},
 		"Requeue": {lease: anyone, quiet: func(from llmq.Status) bool { return from == llmq.StatusQueued },
 			run: func(b *testBundle, id string, _ int64) error {
-				_, err := b.store.Requeue(b.ctx, "acme", id)
+				_, err := b.store.DeadLetters().Requeue(b.ctx, "acme", id)
 				return err
 			}},
 	}

@@ -30,7 +30,7 @@ type ScopeUsage struct {
 // once retention has deleted it. It is summed from job_usage (migration
 // 0020), so its cost grows with neither the jobs finished today nor those of
 // the last minute (docs/design/tenants.md#usage-1).
-func (s *Store) Usage(ctx context.Context, tenant string) ([]ScopeUsage, error) {
+func (s *Budgets) Usage(ctx context.Context, tenant string) ([]ScopeUsage, error) {
 	scope, args := usageArgs(s.clock(), tenant)
 	rows, err := s.pool.Query(ctx, usageSQL(scope), args...)
 	if err != nil {

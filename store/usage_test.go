@@ -27,10 +27,10 @@ func TestUsage(t *testing.T) {
 		j.Tenant, j.Project = tenant, project
 		l := b.hold(t, "w", j)[id]
 		for range calls {
-			_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+			_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 			require.NoError(t, err)
 		}
-		_, err := b.store.StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: prompt, CompletionTokens: completion})
+		_, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: prompt, CompletionTokens: completion})
 		require.NoError(t, err)
 	}
 	finish("yesterday", "acme", "", 4, 5000, 5000)
@@ -40,10 +40,10 @@ func TestUsage(t *testing.T) {
 	finish("a1", "acme", "", 2, 10, 5)
 	finish("a2", "acme", "support", 1, 20, 7)
 	finish("o1", "other", "", 1, 3, 1)
-	_, err := b.store.Insert(b.ctx, newJob(t, "queued")) // not finished: not counted
+	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "queued")) // not finished: not counted
 	require.NoError(t, err)
 
-	all, err := b.store.Usage(b.ctx, "")
+	all, err := b.store.Budgets().Usage(b.ctx, "")
 	require.NoError(t, err)
 	require.Equal(t, []store.ScopeUsage{
 		{Tenant: "acme", MinuteRequests: 2, DayRequests: 3, MinuteTokens: 15, DayTokens: 2015},
@@ -51,7 +51,7 @@ func TestUsage(t *testing.T) {
 		{Tenant: "other", MinuteRequests: 1, DayRequests: 1, MinuteTokens: 4, DayTokens: 4},
 	}, all)
 
-	mine, err := b.store.Usage(b.ctx, "other")
+	mine, err := b.store.Budgets().Usage(b.ctx, "other")
 	require.NoError(t, err)
 	require.Equal(t, all[2:], mine, "one tenant's")
 }
@@ -140,11 +140,11 @@ func TestUsageExactWhileJobsFinish(t *testing.T) {
 			for l := range keys {
 				i, _ := strconv.Atoi(l.ID[1:])
 				for range 1 + i%3 {
-					if _, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{}); err != nil {
+					if _, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{}); err != nil {
 						return err
 					}
 				}
-				if _, err := b.store.StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 10 + i,
+				if _, err := b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 10 + i,
 					CompletionTokens: i % 7}); err != nil {
 					return err
 				}
@@ -200,18 +200,18 @@ func TestUsageAfterReplayAndPrune(t *testing.T) {
 	b := setup(t) // 12:00 UTC
 	leases := b.hold(t, "w", newJob(t, "ok"), newJob(t, "dead"))
 	for _, l := range leases {
-		_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+		_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 		require.NoError(t, err)
 	}
-	_, err := b.store.StoreResult(b.ctx, leases["ok"].Key, store.Result{UsedModel: "big", PromptTokens: 100, CompletionTokens: 20})
+	_, err := b.store.Queue().StoreResult(b.ctx, leases["ok"].Key, store.Result{UsedModel: "big", PromptTokens: 100, CompletionTokens: 20})
 	require.NoError(t, err)
 	letter := newLetter("dead", "acme", "retries_exhausted")
 	letter.LeaseToken = leases["dead"].Token
-	_, _, err = b.store.RecordDeadLetter(b.ctx, letter)
+	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, letter)
 	require.NoError(t, err)
 	usage := func(want ...store.ScopeUsage) {
 		t.Helper()
-		got, err := b.store.Usage(b.ctx, "acme")
+		got, err := b.store.Budgets().Usage(b.ctx, "acme")
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
@@ -219,7 +219,7 @@ func TestUsageAfterReplayAndPrune(t *testing.T) {
 	_, err = b.store.FoldUsage(b.ctx)
 	require.NoError(t, err)
 
-	_, err = b.store.Requeue(b.ctx, "acme", "dead")
+	_, err = b.store.DeadLetters().Requeue(b.ctx, "acme", "dead")
 	require.NoError(t, err)
 	usage(store.ScopeUsage{Tenant: "acme", MinuteRequests: 1, DayRequests: 1, MinuteTokens: 120, DayTokens: 120})
 	summed, rows := usageBoth(t, b.ctx, b.store.Pool(), b.clock.Now(), "")
@@ -254,9 +254,9 @@ func TestUsageMinuteBySecond(t *testing.T) {
 		j := newJob(t, id)
 		j.Project = []string{"", "support"}[i%2]
 		l := b.hold(t, "w", j)[id]
-		_, err := b.store.MarkCalling(b.ctx, l, store.PolicyState{})
+		_, err := b.store.Queue().MarkCalling(b.ctx, l, store.PolicyState{})
 		require.NoError(t, err)
-		_, err = b.store.StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 1 + i, CompletionTokens: 1000})
+		_, err = b.store.Queue().StoreResult(b.ctx, l.Key, store.Result{UsedModel: "big", PromptTokens: 1 + i, CompletionTokens: 1000})
 		require.NoError(t, err)
 		if i%5 == 4 {
 			_, err := b.store.FoldUsage(b.ctx)

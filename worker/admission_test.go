@@ -42,7 +42,7 @@ func setupAdmission(t *testing.T, seed uint64, order store.Order) *admissionBund
 	t.Cleanup(st.Close)
 	tb.store, tb.letters.store = st, st
 	w := tb.start(t, func(c *worker.Config) {
-		c.Store, c.Clock, c.Strategy = st, clock, shaping.StrategyRPM
+		c.Store, c.Clock, c.Strategy = st.Queue(), clock, shaping.StrategyRPM
 		c.Catalog.Default = llmq.Model{RPM: 1}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -100,7 +100,7 @@ func (ab *admissionBundle) succeeded(t *testing.T, ids []string) []string {
 	t.Helper()
 	var out []string
 	for _, id := range ids {
-		rec, err := ab.store.Get(context.Background(), llmq.DefaultTenant, id)
+		rec, err := ab.store.Jobs().Get(context.Background(), llmq.DefaultTenant, id)
 		if err == nil && rec.Status == llmq.StatusSucceeded {
 			out = append(out, id)
 		}

@@ -91,7 +91,7 @@ func TestWorkerRefusesModelsTheCatalogDoesNotAllow(t *testing.T) {
 	tb.publish(t, values...)
 	recorded, err := llmq.Decode(jobJSON("recorded", "recorded-elsewhere", ""), llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = tb.store.Ingest(context.Background(), []store.NewJob{{Job: recorded}})
+	_, err = tb.store.Queue().Ingest(context.Background(), []store.NewJob{{Job: recorded}})
 	require.NoError(t, err)
 	ids = append(ids, "recorded")
 

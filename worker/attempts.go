@@ -54,14 +54,14 @@ func (a *attempt) answer(r Reply, at time.Time) {
 // flushAnswer records p's unrecorded answer, if any, with a statement of
 // its own: the job leaves the pipeline by a write that does not carry it.
 // A failure is logged; the job's own write goes on.
-func (w *Worker) flushAnswer(p *job) {
+func (c *caller) flushAnswer(p *job) {
 	a := p.attempt.answered
 	if a == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), markTimeout)
 	defer cancel()
-	if err := w.cfg.Store.EndAttempt(ctx, p.lease.Key, *a); err != nil {
+	if err := c.cfg.Store.EndAttempt(ctx, p.lease.Key, *a); err != nil {
 		p.log.Warn("record the call's answer", slog.Any("error", err))
 		return
 	}

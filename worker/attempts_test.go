@@ -26,7 +26,7 @@ var (
 // job id.
 func (tb *testBundle) attemptRows(t *testing.T, id string) [][3]any {
 	t.Helper()
-	as, err := tb.store.Attempts(context.Background(), "default", id)
+	as, err := tb.store.Jobs().Attempts(context.Background(), "default", id)
 	require.NoError(t, err)
 	var out [][3]any
 	for _, a := range as {
@@ -51,7 +51,7 @@ func TestWorkerRecordsEveryAttempt(t *testing.T) {
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 	require.Equal(t, [][3]any{{"m", 429, "rate_limited"}, {"m", 429, "rate_limited"}, {"m", 200, "success"}},
 		tb.attemptRows(t, "retried"))
-	as, err := tb.store.Attempts(context.Background(), "default", "retried")
+	as, err := tb.store.Jobs().Attempts(context.Background(), "default", "retried")
 	require.NoError(t, err)
 	require.Equal(t, 2*time.Millisecond, *as[0].RetryAfter)
 	require.Zero(t, as[0].Backoff, "the first call waited no backoff")
@@ -74,7 +74,7 @@ func TestWorkerRecordsEveryAttempt(t *testing.T) {
 	require.Equal(t, llmq.StatusDeadLettered, rec.Status)
 	require.Equal(t, [][3]any{{"m", 500, "retryable"}, {"m", 500, "retryable"}}, tb.attemptRows(t, "exhausted"))
 
-	stats, err := tb.store.ModelStats(context.Background(), "", time.Now().Add(-time.Hour))
+	stats, err := tb.store.Jobs().ModelStats(context.Background(), "", time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	var requests, limited int64
 	for _, m := range stats {

@@ -84,7 +84,7 @@ func benchPipeline(b *testing.B, notify int) {
 			require.NoError(b, pub.Publish(context.Background(), target.Dest, msgs...))
 			gate := newGate(sub, b.N)
 			wcfg := worker.Config{
-				Subscriber: gate, Store: tb.store, DeadLetters: tb.letters,
+				Subscriber: gate, Store: tb.store.Queue(), DeadLetters: tb.letters, LaneRates: tb.store.LaneRates(),
 				Upstream:    upstreamAt(tb.sim.URL, 30*time.Second),
 				Strategy:    shaping.StrategyRetry,
 				MaxInFlight: benchInFlight,
@@ -209,7 +209,7 @@ func listenDone(b *testing.B, st *store.Store, n int) <-chan struct{} {
 	listening, finished := make(chan struct{}), make(chan struct{})
 	seen := make(map[store.Key]bool, n)
 	go func() {
-		_ = st.ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) {
+		_ = st.Jobs().ListenJobsDone(ctx, func() { close(listening) }, func(k store.Key) {
 			if !seen[k] {
 				seen[k] = true
 				if len(seen) == n {

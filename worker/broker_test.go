@@ -61,7 +61,7 @@ func TestWorkerThroughBrokers(t *testing.T) {
 			tb := setup(t, upstreamsim.Config{Seed: 8, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 			dest, pub, sub := openBroker(t, brokerURL(t), 256)
 			w, err := worker.New(worker.Config{
-				Subscriber: sub, Store: tb.store, DeadLetters: tb.letters,
+				Subscriber: sub, Store: tb.store.Queue(), DeadLetters: tb.letters,
 				Upstream:    upstreamAt(tb.sim.URL, 10*time.Second),
 				Strategy:    shaping.StrategyRetry,
 				MaxInFlight: 256,

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -20,7 +21,7 @@ import (
 // by the scope's overage policy: reject, degrade, or handed back until the
 // period rolls over (docs/design/tenants.md#budget-reservations-in-the-worker).
 
-// BudgetStore is what the worker needs of the budgets. [*store.Store]
+// BudgetStore is what the worker needs of the budgets. [*store.Budgets]
 // implements it; its methods document the accounting.
 type BudgetStore interface {
 	ReserveBudget(ctx context.Context, r store.BudgetReservation) (store.BudgetOutcome, error)
@@ -66,15 +67,70 @@ func newBudgetMetrics(reg prometheus.Registerer) *budgetMetrics {
 	return m
 }
 
-// budgetGate reserves the price of p's call of model and returns the body
+// jobEnds are the ways a job leaves the pipeline, and its writes bounded
+// by the shutdown's grace period ([caller]).
+type jobEnds interface {
+	gone(p *job, what string, err error) bool
+	pause(p *job) bool
+	fail(p *job, status int, code, msg string)
+	deadLetter(p *job, reason dlq.Reason, lastError string)
+	release(p *job)
+	writeOut(p *job, what string, write func(ctx context.Context) error) error
+}
+
+// budgetGateConfig configures a budgetGate.
+type budgetGateConfig struct {
+	// Store keeps the budgets; nil: the worker keeps none, and every call
+	// goes.
+	Store BudgetStore
+	// Tenants are the tenants applied now, with their budgets. Required.
+	Tenants func() llmq.Tenants
+	// Alerts is sent the thresholds crossed (nil: logged only).
+	Alerts  BudgetAlerter
+	Metrics *budgetMetrics // required
+	// Degrade: a batch lane takes the deferrable jobs of a budget that
+	// degrades (Config.Router is set).
+	Degrade bool
+	// Priced is model's catalog entry at the prices of p's entry of its
+	// pool. Required.
+	Priced func(p *job, model string) llmq.Model
+	// Ends is how a refused job leaves. Required.
+	Ends jobEnds
+	Log  *slog.Logger
+}
+
+func (c budgetGateConfig) validate() error {
+	if c.Tenants == nil || c.Metrics == nil || c.Priced == nil || c.Ends == nil {
+		return errors.New("worker: budget gate: Tenants, Metrics, Priced and Ends are required")
+	}
+	return nil
+}
+
+// budgetGate reserves each call's price on the job's budgets before it is
+// made and settles it after.
+type budgetGate struct {
+	cfg budgetGateConfig
+}
+
+func newBudgetGate(cfg budgetGateConfig) (*budgetGate, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &budgetGate{cfg: cfg}, nil
+}
+
+// gate reserves the price of p's call of model and returns the body
 // to send (its output capped past 90% of a budget), or, when the call is
 // not to be made (proceed false), the step the job goes on with (stay) or
 // false when it left the pipeline.
-func (w *Worker) budgetGate(p *job, model string, body json.RawMessage) (out json.RawMessage, ev event, stay, proceed bool) {
-	capTokens, ok, err := w.reserveBudget(p, model)
+func (g *budgetGate) gate(p *job, model string, body json.RawMessage) (out json.RawMessage, ev event, stay, proceed bool) {
+	capTokens, ok, err := g.reserve(p, model)
 	switch {
 	case err != nil:
-		if w.gone(p, "reserve budget", err) || !w.pause(p) {
+		if g.cfg.Ends.gone(p, "reserve budget", err) || !g.cfg.Ends.pause(p) {
 			return nil, event{}, false, false
 		}
 		return nil, event{Step: stepReady}, true, false
@@ -82,8 +138,8 @@ func (w *Worker) budgetGate(p *job, model string, body json.RawMessage) (out jso
 		return nil, event{}, false, false
 	case capTokens > 0:
 		if body, err = capOutput(body, capTokens); err != nil {
-			w.endBudget(p, model, nil)
-			w.fail(p, 0, "invalid_body", err.Error())
+			g.end(p, model, nil)
+			g.cfg.Ends.fail(p, 0, "invalid_body", err.Error())
 			return nil, event{}, false, false
 		}
 	}
@@ -92,19 +148,19 @@ func (w *Worker) budgetGate(p *job, model string, body json.RawMessage) (out jso
 
 // budgetsOf is the budgets p's call is charged on: none when the worker
 // keeps no budgets or p's tenant and project have none.
-func (w *Worker) budgetsOf(p *job) []llmq.Budget {
-	if w.cfg.Budgets == nil {
+func (g *budgetGate) budgetsOf(p *job) []llmq.Budget {
+	if g.cfg.Store == nil {
 		return nil
 	}
-	return w.tenantsNow().Budgets(p.rec.Tenant, p.rec.Project)
+	return g.cfg.Tenants().Budgets(p.rec.Tenant, p.rec.Project)
 }
 
 // reserveBudget reserves the price of p's call of model on its budgets. It
 // returns the output cap to apply to the call (0: none). When the call
 // may not go ahead it reports false with a nil error, and the job has left
 // the pipeline by its budget's overage policy.
-func (w *Worker) reserveBudget(p *job, model string) (capTokens int, ok bool, err error) {
-	budgets := w.budgetsOf(p)
+func (g *budgetGate) reserve(p *job, model string) (capTokens int, ok bool, err error) {
+	budgets := g.budgetsOf(p)
 	if len(budgets) == 0 {
 		return 0, true, nil
 	}
@@ -112,10 +168,10 @@ func (w *Worker) reserveBudget(p *job, model string) (capTokens int, ok bool, er
 	for _, b := range budgets[1:] {
 		outCap = min(outCap, b.OutputCap)
 	}
-	m := w.priced(p, model)
+	m := g.cfg.Priced(p, model)
 	ctx, cancel := context.WithTimeout(p.ctx, markTimeout)
 	defer cancel()
-	out, err := w.cfg.Budgets.ReserveBudget(ctx, store.BudgetReservation{
+	out, err := g.cfg.Store.ReserveBudget(ctx, store.BudgetReservation{
 		// The priority the job asked for, as the claim's hold compares it
 		// (a job it does not hold must not be refused over and again).
 		Lease: p.lease, Project: p.rec.Project, Low: p.rec.Priority == llmq.PriorityLow,
@@ -125,41 +181,68 @@ func (w *Worker) reserveBudget(p *job, model string) (capTokens int, ok bool, er
 	if err != nil {
 		return 0, false, err
 	}
-	w.budgetAlerts(out.Alerts)
+	g.alerts(out.Alerts)
 	if out.Reserved {
 		if out.Capped {
 			return out.OutputCap, true, nil
 		}
 		return 0, true, nil
 	}
-	w.overBudget(p, out)
+	g.overBudget(p, out)
 	return 0, false, nil
 }
 
 // overBudget applies the overage policy of the budget that refused p.
-func (w *Worker) overBudget(p *job, out store.BudgetOutcome) {
+func (g *budgetGate) overBudget(p *job, out store.BudgetOutcome) {
 	b := out.Refused
 	why := fmt.Sprintf("budget: the %s budget of %s (%.2f USD)", b.Period, budgetScope(b.Tenant, b.Project), b.LimitUSD)
 	count := func(outcome string) {
-		w.budgetMetrics.refused.WithLabelValues(b.Tenant, b.Project, outcome).Inc()
+		g.cfg.Metrics.refused.WithLabelValues(b.Tenant, b.Project, outcome).Inc()
 	}
 	switch {
 	case out.Exceeded && b.Overage == llmq.OverageReject:
 		count("reject")
-		w.deadLetter(p, dlq.ReasonBudgetExceeded, why+" is spent")
-	case b.Overage == llmq.OverageDegrade && p.job.Deferrable && w.cfg.Router != nil:
+		g.cfg.Ends.deadLetter(p, dlq.ReasonBudgetExceeded, why+" is spent")
+	case b.Overage == llmq.OverageDegrade && p.job.Deferrable && g.cfg.Degrade:
 		count("batch")
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), markTimeout)
 		defer cancel()
-		if err := w.cfg.Budgets.MoveToBatch(ctx, p.lease, why); err != nil && !w.gone(p, "move to batch", err) {
+		if err := g.cfg.Store.MoveToBatch(ctx, p.lease, why); err != nil && !g.cfg.Ends.gone(p, "move to batch", err) {
 			// Its lease will expire and the reaper hand it back.
 			p.log.Warn("move to batch", slog.Any("error", err))
 		}
 	default:
 		count("wait")
 		p.log.Debug("waiting for the budget", slog.String("why", why))
-		w.release(p)
+		g.cfg.Ends.release(p)
 	}
+}
+
+// allows reports whether p's budgets have room for a call costing cost:
+// settled and reserved spend plus cost within every limit. It reads the
+// budgets without reserving (the reservation before the call decides,
+// atomically); a read that fails allows nothing.
+func (g *budgetGate) allows(p *job, cost float64) bool {
+	budgets := g.budgetsOf(p)
+	if len(budgets) == 0 {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, markTimeout)
+	defer cancel()
+	us, err := g.cfg.Store.BudgetUsages(ctx, p.rec.Tenant)
+	if err != nil {
+		p.log.Warn("read budgets before moving to another key", slog.Any("error", err))
+		return false
+	}
+	for _, b := range budgets {
+		for _, u := range us {
+			if u.Tenant == b.Tenant && u.Project == b.Project && u.Period == b.Period &&
+				u.SpentUSD+u.ReservedUSD+cost > u.LimitUSD {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // budgetScope names a budget's scope in a message: acme or acme/bulk.
@@ -171,12 +254,12 @@ func budgetScope(tenant, project string) string {
 }
 
 // budgetAlerts sends the thresholds crossed.
-func (w *Worker) budgetAlerts(alerts []store.BudgetAlert) {
+func (g *budgetGate) alerts(alerts []store.BudgetAlert) {
 	for _, a := range alerts {
-		w.log.Warn("budget threshold", slog.String("tenant", a.Budget.Tenant), slog.String("project", a.Budget.Project),
+		g.cfg.Log.Warn("budget threshold", slog.String("tenant", a.Budget.Tenant), slog.String("project", a.Budget.Project),
 			slog.String("period", string(a.Budget.Period)), slog.Int("percent", a.Percent))
-		if w.cfg.BudgetAlerts != nil {
-			w.cfg.BudgetAlerts.NotifyBudget(dlq.BudgetAlert{Tenant: a.Budget.Tenant, Project: a.Budget.Project,
+		if g.cfg.Alerts != nil {
+			g.cfg.Alerts.NotifyBudget(dlq.BudgetAlert{Tenant: a.Budget.Tenant, Project: a.Budget.Project,
 				Period: string(a.Budget.Period), PeriodStart: a.PeriodStart, PeriodEnd: a.Budget.Period.End(a.PeriodStart),
 				Percent: a.Percent, LimitUSD: a.Budget.LimitUSD, SpentUSD: a.SpentUSD, ReservedUSD: a.ReservedUSD,
 				Overage: string(a.Budget.Overage)})
@@ -187,17 +270,17 @@ func (w *Worker) budgetAlerts(alerts []store.BudgetAlert) {
 // endBudget settles p's reservation to the price of the call's reply
 // (success), or gives it back (the call failed or was not made: reply
 // nil), retrying database errors until the worker's grace period ends.
-func (w *Worker) endBudget(p *job, model string, reply *Reply) {
-	if len(w.budgetsOf(p)) == 0 {
+func (g *budgetGate) end(p *job, model string, reply *Reply) {
+	if len(g.budgetsOf(p)) == 0 {
 		return
 	}
-	what, write := "release budget", func(ctx context.Context) error { return w.cfg.Budgets.ReleaseBudget(ctx, p.lease) }
+	what, write := "release budget", func(ctx context.Context) error { return g.cfg.Store.ReleaseBudget(ctx, p.lease) }
 	if reply != nil && (reply.Outcome.Class == ClassSuccess || reply.PromptTokens+reply.CompletionTokens > 0) {
-		cost := w.priced(p, model).Cost(reply.PromptTokens, reply.CompletionTokens)
-		what, write = "settle budget", func(ctx context.Context) error { return w.cfg.Budgets.SettleBudget(ctx, p.lease, cost) }
+		cost := g.cfg.Priced(p, model).Cost(reply.PromptTokens, reply.CompletionTokens)
+		what, write = "settle budget", func(ctx context.Context) error { return g.cfg.Store.SettleBudget(ctx, p.lease, cost) }
 	}
 	// Left to the reaper's sweep if the database stays down.
-	_ = w.durable(p, w.workCtx, what, write)
+	_ = g.cfg.Ends.writeOut(p, what, write)
 }
 
 // capOutput returns body with its output allowance capped at n tokens:

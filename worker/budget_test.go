@@ -48,7 +48,7 @@ func budgetSetup(t *testing.T, tenants llmq.Tenants, faults upstreamsim.FaultCon
 func (tb *testBundle) budgetWorker(t *testing.T, tenants llmq.Tenants, alerts worker.BudgetAlerter, mutate func(*worker.Config)) {
 	t.Helper()
 	tb.start(t, func(c *worker.Config) {
-		c.Tenants, c.Budgets, c.BudgetAlerts = tenants, tb.store, alerts
+		c.Tenants, c.Budgets, c.BudgetAlerts = tenants, tb.store.Budgets(), alerts
 		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{budgetModel: {OutputPricePer1M: outputPerToken * 1e6}}}
 		if mutate != nil {
 			mutate(c)
@@ -70,7 +70,7 @@ func (tb *testBundle) seedSpend(t *testing.T, project string, limit, spent float
 // budgetOf is acme/project's budget of today.
 func (tb *testBundle) budgetOf(t *testing.T, project string) store.BudgetUsage {
 	t.Helper()
-	us, err := tb.store.BudgetUsages(context.Background(), "acme")
+	us, err := tb.store.Budgets().BudgetUsages(context.Background(), "acme")
 	require.NoError(t, err)
 	for _, u := range us {
 		if u.Project == project && u.Period == llmq.PeriodDay {
@@ -170,7 +170,7 @@ func TestBudgetBurstAtTheEdge(t *testing.T) {
 	require.InDelta(t, 0.04, costs, 1e-9, "the budget's spend is the jobs' cost")
 	var queued string
 	require.NoError(t, tb.store.Pool().QueryRow(context.Background(), `SELECT id FROM jobs WHERE status = 'queued' LIMIT 1`).Scan(&queued))
-	rec, err := tb.store.Get(context.Background(), "acme", queued)
+	rec, err := tb.store.Jobs().Get(context.Background(), "acme", queued)
 	require.NoError(t, err)
 	require.Equal(t, store.WaitingReasonBudget, rec.WaitingReason)
 
@@ -212,7 +212,7 @@ func TestBudgetFailedCallsCostNothing(t *testing.T) {
 	broken := tb.budgetOf(t, "broken")
 	require.Equal(t, []float64{0, 0}, []float64{broken.SpentUSD, broken.ReservedUSD}, "20 failed calls of 0.09 USD reserved each")
 	require.Equal(t, 20, tb.count(t, `project = 'broken' AND attempts = 2`)*2)
-	rec, err := tb.store.Get(context.Background(), "acme", "low-000")
+	rec, err := tb.store.Jobs().Get(context.Background(), "acme", "low-000")
 	require.NoError(t, err)
 	require.Equal(t, store.WaitingReasonBudget, rec.WaitingReason)
 	require.Zero(t, rec.Attempts)

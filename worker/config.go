@@ -73,7 +73,7 @@ var FallbackTriggers = []FallbackTrigger{FallbackOnRateLimit, FallbackOnServerEr
 
 // JobStore is what the worker needs of the job store: ingest, claims, the
 // holder's fenced writes, the result, the sweeps and the figures of the
-// queue. [*store.Store] implements it; its methods document the
+// queue. [*store.Queue] implements it; its methods document the
 // transitions and errors (store.ErrLeaseLost, store.ErrTerminal,
 // store.ErrInvalidJob) the worker relies on.
 type JobStore interface {
@@ -125,7 +125,7 @@ type JobStore interface {
 }
 
 // QueuedListener tells the worker of jobs recorded elsewhere (by the API,
-// by another replica) as they are recorded. [*store.Store] implements it
+// by another replica) as they are recorded. [*store.Queue] implements it
 // with LISTEN/NOTIFY (store.JobQueuedChannel).
 type QueuedListener interface {
 	// ListenJobsQueued listens until ctx ends or its connection fails:
@@ -135,7 +135,7 @@ type QueuedListener interface {
 }
 
 // QuotaLedger is the quota ledger the replicas share a provider's quota
-// through (docs/design/replicas.md). [*store.Store] implements it.
+// through (docs/design/replicas.md). [*store.Ledger] implements it.
 type QuotaLedger interface {
 	// RenewQuotas writes the replica's rows and returns the live rows of
 	// their keys, its own included.
@@ -184,7 +184,7 @@ type Config struct {
 	// of their own, read at each job (internal/tenantroutes serves them
 	// live from the database).
 	TenantReplies TenantReplier
-	// Store holds the jobs' state (a *store.Store). Required.
+	// Store holds the jobs' state (a *store.Queue). Required.
 	Store JobStore
 	// Upstream makes the chat completion calls (OpenAIUpstream over
 	// NewOpenAIClient). Required.
@@ -198,6 +198,12 @@ type Config struct {
 	// their thresholds. nil = no budget is enforced.
 	Budgets      BudgetStore
 	BudgetAlerts BudgetAlerter
+	// Chunks, when set, carries the chunks of the calls streamed to the
+	// API's callers (stream.go). nil: every call runs without streaming.
+	Chunks ChunkStore
+	// LaneRates, when set, records every second what each lane runs at,
+	// for the API's predictions (lanerates.go). nil: none is recorded.
+	LaneRates LaneRateWriter
 
 	// Strategy is the shaping strategy of every lane. "" = shape when a
 	// model's quota is known, adaptive when not.

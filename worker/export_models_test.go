@@ -4,9 +4,7 @@ package worker
 // lane (of a model without a pool) on this worker's share; false when the
 // worker has no such lane or bucket.
 func (w *Worker) LaneLimit(model, bucket string) (float64, bool) {
-	w.lanesMu.Lock()
-	l, ok := w.lanes[laneName(model, "")]
-	w.lanesMu.Unlock()
+	l, ok := w.lanes.get(laneName(model, ""))
 	if !ok {
 		return 0, false
 	}

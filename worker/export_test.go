@@ -6,9 +6,7 @@ import "context"
 // to its shaping lane; 0 when the lane does not exist. Tests use it to know
 // that jobs are queued before they let the lane admit the next one.
 func (w *Worker) Waiting(model string) int {
-	w.lanesMu.Lock()
-	l, ok := w.lanes[model]
-	w.lanesMu.Unlock()
+	l, ok := w.lanes.get(model)
 	if !ok {
 		return 0
 	}
@@ -17,10 +15,9 @@ func (w *Worker) Waiting(model string) int {
 
 // Lanes lists the models that have a lane.
 func (w *Worker) Lanes() []string {
-	w.lanesMu.Lock()
-	defer w.lanesMu.Unlock()
-	names := make([]string, 0, len(w.lanes))
-	for name := range w.lanes {
+	lanes := w.lanes.all()
+	names := make([]string, 0, len(lanes))
+	for name := range lanes {
 		names = append(names, name)
 	}
 	return names

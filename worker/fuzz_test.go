@@ -107,12 +107,12 @@ func FuzzIngest(f *testing.F) {
 	}
 	sub := &counting{Subscriber: inner, count: map[[sha256.Size]byte]int{}, acked: map[[sha256.Size]byte]chan struct{}{}}
 	pub := broker.NewPublisher()
-	letters, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: "jobs"})
+	letters, err := dlq.NewWriter(dlq.Config{Store: tb.store.DeadLetters(), Publisher: pub, Destination: "jobs"})
 	if err != nil {
 		f.Fatal(err)
 	}
 	w, err := worker.New(worker.Config{
-		Subscriber: sub, Store: tb.store, DeadLetters: letters,
+		Subscriber: sub, Store: tb.store.Queue(), DeadLetters: letters,
 		Upstream: upstreamAt(tb.sim.URL, 10*time.Second), Strategy: shaping.StrategyRetry,
 		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 	})
@@ -162,7 +162,7 @@ func FuzzIngest(f *testing.F) {
 		if err := tb.store.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs`).Scan(&jobs); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tb.store.Get(ctx, j.Tenant, j.ID); err != nil && jobs == jobsBefore {
+		if _, err := tb.store.Jobs().Get(ctx, j.Tenant, j.ID); err != nil && jobs == jobsBefore {
 			t.Fatalf("message %q is neither a dead letter nor a job", value)
 		}
 	})

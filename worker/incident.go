@@ -310,12 +310,12 @@ func (b *incident) tripsOnRatio(now time.Time) bool {
 
 // newIncident returns the breaker of the lane of model's entry ("" without
 // a pool), nil when the worker runs without one (IncidentMinCalls < 0).
-func (w *Worker) newIncident(model, entry string) *incident {
-	cfg := w.cfg
+func (ls *laneSet) newIncident(model, entry string) *incident {
+	cfg := ls.cfg
 	if cfg.IncidentMinCalls < 0 {
 		return nil
 	}
-	log := w.log.With(slog.String("model", model), slog.String("entry", entry))
+	log := ls.cfg.Log.With(slog.String("model", model), slog.String("entry", entry))
 	keySetting := "OPENAI_API_KEY"
 	if entry != "" {
 		keySetting = "the api_key of pool entry " + entry + " of " + model
@@ -328,9 +328,9 @@ func (w *Worker) newIncident(model, entry string) *incident {
 			if c.held {
 				held = 1
 			}
-			w.metrics.incident.WithLabelValues(model, entry).Set(held)
+			ls.cfg.Metrics.incident.WithLabelValues(model, entry).Set(held)
 			if c.report {
-				w.metrics.incidents.WithLabelValues(model, entry, string(c.cause)).Inc()
+				ls.cfg.Metrics.incidents.WithLabelValues(model, entry, string(c.cause)).Inc()
 			}
 			every := slog.Duration("probe_every", cfg.IncidentProbeEvery)
 			switch {
@@ -350,21 +350,21 @@ func (w *Worker) newIncident(model, entry string) *incident {
 // holdForIncident waits while t's lane is held by an incident and returns
 // whether the call t is admitted for is the probe, or false when the job
 // or the worker stopped first. A lane without a breaker is never held.
-func (w *Worker) holdForIncident(l *lane, t *ticket) (probe, ok bool) {
+func (ls *laneSet) holdForIncident(l *lane, t *ticket) (probe, ok bool) {
 	if l.incident == nil {
 		return false, true
 	}
 	for {
-		ok, probe, wait, wake := l.incident.allow(w.cfg.Clock.Now())
+		ok, probe, wait, wake := l.incident.allow(ls.cfg.Clock.Now())
 		if ok {
 			return probe, true
 		}
 		var due <-chan time.Time
 		if wait > 0 {
-			due = w.cfg.Clock.After(wait)
+			due = ls.cfg.Clock.After(wait)
 		}
 		select {
-		case <-w.workCtx.Done():
+		case <-ls.workCtx.Done():
 			return false, false
 		case <-t.ctx.Done():
 			return false, false

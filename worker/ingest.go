@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -116,8 +115,8 @@ type ingestItem struct {
 
 // forward copies the subscriber's messages into buf until they end or
 // Stop begins.
-func (w *Worker) forward(msgs <-chan *transport.Message, buf chan<- *transport.Message) {
-	defer w.ingesters.Done()
+func (in *ingester) forward(msgs <-chan *transport.Message, buf chan<- *transport.Message) {
+	defer in.running.Done()
 	defer close(buf)
 	for {
 		select {
@@ -127,11 +126,11 @@ func (w *Worker) forward(msgs <-chan *transport.Message, buf chan<- *transport.M
 			}
 			select {
 			case buf <- m:
-			case <-w.stopCtx.Done():
-				w.nack(m)
+			case <-in.ctx.Done():
+				in.nack(m)
 				return
 			}
-		case <-w.stopCtx.Done():
+		case <-in.ctx.Done():
 			return
 		}
 	}
@@ -140,12 +139,12 @@ func (w *Worker) forward(msgs <-chan *transport.Message, buf chan<- *transport.M
 // ingestLoop records the messages of msgs in batches until Stop, pausing
 // while Postgres holds more than the ingest window of queued jobs (the
 // overflow stays in the broker).
-func (w *Worker) ingestLoop(msgs <-chan *transport.Message) {
-	defer w.ingesters.Done()
-	ctx := w.stopCtx
+func (in *ingester) ingestLoop(msgs <-chan *transport.Message) {
+	defer in.running.Done()
+	ctx := in.ctx
 	for {
-		if err := w.waitForWindow(ctx); err != nil {
-			w.nackRest(msgs)
+		if err := in.waitForWindow(ctx); err != nil {
+			in.nackRest(msgs)
 			return
 		}
 		var first *transport.Message
@@ -156,12 +155,12 @@ func (w *Worker) ingestLoop(msgs <-chan *transport.Message) {
 			}
 			first = m
 		case <-ctx.Done():
-			w.nackRest(msgs)
+			in.nackRest(msgs)
 			return
 		}
 		batch := []*transport.Message{first}
 	gather:
-		for len(batch) < w.cfg.IngestBatch {
+		for len(batch) < in.cfg.Batch {
 			select {
 			case m, ok := <-msgs:
 				if !ok {
@@ -172,7 +171,7 @@ func (w *Worker) ingestLoop(msgs <-chan *transport.Message) {
 				break gather
 			}
 		}
-		w.ingest(batch)
+		in.ingest(batch)
 	}
 }
 
@@ -186,30 +185,30 @@ const windowLogEvery = time.Minute
 // this worker's own ingests and claims, and is read again from Postgres
 // every windowRecount (every windowRefresh while the last read reached its
 // limit).
-func (w *Worker) waitForWindow(ctx context.Context) error {
-	if w.cfg.IngestWindow < 0 {
+func (in *ingester) waitForWindow(ctx context.Context) error {
+	if in.cfg.Window < 0 {
 		return nil
 	}
 	paused := false
 	for {
-		w.readWindow(ctx)
-		w.readTenants(ctx)
-		n := w.window.value()
-		if n < int64(w.cfg.IngestWindow) || w.tenants.overShare(w.cfg.IngestWindow, ingesters*w.cfg.IngestBatch, w.tenantsNow()) {
+		in.readWindow(ctx)
+		in.readTenants(ctx)
+		n := in.window.value()
+		if n < int64(in.cfg.Window) || in.tenants.overShare(in.cfg.Window, ingesters*in.cfg.Batch, in.cfg.Tenants()) {
 			if paused {
-				w.log.Info("ingestion resumed", slog.Int64("queued", n))
+				in.cfg.Log.Info("ingestion resumed", slog.Int64("queued", n))
 			}
 			return nil
 		}
 		if !paused {
 			paused = true
-			w.metrics.ingestPauses.Inc()
-			if now := w.cfg.Clock.Now().UnixNano(); now-w.windowLoggedAt.Swap(now) >= int64(windowLogEvery) {
-				w.log.Info("ingestion paused: Postgres holds the ingest window of queued jobs; the rest waits in the broker",
-					slog.Int64("queued", n), slog.Int("window", w.cfg.IngestWindow))
+			in.cfg.Metrics.ingestPauses.Inc()
+			if now := in.cfg.Clock.Now().UnixNano(); now-in.windowLoggedAt.Swap(now) >= int64(windowLogEvery) {
+				in.cfg.Log.Info("ingestion paused: Postgres holds the ingest window of queued jobs; the rest waits in the broker",
+					slog.Int64("queued", n), slog.Int("window", in.cfg.Window))
 			}
 		}
-		if err := sleep(ctx, w.cfg.Clock, windowRefresh); err != nil {
+		if err := sleep(ctx, in.cfg.Clock, windowRefresh); err != nil {
 			return err
 		}
 	}
@@ -219,58 +218,58 @@ func (w *Worker) waitForWindow(ctx context.Context) error {
 // windowRecount after the last read, or windowRefresh after a read that
 // reached its limit (a backlog past the window: only whether it fell under
 // the window matters then).
-func (w *Worker) readWindow(ctx context.Context) {
-	every, limit := windowRecount, int64(w.cfg.IngestWindow)+windowSlack(w.cfg.IngestWindow)
-	if w.window.isCapped() {
-		every, limit = windowRefresh, int64(w.cfg.IngestWindow)
+func (in *ingester) readWindow(ctx context.Context) {
+	every, limit := windowRecount, int64(in.cfg.Window)+windowSlack(in.cfg.Window)
+	if in.window.isCapped() {
+		every, limit = windowRefresh, int64(in.cfg.Window)
 	}
-	now := w.cfg.Clock.Now().UnixNano()
-	last := w.windowReadAt.Load()
-	if now-last < int64(every) || !w.windowReadAt.CompareAndSwap(last, now) {
+	now := in.cfg.Clock.Now().UnixNano()
+	last := in.windowReadAt.Load()
+	if now-last < int64(every) || !in.windowReadAt.CompareAndSwap(last, now) {
 		return
 	}
-	claimed := w.window.claims()
-	if n, err := w.cfg.Store.QueuedCount(ctx, limit); err == nil {
-		w.window.set(n, n >= limit, claimed)
+	claimed := in.window.claims()
+	if n, err := in.cfg.Store.QueuedCount(ctx, limit); err == nil {
+		in.window.set(n, n >= limit, claimed)
 	}
 }
 
 // ingest decodes a batch of messages, dead-letters the ones that are not
 // jobs and records the others.
-func (w *Worker) ingest(batch []*transport.Message) {
+func (in *ingester) ingest(batch []*transport.Message) {
 	items := make([]ingestItem, 0, len(batch))
-	w.readTenants(w.stopCtx)
-	tenants := tenantAdmission{w: w}
+	in.readTenants(in.ctx)
+	tenants := tenantAdmission{in: in}
 	for _, m := range batch {
 		if m.Rejected != "" {
-			w.rejected(m)
+			in.rejected(m)
 			continue
 		}
-		j, err := llmq.Decode(m.Value, llmq.DecodeOptions{MaxMessageBytes: w.cfg.MaxMessageBytes})
+		j, err := llmq.Decode(m.Value, llmq.DecodeOptions{MaxMessageBytes: in.cfg.MaxMessageBytes})
 		if err != nil {
-			w.poison(m, err)
+			in.poison(m, err)
 			continue
 		}
-		if refused := w.catalog().CheckModels(j); len(refused) > 0 {
-			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
+		if refused := in.cfg.Catalog().CheckModels(j); len(refused) > 0 {
+			in.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonModelNotAllowed, LastError: notAllowed(refused)})
 			continue
 		}
-		if refused := w.tenantsNow().CheckProject(j); len(refused) > 0 {
-			w.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonUnknownProject, LastError: notAllowed(refused)})
+		if refused := in.cfg.Tenants().CheckProject(j); len(refused) > 0 {
+			in.letterOf(m, dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonUnknownProject, LastError: notAllowed(refused)})
 			continue
 		}
 		if !tenants.admit(j) {
-			w.letterOf(m, w.tenantFull(j))
+			in.letterOf(m, in.tenantFull(j))
 			continue
 		}
-		w.route(j, m)
+		in.route(j, m)
 		var span trace.Span
 		j.TraceContext, span = tracing.StartIngest(m.Headers, j.ID, m.Source, m.ReceivedAt)
-		items = append(items, ingestItem{msg: m, job: w.sizer.NewJob(j), span: span})
+		items = append(items, ingestItem{msg: m, job: in.cfg.Sizer.NewJob(j), span: span})
 	}
 	if len(items) > 0 {
-		w.record(items)
-		w.traceIngested(items)
+		in.record(items)
+		in.traceIngested(items)
 	}
 }
 
@@ -279,29 +278,29 @@ func (w *Worker) ingest(batch []*transport.Message) {
 // and the insert retried in place until it works or the worker stops) or
 // some messages fail alone (those are handed back to the broker, the
 // others recorded).
-func (w *Worker) record(items []ingestItem) {
+func (in *ingester) record(items []ingestItem) {
 	for attempt := 0; ; attempt++ {
-		err := w.insert(items)
+		err := in.insert(items)
 		if err == nil {
-			w.ingestUp()
+			in.ingestUp()
 			return
 		}
 		if len(items) > 1 || errors.Is(err, store.ErrInvalidJob) {
-			items = w.recordOneByOne(items)
+			items = in.recordOneByOne(items)
 			if len(items) == 0 {
-				w.ingestUp()
+				in.ingestUp()
 				return
 			}
 		}
 		// What is left failed alone: the database is down, or these
 		// messages cannot go in while others can.
-		if len(items) == 1 && w.databaseUp() {
-			w.handBack(items, err)
+		if len(items) == 1 && in.databaseUp() {
+			in.handBack(items, err)
 			return
 		}
-		w.ingestDown(len(items), err)
-		if sleep(w.stopCtx, w.cfg.Clock, retryDelay(attempt, ingestRetryMax)) != nil {
-			w.nackAll(items)
+		in.ingestDown(len(items), err)
+		if sleep(in.ctx, in.cfg.Clock, retryDelay(attempt, ingestRetryMax)) != nil {
+			in.nackAll(items)
 			return
 		}
 	}
@@ -312,15 +311,15 @@ func (w *Worker) record(items []ingestItem) {
 const ingestRetryMax = 5 * time.Second
 
 // insert records items in one statement and acks their messages.
-func (w *Worker) insert(items []ingestItem) error {
+func (in *ingester) insert(items []ingestItem) error {
 	jobs := make([]store.NewJob, len(items))
 	for i, it := range items {
 		jobs[i] = it.job
 	}
 	// Not cut by Stop: a batch in hand is finished (recorded and acked).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.stopCtx), ingestTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(in.ctx), ingestTimeout)
 	defer cancel()
-	created, err := w.cfg.Store.Ingest(ctx, jobs)
+	created, err := in.cfg.Store.Ingest(ctx, jobs)
 	if err != nil {
 		return err
 	}
@@ -328,16 +327,16 @@ func (w *Worker) insert(items []ingestItem) error {
 	for i, it := range items {
 		if created[i] {
 			fresh++
-			w.learnModel(it.job.Job.Model())
+			in.cfg.Recorded(it.job.Job.Model())
 		}
-		w.ack(it.msg)
+		in.ack(it.msg)
 	}
-	w.window.add(int64(fresh), 0)
-	w.countRecorded(items, created)
-	w.metrics.ingested.WithLabelValues("recorded").Add(float64(fresh))
-	w.metrics.ingested.WithLabelValues("duplicate").Add(float64(len(items) - fresh))
+	in.window.add(int64(fresh), 0)
+	in.countRecorded(items, created)
+	in.cfg.Metrics.ingested.WithLabelValues("recorded").Add(float64(fresh))
+	in.cfg.Metrics.ingested.WithLabelValues("duplicate").Add(float64(len(items) - fresh))
 	if fresh > 0 {
-		w.poke()
+		in.cfg.Wake()
 	}
 	return nil
 }
@@ -347,14 +346,14 @@ const ingestTimeout = 30 * time.Second
 
 // recordOneByOne records each item on its own and returns those that fail
 // on a transient error; one Postgres refuses for good is poison.
-func (w *Worker) recordOneByOne(items []ingestItem) []ingestItem {
+func (in *ingester) recordOneByOne(items []ingestItem) []ingestItem {
 	var failed []ingestItem
 	for _, it := range items {
-		err := w.insert([]ingestItem{it})
+		err := in.insert([]ingestItem{it})
 		switch {
 		case err == nil:
 		case errors.Is(err, store.ErrInvalidJob):
-			w.poison(it.msg, err)
+			in.poison(it.msg, err)
 		default:
 			failed = append(failed, it)
 		}
@@ -363,34 +362,34 @@ func (w *Worker) recordOneByOne(items []ingestItem) []ingestItem {
 }
 
 // databaseUp pings the database.
-func (w *Worker) databaseUp() bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.stopCtx), 5*time.Second)
+func (in *ingester) databaseUp() bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(in.ctx), 5*time.Second)
 	defer cancel()
-	return w.cfg.Store.Ping(ctx) == nil
+	return in.cfg.Store.Ping(ctx) == nil
 }
 
 // handBack gives back messages that fail to be recorded on their own, after
 // a pause so a message that keeps failing is no hot loop: the broker
 // redelivers them. A message that failed maxDeliveries times is
 // dead-lettered instead.
-func (w *Worker) handBack(items []ingestItem, cause error) {
+func (in *ingester) handBack(items []ingestItem, cause error) {
 	var back []ingestItem
 	for _, it := range items {
-		if n := w.deliveries.fail(it.msg); n >= maxDeliveries {
-			w.letterOf(it.msg, dlq.Letter{JobID: it.job.Job.ID, Tenant: it.job.Job.Tenant, Reason: dlq.ReasonDeliveryLimit,
+		if n := in.deliveries.fail(it.msg); n >= maxDeliveries {
+			in.letterOf(it.msg, dlq.Letter{JobID: it.job.Job.ID, Tenant: it.job.Job.Tenant, Reason: dlq.ReasonDeliveryLimit,
 				LastError: redact.Text(fmt.Sprintf("not recorded in %d deliveries: %v", n, cause), redact.ErrorMaxBytes)})
 			continue
 		}
-		w.log.Warn("message not recorded; handed back to the broker", slog.String("job_id", it.job.Job.ID),
+		in.cfg.Log.Warn("message not recorded; handed back to the broker", slog.String("job_id", it.job.Job.ID),
 			slog.String("tenant", it.job.Job.Tenant), slog.String("source", it.msg.Source), slog.Any("error", cause))
 		back = append(back, it)
 	}
 	if len(back) == 0 {
 		return
 	}
-	w.metrics.handedBack.Add(float64(len(back)))
-	_ = sleep(w.stopCtx, w.cfg.Clock, handBackDelay)
-	w.nackAll(back)
+	in.cfg.Metrics.handedBack.Add(float64(len(back)))
+	_ = sleep(in.ctx, in.cfg.Clock, handBackDelay)
+	in.nackAll(back)
 }
 
 // handBackDelay is how long a message that failed to be recorded alone is
@@ -399,38 +398,31 @@ const handBackDelay = time.Second
 
 // nackRest hands back the messages left in msgs at Stop (the forwarder
 // closes it).
-func (w *Worker) nackRest(msgs <-chan *transport.Message) {
+func (in *ingester) nackRest(msgs <-chan *transport.Message) {
 	for m := range msgs {
-		w.nack(m)
+		in.nack(m)
 	}
 }
 
-func (w *Worker) nackAll(items []ingestItem) {
+func (in *ingester) nackAll(items []ingestItem) {
 	for _, it := range items {
-		w.nack(it.msg)
+		in.nack(it.msg)
 	}
 }
 
 // ingestDown notes an ingest that failed on the database, logging once per
 // outage.
-func (w *Worker) ingestDown(held int, err error) {
-	if w.ingestFailing.CompareAndSwap(false, true) {
-		w.log.Error("database unreachable: holding messages and retrying", slog.Int("held", held), slog.Any("error", err))
+func (in *ingester) ingestDown(held int, err error) {
+	if in.ingestFailing.CompareAndSwap(false, true) {
+		in.cfg.Log.Error("database unreachable: holding messages and retrying", slog.Int("held", held), slog.Any("error", err))
 	}
 }
 
 // ingestUp notes an ingest that worked, logging the end of an outage.
-func (w *Worker) ingestUp() {
-	if w.ingestFailing.CompareAndSwap(true, false) {
-		w.log.Info("database reachable again: ingesting")
+func (in *ingester) ingestUp() {
+	if in.ingestFailing.CompareAndSwap(true, false) {
+		in.cfg.Log.Info("database reachable again: ingesting")
 	}
-}
-
-// learnModel tells the scheduler about a model with new queued jobs.
-func (w *Worker) learnModel(model string) {
-	w.modelsMu.Lock()
-	w.newModels[model] = true
-	w.modelsMu.Unlock()
 }
 
 // notAllowed is the dead letter's error of a job naming models the catalog
@@ -455,17 +447,17 @@ func hint(value []byte) (id, tenant string) {
 
 // poison dead-letters a message that is not a valid job, then acks it; a
 // letter that cannot be recorded leaves the message to the broker.
-func (w *Worker) poison(m *transport.Message, cause error) {
+func (in *ingester) poison(m *transport.Message, cause error) {
 	id, tenant := hint(m.Value)
-	w.letterOf(m, dlq.Letter{JobID: id, Tenant: tenant, Reason: dlq.ReasonPoison, LastError: cause.Error()})
+	in.letterOf(m, dlq.Letter{JobID: id, Tenant: tenant, Reason: dlq.ReasonPoison, LastError: cause.Error()})
 }
 
 // rejected dead-letters a message the broker gave up delivering (its
 // delivery limit was reached: it kept failing to be recorded), then acks
 // it.
-func (w *Worker) rejected(m *transport.Message) {
+func (in *ingester) rejected(m *transport.Message) {
 	id, tenant := hint(m.Value)
-	w.letterOf(m, dlq.Letter{JobID: id, Tenant: tenant, Reason: dlq.ReasonDeliveryLimit,
+	in.letterOf(m, dlq.Letter{JobID: id, Tenant: tenant, Reason: dlq.ReasonDeliveryLimit,
 		LastError: fmt.Sprintf("the broker gave up delivering the message (%s, %d times)", m.Rejected, m.RejectedCount)})
 }
 
@@ -475,35 +467,35 @@ func (w *Worker) rejected(m *transport.Message) {
 // write retried in place, never handed back to loop through the broker; at
 // Stop it is handed back. A letter Postgres refuses even escaped is
 // dropped, with one log line and llmq_ingest_dropped_total.
-func (w *Worker) letterOf(m *transport.Message, l dlq.Letter) {
-	l.Message, l.Key, l.Headers, l.Source, l.At = m.Value, m.Key, m.Headers, m.Source, w.cfg.Clock.Now()
-	log := w.log.With(slog.String("source", m.Source), slog.String("reason", string(l.Reason)))
+func (in *ingester) letterOf(m *transport.Message, l dlq.Letter) {
+	l.Message, l.Key, l.Headers, l.Source, l.At = m.Value, m.Key, m.Headers, m.Source, in.cfg.Clock.Now()
+	log := in.cfg.Log.With(slog.String("source", m.Source), slog.String("reason", string(l.Reason)))
 	for attempt := 0; ; attempt++ {
-		err := w.cfg.DeadLetters.DeadLetter(context.WithoutCancel(w.stopCtx), l)
+		err := in.cfg.DeadLetters.DeadLetter(context.WithoutCancel(in.ctx), l)
 		if err == nil {
 			break
 		}
 		if errors.Is(err, store.ErrInvalidJob) {
 			log.Error("Postgres refuses the message's dead letter; dropping the message", slog.Any("error", err))
-			w.metrics.dropped.Inc()
-			w.ack(m)
+			in.cfg.Metrics.dropped.Inc()
+			in.ack(m)
 			return
 		}
 		if attempt == 0 {
 			log.Error("dead-letter a message; holding it and retrying", slog.Any("error", err))
 		}
-		if sleep(w.stopCtx, w.cfg.Clock, retryDelay(attempt, ingestRetryMax)) != nil {
-			w.nack(m)
+		if sleep(in.ctx, in.cfg.Clock, retryDelay(attempt, ingestRetryMax)) != nil {
+			in.nack(m)
 			return
 		}
 	}
-	w.metrics.deadLetters.WithLabelValues(string(l.Reason)).Inc()
-	w.metrics.jobs.WithLabelValues(string(llmq.StatusDeadLettered)).Inc()
+	in.cfg.Metrics.deadLetters.WithLabelValues(string(l.Reason)).Inc()
+	in.cfg.Metrics.jobs.WithLabelValues(string(llmq.StatusDeadLettered)).Inc()
 	log.Warn("message dead-lettered", slog.String("job_id", l.JobID), slog.String("error", l.LastError))
-	w.ack(m)
+	in.ack(m)
 }
 
-func (w *Worker) ack(m *transport.Message) {
+func (in *ingester) ack(m *transport.Message) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch err := m.Ack(ctx); {
@@ -511,36 +503,18 @@ func (w *Worker) ack(m *transport.Message) {
 	case errors.Is(err, transport.ErrStaleDelivery):
 		// A rebalance or reconnect took the message away; it comes back
 		// and its job is found recorded.
-		w.log.Debug("ack of a stale delivery", slog.Any("error", err))
+		in.cfg.Log.Debug("ack of a stale delivery", slog.Any("error", err))
 	default:
-		w.log.Error("ack", slog.Any("error", err))
+		in.cfg.Log.Error("ack", slog.Any("error", err))
 	}
 }
 
-func (w *Worker) nack(m *transport.Message) {
+func (in *ingester) nack(m *transport.Message) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := m.Nack(ctx); err != nil && !errors.Is(err, transport.ErrClosed) && !errors.Is(err, transport.ErrStaleDelivery) {
-		w.log.Error("nack", slog.Any("error", err))
+		in.cfg.Log.Error("nack", slog.Any("error", err))
 	}
-}
-
-// ingestState is the ingest loops' shared state.
-type ingestState struct {
-	// windowReadAt is when the queued count was last read;
-	// windowLoggedAt when a pause was last logged (unix nanoseconds).
-	windowReadAt, windowLoggedAt atomic.Int64
-	// window is the count of queued jobs behind the ingest window.
-	window windowCount
-	// tenants counts each tenant's jobs (ingest_tenants.go), read at
-	// tenantsReadAt (unix nanoseconds).
-	tenants       tenantCount
-	tenantsReadAt atomic.Int64
-	// ingestFailing is set while inserts fail on the database.
-	ingestFailing atomic.Bool
-	// deliveries counts the deliveries of a message that failed to be
-	// recorded.
-	deliveries deliveries
 }
 
 // route fills the job's reply (where its result event goes) from its
@@ -548,15 +522,15 @@ type ingestState struct {
 // correlation_id (RabbitMQ), else the tenant's reply, else the
 // deployment's results topic. A job with a reply has the message's
 // headers echoed on its result (docs/design/notifications.md).
-func (w *Worker) route(j *llmq.Job, m *transport.Message) {
+func (in *ingester) route(j *llmq.Job, m *transport.Message) {
 	if j.ReplyTo.Empty() {
-		switch r, ok := tenantReply(w.cfg.TenantReplies, j.Tenant); {
+		switch r, ok := tenantReply(in.cfg.TenantReplies, j.Tenant); {
 		case m.ReplyTo != "":
 			j.ReplyTo = &llmq.Reply{To: m.ReplyTo, CorrelationID: m.CorrelationID}
 		case ok && !r.Empty():
 			j.ReplyTo = &llmq.Reply{To: r.To, Webhook: r.Webhook}
-		case w.cfg.ResultsTopic != "":
-			j.ReplyTo = &llmq.Reply{To: w.cfg.ResultsTopic}
+		case in.cfg.ResultsTopic != "":
+			j.ReplyTo = &llmq.Reply{To: in.cfg.ResultsTopic}
 		default:
 			return
 		}

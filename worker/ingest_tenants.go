@@ -89,59 +89,59 @@ func (c *tenantCount) overShare(window, slack int, ts llmq.Tenants) bool {
 
 // tenantLimit is how far a read counts each tenant's queued jobs: its cap,
 // or without one just past the whole window (any count over a share).
-func (w *Worker) tenantLimit() int64 {
-	if w.cfg.TenantCap > 0 {
-		return int64(w.cfg.TenantCap)
+func (in *ingester) tenantLimit() int64 {
+	if in.cfg.TenantCap > 0 {
+		return int64(in.cfg.TenantCap)
 	}
-	return int64(max(w.cfg.IngestWindow, 0)) + 1
+	return int64(max(in.cfg.Window, 0)) + 1
 }
 
 // readTenants reads the tenants' counts when due (windowRecount after the
 // last read): their jobs in flight and queued, each up to tenantLimit. A
 // failed read keeps the last one.
-func (w *Worker) readTenants(ctx context.Context) {
-	if w.cfg.IngestWindow < 0 && w.cfg.TenantCap < 0 {
+func (in *ingester) readTenants(ctx context.Context) {
+	if in.cfg.Window < 0 && in.cfg.TenantCap < 0 {
 		return
 	}
-	now := w.cfg.Clock.Now().UnixNano()
-	last := w.tenantsReadAt.Load()
-	if now-last < int64(windowRecount) || !w.tenantsReadAt.CompareAndSwap(last, now) {
+	now := in.cfg.Clock.Now().UnixNano()
+	last := in.tenantsReadAt.Load()
+	if now-last < int64(windowRecount) || !in.tenantsReadAt.CompareAndSwap(last, now) {
 		return
 	}
-	ts, err := w.cfg.Store.QueueTenants(ctx, time.Time{})
+	ts, err := in.cfg.Store.QueueTenants(ctx, time.Time{})
 	if err != nil {
 		return
 	}
 	names, limits := make([]string, len(ts)), make([]int64, len(ts))
 	for i, t := range ts {
-		names[i], limits[i] = t.Tenant, w.tenantLimit()
+		names[i], limits[i] = t.Tenant, in.tenantLimit()
 	}
-	counts, err := w.cfg.Store.CountQueued(ctx, names, limits)
+	counts, err := in.cfg.Store.CountQueued(ctx, names, limits)
 	if err != nil {
 		return
 	}
 	queued, inFlight, weight := make(map[string]int64, len(ts)), make(map[string]int64, len(ts)), 0.0
 	for i, t := range ts {
 		queued[t.Tenant], inFlight[t.Tenant] = counts[i], t.InFlight
-		weight += w.tenantsNow().Weight(t.Tenant)
+		weight += in.cfg.Tenants().Weight(t.Tenant)
 	}
-	w.tenants.set(queued, inFlight, weight)
+	in.tenants.set(queued, inFlight, weight)
 }
 
 // tenantAdmission decides, message by message, which of a batch's jobs
 // their tenants' caps let in: pending counts the batch's jobs let in so
 // far.
 type tenantAdmission struct {
-	w       *Worker
+	in      *ingester
 	pending map[string]int64
 }
 
 // admit reports whether j may be recorded, and counts it when it may.
 func (a *tenantAdmission) admit(j *llmq.Job) bool {
-	if a.w.cfg.TenantCap < 0 {
+	if a.in.cfg.TenantCap < 0 {
 		return true
 	}
-	if a.w.tenants.held(j.Tenant)+a.pending[j.Tenant] >= int64(a.w.cfg.TenantCap) {
+	if a.in.tenants.held(j.Tenant)+a.pending[j.Tenant] >= int64(a.in.cfg.TenantCap) {
 		return false
 	}
 	if a.pending == nil {
@@ -152,17 +152,17 @@ func (a *tenantAdmission) admit(j *llmq.Job) bool {
 }
 
 // tenantFull is the dead letter of a message whose tenant holds its cap.
-func (w *Worker) tenantFull(j *llmq.Job) dlq.Letter {
+func (in *ingester) tenantFull(j *llmq.Job) dlq.Letter {
 	return dlq.Letter{JobID: j.ID, Tenant: j.Tenant, Reason: dlq.ReasonTenantQueueFull,
 		LastError: fmt.Sprintf("tenant %q holds %d jobs queued or in flight, its cap (ingest.tenant_cap %d)",
-			j.Tenant, w.tenants.held(j.Tenant), w.cfg.TenantCap)}
+			j.Tenant, in.tenants.held(j.Tenant), in.cfg.TenantCap)}
 }
 
 // countRecorded counts the jobs of items that were created.
-func (w *Worker) countRecorded(items []ingestItem, created []bool) {
+func (in *ingester) countRecorded(items []ingestItem, created []bool) {
 	for i, it := range items {
 		if created[i] {
-			w.tenants.add(it.job.Job.Tenant, 1, false)
+			in.tenants.add(it.job.Job.Tenant, 1, false)
 		}
 	}
 }

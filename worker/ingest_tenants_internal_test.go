@@ -60,16 +60,16 @@ func weightOf(ts llmq.Tenants, counts map[string]int64) float64 {
 // batch's own jobs before it; -1 lets every job in.
 func TestTenantCap(t *testing.T) {
 	t.Parallel()
-	w := &Worker{cfg: Config{TenantCap: 4}}
-	w.tenants.set(map[string]int64{"a": 1}, map[string]int64{"a": 1}, 1)
-	w.tenants.add("a", 1, false)
-	w.tenants.add("a", 1, true)
-	a := tenantAdmission{w: w}
+	in := &ingester{cfg: ingesterConfig{TenantCap: 4}}
+	in.tenants.set(map[string]int64{"a": 1}, map[string]int64{"a": 1}, 1)
+	in.tenants.add("a", 1, false)
+	in.tenants.add("a", 1, true)
+	a := tenantAdmission{in: in}
 	job := func(tenant string) *llmq.Job { return &llmq.Job{Tenant: tenant} }
 	require.True(t, a.admit(job("a")), "holds 3 of 4")
 	require.False(t, a.admit(job("a")), "the batch's first job brought it to its cap")
 	require.True(t, a.admit(job("b")))
-	require.Equal(t, `tenant "a" holds 3 jobs queued or in flight, its cap (ingest.tenant_cap 4)`, w.tenantFull(job("a")).LastError)
-	w.cfg.TenantCap = -1
+	require.Equal(t, `tenant "a" holds 3 jobs queued or in flight, its cap (ingest.tenant_cap 4)`, in.tenantFull(job("a")).LastError)
+	in.cfg.TenantCap = -1
 	require.True(t, a.admit(job("a")))
 }

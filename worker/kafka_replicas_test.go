@@ -82,7 +82,7 @@ func TestReplicasShareOneQuotaOverKafka(t *testing.T) {
 	deadline := time.Now().Add(90 * time.Second)
 	for len(recs) < n {
 		for _, id := range ids {
-			if rec, err := tb.store.Get(context.Background(), "acme", id); err == nil && rec.Status.Terminal() {
+			if rec, err := tb.store.Jobs().Get(context.Background(), "acme", id); err == nil && rec.Status.Terminal() {
 				require.Equal(t, llmq.StatusSucceeded, rec.Status, "%s: %s", id, rec.ErrorMessage)
 				recs[id] = true
 			}

@@ -11,11 +11,11 @@ import (
 
 // Every second the worker records what each of its lanes runs at (table
 // lane_rates): the API predicts a call's completion from it
-// (store.PredictCompletion, docs/design/gateway.md).
+// (store.LaneRates.PredictCompletion, docs/design/gateway.md).
 
-// laneRateWriter is the store's lane_rates table; a JobStore without it
-// (a test's) records none.
-type laneRateWriter interface {
+// LaneRateWriter is the store's lane_rates table (Config.LaneRates); a
+// *store.LaneRates is one.
+type LaneRateWriter interface {
 	SetLaneRates(ctx context.Context, worker string, rates []store.LaneRate) error
 }
 
@@ -39,8 +39,8 @@ func (l *lane) rate(s shaping.Snapshot) store.LaneRate {
 // writeLaneRates records rates; a failure is logged, and the next second
 // writes them again.
 func (w *Worker) writeLaneRates(ctx context.Context, rates []store.LaneRate) {
-	lw, ok := w.cfg.Store.(laneRateWriter)
-	if !ok || len(rates) == 0 {
+	lw := w.cfg.LaneRates
+	if lw == nil || len(rates) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -168,82 +168,82 @@ func (a admission) notCalled() {
 
 // lane returns the lane of model (of its first pool entry), starting it on
 // first use.
-func (w *Worker) lane(model string) *lane { return w.laneAt(model, 0) }
+func (ls *laneSet) lane(model string) *lane { return ls.laneAt(model, 0) }
 
 // laneAt returns the lane of entry i of model's pool (i is 0 for a model
 // without a pool), starting it on first use.
-func (w *Worker) laneAt(model string, i int) *lane {
-	pool := w.pool(model)
+func (ls *laneSet) laneAt(model string, i int) *lane {
+	pool := ls.pool(model)
 	entry := ""
 	if len(pool) > 0 {
 		entry = pool[i].Name
 	}
 	name := laneName(model, entry)
-	w.lanesMu.Lock()
-	defer w.lanesMu.Unlock()
-	if l, ok := w.lanes[name]; ok {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l, ok := ls.lanes[name]; ok {
 		return l
 	}
 	// First use: the lane's settings (its entry's, for a pool).
-	up, quotaKey, label, m := w.cfg.Upstream, w.quotaKey(model), model, w.model(model)
+	up, quotaKey, label, m := ls.cfg.Upstream, ls.quotaKey(model), model, ls.model(model)
 	if entry != "" {
 		e := pool[i]
-		up, quotaKey, label = e.Upstream, w.quotaKeys(model)[i], model+"@"+entry
+		up, quotaKey, label = e.Upstream, ls.quotaKeys(model)[i], model+"@"+entry
 		m.RPM, m.TPM, m.Concurrency = e.RPM, e.TPM, e.Concurrency
 	}
 	shaper, err := shaping.NewLane(shaping.LaneConfig{
-		Name: label, Strategy: shaping.StrategyFor(w.cfg.Strategy, m.RPM, m.TPM), RPM: m.RPM, TPM: m.TPM,
-		Concurrency: m.Concurrency, DefaultMaxOutput: m.MaxOutputDefault, Clock: w.cfg.Clock,
+		Name: label, Strategy: shaping.StrategyFor(ls.cfg.Strategy, m.RPM, m.TPM), RPM: m.RPM, TPM: m.TPM,
+		Concurrency: m.Concurrency, DefaultMaxOutput: m.MaxOutputDefault, Clock: ls.cfg.Clock,
 	})
 	if err != nil {
 		// The settings were validated at start-up; a lane that cannot be
 		// built falls back to no shaping rather than stopping all work.
-		w.log.Error("build shaping lane; using strategy retry", "model", model, "entry", entry, "error", err)
-		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: label, Strategy: shaping.StrategyRetry, Clock: w.cfg.Clock})
+		ls.cfg.Log.Error("build shaping lane; using strategy retry", "model", model, "entry", entry, "error", err)
+		shaper, _ = shaping.NewLane(shaping.LaneConfig{Name: label, Strategy: shaping.StrategyRetry, Clock: ls.cfg.Clock})
 	}
-	if w.ledger != nil {
+	if ls.cfg.Share != nil {
 		// In [0, 1] by construction.
-		_ = shaper.SetShare(w.ledger.startShare(w.stopCtx, quotaKey))
+		_ = shaper.SetShare(ls.cfg.Share(ls.stopCtx, quotaKey))
 	}
 	l := &lane{model: model, entry: entry, up: up, quotaKey: quotaKey, shaper: shaper,
-		sched: NewScheduler[*ticket](w.cfg.AgingStep, w.cfg.Clock), typOut: m.MaxOutputDefault,
-		incident: w.newIncident(model, entry)}
-	w.lanes[name] = l
-	w.background.Add(1)
-	go w.dispatch(l)
+		sched: NewScheduler[*ticket](ls.cfg.AgingStep, ls.cfg.Clock), typOut: m.MaxOutputDefault,
+		incident: ls.newIncident(model, entry)}
+	ls.lanes[name] = l
+	ls.running.Add(1)
+	go ls.dispatch(l)
 	return l
 }
 
 // dispatch admits the lane's tickets one at a time in scheduler order until
 // the worker's work context ends.
-func (w *Worker) dispatch(l *lane) {
-	defer w.background.Done()
+func (ls *laneSet) dispatch(l *lane) {
+	defer ls.running.Done()
 	for {
 		// A ticket whose tenant or project is spent stays in the queue:
 		// the next ticket its scopes admit goes first.
-		t, err := l.sched.PopReady(w.workCtx, w.scopeReady, w.scopes.changed)
+		t, err := l.sched.PopReady(ls.workCtx, ls.cfg.Scopes.scopeReady, ls.cfg.Scopes.changed)
 		if err != nil {
 			return
 		}
 		if t.state.Load() == ticketAbandoned {
-			w.releaseScopes(t.scopes)
+			ls.cfg.Scopes.releaseScopes(t.scopes)
 			continue
 		}
-		probe, ok := w.holdForIncident(l, t)
+		probe, ok := ls.holdForIncident(l, t)
 		if !ok {
-			w.releaseScopes(t.scopes)
+			ls.cfg.Scopes.releaseScopes(t.scopes)
 			continue // the job left (its ticket answers itself), or the worker stops
 		}
-		p, err := w.admitTicket(l, t)
+		p, err := ls.admitTicket(l, t)
 		if err != nil {
-			w.releaseScopes(t.scopes)
+			ls.cfg.Scopes.releaseScopes(t.scopes)
 			if l.incident != nil {
 				l.incident.notCalled(probe)
 			}
 			t.answer(admission{err: err})
 			continue
 		}
-		t.answer(admission{permit: p, incident: l.incident, probe: probe, scopes: t.scopes, release: w.releaseScopes})
+		t.answer(admission{permit: p, incident: l.incident, probe: probe, scopes: t.scopes, release: ls.cfg.Scopes.releaseScopes})
 	}
 }
 
@@ -257,8 +257,8 @@ func (w *Worker) dispatch(l *lane) {
 // errLaneUnshared: the job goes back to queued for the holder to claim,
 // rather than wait in this replica for the whole backlog (or past its
 // deadline).
-func (w *Worker) admitTicket(l *lane, t *ticket) (shaping.Permit, error) {
-	now := w.cfg.Clock.Now()
+func (ls *laneSet) admitTicket(l *lane, t *ticket) (shaping.Permit, error) {
+	now := ls.cfg.Clock.Now()
 	var by time.Time
 	if t.maxPause > 0 {
 		by = now.Add(t.maxPause)
@@ -268,7 +268,7 @@ func (w *Worker) admitTicket(l *lane, t *ticket) (shaping.Permit, error) {
 		if l.unshared.IsZero() {
 			l.unshared = now
 		}
-		if end := l.unshared.Add(w.cfg.LedgerLease + w.cfg.LedgerPeriod); by.IsZero() || end.Before(by) {
+		if end := l.unshared.Add(ls.cfg.LedgerLease + ls.cfg.LedgerPeriod); by.IsZero() || end.Before(by) {
 			by, unshared = end, true
 		}
 	} else {
@@ -287,7 +287,7 @@ func (w *Worker) admitTicket(l *lane, t *ticket) (shaping.Permit, error) {
 			return p, errLaneUnshared
 		}
 		// The share came back as the wait ended: admitted as any ticket.
-		return w.admitTicket(l, t)
+		return ls.admitTicket(l, t)
 	}
 	return p, err
 }

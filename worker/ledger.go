@@ -41,7 +41,7 @@ const backlogDemand = claimMax
 
 // quotaKey is the ledger's key of model's quota (of a model without a
 // pool: quotaKeys).
-func (w *Worker) quotaKey(model string) string { return w.cfg.QuotaScope + " " + model }
+func (ls *laneSet) quotaKey(model string) string { return ls.cfg.QuotaScope + " " + model }
 
 // scopeKey is the ledger's key of a tenant's or project's quota (named by
 // scopeName): one for every provider and model, as the scope's limits are.
@@ -199,17 +199,15 @@ func (s *ledgerSync) round(ctx context.Context) {
 // catalog lists that has no lane yet (one per pool entry: each key's quota
 // is shared apart).
 func (w *Worker) ledgerLanes() []ledgerLane {
-	w.lanesMu.Lock()
-	lanes := maps.Clone(w.lanes)
-	w.lanesMu.Unlock()
+	lanes := w.lanes.all()
 	var quotas []ledgerLane
 	for _, name := range slices.Sorted(maps.Keys(lanes)) {
 		quotas = append(quotas, ledgerLane{key: lanes[name].quotaKey, l: lanes[name]})
 	}
 	for m := range w.catalog().Models {
-		for i, key := range w.quotaKeys(m) {
+		for i, key := range w.lanes.quotaKeys(m) {
 			entry := ""
-			if pool := w.pool(m); len(pool) > 0 {
+			if pool := w.lanes.pool(m); len(pool) > 0 {
 				entry = pool[i].Name
 			}
 			if _, ok := lanes[laneName(m, entry)]; !ok {

@@ -36,7 +36,7 @@ func TestMeasureCountsASlowQueueLessOften(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 3})
 	clock := clockwork.NewFakeClock()
-	slow := &slowCount{JobStore: tb.store, clock: clock}
+	slow := &slowCount{JobStore: tb.store.Queue(), clock: clock}
 	cfg := tb.workerConfig(t, func(c *worker.Config) { c.Store, c.Clock = slow, clock })
 	t.Cleanup(func() { _ = cfg.Subscriber.Close() }) // the worker is not started, so it does not close it
 	w, err := worker.New(cfg)

@@ -28,22 +28,19 @@ func (w *Worker) ModelsChanged(models map[string]llmq.Model) {
 	models = maps.Clone(models)
 	w.live.p.Store(&models)
 	now := w.cfg.Clock.Now()
-	w.lanesMu.Lock()
-	lanes := make([]*lane, 0, len(w.lanes))
-	for _, l := range w.lanes {
-		lanes = append(lanes, l)
-	}
-	w.lanesMu.Unlock()
-	for _, l := range lanes {
+	for _, l := range w.lanes.all() {
 		if l.entry != "" {
 			continue // a pool entry's limits are its own (pool.go)
 		}
-		m := w.model(l.model)
+		m := w.lanes.model(l.model)
 		if err := l.shaper.SetLimitsAt(now, m.RPM, m.TPM, m.Concurrency); err != nil {
 			w.log.Warn("models: the new limits were not applied", "model", l.model, "error", err.Error())
 		}
 	}
 }
+
+// zeroCatalog is the catalog of a part given none: the zero Catalog.
+func zeroCatalog() llmq.Catalog { return llmq.Catalog{} }
 
 // catalog is the catalog the worker applies now: Config.Catalog with the
 // models of the newest load in place of its own.

@@ -50,7 +50,7 @@ func TestModelLimitsReachEveryWorker(t *testing.T) {
 	for i := range 2 {
 		r := newTenancyReplica(t, tb, fmt.Sprintf("worker %d", i))
 		w := tb.start(t, func(c *worker.Config) {
-			c.Store, c.LiveTenants = r.store, r.watch.Tenants
+			c.Store, c.LiveTenants = r.store.Queue(), r.watch.Tenants
 			c.Strategy = shaping.StrategyShape
 			c.Catalog = r.watch.Catalog(llmq.Catalog{})
 			c.Subscriber = tb.subscriber(t, 16)
@@ -59,10 +59,10 @@ func TestModelLimitsReachEveryWorker(t *testing.T) {
 		workers = append(workers, r)
 	}
 	admin := newTenancyReplica(t, tb, "api")
-	p, err := producer.New(producer.Config{Publisher: tb.pub, Store: admin.store, Destination: tb.queue, DepthProbe: tb.probe,
+	p, err := producer.New(producer.Config{Publisher: tb.pub, Store: admin.store.Outbox(), Destination: tb.queue, DepthProbe: tb.probe,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Producer: p, Store: admin.store, OperatorKeys: []api.OperatorKey{{Name: "ops", Key: tenancyOperatorKey}},
+	a, err := api.New(api.Config{Producer: p, Store: admin.store.Jobs(), OperatorKeys: []api.OperatorKey{{Name: "ops", Key: tenancyOperatorKey}},
 		Tenancy: admin.watch, TenancyStore: admin.store.Tenancy(), Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	admin.srv = httptest.NewServer(a)

@@ -31,7 +31,7 @@ import (
 // replying through r, until the test ends.
 func runNotified(t *testing.T, tb *testBundle, sub transport.Subscriber, r transport.Replier, cfg worker.Config) {
 	t.Helper()
-	cfg.Subscriber, cfg.Store, cfg.DeadLetters = sub, tb.store, tb.letters
+	cfg.Subscriber, cfg.Store, cfg.DeadLetters = sub, tb.store.Queue(), tb.letters
 	cfg.Upstream, cfg.Strategy = upstreamAt(tb.sim.URL, 10*time.Second), shaping.StrategyRetry
 	cfg.Logger, cfg.Registerer = slog.New(slog.DiscardHandler), prometheus.NewRegistry()
 	w, err := worker.New(cfg)

@@ -69,7 +69,7 @@ func TestNotifierRabbitMQReplies(t *testing.T) {
 	const n = 40
 	tb := setup(t, upstreamsim.Config{Seed: 3, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 	w, err := worker.New(worker.Config{
-		Subscriber: tb.subscriber(t, 64), Store: tb.store, DeadLetters: tb.letters,
+		Subscriber: tb.subscriber(t, 64), Store: tb.store.Queue(), DeadLetters: tb.letters,
 		Upstream: upstreamAt(tb.sim.URL, 10*time.Second), Strategy: shaping.StrategyRetry,
 		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
 	})
@@ -130,9 +130,9 @@ func (b *notifierBundle) finish(t *testing.T, id string, reply *llmq.Reply) {
 	j, err := llmq.Decode(jobJSON(id, "gpt-4o-mini", ""), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	j.ReplyTo = reply
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
-	stored, err := b.store.StoreResult(b.ctx, store.Key{Tenant: j.Tenant, ID: id}, store.Result{Response: []byte(`{"id":"c"}`), UsedModel: "gpt-4o-mini"})
+	stored, err := b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: j.Tenant, ID: id}, store.Result{Response: []byte(`{"id":"c"}`), UsedModel: "gpt-4o-mini"})
 	require.NoError(t, err)
 	require.True(t, stored)
 }
@@ -232,7 +232,7 @@ func TestNotifierDeadAndReplay(t *testing.T) {
 	require.NotNil(t, got.DeadAt)
 	require.Equal(t, store.NotificationUndeliverable, got.DeadReason)
 	require.Equal(t, 3, got.Attempts)
-	rec, err := b.store.Get(b.ctx, llmq.DefaultTenant, "gone")
+	rec, err := b.store.Jobs().Get(b.ctx, llmq.DefaultTenant, "gone")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 
@@ -251,7 +251,7 @@ func TestNotifierDeadAndReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, got.EventID, d.MessageId)
-	rec, err = b.store.Get(b.ctx, llmq.DefaultTenant, "gone")
+	rec, err = b.store.Jobs().Get(b.ctx, llmq.DefaultTenant, "gone")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status, "a replay re-sends the event, never the job")
 }

@@ -131,9 +131,9 @@ func (g *gauges) Run(ctx context.Context) {
 // observeLanes refreshes the gauges of lane and scope state and records
 // the lanes' rates (store.LaneRate) for the API's predictions.
 func (w *Worker) observeLanes(ctx context.Context) {
-	w.lanesMu.Lock()
-	rates := make([]store.LaneRate, 0, len(w.lanes))
-	for _, l := range w.lanes {
+	lanes := w.lanes.all()
+	rates := make([]store.LaneRate, 0, len(lanes))
+	for _, l := range lanes {
 		s := l.shaper.Snapshot()
 		rates = append(rates, l.rate(s))
 		w.metrics.concurrencyLimit.WithLabelValues(l.model, l.entry).Set(float64(s.ConcurrencyLimit))
@@ -143,9 +143,8 @@ func (w *Worker) observeLanes(ctx context.Context) {
 			w.metrics.bucketLevel.WithLabelValues(l.model, l.entry, b.Name).Set(b.Level)
 		}
 	}
-	w.lanesMu.Unlock()
 	w.writeLaneRates(ctx, rates)
-	w.observeScopes()
+	w.scopes.observeScopes()
 }
 
 // measure reads the broker's depth and the Postgres figures (these no more
@@ -205,10 +204,8 @@ func (w *Worker) quotaRate() float64 {
 		}
 	}
 	return QuotaRate(cat, func(name string) (shaping.Request, bool) {
-		w.lanesMu.Lock()
-		defer w.lanesMu.Unlock()
 		// A pool's typical request is its first key's lane's.
-		if l, ok := w.lanes[cmp.Or(firstOf[name], name)]; ok {
+		if l, ok := w.lanes.get(cmp.Or(firstOf[name], name)); ok {
 			return l.typical(), true
 		}
 		return shaping.Request{}, false

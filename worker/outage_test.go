@@ -64,7 +64,7 @@ func TestWorkerPostgresOutage(t *testing.T) {
 	st, err := store.Open(context.Background(), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	tb.start(t, func(c *worker.Config) { c.Store = st })
+	tb.start(t, func(c *worker.Config) { c.Store = st.Queue() })
 	const n = 600
 	ids := make([]string, n)
 	values := make([][]byte, n)
@@ -318,7 +318,7 @@ func TestWorkerKafkaMessageThatFailsIngestion(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 43, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 	dest, pub, sub := openBroker(t, kafkaURL(t, 2), 0)
-	failing := &failingIngest{JobStore: tb.store, id: "stuck"}
+	failing := &failingIngest{JobStore: tb.store.Queue(), id: "stuck"}
 	failing.fails.Store(2)
 	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store = sub, failing })
 	ids := []string{"k-0", "stuck", "k-1", "k-2", "k-3", "k-4"}
@@ -342,7 +342,7 @@ func TestWorkerKafkaMessageThatNeverRecords(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 45})
 	dest, pub, sub := openBroker(t, kafkaURL(t, 1), 0)
-	failing := &failingIngest{JobStore: tb.store, id: "doomed", forever: true}
+	failing := &failingIngest{JobStore: tb.store.Queue(), id: "doomed", forever: true}
 	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store = sub, failing })
 	ids := []string{"k-0", "doomed", "k-1"}
 	for _, id := range ids {
@@ -391,19 +391,19 @@ func TestWorkerDeliveryLimitBecomesADeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	notes := &alerts{}
-	writer, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: queue, Alerter: notes,
+	writer, err := dlq.NewWriter(dlq.Config{Store: tb.store.DeadLetters(), Publisher: pub, Destination: queue, Alerter: notes,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	failing := &failingIngest{JobStore: tb.store, id: "doomed", forever: true}
+	failing := &failingIngest{JobStore: tb.store.Queue(), id: "doomed", forever: true}
 	tb.start(t, func(c *worker.Config) { c.Subscriber, c.Store, c.DeadLetters = sub, failing, writer })
 	require.NoError(t, pub.Publish(context.Background(), queue,
 		transport.Message{Value: jobJSON("fine", "m", "")}, transport.Message{Value: jobJSON("doomed", "m", "")}))
 
 	require.Eventually(t, func() bool {
-		letters, _, err := tb.store.ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
+		letters, _, err := tb.store.DeadLetters().ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
 		return err == nil && len(letters) == 1 && letters[0].PublishedAt != nil
 	}, time.Minute, 10*time.Millisecond)
-	letters, _, err := tb.store.ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
+	letters, _, err := tb.store.DeadLetters().ListDeadLetters(context.Background(), store.DeadLetterListOptions{})
 	require.NoError(t, err)
 	l := letters[0]
 	require.Equal(t, "doomed", l.JobID)

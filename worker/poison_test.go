@@ -29,11 +29,11 @@ func TestBytesPostgresCannotHoldEndAsDeadLetters(t *testing.T) {
 			t.Parallel()
 			tb := setup(t, upstreamsim.Config{Seed: 4})
 			dest, pub, sub := openBroker(t, brokerURL(t), 16)
-			letters, err := dlq.NewWriter(dlq.Config{Store: tb.store, Publisher: pub, Destination: dest})
+			letters, err := dlq.NewWriter(dlq.Config{Store: tb.store.DeadLetters(), Publisher: pub, Destination: dest})
 			require.NoError(t, err)
 			reg := prometheus.NewRegistry()
 			w, err := worker.New(worker.Config{
-				Subscriber: sub, Store: tb.store, DeadLetters: letters,
+				Subscriber: sub, Store: tb.store.Queue(), DeadLetters: letters,
 				Upstream: upstreamAt(tb.sim.URL, 10*time.Second), Strategy: shaping.StrategyRetry,
 				Logger: slog.New(slog.DiscardHandler), Registerer: reg,
 			})

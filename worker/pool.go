@@ -2,8 +2,6 @@ package worker
 
 import (
 	"cmp"
-	"context"
-	"log/slog"
 
 	"github.com/llmq/llmq"
 )
@@ -46,7 +44,7 @@ type PoolEntry struct {
 const maxPoolEntries = 16
 
 // laneName is the key of the lane of model's entry ("" for a model
-// without a pool) in Worker.lanes.
+// without a pool) in laneSet.lanes.
 func laneName(model, entry string) string {
 	if entry == "" {
 		return model
@@ -54,42 +52,45 @@ func laneName(model, entry string) string {
 	return model + "\x00" + entry
 }
 
+// model returns the catalog entry of a model, as its lane sees it.
+func (ls *laneSet) model(name string) llmq.Model { return laneModel(ls.cfg.Catalog(), name) }
+
 // pool is model's pool (nil for a model without one).
-func (w *Worker) pool(model string) []PoolEntry { return w.cfg.Pools[model] }
+func (ls *laneSet) pool(model string) []PoolEntry { return ls.cfg.Pools[model] }
 
 // unboundOf is the count of model's claimed jobs that have not chosen an
 // entry of its pool yet, as a lane (only its pending count is used), so
 // that they count against the model's headroom (the claim) but not
 // against any entry's (the choice); nil for a model without a pool.
-func (w *Worker) unboundOf(model string) *lane {
-	if len(w.pool(model)) < 2 {
+func (ls *laneSet) unboundOf(model string) *lane {
+	if len(ls.pool(model)) < 2 {
 		return nil
 	}
-	w.lanesMu.Lock()
-	defer w.lanesMu.Unlock()
-	u, ok := w.unbound[model]
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	u, ok := ls.unbound[model]
 	if !ok {
 		u = &lane{model: model}
-		w.unbound[model] = u
+		ls.unbound[model] = u
 	}
 	return u
 }
 
 // lanesOf returns the lanes of model: one per pool entry, or its one lane.
-func (w *Worker) lanesOf(model string) []*lane {
-	n := max(1, len(w.pool(model)))
-	ls := make([]*lane, n)
-	for i := range ls {
-		ls[i] = w.laneAt(model, i)
+func (ls *laneSet) lanesOf(model string) []*lane {
+	n := max(1, len(ls.pool(model)))
+	lanes := make([]*lane, n)
+	for i := range lanes {
+		lanes[i] = ls.laneAt(model, i)
 	}
-	return ls
+	return lanes
 }
 
 // quotaKeys are the ledger keys of model's lanes, in entry order.
-func (w *Worker) quotaKeys(model string) []string {
-	pool := w.pool(model)
+func (ls *laneSet) quotaKeys(model string) []string {
+	pool := ls.pool(model)
 	if len(pool) == 0 {
-		return []string{w.quotaKey(model)}
+		return []string{ls.quotaKey(model)}
 	}
 	keys := make([]string, len(pool))
 	for i, e := range pool {
@@ -99,12 +100,12 @@ func (w *Worker) quotaKeys(model string) []string {
 }
 
 // priced is model's catalog entry with the prices of p's entry.
-func (w *Worker) priced(p *job, model string) llmq.Model { return w.pricedAt(model, p.entry) }
+func (ls *laneSet) priced(p *job, model string) llmq.Model { return ls.pricedAt(model, p.entry) }
 
 // pricedAt is model's catalog entry with the prices of its entry i.
-func (w *Worker) pricedAt(model string, i int) llmq.Model {
-	m := w.model(model)
-	if pool := w.pool(model); i >= 0 && i < len(pool) {
+func (ls *laneSet) pricedAt(model string, i int) llmq.Model {
+	m := ls.model(model)
+	if pool := ls.pool(model); i >= 0 && i < len(pool) {
 		e := pool[i]
 		m.InputPricePer1M = cmp.Or(e.InputPricePer1M, m.InputPricePer1M)
 		m.OutputPricePer1M = cmp.Or(e.OutputPricePer1M, m.OutputPricePer1M)
@@ -113,8 +114,8 @@ func (w *Worker) pricedAt(model string, i int) llmq.Model {
 }
 
 // entryName is the name of p's entry of model ("" without a pool).
-func (w *Worker) entryName(p *job, model string) string {
-	if pool := w.pool(model); p.entry >= 0 && p.entry < len(pool) {
+func (ls *laneSet) entryName(p *job, model string) string {
+	if pool := ls.pool(model); p.entry >= 0 && p.entry < len(pool) {
 		return pool[p.entry].Name
 	}
 	return ""
@@ -124,22 +125,22 @@ func (w *Worker) entryName(p *job, model string) string {
 // the configured order, that serves the request and whose lane has
 // headroom for it now (and, at prices other than the model's, whose
 // budgets have room); else the first that serves it; else the first.
-func (w *Worker) pickEntry(p *job, model string) int {
-	pool := w.pool(model)
+func (ls *laneSet) pickEntry(p *job, model string) int {
+	pool := ls.pool(model)
 	if len(pool) < 2 {
 		return 0
 	}
 	first := -1
 	for i := range pool {
-		if !w.serves(p, model, i) {
+		if !ls.serves(p, model, i) {
 			continue
 		}
 		if first < 0 {
 			first = i
 		}
-		base, at := w.model(model), w.pricedAt(model, i)
+		base, at := ls.model(model), ls.pricedAt(model, i)
 		samePrice := at.InputPricePer1M == base.InputPricePer1M && at.OutputPricePer1M == base.OutputPricePer1M
-		if w.hasHeadroom(p, model, i) && (samePrice || w.budgetAllows(p, model, i)) {
+		if ls.hasHeadroom(p, model, i) && (samePrice || ls.budgetAllows(p, model, i)) {
 			return i
 		}
 	}
@@ -151,8 +152,8 @@ func (w *Worker) pickEntry(p *job, model string) int {
 // last call and that has capability (it serves the request), quota (its
 // lane has headroom now) and budget (the job's budgets have room for the
 // call at its prices).
-func (w *Worker) nextEntry(p *job, model string) int {
-	pool := w.pool(model)
+func (ls *laneSet) nextEntry(p *job, model string) int {
+	pool := ls.pool(model)
 	if len(pool) < 2 || p.entry < 0 {
 		return 0
 	}
@@ -161,7 +162,7 @@ func (w *Worker) nextEntry(p *job, model string) int {
 		if p.left&(1<<i) != 0 {
 			continue
 		}
-		if w.serves(p, model, i) && w.hasHeadroom(p, model, i) && w.budgetAllows(p, model, i) {
+		if ls.serves(p, model, i) && ls.hasHeadroom(p, model, i) && ls.budgetAllows(p, model, i) {
 			return i + 1
 		}
 	}
@@ -170,9 +171,9 @@ func (w *Worker) nextEntry(p *job, model string) int {
 
 // serves reports whether entry i of model holds p's request: its prompt
 // and output allowance within the entry's context window.
-func (w *Worker) serves(p *job, model string, i int) bool {
-	win := w.pool(model)[i].ContextWindow
-	need := p.req.PromptTokens + cmp.Or(p.req.MaxOutputTokens, w.model(model).MaxOutputDefault)
+func (ls *laneSet) serves(p *job, model string, i int) bool {
+	win := ls.pool(model)[i].ContextWindow
+	need := p.req.PromptTokens + cmp.Or(p.req.MaxOutputTokens, ls.model(model).MaxOutputDefault)
 	return win <= 0 || need <= win
 }
 
@@ -181,43 +182,20 @@ func (w *Worker) serves(p *job, model string, i int) bool {
 // somewhere else to go waits in a lane), past the jobs already bound for
 // it but p: a lane paused by 429s, drained buckets or its concurrency
 // taken have none.
-func (w *Worker) hasHeadroom(p *job, model string, i int) bool {
-	l := w.laneAt(model, i)
+func (ls *laneSet) hasHeadroom(p *job, model string, i int) bool {
+	l := ls.laneAt(model, i)
 	pending := int(l.pending.Load())
 	p.pendingMu.Lock()
 	if p.pendingIn == l {
 		pending--
 	}
 	p.pendingMu.Unlock()
-	typical := w.lane(model).typical()
-	return l.shaper.HeadroomAt(w.cfg.Clock.Now(), w.cfg.FallbackMaxWait, typical) > pending
+	typical := ls.lane(model).typical()
+	return l.shaper.HeadroomAt(ls.cfg.Clock.Now(), ls.cfg.FallbackMaxWait, typical) > pending
 }
 
 // budgetAllows reports whether p's budgets have room for its call of
-// model at the prices of entry i: settled and reserved spend plus the
-// call's price within every limit. It reads the budgets without reserving
-// (the reservation before the call decides, atomically); a read that
-// fails allows nothing.
-func (w *Worker) budgetAllows(p *job, model string, i int) bool {
-	budgets := w.budgetsOf(p)
-	if len(budgets) == 0 {
-		return true
-	}
-	cost := w.pricedAt(model, i).Cost(p.req.PromptTokens, p.req.MaxOutputTokens)
-	ctx, cancel := context.WithTimeout(p.ctx, markTimeout)
-	defer cancel()
-	us, err := w.cfg.Budgets.BudgetUsages(ctx, p.rec.Tenant)
-	if err != nil {
-		p.log.Warn("read budgets before moving to another key", slog.Any("error", err))
-		return false
-	}
-	for _, b := range budgets {
-		for _, u := range us {
-			if u.Tenant == b.Tenant && u.Project == b.Project && u.Period == b.Period &&
-				u.SpentUSD+u.ReservedUSD+cost > u.LimitUSD {
-				return false
-			}
-		}
-	}
-	return true
+// model at the prices of entry i (budgetGate.allows).
+func (ls *laneSet) budgetAllows(p *job, model string, i int) bool {
+	return ls.cfg.BudgetAllows(p, ls.pricedAt(model, i).Cost(p.req.PromptTokens, p.req.MaxOutputTokens))
 }

@@ -84,7 +84,7 @@ func TestKeyPoolMovesToTheSecondKey(t *testing.T) {
 				c.Registerer = reg
 				c.Tenants = tenants
 				if tt.budget {
-					c.Budgets = tb.store
+					c.Budgets = tb.store.Budgets()
 				}
 				// A call of "primary" costs 0.032 USD at the model's
 				// prices (32 output tokens); "backup" is free.
@@ -107,7 +107,7 @@ func TestKeyPoolMovesToTheSecondKey(t *testing.T) {
 			for _, id := range ids {
 				rec := tb.waitTenantTerminal(t, "acme", id, 30*time.Second)
 				require.Equal(t, llmq.StatusSucceeded, rec.Status, id)
-				calls, err := tb.store.Attempts(context.Background(), "acme", id)
+				calls, err := tb.store.Jobs().Attempts(context.Background(), "acme", id)
 				require.NoError(t, err)
 				for _, c := range calls[:len(calls)-1] {
 					require.Equal(t, "a", c.Entry, "%s: only key a refused a call", id)
@@ -137,7 +137,7 @@ func (tb *testBundle) waitTenantTerminal(t *testing.T, tenant, id string, timeou
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		rec, err := tb.store.Get(context.Background(), tenant, id)
+		rec, err := tb.store.Jobs().Get(context.Background(), tenant, id)
 		if err == nil && rec.Status.Terminal() {
 			return rec
 		}
@@ -158,7 +158,7 @@ func TestKeyPoolLedgerKeys(t *testing.T) {
 	for range 2 {
 		tb.start(t, func(c *worker.Config) {
 			c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"m": {}}}
-			c.Ledger, c.QuotaScope = tb.store, worker.QuotaScopeOf(tb.sim.URL, "sk-test")
+			c.Ledger, c.QuotaScope = tb.store.Ledger(), worker.QuotaScopeOf(tb.sim.URL, "sk-test")
 			c.LedgerPeriod, c.LedgerLease = 100*time.Millisecond, time.Second
 			c.Pools = map[string][]worker.PoolEntry{"m": {
 				{Name: "a", Upstream: upstreamAt(tb.sim.URL, time.Second), QuotaScope: scopeA, RPM: 60},

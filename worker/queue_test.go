@@ -68,13 +68,13 @@ func TestWorkerAttemptsArePerJob(t *testing.T) {
 	for id, calls := range map[string]int{"one-left": 2, "none-left": 3} {
 		j, err := llmq.Decode(jobJSON(id, "m", ""), llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = tb.store.Insert(ctx, j)
+		_, err = tb.store.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
-		recs, err := tb.store.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "dead", Lease: time.Millisecond, Limit: 1})
+		recs, err := tb.store.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: "dead", Lease: time.Millisecond, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		for range calls {
-			_, err := tb.store.MarkCalling(ctx, recs[0].Lease(), store.PolicyState{})
+			_, err := tb.store.Queue().MarkCalling(ctx, recs[0].Lease(), store.PolicyState{})
 			require.NoError(t, err)
 		}
 	}

@@ -77,10 +77,3 @@ func (q *queuedListener) Run(ctx context.Context) {
 				slog.Any("error", err), slog.Duration("in", wait))
 		})
 }
-
-// rereadModels makes the next claim round read the models with queued jobs
-// from Postgres, and wakes it.
-func (w *Worker) rereadModels() {
-	w.reread.Store(true)
-	w.poke()
-}

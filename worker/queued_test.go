@@ -23,7 +23,7 @@ func TestWorkerClaimsJobsRecordedElsewhere(t *testing.T) {
 	tb := setup(t, upstreamsim.Config{Seed: 1})
 	tb.start(t, func(c *worker.Config) {
 		c.Clock = clockwork.NewFakeClock()
-		c.Queued = tb.store
+		c.Queued = tb.store.Queue()
 	})
 	// Once the worker listens: a job recorded before is claimed by the
 	// first round, which proves nothing.
@@ -35,7 +35,7 @@ func TestWorkerClaimsJobsRecordedElsewhere(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	j, err := llmq.Decode(jobJSON("elsewhere", "gpt-4o-mini", ""), llmq.DecodeOptions{})
 	require.NoError(t, err)
-	created, err := tb.store.Insert(context.Background(), j)
+	created, err := tb.store.Jobs().Insert(context.Background(), j)
 	require.NoError(t, err)
 	require.True(t, created)
 	rec := tb.waitTerminal(t, []string{"elsewhere"}, 10*time.Second)["elsewhere"]

@@ -37,7 +37,7 @@ func replicaSim() upstreamsim.Config {
 func (tb *testBundle) replicaConfig(c *worker.Config) {
 	c.Strategy = shaping.StrategyShape
 	c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{replicaModel: {RPM: replicaRPM, TPM: replicaTPM}}}
-	c.Ledger = tb.store
+	c.Ledger = tb.store.Ledger()
 	c.QuotaScope = worker.QuotaScopeOf(tb.sim.URL, "sk-test")
 	c.LedgerPeriod = 200 * time.Millisecond
 	c.LedgerLease = time.Second

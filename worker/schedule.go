@@ -37,18 +37,17 @@ const (
 // scheduleLoop claims work until Stop: at every wake-up (jobs ingested, a
 // job finished, expired leases reaped) and every quarter of the claim
 // horizon (buckets refill).
-func (w *Worker) scheduleLoop() {
-	defer w.scheduling.Done()
-	ctx := w.stopCtx
-	tick := w.cfg.Clock.NewTicker(max(w.cfg.ClaimHorizon/4, time.Millisecond))
+func (c *claimer) scheduleLoop(ctx context.Context) {
+	defer c.running.Done()
+	tick := c.cfg.Clock.NewTicker(max(c.cfg.ClaimHorizon/4, time.Millisecond))
 	defer tick.Stop()
 	s := &scheduler{models: map[string]bool{}, notes: map[string]modelNote{}, scopeNotes: map[store.ScopeRef]time.Time{}}
 	for {
-		w.scheduleRound(ctx, s)
+		c.scheduleRound(ctx, s)
 		select {
 		case <-ctx.Done():
 			return
-		case <-w.wake:
+		case <-c.wake:
 		case <-tick.Chan():
 		}
 	}
@@ -75,70 +74,70 @@ type modelNote struct {
 }
 
 // scheduleRound claims for every model that may have queued jobs.
-func (w *Worker) scheduleRound(ctx context.Context, s *scheduler) {
-	now := w.cfg.Clock.Now()
-	if now.Sub(s.readAt) >= modelsRefresh || w.reread.Swap(false) {
+func (c *claimer) scheduleRound(ctx context.Context, s *scheduler) {
+	now := c.cfg.Clock.Now()
+	if now.Sub(s.readAt) >= modelsRefresh || c.reread.Swap(false) {
 		s.readAt = now
-		if models, err := w.cfg.Store.QueuedModels(ctx); err == nil {
+		if models, err := c.cfg.Store.QueuedModels(ctx); err == nil {
 			for _, m := range models {
 				s.models[m] = true
 			}
 		}
 	}
-	w.modelsMu.Lock()
-	for m := range w.newModels {
+	c.modelsMu.Lock()
+	for m := range c.newModels {
 		s.models[m] = true
 	}
-	clear(w.newModels)
-	w.modelsMu.Unlock()
+	clear(c.newModels)
+	c.modelsMu.Unlock()
 	var hold BatchHold
-	if w.cfg.Router != nil {
-		hold = w.cfg.Router.Hold(now, w.Drain())
+	if c.cfg.Router != nil {
+		hold = c.cfg.Router.Hold(now, c.cfg.Drain())
 	}
 	held := map[store.ScopeRef]bool{}
 	for m := range s.models {
 		if ctx.Err() != nil {
 			return
 		}
-		if w.claimFor(ctx, s, m, hold, held) {
+		if c.claimFor(ctx, s, m, hold, held) {
 			delete(s.models, m)
 		}
 	}
-	w.noteScopes(ctx, s, held)
-	w.holds.scopes(held, now)
+	c.noteScopes(ctx, s, held)
+	c.cfg.Holds.scopes(held, now)
 }
 
 // claimFor claims the jobs model's lane can take soon, and of each
 // tenant with a quota of its own what that quota admits soon (the scopes
 // it finds spent are added to held), and reports whether the model has no
 // queued job left (the claim came back short).
-func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold BatchHold, held map[store.ScopeRef]bool) (drained bool) {
-	room := w.cfg.MaxInFlight - int(w.inFlight.Load())
-	if !w.catalog().Allows(model) {
+func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold BatchHold, held map[store.ScopeRef]bool) (drained bool) {
+	room := c.cfg.MaxInFlight - int(c.cfg.Held())
+	if !c.cfg.Catalog().Allows(model) {
 		// Jobs another path recorded with a model the catalog does not
 		// allow: claimed to be dead-lettered (start), with no lane and no
 		// model state.
 		want := min(room, claimMax)
-		n, _, err := w.claim(ctx, store.ClaimRequest{Model: model, Limit: want}, nil)
+		n, _, err := c.claim(ctx, store.ClaimRequest{Model: model, Limit: want}, nil)
 		return want > 0 && err == nil && n < want
 	}
 	// A model with a pool of keys has a lane per key: the headroom is
 	// theirs together, and it is paused when all of them are.
-	lanes := w.lanesOf(model)
-	now := w.cfg.Clock.Now()
+	lanes := c.cfg.Lanes.lanesOf(model)
+	now := c.cfg.Clock.Now()
 	typical := lanes[0].typical()
-	lr := w.laneRoomOf(model, lanes, now, typical)
-	want, fallbackOnly, tokenRoom := w.claimWant(model, lr)
+	lr := c.laneRoomOf(model, lanes, now, typical)
+	want, fallbackOnly, tokenRoom := c.claimWant(model, lr)
 	want = min(want, room, claimMax)
 	// Asked even when nothing is claimed, so that the scopes held stay
 	// noted while the provider's quota binds too.
-	caps, heldProjects, rooms := w.claimScopes(now, typical, held)
+	caps, heldProjects, rooms := c.cfg.Scopes.claimScopes(now, typical, held)
 	if want <= 0 {
 		setBacklog(lanes, true)
-		w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
+		c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
-	n, left, err := w.claim(ctx, store.ClaimRequest{
+	n, left, err := c.claim(ctx, store.ClaimRequest{
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
@@ -151,17 +150,17 @@ func (w *Worker) claimFor(ctx context.Context, s *scheduler, model string, hold 
 		// Short: no queued job left, unless a tenant's or project's
 		// quota left some (the next rounds claim them as it refills).
 		capped := len(heldProjects) > 0 || len(rooms) > 0
-		for _, c := range caps {
-			capped = capped || c < want
+		for _, n := range caps {
+			capped = capped || n < want
 		}
 		setBacklog(lanes, false)
-		w.note(ctx, s, model, "", hold.Hold)
+		c.note(ctx, s, model, "", hold.Hold)
 		return !capped
 	}
 	// Full, or short of the tokens the next job needs: the model has a
 	// backlog that waits for the provider's quota.
 	setBacklog(lanes, true)
-	w.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
+	c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
 }
 
@@ -181,9 +180,9 @@ type laneRoom struct {
 }
 
 // laneRoomOf measures model's lanes (and its unbound jobs) at now.
-func (w *Worker) laneRoomOf(model string, lanes []*lane, now time.Time, typical shaping.Request) laneRoom {
+func (c *claimer) laneRoomOf(model string, lanes []*lane, now time.Time, typical shaping.Request) laneRoom {
 	lr := laneRoom{paused: true, unshared: true, spent: true, bounded: true}
-	if u := w.unboundOf(model); u != nil {
+	if u := c.cfg.Lanes.unboundOf(model); u != nil {
 		lr.pending = int(u.pending.Load())
 		lr.want = -lr.pending
 		lr.tokens = -float64(u.pendingTokens.Load())
@@ -191,9 +190,9 @@ func (w *Worker) laneRoomOf(model string, lanes []*lane, now time.Time, typical 
 	for _, l := range lanes {
 		n := int(l.pending.Load())
 		lr.pending += n
-		lr.want += l.shaper.HeadroomAt(now, w.cfg.ClaimHorizon, typical) - n
-		lr.paused = lr.paused && l.shaper.PausedUntil().Sub(now) > w.cfg.FallbackMaxWait
-		lr.spent = lr.spent && l.shaper.HeldAt(now, w.cfg.FallbackMaxWait, typical)
+		lr.want += l.shaper.HeadroomAt(now, c.cfg.ClaimHorizon, typical) - n
+		lr.paused = lr.paused && l.shaper.PausedUntil().Sub(now) > c.cfg.FallbackMaxWait
+		lr.spent = lr.spent && l.shaper.HeldAt(now, c.cfg.FallbackMaxWait, typical)
 		lr.unshared = lr.unshared && l.shaper.Share() == 0
 		r, b := l.shaper.TokenRoomAt(now)
 		lr.tokens += r - float64(l.pendingTokens.Load())
@@ -205,16 +204,16 @@ func (w *Worker) laneRoomOf(model string, lanes []*lane, now time.Time, typical 
 // claimWant is how many of model's jobs to claim given its lanes' room
 // (before the caps of the worker and of a claim), whether only jobs with a
 // fallback, and the tokens the claim may take (0 when not bounded).
-func (w *Worker) claimWant(model string, lr laneRoom) (want int, fallbackOnly bool, tokenRoom float64) {
+func (c *claimer) claimWant(model string, lr laneRoom) (want int, fallbackOnly bool, tokenRoom float64) {
 	want, bounded := lr.want, lr.bounded
 	switch {
 	case want > 0:
-	case lr.paused && slices.Contains(w.cfg.FallbackOn, FallbackOnRateLimit):
+	case lr.paused && slices.Contains(c.cfg.FallbackOn, FallbackOnRateLimit):
 		// The lane is paused by 429s for longer than a job with a
 		// fallback waits: those jobs may be claimed to move on (all of
 		// them when the model itself has fallbacks).
 		want = fallbackClaim - lr.pending
-		fallbackOnly = len(w.catalog().Lookup(model).Fallbacks) == 0
+		fallbackOnly = len(c.cfg.Catalog().Lookup(model).Fallbacks) == 0
 		bounded = false
 	case lr.pending == 0 && !lr.unshared:
 		// An idle lane gets its next job (below: once its buckets hold
@@ -256,55 +255,83 @@ func setBacklog(lanes []*lane, b bool) {
 // for the project's quota, counting against the model's headroom (so
 // against every other project's claims) for as long as it takes. They go
 // back to queued at once, their place in the order kept.
-func (w *Worker) claim(ctx context.Context, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
+func (c *claimer) claim(ctx context.Context, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
 	if r.Limit <= 0 {
 		return 0, false, nil
 	}
-	r.Owner, r.Lease = w.cfg.Owner, w.cfg.Lease
+	r.Owner, r.Lease = c.cfg.Owner, c.cfg.Lease
 	// A claim sent is finished even when Stop begins meanwhile: its jobs
 	// are then handed back at once, not left running until their lease
 	// ends.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	recs, left, err := w.cfg.Store.ClaimWithin(cctx, r)
+	recs, left, err := c.cfg.Store.ClaimWithin(cctx, r)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Debug("claim", slog.String("model", r.Model), slog.Any("error", err))
+			c.cfg.Log.Debug("claim", slog.String("model", r.Model), slog.Any("error", err))
 		}
 		return 0, false, err
 	}
-	w.window.add(0, int64(len(recs)))
+	c.cfg.Claimed(recs)
 	for _, rec := range recs {
-		w.tenants.add(rec.Tenant, 1, true)
 		ref := store.ScopeRef{Tenant: rec.Tenant, Project: rec.Project}
 		if n, ok := rooms[ref]; ok {
 			if n <= 0 {
-				if err := w.cfg.Store.Release(cctx, rec.Lease()); err != nil {
+				if err := c.cfg.Store.Release(cctx, rec.Lease()); err != nil {
 					// Its lease ends and the reaper hands it back.
-					w.log.Debug("release over the project's room", slog.String("job_id", rec.ID), slog.Any("error", err))
+					c.cfg.Log.Debug("release over the project's room", slog.String("job_id", rec.ID), slog.Any("error", err))
 				}
 				continue
 			}
 			rooms[ref] = n - 1
 		}
-		w.start(rec)
+		c.cfg.Start(rec)
 	}
 	return len(recs), left, nil
 }
 
 // note records why model's queued jobs wait, when it changed or, while
 // they wait, at most every stateRefresh.
-func (w *Worker) note(ctx context.Context, s *scheduler, model, reason string, hold bool) {
-	now := w.cfg.Clock.Now()
-	w.holds.model(model, reason == store.WaitingReasonProviderQuota, now)
+func (c *claimer) note(ctx context.Context, s *scheduler, model, reason string, hold bool) {
+	now := c.cfg.Clock.Now()
+	c.cfg.Holds.model(model, reason == store.WaitingReasonProviderQuota, now)
 	last, ok := s.notes[model]
 	same := ok && last.reason == reason && last.hold == hold
 	if same && (reason == "" && !hold || now.Sub(last.at) < stateRefresh) {
 		return
 	}
-	err := w.cfg.Store.SetModelState(ctx, store.ModelState{Model: model, WaitingReason: reason, BatchHold: hold, Worker: w.cfg.Owner})
+	err := c.cfg.Store.SetModelState(ctx, store.ModelState{Model: model, WaitingReason: reason, BatchHold: hold, Worker: c.cfg.Owner})
 	if err != nil {
 		return
 	}
 	s.notes[model] = modelNote{reason: reason, hold: hold, at: now}
+}
+
+// noteScopes writes the scopes held in this round, each at most every
+// stateRefresh while it holds, and frees those no longer held.
+func (c *claimer) noteScopes(ctx context.Context, s *scheduler, held map[store.ScopeRef]bool) {
+	now := c.cfg.Clock.Now()
+	var hold, free []store.ScopeRef
+	for ref := range held {
+		if at, ok := s.scopeNotes[ref]; !ok || now.Sub(at) >= stateRefresh {
+			hold = append(hold, ref)
+		}
+	}
+	for ref := range s.scopeNotes {
+		if !held[ref] {
+			free = append(free, ref)
+		}
+	}
+	if len(hold) == 0 && len(free) == 0 {
+		return
+	}
+	if err := c.cfg.Store.SetScopeStates(ctx, c.cfg.Owner, hold, free); err != nil {
+		return
+	}
+	for _, ref := range hold {
+		s.scopeNotes[ref] = now
+	}
+	for _, ref := range free {
+		delete(s.scopeNotes, ref)
+	}
 }

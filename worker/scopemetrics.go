@@ -41,20 +41,20 @@ func newScopeMetrics(reg prometheus.Registerer) *scopeMetrics {
 }
 
 // countScopes counts a call of a job of scs and the tokens it settled.
-func (w *Worker) countScopes(scs []*scopeQuota, reply Reply) {
+func (ss *scopes) countScopes(scs []*scopeQuota, reply Reply) {
 	for _, sc := range scs {
-		w.scopeMetrics.requests.WithLabelValues(sc.name).Inc()
+		ss.cfg.Metrics.requests.WithLabelValues(sc.name).Inc()
 		if reply.Outcome.Class == ClassSuccess {
-			w.scopeMetrics.tokens.WithLabelValues(sc.name).Add(float64(reply.PromptTokens + reply.CompletionTokens))
+			ss.cfg.Metrics.tokens.WithLabelValues(sc.name).Add(float64(reply.PromptTokens + reply.CompletionTokens))
 		}
 	}
 }
 
 // observeScopes sets the gauges of every scope made.
-func (w *Worker) observeScopes() {
-	now := w.cfg.Clock.Now()
-	m := w.scopeMetrics
-	for _, sc := range w.scopes.list() {
+func (ss *scopes) observeScopes() {
+	now := ss.cfg.Clock.Now()
+	m := ss.cfg.Metrics
+	for _, sc := range ss.list() {
 		share, cfg := sc.shareNow(), sc.limits()
 		if sc.rpm != nil {
 			m.limit.WithLabelValues(sc.name, "rpm").Set(cfg.RPM * share)

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+
+	"github.com/llmq/llmq/store"
 )
 
 // service is one of the worker's background loops: Run returns soon after
@@ -13,52 +15,135 @@ type service interface {
 	Run(ctx context.Context)
 }
 
-// newServices makes the worker's background services from its
-// configuration.
+// newServices makes the worker's parts from its configuration: the
+// scopes and the lanes, the claimer (which the other parts wake), the
+// ingester, the heartbeat, the caller and its budget gate, then the
+// background loops. Some are told of others made later by funcs that
+// read them when called, after New.
 func (w *Worker) newServices() error {
+	cfg := w.cfg
+	if err := w.newLanes(); err != nil {
+		return err
+	}
 	var err error
-	w.leases, err = newHeartbeat(heartbeatConfig{Store: w.cfg.Store, Owner: w.cfg.Owner, Lease: w.cfg.Lease,
-		Interval: w.cfg.HeartbeatInterval, Clock: w.cfg.Clock, Log: w.log})
+	w.claims, err = newClaimer(claimerConfig{Store: cfg.Store, Lanes: w.lanes, Scopes: w.scopes, Holds: &w.holds, Owner: cfg.Owner,
+		Lease: cfg.Lease, Catalog: w.catalog, MaxInFlight: cfg.MaxInFlight, ClaimHorizon: cfg.ClaimHorizon,
+		FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Router: cfg.Router, Drain: w.Drain,
+		Held:    func() int64 { return w.calls.inFlight.Load() },
+		Claimed: func(recs []*store.JobRecord) { w.ingest.claimed(recs) },
+		Start:   func(rec *store.JobRecord) { w.calls.start(rec) }, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}
+	w.ingest, err = newIngester(ingesterConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Tenants: w.tenantsNow,
+		Catalog: w.catalog, Sizer: w.sizer, TenantReplies: cfg.TenantReplies, ResultsTopic: cfg.ResultsTopic,
+		MaxMessageBytes: cfg.MaxMessageBytes, Window: cfg.IngestWindow, TenantCap: cfg.TenantCap,
+		Batch: cfg.IngestBatch, Prefetch: cfg.IngestPrefetch, Recorded: w.claims.learnModel, Wake: w.claims.poke,
+		Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
+	w.leases, err = newHeartbeat(heartbeatConfig{Store: cfg.Store, Owner: cfg.Owner, Lease: cfg.Lease,
+		Interval: cfg.HeartbeatInterval, Clock: cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
+	if err := w.newCalls(); err != nil {
+		return err
+	}
+	return w.newBackground()
+}
+
+// newLanes makes the scopes and the lanes, which take their shares of
+// the quotas from the ledger when there is one.
+func (w *Worker) newLanes() error {
+	cfg := w.cfg
+	var share func(ctx context.Context, key string) float64
+	var scopeShare func(key string) float64
+	if cfg.Ledger != nil {
+		share = func(ctx context.Context, key string) float64 { return w.ledger.startShare(ctx, key) }
+		scopeShare = func(key string) float64 { return w.ledger.startShare(w.stopCtx, key) }
+	}
+	var err error
+	w.scopes, err = newScopes(scopesConfig{Tenants: w.tenantsNow, ClaimHorizon: cfg.ClaimHorizon, Share: scopeShare,
+		Metrics: w.scopeMetrics, Clock: cfg.Clock})
+	if err != nil {
+		return err
+	}
+	w.lanes, err = newLaneSet(laneSetConfig{Upstream: cfg.Upstream, Pools: cfg.Pools, Catalog: w.catalog,
+		QuotaScope: cfg.QuotaScope, Strategy: cfg.Strategy, AgingStep: cfg.AgingStep, FallbackMaxWait: cfg.FallbackMaxWait,
+		LedgerLease: cfg.LedgerLease, LedgerPeriod: cfg.LedgerPeriod, IncidentMinCalls: cfg.IncidentMinCalls,
+		IncidentFailureRatio: cfg.IncidentFailureRatio, IncidentWindow: cfg.IncidentWindow,
+		IncidentProbeEvery: cfg.IncidentProbeEvery, Scopes: w.scopes, Share: share, Metrics: w.metrics,
+		BudgetAllows: func(p *job, cost float64) bool { return w.gate.allows(p, cost) }, Clock: cfg.Clock, Log: w.log})
+	return err
+}
+
+// newBackground makes the background services, in the order they start.
+func (w *Worker) newBackground() error {
+	cfg, wake := w.cfg, w.claims.poke
+	var err error
 	var then []sweeper
-	if w.cfg.Budgets != nil && (w.cfg.LiveTenants != nil || w.cfg.Tenants.HasBudgets()) {
-		w.budgets, err = newBudgetSweep(budgetSweepConfig{Store: w.cfg.Budgets, Metrics: w.budgetMetrics,
-			Released: w.poke, Log: w.log})
+	if cfg.Budgets != nil && (cfg.LiveTenants != nil || cfg.Tenants.HasBudgets()) {
+		w.budgets, err = newBudgetSweep(budgetSweepConfig{Store: cfg.Budgets, Metrics: w.budgetMetrics,
+			Released: wake, Log: w.log})
 		if err != nil {
 			return err
 		}
 		then = append(then, w.budgets)
 	}
-	reap, err := newReaper(reaperConfig{Store: w.cfg.Store, Interval: w.cfg.ReapInterval,
-		Reaped: w.metrics.reaped, Expired: w.metrics.jobs.WithLabelValues("expired"), HandedBack: w.poke,
-		Then: then, Clock: w.cfg.Clock, Log: w.log})
+	reap, err := newReaper(reaperConfig{Store: cfg.Store, Interval: cfg.ReapInterval,
+		Reaped: w.metrics.reaped, Expired: w.metrics.jobs.WithLabelValues("expired"), HandedBack: wake,
+		Then: then, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}
-	w.gauges, err = newGauges(gaugesConfig{Broker: w.cfg.Subscriber, Store: w.cfg.Store, Lanes: w,
-		QueueDepth: w.metrics.queueDepth, Window: &w.window, Budgets: w.budgets, Clock: w.cfg.Clock})
+	w.gauges, err = newGauges(gaugesConfig{Broker: cfg.Subscriber, Store: cfg.Store, Lanes: w,
+		QueueDepth: w.metrics.queueDepth, Window: &w.ingest.window, Budgets: w.budgets, Clock: cfg.Clock})
 	if err != nil {
 		return err
 	}
 	w.services = []service{w.leases, reap, w.gauges}
-	if w.cfg.Ledger != nil {
-		w.ledger, err = newLedgerSync(ledgerSyncConfig{Ledger: w.cfg.Ledger, Quotas: w, Replica: w.cfg.Replica,
-			Scopes: &w.scopes, Period: w.cfg.LedgerPeriod, Lease: w.cfg.LedgerLease, Clock: w.cfg.Clock, Log: w.log})
+	if cfg.Ledger != nil {
+		w.ledger, err = newLedgerSync(ledgerSyncConfig{Ledger: cfg.Ledger, Quotas: w, Replica: cfg.Replica,
+			Scopes: w.scopes, Period: cfg.LedgerPeriod, Lease: cfg.LedgerLease, Clock: cfg.Clock, Log: w.log})
 		if err != nil {
 			return err
 		}
 		w.services = append(w.services, w.ledger)
 	}
-	if w.cfg.Queued != nil {
-		q, err := newQueuedListener(queuedListenerConfig{Listener: w.cfg.Queued, Listening: w.rereadModels,
-			Queued: func(model string) { w.learnModel(model); w.poke() }, Clock: w.cfg.Clock, Log: w.log})
+	if cfg.Queued != nil {
+		q, err := newQueuedListener(queuedListenerConfig{Listener: cfg.Queued, Listening: w.claims.rereadModels,
+			Queued: func(model string) { w.claims.learnModel(model); wake() }, Clock: cfg.Clock, Log: w.log})
 		if err != nil {
 			return err
 		}
 		w.services = append(w.services, q)
 	}
+	return nil
+}
+
+// newCalls makes the call runner and the budget gate it passes every call
+// through.
+func (w *Worker) newCalls() error {
+	cfg := w.cfg
+	var err error
+	w.calls, err = newCaller(callerConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Lanes: w.lanes, Scopes: w.scopes,
+		Leases: w.leases, Estimator: w.est, Catalog: w.catalog, Chunks: cfg.Chunks,
+		Policy: policy{MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter, FallbackMaxWait: cfg.FallbackMaxWait,
+			FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff, OutageLimit: cfg.OutageLimit},
+		RetryBudget: NewRetryBudget(cfg.RetryBudget, 0, 0), MaxRetryAfter: cfg.Backoff.MaxRetryAfter,
+		StoreRetryMax: cfg.StoreRetryMax, Holds: &w.holds, TenantLabel: w.tenantLabel,
+		Wake: w.claims.poke, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
+	if err != nil {
+		return err
+	}
+	w.gate, err = newBudgetGate(budgetGateConfig{Store: cfg.Budgets, Tenants: w.tenantsNow, Alerts: cfg.BudgetAlerts,
+		Metrics: w.budgetMetrics, Degrade: cfg.Router != nil, Priced: w.lanes.priced, Ends: w.calls, Log: w.log})
+	if err != nil {
+		return err
+	}
+	w.calls.budgets = w.gate
 	return nil
 }
 

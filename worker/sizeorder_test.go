@@ -76,7 +76,7 @@ func TestWorkerLeavesALargeJobQueued(t *testing.T) {
 	t.Cleanup(st.Close)
 	tb.store, tb.letters.store = st, st
 	tb.start(t, func(c *worker.Config) {
-		c.Store, c.Clock, c.Strategy = st, clock, shaping.StrategyShape
+		c.Store, c.Clock, c.Strategy = st.Queue(), clock, shaping.StrategyShape
 		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"m": {TPM: 600}}}
 	})
 	job := func(id string, maxTokens int) []byte {

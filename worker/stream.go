@@ -31,9 +31,8 @@ const MetadataStream = "llmq.stream"
 // caller left; its job fails with it, the tokens used charged.
 const CodeClientDisconnected = "client_disconnected"
 
-// ChunkStore is what a worker needs to stream a call's chunks; a
-// *store.Store is one. A Config.Store that is not one calls without
-// streaming.
+// ChunkStore is what a worker needs to stream a call's chunks
+// (Config.Chunks); a *store.Streams is one.
 type ChunkStore interface {
 	// AppendChunks records job k's chunks numbered from first and
 	// reports whether its caller left.
@@ -65,9 +64,9 @@ type chunkSink struct {
 
 // streamTo returns the context and sink of p's call: ctx itself and nil
 // unless p streams.
-func (w *Worker) streamTo(ctx context.Context, p *job) (context.Context, *chunkSink) {
-	cs, ok := w.cfg.Store.(ChunkStore)
-	if !ok || p.job.Metadata[MetadataStream] != "true" {
+func (c *caller) streamTo(ctx context.Context, p *job) (context.Context, *chunkSink) {
+	cs := c.cfg.Chunks
+	if cs == nil || p.job.Metadata[MetadataStream] != "true" {
 		return ctx, nil
 	}
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -99,7 +99,7 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 	for i := range 2 {
 		r := newTenancyReplica(t, tb, fmt.Sprintf("worker %d", i))
 		w := tb.start(t, func(c *worker.Config) {
-			c.Store, c.LiveTenants = r.store, r.watch.Tenants
+			c.Store, c.LiveTenants = r.store.Queue(), r.watch.Tenants
 			c.Strategy = shaping.StrategyShape
 			c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{model: {RPM: 1e6, TPM: 1e9, Concurrency: 64}}}
 			c.Subscriber = tb.subscriber(t, 16)
@@ -109,12 +109,12 @@ func TestTenancyChangesReachEveryReplica(t *testing.T) {
 	}
 	for i := range 2 {
 		r := newTenancyReplica(t, tb, fmt.Sprintf("api %d", i))
-		p, err := producer.New(producer.Config{Publisher: tb.pub, Store: r.store, Destination: tb.queue, DepthProbe: tb.probe,
+		p, err := producer.New(producer.Config{Publisher: tb.pub, Store: r.store.Outbox(), Destination: tb.queue, DepthProbe: tb.probe,
 			LiveTenants: r.watch.Tenants, Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		// The test polls revoked keys from one address: no limit on
 		// failed authentications.
-		a, err := api.New(api.Config{Producer: p, Store: r.store, OperatorKeys: []api.OperatorKey{{Name: "ops", Key: tenancyOperatorKey}}, Usage: r.store,
+		a, err := api.New(api.Config{Producer: p, Store: r.store.Jobs(), OperatorKeys: []api.OperatorKey{{Name: "ops", Key: tenancyOperatorKey}}, Usage: r.store.Budgets(),
 			Tenancy: r.watch, TenancyStore: r.store.Tenancy(), Logger: slog.New(slog.DiscardHandler),
 			RateLimits: api.RateLimitConfig{AuthFailuresPerMinute: -1}})
 		require.NoError(t, err)
@@ -301,7 +301,7 @@ func TestPausedTenantWaits(t *testing.T) {
 		"a's jobs and b/bulk's are recorded, and wait")
 	require.Zero(t, tb.count(t, `status <> 'queued' AND (tenant = 'a' OR project = 'bulk')`))
 	for _, k := range []store.Key{{Tenant: "a", ID: "a-0"}, {Tenant: "b", ID: "bbulk-0"}} {
-		rec, err := st.Get(context.Background(), k.Tenant, k.ID)
+		rec, err := st.Jobs().Get(context.Background(), k.Tenant, k.ID)
 		require.NoError(t, err)
 		require.Equal(t, store.WaitingReasonPaused, rec.WaitingReason, k.String())
 	}

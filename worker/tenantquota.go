@@ -1,11 +1,13 @@
 package worker
 
 import (
-	"context"
+	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/shaping"
@@ -60,8 +62,23 @@ func scopeName(ref store.ScopeRef) string {
 	return "project:" + ref.Tenant + "/" + ref.Project
 }
 
+// scopesConfig configures the scopes.
+type scopesConfig struct {
+	// Tenants are the tenants applied now, with their quotas. Required.
+	Tenants func() llmq.Tenants
+	// ClaimHorizon is how far ahead a claim counts a scope's room (0:
+	// ClaimHorizonDefault).
+	ClaimHorizon time.Duration
+	// Share is a new scope's share of its quota from the ledger (nil: the
+	// whole quota).
+	Share   func(key string) float64
+	Metrics *scopeMetrics // required
+	Clock   clockwork.Clock
+}
+
 // scopes are the worker's scope quotas, made on first use.
 type scopes struct {
+	cfg    scopesConfig
 	mu     sync.Mutex
 	byName map[string]*scopeQuota
 	// wakeMu guards wake, closed (and replaced) when a scope's calls are
@@ -69,6 +86,19 @@ type scopes struct {
 	// scope ask again.
 	wakeMu sync.Mutex
 	wake   chan struct{}
+}
+
+func newScopes(cfg scopesConfig) (*scopes, error) {
+	if cfg.ClaimHorizon <= 0 {
+		cfg.ClaimHorizon = ClaimHorizonDefault
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Tenants == nil || cfg.Metrics == nil {
+		return nil, errors.New("worker: scopes: Tenants and Metrics are required")
+	}
+	return &scopes{cfg: cfg}, nil
 }
 
 // changed is the channel closed at the next release.
@@ -114,18 +144,22 @@ func (w *Worker) tenantsNow() llmq.Tenants {
 // (their limits; a scope whose tenant or project lost every limit, or
 // gained or lost a kind of limit, is made afresh at its next job). The
 // app calls it at every load of the tenancy.
-func (w *Worker) TenantsChanged() {
-	ts := w.tenantsNow()
-	now := w.cfg.Clock.Now()
-	w.scopes.mu.Lock()
-	for name, sc := range w.scopes.byName {
+func (w *Worker) TenantsChanged() { w.scopes.tenantsChanged() }
+
+// tenantsChanged applies the tenants applied now to the scopes made so
+// far (Worker.TenantsChanged).
+func (ss *scopes) tenantsChanged() {
+	ts := ss.cfg.Tenants()
+	now := ss.cfg.Clock.Now()
+	ss.mu.Lock()
+	for name, sc := range ss.byName {
 		cfg, ok := scopeConfig(ts, sc.ref)
 		if !ok || !sc.reconfigure(now, cfg) {
-			delete(w.scopes.byName, name)
+			delete(ss.byName, name)
 		}
 	}
-	w.scopes.mu.Unlock()
-	w.scopes.signal()
+	ss.mu.Unlock()
+	ss.signal()
 }
 
 // scopeConfig is ref's scope in ts, when it has a limit.
@@ -176,31 +210,31 @@ func (sc *scopeQuota) limits() llmq.Scope {
 // scopesOf returns the quota layers of a job of tenant and project: its
 // tenant's and its project's, those configured with a limit; nil for
 // most jobs.
-func (w *Worker) scopesOf(tenant, project string) []*scopeQuota {
-	t, ok := w.tenantsNow()[tenant]
+func (ss *scopes) scopesOf(tenant, project string) []*scopeQuota {
+	t, ok := ss.cfg.Tenants()[tenant]
 	if !ok {
 		return nil
 	}
 	var out []*scopeQuota
 	if limited(t.Scope) {
-		out = append(out, w.scope(store.ScopeRef{Tenant: tenant}, t.Scope))
+		out = append(out, ss.scope(store.ScopeRef{Tenant: tenant}, t.Scope))
 	}
 	if p, ok := t.Projects[project]; ok && project != "" && limited(p) {
-		out = append(out, w.scope(store.ScopeRef{Tenant: tenant, Project: project}, p))
+		out = append(out, ss.scope(store.ScopeRef{Tenant: tenant, Project: project}, p))
 	}
 	return out
 }
 
 // scope returns the scope of ref, making it on first use: on the share
 // the ledger gives it, when replicas share quotas.
-func (w *Worker) scope(ref store.ScopeRef, cfg llmq.Scope) *scopeQuota {
+func (ss *scopes) scope(ref store.ScopeRef, cfg llmq.Scope) *scopeQuota {
 	name := scopeName(ref)
-	w.scopes.mu.Lock()
-	defer w.scopes.mu.Unlock()
-	if sc, ok := w.scopes.byName[name]; ok {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if sc, ok := ss.byName[name]; ok {
 		return sc
 	}
-	now := w.cfg.Clock.Now()
+	now := ss.cfg.Clock.Now()
 	sc := &scopeQuota{ref: ref, name: name, cfg: cfg, share: 1, counts: cfg.Concurrency > 0}
 	// The limits are validated finite and not negative: a bucket of a
 	// positive limit is always made.
@@ -213,13 +247,13 @@ func (w *Worker) scope(ref store.ScopeRef, cfg llmq.Scope) *scopeQuota {
 		sc.quotas = append(sc.quotas, shaping.Quota{Bucket: sc.tpm, Unit: shaping.UnitTokens})
 	}
 	sc.limit.Store(int64(cfg.Concurrency))
-	if w.ledger != nil {
-		sc.setShare(now, w.ledger.startShare(w.stopCtx, scopeKey(name)))
+	if ss.cfg.Share != nil {
+		sc.setShare(now, ss.cfg.Share(scopeKey(name)))
 	}
-	if w.scopes.byName == nil {
-		w.scopes.byName = map[string]*scopeQuota{}
+	if ss.byName == nil {
+		ss.byName = map[string]*scopeQuota{}
 	}
-	w.scopes.byName[name] = sc
+	ss.byName[name] = sc
 	return sc
 }
 
@@ -310,11 +344,11 @@ func (sc *scopeQuota) release() {
 // scopeReady is the dispatcher's test of a ticket: true when every scope
 // of its job admits it now, and then it holds a call of each (all or
 // none); else false and when to ask again (zero: at a release).
-func (w *Worker) scopeReady(t *ticket) (bool, time.Time) {
+func (ss *scopes) scopeReady(t *ticket) (bool, time.Time) {
 	if len(t.scopes) == 0 {
 		return true, time.Time{}
 	}
-	now := w.cfg.Clock.Now()
+	now := ss.cfg.Clock.Now()
 	tokens := t.req.PromptTokens + t.req.MaxOutputTokens
 	var retry time.Time
 	for _, sc := range t.scopes {
@@ -331,7 +365,7 @@ func (w *Worker) scopeReady(t *ticket) (bool, time.Time) {
 	}
 	for i, sc := range t.scopes {
 		if !sc.acquire() {
-			w.releaseScopes(t.scopes[:i])
+			ss.releaseScopes(t.scopes[:i])
 			return false, time.Time{}
 		}
 	}
@@ -339,14 +373,14 @@ func (w *Worker) scopeReady(t *ticket) (bool, time.Time) {
 }
 
 // releaseScopes gives back a call of each of scs.
-func (w *Worker) releaseScopes(scs []*scopeQuota) {
+func (ss *scopes) releaseScopes(scs []*scopeQuota) {
 	if len(scs) == 0 {
 		return
 	}
 	for _, sc := range scs {
 		sc.release()
 	}
-	w.scopes.signal()
+	ss.signal()
 }
 
 // claimScopes are what a claim of a lane with typical requests may take
@@ -357,17 +391,17 @@ func (w *Worker) releaseScopes(scs []*scopeQuota) {
 // some (the claim holds projects, it does not cap them: claim hands the
 // surplus back). A scope not made yet counts as full. The spent scopes are
 // added to held.
-func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[store.ScopeRef]bool) (map[string]int, []store.ScopeRef, map[store.ScopeRef]int) {
-	ts := w.tenantsNow()
+func (ss *scopes) claimScopes(now time.Time, typical shaping.Request, held map[store.ScopeRef]bool) (map[string]int, []store.ScopeRef, map[store.ScopeRef]int) {
+	ts := ss.cfg.Tenants()
 	if len(ts) == 0 {
 		return nil, nil, nil
 	}
 	tokens := typical.PromptTokens + typical.MaxOutputTokens
-	w.scopes.mu.Lock()
-	made := w.scopes.byName
+	ss.mu.Lock()
+	made := ss.byName
 	room := func(ref store.ScopeRef, cfg llmq.Scope) int {
 		if sc, ok := made[scopeName(ref)]; ok {
-			return sc.room(now, w.cfg.ClaimHorizon, tokens)
+			return sc.room(now, ss.cfg.ClaimHorizon, tokens)
 		}
 		return fullRoom(cfg, tokens)
 	}
@@ -414,8 +448,8 @@ func (w *Worker) claimScopes(now time.Time, typical shaping.Request, held map[st
 			}
 		}
 	}
-	w.scopes.mu.Unlock()
-	for _, sc := range w.scopes.list() {
+	ss.mu.Unlock()
+	for _, sc := range ss.list() {
 		sc.held.Store(held[sc.ref])
 	}
 	return caps, projects, rooms
@@ -451,33 +485,4 @@ func fullRoom(cfg llmq.Scope, tokens int) int {
 		n = min(n, cfg.Concurrency)
 	}
 	return max(1, n)
-}
-
-// noteScopes writes the scopes held in this round, each at most every
-// stateRefresh while it holds, and frees those no longer held.
-func (w *Worker) noteScopes(ctx context.Context, s *scheduler, held map[store.ScopeRef]bool) {
-	now := w.cfg.Clock.Now()
-	var hold, free []store.ScopeRef
-	for ref := range held {
-		if at, ok := s.scopeNotes[ref]; !ok || now.Sub(at) >= stateRefresh {
-			hold = append(hold, ref)
-		}
-	}
-	for ref := range s.scopeNotes {
-		if !held[ref] {
-			free = append(free, ref)
-		}
-	}
-	if len(hold) == 0 && len(free) == 0 {
-		return
-	}
-	if err := w.cfg.Store.SetScopeStates(ctx, w.cfg.Owner, hold, free); err != nil {
-		return
-	}
-	for _, ref := range hold {
-		s.scopeNotes[ref] = now
-	}
-	for _, ref := range free {
-		delete(s.scopeNotes, ref)
-	}
 }

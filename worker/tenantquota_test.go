@@ -185,7 +185,7 @@ func TestWaitingReasonTenantQuota(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return tb.count(t, `tenant = 'b' AND status = 'succeeded'`) == 10 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
-		rec, err := tb.store.Get(context.Background(), "a", "a-0009")
+		rec, err := tb.store.Jobs().Get(context.Background(), "a", "a-0009")
 		require.NoError(t, err)
 		return rec.Status == llmq.StatusQueued && rec.WaitingReason == store.WaitingReasonTenantQuota
 	}, 5*time.Second, 20*time.Millisecond)
@@ -213,7 +213,7 @@ func TestTenantQuotaSharedByReplicas(t *testing.T) {
 	for range 2 {
 		tb.start(t, func(c *worker.Config) {
 			tb.tenantConfig(tenants, nil)(c)
-			c.Ledger = tb.store
+			c.Ledger = tb.store.Ledger()
 			c.QuotaScope = worker.QuotaScopeOf(tb.sim.URL, "sk-test")
 			c.LedgerPeriod = 200 * time.Millisecond
 			c.LedgerLease = time.Second
@@ -260,12 +260,12 @@ func TestProjectQuota(t *testing.T) {
 	for i := range 5 {
 		jobs = append(jobs, job("bulk", "normal", i), job("live", "high", i))
 	}
-	_, err := tb.store.Ingest(context.Background(), jobs)
+	_, err := tb.store.Queue().Ingest(context.Background(), jobs)
 	require.NoError(t, err)
 	tb.start(t, tb.tenantConfig(tenants, nil))
 	require.Eventually(t, func() bool { return tb.count(t, `project = 'live' AND status = 'succeeded'`) == 5 }, 10*time.Second, 20*time.Millisecond)
 	require.Eventually(t, func() bool {
-		rec, err := tb.store.Get(context.Background(), "p", "bulk-4")
+		rec, err := tb.store.Jobs().Get(context.Background(), "p", "bulk-4")
 		require.NoError(t, err)
 		return rec.Status == llmq.StatusQueued && rec.WaitingReason == store.WaitingReasonTenantQuota
 	}, 5*time.Second, 20*time.Millisecond)

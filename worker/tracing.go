@@ -16,27 +16,18 @@ import (
 // off: p.trace is nil and its spans record nothing.
 
 // traceStart starts the run span of the claimed job p.
-func (w *Worker) traceStart(p *job, rec *store.JobRecord) {
+func (c *caller) traceStart(p *job, rec *store.JobRecord) {
 	if !tracing.Enabled() {
 		return
 	}
 	first := rec.LeaseToken <= 1
 	var waits []tracing.Wait
 	if first {
-		waits = w.holds.waits(rec)
+		waits = c.cfg.Holds.waits(rec)
 	}
 	p.trace = tracing.StartJob(tracing.JobInfo{Stored: rec.TraceContext, ID: rec.ID, Tenant: rec.Tenant,
 		Model: rec.RequestedModel, Attempts: rec.Attempts, Created: rec.CreatedAt,
 		FirstClaim: first, ClaimedTime: time.Now(), Waits: waits})
-}
-
-// traceIngested ends the ingest spans of items, recorded or handed back.
-func (w *Worker) traceIngested(items []ingestItem) {
-	for _, it := range items {
-		if it.span != nil {
-			it.span.End()
-		}
-	}
 }
 
 // endQuotaWait ends the span of a wait for admission in a lane.
@@ -48,29 +39,30 @@ func endQuotaWait(s trace.Span, model string, a admission, err error) {
 	tracing.EndErr(s, err)
 }
 
-// endCall ends the span of p's upstream call to model with its reply.
-func (w *Worker) endCall(s trace.Span, p *job, model string) {
+// endCall ends the span of p's upstream call to model (at its pool's
+// entry, "" without a pool) with its reply.
+func endCall(s trace.Span, p *job, model, entry string) {
 	if !s.IsRecording() {
 		return
 	}
 	o := p.reply.Outcome
-	tracing.EndCall(s, tracing.Call{Model: model, Entry: w.entryName(p, model), Status: o.Status, Class: o.Class.String(),
+	tracing.EndCall(s, tracing.Call{Model: model, Entry: entry, Status: o.Status, Class: o.Class.String(),
 		Code: o.Code, PromptTokens: p.reply.PromptTokens, CompletionTokens: p.reply.CompletionTokens,
 		RetryAfter: o.Headers.RetryAfter, HasRetryAfter: o.Headers.HasRetryAfter})
 }
 
 // durable is durableWrite in a span of its own (what names the write): the
 // result's is llmq.result.write, the other states' llmq.job.write.
-func (w *Worker) durable(p *job, ctx context.Context, what string, write func(ctx context.Context) error) error {
+func (c *caller) durable(p *job, ctx context.Context, what string, write func(ctx context.Context) error) error {
 	if p.trace == nil {
-		return w.durableWrite(p, ctx, what, write)
+		return c.durableWrite(p, ctx, what, write)
 	}
 	name := tracing.SpanJobWrite
 	if what == "store result" {
 		name = tracing.SpanResultSave
 	}
 	s := p.trace.Child(name, attribute.String("llmq.write", what))
-	err := w.durableWrite(p, ctx, what, write)
+	err := c.durableWrite(p, ctx, what, write)
 	tracing.EndErr(s, err)
 	return err
 }

@@ -20,7 +20,7 @@ func TestUnsharedLaneHandsTicketsBack(t *testing.T) {
 	shaper, err := shaping.NewLane(shaping.LaneConfig{Name: "m", Strategy: shaping.StrategyShape, RPM: 600, TPM: 60_000, Clock: clock})
 	require.NoError(t, err)
 	require.NoError(t, shaper.SetShare(0))
-	w := &Worker{cfg: Config{Clock: clock, LedgerLease: 3 * time.Second, LedgerPeriod: 500 * time.Millisecond}}
+	ls := &laneSet{cfg: laneSetConfig{Clock: clock, LedgerLease: 3 * time.Second, LedgerPeriod: 500 * time.Millisecond}}
 	l := &lane{model: "m", shaper: shaper}
 	ticket := func() *ticket {
 		return &ticket{ctx: context.Background(), req: shaping.Request{PromptTokens: 100, MaxOutputTokens: 100}}
@@ -28,7 +28,7 @@ func TestUnsharedLaneHandsTicketsBack(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.admitTicket(l, ticket())
+		_, err := ls.admitTicket(l, ticket())
 		done <- err
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -51,7 +51,7 @@ func TestUnsharedLaneHandsTicketsBack(t *testing.T) {
 
 	// The next ticket goes back at once: the lane has been unshared long enough.
 	go func() {
-		_, err := w.admitTicket(l, ticket())
+		_, err := ls.admitTicket(l, ticket())
 		done <- err
 	}()
 	select {
@@ -65,7 +65,7 @@ func TestUnsharedLaneHandsTicketsBack(t *testing.T) {
 	require.NoError(t, shaper.SetShare(1))
 	admitted := make(chan shaping.Permit, 1)
 	go func() {
-		p, err := w.admitTicket(l, ticket())
+		p, err := ls.admitTicket(l, ticket())
 		done <- err
 		admitted <- p
 	}()
@@ -84,7 +84,7 @@ func TestUnsharedLaneHandsTicketsBack(t *testing.T) {
 	require.True(t, l.unshared.IsZero())
 	require.NoError(t, shaper.SetShare(0))
 	go func() {
-		_, err := w.admitTicket(l, ticket())
+		_, err := ls.admitTicket(l, ticket())
 		done <- err
 	}()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1))

@@ -37,41 +37,41 @@ func TestWindowCount(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
 	st := &windowStore{queued: 10}
-	w := &Worker{cfg: Config{IngestWindow: 10, Clock: clock, Store: st}}
+	in := &ingester{cfg: ingesterConfig{Window: 10, Clock: clock, Store: st}}
 	ctx := context.Background()
 
 	// While the first read is in flight: a claim of 3, which it counted,
 	// and a record of 2, which it missed: the count is short by both.
-	st.during = func() { st.queued -= 3; w.window.add(0, 3); w.window.add(2, 0) }
-	w.readWindow(ctx)
+	st.during = func() { st.queued -= 3; in.window.add(0, 3); in.window.add(2, 0) }
+	in.readWindow(ctx)
 	st.during = nil
 	require.Equal(t, []int64{15}, st.limits, "the window and half of it again")
-	require.Equal(t, int64(4), w.window.value(), "short by what was recorded and claimed during the read")
-	w.window.add(2, 0)
-	w.window.add(0, 3)
-	require.Equal(t, int64(3), w.window.value(), "an exact count follows records and claims")
+	require.Equal(t, int64(4), in.window.value(), "short by what was recorded and claimed during the read")
+	in.window.add(2, 0)
+	in.window.add(0, 3)
+	require.Equal(t, int64(3), in.window.value(), "an exact count follows records and claims")
 	clock.Advance(windowRecount - time.Millisecond)
-	w.readWindow(ctx)
+	in.readWindow(ctx)
 	require.Len(t, st.limits, 1, "not read again before windowRecount")
 	clock.Advance(time.Millisecond)
 	st.queued = 40
-	w.readWindow(ctx)
+	in.readWindow(ctx)
 	require.Equal(t, []int64{15, 15}, st.limits)
-	require.Equal(t, int64(15), w.window.value())
-	w.window.add(1, 9)
-	require.Equal(t, int64(16), w.window.value(), "a count at its limit is a floor: records count, claims do not")
+	require.Equal(t, int64(15), in.window.value())
+	in.window.add(1, 9)
+	require.Equal(t, int64(16), in.window.value(), "a count at its limit is a floor: records count, claims do not")
 	clock.Advance(windowRefresh)
 	st.queued = 12
-	w.readWindow(ctx)
+	in.readWindow(ctx)
 	require.Equal(t, []int64{15, 15, 10}, st.limits, "over the window: read every windowRefresh, up to the window")
-	require.Equal(t, int64(10), w.window.value())
+	require.Equal(t, int64(10), in.window.value())
 	clock.Advance(windowRefresh)
 	st.queued = 9
-	w.readWindow(ctx)
+	in.readWindow(ctx)
 	require.Equal(t, []int64{15, 15, 10, 10}, st.limits)
-	w.window.add(0, 2)
-	require.Equal(t, int64(7), w.window.value(), "under the window again: exact")
+	in.window.add(0, 2)
+	require.Equal(t, int64(7), in.window.value(), "under the window again: exact")
 	clock.Advance(windowRefresh)
-	w.readWindow(ctx)
+	in.readWindow(ctx)
 	require.Len(t, st.limits, 4, "back to windowRecount")
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -24,10 +22,13 @@ import (
 var errShutdown = errors.New("worker: shutting down")
 
 // Worker moves jobs from the broker through Postgres to the upstream. Its
-// parts run concurrently (docs/design/queue-of-record.md): ingest
-// (ingest.go), schedule (schedule.go), run (run.go, policy.go) and the
-// background services (services.go: heartbeat, reaper, gauges, ledger
-// sync). What each does: docs/design/queue-of-record.md#the-workers-parts.
+// parts run concurrently, each a type of its own (services.go makes them):
+// the lanes (laneset.go), the scopes (tenantquota.go), the caller and its
+// budget gate (caller.go, run.go, budget.go), the claimer (claimer.go,
+// schedule.go), the ingester (ingester.go, ingest.go) and the background
+// services; Start starts them in that order, Stop stops them in reverse
+// (docs/architecture.md). What each does:
+// docs/design/queue-of-record.md#the-workers-parts.
 type Worker struct {
 	cfg     Config
 	log     *slog.Logger
@@ -49,29 +50,27 @@ type Worker struct {
 	// capacity are the capacity normalisation's gauges (capacity.go).
 	capacity *capacityMetrics
 
-	lanesMu sync.Mutex
-	lanes   map[string]*lane
-	// unbound counts, per model with a pool of keys, its jobs claimed
-	// that have not chosen an entry yet (pool.go).
-	unbound map[string]*lane
+	// lanes are the models' shaping lanes and the pools of keys among
+	// them (laneset.go, lanes.go, pool.go).
+	lanes *laneSet
 	// ledger keeps, with Config.Ledger, the shares of the quotas this
 	// worker runs on (ledger.go); nil without.
 	ledger *ledgerSync
 	// scopes are the configured tenants' and projects' quota layers
 	// (tenantquota.go).
-	scopes scopes
+	scopes *scopes
 
-	policy policy
-	// policyMu guards the retry budget and the jitter source, which every
-	// job's decisions share.
-	policyMu sync.Mutex
-	budget   *RetryBudget
-	rng      *rand.Rand
+	// calls runs each claimed job until it leaves (caller.go, run.go);
+	// gate reserves and settles the calls' prices on the jobs' budgets
+	// (budget.go).
+	calls *caller
+	gate  *budgetGate
 
 	// gauges refreshes the lanes' gauges, the queue's depth and the drain
 	// estimate (observe.go).
 	gauges *gauges
-	ingestState
+	// ingest records the broker's messages as queued jobs (ingester.go).
+	ingest *ingester
 
 	// leases holds the jobs this worker holds and renews their leases
 	// (lease.go).
@@ -79,22 +78,8 @@ type Worker struct {
 	// services are the background loops, started in order, every one
 	// running until the last job has left (services.go).
 	services []service
-	// inFlight counts the jobs held (claimed, not yet finished).
-	inFlight atomic.Int64
-	// handedBack counts the jobs released to queued by the shutdown.
-	handedBack atomic.Int64
-	// wake tells the scheduler that room or work appeared.
-	wake chan struct{}
-	// newModels carries the models of freshly ingested jobs to the
-	// scheduler.
-	modelsMu  sync.Mutex
-	newModels map[string]bool
-	// unserved are the fallback models the provider answered 404 for.
-	unserved unservedModels
-	// reread makes the next claim round read the queued models again (the
-	// queued listener listens again: what was recorded meanwhile was not
-	// announced).
-	reread atomic.Bool
+	// claims is the schedule loop (claimer.go, schedule.go).
+	claims *claimer
 
 	// workCtx ends when Stop's grace period is over (calls in flight are
 	// cut); stopCtx, its child, when Stop begins (ingest and claims stop,
@@ -106,9 +91,6 @@ type Worker struct {
 	stopCancel context.CancelCauseFunc
 	bgCancel   context.CancelFunc
 
-	ingesters  sync.WaitGroup
-	scheduling sync.WaitGroup
-	runners    sync.WaitGroup
 	background sync.WaitGroup
 	startOnce  sync.Once
 	stopOnce   sync.Once
@@ -137,18 +119,6 @@ func New(cfg Config) (*Worker, error) {
 		capacity:      newCapacityMetrics(cfg.Registerer),
 		est:           est,
 		sizer:         store.Sizer{Estimator: est, Catalog: cfg.Catalog, Order: cfg.SizeOrder},
-		lanes:         make(map[string]*lane),
-		unbound:       make(map[string]*lane),
-		policy: policy{
-			MaxAttempts: cfg.MaxAttempts, FallbackAfter: cfg.FallbackAfter,
-			FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff,
-			OutageLimit: cfg.OutageLimit,
-		},
-		budget:      NewRetryBudget(cfg.RetryBudget, 0, 0),
-		rng:         rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		wake:        make(chan struct{}, 1),
-		newModels:   make(map[string]bool),
-		ingestState: ingestState{deliveries: newDeliveries()},
 	}
 	if err := w.newServices(); err != nil {
 		return nil, err
@@ -175,25 +145,17 @@ func (w *Worker) Start(ctx context.Context) error {
 			err = fmt.Errorf("worker: consume: %w", err)
 			return
 		}
+		// In order: the lanes and the caller take the jobs' contexts, the
+		// background services start (each primed first), then the
+		// claimer, then the ingester. Stop goes back the other way.
+		w.lanes.begin(w.stopCtx, w.workCtx)
+		w.calls.begin(w.stopCtx, w.workCtx)
 		w.startServices(bgCtx)
-		w.scheduling.Add(1)
-		go w.scheduleLoop()
-		// The messages queue up in a buffer while a batch is recorded, so
-		// the next batch takes them all; two ingesters, one recording a
-		// batch while the other gathers the next. The subscriber's
-		// prefetch bounds the messages delivered and not yet acked.
-		buf := make(chan *transport.Message, w.cfg.IngestPrefetch)
-		w.ingesters.Add(1 + ingesters)
-		go w.forward(msgs, buf)
-		for range ingesters {
-			go w.ingestLoop(buf)
-		}
+		w.claims.start(w.stopCtx)
+		w.ingest.start(w.stopCtx, msgs)
 	})
 	return err
 }
-
-// ingesters is the number of ingest loops.
-const ingesters = 2
 
 // Stop stops ingesting and claiming, hands back at once the jobs that
 // wait for admission or back off, lets calls in flight finish and their
@@ -206,12 +168,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 			return
 		}
 		w.stopCancel(errShutdown)
-		w.ingesters.Wait()
-		w.scheduling.Wait()
+		w.ingest.wait()
+		w.claims.wait()
 		ctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
 		defer cancel()
 		finished := make(chan struct{})
-		go func() { w.runners.Wait(); close(finished) }()
+		go func() { w.calls.runners.Wait(); close(finished) }()
 		select {
 		case <-finished:
 		case <-ctx.Done():
@@ -222,6 +184,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.workCancel(errShutdown)
 		w.bgCancel()
 		w.background.Wait()
+		w.lanes.wait()
 		w.stopErr = w.cfg.Subscriber.Close()
 	})
 	return w.stopErr
@@ -229,7 +192,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // HandedBack is the number of jobs Stop handed back to queued (claimed,
 // not finished), for another worker to run.
-func (w *Worker) HandedBack() int64 { return w.handedBack.Load() }
+func (w *Worker) HandedBack() int64 { return w.calls.handedBack.Load() }
 
 // Run starts the worker and stops it when ctx is done.
 func (w *Worker) Run(ctx context.Context) error {
@@ -238,14 +201,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return w.Stop(context.WithoutCancel(ctx))
-}
-
-// poke wakes the scheduler (it looks again at every model).
-func (w *Worker) poke() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
 }
 
 // retryDelay is the wait before try n+1 of something that failed n times

@@ -27,7 +27,7 @@ import (
 )
 
 // The Postgres store is the worker's job store.
-var _ worker.JobStore = (*store.Store)(nil)
+var _ worker.JobStore = (*store.Queue)(nil)
 
 // letters records dead letters and ends their jobs as dlq.Writer does
 // (fenced to the holder's lease), without a broker: the worker's own tests
@@ -43,7 +43,7 @@ func (l *letters) DeadLetter(ctx context.Context, letter dlq.Letter) error {
 	if letter.JobID != "" {
 		key = "job:" + letter.Tenant + "/" + letter.JobID
 	}
-	_, created, err := l.store.RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: key, JobID: letter.JobID,
+	_, created, err := l.store.DeadLetters().RecordDeadLetter(ctx, store.NewDeadLetter{KeyBase: key, JobID: letter.JobID,
 		Tenant: letter.Tenant, LeaseToken: letter.LeaseToken, Reason: string(letter.Reason),
 		LastError: letter.LastError, Message: letter.Message})
 	if err != nil {
@@ -130,7 +130,9 @@ func (tb *testBundle) workerConfig(t testing.TB, mutate func(*worker.Config)) wo
 	t.Helper()
 	cfg := worker.Config{
 		Subscriber:  tb.subscriber(t, 64),
-		Store:       tb.store,
+		Store:       tb.store.Queue(),
+		Chunks:      tb.store.Streams(),
+		LaneRates:   tb.store.LaneRates(),
 		Upstream:    upstreamAt(tb.sim.URL, 5*time.Second),
 		DeadLetters: tb.letters,
 		Strategy:    shaping.StrategyRetry,
@@ -183,7 +185,7 @@ func (tb *testBundle) publish(t *testing.T, values ...[]byte) {
 // none).
 func (tb *testBundle) get(t testing.TB, id string) *store.JobRecord {
 	t.Helper()
-	rec, err := tb.store.Get(context.Background(), llmq.DefaultTenant, id)
+	rec, err := tb.store.Jobs().Get(context.Background(), llmq.DefaultTenant, id)
 	require.NoError(t, err)
 	return rec
 }
@@ -206,7 +208,7 @@ func (tb *testBundle) waitTerminal(t *testing.T, ids []string, timeout time.Dura
 			if _, done := out[id]; done {
 				continue
 			}
-			rec, err := tb.store.Get(context.Background(), llmq.DefaultTenant, id)
+			rec, err := tb.store.Jobs().Get(context.Background(), llmq.DefaultTenant, id)
 			if err == nil && rec.Status.Terminal() {
 				out[id] = rec
 			}
@@ -505,7 +507,7 @@ func TestWorkerGracefulShutdownHandsBackUnfinishedJobs(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, upstreamsim.Config{Seed: 11, Latency: upstreamsim.LatencyConfig{TTFT: 3 * time.Second}})
 	w, err := worker.New(worker.Config{
-		Subscriber: tb.subscriber(t, 8), Store: tb.store, DeadLetters: tb.letters,
+		Subscriber: tb.subscriber(t, 8), Store: tb.store.Queue(), DeadLetters: tb.letters,
 		Upstream:        upstreamAt(tb.sim.URL, 10*time.Second),
 		Strategy:        shaping.StrategyRetry,
 		ShutdownTimeout: 100 * time.Millisecond,
@@ -544,7 +546,7 @@ func TestWorkerStoresAnswersAtShutdown(t *testing.T) {
 	tb := setup(t, upstreamsim.Config{Seed: 12, Latency: upstreamsim.LatencyConfig{TTFT: 3 * time.Second},
 		Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
 	w, err := worker.New(worker.Config{
-		Subscriber: tb.subscriber(t, 8), Store: tb.store, DeadLetters: tb.letters,
+		Subscriber: tb.subscriber(t, 8), Store: tb.store.Queue(), DeadLetters: tb.letters,
 		Upstream:        upstreamAt(tb.sim.URL, 10*time.Second),
 		Strategy:        shaping.StrategyRPM,
 		Catalog:         llmq.Catalog{Default: llmq.Model{RPM: 1e6, Concurrency: 2}},
@@ -649,7 +651,7 @@ func TestWorkerHoldsMessagesWhileTheDatabaseIsDown(t *testing.T) {
 	down.Close() // every operation now fails at once
 	clock := clockwork.NewFakeClock()
 	sub := tb.subscriber(t, 8)
-	tb.start(t, func(c *worker.Config) { c.Store, c.Clock, c.Subscriber = down, clock, sub })
+	tb.start(t, func(c *worker.Config) { c.Store, c.Clock, c.Subscriber = down.Queue(), clock, sub })
 	tb.publish(t, jobJSON("outage-1", "m", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -62,7 +62,7 @@ func newBatchLsCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&open, "open", false, "only batches not yet brought home")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return withBatchStore(cmd, flags, func(ctx context.Context, _ *config.Config, st *store.Store) error {
-			bs, err := st.ListBatches(ctx, limit, open)
+			bs, err := st.Batches().ListBatches(ctx, limit, open)
 			if err != nil {
 				return err
 			}
@@ -90,18 +90,18 @@ func newBatchShowCmd() *cobra.Command {
 		return withBatchStore(cmd, flags, func(ctx context.Context, _ *config.Config, st *store.Store) error {
 			out := cmd.OutOrStdout()
 			if len(args) == 0 {
-				c, err := batchapi.CostReport(ctx, st, time.Time{})
+				c, err := batchapi.CostReport(ctx, st.Batches(), time.Time{})
 				if err != nil {
 					return err
 				}
 				printCost(out, c)
 				return nil
 			}
-			b, err := st.GetBatch(ctx, args[0])
+			b, err := st.Batches().GetBatch(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			counts, err := st.BatchJobCounts(ctx, b.ID)
+			counts, err := st.Batches().BatchJobCounts(ctx, b.ID)
 			if err != nil {
 				return err
 			}
@@ -124,7 +124,7 @@ func newBatchCancelCmd() *cobra.Command {
 			cc := openai.DefaultConfig(cfg.OpenAIAPIKey)
 			cc.BaseURL = cfg.OpenAIBaseURL
 			cc.HTTPClient = &http.Client{Timeout: time.Minute}
-			b, err := batchapi.Cancel(ctx, st, batchapi.NewClient(cc, 0), args[0])
+			b, err := batchapi.Cancel(ctx, st.Batches(), batchapi.NewClient(cc, 0), args[0])
 			if err != nil {
 				return err
 			}

@@ -137,7 +137,7 @@ func openDLQ(ctx context.Context, flags *config.Flags, withBroker bool) (*dlqEnv
 		pub = p
 		closers = append(closers, func() { _ = p.Close() })
 	}
-	env.svc, err = dlq.NewService(dlq.Config{Store: st, Publisher: pub, Destination: cfg.Broker.Destination()})
+	env.svc, err = dlq.NewService(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: cfg.Broker.Destination()})
 	if err != nil {
 		env.close()
 		return nil, err

@@ -53,15 +53,15 @@ func TestDLQCommands(t *testing.T) {
 	st, err := store.Open(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	w, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: memory.New().NewPublisher(), Destination: queue})
+	w, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: memory.New().NewPublisher(), Destination: queue})
 	require.NoError(t, err)
 	for _, id := range []string{"j1", "j2"} {
 		msg := []byte(fmt.Sprintf(`{"id":%q,"tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`, id))
 		j, err := llmq.Decode(msg, llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = st.Insert(ctx, j)
+		_, err = st.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
-		recs, err := st.Claim(ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 1})
+		recs, err := st.Queue().Claim(ctx, store.ClaimRequest{Model: "m", Owner: "w", Lease: time.Minute, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, recs, 1)
 		require.NoError(t, w.DeadLetter(ctx, dlq.Letter{JobID: id, Tenant: "acme", Reason: dlq.ReasonRetriesExhausted,
@@ -114,7 +114,7 @@ func TestDLQCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, info.Messages)
 	for _, id := range []string{"j1", "j2"} {
-		rec, err := st.Get(ctx, "acme", id)
+		rec, err := st.Jobs().Get(ctx, "acme", id)
 		require.NoError(t, err)
 		require.Equal(t, llmq.StatusQueued, rec.Status)
 		require.Equal(t, 0, rec.Attempts)

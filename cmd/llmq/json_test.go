@@ -47,7 +47,7 @@ func (b *cliBundle) job(t *testing.T, tenant, id string) *llmq.Job {
 	t.Helper()
 	j, err := llmq.Decode([]byte(fmt.Sprintf(`{"id":%q,"tenant":%q,"metadata":{"k":"v"},"body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`, id, tenant)), llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Insert(b.ctx, j)
+	_, err = b.store.Jobs().Insert(b.ctx, j)
 	require.NoError(t, err)
 	return j
 }
@@ -57,7 +57,7 @@ func (b *cliBundle) job(t *testing.T, tenant, id string) *llmq.Job {
 func (b *cliBundle) hold(t *testing.T, tenant, id string) store.Lease {
 	t.Helper()
 	b.job(t, tenant, id)
-	recs, err := b.store.Claim(b.ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(b.ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, store.Key{Tenant: tenant, ID: id}, store.Key{Tenant: recs[0].Tenant, ID: recs[0].ID})
@@ -90,16 +90,16 @@ func requireSchema(t *testing.T, name, out string) map[string]any {
 func TestJSONOutputMatchesOpenAPI(t *testing.T) {
 	b := setupCLI(t)
 	ok := b.hold(t, "acme", "ok-1")
-	_, err := b.store.StoreResult(b.ctx, ok.Key, store.Result{Response: json.RawMessage(`{"choices":[{"message":{"content":"hello"}}]}`),
+	_, err := b.store.Queue().StoreResult(b.ctx, ok.Key, store.Result{Response: json.RawMessage(`{"choices":[{"message":{"content":"hello"}}]}`),
 		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
 	require.NoError(t, err)
 	failed := b.hold(t, "acme", "failed-1")
-	require.NoError(t, b.store.MarkFailed(b.ctx, failed, 400, "invalid_request_error",
+	require.NoError(t, b.store.Queue().MarkFailed(b.ctx, failed, 400, "invalid_request_error",
 		"HTTP 400: <html>"+strings.Repeat("bad request ", 200)+"\nAuthorization: Bearer sk-leaked0123456789</html>"))
 	long := b.hold(t, "acme", "long-1")
 	longErr := "The model gpt-4o-mini does not exist or you do not have access to it. Check the model name and your " +
 		"organization's access, then send the job again with a model you may use."
-	require.NoError(t, b.store.MarkFailed(b.ctx, long, 404, "model_not_found", longErr))
+	require.NoError(t, b.store.Queue().MarkFailed(b.ctx, long, 404, "model_not_found", longErr))
 	b.job(t, "globex", "queued-1")
 	out, err := runLLMQ(t, "status", "acme/long-1")
 	require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestJSONOutputMatchesOpenAPI(t *testing.T) {
 	require.NotNil(t, requireSchema(t, "JobList", out)["next_cursor"])
 
 	// Dead letters: a job's, and a poison message that is not JSON.
-	w, err := dlq.NewWriter(dlq.Config{Store: b.store, Publisher: memory.New().NewPublisher(), Destination: "jobs"})
+	w, err := dlq.NewWriter(dlq.Config{Store: b.store.DeadLetters(), Publisher: memory.New().NewPublisher(), Destination: "jobs"})
 	require.NoError(t, err)
 	require.NoError(t, w.DeadLetter(b.ctx, dlq.Letter{JobID: "queued-1", Tenant: "globex", Reason: dlq.ReasonExpired,
 		Message: []byte(`{"id":"queued-1","body":{}}`)}))
@@ -207,7 +207,7 @@ func TestJobsPrune(t *testing.T) {
 	out, err := runLLMQ(t, "jobs", "prune", "--older-than", "48h")
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(out, "pruned 2 jobs that ended before "), out)
-	recs, _, err := b.store.List(b.ctx, store.ListOptions{AllTenants: true, Limit: 10})
+	recs, _, err := b.store.Jobs().List(b.ctx, store.ListOptions{AllTenants: true, Limit: 10})
 	require.NoError(t, err)
 	var left []string
 	for _, r := range recs {

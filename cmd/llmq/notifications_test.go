@@ -20,7 +20,7 @@ func TestNotificationsLsAndReplay(t *testing.T) {
 	b.job(t, "acme", "n1")
 	_, err := b.store.Pool().Exec(b.ctx, `UPDATE jobs SET reply = '{"to":"replies"}' WHERE tenant = 'acme' AND id = 'n1'`)
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(b.ctx, store.Key{Tenant: "acme", ID: "n1"}, store.Result{Response: []byte(`{}`), UsedModel: "m"})
+	_, err = b.store.Queue().StoreResult(b.ctx, store.Key{Tenant: "acme", ID: "n1"}, store.Result{Response: []byte(`{}`), UsedModel: "m"})
 	require.NoError(t, err)
 	ns := b.store.Notifications()
 	claimed, err := ns.Claim(b.ctx, time.Now().Add(time.Minute), time.Minute, 10)
@@ -55,7 +55,7 @@ func TestNotificationsLsAndReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
 	require.Equal(t, ev, pending[0].EventID)
-	rec, err := b.store.Get(b.ctx, "acme", "n1")
+	rec, err := b.store.Jobs().Get(b.ctx, "acme", "n1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status, "the job is not touched")
 }

@@ -50,10 +50,10 @@ func TestProduceResultsTo(t *testing.T) {
 	require.Eventually(t, func() bool { return b.countJobs(t) == 5 }, 20*time.Second, 10*time.Millisecond)
 	for i := 1; i <= 5; i++ {
 		k := store.Key{Tenant: llmq.DefaultTenant, ID: fmt.Sprintf("p-%d", i)}
-		rec, err := b.store.Get(b.ctx, k.Tenant, k.ID)
+		rec, err := b.store.Jobs().Get(b.ctx, k.Tenant, k.ID)
 		require.NoError(t, err)
 		require.Equal(t, &llmq.Reply{To: replies}, rec.Reply, "published with the reply queue")
-		_, err = b.store.StoreResult(b.ctx, k, store.Result{Response: []byte(`{"id":"r"}`), UsedModel: "gpt-4o-mini"})
+		_, err = b.store.Queue().StoreResult(b.ctx, k, store.Result{Response: []byte(`{"id":"r"}`), UsedModel: "gpt-4o-mini"})
 		require.NoError(t, err)
 	}
 	select {

@@ -202,7 +202,7 @@ func (f *failingStats) QueueStats(ctx context.Context, since time.Time, limit in
 func TestProduceRetriesWhenTheQueueCannotBeMeasured(t *testing.T) {
 	b := setupCLI(t)
 	broker := memory.New()
-	stats := &failingStats{Store: b.store}
+	stats := &failingStats{Store: b.store.Outbox()}
 	p, err := producer.New(producer.Config{Publisher: broker.NewPublisher(), Store: stats, Destination: "jobs",
 		DepthTTL: -1, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)

@@ -46,7 +46,7 @@ tenant/id (the form of the key in logs and batch files); the default tenant othe
 			key = k
 		}
 		return withJobStore(cmd, flags, func(st *store.Store) error {
-			rec, err := st.Get(cmd.Context(), key.Tenant, key.ID)
+			rec, err := st.Jobs().Get(cmd.Context(), key.Tenant, key.ID)
 			if errors.Is(err, store.ErrNotFound) {
 				return notFound(cmd, st, key)
 			}
@@ -68,7 +68,7 @@ tenant/id (the form of the key in logs and batch files); the default tenant othe
 // that shows the job when other tenants have one of that id (job ids are
 // scoped by tenant), else the rule.
 func notFound(cmd *cobra.Command, st *store.Store, key store.Key) error {
-	tenants, err := st.TenantsWithJob(cmd.Context(), key.ID, 3)
+	tenants, err := st.Jobs().TenantsWithJob(cmd.Context(), key.ID, 3)
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func newJobsLsCmd() *cobra.Command {
 			return fmt.Errorf("--limit must be 1-%d", store.ListLimitMax)
 		}
 		return withJobStore(cmd, flags, func(st *store.Store) error {
-			recs, next, err := st.List(cmd.Context(), store.ListOptions{
+			recs, next, err := st.Jobs().List(cmd.Context(), store.ListOptions{
 				Tenant: tenant, AllTenants: true, Status: llmq.Status(status), Limit: limit, After: after})
 			if errors.Is(err, store.ErrBadCursor) {
 				return fmt.Errorf("--after: not a cursor printed by llmq jobs ls")

@@ -163,7 +163,7 @@ func TestStreamSeparateProcesses(t *testing.T) {
 	}
 	s.Close()
 	require.NotNil(t, usage, "include_usage: the last chunk holds the usage")
-	rec, err := st.Get(ctx, "acme", s.Header().Get("X-Llmq-Job-Id"))
+	rec, err := st.Jobs().Get(ctx, "acme", s.Header().Get("X-Llmq-Job-Id"))
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 	var stored openai.ChatCompletionResponse
@@ -191,10 +191,10 @@ func TestStreamSeparateProcesses(t *testing.T) {
 	}
 	id := s.Header().Get("X-Llmq-Job-Id")
 	require.Eventually(t, func() bool {
-		rec, err := st.Get(ctx, "acme", id)
+		rec, err := st.Jobs().Get(ctx, "acme", id)
 		return err == nil && rec.Status.Terminal()
 	}, time.Minute, 20*time.Millisecond)
-	rec, err = st.Get(ctx, "acme", id)
+	rec, err = st.Jobs().Get(ctx, "acme", id)
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusFailed, rec.Status)
 	require.Equal(t, "client_disconnected", rec.ErrorCode)

@@ -50,11 +50,11 @@ and which jobs it holds. The same as GET /v1/usage with an operator key.`,
 			if err := knownTenant(cmd.Context(), cfg, st, tenant); err != nil {
 				return err
 			}
-			used, err := st.Usage(cmd.Context(), tenant)
+			used, err := st.Budgets().Usage(cmd.Context(), tenant)
 			if err != nil {
 				return err
 			}
-			budgets, err := st.BudgetUsages(cmd.Context(), tenant)
+			budgets, err := st.Budgets().BudgetUsages(cmd.Context(), tenant)
 			if err != nil {
 				return err
 			}
@@ -94,7 +94,7 @@ func knownTenant(ctx context.Context, cfg *config.Config, st *store.Store, tenan
 	if _, ok := cfg.Tenants[tenant]; ok || tenant == "" || slices.Contains(slices.Collect(maps.Values(cfg.APIKeys)), tenant) {
 		return nil
 	}
-	jobs, _, err := st.List(ctx, store.ListOptions{Tenant: tenant, Limit: 1})
+	jobs, _, err := st.Jobs().List(ctx, store.ListOptions{Tenant: tenant, Limit: 1})
 	if err != nil || len(jobs) > 0 {
 		return err
 	}

@@ -100,7 +100,7 @@ func TestWorkerKill9(t *testing.T) {
 	total := sim.Sim.Stats().Total.Accepted
 	require.LessOrEqual(t, total-int64(n), int64(inFlight), "extra calls only for jobs in flight at the kill")
 	t.Logf("calls: %d at kill, %d total for %d jobs (%d repeated)", callsAtKill, total, n, total-int64(n))
-	rec, err := st.Get(context.Background(), llmq.DefaultTenant, ids[0])
+	rec, err := st.Jobs().Get(context.Background(), llmq.DefaultTenant, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status)
 }

@@ -280,10 +280,10 @@ func (a *App) buildWorker() error {
 
 	client := worker.NewOpenAIClient(upstreamConfig(s, wc))
 	wcfg := workerConfig(s, wc)
-	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger, wcfg.Queued = a.sub, a.store, letters, a.store, a.store
+	wcfg.Subscriber, wcfg.Store, wcfg.DeadLetters, wcfg.Ledger, wcfg.Queued = a.sub, a.store.Queue(), letters, a.store.Ledger(), a.store.Queue()
 	wcfg.Upstream = worker.OpenAIUpstream(client, cmp.Or(wc.Provider, worker.ProviderOpenAI))
 	wcfg.Strategy, wcfg.Logger, wcfg.Registerer = strategy, a.log, a.registerer
-	wcfg.Budgets = a.store
+	wcfg.Budgets, wcfg.Chunks, wcfg.LaneRates = a.store.Budgets(), a.store.Streams(), a.store.LaneRates()
 	wcfg.LiveTenants = a.tenancy.Tenants
 	wcfg.Estimator = a.est
 	if a.alerter != nil {
@@ -293,7 +293,7 @@ func (a *App) buildWorker() error {
 		// The batch lane: deferrable jobs go to the provider's Batch API
 		// off-peak, or when the live lane would take too long to drain.
 		bc := batchConfig(s, wc)
-		bc.Store, bc.Client = a.store, newBatchClient(s, cmp.Or(wc.UpstreamTimeout, worker.UpstreamTimeoutDefault))
+		bc.Store, bc.Client = a.store.Batches(), newBatchClient(s, cmp.Or(wc.UpstreamTimeout, worker.UpstreamTimeoutDefault))
 		bc.DeadLetters, bc.Logger, bc.Registerer = letters, a.log, a.registerer
 		bc.Drain = wc.BatchDrain
 		if bc.Drain == nil {
@@ -433,7 +433,7 @@ func (a *App) deadLetters() (*dlq.Writer, error) {
 		notifier, a.alerter = alerter, alerter
 	}
 	letters, err := dlq.NewWriter(dlq.Config{
-		Store: a.store, Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
+		Store: a.store.DeadLetters(), Publisher: a.pub, Destination: a.target.Dest, Alerter: notifier,
 		Logger: a.log, Registerer: a.registerer,
 	})
 	if err != nil {
@@ -447,7 +447,7 @@ func (a *App) deadLetters() (*dlq.Writer, error) {
 // buildProducer builds the producer, whose depth probe is the subscriber.
 func (a *App) buildProducer() error {
 	pc := producerConfig(a.cfg.Settings)
-	pc.Publisher, pc.Store, pc.Destination, pc.DepthProbe = a.pub, a.store, a.target.Dest, a.sub
+	pc.Publisher, pc.Store, pc.Destination, pc.DepthProbe = a.pub, a.store.Outbox(), a.target.Dest, a.sub
 	pc.KeyBy = producer.KeyBy(a.target.Key)
 	letters, err := a.deadLetters()
 	if err != nil {
@@ -457,7 +457,7 @@ func (a *App) buildProducer() error {
 	pc.QuotaRatePerMin = 60 * worker.QuotaRate(a.cfg.Settings.Catalog(), nil)
 	// A deadline is checked against the job's own model lane
 	// (docs/design/gateway.md), not the queue's drain.
-	pc.Predict = a.store.JobPredictor(a.cfg.Settings.Tenants)
+	pc.Predict = a.store.LaneRates().JobPredictor(a.cfg.Settings.Tenants)
 	pc.Sizer = jobSizer(a.cfg.Settings, a.est)
 	pc.Logger = a.log
 	pc.LiveTenants = a.tenancy.Tenants
@@ -491,7 +491,7 @@ func (a *App) buildAPI() error {
 		return err
 	}
 	a.parts.add("outbox sweeper", sweeper.Start, sweeper.Stop, stopTimeout)
-	svc, err := dlq.NewService(dlq.Config{Store: a.store, Publisher: a.pub, Destination: a.target.Dest,
+	svc, err := dlq.NewService(dlq.Config{Store: a.store.DeadLetters(), Publisher: a.pub, Destination: a.target.Dest,
 		Logger: a.log, Registerer: a.registerer})
 	if err != nil {
 		return err
@@ -500,15 +500,15 @@ func (a *App) buildAPI() error {
 	// Batch API, with the worker's address and key.
 	batchClient := newBatchClient(s, time.Minute)
 	handler, err := api.New(api.Config{
-		Producer: a.producer, Store: a.store, OperatorKeys: operatorKeys(s.OperatorKeys), Catalog: s.Catalog(),
-		DeadLetterService: svc, Batches: a.store, Notifications: a.store.Notifications(),
-		Usage: a.store, Tenancy: a.tenancy, TenancyStore: a.store.Tenancy().AnyModel(s.AllowAnyModel),
+		Producer: a.producer, Store: a.store.Jobs(), OperatorKeys: operatorKeys(s.OperatorKeys), Catalog: s.Catalog(),
+		DeadLetterService: svc, Batches: a.store.Batches(), Notifications: a.store.Notifications(),
+		Usage: a.store.Budgets(), Tenancy: a.tenancy, TenancyStore: a.store.Tenancy().AnyModel(s.AllowAnyModel),
 		TenantNotifications: store.NewTenantNotifications(a.store),
 		CancelBatch: func(ctx context.Context, ref string) (*store.BatchRecord, error) {
-			return batchapi.Cancel(ctx, a.store, batchClient, ref)
+			return batchapi.Cancel(ctx, a.store.Batches(), batchClient, ref)
 		},
 		MaxMessageBytes: s.MaxMessageBytes, Logger: a.log, Registerer: a.registerer,
-		JobsDone: a.store, Streams: a.store, Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store,
+		JobsDone: a.store.Jobs(), Streams: a.store.Streams(), Gateway: gatewayConfig(s), RateLimits: rateLimitConfig(s), Limits: a.store.Ledger(),
 	})
 	if err != nil {
 		return err

@@ -83,7 +83,7 @@ func TestWorkerAndAPI(t *testing.T) {
 		_, job := do(http.MethodGet, "/v1/jobs/app-1", "")
 		return job["status"] == string(llmq.StatusSucceeded)
 	}, 30*time.Second, 20*time.Millisecond)
-	rec, err := a.Store().Get(ctx, "acme", "app-1")
+	rec, err := a.Store().Jobs().Get(ctx, "acme", "app-1")
 	require.NoError(t, err)
 	require.Positive(t, rec.EstPromptTokens)
 	require.Equal(t, 8, rec.EstOutputTokens)
@@ -255,7 +255,7 @@ func TestGatewayRefusesItsOwnWorker(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Equal(t, "llmq_loop", body.Error.Code)
-	n, err := gw.Store().CountByStatus(ctx, "acme", 10)
+	n, err := gw.Store().Jobs().CountByStatus(ctx, "acme", 10)
 	require.NoError(t, err)
 	require.Empty(t, n, "no job was recorded")
 }

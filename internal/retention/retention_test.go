@@ -83,7 +83,7 @@ func TestPrunerFoldsTheUsageOnItsTimer(t *testing.T) {
 	clock.Advance(time.Second)
 	require.Eventually(t, func() bool { return counter(t, reg, "llmq_usage_folded_total") == 5 }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, rows())
-	used, err := s.Usage(ctx, "acme")
+	used, err := s.Budgets().Usage(ctx, "acme")
 	require.NoError(t, err)
 	require.Equal(t, []store.ScopeUsage{{Tenant: "acme", DayRequests: 5, DayTokens: 50}}, used)
 }
@@ -105,7 +105,7 @@ func setup(t *testing.T) (*store.Store, *pgxpool.Pool, *clockwork.FakeClock, fun
 	finished := func(id string, age time.Duration) {
 		j, err := llmq.Decode([]byte(`{"id":"`+id+`","tenant":"acme","body":{"model":"m","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
 		require.NoError(t, err)
-		_, err = s.Insert(ctx, j)
+		_, err = s.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 		_, err = db.Exec(ctx, `UPDATE jobs SET status = 'succeeded', finished_at = $2, attempts = 1, prompt_tokens = 10
 			WHERE id = $1`, id, clock.Now().Add(-age))

@@ -84,18 +84,18 @@ func setup(t *testing.T, brokerURL string, opts ...options) *pipeline {
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _, _ = sub.Close(), probe.Close(), pub.Close() })
 	catalog := llmq.Catalog{Models: map[string]llmq.Model{"broken": {Fallbacks: []string{"backup"}}, "backup": {}}}
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: target.Dest, DepthProbe: probe,
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: target.Dest, DepthProbe: probe,
 		DepthTTL: -1, Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{apiKey: "acme"}, Catalog: catalog,
-		JobsDone: st, Gateway: api.GatewayConfig{Timeout: 30 * time.Second}, Logger: quiet, Registerer: reg})
+	a, err := api.New(api.Config{Producer: p, Store: st.Jobs(), Keys: map[string]string{apiKey: "acme"}, Catalog: catalog,
+		JobsDone: st.Jobs(), Gateway: api.GatewayConfig{Timeout: 30 * time.Second}, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: target.Dest})
+	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: target.Dest})
 	require.NoError(t, err)
-	w, err := worker.New(worker.Config{Subscriber: sub, Store: st, DeadLetters: letters, Catalog: catalog,
+	w, err := worker.New(worker.Config{Subscriber: sub, Store: st.Queue(), DeadLetters: letters, Catalog: catalog,
 		Strategy: shaping.StrategyRetry, MaxInFlight: 8,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 			APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
@@ -235,7 +235,7 @@ func TestJobTrace(t *testing.T) {
 			publish := tr.one(tracing.SpanPublish)
 			require.Equal(t, server.SpanID, publish.ParentID)
 			assertRun(t, tr, publish)
-			rec, err := pl.st.Get(context.Background(), "acme", "traced")
+			rec, err := pl.st.Jobs().Get(context.Background(), "acme", "traced")
 			require.NoError(t, err)
 			require.Equal(t, "00-"+id+"-"+publish.SpanID+"-01", rec.TraceContext)
 		})
@@ -342,7 +342,7 @@ func TestQueueWaitReasons(t *testing.T) {
 	resp := pl.post(t, "/v1/jobs", ids[0], fmt.Sprintf(body, "first"))
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
 	require.Eventually(t, func() bool {
-		rec, err := pl.st.Get(context.Background(), "acme", "first")
+		rec, err := pl.st.Jobs().Get(context.Background(), "acme", "first")
 		return err == nil && rec.Status == llmq.StatusRunning
 	}, 30*time.Second, 5*time.Millisecond)
 	resp = pl.post(t, "/v1/jobs", ids[1], fmt.Sprintf(body, "second"))

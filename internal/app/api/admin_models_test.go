@@ -10,6 +10,7 @@ import (
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/app/api"
+	"github.com/llmq/llmq/store"
 )
 
 // TestAdminModels: models are created, read, replaced with If-Match and
@@ -21,7 +22,7 @@ import (
 // every change is in the audit log with the operator key's name.
 func TestAdminModels(t *testing.T) {
 	t.Parallel()
-	b, w := adminBundle(t, func(c *api.Config) {
+	b, w := adminBundle(t, func(c *api.Config, _ *store.Store) {
 		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {}}}
 	})
 	msgs := `"messages":[{"role":"user","content":"hi"}]`

@@ -14,8 +14,8 @@ import (
 
 func notificationsBundle(t *testing.T) *testBundle {
 	t.Helper()
-	b, _ := adminBundle(t, func(c *api.Config) {
-		c.TenantNotifications = store.NewTenantNotifications(c.Store.(*store.Store))
+	b, _ := adminBundle(t, func(c *api.Config, st *store.Store) {
+		c.TenantNotifications = store.NewTenantNotifications(st)
 	})
 	return b
 }

@@ -21,14 +21,14 @@ import (
 
 // adminBundle is a bundle whose API serves the tenancy kept as data, its
 // store (the jobs' waiting reasons) reading the same live tenants.
-func adminBundle(t *testing.T, mutate ...func(*api.Config)) (*testBundle, *tenancy.Watcher) {
+func adminBundle(t *testing.T, mutate ...func(*api.Config, *store.Store)) (*testBundle, *tenancy.Watcher) {
 	t.Helper()
 	var w *tenancy.Watcher
-	b := setup(t, options{api: func(c *api.Config) {
+	b := setup(t, options{apiStore: func(c *api.Config, st *store.Store) {
 		for _, m := range mutate {
-			m(c)
+			m(c, st)
 		}
-		live := store.New(c.Store.(*store.Store).Pool(), store.WithClock(c.Clock),
+		live := store.New(st.Pool(), store.WithClock(c.Clock),
 			store.WithOrder(store.Order{Live: func() llmq.Tenants { return w.Tenants() }}))
 		w = tenancy.New(live.Tenancy(), tenancy.Config{Logger: quiet})
 		require.NoError(t, w.Load(context.Background()))
@@ -42,7 +42,7 @@ func adminBundle(t *testing.T, mutate ...func(*api.Config)) (*testBundle, *tenan
 			cancel()
 			<-done
 		})
-		c.Store, c.Tenancy, c.TenancyStore, c.JobsDone = live, w, live.Tenancy(), live
+		c.Store, c.Tenancy, c.TenancyStore, c.JobsDone = live.Jobs(), w, live.Tenancy(), live.Jobs()
 	}})
 	return b, w
 }
@@ -221,7 +221,7 @@ func TestAdminPause(t *testing.T) {
 // requests (their limiters are not forgotten).
 func TestAdminKeysKeepTheirRateLimits(t *testing.T) {
 	t.Parallel()
-	b, w := adminBundle(t, func(c *api.Config) { c.RateLimits.TenantRPM = 2 })
+	b, w := adminBundle(t, func(c *api.Config, _ *store.Store) { c.RateLimits.TenantRPM = 2 })
 	keys := make([]string, 3)
 	for i := range keys {
 		name := string(rune('a' + i))

@@ -61,6 +61,9 @@ type testBundle struct {
 type options struct {
 	producer func(*producer.Config)
 	api      func(*api.Config)
+	// apiStore, when set, changes the API's configuration with its store
+	// at hand (after api).
+	apiStore func(*api.Config, *store.Store)
 	// batches starts a simulator for the provider batches of the test
 	// (see testBundle.batch) and lets the API cancel them there.
 	batches bool
@@ -76,7 +79,7 @@ func setup(t *testing.T, o options) *testBundle {
 	t.Cleanup(func() { _ = sub.Close() })
 	reg := prometheus.NewRegistry()
 	pcfg := producer.Config{
-		Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub,
+		Publisher: b.NewPublisher(), Store: st.Outbox(), Destination: "jobs", DepthProbe: sub,
 		DepthTTL: -1, Clock: clk, Logger: quiet, Registerer: reg,
 	}
 	if o.producer != nil {
@@ -84,15 +87,15 @@ func setup(t *testing.T, o options) *testBundle {
 	}
 	p, err := producer.New(pcfg)
 	require.NoError(t, err)
-	dcfg := dlq.Config{Store: st, Publisher: b.NewPublisher(), Destination: "jobs", Clock: clk, Logger: quiet}
+	dcfg := dlq.Config{Store: st.DeadLetters(), Publisher: b.NewPublisher(), Destination: "jobs", Clock: clk, Logger: quiet}
 	svc, err := dlq.NewService(dcfg)
 	require.NoError(t, err)
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
 	acfg := api.Config{
-		Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []api.OperatorKey{{Name: "ops", Key: keyOps}},
-		DeadLetterService: svc, Batches: st, Notifications: st.Notifications(),
-		Usage: st, Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
+		Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"}, OperatorKeys: []api.OperatorKey{{Name: "ops", Key: keyOps}},
+		DeadLetterService: svc, Batches: st.Batches(), Notifications: st.Notifications(),
+		Usage: st.Budgets(), Tenants: testTenants, Logger: quiet, Registerer: reg, Clock: clk,
 	}
 	var bcfg batchapi.Config
 	if o.batches {
@@ -104,14 +107,17 @@ func setup(t *testing.T, o options) *testBundle {
 		client := openai.NewClientWithConfig(cc)
 		// A live lane that drains in an hour sends deferrable jobs to the
 		// Batch API at once.
-		bcfg = batchapi.Config{Store: st, Client: client, Logger: quiet, Clock: clk,
+		bcfg = batchapi.Config{Store: st.Batches(), Client: client, Logger: quiet, Clock: clk,
 			DrainThreshold: time.Minute, Drain: func() time.Duration { return time.Hour }}
 		acfg.CancelBatch = func(ctx context.Context, ref string) (*store.BatchRecord, error) {
-			return batchapi.Cancel(ctx, st, client, ref)
+			return batchapi.Cancel(ctx, st.Batches(), client, ref)
 		}
 	}
 	if o.api != nil {
 		o.api(&acfg)
+	}
+	if o.apiStore != nil {
+		o.apiStore(&acfg, st)
 	}
 	a, err := api.New(acfg)
 	require.NoError(t, err)
@@ -139,7 +145,7 @@ func (b *testBundle) batch(t *testing.T, ids ...string) string {
 	n, err := c.FlushAll(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(ids), n)
-	open, err := b.store.ListBatches(ctx, 1, true)
+	open, err := b.store.Batches().ListBatches(ctx, 1, true)
 	require.NoError(t, err)
 	require.Len(t, open, 1)
 	return open[0].ID
@@ -243,14 +249,14 @@ func TestEnqueueAndPoll(t *testing.T) {
 	require.Equal(t, "running", job["status"])
 	require.Equal(t, store.PhaseWaitingForQuota, job["phase"])
 	require.NotContains(t, job, "waiting_reason")
-	_, err = b.store.MarkCalling(context.Background(), l, store.PolicyState{})
+	_, err = b.store.Queue().MarkCalling(context.Background(), l, store.PolicyState{})
 	require.NoError(t, err)
 	job = b.get(t, keyAcme, "/v1/jobs/"+id).json(t)
 	require.Equal(t, store.PhaseCalling, job["phase"])
 	require.Equal(t, 1.0, job["attempts"])
 
 	// The result is served once stored.
-	_, err = b.store.StoreResult(context.Background(), l.Key, store.Result{
+	_, err = b.store.Queue().StoreResult(context.Background(), l.Key, store.Result{
 		Response:  json.RawMessage(`{"id":"chatcmpl-1","choices":[{"message":{"role":"assistant","content":"hello"}}]}`),
 		UsedModel: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 1})
 	require.NoError(t, err)
@@ -266,7 +272,7 @@ func TestEnqueueAndPoll(t *testing.T) {
 // lease.
 func (b *testBundle) claim(t *testing.T, id string) store.Lease {
 	t.Helper()
-	recs, err := b.store.Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(context.Background(), store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, id, recs[0].ID)
@@ -462,9 +468,9 @@ func TestBackpressureHTTP(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		j := &llmq.Job{ID: fmt.Sprintf("done-%d", i), Tenant: "acme", Priority: llmq.PriorityNormal, Body: json.RawMessage(validBody)}
 		require.NoError(t, j.Validate())
-		_, err := b.store.Insert(ctx, j)
+		_, err := b.store.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
-		_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: json.RawMessage(`{}`)})
+		_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: j.ID}, store.Result{Response: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 	states := []string{"ok", "ok", "throttled", "throttled"}
@@ -560,7 +566,7 @@ func TestUnknownProject(t *testing.T) {
 	}
 	require.Equal(t, int64(0), b.broker.Depth("jobs"))
 	for _, id := range []string{"u1", "u2", "u3"} {
-		_, err := b.store.Get(context.Background(), "acme", id)
+		_, err := b.store.Jobs().Get(context.Background(), "acme", id)
 		require.ErrorIs(t, err, store.ErrNotFound, id)
 	}
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"project":"support","body":`+validBody+`}`).status)

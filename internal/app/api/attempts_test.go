@@ -20,18 +20,18 @@ func (b *testBundle) callTwice(t *testing.T, key, id string) {
 	ctx := context.Background()
 	require.Equal(t, http.StatusAccepted, b.post(t, key, `{"id":"`+id+`","body":`+validBody+`}`).status)
 	l := b.claim(t, id)
-	_, err := b.store.MarkCalling(ctx, l, store.PolicyState{Call: store.Call{Model: "gpt-4o-mini", QuotaWait: 300 * time.Millisecond}})
+	_, err := b.store.Queue().MarkCalling(ctx, l, store.PolicyState{Call: store.Call{Model: "gpt-4o-mini", QuotaWait: 300 * time.Millisecond}})
 	require.NoError(t, err)
 	b.clock.Advance(time.Second)
-	require.NoError(t, b.store.MarkRetrying(ctx, l, store.PolicyState{Retries: 1, RateLimited: 1, Answered: &store.Answer{
+	require.NoError(t, b.store.Queue().MarkRetrying(ctx, l, store.PolicyState{Retries: 1, RateLimited: 1, Answered: &store.Answer{
 		Attempt: 1, At: b.clock.Now(), Status: 429, Outcome: "rate_limited", ErrorCode: "rate_limit_exceeded",
 		RetryAfter: 2 * time.Second, LimitRequests: 500, LimitTokens: 200000}}, "rate_limit_exceeded", "slow down"))
 	b.clock.Advance(2 * time.Second)
-	_, err = b.store.MarkCalling(ctx, l, store.PolicyState{Retries: 1, RateLimited: 1,
+	_, err = b.store.Queue().MarkCalling(ctx, l, store.PolicyState{Retries: 1, RateLimited: 1,
 		Call: store.Call{Model: "gpt-4o-mini", QuotaWait: 100 * time.Millisecond, Backoff: 2 * time.Second}})
 	require.NoError(t, err)
 	b.clock.Advance(time.Second)
-	_, err = b.store.StoreResult(ctx, l.Key, store.Result{Response: json.RawMessage(`{}`), UsedModel: "gpt-4o-mini",
+	_, err = b.store.Queue().StoreResult(ctx, l.Key, store.Result{Response: json.RawMessage(`{}`), UsedModel: "gpt-4o-mini",
 		PromptTokens: 9, CompletionTokens: 3, Answered: &store.Answer{Attempt: 2, At: b.clock.Now(), Status: 200,
 			Outcome: "success", PromptTokens: 9, CompletionTokens: 3}})
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func TestJobCallsNameTheirKey(t *testing.T) {
 	b := setup(t, options{})
 	require.Equal(t, http.StatusAccepted, b.post(t, keyAcme, `{"id":"k","body":`+validBody+`}`).status)
 	l := b.claim(t, "k")
-	_, err := b.store.MarkCalling(context.Background(), l, store.PolicyState{Call: store.Call{Model: "gpt-4o-mini", Entry: "org-b"}})
+	_, err := b.store.Queue().MarkCalling(context.Background(), l, store.PolicyState{Call: store.Call{Model: "gpt-4o-mini", Entry: "org-b"}})
 	require.NoError(t, err)
 	var job api.Job
 	require.NoError(t, json.Unmarshal(b.get(t, keyAcme, "/v1/jobs/k").body, &job))

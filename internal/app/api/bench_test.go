@@ -50,10 +50,10 @@ func BenchmarkEnqueue(b *testing.B) {
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = sub.Close(); _ = pub.Close() })
 	reg := prometheus.NewRegistry()
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: sub,
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: queue, DepthProbe: sub,
 		HardDepth: 1 << 40, SoftDepth: 1 << 39, Logger: quiet, Registerer: reg})
 	require.NoError(b, err)
-	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Logger: quiet, Registerer: reg})
+	a, err := api.New(api.Config{Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme"}, Logger: quiet, Registerer: reg})
 	require.NoError(b, err)
 	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

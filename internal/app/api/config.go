@@ -68,7 +68,7 @@ type Config struct {
 	// /v1/notifications/{event_id}/replay. A *store.Notifications is one.
 	Notifications NotificationStore
 	// Batches, when set, serves the provider batches of the batch lane to
-	// operator keys: GET /v1/batches and /v1/batches/{id}. A *store.Store
+	// operator keys: GET /v1/batches and /v1/batches/{id}. A *store.Batches
 	// is one.
 	Batches BatchStore
 	// CancelBatch asks the provider to cancel a batch (llmq or provider
@@ -76,7 +76,7 @@ type Config struct {
 	// /v1/batches/{id}/cancel answers 503.
 	CancelBatch func(ctx context.Context, ref string) (*store.BatchRecord, error)
 	// Usage, when set, serves GET /v1/usage: the scopes in view with
-	// their limits (Tenants) and what they used. A *store.Store is one.
+	// their limits (Tenants) and what they used. A *store.Budgets is one.
 	Usage UsageStore
 	// Tenants are the configured tenants and projects: their weights and
 	// limits, shown by GET /v1/usage.
@@ -117,19 +117,19 @@ type Config struct {
 	Clock clockwork.Clock
 
 	// JobsDone tells the gateway's waiting callers that their jobs ended
-	// (a [*store.Store] is one). nil: gateway mode is off, POST
+	// (a [*store.Jobs] is one). nil: gateway mode is off, POST
 	// /v1/chat/completions and GET /v1/models are not served. With it, Start
 	// and Stop run the listening connection.
 	JobsDone JobsDoneListener
 	// Streams carries the chunks of streamed gateway calls from the
-	// workers (a [*store.Store] is one; gateway_stream.go). nil: a
+	// workers (a [*store.Streams] is one; gateway_stream.go). nil: a
 	// streamed call is answered once its completion is whole.
 	Streams StreamStore
 	// Gateway tunes gateway mode.
 	Gateway GatewayConfig
 
 	// Limits, when set, makes the API replicas behind one address share
-	// the key and tenant limits of RateLimits (a [*store.Store] is one;
+	// the key and tenant limits of RateLimits (a [*store.Ledger] is one;
 	// doorshare.go): each replica writes what it let through every
 	// LimitPeriod and takes the others' from its buckets. Start and Stop
 	// run the exchange. nil: each replica limits alone.
@@ -164,7 +164,7 @@ type GatewayConfig struct {
 	MaxWaiting int
 }
 
-// JobsDoneListener announces the jobs that end; a [*store.Store] is one.
+// JobsDoneListener announces the jobs that end; a [*store.Jobs] is one.
 type JobsDoneListener interface {
 	// ListenJobsDone listens until ctx ends or its connection fails: it
 	// calls listening once it listens, then done with each job that ends.
@@ -172,7 +172,7 @@ type JobsDoneListener interface {
 }
 
 // StreamStore is what the gateway reads of streamed calls; a
-// [*store.Store] is one.
+// [*store.Streams] is one.
 type StreamStore interface {
 	// ListenJobChunks listens until ctx ends or its connection fails: it
 	// calls listening once it listens, then appended with each job whose
@@ -187,7 +187,7 @@ type StreamStore interface {
 }
 
 // JobStore is what the API reads and changes of the job store; a
-// [*store.Store] is one.
+// [*store.Jobs] is one.
 type JobStore interface {
 	// Get returns a tenant's job, or store.ErrNotFound.
 	Get(ctx context.Context, tenant, id string) (*store.JobRecord, error)
@@ -211,7 +211,7 @@ type JobStore interface {
 }
 
 // BatchStore is what the API reads of the batch lane's batches; a
-// [*store.Store] is one.
+// [*store.Batches] is one.
 type BatchStore interface {
 	// ListBatches returns the newest batches, only those not yet brought
 	// home when open.

@@ -27,7 +27,7 @@ const (
 )
 
 // LimitLedger carries the counts of the door's limits between the API
-// replicas behind one address; a [*store.Store] is one.
+// replicas behind one address; a [*store.Ledger] is one.
 type LimitLedger interface {
 	// ShareDoorCounts writes replica's counts with a lease and returns
 	// the other replicas' live ones.

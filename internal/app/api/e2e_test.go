@@ -99,18 +99,18 @@ func TestEndToEnd(t *testing.T) {
 	t.Cleanup(func() { _ = workSub.Close() })
 
 	reg := prometheus.NewRegistry()
-	p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe,
+	p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: queue, DepthProbe: probe,
 		Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Logger: quiet})
+	a, err := api.New(api.Config{Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme"}, Logger: quiet})
 	require.NoError(t, err)
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
 
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
+	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
-		Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
+		Subscriber: workSub, Store: st.Queue(), DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: upstream.URL + "/v1", APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 		Logger:   quiet, Registerer: prometheus.NewRegistry(),
 	})

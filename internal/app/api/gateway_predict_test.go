@@ -48,7 +48,7 @@ func BenchmarkGatewayPrediction(bb *testing.B) {
 			for range 20 {
 				_, err := c.CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "warm up"))
 				require.NoError(t, err)
-				if p, err := b.store.PredictCompletion(ctx, "gpt-4o-mini", llmq.PriorityNormal, 40); err == nil && p.Known && p.Latency > 0 {
+				if p, err := b.store.LaneRates().PredictCompletion(ctx, "gpt-4o-mini", llmq.PriorityNormal, 40); err == nil && p.Known && p.Latency > 0 {
 					break
 				}
 			}
@@ -61,7 +61,7 @@ func BenchmarkGatewayPrediction(bb *testing.B) {
 				admit sync.Mutex
 			)
 			recorded := func() int64 {
-				n, err := b.store.CountByStatus(ctx, "acme", 0)
+				n, err := b.store.Jobs().CountByStatus(ctx, "acme", 0)
 				require.NoError(t, err)
 				var sum int64
 				for _, v := range n {
@@ -74,7 +74,7 @@ func BenchmarkGatewayPrediction(bb *testing.B) {
 					for range tc.calls {
 						admit.Lock()
 						before := recorded()
-						p, err := b.store.PredictCompletion(ctx, "gpt-4o-mini", llmq.PriorityNormal, 40)
+						p, err := b.store.LaneRates().PredictCompletion(ctx, "gpt-4o-mini", llmq.PriorityNormal, 40)
 						start := time.Now()
 						called := make(chan error, 1)
 						go func() {

@@ -71,11 +71,11 @@ func streamSetup(t testing.TB, hook upstreamsim.StreamHook, latency upstreamsim.
 	probe, err := rabbitmq.NewSubscriber(rcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = probe.Close() })
-	p, err := producer.New(producer.Config{Publisher: pub, Store: apiStore, Destination: queue, DepthProbe: probe, DepthTTL: -1,
+	p, err := producer.New(producer.Config{Publisher: pub, Store: apiStore.Outbox(), Destination: queue, DepthProbe: probe, DepthTTL: -1,
 		Clock: clockwork.NewRealClock(), Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
-	a, err := api.New(api.Config{Producer: p, Store: apiStore, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: apiStore, Streams: apiStore, Logger: quiet, Registerer: prometheus.NewRegistry()})
+	a, err := api.New(api.Config{Producer: p, Store: apiStore.Jobs(), Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
+		JobsDone: apiStore.Jobs(), Streams: apiStore.Streams(), Logger: quiet, Registerer: prometheus.NewRegistry()})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -87,10 +87,10 @@ func streamSetup(t testing.TB, hook upstreamsim.StreamHook, latency upstreamsim.
 	workSub, err := rabbitmq.NewSubscriber(rcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = workSub.Close() })
-	letters, err := dlq.NewWriter(dlq.Config{Store: workerStore, Publisher: pub, Destination: queue})
+	letters, err := dlq.NewWriter(dlq.Config{Store: workerStore.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
 	w, err := worker.New(worker.Config{
-		Subscriber: workSub, Store: workerStore, Queued: workerStore, DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
+		Subscriber: workSub, Store: workerStore.Queue(), Queued: workerStore.Queue(), Chunks: workerStore.Streams(), DeadLetters: letters, Strategy: shaping.StrategyRetry, MaxInFlight: 16,
 		Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 			APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 		Logger: quiet, Registerer: prometheus.NewRegistry(),

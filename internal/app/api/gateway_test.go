@@ -95,16 +95,16 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 	// Admission's now stands still (exact Retry-After); the store and the
 	// worker keep the system clock.
 	clk := clockwork.NewFakeClockAt(time.Now())
-	pcfg := producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
-		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry(), Predict: st.PredictJob}
+	pcfg := producer.Config{Publisher: pub, Store: st.Outbox(), Destination: queue, DepthProbe: probe, DepthTTL: -1,
+		Clock: clk, Logger: quiet, Registerer: prometheus.NewRegistry(), Predict: st.LaneRates().PredictJob}
 	for _, o := range producerOpts {
 		o(&pcfg)
 	}
 	p, err := producer.New(pcfg)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
-		JobsDone: st, Gateway: gw, RateLimits: env.rateLimits, Usage: st, Tenants: env.tenants, Clock: clk, Logger: cmp.Or(env.logger, quiet), Registerer: reg})
+	a, err := api.New(api.Config{Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme"}, Catalog: gatewayCatalog,
+		JobsDone: st.Jobs(), Gateway: gw, RateLimits: env.rateLimits, Usage: st.Budgets(), Tenants: env.tenants, Clock: clk, Logger: cmp.Or(env.logger, quiet), Registerer: reg})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	srv := httptest.NewServer(a)
@@ -117,10 +117,10 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 		workSub, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = workSub.Close() })
-		letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
+		letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 		require.NoError(t, err)
 		w, err := worker.New(worker.Config{
-			Subscriber: workSub, Store: st, DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
+			Subscriber: workSub, Store: st.Queue(), LaneRates: st.LaneRates(), Chunks: st.Streams(), DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 			OutageLimit: b.outageLimit, Catalog: env.catalog, Logger: quiet, Registerer: prometheus.NewRegistry(),
@@ -286,7 +286,7 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	ctx := context.Background()
 	b.slowQueue(t, 3)
 	b.slowLane(t)
-	before, err := b.store.CountByStatus(ctx, "acme", 0)
+	before, err := b.store.Jobs().CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 
 	c := b.client(http.Header{"X-Stainless-Timeout": {"60"}})
@@ -315,7 +315,7 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 		"ahead": 0, "in_flight": 3, "rpm": 0.4, "concurrency": 3, "latency": float64(150 * time.Second)} {
 		require.InDelta(t, v, logged[k], 1e-6, k)
 	}
-	after, err := b.store.CountByStatus(ctx, "acme", 0)
+	after, err := b.store.Jobs().CountByStatus(ctx, "acme", 0)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "nothing enqueued")
 
@@ -336,7 +336,7 @@ func TestGatewayTenantQueueFull(t *testing.T) {
 	for _, id := range []string{"q-1", "q-2"} {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
-		_, err := b.store.Insert(ctx, j)
+		_, err := b.store.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 	}
 	_, err := b.client(nil).CreateChatCompletion(ctx, chatRequest("gpt-4o-mini", "hi"))
@@ -361,14 +361,14 @@ func (b *gatewayBundle) slowQueue(t *testing.T, running int) {
 	for _, id := range ids {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
-		_, err := b.store.Insert(ctx, j)
+		_, err := b.store.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 		if strings.HasPrefix(id, "done") {
-			_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: id}, store.Result{Response: []byte(`{}`)})
+			_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: id}, store.Result{Response: []byte(`{}`)})
 			require.NoError(t, err)
 		}
 	}
-	held, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
+	held, err := b.store.Queue().Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "stuck", Lease: time.Hour, Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, held, running)
 }
@@ -382,7 +382,7 @@ func (b *gatewayBundle) slowQueue(t *testing.T, running int) {
 func (b *gatewayBundle) slowLane(t *testing.T) {
 	t.Helper()
 	rate := store.LaneRate{Model: "gpt-4o-mini", RequestsPerMin: 0.4, Concurrency: 3, InFlight: 3, Latency: 150 * time.Second}
-	require.NoError(t, b.store.SetLaneRates(context.Background(), "stuck", []store.LaneRate{rate}))
+	require.NoError(t, b.store.LaneRates().SetLaneRates(context.Background(), "stuck", []store.LaneRate{rate}))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -394,7 +394,7 @@ func (b *gatewayBundle) slowLane(t *testing.T) {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				_ = b.store.SetLaneRates(ctx, "stuck", []store.LaneRate{rate})
+				_ = b.store.LaneRates().SetLaneRates(ctx, "stuck", []store.LaneRate{rate})
 			}
 		}
 	}()
@@ -444,7 +444,7 @@ func waitForJob(t *testing.T, b *gatewayBundle) string {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if recs, _, err := b.store.List(context.Background(), store.ListOptions{Tenant: "acme"}); err == nil && len(recs) == 1 {
+		if recs, _, err := b.store.Jobs().List(context.Background(), store.ListOptions{Tenant: "acme"}); err == nil && len(recs) == 1 {
 			return recs[0].ID
 		}
 		select {

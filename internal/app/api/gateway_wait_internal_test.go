@@ -46,23 +46,23 @@ func TestWaitDoneLosesNoWakeUp(t *testing.T) {
 	ctx := context.Background()
 	st := store.New(storetest.NewPool(t))
 	b := memory.New()
-	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st, Destination: "jobs"})
+	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st.Outbox(), Destination: "jobs"})
 	require.NoError(t, err)
 	clk := clockwork.NewFakeClock()
 	l := deafListener{drop: make(chan struct{})}
-	a, err := New(Config{Producer: p, Store: st, JobsDone: l, Clock: clk})
+	a, err := New(Config{Producer: p, Store: st.Jobs(), JobsDone: l, Clock: clk})
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, a.Stop(ctx)) })
 	insert := func(id string) store.Key {
 		j := &llmq.Job{ID: id, Tenant: "acme", Body: []byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`)}
 		require.NoError(t, j.Normalize())
-		_, err := st.Insert(ctx, j)
+		_, err := st.Jobs().Insert(ctx, j)
 		require.NoError(t, err)
 		return store.Key{Tenant: "acme", ID: id}
 	}
 	end := func(k store.Key) {
-		_, err := st.StoreResult(ctx, k, store.Result{Response: []byte(`{"id":"` + k.ID + `"}`)})
+		_, err := st.Queue().StoreResult(ctx, k, store.Result{Response: []byte(`{"id":"` + k.ID + `"}`)})
 		require.NoError(t, err)
 	}
 	wait := func(k store.Key) <-chan *store.JobRecord {

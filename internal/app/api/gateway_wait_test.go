@@ -105,7 +105,7 @@ func TestGatewayThousandWaiters(t *testing.T) {
 	require.Len(t, ids, waiters)
 	ended := time.Now()
 	for _, id := range ids {
-		_, err := b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: id}, store.Result{Response: []byte(fmt.Sprintf(
+		_, err := b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: id}, store.Result{Response: []byte(fmt.Sprintf(
 			`{"id":"chatcmpl-%s","object":"chat.completion","created":1,"model":"gpt-4o-mini",`+
 				`"choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}]}`, id, id))})
 		require.NoError(t, err)

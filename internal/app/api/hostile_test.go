@@ -139,7 +139,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // more than that limit of the body, on POST /v1/jobs and on the gateway.
 func TestHostileBodies(t *testing.T) {
 	t.Parallel()
-	b := setup(t, options{api: func(c *api.Config) { c.JobsDone = c.Store.(*store.Store) }})
+	b := setup(t, options{api: func(c *api.Config) { c.JobsDone = c.Store.(*store.Jobs) }})
 	const size = api.MaxBodyBytesDefault
 	fill := func(prefix, unit, suffix string) []byte {
 		n := (size - len(prefix) - len(suffix)) / len(unit)

@@ -142,9 +142,9 @@ func TestOpenAPIConformance(t *testing.T) {
 	nj, err := llmq.Decode([]byte(jobJSON("nt")), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	nj.Tenant, nj.ReplyTo = "acme", &llmq.Reply{To: "replies", CorrelationID: "c1"}
-	_, err = b.store.Insert(ctx, nj)
+	_, err = b.store.Jobs().Insert(ctx, nj)
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: "nt"}, store.Result{Response: []byte(`{"id":"x"}`), UsedModel: "gpt-4o-mini"})
+	_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: "nt"}, store.Result{Response: []byte(`{"id":"x"}`), UsedModel: "gpt-4o-mini"})
 	require.NoError(t, err)
 	ns, err := b.store.Notifications().List(ctx, store.NotificationFilter{Tenant: "acme"})
 	require.NoError(t, err)
@@ -161,7 +161,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	j, err := llmq.Decode([]byte(jobJSON("dl")), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	j.Tenant = "acme"
-	_, err = b.store.Insert(ctx, j)
+	_, err = b.store.Jobs().Insert(ctx, j)
 	require.NoError(t, err)
 	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{JobID: "dl", Tenant: "acme", Reason: dlq.ReasonRetriesExhausted,
 		LastError: "server_error: 500", Attempts: 6, Model: "gpt-4o-mini", Message: []byte(jobJSON("dl"))}))
@@ -180,11 +180,11 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, b, "POST", "/v1/dead-letters/1/replay", keyGlobex, "", "", true, 404)
 	c.check(t, b, "POST", "/v1/dead-letters/1/replay", "", "", "", true, 401)
 	// The job of letter 3 left dead_lettered another way: 409.
-	_, err = b.store.Insert(ctx, j)
+	_, err = b.store.Jobs().Insert(ctx, j)
 	require.NoError(t, err)
 	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{JobID: "dl", Tenant: "acme", Reason: dlq.ReasonExpired,
 		Message: []byte(jobJSON("dl"))}))
-	_, err = b.store.Requeue(ctx, "acme", "dl")
+	_, err = b.store.DeadLetters().Requeue(ctx, "acme", "dl")
 	require.NoError(t, err)
 	c.check(t, b, "POST", "/v1/dead-letters/3/replay", keyAcme, "", "", true, 409)
 
@@ -263,7 +263,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	// A key over its requests per minute, on llmq's shape and OpenAI's.
 	limited := setup(t, options{api: func(c *api.Config) {
 		c.RateLimits.KeyRPM = 1
-		c.JobsDone = c.Store.(*store.Store)
+		c.JobsDone = c.Store.(*store.Jobs)
 	}})
 	c.check(t, limited, "GET", "/v1/me", keyAcme, "", "", true, 200)
 	c.check(t, limited, "GET", "/v1/me", keyAcme, "", "", true, 429)
@@ -296,7 +296,7 @@ func TestOpenAPIConformance(t *testing.T) {
 	// Gateway mode: a call that a stand-in worker answers, a stream, the
 	// refusals, the models.
 	gw := setup(t, options{api: func(c *api.Config) {
-		c.JobsDone = c.Store.(*store.Store)
+		c.JobsDone = c.Store.(*store.Jobs)
 		c.Catalog = llmq.Catalog{Models: map[string]llmq.Model{"gpt-4o-mini": {}}}
 	}})
 	msgs, err := gw.sub.Consume(t.Context())
@@ -309,10 +309,10 @@ func TestOpenAPIConformance(t *testing.T) {
 			if err == nil {
 				// Ingested as a worker does: the message may come before
 				// the producer's commit, which this insert waits for.
-				_, err = gw.store.Ingest(context.Background(), []store.NewJob{{Job: j}})
+				_, err = gw.store.Queue().Ingest(context.Background(), []store.NewJob{{Job: j}})
 			}
 			if err == nil {
-				_, err = gw.store.StoreResult(context.Background(), store.Key{Tenant: j.Tenant, ID: j.ID}, store.Result{
+				_, err = gw.store.Queue().StoreResult(context.Background(), store.Key{Tenant: j.Tenant, ID: j.ID}, store.Result{
 					Response: []byte(`{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o-mini",` +
 						`"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)})
 			}

@@ -111,7 +111,7 @@ func (b *testBundle) deadLetter(t *testing.T, tenant, id string, reason dlq.Reas
 	j, err := llmq.Decode([]byte(jobJSON(id)), llmq.DecodeOptions{})
 	require.NoError(t, err)
 	j.Tenant = tenant
-	_, err = b.store.Insert(ctx, j)
+	_, err = b.store.Jobs().Insert(ctx, j)
 	require.NoError(t, err)
 	require.NoError(t, b.letters.DeadLetter(ctx, dlq.Letter{JobID: id, Tenant: tenant, Reason: reason,
 		LastError: "boom", Attempts: 3, Model: "gpt-4o-mini", Message: []byte(jobJSON(id))}))
@@ -243,7 +243,7 @@ func TestBatchesForOperators(t *testing.T) {
 	r := b.do(t, http.MethodPost, "/v1/batches/"+id+"/cancel", keyOps, "", nil)
 	require.Equal(t, http.StatusOK, r.status, "%s", r.body)
 	require.Contains(t, []string{"cancelling", "cancelled"}, r.json(t)["status"])
-	stored, err := b.store.GetBatch(context.Background(), id)
+	stored, err := b.store.Batches().GetBatch(context.Background(), id)
 	require.NoError(t, err)
 	require.Equal(t, r.json(t)["status"], stored.Status, "the provider's answer is recorded")
 }

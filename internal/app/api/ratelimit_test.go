@@ -67,7 +67,7 @@ func TestKeyAndTenantRPM(t *testing.T) {
 	b := setup(t, options{api: func(c *api.Config) {
 		c.Keys[keyAcme2] = "acme"
 		c.RateLimits = api.RateLimitConfig{KeyRPM: 3, TenantRPM: 4}
-		c.JobsDone = c.Store.(*store.Store)
+		c.JobsDone = c.Store.(*store.Jobs)
 	}})
 	for range 3 {
 		require.Equal(t, http.StatusOK, b.get(t, keyAcme, "/v1/me").status)
@@ -158,7 +158,7 @@ func TestAuthFailuresThrottled(t *testing.T) {
 func TestGatewayMaxDeadline(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{api: func(c *api.Config) {
-		c.JobsDone = c.Store.(*store.Store)
+		c.JobsDone = c.Store.(*store.Jobs)
 		c.Gateway.MaxDeadline = 20 * time.Minute
 	}})
 	call := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
@@ -198,7 +198,7 @@ func TestGatewayMaxDeadline(t *testing.T) {
 func TestGatewayMaxWaiting(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{api: func(c *api.Config) {
-		c.JobsDone = c.Store.(*store.Store)
+		c.JobsDone = c.Store.(*store.Jobs)
 		c.Gateway.MaxWaiting = 2
 	}})
 	call := []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`)
@@ -245,7 +245,7 @@ func waitForJobs(t *testing.T, b *testBundle, tenant string, n int) []*store.Job
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if recs, _, err := b.store.List(context.Background(), store.ListOptions{Tenant: tenant}); err == nil && len(recs) == n {
+		if recs, _, err := b.store.Jobs().List(context.Background(), store.ListOptions{Tenant: tenant}); err == nil && len(recs) == n {
 			return recs
 		}
 		select {

@@ -65,12 +65,12 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 		probe, err := rabbitmq.NewSubscriber(rcfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = probe.Close() })
-		p, err := producer.New(producer.Config{Publisher: pub, Store: st, Destination: queue, DepthProbe: probe, DepthTTL: -1,
-			Predict: st.PredictJob, Logger: quiet, Registerer: prometheus.NewRegistry()})
+		p, err := producer.New(producer.Config{Publisher: pub, Store: st.Outbox(), Destination: queue, DepthProbe: probe, DepthTTL: -1,
+			Predict: st.LaneRates().PredictJob, Logger: quiet, Registerer: prometheus.NewRegistry()})
 		require.NoError(t, err)
 		reg := prometheus.NewRegistry()
-		a, err := api.New(api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex", keyGlobex2: "globex", keyInitech: "initech"},
-			Catalog: gatewayCatalog, JobsDone: st, RateLimits: api.RateLimitConfig{KeyRPM: 4, TenantRPM: 6},
+		a, err := api.New(api.Config{Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex", keyGlobex2: "globex", keyInitech: "initech"},
+			Catalog: gatewayCatalog, JobsDone: st.Jobs(), RateLimits: api.RateLimitConfig{KeyRPM: 4, TenantRPM: 6},
 			Limits: limits, LimitPeriod: 20 * time.Millisecond, Logger: quiet, Registerer: reg})
 		require.NoError(t, err)
 		require.NoError(t, a.Start(ctx))
@@ -81,7 +81,7 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 		})
 		return replicaBundle{testBundle: &testBundle{srv: srv, api: a, store: st}, reg: reg}
 	}
-	a, b := replica(store.New(first)), replica(store.New(first))
+	a, b := replica(store.New(first).Ledger()), replica(store.New(first).Ledger())
 
 	st := store.New(first)
 	sub, err := rabbitmq.NewSubscriber(rcfg)
@@ -90,9 +90,9 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 	pub, err := rabbitmq.NewPublisher(rcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	letters, err := dlq.NewWriter(dlq.Config{Store: st, Publisher: pub, Destination: queue})
+	letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 	require.NoError(t, err)
-	w, err := worker.New(worker.Config{Subscriber: sub, Store: st, DeadLetters: letters, Strategy: shaping.StrategyRetry,
+	w, err := worker.New(worker.Config{Subscriber: sub, Store: st.Queue(), LaneRates: st.LaneRates(), DeadLetters: letters, Strategy: shaping.StrategyRetry,
 		MaxInFlight: 16, Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 			APIKey: "sk-test", Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 		Logger: quiet, Registerer: prometheus.NewRegistry()})
@@ -134,7 +134,7 @@ func TestAPIReplicasOneDatabase(t *testing.T) {
 	slow := store.LaneRate{Model: "gpt-4o", RequestsPerMin: 0.4, Concurrency: 3, Latency: 150 * time.Second}
 	var messages []string
 	for _, r := range []replicaBundle{a, b} {
-		require.NoError(t, st.SetLaneRates(ctx, "stuck", []store.LaneRate{slow}))
+		require.NoError(t, st.LaneRates().SetLaneRates(ctx, "stuck", []store.LaneRate{slow}))
 		resp := postGateway(t, r.testBundle, keyInitech, http.Header{"X-Stainless-Timeout": {"60"}}, `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
 		require.Equal(t, http.StatusTooManyRequests, resp.status)
 		e := resp.json(t)["error"].(map[string]any)

@@ -12,7 +12,7 @@ import (
 	"github.com/llmq/llmq/store"
 )
 
-// UsageStore reads what the scopes used (a *store.Store is one).
+// UsageStore reads what the scopes used (a *store.Budgets is one).
 type UsageStore interface {
 	// Usage returns the usage of every (tenant, project) with jobs
 	// finished today; tenant "" reads every tenant.

@@ -29,9 +29,9 @@ func TestUsage(t *testing.T) {
 	b := setup(t, options{})
 	require.Equal(t, http.StatusAccepted, b.post(t, keyGlobex, `{"id":"g1","body":`+validBody+`}`).status)
 	l := b.claim(t, "g1")
-	_, err := b.store.MarkCalling(context.Background(), l, store.PolicyState{})
+	_, err := b.store.Queue().MarkCalling(context.Background(), l, store.PolicyState{})
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(context.Background(), l.Key, store.Result{UsedModel: "gpt-4o-mini", PromptTokens: 9, CompletionTokens: 3})
+	_, err = b.store.Queue().StoreResult(context.Background(), l.Key, store.Result{UsedModel: "gpt-4o-mini", PromptTokens: 9, CompletionTokens: 3})
 	require.NoError(t, err)
 
 	acme := `{"tenant":"acme","weight":3,"limits":{"rpm":0,"tpm":90000,"concurrency":0,"priority":"normal"},
@@ -61,17 +61,17 @@ func TestUsageBudgets(t *testing.T) {
 		Projects: map[string]llmq.Scope{"strict": {DailyCost: 1, Overage: llmq.OverageReject}}},
 		"globex": {Scope: llmq.Scope{DailyCost: 1, Overage: llmq.OverageReject}}}
 	var budgets *store.Store
-	b := setup(t, options{api: func(c *api.Config) {
-		budgets = store.New(c.Store.(*store.Store).Pool(), store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants}))
-		c.Usage, c.Tenants, c.JobsDone = budgets, tenants, c.Store.(*store.Store)
+	b := setup(t, options{apiStore: func(c *api.Config, st *store.Store) {
+		budgets = store.New(st.Pool(), store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants}))
+		c.Usage, c.Tenants, c.JobsDone = budgets.Budgets(), tenants, st.Jobs()
 	}})
 	ctx := context.Background()
 	l := store.Lease{Key: store.Key{Tenant: "acme", ID: "earlier"}, Token: 1}
-	_, err := budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.5, CappedCostUSD: 0.5})
+	_, err := budgets.Budgets().ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.5, CappedCostUSD: 0.5})
 	require.NoError(t, err)
-	require.NoError(t, budgets.SettleBudget(ctx, l, 0.25))
+	require.NoError(t, budgets.Budgets().SettleBudget(ctx, l, 0.25))
 	l.ID = "in-flight"
-	_, err = budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.5, CappedCostUSD: 0.5})
+	_, err = budgets.Budgets().ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.5, CappedCostUSD: 0.5})
 	require.NoError(t, err)
 
 	r := b.get(t, keyAcme, "/v1/usage")
@@ -92,7 +92,7 @@ func TestUsageBudgets(t *testing.T) {
 	// A call that does not fit is refused at the budget: from then on the
 	// API refuses the project's jobs until the period rolls over.
 	l.ID = "too-big"
-	out, err := budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.3, CappedCostUSD: 0.3})
+	out, err := budgets.Budgets().ReserveBudget(ctx, store.BudgetReservation{Lease: l, Project: "strict", CostUSD: 0.3, CappedCostUSD: 0.3})
 	require.NoError(t, err)
 	require.True(t, out.Exceeded)
 	r = b.post(t, keyAcme, `{"id":"s2","project":"strict","body":`+validBody+`}`)
@@ -108,7 +108,7 @@ func TestUsageBudgets(t *testing.T) {
 
 	// Gateway mode answers in OpenAI's shape.
 	l = store.Lease{Key: store.Key{Tenant: "globex", ID: "all"}, Token: 1}
-	_, err = budgets.ReserveBudget(ctx, store.BudgetReservation{Lease: l, CostUSD: 1, CappedCostUSD: 1})
+	_, err = budgets.Budgets().ReserveBudget(ctx, store.BudgetReservation{Lease: l, CostUSD: 1, CappedCostUSD: 1})
 	require.NoError(t, err)
 	r = b.do(t, http.MethodPost, "/v1/chat/completions", keyGlobex, "application/json", []byte(validBody))
 	require.Equal(t, http.StatusPaymentRequired, r.status)
@@ -126,13 +126,13 @@ func TestBudgetReadFailureIsUnavailable(t *testing.T) {
 	p, err := chaos.New("127.0.0.1:5432")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
-	b := setup(t, options{api: func(c *api.Config) {
-		url := c.Store.(*store.Store).Pool().Config().ConnString()
+	b := setup(t, options{apiStore: func(c *api.Config, st *store.Store) {
+		url := st.Pool().Config().ConnString()
 		require.Contains(t, url, "127.0.0.1:5432")
 		pool, err := pgxpool.New(context.Background(), strings.Replace(url, "127.0.0.1:5432", p.Addr(), 1))
 		require.NoError(t, err)
 		t.Cleanup(pool.Close)
-		c.Usage, c.Tenants, c.JobsDone = store.New(pool, store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants})), tenants, c.Store.(*store.Store)
+		c.Usage, c.Tenants, c.JobsDone = store.New(pool, store.WithClock(c.Clock), store.WithOrder(store.Order{Tenants: tenants})).Budgets(), tenants, st.Jobs()
 	}})
 	p.Cut()
 	r := b.post(t, keyAcme, `{"id":"a1","body":`+validBody+`}`)

@@ -191,7 +191,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &feed{s: s, st: st, pub: apps[0].Publisher(), dest: target.Dest, kinds: map[string]workload.Kind{},
+	f := &feed{s: s, st: st.Jobs(), queue: st.Queue(), pub: apps[0].Publisher(), dest: target.Dest, kinds: map[string]workload.Kind{},
 		sizer: store.Sizer{Estimator: est, Catalog: llmq.Catalog{Models: s.models}, Order: cmp.Or(s.sizeOrder, worker.SizeOrderDefault)}}
 	sim.Reset()
 	hogCtx, stopHogs := context.WithCancel(ctx)
@@ -213,7 +213,7 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	for _, a := range apps {
 		_ = app.StopWithin(ctx, a.Worker().Stop, stopTimeout)
 	}
-	if err := readResult(ctx, st, f.kinds, res); err != nil {
+	if err := readResult(ctx, st.Jobs(), f.kinds, res); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -261,6 +261,7 @@ func (b *Bench) newApps(ctx context.Context, s spec, dbURL, root string) (apps [
 type feed struct {
 	s     spec
 	st    runStore
+	queue jobIngester
 	pub   transport.Publisher
 	dest  string
 	sizer store.Sizer
@@ -283,7 +284,7 @@ func (f *feed) publish(ctx context.Context, n int) error {
 	}
 	j.FallbackModels = s.fallbacks
 	if !s.viaBroker {
-		if _, err := f.st.Ingest(ctx, []store.NewJob{f.sizer.NewJob(j)}); err != nil {
+		if _, err := f.queue.Ingest(ctx, []store.NewJob{f.sizer.NewJob(j)}); err != nil {
 			return err
 		}
 	}
@@ -378,9 +379,13 @@ func startHogs(ctx context.Context, n int, baseURL, model string) *sync.WaitGrou
 	return &wg
 }
 
-// runStore is what a run reads of its database: a *store.Store is one.
-type runStore interface {
+// jobIngester records the jobs a run feeds: a *store.Queue is one.
+type jobIngester interface {
 	Ingest(ctx context.Context, jobs []store.NewJob) (created []bool, err error)
+}
+
+// runStore is what a run reads of its database: a *store.Jobs is one.
+type runStore interface {
 	CountEnded(ctx context.Context) (int, error)
 	JobOutcomes(ctx context.Context) ([]store.JobOutcome, error)
 	CallSpan(ctx context.Context) (time.Duration, error)

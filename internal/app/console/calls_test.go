@@ -17,19 +17,19 @@ import (
 func (b *bundle) callTwice(t *testing.T, id string) {
 	t.Helper()
 	ctx := context.Background()
-	recs, err := b.store.Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
+	recs, err := b.store.Queue().Claim(ctx, store.ClaimRequest{Model: "gpt-4o-mini", Owner: "w", Lease: time.Minute, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, id, recs[0].ID)
 	l := recs[0].Lease()
-	_, err = b.store.MarkCalling(ctx, l, store.PolicyState{Call: store.Call{Model: "gpt-4o-mini", QuotaWait: 300 * time.Millisecond}})
+	_, err = b.store.Queue().MarkCalling(ctx, l, store.PolicyState{Call: store.Call{Model: "gpt-4o-mini", QuotaWait: 300 * time.Millisecond}})
 	require.NoError(t, err)
-	require.NoError(t, b.store.MarkRetrying(ctx, l, store.PolicyState{Retries: 1, Answered: &store.Answer{Attempt: 1,
+	require.NoError(t, b.store.Queue().MarkRetrying(ctx, l, store.PolicyState{Retries: 1, Answered: &store.Answer{Attempt: 1,
 		At: time.Now(), Status: 429, Outcome: "rate_limited", ErrorCode: "rate_limit_exceeded", RetryAfter: 2 * time.Second}},
 		"rate_limit_exceeded", "slow down"))
-	_, err = b.store.MarkCalling(ctx, l, store.PolicyState{Retries: 1, Call: store.Call{Model: "gpt-4o-mini", Backoff: 2 * time.Second}})
+	_, err = b.store.Queue().MarkCalling(ctx, l, store.PolicyState{Retries: 1, Call: store.Call{Model: "gpt-4o-mini", Backoff: 2 * time.Second}})
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(ctx, l.Key, store.Result{Response: json.RawMessage(`{}`), UsedModel: "gpt-4o-mini",
+	_, err = b.store.Queue().StoreResult(ctx, l.Key, store.Result{Response: json.RawMessage(`{}`), UsedModel: "gpt-4o-mini",
 		PromptTokens: 9, CompletionTokens: 3, Answered: &store.Answer{Attempt: 2, At: time.Now(), Status: 200,
 			Outcome: "success", PromptTokens: 9, CompletionTokens: 3}})
 	require.NoError(t, err)

@@ -54,8 +54,9 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle { t.Helper(); return setupWith(t, nil) }
 
-// setupWith is setup with the API's configuration changed by mutate.
-func setupWith(t *testing.T, mutate func(*api.Config)) *bundle {
+// setupWith is setup with the API's configuration changed by mutate,
+// given the store.
+func setupWith(t *testing.T, mutate func(*api.Config, *store.Store)) *bundle {
 	t.Helper()
 	st := store.New(storetest.NewPool(t))
 	b := memory.New()
@@ -63,20 +64,20 @@ func setupWith(t *testing.T, mutate func(*api.Config)) *bundle {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	reg := prometheus.NewRegistry()
-	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st, Destination: "jobs", DepthProbe: sub,
+	p, err := producer.New(producer.Config{Publisher: b.NewPublisher(), Store: st.Outbox(), Destination: "jobs", DepthProbe: sub,
 		DepthTTL: -1, Logger: quiet, Registerer: reg})
 	require.NoError(t, err)
-	dcfg := dlq.Config{Store: st, Publisher: b.NewPublisher(), Destination: "jobs", Logger: quiet}
+	dcfg := dlq.Config{Store: st.DeadLetters(), Publisher: b.NewPublisher(), Destination: "jobs", Logger: quiet}
 	svc, err := dlq.NewService(dcfg)
 	require.NoError(t, err)
 	letters, err := dlq.NewWriter(dcfg)
 	require.NoError(t, err)
-	acfg := api.Config{Producer: p, Store: st, Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
+	acfg := api.Config{Producer: p, Store: st.Jobs(), Keys: map[string]string{keyAcme: "acme", keyGlobex: "globex"},
 		OperatorKeys: []api.OperatorKey{{Key: keyOps}}, DeadLetterService: svc, Notifications: st.Notifications(),
-		Batches: st, Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})), Tenants: consoleTenants,
+		Batches: st.Batches(), Usage: store.New(st.Pool(), store.WithOrder(store.Order{Tenants: consoleTenants})).Budgets(), Tenants: consoleTenants,
 		Logger: quiet}
 	if mutate != nil {
-		mutate(&acfg)
+		mutate(&acfg, st)
 	}
 	a, err := api.New(acfg)
 	require.NoError(t, err)
@@ -332,14 +333,14 @@ func TestCSRF(t *testing.T) {
 	token := csrf(t, br.get("/ui/jobs/a1"))
 	p = br.do(http.MethodPost, "/ui/jobs/a1/cancel", url.Values{"csrf": {token}}, map[string]string{"Sec-Fetch-Site": "cross-site"})
 	require.Equal(t, http.StatusForbidden, p.status, "a cross-site post")
-	rec, err := b.store.Get(context.Background(), "acme", "a1")
+	rec, err := b.store.Jobs().Get(context.Background(), "acme", "a1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusQueued, rec.Status, "nothing was cancelled")
 
 	p = br.post("/ui/jobs/a1/cancel", url.Values{"csrf": {token}})
 	require.Equal(t, http.StatusSeeOther, p.status, p.body)
 	require.Equal(t, "/ui/jobs/a1?done=cancelled", p.header.Get("Location"))
-	rec, err = b.store.Get(context.Background(), "acme", "a1")
+	rec, err = b.store.Jobs().Get(context.Background(), "acme", "a1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusCancelled, rec.Status)
 	require.Contains(t, br.get("/ui/jobs/a1?done=cancelled").body, "The job is cancelled.")
@@ -389,7 +390,7 @@ func TestUsagePage(t *testing.T) {
 	ctx := context.Background()
 	for _, j := range []struct{ key, tenant, id string }{{keyAcme, "acme", "u1"}, {keyGlobex, "globex", "u2"}} {
 		b.enqueue(t, j.key, j.id)
-		stored, err := b.store.StoreResult(ctx, store.Key{Tenant: j.tenant, ID: j.id},
+		stored, err := b.store.Queue().StoreResult(ctx, store.Key{Tenant: j.tenant, ID: j.id},
 			store.Result{Response: json.RawMessage(`{}`), PromptTokens: 1200, CompletionTokens: 34})
 		require.NoError(t, err)
 		require.True(t, stored)
@@ -431,7 +432,7 @@ func TestOverviewCountsPastTheLimit(t *testing.T) {
 		SELECT 'acme', 'bulk-' || g, 'queued', 'gpt-4o-mini', '{}', now() FROM generate_series(1, $1::int) g`, store.CountLimitDefault+1)
 	require.NoError(t, err)
 	b.enqueue(t, keyAcme, "one")
-	_, err = b.store.Cancel(context.Background(), "acme", "one")
+	_, err = b.store.Jobs().Cancel(context.Background(), "acme", "one")
 	require.NoError(t, err)
 	br := b.browser(t)
 	br.signIn(keyAcme)
@@ -453,9 +454,9 @@ func TestReplayNotification(t *testing.T) {
 	j, err := llmq.Decode([]byte(`{"id":"n1","tenant":"acme","reply_to":{"to":"replies"},"body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`),
 		llmq.DecodeOptions{})
 	require.NoError(t, err)
-	_, err = b.store.Insert(ctx, j)
+	_, err = b.store.Jobs().Insert(ctx, j)
 	require.NoError(t, err)
-	_, err = b.store.StoreResult(ctx, store.Key{Tenant: "acme", ID: "n1"}, store.Result{Response: []byte(`{}`), UsedModel: "gpt-4o-mini"})
+	_, err = b.store.Queue().StoreResult(ctx, store.Key{Tenant: "acme", ID: "n1"}, store.Result{Response: []byte(`{}`), UsedModel: "gpt-4o-mini"})
 	require.NoError(t, err)
 	ns := b.store.Notifications()
 	claimed, err := ns.Claim(ctx, time.Now().Add(time.Minute), time.Minute, 10)
@@ -476,7 +477,7 @@ func TestReplayNotification(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, pending, 1)
 	require.Equal(t, ev, pending[0].EventID)
-	rec, err := b.store.Get(ctx, "acme", "n1")
+	rec, err := b.store.Jobs().Get(ctx, "acme", "n1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status, "the job is not touched")
 	require.Contains(t, br.get("/ui/jobs/n1?done=notification-replayed").body, "The result event is due again")

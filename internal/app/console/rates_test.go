@@ -24,7 +24,7 @@ func TestOverviewArrivals(t *testing.T) {
 	b.enqueue(t, keyAcme, "done")
 	b.callTwice(t, "done")
 	b.enqueue(t, keyAcme, "dropped")
-	_, err := b.store.Cancel(context.Background(), "acme", "dropped")
+	_, err := b.store.Jobs().Cancel(context.Background(), "acme", "dropped")
 	require.NoError(t, err)
 	b.enqueue(t, keyGlobex, "waiting")
 

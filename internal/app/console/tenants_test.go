@@ -24,8 +24,7 @@ import (
 func TestTenantsPage(t *testing.T) {
 	t.Parallel()
 	var w *tenancy.Watcher
-	b := setupWith(t, func(c *api.Config) {
-		st := c.Store.(*store.Store)
+	b := setupWith(t, func(c *api.Config, st *store.Store) {
 		w = tenancy.New(st.Tenancy(), tenancy.Config{Logger: quiet})
 		c.Tenancy, c.TenancyStore = w, st.Tenancy()
 	})
@@ -143,8 +142,7 @@ func (b *bundle) apiStatus(t *testing.T, key string) int {
 // kept; a refused value names its field.
 func TestTenantsPageModels(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, func(c *api.Config) {
-		st := c.Store.(*store.Store)
+	b := setupWith(t, func(c *api.Config, st *store.Store) {
 		c.Tenancy, c.TenancyStore = tenancy.New(st.Tenancy(), tenancy.Config{Logger: quiet}), st.Tenancy()
 	})
 	ctx := context.Background()

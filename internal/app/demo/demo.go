@@ -332,7 +332,7 @@ func (c counts) terminal() int {
 	return n
 }
 
-// runStore is what a run reads of the store: a *store.Store is one.
+// runStore is what a run reads of the store: a *store.Jobs is one.
 type runStore interface {
 	TallyJobs(ctx context.Context, tenant string, ids []string) ([]store.JobTally, error)
 	CountDeadLetteredJobs(ctx context.Context, ids []string, reason string) (int, error)
@@ -344,7 +344,7 @@ type runStore interface {
 // walked an index of every job, 0.4-0.55 s a tick (docs/bench/million/sql.md).
 func (r *run) count(ctx context.Context) (counts, error) {
 	c := counts{byStatus: map[llmq.Status]int{}}
-	var st runStore = r.app.Store()
+	var st runStore = r.app.Store().Jobs()
 	tallies, err := st.TallyJobs(ctx, TenantDefault, r.good)
 	if err != nil {
 		return c, fmt.Errorf("demo: count jobs: %w", err)

@@ -56,7 +56,7 @@ func (r *run) summary(ctx context.Context) (Summary, error) {
 	var last time.Time
 	var lat []time.Duration
 	var example string
-	var rs runStore = r.app.Store()
+	var rs runStore = r.app.Store().Jobs()
 	done, err := rs.SucceededJobs(ctx, r.good)
 	if err != nil {
 		return Summary{}, fmt.Errorf("demo: read latencies: %w", err)

@@ -23,6 +23,10 @@ type RateLimitHeaders struct {
 	HasLimitRequests, HasLimitTokens         bool
 	HasRemainingRequests, HasRemainingTokens bool
 	HasRetryAfter                            bool
+	// Concurrency says a 429 refused the request for the provider's calls
+	// at a time, which no header states: its message said so
+	// ([ConcurrencyMessage]); the caller sets it.
+	Concurrency bool
 }
 
 // ParseHeaders reads the x-ratelimit-* and Retry-After headers of h. now is

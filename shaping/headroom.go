@@ -11,7 +11,7 @@ import (
 // lane can admit soon. It reserves nothing and is never negative; a paused
 // lane, or one on share 0, has none (docs/design/rate-limiting.md#headroomat).
 func (l *Lane) HeadroomAt(now time.Time, horizon time.Duration, typical Request) int {
-	n := l.slots.Limit() - l.slots.InFlight() - l.slots.Waiting()
+	n := l.slotsAhead() - l.slots.InFlight() - l.slots.Waiting()
 	end := now.Add(max(0, horizon))
 	if iv := l.pacer.Interval(); iv > 0 {
 		l.pacer.mu.Lock()

@@ -114,12 +114,18 @@ type Lane struct {
 	// of those settlement found unused, whatever the buckets (for a quota
 	// learned from 429s).
 	sentAll, unusedAll float64
+	// conc is what the lane learned of the provider's calls at a time
+	// (lane_concurrency.go).
+	conc concurrencyCap
 
 	admitted, rateLimited atomic.Uint64
 }
 
 // NewLane returns a lane created at cfg.Clock.Now().
 func NewLane(cfg LaneConfig) (*Lane, error) {
+	// Nothing configured of the provider: the lane starts slow
+	// (lane_concurrency.go).
+	unknown := cfg.Concurrency == 0 && cfg.RPM == 0 && cfg.TPM == 0 && cfg.Strategy != StrategyRetry
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -167,6 +173,9 @@ func NewLane(cfg LaneConfig) (*Lane, error) {
 		if err := l.initController(); err != nil {
 			return nil, err
 		}
+	}
+	if unknown {
+		l.startSlowLocked()
 	}
 	return l, nil
 }

@@ -21,7 +21,7 @@ func (l *Lane) initController() error {
 	if g, ok := l.ctrl.(Guided); ok {
 		g.SetGuide(l.cfg.RPM, l.cfg.TPM)
 	}
-	l.slots.SetLimit(l.ctrl.Limit())
+	l.setSlotsLocked(l.ctrl.Limit())
 	return nil
 }
 
@@ -34,7 +34,7 @@ func (l *Lane) TickAt(now time.Time) {
 
 func (l *Lane) tickLocked(now time.Time) {
 	if l.ctrl != nil {
-		l.slots.SetLimit(l.ctrl.Tick(now))
+		l.setSlotsLocked(l.ctrl.Tick(now))
 	}
 }
 

@@ -37,7 +37,10 @@ func (l *Lane) SetLimitsAt(now time.Time, rpm, tpm float64, concurrency int) err
 		l.learned = false // a configured quota replaces one learned from 429s
 	}
 	if concurrency > 0 && l.ctrl == nil {
-		l.slots.SetLimit(concurrency)
+		// Under what the lane learned of the provider's calls at a time
+		// (lane_concurrency.go).
+		l.cfg.Concurrency = concurrency
+		l.setSlotsLocked(concurrency)
 	}
 	if l.ctrl != nil {
 		l.guideLocked()

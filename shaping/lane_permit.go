@@ -39,9 +39,12 @@ type Permit struct {
 // generation counter, advanced once by Done or Cancel, tells a spent handle
 // from the live one, so a stale copy never touches a recycled record.
 type permitRec struct {
-	gen              atomic.Uint64
-	res              Reservation
-	inFlight         int
+	gen      atomic.Uint64
+	res      Reservation
+	inFlight int
+	// out is the calls sent and not answered at the send, itself included
+	// (lane_concurrency.go).
+	out              int
 	markReq, markTok float64
 	markRef, markRfd float64
 	skewReq, skewTok float64
@@ -70,7 +73,8 @@ func (l *Lane) send(now time.Time, r *Reservation) Permit {
 	if l.learnsTPM() {
 		l.sampleTakenLocked(now)
 	}
-	rec.res, rec.inFlight = *r, l.slots.InFlight()
+	l.conc.out++
+	rec.res, rec.inFlight, rec.out = *r, l.slots.InFlight(), l.conc.out
 	rec.markReq, rec.markTok, rec.markRef, rec.markRfd = l.sentReq, l.sentTok, l.refTok, l.rfdTok
 	l.mu.Unlock()
 	l.admitted.Add(1)
@@ -101,6 +105,9 @@ func (p Permit) Cancel() {
 	}
 	l := p.lane
 	l.slots.Release()
+	l.mu.Lock()
+	l.conc.out--
+	l.mu.Unlock()
 	l.CancelAt(l.clock.Now(), &p.rec.res)
 	p.rec.recycle()
 }
@@ -133,6 +140,7 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 	}
 	actual := o.PromptTokens + o.CompletionTokens
 	l.mu.Lock()
+	l.conc.out--
 	if actual > 0 && !o.RateLimited && l.cfg.Settlement == SettleActual {
 		delta := float64(rec.res.Tokens - actual)
 		// What the prompt's estimate took over its count comes back in
@@ -162,6 +170,7 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 		l.unusedAll += delta
 	}
 	m := marks{rec.markReq, rec.markTok, rec.markRef, rec.markRfd, 0, rec.skewReq, rec.skewTok}
+	busy := o.RateLimited && l.concurrencyRefusedLocked(now, rec.out, o.Headers)
 	if o.RateLimited {
 		l.rateLimited.Add(1)
 		if l.tpm != nil && o.Headers.HasRemainingTokens {
@@ -173,21 +182,24 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 			l.rfdTok += m.own
 		}
 		l.refusedTok += float64(rec.res.Tokens)
-		l.refusedLocked(now, p.sentAt, float64(rec.res.Tokens), o.Headers)
+		if !busy {
+			l.refusedLocked(now, p.sentAt, float64(rec.res.Tokens), o.Headers)
+		}
 	} else {
 		l.growLocked(now, float64(actual))
+		l.concurrencyAnsweredLocked(now, rec.inFlight)
 	}
 	l.calibrateLocked(now, p.sentAt, m, o.Headers, o.RateLimited)
 	if rec.res.canary {
 		h := o.Headers
 		l.canaryDoneLocked(now, !o.RateLimited && (h.HasRemainingRequests || h.HasRemainingTokens))
 	}
-	if o.RateLimited {
+	if o.RateLimited && !busy {
 		l.pauseLocked(now, o.Headers)
 		l.learnFromRefusalLocked(now, p.sentAt, float64(rec.res.Tokens))
 	}
 	if l.ctrl != nil {
-		l.slots.SetLimit(l.ctrl.Update(Sample{
+		l.setSlotsLocked(l.ctrl.Update(Sample{
 			At: now, Latency: latency, Tokens: actual, OutputTokens: o.CompletionTokens,
 			InFlight: rec.inFlight, Dropped: o.RateLimited || o.Overloaded,
 		}))

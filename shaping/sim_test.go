@@ -43,6 +43,10 @@ type upstreamConfig struct {
 	// RetryAfterSeconds rounds Retry-After up to whole seconds, as
 	// upstreamsim and OpenAI send it.
 	RetryAfterSeconds bool
+	// MaxConcurrency, when set, refuses a request that finds this many in
+	// flight, as upstreamsim does: a 429 charged a request, Retry-After 1 s,
+	// headers that show the room left.
+	MaxConcurrency int
 }
 
 type serverBucket struct {
@@ -91,6 +95,7 @@ type upstream struct {
 	inFlight   int
 	// counters
 	ok, limited, okLong    int
+	limitedConcurrency     int
 	okTokens               float64
 	latencies              time.Duration // of the successes
 	okLog                  []okEvent
@@ -179,7 +184,12 @@ func (u *upstream) call(now time.Time, j *simJob) answer {
 		retry = max(retry, b.wait(b.need(cost)))
 	}
 	var a answer
-	if !reqOK || !tokOK {
+	busy := reqOK && tokOK && u.cfg.MaxConcurrency > 0 && u.inFlight >= u.cfg.MaxConcurrency
+	if busy {
+		u.limitedConcurrency++
+		retry = time.Second
+	}
+	if !reqOK || !tokOK || busy {
 		// Rejected requests count toward RPM.
 		for _, b := range req {
 			b.level = max(0, b.level-1)
@@ -191,9 +201,10 @@ func (u *upstream) call(now time.Time, j *simJob) answer {
 		}
 		u.limited++
 		u.limitedLog = append(u.limitedLog, now)
-		if !tokOK {
+		switch {
+		case !tokOK:
 			u.rejectToken++
-		} else {
+		case !reqOK:
 			u.rejectReq++
 		}
 		a.limited = true
@@ -204,6 +215,7 @@ func (u *upstream) call(now time.Time, j *simJob) answer {
 		}
 		a.headers.RetryAfter = retry
 		a.headers.HasRetryAfter = true
+		a.headers.Concurrency = busy
 		a.outcome = Outcome{RateLimited: true, Latency: a.latency, Headers: a.headers}
 		return a
 	}

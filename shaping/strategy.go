@@ -42,3 +42,17 @@ func DefaultStrategy(rpm, tpm float64) Strategy {
 	}
 	return StrategyAdaptive
 }
+
+// StrategyFor is the strategy a lane with quotas rpm and tpm runs when s is
+// configured: s, unless it needs a quota the lane lacks (rpm without RPM,
+// shape without either), then the default, adaptive, which learns them
+// from the provider's headers; "" is the default.
+func StrategyFor(s Strategy, rpm, tpm float64) Strategy {
+	switch {
+	case s == "",
+		s == StrategyRPM && rpm <= 0,
+		s == StrategyShape && rpm <= 0 && tpm <= 0:
+		return DefaultStrategy(rpm, tpm)
+	}
+	return s
+}

@@ -124,6 +124,8 @@ func Classify(err error, header http.Header, provider Provider) Outcome {
 		}
 		o.Message = apiErr.Message
 		o.Class = classifyStatus(o.Status, o.Code, apiErr.Type, provider)
+		// The lane learns the provider's calls at a time from these.
+		o.Headers.Concurrency = o.Class == ClassRateLimited && shaping.ConcurrencyMessage(apiErr.Message)
 	case errors.As(err, &reqErr):
 		o.Status = reqErr.HTTPStatusCode
 		o.Code = "http_" + strconv.Itoa(o.Status)

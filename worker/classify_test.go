@@ -94,6 +94,11 @@ func TestClassifyReadsHeaders(t *testing.T) {
 	limited := Classify(err, http.Header{"Retry-After": {"3"}}, ProviderOpenAI)
 	require.Equal(t, Outcome{Class: ClassRateLimited, Status: 429, Code: "rate_limit_exceeded", Message: "HTTP 429: slow down",
 		Headers: shaping.RateLimitHeaders{RetryAfter: 3 * time.Second, HasRetryAfter: true}, Err: err}, limited)
+
+	// A 429 for the provider's calls at a time says so to the lane.
+	msg := "Rate limit reached for gpt-4o-mini in organization org-x on concurrent requests: Limit 4, Used 4, Requested 1."
+	busy := Classify(&openai.APIError{HTTPStatusCode: 429, Code: "rate_limit_exceeded", Type: "requests", Message: msg}, nil, ProviderOpenAI)
+	require.True(t, busy.Headers.Concurrency)
 }
 
 // TestClassifyStatusBounds: the status ranges at their edges, as go-openai

@@ -191,12 +191,8 @@ func (ls *laneSet) laneAt(model string, i int) *lane {
 		up, quotaKey, label = e.Upstream, ls.quotaKeys(model)[i], model+"@"+entry
 		m.RPM, m.TPM, m.Concurrency = e.RPM, e.TPM, e.Concurrency
 	}
-	strategy := ls.cfg.Strategy
-	if strategy == "" {
-		strategy = shaping.DefaultStrategy(m.RPM, m.TPM)
-	}
 	shaper, err := shaping.NewLane(shaping.LaneConfig{
-		Name: label, Strategy: strategy, RPM: m.RPM, TPM: m.TPM,
+		Name: label, Strategy: shaping.StrategyFor(ls.cfg.Strategy, m.RPM, m.TPM), RPM: m.RPM, TPM: m.TPM,
 		Concurrency: m.Concurrency, DefaultMaxOutput: m.MaxOutputDefault, Clock: ls.cfg.Clock,
 	})
 	if err != nil {

@@ -288,9 +288,17 @@ func (p policy) decideCalled(s state, e event, rng *rand.Rand) (state, action) {
 		}
 	}
 	a := action{Verb: doRetry, Budgeted: e.BudgetLeft}
-	if e.BudgetLeft {
+	switch {
+	case out.Class == ClassRateLimited && out.Headers.Concurrency:
+		// The provider's calls at a time, which the lane has learned
+		// from this 429 and now holds to: its slots space the retry, not
+		// the budget, and it waits the first backoff or what the
+		// provider asked.
+		a.Budgeted = false
+		a.Delay = p.Backoff.Delay(0, out.Headers.RetryAfter, rng)
+	case e.BudgetLeft:
 		a.Delay = p.Backoff.Delay(s.Retries, out.Headers.RetryAfter, rng)
-	} else {
+	default:
 		// Refused by the budget: not given up, delayed the longest.
 		a.Delay = max(p.Backoff.Max, out.Headers.RetryAfter)
 	}

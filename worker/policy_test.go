@@ -31,6 +31,11 @@ func TestDecide(t *testing.T) {
 	called := func(class Class, retryAfter time.Duration) Outcome {
 		return Outcome{Class: class, Code: "code", Message: "message", Headers: shaping.RateLimitHeaders{RetryAfter: retryAfter}}
 	}
+	busy := func(retryAfter time.Duration) Outcome {
+		o := called(ClassRateLimited, retryAfter)
+		o.Headers.Concurrency = true
+		return o
+	}
 	const (
 		limited   = ClassRateLimited
 		retryable = ClassRetryable
@@ -211,6 +216,13 @@ func TestDecide(t *testing.T) {
 			act:   action{Verb: doFallBack, Why: "retry budget spent"}},
 		{name: "429, budget spent, no fallback: delayed by Max",
 			event: event{Step: stepCalled, Outcome: called(limited, 0)},
+			want:  state{Attempts: 1, Retries: 1, RateLimited: 1},
+			act:   action{Verb: doRetry, Delay: time.Second}}, {name: "concurrency 429, budget spent: the first backoff, not Max",
+			state: state{Attempts: 1, Retries: 3}, event: event{Step: stepCalled, Outcome: busy(0)},
+			want: state{Attempts: 2, Retries: 4, RateLimited: 1},
+			act:  action{Verb: doRetry, Delay: 100 * time.Millisecond}},
+		{name: "concurrency 429 with Retry-After, budget left: what the provider asked, unbudgeted",
+			event: event{Step: stepCalled, Outcome: busy(time.Second), BudgetLeft: true},
 			want:  state{Attempts: 1, Retries: 1, RateLimited: 1},
 			act:   action{Verb: doRetry, Delay: time.Second}},
 	}

@@ -87,7 +87,8 @@ type Config struct {
 	// run with unknown quotas. Default false.
 	AllowAnyModel bool `yaml:"allow_any_model"`
 	// Strategy is the shaping strategy: retry, rpm, shape or adaptive; ""
-	// (default) picks shape for models with a quota, adaptive otherwise.
+	// (default) picks shape for models with a quota, adaptive otherwise;
+	// a model without the quota rpm or shape needs runs adaptive.
 	Strategy string `yaml:"strategy"`
 	// Retry is the retry policy.
 	Retry Retry `yaml:"retry"`

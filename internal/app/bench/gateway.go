@@ -134,7 +134,7 @@ connections. *Direct*: the agents call the simulator. *Through llmq*: the agents
 `+"`POST /v1/chat/completions`"+` on `+"`llmq api`"+` (announcing their timeout as
 `+"`X-LLMQ-Deadline`"+`), and one worker calls a fresh simulator with the same settings; API,
 worker, in-memory broker and Postgres in one process. *Plain SDK*: the same, with no llmq header
-and no quota configured (the worker learns the limits from the provider's headers). A failure is any call that does not return a
+and no quota configured (the worker learns the limits from the provider's headers, and its calls at a time from its 429s). A failure is any call that does not return a
 completion, a deadline 429 included; latencies are the agents' own, of the calls that succeeded.
 The upstream columns are the simulator's count of the calls it received, its 429s and the 502s
 and resets it injected (through llmq, every one of them retried inside llmq).

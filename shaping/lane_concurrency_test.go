@@ -1,0 +1,148 @@
+package shaping
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/require"
+)
+
+// gatewayWorkload is the gateway bench's: 11 agents of 20 sequential calls
+// (prompts of ~20 tokens, max output 200, answers of 50-200 tokens) on a
+// provider of 60 RPM, 20k TPM and 4 calls at a time that states its
+// requests and tokens in headers but not its calls at a time.
+func gatewayWorkload(strategy Strategy, rpm, tpm float64, concurrency int) simConfig {
+	return simConfig{
+		lane: LaneConfig{Name: "gateway", Strategy: strategy, RPM: rpm, TPM: tpm, Concurrency: concurrency},
+		up: upstreamConfig{RPM: 60, TPM: 20_000, Headers: true, TTFT: 200 * time.Millisecond,
+			PerToken: 10 * time.Millisecond, RetryAfterSeconds: true, MaxConcurrency: 4},
+		workers: 11, backlog: 220, duration: 10 * time.Minute, seed: 5,
+		job: func(rng *rand.Rand) *simJob {
+			return &simJob{prompt: 20, maxOut: 200, out: 50 + rng.IntN(151)}
+		},
+	}
+}
+
+// TestSimulationLearnsConcurrency: on the gateway workload, a lane that
+// knows nothing of the provider (adaptive, as llmq runs a model without a
+// quota) and one that knows its quotas but not its calls at a time learn
+// the latter from the provider's concurrency 429s: every call succeeds,
+// those 429s stay within 1% of the calls, and the lane ends at most one
+// over the provider's 4; configured, the lane meets none.
+func TestSimulationLearnsConcurrency(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		strategy Strategy
+		rpm, tpm float64
+		conc     int
+		most     int
+	}{
+		{"adaptive, nothing configured", StrategyAdaptive, 0, 0, 0, 2},
+		{"shape, quotas without concurrency", StrategyShape, 60, 20_000, 0, 2},
+		{"shape, all configured", StrategyShape, 60, 20_000, 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := runSim(gatewayWorkload(tc.strategy, tc.rpm, tc.tpm, tc.conc))
+			require.NoError(t, err)
+			snap := res.lane.Snapshot()
+			t.Logf("completed %d in %s, 429s %d (concurrency %d), concurrency limit %d, provider %s",
+				res.completed, res.end.Sub(res.start), res.up.limited, res.up.limitedConcurrency,
+				snap.ConcurrencyLimit, snap.Provider)
+			require.Equal(t, 220, res.completed)
+			require.LessOrEqual(t, res.up.limitedConcurrency, tc.most)
+			// Its calls out count an answer on its way: the cap may stay
+			// one above the provider's.
+			require.LessOrEqual(t, snap.ConcurrencyLimit, 5)
+		})
+	}
+}
+
+// sendN sends n requests on l at now, each holding a slot, and returns
+// their permits.
+func sendN(t *testing.T, l *Lane, now time.Time, n int) []*Permit {
+	t.Helper()
+	var ps []*Permit
+	for range n {
+		r, err := l.ReserveAt(now, Request{PromptTokens: 10, MaxOutputTokens: 10})
+		require.NoError(t, err)
+		require.True(t, l.TryAcquireSlot())
+		ps = append(ps, l.SendAt(now, r))
+	}
+	return ps
+}
+
+// busyHeaders are a 429's for the provider's calls at a time: requests and
+// tokens remain.
+func busyHeaders(concurrency bool) RateLimitHeaders {
+	return RateLimitHeaders{LimitRequests: 600, LimitTokens: 1e6, RemainingRequests: 500, RemainingTokens: 9e5,
+		HasLimitRequests: true, HasLimitTokens: true, HasRemainingRequests: true, HasRemainingTokens: true,
+		RetryAfter: time.Second, HasRetryAfter: true, Concurrency: concurrency}
+}
+
+// TestLaneLearnsConcurrency: the 429s of a burst that name the provider's
+// calls at a time cut the lane's concurrency to the calls the provider
+// held (one below the calls out, one lower per refusal), without pausing
+// the lane or taking the provider for a short bucket; answers at the cap
+// raise it by one per concIncreaseEvery. A refusal that names no
+// concurrency is a short bucket's, as before.
+func TestLaneLearnsConcurrency(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	newLane := func() *Lane {
+		l, err := NewLane(LaneConfig{Name: "c", Strategy: StrategyShape, RPM: 600, TPM: 1e6, Concurrency: 16,
+			ColdStart: ColdStartStatic, WarmUp: -1, Start: StartFull, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		return l
+	}
+	l := newLane()
+	ps := sendN(t, l, t0, 7)
+	at := t0.Add(100 * time.Millisecond)
+	// The provider took the first four and refused the last three.
+	for i, want := range []int{6, 5, 4} {
+		require.NoError(t, ps[6-i].DoneAt(at, Outcome{RateLimited: true, Headers: busyHeaders(true)}))
+		require.Equal(t, want, l.Snapshot().ConcurrencyLimit, "after refusal %d", i+1)
+	}
+	require.True(t, l.PausedUntil().IsZero(), "no pause")
+	require.NotEqual(t, ProviderShort, l.Snapshot().Provider)
+	for _, p := range ps[:4] {
+		require.NoError(t, p.DoneAt(at, Outcome{PromptTokens: 10, CompletionTokens: 10}))
+	}
+
+	// The cap grows by one after concIncreaseEvery answers sent at it (the
+	// burst's fourth, sent with four slots held, was the first; then one
+	// in each round of four).
+	now := at
+	for i := range concIncreaseEvery - 1 {
+		require.Equal(t, 4, l.Snapshot().ConcurrencyLimit, "answer %d", i)
+		for _, p := range sendN(t, l, now, 4) {
+			now = now.Add(time.Millisecond)
+			require.NoError(t, p.DoneAt(now, Outcome{PromptTokens: 10, CompletionTokens: 10}))
+		}
+	}
+	require.Equal(t, 5, l.Snapshot().ConcurrencyLimit)
+
+	// A refusal with room that names no concurrency: a short bucket.
+	l = newLane()
+	ps = sendN(t, l, t0, 7)
+	require.NoError(t, ps[6].DoneAt(at, Outcome{RateLimited: true, Headers: busyHeaders(false)}))
+	require.Equal(t, 16, l.Snapshot().ConcurrencyLimit)
+	require.Equal(t, ProviderShort, l.Snapshot().Provider)
+	require.False(t, l.PausedUntil().IsZero())
+}
+
+func TestConcurrencyMessage(t *testing.T) {
+	t.Parallel()
+	for msg, want := range map[string]bool{
+		"Rate limit reached for gpt-4o-mini in organization org-x on concurrent requests: Limit 4, Used 4, Requested 1.": true,
+		"Too many concurrent requests": true,
+		"Concurrency limit exceeded":   true,
+		"Rate limit reached for gpt-4o-mini in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1.":            false,
+		"Rate limit reached for gpt-4o-mini in organization org-x on tokens per min (TPM): Limit 200000, Used 195869, Requested 4412.": false,
+	} {
+		require.Equal(t, want, ConcurrencyMessage(msg), msg)
+	}
+}

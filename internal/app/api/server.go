@@ -27,8 +27,8 @@ func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
 
 // API is the HTTP handler of llmq's API. It is safe for concurrent use.
 type API struct {
-	cfg      Config
-	log      *slog.Logger
+	cfg Config
+	replies
 	mux      *http.ServeMux
 	keys     map[[sha256.Size]byte]caller
 	requests *prometheus.CounterVec
@@ -63,7 +63,7 @@ func New(cfg Config) (*API, error) {
 	}
 	a := &API{
 		cfg:          cfg,
-		log:          cfg.Logger,
+		replies:      replies{log: cfg.Logger},
 		mux:          http.NewServeMux(),
 		keys:         make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
 		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, knownCallers(cfg, len(cfg.Keys)+len(cfg.OperatorKeys))),
@@ -164,7 +164,46 @@ func (a *API) routes() {
 		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
 	}
 	a.adminRoutes()
-	a.tenantNotificationRoutes()
+}
+
+// adminRoutes mounts the admin API (operator keys only).
+func (a *API) adminRoutes() {
+	h := func(f http.HandlerFunc) http.Handler { return a.authed(a.adminOnly(f)) }
+	if a.cfg.Tenancy != nil {
+		t := &tenantAdmin{replies: a.replies, store: a.cfg.TenancyStore, clock: a.cfg.Clock}
+		a.mux.Handle("GET /v1/admin/tenants", h(t.listTenants))
+		a.mux.Handle("POST /v1/admin/tenants", h(t.createTenant))
+		a.mux.Handle("GET /v1/admin/tenants/{tenant}", h(t.getTenant))
+		a.mux.Handle("PUT /v1/admin/tenants/{tenant}", h(t.updateTenant))
+		a.mux.Handle("DELETE /v1/admin/tenants/{tenant}", h(t.deleteTenant))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/pause", h(t.pauseTenant(true)))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/resume", h(t.pauseTenant(false)))
+		a.mux.Handle("GET /v1/admin/tenants/{tenant}/projects/{project}", h(t.getProject))
+		a.mux.Handle("PUT /v1/admin/tenants/{tenant}/projects/{project}", h(t.putProject))
+		a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/projects/{project}", h(t.deleteProject))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/projects/{project}/pause", h(t.pauseProject(true)))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/projects/{project}/resume", h(t.pauseProject(false)))
+		a.mux.Handle("GET /v1/admin/keys", h(t.listKeys))
+		a.mux.Handle("POST /v1/admin/keys", h(t.createKey))
+		a.mux.Handle("GET /v1/admin/keys/{key}", h(t.getKey))
+		a.mux.Handle("POST /v1/admin/keys/{key}/revoke", h(t.revokeKey))
+		a.mux.Handle("GET /v1/admin/audit", h(t.listAudit))
+		m := &modelAdmin{replies: a.replies, store: a.cfg.TenancyStore}
+		a.mux.Handle("GET /v1/admin/models", h(m.listModels))
+		a.mux.Handle("POST /v1/admin/models", h(func(w http.ResponseWriter, r *http.Request) { m.putModel(w, r, "") }))
+		a.mux.Handle("GET /v1/admin/models/{model...}", h(m.getModel))
+		a.mux.Handle("PUT /v1/admin/models/{model...}", h(func(w http.ResponseWriter, r *http.Request) { m.putModel(w, r, r.PathValue("model")) }))
+		a.mux.Handle("DELETE /v1/admin/models/{model...}", h(m.deleteModel))
+	}
+	if a.cfg.TenantNotifications != nil {
+		n := &tenantNotifications{replies: a.replies, store: a.cfg.TenantNotifications}
+		a.mux.Handle("GET /v1/admin/notifications", h(n.listTenantNotifications))
+		a.mux.Handle("GET /v1/admin/tenants/{tenant}/notifications", h(n.getTenantNotifications))
+		a.mux.Handle("PUT /v1/admin/tenants/{tenant}/notifications", h(n.putTenantNotifications))
+		a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/notifications", h(n.deleteTenantNotifications))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/notifications/secrets", h(n.rotateWebhookSecret))
+		a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/notifications/secrets/previous", h(n.endSecretRotation))
+	}
 }
 
 // ServeHTTP routes the request. Unknown paths answer 404 and known paths
@@ -279,9 +318,13 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// replies is what every handler type shares: the logger of the errors it
+// answers 500 to.
+type replies struct{ log *slog.Logger }
+
 // internalError logs err and answers 500.
-func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	a.log.Error("api: request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+func (p replies) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	p.log.Error("api: request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("error", err.Error()))
 	writeError(w, http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"})
 }

@@ -140,28 +140,33 @@ func (a *API) routes() {
 		a.mux.Handle("GET /v1/models", refuseHops(a.authedLimits(a.models, writeOpenAIError, true)))
 	}
 	a.mux.Handle("GET /v1/me", a.authed(a.me))
-	a.mux.Handle("GET /v1/stats/jobs", a.authed(a.jobStats))
-	a.mux.Handle("GET /v1/stats/models", a.authed(a.modelStats))
-	a.mux.Handle("GET /v1/stats/arrivals", a.authed(a.arrivals))
+	st := &statsHandler{replies: a.replies, store: a.cfg.Store, clock: a.cfg.Clock, catalog: a.catalog}
+	a.mux.Handle("GET /v1/stats/jobs", a.authed(st.jobStats))
+	a.mux.Handle("GET /v1/stats/models", a.authed(st.modelStats))
+	a.mux.Handle("GET /v1/stats/arrivals", a.authed(st.arrivals))
 	if a.cfg.Usage != nil {
-		a.mux.Handle("GET /v1/usage", a.authed(a.usage))
+		u := &usageHandler{replies: a.replies, store: a.cfg.Usage, tenants: a.tenants}
+		a.mux.Handle("GET /v1/usage", a.authed(u.usage))
 	}
 	if a.cfg.Batches != nil {
-		a.mux.Handle("GET /v1/batches", a.authed(a.operatorOnly(a.listBatches)))
-		a.mux.Handle("GET /v1/batches/{id}", a.authed(a.operatorOnly(a.getBatch)))
-		a.mux.Handle("POST /v1/batches/{id}/cancel", a.authed(a.operatorOnly(a.cancelBatch)))
+		b := &batchHandler{replies: a.replies, store: a.cfg.Batches, cancel: a.cfg.CancelBatch, retryAfter: a.cfg.RetryAfterUnavailable}
+		a.mux.Handle("GET /v1/batches", a.authed(a.operatorOnly(b.listBatches)))
+		a.mux.Handle("GET /v1/batches/{id}", a.authed(a.operatorOnly(b.getBatch)))
+		a.mux.Handle("POST /v1/batches/{id}/cancel", a.authed(a.operatorOnly(b.cancelBatch)))
 	}
 	if a.cfg.Notifications != nil {
-		a.mux.Handle("GET /v1/notifications", a.authed(a.listNotifications))
-		a.mux.Handle("POST /v1/notifications/{event_id}/replay", a.authed(a.replayNotification))
+		n := &notificationHandler{replies: a.replies, store: a.cfg.Notifications, clock: a.cfg.Clock}
+		a.mux.Handle("GET /v1/notifications", a.authed(n.listNotifications))
+		a.mux.Handle("POST /v1/notifications/{event_id}/replay", a.authed(n.replayNotification))
 	}
 	if a.cfg.DeadLetterService != nil {
-		a.mux.Handle("GET /v1/dead-letters", a.authed(a.listDeadLetters))
-		a.mux.Handle("GET /v1/dead-letters/{id}", a.authed(a.getDeadLetter))
-		a.mux.Handle("POST /v1/dead-letters/{id}/replay", a.authed(a.replayDeadLetter))
-		a.mux.Handle("GET /v1/dead-letters/reasons", a.authed(a.deadLetterReasons))
-		a.mux.Handle("POST /v1/dead-letters/replay", a.authed(a.replayDeadLetters))
-		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
+		d := &deadLetters{replies: a.replies, letters: a.cfg.DeadLetterService, retryAfter: a.cfg.RetryAfterUnavailable}
+		a.mux.Handle("GET /v1/dead-letters", a.authed(d.listDeadLetters))
+		a.mux.Handle("GET /v1/dead-letters/{id}", a.authed(d.getDeadLetter))
+		a.mux.Handle("POST /v1/dead-letters/{id}/replay", a.authed(d.replayDeadLetter))
+		a.mux.Handle("GET /v1/dead-letters/reasons", a.authed(d.deadLetterReasons))
+		a.mux.Handle("POST /v1/dead-letters/replay", a.authed(d.replayDeadLetters))
+		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(d.purgeDeadLetters))
 	}
 	a.adminRoutes()
 }

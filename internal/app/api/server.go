@@ -29,6 +29,9 @@ func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
 type API struct {
 	cfg Config
 	replies
+	// admission reads and checks the jobs of POST /v1/jobs and the
+	// gateway's calls.
+	admission
 	mux      *http.ServeMux
 	keys     map[[sha256.Size]byte]caller
 	requests *prometheus.CounterVec
@@ -105,6 +108,8 @@ func New(cfg Config) (*API, error) {
 		a.keyNames[keyLimitName(hash)] = true
 	}
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
+	a.admission = admission{replies: a.replies, maxBodyBytes: cfg.MaxBodyBytes, maxMessageBytes: cfg.MaxMessageBytes,
+		usage: cfg.Usage, tenants: a.tenants, catalog: a.catalog, clock: cfg.Clock}
 	collectors := []prometheus.Collector{a.requests, a.duration, a.limited}
 	if cfg.JobsDone != nil {
 		collectors = append(collectors, a.waiting)
@@ -124,11 +129,12 @@ func New(cfg Config) (*API, error) {
 }
 
 func (a *API) routes() {
-	a.mux.Handle("POST /v1/jobs", a.authed(a.postJobs))
-	a.mux.Handle("GET /v1/jobs", a.authed(a.listJobs))
-	a.mux.Handle("GET /v1/jobs/{id}", a.authed(a.getJob))
-	a.mux.Handle("DELETE /v1/jobs/{id}", a.authed(a.cancelJob))
-	a.mux.Handle("GET /v1/queue", a.authed(a.queue))
+	j := &jobsHandler{admission: a.admission, producer: a.cfg.Producer, store: a.cfg.Store, retryAfter: a.cfg.RetryAfterUnavailable}
+	a.mux.Handle("POST /v1/jobs", a.authed(j.postJobs))
+	a.mux.Handle("GET /v1/jobs", a.authed(j.listJobs))
+	a.mux.Handle("GET /v1/jobs/{id}", a.authed(j.getJob))
+	a.mux.Handle("DELETE /v1/jobs/{id}", a.authed(j.cancelJob))
+	a.mux.Handle("GET /v1/queue", a.authed(j.queue))
 	a.mux.HandleFunc("GET /healthz", a.healthz)
 	a.mux.HandleFunc("GET /readyz", a.readyz)
 	a.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {

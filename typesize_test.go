@@ -31,6 +31,7 @@ var smallTypePackages = map[string]string{
 	"internal/webhook":     "",
 	"dlq":                  "",
 	"internal/upstreamsim": "",
+	"internal/app/api":     "",
 	"store":                "",
 	"worker":               "Worker",
 }

@@ -114,7 +114,7 @@ type AdminAuditEntry struct {
 }
 
 // adminOnly refuses a tenant key with 403.
-func (a *API) adminOnly(h http.HandlerFunc) http.HandlerFunc {
+func (dr *door) adminOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !Operator(r) {
 			writeError(w, http.StatusForbidden, Error{Code: CodeForbidden,
@@ -177,12 +177,12 @@ func (u *keyUses) due(name string, now time.Time) bool {
 
 // noteKeyUse writes a key's last use when due; a failure is logged and
 // the request goes on.
-func (a *API) noteKeyUse(ctx context.Context, name string, now time.Time) {
-	if !a.used.due(name, now) {
+func (dr *door) noteKeyUse(ctx context.Context, name string, now time.Time) {
+	if !dr.used.due(name, now) {
 		return
 	}
-	if err := a.cfg.TenancyStore.TouchKeys(ctx, []string{name}, now); err != nil {
-		a.log.Warn("api: record a key's last use", "key_name", name, "error", err.Error())
+	if err := dr.touch.TouchKeys(ctx, []string{name}, now); err != nil {
+		dr.log.Warn("api: record a key's last use", "key_name", name, "error", err.Error())
 	}
 }
 

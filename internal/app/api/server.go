@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -32,21 +31,15 @@ type API struct {
 	// admission reads and checks the jobs of POST /v1/jobs and the
 	// gateway's calls.
 	admission
+	// door authenticates and limits every request (auth.go).
+	*door
 	mux      *http.ServeMux
-	keys     map[[sha256.Size]byte]caller
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
-	// The door's limits (ratelimit.go): a bucket per key, per tenant and
-	// per client address failing authentication, and the calls waiting.
-	keyLimits, tenantLimits, authFailures *limiterSet
-	limited                               *prometheus.CounterVec
-	// keyNames and tenantNames are the names of the configured keys' and
-	// tenants' buckets: the only ones the replicas' counts may add
-	// (doorshare.go).
-	keyNames, tenantNames map[string]bool
-	limitSyncs            *prometheus.CounterVec
-	limitSharer           background.Runner
-	waitingCalls          waitingCalls
+	// limitSharer runs the door's exchange of its limits with the other
+	// replicas (doorshare.go); waitingCalls are the gateway calls waiting.
+	limitSharer  background.Runner
+	waitingCalls waitingCalls
 	// waiters and listener serve gateway mode (gateway_wait.go).
 	waiters waiters
 	waiting prometheus.Gauge
@@ -54,8 +47,6 @@ type API struct {
 	// (gateway_stream.go).
 	chunkWaiters waiters
 	listener     background.Runner
-	// used records the last use of the tenancy's keys (admin.go).
-	used keyUses
 }
 
 // New returns the API handler.
@@ -65,23 +56,9 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	a := &API{
-		cfg:          cfg,
-		replies:      replies{log: cfg.Logger},
-		mux:          http.NewServeMux(),
-		keys:         make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
-		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, knownCallers(cfg, len(cfg.Keys)+len(cfg.OperatorKeys))),
-		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, knownCallers(cfg, len(cfg.Keys))),
-		authFailures: newLimiterSet(cfg.RateLimits.AuthFailuresPerMinute, cfg.RateLimits.MaxClients),
-		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmq_api_rate_limited_total",
-			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting, paused.",
-		}, []string{"limit"}),
-		limitSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmq_api_limit_exchanges_total",
-			Help: "Exchanges of the door's limit counts with the other API replicas, by outcome: ok, error.",
-		}, []string{"outcome"}),
-		keyNames:    map[string]bool{},
-		tenantNames: map[string]bool{},
+		cfg:     cfg,
+		replies: replies{log: cfg.Logger},
+		mux:     http.NewServeMux(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
@@ -96,17 +73,7 @@ func New(cfg Config) (*API, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route"}),
 	}
-	// Keys are looked up by their hash; the API keeps no key itself.
-	for k, tenant := range cfg.Keys {
-		hash := sha256.Sum256([]byte(k))
-		a.keys[hash] = caller{tenant: tenant}
-		a.keyNames[keyLimitName(hash)], a.tenantNames[tenant] = true, true
-	}
-	for _, k := range cfg.OperatorKeys {
-		hash := sha256.Sum256([]byte(k.Key))
-		a.keys[hash] = caller{operator: true, name: operatorName(k.Name, hash)}
-		a.keyNames[keyLimitName(hash)] = true
-	}
+	a.door = newDoor(cfg, a.replies, a.tenants)
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
 	a.admission = admission{replies: a.replies, maxBodyBytes: cfg.MaxBodyBytes, maxMessageBytes: cfg.MaxMessageBytes,
 		usage: cfg.Usage, tenants: a.tenants, catalog: a.catalog, clock: cfg.Clock}
@@ -135,7 +102,7 @@ func (a *API) routes() {
 	a.mux.Handle("GET /v1/jobs/{id}", a.authed(j.getJob))
 	a.mux.Handle("DELETE /v1/jobs/{id}", a.authed(j.cancelJob))
 	a.mux.Handle("GET /v1/queue", a.authed(j.queue))
-	a.mux.HandleFunc("GET /healthz", a.healthz)
+	a.mux.HandleFunc("GET /healthz", healthz)
 	a.mux.HandleFunc("GET /readyz", a.readyz)
 	a.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
@@ -145,7 +112,7 @@ func (a *API) routes() {
 		a.mux.Handle("POST /v1/chat/completions", refuseHops(a.authedLimits(a.chatCompletions, writeOpenAIError, true)))
 		a.mux.Handle("GET /v1/models", refuseHops(a.authedLimits(a.models, writeOpenAIError, true)))
 	}
-	a.mux.Handle("GET /v1/me", a.authed(a.me))
+	a.mux.Handle("GET /v1/me", a.authed(me))
 	st := &statsHandler{replies: a.replies, store: a.cfg.Store, clock: a.cfg.Clock, catalog: a.catalog}
 	a.mux.Handle("GET /v1/stats/jobs", a.authed(st.jobStats))
 	a.mux.Handle("GET /v1/stats/models", a.authed(st.modelStats))
@@ -297,7 +264,7 @@ func bearer(h string) (string, bool) {
 	return key, key != ""
 }
 
-func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
+func healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 

@@ -32,6 +32,7 @@ var smallTypePackages = map[string]string{
 	"dlq":                  "",
 	"internal/upstreamsim": "",
 	"internal/app/api":     "",
+	"internal/app/console": "",
 	"store":                "",
 	"worker":               "Worker",
 }

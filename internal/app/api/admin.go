@@ -635,7 +635,7 @@ func (ta *tenantAdmin) listAudit(w http.ResponseWriter, r *http.Request) {
 
 // pausedRefusal is the gateway's answer to a call of a paused tenant or
 // project: 429, nothing enqueued.
-func (a *API) pausedRefusal(tenant, project string) *Error {
+func (a *admission) pausedRefusal(tenant, project string) *Error {
 	t, ok := a.tenants()[tenant]
 	switch {
 	case !ok:

@@ -33,20 +33,16 @@ type API struct {
 	admission
 	// door authenticates and limits every request (auth.go).
 	*door
+	// gateway serves gateway mode (gateway_handler.go).
+	*gateway
 	mux      *http.ServeMux
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	// limitSharer runs the door's exchange of its limits with the other
-	// replicas (doorshare.go); waitingCalls are the gateway calls waiting.
-	limitSharer  background.Runner
-	waitingCalls waitingCalls
-	// waiters and listener serve gateway mode (gateway_wait.go).
-	waiters waiters
-	waiting prometheus.Gauge
-	// chunkWaiters wake the streamed calls whose stream grew
-	// (gateway_stream.go).
-	chunkWaiters waiters
-	listener     background.Runner
+	// replicas (doorshare.go); listener the gateway's listening
+	// connection (gateway_wait.go).
+	limitSharer background.Runner
+	listener    background.Runner
 }
 
 // New returns the API handler.
@@ -63,10 +59,6 @@ func New(cfg Config) (*API, error) {
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
 		}, []string{"route", "code"}),
-		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "llmq_gateway_waiting_callers",
-			Help: "Gateway calls (POST /v1/chat/completions) waiting for their job to end.",
-		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "llmq_api_request_duration_seconds",
 			Help:    "HTTP API request latency by route pattern.",
@@ -77,9 +69,17 @@ func New(cfg Config) (*API, error) {
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
 	a.admission = admission{replies: a.replies, maxBodyBytes: cfg.MaxBodyBytes, maxMessageBytes: cfg.MaxMessageBytes,
 		usage: cfg.Usage, tenants: a.tenants, catalog: a.catalog, clock: cfg.Clock}
-	collectors := []prometheus.Collector{a.requests, a.duration, a.limited}
+	a.gateway = &gateway{admission: a.admission, limited: a.door.limited,
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmq_gateway_waiting_callers",
+			Help: "Gateway calls (POST /v1/chat/completions) waiting for their job to end.",
+		}),
+		cfg: gatewaySettings{Gateway: cfg.Gateway, Producer: cfg.Producer, Store: cfg.Store, Streams: cfg.Streams,
+			JobsDone: cfg.JobsDone, Clock: cfg.Clock, MaxBodyBytes: cfg.MaxBodyBytes, MaxMessageBytes: cfg.MaxMessageBytes,
+			RetryAfterUnavailable: cfg.RetryAfterUnavailable}}
+	collectors := []prometheus.Collector{a.requests, a.duration, a.door.limited}
 	if cfg.JobsDone != nil {
-		collectors = append(collectors, a.waiting)
+		collectors = append(collectors, a.gateway.waiting)
 	}
 	if cfg.Limits != nil {
 		collectors = append(collectors, a.limitSyncs)
@@ -109,8 +109,8 @@ func (a *API) routes() {
 		_, _ = w.Write(openAPIDocument)
 	})
 	if a.cfg.JobsDone != nil {
-		a.mux.Handle("POST /v1/chat/completions", refuseHops(a.authedLimits(a.chatCompletions, writeOpenAIError, true)))
-		a.mux.Handle("GET /v1/models", refuseHops(a.authedLimits(a.models, writeOpenAIError, true)))
+		a.mux.Handle("POST /v1/chat/completions", refuseHops(a.authedLimits(a.gateway.chatCompletions, writeOpenAIError, true)))
+		a.mux.Handle("GET /v1/models", refuseHops(a.authedLimits(a.gateway.models, writeOpenAIError, true)))
 	}
 	a.mux.Handle("GET /v1/me", a.authed(me))
 	st := &statsHandler{replies: a.replies, store: a.cfg.Store, clock: a.cfg.Clock, catalog: a.catalog}

@@ -31,6 +31,8 @@ var smallTypePackages = map[string]string{
 	"internal/webhook":     "",
 	"dlq":                  "",
 	"internal/upstreamsim": "",
+	"internal/app/api":     "",
+	"internal/app/console": "",
 	"store":                "",
 	"worker":               "Worker",
 }

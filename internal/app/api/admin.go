@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
 )
@@ -37,6 +39,13 @@ const (
 // TenancyStore is what the admin API reads and changes; a
 // *store.Tenancy is one.
 type TenancyStore interface {
+	tenantRowStore
+	modelRowStore
+	TouchKeys(ctx context.Context, names []string, at time.Time) error
+}
+
+// tenantRowStore holds the tenants, projects, keys and audit log.
+type tenantRowStore interface {
 	Load(ctx context.Context) (*store.TenancyRows, error)
 	Tenant(ctx context.Context, name string) (store.TenantRow, error)
 	CreateTenant(ctx context.Context, actor string, row store.TenantRow) (store.TenantRow, error)
@@ -48,11 +57,15 @@ type TenancyStore interface {
 	CreateKey(ctx context.Context, actor string, k store.APIKeyRow) (store.APIKeyRow, error)
 	Key(ctx context.Context, name string) (store.APIKeyRow, error)
 	RevokeKey(ctx context.Context, actor, name string, version int64) (store.APIKeyRow, error)
-	TouchKeys(ctx context.Context, names []string, at time.Time) error
 	Audit(ctx context.Context, before int64, limit int) ([]store.AuditEntry, error)
-	Model(ctx context.Context, name string) (store.ModelRow, error)
-	PutModel(ctx context.Context, actor string, row store.ModelRow, version int64) (store.ModelRow, error)
-	DeleteModel(ctx context.Context, actor, name string, version int64) error
+}
+
+// tenantAdmin serves the admin API's tenants, projects, keys and audit
+// log (operator keys only).
+type tenantAdmin struct {
+	replies
+	store tenantRowStore
+	clock clockwork.Clock
 }
 
 // AdminTenant is a tenant of the admin API: its scope, its projects'
@@ -100,33 +113,8 @@ type AdminAuditEntry struct {
 	New    json.RawMessage `json:"new"`
 }
 
-func (a *API) adminRoutes() {
-	if a.cfg.Tenancy == nil {
-		return
-	}
-	h := func(f http.HandlerFunc) http.Handler { return a.authed(a.adminOnly(f)) }
-	a.mux.Handle("GET /v1/admin/tenants", h(a.listTenants))
-	a.mux.Handle("POST /v1/admin/tenants", h(a.createTenant))
-	a.mux.Handle("GET /v1/admin/tenants/{tenant}", h(a.getTenant))
-	a.mux.Handle("PUT /v1/admin/tenants/{tenant}", h(a.updateTenant))
-	a.mux.Handle("DELETE /v1/admin/tenants/{tenant}", h(a.deleteTenant))
-	a.mux.Handle("POST /v1/admin/tenants/{tenant}/pause", h(a.pauseTenant(true)))
-	a.mux.Handle("POST /v1/admin/tenants/{tenant}/resume", h(a.pauseTenant(false)))
-	a.mux.Handle("GET /v1/admin/tenants/{tenant}/projects/{project}", h(a.getProject))
-	a.mux.Handle("PUT /v1/admin/tenants/{tenant}/projects/{project}", h(a.putProject))
-	a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/projects/{project}", h(a.deleteProject))
-	a.mux.Handle("POST /v1/admin/tenants/{tenant}/projects/{project}/pause", h(a.pauseProject(true)))
-	a.mux.Handle("POST /v1/admin/tenants/{tenant}/projects/{project}/resume", h(a.pauseProject(false)))
-	a.mux.Handle("GET /v1/admin/keys", h(a.listKeys))
-	a.mux.Handle("POST /v1/admin/keys", h(a.createKey))
-	a.mux.Handle("GET /v1/admin/keys/{key}", h(a.getKey))
-	a.mux.Handle("POST /v1/admin/keys/{key}/revoke", h(a.revokeKey))
-	a.mux.Handle("GET /v1/admin/audit", h(a.listAudit))
-	a.modelRoutes(h)
-}
-
 // adminOnly refuses a tenant key with 403.
-func (a *API) adminOnly(h http.HandlerFunc) http.HandlerFunc {
+func (dr *door) adminOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !Operator(r) {
 			writeError(w, http.StatusForbidden, Error{Code: CodeForbidden,
@@ -189,12 +177,12 @@ func (u *keyUses) due(name string, now time.Time) bool {
 
 // noteKeyUse writes a key's last use when due; a failure is logged and
 // the request goes on.
-func (a *API) noteKeyUse(ctx context.Context, name string, now time.Time) {
-	if !a.used.due(name, now) {
+func (dr *door) noteKeyUse(ctx context.Context, name string, now time.Time) {
+	if !dr.used.due(name, now) {
 		return
 	}
-	if err := a.cfg.TenancyStore.TouchKeys(ctx, []string{name}, now); err != nil {
-		a.log.Warn("api: record a key's last use", "key_name", name, "error", err.Error())
+	if err := dr.touch.TouchKeys(ctx, []string{name}, now); err != nil {
+		dr.log.Warn("api: record a key's last use", "key_name", name, "error", err.Error())
 	}
 }
 
@@ -220,7 +208,7 @@ func ifMatch(w http.ResponseWriter, r *http.Request) (int64, bool) {
 }
 
 // tenancyError answers a store error of the admin API.
-func (a *API) tenancyError(w http.ResponseWriter, r *http.Request, err error, what string) {
+func (p *replies) tenancyError(w http.ResponseWriter, r *http.Request, err error, what string) {
 	switch {
 	case errors.Is(err, store.ErrTenancyNotFound):
 		writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Message: "no such " + what})
@@ -231,7 +219,7 @@ func (a *API) tenancyError(w http.ResponseWriter, r *http.Request, err error, wh
 		writeError(w, http.StatusConflict, Error{Code: CodeConflict, Field: "name",
 			Message: "the name is taken by another " + what + " (a key's name is never reused, even once revoked)"})
 	default:
-		a.internalError(w, r, err)
+		p.internalError(w, r, err)
 	}
 }
 
@@ -244,7 +232,7 @@ type scopeBody struct {
 
 // readScope decodes a tenant's or project's body and checks it; every
 // error names its field.
-func (a *API) readScope(w http.ResponseWriter, r *http.Request) (scopeBody, bool) {
+func (ta *tenantAdmin) readScope(w http.ResponseWriter, r *http.Request) (scopeBody, bool) {
 	var b scopeBody
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
@@ -301,10 +289,10 @@ func adminKey(k store.APIKeyRow) AdminKey {
 }
 
 // listTenants: GET /v1/admin/tenants.
-func (a *API) listTenants(w http.ResponseWriter, r *http.Request) {
-	rows, err := a.cfg.TenancyStore.Load(r.Context())
+func (ta *tenantAdmin) listTenants(w http.ResponseWriter, r *http.Request) {
+	rows, err := ta.store.Load(r.Context())
 	if err != nil {
-		a.internalError(w, r, err)
+		ta.internalError(w, r, err)
 		return
 	}
 	projects := map[string][]string{}
@@ -321,10 +309,10 @@ func (a *API) listTenants(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeTenant answers with tenant name as it is now, and its ETag.
-func (a *API) writeTenant(w http.ResponseWriter, r *http.Request, status int, name string) {
-	rows, err := a.cfg.TenancyStore.Load(r.Context())
+func (ta *tenantAdmin) writeTenant(w http.ResponseWriter, r *http.Request, status int, name string) {
+	rows, err := ta.store.Load(r.Context())
 	if err != nil {
-		a.internalError(w, r, err)
+		ta.internalError(w, r, err)
 		return
 	}
 	for _, t := range rows.Tenants {
@@ -341,35 +329,35 @@ func (a *API) writeTenant(w http.ResponseWriter, r *http.Request, status int, na
 		writeJSON(w, status, adminTenant(t, projects))
 		return
 	}
-	a.tenancyError(w, r, store.ErrTenancyNotFound, "tenant")
+	ta.tenancyError(w, r, store.ErrTenancyNotFound, "tenant")
 }
 
 // createTenant: POST /v1/admin/tenants.
-func (a *API) createTenant(w http.ResponseWriter, r *http.Request) {
-	b, ok := a.readScope(w, r)
+func (ta *tenantAdmin) createTenant(w http.ResponseWriter, r *http.Request) {
+	b, ok := ta.readScope(w, r)
 	if !ok || !validName(w, "name", b.Name) {
 		return
 	}
-	if _, err := a.cfg.TenancyStore.CreateTenant(r.Context(), actor(r), store.TenantRow{Name: b.Name, Scope: b.Scope,
+	if _, err := ta.store.CreateTenant(r.Context(), actor(r), store.TenantRow{Name: b.Name, Scope: b.Scope,
 		AllowUnknownProjects: b.AllowUnknownProjects}); err != nil {
-		a.tenancyError(w, r, err, "tenant")
+		ta.tenancyError(w, r, err, "tenant")
 		return
 	}
-	a.writeTenant(w, r, http.StatusCreated, b.Name)
+	ta.writeTenant(w, r, http.StatusCreated, b.Name)
 }
 
 // getTenant: GET /v1/admin/tenants/{tenant}.
-func (a *API) getTenant(w http.ResponseWriter, r *http.Request) {
-	a.writeTenant(w, r, http.StatusOK, r.PathValue("tenant"))
+func (ta *tenantAdmin) getTenant(w http.ResponseWriter, r *http.Request) {
+	ta.writeTenant(w, r, http.StatusOK, r.PathValue("tenant"))
 }
 
 // updateTenant: PUT /v1/admin/tenants/{tenant}, If-Match required.
-func (a *API) updateTenant(w http.ResponseWriter, r *http.Request) {
+func (ta *tenantAdmin) updateTenant(w http.ResponseWriter, r *http.Request) {
 	version, ok := ifMatch(w, r)
 	if !ok {
 		return
 	}
-	b, ok := a.readScope(w, r)
+	b, ok := ta.readScope(w, r)
 	if !ok {
 		return
 	}
@@ -379,22 +367,22 @@ func (a *API) updateTenant(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("a tenant is not renamed: omit name or send %q", name)})
 		return
 	}
-	if _, err := a.cfg.TenancyStore.UpdateTenant(r.Context(), actor(r), store.TenantRow{Name: name, Scope: b.Scope,
+	if _, err := ta.store.UpdateTenant(r.Context(), actor(r), store.TenantRow{Name: name, Scope: b.Scope,
 		AllowUnknownProjects: b.AllowUnknownProjects}, version); err != nil {
-		a.tenancyError(w, r, err, "tenant")
+		ta.tenancyError(w, r, err, "tenant")
 		return
 	}
-	a.writeTenant(w, r, http.StatusOK, name)
+	ta.writeTenant(w, r, http.StatusOK, name)
 }
 
 // deleteTenant: DELETE /v1/admin/tenants/{tenant}, If-Match required.
-func (a *API) deleteTenant(w http.ResponseWriter, r *http.Request) {
+func (ta *tenantAdmin) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	version, ok := ifMatch(w, r)
 	if !ok {
 		return
 	}
-	if err := a.cfg.TenancyStore.DeleteTenant(r.Context(), actor(r), r.PathValue("tenant"), version); err != nil {
-		a.tenancyError(w, r, err, "tenant")
+	if err := ta.store.DeleteTenant(r.Context(), actor(r), r.PathValue("tenant"), version); err != nil {
+		ta.tenancyError(w, r, err, "tenant")
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -402,37 +390,37 @@ func (a *API) deleteTenant(w http.ResponseWriter, r *http.Request) {
 
 // pauseTenant: POST /v1/admin/tenants/{tenant}/pause and /resume. No
 // If-Match: it changes the one setting it names, on the version it reads.
-func (a *API) pauseTenant(paused bool) http.HandlerFunc {
+func (ta *tenantAdmin) pauseTenant(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("tenant")
 		for {
-			t, err := a.cfg.TenancyStore.Tenant(r.Context(), name)
+			t, err := ta.store.Tenant(r.Context(), name)
 			if err != nil {
-				a.tenancyError(w, r, err, "tenant")
+				ta.tenancyError(w, r, err, "tenant")
 				return
 			}
 			if t.Scope.Paused != paused {
 				t.Scope.Paused = paused
-				_, err = a.cfg.TenancyStore.UpdateTenant(r.Context(), actor(r), t, t.Version)
+				_, err = ta.store.UpdateTenant(r.Context(), actor(r), t, t.Version)
 			}
 			if errors.Is(err, store.ErrVersionMismatch) {
 				continue // changed meanwhile: pause the new version
 			}
 			if err != nil {
-				a.tenancyError(w, r, err, "tenant")
+				ta.tenancyError(w, r, err, "tenant")
 				return
 			}
-			a.writeTenant(w, r, http.StatusOK, name)
+			ta.writeTenant(w, r, http.StatusOK, name)
 			return
 		}
 	}
 }
 
 // getProject: GET /v1/admin/tenants/{tenant}/projects/{project}.
-func (a *API) getProject(w http.ResponseWriter, r *http.Request) {
-	p, err := a.cfg.TenancyStore.Project(r.Context(), r.PathValue("tenant"), r.PathValue("project"))
+func (ta *tenantAdmin) getProject(w http.ResponseWriter, r *http.Request) {
+	p, err := ta.store.Project(r.Context(), r.PathValue("tenant"), r.PathValue("project"))
 	if err != nil {
-		a.tenancyError(w, r, err, "project")
+		ta.tenancyError(w, r, err, "project")
 		return
 	}
 	w.Header().Set("ETag", etag(p.Version))
@@ -442,7 +430,7 @@ func (a *API) getProject(w http.ResponseWriter, r *http.Request) {
 // putProject: PUT /v1/admin/tenants/{tenant}/projects/{project}: without
 // If-Match it creates the project (409 when it exists), with it it
 // replaces the version named.
-func (a *API) putProject(w http.ResponseWriter, r *http.Request) {
+func (ta *tenantAdmin) putProject(w http.ResponseWriter, r *http.Request) {
 	version, status := int64(-1), http.StatusCreated
 	if r.Header.Get("If-Match") != "" {
 		v, ok := ifMatch(w, r)
@@ -451,7 +439,7 @@ func (a *API) putProject(w http.ResponseWriter, r *http.Request) {
 		}
 		version, status = v, http.StatusOK
 	}
-	b, ok := a.readScope(w, r)
+	b, ok := ta.readScope(w, r)
 	if !ok || !validName(w, "project", r.PathValue("project")) {
 		return
 	}
@@ -465,10 +453,10 @@ func (a *API) putProject(w http.ResponseWriter, r *http.Request) {
 			Message: "a setting of a tenant, not of a project"})
 		return
 	}
-	p, err := a.cfg.TenancyStore.PutProject(r.Context(), actor(r), store.ProjectRow{Tenant: r.PathValue("tenant"),
+	p, err := ta.store.PutProject(r.Context(), actor(r), store.ProjectRow{Tenant: r.PathValue("tenant"),
 		Name: r.PathValue("project"), Scope: b.Scope}, version)
 	if err != nil {
-		a.tenancyError(w, r, err, "project")
+		ta.tenancyError(w, r, err, "project")
 		return
 	}
 	w.Header().Set("ETag", etag(p.Version))
@@ -477,36 +465,36 @@ func (a *API) putProject(w http.ResponseWriter, r *http.Request) {
 
 // deleteProject: DELETE /v1/admin/tenants/{tenant}/projects/{project},
 // If-Match required.
-func (a *API) deleteProject(w http.ResponseWriter, r *http.Request) {
+func (ta *tenantAdmin) deleteProject(w http.ResponseWriter, r *http.Request) {
 	version, ok := ifMatch(w, r)
 	if !ok {
 		return
 	}
-	if err := a.cfg.TenancyStore.DeleteProject(r.Context(), actor(r), r.PathValue("tenant"), r.PathValue("project"), version); err != nil {
-		a.tenancyError(w, r, err, "project")
+	if err := ta.store.DeleteProject(r.Context(), actor(r), r.PathValue("tenant"), r.PathValue("project"), version); err != nil {
+		ta.tenancyError(w, r, err, "project")
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // pauseProject: POST .../projects/{project}/pause and /resume.
-func (a *API) pauseProject(paused bool) http.HandlerFunc {
+func (ta *tenantAdmin) pauseProject(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		for {
-			p, err := a.cfg.TenancyStore.Project(r.Context(), r.PathValue("tenant"), r.PathValue("project"))
+			p, err := ta.store.Project(r.Context(), r.PathValue("tenant"), r.PathValue("project"))
 			if err != nil {
-				a.tenancyError(w, r, err, "project")
+				ta.tenancyError(w, r, err, "project")
 				return
 			}
 			if p.Scope.Paused != paused {
 				p.Scope.Paused = paused
-				p, err = a.cfg.TenancyStore.PutProject(r.Context(), actor(r), p, p.Version)
+				p, err = ta.store.PutProject(r.Context(), actor(r), p, p.Version)
 			}
 			if errors.Is(err, store.ErrVersionMismatch) {
 				continue
 			}
 			if err != nil {
-				a.tenancyError(w, r, err, "project")
+				ta.tenancyError(w, r, err, "project")
 				return
 			}
 			w.Header().Set("ETag", etag(p.Version))
@@ -517,10 +505,10 @@ func (a *API) pauseProject(paused bool) http.HandlerFunc {
 }
 
 // listKeys: GET /v1/admin/keys.
-func (a *API) listKeys(w http.ResponseWriter, r *http.Request) {
-	rows, err := a.cfg.TenancyStore.Load(r.Context())
+func (ta *tenantAdmin) listKeys(w http.ResponseWriter, r *http.Request) {
+	rows, err := ta.store.Load(r.Context())
 	if err != nil {
-		a.internalError(w, r, err)
+		ta.internalError(w, r, err)
 		return
 	}
 	out := make([]AdminKey, len(rows.Keys))
@@ -540,7 +528,7 @@ const KeyPrefix = "llmq_"
 
 // createKey: POST /v1/admin/keys. The key is in this answer only: the
 // database keeps its SHA-256.
-func (a *API) createKey(w http.ResponseWriter, r *http.Request) {
+func (ta *tenantAdmin) createKey(w http.ResponseWriter, r *http.Request) {
 	var b struct {
 		Name      string     `json:"name"`
 		Tenant    string     `json:"tenant"`
@@ -555,7 +543,7 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) {
 	if !validName(w, "name", b.Name) || !validName(w, "tenant", b.Tenant) {
 		return
 	}
-	if b.ExpiresAt != nil && !b.ExpiresAt.After(a.cfg.Clock.Now()) {
+	if b.ExpiresAt != nil && !b.ExpiresAt.After(ta.clock.Now()) {
 		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "expires_at",
 			Message: fmt.Sprintf("%s is not in the future", b.ExpiresAt.UTC().Format(time.RFC3339))})
 		return
@@ -564,7 +552,7 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(raw) // crypto/rand.Read never fails
 	key := KeyPrefix + base64.RawURLEncoding.EncodeToString(raw)
 	hash := sha256.Sum256([]byte(key))
-	k, err := a.cfg.TenancyStore.CreateKey(r.Context(), actor(r), store.APIKeyRow{Name: b.Name, Tenant: b.Tenant,
+	k, err := ta.store.CreateKey(r.Context(), actor(r), store.APIKeyRow{Name: b.Name, Tenant: b.Tenant,
 		Hash: hash[:], ExpiresAt: b.ExpiresAt})
 	if errors.Is(err, store.ErrTenancyNotFound) {
 		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "tenant",
@@ -572,7 +560,7 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		a.tenancyError(w, r, err, "key")
+		ta.tenancyError(w, r, err, "key")
 		return
 	}
 	out := adminKey(k)
@@ -582,10 +570,10 @@ func (a *API) createKey(w http.ResponseWriter, r *http.Request) {
 }
 
 // getKey: GET /v1/admin/keys/{key} (by name).
-func (a *API) getKey(w http.ResponseWriter, r *http.Request) {
-	k, err := a.cfg.TenancyStore.Key(r.Context(), r.PathValue("key"))
+func (ta *tenantAdmin) getKey(w http.ResponseWriter, r *http.Request) {
+	k, err := ta.store.Key(r.Context(), r.PathValue("key"))
 	if err != nil {
-		a.tenancyError(w, r, err, "key")
+		ta.tenancyError(w, r, err, "key")
 		return
 	}
 	w.Header().Set("ETag", etag(k.Version))
@@ -594,10 +582,10 @@ func (a *API) getKey(w http.ResponseWriter, r *http.Request) {
 
 // revokeKey: POST /v1/admin/keys/{key}/revoke. No If-Match: a revocation
 // undoes nobody's change, and a leaked key should not wait for a read.
-func (a *API) revokeKey(w http.ResponseWriter, r *http.Request) {
-	k, err := a.cfg.TenancyStore.RevokeKey(r.Context(), actor(r), r.PathValue("key"), 0)
+func (ta *tenantAdmin) revokeKey(w http.ResponseWriter, r *http.Request) {
+	k, err := ta.store.RevokeKey(r.Context(), actor(r), r.PathValue("key"), 0)
 	if err != nil {
-		a.tenancyError(w, r, err, "key")
+		ta.tenancyError(w, r, err, "key")
 		return
 	}
 	w.Header().Set("ETag", etag(k.Version))
@@ -611,7 +599,7 @@ const (
 )
 
 // listAudit: GET /v1/admin/audit?before=<id>&limit=<n>, newest first.
-func (a *API) listAudit(w http.ResponseWriter, r *http.Request) {
+func (ta *tenantAdmin) listAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	before, limit := int64(0), auditPageDefault
 	if s := q.Get("before"); s != "" {
@@ -631,9 +619,9 @@ func (a *API) listAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = v
 	}
-	entries, err := a.cfg.TenancyStore.Audit(r.Context(), before, limit)
+	entries, err := ta.store.Audit(r.Context(), before, limit)
 	if err != nil {
-		a.internalError(w, r, err)
+		ta.internalError(w, r, err)
 		return
 	}
 	out := make([]AdminAuditEntry, len(entries))
@@ -647,7 +635,7 @@ func (a *API) listAudit(w http.ResponseWriter, r *http.Request) {
 
 // pausedRefusal is the gateway's answer to a call of a paused tenant or
 // project: 429, nothing enqueued.
-func (a *API) pausedRefusal(tenant, project string) *Error {
+func (a *admission) pausedRefusal(tenant, project string) *Error {
 	t, ok := a.tenants()[tenant]
 	switch {
 	case !ok:

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,26 +34,31 @@ func adminModel(m store.ModelRow) AdminModel {
 	return AdminModel{Name: m.Name, Model: m.Model, Version: m.Version, UpdatedAt: m.UpdatedAt}
 }
 
-// modelRoutes mounts the models' endpoints.
-func (a *API) modelRoutes(h func(http.HandlerFunc) http.Handler) {
-	a.mux.Handle("GET /v1/admin/models", h(a.listModels))
-	a.mux.Handle("POST /v1/admin/models", h(func(w http.ResponseWriter, r *http.Request) { a.putModel(w, r, "") }))
-	a.mux.Handle("GET /v1/admin/models/{model...}", h(a.getModel))
-	a.mux.Handle("PUT /v1/admin/models/{model...}", h(func(w http.ResponseWriter, r *http.Request) { a.putModel(w, r, r.PathValue("model")) }))
-	a.mux.Handle("DELETE /v1/admin/models/{model...}", h(a.deleteModel))
+// modelRowStore holds the models.
+type modelRowStore interface {
+	Load(ctx context.Context) (*store.TenancyRows, error)
+	Model(ctx context.Context, name string) (store.ModelRow, error)
+	PutModel(ctx context.Context, actor string, row store.ModelRow, version int64) (store.ModelRow, error)
+	DeleteModel(ctx context.Context, actor, name string, version int64) error
+}
+
+// modelAdmin serves the admin API's models (operator keys only).
+type modelAdmin struct {
+	replies
+	store modelRowStore
 }
 
 // getModel: GET /v1/admin/models/{model}.
-func (a *API) getModel(w http.ResponseWriter, r *http.Request) {
-	m, err := a.cfg.TenancyStore.Model(r.Context(), r.PathValue("model"))
-	a.writeModel(w, r, http.StatusOK, m, err)
+func (ma *modelAdmin) getModel(w http.ResponseWriter, r *http.Request) {
+	m, err := ma.store.Model(r.Context(), r.PathValue("model"))
+	ma.writeModel(w, r, http.StatusOK, m, err)
 }
 
 // listModels: GET /v1/admin/models.
-func (a *API) listModels(w http.ResponseWriter, r *http.Request) {
-	rows, err := a.cfg.TenancyStore.Load(r.Context())
+func (ma *modelAdmin) listModels(w http.ResponseWriter, r *http.Request) {
+	rows, err := ma.store.Load(r.Context())
 	if err != nil {
-		a.internalError(w, r, err)
+		ma.internalError(w, r, err)
 		return
 	}
 	out := make([]AdminModel, len(rows.Models))
@@ -64,9 +70,9 @@ func (a *API) listModels(w http.ResponseWriter, r *http.Request) {
 	}{out})
 }
 
-func (a *API) writeModel(w http.ResponseWriter, r *http.Request, status int, m store.ModelRow, err error) {
+func (ma *modelAdmin) writeModel(w http.ResponseWriter, r *http.Request, status int, m store.ModelRow, err error) {
 	if err != nil {
-		a.modelError(w, r, err, m.Name)
+		ma.modelError(w, r, err, m.Name)
 		return
 	}
 	w.Header().Set("ETag", etag(m.Version))
@@ -75,7 +81,7 @@ func (a *API) writeModel(w http.ResponseWriter, r *http.Request, status int, m s
 
 // putModel: POST /v1/admin/models (name "": the body names it; it must
 // be new) and PUT /v1/admin/models/{model} (If-Match required).
-func (a *API) putModel(w http.ResponseWriter, r *http.Request, name string) {
+func (ma *modelAdmin) putModel(w http.ResponseWriter, r *http.Request, name string) {
 	version, status := int64(-1), http.StatusCreated
 	if name != "" {
 		v, ok := ifMatch(w, r)
@@ -103,20 +109,20 @@ func (a *API) putModel(w http.ResponseWriter, r *http.Request, name string) {
 	case name == "":
 		name = b.Name
 	}
-	m, err := a.cfg.TenancyStore.PutModel(r.Context(), actor(r), store.ModelRow{Name: name, Model: b.Model}, version)
+	m, err := ma.store.PutModel(r.Context(), actor(r), store.ModelRow{Name: name, Model: b.Model}, version)
 	m.Name = name
-	a.writeModel(w, r, status, m, err)
+	ma.writeModel(w, r, status, m, err)
 }
 
 // deleteModel: DELETE /v1/admin/models/{model}, If-Match required.
-func (a *API) deleteModel(w http.ResponseWriter, r *http.Request) {
+func (ma *modelAdmin) deleteModel(w http.ResponseWriter, r *http.Request) {
 	version, ok := ifMatch(w, r)
 	if !ok {
 		return
 	}
 	name := r.PathValue("model")
-	if err := a.cfg.TenancyStore.DeleteModel(r.Context(), actor(r), name, version); err != nil {
-		a.modelError(w, r, err, name)
+	if err := ma.store.DeleteModel(r.Context(), actor(r), name, version); err != nil {
+		ma.modelError(w, r, err, name)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -125,10 +131,10 @@ func (a *API) deleteModel(w http.ResponseWriter, r *http.Request) {
 // modelError answers a store error of the models: a *store.ModelsError
 // is 400 naming the fields of the model written (a deletion that another
 // model's fallbacks forbid: 409 naming name).
-func (a *API) modelError(w http.ResponseWriter, r *http.Request, err error, name string) {
+func (ma *modelAdmin) modelError(w http.ResponseWriter, r *http.Request, err error, name string) {
 	me, ok := errors.AsType[*store.ModelsError](err)
 	if !ok {
-		a.tenancyError(w, r, err, "model")
+		ma.tenancyError(w, r, err, "model")
 		return
 	}
 	details := make([]llmq.FieldError, 0, len(me.Errs))

@@ -27,6 +27,13 @@ type TenantNotificationStore interface {
 	Delete(ctx context.Context, actor, tenant string, version int64) error
 }
 
+// tenantNotifications serves the tenants' result routes and webhook
+// secrets under /v1/admin (operator keys only).
+type tenantNotifications struct {
+	replies
+	store TenantNotificationStore
+}
+
 // AdminTenantNotifications is a tenant's result route and webhook
 // secrets as the admin API shows them: the secrets by fingerprint only.
 type AdminTenantNotifications struct {
@@ -64,19 +71,6 @@ func adminTenantNotifications(t store.TenantNotification) AdminTenantNotificatio
 	return out
 }
 
-func (a *API) tenantNotificationRoutes() {
-	if a.cfg.TenantNotifications == nil {
-		return
-	}
-	h := func(f http.HandlerFunc) http.Handler { return a.authed(a.adminOnly(f)) }
-	a.mux.Handle("GET /v1/admin/notifications", h(a.listTenantNotifications))
-	a.mux.Handle("GET /v1/admin/tenants/{tenant}/notifications", h(a.getTenantNotifications))
-	a.mux.Handle("PUT /v1/admin/tenants/{tenant}/notifications", h(a.putTenantNotifications))
-	a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/notifications", h(a.deleteTenantNotifications))
-	a.mux.Handle("POST /v1/admin/tenants/{tenant}/notifications/secrets", h(a.rotateWebhookSecret))
-	a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/notifications/secrets/previous", h(a.endSecretRotation))
-}
-
 // notificationsTenant reads the path's tenant: an id, or "*" (the secrets
 // of every tenant without its own).
 func notificationsTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
@@ -91,7 +85,7 @@ func writeTenantNotifications(w http.ResponseWriter, status int, t store.TenantN
 }
 
 // tenantNotificationsError answers a store error of these endpoints.
-func (a *API) tenantNotificationsError(w http.ResponseWriter, r *http.Request, err error) {
+func (tn *tenantNotifications) tenantNotificationsError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, store.ErrTenancyNotFound):
 		writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Message: "the tenant has no notification settings"})
@@ -102,15 +96,15 @@ func (a *API) tenantNotificationsError(w http.ResponseWriter, r *http.Request, e
 		writeError(w, http.StatusConflict, Error{Code: CodeConflict, Field: "If-Match",
 			Message: "the tenant has notification settings: send If-Match with their ETag to change them"})
 	default:
-		a.internalError(w, r, err)
+		tn.internalError(w, r, err)
 	}
 }
 
 // listTenantNotifications: GET /v1/admin/notifications.
-func (a *API) listTenantNotifications(w http.ResponseWriter, r *http.Request) {
-	rows, err := a.cfg.TenantNotifications.List(r.Context())
+func (tn *tenantNotifications) listTenantNotifications(w http.ResponseWriter, r *http.Request) {
+	rows, err := tn.store.List(r.Context())
 	if err != nil {
-		a.internalError(w, r, err)
+		tn.internalError(w, r, err)
 		return
 	}
 	out := make([]AdminTenantNotifications, len(rows))
@@ -123,14 +117,14 @@ func (a *API) listTenantNotifications(w http.ResponseWriter, r *http.Request) {
 }
 
 // getTenantNotifications: GET /v1/admin/tenants/{tenant}/notifications.
-func (a *API) getTenantNotifications(w http.ResponseWriter, r *http.Request) {
+func (tn *tenantNotifications) getTenantNotifications(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := notificationsTenant(w, r)
 	if !ok {
 		return
 	}
-	t, err := a.cfg.TenantNotifications.Get(r.Context(), tenant)
+	t, err := tn.store.Get(r.Context(), tenant)
 	if err != nil {
-		a.tenantNotificationsError(w, r, err)
+		tn.tenantNotificationsError(w, r, err)
 		return
 	}
 	writeTenantNotifications(w, http.StatusOK, t)
@@ -139,7 +133,7 @@ func (a *API) getTenantNotifications(w http.ResponseWriter, r *http.Request) {
 // putTenantNotifications: PUT /v1/admin/tenants/{tenant}/notifications.
 // Without If-Match it creates the tenant's row (409 when there is one),
 // with it it changes the route of the version it read.
-func (a *API) putTenantNotifications(w http.ResponseWriter, r *http.Request) {
+func (tn *tenantNotifications) putTenantNotifications(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := notificationsTenant(w, r)
 	if !ok {
 		return
@@ -154,9 +148,9 @@ func (a *API) putTenantNotifications(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t, err := a.cfg.TenantNotifications.PutRoute(r.Context(), actor(r), tenant, route, version)
+	t, err := tn.store.PutRoute(r.Context(), actor(r), tenant, route, version)
 	if err != nil {
-		a.tenantNotificationsError(w, r, err)
+		tn.tenantNotificationsError(w, r, err)
 		return
 	}
 	status := http.StatusOK
@@ -213,7 +207,7 @@ func readRoute(w http.ResponseWriter, r *http.Request, tenant string) (llmq.Repl
 
 // deleteTenantNotifications: DELETE /v1/admin/tenants/{tenant}/notifications,
 // If-Match required.
-func (a *API) deleteTenantNotifications(w http.ResponseWriter, r *http.Request) {
+func (tn *tenantNotifications) deleteTenantNotifications(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := notificationsTenant(w, r)
 	if !ok {
 		return
@@ -222,8 +216,8 @@ func (a *API) deleteTenantNotifications(w http.ResponseWriter, r *http.Request) 
 	if !ok {
 		return
 	}
-	if err := a.cfg.TenantNotifications.Delete(r.Context(), actor(r), tenant, version); err != nil {
-		a.tenantNotificationsError(w, r, err)
+	if err := tn.store.Delete(r.Context(), actor(r), tenant, version); err != nil {
+		tn.tenantNotificationsError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -234,20 +228,20 @@ func (a *API) deleteTenantNotifications(w http.ResponseWriter, r *http.Request) 
 // replaces as the previous (both sign until the rotation ends) and shows
 // the new one in this answer only. No If-Match: it changes only the
 // secrets, whatever the version.
-func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) {
+func (tn *tenantNotifications) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := notificationsTenant(w, r)
 	if !ok {
 		return
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
-		a.internalError(w, r, err)
+		tn.internalError(w, r, err)
 		return
 	}
 	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
-	t, err := a.cfg.TenantNotifications.RotateSecret(r.Context(), actor(r), tenant, secret)
+	t, err := tn.store.RotateSecret(r.Context(), actor(r), tenant, secret)
 	if err != nil {
-		a.tenantNotificationsError(w, r, err)
+		tn.tenantNotificationsError(w, r, err)
 		return
 	}
 	w.Header().Set("ETag", etag(t.Version))
@@ -255,14 +249,14 @@ func (a *API) rotateWebhookSecret(w http.ResponseWriter, r *http.Request) {
 }
 
 // endSecretRotation: DELETE /v1/admin/tenants/{tenant}/notifications/secrets/previous.
-func (a *API) endSecretRotation(w http.ResponseWriter, r *http.Request) {
+func (tn *tenantNotifications) endSecretRotation(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := notificationsTenant(w, r)
 	if !ok {
 		return
 	}
-	t, err := a.cfg.TenantNotifications.EndRotation(r.Context(), actor(r), tenant)
+	t, err := tn.store.EndRotation(r.Context(), actor(r), tenant)
 	if err != nil {
-		a.tenantNotificationsError(w, r, err)
+		tn.tenantNotificationsError(w, r, err)
 		return
 	}
 	writeTenantNotifications(w, http.StatusOK, t)

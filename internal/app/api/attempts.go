@@ -169,24 +169,24 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // modelStats answers GET /v1/stats/models?window=: the calls of the jobs
 // in scope per model and minute over the window (default an hour).
-func (a *API) modelStats(w http.ResponseWriter, r *http.Request) {
+func (sh *statsHandler) modelStats(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
-	now, since, ok := a.statsWindow(w, r)
+	now, since, ok := sh.statsWindow(w, r)
 	if !ok {
 		return
 	}
-	calls, err := a.cfg.Store.ModelStats(r.Context(), s.tenant, since)
+	calls, err := sh.store.ModelStats(r.Context(), s.tenant, since)
 	if err != nil {
-		a.internalError(w, r, err)
+		sh.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ModelStatsView(a.catalog(), calls, since, now))
+	writeJSON(w, http.StatusOK, ModelStatsView(sh.catalog(), calls, since, now))
 }
 
 // statsWindow reads a statistics endpoint's ?window= (default an hour):
 // now, and since, the first minute of the window. A bad window is answered
 // 400 naming the parameter, and ok is false.
-func (a *API) statsWindow(w http.ResponseWriter, r *http.Request) (now, since time.Time, ok bool) {
+func (sh *statsHandler) statsWindow(w http.ResponseWriter, r *http.Request) (now, since time.Time, ok bool) {
 	window := StatsWindowDefault
 	if v := r.URL.Query().Get("window"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -197,6 +197,6 @@ func (a *API) statsWindow(w http.ResponseWriter, r *http.Request) (now, since ti
 		}
 		window = d
 	}
-	now = a.cfg.Clock.Now()
+	now = sh.clock.Now()
 	return now, now.Add(-window).UTC().Truncate(time.Minute), true
 }

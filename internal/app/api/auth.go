@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/internal/tenancy"
 )
 
 // caller is who a key belongs to: a tenant, or an operator (bound to no
@@ -56,33 +59,102 @@ func Operator(r *http.Request) bool {
 	return s.operator
 }
 
+// door authenticates and limits every request: it holds the keys (their
+// hashes), the limits of each key and tenant and of the addresses failing
+// authentication, and exchanges its counts with the other replicas.
+type door struct {
+	replies
+	clock  clockwork.Clock
+	limits RateLimitConfig
+	keys   map[[sha256.Size]byte]caller
+	// tenancy, when set, holds the keys kept as data; touch records their
+	// last use (used: at most every keyUseEvery).
+	tenancy *tenancy.Watcher
+	touch   interface {
+		TouchKeys(ctx context.Context, names []string, at time.Time) error
+	}
+	used keyUses
+	// The door's limits (ratelimit.go): a bucket per key, per tenant and
+	// per client address failing authentication.
+	keyLimits, tenantLimits, authFailures *limiterSet
+	limited                               *prometheus.CounterVec
+	// keyNames and tenantNames are the names of the configured keys' and
+	// tenants' buckets: the only ones the replicas' counts may add
+	// (doorshare.go).
+	keyNames, tenantNames map[string]bool
+	limitSyncs            *prometheus.CounterVec
+	// ledger, replica, period and lease are Config's Limits, Replica,
+	// LimitPeriod and LimitLease.
+	ledger        LimitLedger
+	replica       string
+	period, lease time.Duration
+	// usage and tenants give a gateway call's token headers
+	// (setTokenHeaders).
+	usage   UsageStore
+	tenants func() llmq.Tenants
+}
+
+// newDoor returns the door of cfg's keys and limits.
+func newDoor(cfg Config, rs replies, tenants func() llmq.Tenants) *door {
+	dr := &door{
+		replies: rs, clock: cfg.Clock, limits: cfg.RateLimits, tenancy: cfg.Tenancy, touch: cfg.TenancyStore,
+		keys:         make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
+		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, knownCallers(cfg, len(cfg.Keys)+len(cfg.OperatorKeys))),
+		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, knownCallers(cfg, len(cfg.Keys))),
+		authFailures: newLimiterSet(cfg.RateLimits.AuthFailuresPerMinute, cfg.RateLimits.MaxClients),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_api_rate_limited_total",
+			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting, paused.",
+		}, []string{"limit"}),
+		limitSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "llmq_api_limit_exchanges_total",
+			Help: "Exchanges of the door's limit counts with the other API replicas, by outcome: ok, error.",
+		}, []string{"outcome"}),
+		keyNames: map[string]bool{}, tenantNames: map[string]bool{},
+		ledger: cfg.Limits, replica: cfg.Replica, period: cfg.LimitPeriod, lease: cfg.LimitLease,
+		usage: cfg.Usage, tenants: tenants,
+	}
+	// Keys are looked up by their hash; the door keeps no key itself.
+	for k, tenant := range cfg.Keys {
+		hash := sha256.Sum256([]byte(k))
+		dr.keys[hash] = caller{tenant: tenant}
+		dr.keyNames[keyLimitName(hash)], dr.tenantNames[tenant] = true, true
+	}
+	for _, k := range cfg.OperatorKeys {
+		hash := sha256.Sum256([]byte(k.Key))
+		dr.keys[hash] = caller{operator: true, name: operatorName(k.Name, hash)}
+		dr.keyNames[keyLimitName(hash)] = true
+	}
+	return dr
+}
+
 // authed requires a known bearer key and puts the request's scope in the
 // context. The tenant query parameter, on any endpoint, narrows an
 // operator's scope to one tenant; a tenant key may only name its own
 // (400 tenant_mismatch otherwise).
-func (a *API) authed(h http.HandlerFunc) http.Handler { return a.authedAs(h, writeError) }
+func (dr *door) authed(h http.HandlerFunc) http.Handler { return dr.authedAs(h, writeError) }
 
 // authedAs is authed answering its errors with fail (the gateway's
 // endpoints answer in OpenAI's shape).
-func (a *API) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error)) http.Handler {
-	return a.authedLimits(h, fail, false)
+func (dr *door) authedAs(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error)) http.Handler {
+	return dr.authedLimits(h, fail, false)
 }
 
 // authedLimits is authedAs; with limitHeaders every answer past the key's check
 // carries the caller's request limit as OpenAI sends its own
 // (setLimitHeaders), every admitted one its token limit (setTokenHeaders):
 // the gateway's.
-func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error), limitHeaders bool) http.Handler {
+func (dr *door) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, int, Error), limitHeaders bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := a.cfg.Clock.Now()
+		now := dr.clock.Now()
 		// An address past its failures is refused before its key is
 		// looked at, so that guessing cannot go on. Only an address that
 		// failed has a bucket.
-		addr := a.clientAddr(r)
-		if wait := throttled(now, a.authFailures.get(addr, false)); wait > 0 {
-			a.rateLimited(w, fail, "auth_failures", wait, fmt.Sprintf(
+		addr := dr.clientAddr(r)
+		if wait := throttled(now, dr.authFailures.get(addr, false)); wait > 0 {
+			dr.rateLimited(w, fail, "auth_failures", wait, fmt.Sprintf(
 				"too many failed authentications from this address: over %d per minute (rate_limits.auth_failures_per_minute)",
-				a.cfg.RateLimits.AuthFailuresPerMinute))
+				dr.limits.AuthFailuresPerMinute))
 			return
 		}
 		key, ok := bearer(r.Header.Get("Authorization"))
@@ -93,10 +165,10 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 		)
 		if ok {
 			hash = sha256.Sum256([]byte(key))
-			c, known = a.lookupKey(r.Context(), hash, now)
+			c, known = dr.lookupKey(r.Context(), hash, now)
 		}
 		if !known {
-			if failures := a.authFailures.get(addr, true); failures != nil {
+			if failures := dr.authFailures.get(addr, true); failures != nil {
 				failures.AllowN(now, 1)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="llmq"`)
@@ -109,30 +181,30 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 		}
 		var tenantLimit *rate.Limiter
 		if !c.operator {
-			tenantLimit = a.tenantLimits.get(c.tenant, true)
+			tenantLimit = dr.tenantLimits.get(c.tenant, true)
 		}
 		keyName := keyLimitName(hash)
-		keyLimit := a.keyLimits.get(keyName, true)
+		keyLimit := dr.keyLimits.get(keyName, true)
 		i, wait := take(now, keyLimit, tenantLimit)
 		if limitHeaders {
 			setLimitHeaders(w.Header(), now, keyLimit, tenantLimit)
 		}
 		switch i {
 		case 0:
-			a.rateLimited(w, fail, "key_rpm", wait, fmt.Sprintf(
-				"the API key is over its limit of %d requests per minute (rate_limits.key_rpm)", a.cfg.RateLimits.KeyRPM))
+			dr.rateLimited(w, fail, "key_rpm", wait, fmt.Sprintf(
+				"the API key is over its limit of %d requests per minute (rate_limits.key_rpm)", dr.limits.KeyRPM))
 			return
 		case 1:
-			a.rateLimited(w, fail, "tenant_rpm", wait, fmt.Sprintf(
-				"tenant %q is over its limit of %d requests per minute (rate_limits.tenant_rpm)", c.tenant, a.cfg.RateLimits.TenantRPM))
+			dr.rateLimited(w, fail, "tenant_rpm", wait, fmt.Sprintf(
+				"tenant %q is over its limit of %d requests per minute (rate_limits.tenant_rpm)", c.tenant, dr.limits.TenantRPM))
 			return
 		}
-		a.keyLimits.took(keyName, now)
+		dr.keyLimits.took(keyName, now)
 		if !c.operator {
-			a.tenantLimits.took(c.tenant, now)
+			dr.tenantLimits.took(c.tenant, now)
 		}
 		if limitHeaders && !c.operator {
-			a.setTokenHeaders(r.Context(), w.Header(), c.tenant) // past the door: a refused flood reads nothing
+			dr.setTokenHeaders(r.Context(), w.Header(), c.tenant) // past the door: a refused flood reads nothing
 		}
 		s := scope(c)
 		if t := r.URL.Query().Get("tenant"); t != "" {
@@ -154,7 +226,7 @@ func (a *API) authedLimits(h http.HandlerFunc, fail func(http.ResponseWriter, in
 }
 
 // operatorOnly refuses a tenant key with 403: the resource spans tenants.
-func (a *API) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
+func (dr *door) operatorOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !Operator(r) {
 			writeError(w, http.StatusForbidden, Error{Code: CodeForbidden,
@@ -179,7 +251,7 @@ func jobTenant(w http.ResponseWriter, r *http.Request) (string, bool) {
 }
 
 // me says who the key is: GET /v1/me.
-func (a *API) me(w http.ResponseWriter, r *http.Request) {
+func me(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
 	out := Me{Operator: s.operator}
 	if !s.operator {
@@ -210,14 +282,14 @@ func OperatorName(k OperatorKey) string { return operatorName(k.Name, sha256.Sum
 
 // lookupKey is the caller of the key whose SHA-256 is hash: a configured
 // key's, else a live key's of the tenancy (whose use is recorded).
-func (a *API) lookupKey(ctx context.Context, hash [sha256.Size]byte, now time.Time) (caller, bool) {
-	if c, ok := a.keys[hash]; ok || a.cfg.Tenancy == nil {
+func (dr *door) lookupKey(ctx context.Context, hash [sha256.Size]byte, now time.Time) (caller, bool) {
+	if c, ok := dr.keys[hash]; ok || dr.tenancy == nil {
 		return c, ok
 	}
-	k, ok := a.cfg.Tenancy.Snapshot().Key(hash, now)
+	k, ok := dr.tenancy.Snapshot().Key(hash, now)
 	if !ok {
 		return caller{}, false
 	}
-	a.noteKeyUse(ctx, k.Name, now)
+	dr.noteKeyUse(ctx, k.Name, now)
 	return caller{tenant: k.Tenant}, true
 }

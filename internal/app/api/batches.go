@@ -1,11 +1,13 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/batchapi"
@@ -16,7 +18,18 @@ import (
 // ?open=true &limit=. Batches hold several tenants' jobs: operators only.
 // The store lists the newest batches without a cursor, so next_cursor is
 // always null.
-func (a *API) listBatches(w http.ResponseWriter, r *http.Request) {
+// batchHandler serves the batch lane's provider batches to operator
+// keys.
+type batchHandler struct {
+	replies
+	store BatchStore
+	// cancel is Config.CancelBatch; nil: cancelling answers 503.
+	cancel func(ctx context.Context, ref string) (*store.BatchRecord, error)
+	// retryAfter is the Retry-After of a 503.
+	retryAfter time.Duration
+}
+
+func (bh *batchHandler) listBatches(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	limit := store.ListLimitDefault
 	if s := q.Get("limit"); s != "" {
@@ -37,9 +50,9 @@ func (a *API) listBatches(w http.ResponseWriter, r *http.Request) {
 		}
 		open = b
 	}
-	recs, err := a.cfg.Batches.ListBatches(r.Context(), limit, open)
+	recs, err := bh.store.ListBatches(r.Context(), limit, open)
 	if err != nil {
-		a.internalError(w, r, err)
+		bh.internalError(w, r, err)
 		return
 	}
 	out := make([]Batch, len(recs))
@@ -65,23 +78,23 @@ func batchNotFound(w http.ResponseWriter, id string) {
 }
 
 // getBatch shows one batch with its jobs per status: GET /v1/batches/{id}.
-func (a *API) getBatch(w http.ResponseWriter, r *http.Request) {
+func (bh *batchHandler) getBatch(w http.ResponseWriter, r *http.Request) {
 	ref, ok := batchRef(w, r)
 	if !ok {
 		return
 	}
-	b, err := a.cfg.Batches.GetBatch(r.Context(), ref)
+	b, err := bh.store.GetBatch(r.Context(), ref)
 	switch {
 	case errors.Is(err, store.ErrBatchNotFound):
 		batchNotFound(w, ref)
 		return
 	case err != nil:
-		a.internalError(w, r, err)
+		bh.internalError(w, r, err)
 		return
 	}
-	counts, err := a.cfg.Batches.BatchJobCounts(r.Context(), b.ID)
+	counts, err := bh.store.BatchJobCounts(r.Context(), b.ID)
 	if err != nil {
-		a.internalError(w, r, err)
+		bh.internalError(w, r, err)
 		return
 	}
 	v := BatchView(b)
@@ -95,18 +108,18 @@ func (a *API) getBatch(w http.ResponseWriter, r *http.Request) {
 // cancelBatch asks the provider to cancel a batch: POST
 // /v1/batches/{id}/cancel. The batch lane's poller then brings the finished
 // results home and sends the other jobs back to the live lane.
-func (a *API) cancelBatch(w http.ResponseWriter, r *http.Request) {
+func (bh *batchHandler) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	ref, ok := batchRef(w, r)
 	if !ok {
 		return
 	}
-	if a.cfg.CancelBatch == nil {
-		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+	if bh.cancel == nil {
+		setRetryAfter(w, bh.retryAfter)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeUnavailable,
 			Message: "this server cannot reach the provider's Batch API"})
 		return
 	}
-	b, err := a.cfg.CancelBatch(r.Context(), ref)
+	b, err := bh.cancel(r.Context(), ref)
 	switch {
 	case errors.Is(err, store.ErrBatchNotFound):
 		batchNotFound(w, ref)
@@ -119,11 +132,11 @@ func (a *API) cancelBatch(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("batch %q is %s: only a batch the provider is running can be cancelled", ref, status)})
 	case err != nil && b != nil:
 		// Found, but the provider refused or could not be reached.
-		a.log.Warn("api: cancel batch", slog.String("batch", b.ID), slog.String("error", err.Error()))
+		bh.log.Warn("api: cancel batch", slog.String("batch", b.ID), slog.String("error", err.Error()))
 		writeError(w, http.StatusBadGateway, Error{Code: CodeUpstream,
 			Message: "the provider did not confirm the cancellation: retry later"})
 	case err != nil:
-		a.internalError(w, r, err)
+		bh.internalError(w, r, err)
 	default:
 		writeJSON(w, http.StatusOK, BatchView(b))
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/jsonlimit"
 )
@@ -16,11 +18,27 @@ import (
 // stops: the decoder reads ahead, and a job's JSON may be indented.
 const valueSlack = 64 << 10
 
+// admission reads and checks the jobs of a request, for POST /v1/jobs and
+// the gateway alike: the body within its limits, each job against the
+// catalog, the tenants and their budgets.
+type admission struct {
+	replies
+	// maxBodyBytes and maxMessageBytes are Config's.
+	maxBodyBytes    int64
+	maxMessageBytes int
+	// usage reads the budgets (Config.Usage; nil: none is checked).
+	usage UsageStore
+	// tenants and catalog are those applied now (API.tenants, API.catalog).
+	tenants func() llmq.Tenants
+	catalog func() llmq.Catalog
+	clock   clockwork.Clock
+}
+
 // jsonLimits bounds a request body's keys, strings and nesting while it
 // streams in (a batch nests its jobs two levels down); llmq.Decode then
 // checks each job exactly.
-func (a *API) jsonLimits() jsonlimit.Limits {
-	return jsonlimit.Limits{MaxKeyBytes: llmq.MaxKeyBytes, MaxStringBytes: max(a.cfg.MaxMessageBytes, 0),
+func (ad *admission) jsonLimits() jsonlimit.Limits {
+	return jsonlimit.Limits{MaxKeyBytes: llmq.MaxKeyBytes, MaxStringBytes: max(ad.maxMessageBytes, 0),
 		MaxDepth: llmq.MaxDepth + 2}
 }
 
@@ -43,16 +61,16 @@ func shapeError(err error, field string) *Error {
 // be and at a key, string or nesting past jsonLimits, without reading the
 // rest of the body. It returns the raw jobs and whether the body was a
 // batch.
-func (a *API) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
+func (ad *admission) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
 	cr := &capReader{r: body, limit: -1}
-	dec := json.NewDecoder(jsonlimit.NewReader(cr, a.jsonLimits()))
+	dec := json.NewDecoder(jsonlimit.NewReader(cr, ad.jsonLimits()))
 	// capNext bounds the next value to what one job may be.
 	capNext := func() {
-		if a.cfg.MaxMessageBytes > 0 {
-			cr.limit = cr.n + int64(a.cfg.MaxMessageBytes) + valueSlack
+		if ad.maxMessageBytes > 0 {
+			cr.limit = cr.n + int64(ad.maxMessageBytes) + valueSlack
 		}
 	}
-	fail := a.bodyError
+	fail := ad.bodyError
 
 	tok, err := dec.Token()
 	switch {
@@ -81,7 +99,7 @@ func (a *API) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
 				return nil, false, fail(err, "")
 			}
 			cr.limit = -1
-			if a.cfg.MaxMessageBytes > 0 && len(fields)+len(v) > a.cfg.MaxMessageBytes {
+			if ad.maxMessageBytes > 0 && len(fields)+len(v) > ad.maxMessageBytes {
 				return nil, false, fail(errValueTooLarge, "")
 			}
 			k, _ := json.Marshal(key)
@@ -93,7 +111,7 @@ func (a *API) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
 		}
 		isBatch = true
 		var e *Error
-		if jobs, e = a.readJobs(dec, cr, capNext, fail); e != nil {
+		if jobs, e = ad.readJobs(dec, cr, capNext, fail); e != nil {
 			return nil, true, e
 		}
 	}
@@ -111,21 +129,21 @@ func (a *API) readBody(body io.Reader) ([]json.RawMessage, bool, *Error) {
 
 // bodyError is the answer to err met reading the body at field ("" for
 // the body itself): too large, cut short, or not JSON.
-func (a *API) bodyError(err error, field string) *Error {
+func (ad *admission) bodyError(err error, field string) *Error {
 	var tooBig *http.MaxBytesError
 	if e := shapeError(err, field); e != nil {
 		return e
 	}
 	switch {
 	case errors.As(err, &tooBig):
-		return &Error{Code: llmq.CodeTooLarge, Message: fmt.Sprintf("request body is over the %d byte limit", a.cfg.MaxBodyBytes)}
+		return &Error{Code: llmq.CodeTooLarge, Message: fmt.Sprintf("request body is over the %d byte limit", ad.maxBodyBytes)}
 	case errors.Is(err, errValueTooLarge):
 		what := "the job"
 		if field != "" {
 			what = field
 		}
 		return &Error{Code: llmq.CodeTooLarge, Field: field,
-			Message: fmt.Sprintf("%s is over the %d byte limit of a job", what, a.cfg.MaxMessageBytes)}
+			Message: fmt.Sprintf("%s is over the %d byte limit of a job", what, ad.maxMessageBytes)}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return &Error{Code: llmq.CodeInvalidJSON, Field: field, Message: "request body ends before its JSON does"}
 	}
@@ -134,7 +152,7 @@ func (a *API) bodyError(err error, field string) *Error {
 
 // readJobs reads the array of "jobs", each element bounded, stopping at
 // the first element past MaxBatch.
-func (a *API) readJobs(dec *json.Decoder, cr *capReader, capNext func(), fail func(error, string) *Error) ([]json.RawMessage, *Error) {
+func (ad *admission) readJobs(dec *json.Decoder, cr *capReader, capNext func(), fail func(error, string) *Error) ([]json.RawMessage, *Error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, fail(err, "jobs")

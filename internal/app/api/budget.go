@@ -18,14 +18,14 @@ const CodeBudgetExceeded = "budget_exceeded"
 // when every job may be recorded. batch: the jobs came as {"jobs": [...]}
 // (field paths jobs[i]). A failed read of the budgets is
 // producer.ErrDatabaseUnavailable.
-func (a *API) budgetRefusal(ctx context.Context, jobs []*llmq.Job, batch bool) (*Error, error) {
-	if a.cfg.Usage == nil {
+func (ad *admission) budgetRefusal(ctx context.Context, jobs []*llmq.Job, batch bool) (*Error, error) {
+	if ad.usage == nil {
 		return nil, nil
 	}
 	read := map[string][]budgetState{}
 	for i, j := range jobs {
 		var rejecting bool
-		for _, b := range a.tenants().Budgets(j.Tenant, j.Project) {
+		for _, b := range ad.tenants().Budgets(j.Tenant, j.Project) {
 			rejecting = rejecting || b.Overage == llmq.OverageReject
 		}
 		if !rejecting {
@@ -33,7 +33,7 @@ func (a *API) budgetRefusal(ctx context.Context, jobs []*llmq.Job, batch bool) (
 		}
 		states, ok := read[j.Tenant]
 		if !ok {
-			us, err := a.cfg.Usage.BudgetUsages(ctx, j.Tenant)
+			us, err := ad.usage.BudgetUsages(ctx, j.Tenant)
 			if err != nil {
 				// Postgres away: the request is refused as a publish
 				// would be (503, Retry-After), nothing recorded.

@@ -47,15 +47,23 @@ func window(w http.ResponseWriter, r *http.Request) (since, until time.Time, ok 
 
 // deadLetterReasons counts the letters in scope by reason: GET
 // /v1/dead-letters/reasons ?since= &until=.
-func (a *API) deadLetterReasons(w http.ResponseWriter, r *http.Request) {
+// deadLetters serves the dead letters: list, read, count, replay, purge.
+type deadLetters struct {
+	replies
+	letters DeadLetterService
+	// retryAfter is the Retry-After of a 503.
+	retryAfter time.Duration
+}
+
+func (dl *deadLetters) deadLetterReasons(w http.ResponseWriter, r *http.Request) {
 	since, until, ok := window(w, r)
 	if !ok {
 		return
 	}
 	s, _ := scopeOf(r)
-	counts, err := a.cfg.DeadLetterService.Count(r.Context(), s.tenant, since, until)
+	counts, err := dl.letters.Count(r.Context(), s.tenant, since, until)
 	if err != nil {
-		a.internalError(w, r, err)
+		dl.internalError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, reasonCounts(counts, since, until))
@@ -147,7 +155,7 @@ func readFilter(w http.ResponseWriter, r *http.Request) (f store.DeadLetterFilte
 // /v1/dead-letters/purge. Like `llmq dlq purge`, a request that names no
 // letters is refused unless it says all; a purge leaves the letters' jobs
 // alone.
-func (a *API) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (dl *deadLetters) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 	f, named, ok := readFilter(w, r)
 	if !ok {
 		return
@@ -157,9 +165,9 @@ func (a *API) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 			Message: "name the letters to purge (ids, job_id, reason, since, until) or send \"all\": true"})
 		return
 	}
-	n, err := a.cfg.DeadLetterService.Purge(r.Context(), f)
+	n, err := dl.letters.Purge(r.Context(), f)
 	if err != nil {
-		a.internalError(w, r, err)
+		dl.internalError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, PurgeReport{Purged: n})
@@ -169,7 +177,7 @@ func (a *API) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 // newest first: POST /v1/dead-letters/replay. Like `llmq dlq replay`, the
 // request must name letters; a letter replayed before is counted and left
 // alone. At most MaxReplay letters are replayed per call.
-func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (dl *deadLetters) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	f, named, ok := readFilter(w, r)
 	if !ok {
 		return
@@ -189,9 +197,9 @@ func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	// Collect first: replaying while paging would shift the pages.
 	var ids []int64
 	for cursor := ""; ; {
-		recs, next, err := a.cfg.DeadLetterService.List(ctx, store.DeadLetterListOptions{DeadLetterFilter: f, Limit: replayPage, After: cursor})
+		recs, next, err := dl.letters.List(ctx, store.DeadLetterListOptions{DeadLetterFilter: f, Limit: replayPage, After: cursor})
 		if err != nil {
-			a.internalError(w, r, err)
+			dl.internalError(w, r, err)
 			return
 		}
 		for _, d := range recs {
@@ -211,10 +219,10 @@ func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	s, _ := scopeOf(r)
 	for _, id := range ids {
-		res, err := a.cfg.DeadLetterService.Replay(ctx, s.tenant, id)
+		res, err := dl.letters.Replay(ctx, s.tenant, id)
 		switch {
 		case errors.Is(err, dlq.ErrNoPublisher):
-			setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+			setRetryAfter(w, dl.retryAfter)
 			writeError(w, http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "replay is not configured on this server"})
 			return
 		case errors.Is(err, dlq.ErrNotFound):
@@ -222,7 +230,7 @@ func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, dlq.ErrNotReplayable):
 			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: CodeNotReplayable, Message: "its job is no longer dead-lettered"})
 		case err != nil:
-			a.log.Error("api: replay dead letter", slog.Int64("dead_letter_id", id), slog.String("error", err.Error()))
+			dl.log.Error("api: replay dead letter", slog.Int64("dead_letter_id", id), slog.String("error", err.Error()))
 			out.Failed = append(out.Failed, ReplayFailure{ID: id, Code: CodeInternal,
 				Message: "the replay failed (the server log says why); a replay that had begun is completed by the repair sweep"})
 		case res.Replayed:
@@ -237,7 +245,7 @@ func (a *API) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 // listDeadLetters pages the letters in scope, newest first: GET
 // /v1/dead-letters ?reason= &job_id= &since= &until= &limit= &cursor=.
 // Each letter is a bounded list entry (dlq.View).
-func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (dl *deadLetters) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	s, _ := scopeOf(r)
 	query := store.DeadLetterListOptions{
@@ -271,9 +279,9 @@ func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 		query.Limit = n
 	}
-	recs, next, err := a.cfg.DeadLetterService.List(r.Context(), query)
+	recs, next, err := dl.letters.List(r.Context(), query)
 	if err != nil {
-		a.letterError(w, r, err)
+		dl.letterError(w, r, err)
 		return
 	}
 	var cursor *string
@@ -288,15 +296,15 @@ func (a *API) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 
 // getDeadLetter answers one letter in scope, whole (headers and message):
 // GET /v1/dead-letters/{id}.
-func (a *API) getDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (dl *deadLetters) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id, ok := letterID(w, r)
 	if !ok {
 		return
 	}
 	s, _ := scopeOf(r)
-	d, err := a.cfg.DeadLetterService.Get(r.Context(), s.tenant, id)
+	d, err := dl.letters.Get(r.Context(), s.tenant, id)
 	if err != nil {
-		a.letterError(w, r, err)
+		dl.letterError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, dlq.NewView(d, true))
@@ -304,15 +312,15 @@ func (a *API) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 
 // replayDeadLetter replays one letter in scope, once: POST
 // /v1/dead-letters/{id}/replay; replayed says whether this call did.
-func (a *API) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
+func (dl *deadLetters) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 	id, ok := letterID(w, r)
 	if !ok {
 		return
 	}
 	s, _ := scopeOf(r)
-	res, err := a.cfg.DeadLetterService.Replay(r.Context(), s.tenant, id)
+	res, err := dl.letters.Replay(r.Context(), s.tenant, id)
 	if err != nil {
-		a.letterError(w, r, err)
+		dl.letterError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
@@ -333,7 +341,7 @@ func letterID(w http.ResponseWriter, r *http.Request) (int64, bool) {
 }
 
 // letterError answers an error of the dead-letter service.
-func (a *API) letterError(w http.ResponseWriter, r *http.Request, err error) {
+func (dl *deadLetters) letterError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, dlq.ErrNotFound):
 		writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "id", Message: "dead letter not found"})
@@ -347,10 +355,10 @@ func (a *API) letterError(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue,
 			Message: "a parameter holds bytes the database cannot read"})
 	case errors.Is(err, dlq.ErrNoPublisher):
-		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		setRetryAfter(w, dl.retryAfter)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "replay is not configured on this server"})
 	default:
-		a.internalError(w, r, err)
+		dl.internalError(w, r, err)
 	}
 }
 

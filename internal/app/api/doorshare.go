@@ -125,12 +125,12 @@ func (s *limiterSet) apply(peers []store.DoorCount, now time.Time, known func(st
 // Config.LimitPeriod until ctx ends: the replicas behind one address share
 // their key and tenant limits (docs/design/scale.md). A failed exchange is
 // logged and the next one tried; meanwhile each replica limits alone.
-func (a *API) shareLimits(ctx context.Context) {
-	tick := a.cfg.Clock.NewTicker(a.cfg.LimitPeriod)
+func (dr *door) shareLimits(ctx context.Context) {
+	tick := dr.clock.NewTicker(dr.period)
 	defer tick.Stop()
 	for {
-		if err := a.exchangeLimits(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("api: share the door's limits with the other replicas", slog.String("error", err.Error()))
+		if err := dr.exchangeLimits(ctx); err != nil && ctx.Err() == nil {
+			dr.log.Warn("api: share the door's limits with the other replicas", slog.String("error", err.Error()))
 		}
 		select {
 		case <-ctx.Done():
@@ -141,13 +141,13 @@ func (a *API) shareLimits(ctx context.Context) {
 }
 
 // exchangeLimits is one exchange of shareLimits.
-func (a *API) exchangeLimits(ctx context.Context) error {
-	now := a.cfg.Clock.Now()
-	counts := append(a.keyLimits.counts(doorKeyPrefix, a.cfg.Replica, now),
-		a.tenantLimits.counts(doorTenantPrefix, a.cfg.Replica, now)...)
-	peers, err := a.cfg.Limits.ShareDoorCounts(ctx, a.cfg.Replica, a.cfg.LimitLease, counts)
+func (dr *door) exchangeLimits(ctx context.Context) error {
+	now := dr.clock.Now()
+	counts := append(dr.keyLimits.counts(doorKeyPrefix, dr.replica, now),
+		dr.tenantLimits.counts(doorTenantPrefix, dr.replica, now)...)
+	peers, err := dr.ledger.ShareDoorCounts(ctx, dr.replica, dr.lease, counts)
 	if err != nil {
-		a.limitSyncs.WithLabelValues("error").Inc()
+		dr.limitSyncs.WithLabelValues("error").Inc()
 		return err
 	}
 	var keys, tenants []store.DoorCount
@@ -160,9 +160,9 @@ func (a *API) exchangeLimits(ctx context.Context) error {
 			tenants = append(tenants, p)
 		}
 	}
-	now = a.cfg.Clock.Now()
-	a.keyLimits.apply(keys, now, func(name string) bool { return a.keyNames[name] })
-	a.tenantLimits.apply(tenants, now, func(name string) bool { return a.tenantNames[name] })
-	a.limitSyncs.WithLabelValues("ok").Inc()
+	now = dr.clock.Now()
+	dr.keyLimits.apply(keys, now, func(name string) bool { return dr.keyNames[name] })
+	dr.tenantLimits.apply(tenants, now, func(name string) bool { return dr.tenantNames[name] })
+	dr.limitSyncs.WithLabelValues("ok").Inc()
 	return nil
 }

@@ -126,7 +126,7 @@ type model struct {
 }
 
 // models lists the catalog's models in OpenAI's list shape.
-func (a *API) models(w http.ResponseWriter, _ *http.Request) {
+func (a *gateway) models(w http.ResponseWriter, _ *http.Request) {
 	data := []model{}
 	for _, name := range slices.Sorted(maps.Keys(a.catalog().Models)) {
 		data = append(data, model{ID: name, Object: "model", OwnedBy: "llmq"})
@@ -138,7 +138,7 @@ func (a *API) models(w http.ResponseWriter, _ *http.Request) {
 }
 
 // chatCompletions serves one gateway call: validate, publish, wait, answer.
-func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
+func (a *gateway) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
 	if s.tenant == "" {
 		writeOpenAIError(w, http.StatusBadRequest, Error{Code: llmq.CodeRequired, Field: "tenant",
@@ -215,7 +215,7 @@ func (a *API) chatCompletions(w http.ResponseWriter, r *http.Request) {
 // readCall reads a call's body: one job's body, so no larger than a job
 // may be (MaxMessageBytes and the slack of readBody) nor than
 // MaxBodyBytes, with keys, strings and nesting bounded as it streams.
-func (a *API) readCall(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+func (a *gateway) readCall(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
 	limit := a.cfg.MaxBodyBytes
 	if a.cfg.MaxMessageBytes > 0 {
 		limit = min(limit, int64(a.cfg.MaxMessageBytes)+valueSlack)
@@ -246,7 +246,7 @@ type gatewayCall struct {
 // and stream_options (a streamed call is marked in the job's metadata, and
 // the worker asks for the stream), priority and deadline come from the
 // headers or the defaults.
-func (a *API) gatewayCall(r *http.Request, raw []byte) (gatewayCall, *Error) {
+func (a *gateway) gatewayCall(r *http.Request, raw []byte) (gatewayCall, *Error) {
 	var call gatewayCall
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
@@ -315,7 +315,7 @@ func projectHeader(e Error) Error {
 // deadline passes Gateway.MaxDeadline from now: X-LLMQ-Deadline past it is
 // refused, X-Stainless-Timeout (an SDK's own timeout, sent unasked) is cut
 // to it.
-func (a *API) callDeadline(h http.Header) (time.Time, *Error) {
+func (a *gateway) callDeadline(h http.Header) (time.Time, *Error) {
 	now := a.cfg.Clock.Now().UTC()
 	limit := now.Add(a.cfg.Gateway.MaxDeadline)
 	seconds := func(v, name string) (time.Time, *Error) {
@@ -351,7 +351,7 @@ func (a *API) callDeadline(h http.Header) (time.Time, *Error) {
 
 // gatewayPublishError answers a call the producer refused, nothing
 // enqueued.
-func (a *API) gatewayPublishError(w http.ResponseWriter, r *http.Request, err error) {
+func (a *gateway) gatewayPublishError(w http.ResponseWriter, r *http.Request, err error) {
 	var bp *producer.ErrBackpressure
 	switch {
 	case errors.As(err, &bp):
@@ -380,7 +380,7 @@ func (a *API) gatewayPublishError(w http.ResponseWriter, r *http.Request, err er
 // callerLeft handles a caller that went away while its job runs: the job
 // completes (readable through GET /v1/jobs/{id}) unless CancelOnDisconnect
 // asks to cancel it, which succeeds only before it started.
-func (a *API) callerLeft(ctx context.Context, k store.Key) {
+func (a *gateway) callerLeft(ctx context.Context, k store.Key) {
 	if !a.cfg.Gateway.CancelOnDisconnect {
 		return
 	}
@@ -394,7 +394,7 @@ func (a *API) callerLeft(ctx context.Context, k store.Key) {
 // answer writes the ended job as the provider would have: its stored JSON
 // on success, the provider's status and error otherwise; retries and
 // fallbacks are the worker's and never show.
-func (a *API) answer(w http.ResponseWriter, rec *store.JobRecord, call gatewayCall) {
+func (a *gateway) answer(w http.ResponseWriter, rec *store.JobRecord, call gatewayCall) {
 	switch rec.Status {
 	case llmq.StatusSucceeded:
 		if call.stream {

@@ -96,7 +96,7 @@ func chunks(result []byte, includeUsage bool) ([]chunk, error) {
 }
 
 // stream writes result as server-sent events.
-func (a *API) stream(w http.ResponseWriter, result []byte, includeUsage bool) {
+func (a *gateway) stream(w http.ResponseWriter, result []byte, includeUsage bool) {
 	cs, err := chunks(result, includeUsage)
 	if err != nil {
 		// The stored result is the provider's JSON: this is llmq's fault.
@@ -117,7 +117,7 @@ func (a *API) stream(w http.ResponseWriter, result []byte, includeUsage bool) {
 }
 
 // streamCall streams job k's chunks to the caller as they come.
-func (a *API) streamCall(w http.ResponseWriter, r *http.Request, k store.Key, call gatewayCall) {
+func (a *gateway) streamCall(w http.ResponseWriter, r *http.Request, k store.Key, call gatewayCall) {
 	ctx := r.Context()
 	grew, stopChunks := a.chunkWaiters.subscribe(k)
 	defer stopChunks()
@@ -155,7 +155,7 @@ func (a *API) streamCall(w http.ResponseWriter, r *http.Request, k store.Key, ca
 }
 
 // sendChunks sends job k's chunks after after and returns the last sent.
-func (a *API) sendChunks(ctx context.Context, sse *sseWriter, k store.Key, after int) int {
+func (a *gateway) sendChunks(ctx context.Context, sse *sseWriter, k store.Key, after int) int {
 	cs, err := a.cfg.Streams.Chunks(ctx, k, after)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -176,7 +176,7 @@ func (a *API) sendChunks(ctx context.Context, sse *sseWriter, k store.Key, after
 // endStream ends the answer of job rec: [DONE] after its chunks, the
 // whole answer when none was sent (a call made without streaming, a
 // failure before the first chunk), an error event after a part.
-func (a *API) endStream(w http.ResponseWriter, sse *sseWriter, rec *store.JobRecord, call gatewayCall) {
+func (a *gateway) endStream(w http.ResponseWriter, sse *sseWriter, rec *store.JobRecord, call gatewayCall) {
 	switch {
 	case !sse.started:
 		a.answer(w, rec, call)
@@ -202,7 +202,7 @@ func (a *API) endStream(w http.ResponseWriter, sse *sseWriter, rec *store.JobRec
 // streamLeft handles a streamed call's caller that left: its job is
 // cancelled if it has not started, else its worker cuts the call at its
 // next chunk, charged what it used (docs/design/gateway.md#streaming).
-func (a *API) streamLeft(ctx context.Context, k store.Key) {
+func (a *gateway) streamLeft(ctx context.Context, k store.Key) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_, err := a.cfg.Store.Cancel(ctx, k.Tenant, k.ID)
@@ -216,7 +216,7 @@ func (a *API) streamLeft(ctx context.Context, k store.Key) {
 }
 
 // dropStream deletes the chunks of a stream that was answered.
-func (a *API) dropStream(ctx context.Context, k store.Key) {
+func (a *gateway) dropStream(ctx context.Context, k store.Key) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := a.cfg.Streams.DropStream(ctx, k); err != nil {
@@ -269,7 +269,7 @@ func (s *sseWriter) flush() { _ = http.NewResponseController(s.w).Flush() }
 
 // listenAll runs the listening connections: jobs that end, and (with
 // Streams) streams that grow.
-func (a *API) listenAll(ctx context.Context) {
+func (a *gateway) listenAll(ctx context.Context) {
 	if a.cfg.Streams == nil {
 		a.listen(ctx)
 		return
@@ -283,7 +283,7 @@ func (a *API) listenAll(ctx context.Context) {
 // listenChunks is listen for the streams that grow: one connection for
 // the process, reconnected with backoff; a reconnection wakes every
 // streamed call, which reads what it missed.
-func (a *API) listenChunks(ctx context.Context) {
+func (a *gateway) listenChunks(ctx context.Context) {
 	background.Relisten(ctx, a.cfg.Clock, backoff.Policy{Base: listenRetryMin, Max: listenRetryMax},
 		func(ctx context.Context, listening func()) error {
 			return a.cfg.Streams.ListenJobChunks(ctx, func() {

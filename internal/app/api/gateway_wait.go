@@ -83,7 +83,7 @@ func wake(ch chan struct{}) {
 // read and the wait is not lost; it reads again at each wake-up. A read
 // that fails (the database is away) waits for the next wake-up: the
 // listening connection fails too, and its return wakes everyone.
-func (a *API) waitDone(ctx context.Context, k store.Key) (*store.JobRecord, error) {
+func (a *gateway) waitDone(ctx context.Context, k store.Key) (*store.JobRecord, error) {
 	wake, stop := a.waiters.subscribe(k)
 	defer stop()
 	a.waiting.Inc()
@@ -126,7 +126,7 @@ func (a *API) Stop(ctx context.Context) error {
 	return errors.Join(a.listener.Stop(ctx), a.limitSharer.Stop(ctx))
 }
 
-func (a *API) listen(ctx context.Context) {
+func (a *gateway) listen(ctx context.Context) {
 	background.Relisten(ctx, a.cfg.Clock, backoff.Policy{Base: listenRetryMin, Max: listenRetryMax},
 		func(ctx context.Context, listening func()) error {
 			return a.cfg.JobsDone.ListenJobsDone(ctx, func() {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,7 +120,25 @@ func drainSeconds(d time.Duration, known bool) *float64 {
 }
 
 // postJobs enqueues one job or a batch ({"jobs": [...]}).
-func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
+// jobReadStore is what the jobs endpoints read and cancel.
+type jobReadStore interface {
+	Get(ctx context.Context, tenant, id string) (*store.JobRecord, error)
+	List(ctx context.Context, o store.ListOptions) ([]*store.JobRecord, string, error)
+	Cancel(ctx context.Context, tenant, id string) (*store.JobRecord, error)
+	Attempts(ctx context.Context, tenant, id string) ([]store.Attempt, error)
+}
+
+// jobsHandler serves /v1/jobs and /v1/queue: admits jobs through the
+// producer, reads and cancels them in the store.
+type jobsHandler struct {
+	admission
+	producer *producer.Producer
+	store    jobReadStore
+	// retryAfter is the Retry-After of a 503.
+	retryAfter time.Duration
+}
+
+func (jh *jobsHandler) postJobs(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
@@ -127,7 +146,7 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 			Message: "Content-Type must be application/json"})
 		return
 	}
-	raw, batch, e := a.readBody(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
+	raw, batch, e := jh.readBody(http.MaxBytesReader(w, r.Body, jh.maxBodyBytes))
 	if e != nil {
 		status := http.StatusBadRequest
 		if e.Code == llmq.CodeTooLarge && e.Field == "" && strings.HasPrefix(e.Message, "request body") {
@@ -142,23 +161,23 @@ func (a *API) postJobs(w http.ResponseWriter, r *http.Request) {
 		if batch {
 			prefix = fmt.Sprintf("jobs[%d]", i)
 		}
-		j, e := a.decodeJob(b, s, prefix)
+		j, e := jh.decodeJob(b, s, prefix)
 		if e != nil {
 			writeError(w, http.StatusBadRequest, *e)
 			return
 		}
 		jobs[i] = j
 	}
-	if e, err := a.budgetRefusal(r.Context(), jobs, batch); err != nil {
-		a.publishError(w, r, err, batch)
+	if e, err := jh.budgetRefusal(r.Context(), jobs, batch); err != nil {
+		jh.publishError(w, r, err, batch)
 		return
 	} else if e != nil {
 		writeError(w, http.StatusPaymentRequired, *e)
 		return
 	}
-	rs, q, err := a.cfg.Producer.PublishBatch(r.Context(), jobs)
+	rs, q, err := jh.producer.PublishBatch(r.Context(), jobs)
 	if err != nil && !errors.Is(err, producer.ErrUnpublished) {
-		a.publishError(w, r, err, batch)
+		jh.publishError(w, r, err, batch)
 		return
 	}
 	qi := ownQueue(w, q)
@@ -183,7 +202,7 @@ func toReceipt(r producer.Receipt) receiptJSON {
 // key's jobs are its tenant's; an operator's are the tenant parameter's
 // when given, else the job's own (llmq's default tenant when it names
 // none). Field paths get prefix.
-func (a *API) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *Error) {
+func (ad *admission) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *Error) {
 	path := func(f string) string {
 		switch {
 		case prefix == "":
@@ -195,7 +214,7 @@ func (a *API) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *
 	}
 	// A tenant's job names no tenant, or its own: decoded for it, the job
 	// is recorded as Decode returned it, validated once (Job.Validated).
-	j, err := llmq.Decode(b, llmq.DecodeOptions{MaxMessageBytes: a.cfg.MaxMessageBytes, Tenant: s.tenant})
+	j, err := llmq.Decode(b, llmq.DecodeOptions{MaxMessageBytes: ad.maxMessageBytes, Tenant: s.tenant})
 	var ve *llmq.ValidationError
 	if errors.As(err, &ve) {
 		details := slices.Clone(ve.Errors)
@@ -213,13 +232,13 @@ func (a *API) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *
 		return nil, &Error{Code: CodeTenantMismatch, Field: path("tenant"),
 			Message: fmt.Sprintf("the API key acts for tenant %q; omit tenant or send %q", tenant, tenant)}
 	}
-	if errs := append(a.catalog().CheckModels(j), a.tenants().CheckProject(j)...); len(errs) > 0 {
+	if errs := append(ad.catalog().CheckModels(j), ad.tenants().CheckProject(j)...); len(errs) > 0 {
 		for i := range errs {
 			errs[i].Field = path(errs[i].Field)
 		}
 		return nil, &Error{Code: errs[0].Code, Field: errs[0].Field, Message: errs[0].Message, Details: errs}
 	}
-	if j.Deadline != nil && !j.Deadline.After(a.cfg.Clock.Now()) {
+	if j.Deadline != nil && !j.Deadline.After(ad.clock.Now()) {
 		return nil, &Error{Code: llmq.CodeInvalidValue, Field: path("deadline"),
 			Message: fmt.Sprintf("deadline %s has already passed", j.Deadline.Format(time.RFC3339))}
 	}
@@ -227,29 +246,29 @@ func (a *API) decodeJob(b json.RawMessage, s scope, prefix string) (*llmq.Job, *
 }
 
 // publishError answers a refused PublishBatch.
-func (a *API) publishError(w http.ResponseWriter, r *http.Request, err error, batch bool) {
+func (jh *jobsHandler) publishError(w http.ResponseWriter, r *http.Request, err error, batch bool) {
 	var bp *producer.ErrBackpressure
 	switch {
 	case errors.As(err, &bp):
 		setRetryAfter(w, bp.RetryAfter)
 		qi := ownQueue(w, bp.Queue)
 		if bp.Reason == producer.ReasonDeadline {
-			a.logDeadline(r, bp, qi)
+			jh.logDeadline(r, bp, qi)
 		}
 		writeError(w, http.StatusTooManyRequests, refusal(bp, qi, batch))
 	case errors.Is(err, producer.ErrBrokerUnavailable):
-		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		setRetryAfter(w, jh.retryAfter)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeBrokerUnavailable,
 			Message: "the message broker cannot be reached: nothing was recorded, retry later"})
 	case errors.Is(err, producer.ErrDatabaseUnavailable):
-		a.log.Warn("api: database unavailable", slog.String("error", err.Error()))
-		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		jh.log.Warn("api: database unavailable", slog.String("error", err.Error()))
+		setRetryAfter(w, jh.retryAfter)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeDatabaseUnavailable,
 			Message: "the database cannot be reached: nothing was recorded, retry later"})
 	case errors.Is(err, store.ErrInvalidJob):
 		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Message: "the database refused the job: " + err.Error()})
 	default:
-		a.internalError(w, r, err)
+		jh.internalError(w, r, err)
 	}
 }
 
@@ -269,7 +288,7 @@ func jobID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return id, true
 }
 
-func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
+func (jh *jobsHandler) getJob(w http.ResponseWriter, r *http.Request) {
 	id, ok := jobID(w, r)
 	if !ok {
 		return
@@ -278,16 +297,16 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rec, err := a.cfg.Store.Get(r.Context(), tenant, id)
+	rec, err := jh.store.Get(r.Context(), tenant, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		notFound(w, id)
 	case err != nil:
-		a.internalError(w, r, err)
+		jh.internalError(w, r, err)
 	default:
-		calls, err := a.cfg.Store.Attempts(r.Context(), tenant, id)
+		calls, err := jh.store.Attempts(r.Context(), tenant, id)
 		if err != nil {
-			a.internalError(w, r, err)
+			jh.internalError(w, r, err)
 			return
 		}
 		v := JobView(rec)
@@ -296,7 +315,7 @@ func (a *API) getJob(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
+func (jh *jobsHandler) cancelJob(w http.ResponseWriter, r *http.Request) {
 	id, ok := jobID(w, r)
 	if !ok {
 		return
@@ -305,7 +324,7 @@ func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rec, err := a.cfg.Store.Cancel(r.Context(), tenant, id)
+	rec, err := jh.store.Cancel(r.Context(), tenant, id)
 	var ite *store.IllegalTransitionError
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -314,7 +333,7 @@ func (a *API) cancelJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, Error{Code: CodeNotCancellable,
 			Message: fmt.Sprintf("job %q is %s: only a job that has not started can be cancelled", id, ite.From)})
 	case err != nil:
-		a.internalError(w, r, err)
+		jh.internalError(w, r, err)
 	default:
 		writeJSON(w, http.StatusOK, JobView(rec))
 	}
@@ -331,7 +350,7 @@ func isDataException(err error) bool {
 	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
-func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
+func (jh *jobsHandler) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	s, _ := scopeOf(r)
 	opts := store.ListOptions{Tenant: s.tenant, AllTenants: s.operator && s.tenant == "", After: q.Get("after")}
@@ -357,7 +376,7 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		opts.Limit = n
 	}
-	recs, next, err := a.cfg.Store.List(r.Context(), opts)
+	recs, next, err := jh.store.List(r.Context(), opts)
 	switch {
 	case errors.Is(err, store.ErrBadCursor), isDataException(err):
 		// A cursor the store did not print, or one forged with bytes the
@@ -366,7 +385,7 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 			Message: "not a cursor returned by this API"})
 		return
 	case err != nil:
-		a.internalError(w, r, err)
+		jh.internalError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, JobList(recs, next))
@@ -375,7 +394,7 @@ func (a *API) listJobs(w http.ResponseWriter, r *http.Request) {
 // queue answers GET /v1/queue: a tenant's own part of the queue, or for
 // an operator the whole queue and every tenant holding jobs (one tenant
 // with the tenant parameter).
-func (a *API) queue(w http.ResponseWriter, r *http.Request) {
+func (jh *jobsHandler) queue(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
 	var (
 		q       producer.QueueState
@@ -383,21 +402,21 @@ func (a *API) queue(w http.ResponseWriter, r *http.Request) {
 		err     error
 	)
 	if s.tenant != "" {
-		q, err = a.cfg.Producer.QueueOf(r.Context(), s.tenant)
+		q, err = jh.producer.QueueOf(r.Context(), s.tenant)
 	} else {
-		q, tenants, err = a.cfg.Producer.Tenants(r.Context())
+		q, tenants, err = jh.producer.Tenants(r.Context())
 	}
 	switch {
 	case errors.Is(err, producer.ErrBrokerUnavailable):
-		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		setRetryAfter(w, jh.retryAfter)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeBrokerUnavailable,
 			Message: "the message broker cannot be reached"})
 	case errors.Is(err, producer.ErrDatabaseUnavailable):
-		setRetryAfter(w, a.cfg.RetryAfterUnavailable)
+		setRetryAfter(w, jh.retryAfter)
 		writeError(w, http.StatusServiceUnavailable, Error{Code: CodeDatabaseUnavailable,
 			Message: "the database cannot be reached"})
 	case err != nil:
-		a.internalError(w, r, err)
+		jh.internalError(w, r, err)
 	default:
 		writeJSON(w, http.StatusOK, QueueView(q, tenants))
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
 )
@@ -48,7 +50,15 @@ func NewNotificationView(n *store.Notification) Notification {
 // listNotifications answers GET /v1/notifications ?state= &job_id=
 // &limit=: the newest undelivered result events in scope (a delivered
 // one leaves the outbox).
-func (a *API) listNotifications(w http.ResponseWriter, r *http.Request) {
+// notificationHandler serves the result events of jobs with a route and
+// their replay.
+type notificationHandler struct {
+	replies
+	store NotificationStore
+	clock clockwork.Clock
+}
+
+func (nh *notificationHandler) listNotifications(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	s, _ := scopeOf(r)
 	f := store.NotificationFilter{Tenant: s.tenant, State: q.Get("state"), JobID: q.Get("job_id"), Limit: 100}
@@ -68,9 +78,9 @@ func (a *API) listNotifications(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	ns, err := a.cfg.Notifications.List(r.Context(), f)
+	ns, err := nh.store.List(r.Context(), f)
 	if err != nil {
-		a.internalError(w, r, err)
+		nh.internalError(w, r, err)
 		return
 	}
 	out := make([]Notification, len(ns))
@@ -85,15 +95,15 @@ func (a *API) listNotifications(w http.ResponseWriter, r *http.Request) {
 
 // replayNotification answers POST /v1/notifications/{event_id}/replay:
 // the result event is sent again (same event id); the job is not touched.
-func (a *API) replayNotification(w http.ResponseWriter, r *http.Request) {
+func (nh *notificationHandler) replayNotification(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
-	n, err := a.cfg.Notifications.Replay(r.Context(), s.tenant, r.PathValue("event_id"), a.cfg.Clock.Now())
+	n, err := nh.store.Replay(r.Context(), s.tenant, r.PathValue("event_id"), nh.clock.Now())
 	if errors.Is(err, store.ErrNotificationNotFound) {
 		writeError(w, http.StatusNotFound, Error{Code: CodeNotFound, Field: "event_id", Message: "notification not found"})
 		return
 	}
 	if err != nil {
-		a.internalError(w, r, err)
+		nh.internalError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {

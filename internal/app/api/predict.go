@@ -22,7 +22,7 @@ func predictionText(bp *producer.ErrBackpressure, qi queueInfo) string {
 
 // logDeadline logs a deadline refusal with its prediction, so that a
 // refusal can be checked against what the lane did.
-func (a *API) logDeadline(r *http.Request, bp *producer.ErrBackpressure, qi queueInfo) {
+func (ad *admission) logDeadline(r *http.Request, bp *producer.ErrBackpressure, qi queueInfo) {
 	attrs := []any{slog.String("path", r.URL.Path), slog.String("job_id", bp.JobID),
 		slog.Duration("retry_after", bp.RetryAfter)}
 	if p := bp.Prediction; p != nil {
@@ -34,5 +34,5 @@ func (a *API) logDeadline(r *http.Request, bp *producer.ErrBackpressure, qi queu
 		_, drain, _, _ := bp.Queue.Own()
 		attrs = append(attrs, slog.Duration("predicted", drain), slog.Int64("queue_depth", qi.QueueDepth))
 	}
-	a.log.Info("api: deadline refused", attrs...)
+	ad.log.Info("api: deadline refused", attrs...)
 }

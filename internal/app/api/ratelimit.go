@@ -190,14 +190,14 @@ func setLimitHeaders(h http.Header, now time.Time, lims ...*rate.Limiter) {
 // tokens of the tenant's jobs that finished in the last minute, Usage) and
 // -reset-tokens (the time the workers' bucket takes to refill those
 // tokens, at most a minute). No quota, no Usage or a failed read: none.
-func (a *API) setTokenHeaders(ctx context.Context, h http.Header, tenant string) {
-	tpm := a.tenants()[tenant].TPM
-	if tpm <= 0 || a.cfg.Usage == nil {
+func (dr *door) setTokenHeaders(ctx context.Context, h http.Header, tenant string) {
+	tpm := dr.tenants()[tenant].TPM
+	if tpm <= 0 || dr.usage == nil {
 		return
 	}
-	used, err := a.cfg.Usage.Usage(ctx, tenant)
+	used, err := dr.usage.Usage(ctx, tenant)
 	if err != nil {
-		a.log.WarnContext(ctx, "api: the tenant's tokens of the last minute", "tenant", tenant, "err", err)
+		dr.log.WarnContext(ctx, "api: the tenant's tokens of the last minute", "tenant", tenant, "err", err)
 		return
 	}
 	var spent int64
@@ -213,8 +213,8 @@ func (a *API) setTokenHeaders(ctx context.Context, h http.Header, tenant string)
 }
 
 // rateLimited answers 429 rate_limit_exceeded naming the limit.
-func (a *API) rateLimited(w http.ResponseWriter, fail func(http.ResponseWriter, int, Error), limit string, wait time.Duration, msg string) {
-	a.limited.WithLabelValues(limit).Inc()
+func (dr *door) rateLimited(w http.ResponseWriter, fail func(http.ResponseWriter, int, Error), limit string, wait time.Duration, msg string) {
+	dr.limited.WithLabelValues(limit).Inc()
 	setRetryAfter(w, wait)
 	fail(w, http.StatusTooManyRequests, Error{Code: CodeRateLimited,
 		Message: fmt.Sprintf("%s: retry in %.0f s", msg, max(math.Ceil(wait.Seconds()), 1))})
@@ -233,12 +233,12 @@ func WithClient(ctx context.Context, r *http.Request) context.Context {
 // last entry of the trusted proxy's header when it holds an address, else
 // the peer's. An IPv6 address counts as its /64, which one client holds
 // whole.
-func (a *API) clientAddr(r *http.Request) string {
+func (dr *door) clientAddr(r *http.Request) string {
 	if origin, ok := r.Context().Value(clientKey{}).(*http.Request); ok {
 		r = origin
 	}
 	ip, ok := netip.Addr{}, false
-	if h := a.cfg.RateLimits.TrustedProxyHeader; h != "" {
+	if h := dr.limits.TrustedProxyHeader; h != "" {
 		if vals := r.Header.Values(h); len(vals) > 0 {
 			last := vals[len(vals)-1]
 			last = strings.TrimSpace(last[strings.LastIndexByte(last, ',')+1:])

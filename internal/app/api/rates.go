@@ -50,15 +50,15 @@ func ArrivalsView(minutes []store.JobMinute, since, now time.Time) Arrivals {
 
 // arrivals answers GET /v1/stats/arrivals?window=: the jobs in scope
 // recorded and finished per minute over the window (default an hour).
-func (a *API) arrivals(w http.ResponseWriter, r *http.Request) {
+func (sh *statsHandler) arrivals(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
-	now, since, ok := a.statsWindow(w, r)
+	now, since, ok := sh.statsWindow(w, r)
 	if !ok {
 		return
 	}
-	minutes, err := a.cfg.Store.JobRates(r.Context(), s.tenant, since)
+	minutes, err := sh.store.JobRates(r.Context(), s.tenant, since)
 	if err != nil {
-		a.internalError(w, r, err)
+		sh.internalError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, ArrivalsView(minutes, since, now))

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -27,32 +26,23 @@ func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
 
 // API is the HTTP handler of llmq's API. It is safe for concurrent use.
 type API struct {
-	cfg      Config
-	log      *slog.Logger
+	cfg Config
+	replies
+	// admission reads and checks the jobs of POST /v1/jobs and the
+	// gateway's calls.
+	admission
+	// door authenticates and limits every request (auth.go).
+	*door
+	// gateway serves gateway mode (gateway_handler.go).
+	*gateway
 	mux      *http.ServeMux
-	keys     map[[sha256.Size]byte]caller
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
-	// The door's limits (ratelimit.go): a bucket per key, per tenant and
-	// per client address failing authentication, and the calls waiting.
-	keyLimits, tenantLimits, authFailures *limiterSet
-	limited                               *prometheus.CounterVec
-	// keyNames and tenantNames are the names of the configured keys' and
-	// tenants' buckets: the only ones the replicas' counts may add
-	// (doorshare.go).
-	keyNames, tenantNames map[string]bool
-	limitSyncs            *prometheus.CounterVec
-	limitSharer           background.Runner
-	waitingCalls          waitingCalls
-	// waiters and listener serve gateway mode (gateway_wait.go).
-	waiters waiters
-	waiting prometheus.Gauge
-	// chunkWaiters wake the streamed calls whose stream grew
-	// (gateway_stream.go).
-	chunkWaiters waiters
-	listener     background.Runner
-	// used records the last use of the tenancy's keys (admin.go).
-	used keyUses
+	// limitSharer runs the door's exchange of its limits with the other
+	// replicas (doorshare.go); listener the gateway's listening
+	// connection (gateway_wait.go).
+	limitSharer background.Runner
+	listener    background.Runner
 }
 
 // New returns the API handler.
@@ -62,52 +52,34 @@ func New(cfg Config) (*API, error) {
 		return nil, err
 	}
 	a := &API{
-		cfg:          cfg,
-		log:          cfg.Logger,
-		mux:          http.NewServeMux(),
-		keys:         make(map[[sha256.Size]byte]caller, len(cfg.Keys)+len(cfg.OperatorKeys)),
-		keyLimits:    newLimiterSet(cfg.RateLimits.KeyRPM, knownCallers(cfg, len(cfg.Keys)+len(cfg.OperatorKeys))),
-		tenantLimits: newLimiterSet(cfg.RateLimits.TenantRPM, knownCallers(cfg, len(cfg.Keys))),
-		authFailures: newLimiterSet(cfg.RateLimits.AuthFailuresPerMinute, cfg.RateLimits.MaxClients),
-		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmq_api_rate_limited_total",
-			Help: "Requests refused at the door by the limit they passed: key_rpm, tenant_rpm, auth_failures, gateway_waiting, paused.",
-		}, []string{"limit"}),
-		limitSyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "llmq_api_limit_exchanges_total",
-			Help: "Exchanges of the door's limit counts with the other API replicas, by outcome: ok, error.",
-		}, []string{"outcome"}),
-		keyNames:    map[string]bool{},
-		tenantNames: map[string]bool{},
+		cfg:     cfg,
+		replies: replies{log: cfg.Logger},
+		mux:     http.NewServeMux(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "llmq_api_requests_total",
 			Help: "HTTP API requests by route pattern and status code.",
 		}, []string{"route", "code"}),
-		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "llmq_gateway_waiting_callers",
-			Help: "Gateway calls (POST /v1/chat/completions) waiting for their job to end.",
-		}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "llmq_api_request_duration_seconds",
 			Help:    "HTTP API request latency by route pattern.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route"}),
 	}
-	// Keys are looked up by their hash; the API keeps no key itself.
-	for k, tenant := range cfg.Keys {
-		hash := sha256.Sum256([]byte(k))
-		a.keys[hash] = caller{tenant: tenant}
-		a.keyNames[keyLimitName(hash)], a.tenantNames[tenant] = true, true
-	}
-	for _, k := range cfg.OperatorKeys {
-		hash := sha256.Sum256([]byte(k.Key))
-		a.keys[hash] = caller{operator: true, name: operatorName(k.Name, hash)}
-		a.keyNames[keyLimitName(hash)] = true
-	}
+	a.door = newDoor(cfg, a.replies, a.tenants)
 	a.cfg.Keys, a.cfg.OperatorKeys = nil, nil
-	collectors := []prometheus.Collector{a.requests, a.duration, a.limited}
+	a.admission = admission{replies: a.replies, maxBodyBytes: cfg.MaxBodyBytes, maxMessageBytes: cfg.MaxMessageBytes,
+		usage: cfg.Usage, tenants: a.tenants, catalog: a.catalog, clock: cfg.Clock}
+	a.gateway = &gateway{admission: a.admission, limited: a.door.limited,
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "llmq_gateway_waiting_callers",
+			Help: "Gateway calls (POST /v1/chat/completions) waiting for their job to end.",
+		}),
+		cfg: gatewaySettings{Gateway: cfg.Gateway, Producer: cfg.Producer, Store: cfg.Store, Streams: cfg.Streams,
+			JobsDone: cfg.JobsDone, Clock: cfg.Clock, MaxBodyBytes: cfg.MaxBodyBytes, MaxMessageBytes: cfg.MaxMessageBytes,
+			RetryAfterUnavailable: cfg.RetryAfterUnavailable}}
+	collectors := []prometheus.Collector{a.requests, a.duration, a.door.limited}
 	if cfg.JobsDone != nil {
-		collectors = append(collectors, a.waiting)
+		collectors = append(collectors, a.gateway.waiting)
 	}
 	if cfg.Limits != nil {
 		collectors = append(collectors, a.limitSyncs)
@@ -124,47 +96,92 @@ func New(cfg Config) (*API, error) {
 }
 
 func (a *API) routes() {
-	a.mux.Handle("POST /v1/jobs", a.authed(a.postJobs))
-	a.mux.Handle("GET /v1/jobs", a.authed(a.listJobs))
-	a.mux.Handle("GET /v1/jobs/{id}", a.authed(a.getJob))
-	a.mux.Handle("DELETE /v1/jobs/{id}", a.authed(a.cancelJob))
-	a.mux.Handle("GET /v1/queue", a.authed(a.queue))
-	a.mux.HandleFunc("GET /healthz", a.healthz)
+	j := &jobsHandler{admission: a.admission, producer: a.cfg.Producer, store: a.cfg.Store, retryAfter: a.cfg.RetryAfterUnavailable}
+	a.mux.Handle("POST /v1/jobs", a.authed(j.postJobs))
+	a.mux.Handle("GET /v1/jobs", a.authed(j.listJobs))
+	a.mux.Handle("GET /v1/jobs/{id}", a.authed(j.getJob))
+	a.mux.Handle("DELETE /v1/jobs/{id}", a.authed(j.cancelJob))
+	a.mux.Handle("GET /v1/queue", a.authed(j.queue))
+	a.mux.HandleFunc("GET /healthz", healthz)
 	a.mux.HandleFunc("GET /readyz", a.readyz)
 	a.mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openAPIDocument)
 	})
 	if a.cfg.JobsDone != nil {
-		a.mux.Handle("POST /v1/chat/completions", refuseHops(a.authedLimits(a.chatCompletions, writeOpenAIError, true)))
-		a.mux.Handle("GET /v1/models", refuseHops(a.authedLimits(a.models, writeOpenAIError, true)))
+		a.mux.Handle("POST /v1/chat/completions", refuseHops(a.authedLimits(a.gateway.chatCompletions, writeOpenAIError, true)))
+		a.mux.Handle("GET /v1/models", refuseHops(a.authedLimits(a.gateway.models, writeOpenAIError, true)))
 	}
-	a.mux.Handle("GET /v1/me", a.authed(a.me))
-	a.mux.Handle("GET /v1/stats/jobs", a.authed(a.jobStats))
-	a.mux.Handle("GET /v1/stats/models", a.authed(a.modelStats))
-	a.mux.Handle("GET /v1/stats/arrivals", a.authed(a.arrivals))
+	a.mux.Handle("GET /v1/me", a.authed(me))
+	st := &statsHandler{replies: a.replies, store: a.cfg.Store, clock: a.cfg.Clock, catalog: a.catalog}
+	a.mux.Handle("GET /v1/stats/jobs", a.authed(st.jobStats))
+	a.mux.Handle("GET /v1/stats/models", a.authed(st.modelStats))
+	a.mux.Handle("GET /v1/stats/arrivals", a.authed(st.arrivals))
 	if a.cfg.Usage != nil {
-		a.mux.Handle("GET /v1/usage", a.authed(a.usage))
+		u := &usageHandler{replies: a.replies, store: a.cfg.Usage, tenants: a.tenants}
+		a.mux.Handle("GET /v1/usage", a.authed(u.usage))
 	}
 	if a.cfg.Batches != nil {
-		a.mux.Handle("GET /v1/batches", a.authed(a.operatorOnly(a.listBatches)))
-		a.mux.Handle("GET /v1/batches/{id}", a.authed(a.operatorOnly(a.getBatch)))
-		a.mux.Handle("POST /v1/batches/{id}/cancel", a.authed(a.operatorOnly(a.cancelBatch)))
+		b := &batchHandler{replies: a.replies, store: a.cfg.Batches, cancel: a.cfg.CancelBatch, retryAfter: a.cfg.RetryAfterUnavailable}
+		a.mux.Handle("GET /v1/batches", a.authed(a.operatorOnly(b.listBatches)))
+		a.mux.Handle("GET /v1/batches/{id}", a.authed(a.operatorOnly(b.getBatch)))
+		a.mux.Handle("POST /v1/batches/{id}/cancel", a.authed(a.operatorOnly(b.cancelBatch)))
 	}
 	if a.cfg.Notifications != nil {
-		a.mux.Handle("GET /v1/notifications", a.authed(a.listNotifications))
-		a.mux.Handle("POST /v1/notifications/{event_id}/replay", a.authed(a.replayNotification))
+		n := &notificationHandler{replies: a.replies, store: a.cfg.Notifications, clock: a.cfg.Clock}
+		a.mux.Handle("GET /v1/notifications", a.authed(n.listNotifications))
+		a.mux.Handle("POST /v1/notifications/{event_id}/replay", a.authed(n.replayNotification))
 	}
 	if a.cfg.DeadLetterService != nil {
-		a.mux.Handle("GET /v1/dead-letters", a.authed(a.listDeadLetters))
-		a.mux.Handle("GET /v1/dead-letters/{id}", a.authed(a.getDeadLetter))
-		a.mux.Handle("POST /v1/dead-letters/{id}/replay", a.authed(a.replayDeadLetter))
-		a.mux.Handle("GET /v1/dead-letters/reasons", a.authed(a.deadLetterReasons))
-		a.mux.Handle("POST /v1/dead-letters/replay", a.authed(a.replayDeadLetters))
-		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(a.purgeDeadLetters))
+		d := &deadLetters{replies: a.replies, letters: a.cfg.DeadLetterService, retryAfter: a.cfg.RetryAfterUnavailable}
+		a.mux.Handle("GET /v1/dead-letters", a.authed(d.listDeadLetters))
+		a.mux.Handle("GET /v1/dead-letters/{id}", a.authed(d.getDeadLetter))
+		a.mux.Handle("POST /v1/dead-letters/{id}/replay", a.authed(d.replayDeadLetter))
+		a.mux.Handle("GET /v1/dead-letters/reasons", a.authed(d.deadLetterReasons))
+		a.mux.Handle("POST /v1/dead-letters/replay", a.authed(d.replayDeadLetters))
+		a.mux.Handle("POST /v1/dead-letters/purge", a.authed(d.purgeDeadLetters))
 	}
 	a.adminRoutes()
-	a.tenantNotificationRoutes()
+}
+
+// adminRoutes mounts the admin API (operator keys only).
+func (a *API) adminRoutes() {
+	h := func(f http.HandlerFunc) http.Handler { return a.authed(a.adminOnly(f)) }
+	if a.cfg.Tenancy != nil {
+		t := &tenantAdmin{replies: a.replies, store: a.cfg.TenancyStore, clock: a.cfg.Clock}
+		a.mux.Handle("GET /v1/admin/tenants", h(t.listTenants))
+		a.mux.Handle("POST /v1/admin/tenants", h(t.createTenant))
+		a.mux.Handle("GET /v1/admin/tenants/{tenant}", h(t.getTenant))
+		a.mux.Handle("PUT /v1/admin/tenants/{tenant}", h(t.updateTenant))
+		a.mux.Handle("DELETE /v1/admin/tenants/{tenant}", h(t.deleteTenant))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/pause", h(t.pauseTenant(true)))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/resume", h(t.pauseTenant(false)))
+		a.mux.Handle("GET /v1/admin/tenants/{tenant}/projects/{project}", h(t.getProject))
+		a.mux.Handle("PUT /v1/admin/tenants/{tenant}/projects/{project}", h(t.putProject))
+		a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/projects/{project}", h(t.deleteProject))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/projects/{project}/pause", h(t.pauseProject(true)))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/projects/{project}/resume", h(t.pauseProject(false)))
+		a.mux.Handle("GET /v1/admin/keys", h(t.listKeys))
+		a.mux.Handle("POST /v1/admin/keys", h(t.createKey))
+		a.mux.Handle("GET /v1/admin/keys/{key}", h(t.getKey))
+		a.mux.Handle("POST /v1/admin/keys/{key}/revoke", h(t.revokeKey))
+		a.mux.Handle("GET /v1/admin/audit", h(t.listAudit))
+		m := &modelAdmin{replies: a.replies, store: a.cfg.TenancyStore}
+		a.mux.Handle("GET /v1/admin/models", h(m.listModels))
+		a.mux.Handle("POST /v1/admin/models", h(func(w http.ResponseWriter, r *http.Request) { m.putModel(w, r, "") }))
+		a.mux.Handle("GET /v1/admin/models/{model...}", h(m.getModel))
+		a.mux.Handle("PUT /v1/admin/models/{model...}", h(func(w http.ResponseWriter, r *http.Request) { m.putModel(w, r, r.PathValue("model")) }))
+		a.mux.Handle("DELETE /v1/admin/models/{model...}", h(m.deleteModel))
+	}
+	if a.cfg.TenantNotifications != nil {
+		n := &tenantNotifications{replies: a.replies, store: a.cfg.TenantNotifications}
+		a.mux.Handle("GET /v1/admin/notifications", h(n.listTenantNotifications))
+		a.mux.Handle("GET /v1/admin/tenants/{tenant}/notifications", h(n.getTenantNotifications))
+		a.mux.Handle("PUT /v1/admin/tenants/{tenant}/notifications", h(n.putTenantNotifications))
+		a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/notifications", h(n.deleteTenantNotifications))
+		a.mux.Handle("POST /v1/admin/tenants/{tenant}/notifications/secrets", h(n.rotateWebhookSecret))
+		a.mux.Handle("DELETE /v1/admin/tenants/{tenant}/notifications/secrets/previous", h(n.endSecretRotation))
+	}
 }
 
 // ServeHTTP routes the request. Unknown paths answer 404 and known paths
@@ -247,7 +264,7 @@ func bearer(h string) (string, bool) {
 	return key, key != ""
 }
 
-func (a *API) healthz(w http.ResponseWriter, _ *http.Request) {
+func healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
@@ -279,9 +296,13 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// replies is what every handler type shares: the logger of the errors it
+// answers 500 to.
+type replies struct{ log *slog.Logger }
+
 // internalError logs err and answers 500.
-func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
-	a.log.Error("api: request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+func (p replies) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	p.log.Error("api: request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.String("error", err.Error()))
 	writeError(w, http.StatusInternalServerError, Error{Code: CodeInternal, Message: "internal error"})
 }

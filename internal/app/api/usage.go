@@ -135,19 +135,27 @@ func UsageList(ts llmq.Tenants, tenant string, used []store.ScopeUsage, budgets 
 	return NewList(out, "")
 }
 
+// usageHandler serves GET /v1/usage.
+type usageHandler struct {
+	replies
+	store UsageStore
+	// tenants are the tenants applied now (API.tenants).
+	tenants func() llmq.Tenants
+}
+
 // usage answers GET /v1/usage: the scopes in view, their limits, what
 // they used in the last minute and today, and their budgets.
-func (a *API) usage(w http.ResponseWriter, r *http.Request) {
+func (uh *usageHandler) usage(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
-	used, err := a.cfg.Usage.Usage(r.Context(), s.tenant)
+	used, err := uh.store.Usage(r.Context(), s.tenant)
 	if err != nil {
-		a.internalError(w, r, err)
+		uh.internalError(w, r, err)
 		return
 	}
-	budgets, err := a.cfg.Usage.BudgetUsages(r.Context(), s.tenant)
+	budgets, err := uh.store.BudgetUsages(r.Context(), s.tenant)
 	if err != nil {
-		a.internalError(w, r, err)
+		uh.internalError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, UsageList(a.tenants(), s.tenant, used, budgets))
+	writeJSON(w, http.StatusOK, UsageList(uh.tenants(), s.tenant, used, budgets))
 }

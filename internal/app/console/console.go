@@ -112,13 +112,35 @@ var templateFS embed.FS
 // Console is the web console's handler, for the paths under Prefix. It is
 // safe for concurrent use.
 type Console struct {
-	cfg     Config
-	log     *slog.Logger
-	seal    *sealer
-	pages   map[string]*template.Template
+	cfg Config
+	// view renders pages and calls the API for them (and for sign-in).
+	*view
 	static  map[string]asset
 	handler http.Handler
 }
+
+// view is what every page shares: the API it calls with the session's
+// key, the templates it renders, the session's seal (its CSRF token).
+type view struct {
+	log   *slog.Logger
+	seal  *sealer
+	pages map[string]*template.Template
+	api   http.Handler
+	clock clockwork.Clock
+	// refresh is Config.Refresh; secure is Config.Secure.
+	refresh time.Duration
+	secure  bool
+}
+
+// The pages, a type per part of the console, each rendering through the
+// view: the overview, jobs and usage; the dead letters; the provider
+// batches; the tenants, keys and models.
+type (
+	jobPages        struct{ *view }
+	deadLetterPages struct{ *view }
+	batchPages      struct{ *view }
+	tenantPages     struct{ *view }
+)
 
 // asset is an embedded file with its fingerprint (pages link to
 // name?v=<hash>, so a browser may cache it for long).
@@ -143,7 +165,8 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, seal: seal, static: map[string]asset{}}
+	c := &Console{cfg: cfg, static: map[string]asset{}, view: &view{log: cfg.Logger, seal: seal, api: cfg.API,
+		clock: cfg.Clock, refresh: cfg.Refresh, secure: cfg.Secure}}
 	for name, ctype := range map[string]string{"htmx.min.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"} {
 		b, err := fs.ReadFile(staticFS, "static/"+name)
 		if err != nil {
@@ -168,29 +191,30 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"/login", c.loginPage)
 	mux.HandleFunc("POST "+Prefix+"/login", c.login)
 	page("POST "+Prefix+"/logout", c.logout)
-	page("GET "+Prefix+"/{$}", c.overview)
-	page("GET "+Prefix+"/live/overview", c.overviewLive)
-	page("GET "+Prefix+"/jobs", c.jobs)
-	page("GET "+Prefix+"/live/jobs", c.jobsLive)
-	page("GET "+Prefix+"/jobs/{id}", c.job)
-	page("GET "+Prefix+"/live/jobs/{id}", c.jobLive)
-	page("POST "+Prefix+"/jobs/{id}/cancel", c.cancelJob)
-	page("POST "+Prefix+"/jobs/{id}/notifications/{event}/replay", c.replayNotification)
-	page("GET "+Prefix+"/dead-letters", c.deadLetters)
-	page("GET "+Prefix+"/dead-letters/{id}", c.deadLetter)
-	page("POST "+Prefix+"/dead-letters/replay", c.replay)
-	page("POST "+Prefix+"/dead-letters/purge", c.purge)
-	page("GET "+Prefix+"/usage", c.usage)
-	page("GET "+Prefix+"/batches", c.batches)
-	page("GET "+Prefix+"/batches/{id}", c.batch)
-	page("POST "+Prefix+"/batches/{id}/cancel", c.cancelBatch)
-	page("GET "+Prefix+"/tenants", c.tenants)
-	page("POST "+Prefix+"/tenants", c.createTenant)
-	page("POST "+Prefix+"/tenants/{tenant}/limits", c.editTenant)
-	page("POST "+Prefix+"/models/limits", c.editModel)
-	page("POST "+Prefix+"/tenants/{tenant}/{action}", c.pauseTenant)
-	page("POST "+Prefix+"/keys", c.createKey)
-	page("POST "+Prefix+"/keys/{key}/revoke", c.revokeKey)
+	jp, dp, bp, tp := jobPages{c.view}, deadLetterPages{c.view}, batchPages{c.view}, tenantPages{c.view}
+	page("GET "+Prefix+"/{$}", jp.overview)
+	page("GET "+Prefix+"/live/overview", jp.overviewLive)
+	page("GET "+Prefix+"/jobs", jp.jobs)
+	page("GET "+Prefix+"/live/jobs", jp.jobsLive)
+	page("GET "+Prefix+"/jobs/{id}", jp.job)
+	page("GET "+Prefix+"/live/jobs/{id}", jp.jobLive)
+	page("POST "+Prefix+"/jobs/{id}/cancel", jp.cancelJob)
+	page("POST "+Prefix+"/jobs/{id}/notifications/{event}/replay", jp.replayNotification)
+	page("GET "+Prefix+"/dead-letters", dp.deadLetters)
+	page("GET "+Prefix+"/dead-letters/{id}", dp.deadLetter)
+	page("POST "+Prefix+"/dead-letters/replay", dp.replay)
+	page("POST "+Prefix+"/dead-letters/purge", dp.purge)
+	page("GET "+Prefix+"/usage", jp.usage)
+	page("GET "+Prefix+"/batches", bp.batches)
+	page("GET "+Prefix+"/batches/{id}", bp.batch)
+	page("POST "+Prefix+"/batches/{id}/cancel", bp.cancelBatch)
+	page("GET "+Prefix+"/tenants", tp.tenants)
+	page("POST "+Prefix+"/tenants", tp.createTenant)
+	page("POST "+Prefix+"/tenants/{tenant}/limits", tp.editTenant)
+	page("POST "+Prefix+"/models/limits", tp.editModel)
+	page("POST "+Prefix+"/tenants/{tenant}/{action}", tp.pauseTenant)
+	page("POST "+Prefix+"/keys", tp.createKey)
+	page("POST "+Prefix+"/keys/{key}/revoke", tp.revokeKey)
 	mux.HandleFunc(Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		c.renderStatus(w, r, http.StatusNotFound, "login", pageData{Title: "Not found",
 			Error: "There is no such page in the console. Go to " + Prefix + "/ for the overview."})
@@ -254,7 +278,7 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, session)) 
 }
 
 // toLogin sends the browser to the sign-in page.
-func (c *Console) toLogin(w http.ResponseWriter, r *http.Request) {
+func (vw *view) toLogin(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("HX-Request") != "" {
 		w.Header().Set("HX-Redirect", Prefix+"/login")
 		w.WriteHeader(http.StatusUnauthorized)
@@ -280,17 +304,17 @@ func (e *apiError) Error() string {
 // call sends one request to the API in process with the session's key and
 // decodes the answer into out. An error answer is an *apiError;
 // errUnauthorized when the key is refused.
-func (c *Console) call(ctx context.Context, key, method, path string, query url.Values, body any, out any) error {
-	return c.callWith(ctx, key, method, path, query, nil, body, out)
+func (vw *view) call(ctx context.Context, key, method, path string, query url.Values, body any, out any) error {
+	return vw.callWith(ctx, key, method, path, query, nil, body, out)
 }
 
 // callIfMatch is call of an update that names the version it read.
-func (c *Console) callIfMatch(ctx context.Context, key, method, path, ifMatch string, body any) error {
-	return c.callWith(ctx, key, method, path, nil, http.Header{"If-Match": {ifMatch}}, body, nil)
+func (vw *view) callIfMatch(ctx context.Context, key, method, path, ifMatch string, body any) error {
+	return vw.callWith(ctx, key, method, path, nil, http.Header{"If-Match": {ifMatch}}, body, nil)
 }
 
 // callWith is call with header added to the request.
-func (c *Console) callWith(ctx context.Context, key, method, path string, query url.Values, header http.Header, body any, out any) error {
+func (vw *view) callWith(ctx context.Context, key, method, path string, query url.Values, header http.Header, body any, out any) error {
 	var rd io.Reader = http.NoBody
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -315,7 +339,7 @@ func (c *Console) callWith(ctx context.Context, key, method, path string, query 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	rec := &recorder{header: http.Header{}, status: http.StatusOK}
-	c.cfg.API.ServeHTTP(rec, req)
+	vw.api.ServeHTTP(rec, req)
 	if rec.status == http.StatusUnauthorized {
 		return errUnauthorized
 	}
@@ -359,17 +383,17 @@ func (r *recorder) Write(b []byte) (int, error) {
 // failed answers a page whose API call failed: back to the sign-in page
 // for a refused key, the API's own message for an error answer (with its
 // status), a plain 500 otherwise.
-func (c *Console) failed(w http.ResponseWriter, r *http.Request, s session, err error) {
+func (vw *view) failed(w http.ResponseWriter, r *http.Request, s session, err error) {
 	var ae *apiError
 	switch {
 	case errors.Is(err, errUnauthorized):
-		http.SetCookie(w, c.cookie(r, sessionCookie, "", -1))
-		c.toLogin(w, r)
+		http.SetCookie(w, vw.cookie(r, sessionCookie, "", -1))
+		vw.toLogin(w, r)
 	case errors.As(err, &ae):
-		c.renderStatus(w, r, ae.status, "error", c.data(r, s, "Error", "", pageData{Error: ae.body.Message}))
+		vw.renderStatus(w, r, ae.status, "error", vw.data(r, s, "Error", "", pageData{Error: ae.body.Message}))
 	default:
-		c.log.Error("console: page failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
-		c.renderStatus(w, r, http.StatusInternalServerError, "error", c.data(r, s, "Error", "",
+		vw.log.Error("console: page failed", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+		vw.renderStatus(w, r, http.StatusInternalServerError, "error", vw.data(r, s, "Error", "",
 			pageData{Error: "The page could not be built: the server log says why."}))
 	}
 }
@@ -395,12 +419,12 @@ type pageData struct {
 }
 
 // data fills the common fields of a page for session s.
-func (c *Console) data(r *http.Request, s session, title, nav string, d pageData) pageData {
+func (vw *view) data(r *http.Request, s session, title, nav string, d pageData) pageData {
 	d.Title, d.Nav, d.Signed, d.Operator, d.Tenant = title, nav, true, s.Operator, s.Tenant
-	d.CSRF = c.seal.token("session:" + s.ID)
-	d.Refresh = fmt.Sprintf("every %dms", c.cfg.Refresh.Milliseconds())
-	d.RefreshText = dur(c.cfg.Refresh)
-	d.Now = c.cfg.Clock.Now()
+	d.CSRF = vw.seal.token("session:" + s.ID)
+	d.Refresh = fmt.Sprintf("every %dms", vw.refresh.Milliseconds())
+	d.RefreshText = dur(vw.refresh)
+	d.Now = vw.clock.Now()
 	if d.Notice == "" {
 		d.Notice = notice(r.URL.Query())
 	}
@@ -408,15 +432,15 @@ func (c *Console) data(r *http.Request, s session, title, nav string, d pageData
 }
 
 // render writes a page (or a fragment: a template of the page's set).
-func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, d pageData) {
-	c.renderStatus(w, r, http.StatusOK, name, d)
+func (vw *view) render(w http.ResponseWriter, r *http.Request, name string, d pageData) {
+	vw.renderStatus(w, r, http.StatusOK, name, d)
 }
 
-func (c *Console) renderStatus(w http.ResponseWriter, _ *http.Request, status int, name string, d pageData) {
+func (vw *view) renderStatus(w http.ResponseWriter, _ *http.Request, status int, name string, d pageData) {
 	page, frag, _ := strings.Cut(name, "#")
-	t, ok := c.pages[page]
+	t, ok := vw.pages[page]
 	if !ok {
-		c.log.Error("console: no template", slog.String("name", name))
+		vw.log.Error("console: no template", slog.String("name", name))
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
@@ -426,7 +450,7 @@ func (c *Console) renderStatus(w http.ResponseWriter, _ *http.Request, status in
 	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, entry, d); err != nil {
-		c.log.Error("console: render", slog.String("name", name), slog.String("error", err.Error()))
+		vw.log.Error("console: render", slog.String("name", name), slog.String("error", err.Error()))
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}

@@ -169,13 +169,13 @@ func tenantLinks(t string) (query, amp string) {
 // deadLetterWindow is the overview's window of dead letters.
 const deadLetterWindow = 24 * time.Hour
 
-func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error) {
+func (jp *jobPages) overviewData(r *http.Request, s session) (overviewPage, error) {
 	ctx, q := r.Context(), scopeQuery(s, r)
 	p := overviewPage{Operator: s.Operator, Tenant: q.Get("tenant"), BatchBars: map[string]template.HTML{}}
 	p.TenantQuery, p.TenantAmp = tenantLinks(p.Tenant)
 	var queue api.Queue
 	var ae *apiError
-	switch err := c.call(ctx, s.Key, http.MethodGet, "/v1/queue", nil, nil, &queue); {
+	switch err := jp.call(ctx, s.Key, http.MethodGet, "/v1/queue", nil, nil, &queue); {
 	case errors.As(err, &ae) && ae.status == http.StatusServiceUnavailable:
 		p.QueueErr = ae.body.Message
 	case err != nil:
@@ -183,7 +183,7 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 	default:
 		p.Queue = &queue
 	}
-	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/stats/jobs", q, nil, &p.Counts); err != nil {
+	if err := jp.call(ctx, s.Key, http.MethodGet, "/v1/stats/jobs", q, nil, &p.Counts); err != nil {
 		return p, err
 	}
 	for _, st := range llmq.Statuses {
@@ -196,12 +196,12 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 		}
 	}
 	p.Bar = stackedBar(p.Legend, barThick)
-	p.Since = c.cfg.Clock.Now().Add(-deadLetterWindow).UTC().Truncate(time.Second)
+	p.Since = jp.clock.Now().Add(-deadLetterWindow).UTC().Truncate(time.Second)
 	dq := url.Values{"since": {p.Since.Format(time.RFC3339)}}
 	if t := q.Get("tenant"); t != "" {
 		dq.Set("tenant", t)
 	}
-	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/dead-letters/reasons", dq, nil, &p.Letters); err != nil {
+	if err := jp.call(ctx, s.Key, http.MethodGet, "/v1/dead-letters/reasons", dq, nil, &p.Letters); err != nil {
 		return p, err
 	}
 	rows := make([]segment, len(p.Letters.Data))
@@ -210,12 +210,12 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 	}
 	p.Bars = barRows(rows)
 	var rates api.Arrivals
-	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/stats/arrivals", q, nil, &rates); err != nil {
+	if err := jp.call(ctx, s.Key, http.MethodGet, "/v1/stats/arrivals", q, nil, &rates); err != nil {
 		return p, err
 	}
 	p.Arrivals = arrivalsOf(rates)
 	var stats api.ModelStats
-	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/stats/models", q, nil, &stats); err != nil {
+	if err := jp.call(ctx, s.Key, http.MethodGet, "/v1/stats/models", q, nil, &stats); err != nil {
 		return p, err
 	}
 	for _, m := range stats.Data {
@@ -223,7 +223,7 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 	}
 	if s.Operator {
 		var l api.List[api.Batch]
-		if err := c.call(ctx, s.Key, http.MethodGet, "/v1/batches", url.Values{"open": {"true"}}, nil, &l); err != nil {
+		if err := jp.call(ctx, s.Key, http.MethodGet, "/v1/batches", url.Values{"open": {"true"}}, nil, &l); err != nil {
 			return p, err
 		}
 		p.Batches = l.Data
@@ -234,22 +234,22 @@ func (c *Console) overviewData(r *http.Request, s session) (overviewPage, error)
 	return p, nil
 }
 
-func (c *Console) overview(w http.ResponseWriter, r *http.Request, s session) {
-	p, err := c.overviewData(r, s)
+func (jp *jobPages) overview(w http.ResponseWriter, r *http.Request, s session) {
+	p, err := jp.overviewData(r, s)
 	if err != nil {
-		c.failed(w, r, s, err)
+		jp.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "overview", c.data(r, s, "Overview", "overview", pageData{Page: p}))
+	jp.render(w, r, "overview", jp.data(r, s, "Overview", "overview", pageData{Page: p}))
 }
 
-func (c *Console) overviewLive(w http.ResponseWriter, r *http.Request, s session) {
-	p, err := c.overviewData(r, s)
+func (jp *jobPages) overviewLive(w http.ResponseWriter, r *http.Request, s session) {
+	p, err := jp.overviewData(r, s)
 	if err != nil {
-		c.failed(w, r, s, err)
+		jp.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "overview#live", c.data(r, s, "Overview", "overview", pageData{Page: p}))
+	jp.render(w, r, "overview#live", jp.data(r, s, "Overview", "overview", pageData{Page: p}))
 }
 
 // ---- jobs ----
@@ -266,7 +266,7 @@ type jobsPage struct {
 
 var pageSizes = []int{25, 50, 100}
 
-func (c *Console) jobsData(r *http.Request, s session) (jobsPage, error) {
+func (jp *jobPages) jobsData(r *http.Request, s session) (jobsPage, error) {
 	in := r.URL.Query()
 	p := jobsPage{Status: in.Get("status"), After: in.Get("after"), Limit: 50, Operator: s.Operator}
 	if s.Operator {
@@ -289,7 +289,7 @@ func (c *Console) jobsData(r *http.Request, s session) (jobsPage, error) {
 		q.Set("after", p.After)
 	}
 	var l api.List[api.Job]
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/jobs", q, nil, &l); err != nil {
+	if err := jp.call(r.Context(), s.Key, http.MethodGet, "/v1/jobs", q, nil, &l); err != nil {
 		return p, err
 	}
 	p.Jobs = l.Data
@@ -299,22 +299,22 @@ func (c *Console) jobsData(r *http.Request, s session) (jobsPage, error) {
 	return p, nil
 }
 
-func (c *Console) jobs(w http.ResponseWriter, r *http.Request, s session) {
-	p, err := c.jobsData(r, s)
+func (jp *jobPages) jobs(w http.ResponseWriter, r *http.Request, s session) {
+	p, err := jp.jobsData(r, s)
 	if err != nil {
-		c.failed(w, r, s, err)
+		jp.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "jobs", c.data(r, s, "Jobs", "jobs", pageData{Page: p}))
+	jp.render(w, r, "jobs", jp.data(r, s, "Jobs", "jobs", pageData{Page: p}))
 }
 
-func (c *Console) jobsLive(w http.ResponseWriter, r *http.Request, s session) {
-	p, err := c.jobsData(r, s)
+func (jp *jobPages) jobsLive(w http.ResponseWriter, r *http.Request, s session) {
+	p, err := jp.jobsData(r, s)
 	if err != nil {
-		c.failed(w, r, s, err)
+		jp.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "jobs#live", c.data(r, s, "Jobs", "jobs", pageData{Page: p}))
+	jp.render(w, r, "jobs#live", jp.data(r, s, "Jobs", "jobs", pageData{Page: p}))
 }
 
 // ---- one job ----
@@ -334,13 +334,13 @@ type jobPage struct {
 	Notifications []api.Notification
 }
 
-func (c *Console) jobData(r *http.Request, s session) (jobPage, error) {
+func (jp *jobPages) jobData(r *http.Request, s session) (jobPage, error) {
 	p := jobPage{Operator: s.Operator}
 	q := scopeQuery(s, r)
 	if len(q) > 0 {
 		p.TenantQuery = "?" + q.Encode()
 	}
-	err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/jobs/"+url.PathEscape(r.PathValue("id")), q, nil, &p.Job)
+	err := jp.call(r.Context(), s.Key, http.MethodGet, "/v1/jobs/"+url.PathEscape(r.PathValue("id")), q, nil, &p.Job)
 	if err != nil {
 		return p, err
 	}
@@ -354,45 +354,45 @@ func (c *Console) jobData(r *http.Request, s session) (jobPage, error) {
 	if json.Unmarshal(p.Job.Result, &result) == nil && len(result.Choices) > 0 {
 		p.Answer = result.Choices[0].Message.Content
 	}
-	p.Timeline, p.Events = callTimeline(p.Job, c.cfg.Clock.Now()), jobEvents(p.Job)
+	p.Timeline, p.Events = callTimeline(p.Job, jp.clock.Now()), jobEvents(p.Job)
 	nq := url.Values{"job_id": {p.Job.ID}}
 	if s.Operator {
 		nq.Set("tenant", p.Job.Tenant)
 	}
 	var ns api.List[api.Notification]
 	// An API without notifications (404) shows none.
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/notifications", nq, nil, &ns); err == nil {
+	if err := jp.call(r.Context(), s.Key, http.MethodGet, "/v1/notifications", nq, nil, &ns); err == nil {
 		p.Notifications = ns.Data
 	}
 	return p, nil
 }
 
-func (c *Console) job(w http.ResponseWriter, r *http.Request, s session) {
-	p, err := c.jobData(r, s)
+func (jp *jobPages) job(w http.ResponseWriter, r *http.Request, s session) {
+	p, err := jp.jobData(r, s)
 	if err != nil {
-		c.failed(w, r, s, err)
+		jp.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "job", c.data(r, s, "Job "+p.Job.ID, "jobs", pageData{Page: p}))
+	jp.render(w, r, "job", jp.data(r, s, "Job "+p.Job.ID, "jobs", pageData{Page: p}))
 }
 
-func (c *Console) jobLive(w http.ResponseWriter, r *http.Request, s session) {
-	p, err := c.jobData(r, s)
+func (jp *jobPages) jobLive(w http.ResponseWriter, r *http.Request, s session) {
+	p, err := jp.jobData(r, s)
 	if err != nil {
-		c.failed(w, r, s, err)
+		jp.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "job#live", c.data(r, s, "Job "+p.Job.ID, "jobs", pageData{Page: p}))
+	jp.render(w, r, "job#live", jp.data(r, s, "Job "+p.Job.ID, "jobs", pageData{Page: p}))
 }
 
-func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request, s session) {
+func (jp *jobPages) cancelJob(w http.ResponseWriter, r *http.Request, s session) {
 	id := r.PathValue("id")
 	q := url.Values{}
 	if t := r.PostFormValue("tenant"); s.Operator && t != "" {
 		q.Set("tenant", t)
 	}
-	if err := c.call(r.Context(), s.Key, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), q, nil, nil); err != nil {
-		c.failed(w, r, s, err)
+	if err := jp.call(r.Context(), s.Key, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), q, nil, nil); err != nil {
+		jp.failed(w, r, s, err)
 		return
 	}
 	q.Set("done", "cancelled")
@@ -401,15 +401,15 @@ func (c *Console) cancelJob(w http.ResponseWriter, r *http.Request, s session) {
 
 // replayNotification sends a job's result event again (POST
 // /v1/notifications/{event_id}/replay), never the job.
-func (c *Console) replayNotification(w http.ResponseWriter, r *http.Request, s session) {
+func (jp *jobPages) replayNotification(w http.ResponseWriter, r *http.Request, s session) {
 	id := r.PathValue("id")
 	q := url.Values{}
 	if t := r.PostFormValue("tenant"); s.Operator && t != "" {
 		q.Set("tenant", t)
 	}
-	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/notifications/"+url.PathEscape(r.PathValue("event"))+"/replay",
+	if err := jp.call(r.Context(), s.Key, http.MethodPost, "/v1/notifications/"+url.PathEscape(r.PathValue("event"))+"/replay",
 		q, nil, nil); err != nil {
-		c.failed(w, r, s, err)
+		jp.failed(w, r, s, err)
 		return
 	}
 	q.Set("done", "notification-replayed")
@@ -449,13 +449,13 @@ type deadLettersPage struct {
 	Operator                                               bool
 }
 
-func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, s session) {
+func (dp *deadLetterPages) deadLetters(w http.ResponseWriter, r *http.Request, s session) {
 	ctx, in := r.Context(), r.URL.Query()
 	p := deadLettersPage{Reason: in.Get("reason"), Cursor: in.Get("cursor"), ShowAll: in.Get("show") == "all", Operator: s.Operator}
 	q := scopeQuery(s, r)
 	p.Tenant = q.Get("tenant")
-	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/dead-letters/reasons", q, nil, &p.Reasons); err != nil {
-		c.failed(w, r, s, err)
+	if err := dp.call(ctx, s.Key, http.MethodGet, "/v1/dead-letters/reasons", q, nil, &p.Reasons); err != nil {
+		dp.failed(w, r, s, err)
 		return
 	}
 	rows := make([]segment, len(p.Reasons.Data))
@@ -474,8 +474,8 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, s session)
 		lq.Set("cursor", p.Cursor)
 	}
 	var l api.List[dlq.View]
-	if err := c.call(ctx, s.Key, http.MethodGet, "/v1/dead-letters", lq, nil, &l); err != nil {
-		c.failed(w, r, s, err)
+	if err := dp.call(ctx, s.Key, http.MethodGet, "/v1/dead-letters", lq, nil, &l); err != nil {
+		dp.failed(w, r, s, err)
 		return
 	}
 	for _, d := range l.Data {
@@ -511,13 +511,13 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, s session)
 	}
 	p.QueryShowAll, p.QueryNoShow, p.QueryFirst = variant("show", "cursor"), variant("", "show"), variant("", "cursor")
 	p.TenantQuery, p.TenantAmp = tenantLinks(p.Tenant)
-	p.Confirm = c.deadLetterConfirm(in, p)
-	c.render(w, r, "dead-letters", c.data(r, s, "Dead letters", "dead-letters", pageData{Page: p}))
+	p.Confirm = dp.deadLetterConfirm(in, p)
+	dp.render(w, r, "dead-letters", dp.data(r, s, "Dead letters", "dead-letters", pageData{Page: p}))
 }
 
 // deadLetterConfirm is the dialog a ?confirm=replay|purge link opens: for
 // one letter (&id=) or a reason (&group=).
-func (c *Console) deadLetterConfirm(in url.Values, p deadLettersPage) *confirm {
+func (dp *deadLetterPages) deadLetterConfirm(in url.Values, p deadLettersPage) *confirm {
 	action := in.Get("confirm")
 	if action != "replay" && action != "purge" {
 		return nil
@@ -572,14 +572,14 @@ func (c *Console) deadLetterConfirm(in url.Values, p deadLettersPage) *confirm {
 	return d
 }
 
-func (c *Console) deadLetter(w http.ResponseWriter, r *http.Request, s session) {
+func (dp *deadLetterPages) deadLetter(w http.ResponseWriter, r *http.Request, s session) {
 	var v dlq.View
 	id := r.PathValue("id")
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/dead-letters/"+url.PathEscape(id), scopeQuery(s, r), nil, &v); err != nil {
-		c.failed(w, r, s, err)
+	if err := dp.call(r.Context(), s.Key, http.MethodGet, "/v1/dead-letters/"+url.PathEscape(id), scopeQuery(s, r), nil, &v); err != nil {
+		dp.failed(w, r, s, err)
 		return
 	}
-	c.render(w, r, "dead-letter", c.data(r, s, "Dead letter "+id, "dead-letters", pageData{Page: v}))
+	dp.render(w, r, "dead-letter", dp.data(r, s, "Dead letter "+id, "dead-letters", pageData{Page: v}))
 }
 
 // letterAction reads a replay or purge form: the letters (one id or a
@@ -613,16 +613,16 @@ func withDone(back, done string, n int64) string {
 	return back + sep + url.Values{"done": {done}, "n": {strconv.FormatInt(n, 10)}}.Encode()
 }
 
-func (c *Console) replay(w http.ResponseWriter, r *http.Request, s session) {
+func (dp *deadLetterPages) replay(w http.ResponseWriter, r *http.Request, s session) {
 	filter, q, back := letterAction(r, s)
 	var rep api.ReplayReport
-	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/dead-letters/replay", q, filter, &rep); err != nil {
-		c.failed(w, r, s, err)
+	if err := dp.call(r.Context(), s.Key, http.MethodPost, "/v1/dead-letters/replay", q, filter, &rep); err != nil {
+		dp.failed(w, r, s, err)
 		return
 	}
 	if len(rep.Failed) > 0 {
 		f := rep.Failed[0]
-		c.renderStatus(w, r, http.StatusConflict, "error", c.data(r, s, "Replay", "dead-letters", pageData{
+		dp.renderStatus(w, r, http.StatusConflict, "error", dp.data(r, s, "Replay", "dead-letters", pageData{
 			Error: "Dead letter " + strconv.FormatInt(f.ID, 10) + " could not be replayed: " + f.Message +
 				" (" + plural(int64(rep.Replayed), "letter", "letters") + " replayed, " + plural(int64(len(rep.Failed)), "failure", "failures") + ")."}))
 		return
@@ -630,11 +630,11 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, s session) {
 	http.Redirect(w, r, withDone(back, "replayed", int64(rep.Replayed)), http.StatusSeeOther)
 }
 
-func (c *Console) purge(w http.ResponseWriter, r *http.Request, s session) {
+func (dp *deadLetterPages) purge(w http.ResponseWriter, r *http.Request, s session) {
 	filter, q, back := letterAction(r, s)
 	var rep api.PurgeReport
-	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/dead-letters/purge", q, filter, &rep); err != nil {
-		c.failed(w, r, s, err)
+	if err := dp.call(r.Context(), s.Key, http.MethodPost, "/v1/dead-letters/purge", q, filter, &rep); err != nil {
+		dp.failed(w, r, s, err)
 		return
 	}
 	http.Redirect(w, r, withDone(back, "purged", rep.Purged), http.StatusSeeOther)
@@ -670,10 +670,10 @@ type budgetRow struct {
 
 // usage shows GET /v1/usage: the scopes in view, their weights, limits and
 // use.
-func (c *Console) usage(w http.ResponseWriter, r *http.Request, s session) {
+func (jp *jobPages) usage(w http.ResponseWriter, r *http.Request, s session) {
 	var l api.List[api.ScopeUsage]
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/usage", nil, nil, &l); err != nil {
-		c.failed(w, r, s, err)
+	if err := jp.call(r.Context(), s.Key, http.MethodGet, "/v1/usage", nil, nil, &l); err != nil {
+		jp.failed(w, r, s, err)
 		return
 	}
 	p := usagePage{Scopes: l.Data}
@@ -682,25 +682,25 @@ func (c *Console) usage(w http.ResponseWriter, r *http.Request, s session) {
 			p.Budgets = append(p.Budgets, budgetRow{Tenant: sc.Tenant, Project: sc.Project, ScopeBudget: b})
 		}
 	}
-	c.render(w, r, "usage", c.data(r, s, "Usage", "usage", pageData{Page: p}))
+	jp.render(w, r, "usage", jp.data(r, s, "Usage", "usage", pageData{Page: p}))
 }
 
-func (c *Console) batches(w http.ResponseWriter, r *http.Request, s session) {
+func (bp *batchPages) batches(w http.ResponseWriter, r *http.Request, s session) {
 	p := batchesPage{Open: r.URL.Query().Get("open") == "true", Bars: map[string]template.HTML{}}
 	q := url.Values{"limit": {"100"}}
 	if p.Open {
 		q.Set("open", "true")
 	}
 	var l api.List[api.Batch]
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/batches", q, nil, &l); err != nil {
-		c.failed(w, r, s, err)
+	if err := bp.call(r.Context(), s.Key, http.MethodGet, "/v1/batches", q, nil, &l); err != nil {
+		bp.failed(w, r, s, err)
 		return
 	}
 	p.Batches = l.Data
 	for _, b := range p.Batches {
 		p.Bars[b.ID] = batchBar(b)
 	}
-	c.render(w, r, "batches", c.data(r, s, "Batches", "batches", pageData{Page: p}))
+	bp.render(w, r, "batches", bp.data(r, s, "Batches", "batches", pageData{Page: p}))
 }
 
 type batchPage struct {
@@ -713,11 +713,11 @@ type batchPage struct {
 	Cancellable bool
 }
 
-func (c *Console) batch(w http.ResponseWriter, r *http.Request, s session) {
+func (bp *batchPages) batch(w http.ResponseWriter, r *http.Request, s session) {
 	var p batchPage
 	id := r.PathValue("id")
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/batches/"+url.PathEscape(id), nil, nil, &p.Batch); err != nil {
-		c.failed(w, r, s, err)
+	if err := bp.call(r.Context(), s.Key, http.MethodGet, "/v1/batches/"+url.PathEscape(id), nil, nil, &p.Batch); err != nil {
+		bp.failed(w, r, s, err)
 		return
 	}
 	p.Bar = batchBar(p.Batch)
@@ -737,13 +737,13 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s session) {
 				" jobs go back to the live lane and are answered there, at live prices.",
 			Fields: map[string]string{}}
 	}
-	c.render(w, r, "batch", c.data(r, s, "Batch "+p.Batch.ID, "batches", pageData{Page: p}))
+	bp.render(w, r, "batch", bp.data(r, s, "Batch "+p.Batch.ID, "batches", pageData{Page: p}))
 }
 
-func (c *Console) cancelBatch(w http.ResponseWriter, r *http.Request, s session) {
+func (bp *batchPages) cancelBatch(w http.ResponseWriter, r *http.Request, s session) {
 	id := r.PathValue("id")
-	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/batches/"+url.PathEscape(id)+"/cancel", nil, nil, nil); err != nil {
-		c.failed(w, r, s, err)
+	if err := bp.call(r.Context(), s.Key, http.MethodPost, "/v1/batches/"+url.PathEscape(id)+"/cancel", nil, nil, nil); err != nil {
+		bp.failed(w, r, s, err)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/batches/"+url.PathEscape(id)+"?done=batch-cancelled", http.StatusSeeOther)
@@ -763,61 +763,61 @@ type tenantsPage struct {
 // tenants lists the tenants and keys kept as data, with pause, resume,
 // revocation and creation, and the audit log (the admin API: operators
 // only).
-func (c *Console) tenants(w http.ResponseWriter, r *http.Request, s session) {
-	c.renderTenants(w, r, s, http.StatusOK, nil, "")
+func (tp *tenantPages) tenants(w http.ResponseWriter, r *http.Request, s session) {
+	tp.renderTenants(w, r, s, http.StatusOK, nil, "")
 }
 
 // renderTenants renders the tenants page with a key just created, or the
 // error of a form.
-func (c *Console) renderTenants(w http.ResponseWriter, r *http.Request, s session, status int, newKey *api.AdminKey, formError string) {
+func (tp *tenantPages) renderTenants(w http.ResponseWriter, r *http.Request, s session, status int, newKey *api.AdminKey, formError string) {
 	p := tenantsPage{NewKey: newKey}
 	var ts struct{ Data []api.AdminTenant }
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/tenants", nil, nil, &ts); err != nil {
-		c.failed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/tenants", nil, nil, &ts); err != nil {
+		tp.failed(w, r, s, err)
 		return
 	}
 	var keys struct{ Data []api.AdminKey }
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/keys", nil, nil, &keys); err != nil {
-		c.failed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/keys", nil, nil, &keys); err != nil {
+		tp.failed(w, r, s, err)
 		return
 	}
 	var audit struct{ Data []api.AdminAuditEntry }
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/audit", url.Values{"limit": {"50"}}, nil, &audit); err != nil {
-		c.failed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/audit", url.Values{"limit": {"50"}}, nil, &audit); err != nil {
+		tp.failed(w, r, s, err)
 		return
 	}
 	var models struct{ Data []api.AdminModel }
-	if err := c.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/models", nil, nil, &models); err != nil {
-		c.failed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodGet, "/v1/admin/models", nil, nil, &models); err != nil {
+		tp.failed(w, r, s, err)
 		return
 	}
 	p.Tenants, p.Models, p.Keys, p.Audit = ts.Data, models.Data, keys.Data, audit.Data
-	c.renderStatus(w, r, status, "tenants", c.data(r, s, "Tenants", "tenants", pageData{Page: p, Error: formError}))
+	tp.renderStatus(w, r, status, "tenants", tp.data(r, s, "Tenants", "tenants", pageData{Page: p, Error: formError}))
 }
 
 // formFailed re-renders the tenants page with a refused form's error (the
 // API's, naming the field), or fails the page.
-func (c *Console) formFailed(w http.ResponseWriter, r *http.Request, s session, err error) {
+func (tp *tenantPages) formFailed(w http.ResponseWriter, r *http.Request, s session, err error) {
 	var ae *apiError
 	if errors.As(err, &ae) && ae.status < 500 && ae.status != http.StatusForbidden {
 		msg := ae.body.Message
 		if ae.body.Field != "" {
 			msg = ae.body.Field + ": " + msg
 		}
-		c.renderTenants(w, r, s, ae.status, nil, msg)
+		tp.renderTenants(w, r, s, ae.status, nil, msg)
 		return
 	}
-	c.failed(w, r, s, err)
+	tp.failed(w, r, s, err)
 }
 
 // createTenant creates a tenant from the page's form (POST /v1/admin/tenants).
-func (c *Console) createTenant(w http.ResponseWriter, r *http.Request, s session) {
+func (tp *tenantPages) createTenant(w http.ResponseWriter, r *http.Request, s session) {
 	body := map[string]any{"name": r.PostFormValue("name")}
-	if !c.formLimits(w, r, s, body, limitFields) {
+	if !tp.formLimits(w, r, s, body, limitFields) {
 		return
 	}
-	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/tenants", nil, body, nil); err != nil {
-		c.formFailed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/tenants", nil, body, nil); err != nil {
+		tp.formFailed(w, r, s, err)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/tenants?done=tenant-created", http.StatusSeeOther)
@@ -833,7 +833,7 @@ var (
 // formLimits reads fields from the form into body ("" leaves a field
 // out); false when one is not a number (the page is rendered with the
 // error).
-func (c *Console) formLimits(w http.ResponseWriter, r *http.Request, s session, body map[string]any, fields []string) bool {
+func (tp *tenantPages) formLimits(w http.ResponseWriter, r *http.Request, s session, body map[string]any, fields []string) bool {
 	for _, f := range fields {
 		v := strings.TrimSpace(r.PostFormValue(f))
 		if v == "" {
@@ -842,7 +842,7 @@ func (c *Console) formLimits(w http.ResponseWriter, r *http.Request, s session, 
 		}
 		n, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			c.renderTenants(w, r, s, http.StatusBadRequest, nil, f+": "+strconv.Quote(v)+" is not a number")
+			tp.renderTenants(w, r, s, http.StatusBadRequest, nil, f+": "+strconv.Quote(v)+" is not a number")
 			return false
 		}
 		body[f] = n
@@ -853,22 +853,22 @@ func (c *Console) formLimits(w http.ResponseWriter, r *http.Request, s session, 
 // editTenant sets a tenant's weight and limits from the page's form, its
 // other settings kept, if it is still the version the page showed
 // (If-Match: a change made since is refused, not overwritten).
-func (c *Console) editTenant(w http.ResponseWriter, r *http.Request, s session) {
+func (tp *tenantPages) editTenant(w http.ResponseWriter, r *http.Request, s session) {
 	path := "/v1/admin/tenants/" + url.PathEscape(r.PathValue("tenant"))
 	var body map[string]any
-	if err := c.call(r.Context(), s.Key, http.MethodGet, path, nil, nil, &body); err != nil {
-		c.formFailed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodGet, path, nil, nil, &body); err != nil {
+		tp.formFailed(w, r, s, err)
 		return
 	}
 	for _, f := range []string{"name", "projects", "version", "updated_at"} {
 		delete(body, f)
 	}
-	if !c.formLimits(w, r, s, body, limitFields) {
+	if !tp.formLimits(w, r, s, body, limitFields) {
 		return
 	}
 	ifMatch := `"` + r.PostFormValue("version") + `"`
-	if err := c.callIfMatch(r.Context(), s.Key, http.MethodPut, path, ifMatch, body); err != nil {
-		c.formFailed(w, r, s, err)
+	if err := tp.callIfMatch(r.Context(), s.Key, http.MethodPut, path, ifMatch, body); err != nil {
+		tp.formFailed(w, r, s, err)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/tenants?done=tenant-updated", http.StatusSeeOther)
@@ -877,50 +877,50 @@ func (c *Console) editTenant(w http.ResponseWriter, r *http.Request, s session) 
 // editModel sets a model's rpm, tpm and concurrency from the page's form
 // (the model named by its field model), its other settings kept, if it
 // is still the version the page showed (If-Match).
-func (c *Console) editModel(w http.ResponseWriter, r *http.Request, s session) {
+func (tp *tenantPages) editModel(w http.ResponseWriter, r *http.Request, s session) {
 	path := "/v1/admin/models/" + url.PathEscape(r.PostFormValue("model"))
 	var body map[string]any
-	if err := c.call(r.Context(), s.Key, http.MethodGet, path, nil, nil, &body); err != nil {
-		c.formFailed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodGet, path, nil, nil, &body); err != nil {
+		tp.formFailed(w, r, s, err)
 		return
 	}
 	for _, f := range []string{"name", "version", "updated_at"} {
 		delete(body, f)
 	}
-	if !c.formLimits(w, r, s, body, modelLimitFields) {
+	if !tp.formLimits(w, r, s, body, modelLimitFields) {
 		return
 	}
-	if err := c.callIfMatch(r.Context(), s.Key, http.MethodPut, path, `"`+r.PostFormValue("version")+`"`, body); err != nil {
-		c.formFailed(w, r, s, err)
+	if err := tp.callIfMatch(r.Context(), s.Key, http.MethodPut, path, `"`+r.PostFormValue("version")+`"`, body); err != nil {
+		tp.formFailed(w, r, s, err)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/tenants?done=model-updated", http.StatusSeeOther)
 }
 
 // createKey creates a key from the page's form and shows it, this once.
-func (c *Console) createKey(w http.ResponseWriter, r *http.Request, s session) {
+func (tp *tenantPages) createKey(w http.ResponseWriter, r *http.Request, s session) {
 	body := map[string]any{"name": r.PostFormValue("name"), "tenant": r.PostFormValue("tenant")}
 	if v := strings.TrimSpace(r.PostFormValue("expires_days")); v != "" {
 		days, err := strconv.Atoi(v)
 		if err != nil {
-			c.renderTenants(w, r, s, http.StatusBadRequest, nil, "expires_days: "+strconv.Quote(v)+" is not a number of days")
+			tp.renderTenants(w, r, s, http.StatusBadRequest, nil, "expires_days: "+strconv.Quote(v)+" is not a number of days")
 			return
 		}
-		body["expires_at"] = c.cfg.Clock.Now().Add(time.Duration(days) * 24 * time.Hour)
+		body["expires_at"] = tp.clock.Now().Add(time.Duration(days) * 24 * time.Hour)
 	}
 	var k api.AdminKey
-	if err := c.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/keys", nil, body, &k); err != nil {
-		c.formFailed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodPost, "/v1/admin/keys", nil, body, &k); err != nil {
+		tp.formFailed(w, r, s, err)
 		return
 	}
-	c.renderTenants(w, r, s, http.StatusCreated, &k, "")
+	tp.renderTenants(w, r, s, http.StatusCreated, &k, "")
 }
 
 // revokeKey revokes a key (POST /v1/admin/keys/{key}/revoke).
-func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, s session) {
+func (tp *tenantPages) revokeKey(w http.ResponseWriter, r *http.Request, s session) {
 	path := "/v1/admin/keys/" + url.PathEscape(r.PathValue("key")) + "/revoke"
-	if err := c.call(r.Context(), s.Key, http.MethodPost, path, nil, nil, nil); err != nil {
-		c.failed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodPost, path, nil, nil, nil); err != nil {
+		tp.failed(w, r, s, err)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/tenants?done=key-revoked", http.StatusSeeOther)
@@ -928,15 +928,15 @@ func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, s session) {
 
 // pauseTenant pauses or resumes a tenant (POST, with the session's CSRF
 // token, as every form).
-func (c *Console) pauseTenant(w http.ResponseWriter, r *http.Request, s session) {
+func (tp *tenantPages) pauseTenant(w http.ResponseWriter, r *http.Request, s session) {
 	action := r.PathValue("action")
 	if action != "pause" && action != "resume" {
-		c.renderStatus(w, r, http.StatusNotFound, "error", c.data(r, s, "Not found", "", pageData{Error: "No such action: " + action}))
+		tp.renderStatus(w, r, http.StatusNotFound, "error", tp.data(r, s, "Not found", "", pageData{Error: "No such action: " + action}))
 		return
 	}
 	path := "/v1/admin/tenants/" + url.PathEscape(r.PathValue("tenant")) + "/" + action
-	if err := c.call(r.Context(), s.Key, http.MethodPost, path, nil, nil, nil); err != nil {
-		c.failed(w, r, s, err)
+	if err := tp.call(r.Context(), s.Key, http.MethodPost, path, nil, nil, nil); err != nil {
+		tp.failed(w, r, s, err)
 		return
 	}
 	http.Redirect(w, r, Prefix+"/tenants?done="+action+"d", http.StatusSeeOther)

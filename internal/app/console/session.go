@@ -121,8 +121,8 @@ func randomID() string {
 // cookie is a console cookie for an answer to r: HttpOnly,
 // SameSite=Strict, on Prefix, Secure under TLS (overTLS); maxAge < 0
 // deletes it.
-func (c *Console) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
-	ck := &http.Cookie{Name: name, Value: value, Path: Prefix, HttpOnly: true, Secure: c.cfg.Secure || overTLS(r),
+func (vw *view) cookie(r *http.Request, name, value string, maxAge time.Duration) *http.Cookie {
+	ck := &http.Cookie{Name: name, Value: value, Path: Prefix, HttpOnly: true, Secure: vw.secure || overTLS(r),
 		SameSite: http.SameSiteStrictMode}
 	if maxAge < 0 {
 		ck.MaxAge = -1

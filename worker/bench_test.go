@@ -115,6 +115,7 @@ func benchPipeline(b *testing.B, notify int) {
 				require.NoError(b, err)
 				require.NoError(b, nt.Start(context.Background()))
 				defer func() { require.NoError(b, nt.Stop(context.Background())) }()
+				wcfg.Routed = nt.Wake
 			}
 			w, err := worker.New(wcfg)
 			require.NoError(b, err)

@@ -131,6 +131,7 @@ func benchPipeline(b *testing.B, notify int) {
 			case <-time.After(5 * time.Minute):
 				b.Fatal("the results were not all stored in 5 minutes")
 			}
+			stored := time.Now()
 			if outbox != nil {
 				select {
 				case <-outbox.done:
@@ -140,6 +141,11 @@ func benchPipeline(b *testing.B, notify int) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			if outbox != nil {
+				// How long the last events took after the last result: the
+				// notifier falling behind the pipeline, or its last wait.
+				b.ReportMetric(float64(time.Since(stored).Milliseconds()), "tail-ms")
+			}
 			cpu1 := benchCPU(b, tb.store)
 			b.ReportMetric(float64((cpu1.proc-cpu0.proc).Microseconds())/float64(b.N), "proc-µs/job")
 			b.ReportMetric(float64((cpu1.pg-cpu0.pg).Microseconds())/float64(b.N), "pg-µs/job")

@@ -115,6 +115,7 @@ func benchPipeline(b *testing.B, notify int) {
 				require.NoError(b, err)
 				require.NoError(b, nt.Start(context.Background()))
 				defer func() { require.NoError(b, nt.Stop(context.Background())) }()
+				wcfg.Routed = nt.Wake
 			}
 			w, err := worker.New(wcfg)
 			require.NoError(b, err)
@@ -130,6 +131,7 @@ func benchPipeline(b *testing.B, notify int) {
 			case <-time.After(5 * time.Minute):
 				b.Fatal("the results were not all stored in 5 minutes")
 			}
+			stored := time.Now()
 			if outbox != nil {
 				select {
 				case <-outbox.done:
@@ -139,6 +141,11 @@ func benchPipeline(b *testing.B, notify int) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			if outbox != nil {
+				// How long the last events took after the last result: the
+				// notifier falling behind the pipeline, or its last wait.
+				b.ReportMetric(float64(time.Since(stored).Milliseconds()), "tail-ms")
+			}
 			cpu1 := benchCPU(b, tb.store)
 			b.ReportMetric(float64((cpu1.proc-cpu0.proc).Microseconds())/float64(b.N), "proc-µs/job")
 			b.ReportMetric(float64((cpu1.pg-cpu0.pg).Microseconds())/float64(b.N), "pg-µs/job")

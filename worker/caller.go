@@ -91,7 +91,10 @@ type callerConfig struct {
 	TenantLabel func(tenant string) string
 	// Wake is told when a job leaves or an answer may have widened a
 	// lane (nil: none).
-	Wake    func()
+	Wake func()
+	// Routed is told when a job with a route ended (Config.Routed; nil:
+	// none).
+	Routed  func()
 	Metrics *metrics // required
 	Clock   clockwork.Clock
 	Log     *slog.Logger
@@ -112,6 +115,9 @@ func (c callerConfig) withDefaults() callerConfig {
 	}
 	if c.Wake == nil {
 		c.Wake = func() {}
+	}
+	if c.Routed == nil {
+		c.Routed = func() {}
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()

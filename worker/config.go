@@ -184,6 +184,11 @@ type Config struct {
 	// of their own, read at each job (internal/tenantroutes serves them
 	// live from the database).
 	TenantReplies TenantReplier
+	// Routed, when set, is told each time this worker has committed the
+	// end of a job with a route (its result event is in the outbox): the
+	// process's Notifier.Wake, so the event goes out without waiting for
+	// the notifier's interval. Nil: nobody is told.
+	Routed func()
 	// Store holds the jobs' state (a *store.Queue). Required.
 	Store JobStore
 	// Upstream makes the chat completion calls (OpenAIUpstream over

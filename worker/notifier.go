@@ -53,8 +53,8 @@ type NotifierConfig struct {
 	// Webhooks posts to webhooks; nil fails every notification that names
 	// one.
 	Webhooks WebhookSender
-	// Interval is the wait between two claims that found nothing
-	// (default NotifierIntervalDefault).
+	// Interval is the longest wait after a round that was not full: a
+	// Wake ends it sooner (default NotifierIntervalDefault).
 	Interval time.Duration
 	// Lease is how long a claimed notification stays hidden from other
 	// notifiers; one whose notifier died is delivered by another after it
@@ -130,6 +130,8 @@ type Notifier struct {
 	cfg     NotifierConfig
 	run     background.Runner
 	metrics notifierMetrics
+	// wake holds one pending Wake: wakes during a round make one more.
+	wake chan struct{}
 	// crashAfterClaim, set by tests, makes a round stop after its claim
 	// committed, as a process killed there would.
 	crashAfterClaim func() bool
@@ -146,7 +148,7 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Notifier{cfg: cfg, metrics: notifierMetrics{
+	n := &Notifier{cfg: cfg, wake: make(chan struct{}, 1), metrics: notifierMetrics{
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_notifications_delivered_total",
 			Help: "Result events delivered, by route (reply, webhook)."}, []string{"route"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_notifications_retries_total",
@@ -177,6 +179,17 @@ func (n *Notifier) Start(ctx context.Context) error { return n.run.Start(ctx, n.
 // Stop may be called more than once.
 func (n *Notifier) Stop(ctx context.Context) error { return n.run.Stop(ctx) }
 
+// Wake makes the notifier claim now rather than after its Interval: this
+// process stored the end of a job with a route (worker.Config.Routed).
+// It never blocks; the wakes that come during a round make one more
+// round, which takes what they announced together.
+func (n *Notifier) Wake() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (n *Notifier) loop(ctx context.Context) {
 	for rounds := 0; ; rounds++ {
 		if rounds%20 == 0 {
@@ -189,6 +202,7 @@ func (n *Notifier) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-n.wake:
 		case <-n.cfg.Clock.After(n.cfg.Interval):
 		}
 	}

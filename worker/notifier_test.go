@@ -374,3 +374,50 @@ func TestNotifierBrokerOutage(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "once")
 }
+
+// TestNotifierWokenByWorker: a worker whose Routed is the notifier's Wake
+// gets its jobs' result events out at once, though the notifier's
+// interval never passes (its clock is fake and stands still after the
+// first round, which found nothing).
+func TestNotifierWokenByWorker(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	tb := setup(t, upstreamsim.Config{Seed: 4, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	replier, ok := tb.pub.(transport.Replier)
+	require.True(t, ok, "the RabbitMQ publisher replies")
+	// An hour ahead, so the rows the worker writes are due on this clock.
+	clock := clockwork.NewFakeClockAt(time.Now().Add(time.Hour))
+	nt, err := worker.NewNotifier(worker.NotifierConfig{Outbox: tb.store.Notifications(), Replier: replier,
+		Clock: clock, Log: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry()})
+	require.NoError(t, err)
+	require.NoError(t, nt.Start(context.Background()))
+	t.Cleanup(func() { require.NoError(t, nt.Stop(context.Background())) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the first round ends waiting for the interval")
+
+	w, err := worker.New(worker.Config{
+		Subscriber: tb.subscriber(t, 64), Store: tb.store.Queue(), DeadLetters: tb.letters,
+		Upstream: upstreamAt(tb.sim.URL, 10*time.Second), Strategy: shaping.StrategyRetry, Routed: nt.Wake,
+		Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
+	})
+	queue, ds := replyQueue(t)
+	msgs := make([]transport.Message, n)
+	for i := range n {
+		msgs[i] = transport.Message{Value: jobJSON(fmt.Sprintf("woken-%d", i), "gpt-4o-mini", ""), ReplyTo: queue}
+	}
+	require.NoError(t, tb.pub.Publish(context.Background(), tb.queue, msgs...))
+	seen := map[string]bool{}
+	for len(seen) < n {
+		var e llmq.ResultEvent
+		require.NoError(t, json.Unmarshal(nextReply(t, ds).Body, &e))
+		seen[e.JobID] = true
+	}
+}

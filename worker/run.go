@@ -687,8 +687,11 @@ func (c *caller) release(p *job) {
 	}
 }
 
-// finish counts a terminal job.
+// finish counts a terminal job, and tells Routed when it has a route.
 func (c *caller) finish(p *job, status llmq.Status) {
+	if p.rec.Reply != nil {
+		c.cfg.Routed()
+	}
 	p.trace.Finished(string(status))
 	c.cfg.Metrics.jobs.WithLabelValues(string(status)).Inc()
 	tracing.Observe(p.trace.Context(p.ctx), c.cfg.Metrics.jobDuration, c.cfg.Clock.Since(p.start).Seconds())

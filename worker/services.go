@@ -134,7 +134,7 @@ func (w *Worker) newCalls() error {
 			FallbackOn: cfg.FallbackOn, Backoff: cfg.Backoff, OutageLimit: cfg.OutageLimit},
 		RetryBudget: NewRetryBudget(cfg.RetryBudget, 0, 0), MaxRetryAfter: cfg.Backoff.MaxRetryAfter,
 		StoreRetryMax: cfg.StoreRetryMax, Holds: &w.holds, TenantLabel: w.tenantLabel,
-		Wake: w.claims.poke, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
+		Wake: w.claims.poke, Routed: cfg.Routed, Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}

@@ -315,6 +315,9 @@ func (a *App) buildWorker() error {
 		return err
 	}
 	wcfg.TenantReplies = routing.routes
+	if wcfg.Routed, err = a.addNotifier(s, routing.hooks); err != nil {
+		return err
+	}
 	if a.worker, err = worker.New(wcfg); err != nil {
 		return err
 	}
@@ -326,9 +329,6 @@ func (a *App) buildWorker() error {
 		return err
 	}
 	a.parts.add("retention", pruner.Start, pruner.Stop, stopTimeout)
-	if err := a.addNotifier(s, routing.hooks); err != nil {
-		return err
-	}
 	// The worker's Stop bounds itself (its ShutdownTimeout).
 	a.parts.add("worker", a.startWorker, a.stopWorker, 0)
 	return nil
@@ -336,8 +336,9 @@ func (a *App) buildWorker() error {
 
 // addNotifier adds the notifier, which publishes the result events of jobs
 // with a route after their commit, and posts their webhooks with hooks
-// (docs/design/notifications.md).
-func (a *App) addNotifier(s *config.Config, hooks *webhook.Sender) error {
+// (docs/design/notifications.md); it returns its Wake, which the worker
+// calls when it ends a job with a route.
+func (a *App) addNotifier(s *config.Config, hooks *webhook.Sender) (func(), error) {
 	nc := worker.NotifierConfig{Outbox: a.store.Notifications(), RetryFor: s.Notifications.RetryFor,
 		Webhooks: hooks, Log: a.log, Registerer: a.registerer}
 	if r, ok := a.pub.(transport.Replier); ok {
@@ -345,10 +346,10 @@ func (a *App) addNotifier(s *config.Config, hooks *webhook.Sender) error {
 	}
 	notifier, err := worker.NewNotifier(nc)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	a.parts.add("notifier", notifier.Start, notifier.Stop, stopTimeout)
-	return nil
+	return notifier.Wake, nil
 }
 
 // batchRouter is the batch lane's routing policy as the worker asks it,

@@ -191,8 +191,13 @@ func (ls *laneSet) laneAt(model string, i int) *lane {
 		up, quotaKey, label = e.Upstream, ls.quotaKeys(model)[i], model+"@"+entry
 		m.RPM, m.TPM, m.Concurrency = e.RPM, e.TPM, e.Concurrency
 	}
+	strategy := shaping.StrategyFor(ls.cfg.Strategy, m.RPM, m.TPM)
+	if ls.cfg.Strategy != "" && strategy != ls.cfg.Strategy {
+		ls.cfg.Log.Info("lane without the quota its strategy needs: it learns the quota from the provider",
+			"model", model, "entry", entry, "strategy", string(ls.cfg.Strategy), "runs", string(strategy))
+	}
 	shaper, err := shaping.NewLane(shaping.LaneConfig{
-		Name: label, Strategy: shaping.StrategyFor(ls.cfg.Strategy, m.RPM, m.TPM), RPM: m.RPM, TPM: m.TPM,
+		Name: label, Strategy: strategy, RPM: m.RPM, TPM: m.TPM,
 		Concurrency: m.Concurrency, DefaultMaxOutput: m.MaxOutputDefault, Clock: ls.cfg.Clock,
 	})
 	if err != nil {

@@ -23,6 +23,18 @@ const (
 	functionLinesMax = 80
 )
 
+// writeTree writes files (slash path to content) under a new temporary
+// folder and returns it.
+func writeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for path, src := range files {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
+	}
+	return root
+}
+
 // longCode lists, in the non-test Go files under root, the comment blocks
 // of more than commentLinesMax lines outside doc.go and the functions of
 // more than functionLinesMax lines, as "path:line: what".
@@ -91,18 +103,14 @@ func TestCodeShort(t *testing.T) {
 // ones are not.
 func TestLongCodeFound(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
 	comment := func(n int) string { return strings.Repeat("// a line\n", n) }
 	body := func(n int) string { return "{\n" + strings.Repeat("\t_ = 0\n", n-2) + "}\n" }
-	for path, src := range map[string]string{
+	root := writeTree(t, map[string]string{
 		"x/x.go":      "package x\n\n" + comment(11) + "func f() " + body(81) + comment(10) + "func g() " + body(80),
 		"x/lit.go":    "package x\n\nvar h = func() " + body(81),
 		"x/doc.go":    comment(40) + "package x\n",
 		"x/x_test.go": "package x\n\n" + comment(20) + "func k() " + body(200),
-	} {
-		require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
-	}
+	})
 	require.Equal(t, []string{
 		"x/lit.go:3: a function literal of 81 lines",
 		"x/x.go:3: a comment of 11 lines",

@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -196,17 +195,13 @@ func TestAppsGoThroughTheStore(t *testing.T) {
 // one in store/, migrations/ or a test file is not.
 func TestPoolCallersFound(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	for path, src := range map[string]string{
+	root := writeTree(t, map[string]string{
 		"internal/app/x/x.go":      "package x\nfunc f(s interface{ Pool() int }) int {\n\treturn s.Pool()\n}\n",
 		"internal/app/x/x_test.go": "package x\nfunc g(s interface{ Pool() int }) int { return s.Pool() }\n",
 		"store/store.go":           "package store\nfunc h(s interface{ Pool() int }) int { return s.Pool() }\n",
 		"migrations/m.go":          "package migrations\nfunc h(s interface{ Pool() int }) int { return s.Pool() }\n",
 		"cmd/c/c.go":               "package main\nfunc Pool(n int) int { return n }\nfunc main() { _ = Pool(1) }\n",
-	} {
-		require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
-	}
+	})
 	require.Equal(t, []string{"internal/app/x/x.go:3"}, poolCallers(t, root))
 }
 
@@ -253,15 +248,11 @@ func TestAppsOpenNoPool(t *testing.T) {
 // found, a test file or the store is not.
 func TestPoolOpenersFound(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	for path, src := range map[string]string{
+	root := writeTree(t, map[string]string{
 		"internal/app/x/x.go":      "package x\nimport _ \"github.com/jackc/pgx/v5/pgxpool\"\n",
 		"internal/app/x/y.go":      "package x\nimport _ \"github.com/jackc/pgx/v5/pgconn\"\n",
 		"internal/app/x/x_test.go": "package x\nimport _ \"github.com/jackc/pgx/v5\"\n",
 		"store/store.go":           "package store\nimport _ \"github.com/jackc/pgx/v5/pgxpool\"\n",
-	} {
-		require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(src), 0o600))
-	}
+	})
 	require.Equal(t, []string{"internal/app/x/x.go"}, poolOpeners(t, root))
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -87,6 +88,10 @@ type Prediction struct {
 	RequestsPerMin, TokensPerMin float64
 	Concurrency                  int64
 	Latency                      time.Duration
+	// CallLatency is the lanes' mean call latency (their rows'): how long
+	// a call ahead holds its slot, without llmq's writes around it that a
+	// job's Latency counts.
+	CallLatency time.Duration
 	// Overhead is llmq's own time from a job's record to its first call,
 	// its wait for the lane's admission left out (the slot and rate waits
 	// count that): the median of those recent jobs'.
@@ -196,9 +201,9 @@ func (s *LaneRates) Predict(ctx context.Context, req PredictRequest) (Prediction
 	return p, nil
 }
 
-// addLanes sets p's rates, concurrency and latency from the model's live
-// lane rows: the rates and the concurrency summed, the latency their
-// mean. The concurrency is 0 (not known) when a lane's is: its slow start
+// addLanes sets p's rates, concurrency and call latency from the model's
+// live lane rows: the rates and the concurrency summed, the latency their
+// mean (and p's Latency until learn). The concurrency is 0 (not known) when a lane's is: its slow start
 // grows it, and the sum of the others would be short of what the model
 // runs at.
 func (p *Prediction) addLanes(lanes []LaneRate) {
@@ -219,7 +224,8 @@ func (p *Prediction) addLanes(lanes []LaneRate) {
 		p.Concurrency = 0
 	}
 	if timed > 0 {
-		p.Latency = latency / time.Duration(timed)
+		p.CallLatency = latency / time.Duration(timed)
+		p.Latency = p.CallLatency
 	}
 	p.Known = p.RequestsPerMin > 0 || p.TokensPerMin > 0
 }
@@ -318,9 +324,10 @@ func (s *LaneRates) predictAhead(ctx context.Context, req PredictRequest, p *Pre
 
 // predict is the wait of a call of tokens behind p's work: the longer of
 // the rate's (the queued jobs' requests and tokens past what the lanes'
-// buckets hold, at the lanes' rates)
-// and the concurrency's (every call ahead and in flight, Concurrency at a
-// time, each a mean latency), plus the call's own latency.
+// buckets hold, at the lanes' rates) and the concurrency's (every call
+// ahead and in flight, Concurrency at a time, each holding its slot the
+// lanes' call latency; none while the concurrency is not known), plus the
+// call's own: a job's latency and llmq's overhead.
 func (p Prediction) predict(tokens int) time.Duration {
 	// A one-minute bucket lets through at once what the last minute's
 	// calls left of it; the rest waits for its refill.
@@ -334,9 +341,9 @@ func (p Prediction) predict(tokens int) time.Duration {
 		minutes = max(minutes, max(0, float64(p.AheadTokens+int64(max(tokens, 0)))-left)/p.TokensPerMin)
 	}
 	wait := minutes * float64(time.Minute)
-	if p.Concurrency > 0 && p.Latency > 0 {
+	if slot := cmp.Or(p.CallLatency, p.Latency); p.Concurrency > 0 && slot > 0 {
 		over := float64(p.Ahead + p.InFlight + 1 - p.Concurrency)
-		wait = max(wait, over/float64(p.Concurrency)*float64(p.Latency))
+		wait = max(wait, over/float64(p.Concurrency)*float64(slot))
 	}
 	wait += float64(p.Latency + p.Overhead)
 	if wait > float64(math.MaxInt64/2) {

@@ -51,7 +51,8 @@ func TestPredictionLanes(t *testing.T) {
 // TestPredictionLearn: a job's latency and llmq's overhead are the
 // medians of the recent jobs', the overhead without their wait in the
 // lane: a job retried after a backoff, and jobs that waited behind a burst
-// (which the slot wait counts), do not lengthen the next call's.
+// (which the slot wait counts), do not lengthen the next call's. The calls
+// ahead hold their slots the lanes' call latency.
 func TestPredictionLearn(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
@@ -73,6 +74,11 @@ func TestPredictionLearn(t *testing.T) {
 	require.Equal(t, 100*ms, p.Overhead)
 	// Nothing ahead: the call's latency and the overhead.
 	require.Equal(t, 500*ms, p.predict(40))
+	// 8 ahead and 4 in flight, 4 at a time, each holding its slot the
+	// lanes' call latency (0.3 s, not a job's 0.4 s): (8+4+1-4)/4 x 0.3 s,
+	// then the call's 0.4 s and the overhead.
+	p.Ahead, p.InFlight, p.CallLatency = 8, 4, 300*ms
+	require.Equal(t, 1175*ms, p.predict(40))
 
 	// No recent job: the lanes' latency stays, no overhead.
 	p = Prediction{Latency: time.Second}

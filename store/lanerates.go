@@ -134,9 +134,10 @@ type PredictRequest struct {
 }
 
 // Predict predicts when req's call, recorded now, would complete: the
-// jobs queued ahead of it in claim order pass the lanes' rates, and the
-// calls in flight hold their concurrency; then the call takes llmq's
-// overhead and a job's mean latency. Ahead in claim order are its
+// jobs queued ahead of it in claim order pass the lanes' rates, and they
+// and the calls in flight hold their concurrency (not counted while a
+// lane's slow start grows it: a floor); then the call takes llmq's
+// overhead and a job's median latency. Ahead in claim order are its
 // tenant's jobs at its priority or higher, and of each other tenant with
 // queued jobs what the fair share gives it meanwhile: the tokens of the
 // tenant's turn (its jobs ahead and the call) times the other's weight
@@ -148,7 +149,7 @@ func (s *LaneRates) Predict(ctx context.Context, req PredictRequest) (Prediction
 	now := s.clock()
 	// The lanes first (a primary-key range): with no rate known the jobs
 	// are not counted, so an unknown prediction costs one cheap read.
-	rows, err := s.pool.Query(ctx, `SELECT requests_per_min, tokens_per_min, concurrency, in_flight, latency_ms
+	rows, err := s.pool.Query(ctx, `SELECT requests_per_min, tokens_per_min, concurrency, latency_ms
 		FROM lane_rates WHERE model = $1 AND updated_at > $2 AND updated_at <= $3`,
 		model, now.Add(-LaneRateTTL), now.Add(LaneRateTTL))
 	if err != nil {
@@ -156,10 +157,10 @@ func (s *LaneRates) Predict(ctx context.Context, req PredictRequest) (Prediction
 	}
 	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LaneRate, error) {
 		var l LaneRate
-		var conc, inFlight int32
+		var conc int32
 		var latMS float64
-		err := r.Scan(&l.RequestsPerMin, &l.TokensPerMin, &conc, &inFlight, &latMS)
-		l.Concurrency, l.InFlight, l.Latency = int(conc), int(inFlight), time.Duration(latMS*float64(time.Millisecond))
+		err := r.Scan(&l.RequestsPerMin, &l.TokensPerMin, &conc, &latMS)
+		l.Concurrency, l.Latency = int(conc), time.Duration(latMS*float64(time.Millisecond))
 		return l, err
 	})
 	if err != nil {
@@ -203,9 +204,9 @@ func (s *LaneRates) Predict(ctx context.Context, req PredictRequest) (Prediction
 
 // addLanes sets p's rates, concurrency and call latency from the model's
 // live lane rows: the rates and the concurrency summed, the latency their
-// mean (and p's Latency until learn). The concurrency is 0 (not known) when a lane's is: its slow start
-// grows it, and the sum of the others would be short of what the model
-// runs at.
+// mean (and p's Latency until learn). The concurrency is 0 (not known)
+// when a lane's is: its slow start grows it, and the sum of the others
+// would be short of what the model runs at.
 func (p *Prediction) addLanes(lanes []LaneRate) {
 	var latency time.Duration
 	var timed int

@@ -134,16 +134,14 @@ type PredictRequest struct {
 }
 
 // Predict predicts when req's call, recorded now, would complete: the
-// jobs queued ahead of it in claim order pass the lanes' rates, and they
-// and the calls in flight hold their concurrency (not counted while a
-// lane's slow start grows it: a floor); then the call takes llmq's
-// overhead and a job's median latency. Ahead in claim order are its
-// tenant's jobs at its priority or higher, and of each other tenant with
-// queued jobs what the fair share gives it meanwhile: the tokens of the
-// tenant's turn (its jobs ahead and the call) times the other's weight
+// jobs ahead of it in claim order pass the lanes' rates, and they and the
+// calls in flight hold their concurrency (a floor while a slow start grows
+// it); then the call takes llmq's overhead and a job's latency. Ahead are
+// its tenant's jobs at its priority or higher, and of each other tenant
+// with queued jobs what the fair share gives it meanwhile: the tokens of
+// the tenant's turn (its jobs ahead and the call) times the other's weight
 // over the tenant's, at most the other's queued tokens (every priority:
-// between tenants the claim goes by turns); a job recorded without an
-// estimate counts tokens. docs/design/gateway.md.
+// between tenants the claim goes by turns). docs/design/gateway.md.
 func (s *LaneRates) Predict(ctx context.Context, req PredictRequest) (Prediction, error) {
 	model, tokens := req.Model, req.Tokens
 	now := s.clock()

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,14 +80,21 @@ type Prediction struct {
 	// AheadTokens their estimated tokens; InFlight its jobs running.
 	Ahead, AheadTokens, InFlight int64
 	// The model's lanes summed over the live workers: their rates and
-	// concurrency. Latency is a job's mean time from its first call to
-	// its end (retries included) over the model's last recentJobs
-	// succeeded in recentWindow, else the lanes' mean call latency.
+	// concurrency, 0 while a lane's slow start grows it (the provider's
+	// calls at a time not known yet: Wait then counts no wait for a slot,
+	// a floor). Latency is a job's median time from its first call to its
+	// end (retries included) over the model's last recentJobs succeeded in
+	// recentWindow, else the lanes' mean call latency.
 	RequestsPerMin, TokensPerMin float64
 	Concurrency                  int64
 	Latency                      time.Duration
-	// Overhead is llmq's own time from a job's record to its first call:
-	// the median of those recent jobs'.
+	// CallLatency is the lanes' mean call latency (their rows'): how long
+	// a call ahead holds its slot, without llmq's writes around it that a
+	// job's Latency counts.
+	CallLatency time.Duration
+	// Overhead is llmq's own time from a job's record to its first call,
+	// its wait for the lane's admission left out (the slot and rate waits
+	// count that): the median of those recent jobs'.
 	Overhead time.Duration
 	// RecentRequests and RecentTokens are the model's upstream calls of
 	// the last minute and their settled tokens: what the lanes' one-minute
@@ -125,58 +134,138 @@ type PredictRequest struct {
 }
 
 // Predict predicts when req's call, recorded now, would complete: the
-// jobs queued ahead of it in claim order pass the lanes' rates, and the
-// calls in flight hold their concurrency; then the call takes llmq's
-// overhead and a job's mean latency. Ahead in claim order are its
-// tenant's jobs at its priority or higher, and of each other tenant with
-// queued jobs what the fair share gives it meanwhile: the tokens of the
-// tenant's turn (its jobs ahead and the call) times the other's weight
+// jobs ahead of it in claim order pass the lanes' rates, and they and the
+// calls in flight hold their concurrency (a floor while a slow start grows
+// it); then the call takes llmq's overhead and a job's latency. Ahead are
+// its tenant's jobs at its priority or higher, and of each other tenant
+// with queued jobs what the fair share gives it meanwhile: the tokens of
+// the tenant's turn (its jobs ahead and the call) times the other's weight
 // over the tenant's, at most the other's queued tokens (every priority:
-// between tenants the claim goes by turns); a job recorded without an
-// estimate counts tokens. docs/design/gateway.md.
+// between tenants the claim goes by turns). docs/design/gateway.md.
 func (s *LaneRates) Predict(ctx context.Context, req PredictRequest) (Prediction, error) {
 	model, tokens := req.Model, req.Tokens
-	var p Prediction
-	var latMS float64
 	now := s.clock()
 	// The lanes first (a primary-key range): with no rate known the jobs
 	// are not counted, so an unknown prediction costs one cheap read.
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(requests_per_min), 0), coalesce(sum(tokens_per_min), 0),
-		coalesce(sum(concurrency), 0)::bigint, coalesce(avg(latency_ms) FILTER (WHERE latency_ms > 0), 0)
+	rows, err := s.pool.Query(ctx, `SELECT requests_per_min, tokens_per_min, concurrency, latency_ms
 		FROM lane_rates WHERE model = $1 AND updated_at > $2 AND updated_at <= $3`,
-		model, now.Add(-LaneRateTTL), now.Add(LaneRateTTL)).Scan(&p.RequestsPerMin, &p.TokensPerMin, &p.Concurrency, &latMS)
+		model, now.Add(-LaneRateTTL), now.Add(LaneRateTTL))
 	if err != nil {
 		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
 	}
-	p.Latency = time.Duration(latMS * float64(time.Millisecond))
-	if p.Known = p.RequestsPerMin > 0 || p.TokensPerMin > 0; !p.Known {
+	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LaneRate, error) {
+		var l LaneRate
+		var conc int32
+		var latMS float64
+		err := r.Scan(&l.RequestsPerMin, &l.TokensPerMin, &conc, &latMS)
+		l.Concurrency, l.Latency = int(conc), time.Duration(latMS*float64(time.Millisecond))
+		return l, err
+	})
+	if err != nil {
+		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
+	}
+	var p Prediction
+	if p.addLanes(lanes); !p.Known {
 		return p, nil
 	}
-	var overhead, service float64
 	if err := s.predictAhead(ctx, req, &p); err != nil {
 		return Prediction{}, err
 	}
+	var created, started, finished []time.Time
+	var waitMS []int64
 	err = s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM jobs WHERE status `+leasedIn+` AND requested_model = $1),
-		a.n, a.tokens, r.overhead, r.service
-		FROM (SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - created_at)), 0)::float8 AS overhead,
-			coalesce(avg(extract(epoch FROM finished_at - started_at)), 0)::float8 AS service
-			FROM (SELECT created_at, started_at, finished_at FROM jobs WHERE finished_at IS NOT NULL AND finished_at > $2
-				AND requested_model = $1 AND status = 'succeeded' AND started_at IS NOT NULL
-				ORDER BY finished_at DESC LIMIT $3) f) r,
+		a.n, a.tokens, r.created, r.started, r.finished, r.wait
+		FROM (SELECT coalesce(array_agg(created_at), '{}') AS created, coalesce(array_agg(started_at), '{}') AS started,
+				coalesce(array_agg(finished_at), '{}') AS finished, coalesce(array_agg(wait), '{}') AS wait
+			FROM (SELECT j.created_at, j.started_at, j.finished_at, coalesce((SELECT x.quota_wait_ms FROM job_attempts x
+					WHERE x.tenant = j.tenant AND x.job_id = j.id AND x.seq = 1), 0) AS wait
+				FROM jobs j WHERE j.finished_at IS NOT NULL AND j.finished_at > $2
+				AND j.requested_model = $1 AND j.status = 'succeeded' AND j.started_at IS NOT NULL
+				ORDER BY j.finished_at DESC LIMIT $3) f) r,
 			(SELECT count(*) AS n, coalesce(sum(prompt_tokens + completion_tokens), 0)::bigint AS tokens
 				FROM job_attempts WHERE started_at > $4 AND model = $1) a`,
 		model, now.Add(-recentWindow), recentJobs, now.Add(-time.Minute)).
-		Scan(&p.InFlight, &p.RecentRequests, &p.RecentTokens, &overhead, &service)
+		Scan(&p.InFlight, &p.RecentRequests, &p.RecentTokens, &created, &started, &finished, &waitMS)
 	if err != nil {
 		return Prediction{}, fmt.Errorf("store: predict completion of %q: %w", model, err)
 	}
-	p.Overhead = time.Duration(max(overhead, 0) * float64(time.Second))
-	if service > 0 {
-		p.Latency = time.Duration(service * float64(time.Second))
+	recent := make([]recentJob, len(created))
+	for i := range recent {
+		recent[i] = recentJob{created: created[i], started: started[i], finished: finished[i],
+			laneWait: time.Duration(waitMS[i]) * time.Millisecond}
 	}
+	p.learn(recent)
 	p.Wait = p.predict(tokens)
 	return p, nil
+}
+
+// addLanes sets p's rates, concurrency and call latency from the model's
+// live lane rows: the rates and the concurrency summed, the latency their
+// mean (and p's Latency until learn). The concurrency is 0 (not known)
+// when a lane's is: its slow start grows it, and the sum of the others
+// would be short of what the model runs at.
+func (p *Prediction) addLanes(lanes []LaneRate) {
+	var latency time.Duration
+	var timed int
+	known := len(lanes) > 0
+	for _, l := range lanes {
+		p.RequestsPerMin += l.RequestsPerMin
+		p.TokensPerMin += l.TokensPerMin
+		p.Concurrency += int64(l.Concurrency)
+		known = known && l.Concurrency > 0
+		if l.Latency > 0 {
+			latency += l.Latency
+			timed++
+		}
+	}
+	if !known {
+		p.Concurrency = 0
+	}
+	if timed > 0 {
+		p.CallLatency = latency / time.Duration(timed)
+		p.Latency = p.CallLatency
+	}
+	p.Known = p.RequestsPerMin > 0 || p.TokensPerMin > 0
+}
+
+// recentJob is one of a model's recently succeeded jobs: when it was
+// recorded, its first call started, it finished, and its first call's wait
+// for the lane's admission.
+type recentJob struct {
+	created, started, finished time.Time
+	laneWait                   time.Duration
+}
+
+// learn sets p's Latency (when recent jobs took any) and Overhead from
+// recent: the median of their times from first call to end, and of their
+// times from record to first call less their wait in the lane. Medians, as
+// a job retried after a backoff, or one that waited behind a burst, says
+// little of the next.
+func (p *Prediction) learn(recent []recentJob) {
+	if len(recent) == 0 {
+		return
+	}
+	service, overhead := make([]time.Duration, len(recent)), make([]time.Duration, len(recent))
+	for i, j := range recent {
+		service[i] = j.finished.Sub(j.started)
+		overhead[i] = max(0, j.started.Sub(j.created)-j.laneWait)
+	}
+	if l := median(service); l > 0 {
+		p.Latency = l
+	}
+	p.Overhead = median(overhead)
+}
+
+// median is the median of ds, not empty (the mean of the middle two of an
+// even count); it sorts ds.
+func median(ds []time.Duration) time.Duration {
+	slices.Sort(ds)
+	n := len(ds)
+	if n%2 == 1 {
+		return ds[n/2]
+	}
+	return (ds[n/2-1] + ds[n/2]) / 2
 }
 
 // predictAhead sets p's Ahead and AheadTokens: req's work ahead in claim
@@ -234,9 +323,10 @@ func (s *LaneRates) predictAhead(ctx context.Context, req PredictRequest, p *Pre
 
 // predict is the wait of a call of tokens behind p's work: the longer of
 // the rate's (the queued jobs' requests and tokens past what the lanes'
-// buckets hold, at the lanes' rates)
-// and the concurrency's (every call ahead and in flight, Concurrency at a
-// time, each a mean latency), plus the call's own latency.
+// buckets hold, at the lanes' rates) and the concurrency's (every call
+// ahead and in flight, Concurrency at a time, each holding its slot the
+// lanes' call latency; none while the concurrency is not known), plus the
+// call's own: a job's latency and llmq's overhead.
 func (p Prediction) predict(tokens int) time.Duration {
 	// A one-minute bucket lets through at once what the last minute's
 	// calls left of it; the rest waits for its refill.
@@ -250,9 +340,9 @@ func (p Prediction) predict(tokens int) time.Duration {
 		minutes = max(minutes, max(0, float64(p.AheadTokens+int64(max(tokens, 0)))-left)/p.TokensPerMin)
 	}
 	wait := minutes * float64(time.Minute)
-	if p.Concurrency > 0 && p.Latency > 0 {
+	if slot := cmp.Or(p.CallLatency, p.Latency); p.Concurrency > 0 && slot > 0 {
 		over := float64(p.Ahead + p.InFlight + 1 - p.Concurrency)
-		wait = max(wait, over/float64(p.Concurrency)*float64(p.Latency))
+		wait = max(wait, over/float64(p.Concurrency)*float64(slot))
 	}
 	wait += float64(p.Latency + p.Overhead)
 	if wait > float64(math.MaxInt64/2) {

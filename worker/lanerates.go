@@ -20,11 +20,14 @@ type LaneRateWriter interface {
 }
 
 // rate is lane l's row from its snapshot s: the limits of its RPM and TPM
-// buckets (0 while not known), its concurrency, and the mean latency of
-// its last calls.
+// buckets (0 while not known), its concurrency (0 while a slow start grows
+// it: shaping.Lane.ConcurrencyKnown), and the mean latency of its last
+// calls.
 func (l *lane) rate(s shaping.Snapshot) store.LaneRate {
-	r := store.LaneRate{Model: l.model, Entry: l.entry, Concurrency: s.ConcurrencyLimit, InFlight: s.InFlight,
-		Latency: l.health.mean()}
+	r := store.LaneRate{Model: l.model, Entry: l.entry, InFlight: s.InFlight, Latency: l.health.mean()}
+	if l.shaper.ConcurrencyKnown() {
+		r.Concurrency = s.ConcurrencyLimit
+	}
 	for _, b := range s.Buckets {
 		switch b.Name {
 		case "rpm":

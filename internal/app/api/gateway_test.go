@@ -312,7 +312,8 @@ func TestGatewayDeadlineUnmeetable(t *testing.T) {
 	require.NotNil(t, logged, "logs: %s", logs.String())
 	require.Equal(t, "/v1/chat/completions", logged["path"])
 	for k, v := range map[string]float64{"predicted": float64(200 * time.Second), "retry_after": float64(140 * time.Second),
-		"ahead": 0, "in_flight": 3, "rpm": 0.4, "concurrency": 3, "latency": float64(150 * time.Second)} {
+		"ahead": 0, "in_flight": 3, "rpm": 0.4, "concurrency": 3, "latency": float64(150 * time.Second),
+		"call_latency": float64(150 * time.Second), "overhead": 0} {
 		require.InDelta(t, v, logged[k], 1e-6, k)
 	}
 	after, err := b.store.Jobs().CountByStatus(ctx, "acme", 0)

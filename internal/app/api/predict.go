@@ -13,8 +13,12 @@ import (
 // when the producer runs without a predictor.
 func predictionText(bp *producer.ErrBackpressure, qi queueInfo) string {
 	if p := bp.Prediction; p != nil {
-		return fmt.Sprintf("completion (%.0f s: %d jobs ahead on the model and %d in flight, at %.0f requests and %.0f tokens a minute)",
-			p.Wait.Seconds(), p.Ahead, p.InFlight, p.RequestsPerMin, p.TokensPerMin)
+		floor := ""
+		if p.Concurrency == 0 {
+			floor = ", at least: the model's calls at a time not known yet"
+		}
+		return fmt.Sprintf("completion (%.0f s: %d jobs ahead on the model and %d in flight, at %.0f requests and %.0f tokens a minute%s)",
+			p.Wait.Seconds(), p.Ahead, p.InFlight, p.RequestsPerMin, p.TokensPerMin, floor)
 	}
 	_, drain, _, _ := bp.Queue.Own()
 	return fmt.Sprintf("wait (%.0f s for %d queued jobs)", drain.Seconds(), qi.QueueDepth)
@@ -29,7 +33,8 @@ func (ad *admission) logDeadline(r *http.Request, bp *producer.ErrBackpressure, 
 		attrs = append(attrs, slog.Duration("predicted", p.Wait), slog.Int64("ahead", p.Ahead),
 			slog.Int64("ahead_tokens", p.AheadTokens), slog.Int64("in_flight", p.InFlight),
 			slog.Float64("rpm", p.RequestsPerMin), slog.Float64("tpm", p.TokensPerMin),
-			slog.Int64("concurrency", p.Concurrency), slog.Duration("latency", p.Latency))
+			slog.Int64("concurrency", p.Concurrency), slog.Duration("latency", p.Latency),
+			slog.Duration("call_latency", p.CallLatency), slog.Duration("overhead", p.Overhead))
 	} else {
 		_, drain, _, _ := bp.Queue.Own()
 		attrs = append(attrs, slog.Duration("predicted", drain), slog.Int64("queue_depth", qi.QueueDepth))

@@ -43,6 +43,7 @@ func (c *claimer) scheduleLoop(ctx context.Context) {
 	defer tick.Stop()
 	s := &scheduler{models: map[string]bool{}, notes: map[string]modelNote{}, scopeNotes: map[store.ScopeRef]time.Time{}}
 	for {
+		s.wake = c.takeWake()
 		c.scheduleRound(ctx, s)
 		select {
 		case <-ctx.Done():
@@ -53,8 +54,23 @@ func (c *claimer) scheduleLoop(ctx context.Context) {
 	}
 }
 
+// takeWake is the first wake-up asked since the last round began, or the
+// tick's now, and forgets it.
+func (c *claimer) takeWake() claimWake {
+	c.modelsMu.Lock()
+	w := c.woke
+	c.woke = claimWake{}
+	c.modelsMu.Unlock()
+	if w.at.IsZero() {
+		w = claimWake{at: c.cfg.Clock.Now(), by: wokenByTick}
+	}
+	return w
+}
+
 // scheduler is the state of the schedule loop.
 type scheduler struct {
+	// wake is what woke the round, and when.
+	wake claimWake
 	// models are the models that may have queued jobs.
 	models map[string]bool
 	// readAt is when QueuedModels was last read.
@@ -118,7 +134,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 		// allow: claimed to be dead-lettered (start), with no lane and no
 		// model state.
 		want := min(room, claimMax)
-		n, _, err := c.claim(ctx, store.ClaimRequest{Model: model, Limit: want}, nil)
+		n, _, err := c.claim(ctx, s.wake, store.ClaimRequest{Model: model, Limit: want}, nil)
 		return want > 0 && err == nil && n < want
 	}
 	// A model with a pool of keys has a lane per key: the headroom is
@@ -137,7 +153,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 		c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
-	n, left, err := c.claim(ctx, store.ClaimRequest{
+	n, left, err := c.claim(ctx, s.wake, store.ClaimRequest{
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
@@ -247,15 +263,15 @@ func setBacklog(lanes []*lane, b bool) {
 	}
 }
 
-// claim claims r (as this worker, for its lease) and starts the jobs it
-// got, returning how many it claimed and whether r.TokenRoom left a job
+// claim claims r (as this worker, for its lease) in a round woken by wake
+// and starts the jobs it got, returning how many it claimed and whether r.TokenRoom left a job
 // queued. Of a project in rooms it starts at
 // most that many jobs: the claim holds a spent project's jobs but does not
 // cap one with a little room, and the jobs over it would wait in the lane
 // for the project's quota, counting against the model's headroom (so
 // against every other project's claims) for as long as it takes. They go
 // back to queued at once, their place in the order kept.
-func (c *claimer) claim(ctx context.Context, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
+func (c *claimer) claim(ctx context.Context, wake claimWake, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
 	if r.Limit <= 0 {
 		return 0, false, nil
 	}
@@ -265,7 +281,9 @@ func (c *claimer) claim(ctx context.Context, r store.ClaimRequest, rooms map[sto
 	// ends.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
+	at := claimTimes{wake: wake, sent: c.cfg.Clock.Now()}
 	recs, left, err := c.cfg.Store.ClaimWithin(cctx, r)
+	at.got = c.cfg.Clock.Now()
 	if err != nil {
 		if ctx.Err() == nil {
 			c.cfg.Log.Debug("claim", slog.String("model", r.Model), slog.Any("error", err))
@@ -285,7 +303,7 @@ func (c *claimer) claim(ctx context.Context, r store.ClaimRequest, rooms map[sto
 			}
 			rooms[ref] = n - 1
 		}
-		c.cfg.Start(rec)
+		c.cfg.Start(rec, at)
 	}
 	return len(recs), left, nil
 }

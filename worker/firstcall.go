@@ -13,7 +13,8 @@ import (
 // The stages of a job's first call, in order. Each runs from the end of the
 // one before (wake from the job's record) to its own mark.
 var firstCallStages = [...]string{
-	"wake",     // to the wake-up of the claim round that claimed it
+	"wake",     // to the wake-up of the claim round that claimed it, or before, to the first round that found its lanes without room
+	"room",     // to the wake-up of the round that claimed it, when its lanes had no room (their concurrency, quota or a pause)
 	"round",    // to that round's claim statement sent
 	"claim",    // to the claim's answer
 	"dispatch", // to the job in its lane's queue
@@ -37,8 +38,10 @@ type claimWake struct {
 }
 
 // claimTimes are when a claim's round was woken, and when it sent the
-// claim and had its answer.
+// claim and had its answer; heldSince when a round first found the lanes
+// without room since the claim before (zero: it did not).
 type claimTimes struct {
+	heldSince time.Time
 	wake      claimWake
 	sent, got time.Time
 }
@@ -53,9 +56,14 @@ type firstCall struct {
 
 // observe adds the stages of a job recorded at created whose first call
 // was recorded at called. A mark before the one it follows (a round woken
-// before the job was recorded, which claimed it) ends its stage at once.
+// before the job was recorded, which claimed it; lanes without room since
+// before) ends its stage at once.
 func (f *firstCall) observe(h *prometheus.HistogramVec, created, called time.Time) {
-	marks := [len(firstCallStages)]time.Time{f.wake.at, f.sent, f.got, f.queued, f.admitted, called}
+	held := f.wake.at
+	if !f.heldSince.IsZero() {
+		held = f.heldSince
+	}
+	marks := [len(firstCallStages)]time.Time{held, f.wake.at, f.sent, f.got, f.queued, f.admitted, called}
 	prev := created
 	for i, stage := range firstCallStages {
 		t := marks[i]

@@ -77,7 +77,7 @@ func (m *metrics) addCallSeries() {
 	})
 	m.firstCallStage = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "llmq_first_call_stage_seconds",
-		Help:    "A job's time from its record to its first call, by stage (wake, round, claim, dispatch, lane, record) and what woke the claim round that claimed it (notify, ingest, other, tick).",
+		Help:    "A job's time from its record to its first call, by stage (wake, room, round, claim, dispatch, lane, record) and what woke the claim round that claimed it (notify, ingest, other, tick).",
 		Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .15, .2, .3, .5, .75, 1, 1.5, 2, 3, 5, 10},
 	}, []string{"stage", "woken_by"})
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{

@@ -41,7 +41,7 @@ func (c *claimer) scheduleLoop(ctx context.Context) {
 	defer c.running.Done()
 	tick := c.cfg.Clock.NewTicker(max(c.cfg.ClaimHorizon/4, time.Millisecond))
 	defer tick.Stop()
-	s := &scheduler{models: map[string]bool{}, notes: map[string]modelNote{}, scopeNotes: map[store.ScopeRef]time.Time{}}
+	s := &scheduler{models: map[string]bool{}, heldSince: map[string]time.Time{}, notes: map[string]modelNote{}, scopeNotes: map[store.ScopeRef]time.Time{}}
 	for {
 		s.wake = c.takeWake()
 		c.scheduleRound(ctx, s)
@@ -69,8 +69,10 @@ func (c *claimer) takeWake() claimWake {
 
 // scheduler is the state of the schedule loop.
 type scheduler struct {
-	// wake is what woke the round, and when.
-	wake claimWake
+	// wake is what woke the round, and when; heldSince, by model, when
+	// a round first found its lanes without room since its last claim.
+	wake      claimWake
+	heldSince map[string]time.Time
 	// models are the models that may have queued jobs.
 	models map[string]bool
 	// readAt is when QueuedModels was last read.
@@ -134,7 +136,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 		// allow: claimed to be dead-lettered (start), with no lane and no
 		// model state.
 		want := min(room, claimMax)
-		n, _, err := c.claim(ctx, s.wake, store.ClaimRequest{Model: model, Limit: want}, nil)
+		n, _, err := c.claim(ctx, s.wake, time.Time{}, store.ClaimRequest{Model: model, Limit: want}, nil)
 		return want > 0 && err == nil && n < want
 	}
 	// A model with a pool of keys has a lane per key: the headroom is
@@ -149,11 +151,16 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	// noted while the provider's quota binds too.
 	caps, heldProjects, rooms := c.cfg.Scopes.claimScopes(now, typical, held)
 	if want <= 0 {
+		if _, ok := s.heldSince[model]; !ok {
+			s.heldSince[model] = now
+		}
 		setBacklog(lanes, true)
 		c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
-	n, left, err := c.claim(ctx, s.wake, store.ClaimRequest{
+	heldSince := s.heldSince[model]
+	delete(s.heldSince, model)
+	n, left, err := c.claim(ctx, s.wake, heldSince, store.ClaimRequest{
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
@@ -263,15 +270,16 @@ func setBacklog(lanes []*lane, b bool) {
 	}
 }
 
-// claim claims r (as this worker, for its lease) in a round woken by wake
-// and starts the jobs it got, returning how many it claimed and whether r.TokenRoom left a job
+// claim claims r (as this worker, for its lease) in a round woken by wake,
+// for lanes without room since heldSince (zero: they had room), and starts
+// the jobs it got, returning how many it claimed and whether r.TokenRoom left a job
 // queued. Of a project in rooms it starts at
 // most that many jobs: the claim holds a spent project's jobs but does not
 // cap one with a little room, and the jobs over it would wait in the lane
 // for the project's quota, counting against the model's headroom (so
 // against every other project's claims) for as long as it takes. They go
 // back to queued at once, their place in the order kept.
-func (c *claimer) claim(ctx context.Context, wake claimWake, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
+func (c *claimer) claim(ctx context.Context, wake claimWake, heldSince time.Time, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
 	if r.Limit <= 0 {
 		return 0, false, nil
 	}
@@ -281,7 +289,7 @@ func (c *claimer) claim(ctx context.Context, wake claimWake, r store.ClaimReques
 	// ends.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	at := claimTimes{wake: wake, sent: c.cfg.Clock.Now()}
+	at := claimTimes{heldSince: heldSince, wake: wake, sent: c.cfg.Clock.Now()}
 	recs, left, err := c.cfg.Store.ClaimWithin(cctx, r)
 	at.got = c.cfg.Clock.Now()
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 const firstCallMetric = "llmq_first_call_stage_seconds"
 
 // firstCallStages are its stages, in order.
-var firstCallStages = []string{"wake", "round", "claim", "dispatch", "lane", "record"}
+var firstCallStages = []string{"wake", "room", "round", "claim", "dispatch", "lane", "record"}
 
 // Stage is one stage of the jobs' times to their first call, as the
 // worker's histogram has it: percentiles interpolated within its buckets,
@@ -29,7 +29,7 @@ type Stage struct {
 
 // Stages is the worker's split of the jobs' times to their first call.
 type Stages struct {
-	// Stages in order (wake, round, claim, dispatch, lane, record).
+	// Stages in order (wake, room, round, claim, dispatch, lane, record).
 	Stages []Stage
 	// WokenBy counts the jobs by what woke the claim round that claimed
 	// them (notify, ingest, other, tick).

@@ -113,7 +113,8 @@ func (b *Bench) enqueue(ctx context.Context, md *strings.Builder, rep *Report) e
 
 A steady %d jobs/s for %s, each recorded in Postgres before its message goes to the broker (as the
 API's outbox records it: the worker's ingest of the message is a duplicate), on a provider of %s
-RPM / %s TPM whose latency does not grow with load; the in-memory broker, RabbitMQ (a queue of the
+RPM / %s TPM whose latency does not grow with load (the model configured with `+"`concurrency: %d`"+`:
+shape's default, 16, binds once a loaded machine stretches the calls past 320 ms); the in-memory broker, RabbitMQ (a queue of the
 run's own on the local server) and the embedded Kafka (kfake). From a job's record
 (`+"`created_at`"+`) to its first call's start (`+"`job_attempts.started_at`"+`), of every job and
 (*warm*) of the jobs recorded after the first call's answer, past the lane's cold start (its first
@@ -121,7 +122,7 @@ call goes alone, the probe, and the rest wait for its headers):
 
 | broker | jobs | called | p50 | p99 | warm p50 | warm p99 | 429s |
 |---|---:|---:|---:|---:|---:|---:|---:|
-`, enqueueRate, enqueueRun, kilo(enqueueRPM), kilo(enqueueTPM))
+`, enqueueRate, enqueueRun, kilo(enqueueRPM), kilo(enqueueTPM), enqueueConcurrency)
 	for _, r := range rep.Enqueue {
 		fmt.Fprintf(md, "| %s | %d | %d | %s | %s | %s | %s | %d |\n", r.Broker, r.Jobs, r.Called,
 			roundMs(r.P50), roundMs(r.P99), roundMs(r.WarmP50), roundMs(r.WarmP99), r.RateLimited)

@@ -158,7 +158,7 @@ the call recorded. *commit* (the bench's clock) is the record statement itself, 
 		fmt.Fprintf(md, "| %s |", name)
 		for _, r := range rows {
 			if i < len(r.Stages.Stages) {
-				fmt.Fprintf(md, " %s | %s |", roundMs(r.Stages.Stages[i].P50), roundMs(r.Stages.Stages[i].P99))
+				fmt.Fprintf(md, " %s | %s |", stageMs(r.Stages.Stages[i].P50), stageMs(r.Stages.Stages[i].P99))
 			}
 		}
 		md.WriteString("\n")

@@ -117,7 +117,7 @@ func (s Stages) String() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %s/%s", st.Name, roundMs(st.P50), roundMs(st.P99))
+		fmt.Fprintf(&b, "%s %s/%s", st.Name, stageMs(st.P50), stageMs(st.P99))
 	}
 	b.WriteString("; woken by ")
 	b.WriteString(s.wokenBy())
@@ -136,6 +136,18 @@ func (s Stages) wokenBy() string {
 		out[i] = fmt.Sprintf("%s %d", k, s.WokenBy[k])
 	}
 	return strings.Join(out, ", ")
+}
+
+// firstBucket is the histogram's first bound: a percentile within it is
+// shown as at most it.
+const firstBucket = 500 * time.Microsecond
+
+// stageMs is a stage's percentile d as the report shows it.
+func stageMs(d time.Duration) string {
+	if d <= firstBucket {
+		return "≤0.5ms"
+	}
+	return roundMs(d).String()
 }
 
 // roundMs rounds d to the millisecond, or to 0.1 ms below 10 ms.

@@ -113,9 +113,10 @@ func (b *Bench) enqueue(ctx context.Context, md *strings.Builder, rep *Report) e
 
 A steady %d jobs/s for %s, each recorded in Postgres before its message goes to the broker (as the
 API's outbox records it: the worker's ingest of the message is a duplicate), on a provider of %s
-RPM / %s TPM whose latency does not grow with load (the model configured with `+"`concurrency: %d`"+`:
-shape's default, 16, binds once a loaded machine stretches the calls past 320 ms); the in-memory broker, RabbitMQ (a queue of the
-run's own on the local server) and the embedded Kafka (kfake). From a job's record
+RPM / %s TPM whose latency does not grow with load (the model configured with
+`+"`concurrency: %d`"+`: shape's default, 16, binds once a loaded machine stretches the calls past
+320 ms); the in-memory broker, RabbitMQ (a queue of the run's own on the local server) and the
+embedded Kafka (kfake). From a job's record
 (`+"`created_at`"+`) to its first call's start (`+"`job_attempts.started_at`"+`), of every job and
 (*warm*) of the jobs recorded after the first call's answer, past the lane's cold start (its first
 call goes alone, the probe, and the rest wait for its headers):
@@ -135,14 +136,15 @@ call goes alone, the probe, and the rest wait for its headers):
 // a column pair per broker.
 func writeStages(md *strings.Builder, rows []EnqueueResult) {
 	md.WriteString(`
-Where the time goes, by the worker's clock (` + "`llmq_first_call_stage_seconds`" + `, percentiles interpolated in its
-buckets; each stage's own, so they do not add up to the total's): *wake*, from the record to the
-wake-up of the claim round that claimed the job, or, when a round found the lanes without room
-(their concurrency, quota or a pause) before, to that round; *room*, from there to the wake-up of
-the round that claimed it; *round*, to that round's claim statement; *claim*,
-the statement; *dispatch*, to the job in its lane's queue; *lane*, to its admission; *record*, to
-the call recorded. *commit* (the bench's clock) is the record statement itself, from its start (about
-` + "`created_at`" + `) to its commit: the part of *wake* before the notification is sent.
+Where the time goes, by the worker's clock (` + "`llmq_first_call_stage_seconds`" + `, percentiles
+interpolated in its buckets; each stage's own, so they do not add up to the total's): *wake*, from
+the record to the wake-up of the claim round that claimed the job, or, when a round found the lanes
+without room (their concurrency, quota or a pause) before, to that round; *room*, from there to the
+wake-up of the round that claimed it; *round*, to that round's claim statement; *claim*, the
+statement; *dispatch*, to the job in its lane's queue; *lane*, to its admission; *record*, to the
+call recorded. *commit* (the bench's clock) is the record statement itself, from its start (about
+` + "`created_at`" + `) to its return: about the part of *wake* before the notification is sent (at the
+commit).
 
 | stage |`)
 	for _, r := range rows {

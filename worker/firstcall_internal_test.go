@@ -126,8 +126,9 @@ func openClaimScopes(t *testing.T) *scopes {
 }
 
 // TestClaimerRoomSince: a round that finds the lanes without room notes
-// when; the claim once they have room again carries it to the jobs it
-// starts, and the claim after that does not.
+// when, and so does a claim that comes back full (the jobs it left wait
+// for room from then); the next claim carries it to the jobs it starts,
+// and a claim after one that came back short does not.
 func TestClaimerRoomSince(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -151,24 +152,28 @@ func TestClaimerRoomSince(t *testing.T) {
 	s := &scheduler{models: map[string]bool{}, heldSince: map[string]time.Time{}, notes: map[string]modelNote{},
 		scopeNotes: map[store.ScopeRef]time.Time{}}
 	round := func() {
+		clock.Advance(time.Second)
 		s.wake = c.takeWake()
 		c.scheduleRound(context.Background(), s)
 	}
 	c.learnModel("m")
-	heldAt := clock.Now()
 	round()
+	noRoom := clock.Now()
 	require.Empty(t, st.requests, "no room: nothing claimed")
-	clock.Advance(time.Second)
 	round()
 	require.Empty(t, st.requests)
 	held = 0
-	clock.Advance(time.Second)
 	round()
-	require.Len(t, starts, 1)
-	require.Equal(t, heldAt, starts[0].heldSince, "no room since the first round that found none")
-	c.learnModel("m")
-	clock.Advance(time.Second)
+	full := clock.Now()
+	require.Len(t, starts, 1, "room for one")
+	require.Equal(t, noRoom, starts[0].heldSince, "no room since the first round that found none")
 	round()
 	require.Len(t, starts, 2)
-	require.Zero(t, starts[1].heldSince, "room at the round before")
+	require.Equal(t, full, starts[1].heldSince, "the job the full claim left waited for room from then")
+	round() // short: nothing left
+	st.queued["m"] = []*store.JobRecord{{ID: "3"}}
+	c.learnModel("m")
+	round()
+	require.Len(t, starts, 3)
+	require.Zero(t, starts[2].heldSince, "room at the claim before")
 }

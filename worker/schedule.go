@@ -70,7 +70,8 @@ func (c *claimer) takeWake() claimWake {
 // scheduler is the state of the schedule loop.
 type scheduler struct {
 	// wake is what woke the round, and when; heldSince, by model, when
-	// a round first found its lanes without room since its last claim.
+	// a round first found its lanes without room since its last claim,
+	// or that claim came back full.
 	wake      claimWake
 	heldSince map[string]time.Time
 	// models are the models that may have queued jobs.
@@ -181,7 +182,9 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 		return !capped
 	}
 	// Full, or short of the tokens the next job needs: the model has a
-	// backlog that waits for the provider's quota.
+	// backlog that waits for the provider's quota (from now, for the
+	// jobs left queued).
+	s.heldSince[model] = c.cfg.Clock.Now()
 	setBacklog(lanes, true)
 	c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false

@@ -13,7 +13,7 @@ import (
 // The stages of a job's first call, in order. Each runs from the end of the
 // one before (wake from the job's record) to its own mark.
 var firstCallStages = [...]string{
-	"wake",     // to the wake-up of the claim round that claimed it, or before, to the first round that found its lanes without room
+	"wake",     // to the wake-up of the claim round that claimed it, or before, to the first round that found its lanes without room or whose claim they filled
 	"room",     // to the wake-up of the round that claimed it, when its lanes had no room (their concurrency, quota or a pause)
 	"round",    // to that round's claim statement sent
 	"claim",    // to the claim's answer

@@ -138,9 +138,9 @@ func writeStages(md *strings.Builder, rows []EnqueueResult) {
 	md.WriteString(`
 Where the time goes, by the worker's clock (` + "`llmq_first_call_stage_seconds`" + `, percentiles
 interpolated in its buckets; each stage's own, so they do not add up to the total's): *wake*, from
-the record to the wake-up of the claim round that claimed the job, or, when a round found the lanes
-without room (their concurrency, quota or a pause) before, to that round; *room*, from there to the
-wake-up of the round that claimed it; *round*, to that round's claim statement; *claim*, the
+the record to the wake-up of the claim round that claimed the job, or, when a round before found the
+lanes without room (their concurrency, quota or a pause) or filled them, to that round; *room*, from
+there to the wake-up of the round that claimed it; *round*, to that round's claim statement; *claim*, the
 statement; *dispatch*, to the job in its lane's queue; *lane*, to its admission; *record*, to the
 call recorded. *commit* (the bench's clock) is the record statement itself, from its start (about
 ` + "`created_at`" + `) to its return: about the part of *wake* before the notification is sent (at the

@@ -127,8 +127,8 @@ func openClaimScopes(t *testing.T) *scopes {
 
 // TestClaimerRoomSince: a round that finds the lanes without room notes
 // when, and so does a claim that comes back full (the jobs it left wait
-// for room from then); the next claim carries it to the jobs it starts,
-// and a claim after one that came back short does not.
+// for room from then) unless noted before; the claims carry it to the jobs
+// they start until one comes back short.
 func TestClaimerRoomSince(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -164,16 +164,19 @@ func TestClaimerRoomSince(t *testing.T) {
 	require.Empty(t, st.requests)
 	held = 0
 	round()
-	full := clock.Now()
 	require.Len(t, starts, 1, "room for one")
 	require.Equal(t, noRoom, starts[0].heldSince, "no room since the first round that found none")
 	round()
 	require.Len(t, starts, 2)
-	require.Equal(t, full, starts[1].heldSince, "the job the full claim left waited for room from then")
+	require.Equal(t, noRoom, starts[1].heldSince, "the claim before came back full: still no room since then")
 	round() // short: nothing left
-	st.queued["m"] = []*store.JobRecord{{ID: "3"}}
+	st.queued["m"] = []*store.JobRecord{{ID: "3"}, {ID: "4"}}
 	c.learnModel("m")
 	round()
+	full := clock.Now()
 	require.Len(t, starts, 3)
 	require.Zero(t, starts[2].heldSince, "room at the claim before")
+	round()
+	require.Len(t, starts, 4)
+	require.Equal(t, full, starts[3].heldSince, "the job the full claim left waited for room from then")
 }

@@ -69,9 +69,9 @@ func (c *claimer) takeWake() claimWake {
 
 // scheduler is the state of the schedule loop.
 type scheduler struct {
-	// wake is what woke the round, and when; heldSince, by model, when
-	// a round first found its lanes without room since its last claim,
-	// or that claim came back full.
+	// wake is what woke the round, and when; heldSince, by model, since
+	// when the rounds found its lanes without room or filled them with a
+	// claim, until a claim comes back short.
 	wake      claimWake
 	heldSince map[string]time.Time
 	// models are the models that may have queued jobs.
@@ -159,9 +159,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 		c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
-	heldSince := s.heldSince[model]
-	delete(s.heldSince, model)
-	n, left, err := c.claim(ctx, s.wake, heldSince, store.ClaimRequest{
+	n, left, err := c.claim(ctx, s.wake, s.heldSince[model], store.ClaimRequest{
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
@@ -173,6 +171,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	if n < want && !left {
 		// Short: no queued job left, unless a tenant's or project's
 		// quota left some (the next rounds claim them as it refills).
+		delete(s.heldSince, model)
 		capped := len(heldProjects) > 0 || len(rooms) > 0
 		for _, n := range caps {
 			capped = capped || n < want
@@ -182,9 +181,11 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 		return !capped
 	}
 	// Full, or short of the tokens the next job needs: the model has a
-	// backlog that waits for the provider's quota (from now, for the
-	// jobs left queued).
-	s.heldSince[model] = c.cfg.Clock.Now()
+	// backlog that waits for the provider's quota (the jobs left queued
+	// wait for room from now, unless from before).
+	if _, ok := s.heldSince[model]; !ok {
+		s.heldSince[model] = c.cfg.Clock.Now()
+	}
 	setBacklog(lanes, true)
 	c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false

@@ -114,8 +114,8 @@ type claimer struct {
 	cfg claimerConfig
 	// wake tells the loop that room or work appeared.
 	wake chan struct{}
-	// newModels carries the models of freshly queued jobs to the loop,
-	// woke the first wake-up asked since its last round began.
+	// newModels carries the models of freshly queued jobs to the loop;
+	// woke is the first wake-up asked since its last round began.
 	modelsMu  sync.Mutex
 	newModels map[string]bool
 	woke      claimWake

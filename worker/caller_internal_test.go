@@ -139,7 +139,7 @@ func TestCallerConfig(t *testing.T) {
 func TestCallerModelNotAllowed(t *testing.T) {
 	t.Parallel()
 	b := setupCaller(t, llmq.Catalog{Models: map[string]llmq.Model{"allowed": {}}})
-	b.c.start(callRecord("job-1", "other"))
+	b.c.start(callRecord("job-1", "other"), claimTimes{})
 	select {
 	case <-b.woken:
 	case <-time.After(10 * time.Second):

@@ -61,9 +61,10 @@ type claimerConfig struct {
 	// Held is the number of jobs held (claimed, not finished). Required.
 	Held func() int64
 	// Claimed is told of the jobs claimed (the ingest window follows
-	// them); Start runs each (nil: not told; Start is required).
+	// them); Start runs each, with when its claim was woken, sent and
+	// answered (nil: not told; Start is required).
 	Claimed func(recs []*store.JobRecord)
-	Start   func(rec *store.JobRecord)
+	Start   func(rec *store.JobRecord, at claimTimes)
 	Clock   clockwork.Clock
 	Log     *slog.Logger
 }
@@ -113,9 +114,11 @@ type claimer struct {
 	cfg claimerConfig
 	// wake tells the loop that room or work appeared.
 	wake chan struct{}
-	// newModels carries the models of freshly queued jobs to the loop.
+	// newModels carries the models of freshly queued jobs to the loop;
+	// woke is the first wake-up asked since its last round began.
 	modelsMu  sync.Mutex
 	newModels map[string]bool
+	woke      claimWake
 	// reread makes the next round read the queued models again (the
 	// queued listener listens again: what was recorded meanwhile was not
 	// announced).
@@ -141,7 +144,15 @@ func (c *claimer) start(ctx context.Context) {
 func (c *claimer) wait() { c.running.Wait() }
 
 // poke wakes the loop (it looks again at every model).
-func (c *claimer) poke() {
+func (c *claimer) poke() { c.pokeBy(wokenByOther) }
+
+// pokeBy is poke, for the reason by (wokenByNotify, ...).
+func (c *claimer) pokeBy(by string) {
+	c.modelsMu.Lock()
+	if c.woke.at.IsZero() {
+		c.woke = claimWake{at: c.cfg.Clock.Now(), by: by}
+	}
+	c.modelsMu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -153,6 +164,12 @@ func (c *claimer) learnModel(model string) {
 	c.modelsMu.Lock()
 	c.newModels[model] = true
 	c.modelsMu.Unlock()
+}
+
+// heard claims for model at once: jobs were recorded elsewhere.
+func (c *claimer) heard(model string) {
+	c.learnModel(model)
+	c.pokeBy(wokenByNotify)
 }
 
 // rereadModels makes the next round read the models with queued jobs from

@@ -50,7 +50,7 @@ func TestClaimerConfig(t *testing.T) {
 	ss, err := newScopes(scopesConfig{Tenants: func() llmq.Tenants { return nil }, Metrics: newScopeMetrics(prometheus.NewRegistry())})
 	require.NoError(t, err)
 	_, err = newClaimer(claimerConfig{Store: &memClaims{}, Lanes: &laneSet{}, Scopes: ss, Held: func() int64 { return 0 },
-		Start: func(*store.JobRecord) {}, Router: holdNever{}})
+		Start: func(*store.JobRecord, claimTimes) {}, Router: holdNever{}})
 	require.ErrorContains(t, err, "Drain is required with Router")
 }
 
@@ -71,7 +71,7 @@ func TestClaimerModelNotAllowed(t *testing.T) {
 				claimed = append(claimed, r.ID)
 			}
 		},
-		Start: func(r *store.JobRecord) { started = append(started, r.ID) },
+		Start: func(r *store.JobRecord, _ claimTimes) { started = append(started, r.ID) },
 		Clock: clockwork.NewFakeClock(), Log: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	c.learnModel("b")

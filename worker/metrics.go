@@ -15,6 +15,7 @@ type metrics struct {
 	fallbacks        *prometheus.CounterVec
 	entrySwitches    *prometheus.CounterVec
 	shapingWait      prometheus.Histogram
+	firstCallStage   *prometheus.HistogramVec
 	inFlight         prometheus.Gauge
 	concurrencyLimit *prometheus.GaugeVec
 	bucketLevel      *prometheus.GaugeVec
@@ -40,7 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.addLaneSeries()
 	m.addQueueSeries()
 	if reg != nil {
-		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.tenantTokens, m.retries, m.fallbacks, m.entrySwitches, m.shapingWait,
+		reg.MustRegister(m.jobs, m.upstream, m.tokens, m.tenantTokens, m.retries, m.fallbacks, m.entrySwitches, m.shapingWait, m.firstCallStage,
 			m.inFlight, m.concurrencyLimit, m.bucketLevel, m.quotaShare, m.incident, m.incidents, m.jobDuration, m.queueDepth, m.deadLetters,
 			m.ingested, m.ingestPauses, m.handedBack, m.dropped, m.claimed, m.released, m.reaped, m.leaseLost)
 	}
@@ -74,6 +75,11 @@ func (m *metrics) addCallSeries() {
 		Name: "llmq_shaping_wait_seconds", Help: "Time a job waited in shaping before its upstream call.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 	})
+	m.firstCallStage = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "llmq_first_call_stage_seconds",
+		Help:    "A job's time from its record to its first call, by stage (wake, room, round, claim, dispatch, lane, record) and what woke the claim round that claimed it (notify, ingest, other, tick).",
+		Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .15, .2, .3, .5, .75, 1, 1.5, 2, 3, 5, 10},
+	}, []string{"stage", "woken_by"})
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "llmq_in_flight", Help: "Upstream calls in flight in this worker.",
 	})

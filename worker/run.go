@@ -68,6 +68,9 @@ type job struct {
 	scopes []*scopeQuota
 	// writeFails counts the database errors of the job's writes in a row.
 	writeFails int
+	// first is the timeline of the job's first call while it goes there
+	// (nil: the job was called before, or its call is recorded).
+	first *firstCall
 	// attempt is what is not yet written of the job's calls (attempts.go).
 	attempt attempt
 	// trace is the job's run span (tracing.go); nil when tracing is off.
@@ -106,10 +109,14 @@ func (p *job) setPending(l *lane) {
 	p.pendingIn = l
 }
 
-// start runs the claimed job rec in a goroutine of its own.
-func (c *caller) start(rec *store.JobRecord) {
+// start runs the claimed job rec, whose claim's times are at, in a
+// goroutine of its own.
+func (c *caller) start(rec *store.JobRecord, at claimTimes) {
 	p := &job{rec: rec, lease: rec.Lease(), start: c.cfg.Clock.Now(),
 		log: c.cfg.Log.With(slog.String("job_id", rec.ID), slog.String("tenant", rec.Tenant))}
+	if rec.Attempts == 0 {
+		p.first = &firstCall{claimTimes: at}
+	}
 	p.ctx, p.cancel = context.WithCancelCause(c.stopCtx)
 	c.inFlight.Add(1)
 	c.cfg.Metrics.claimed.Inc()
@@ -360,6 +367,7 @@ func (c *caller) markCalling(p *job, model string, l *lane, a *admission) (_ eve
 	// it is made (a call in flight finishes at shutdown); a lease lost
 	// meanwhile fails the record, fenced.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), markTimeout)
+	called := c.cfg.Clock.Now()
 	attempts, err := c.cfg.Store.MarkCalling(mctx, p.lease, p.attempt.call(p.state.stored(), model, l.entry, a.waited))
 	cancel()
 	if err != nil {
@@ -376,6 +384,10 @@ func (c *caller) markCalling(p *job, model string, l *lane, a *admission) (_ eve
 	p.writeFails = 0
 	p.left = 0
 	p.attempt.called(attempts)
+	if p.first != nil {
+		p.first.observe(c.cfg.Metrics.firstCallStage, p.rec.CreatedAt, called)
+		p.first = nil
+	}
 	// The call is counted before it starts: the policy counts it again
 	// when it answers.
 	p.state.Attempts = attempts - 1 - p.state.Free
@@ -443,7 +455,11 @@ func (c *caller) admit(p *job, l *lane, act action) (admission, error) {
 	t := &ticket{ctx: ctx, req: p.req, scopes: p.scopes, maxPause: act.MaxPause, done: make(chan admission, 1)}
 	l.sched.Push(t, p.job.Priority.Rank())
 	a := t.wait(ctx)
-	a.waited = c.cfg.Clock.Since(begin)
+	end := c.cfg.Clock.Now()
+	a.waited = end.Sub(begin)
+	if p.first != nil {
+		p.first.queued, p.first.admitted = begin, end
+	}
 	tracing.Observe(p.trace.Context(p.ctx), c.cfg.Metrics.shapingWait, a.waited.Seconds())
 	if a.err != nil && !act.Deadline.IsZero() && errors.Is(a.err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
 		return admission{}, &shaping.WaitError{Deadline: act.Deadline}

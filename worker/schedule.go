@@ -41,8 +41,9 @@ func (c *claimer) scheduleLoop(ctx context.Context) {
 	defer c.running.Done()
 	tick := c.cfg.Clock.NewTicker(max(c.cfg.ClaimHorizon/4, time.Millisecond))
 	defer tick.Stop()
-	s := &scheduler{models: map[string]bool{}, notes: map[string]modelNote{}, scopeNotes: map[store.ScopeRef]time.Time{}}
+	s := &scheduler{models: map[string]bool{}, heldSince: map[string]time.Time{}, notes: map[string]modelNote{}, scopeNotes: map[store.ScopeRef]time.Time{}}
 	for {
+		s.wake = c.takeWake()
 		c.scheduleRound(ctx, s)
 		select {
 		case <-ctx.Done():
@@ -53,8 +54,26 @@ func (c *claimer) scheduleLoop(ctx context.Context) {
 	}
 }
 
+// takeWake is the first wake-up asked since the last round began, or the
+// tick's now, and forgets it.
+func (c *claimer) takeWake() claimWake {
+	c.modelsMu.Lock()
+	w := c.woke
+	c.woke = claimWake{}
+	c.modelsMu.Unlock()
+	if w.at.IsZero() {
+		w = claimWake{at: c.cfg.Clock.Now(), by: wokenByTick}
+	}
+	return w
+}
+
 // scheduler is the state of the schedule loop.
 type scheduler struct {
+	// wake is what woke the round, and when; heldSince, by model, since
+	// when the rounds found its lanes without room or filled them with a
+	// claim, until a claim comes back short.
+	wake      claimWake
+	heldSince map[string]time.Time
 	// models are the models that may have queued jobs.
 	models map[string]bool
 	// readAt is when QueuedModels was last read.
@@ -118,7 +137,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 		// allow: claimed to be dead-lettered (start), with no lane and no
 		// model state.
 		want := min(room, claimMax)
-		n, _, err := c.claim(ctx, store.ClaimRequest{Model: model, Limit: want}, nil)
+		n, _, err := c.claim(ctx, s.wake, time.Time{}, store.ClaimRequest{Model: model, Limit: want}, nil)
 		return want > 0 && err == nil && n < want
 	}
 	// A model with a pool of keys has a lane per key: the headroom is
@@ -133,11 +152,14 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	// noted while the provider's quota binds too.
 	caps, heldProjects, rooms := c.cfg.Scopes.claimScopes(now, typical, held)
 	if want <= 0 {
+		if _, ok := s.heldSince[model]; !ok {
+			s.heldSince[model] = now
+		}
 		setBacklog(lanes, true)
 		c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
 	}
-	n, left, err := c.claim(ctx, store.ClaimRequest{
+	n, left, err := c.claim(ctx, s.wake, s.heldSince[model], store.ClaimRequest{
 		Model: model, Limit: want, FallbackOnly: fallbackOnly,
 		TypicalTokens:  typical.PromptTokens + typical.MaxOutputTokens,
 		HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
@@ -149,6 +171,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	if n < want && !left {
 		// Short: no queued job left, unless a tenant's or project's
 		// quota left some (the next rounds claim them as it refills).
+		delete(s.heldSince, model)
 		capped := len(heldProjects) > 0 || len(rooms) > 0
 		for _, n := range caps {
 			capped = capped || n < want
@@ -158,7 +181,11 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 		return !capped
 	}
 	// Full, or short of the tokens the next job needs: the model has a
-	// backlog that waits for the provider's quota.
+	// backlog that waits for the provider's quota (the jobs left queued
+	// wait for room from now, unless from before).
+	if _, ok := s.heldSince[model]; !ok {
+		s.heldSince[model] = c.cfg.Clock.Now()
+	}
 	setBacklog(lanes, true)
 	c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
@@ -247,15 +274,16 @@ func setBacklog(lanes []*lane, b bool) {
 	}
 }
 
-// claim claims r (as this worker, for its lease) and starts the jobs it
-// got, returning how many it claimed and whether r.TokenRoom left a job
+// claim claims r (as this worker, for its lease) in a round woken by wake,
+// for lanes without room since heldSince (zero: they had room), and starts
+// the jobs it got, returning how many it claimed and whether r.TokenRoom left a job
 // queued. Of a project in rooms it starts at
 // most that many jobs: the claim holds a spent project's jobs but does not
 // cap one with a little room, and the jobs over it would wait in the lane
 // for the project's quota, counting against the model's headroom (so
 // against every other project's claims) for as long as it takes. They go
 // back to queued at once, their place in the order kept.
-func (c *claimer) claim(ctx context.Context, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
+func (c *claimer) claim(ctx context.Context, wake claimWake, heldSince time.Time, r store.ClaimRequest, rooms map[store.ScopeRef]int) (n int, left bool, err error) {
 	if r.Limit <= 0 {
 		return 0, false, nil
 	}
@@ -265,7 +293,9 @@ func (c *claimer) claim(ctx context.Context, r store.ClaimRequest, rooms map[sto
 	// ends.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
+	at := claimTimes{heldSince: heldSince, wake: wake, sent: c.cfg.Clock.Now()}
 	recs, left, err := c.cfg.Store.ClaimWithin(cctx, r)
+	at.got = c.cfg.Clock.Now()
 	if err != nil {
 		if ctx.Err() == nil {
 			c.cfg.Log.Debug("claim", slog.String("model", r.Model), slog.Any("error", err))
@@ -285,7 +315,7 @@ func (c *claimer) claim(ctx context.Context, r store.ClaimRequest, rooms map[sto
 			}
 			rooms[ref] = n - 1
 		}
-		c.cfg.Start(rec)
+		c.cfg.Start(rec, at)
 	}
 	return len(recs), left, nil
 }

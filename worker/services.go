@@ -31,14 +31,15 @@ func (w *Worker) newServices() error {
 		FallbackMaxWait: cfg.FallbackMaxWait, FallbackOn: cfg.FallbackOn, Router: cfg.Router, Drain: w.Drain,
 		Held:    func() int64 { return w.calls.inFlight.Load() },
 		Claimed: func(recs []*store.JobRecord) { w.ingest.claimed(recs) },
-		Start:   func(rec *store.JobRecord) { w.calls.start(rec) }, Clock: cfg.Clock, Log: w.log})
+		Start:   func(rec *store.JobRecord, at claimTimes) { w.calls.start(rec, at) }, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
 	}
 	w.ingest, err = newIngester(ingesterConfig{Store: cfg.Store, DeadLetters: cfg.DeadLetters, Tenants: w.tenantsNow,
 		Catalog: w.catalog, Sizer: w.sizer, TenantReplies: cfg.TenantReplies, ResultsTopic: cfg.ResultsTopic,
 		MaxMessageBytes: cfg.MaxMessageBytes, Window: cfg.IngestWindow, TenantCap: cfg.TenantCap,
-		Batch: cfg.IngestBatch, Prefetch: cfg.IngestPrefetch, Recorded: w.claims.learnModel, Wake: w.claims.poke,
+		Batch: cfg.IngestBatch, Prefetch: cfg.IngestPrefetch, Recorded: w.claims.learnModel,
+		Wake:    func() { w.claims.pokeBy(wokenByIngest) },
 		Metrics: w.metrics, Clock: cfg.Clock, Log: w.log})
 	if err != nil {
 		return err
@@ -114,7 +115,7 @@ func (w *Worker) newBackground() error {
 	}
 	if cfg.Queued != nil {
 		q, err := newQueuedListener(queuedListenerConfig{Listener: cfg.Queued, Listening: w.claims.rereadModels,
-			Queued: func(model string) { w.claims.learnModel(model); wake() }, Clock: cfg.Clock, Log: w.log})
+			Queued: w.claims.heard, Clock: cfg.Clock, Log: w.log})
 		if err != nil {
 			return err
 		}

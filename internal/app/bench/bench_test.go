@@ -272,7 +272,8 @@ func TestRunFleetScaledDown(t *testing.T) {
 
 // TestRunEnqueueScaledDown runs the enqueue scenario at a twentieth of its
 // duration: one row per broker (in memory, RabbitMQ, kfake), each of the
-// jobs its second of arrivals recorded, and the report's table.
+// jobs its second of arrivals recorded and every called one split in
+// stages, and the report's tables.
 func TestRunEnqueueScaledDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the worker on three brokers for about 5 s")
@@ -291,9 +292,26 @@ func TestRunEnqueueScaledDown(t *testing.T) {
 		require.Equal(t, want.arrivals(want.duration), r.Jobs, "every job recorded")
 		require.Positive(t, r.Called, "%s: some jobs called", broker)
 		require.Positive(t, r.P99)
+		require.Equal(t, uint64(r.Called), r.Stages.Jobs, "%s: every called job split in stages", broker)
+		require.Len(t, r.Stages.Stages, len(firstCallStages))
+		require.Positive(t, r.RecordP99)
 	}
 	md, err := os.ReadFile(filepath.Join(out, ReportFile))
 	require.NoError(t, err)
 	require.Contains(t, string(md), "## 9. Enqueue to call when the quota has room")
 	require.Contains(t, string(md), "| kfake | 50 |")
+	require.Contains(t, string(md), "| stage | memory p50 | memory p99 | rabbitmq p50 |")
+	require.Contains(t, string(md), "| claim |")
+}
+
+// TestQuantile: a percentile of cumulative bucket counts is interpolated
+// within its bucket, as histogram_quantile does; past the last finite
+// bound it is that bound.
+func TestQuantile(t *testing.T) {
+	t.Parallel()
+	cum := map[float64]uint64{0.01: 50, 0.02: 90, 0.1: 98, math.Inf(1): 100}
+	require.Equal(t, 10*time.Millisecond, quantile(cum, 0.5))
+	require.Equal(t, 15*time.Millisecond, quantile(cum, 0.7))
+	require.Equal(t, 100*time.Millisecond, quantile(cum, 0.99), "in +Inf: the last finite bound")
+	require.Zero(t, quantile(map[float64]uint64{}, 0.5))
 }

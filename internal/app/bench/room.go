@@ -79,6 +79,11 @@ type EnqueueResult struct {
 	WarmP50, WarmP99 time.Duration
 	// RateLimited is the simulator's 429s.
 	RateLimited int64
+	// Stages is the worker's split of the times to the first call;
+	// RecordP50 and RecordP99 those of the jobs' record statements, from
+	// their start (about created_at) to their commit.
+	Stages               Stages
+	RecordP50, RecordP99 time.Duration
 }
 
 // enqueue runs the enqueue scenario on each broker: how soon a job
@@ -96,30 +101,75 @@ func (b *Bench) enqueue(ctx context.Context, md *strings.Builder, rep *Report) e
 		if err != nil {
 			return err
 		}
-		rep.Enqueue = append(rep.Enqueue, EnqueueResult{Broker: br[0], Jobs: len(res.jobs), Called: len(res.toCall),
+		r := EnqueueResult{Broker: br[0], Jobs: len(res.jobs), Called: len(res.toCall),
 			RateLimited: res.rateLimited(), P50: workload.Percentile(res.toCall, 0.5), P99: workload.Percentile(res.toCall, 0.99),
-			WarmP50: workload.Percentile(res.toCallWarm, 0.5), WarmP99: workload.Percentile(res.toCallWarm, 0.99)})
+			WarmP50: workload.Percentile(res.toCallWarm, 0.5), WarmP99: workload.Percentile(res.toCallWarm, 0.99),
+			Stages: res.stages, RecordP50: workload.Percentile(res.recording, 0.5), RecordP99: workload.Percentile(res.recording, 0.99)}
+		rep.Enqueue = append(rep.Enqueue, r)
+		fmt.Fprintf(b.cfg.Progress, "bench: %-18s to the call p50 %s p99 %s; record statement %s/%s; stages p50/p99: %s\n", "",
+			roundMs(r.P50), roundMs(r.P99), roundMs(r.RecordP50), roundMs(r.RecordP99), r.Stages)
 	}
 	fmt.Fprintf(md, `## 9. Enqueue to call when the quota has room
 
 A steady %d jobs/s for %s, each recorded in Postgres before its message goes to the broker (as the
 API's outbox records it: the worker's ingest of the message is a duplicate), on a provider of %s
-RPM / %s TPM whose latency does not grow with load; the in-memory broker, RabbitMQ (a queue of the
-run's own on the local server) and the embedded Kafka (kfake). From a job's record
+RPM / %s TPM whose latency does not grow with load (the model configured with
+`+"`concurrency: %d`"+`: shape's default, 16, binds once a loaded machine stretches the calls past
+320 ms); the in-memory broker, RabbitMQ (a queue of the run's own on the local server) and the
+embedded Kafka (kfake). From a job's record
 (`+"`created_at`"+`) to its first call's start (`+"`job_attempts.started_at`"+`), of every job and
 (*warm*) of the jobs recorded after the first call's answer, past the lane's cold start (its first
 call goes alone, the probe, and the rest wait for its headers):
 
 | broker | jobs | called | p50 | p99 | warm p50 | warm p99 | 429s |
 |---|---:|---:|---:|---:|---:|---:|---:|
-`, enqueueRate, enqueueRun, kilo(enqueueRPM), kilo(enqueueTPM))
+`, enqueueRate, enqueueRun, kilo(enqueueRPM), kilo(enqueueTPM), enqueueConcurrency)
 	for _, r := range rep.Enqueue {
-		ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 		fmt.Fprintf(md, "| %s | %d | %d | %s | %s | %s | %s | %d |\n", r.Broker, r.Jobs, r.Called,
-			ms(r.P50), ms(r.P99), ms(r.WarmP50), ms(r.WarmP99), r.RateLimited)
+			roundMs(r.P50), roundMs(r.P99), roundMs(r.WarmP50), roundMs(r.WarmP99), r.RateLimited)
+	}
+	writeStages(md, rep.Enqueue)
+	return nil
+}
+
+// writeStages writes the worker's split of the times to the first call,
+// a column pair per broker.
+func writeStages(md *strings.Builder, rows []EnqueueResult) {
+	md.WriteString(`
+Where the time goes, by the worker's clock (` + "`llmq_first_call_stage_seconds`" + `, percentiles
+interpolated in its buckets; each stage's own, so they do not add up to the total's): *wake*, from
+the record to the wake-up of the claim round that claimed the job, or, when a round before found the
+lanes without room (their concurrency, quota or a pause) or filled them, to that round; *room*, from
+there to the wake-up of the round that claimed it; *round*, to that round's claim statement; *claim*, the
+statement; *dispatch*, to the job in its lane's queue; *lane*, to its admission; *record*, to the
+call recorded. *commit* (the bench's clock) is the record statement itself, from its start (about
+` + "`created_at`" + `) to its return: about the part of *wake* before the notification is sent (at the
+commit).
+
+| stage |`)
+	for _, r := range rows {
+		fmt.Fprintf(md, " %s p50 | %s p99 |", r.Broker, r.Broker)
+	}
+	md.WriteString("\n|---|" + strings.Repeat("---:|---:|", len(rows)) + "\n")
+	md.WriteString("| commit |")
+	for _, r := range rows {
+		fmt.Fprintf(md, " %s | %s |", roundMs(r.RecordP50), roundMs(r.RecordP99))
 	}
 	md.WriteString("\n")
-	return nil
+	for i, name := range firstCallStages {
+		fmt.Fprintf(md, "| %s |", name)
+		for _, r := range rows {
+			if i < len(r.Stages.Stages) {
+				fmt.Fprintf(md, " %s | %s |", stageMs(r.Stages.Stages[i].P50), stageMs(r.Stages.Stages[i].P99))
+			}
+		}
+		md.WriteString("\n")
+	}
+	md.WriteString("\nClaim rounds that claimed the jobs, woken by:")
+	for _, r := range rows {
+		fmt.Fprintf(md, " %s: %s.", r.Broker, r.Stages.wokenBy())
+	}
+	md.WriteString("\n\n")
 }
 
 // deleteQueues deletes a run's queues from the RabbitMQ server, logging

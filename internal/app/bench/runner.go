@@ -159,6 +159,11 @@ type result struct {
 	// call's start (job_attempts); toCallWarm that of the jobs recorded
 	// after the first call's answer (the lane's cold start).
 	toCall, toCallWarm []time.Duration
+	// stages is the first worker's split of those times; recording
+	// that of their record statements (about their created_at to their
+	// commit).
+	stages    Stages
+	recording []time.Duration
 }
 
 // runOne runs spec s in a database of its own and returns what it measured.
@@ -216,6 +221,10 @@ func (b *Bench) runOne(ctx context.Context, s spec) (*result, error) {
 	if err := readResult(ctx, st.Jobs(), f.kinds, res); err != nil {
 		return nil, err
 	}
+	if res.stages, err = readStages(apps[0].Registry()); err != nil {
+		return nil, err
+	}
+	res.recording = f.recording
 	return res, nil
 }
 
@@ -267,6 +276,9 @@ type feed struct {
 	sizer store.Sizer
 	kinds map[string]workload.Kind
 	ids   []string
+	// recording is each recorded job's record statement, from its start
+	// (about the job's created_at) to its commit.
+	recording []time.Duration
 }
 
 // publish sends job number n of the run (recorded first unless the spec
@@ -284,9 +296,11 @@ func (f *feed) publish(ctx context.Context, n int) error {
 	}
 	j.FallbackModels = s.fallbacks
 	if !s.viaBroker {
+		begin := time.Now()
 		if _, err := f.queue.Ingest(ctx, []store.NewJob{f.sizer.NewJob(j)}); err != nil {
 			return err
 		}
+		f.recording = append(f.recording, time.Since(begin))
 	}
 	msg, err := producer.Message(j, producer.KeyByDefault)
 	if err != nil {

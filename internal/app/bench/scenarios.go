@@ -249,6 +249,11 @@ const (
 	enqueueRun  = 20 * time.Second
 	enqueueRPM  = 60_000
 	enqueueTPM  = 10_000_000
+	// enqueueConcurrency is the model's configured concurrency, room for
+	// every call: shape's default, 16, is 50 jobs/s of calls of 320 ms,
+	// which a loaded machine reaches (the simulator's own are 200 ms), and
+	// the jobs then wait in Postgres for the lane's room, not for a claim.
+	enqueueConcurrency = 256
 )
 
 // enqueueSpec is the enqueue scenario over broker, named kind ("" = the
@@ -258,7 +263,7 @@ func enqueueSpec(kind, broker string) spec {
 	sim.Latency.Capacity = 0
 	return spec{
 		name: "enqueue-" + kind, strategy: shaping.StrategyShape, broker: broker,
-		sim: sim, models: map[string]llmq.Model{Primary: {RPM: enqueueRPM, TPM: enqueueTPM}},
+		sim: sim, models: map[string]llmq.Model{Primary: {RPM: enqueueRPM, TPM: enqueueTPM, Concurrency: enqueueConcurrency}},
 		model: Primary, mix: workload.Mix{}, sizes: sizes,
 		load:     []phase{{until: enqueueRun, rate: enqueueRate}},
 		duration: enqueueRun + 5*time.Second,

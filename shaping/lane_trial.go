@@ -107,15 +107,26 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	if !admitted || !l.trying {
 		return
 	}
-	minute := l.rpm == nil
+	var minute bool
+	l.trials, minute = l.admittedTrialsLocked(now)
+	if minute {
+		l.setKindLocked(ProviderMinute)
+	}
+}
+
+// admittedTrialsLocked is what the trials become at now when the canary
+// out is admitted: those it went past double (the tokens', which starts at
+// a second, holds what a short bucket does, then doubles as the
+// requests'), and minute reports that one then holds more than twice
+// ShortBucket of refill: the provider enforces per minute.
+func (l *Lane) admittedTrialsLocked(now time.Time) (trials [2]trial, minute bool) {
+	trials, minute = l.trials, l.rpm == nil
 	for i, q := range l.views() {
-		t := &l.trials[i]
+		t := &trials[i]
 		if q.b == nil || !t.over {
 			continue
 		}
 		t.refill(now, l.trialRate(i))
-		// The tokens' trial starts at a second: admitted past it, it
-		// holds what a short bucket does, then doubles as the requests'.
 		c := 2 * t.capacity
 		if short := l.probeBurst(q.v.limit); t.capacity < short {
 			c = short
@@ -124,17 +135,24 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 		t.capacity = c
 		minute = minute || t.capacity > l.shortMax(q.v.limit)
 	}
-	if minute {
-		l.setKindLocked(ProviderMinute)
-	}
+	return trials, minute
 }
 
 // trialRoomLocked is, while the lane tries the provider, how many requests
 // like one of tokens its trials let go between now and end: what they hold
-// then, and a canary.
+// then, and a canary. While a canary flies, they are counted as its
+// admission leaves them (a minute bucket: the trials hold nothing back),
+// so that the jobs of the next stage are at hand when its answer comes.
 func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, trying bool) {
 	if !l.trying {
 		return 0, false
+	}
+	trials := l.trials
+	if l.canaryOut {
+		var minute bool
+		if trials, minute = l.admittedTrialsLocked(now); minute {
+			return math.MaxInt32, true
+		}
 	}
 	n = math.MaxInt32
 	costs := [2]float64{1, max(1, tokens)}
@@ -142,7 +160,7 @@ func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, tryin
 		if q.b == nil {
 			continue
 		}
-		t := l.trials[i]
+		t := trials[i]
 		t.refill(now, l.trialRate(i))
 		room := t.level + max(0, end.Sub(now).Seconds())*l.trialRate(i)
 		n = min(n, int(max(0, math.Floor(room/costs[i]+1e-9))))

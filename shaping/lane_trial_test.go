@@ -11,7 +11,7 @@ import (
 
 // TestLaneTrial: after the first answer with headers, a lane of unknown
 // kind sends unpaced what its trials hold (5 s of requests, 50 at 600 RPM,
-// and a second of tokens), then one canary past the requests' trial, and
+// and as much of tokens), then one canary past the requests' trial, and
 // paces the rest (the canary takes a pacing slot). Its admission doubles the
 // trials; a second admission makes them hold more than twice ShortBucket
 // of requests: a minute bucket, and what remains goes at once. A refused
@@ -154,7 +154,7 @@ func TestLaneTrialRoom(t *testing.T) {
 // runRoomMix is runRoom with llmq demo's mix at its quota (600 RPM, 150k
 // TPM): one job in four a document of about 1,500 tokens charged, the
 // others about 120, 180 of them (about 80k tokens): the quota holds them
-// all, but a second of tokens holds two documents.
+// all, but ShortBucket of tokens holds eight documents.
 func runRoomMix(t *testing.T, short time.Duration, seed uint64) (span time.Duration, limited int, kind ProviderKind) {
 	t.Helper()
 	const rpm, tpm = 600.0, 150e3

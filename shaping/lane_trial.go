@@ -104,21 +104,9 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	if !admitted || !l.trying {
 		return
 	}
-	var minute bool
-	l.trials, minute = l.admittedTrialsLocked(now)
-	if minute {
-		l.setKindLocked(ProviderMinute)
-	}
-}
-
-// admittedTrialsLocked is what the trials become at now when the canary
-// out is admitted: those it went past double, and minute reports that one
-// then holds more than twice ShortBucket of refill: the provider enforces
-// per minute.
-func (l *Lane) admittedTrialsLocked(now time.Time) (trials [2]trial, minute bool) {
-	trials, minute = l.trials, l.rpm == nil
+	minute := l.rpm == nil
 	for i, q := range l.views() {
-		t := &trials[i]
+		t := &l.trials[i]
 		if q.b == nil || !t.over {
 			continue
 		}
@@ -127,24 +115,17 @@ func (l *Lane) admittedTrialsLocked(now time.Time) (trials [2]trial, minute bool
 		t.capacity *= 2
 		minute = minute || t.capacity > l.shortMax(q.v.limit)
 	}
-	return trials, minute
+	if minute {
+		l.setKindLocked(ProviderMinute)
+	}
 }
 
 // trialRoomLocked is, while the lane tries the provider, how many requests
 // like one of tokens its trials let go between now and end: what they hold
-// then, and a canary. While a canary flies, they are counted as its
-// admission leaves them (a minute bucket: the trials hold nothing back),
-// so that the jobs of the next stage are at hand when its answer comes.
+// then, and a canary.
 func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, trying bool) {
 	if !l.trying {
 		return 0, false
-	}
-	trials := l.trials
-	if l.canaryOut {
-		var minute bool
-		if trials, minute = l.admittedTrialsLocked(now); minute {
-			return math.MaxInt32, true
-		}
 	}
 	n = math.MaxInt32
 	costs := [2]float64{1, max(1, tokens)}
@@ -152,7 +133,7 @@ func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, tryin
 		if q.b == nil {
 			continue
 		}
-		t := trials[i]
+		t := l.trials[i]
 		t.refill(now, l.trialRate(i))
 		room := t.level + max(0, end.Sub(now).Seconds())*l.trialRate(i)
 		n = min(n, int(max(0, math.Floor(room/costs[i]+1e-9))))

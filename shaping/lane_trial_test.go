@@ -56,9 +56,8 @@ func TestLaneTrial(t *testing.T) {
 	require.Len(t, canaries, 1)
 	require.Equal(t, []time.Time{sec(0.3), sec(0.4)}, paced, "after the canary's slot")
 	n, trying := lane.trialRoomLocked(sec(0.2), sec(1.2), 120)
-	require.Equal(t, []any{57, true}, []any{n, trying},
-		"counted as the canary's admission leaves the trials: -3 + 50 doubled + 10 refilled in a second, no canary while one is out")
-	require.Equal(t, 57+8, lane.HeadroomAt(sec(0.2), time.Second, Request{PromptTokens: 20, MaxOutputTokens: 100}),
+	require.Equal(t, []any{7, true}, []any{n, trying}, "-3 and 10 refilled in a second, no canary while one is out")
+	require.Equal(t, 7+8, lane.HeadroomAt(sec(0.2), time.Second, Request{PromptTokens: 20, MaxOutputTokens: 100}),
 		"and the paced sends from 0.5 s to 1.2 s")
 
 	require.NoError(t, canaries[0].DoneAt(sec(0.4), Outcome{Headers: h(548)}))
@@ -105,20 +104,11 @@ func roomJob(*rand.Rand) *simJob { return &simJob{prompt: 20, maxOut: 100, out: 
 // with slots for all of them.
 func runRoom(t *testing.T, short time.Duration, seed uint64) (span time.Duration, calls, limited int, kind ProviderKind) {
 	t.Helper()
-	return runRoomClaimed(t, short, seed, 0)
-}
-
-// runRoomClaimed is runRoom with the jobs claimed as the worker's
-// scheduler claims them (a claim horizon of claim, 0 = all in hand at the
-// start), each claim taking 50 ms (Postgres).
-func runRoomClaimed(t *testing.T, short time.Duration, seed uint64, claim time.Duration) (span time.Duration, calls, limited int, kind ProviderKind) {
-	t.Helper()
 	const rpm, tpm = 600.0, 1e6
 	res, err := runSim(simConfig{
 		lane:    LaneConfig{Name: "room", RPM: rpm, TPM: tpm, Concurrency: 512},
 		up:      upstreamConfig{RPM: rpm, TPM: tpm, Headers: true, TTFT: 100 * time.Millisecond, PerToken: time.Millisecond, Short: short, RetryAfterSeconds: true},
 		workers: 512, serial: true, backlog: 180, job: roomJob, duration: time.Hour, seed: seed, transit: 20 * time.Millisecond,
-		claim: claim, claimDelay: 50 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	require.Equal(t, 180, res.completed)
@@ -197,30 +187,5 @@ func TestLaneTrialRoomTokens(t *testing.T) {
 		t.Logf("short seed %d: span %v, %d answered 429, provider %s", seed, span, limited, kind)
 		require.LessOrEqual(t, limited, 1)
 		require.Equal(t, ProviderShort, kind)
-	}
-}
-
-// TestLaneTrialRoomClaimed is TestLaneTrialRoom with the jobs claimed as
-// the worker claims them, what the lane admits within a second, each claim
-// 50 ms: while the canary flies, the claim counts what its admission lets
-// go (the trials it went past doubled), so those jobs are in hand when it
-// comes back. Counting only what the trials held then, the jobs of each
-// stage trickled in after its canary's answer, one claim after another:
-// the paced sends kept the trials from emptying, no canary went past
-// them, and the burst went at the RPM interval (18 s).
-func TestLaneTrialRoomClaimed(t *testing.T) {
-	t.Parallel()
-	for _, seed := range []uint64{1, 2, 3} {
-		span, calls, limited, kind := runRoomClaimed(t, 0, seed, time.Second)
-		t.Logf("minute seed %d: span %v, %d calls, %d answered 429, provider %s", seed, span, calls, limited, kind)
-		require.Equal(t, 0, limited)
-		require.Equal(t, ProviderMinute, kind)
-		require.Less(t, span, 1500*time.Millisecond)
-
-		span, calls, limited, kind = runRoomClaimed(t, 5*time.Second, seed, time.Second)
-		t.Logf("short seed %d: span %v, %d calls, %d answered 429, provider %s", seed, span, calls, limited, kind)
-		require.LessOrEqual(t, limited, 1)
-		require.Equal(t, ProviderShort, kind)
-		require.Less(t, span, 15*time.Second)
 	}
 }

@@ -280,8 +280,6 @@ const (
 	evDone
 	evChange
 	evServer
-	evClaim
-	evClaimed
 )
 
 type event struct {
@@ -290,7 +288,6 @@ type event struct {
 	kind evKind
 	w    *simWorker
 	gen  int // an evReady of an older generation is stale
-	n    int // an evClaimed's jobs
 }
 
 type eventQueue []*event
@@ -345,12 +342,6 @@ type simConfig struct {
 	transit time.Duration
 	// order, when set, sorts the backlog before the run (the claim order).
 	order func(a, b *simJob) int
-	// claim, when set, feeds the dispatcher as the worker's scheduler
-	// does: the backlog stays queued (in Postgres) and is claimed, one
-	// claim at a time taking claimDelay, what [Lane.HeadroomAt] says the
-	// lane admits within claim, less the jobs claimed and not sent; a
-	// claim runs at the start, at every answer and every quarter of claim.
-	claim, claimDelay time.Duration
 	// change, when set, is applied once at changeAt.
 	changeAt time.Duration
 	change   func(now time.Time, u *upstream)
@@ -404,8 +395,7 @@ func runSim(cfg simConfig) (*simResult, error) {
 		}
 		heap.Push(&q, e)
 	}
-	var backlog, queued []*simJob
-	claiming := false
+	var backlog []*simJob
 	var idle []*simWorker
 	var slotWait []*simWorker
 	// waiting are the workers whose reservation waits for its buckets, in
@@ -421,9 +411,6 @@ func runSim(cfg simConfig) (*simResult, error) {
 		}
 		if cfg.order != nil {
 			slices.SortStableFunc(backlog, cfg.order)
-		}
-		if cfg.claim > 0 {
-			backlog, queued = nil, backlog
 		}
 	} else {
 		push(start, evArrive, nil)
@@ -442,25 +429,6 @@ func runSim(cfg simConfig) (*simResult, error) {
 		}
 	}
 	dispatch(start)
-	claim := func(now time.Time) {
-		if cfg.claim <= 0 || claiming || len(queued) == 0 {
-			return
-		}
-		unsent := len(backlog)
-		if busy {
-			unsent++
-		}
-		typical := Request{PromptTokens: queued[0].prompt, MaxOutputTokens: queued[0].maxOut}
-		if n := min(len(queued), lane.HeadroomAt(now, cfg.claim, typical)-unsent); n > 0 {
-			claiming = true
-			heap.Push(&q, &event{at: now.Add(cfg.claimDelay), seq: seq + 1, kind: evClaimed, n: n})
-			seq++
-		}
-	}
-	if cfg.claim > 0 {
-		claim(start)
-		push(start.Add(cfg.claim/4), evClaim, nil)
-	}
 	send := func(now time.Time, w *simWorker) {
 		push(lane.PaceReservationAt(now, &w.res), evSend, w)
 	}
@@ -516,16 +484,6 @@ func runSim(cfg simConfig) (*simResult, error) {
 			push(now.Add(time.Duration(float64(time.Second)/cfg.arrivals)), evArrive, nil)
 		case evChange:
 			cfg.change(now, up)
-		case evClaim:
-			claim(now)
-			if len(queued) > 0 {
-				push(now.Add(cfg.claim/4), evClaim, nil)
-			}
-		case evClaimed:
-			claiming = false
-			n := min(e.n, len(queued))
-			backlog, queued = append(backlog, queued[:n]...), queued[n:]
-			dispatch(now)
 		case evReserve:
 			lane.TickAt(now)
 			wakeSlots(now)
@@ -588,7 +546,6 @@ func runSim(cfg simConfig) (*simResult, error) {
 			}
 			wakeSlots(now)
 			wakeReady(now)
-			claim(now)
 			if w.ans.limited {
 				switch {
 				case cfg.lane.Strategy == StrategyRetry:
@@ -616,7 +573,7 @@ func runSim(cfg simConfig) (*simResult, error) {
 			}
 		}
 	}
-	res.backlog = len(backlog) + len(queued)
+	res.backlog = len(backlog)
 	return res, nil
 }
 

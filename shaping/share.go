@@ -68,7 +68,10 @@ func ReplicaShare(rows []Replica, floor float64) float64 {
 	target := 1 / n
 	if demand > 0 {
 		rest := 1 - float64(len(rows)-idle)*busyFloor - float64(idle)*idleFloor
-		target = floor + rest*max(0, rows[self].Demand)/demand
+		// Its part of the demand first: a replica alone gets exactly 1,
+		// which (rest*d)/d may round below, and a lane on less than its
+		// whole quota runs no staged burst (lane_trial.go).
+		target = floor + rest*(max(0, rows[self].Demand)/demand)
 	}
 	share := max(floor, min(target, 1-others))
 	if share <= 0 {

@@ -36,6 +36,13 @@ func TestReplicaShare(t *testing.T) {
 			require.InDelta(t, tc.want, ReplicaShare(tc.rows, ShareFloorDefault), 1e-9)
 		})
 	}
+	// Alone, whatever its demand, exactly 1: a lane whose share rounds to
+	// 0.9999999999999999 (a demand of 7 did) paces every send of its
+	// first burst at the RPM interval.
+	for d := range 1000 {
+		demand := float64(d) * 0.37
+		require.Equal(t, 1.0, ReplicaShare([]Replica{me(demand, 1)}, ShareFloorDefault), "demand %v", demand)
+	}
 	require.InDelta(t, 1.0/6, ReplicaShare([]Replica{me(0, 0.1), other(10, 0.1), other(10, 0.1)}, 0.5), 1e-9, "the floors take at most half")
 	// A hundred replicas, one with work: it takes all but the floors, the
 	// 99 idle ones keep one floor together (each less than ShareLeast).

@@ -281,34 +281,53 @@ type feed struct {
 	recording []time.Duration
 }
 
-// publish sends job number n of the run (recorded first unless the spec
-// goes through the broker).
-func (f *feed) publish(ctx context.Context, n int) error {
+// publish sends jobs from to to-1 of the run, each recorded first unless
+// the spec goes through the broker. The backlog's jobs are due together,
+// and are recorded by one statement, as a producer's batch is by the
+// worker's ingest: one statement a job would spread "at once" over the
+// seconds of 200 commits.
+func (f *feed) publish(ctx context.Context, from, to int) error {
 	s := f.s
-	id := fmt.Sprintf("%s-%05d", s.name, n)
-	raw, err := s.mix.Job(s.sizes, id, tenant, s.model, n).Encode()
-	if err != nil {
-		return err
-	}
-	j, err := llmq.Decode(raw, llmq.DecodeOptions{})
-	if err != nil {
-		return fmt.Errorf("bench: job %s: %w", id, err)
-	}
-	j.FallbackModels = s.fallbacks
-	if !s.viaBroker {
-		begin := time.Now()
-		if _, err := f.queue.Ingest(ctx, []store.NewJob{f.sizer.NewJob(j)}); err != nil {
+	jobs := make([]*llmq.Job, 0, to-from)
+	for n := from; n < to; n++ {
+		id := fmt.Sprintf("%s-%05d", s.name, n)
+		raw, err := s.mix.Job(s.sizes, id, tenant, s.model, n).Encode()
+		if err != nil {
 			return err
 		}
-		f.recording = append(f.recording, time.Since(begin))
+		j, err := llmq.Decode(raw, llmq.DecodeOptions{})
+		if err != nil {
+			return fmt.Errorf("bench: job %s: %w", id, err)
+		}
+		j.FallbackModels = s.fallbacks
+		jobs = append(jobs, j)
 	}
-	msg, err := producer.Message(j, producer.KeyByDefault)
-	if err != nil {
-		return err
+	if !s.viaBroker {
+		rows := make([]store.NewJob, len(jobs))
+		for i, j := range jobs {
+			rows[i] = f.sizer.NewJob(j)
+		}
+		begin := time.Now()
+		if _, err := f.queue.Ingest(ctx, rows); err != nil {
+			return err
+		}
+		took := time.Since(begin)
+		for range jobs {
+			f.recording = append(f.recording, took)
+		}
 	}
-	f.kinds[id] = s.mix.Kind(n)
-	f.ids = append(f.ids, id)
-	return f.pub.Publish(ctx, f.dest, msg)
+	for i, j := range jobs {
+		msg, err := producer.Message(j, producer.KeyByDefault)
+		if err != nil {
+			return err
+		}
+		f.kinds[j.ID] = s.mix.Kind(from + i)
+		f.ids = append(f.ids, j.ID)
+		if err := f.pub.Publish(ctx, f.dest, msg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // drive runs the spec's clock: its events, its arrivals and a sample a
@@ -326,8 +345,13 @@ func (b *Bench) drive(ctx context.Context, sim *upstreamsim.Server, reg *prometh
 			events[0].do(sim)
 			events = events[1:]
 		}
+		if len(f.ids) < s.backlog {
+			if err := f.publish(ctx, 0, s.backlog); err != nil {
+				return fmt.Errorf("bench: %s: publish: %w", s.name, err)
+			}
+		}
 		for due := s.arrivals(at); len(f.ids) < due; {
-			if err := f.publish(ctx, len(f.ids)); err != nil {
+			if err := f.publish(ctx, len(f.ids), len(f.ids)+1); err != nil {
 				return fmt.Errorf("bench: %s: publish: %w", s.name, err)
 			}
 		}

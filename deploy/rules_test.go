@@ -92,7 +92,7 @@ func TestMetricsContract(t *testing.T) {
 	// internal/app's TestMetricsDocMatchesTheRegistries).
 	want := []string{
 		"llmq_jobs_total", "llmq_upstream_requests_total", "llmq_tokens_total", "llmq_tenant_tokens_total", "llmq_retries_total",
-		"llmq_fallbacks_total", "llmq_pool_switches_total", "llmq_shaping_wait_seconds", "llmq_in_flight", "llmq_concurrency_limit",
+		"llmq_fallbacks_total", "llmq_pool_switches_total", "llmq_shaping_wait_seconds", "llmq_first_call_stage_seconds", "llmq_in_flight", "llmq_concurrency_limit",
 		"llmq_bucket_level", "llmq_quota_share", "llmq_upstream_incident", "llmq_upstream_incidents_total", "llmq_capacity_allocatable",
 		"llmq_capacity_health",
 		"llmq_scope_limit", "llmq_scope_level", "llmq_scope_in_flight", "llmq_scope_requests_total", "llmq_scope_tokens_total",

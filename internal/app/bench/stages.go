@@ -83,7 +83,10 @@ func label(m *dto.Metric, name string) string {
 
 // quantile is the q-quantile of cumulative bucket counts (by upper bound,
 // +Inf included), interpolated linearly within its bucket; past the last
-// finite bound, that bound.
+// finite bound, that bound. Written here: client_golang reads a histogram
+// but computes no quantile of it, and Prometheus's own histogram_quantile
+// lives in its server module (promql), far too large a dependency for
+// these twenty lines.
 func quantile(cum map[float64]uint64, q float64) time.Duration {
 	bounds := make([]float64, 0, len(cum))
 	for b := range cum {

@@ -85,6 +85,14 @@ type scheduler struct {
 	scopeNotes map[store.ScopeRef]time.Time
 }
 
+// held notes that model's lanes had no room at now, unless noted since an
+// earlier round.
+func (s *scheduler) held(model string, now time.Time) {
+	if _, ok := s.heldSince[model]; !ok {
+		s.heldSince[model] = now
+	}
+}
+
 // modelNote is a model state as last written.
 type modelNote struct {
 	reason string
@@ -152,9 +160,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	// noted while the provider's quota binds too.
 	caps, heldProjects, rooms := c.cfg.Scopes.claimScopes(now, typical, held)
 	if want <= 0 {
-		if _, ok := s.heldSince[model]; !ok {
-			s.heldSince[model] = now
-		}
+		s.held(model, now)
 		setBacklog(lanes, true)
 		c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 		return false
@@ -183,9 +189,7 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	// Full, or short of the tokens the next job needs: the model has a
 	// backlog that waits for the provider's quota (the jobs left queued
 	// wait for room from now, unless from before).
-	if _, ok := s.heldSince[model]; !ok {
-		s.heldSince[model] = c.cfg.Clock.Now()
-	}
+	s.held(model, c.cfg.Clock.Now())
 	setBacklog(lanes, true)
 	c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false

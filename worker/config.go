@@ -316,7 +316,9 @@ type Config struct {
 
 	// Queued, when set, wakes the claims as jobs are recorded elsewhere
 	// (docs/design/queue-of-record.md, "The claim"). nil = such jobs are
-	// claimed at the next claim tick (a quarter of ClaimHorizon).
+	// claimed once the claim rounds read the models with queued jobs
+	// again (every 500 ms), unless their model's backlog keeps it in the
+	// rounds: a gateway call waits up to half a second more.
 	Queued QueuedListener
 
 	// Ledger, when set, makes the replicas on one QuotaScope share each

@@ -120,7 +120,7 @@ func gatewaySetupEnv(t testing.TB, gw api.GatewayConfig, env gatewayEnv, produce
 		letters, err := dlq.NewWriter(dlq.Config{Store: st.DeadLetters(), Publisher: pub, Destination: queue})
 		require.NoError(t, err)
 		w, err := worker.New(worker.Config{
-			Subscriber: workSub, Store: st.Queue(), LaneRates: st.LaneRates(), Chunks: st.Streams(), DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
+			Subscriber: workSub, Store: st.Queue(), Queued: st.Queue(), LaneRates: st.LaneRates(), Chunks: st.Streams(), DeadLetters: letters, Strategy: cmp.Or(env.strategy, shaping.StrategyRetry), MaxInFlight: 16,
 			Upstream: worker.OpenAIUpstream(worker.NewOpenAIClient(worker.UpstreamConfig{BaseURL: sim.URL,
 				APIKey: b.upstreamKey, Timeout: 10 * time.Second}), worker.ProviderOpenAI),
 			OutageLimit: b.outageLimit, Catalog: env.catalog, Logger: quiet, Registerer: prometheus.NewRegistry(),

@@ -72,6 +72,9 @@ func (l *Lane) send(now time.Time, r *Reservation) Permit {
 	l.sentAll += float64(r.Tokens)
 	if l.learnsTPM() {
 		l.sampleTakenLocked(now)
+		if l.firstSent.IsZero() {
+			l.firstSent = now
+		}
 	}
 	l.conc.out++
 	rec.res, rec.inFlight, rec.out = *r, l.slots.InFlight(), l.conc.out
@@ -204,6 +207,7 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 			InFlight: rec.inFlight, Dropped: o.RateLimited || o.Overloaded,
 		}))
 	}
+	l.spreadLocked(latency, !o.RateLimited)
 	l.mu.Unlock()
 	rec.recycle()
 	return nil

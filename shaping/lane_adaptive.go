@@ -170,34 +170,9 @@ func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
 	limit := l.tpmQ.limit // 0 while none is learned
 	defer l.emptyLocked(now)
 	dt := now.Sub(l.refusedAt).Seconds()
-	first := l.refusedAt.IsZero()
 	switch {
 	case l.refusedAt.IsZero() || (dt >= learnApart.Seconds() && l.learnMeasured && limit <= l.learnLow):
-		// A new episode: this 429 is the next measure's reference, and
-		// the rate the provider refused is the base of the cut.
-		l.refusedAt, l.refusedTaken, l.refusedTok1 = now, taken, tokens
-		l.learnMeasured, l.learnLow = false, 0
-		rate, ok := l.recentRateLocked(now, tokens)
-		if !ok {
-			return
-		}
-		if l.learned {
-			rate = min(rate, limit)
-		}
-		l.learnCeil = rate
-		next := learnCut * rate
-		if since := now.Sub(l.firstSent); first && since < learnWindow {
-			// The first 429 came within learnWindow of the first send:
-			// what the provider took was its bucket more than its
-			// refill. Its bucket holds at most a minute of refill, so
-			// its limit is at least what it took over the time plus a
-			// minute; resume there and grow slowly (no spring), so that
-			// the next 429 comes late enough to measure.
-			if low := 60 * taken / (since.Seconds() + 60) / l.part(); low < next {
-				next, l.learnCeil = low, low/learnMargin
-			}
-		}
-		l.setLearnedLocked(now, max(next, learnMin))
+		l.startEpisodeLocked(now, taken, tokens)
 		return
 	case dt < learnApart.Seconds():
 		// Too close to the reference to measure; the cut did not do.
@@ -240,6 +215,37 @@ func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
 	l.setLearnedLocked(now, max(next, learnMin))
 }
 
+// startEpisodeLocked starts an episode at a 429 no measure explains, of
+// a request of tokens when the provider had taken taken: the 429 is the
+// next measure's reference, and the rate the provider refused is the base
+// of the cut.
+func (l *Lane) startEpisodeLocked(now time.Time, taken, tokens float64) {
+	first := l.refusedAt.IsZero()
+	l.refusedAt, l.refusedTaken, l.refusedTok1 = now, taken, tokens
+	l.learnMeasured, l.learnLow = false, 0
+	rate, ok := l.recentRateLocked(now, tokens)
+	if !ok {
+		return
+	}
+	if l.learned {
+		rate = min(rate, l.tpmQ.limit)
+	}
+	l.learnCeil = rate
+	next := learnCut * rate
+	if since := now.Sub(l.firstSent); first && since < learnWindow {
+		// The first 429 came within learnWindow of the first send: what
+		// the provider took was its bucket more than its refill. Its
+		// bucket holds at most a minute of refill, so its limit is at
+		// least what it took over the time plus a minute; resume there
+		// and grow slowly (no spring): the next 429 comes late enough to
+		// measure.
+		if low := 60 * taken / (since.Seconds() + 60) / l.part(); low < next {
+			next, l.learnCeil = low, low/learnMargin
+		}
+	}
+	l.setLearnedLocked(now, max(next, learnMin))
+}
+
 // emptyLocked empties the learned bucket at a 429 (the provider's is
 // empty) so that it holds nothing when the lane's pause ends: no burst of
 // what it would have saved during the pause.
@@ -275,10 +281,7 @@ func (l *Lane) setLearnedLocked(now time.Time, limit float64) {
 // learned bucket spaces them.
 func (l *Lane) spreadLocked(latency time.Duration, answered bool) {
 	if !l.learnsTPM() || l.tpm != nil || l.rpm != nil || !l.refusedAt.IsZero() || l.cfg.MinInterval != 0 || l.kind != ProviderNoHeaders {
-		if l.spreading {
-			l.spreading = false
-			l.pacer.SetInterval(0)
-		}
+		l.unspreadLocked()
 		return
 	}
 	if !answered {
@@ -290,4 +293,15 @@ func (l *Lane) spreadLocked(latency time.Duration, answered bool) {
 	l.latency += time.Duration(spreadAlpha * float64(latency-l.latency))
 	l.spreading = true
 	l.pacer.SetInterval(l.latency / time.Duration(max(1, l.slots.Limit())))
+}
+
+// unspreadLocked stops spreadLocked's spacing (a learned RPM has set its
+// own).
+func (l *Lane) unspreadLocked() {
+	if l.spreading {
+		l.spreading = false
+		if l.rpm == nil {
+			l.pacer.SetInterval(0)
+		}
+	}
 }

@@ -286,4 +286,12 @@ func TestLaneSpreadsSendsUntilItLearns(t *testing.T) {
 
 	call(3, Outcome{RateLimited: true})
 	require.Zero(t, lane.pacer.Interval(), "the learned bucket spaces the sends")
+
+	// An RPM from the headers paces at its interval.
+	lane, err = NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 8, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	call(0, ok)
+	require.Positive(t, lane.pacer.Interval())
+	call(1, Outcome{PromptTokens: 100, CompletionTokens: 100, Headers: RateLimitHeaders{LimitRequests: 600, HasLimitRequests: true}})
+	require.Equal(t, 100*time.Millisecond, lane.pacer.Interval())
 }

@@ -84,6 +84,13 @@ func (l *Lane) send(now time.Time, r *Reservation) Permit {
 	return Permit{lane: l, rec: rec, gen: rec.gen.Load(), tokens: r.Tokens, sentAt: now}
 }
 
+// answeredLocked learns from an answer that was not refused, of a request
+// that used tokens, sent with inFlight slots held.
+func (l *Lane) answeredLocked(now time.Time, used int, inFlight int) {
+	l.growLocked(now, float64(used))
+	l.concurrencyAnsweredLocked(now, inFlight)
+}
+
 // claim spends p, reporting false when it was spent already.
 func (p Permit) claim() bool {
 	return p.rec != nil && p.rec.gen.CompareAndSwap(p.gen, p.gen+1)
@@ -189,8 +196,7 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 			l.refusedLocked(now, p.sentAt, float64(rec.res.Tokens), o.Headers)
 		}
 	} else {
-		l.growLocked(now, float64(actual))
-		l.concurrencyAnsweredLocked(now, rec.inFlight)
+		l.answeredLocked(now, actual, rec.inFlight)
 	}
 	l.calibrateLocked(now, p.sentAt, m, o.Headers, o.RateLimited)
 	if rec.res.canary {

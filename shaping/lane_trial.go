@@ -7,8 +7,8 @@ import (
 
 // The staged burst of a provider whose kind is not known yet
 // (docs/design/rate-limiting.md, "Pacing inside the slot"): the lane sends
-// unpaced what a short bucket would surely hold (ShortBucket of requests
-// and a second of tokens: the trials), then one canary past them while the
+// unpaced what a short bucket would surely hold (ShortBucket of refill of
+// requests and of tokens: the trials), then one canary past them while the
 // rest is paced. A short-bucket provider refuses the canary (one 429: the
 // lane learns it is short); one that admits it doubles the trials it went
 // past, and past twice ShortBucket of refill the lane spends what its
@@ -34,8 +34,10 @@ func (t *trial) refill(now time.Time, rate float64) {
 // startTrialLocked starts the staged burst at the first answer with
 // headers of a lane that started by probe on the whole quota (a static
 // lane paces every send; replicas learn the kind through the ledger): the
-// trials hold ShortBucket of requests and a second of tokens, less what the
-// lane reserved that the answer had not seen (since the send marked m).
+// trials hold ShortBucket of refill each, requests and tokens (a short
+// bucket holds as many seconds of both; a tokens' trial of a second cost
+// a mix of long jobs one canary round trip more), less what the lane
+// reserved that the answer had not seen (since the send marked m).
 func (l *Lane) startTrialLocked(now time.Time, m marks) {
 	if l.cfg.ColdStart != ColdStartProbe || l.kind != ProviderUnknown || l.share < 1 {
 		return
@@ -47,9 +49,6 @@ func (l *Lane) startTrialLocked(now time.Time, m marks) {
 			continue
 		}
 		c := l.probeBurst(q.v.limit)
-		if i == 1 {
-			c = floorBurst(q.v.limit)
-		}
 		l.trials[i] = trial{capacity: c, level: max(0, c-unseen[i]), at: now}
 	}
 }
@@ -114,14 +113,8 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 			continue
 		}
 		t.refill(now, l.trialRate(i))
-		// The tokens' trial starts at a second: admitted past it, it
-		// holds what a short bucket does, then doubles as the requests'.
-		c := 2 * t.capacity
-		if short := l.probeBurst(q.v.limit); t.capacity < short {
-			c = short
-		}
-		t.level += c - t.capacity
-		t.capacity = c
+		t.level += t.capacity
+		t.capacity *= 2
 		minute = minute || t.capacity > l.shortMax(q.v.limit)
 	}
 	if minute {

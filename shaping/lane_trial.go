@@ -19,8 +19,6 @@ import (
 type trial struct {
 	capacity, level float64
 	at              time.Time
-	// over: the canary out went past this trial.
-	over bool
 }
 
 // refill brings the trial to now at rate per second.
@@ -88,19 +86,19 @@ func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, cana
 		return low, false
 	case !waits && !l.canaryOut:
 		l.canaryOut = true
-		for i := range l.trials {
-			l.trials[i].over = !fits[i]
-		}
 		return low, true
 	}
 	return true, false
 }
 
 // canaryDoneLocked ends the canary's flight: admitted (an answer with
-// headers, not refused) while the lane still tries the provider, the
-// trials it went past double, and once one holds more than twice
-// ShortBucket of refill the provider is known to enforce per minute. A
-// refused canary is refusedLocked's to learn from.
+// headers, not refused) while the lane still tries the provider, both
+// trials double, whichever it went past: a short bucket holds as many
+// seconds of requests as of tokens, and a trial left behind would need a
+// canary round trip of its own (the requests' after the tokens' took llmq
+// demo's mix one more). Once they hold more than twice ShortBucket of
+// refill the provider is known to enforce per minute. A refused canary is
+// refusedLocked's to learn from.
 func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	l.canaryOut = false
 	if !admitted || !l.trying {
@@ -109,7 +107,7 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	minute := l.rpm == nil
 	for i, q := range l.views() {
 		t := &l.trials[i]
-		if q.b == nil || !t.over {
+		if q.b == nil {
 			continue
 		}
 		t.refill(now, l.trialRate(i))

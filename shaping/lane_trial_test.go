@@ -189,3 +189,27 @@ func TestLaneTrialRoomTokens(t *testing.T) {
 		require.Equal(t, ProviderShort, kind)
 	}
 }
+
+// TestLaneTrialLimitsFromHeaders: a lane whose headers state its quota
+// (adaptive, none configured) sizes its trials by them, ShortBucket of
+// refill each, and a burst they hold goes unpaced. Started before the
+// headers created its buckets, the trials held nothing: every send was a
+// canary or paced, two calls out at a time, so a gateway lane never had
+// more out than a provider of four calls at a time takes, and never
+// learned it (BenchmarkGatewayPrediction's burst arm).
+func TestLaneTrialLimitsFromHeaders(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 64, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	r, err := lane.ReserveAt(t0, Request{PromptTokens: 20, MaxOutputTokens: 100})
+	require.NoError(t, err)
+	require.NoError(t, lane.SendAt(t0, r).DoneAt(sec(0.2), Outcome{PromptTokens: 20, CompletionTokens: 100, Headers: headers600(599, 59880)}))
+	require.True(t, lane.trying)
+	require.InDeltaSlice(t, []float64{50, 5000}, []float64{lane.trials[0].capacity, lane.trials[1].capacity}, 1e-9)
+	for range 16 {
+		r, err := lane.ReserveAt(sec(0.2), Request{PromptTokens: 20, MaxOutputTokens: 100})
+		require.NoError(t, err)
+		lane.PaceReservationAt(sec(0.2), &r)
+		require.Equal(t, []bool{false, false}, []bool{r.pace, r.canary})
+	}
+}

@@ -41,7 +41,8 @@ func (r fleetRun) limitedRatio() float64 {
 type fleetReplica struct {
 	simReplica
 	row        Replica
-	leaseUntil time.Time // its row counts until then
+	state      ReplicaState // what its row says it holds, as of its last round
+	leaseUntil time.Time    // its row counts until then
 	backlog    []*simJob
 	phase      time.Duration // offset of its ledger rounds
 	running    bool
@@ -111,7 +112,7 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetRun {
 	done := 0
 
 	live := func(now time.Time) []*fleetReplica {
-		var out []*fleetReplica
+		out := make([]*fleetReplica, 0, len(reps))
 		for _, r := range reps {
 			if r.leaseUntil.After(now) {
 				out = append(out, r)
@@ -130,17 +131,19 @@ func runFleet(t testing.TB, cfg fleetConfig) fleetRun {
 			d += fleetDemand
 		}
 		st := self.lane.StateAt(now)
+		self.state = st
 		self.row.Demand, self.row.Share = d, LedgerShare(self.lane.Share())
 		self.row.Short = st.ShortRequests > 0 || st.ShortTokens > 0
 		self.leaseUntil = now.Add(lease)
-		var rows []Replica
+		live := live(now)
+		rows := make([]Replica, 0, len(live))
 		var peers ReplicaState
-		for _, r := range live(now) {
+		for _, r := range live {
 			row := r.row
 			row.Self = r == self
 			rows = append(rows, row)
 			if r != self {
-				ps := r.lane.StateAt(now)
+				ps := r.state // as the worker reads its peers: from their rows
 				peers.Requests += ps.Requests
 				peers.Tokens += ps.Tokens
 				peers.ShortRequests = leastShort(peers.ShortRequests, ps.ShortRequests)

@@ -86,6 +86,12 @@ type Lane struct {
 	learnMeasured             bool
 	takenHist                 [12]takenSample
 	takenNext                 int
+	// firstSent is the lane's first send while it learns its quota from
+	// 429s; spreading: it spaces its sends over latency, an average of
+	// its answers' (spreadLocked).
+	firstSent time.Time
+	spreading bool
+	latency   time.Duration
 	// wake, when not nil, is closed when a level is raised, to wake the
 	// Admits waiting for their reservations.
 	wake chan struct{}

@@ -76,6 +76,8 @@ const (
 	learnPlateau = 0.1
 	// learnMin is the least learned quota, tokens a minute.
 	learnMin = 60.0
+	// spreadAlpha smooths the latency the sends are spread over.
+	spreadAlpha = 0.2
 )
 
 // learnsTPM reports whether the lane learns its TPM quota from 429s.
@@ -141,13 +143,26 @@ func (l *Lane) growLocked(now time.Time, used float64) {
 	case x > 1:
 		growth += learnGrowth * min(1, (x-1)/learnPlateau)
 	}
-	l.setLearnedLocked(now, limit+growth*used/l.part())
+	next := limit + growth*used/l.part()
+	if x := limit / l.learnCeil; x < learnMargin {
+		next = min(next, max(limit+learnFloor*used/l.part(), learnMargin*l.learnCeil))
+	}
+	l.setLearnedLocked(now, next)
 }
 
 // learnFromRefusalLocked learns the TPM quota from a 429 at now of a
 // request of tokens sent at sentAt, once the lane's pause has begun.
 func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
-	if !l.learnsTPM() || sentAt.Before(l.reactedAt) {
+	if !l.learnsTPM() {
+		return
+	}
+	if sentAt.Before(l.reactedAt) {
+		// The same event; its Retry-After may have made the pause longer.
+		l.emptyLocked(now)
+		if !sentAt.After(l.refusedAt) {
+			// The reference counted it as taken: it was in flight then.
+			l.refusedTaken -= tokens
+		}
 		return
 	}
 	l.reactedAt = now
@@ -157,19 +172,7 @@ func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
 	dt := now.Sub(l.refusedAt).Seconds()
 	switch {
 	case l.refusedAt.IsZero() || (dt >= learnApart.Seconds() && l.learnMeasured && limit <= l.learnLow):
-		// A new episode: this 429 is the next measure's reference, and
-		// the rate the provider refused is the base of the cut.
-		l.refusedAt, l.refusedTaken, l.refusedTok1 = now, taken, tokens
-		l.learnMeasured, l.learnLow = false, 0
-		rate, ok := l.recentRateLocked(now, tokens)
-		if !ok {
-			return
-		}
-		if l.learned {
-			rate = min(rate, limit)
-		}
-		l.learnCeil = rate
-		l.setLearnedLocked(now, learnCut*rate)
+		l.startEpisodeLocked(now, taken, tokens)
 		return
 	case dt < learnApart.Seconds():
 		// Too close to the reference to measure; the cut did not do.
@@ -212,6 +215,37 @@ func (l *Lane) learnFromRefusalLocked(now, sentAt time.Time, tokens float64) {
 	l.setLearnedLocked(now, max(next, learnMin))
 }
 
+// startEpisodeLocked starts an episode at a 429 no measure explains, of
+// a request of tokens when the provider had taken taken: the 429 is the
+// next measure's reference, and the rate the provider refused is the base
+// of the cut.
+func (l *Lane) startEpisodeLocked(now time.Time, taken, tokens float64) {
+	first := l.refusedAt.IsZero()
+	l.refusedAt, l.refusedTaken, l.refusedTok1 = now, taken, tokens
+	l.learnMeasured, l.learnLow = false, 0
+	rate, ok := l.recentRateLocked(now, tokens)
+	if !ok {
+		return
+	}
+	if l.learned {
+		rate = min(rate, l.tpmQ.limit)
+	}
+	l.learnCeil = rate
+	next := learnCut * rate
+	if since := now.Sub(l.firstSent); first && since < learnWindow {
+		// The first 429 came within learnWindow of the first send: what
+		// the provider took was its bucket more than its refill. Its
+		// bucket holds at most a minute of refill, so its limit is at
+		// least what it took over the time plus a minute; resume there
+		// and grow slowly (no spring): the next 429 comes late enough to
+		// measure.
+		if low := 60 * taken / (since.Seconds() + 60) / l.part(); low < next {
+			next, l.learnCeil = low, low/learnMargin
+		}
+	}
+	l.setLearnedLocked(now, max(next, learnMin))
+}
+
 // emptyLocked empties the learned bucket at a 429 (the provider's is
 // empty) so that it holds nothing when the lane's pause ends: no burst of
 // what it would have saved during the pause.
@@ -235,4 +269,39 @@ func (l *Lane) setLearnedLocked(now time.Time, limit float64) {
 	}
 	l.tpmQ.limit, l.tpmQ.burst = limit, floorBurst(limit)
 	l.applyLocked(now, l.tpm, &l.tpmQ)
+}
+
+// spreadLocked spaces the sends of a lane that knows no quota at all (no
+// limit configured or in a header, none learned yet: nothing but its
+// concurrency limit holds it) over the round trip: latency over the
+// limit apart, the rate the limit allows. Sent as the answers free their
+// slots, they would leave in bunches (calls sent together come back
+// together), and the bunch that meets the provider's bucket empty is
+// refused whole before the first 429 is back. From that 429 on, the
+// learned bucket spaces them.
+func (l *Lane) spreadLocked(latency time.Duration, answered bool) {
+	if !l.learnsTPM() || l.tpm != nil || l.rpm != nil || !l.refusedAt.IsZero() || l.cfg.MinInterval != 0 || l.kind != ProviderNoHeaders {
+		l.unspreadLocked()
+		return
+	}
+	if !answered {
+		return
+	}
+	if l.latency == 0 {
+		l.latency = latency
+	}
+	l.latency += time.Duration(spreadAlpha * float64(latency-l.latency))
+	l.spreading = true
+	l.pacer.SetInterval(l.latency / time.Duration(max(1, l.slots.Limit())))
+}
+
+// unspreadLocked stops spreadLocked's spacing (a learned RPM has set its
+// own).
+func (l *Lane) unspreadLocked() {
+	if l.spreading {
+		l.spreading = false
+		if l.rpm == nil {
+			l.pacer.SetInterval(0)
+		}
+	}
 }

@@ -63,6 +63,11 @@ func TestLaneLearnsQuotaFrom429s(t *testing.T) {
 	grows(14, 0.06)
 	lane.setLearnedLocked(sec(15), 126000)
 	grows(15, 0.06+0.1*0.5)
+	// Far below the ceiling the spring stops at 95% of it: one answer of
+	// 10,000 tokens once took a quota of 10,000 to 635,000.
+	lane.setLearnedLocked(sec(16), 10000)
+	call(16, 16, 10000, Outcome{PromptTokens: 5000, CompletionTokens: 5000})
+	require.Equal(t, 0.95*120000, lane.tpm.Limit())
 
 	// A limit header replaces the learned quota.
 	lane.ObserveAt(sec(25), RateLimitHeaders{LimitTokens: 90000, HasLimitTokens: true})
@@ -209,4 +214,84 @@ func TestAdaptiveBucketFromHeadersOnAShare(t *testing.T) {
 	}
 	require.Equal(t, []BucketSnapshot{{Name: "tpm", Level: 60000, Capacity: 60000, Limit: 60000}}, buckets(1))
 	require.Equal(t, []BucketSnapshot{{Name: "tpm", Level: 15000, Capacity: 15000, Limit: 15000}}, buckets(0.25))
+}
+
+// TestLaneFirstRefusalResumesAtTheMinuteBound: a first 429 within 10 s of
+// the lane's first send ends a drain of the provider's bucket, which holds
+// at most a minute of its refill: the provider's limit is at least what it
+// took over the time plus a minute, and the lane resumes there with no
+// spring (the ceiling is the quota over 95%), where half the rate it
+// refused was nine times the limit. A 429 of the same event (sent before
+// the lane reacted) leaves the reference, whose tokens taken counted it,
+// and empties the bucket to the end of the pause its Retry-After extends.
+func TestLaneFirstRefusalResumesAtTheMinuteBound(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 64, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	reserve := func(at float64) *Permit {
+		r, err := lane.ReserveAt(sec(at), Request{PromptTokens: 2500, MaxOutputTokens: 500})
+		require.NoError(t, err)
+		return lane.SendAt(sec(at), r)
+	}
+	for i := range 20 {
+		require.NoError(t, reserve(0.2*float64(i)).DoneAt(sec(0.2*float64(i)), Outcome{PromptTokens: 2500, CompletionTokens: 500}))
+	}
+	late := reserve(3.9) // in flight at the first 429, refused after it
+	pause := func(s float64) Outcome {
+		return Outcome{RateLimited: true, Headers: RateLimitHeaders{RetryAfter: time.Duration(s * float64(time.Second)), HasRetryAfter: true}}
+	}
+	require.NoError(t, reserve(4).DoneAt(sec(4), pause(1)))
+	// 63,000 taken in 4 s (the refused request in flight too): at least
+	// 63,000 / 64 s.
+	low := 60 * 63000.0 / 64
+	require.InDelta(t, low, lane.tpm.Limit(), 1e-6)
+	require.InDelta(t, low/0.95, lane.learnCeil, 1e-6)
+	require.Equal(t, 63000.0, lane.refusedTaken)
+	require.Equal(t, sec(5), lane.PausedUntil())
+	require.InDelta(t, -low/60, lane.tpm.LevelAt(sec(4)), 1e-6)
+
+	require.NoError(t, late.DoneAt(sec(4.5), pause(3)))
+	require.Equal(t, 60000.0, lane.refusedTaken, "the reference's taken, less the same event's refusal")
+	require.Equal(t, sec(7.5), lane.PausedUntil())
+	require.InDelta(t, 0, lane.tpm.LevelAt(sec(7.5)), 1e-6, "empty until the pause ends")
+}
+
+// TestLaneSpreadsSendsUntilItLearns: a lane that knows no quota (none
+// configured, no headers, none learned) spaces its sends by the latency of
+// its answers over its concurrency limit, so that the calls an answer
+// frees do not leave in a bunch that an empty provider refuses whole; the
+// learned bucket spaces them from the first 429 on.
+func TestLaneSpreadsSendsUntilItLearns(t *testing.T) {
+	t.Parallel()
+	lane, err := NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 8, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	call := func(at float64, o Outcome) {
+		r, err := lane.ReserveAt(sec(at), Request{PromptTokens: 100, MaxOutputTokens: 100})
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(sec(at), r).DoneAt(sec(at+0.4), o))
+	}
+	ok := Outcome{PromptTokens: 100, CompletionTokens: 100}
+	call(0, ok)
+	limit := time.Duration(lane.slots.Limit())
+	require.Equal(t, 400*time.Millisecond/limit, lane.pacer.Interval())
+	call(1, Outcome{PromptTokens: 100, CompletionTokens: 100, Latency: 900 * time.Millisecond})
+	limit = time.Duration(lane.slots.Limit())
+	require.Equal(t, 500*time.Millisecond/limit, lane.pacer.Interval(), "an average of the latencies: 400 ms + 0.2 x 500 ms")
+	r1, err := lane.ReserveAt(sec(2), Request{PromptTokens: 100, MaxOutputTokens: 100})
+	require.NoError(t, err)
+	r2, err := lane.ReserveAt(sec(2), Request{PromptTokens: 100, MaxOutputTokens: 100})
+	require.NoError(t, err)
+	require.Equal(t, sec(2), lane.PaceReservationAt(sec(2), &r1))
+	require.Equal(t, sec(2).Add(500*time.Millisecond/limit), lane.PaceReservationAt(sec(2), &r2))
+
+	call(3, Outcome{RateLimited: true})
+	require.Zero(t, lane.pacer.Interval(), "the learned bucket spaces the sends")
+
+	// An RPM from the headers paces at its interval.
+	lane, err = NewLane(LaneConfig{Strategy: StrategyAdaptive, Concurrency: 8, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	call(0, ok)
+	require.Positive(t, lane.pacer.Interval())
+	call(1, Outcome{PromptTokens: 100, CompletionTokens: 100, Headers: RateLimitHeaders{LimitRequests: 600, HasLimitRequests: true}})
+	require.Equal(t, 100*time.Millisecond, lane.pacer.Interval())
 }

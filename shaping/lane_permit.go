@@ -72,6 +72,9 @@ func (l *Lane) send(now time.Time, r *Reservation) Permit {
 	l.sentAll += float64(r.Tokens)
 	if l.learnsTPM() {
 		l.sampleTakenLocked(now)
+		if l.firstSent.IsZero() {
+			l.firstSent = now
+		}
 	}
 	l.conc.out++
 	rec.res, rec.inFlight, rec.out = *r, l.slots.InFlight(), l.conc.out
@@ -79,6 +82,13 @@ func (l *Lane) send(now time.Time, r *Reservation) Permit {
 	l.mu.Unlock()
 	l.admitted.Add(1)
 	return Permit{lane: l, rec: rec, gen: rec.gen.Load(), tokens: r.Tokens, sentAt: now}
+}
+
+// answeredLocked learns from an answer that was not refused, of a request
+// that used tokens, sent with inFlight slots held.
+func (l *Lane) answeredLocked(now time.Time, used int, inFlight int) {
+	l.growLocked(now, float64(used))
+	l.concurrencyAnsweredLocked(now, inFlight)
 }
 
 // claim spends p, reporting false when it was spent already.
@@ -186,8 +196,7 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 			l.refusedLocked(now, p.sentAt, float64(rec.res.Tokens), o.Headers)
 		}
 	} else {
-		l.growLocked(now, float64(actual))
-		l.concurrencyAnsweredLocked(now, rec.inFlight)
+		l.answeredLocked(now, actual, rec.inFlight)
 	}
 	l.calibrateLocked(now, p.sentAt, m, o.Headers, o.RateLimited)
 	if rec.res.canary {
@@ -204,6 +213,7 @@ func (p Permit) DoneAt(now time.Time, o Outcome) error {
 			InFlight: rec.inFlight, Dropped: o.RateLimited || o.Overloaded,
 		}))
 	}
+	l.spreadLocked(latency, !o.RateLimited)
 	l.mu.Unlock()
 	rec.recycle()
 	return nil

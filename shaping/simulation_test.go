@@ -215,6 +215,50 @@ func TestSimulationAdaptiveBlindHalving(t *testing.T) {
 	require.LessOrEqual(t, total, 11)
 }
 
+// blindBacklogJob is the job mix of llmq bench's learn section: one in five
+// a document of 2,512 prompt tokens and 500 of output, the others 25 and
+// 100; answers are exactly max_tokens long.
+func blindBacklogJob(rng *rand.Rand) *simJob {
+	if rng.IntN(5) == 0 {
+		return &simJob{prompt: 2512, maxOut: 500, out: 500}
+	}
+	return &simJob{prompt: 25, maxOut: 100, out: 100}
+}
+
+// TestSimulationAdaptiveBlindBacklog is llmq bench's learn section on a
+// provider without rate-limit headers, on one worker's lane: 200 jobs land
+// at once on an idle 600 RPM / 60k TPM provider whose minute bucket is
+// full, no quota configured. Over ten seeds, at most four 429s in each run
+// (2% of the calls) and 26 in all, and at least 85% of the physical limit
+// (docs/design/rate-limiting.md#testsimulationadaptiveblindbacklog).
+func TestSimulationAdaptiveBlindBacklog(t *testing.T) {
+	t.Parallel()
+	total := 0
+	for seed := uint64(1); seed <= 10; seed++ {
+		up := upstreamConfig{RPM: 600, TPM: 60000, Saturation: 32, TTFT: 100 * time.Millisecond,
+			PerToken: time.Millisecond, RetryAfterSeconds: true}
+		res, err := runSim(simConfig{
+			lane: LaneConfig{Name: "sim", Strategy: StrategyAdaptive}, up: up,
+			workers: 64, serial: true, backlog: 200, job: blindBacklogJob, duration: time.Hour, seed: seed,
+		})
+		require.NoError(t, err)
+		require.Equal(t, 200, res.completed)
+		call := res.up.latencies.Seconds() / float64(res.up.ok)
+		physical := (res.up.okTokens-60000)/1000 + call
+		makespan := res.end.Sub(res.start).Seconds()
+		var at []float64
+		for _, a := range res.up.limitedLog {
+			at = append(at, a.Sub(res.start).Seconds())
+		}
+		total += res.up.limited
+		t.Logf("seed %d: makespan %.1f s, physical limit %.1f s (%.2f); %d calls, 429s at %.2f s",
+			seed, makespan, physical, physical/makespan, res.up.ok+res.up.limited, at)
+		require.LessOrEqual(t, res.up.limited, 4, "seed %d", seed)
+		require.GreaterOrEqual(t, physical/makespan, 0.85, "seed %d", seed)
+	}
+	require.LessOrEqual(t, total, 26)
+}
+
 // backlogJob is the backlog of docs/design/rate-limiting.md ("Measured"):
 // one job in five a document of about 3,000 tokens (prompt and max output),
 // the others short questions.

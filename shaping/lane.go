@@ -66,10 +66,9 @@ type Lane struct {
 	paceAll bool
 	// trying: the lane tries a provider of unknown kind with a staged
 	// burst, trials for requests and tokens (lane_trial.go); canaryOut: a
-	// request past them is in flight; canaryPassed: a send past them went
-	// paced rather than be a large canary.
-	trying, canaryOut, canaryPassed bool
-	trials                          [2]trial
+	// request past them is in flight.
+	trying, canaryOut bool
+	trials            [2]trial
 	// learned: the TPM bucket was learned from 429s (lane_adaptive.go);
 	// refusedAt is the reference of the next measure (a 429), refusedTaken
 	// the tokens the provider had taken then and refusedTok1 those of the

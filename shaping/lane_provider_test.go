@@ -72,25 +72,19 @@ func TestLaneColdStartProbe(t *testing.T) {
 	require.Equal(t, sec(1), lane.ReadyAt(&r2), "r2 is ready at once")
 	require.Equal(t, ProviderUnknown, lane.SnapshotAt(sec(1)).Provider, "8000 admitted: a short bucket could hold it")
 
-	// Unknown kind: a send the trials (lane_trial.go) do not hold is paced
-	// (r3's 5,024 tokens are more than the tokens' trial, 5 s of refill,
-	// holds past r2), and larger than the quota's mean request (100
-	// tokens) it is no canary; the next send past the trials is, whatever
-	// its size, and goes now; the next is paced after the canary's pacing
-	// slot.
+	// Unknown kind: the first send the trials (lane_trial.go) do not hold
+	// is the canary and goes now (r3's 5,024 tokens are more than the
+	// tokens' trial, 5 s of refill, holds past r2); the next is paced after
+	// the canary's pacing slot.
 	require.Equal(t, sec(1), lane.PaceReservationAt(sec(1), &r2))
 	r3, err := lane.ReserveAt(sec(1), Request{PromptTokens: 4000})
 	require.NoError(t, err)
-	require.Equal(t, sec(1.1), lane.PaceReservationAt(sec(1), &r3))
-	require.False(t, r3.canary)
+	require.Equal(t, sec(1), lane.PaceReservationAt(sec(1), &r3))
+	require.True(t, r3.canary)
 	r3b, err := lane.ReserveAt(sec(1), Request{PromptTokens: 1})
 	require.NoError(t, err)
-	require.Equal(t, sec(1), lane.PaceReservationAt(sec(1), &r3b))
-	require.True(t, r3b.canary)
-	r3c, err := lane.ReserveAt(sec(1), Request{PromptTokens: 1})
-	require.NoError(t, err)
-	require.Equal(t, sec(1.3), lane.PaceReservationAt(sec(1), &r3c))
-	lane.CancelAt(sec(1), &r3c)
+	require.Equal(t, sec(1.2), lane.PaceReservationAt(sec(1), &r3b))
+	lane.CancelAt(sec(1), &r3b)
 
 	// An answer showing 12,000 admitted (more than 2 x 5 s of refill): a
 	// minute bucket. Bursts go at once, until a bucket is near empty.

@@ -71,10 +71,6 @@ func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, cana
 	}
 	costs := [2]float64{1, tokens}
 	var fits [2]bool
-	small := true
-	if l.rpm != nil && l.tpm != nil {
-		small = tokens <= l.tpmQ.limit/l.rpmQ.limit
-	}
 	for i, q := range l.views() {
 		fits[i] = true
 		if q.b == nil {
@@ -88,16 +84,9 @@ func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, cana
 	switch {
 	case fits[0] && fits[1]:
 		return low, false
-	case waits || l.canaryOut:
-	case small || l.canaryPassed:
-		l.canaryOut, l.canaryPassed = true, false
+	case !waits && !l.canaryOut:
+		l.canaryOut = true
 		return low, true
-	default:
-		// Larger than the quota's mean request (its tokens per minute
-		// over its requests per minute), it would answer late and hold
-		// the next stage back as long: the next send past the trials is
-		// the canary, whatever its size.
-		l.canaryPassed = true
 	}
 	return true, false
 }

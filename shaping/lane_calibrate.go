@@ -119,10 +119,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		l.learned = false // a quota from the headers replaces one learned from 429s
 	}
 	if first {
-		// After the limits: an adaptive lane's headers create its
-		// buckets, and a trial started before had none to size by (held
-		// nothing: every send a canary, one at a time).
-		l.startTrialLocked(now, m)
+		l.startTrialLocked(now, m) // sized by the limits just set
 	}
 	if l.ctrl != nil {
 		l.guideLocked()

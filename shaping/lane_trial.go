@@ -31,11 +31,13 @@ func (t *trial) refill(now time.Time, rate float64) {
 
 // startTrialLocked starts the staged burst at the first answer with
 // headers of a lane that started by probe on the whole quota (a static
-// lane paces every send; replicas learn the kind through the ledger): the
-// trials hold ShortBucket of refill each, requests and tokens (a short
-// bucket holds as many seconds of both; a tokens' trial of a second cost
-// a mix of long jobs one canary round trip more), less what the lane
-// reserved that the answer had not seen (since the send marked m).
+// lane paces every send; replicas learn the kind through the ledger),
+// once the headers set the limits (an adaptive lane's create its buckets;
+// trials sized before held nothing): the trials hold ShortBucket of refill
+// each, requests and tokens (a short bucket holds as many seconds of both;
+// a tokens' trial of a second cost a mix of long jobs one canary round
+// trip more), less what the lane reserved that the answer had not seen
+// (since the send marked m).
 func (l *Lane) startTrialLocked(now time.Time, m marks) {
 	if l.cfg.ColdStart != ColdStartProbe || l.kind != ProviderUnknown || l.share < 1 {
 		return

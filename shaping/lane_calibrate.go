@@ -101,7 +101,6 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 			l.kind = ProviderUnknown
 		}
 		l.endProbeLocked(now)
-		l.startTrialLocked(now, m)
 	}
 	learn := l.cfg.Strategy == StrategyAdaptive
 	if at.Before(l.limitsAt) {
@@ -118,6 +117,9 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 	if limit, stated, ok := headerLimit(h.HasLimitTokens, h.LimitTokens, h.HasRemainingTokens, h.RemainingTokens, h.ResetTokens, l.tpm, &l.tpmQ); ok && l.cfg.Strategy != StrategyRPM {
 		l.tpm = l.learnLocked(now, l.tpm, &l.tpmQ, "tpm", limit, stated, learn)
 		l.learned = false // a quota from the headers replaces one learned from 429s
+	}
+	if first {
+		l.startTrialLocked(now, m) // sized by the limits just set
 	}
 	if l.ctrl != nil {
 		l.guideLocked()

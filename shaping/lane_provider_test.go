@@ -73,11 +73,11 @@ func TestLaneColdStartProbe(t *testing.T) {
 	require.Equal(t, ProviderUnknown, lane.SnapshotAt(sec(1)).Provider, "8000 admitted: a short bucket could hold it")
 
 	// Unknown kind: the first send the trials (lane_trial.go) do not hold
-	// is the canary and goes now (r3's 1,124 tokens are more than the
-	// tokens' second of refill); the next is paced after the canary's
-	// pacing slot.
+	// is the canary and goes now (r3's 5,024 tokens are more than the
+	// tokens' trial, 5 s of refill, holds past r2); the next is paced after
+	// the canary's pacing slot.
 	require.Equal(t, sec(1), lane.PaceReservationAt(sec(1), &r2))
-	r3, err := lane.ReserveAt(sec(1), Request{PromptTokens: 100})
+	r3, err := lane.ReserveAt(sec(1), Request{PromptTokens: 4000})
 	require.NoError(t, err)
 	require.Equal(t, sec(1), lane.PaceReservationAt(sec(1), &r3))
 	require.True(t, r3.canary)

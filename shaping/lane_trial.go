@@ -7,8 +7,8 @@ import (
 
 // The staged burst of a provider whose kind is not known yet
 // (docs/design/rate-limiting.md, "Pacing inside the slot"): the lane sends
-// unpaced what a short bucket would surely hold (ShortBucket of requests
-// and a second of tokens: the trials), then one canary past them while the
+// unpaced what a short bucket would surely hold (ShortBucket of refill of
+// requests and of tokens: the trials), then one canary past them while the
 // rest is paced. A short-bucket provider refuses the canary (one 429: the
 // lane learns it is short); one that admits it doubles the trials it went
 // past, and past twice ShortBucket of refill the lane spends what its
@@ -19,8 +19,6 @@ import (
 type trial struct {
 	capacity, level float64
 	at              time.Time
-	// over: the canary out went past this trial.
-	over bool
 }
 
 // refill brings the trial to now at rate per second.
@@ -33,9 +31,13 @@ func (t *trial) refill(now time.Time, rate float64) {
 
 // startTrialLocked starts the staged burst at the first answer with
 // headers of a lane that started by probe on the whole quota (a static
-// lane paces every send; replicas learn the kind through the ledger): the
-// trials hold ShortBucket of requests and a second of tokens, less what the
-// lane reserved that the answer had not seen (since the send marked m).
+// lane paces every send; replicas learn the kind through the ledger),
+// once the headers set the limits (an adaptive lane's create its buckets;
+// trials sized before held nothing): the trials hold ShortBucket of refill
+// each, requests and tokens (a short bucket holds as many seconds of both;
+// a tokens' trial of a second cost a mix of long jobs one canary round
+// trip more), less what the lane reserved that the answer had not seen
+// (since the send marked m).
 func (l *Lane) startTrialLocked(now time.Time, m marks) {
 	if l.cfg.ColdStart != ColdStartProbe || l.kind != ProviderUnknown || l.share < 1 {
 		return
@@ -47,9 +49,6 @@ func (l *Lane) startTrialLocked(now time.Time, m marks) {
 			continue
 		}
 		c := l.probeBurst(q.v.limit)
-		if i == 1 {
-			c = floorBurst(q.v.limit)
-		}
 		l.trials[i] = trial{capacity: c, level: max(0, c-unseen[i]), at: now}
 	}
 }
@@ -89,19 +88,19 @@ func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, cana
 		return low, false
 	case !waits && !l.canaryOut:
 		l.canaryOut = true
-		for i := range l.trials {
-			l.trials[i].over = !fits[i]
-		}
 		return low, true
 	}
 	return true, false
 }
 
 // canaryDoneLocked ends the canary's flight: admitted (an answer with
-// headers, not refused) while the lane still tries the provider, the
-// trials it went past double, and once one holds more than twice
-// ShortBucket of refill the provider is known to enforce per minute. A
-// refused canary is refusedLocked's to learn from.
+// headers, not refused) while the lane still tries the provider, both
+// trials double, whichever it went past: a short bucket holds as many
+// seconds of requests as of tokens, and a trial left behind would need a
+// canary round trip of its own (the requests' after the tokens' took llmq
+// demo's mix one more). Once they hold more than twice ShortBucket of
+// refill the provider is known to enforce per minute. A refused canary is
+// refusedLocked's to learn from.
 func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	l.canaryOut = false
 	if !admitted || !l.trying {
@@ -110,18 +109,12 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	minute := l.rpm == nil
 	for i, q := range l.views() {
 		t := &l.trials[i]
-		if q.b == nil || !t.over {
+		if q.b == nil {
 			continue
 		}
 		t.refill(now, l.trialRate(i))
-		// The tokens' trial starts at a second: admitted past it, it
-		// holds what a short bucket does, then doubles as the requests'.
-		c := 2 * t.capacity
-		if short := l.probeBurst(q.v.limit); t.capacity < short {
-			c = short
-		}
-		t.level += c - t.capacity
-		t.capacity = c
+		t.level += t.capacity
+		t.capacity *= 2
 		minute = minute || t.capacity > l.shortMax(q.v.limit)
 	}
 	if minute {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/llmq/llmq"
 )
@@ -97,18 +98,60 @@ func (s *Queue) ClaimWithin(ctx context.Context, r ClaimRequest) (recs []*JobRec
 	sql, args := newClaimPlan(r, s.order.tenants().HasBudgets()).statement(r,
 		claimValues{now: now, urgentBefore: now.Add(s.order.DeadlineLead), tenants: tenants, weights: ws})
 	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, false, fmt.Errorf("store: claim %q: %w", r.Model, err)
+	if err == nil {
+		recs, err = pgx.CollectRows(rows, scanJob)
 	}
-	recs, err = pgx.CollectRows(rows, scanJob)
 	if err != nil {
-		return nil, false, fmt.Errorf("store: claim %q: %w", r.Model, err)
+		err = fmt.Errorf("store: claim %q: %w", r.Model, err)
+		if !maybeWritten(err) {
+			return nil, false, err
+		}
+		return nil, false, &UnansweredClaimError{Owner: r.Owner, At: now, Until: now.Add(r.Lease), Err: err}
 	}
 	// The job the room left comes last, as it is: queued.
 	if n := len(recs); n > 0 && recs[n-1].Status == llmq.StatusQueued {
 		return recs[:n-1], true, nil
 	}
 	return recs, false, nil
+}
+
+// An UnansweredClaimError is a claim sent whose answer did not come back
+// (the connection broke, the deadline passed): the statement may have been
+// written all the same, its jobs then running under Owner's lease with no
+// worker holding them, until the lease ends and the reaper hands them back.
+// [Queue.ReleaseClaim] hands them back at once.
+type UnansweredClaimError struct {
+	Owner string
+	// At is the claim's time, the updated_at of the rows it wrote; Until
+	// their lease's end.
+	At, Until time.Time
+	Err       error
+}
+
+func (e *UnansweredClaimError) Error() string { return e.Err.Error() + " (its answer was lost)" }
+
+func (e *UnansweredClaimError) Unwrap() error { return e.Err }
+
+// maybeWritten reports whether a statement that failed with err may have
+// been written: not when it was never sent (no connection, or pgx says so)
+// or when Postgres answered with an error (its transaction rolled back).
+func maybeWritten(err error) bool {
+	_, refused := errors.AsType[*pgconn.PgError](err)
+	_, unconnected := errors.AsType[*pgconn.ConnectError](err)
+	return !refused && !unconnected && !pgconn.SafeToRetry(err)
+}
+
+// ReleaseClaim hands back (→ queued) the jobs the unanswered claim u took,
+// if it was written: the rows of u's owner still as the claim left them
+// (its time, its lease's end, waiting for quota); a row changed since is
+// not u's alone any more and is left as it is. The claim's worker never
+// held them, so none was called. It returns the jobs handed back (none
+// when the claim was not written).
+func (s *Queue) ReleaseClaim(ctx context.Context, u *UnansweredClaimError) ([]Key, error) {
+	return s.keys(ctx, "release an unanswered claim", `UPDATE jobs SET status = `+tRelease.to+`, lease_owner = '',
+		lease_expires_at = NULL, phase = '', updated_at = $4
+		WHERE status `+tRelease.in+` AND lease_expires_at = $3 AND lease_owner = $1 AND updated_at = $2
+			AND phase = '`+PhaseWaitingForQuota+`' RETURNING tenant, id`, u.Owner, u.At, u.Until, s.clock())
 }
 
 // Heartbeat renews, until now + lease, the leases held of owner's jobs,

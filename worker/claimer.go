@@ -19,6 +19,7 @@ import (
 type claimStore interface {
 	QueuedModels(ctx context.Context) ([]string, error)
 	ClaimWithin(ctx context.Context, r store.ClaimRequest) ([]*store.JobRecord, bool, error)
+	ReleaseClaim(ctx context.Context, u *store.UnansweredClaimError) ([]store.Key, error)
 	Release(ctx context.Context, l store.Lease) error
 	SetModelState(ctx context.Context, st store.ModelState) error
 	SetScopeStates(ctx context.Context, worker string, held, freed []store.ScopeRef) error
@@ -124,7 +125,17 @@ type claimer struct {
 	// announced).
 	reread  atomic.Bool
 	running sync.WaitGroup
+	// unanswered are the claims whose answer was lost, their jobs to hand
+	// back once the database answers (the loop's alone; at most
+	// unansweredKept, the oldest dropped: the reaper has them when their
+	// lease ends).
+	unanswered []*store.UnansweredClaimError
 }
+
+// unansweredKept is the most unanswered claims a claimer keeps to hand
+// back: an outage fails most claims before they are sent, and those wrote
+// nothing.
+const unansweredKept = 64
 
 func newClaimer(cfg claimerConfig) (*claimer, error) {
 	cfg = cfg.withDefaults()

@@ -29,6 +29,9 @@ func (s *memClaims) ClaimWithin(_ context.Context, r store.ClaimRequest) ([]*sto
 	s.queued[r.Model] = s.queued[r.Model][len(recs):]
 	return recs, false, nil
 }
+func (s *memClaims) ReleaseClaim(context.Context, *store.UnansweredClaimError) ([]store.Key, error) {
+	return nil, nil
+}
 func (s *memClaims) Release(context.Context, store.Lease) error { return nil }
 func (s *memClaims) SetModelState(_ context.Context, st store.ModelState) error {
 	s.states = append(s.states, st)

@@ -82,6 +82,9 @@ type JobStore interface {
 	// ClaimWithin takes queued jobs of one model (→ running) in claim
 	// order, and reports whether r.TokenRoom left one queued.
 	ClaimWithin(ctx context.Context, r store.ClaimRequest) ([]*store.JobRecord, bool, error)
+	// ReleaseClaim hands back (→ queued) the jobs a claim whose answer
+	// was lost took, if it was written.
+	ReleaseClaim(ctx context.Context, u *store.UnansweredClaimError) ([]store.Key, error)
 	// Heartbeat renews the leases held of owner's jobs and returns those
 	// it renewed.
 	Heartbeat(ctx context.Context, owner string, lease time.Duration, held []store.Lease) ([]store.Lease, error)

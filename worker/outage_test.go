@@ -87,6 +87,47 @@ func TestWorkerPostgresOutage(t *testing.T) {
 	require.Equal(t, n, tb.count(t, `attempts BETWEEN 1 AND 2`))
 }
 
+// losesAClaim is a job store whose first claim that takes jobs is written
+// and then answered with a broken connection, as when the connection
+// breaks while a claim's answer comes back.
+type losesAClaim struct {
+	worker.JobStore
+	lost atomic.Int32 // the jobs that claim took
+}
+
+func (s *losesAClaim) ClaimWithin(ctx context.Context, r store.ClaimRequest) ([]*store.JobRecord, bool, error) {
+	recs, left, err := s.JobStore.ClaimWithin(ctx, r)
+	if err != nil || len(recs) == 0 || !s.lost.CompareAndSwap(0, int32(len(recs))) {
+		return recs, left, err
+	}
+	return nil, false, &store.UnansweredClaimError{Owner: r.Owner, At: recs[0].UpdatedAt.UTC(), Until: recs[0].LeaseExpiresAt.UTC(),
+		Err: errors.New("read tcp: connection reset by peer")}
+}
+
+// TestWorkerHandsBackAnUnansweredClaim: the jobs of a claim whose answer
+// was lost go back to the queue with the worker's next claim, not when
+// their lease ends (ten minutes here), and each is called once.
+func TestWorkerHandsBackAnUnansweredClaim(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 43, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	st := &losesAClaim{JobStore: tb.store.Queue()}
+	tb.start(t, func(c *worker.Config) { c.Store, c.Lease = st, 10*time.Minute })
+	const n = 20
+	ids := make([]string, n)
+	values := make([][]byte, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("lost-%02d", i)
+		values[i] = jobJSON(ids[i], "m", "")
+	}
+	tb.publish(t, values...)
+	recs := tb.waitTerminal(t, ids, time.Minute)
+	require.Positive(t, st.lost.Load())
+	for _, id := range ids {
+		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, id)
+	}
+	require.EqualValues(t, n, tb.sim.Sim.Stats().Total.Accepted, "one call per job")
+}
+
 // TestWorkerRabbitMQOutage cuts the worker's RabbitMQ connection for 10 s
 // mid-run: everything finishes, once, and nothing is left in the queue.
 func TestWorkerRabbitMQOutage(t *testing.T) {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"time"
@@ -44,6 +45,7 @@ func (c *claimer) scheduleLoop(ctx context.Context) {
 	s := &scheduler{models: map[string]bool{}, heldSince: map[string]time.Time{}, notes: map[string]modelNote{}, scopeNotes: map[store.ScopeRef]time.Time{}}
 	for {
 		s.wake = c.takeWake()
+		c.releaseUnanswered(ctx)
 		c.scheduleRound(ctx, s)
 		select {
 		case <-ctx.Done():
@@ -301,6 +303,12 @@ func (c *claimer) claim(ctx context.Context, wake claimWake, heldSince time.Time
 	recs, left, err := c.cfg.Store.ClaimWithin(cctx, r)
 	at.got = c.cfg.Clock.Now()
 	if err != nil {
+		if u, ok := errors.AsType[*store.UnansweredClaimError](err); ok {
+			if len(c.unanswered) == unansweredKept {
+				c.unanswered = c.unanswered[1:]
+			}
+			c.unanswered = append(c.unanswered, u)
+		}
 		if ctx.Err() == nil {
 			c.cfg.Log.Debug("claim", slog.String("model", r.Model), slog.Any("error", err))
 		}
@@ -322,6 +330,30 @@ func (c *claimer) claim(ctx context.Context, wake claimWake, heldSince time.Time
 		c.cfg.Start(rec, at)
 	}
 	return len(recs), left, nil
+}
+
+// releaseUnanswered hands back the jobs of the claims whose answer was
+// lost, if they were written: without it they would wait out their lease
+// (a connection that broke as a claim's answer came back left them
+// running, held by nobody, for Config.Lease). It runs in the schedule
+// loop, between rounds: no claim of this worker is in flight, so none of
+// the jobs handed back is one it holds. The round that follows reads the
+// queued models again.
+func (c *claimer) releaseUnanswered(ctx context.Context) {
+	kept := c.unanswered[:0]
+	for _, u := range c.unanswered {
+		keys, err := c.cfg.Store.ReleaseClaim(ctx, u)
+		if err != nil {
+			kept = append(kept, u)
+			continue
+		}
+		if len(keys) > 0 {
+			c.cfg.Log.Info("jobs of a claim whose answer was lost handed back", slog.Int("jobs", len(keys)))
+			c.reread.Store(true)
+		}
+	}
+	clear(c.unanswered[len(kept):])
+	c.unanswered = kept
 }
 
 // note records why model's queued jobs wait, when it changed or, while

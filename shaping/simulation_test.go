@@ -170,15 +170,20 @@ func TestSimulationAdaptiveUnknownQuota(t *testing.T) {
 	}
 }
 
-// halvingJob is the job mix of llmq bench: one in five a document of
-// 1,512 prompt tokens and 500 of output, the others 20 and 100; answers
-// are exactly max_tokens long.
-func halvingJob(rng *rand.Rand) *simJob {
-	if rng.IntN(5) == 0 {
-		return &simJob{prompt: 1512, maxOut: 500, out: 500}
+// benchMix is a job mix of llmq bench: one in five a document of
+// docPrompt prompt tokens and 500 of output, the others questions of
+// questionPrompt and 100; answers are exactly max_tokens long.
+func benchMix(docPrompt, questionPrompt int) func(*rand.Rand) *simJob {
+	return func(rng *rand.Rand) *simJob {
+		if rng.IntN(5) == 0 {
+			return &simJob{prompt: docPrompt, maxOut: 500, out: 500}
+		}
+		return &simJob{prompt: questionPrompt, maxOut: 100, out: 100}
 	}
-	return &simJob{prompt: 20, maxOut: 100, out: 100}
 }
+
+// halvingJob is the mix of llmq bench's halving scenario.
+var halvingJob = benchMix(1512, 20)
 
 // TestSimulationAdaptiveBlindHalving is llmq bench's adaptive scenario
 // without rate-limit headers: 600 RPM / 60k TPM halved at 35 s. Over five
@@ -215,15 +220,8 @@ func TestSimulationAdaptiveBlindHalving(t *testing.T) {
 	require.LessOrEqual(t, total, 11)
 }
 
-// blindBacklogJob is the job mix of llmq bench's learn section: one in five
-// a document of 2,512 prompt tokens and 500 of output, the others 25 and
-// 100; answers are exactly max_tokens long.
-func blindBacklogJob(rng *rand.Rand) *simJob {
-	if rng.IntN(5) == 0 {
-		return &simJob{prompt: 2512, maxOut: 500, out: 500}
-	}
-	return &simJob{prompt: 25, maxOut: 100, out: 100}
-}
+// blindBacklogJob is the mix of llmq bench's learn section.
+var blindBacklogJob = benchMix(2512, 25)
 
 // TestSimulationAdaptiveBlindBacklog is llmq bench's learn section on a
 // provider without rate-limit headers, on one worker's lane: 200 jobs land

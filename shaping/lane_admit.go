@@ -2,6 +2,7 @@ package shaping
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -14,7 +15,7 @@ import (
 // When nothing waits it takes the lane's lock twice and allocates nothing.
 func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 	deadline, _ := ctx.Deadline()
-	return l.admit(ctx, req, deadline)
+	return l.admit(ctx, req, deadline, time.Time{})
 }
 
 // AdmitBy is Admit for a request that has somewhere else to go (a fallback
@@ -22,16 +23,21 @@ func (l *Lane) Admit(ctx context.Context, req Request) (Permit, error) {
 // the buckets or a 429 pause would hold the request past by, or past ctx's
 // deadline when that comes first. The wait for a concurrency slot and for
 // the pacing inside it is bounded by ctx only: it is the lane's own calls
-// finishing, not its quota running out.
+// finishing, not its quota running out; unless the lane's slots are capped
+// by the provider's calls at a time, learned from its refusals (other
+// clients on the key hold them): that is the quota running out, and the
+// slot is waited for until by too (acquireSlot).
 func (l *Lane) AdmitBy(ctx context.Context, req Request, by time.Time) (Permit, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok || by.Before(deadline) {
 		deadline = by
 	}
-	return l.admit(ctx, req, deadline)
+	return l.admit(ctx, req, deadline, by)
 }
 
-func (l *Lane) admit(ctx context.Context, req Request, deadline time.Time) (Permit, error) {
+// admit is Admit with deadline, and by (zero: none) the bound of a wait for
+// a slot capped by the provider's calls at a time.
+func (l *Lane) admit(ctx context.Context, req Request, deadline, by time.Time) (Permit, error) {
 	var r Reservation
 	now, err := l.reserveAdmit(ctx, req, deadline, &r)
 	if err != nil {
@@ -45,7 +51,7 @@ func (l *Lane) admit(ctx context.Context, req Request, deadline time.Time) (Perm
 			return l.abandon(&r, err)
 		}
 	}
-	if now, err = l.slotAndPace(ctx, deadline, &r, waited); err != nil {
+	if now, err = l.slotAndPace(ctx, deadline, by, &r, waited); err != nil {
 		return l.abandon(&r, err)
 	}
 	return l.send(now, &r), nil
@@ -99,8 +105,9 @@ func (l *Lane) waitBuckets(ctx context.Context, deadline time.Time, r *Reservati
 // slotAndPace waits out a lane pause (when the reservation waited), takes a
 // concurrency slot and waits for r's pacing inside it, giving the slot back
 // to wait out a pause that begins meanwhile. It returns the time to send;
-// on an error it holds no slot and no pacer booking.
-func (l *Lane) slotAndPace(ctx context.Context, deadline time.Time, r *Reservation, waited bool) (time.Time, error) {
+// on an error it holds no slot and no pacer booking. by bounds the wait
+// for a slot as acquireSlot says.
+func (l *Lane) slotAndPace(ctx context.Context, deadline, by time.Time, r *Reservation, waited bool) (time.Time, error) {
 	for {
 		if waited {
 			if until := l.PausedUntil(); until.After(l.clock.Now()) {
@@ -114,7 +121,7 @@ func (l *Lane) slotAndPace(ctx context.Context, deadline time.Time, r *Reservati
 			}
 		}
 		waited = true
-		if err := l.slots.Acquire(ctx); err != nil {
+		if err := l.acquireSlot(ctx, by); err != nil {
 			return time.Time{}, err
 		}
 		now := l.clock.Now()
@@ -174,4 +181,54 @@ func (l *Lane) waitShare(ctx context.Context, deadline time.Time, wake <-chan st
 func (l *Lane) abandon(r *Reservation, err error) (Permit, error) {
 	l.CancelAt(l.clock.Now(), r)
 	return Permit{}, err
+}
+
+// errSlotBy ends acquireSlot's wait at its bound.
+var errSlotBy = errors.New("shaping: no slot by the bound")
+
+// acquireSlot takes a concurrency slot, waiting in arrival order. A lane
+// whose slots are capped by the provider's calls at a time, learned from
+// its refusals, waits at most until by (when not zero) and then fails with
+// a *WaitError whose Deadline is by: the provider's quota holds the
+// request, as a 429 pause would, and a request with somewhere else to go
+// (AdmitBy) goes there rather than wait for calls other clients hold.
+// Otherwise it waits until ctx ends.
+func (l *Lane) acquireSlot(ctx context.Context, by time.Time) error {
+	if by.IsZero() || !l.providerCapsSlots() {
+		return l.slots.Acquire(ctx)
+	}
+	if l.slots.TryAcquire() {
+		return nil
+	}
+	now := l.clock.Now()
+	if !by.After(now) {
+		return &WaitError{Deadline: by}
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t := l.clock.AfterFunc(by.Sub(now), func() { cancel(errSlotBy) })
+	defer t.Stop()
+	if err := l.slots.Acquire(sctx); err != nil {
+		if errors.Is(err, errSlotBy) {
+			return &WaitError{Wait: by.Sub(now), Deadline: by}
+		}
+		return err
+	}
+	return nil
+}
+
+// providerCapsSlots reports whether the lane's slots are capped by the
+// provider's calls at a time, learned from a refusal (not in a slow start).
+func (l *Lane) providerCapsSlots() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conc.limit > 0 && !l.conc.slow
+}
+
+// ProviderHoldsSlots reports whether every slot of the lane is taken while
+// they are capped by the provider's calls at a time, learned from its
+// refusals: a request with somewhere else to go would wait for calls
+// other clients hold (AdmitBy), as it would for a 429 pause.
+func (l *Lane) ProviderHoldsSlots() bool {
+	return l.providerCapsSlots() && l.slots.InFlight() >= l.slots.Limit()
 }

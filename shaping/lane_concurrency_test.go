@@ -1,6 +1,7 @@
 package shaping
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -144,5 +145,62 @@ func TestConcurrencyMessage(t *testing.T) {
 		"Rate limit reached for gpt-4o-mini in organization org-x on tokens per min (TPM): Limit 200000, Used 195869, Requested 4412.": false,
 	} {
 		require.Equal(t, want, ConcurrencyMessage(msg), msg)
+	}
+}
+
+// TestAdmitByWaitsForAProviderSlotUntilBy: on a lane whose slots the
+// provider's calls at a time cap (learned from its refusals), a request
+// with somewhere else to go (AdmitBy) waits for a slot until by, then gets
+// a *WaitError whose Deadline is by: other clients hold the provider's
+// calls, as a pause would hold them. On a lane whose own calls take its
+// configured slots, it waits for one past by: they will finish.
+func TestAdmitByWaitsForAProviderSlotUntilBy(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	for _, learned := range []bool{true, false} {
+		clock := clockwork.NewFakeClockAt(t0)
+		l, err := NewLane(LaneConfig{Name: "c", Strategy: StrategyShape, RPM: 600, TPM: 1e6, Concurrency: 2,
+			ColdStart: ColdStartStatic, WarmUp: -1, Start: StartFull, MinInterval: -1, Clock: clock})
+		require.NoError(t, err)
+		ps := sendN(t, l, t0, 2)
+		if learned {
+			// The provider refused the second: the lane holds one slot.
+			require.NoError(t, ps[1].DoneAt(t0, Outcome{RateLimited: true, Headers: busyHeaders(true)}))
+			require.Equal(t, 1, l.Snapshot().ConcurrencyLimit)
+		}
+		require.Equal(t, learned, l.ProviderHoldsSlots(), "learned %v", learned)
+		ctx, cancel := context.WithCancel(context.Background())
+		by := t0.Add(2 * time.Second)
+		done := make(chan error, 1)
+		go func() {
+			_, err := l.AdmitBy(ctx, Request{PromptTokens: 10, MaxOutputTokens: 10}, by)
+			done <- err
+		}()
+		require.Eventually(t, func() bool { return l.slots.Waiting() == 1 }, 10*time.Second, time.Millisecond)
+		if learned {
+			bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			require.NoError(t, clock.BlockUntilContext(bctx, 1), "no timer bounds the wait for the slot")
+			bcancel()
+		}
+		clock.Advance(3 * time.Second)
+		if learned {
+			var we *WaitError
+			select {
+			case err := <-done:
+				require.ErrorAs(t, err, &we)
+				require.Equal(t, by, we.Deadline)
+			case <-time.After(10 * time.Second):
+				t.Fatal("AdmitBy waited past by for a slot the provider holds")
+			}
+		} else {
+			cancel()
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, context.Canceled, "waited for its own calls past by")
+			case <-time.After(10 * time.Second):
+				t.Fatal("AdmitBy did not end with its context")
+			}
+		}
+		cancel()
 	}
 }

@@ -224,7 +224,11 @@ func (c *claimer) laneRoomOf(model string, lanes []*lane, now time.Time, typical
 		n := int(l.pending.Load())
 		lr.pending += n
 		lr.want += l.shaper.HeadroomAt(now, c.cfg.ClaimHorizon, typical) - n
-		lr.paused = lr.paused && l.shaper.PausedUntil().Sub(now) > c.cfg.FallbackMaxWait
+		// Held as by a pause: a 429 pause longer than a job with a
+		// fallback waits, or every slot taken while the provider's calls
+		// at a time cap them (other clients hold them; AdmitBy sends such
+		// a job on after FallbackMaxWait).
+		lr.paused = lr.paused && (l.shaper.PausedUntil().Sub(now) > c.cfg.FallbackMaxWait || l.shaper.ProviderHoldsSlots())
 		lr.spent = lr.spent && l.shaper.HeldAt(now, c.cfg.FallbackMaxWait, typical)
 		lr.unshared = lr.unshared && l.shaper.Share() == 0
 		r, b := l.shaper.TokenRoomAt(now)

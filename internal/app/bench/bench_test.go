@@ -109,6 +109,7 @@ func TestConfigValidate(t *testing.T) {
 // TestRunScaledDown runs the strategy comparison and the fallback
 // experiment at a tenth of their durations and checks the report.
 func TestRunScaledDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the pipeline for about 20 s")
 	}
@@ -157,6 +158,7 @@ func TestRunScaledDown(t *testing.T) {
 // agent: every call through llmq succeeds, with the deadline announced and
 // as a plain SDK, and the report has its section.
 func TestRunGatewayScaledDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the API, the worker and two simulators for about 15 s")
 	}
@@ -195,6 +197,7 @@ func TestRunGatewayScaledDown(t *testing.T) {
 // worker: every one succeeds after exactly one upstream call, and the
 // report has its section.
 func TestRunThroughputScaledDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the API, the worker and a simulator for 1,000 jobs")
 	}
@@ -219,6 +222,7 @@ func TestRunThroughputScaledDown(t *testing.T) {
 // 1,000) and reads every endpoint at each, with one caller and with
 // several: every answer is 200, and the report has its section.
 func TestRunMillionScaledDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the API, a worker and a simulator over a backlog")
 	}
@@ -246,6 +250,7 @@ func TestRunMillionScaledDown(t *testing.T) {
 // jobs each (the scenario's 1, 3 and 6 take a minute): every size has its row, with Postgres's transactions
 // counted idle and loaded, and the report has its section.
 func TestRunFleetScaledDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs an API, up to six workers and a simulator")
 	}
@@ -275,6 +280,7 @@ func TestRunFleetScaledDown(t *testing.T) {
 // jobs its second of arrivals recorded and every called one split in
 // stages, and the report's tables.
 func TestRunEnqueueScaledDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the worker on three brokers for about 5 s")
 	}

@@ -145,3 +145,29 @@ func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, tryin
 	}
 	return n, true
 }
+
+// CanaryAt reports whether a request like req, admitted at now, would go
+// as the staged burst's canary: the lane tries the provider, no canary
+// flies, and a trial, refilled to now, cannot hold req. It reserves
+// nothing: a scheduler with requests of several sizes asks it to send a
+// quick one as the canary, whose answer releases the next stage sooner
+// (docs/design/rate-limiting.md#pacing-inside-the-slot).
+func (l *Lane) CanaryAt(now time.Time, req Request) bool {
+	costs := [2]float64{1, float64(l.tokensFor(req))}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.trying || l.canaryOut {
+		return false
+	}
+	for i, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		t := l.trials[i]
+		t.refill(now, l.trialRate(i))
+		if t.level < costs[i] {
+			return true
+		}
+	}
+	return false
+}

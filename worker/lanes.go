@@ -47,8 +47,12 @@ type lane struct {
 	health health
 	// unshared is when the dispatcher first found the lane on share 0
 	// (another replica holds the whole quota), zero while it has a share;
-	// only the lane's dispatch goroutine reads and writes it.
-	unshared time.Time
+	// quickBy is how long the dispatcher holds a long job the staged
+	// burst would send as its canary, for a quick one (zero: it holds
+	// none). Only the lane's dispatch goroutine reads and writes them.
+	unshared, quickBy time.Time
+	// wantQuick asks the claimer for a quick job to send as the canary.
+	wantQuick atomic.Bool
 }
 
 // typicalWeight is the weight of the newest request in the lane's mean.
@@ -226,7 +230,12 @@ func (ls *laneSet) dispatch(l *lane) {
 	for {
 		// A ticket whose tenant or project is spent stays in the queue:
 		// the next ticket its scopes admit goes first.
-		t, err := l.sched.PopReady(ls.workCtx, ls.cfg.Scopes.scopeReady, ls.cfg.Scopes.changed)
+		t, err := l.sched.PopReady(ls.workCtx, func(t *ticket) (bool, time.Time) {
+			if ok, at := ls.canaryReady(l, t); !ok {
+				return false, at
+			}
+			return ls.cfg.Scopes.scopeReady(t)
+		}, ls.cfg.Scopes.changed)
 		if err != nil {
 			return
 		}
@@ -251,6 +260,41 @@ func (ls *laneSet) dispatch(l *lane) {
 		t.answer(admission{permit: p, incident: l.incident, probe: probe, scopes: t.scopes, release: ls.cfg.Scopes.releaseScopes})
 	}
 }
+
+// quickCanaryWait is the longest the dispatcher holds a long job that would
+// go as the staged burst's canary, for a quick job the claimer fetches to
+// go in its place: a claim and a job's start take a few milliseconds, a
+// long job's answer comes a tenth of a second or more after a quick one's.
+const quickCanaryWait = 50 * time.Millisecond
+
+// canaryReady is the dispatcher's test of a ticket against the staged
+// burst (docs/design/rate-limiting.md#pacing-inside-the-slot): the
+// canary's answer releases the next stage, so a ticket larger than the
+// lane's typical request that would go as the canary waits, at most
+// quickCanaryWait, for a quick one (the scan takes a quick ticket behind
+// it; the claimer is asked for one). It runs under the scheduler's lock.
+func (ls *laneSet) canaryReady(l *lane, t *ticket) (bool, time.Time) {
+	now := ls.cfg.Clock.Now()
+	if !l.shaper.CanaryAt(now, t.req) {
+		l.quickBy = time.Time{}
+		return true, time.Time{}
+	}
+	if requestTokens(t.req) <= requestTokens(l.typical()) {
+		return true, time.Time{}
+	}
+	if l.quickBy.IsZero() {
+		l.quickBy = now.Add(quickCanaryWait)
+		l.wantQuick.Store(true)
+		ls.cfg.CanaryWanted()
+	}
+	if now.Before(l.quickBy) {
+		return false, l.quickBy
+	}
+	return true, time.Time{}
+}
+
+// requestTokens is the size of req as a lane's typical request counts it.
+func requestTokens(req shaping.Request) int { return req.PromptTokens + req.MaxOutputTokens }
 
 // admitTicket admits t in l: a ticket with a fallback waits at most its
 // maxPause for the lane's buckets and pauses (errLanePaused after that,

@@ -53,8 +53,8 @@ type laneSetConfig struct {
 	// wake.
 	CanaryWanted func()
 	Metrics      *metrics // required
-	Clock   clockwork.Clock
-	Log     *slog.Logger
+	Clock        clockwork.Clock
+	Log          *slog.Logger
 }
 
 func (c laneSetConfig) validate() error {

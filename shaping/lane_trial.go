@@ -106,6 +106,7 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	if !admitted || !l.trying {
 		return
 	}
+	defer l.wakeLocked() // the sends paced meanwhile may go now
 	minute := l.rpm == nil
 	for i, q := range l.views() {
 		t := &l.trials[i]
@@ -120,6 +121,47 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	if minute {
 		l.setKindLocked(ProviderMinute)
 	}
+}
+
+// trialWake returns, while the lane tries the provider, the channel
+// closed when its trials may have grown (a canary admitted); nil once it
+// knows the provider's kind.
+func (l *Lane) trialWake() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.trying {
+		return nil
+	}
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
+	return l.wake
+}
+
+// trialCovers reports whether a send paced while the lane tried the
+// provider may go now: its trials hold every send charged to them (its
+// own included), or they ended on a minute bucket, and no bucket is left
+// with less than a second of refill.
+func (l *Lane) trialCovers(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate) {
+		return false
+	}
+	if !l.trying {
+		return !l.paceAll
+	}
+	for i, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		t := &l.trials[i]
+		t.refill(now, l.trialRate(i))
+		if t.level < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // trialRoomLocked is, while the lane tries the provider, how many requests

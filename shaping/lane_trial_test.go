@@ -1,6 +1,7 @@
 package shaping
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -212,4 +213,92 @@ func TestLaneTrialLimitsFromHeaders(t *testing.T) {
 		lane.PaceReservationAt(sec(0.2), &r)
 		require.Equal(t, []bool{false, false}, []bool{r.pace, r.canary})
 	}
+}
+
+// TestLaneCanaryAt: while the lane tries the provider, a request its
+// trials cannot hold (the requests' past 50, or a document past the
+// tokens' second of refill) would go as the canary, and none does while
+// one flies; before the first answer, and once the kind is known, no
+// request is a canary. CanaryAt reserves nothing.
+func TestLaneCanaryAt(t *testing.T) {
+	t.Parallel()
+	question, document := Request{PromptTokens: 20, MaxOutputTokens: 100}, Request{PromptTokens: 1000, MaxOutputTokens: 500}
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 6000, Concurrency: 512, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	require.False(t, lane.CanaryAt(t0, question), "before the first answer: the probe")
+	r, err := lane.ReserveAt(t0, question)
+	require.NoError(t, err)
+	require.NoError(t, lane.SendAt(t0, r).DoneAt(sec(0.2), Outcome{Headers: RateLimitHeaders{
+		LimitRequests: 600, HasLimitRequests: true, RemainingRequests: 599, HasRemainingRequests: true,
+		LimitTokens: 6000, HasLimitTokens: true, RemainingTokens: 5880, HasRemainingTokens: true}}))
+	require.True(t, lane.trying)
+	require.InDeltaSlice(t, []float64{50, 500}, []float64{lane.trials[0].capacity, lane.trials[1].capacity}, 1e-9)
+	require.False(t, lane.CanaryAt(sec(0.2), question))
+	require.True(t, lane.CanaryAt(sec(0.2), document), "past the tokens' trial")
+	for range 4 {
+		r, err := lane.ReserveAt(sec(0.2), question)
+		require.NoError(t, err)
+		require.False(t, r.canary)
+		lane.SendAt(sec(0.2), r)
+	}
+	require.True(t, lane.CanaryAt(sec(0.2), question), "the tokens' trial holds 20 left")
+	require.True(t, lane.CanaryAt(sec(0.2), question), "CanaryAt reserved nothing")
+	r, err = lane.ReserveAt(sec(0.2), question)
+	require.NoError(t, err)
+	require.True(t, r.canary)
+	require.False(t, lane.CanaryAt(sec(0.2), document), "a canary flies")
+	lane.SendAt(sec(0.2), r).Cancel()
+	require.True(t, lane.CanaryAt(sec(0.2), document), "the canary that never went is no longer out")
+}
+
+// TestLanePacedWakesOnCanary: a send paced while the lane tries the
+// provider (past the trials, a canary out) goes when that canary's
+// admission doubles the trials and they cover it, not at its pacing slot
+// a tenth of a second later; the slot goes back to the next send.
+func TestLanePacedWakesOnCanary(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(t0)
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 1e6, Concurrency: 512, Clock: clock})
+	require.NoError(t, err)
+	question := Request{PromptTokens: 20, MaxOutputTokens: 100}
+	h := func(remReq float64) RateLimitHeaders {
+		return RateLimitHeaders{LimitRequests: 600, HasLimitRequests: true, RemainingRequests: remReq, HasRemainingRequests: true,
+			LimitTokens: 1e6, HasLimitTokens: true, RemainingTokens: 1e6 - 120*(600-remReq), HasRemainingTokens: true}
+	}
+	r, err := lane.ReserveAt(t0, question)
+	require.NoError(t, err)
+	require.NoError(t, lane.SendAt(t0, r).DoneAt(sec(0.2), Outcome{Headers: h(599)}))
+	clock.Advance(200 * time.Millisecond)
+	var canary *Permit
+	for range 51 {
+		r, err := lane.ReserveAt(sec(0.2), question)
+		require.NoError(t, err)
+		require.Equal(t, sec(0.2), lane.PaceReservationAt(sec(0.2), &r))
+		p := lane.SendAt(sec(0.2), r)
+		if r.canary {
+			canary = p
+		}
+	}
+	require.NotNil(t, canary)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent := make(chan time.Time, 1)
+	go func() {
+		p, err := lane.Admit(ctx, question)
+		if err == nil {
+			p.Cancel()
+		}
+		sent <- clock.Now()
+	}()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the send waits for its pacing slot at 0.3 s")
+	require.NoError(t, canary.DoneAt(sec(0.2), Outcome{Headers: h(548)}))
+	select {
+	case at := <-sent:
+		require.Equal(t, sec(0.2), at, "sent when the canary was admitted")
+	case <-ctx.Done():
+		t.Fatal("the paced send did not go when the trials covered it")
+	}
+	r, err = lane.ReserveAt(sec(0.2), question)
+	require.NoError(t, err)
+	require.False(t, r.pace, "the doubled trials hold it")
 }

@@ -56,6 +56,19 @@ func (l *Lane) startTrialLocked(now time.Time, m marks) {
 // trialRate is the refill per second of the trial of view i.
 func (l *Lane) trialRate(i int) float64 { return l.views()[i].v.limit / 60 }
 
+// trialSlack is how far past the trial of view i a send may go and still
+// be one the trial holds: for the tokens', the quota's mean request (TPM
+// over RPM, an RPM interval of refill), so that a canary past it went past
+// by more than the refill the sends' skew could hide, as one past the
+// requests' trial does; a question just past the tokens' trial was a
+// canary the provider's short bucket admitted. None for the requests'.
+func (l *Lane) trialSlack(i int) float64 {
+	if i == 0 || l.rpm == nil || l.rpmQ.limit <= 0 {
+		return 0
+	}
+	return l.tpmQ.limit / l.rpmQ.limit
+}
+
 // paceLocked reports whether a reservation of tokens is paced inside its
 // slot ([Lane.PaceReservationAt]), and whether it is the trials' canary. A
 // lane that knows its provider enforces per minute paces only a send that
@@ -80,7 +93,7 @@ func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, cana
 		}
 		t := &l.trials[i]
 		t.refill(now, l.trialRate(i))
-		fits[i] = t.level >= costs[i]
+		fits[i] = t.level >= costs[i]-l.trialSlack(i)
 		t.level -= costs[i]
 	}
 	switch {
@@ -188,28 +201,41 @@ func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, tryin
 	return n, true
 }
 
-// CanaryAt reports whether a request like req, admitted at now, would go
-// as the staged burst's canary: the lane tries the provider, no canary
-// flies, and a trial, refilled to now, cannot hold req. It reserves
-// nothing: a scheduler with requests of several sizes asks it to send a
-// quick one as the canary, whose answer releases the next stage sooner
+// CanaryAfter is how many requests like req the lane would send from now
+// until one goes as the staged burst's canary, that one included: 1 when
+// req itself would; 0 when none would (the lane does not try the provider,
+// or a canary flies). It reserves nothing: a scheduler with requests of
+// several sizes asks it to send quick ones up to the canary, whose answer
+// releases the next stage sooner than a long one's
 // (docs/design/rate-limiting.md#pacing-inside-the-slot).
-func (l *Lane) CanaryAt(now time.Time, req Request) bool {
+func (l *Lane) CanaryAfter(now time.Time, req Request) int {
 	costs := [2]float64{1, float64(l.tokensFor(req))}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.trying || l.canaryOut {
-		return false
+		return 0
 	}
+	var levels [2]float64
+	var tried [2]bool
 	for i, q := range l.views() {
 		if q.b == nil {
 			continue
 		}
 		t := l.trials[i]
 		t.refill(now, l.trialRate(i))
-		if t.level < costs[i] {
-			return true
+		levels[i], tried[i] = t.level, true
+	}
+	for n := 1; n <= canaryAfterMax; n++ {
+		for i := range levels {
+			if tried[i] && levels[i] < costs[i]-l.trialSlack(i) {
+				return n
+			}
+			levels[i] -= costs[i]
 		}
 	}
-	return false
+	return 0
 }
+
+// canaryAfterMax bounds CanaryAfter's count: a scheduler holds fewer
+// requests (a claim takes at most 256).
+const canaryAfterMax = 1024

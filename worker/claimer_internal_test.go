@@ -88,10 +88,10 @@ func TestClaimerModelNotAllowed(t *testing.T) {
 	require.Empty(t, st.states, "no model state for a model without a lane")
 }
 
-// TestClaimerQuickCanary: a lane that asks for a quick job to send as its
-// canary gets, before the round's claim, the smallest queued job no
-// larger than its typical request (one job, in size order, the typical
-// request's tokens as the room); the ask is answered once.
+// TestClaimerQuickCanary: a lane that asks for quick jobs to send up to
+// its canary gets, before the round's claim, the smallest queued jobs no
+// larger than its typical request (as many as asked, in size order, the
+// typical request's tokens each as the room); the ask is answered once.
 func TestClaimerQuickCanary(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -113,13 +113,13 @@ func TestClaimerQuickCanary(t *testing.T) {
 	require.NoError(t, err)
 	s := &scheduler{models: map[string]bool{}, heldSince: map[string]time.Time{}, notes: map[string]modelNote{},
 		scopeNotes: map[store.ScopeRef]time.Time{}}
-	l.wantQuick.Store(true)
+	l.quickWanted.Store(2)
 	c.learnModel("m")
 	c.scheduleRound(context.Background(), s)
 	require.GreaterOrEqual(t, len(st.requests), 1)
-	require.Equal(t, store.ClaimRequest{Model: "m", Owner: "w1", Lease: LeaseDefault, Limit: 1, Order: quickOrder,
-		TypicalTokens: 144, TokenRoom: 144}, st.requests[0])
-	require.False(t, l.wantQuick.Load())
+	require.Equal(t, store.ClaimRequest{Model: "m", Owner: "w1", Lease: LeaseDefault, Limit: 2, Order: quickOrder,
+		TypicalTokens: 144, TokenRoom: 288}, st.requests[0])
+	require.Zero(t, l.quickWanted.Load())
 	n := len(st.requests)
 	c.learnModel("m")
 	c.scheduleRound(context.Background(), s)

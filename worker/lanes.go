@@ -51,8 +51,9 @@ type lane struct {
 	// burst would send as its canary, for a quick one (zero: it holds
 	// none). Only the lane's dispatch goroutine reads and writes them.
 	unshared, quickBy time.Time
-	// wantQuick asks the claimer for a quick job to send as the canary.
-	wantQuick atomic.Bool
+	// quickWanted asks the claimer for that many quick jobs, the last of
+	// them to go as the canary.
+	quickWanted atomic.Int64
 }
 
 // typicalWeight is the weight of the newest request in the lane's mean.
@@ -271,20 +272,22 @@ const quickCanaryWait = 50 * time.Millisecond
 // burst (docs/design/rate-limiting.md#pacing-inside-the-slot): the
 // canary's answer releases the next stage, so a ticket larger than the
 // lane's typical request that would go as the canary waits, at most
-// quickCanaryWait, for a quick one (the scan takes a quick ticket behind
-// it; the claimer is asked for one). It runs under the scheduler's lock.
+// quickCanaryWait, for quick ones (the scan takes the quick tickets behind
+// it; the claimer is asked for as many as the lane sends up to its canary,
+// that one included). It runs under the scheduler's lock.
 func (ls *laneSet) canaryReady(l *lane, t *ticket) (bool, time.Time) {
 	now := ls.cfg.Clock.Now()
-	if !l.shaper.CanaryAt(now, t.req) {
+	if l.shaper.CanaryAfter(now, t.req) != 1 {
 		l.quickBy = time.Time{}
 		return true, time.Time{}
 	}
-	if requestTokens(t.req) <= requestTokens(l.typical()) {
+	typical := l.typical()
+	if requestTokens(t.req) <= requestTokens(typical) {
 		return true, time.Time{}
 	}
 	if l.quickBy.IsZero() {
 		l.quickBy = now.Add(quickCanaryWait)
-		l.wantQuick.Store(true)
+		l.quickWanted.Store(int64(l.shaper.CanaryAfter(now, typical)))
 		ls.cfg.CanaryWanted()
 	}
 	if now.Before(l.quickBy) {

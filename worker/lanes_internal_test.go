@@ -16,8 +16,9 @@ import (
 
 // TestDispatchQuickCanary: while a lane tries its provider with a staged
 // burst (docs/design/rate-limiting.md#pacing-inside-the-slot), a document
-// that would go as the canary waits and asks the claimer for a quick job;
-// a question that arrives goes as the canary in its place, and the
+// that would go as the canary waits and asks the claimer for quick jobs,
+// as many as the lane sends up to its canary (one: the requests' trial is
+// full); a question that arrives goes as the canary in its place, and the
 // document, paced behind it, goes when the canary's admission doubles the
 // trials. With no quick job, the document goes as the canary after
 // quickCanaryWait.
@@ -55,7 +56,7 @@ func TestDispatchQuickCanary(t *testing.T) {
 			require.Equal(t, now, l.shaper.PaceReservationAt(now, &r), "the first stage goes at once")
 			l.shaper.SendAt(now, r)
 		}
-		require.True(t, l.shaper.CanaryAt(now, question))
+		require.Equal(t, 1, l.shaper.CanaryAfter(now, question))
 		return ctx, clock, l, wanted
 	}
 	push := func(l *lane, ctx context.Context, req shaping.Request) *ticket {
@@ -81,7 +82,7 @@ func TestDispatchQuickCanary(t *testing.T) {
 		doc := push(l, ctx, document)
 		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the document waits for a quick job")
 		require.Equal(t, int32(1), wanted.Load())
-		require.True(t, l.wantQuick.Load(), "the claimer is asked for one")
+		require.Equal(t, int64(1), l.quickWanted.Load(), "the claimer is asked for one")
 		require.Empty(t, doc.done)
 		q := answered(t, ctx, push(l, ctx, question))
 		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the document waits for its pacing slot behind the canary")
@@ -99,6 +100,6 @@ func TestDispatchQuickCanary(t *testing.T) {
 		require.Empty(t, doc.done)
 		clock.Advance(quickCanaryWait)
 		answered(t, ctx, doc)
-		require.False(t, l.shaper.CanaryAt(clock.Now(), question), "the document went as the canary")
+		require.Zero(t, l.shaper.CanaryAfter(clock.Now(), question), "the document went as the canary")
 	})
 }

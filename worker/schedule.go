@@ -161,16 +161,18 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	// Asked even when nothing is claimed, so that the scopes held stay
 	// noted while the provider's quota binds too.
 	caps, heldProjects, rooms := c.cfg.Scopes.claimScopes(now, typical, held)
-	if wantsQuick(lanes) && len(caps) == 0 && len(heldProjects) == 0 && len(rooms) == 0 && room > 0 {
+	if quick := quickWanted(lanes); quick > 0 && len(caps) == 0 && len(heldProjects) == 0 && len(rooms) == 0 && room > 0 {
 		// A lane holds a long job its staged burst would send as the
-		// canary: the quickest queued job, if no larger than its typical
-		// one, goes in its place (lanes.go, canaryReady). Not under a
-		// tenant's or project's quota, whose room the claim below counts.
+		// canary: the quickest queued jobs, each no larger than its
+		// typical one, go in its place, up to the canary (lanes.go,
+		// canaryReady). Not under a tenant's or project's quota, whose
+		// room the claim below counts.
 		size := typical.PromptTokens + typical.MaxOutputTokens
+		quick = min(quick, room)
 		n, _, err := c.claim(ctx, s.wake, s.heldSince[model], store.ClaimRequest{
-			Model: model, Limit: 1, Order: quickOrder, TypicalTokens: size,
+			Model: model, Limit: quick, Order: quickOrder, TypicalTokens: size,
 			HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
-			TokenRoom: float64(max(1, size)),
+			TokenRoom: float64(quick * max(1, size)),
 		}, nil)
 		if err == nil {
 			want = min(want, room-n)
@@ -216,14 +218,14 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 var quickOrder = store.ClaimOrder{{Column: "est_prompt_tokens"}, {Column: "est_output_tokens"},
 	{Column: "sched_key"}, {Column: "created_at"}, {Column: "id"}}
 
-// wantsQuick reports whether one of lanes asked for a quick job to send
-// as its canary, and forgets the asks.
-func wantsQuick(lanes []*lane) bool {
-	want := false
+// quickWanted is how many quick jobs lanes asked for, to send up to their
+// canaries, and forgets the asks.
+func quickWanted(lanes []*lane) int {
+	n := 0
 	for _, l := range lanes {
-		want = l.wantQuick.Swap(false) || want
+		n += int(l.quickWanted.Swap(0))
 	}
-	return want
+	return n
 }
 
 // laneRoom is what a model's lanes can take, together.

@@ -56,19 +56,6 @@ func (l *Lane) startTrialLocked(now time.Time, m marks) {
 // trialRate is the refill per second of the trial of view i.
 func (l *Lane) trialRate(i int) float64 { return l.views()[i].v.limit / 60 }
 
-// trialSlack is how far past the trial of view i a send may go and still
-// be one the trial holds: for the tokens', the quota's mean request (TPM
-// over RPM, an RPM interval of refill), so that a canary past it went past
-// by more than the refill the sends' skew could hide, as one past the
-// requests' trial does; a question just past the tokens' trial was a
-// canary the provider's short bucket admitted. None for the requests'.
-func (l *Lane) trialSlack(i int) float64 {
-	if i == 0 || l.rpm == nil || l.rpmQ.limit <= 0 {
-		return 0
-	}
-	return l.tpmQ.limit / l.rpmQ.limit
-}
-
 // paceLocked reports whether a reservation of tokens is paced inside its
 // slot ([Lane.PaceReservationAt]), and whether it is the trials' canary. A
 // lane that knows its provider enforces per minute paces only a send that
@@ -93,7 +80,7 @@ func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, cana
 		}
 		t := &l.trials[i]
 		t.refill(now, l.trialRate(i))
-		fits[i] = t.level >= costs[i]-l.trialSlack(i)
+		fits[i] = t.level >= costs[i]
 		t.level -= costs[i]
 	}
 	switch {
@@ -202,18 +189,21 @@ func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, tryin
 }
 
 // CanaryAfter is how many requests like req the lane would send from now
-// until one goes as the staged burst's canary, that one included: 1 when
-// req itself would; 0 when none would (the lane does not try the provider,
-// or a canary flies). It reserves nothing: a scheduler with requests of
-// several sizes asks it to send quick ones up to the canary, whose answer
-// releases the next stage sooner than a long one's
-// (docs/design/rate-limiting.md#pacing-inside-the-slot).
-func (l *Lane) CanaryAfter(now time.Time, req Request) int {
+// until one goes as the staged burst's canary, that one included (0: none
+// would: the lane does not try the provider, or a canary flies), and
+// whether that one goes past the requests' trial. It reserves nothing: a
+// scheduler with requests of several sizes asks it to send quick ones up
+// to the canary, whose answer releases the next stage sooner than a long
+// one's (docs/design/rate-limiting.md#pacing-inside-the-slot). A quick
+// canary tests the provider only past the requests' trial: past the
+// tokens' trial alone it goes past by its few tokens at most, which the
+// refill during the sends' skew can cover on a short bucket.
+func (l *Lane) CanaryAfter(now time.Time, req Request) (n int, pastRequests bool) {
 	costs := [2]float64{1, float64(l.tokensFor(req))}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.trying || l.canaryOut {
-		return 0
+		return 0, false
 	}
 	var levels [2]float64
 	var tried [2]bool
@@ -226,14 +216,18 @@ func (l *Lane) CanaryAfter(now time.Time, req Request) int {
 		levels[i], tried[i] = t.level, true
 	}
 	for n := 1; n <= canaryAfterMax; n++ {
+		canary := false
 		for i := range levels {
-			if tried[i] && levels[i] < costs[i]-l.trialSlack(i) {
-				return n
-			}
+			canary = canary || tried[i] && levels[i] < costs[i]
+		}
+		if canary {
+			return n, tried[0] && levels[0] < costs[0]
+		}
+		for i := range levels {
 			levels[i] -= costs[i]
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // canaryAfterMax bounds CanaryAfter's count: a scheduler holds fewer

@@ -40,6 +40,10 @@ type lane struct {
 	typMu  sync.Mutex
 	typ    float64
 	typOut int
+	// quick is the running mean of the requests claimed no larger than
+	// the typical one: the size of the quick jobs a staged burst's
+	// canary waits for (canaryReady).
+	quick float64
 	// incident holds the lane during a provider incident (incident.go);
 	// nil when the worker runs without.
 	incident *incident
@@ -64,11 +68,24 @@ func (l *lane) observe(req shaping.Request) {
 	l.typMu.Lock()
 	defer l.typMu.Unlock()
 	n := float64(req.PromptTokens + req.MaxOutputTokens)
+	switch {
+	case l.quick == 0:
+		l.quick = n
+	case n <= l.typ:
+		l.quick += typicalWeight * (n - l.quick)
+	}
 	if l.typ == 0 {
 		l.typ = n
 		return
 	}
 	l.typ += typicalWeight * (n - l.typ)
+}
+
+// quickTypical is the lane's typical quick request (quick).
+func (l *lane) quickTypical() shaping.Request {
+	l.typMu.Lock()
+	defer l.typMu.Unlock()
+	return shaping.Request{MaxOutputTokens: int(l.quick + 0.5)}
 }
 
 // typical is the lane's typical request (before any claim: no prompt, the
@@ -269,28 +286,39 @@ func (ls *laneSet) dispatch(l *lane) {
 const quickCanaryWait = 50 * time.Millisecond
 
 // canaryReady is the dispatcher's test of a ticket against the staged
-// burst (docs/design/rate-limiting.md#pacing-inside-the-slot): the
-// canary's answer releases the next stage, so a ticket larger than the
-// lane's typical request that would go as the canary waits, at most
-// quickCanaryWait, for quick ones (the scan takes the quick tickets behind
-// it; the claimer is asked for as many as the lane sends up to its canary,
-// that one included). It runs under the scheduler's lock.
+// burst (docs/design/rate-limiting.md#pacing-inside-the-slot). The
+// canary's answer releases the next stage, and a quick one answers
+// sooner: when the lane's quick requests would fill the trials up to a
+// canary past the requests' trial, the tickets larger than the lane's
+// typical request wait, at most quickCanaryWait, leaving the trials to
+// the quick ones (the claimer is asked for as many as the lane sends up to
+// that canary). Meanwhile a quick ticket goes only within the trials or
+// past the requests' one: past the tokens' trial alone it would test the
+// provider's bucket by its few tokens. It runs under the scheduler's lock.
 func (ls *laneSet) canaryReady(l *lane, t *ticket) (bool, time.Time) {
 	now := ls.cfg.Clock.Now()
-	if l.shaper.CanaryAfter(now, t.req) != 1 {
+	n, past := l.shaper.CanaryAfter(now, t.req)
+	if n == 0 {
 		l.quickBy = time.Time{}
 		return true, time.Time{}
 	}
-	typical := l.typical()
-	if requestTokens(t.req) <= requestTokens(typical) {
-		return true, time.Time{}
+	holding := now.Before(l.quickBy)
+	if requestTokens(t.req) <= requestTokens(l.typical()) {
+		if n > 1 || past || !holding {
+			return true, time.Time{}
+		}
+		return false, l.quickBy
 	}
 	if l.quickBy.IsZero() {
-		l.quickBy = now.Add(quickCanaryWait)
-		l.quickWanted.Store(int64(l.shaper.CanaryAfter(now, typical)))
+		k, strong := l.shaper.CanaryAfter(now, l.quickTypical())
+		if !strong {
+			return true, time.Time{}
+		}
+		l.quickBy, holding = now.Add(quickCanaryWait), true
+		l.quickWanted.Store(int64(k))
 		ls.cfg.CanaryWanted()
 	}
-	if now.Before(l.quickBy) {
+	if holding {
 		return false, l.quickBy
 	}
 	return true, time.Time{}

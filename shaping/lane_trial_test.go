@@ -215,47 +215,53 @@ func TestLaneTrialLimitsFromHeaders(t *testing.T) {
 	}
 }
 
-// TestLaneCanaryAfter: while the lane tries the provider, a request its
-// trials cannot hold (the requests' past 50, or a document past the
-// tokens' second of refill by more than the quota's mean request, TPM
-// over RPM) would go as the canary, and none does while one flies; a
-// question just past the tokens' trial goes as one the trial holds, so
-// the canary after it is past by more than the sends' skew could hide.
-// Before the first answer, and once the kind is known, no request is a
-// canary. CanaryAfter counts the requests up to the canary and reserves
+// TestLaneCanaryAfter: while the lane tries the provider, it counts the
+// requests like one that it would send up to its canary (that one
+// included) and tells whether the canary goes past the requests' trial
+// (50 at 600 RPM) or past the tokens' alone (a second of refill here);
+// none while a canary flies, none before the first answer. It reserves
 // nothing.
 func TestLaneCanaryAfter(t *testing.T) {
 	t.Parallel()
 	question, document := Request{PromptTokens: 20, MaxOutputTokens: 100}, Request{PromptTokens: 1000, MaxOutputTokens: 500}
-	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 6000, Concurrency: 512, Clock: clockwork.NewFakeClockAt(t0)})
-	require.NoError(t, err)
-	require.Zero(t, lane.CanaryAfter(t0, question), "before the first answer: the probe")
-	r, err := lane.ReserveAt(t0, question)
-	require.NoError(t, err)
-	require.NoError(t, lane.SendAt(t0, r).DoneAt(sec(0.2), Outcome{Headers: RateLimitHeaders{
-		LimitRequests: 600, HasLimitRequests: true, RemainingRequests: 599, HasRemainingRequests: true,
-		LimitTokens: 6000, HasLimitTokens: true, RemainingTokens: 5880, HasRemainingTokens: true}}))
-	require.True(t, lane.trying)
+	newLane := func(tpm float64) *Lane {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: tpm, Concurrency: 512, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		n, _ := lane.CanaryAfter(t0, question)
+		require.Zero(t, n, "before the first answer: the probe")
+		r, err := lane.ReserveAt(t0, question)
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(t0, r).DoneAt(sec(0.2), Outcome{Headers: RateLimitHeaders{
+			LimitRequests: 600, HasLimitRequests: true, RemainingRequests: 599, HasRemainingRequests: true,
+			LimitTokens: tpm, HasLimitTokens: true, RemainingTokens: tpm - 120, HasRemainingTokens: true}}))
+		require.True(t, lane.trying)
+		return lane
+	}
+	after := func(lane *Lane, req Request) []any {
+		n, past := lane.CanaryAfter(sec(0.2), req)
+		return []any{n, past}
+	}
+	lane := newLane(1e6)
+	require.Equal(t, []any{51, true}, after(lane, question), "50 questions fill the requests' trial")
+
+	lane = newLane(6000)
 	require.InDeltaSlice(t, []float64{50, 500}, []float64{lane.trials[0].capacity, lane.trials[1].capacity}, 1e-9)
-	require.InDelta(t, 10, lane.trialSlack(1), 1e-9, "6,000 TPM over 600 RPM")
-	require.Equal(t, 1, lane.CanaryAfter(sec(0.2), document), "past the tokens' trial by 1,000")
-	require.Equal(t, 5, lane.CanaryAfter(sec(0.2), question), "the fifth question is 100 past it")
-	require.Equal(t, 5, lane.CanaryAfter(sec(0.2), question), "CanaryAfter reserved nothing")
+	require.Equal(t, []any{1, false}, after(lane, document), "past the tokens' trial alone")
+	require.Equal(t, []any{5, false}, after(lane, question), "four questions fill the tokens' trial")
+	require.Equal(t, []any{5, false}, after(lane, question), "CanaryAfter reserved nothing")
 	for range 4 {
 		r, err := lane.ReserveAt(sec(0.2), question)
 		require.NoError(t, err)
 		require.Equal(t, []bool{false, false}, []bool{r.canary, r.pace})
 		lane.SendAt(sec(0.2), r)
 	}
-	require.Equal(t, 2, lane.CanaryAfter(sec(0.2), Request{PromptTokens: 10, MaxOutputTokens: 20}),
-		"30 tokens with 20 left: 10 past the trial, held by it; the next is the canary")
-	require.Equal(t, 1, lane.CanaryAfter(sec(0.2), question))
-	r, err = lane.ReserveAt(sec(0.2), question)
+	require.Equal(t, []any{1, false}, after(lane, question))
+	r, err := lane.ReserveAt(sec(0.2), question)
 	require.NoError(t, err)
 	require.True(t, r.canary)
-	require.Zero(t, lane.CanaryAfter(sec(0.2), document), "a canary flies")
+	require.Equal(t, []any{0, false}, after(lane, document), "a canary flies")
 	lane.SendAt(sec(0.2), r).Cancel()
-	require.Equal(t, 1, lane.CanaryAfter(sec(0.2), document), "the canary that never went is no longer out")
+	require.Equal(t, []any{1, false}, after(lane, document), "the canary that never went is no longer out")
 }
 
 // TestLanePacedWakesOnCanary: a send paced while the lane tries the

@@ -15,13 +15,13 @@ import (
 )
 
 // TestDispatchQuickCanary: while a lane tries its provider with a staged
-// burst (docs/design/rate-limiting.md#pacing-inside-the-slot), a document
-// that would go as the canary waits and asks the claimer for quick jobs,
-// as many as the lane sends up to its canary (one: the requests' trial is
-// full); a question that arrives goes as the canary in its place, and the
-// document, paced behind it, goes when the canary's admission doubles the
-// trials. With no quick job, the document goes as the canary after
-// quickCanaryWait.
+// burst (docs/design/rate-limiting.md#pacing-inside-the-slot) and its
+// quick requests would fill the trials up to a canary past the requests'
+// trial, a document waits and the claimer is asked for as many quick jobs
+// (5 left in the requests' trial, and the canary); the questions that
+// arrive go, the last as the canary, and the document, paced behind it,
+// goes when the canary's admission doubles the trials. With no quick job,
+// the document goes after quickCanaryWait.
 func TestDispatchQuickCanary(t *testing.T) {
 	t.Parallel()
 	question := shaping.Request{PromptTokens: 24, MaxOutputTokens: 120}
@@ -31,7 +31,7 @@ func TestDispatchQuickCanary(t *testing.T) {
 			LimitTokens: 150_000, HasLimitTokens: true, RemainingTokens: remTok, HasRemainingTokens: true}
 	}
 	// setup is a lane of 600 RPM / 150k TPM whose probe answered and
-	// whose first stage filled the requests' trial (50 questions).
+	// whose first stage sent 45 questions of its requests' trial of 50.
 	setup := func(t *testing.T) (context.Context, *clockwork.FakeClock, *lane, *atomic.Int32) {
 		clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 		cat := llmq.Catalog{Models: map[string]llmq.Model{"m": {RPM: 600, TPM: 150_000, Concurrency: 512}}}
@@ -46,17 +46,19 @@ func TestDispatchQuickCanary(t *testing.T) {
 		ls.begin(ctx, ctx)
 		l := ls.lane("m")
 		l.observe(question)
+		l.observe(document)
+		require.Equal(t, shaping.Request{MaxOutputTokens: 213}, l.typical())
+		require.Equal(t, shaping.Request{MaxOutputTokens: 144}, l.quickTypical())
 		now := clock.Now()
 		r, err := l.shaper.ReserveAt(now, question)
 		require.NoError(t, err)
 		require.NoError(t, l.shaper.SendAt(now, r).DoneAt(now, shaping.Outcome{Headers: h(599, 149_856)}))
-		for range 50 {
+		for range 45 {
 			r, err := l.shaper.ReserveAt(now, question)
 			require.NoError(t, err)
 			require.Equal(t, now, l.shaper.PaceReservationAt(now, &r), "the first stage goes at once")
 			l.shaper.SendAt(now, r)
 		}
-		require.Equal(t, 1, l.shaper.CanaryAfter(now, question))
 		return ctx, clock, l, wanted
 	}
 	push := func(l *lane, ctx context.Context, req shaping.Request) *ticket {
@@ -80,11 +82,16 @@ func TestDispatchQuickCanary(t *testing.T) {
 		t.Parallel()
 		ctx, clock, l, wanted := setup(t)
 		doc := push(l, ctx, document)
-		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the document waits for a quick job")
+		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the document waits for quick jobs")
 		require.Equal(t, int32(1), wanted.Load())
-		require.Equal(t, int64(1), l.quickWanted.Load(), "the claimer is asked for one")
+		require.Equal(t, int64(6), l.quickWanted.Load(), "the claimer is asked for 5 and the canary")
 		require.Empty(t, doc.done)
-		q := answered(t, ctx, push(l, ctx, question))
+		var q admission
+		for range 6 {
+			q = answered(t, ctx, push(l, ctx, question))
+		}
+		n, _ := l.shaper.CanaryAfter(clock.Now(), question)
+		require.Zero(t, n, "the sixth question went as the canary")
 		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the document waits for its pacing slot behind the canary")
 		require.Empty(t, doc.done)
 		require.NoError(t, q.permit.DoneAt(clock.Now(), shaping.Outcome{PromptTokens: 24, CompletionTokens: 120, Headers: h(548, 142_000)}))
@@ -100,6 +107,5 @@ func TestDispatchQuickCanary(t *testing.T) {
 		require.Empty(t, doc.done)
 		clock.Advance(quickCanaryWait)
 		answered(t, ctx, doc)
-		require.Zero(t, l.shaper.CanaryAfter(clock.Now(), question), "the document went as the canary")
 	})
 }

@@ -48,8 +48,8 @@ type laneSetConfig struct {
 	// Share is a new lane's share of its quota key (nil: the whole quota,
 	// no ledger).
 	Share func(ctx context.Context, key string) float64
-	// CanaryWanted wakes the claimer: a lane asks for a quick job to send
-	// as its staged burst's canary (lane.wantQuick). nil: no claimer to
+	// CanaryWanted wakes the claimer: a lane asks for quick jobs up to
+	// its staged burst's canary (lane.quickWanted). nil: no claimer to
 	// wake.
 	CanaryWanted func()
 	Metrics      *metrics // required

@@ -162,11 +162,11 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	// noted while the provider's quota binds too.
 	caps, heldProjects, rooms := c.cfg.Scopes.claimScopes(now, typical, held)
 	if quick := quickWanted(lanes); quick > 0 && len(caps) == 0 && len(heldProjects) == 0 && len(rooms) == 0 && room > 0 {
-		// A lane holds a long job its staged burst would send as the
-		// canary: the quickest queued jobs, each no larger than its
-		// typical one, go in its place, up to the canary (lanes.go,
-		// canaryReady). Not under a tenant's or project's quota, whose
-		// room the claim below counts.
+		// A lane leaves its staged burst's trials to quick jobs up to a
+		// canary past the requests' trial (lanes.go, canaryReady): the
+		// smallest queued jobs, each no larger than its typical one.
+		// Not under a tenant's or project's quota, whose room the claim
+		// below counts.
 		size := typical.PromptTokens + typical.MaxOutputTokens
 		quick = min(quick, room)
 		n, _, err := c.claim(ctx, s.wake, s.heldSince[model], store.ClaimRequest{

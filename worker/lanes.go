@@ -51,12 +51,13 @@ type lane struct {
 	health health
 	// unshared is when the dispatcher first found the lane on share 0
 	// (another replica holds the whole quota), zero while it has a share;
-	// quickBy is how long the dispatcher holds a long job the staged
-	// burst would send as its canary, for a quick one (zero: it holds
-	// none). Only the lane's dispatch goroutine reads and writes them.
+	// quickBy is until when the dispatcher holds the tickets larger than
+	// the typical one, leaving the staged burst's trials to quick ones
+	// (zero: no hold since the last canary went; canaryReady). Only the
+	// lane's dispatch goroutine reads and writes them.
 	unshared, quickBy time.Time
-	// quickWanted asks the claimer for that many quick jobs, the last of
-	// them to go as the canary.
+	// quickWanted asks the claimer for that many quick jobs, up to the
+	// canary.
 	quickWanted atomic.Int64
 }
 
@@ -279,10 +280,10 @@ func (ls *laneSet) dispatch(l *lane) {
 	}
 }
 
-// quickCanaryWait is the longest the dispatcher holds a long job that would
-// go as the staged burst's canary, for a quick job the claimer fetches to
-// go in its place: a claim and a job's start take a few milliseconds, a
-// long job's answer comes a tenth of a second or more after a quick one's.
+// quickCanaryWait is the longest the dispatcher holds the larger tickets,
+// once per canary, for the quick jobs the claimer fetches: a claim and a
+// job's start take a few milliseconds, a document's answer comes a tenth
+// of a second or more after a question's.
 const quickCanaryWait = 50 * time.Millisecond
 
 // canaryReady is the dispatcher's test of a ticket against the staged

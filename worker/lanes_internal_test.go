@@ -98,6 +98,30 @@ func TestDispatchQuickCanary(t *testing.T) {
 		answered(t, ctx, doc)
 		require.Equal(t, int32(1), wanted.Load())
 	})
+	t.Run("weak", func(t *testing.T) {
+		t.Parallel()
+		ctx, clock, l, wanted := setup(t)
+		// One request and 150 tokens left in the trials: a question
+		// fills both, and the next goes past the requests' trial.
+		now := clock.Now()
+		for _, req := range []shaping.Request{document, document, document, {PromptTokens: 1196, MaxOutputTokens: 120}} {
+			r, err := l.shaper.ReserveAt(now, req)
+			require.NoError(t, err)
+			require.Equal(t, now, l.shaper.PaceReservationAt(now, &r))
+			l.shaper.SendAt(now, r)
+		}
+		doc := push(l, ctx, document)
+		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the document waits for quick jobs")
+		require.Equal(t, int32(1), wanted.Load())
+		medium := push(l, ctx, shaping.Request{PromptTokens: 80, MaxOutputTokens: 120})
+		require.NoError(t, clock.BlockUntilContext(ctx, 1))
+		require.Empty(t, medium.done, "200 tokens, past the tokens' trial alone: no canary while the document waits")
+		answered(t, ctx, push(l, ctx, question))
+		answered(t, ctx, medium)
+		n, _ := l.shaper.CanaryAfter(clock.Now(), question)
+		require.Zero(t, n, "past the requests' trial now, it went as the canary")
+		require.Empty(t, doc.done)
+	})
 	t.Run("none", func(t *testing.T) {
 		t.Parallel()
 		ctx, clock, l, wanted := setup(t)

@@ -140,7 +140,7 @@ func (l *Lane) slotAndPace(ctx context.Context, deadline, by time.Time, r *Reser
 			}
 			return now, nil
 		}
-		err := sleepUntil(ctx, l.clock, at, nil)
+		err := l.waitPaced(ctx, at)
 		now = l.clock.Now()
 		if err == nil && !l.PausedUntil().After(now) {
 			return now, nil
@@ -151,6 +151,26 @@ func (l *Lane) slotAndPace(ctx context.Context, deadline, by time.Time, r *Reser
 		l.slots.Release()
 		if err != nil {
 			return now, err
+		}
+	}
+}
+
+// waitPaced waits until at, the paced send booked for a reservation, or
+// less: while the lane tries the provider, an admitted canary grows the
+// trials, and a send they now cover goes at once, as one reserved then
+// would (its booking goes back when no later one depends on it).
+func (l *Lane) waitPaced(ctx context.Context, at time.Time) error {
+	for {
+		if err := sleepUntil(ctx, l.clock, at, l.trialWake()); err != nil {
+			return err
+		}
+		now := l.clock.Now()
+		if !at.After(now) {
+			return nil
+		}
+		if l.trialCovers(now) {
+			l.pacer.CancelAt(at)
+			return nil
 		}
 	}
 }

@@ -106,6 +106,7 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	if !admitted || !l.trying {
 		return
 	}
+	defer l.wakeLocked() // the sends paced meanwhile may go now
 	minute := l.rpm == nil
 	for i, q := range l.views() {
 		t := &l.trials[i]
@@ -120,6 +121,47 @@ func (l *Lane) canaryDoneLocked(now time.Time, admitted bool) {
 	if minute {
 		l.setKindLocked(ProviderMinute)
 	}
+}
+
+// trialWake returns, while the lane tries the provider, the channel
+// closed when its trials may have grown (a canary admitted); nil once it
+// knows the provider's kind.
+func (l *Lane) trialWake() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.trying {
+		return nil
+	}
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
+	return l.wake
+}
+
+// trialCovers reports whether a send paced while the lane tried the
+// provider may go now: its trials hold every send charged to them (its
+// own included), or they ended on a minute bucket, and no bucket is left
+// with less than a second of refill.
+func (l *Lane) trialCovers(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate) {
+		return false
+	}
+	if !l.trying {
+		return !l.paceAll
+	}
+	for i, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		t := &l.trials[i]
+		t.refill(now, l.trialRate(i))
+		if t.level < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // trialRoomLocked is, while the lane tries the provider, how many requests
@@ -145,3 +187,49 @@ func (l *Lane) trialRoomLocked(now, end time.Time, tokens float64) (n int, tryin
 	}
 	return n, true
 }
+
+// CanaryAfter is how many requests like req the lane would send from now
+// until one goes as the staged burst's canary, that one included (0: none
+// would: the lane does not try the provider, or a canary flies), and
+// whether that one goes past the requests' trial. It reserves nothing: a
+// scheduler with requests of several sizes asks it to send quick ones up
+// to the canary, whose answer releases the next stage sooner than a long
+// one's (docs/design/rate-limiting.md#pacing-inside-the-slot). A quick
+// canary tests the provider only past the requests' trial: past the
+// tokens' trial alone it goes past by its few tokens at most, which the
+// refill during the sends' skew can cover on a short bucket.
+func (l *Lane) CanaryAfter(now time.Time, req Request) (n int, pastRequests bool) {
+	costs := [2]float64{1, float64(l.tokensFor(req))}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.trying || l.canaryOut {
+		return 0, false
+	}
+	var levels [2]float64
+	var tried [2]bool
+	for i, q := range l.views() {
+		if q.b == nil {
+			continue
+		}
+		t := l.trials[i]
+		t.refill(now, l.trialRate(i))
+		levels[i], tried[i] = t.level, true
+	}
+	for n := 1; n <= canaryAfterMax; n++ {
+		canary := false
+		for i := range levels {
+			canary = canary || tried[i] && levels[i] < costs[i]
+		}
+		if canary {
+			return n, tried[0] && levels[0] < costs[0]
+		}
+		for i := range levels {
+			levels[i] -= costs[i]
+		}
+	}
+	return 0, false
+}
+
+// canaryAfterMax bounds CanaryAfter's count: a scheduler holds fewer
+// requests (a claim takes at most 256).
+const canaryAfterMax = 1024

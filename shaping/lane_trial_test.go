@@ -1,6 +1,7 @@
 package shaping
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -212,4 +213,105 @@ func TestLaneTrialLimitsFromHeaders(t *testing.T) {
 		lane.PaceReservationAt(sec(0.2), &r)
 		require.Equal(t, []bool{false, false}, []bool{r.pace, r.canary})
 	}
+}
+
+// TestLaneCanaryAfter: while the lane tries the provider, it counts the
+// requests like one that it would send up to its canary (that one
+// included) and tells whether the canary goes past the requests' trial
+// (50 at 600 RPM) or past the tokens' alone (a second of refill here);
+// none while a canary flies, none before the first answer. It reserves
+// nothing.
+func TestLaneCanaryAfter(t *testing.T) {
+	t.Parallel()
+	question, document := Request{PromptTokens: 20, MaxOutputTokens: 100}, Request{PromptTokens: 1000, MaxOutputTokens: 500}
+	newLane := func(tpm float64) *Lane {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: tpm, Concurrency: 512, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		n, _ := lane.CanaryAfter(t0, question)
+		require.Zero(t, n, "before the first answer: the probe")
+		r, err := lane.ReserveAt(t0, question)
+		require.NoError(t, err)
+		require.NoError(t, lane.SendAt(t0, r).DoneAt(sec(0.2), Outcome{Headers: RateLimitHeaders{
+			LimitRequests: 600, HasLimitRequests: true, RemainingRequests: 599, HasRemainingRequests: true,
+			LimitTokens: tpm, HasLimitTokens: true, RemainingTokens: tpm - 120, HasRemainingTokens: true}}))
+		require.True(t, lane.trying)
+		return lane
+	}
+	after := func(lane *Lane, req Request) []any {
+		n, past := lane.CanaryAfter(sec(0.2), req)
+		return []any{n, past}
+	}
+	lane := newLane(1e6)
+	require.Equal(t, []any{51, true}, after(lane, question), "50 questions fill the requests' trial")
+
+	lane = newLane(6000)
+	require.InDeltaSlice(t, []float64{50, 500}, []float64{lane.trials[0].capacity, lane.trials[1].capacity}, 1e-9)
+	require.Equal(t, []any{1, false}, after(lane, document), "past the tokens' trial alone")
+	require.Equal(t, []any{5, false}, after(lane, question), "four questions fill the tokens' trial")
+	require.Equal(t, []any{5, false}, after(lane, question), "CanaryAfter reserved nothing")
+	for range 4 {
+		r, err := lane.ReserveAt(sec(0.2), question)
+		require.NoError(t, err)
+		require.Equal(t, []bool{false, false}, []bool{r.canary, r.pace})
+		lane.SendAt(sec(0.2), r)
+	}
+	require.Equal(t, []any{1, false}, after(lane, question))
+	r, err := lane.ReserveAt(sec(0.2), question)
+	require.NoError(t, err)
+	require.True(t, r.canary)
+	require.Equal(t, []any{0, false}, after(lane, document), "a canary flies")
+	lane.SendAt(sec(0.2), r).Cancel()
+	require.Equal(t, []any{1, false}, after(lane, document), "the canary that never went is no longer out")
+}
+
+// TestLanePacedWakesOnCanary: a send paced while the lane tries the
+// provider (past the trials, a canary out) goes when that canary's
+// admission doubles the trials and they cover it, not at its pacing slot
+// a tenth of a second later; the slot goes back to the next send.
+func TestLanePacedWakesOnCanary(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(t0)
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 1e6, Concurrency: 512, Clock: clock})
+	require.NoError(t, err)
+	question := Request{PromptTokens: 20, MaxOutputTokens: 100}
+	h := func(remReq float64) RateLimitHeaders {
+		return RateLimitHeaders{LimitRequests: 600, HasLimitRequests: true, RemainingRequests: remReq, HasRemainingRequests: true,
+			LimitTokens: 1e6, HasLimitTokens: true, RemainingTokens: 1e6 - 120*(600-remReq), HasRemainingTokens: true}
+	}
+	r, err := lane.ReserveAt(t0, question)
+	require.NoError(t, err)
+	require.NoError(t, lane.SendAt(t0, r).DoneAt(sec(0.2), Outcome{Headers: h(599)}))
+	clock.Advance(200 * time.Millisecond)
+	var canary *Permit
+	for range 51 {
+		r, err := lane.ReserveAt(sec(0.2), question)
+		require.NoError(t, err)
+		require.Equal(t, sec(0.2), lane.PaceReservationAt(sec(0.2), &r))
+		p := lane.SendAt(sec(0.2), r)
+		if r.canary {
+			canary = p
+		}
+	}
+	require.NotNil(t, canary)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent := make(chan time.Time, 1)
+	go func() {
+		p, err := lane.Admit(ctx, question)
+		if err == nil {
+			p.Cancel()
+		}
+		sent <- clock.Now()
+	}()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the send waits for its pacing slot at 0.3 s")
+	require.NoError(t, canary.DoneAt(sec(0.2), Outcome{Headers: h(548)}))
+	select {
+	case at := <-sent:
+		require.Equal(t, sec(0.2), at, "sent when the canary was admitted")
+	case <-ctx.Done():
+		t.Fatal("the paced send did not go when the trials covered it")
+	}
+	r, err = lane.ReserveAt(sec(0.2), question)
+	require.NoError(t, err)
+	require.False(t, r.pace, "the doubled trials hold it")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq"
+	"github.com/llmq/llmq/shaping"
 	"github.com/llmq/llmq/store"
 )
 
@@ -85,4 +86,44 @@ func TestClaimerModelNotAllowed(t *testing.T) {
 	require.Equal(t, []store.ClaimRequest{{Model: "b", Limit: 2, Owner: "w1", Lease: LeaseDefault}}, st.requests)
 	require.True(t, s.models["b"], "a full claim: more may be queued")
 	require.Empty(t, st.states, "no model state for a model without a lane")
+}
+
+// TestClaimerQuickCanary: a lane that asks for quick jobs to send up to
+// its canary gets, before the round's claim, the smallest queued jobs no
+// larger than its typical request (as many as asked, in size order, the
+// typical request's tokens each as the room); the ask is answered once.
+func TestClaimerQuickCanary(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cat := llmq.Catalog{Models: map[string]llmq.Model{"m": {RPM: 600, TPM: 150_000}}}
+	up := upstreamFunc(func(context.Context, string, []byte) Reply { return Reply{} })
+	ls, err := newLaneSet(laneSetConfig{Upstream: up, Scopes: openScopes{}, Metrics: newMetrics(prometheus.NewRegistry()),
+		BudgetAllows: func(*job, float64) bool { return true }, Catalog: func() llmq.Catalog { return cat },
+		Strategy: shaping.StrategyShape, QuotaScope: "sim", Clock: clock})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ls.begin(ctx, ctx)
+	l := ls.lane("m")
+	l.observe(shaping.Request{PromptTokens: 24, MaxOutputTokens: 120})
+	st := &memClaims{queued: map[string][]*store.JobRecord{"m": {{ID: "1"}, {ID: "2"}, {ID: "3"}}}}
+	c, err := newClaimer(claimerConfig{Store: st, Lanes: ls, Scopes: openClaimScopes(t), Owner: "w1",
+		Catalog: func() llmq.Catalog { return cat }, Held: func() int64 { return 0 },
+		Start: func(*store.JobRecord, claimTimes) {}, Clock: clock, Log: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	s := &scheduler{models: map[string]bool{}, heldSince: map[string]time.Time{}, notes: map[string]modelNote{},
+		scopeNotes: map[store.ScopeRef]time.Time{}}
+	l.quickWanted.Store(2)
+	c.learnModel("m")
+	c.scheduleRound(context.Background(), s)
+	require.GreaterOrEqual(t, len(st.requests), 1)
+	require.Equal(t, store.ClaimRequest{Model: "m", Owner: "w1", Lease: LeaseDefault, Limit: 2, Order: quickOrder,
+		TypicalTokens: 144, TokenRoom: 288}, st.requests[0])
+	require.Zero(t, l.quickWanted.Load())
+	n := len(st.requests)
+	c.learnModel("m")
+	c.scheduleRound(context.Background(), s)
+	for _, r := range st.requests[n:] {
+		require.Nil(t, r.Order, "no quick claim unasked")
+	}
 }

@@ -40,6 +40,10 @@ type lane struct {
 	typMu  sync.Mutex
 	typ    float64
 	typOut int
+	// quick is the running mean of the requests claimed no larger than
+	// the typical one: the size of the quick jobs a staged burst's
+	// canary waits for (canaryReady).
+	quick float64
 	// incident holds the lane during a provider incident (incident.go);
 	// nil when the worker runs without.
 	incident *incident
@@ -47,8 +51,14 @@ type lane struct {
 	health health
 	// unshared is when the dispatcher first found the lane on share 0
 	// (another replica holds the whole quota), zero while it has a share;
-	// only the lane's dispatch goroutine reads and writes it.
-	unshared time.Time
+	// quickBy is until when the dispatcher holds the tickets larger than
+	// the typical one, leaving the staged burst's trials to quick ones
+	// (zero: no hold since the last canary went; canaryReady). Only the
+	// lane's dispatch goroutine reads and writes them.
+	unshared, quickBy time.Time
+	// quickWanted asks the claimer for that many quick jobs, up to the
+	// canary.
+	quickWanted atomic.Int64
 }
 
 // typicalWeight is the weight of the newest request in the lane's mean.
@@ -59,11 +69,24 @@ func (l *lane) observe(req shaping.Request) {
 	l.typMu.Lock()
 	defer l.typMu.Unlock()
 	n := float64(req.PromptTokens + req.MaxOutputTokens)
+	switch {
+	case l.quick == 0:
+		l.quick = n
+	case n <= l.typ:
+		l.quick += typicalWeight * (n - l.quick)
+	}
 	if l.typ == 0 {
 		l.typ = n
 		return
 	}
 	l.typ += typicalWeight * (n - l.typ)
+}
+
+// quickTypical is the lane's typical quick request (quick).
+func (l *lane) quickTypical() shaping.Request {
+	l.typMu.Lock()
+	defer l.typMu.Unlock()
+	return shaping.Request{MaxOutputTokens: int(l.quick + 0.5)}
 }
 
 // typical is the lane's typical request (before any claim: no prompt, the
@@ -226,7 +249,12 @@ func (ls *laneSet) dispatch(l *lane) {
 	for {
 		// A ticket whose tenant or project is spent stays in the queue:
 		// the next ticket its scopes admit goes first.
-		t, err := l.sched.PopReady(ls.workCtx, ls.cfg.Scopes.scopeReady, ls.cfg.Scopes.changed)
+		t, err := l.sched.PopReady(ls.workCtx, func(t *ticket) (bool, time.Time) {
+			if ok, at := ls.canaryReady(l, t); !ok {
+				return false, at
+			}
+			return ls.cfg.Scopes.scopeReady(t)
+		}, ls.cfg.Scopes.changed)
 		if err != nil {
 			return
 		}
@@ -251,6 +279,54 @@ func (ls *laneSet) dispatch(l *lane) {
 		t.answer(admission{permit: p, incident: l.incident, probe: probe, scopes: t.scopes, release: ls.cfg.Scopes.releaseScopes})
 	}
 }
+
+// quickCanaryWait is the longest the dispatcher holds the larger tickets,
+// once per canary, for the quick jobs the claimer fetches: a claim and a
+// job's start take a few milliseconds, a document's answer comes a tenth
+// of a second or more after a question's.
+const quickCanaryWait = 50 * time.Millisecond
+
+// canaryReady is the dispatcher's test of a ticket against the staged
+// burst (docs/design/rate-limiting.md#pacing-inside-the-slot). The
+// canary's answer releases the next stage, and a quick one answers
+// sooner: when the lane's quick requests would fill the trials up to a
+// canary past the requests' trial, the tickets larger than the lane's
+// typical request wait, at most quickCanaryWait, leaving the trials to
+// the quick ones (the claimer is asked for as many as the lane sends up to
+// that canary). Meanwhile a quick ticket goes only within the trials or
+// past the requests' one: past the tokens' trial alone it would test the
+// provider's bucket by its few tokens. It runs under the scheduler's lock.
+func (ls *laneSet) canaryReady(l *lane, t *ticket) (bool, time.Time) {
+	now := ls.cfg.Clock.Now()
+	n, past := l.shaper.CanaryAfter(now, t.req)
+	if n == 0 {
+		l.quickBy = time.Time{}
+		return true, time.Time{}
+	}
+	holding := now.Before(l.quickBy)
+	if requestTokens(t.req) <= requestTokens(l.typical()) {
+		if n > 1 || past || !holding {
+			return true, time.Time{}
+		}
+		return false, l.quickBy
+	}
+	if l.quickBy.IsZero() {
+		k, strong := l.shaper.CanaryAfter(now, l.quickTypical())
+		if !strong {
+			return true, time.Time{}
+		}
+		l.quickBy, holding = now.Add(quickCanaryWait), true
+		l.quickWanted.Store(int64(k))
+		ls.cfg.CanaryWanted()
+	}
+	if holding {
+		return false, l.quickBy
+	}
+	return true, time.Time{}
+}
+
+// requestTokens is the size of req as a lane's typical request counts it.
+func requestTokens(req shaping.Request) int { return req.PromptTokens + req.MaxOutputTokens }
 
 // admitTicket admits t in l: a ticket with a fallback waits at most its
 // maxPause for the lane's buckets and pauses (errLanePaused after that,

@@ -47,10 +47,14 @@ type laneSetConfig struct {
 	BudgetAllows func(p *job, cost float64) bool
 	// Share is a new lane's share of its quota key (nil: the whole quota,
 	// no ledger).
-	Share   func(ctx context.Context, key string) float64
-	Metrics *metrics // required
-	Clock   clockwork.Clock
-	Log     *slog.Logger
+	Share func(ctx context.Context, key string) float64
+	// CanaryWanted wakes the claimer: a lane asks for quick jobs up to
+	// its staged burst's canary (lane.quickWanted). nil: no claimer to
+	// wake.
+	CanaryWanted func()
+	Metrics      *metrics // required
+	Clock        clockwork.Clock
+	Log          *slog.Logger
 }
 
 func (c laneSetConfig) validate() error {
@@ -83,6 +87,9 @@ func newLaneSet(cfg laneSetConfig) (*laneSet, error) {
 	}
 	if cfg.Catalog == nil {
 		cfg.Catalog = zeroCatalog
+	}
+	if cfg.CanaryWanted == nil {
+		cfg.CanaryWanted = func() {}
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -161,6 +161,23 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	// Asked even when nothing is claimed, so that the scopes held stay
 	// noted while the provider's quota binds too.
 	caps, heldProjects, rooms := c.cfg.Scopes.claimScopes(now, typical, held)
+	if quick := quickWanted(lanes); quick > 0 && len(caps) == 0 && len(heldProjects) == 0 && len(rooms) == 0 && room > 0 {
+		// A lane leaves its staged burst's trials to quick jobs up to a
+		// canary past the requests' trial (lanes.go, canaryReady): the
+		// smallest queued jobs, each no larger than its typical one.
+		// Not under a tenant's or project's quota, whose room the claim
+		// below counts.
+		size := typical.PromptTokens + typical.MaxOutputTokens
+		quick = min(quick, room)
+		n, _, err := c.claim(ctx, s.wake, s.heldSince[model], store.ClaimRequest{
+			Model: model, Limit: quick, Order: quickOrder, TypicalTokens: size,
+			HoldDeferrable: hold.Hold, HoldDeadlineAfter: hold.DeadlineAfter, LiveReason: hold.LiveReason,
+			TokenRoom: float64(quick * max(1, size)),
+		}, nil)
+		if err == nil {
+			want = min(want, room-n)
+		}
+	}
 	if want <= 0 {
 		s.held(model, now)
 		setBacklog(lanes, true)
@@ -195,6 +212,20 @@ func (c *claimer) claimFor(ctx context.Context, s *scheduler, model string, hold
 	setBacklog(lanes, true)
 	c.note(ctx, s, model, store.WaitingReasonProviderQuota, hold.Hold)
 	return false
+}
+
+// quickOrder takes a tenant's smallest queued job first.
+var quickOrder = store.ClaimOrder{{Column: "est_prompt_tokens"}, {Column: "est_output_tokens"},
+	{Column: "sched_key"}, {Column: "created_at"}, {Column: "id"}}
+
+// quickWanted is how many quick jobs lanes asked for, to send up to their
+// canaries, and forgets the asks.
+func quickWanted(lanes []*lane) int {
+	n := 0
+	for _, l := range lanes {
+		n += int(l.quickWanted.Swap(0))
+	}
+	return n
 }
 
 // laneRoom is what a model's lanes can take, together.

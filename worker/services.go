@@ -76,6 +76,7 @@ func (w *Worker) newLanes() error {
 		LedgerLease: cfg.LedgerLease, LedgerPeriod: cfg.LedgerPeriod, IncidentMinCalls: cfg.IncidentMinCalls,
 		IncidentFailureRatio: cfg.IncidentFailureRatio, IncidentWindow: cfg.IncidentWindow,
 		IncidentProbeEvery: cfg.IncidentProbeEvery, Scopes: w.scopes, Share: share, Metrics: w.metrics,
+		CanaryWanted: func() { w.claims.pokeBy(wokenByOther) },
 		BudgetAllows: func(p *job, cost float64) bool { return w.gate.allows(p, cost) }, Clock: cfg.Clock, Log: w.log})
 	return err
 }

@@ -162,7 +162,7 @@ func NewLane(cfg LaneConfig) (*Lane, error) {
 		}
 		l.rpmQ = view{limit: cfg.RPM, burst: cfg.RPM}
 		if l.probing {
-			l.startProbeLocked(now, l.rpm, &l.rpmQ, 1)
+			l.startProbeLocked(now, l.rpm, &l.rpmQ, l.earlyTrial())
 		}
 	}
 	if cfg.TPM > 0 && cfg.Strategy != StrategyRPM {

@@ -119,7 +119,7 @@ func (l *Lane) calibrateLocked(now, at time.Time, m marks, h RateLimitHeaders, r
 		l.learned = false // a quota from the headers replaces one learned from 429s
 	}
 	if first {
-		l.startTrialLocked(now, m) // sized by the limits just set
+		l.startTrialLocked(now, at) // sized by the limits just set
 	}
 	if l.ctrl != nil {
 		l.guideLocked()

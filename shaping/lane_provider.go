@@ -2,6 +2,7 @@ package shaping
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -77,13 +78,44 @@ func floorBurst(limit float64) float64 { return min(limit, max(1, limit/60)) }
 
 // startProbeLocked sets a cold-starting bucket to the probe: its capacity
 // is ShortBucket of refill, full for tokens (so the first request goes at
-// once, whatever its size) and one request for requests; the rest of the
-// level comes from the first answer's headers, or from the warm-up while
-// none carries them.
+// once, whatever its size) and, for requests, the early trial: a second of
+// the configured refill (floorBurst, at least the probe's one request),
+// which any provider the lane assumes admits at once, short bucket or not,
+// and which the trials started by the first answer count as unseen
+// (docs/design/rate-limiting.md#cold-start-from-what-the-provider-says-is-available);
+// the rest of the level comes from the first answer's headers, or from the
+// warm-up while none carries them.
 func (l *Lane) startProbeLocked(now time.Time, b *Bucket, v *view, first float64) {
 	v.burst = l.probeBurst(v.limit)
 	l.applyLocked(now, b, v)
 	b.level = min(first, b.capacity)
+}
+
+// earlyTrial is the requests a lane with a configured quota sends before
+// its probe's answer: what a second of the quota holds, of requests and,
+// at the default max output each, of tokens; at least the probe.
+func (l *Lane) earlyTrial() float64 {
+	n := floorBurst(l.cfg.RPM)
+	if l.cfg.TPM > 0 && l.cfg.Strategy != StrategyRPM {
+		n = min(n, floorBurst(l.cfg.TPM)/float64(l.cfg.DefaultMaxOutput))
+	}
+	return max(1, math.Floor(n))
+}
+
+// earlyLocked reports whether the lane is in its early trial: a requests
+// quota configured, and no answer yet.
+func (l *Lane) earlyLocked() bool {
+	return l.probing && l.kind == ProviderUnknown && l.rpm != nil
+}
+
+// endEarlyTrialLocked leaves a lane put on a share of the quota before any
+// answer the probe's one request of its early trial: replicas' early
+// trials together would pass what a short bucket holds, and a replica's
+// probe is spread instead (spreadProbeLocked).
+func (l *Lane) endEarlyTrialLocked(now time.Time) {
+	if l.earlyLocked() && l.share < 1 {
+		l.rpm.LowerAt(now, 1)
+	}
 }
 
 // endProbeLocked ends a cold start's probe at the first answer with
@@ -312,6 +344,7 @@ func (l *Lane) SetShareAt(now time.Time, share float64) error {
 		}
 		l.applyLocked(now, q.b, q.v)
 	}
+	l.endEarlyTrialLocked(now)
 	l.wakeLocked()
 	if l.ctrl != nil {
 		l.guideLocked()

@@ -38,18 +38,19 @@ func (t *trial) refill(now time.Time, rate float64) {
 // a tokens' trial of a second cost a mix of long jobs one canary round
 // trip more), less what the lane reserved that the answer had not seen
 // (since the send marked m).
-func (l *Lane) startTrialLocked(now time.Time, m marks) {
+func (l *Lane) startTrialLocked(now, at time.Time) {
 	if l.cfg.ColdStart != ColdStartProbe || l.kind != ProviderUnknown || l.share < 1 {
 		return
 	}
 	l.trying = true
-	unseen := [2]float64{l.resReq - l.canReq - m.req, l.resTok - l.canTok - m.tok}
+	spent := [2]float64{l.resReq - l.canReq, l.resTok - l.canTok - l.rfdTok}
 	for i, q := range l.views() {
 		if q.b == nil {
 			continue
 		}
 		c := l.probeBurst(q.v.limit)
-		l.trials[i] = trial{capacity: c, level: max(0, c-unseen[i]), at: now}
+		l.trials[i] = trial{capacity: c, level: max(0, c-spent[i]), at: at}
+		l.trials[i].refill(now, l.trialRate(i))
 	}
 }
 
@@ -67,6 +68,9 @@ func (l *Lane) trialRate(i int) float64 { return l.views()[i].v.limit / 60 }
 // quota say, would keep the next canary back as long); otherwise every
 // send is paced.
 func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, canary bool) {
+	if !waits && l.earlyLocked() && (l.tpm == nil || l.resTok-l.canTok <= floorBurst(l.tpmQ.limit)) {
+		return false, false // the early trial goes at once (startProbeLocked)
+	}
 	low := (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate)
 	if !l.trying {
 		return l.paceAll || low, false

@@ -329,3 +329,60 @@ func TestLaneShortBucketReanchored(t *testing.T) {
 	refuse(3, 1000, 58500)
 	require.Equal(t, 58000.0, lane.tpmQ.anchor)
 }
+
+// TestLaneEarlyTrial: before its probe's answer, a lane with its quota
+// configured sends at once, unpaced, what a second of the quota holds: a
+// second of requests and as many requests as a second of tokens holds at
+// the default max output (162 at 60k RPM / 10M TPM, 10 at 600 RPM / 1M
+// TPM, the probe alone at 600 RPM / 60k TPM); the next waits for the
+// warm-up. A lane put on a share of the quota before any answer probes
+// alone. The trials the first answer starts (lane_trial.go) count the
+// early trial spent at its request's send and the refill since: 50 at 600
+// RPM, less the 10 sent, plus 2 in 0.2 s.
+func TestLaneEarlyTrial(t *testing.T) {
+	t.Parallel()
+	req := Request{PromptTokens: 20, MaxOutputTokens: 100}
+	// immediate reserves n at t0 and reports how many were ready at once
+	// and unpaced.
+	immediate := func(lane *Lane, n int) (int, []Reservation) {
+		at, rs := 0, make([]Reservation, 0, n)
+		for range n {
+			r, err := lane.ReserveAt(t0, req)
+			require.NoError(t, err)
+			if r.ReadyAt.Equal(t0) && lane.PaceReservationAt(t0, &r).Equal(t0) && !r.pace {
+				at++
+			}
+			rs = append(rs, r)
+		}
+		return at, rs
+	}
+	for _, c := range []struct {
+		rpm, tpm float64
+		share    float64
+		want     int
+	}{
+		{rpm: 60000, tpm: 10e6, share: 1, want: 162},
+		{rpm: 600, tpm: 1e6, share: 1, want: 10},
+		{rpm: 600, tpm: 60000, share: 1, want: 1},
+		{rpm: 60000, tpm: 10e6, share: 0.5, want: 1},
+	} {
+		lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: c.rpm, TPM: c.tpm, Concurrency: 512, Clock: clockwork.NewFakeClockAt(t0)})
+		require.NoError(t, err)
+		require.NoError(t, lane.SetShareAt(t0, c.share))
+		got, _ := immediate(lane, c.want+1)
+		require.Equal(t, c.want, got, "%v RPM, %v TPM, share %v", c.rpm, c.tpm, c.share)
+	}
+
+	lane, err := NewLane(LaneConfig{Strategy: StrategyShape, RPM: 600, TPM: 1e6, Concurrency: 512, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	_, early := immediate(lane, 10)
+	permits := make([]*Permit, len(early))
+	for i, r := range early {
+		permits[i] = lane.SendAt(t0, r)
+	}
+	h := RateLimitHeaders{LimitRequests: 600, HasLimitRequests: true, RemainingRequests: 590, HasRemainingRequests: true,
+		LimitTokens: 1e6, HasLimitTokens: true, RemainingTokens: 1e6 - 1200, HasRemainingTokens: true}
+	require.NoError(t, permits[0].DoneAt(sec(0.2), Outcome{Headers: h}))
+	require.True(t, lane.trying)
+	require.InDelta(t, 42, lane.trials[0].level, 1e-9)
+}

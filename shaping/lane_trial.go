@@ -36,8 +36,9 @@ func (t *trial) refill(now time.Time, rate float64) {
 // trials sized before held nothing): the trials hold ShortBucket of refill
 // each, requests and tokens (a short bucket holds as many seconds of both;
 // a tokens' trial of a second cost a mix of long jobs one canary round
-// trip more), less what the lane reserved that the answer had not seen
-// (since the send marked m).
+// trip more), as a short bucket full at the lane's start stands at the
+// answered request's send (at): less what the lane reserved (the early
+// trial's sends included: startProbeLocked), refilled since.
 func (l *Lane) startTrialLocked(now, at time.Time) {
 	if l.cfg.ColdStart != ColdStartProbe || l.kind != ProviderUnknown || l.share < 1 {
 		return

@@ -119,7 +119,8 @@ RPM / %s TPM whose latency does not grow with load (the model configured with
 embedded Kafka (kfake). From a job's record
 (`+"`created_at`"+`) to its first call's start (`+"`job_attempts.started_at`"+`), of every job and
 (*warm*) of the jobs recorded after the first call's answer, past the lane's cold start (its first
-call goes alone, the probe, and the rest wait for its headers):
+call, the probe, goes with the early trial, what a second of the quota holds, and the rest wait for
+its headers):
 
 | broker | jobs | called | p50 | p99 | warm p50 | warm p99 | 429s |
 |---|---:|---:|---:|---:|---:|---:|---:|

@@ -78,22 +78,23 @@ func floorBurst(limit float64) float64 { return min(limit, max(1, limit/60)) }
 
 // startProbeLocked sets a cold-starting bucket to the probe: its capacity
 // is ShortBucket of refill, full for tokens (so the first request goes at
-// once, whatever its size) and, for requests, the early trial: a second of
-// the configured refill (floorBurst, at least the probe's one request),
-// which any provider the lane assumes admits at once, short bucket or not,
-// and which the trials started by the first answer count as unseen
-// (docs/design/rate-limiting.md#cold-start-from-what-the-provider-says-is-available);
-// the rest of the level comes from the first answer's headers, or from the
-// warm-up while none carries them.
+// once, whatever its size) and, for requests, first: the early trial
+// (earlyTrial) or the probe's one request; the rest of the level comes
+// from the first answer's headers, or from the warm-up while none carries
+// them.
 func (l *Lane) startProbeLocked(now time.Time, b *Bucket, v *view, first float64) {
 	v.burst = l.probeBurst(v.limit)
 	l.applyLocked(now, b, v)
 	b.level = min(first, b.capacity)
 }
 
-// earlyTrial is the requests a lane with a configured quota sends before
-// its probe's answer: what a second of the quota holds, of requests and,
-// at the default max output each, of tokens; at least the probe.
+// earlyTrial is the requests a lane with a configured quota sends at once
+// before its probe's answer: what a second of the quota holds, of requests
+// and, at the default max output each, of tokens; at least the probe. Any
+// provider the lane assumes admits it, short bucket or not (a second of
+// refill is the least burst a short-bucket lane trusts: floorBurst), and
+// the trials the first answer starts count it spent
+// (docs/design/rate-limiting.md#cold-start-from-what-the-provider-says-is-available).
 func (l *Lane) earlyTrial() float64 {
 	n := floorBurst(l.cfg.RPM)
 	if l.cfg.TPM > 0 && l.cfg.Strategy != StrategyRPM {

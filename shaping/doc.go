@@ -42,7 +42,8 @@
 // tokens, a lower rate stretches their remaining wait and a higher one
 // shortens it, a raised level brings them forward (and wakes a waiting
 // Admit); any number of corrections compose, none is forgotten. A lane starts by probe ([ColdStartProbe]): one request
-// goes at once and the first answer's headers set the levels; a lane tells
+// goes at once (with a configured quota, what a second of it holds: the
+// early trial) and the first answer's headers set the levels; a lane tells
 // a per-minute bucket from a short one ([ProviderKind]) from the answers,
 // and [Lane.SetShareAt] runs it on a share of the provider's quota. See
 // docs/design/rate-limiting.md, "Reading the server".

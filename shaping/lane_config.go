@@ -59,9 +59,10 @@ type ColdStart string
 
 const (
 	// ColdStartProbe starts from what the provider says is available: the
-	// buckets hold a probe (one request, and ShortBucket of token refill,
-	// so the first request goes at once whatever its size) and warm up
-	// from it, until the first answer with rate-limit headers ends the
+	// buckets hold a probe (one request, or with a configured quota the
+	// early trial, what a second of it holds, and ShortBucket of token
+	// refill, so the first request goes at once whatever its size) and
+	// warm up from it, until the first answer with rate-limit headers ends the
 	// warm-up and sets the levels. While the provider's kind is unknown,
 	// the lane tries it with a staged burst (lane_trial.go) and paces the
 	// rest; on a short bucket every send is paced; once it is known to

@@ -59,16 +59,15 @@ type ColdStart string
 
 const (
 	// ColdStartProbe starts from what the provider says is available: the
-	// buckets hold a probe (one request, or with a configured quota the
-	// early trial, what a second of it holds, and ShortBucket of token
-	// refill, so the first request goes at once whatever its size) and
-	// warm up from it, until the first answer with rate-limit headers ends the
-	// warm-up and sets the levels. While the provider's kind is unknown,
-	// the lane tries it with a staged burst (lane_trial.go) and paces the
-	// rest; on a short bucket every send is paced; once it is known to
-	// enforce per minute, only sends that leave a bucket near empty are.
-	// Without headers the warm-up runs its course, every send is paced and
-	// the burst stays at the probe's.
+	// buckets hold a probe (one request, or a second of a configured quota,
+	// and ShortBucket of token refill, so the first request goes at once
+	// whatever its size) and warm up from it, until the first answer with
+	// rate-limit headers ends the warm-up and sets the levels. While the
+	// provider's kind is unknown, the lane tries it with a staged burst
+	// (lane_trial.go) and paces the rest; on a short bucket every send is
+	// paced; once it is known to enforce per minute, only sends that leave
+	// a bucket near empty are. Without headers the warm-up runs its course,
+	// every send is paced and the burst stays at the probe's.
 	ColdStartProbe ColdStart = "probe"
 	// ColdStartStatic starts the buckets as LaneConfig.Start and WarmUp
 	// say and paces every send; headers raise a level only once the

@@ -38,9 +38,7 @@ func (t *trial) refill(now time.Time, rate float64) {
 // a tokens' trial of a second cost a mix of long jobs one canary round
 // trip more), as a short bucket full at the lane's start stands at the
 // answered request's send (at): less what the lane reserved (the early
-// trial's sends included: earlyTrial), refilled since. A lane whose
-// provider sent headers only after answers without them starts its trials
-// about empty: a canary round trip more, never a burst past them.
+// trial's included: earlyTrial), refilled since.
 func (l *Lane) startTrialLocked(now, at time.Time) {
 	if l.cfg.ColdStart != ColdStartProbe || l.kind != ProviderUnknown || l.share < 1 {
 		return
@@ -69,12 +67,11 @@ func (l *Lane) trialRate(i int) float64 { return l.views()[i].v.limit / 60 }
 // tokens' or both: paced sends keep the tokens' trial empty when the jobs
 // are large) and that goes now (one that waits for a bucket, a tenant's
 // quota say, would keep the next canary back as long); otherwise every
-// send is paced. Before any answer, a send the buckets admit now is the
-// early trial's (earlyTrial) and goes at once: the trials the answer starts
-// count it spent at its send, which paced sends the provider refilled
-// behind would not be.
+// send is paced.
 func (l *Lane) paceLocked(now time.Time, tokens float64, waits bool) (pace, canary bool) {
 	if !waits && l.earlyLocked() {
+		// The early trial (earlyTrial) goes at once: the trials the answer
+		// starts count it spent at its send, as paced sends would not be.
 		return false, false
 	}
 	low := (l.rpm != nil && l.rpm.level < l.rpm.rate) || (l.tpm != nil && l.tpm.level < l.tpm.rate)

@@ -38,13 +38,16 @@ func (t *trial) refill(now time.Time, rate float64) {
 // a tokens' trial of a second cost a mix of long jobs one canary round
 // trip more), as a short bucket full at the lane's start stands at the
 // answered request's send (at): less what the lane reserved (the early
-// trial's included: earlyTrial), refilled since.
+// trial: earlyTrial; a probe alone is presumed refilled), refilled since.
 func (l *Lane) startTrialLocked(now, at time.Time) {
 	if l.cfg.ColdStart != ColdStartProbe || l.kind != ProviderUnknown || l.share < 1 {
 		return
 	}
 	l.trying = true
 	spent := [2]float64{l.resReq - l.canReq, l.resTok - l.canTok - l.rfdTok}
+	if spent[0] <= 1 {
+		spent = [2]float64{} // the probe alone: its answer saw it, refilled
+	}
 	for i, q := range l.views() {
 		if q.b == nil {
 			continue

@@ -46,13 +46,9 @@ fmt-check:
 	@out="$$(gofmt -l .)"; \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-# The packages whose tests take longest, first: go test starts packages in the
-# order it is given them, and the slowest one started last ran alone at the end.
-SLOW_PKGS ?= ./worker/ ./internal/app/bench/ ./internal/app/api/ ./cmd/llmq/ ./store/ ./shaping/
-
-## unit: go test -race ./... (Postgres and RabbitMQ on localhost), the slowest packages first
+## unit: go test -race ./... (Postgres and RabbitMQ on localhost)
 unit:
-	$(GO) test -race -count=1 $(SLOW_PKGS) ./...
+	$(GO) test -race -count=1 ./...
 
 ## fuzz: FuzzDecode for FUZZTIME (default 300000x: runs, about 10 s), then FuzzIngest (any bytes through the memory broker into a worker on Postgres) for INGEST_FUZZTIME (default 2000x)
 fuzz:

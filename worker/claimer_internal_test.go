@@ -96,14 +96,7 @@ func TestClaimerQuickCanary(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	cat := llmq.Catalog{Models: map[string]llmq.Model{"m": {RPM: 600, TPM: 150_000}}}
-	up := upstreamFunc(func(context.Context, string, []byte) Reply { return Reply{} })
-	ls, err := newLaneSet(laneSetConfig{Upstream: up, Scopes: openScopes{}, Metrics: newMetrics(prometheus.NewRegistry()),
-		BudgetAllows: func(*job, float64) bool { return true }, Catalog: func() llmq.Catalog { return cat },
-		Strategy: shaping.StrategyShape, QuotaScope: "sim", Clock: clock})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	ls.begin(ctx, ctx)
+	ls := startedLaneSet(t, clock, cat)
 	l := ls.lane("m")
 	l.observe(shaping.Request{PromptTokens: 24, MaxOutputTokens: 120})
 	st := &memClaims{queued: map[string][]*store.JobRecord{"m": {{ID: "1"}, {ID: "2"}, {ID: "3"}}}}

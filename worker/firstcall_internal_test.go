@@ -133,14 +133,7 @@ func TestClaimerRoomSince(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	cat := llmq.Catalog{Models: map[string]llmq.Model{"m": {RPM: 60_000, TPM: 10_000_000}}}
-	up := upstreamFunc(func(context.Context, string, []byte) Reply { return Reply{} })
-	ls, err := newLaneSet(laneSetConfig{Upstream: up, Scopes: openScopes{}, Metrics: newMetrics(prometheus.NewRegistry()),
-		BudgetAllows: func(*job, float64) bool { return true }, Catalog: func() llmq.Catalog { return cat },
-		Strategy: shaping.StrategyShape, QuotaScope: "sim", Clock: clock})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	ls.begin(ctx, ctx)
+	ls := startedLaneSet(t, clock, cat)
 	st := &memClaims{queued: map[string][]*store.JobRecord{"m": {{ID: "1"}, {ID: "2"}}}}
 	held := int64(1)
 	var starts []claimTimes
@@ -179,4 +172,19 @@ func TestClaimerRoomSince(t *testing.T) {
 	round()
 	require.Len(t, starts, 4)
 	require.Equal(t, full, starts[3].heldSince, "the job the full claim left waited for room from then")
+}
+
+// startedLaneSet is a begun lane set of the models of cat, under the shape
+// strategy, on clock, whose calls answer nothing.
+func startedLaneSet(t *testing.T, clock clockwork.Clock, cat llmq.Catalog) *laneSet {
+	t.Helper()
+	up := upstreamFunc(func(context.Context, string, []byte) Reply { return Reply{} })
+	ls, err := newLaneSet(laneSetConfig{Upstream: up, Scopes: openScopes{}, Metrics: newMetrics(prometheus.NewRegistry()),
+		BudgetAllows: func(*job, float64) bool { return true }, Catalog: func() llmq.Catalog { return cat },
+		Strategy: shaping.StrategyShape, QuotaScope: "sim", Clock: clock})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ls.begin(ctx, ctx)
+	return ls
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,7 +86,20 @@ func (s *Ledger) RenewQuotas(ctx context.Context, replica string, lease time.Dur
 		provider[0][i], provider[1][i], provider[2][i], provider[3][i] = p.CreditRequests, p.CreditTokens, p.ShortRequests, p.ShortTokens
 	}
 	now := s.clock()
-	rows, err := s.pool.Query(ctx, `WITH gone AS (
+	var out []LedgerEntry
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Renewals of one key take turns: each statement reads the rows
+		// committed before it began, so two replicas that wrote their
+		// first rows of a key at once would each see itself alone and run
+		// on the whole quota until their next round (a tenant's quota,
+		// whose rows are written when its first job arrives, spent twice
+		// over). In the order of the keys, so that renewals of several
+		// keys never wait for each other in a circle.
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(hashtextextended('llmq.quota_ledger ' || k, 0)))
+			FROM unnest($1::text[]) AS k`, sortedUnique(keys)); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `WITH gone AS (
 			DELETE FROM quota_ledger WHERE ctid IN (SELECT ctid FROM quota_ledger
 				WHERE quota_key = ANY($2) AND replica <> $1 AND lease_until < $6 FOR UPDATE SKIP LOCKED)
 		), up AS (
@@ -105,23 +119,30 @@ func (s *Ledger) RenewQuotas(ctx context.Context, replica string, lease time.Dur
 		SELECT quota_key, replica, demand, share, credit_requests, credit_tokens, short_requests, short_tokens, lease_until
 			FROM quota_ledger WHERE quota_key = ANY($2) AND replica <> $1 AND lease_until > $7
 		ORDER BY 1, 2`,
-		replica, keys, demands, shares, now.Add(lease), now.Add(-LedgerGone), now,
-		provider[0], provider[1], provider[2], provider[3])
-	if err != nil {
-		return nil, fmt.Errorf("store: renew quotas: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
-		var e LedgerEntry
-		p := &e.Provider
-		err := r.Scan(&e.Key, &e.Replica, &e.Demand, &e.Share,
-			&p.CreditRequests, &p.CreditTokens, &p.ShortRequests, &p.ShortTokens, &e.LeaseUntil)
-		e.LeaseUntil = e.LeaseUntil.UTC()
-		return e, err
+			replica, keys, demands, shares, now.Add(lease), now.Add(-LedgerGone), now,
+			provider[0], provider[1], provider[2], provider[3])
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (LedgerEntry, error) {
+			var e LedgerEntry
+			p := &e.Provider
+			err := r.Scan(&e.Key, &e.Replica, &e.Demand, &e.Share,
+				&p.CreditRequests, &p.CreditTokens, &p.ShortRequests, &p.ShortTokens, &e.LeaseUntil)
+			e.LeaseUntil = e.LeaseUntil.UTC()
+			return e, err
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: renew quotas: %w", err)
 	}
 	return out, nil
+}
+
+// sortedUnique is keys sorted, without repeats.
+func sortedUnique(keys []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(keys)))
 }
 
 // LeaveQuotas deletes replica's rows: a replica that stops gives its

@@ -1,9 +1,13 @@
 package store_test
 
 import (
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmq/llmq/shaping"
@@ -113,4 +117,34 @@ func TestLedgerProviderState(t *testing.T) {
 	rows, err = b.store.Ledger().RenewQuotas(b.ctx, "a", time.Second, []store.QuotaClaim{{Key: key, Demand: 1, Share: 0.5, Provider: ps}})
 	require.NoError(t, err)
 	require.Equal(t, ps, rows[0].Provider)
+}
+
+// TestLedgerFirstRenewalsSeeEachOther: replicas that write their first
+// rows of a key at once take turns, so each sees the rows of those before
+// it, and none runs on the whole quota believing itself alone.
+func TestLedgerFirstRenewalsSeeEachOther(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const key, replicas = "tenant:a", 8
+	seen := make(chan int, replicas)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() {
+			<-start
+			rows, err := b.store.Ledger().RenewQuotas(b.ctx, fmt.Sprintf("r%d", i), time.Second,
+				[]store.QuotaClaim{{Key: key, Demand: 1, Share: shaping.ShareFloorDefault}})
+			assert.NoError(t, err)
+			seen <- len(rows)
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(seen)
+	var counts []int
+	for n := range seen {
+		counts = append(counts, n)
+	}
+	slices.Sort(counts)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8}, counts, "the rows each first renewal saw")
 }

@@ -151,7 +151,11 @@ func TestReplicasHoldAShortBucket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a backlog of about 30 s")
 	}
-	t.Parallel()
+	// Not parallel: a count of 429s that the timing of three replicas'
+	// sends decides, which the suite's load moves: run beside the
+	// package's other tests it met 2 and, once, 3 after learning; alone,
+	// beside spinning processes, pgbench or copies of itself, none in 27
+	// runs. Should it fail, the refused calls are logged.
 	const rpm, tpm = 600, 60_000
 	sim := replicaSim()
 	sim.Models = map[string]upstreamsim.ModelConfig{replicaModel: {Limits: upstreamsim.Limits{RPM: rpm, TPM: tpm}}}
@@ -185,12 +189,36 @@ func TestReplicasHoldAShortBucket(t *testing.T) {
 	tb.publish(t, values...) // ~33,000 tokens: the bucket, then ~28 s of refill
 	require.Eventually(t, func() bool { return ledgerRows("WHERE short_tokens > 0") == 3 }, 30*time.Second, 20*time.Millisecond,
 		"every replica learns the short bucket")
-	learning := tb.rateLimited()
+	learning, learned := tb.rateLimited(), time.Now()
 	recs := tb.waitTerminal(t, ids, 120*time.Second)
 	for _, id := range ids {
 		require.Equal(t, llmq.StatusSucceeded, recs[id].Status, "%s: %s", id, recs[id].ErrorMessage)
 	}
 	calls := tb.sim.Sim.Stats().Total.Accepted + tb.rateLimited()
 	t.Logf("%d 429s in %d calls, %d of them while the replicas learned the short bucket", tb.rateLimited(), calls, learning)
+	if tb.rateLimited()-learning > 1 {
+		tb.logRefusals(t, learned)
+	}
 	require.LessOrEqual(t, tb.rateLimited()-learning, int64(1), "at most one 429 once the short bucket is known, in %d calls", calls)
+}
+
+// logRefusals logs every refused call, its job's replica and the call's
+// start after since, for a count of 429s that failed.
+func (tb *testBundle) logRefusals(t *testing.T, since time.Time) {
+	t.Helper()
+	rows, err := tb.store.Pool().Query(context.Background(), `SELECT a.job_id, a.seq, j.lease_owner,
+			extract(epoch FROM a.started_at - $1::timestamptz)::float8, a.quota_wait_ms, j.est_output_tokens
+		FROM job_attempts a JOIN jobs j ON j.tenant = a.tenant AND j.id = a.job_id
+		WHERE a.outcome = 'rate_limited' ORDER BY a.started_at`, since)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var job, owner string
+		var seq int
+		var after float64
+		var wait, outTokens int64
+		require.NoError(t, rows.Scan(&job, &seq, &owner, &after, &wait, &outTokens))
+		t.Logf("429: %s call %d by %s, %+.3f s after the short bucket was known, %d ms waited, %d output tokens estimated", job, seq, owner, after, wait, outTokens)
+	}
+	require.NoError(t, rows.Err())
 }

@@ -245,10 +245,16 @@ func (l *Lane) providerCapsSlots() bool {
 	return l.conc.limit > 0 && !l.conc.slow
 }
 
-// ProviderHoldsSlots reports whether every slot of the lane is taken while
-// they are capped by the provider's calls at a time, learned from its
-// refusals: a request with somewhere else to go would wait for calls
-// other clients hold (AdmitBy), as it would for a 429 pause.
+// ProviderHoldsSlots reports whether the provider's calls at a time,
+// learned from its refusals, hold the lane's slots: every slot is taken
+// under that cap, or the last call answered was refused for it (a slot
+// freed by a refused call, while its job backs off, is not one the
+// provider would take a call in). A request with somewhere else to go
+// would wait for calls other clients hold (AdmitBy), as it would for a
+// 429 pause.
 func (l *Lane) ProviderHoldsSlots() bool {
-	return l.providerCapsSlots() && l.slots.InFlight() >= l.slots.Limit()
+	l.mu.Lock()
+	capped, refused := l.conc.limit > 0 && !l.conc.slow, l.conc.refused
+	l.mu.Unlock()
+	return capped && (refused || l.slots.InFlight() >= l.slots.Limit())
 }

@@ -35,6 +35,10 @@ type concurrencyCap struct {
 	// out is the calls sent and not answered: a slot is taken before the
 	// pacing inside it, so the slots held count the calls waiting for it.
 	out int
+	// refused: the last call answered was refused for the provider's
+	// calls at a time (other clients hold them), so the lane's free slot
+	// is not one the provider would take a call in (ProviderHoldsSlots).
+	refused bool
 }
 
 // bound is limit capped by what the lane learned.
@@ -78,6 +82,7 @@ func (l *Lane) concurrencyRefusedLocked(now time.Time, out int, h RateLimitHeade
 		return false
 	}
 	c := &l.conc
+	c.refused = true
 	bound := out - 1
 	if c.limit > 0 {
 		bound = min(bound, c.limit-1)
@@ -93,6 +98,7 @@ func (l *Lane) concurrencyRefusedLocked(now time.Time, out int, h RateLimitHeade
 // concIncreaseEvery of them.
 func (l *Lane) concurrencyAnsweredLocked(now time.Time, inFlight int) {
 	c := &l.conc
+	c.refused = false
 	if c.limit == 0 || inFlight < c.limit {
 		return
 	}

@@ -204,3 +204,36 @@ func TestAdmitByWaitsForAProviderSlotUntilBy(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestProviderHoldsSlotsAfterARefusal: on a lane whose slots the
+// provider's calls at a time cap, the provider holds them while every slot
+// is taken, and also once a call was refused for them, its slot free while
+// its job backs off: the claim takes jobs with a fallback off the lane
+// until an answer says the provider takes a call again.
+func TestProviderHoldsSlotsAfterARefusal(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	l, err := NewLane(LaneConfig{Name: "c", Strategy: StrategyShape, RPM: 600, TPM: 1e6, Concurrency: 2,
+		ColdStart: ColdStartStatic, WarmUp: -1, Start: StartFull, MinInterval: -1, Clock: clockwork.NewFakeClockAt(t0)})
+	require.NoError(t, err)
+	ps := sendN(t, l, t0, 2)
+	require.False(t, l.ProviderHoldsSlots(), "its own calls take the configured slots")
+	require.NoError(t, ps[1].DoneAt(t0, Outcome{RateLimited: true, Headers: busyHeaders(true)}))
+	require.Equal(t, 1, l.Snapshot().ConcurrencyLimit)
+	require.True(t, l.ProviderHoldsSlots(), "the one slot taken under the learned cap")
+	require.NoError(t, ps[0].DoneAt(t0, Outcome{PromptTokens: 10, CompletionTokens: 10}))
+	require.False(t, l.ProviderHoldsSlots(), "an answer: the provider took a call")
+
+	p := sendN(t, l, t0, 1)[0]
+	require.True(t, l.ProviderHoldsSlots())
+	require.NoError(t, p.DoneAt(t0, Outcome{RateLimited: true, Headers: busyHeaders(true)}))
+	require.Equal(t, 0, l.slots.InFlight())
+	require.True(t, l.ProviderHoldsSlots(), "the slot a refused call freed")
+	p = sendN(t, l, t0, 1)[0]
+	require.NoError(t, p.DoneAt(t0, Outcome{PromptTokens: 10, CompletionTokens: 10}))
+	require.False(t, l.ProviderHoldsSlots(), "an answer since the refusal")
+	// A refusal of the buckets says nothing of the calls at a time.
+	p = sendN(t, l, t0, 1)[0]
+	require.NoError(t, p.DoneAt(t0, Outcome{RateLimited: true, Headers: busyHeaders(false)}))
+	require.False(t, l.ProviderHoldsSlots(), "a short bucket's refusal")
+}

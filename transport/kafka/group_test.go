@@ -42,10 +42,15 @@ func (b bundle) publish(t *testing.T, n int) {
 	require.NoError(t, b.pub.Publish(ctx, b.topic, msgs...))
 }
 
-func (b bundle) subscribe(t *testing.T, group string, prefetch int) (*kafka.Subscriber, <-chan *transport.Message) {
+// subscribe consumes b's topic as group, with prefetch, and the test
+// config changed by opts.
+func (b bundle) subscribe(t *testing.T, group string, prefetch int, opts ...func(*kafka.Config)) (*kafka.Subscriber, <-chan *transport.Message) {
 	t.Helper()
 	cfg := kafkatest.Config(b.addrs, b.topic, group)
 	cfg.Prefetch = prefetch
+	for _, o := range opts {
+		o(&cfg)
+	}
 	s, err := kafka.NewSubscriber(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close()) })

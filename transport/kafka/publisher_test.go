@@ -30,7 +30,10 @@ func TestBatchesFitTheBroker(t *testing.T) {
 		msgs = append(msgs, transport.Message{Key: []byte{byte(i)}, Value: bytes.Repeat([]byte{'a' + byte(i)}, 400<<10)})
 	}
 	require.NoError(t, b.pub.Publish(publishCtx(t), b.topic, msgs...))
-	_, ch := b.subscribe(t, "g", 10)
+	// kafka-go gives a fetch's answer MaxWait to arrive: 2 MB from kfake,
+	// under the race detector beside other packages' tests, took longer
+	// than the tests' 100 ms at every try once, and nothing came.
+	_, ch := b.subscribe(t, "g", 10, func(c *kafka.Config) { c.MaxWait = 2 * time.Second })
 	for i := range 5 {
 		m := recv(t, ch)
 		require.Equal(t, msgs[i].Value, m.Value)

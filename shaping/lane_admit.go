@@ -242,7 +242,7 @@ func (l *Lane) acquireSlot(ctx context.Context, by time.Time) error {
 func (l *Lane) providerCapsSlots() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.conc.limit > 0 && !l.conc.slow
+	return l.conc.providerCaps()
 }
 
 // ProviderHoldsSlots reports whether the provider's calls at a time,
@@ -254,7 +254,7 @@ func (l *Lane) providerCapsSlots() bool {
 // 429 pause.
 func (l *Lane) ProviderHoldsSlots() bool {
 	l.mu.Lock()
-	capped, refused := l.conc.limit > 0 && !l.conc.slow, l.conc.refused
+	capped, refused := l.conc.providerCaps(), l.conc.refused
 	l.mu.Unlock()
 	return capped && (refused || l.slots.InFlight() >= l.slots.Limit())
 }

@@ -41,6 +41,10 @@ type concurrencyCap struct {
 	refused bool
 }
 
+// providerCaps reports whether the cap is the provider's calls at a time,
+// learned from a refusal (not a slow start's).
+func (c *concurrencyCap) providerCaps() bool { return c.limit > 0 && !c.slow }
+
 // bound is limit capped by what the lane learned.
 func (c *concurrencyCap) bound(limit int) int {
 	if c.limit > 0 {

@@ -102,8 +102,8 @@ func usageSQL(scope string) string {
 // job_usage, in one statement: those of a second from $2 on into that
 // second's row of their scope, the older ones, and the second rows older
 // than $2, into their UTC day's. A snapshot sees the rows or their sums,
-// never both. Two folds at once fold different fresh rows (a row one
-// deleted, the other skips).
+// never both. The statement locks the rows of its scopes in no set order,
+// so two at once can deadlock: FoldUsage runs one at a time.
 const foldUsageSQL = `WITH fresh AS (
 	SELECT ctid FROM job_usage WHERE span = 'fresh' LIMIT $1 FOR UPDATE SKIP LOCKED
 ), gone AS (
@@ -140,13 +140,15 @@ const usageBySecond = 2 * time.Minute
 // FoldUsage folds the rows that finishing jobs added to job_usage since
 // the last fold, in statements of up to FoldUsageBatchDefault rows, and
 // returns how many it folded. Usage is exact without it; it keeps Usage's
-// read to a few rows per scope. Several processes may fold at once.
+// read to a few rows per scope. Several processes may call it at once:
+// each statement runs under a transaction's advisory lock, and a process
+// that finds another folding leaves the rows to it.
 func (s *Store) FoldUsage(ctx context.Context) (int64, error) {
 	cutoff := s.clock().Add(-usageBySecond)
 	var total int64
 	for {
-		var n int64
-		if err := s.pool.QueryRow(ctx, foldUsageSQL, FoldUsageBatchDefault, cutoff).Scan(&n); err != nil {
+		n, err := s.foldUsage(ctx, cutoff)
+		if err != nil {
 			return total, fmt.Errorf("store: fold usage: %w", err)
 		}
 		total += n
@@ -154,4 +156,18 @@ func (s *Store) FoldUsage(ctx context.Context) (int64, error) {
 			return total, nil
 		}
 	}
+}
+
+// foldUsage runs one foldUsageSQL unless another process holds the fold's
+// lock, when it folds nothing.
+func (s *Store) foldUsage(ctx context.Context, cutoff time.Time) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var got bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('llmq.fold_usage', 0))`).Scan(&got); err != nil || !got {
+			return err
+		}
+		return tx.QueryRow(ctx, foldUsageSQL, FoldUsageBatchDefault, cutoff).Scan(&n)
+	})
+	return n, err
 }

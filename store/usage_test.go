@@ -191,6 +191,36 @@ func TestUsageExactWhileJobsFinish(t *testing.T) {
 	}
 }
 
+// TestFoldsAtOnce: processes that fold at once neither fail nor lose a
+// row. Their statements lock the second and day rows of the same scopes,
+// in no set order; run together they deadlocked within 50 rounds.
+func TestFoldsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pool := b.store.Pool()
+	const rounds, perRound = 100, 200
+	for round := range rounds {
+		// Fresh rows of 12 scopes over the last five minutes: some fold
+		// into seconds, the rest, with the seconds that aged, into the day.
+		_, err := pool.Exec(b.ctx, `INSERT INTO job_usage (span, at, tenant, project, jobs, calls, tokens)
+			SELECT 'fresh', $1::timestamptz - s * interval '1 minute', 't' || g % 4, 'p' || g % 3, 1, 2, 3
+			FROM generate_series(1, 40) g, generate_series(0, 4) s`, b.clock.Now())
+		require.NoError(t, err)
+		var folds errgroup.Group
+		for range 4 {
+			folds.Go(func() error {
+				_, err := b.store.FoldUsage(b.ctx)
+				return err
+			})
+		}
+		require.NoError(t, folds.Wait(), "round %d", round)
+		b.clock.Advance(time.Minute)
+	}
+	var jobs, calls, tokens int64
+	require.NoError(t, pool.QueryRow(b.ctx, `SELECT sum(jobs), sum(calls), sum(tokens) FROM job_usage`).Scan(&jobs, &calls, &tokens))
+	require.Equal(t, []int64{rounds * perRound, 2 * rounds * perRound, 3 * rounds * perRound}, []int64{jobs, calls, tokens})
+}
+
 // TestUsageAfterReplayAndPrune: a dead letter replayed takes its job's
 // finished attempt back out of the day's usage, as the jobs' own sums do,
 // folded or not; a job that retention deletes keeps counting (it finished

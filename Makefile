@@ -46,9 +46,12 @@ fmt-check:
 	@out="$$(gofmt -l .)"; \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-## unit: go test -race ./... (Postgres and RabbitMQ on localhost)
+## unit: go test -race ./... (Postgres and RabbitMQ on localhost), the worker's package first
+# go test runs the packages in the order listed, two at a time here: the worker's, the longest (about
+# 4.5 min), started last and then ran alone; started first, the others run beside it (the unit tests
+# took 421 s where they took 561 s, on 2 cores).
 unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 ./worker ./...
 
 ## fuzz: FuzzDecode for FUZZTIME (default 300000x: runs, about 10 s), then FuzzIngest (any bytes through the memory broker into a worker on Postgres) for INGEST_FUZZTIME (default 2000x)
 fuzz:

@@ -2,6 +2,10 @@
 # prerequisites to BENCH_TARGETS (for example a bench-llmq target that runs
 # `llmq bench`).
 
+# bash with pipefail: a benchmark piped to tee fails its target when it fails.
+SHELL       := bash
+.SHELLFLAGS := -o pipefail -c
+
 GO        ?= go
 BIN       ?= bin/llmq
 # A count of runs, not a duration: with a duration go1.26's fuzzing coordinator may report its own

@@ -620,6 +620,7 @@ func (s *suite) reconnect(t *testing.T) {
 	for _, v := range s.publishN(t, b, "after", 2) {
 		after[v] = true
 	}
+	timeout = time.After(s.feat.Timeout)
 	for len(after) > 0 {
 		select {
 		case m, ok := <-ch:
@@ -628,7 +629,7 @@ func (s *suite) reconnect(t *testing.T) {
 			require.True(t, after[v] || slices.Contains(vals, v), "a message nobody published: %q", v)
 			require.NoError(t, m.Ack(s.ctx(t)))
 			delete(after, v)
-		case <-time.After(s.feat.Timeout):
+		case <-timeout:
 			require.FailNow(t, "timed out", "never received after the break: %v", after)
 		}
 	}

@@ -104,7 +104,11 @@ func (s *Jobs) Insert(ctx context.Context, j *llmq.Job) (created bool, err error
 	if err != nil {
 		return false, dataError("insert "+strconv.Quote(j.ID), err)
 	}
-	return tag.RowsAffected() == 1, nil
+	created = tag.RowsAffected() == 1
+	if created {
+		s.announce.announce(j.Model())
+	}
+	return created, nil
 }
 
 // jobValues is the SELECT list of a multi-row insert from the unnest of
@@ -205,11 +209,16 @@ func (s *Queue) Ingest(ctx context.Context, jobs []NewJob) (created []bool, err 
 		return nil, dataError(fmt.Sprintf("ingest %d jobs", n), err)
 	}
 	created = make([]bool, n)
+	var models []string
 	for i, nj := range jobs {
 		k := Key{Tenant: nj.Job.Tenant, ID: nj.Job.ID}
 		created[i] = inserted[k]
 		delete(inserted, k) // a repeated key was created once
+		if created[i] {
+			models = append(models, nj.Job.Model())
+		}
 	}
+	s.announce.announce(models...)
 	return created, nil
 }
 

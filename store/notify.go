@@ -39,11 +39,14 @@ const (
 	aliasJ    = `j.`
 )
 
-// JobQueuedChannel is the Postgres notification channel on which every
-// statement that records queued jobs (an insert: the API's outbox, a
-// worker's ingest, Insert) announces their models when it commits, one
-// notification per model (migration 0022's trigger). The workers' claims
-// are woken by it (see ListenJobsQueued).
+// JobQueuedChannel is the Postgres notification channel on which the
+// store announces the models of the jobs it recorded as queued (the API's
+// outbox, a worker's ingest, Insert), after the commit that recorded
+// them: one notification per model, the models of the recordings
+// committed while one announcement was sent going in the next
+// (announce.go). The workers' claims are woken by it (see
+// ListenJobsQueued); jobs recorded by other means are found by their read
+// of the queued models.
 const JobQueuedChannel = "llmq_job_queued"
 
 // ListenJobsDone holds one connection of its own (outside the pool, with

@@ -3,11 +3,14 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/store"
 )
 
@@ -102,13 +105,10 @@ func TestJobDoneNotifications(t *testing.T) {
 	}
 }
 
-// TestJobQueuedNotifications: a statement that records queued jobs
-// announces their models once it commits, one notification per model
-// (Insert, Ingest, the outbox); a duplicate records nothing and announces
-// nothing.
-func TestJobQueuedNotifications(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
+// listenQueued runs ListenJobsQueued until the test ends and returns the
+// models it hears, once it listens.
+func (b *testBundle) listenQueued(t *testing.T) <-chan string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(b.ctx)
 	models := make(chan string, 64)
 	listening := make(chan struct{})
@@ -127,23 +127,43 @@ func TestJobQueuedNotifications(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not listening after 10s")
 	}
-	next := func() string {
-		t.Helper()
-		select {
-		case m := <-models:
-			return m
-		case <-time.After(10 * time.Second):
-			t.Fatal("no notification after 10s")
-			return ""
-		}
+	return models
+}
+
+func nextModel(t *testing.T, models <-chan string) string {
+	t.Helper()
+	select {
+	case m := <-models:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification after 10s")
+		return ""
 	}
+}
+
+// jobOf is a job of model.
+func jobOf(t *testing.T, id, model string) *llmq.Job {
+	t.Helper()
+	j := newJob(t, id)
+	j.Body = []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`)
+	return j
+}
+
+// TestJobQueuedNotifications: a store operation that records queued jobs
+// announces their models once it commits, one notification per model
+// (Insert, Ingest, the outbox); a duplicate records nothing and announces
+// nothing.
+func TestJobQueuedNotifications(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	models := b.listenQueued(t)
+	next := func() string { t.Helper(); return nextModel(t, models) }
 
 	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "one"))
 	require.NoError(t, err)
 	require.Equal(t, "big", next())
 
-	j1, j2, j3 := newJob(t, "two"), newJob(t, "three"), newJob(t, "four")
-	j3.Body = []byte(`{"model":"small","messages":[{"role":"user","content":"hi"}]}`)
+	j1, j2, j3 := newJob(t, "two"), newJob(t, "three"), jobOf(t, "four", "small")
 	_, err = b.store.Queue().Ingest(b.ctx, []store.NewJob{{Job: j1}, {Job: j2}, {Job: j3}})
 	require.NoError(t, err)
 	got := []string{next(), next()}
@@ -153,14 +173,78 @@ func TestJobQueuedNotifications(t *testing.T) {
 	// next statement's.
 	_, err = b.store.Jobs().Insert(b.ctx, newJob(t, "one"))
 	require.NoError(t, err)
-	five := newJob(t, "five")
-	five.Body = []byte(`{"model":"small","messages":[{"role":"user","content":"hi"}]}`)
-	_, err = b.store.Jobs().Insert(b.ctx, five)
+	_, err = b.store.Jobs().Insert(b.ctx, jobOf(t, "five", "small"))
 	require.NoError(t, err)
 	require.Equal(t, "small", next())
 	select {
 	case m := <-models:
 		t.Fatalf("unexpected notification %q", m)
+	default:
+	}
+}
+
+// TestJobQueuedAnnouncedAfterCommit: a model is announced once the
+// transaction that recorded its jobs committed, not before: a job the
+// outbox holds in its open transaction while it publishes is announced
+// after a job recorded meanwhile, and is there to claim when heard.
+func TestJobQueuedAnnouncedAfterCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	models := b.listenQueued(t)
+	publishing, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // a failed test leaves no transaction open
+	recorded := make(chan error, 1)
+	go func() {
+		_, err := b.store.Outbox().InsertOutboxPublishing(b.ctx, []store.NewJob{{Job: jobOf(t, "held", "held-model")}},
+			func([]store.Recorded) error {
+				close(publishing)
+				<-release
+				return nil
+			})
+		recorded <- err
+	}()
+	<-publishing
+	_, err := b.store.Jobs().Insert(b.ctx, jobOf(t, "marker", "marker-model"))
+	require.NoError(t, err)
+	require.Equal(t, "marker-model", nextModel(t, models), "the open transaction's model is not announced")
+	free()
+	require.NoError(t, <-recorded)
+	require.Equal(t, "held-model", nextModel(t, models))
+	n, err := b.store.Queue().CountQueued(b.ctx, []string{"acme"}, []int64{10})
+	require.NoError(t, err)
+	require.Equal(t, []int64{2}, n, "both jobs are queued when the second is heard")
+}
+
+// TestJobQueuedAnnouncementsTaken: recordings at once are announced
+// together, and none is left out: every model of 16 concurrent inserts is
+// heard, once.
+func TestJobQueuedAnnouncementsTaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	models := b.listenQueued(t)
+	const n = 16
+	want := make([]string, n)
+	errs := make(chan error, n)
+	for i := range n {
+		want[i] = fmt.Sprintf("model-%02d", i)
+		go func() {
+			_, err := b.store.Jobs().Insert(b.ctx, jobOf(t, fmt.Sprintf("j%d", i), want[i]))
+			errs <- err
+		}()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	got := make([]string, n)
+	for i := range got {
+		got[i] = nextModel(t, models)
+	}
+	require.ElementsMatch(t, want, got)
+	select {
+	case m := <-models:
+		t.Fatalf("announced twice: %q", m)
 	default:
 	}
 }

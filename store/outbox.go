@@ -94,7 +94,24 @@ func (s *Outbox) InsertOutbox(ctx context.Context, jobs []NewJob) ([]Recorded, e
 	if len(jobs) == 0 {
 		return nil, nil
 	}
-	return s.insertOutbox(ctx, s.pool, false, jobs, s.clock(), nil)
+	got, err := s.insertOutbox(ctx, s.pool, false, jobs, s.clock(), nil)
+	if err != nil {
+		return nil, err
+	}
+	s.announceCreated(jobs, got)
+	return got, nil
+}
+
+// announceCreated announces the models of the jobs got says were created
+// (announce.go), once their transaction committed.
+func (s *Outbox) announceCreated(jobs []NewJob, got []Recorded) {
+	var models []string
+	for i, r := range got {
+		if r.Created {
+			models = append(models, jobs[i].Job.Model())
+		}
+	}
+	s.announce.announce(models...)
 }
 
 // InsertOutboxPublishing records jobs as InsertOutbox does, but marked
@@ -141,6 +158,7 @@ func (s *Outbox) InsertOutboxPublishing(ctx context.Context, jobs []NewJob, publ
 	if tag, err := conn.Exec(ctx, "COMMIT"); err != nil || tag.String() != "COMMIT" {
 		return nil, fmt.Errorf("store: insert outbox: commit %d jobs: %w", len(jobs), errors.Join(err, pgx.ErrTxCommitRollback))
 	}
+	s.announceCreated(jobs, got)
 	return got, nil
 }
 

@@ -47,6 +47,9 @@ type base struct {
 	// outboxArraysFrom is InsertOutbox's outboxArraysFrom (tests lower it
 	// to run the statement over arrays on a few jobs).
 	outboxArraysFrom int
+	// announce tells the workers the models of the jobs recorded as
+	// queued, once committed (announce.go).
+	announce *announcer
 }
 
 // Option tunes a Store.
@@ -112,7 +115,8 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*Store, erro
 
 // New wraps an existing pool; Close then leaves the pool open.
 func New(pool *pgxpool.Pool, opts ...Option) *Store {
-	s := &Store{base: &base{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults(), outboxArraysFrom: outboxArraysFrom}}
+	s := &Store{base: &base{pool: pool, clk: clockwork.NewRealClock(), order: Order{}.WithDefaults(), outboxArraysFrom: outboxArraysFrom,
+		announce: newAnnouncer(pool)}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -166,11 +170,13 @@ func (s *Store) Migrate(ctx context.Context) ([]migrations.Migration, error) {
 	return migrations.UpPool(ctx, s.pool)
 }
 
-// Close stops the group committer and closes the pool when Open created it.
+// Close stops the group committer, waits for the announcement of the
+// queued jobs' models in flight, and closes the pool when Open created it.
 func (s *Store) Close() {
 	if s.group != nil {
 		s.group.close()
 	}
+	s.announce.wait()
 	if s.owned {
 		s.pool.Close()
 	}

@@ -144,7 +144,7 @@ lanes without room (their concurrency, quota or a pause) or filled them, to that
 there to the wake-up of the round that claimed it; *round*, to that round's claim statement; *claim*, the
 statement; *dispatch*, to the job in its lane's queue; *lane*, to its admission; *record*, to the
 call recorded. *commit* (the bench's clock) is the record statement itself, from its start (about
-` + "`created_at`" + `) to its return: about the part of *wake* before the notification is sent (at the
+` + "`created_at`" + `) to its return: about the part of *wake* before the notification is sent (after the
 commit).
 
 | stage |`)

@@ -39,14 +39,16 @@ func (b *testBundle) listen(t *testing.T) <-chan store.Key {
 	return keys
 }
 
-func nextKey(t *testing.T, keys <-chan store.Key) store.Key {
+// received is the next value of ch, once it comes (10 s at most).
+func received[T any](t *testing.T, ch <-chan T) T {
 	t.Helper()
 	select {
-	case k := <-keys:
-		return k
+	case v := <-ch:
+		return v
 	case <-time.After(10 * time.Second):
 		t.Fatal("no notification after 10s")
-		return store.Key{}
+		var zero T
+		return zero
 	}
 }
 
@@ -68,26 +70,26 @@ func TestJobDoneNotifications(t *testing.T) {
 	stored, err := b.store.Queue().StoreResult(b.ctx, key("ok"), store.Result{Response: []byte(`{"id":"c1"}`), UsedModel: "big"})
 	require.NoError(t, err)
 	require.True(t, stored)
-	require.Equal(t, key("ok"), nextKey(t, keys))
+	require.Equal(t, key("ok"), received(t, keys))
 
 	require.NoError(t, b.store.Queue().MarkFailed(b.ctx, ls["bad"], 400, "invalid_request_error", "bad"))
-	require.Equal(t, key("bad"), nextKey(t, keys))
+	require.Equal(t, key("bad"), received(t, keys))
 
 	require.NoError(t, b.store.Queue().MarkExpired(b.ctx, ls["late"], "too late"))
-	require.Equal(t, key("late"), nextKey(t, keys))
+	require.Equal(t, key("late"), received(t, keys))
 
 	d := newLetter("dead", "acme", "retries_exhausted")
 	d.LeaseToken = ls["dead"].Token
 	_, _, err = b.store.DeadLetters().RecordDeadLetter(b.ctx, d)
 	require.NoError(t, err)
-	require.Equal(t, key("dead"), nextKey(t, keys))
+	require.Equal(t, key("dead"), received(t, keys))
 
 	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "cancel")
 	require.NoError(t, err)
-	require.Equal(t, key("cancel"), nextKey(t, keys))
+	require.Equal(t, key("cancel"), received(t, keys))
 
 	require.NoError(t, b.store.DeadLetters().MarkDeadLettered(b.ctx, key("poison"), "unpublishable", "no"))
-	require.Equal(t, key("poison"), nextKey(t, keys))
+	require.Equal(t, key("poison"), received(t, keys))
 
 	// A refused move announces nothing: the next key is the sweep's.
 	_, err = b.store.Jobs().Cancel(b.ctx, "acme", "ok")
@@ -97,7 +99,7 @@ func TestJobDoneNotifications(t *testing.T) {
 	expired, err := b.store.Queue().ExpireOverdue(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, []store.Key{key("overdue")}, expired)
-	require.Equal(t, key("overdue"), nextKey(t, keys))
+	require.Equal(t, key("overdue"), received(t, keys))
 	select {
 	case k := <-keys:
 		t.Fatalf("unexpected notification %s", k)
@@ -130,17 +132,6 @@ func (b *testBundle) listenQueued(t *testing.T) <-chan string {
 	return models
 }
 
-func nextModel(t *testing.T, models <-chan string) string {
-	t.Helper()
-	select {
-	case m := <-models:
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no notification after 10s")
-		return ""
-	}
-}
-
 // jobOf is a job of model.
 func jobOf(t *testing.T, id, model string) *llmq.Job {
 	t.Helper()
@@ -157,7 +148,7 @@ func TestJobQueuedNotifications(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	models := b.listenQueued(t)
-	next := func() string { t.Helper(); return nextModel(t, models) }
+	next := func() string { t.Helper(); return received(t, models) }
 
 	_, err := b.store.Jobs().Insert(b.ctx, newJob(t, "one"))
 	require.NoError(t, err)
@@ -208,10 +199,10 @@ func TestJobQueuedAnnouncedAfterCommit(t *testing.T) {
 	<-publishing
 	_, err := b.store.Jobs().Insert(b.ctx, jobOf(t, "marker", "marker-model"))
 	require.NoError(t, err)
-	require.Equal(t, "marker-model", nextModel(t, models), "the open transaction's model is not announced")
+	require.Equal(t, "marker-model", received(t, models), "the open transaction's model is not announced")
 	free()
 	require.NoError(t, <-recorded)
-	require.Equal(t, "held-model", nextModel(t, models))
+	require.Equal(t, "held-model", received(t, models))
 	n, err := b.store.Queue().CountQueued(b.ctx, []string{"acme"}, []int64{10})
 	require.NoError(t, err)
 	require.Equal(t, []int64{2}, n, "both jobs are queued when the second is heard")
@@ -239,7 +230,7 @@ func TestJobQueuedAnnouncementsTaken(t *testing.T) {
 	}
 	got := make([]string, n)
 	for i := range got {
-		got[i] = nextModel(t, models)
+		got[i] = received(t, models)
 	}
 	require.ElementsMatch(t, want, got)
 	select {

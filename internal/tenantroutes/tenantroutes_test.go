@@ -64,14 +64,19 @@ func TestRoutesLive(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, routes.Start(ctx))
 	defer func() { require.NoError(t, routes.Stop(ctx)) }()
-	// until reports whether cond held after a load, waiting for loads
-	// (each change announces itself) for at most 10 s.
+	// until waits, at most 10 s, for cond to hold after the loads (each
+	// change announces itself). A load signals from OnSecrets, before it
+	// stores the routes: cond is read again every 10 ms too, so a load
+	// signalled before its routes were stored is not waited past.
 	until := func(cond func() bool) {
 		t.Helper()
 		deadline := time.After(10 * time.Second)
+		recheck := time.NewTicker(10 * time.Millisecond)
+		defer recheck.Stop()
 		for !cond() {
 			select {
 			case <-loaded:
+			case <-recheck.C:
 			case <-deadline:
 				t.Fatal("the change did not arrive")
 			}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -91,6 +92,9 @@ func (p *Publisher) Publish(ctx context.Context, dest string, msgs ...transport.
 // reply queue belongs to its consumer (often exclusive or auto-delete,
 // with arguments of its own). A message the broker returns as unroutable
 // fails the call with transport.ErrUnroutable. Each message needs an ID.
+// A call whose ctx ends before its confirms closes the connection (the
+// next call dials again): the returns it would have read must not be
+// left to stall the connection or be dropped.
 func (p *Publisher) Reply(ctx context.Context, dest string, msgs ...transport.Message) error {
 	for _, m := range msgs {
 		if m.ID == "" {
@@ -114,6 +118,19 @@ func (p *Publisher) publish(ctx context.Context, dest string, reply bool, msgs [
 			continue
 		}
 		if ctx.Err() != nil {
+			if reply {
+				// A reply window given up before its confirms leaves its
+				// returns unread: enough of them fill returned's buffer and
+				// stall the connection's reader, every later confirm behind.
+				// Closed at once: a close handshake would wait on the broker
+				// that did not confirm, with p.mu held.
+				p.mu.Lock()
+				if conn != nil && p.conn == conn {
+					_ = conn.CloseDeadline(time.Now())
+					p.drop()
+				}
+				p.mu.Unlock()
+			}
 			return fmt.Errorf("rabbitmq: publish to %s: %w", dest, errors.Join(ctx.Err(), err))
 		}
 		if !connLost(err) {
@@ -198,10 +215,20 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, reply bool, 
 		return 0, conn, fmt.Errorf("rabbitmq: send %d messages: %w", len(confirms), err)
 	}
 	p.mu.Unlock()
+	// A reply the broker returned fails the window, but the window's
+	// confirms are all read and their returns taken: a return left unread
+	// would keep its id in returned for the life of the connection.
+	unroutable := -1
+	sent := func(i int) int { // the messages confirmed before the failure
+		if unroutable >= 0 {
+			return unroutable
+		}
+		return i
+	}
 	for i, dc := range confirms {
 		ok, err := dc.WaitContext(ctx)
 		if err != nil {
-			return i, conn, err
+			return sent(i), conn, err
 		}
 		if !ok {
 			// A nack, or the channel closed before the confirm: by the
@@ -210,17 +237,20 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, reply bool, 
 				select {
 				case aerr := <-chClosed:
 					if tooLarge(aerr) {
-						return i, conn, fmt.Errorf("%w: %w", transport.ErrMessageRejected, aerr)
+						return sent(i), conn, fmt.Errorf("%w: %w", transport.ErrMessageRejected, aerr)
 					}
 				default:
 				}
-				return i, conn, amqp.ErrClosed
+				return sent(i), conn, amqp.ErrClosed
 			}
-			return i, conn, errNacked
+			return sent(i), conn, errNacked
 		}
-		if reply && returned.take(msgs[i].ID) {
-			return i, conn, fmt.Errorf("rabbitmq: reply to %s: %w", dest, transport.ErrUnroutable)
+		if reply && returned.take(msgs[i].ID) && unroutable < 0 {
+			unroutable = i
 		}
+	}
+	if unroutable >= 0 {
+		return unroutable, conn, fmt.Errorf("rabbitmq: reply to %s: %w", dest, transport.ErrUnroutable)
 	}
 	return len(confirms), conn, sendErr
 }

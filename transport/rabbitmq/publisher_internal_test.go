@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,4 +143,118 @@ func TestPublishWindowWriteFails(t *testing.T) {
 	depth, err := s.Depth(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(11), depth, "every message once")
+}
+
+// A reply refused as unroutable reads the returns of its whole window:
+// none is left to the returns of later replies, whose ids would pile up
+// for as long as the connection lives.
+func TestUnroutableReplyTakesItsReturns(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q := rabbitmqtest.NewQueue(t)
+	p, err := NewPublisher(Config{URL: rabbitmqtest.URL()})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	require.NoError(t, p.Publish(ctx, q, transport.Message{Value: []byte("x")})) // declares q
+	var msgs []transport.Message
+	for i := range 8 {
+		msgs = append(msgs, transport.Message{ID: fmt.Sprintf("gone-%d", i), Value: []byte("x")})
+	}
+	require.ErrorIs(t, p.Reply(ctx, q+"-gone", msgs...), transport.ErrUnroutable)
+	require.NoError(t, p.Reply(ctx, q, transport.Message{ID: "there", Value: []byte("x")}))
+	p.returned.mu.Lock()
+	defer p.returned.mu.Unlock()
+	require.Empty(t, p.returned.ids)
+}
+
+// heldReads holds the reads of its connection while held is set, as a
+// broker slow to answer would; Close lets them go.
+type heldReads struct {
+	net.Conn
+	mu     sync.Mutex
+	cond   *sync.Cond
+	held   bool
+	closed bool
+}
+
+func newHeldReads(c net.Conn) *heldReads {
+	h := &heldReads{Conn: c}
+	h.cond = sync.NewCond(&h.mu)
+	return h
+}
+
+func (h *heldReads) hold(held bool) {
+	h.mu.Lock()
+	h.held = held
+	h.mu.Unlock()
+	h.cond.Broadcast()
+}
+
+func (h *heldReads) Read(p []byte) (int, error) {
+	h.mu.Lock()
+	for h.held && !h.closed {
+		h.cond.Wait()
+	}
+	h.mu.Unlock()
+	return h.Conn.Read(p)
+}
+
+func (h *heldReads) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
+	h.cond.Broadcast()
+	return h.Conn.Close()
+}
+
+// Replies given up before the broker confirmed them (their context
+// ended) do not leave their returns unread on the connection: amqp091
+// drops a return its listener has no room for, after 5 s of the reader
+// stalled, and a reply whose return was dropped would be taken for
+// delivered. The publisher drops the connection instead, and the next
+// reply is answered on a new one.
+func TestAbandonedRepliesDropTheConnection(t *testing.T) {
+	t.Parallel()
+	p, err := NewPublisher(Config{URL: rabbitmqtest.URL(), ConfirmWindow: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.Close()) })
+	var sockets []*heldReads
+	p.dialer.openSocket = func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		h := newHeldReads(c)
+		sockets = append(sockets, h) // under p.mu: one dial at a time
+		return h, nil
+	}
+	gone := rabbitmqtest.NewQueue(t) // never declared: every reply is returned
+	replies := func(round int) []transport.Message {
+		msgs := make([]transport.Message, 4)
+		for i := range msgs {
+			msgs[i] = transport.Message{ID: fmt.Sprintf("%d-%d", round, i), Value: []byte("x")}
+		}
+		return msgs
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.ErrorIs(t, p.Reply(ctx, gone, replies(0)...), transport.ErrUnroutable)
+	first := sockets[0]
+	first.hold(true)
+	// The read under way when the hold began may take the first reply's
+	// answers; the next ones wait on the hold and are given up (without
+	// the drop, each on the same connection).
+	for round := 1; round <= 3; round++ {
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := p.Reply(short, gone, replies(round)...)
+		cancel()
+		require.Error(t, err, "round %d", round)
+	}
+	first.hold(false) // the returns of the given-up replies arrive
+	// Within the 5 s amqp091 would stall its reader on each unread return.
+	last, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	require.ErrorIs(t, p.Reply(last, gone, replies(4)...), transport.ErrUnroutable)
+	require.GreaterOrEqual(t, len(sockets), 2, "the connection of the given-up replies was dropped")
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -23,6 +24,7 @@ const (
 	NotifierIntervalDefault   = 250 * time.Millisecond
 	NotifierLeaseDefault      = 30 * time.Second
 	NotifierBatchDefault      = 256
+	NotifierRoundsDefault     = 2
 	NotifierRetryForDefault   = 24 * time.Hour
 	NotifierBackoffMinDefault = time.Second
 	NotifierBackoffMaxDefault = 5 * time.Minute
@@ -63,6 +65,11 @@ type NotifierConfig struct {
 	// Batch is the most notifications one claim takes (default
 	// NotifierBatchDefault).
 	Batch int
+	// Rounds is the most rounds that run at once (default
+	// NotifierRoundsDefault): after a claim that came back full, another
+	// round claims what is due while the first waits for its broker's
+	// confirms or its webhooks.
+	Rounds int
 	// RetryFor is how long a notification is retried before it ends dead
 	// with notification_undeliverable (default NotifierRetryForDefault,
 	// 24 h).
@@ -83,6 +90,7 @@ func (c NotifierConfig) WithDefaults() NotifierConfig {
 	c.Interval = cmp.Or(c.Interval, NotifierIntervalDefault)
 	c.Lease = cmp.Or(c.Lease, NotifierLeaseDefault)
 	c.Batch = cmp.Or(c.Batch, NotifierBatchDefault)
+	c.Rounds = cmp.Or(c.Rounds, NotifierRoundsDefault)
 	c.RetryFor = cmp.Or(c.RetryFor, NotifierRetryForDefault)
 	c.BackoffMin = cmp.Or(c.BackoffMin, NotifierBackoffMinDefault)
 	c.BackoffMax = cmp.Or(c.BackoffMax, NotifierBackoffMaxDefault)
@@ -111,6 +119,9 @@ func (c NotifierConfig) validate() error {
 	if c.Batch < 0 {
 		errs = append(errs, fmt.Errorf("worker: notifier: Batch must not be negative, got %d", c.Batch))
 	}
+	if c.Rounds < 0 {
+		errs = append(errs, fmt.Errorf("worker: notifier: Rounds must not be negative, got %d", c.Rounds))
+	}
 	if c.BackoffMax < c.BackoffMin {
 		errs = append(errs, fmt.Errorf("worker: notifier: BackoffMax %s is below BackoffMin %s", c.BackoffMax, c.BackoffMin))
 	}
@@ -132,6 +143,9 @@ type Notifier struct {
 	metrics notifierMetrics
 	// wake holds one pending Wake: wakes during a round make one more.
 	wake chan struct{}
+	// full holds one pending call for another round: a claim came back
+	// full (loop).
+	full chan struct{}
 	// crashAfterClaim, set by tests, makes a round stop after its claim
 	// committed, as a process killed there would.
 	crashAfterClaim func() bool
@@ -148,7 +162,7 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Notifier{cfg: cfg, wake: make(chan struct{}, 1), metrics: notifierMetrics{
+	n := &Notifier{cfg: cfg, wake: make(chan struct{}, 1), full: make(chan struct{}, 1), metrics: notifierMetrics{
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_notifications_delivered_total",
 			Help: "Result events delivered, by route (reply, webhook)."}, []string{"route"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_notifications_retries_total",
@@ -174,7 +188,7 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 // Start runs the notifier in the background until Stop or ctx ends.
 func (n *Notifier) Start(ctx context.Context) error { return n.run.Start(ctx, n.loop) }
 
-// Stop ends the notifier and waits for the round under way; a
+// Stop ends the notifier and waits for the rounds under way; a
 // notification it claimed and did not mark is delivered after its lease.
 // Stop may be called more than once.
 func (n *Notifier) Stop(ctx context.Context) error { return n.run.Stop(ctx) }
@@ -190,7 +204,31 @@ func (n *Notifier) Wake() {
 	}
 }
 
+// loop runs the rounds: the first claims after each wake or interval
+// (and reads the backlog for the gauges); up to cfg.Rounds-1 more join
+// when a claim comes back full, each claiming its own rows (the lease
+// keeps them apart), so that what is due behind a round waiting on its
+// deliveries goes out meanwhile.
 func (n *Notifier) loop(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range n.cfg.Rounds - 1 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-n.full:
+				}
+				for n.Round(ctx) {
+				}
+			}
+		})
+	}
+	n.first(ctx)
+	wg.Wait()
+}
+
+func (n *Notifier) first(ctx context.Context) {
 	for rounds := 0; ; rounds++ {
 		if rounds%20 == 0 {
 			n.gauge(ctx)
@@ -234,6 +272,12 @@ func (n *Notifier) Round(ctx context.Context) bool {
 	}
 	if n.crashAfterClaim != nil && n.crashAfterClaim() {
 		return false
+	}
+	if len(claimed) == n.cfg.Batch {
+		select { // more may be due: a round that waits claims them
+		case n.full <- struct{}{}:
+		default:
+		}
 	}
 	mark := context.WithoutCancel(ctx)
 	// A delivery that outlasts the lease (a broker down: the publisher

@@ -421,3 +421,53 @@ func TestNotifierWokenByWorker(t *testing.T) {
 		seen[e.JobID] = true
 	}
 }
+
+// heldReplier holds its first Reply until hold is closed, as a broker
+// slow to confirm would (held is closed once it is held).
+type heldReplier struct {
+	transport.Replier
+	once       sync.Once
+	held, hold chan struct{}
+}
+
+func (r *heldReplier) Reply(ctx context.Context, dest string, msgs ...transport.Message) error {
+	first := false
+	r.once.Do(func() { first = true })
+	if first {
+		close(r.held)
+		<-r.hold
+	}
+	return r.Replier.Reply(ctx, dest, msgs...)
+}
+
+// TestNotifierRoundsOverlap: a claim that comes back full calls another
+// round, which delivers what is due behind it while the first waits on
+// its delivery: a slow confirm does not hold up every event.
+func TestNotifierRoundsOverlap(t *testing.T) {
+	t.Parallel()
+	b := setupNotifier(t)
+	b.clock.Advance(time.Hour) // every row written from now on is due
+	queue, ds := replyQueue(t)
+	reply := &llmq.Reply{To: queue}
+	b.finish(t, "first", reply)
+	b.finish(t, "second", reply)
+	held := &heldReplier{Replier: b.pub, held: make(chan struct{}), hold: make(chan struct{})}
+	b.pub = held
+	n := b.notifier(t, worker.NotifierConfig{Batch: 1, Rounds: 2})
+	require.NoError(t, n.Start(b.ctx))
+	t.Cleanup(func() { require.NoError(t, n.Stop(context.Background())) })
+	release := sync.OnceFunc(func() { close(held.hold) })
+	t.Cleanup(release) // before the Stop, which waits for the held round
+	select {
+	case <-held.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no round took the first event")
+	}
+
+	var e llmq.ResultEvent
+	require.NoError(t, json.Unmarshal(nextReply(t, ds).Body, &e))
+	require.Equal(t, "second", e.JobID, "delivered while the first round is held")
+	release()
+	require.NoError(t, json.Unmarshal(nextReply(t, ds).Body, &e))
+	require.Equal(t, "first", e.JobID)
+}

@@ -27,15 +27,18 @@ func TestGatewayProjectPaused(t *testing.T) {
 	require.Equal(t, http.StatusCreated, b.admin(t, http.MethodPut, "/v1/admin/tenants/acme/projects/bulk", keyOps, `{"paused":true}`).status)
 	require.Eventually(t, func() bool { return w.Tenants()["acme"].Projects["bulk"].Paused }, 5*time.Second, time.Millisecond)
 
-	call := func(project string) (int, string, string) {
-		req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/v1/chat/completions", bytes.NewBufferString(validBody))
+	request := func(ctx context.Context, project string) *http.Request {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.srv.URL+"/v1/chat/completions", bytes.NewBufferString(validBody))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+keyAcme)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(api.HeaderProject, project)
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		return req
+	}
+	call := func(project string) (int, string, string) { // a call refused at once
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		resp, err := b.srv.Client().Do(req.WithContext(ctx))
+		resp, err := b.srv.Client().Do(request(ctx, project))
 		if err != nil {
 			return 0, "", "" // waiting for a worker: not refused
 		}
@@ -65,11 +68,25 @@ func TestGatewayProjectPaused(t *testing.T) {
 	require.Equal(t, api.HeaderProject, param)
 	require.Equal(t, int64(0), b.broker.Depth("jobs"), "nothing was enqueued")
 
-	status, _, _ = call("live")
-	require.Zero(t, status, "another project's call is served")
+	// The call waits for a worker until the job is recorded: a deadline
+	// of its own could end it before the gateway records it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, live := request(ctx, "live"), make(chan int, 1)
+	go func() {
+		resp, err := b.srv.Client().Do(req)
+		if err != nil {
+			live <- 0 // waiting for a worker: not refused
+			return
+		}
+		_ = resp.Body.Close()
+		live <- resp.StatusCode
+	}()
 	require.Eventually(t, func() bool {
 		var n int
 		err := b.store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE tenant = 'acme' AND project = 'live'`).Scan(&n)
 		return err == nil && n == 1
-	}, 5*time.Second, 10*time.Millisecond, "recorded with its project")
+	}, 10*time.Second, 10*time.Millisecond, "recorded with its project")
+	cancel()
+	require.Zero(t, <-live, "another project's call is served")
 }

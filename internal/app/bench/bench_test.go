@@ -214,7 +214,7 @@ func TestRunThroughputScaledDown(t *testing.T) {
 	require.Positive(t, tp.EnqueueP99)
 	md, err := os.ReadFile(filepath.Join(out, ReportFile))
 	require.NoError(t, err)
-	require.Contains(t, string(md), "## 8. Throughput: llmq's own overhead")
+	require.Contains(t, string(md), "## Throughput: llmq's own overhead")
 	require.Contains(t, string(md), "| memory | 1000 |")
 }
 
@@ -242,7 +242,7 @@ func TestRunMillionScaledDown(t *testing.T) {
 	require.Equal(t, 200, last.Finished)
 	md, err := os.ReadFile(filepath.Join(out, ReportFile))
 	require.NoError(t, err)
-	require.Contains(t, string(md), "## 9. A backlog of 1,000 queued jobs: the API's reads")
+	require.Contains(t, string(md), "## A backlog of 1,000 queued jobs: the API's reads")
 	require.Contains(t, string(md), "| endpoint | 10 queued: p50 / p99 | 100 queued: p50 / p99 | 1,000 queued: p50 / p99 |")
 }
 

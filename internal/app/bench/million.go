@@ -89,7 +89,7 @@ func (b *Bench) million(ctx context.Context, md *strings.Builder, rep *Report) e
 	}
 	fmt.Fprintf(b.cfg.Progress, " done in %s\n", time.Since(began).Round(time.Second))
 	rep.Million = rows
-	fmt.Fprintf(md, `## 9. A backlog of %s queued jobs: the API's reads
+	fmt.Fprintf(md, `## A backlog of %s queued jobs: the API's reads
 
 Jobs queued in Postgres, the queue of record, as the API's outbox records them past the ingest
 window (the broker carries arrivals only; a worker holds at most its prefetch of them), %d tenants,
@@ -108,7 +108,8 @@ Regenerate: `+"`llmq bench --only million --out docs/bench/million`"+` (or `+"`m
 %s
 ### %d callers at once
 
-%s`, grouped(top), millionTenants, 100*millionFinished, millionRPM, requests, millionClients,
+%s
+`, grouped(top), millionTenants, 100*millionFinished, millionRPM, requests, millionClients,
 		millionMarkdown(levels, rows, 1), millionClients, millionMarkdown(levels, rows, millionClients))
 	return nil
 }

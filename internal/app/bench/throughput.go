@@ -66,7 +66,7 @@ func (b *Bench) throughput(ctx context.Context, md *strings.Builder, rep *Report
 	}
 	fmt.Fprintf(b.cfg.Progress, " done in %s\n", res.EndToEnd.Round(time.Second))
 	rep.Throughput = res
-	fmt.Fprintf(md, `## 8. Throughput: llmq's own overhead
+	fmt.Fprintf(md, `## Throughput: llmq's own overhead
 
 %d callers post %d jobs (about 200 bytes of prompt each), one job per `+"`POST /v1/jobs`"+`, to `+"`llmq api`"+`
 with one worker behind it (MaxInFlight %d) calling an instant simulator without quotas: API, worker,
@@ -74,7 +74,8 @@ simulator and broker (%s) in one process, Postgres beside it. *Enqueue*: the POS
 its job in the outbox and publishes it, confirmed). *End to end*: from the first POST to the last
 result stored.
 
-%s`, throughputClients, jobs, throughputInFlight, res.Broker, res.markdown())
+%s
+`, throughputClients, jobs, throughputInFlight, res.Broker, res.markdown())
 	return nil
 }
 

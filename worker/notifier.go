@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/llmq/llmq"
 	"github.com/llmq/llmq/internal/background"
@@ -66,9 +68,10 @@ type NotifierConfig struct {
 	// NotifierBatchDefault).
 	Batch int
 	// Rounds is the most rounds that run at once (default
-	// NotifierRoundsDefault): after a claim that came back full, another
-	// round claims what is due while the first waits for its broker's
-	// confirms or its webhooks.
+	// NotifierRoundsDefault): after a claim that came back full, and
+	// each Interval while a round's deliveries last, another round claims
+	// what is due while the first waits for its broker's confirms or its
+	// webhooks.
 	Rounds int
 	// RetryFor is how long a notification is retried before it ends dead
 	// with notification_undeliverable (default NotifierRetryForDefault,
@@ -143,9 +146,9 @@ type Notifier struct {
 	metrics notifierMetrics
 	// wake holds one pending Wake: wakes during a round make one more.
 	wake chan struct{}
-	// full holds one pending call for another round: a claim came back
-	// full (loop).
-	full chan struct{}
+	// another holds one pending call for another round: a claim came
+	// back full, or a round's deliveries outlast the interval (loop).
+	another chan struct{}
 	// crashAfterClaim, set by tests, makes a round stop after its claim
 	// committed, as a process killed there would.
 	crashAfterClaim func() bool
@@ -162,7 +165,7 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Notifier{cfg: cfg, wake: make(chan struct{}, 1), full: make(chan struct{}, 1), metrics: notifierMetrics{
+	n := &Notifier{cfg: cfg, wake: make(chan struct{}, 1), another: make(chan struct{}, 1), metrics: notifierMetrics{
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_notifications_delivered_total",
 			Help: "Result events delivered, by route (reply, webhook)."}, []string{"route"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmq_notifications_retries_total",
@@ -206,9 +209,10 @@ func (n *Notifier) Wake() {
 
 // loop runs the rounds: the first claims after each wake or interval
 // (and reads the backlog for the gauges); up to cfg.Rounds-1 more join
-// when a claim comes back full, each claiming its own rows (the lease
-// keeps them apart), so that what is due behind a round waiting on its
-// deliveries goes out meanwhile.
+// when a claim comes back full or a round's deliveries outlast the
+// interval, each claiming its own rows (the lease keeps them apart), so
+// that what is due behind a round waiting on its deliveries goes out
+// meanwhile.
 func (n *Notifier) loop(ctx context.Context) {
 	var wg sync.WaitGroup
 	for range n.cfg.Rounds - 1 {
@@ -217,7 +221,7 @@ func (n *Notifier) loop(ctx context.Context) {
 				select {
 				case <-ctx.Done():
 					return
-				case <-n.full:
+				case <-n.another:
 				}
 				for n.Round(ctx) {
 				}
@@ -270,21 +274,20 @@ func (n *Notifier) Round(ctx context.Context) bool {
 		}
 		return false
 	}
-	if n.crashAfterClaim != nil && n.crashAfterClaim() {
+	if n.crashAfterClaim != nil && n.crashAfterClaim() || len(claimed) == 0 {
 		return false
 	}
 	if len(claimed) == n.cfg.Batch {
-		select { // more may be due: a round that waits claims them
-		case n.full <- struct{}{}:
-		default:
-		}
+		n.more() // more may be due: a round that waits claims them
 	}
 	mark := context.WithoutCancel(ctx)
 	// A delivery that outlasts the lease (a broker down: the publisher
 	// redials until its context ends) fails, and is retried after its
 	// backoff, rather than be claimed and sent by another notifier too.
 	dctx, cancel := context.WithTimeout(ctx, n.cfg.Lease)
+	slow := n.whileSlow()
 	failed := n.deliverAll(dctx, claimed)
+	slow()
 	cancel()
 	at := n.cfg.Clock.Now()
 	var delivered []string
@@ -311,6 +314,41 @@ func (n *Notifier) Round(ctx context.Context) bool {
 		n.cfg.Log.Warn("notifier: mark delivered", slog.Int("notifications", len(delivered)), slog.Any("error", err))
 	}
 	return len(claimed) == n.cfg.Batch
+}
+
+// more calls another round (loop), unless one is called already.
+func (n *Notifier) more() {
+	select {
+	case n.another <- struct{}{}:
+	default:
+	}
+}
+
+// whileSlow calls another round each Interval until the returned func is
+// called: what falls due while a round waits on an endpoint slow to
+// answer goes out meanwhile, in a round of its own.
+func (n *Notifier) whileSlow() (stop func()) {
+	if n.cfg.Rounds < 2 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := n.cfg.Clock.NewTicker(n.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.Chan():
+				n.more()
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // TenantReplier answers a tenant's route for its jobs that name none
@@ -351,7 +389,7 @@ type failure struct {
 
 // deliverAll publishes claimed to their destinations: the replies of one
 // destination in one Reply (so a broker confirms them together), then
-// each webhook. It returns the failures by event id; a
+// the webhooks, each endpoint's in turn and the endpoints at once. It returns the failures by event id; a
 // notification with a reply and a webhook counts as delivered only when
 // both took it (the one that did gets it again, with the same event id).
 func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification) map[string]failure {
@@ -396,6 +434,8 @@ func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification
 		}
 		n.metrics.delivered.WithLabelValues("reply").Add(float64(len(g.ids)))
 	}
+	hooks := map[string][]*store.Notification{}
+	var urls []string
 	for _, nt := range claimed {
 		if _, bad := failed[nt.EventID]; bad || nt.Reply.Webhook == "" {
 			continue
@@ -404,8 +444,49 @@ func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification
 			failed[nt.EventID] = failure{"webhook", errors.New("no webhook sender configured")}
 			continue
 		}
-		if err := n.cfg.Webhooks.Send(ctx, nt.Tenant, nt.Reply.Webhook, nt.EventID, n.cfg.Clock.Now(), payloads[nt.EventID]); err != nil {
+		if hooks[nt.Reply.Webhook] == nil {
+			urls = append(urls, nt.Reply.Webhook)
+		}
+		hooks[nt.Reply.Webhook] = append(hooks[nt.Reply.Webhook], nt)
+	}
+	// Each endpoint's events go one after another, the endpoints at once:
+	// an endpoint slow to answer holds its own events, not the others'.
+	var g errgroup.Group
+	g.SetLimit(webhookParallel)
+	hookFailed := make([]map[string]failure, len(urls))
+	for i, u := range urls {
+		g.Go(func() error {
+			hookFailed[i] = n.sendHooks(ctx, u, hooks[u], payloads)
+			return nil
+		})
+	}
+	_ = g.Wait() // the sends report their failures in hookFailed
+	for _, f := range hookFailed {
+		maps.Copy(failed, f)
+	}
+	return failed
+}
+
+// webhookParallel is the most webhook endpoints a round posts to at once.
+const webhookParallel = 16
+
+// sendHooks posts the events nts to the webhook u, in order, and returns
+// the failures by event id. After a post that timed out the rest are not
+// sent (they fail, and are retried after their backoff): an endpoint that
+// does not answer costs the round one timeout, not one per event.
+func (n *Notifier) sendHooks(ctx context.Context, u string, nts []*store.Notification, payloads map[string][]byte) map[string]failure {
+	failed := map[string]failure{}
+	var timedOut error
+	for _, nt := range nts {
+		if timedOut != nil {
+			failed[nt.EventID] = failure{"webhook", fmt.Errorf("not sent, an earlier post to this webhook timed out: %w", timedOut)}
+			continue
+		}
+		if err := n.cfg.Webhooks.Send(ctx, nt.Tenant, u, nt.EventID, n.cfg.Clock.Now(), payloads[nt.EventID]); err != nil {
 			failed[nt.EventID] = failure{"webhook", err}
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+				timedOut = err
+			}
 			continue
 		}
 		n.metrics.delivered.WithLabelValues("webhook").Inc()

@@ -325,6 +325,139 @@ func TestNotifierWebhookFailingHalfTheTime(t *testing.T) {
 	require.Positive(t, dups, "the failing half was sent again")
 }
 
+// hookServer is a webhook receiver over TLS that passes each event it is
+// posted to got and answers 200; with a hold, only once hold is closed
+// (or the request ended).
+type hookServer struct {
+	*httptest.Server
+	got chan llmq.ResultEvent
+}
+
+func newHookServer(t *testing.T, hold <-chan struct{}) *hookServer {
+	t.Helper()
+	h := &hookServer{got: make(chan llmq.ResultEvent, 64)}
+	h.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var e llmq.ResultEvent
+		if err := json.NewDecoder(r.Body).Decode(&e); err != nil {
+			t.Errorf("event: %v", err)
+		}
+		h.got <- e
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		}
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+// sender signs for the default tenant and trusts h's certificate (every
+// httptest TLS server has the same one).
+func (h *hookServer) sender(t *testing.T, timeout time.Duration) *webhook.Sender {
+	t.Helper()
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("a secret of twenty-four b"))
+	s, err := webhook.New(webhook.Config{Secrets: map[string][]string{llmq.DefaultTenant: {secret}}, AllowPrivate: true,
+		Timeout: timeout, TLS: h.Client().Transport.(*http.Transport).TLSClientConfig})
+	require.NoError(t, err)
+	t.Cleanup(s.CloseIdleConnections)
+	return s
+}
+
+func nextHook(t *testing.T, h *hookServer) llmq.ResultEvent {
+	t.Helper()
+	select {
+	case e := <-h.got:
+		return e
+	case <-time.After(30 * time.Second):
+		t.Fatal("no webhook post after 30s")
+		return llmq.ResultEvent{}
+	}
+}
+
+// TestNotifierWebhookEndpointsApart: a round posts to each webhook
+// endpoint apart, so one that does not answer holds only its own events.
+func TestNotifierWebhookEndpointsApart(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	stuck, fine := newHookServer(t, hold), newHookServer(t, nil)
+	b := setupNotifier(t)
+	for i := range 3 {
+		b.finish(t, fmt.Sprintf("stuck-%d", i), &llmq.Reply{Webhook: stuck.URL})
+	}
+	for i := range 3 {
+		b.finish(t, fmt.Sprintf("fine-%d", i), &llmq.Reply{Webhook: fine.URL})
+	}
+	n := b.notifier(t, worker.NotifierConfig{Webhooks: stuck.sender(t, time.Minute)})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.Round(b.ctx)
+	}()
+	require.Equal(t, "stuck-0", nextHook(t, stuck).JobID)
+	for i := range 3 {
+		require.Equal(t, fmt.Sprintf("fine-%d", i), nextHook(t, fine).JobID, "posted while the other endpoint holds its post")
+	}
+	release()
+	<-done
+	require.Equal(t, "stuck-1", nextHook(t, stuck).JobID)
+	require.Equal(t, "stuck-2", nextHook(t, stuck).JobID)
+	require.Empty(t, b.left(t), "all delivered")
+}
+
+// TestNotifierWebhookTimeoutSkipsTheRest: after a post that timed out the
+// round does not post the endpoint's other events; they are retried after
+// their backoff.
+func TestNotifierWebhookTimeoutSkipsTheRest(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	stuck := newHookServer(t, hold)
+	b := setupNotifier(t)
+	for i := range 3 {
+		b.finish(t, fmt.Sprintf("stuck-%d", i), &llmq.Reply{Webhook: stuck.URL})
+	}
+	n := b.notifier(t, worker.NotifierConfig{Webhooks: stuck.sender(t, 200*time.Millisecond)})
+	n.Round(b.ctx)
+	require.Len(t, stuck.got, 1, "one post, which timed out")
+	left := b.left(t)
+	require.Len(t, left, 3)
+	for _, nt := range left {
+		require.Equal(t, 1, nt.Attempts)
+		if nt.JobID == "stuck-0" {
+			require.Contains(t, nt.LastError, "Client.Timeout exceeded")
+		} else {
+			require.Contains(t, nt.LastError, "not sent, an earlier post to this webhook timed out")
+		}
+	}
+}
+
+// TestNotifierSlowRoundCallsAnother: while a round waits on a webhook,
+// each interval calls another round, which delivers what fell due since.
+func TestNotifierSlowRoundCallsAnother(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	stuck, fine := newHookServer(t, hold), newHookServer(t, nil)
+	b := setupNotifier(t)
+	b.clock.Advance(time.Hour) // every row written from now on is due
+	b.finish(t, "stuck", &llmq.Reply{Webhook: stuck.URL})
+	n := b.notifier(t, worker.NotifierConfig{Webhooks: stuck.sender(t, time.Minute), Rounds: 2})
+	require.NoError(t, n.Start(b.ctx))
+	t.Cleanup(func() { require.NoError(t, n.Stop(context.Background())) })
+	t.Cleanup(sync.OnceFunc(func() { close(hold) })) // before the Stop, which waits for the held round
+	require.Equal(t, "stuck", nextHook(t, stuck).JobID)
+
+	b.finish(t, "fine", &llmq.Reply{Webhook: fine.URL})
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, b.clock.BlockUntilContext(ctx, 1), "the held round's ticker")
+	b.clock.Advance(worker.NotifierIntervalDefault)
+	require.Equal(t, "fine", nextHook(t, fine).JobID, "delivered while the first round is held")
+}
+
 // TestNotifierBrokerOutage: with the broker unreachable a delivery fails
 // once its lease is spent (it does not hang, nor is it lost) and is retried
 // after its backoff; once the broker is back the event arrives, once.

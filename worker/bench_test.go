@@ -104,7 +104,17 @@ func benchPipeline(b *testing.B, notify int) {
 					require.NoError(b, err)
 					_, err = ch.QueueDeclare(wcfg.ResultsTopic, true, false, false, false, nil)
 					require.NoError(b, err)
-					_ = conn.Close()
+					// Read as the producer awaiting them would: a durable
+					// queue that only grows moves its messages to disk, and
+					// the server's CPU per reply nearly triples
+					// (docs/design/notifications.md, Cost).
+					ds, err := ch.Consume(wcfg.ResultsTopic, "", true, false, false, false, nil)
+					require.NoError(b, err)
+					go func() {
+						for range ds {
+						}
+					}()
+					defer conn.Close()
 				}
 			}
 			var outbox *countingOutbox

@@ -52,12 +52,20 @@ func replyQueue(t *testing.T) (string, <-chan amqp.Delivery) {
 
 func nextReply(t *testing.T, ds <-chan amqp.Delivery) amqp.Delivery {
 	t.Helper()
+	return next(t, ds, "reply")
+}
+
+// next is the next value on c, failing t after 30 s without one (what
+// names it).
+func next[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
 	select {
-	case d := <-ds:
-		return d
+	case v := <-c:
+		return v
 	case <-time.After(30 * time.Second):
-		t.Fatal("no reply after 30s")
-		return amqp.Delivery{}
+		t.Fatalf("no %s after 30s", what)
+		var zero T
+		return zero
 	}
 }
 
@@ -367,13 +375,7 @@ func (h *hookServer) sender(t *testing.T, timeout time.Duration) *webhook.Sender
 
 func nextHook(t *testing.T, h *hookServer) llmq.ResultEvent {
 	t.Helper()
-	select {
-	case e := <-h.got:
-		return e
-	case <-time.After(30 * time.Second):
-		t.Fatal("no webhook post after 30s")
-		return llmq.ResultEvent{}
-	}
+	return next(t, h.got, "webhook post")
 }
 
 // TestNotifierWebhookEndpointsApart: a round posts to each webhook

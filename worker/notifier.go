@@ -389,9 +389,10 @@ type failure struct {
 
 // deliverAll publishes claimed to their destinations: the replies of one
 // destination in one Reply (so a broker confirms them together), then
-// the webhooks, each endpoint's in turn and the endpoints at once. It returns the failures by event id; a
-// notification with a reply and a webhook counts as delivered only when
-// both took it (the one that did gets it again, with the same event id).
+// the webhooks, each endpoint's in turn and the endpoints at once. It
+// returns the failures by event id; a notification with a reply and a
+// webhook counts as delivered only when both took it (the one that did
+// gets it again, with the same event id).
 func (n *Notifier) deliverAll(ctx context.Context, claimed []*store.Notification) map[string]failure {
 	failed := map[string]failure{}
 	payloads := make(map[string][]byte, len(claimed))

@@ -287,3 +287,38 @@ func BenchmarkModelStats(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkNotificationsClaim measures one claim of 256 result events, as
+// a notifier makes it, from an outbox holding a backlog of due events (a
+// broker back after an outage): each claim counts an attempt on its rows
+// and reads their jobs; the next, a lease later, may take them again.
+func BenchmarkNotificationsClaim(b *testing.B) {
+	for _, backlog := range []int{1_000, 20_000, 200_000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := store.Open(ctx, storetest.NewDB(b))
+			require.NoError(b, err)
+			defer s.Close()
+			start := time.Now()
+			_, err = s.Pool().Exec(ctx, `INSERT INTO jobs (tenant, id, status, requested_model, body, result, sched_key, reply, finished_at)
+				SELECT 'default', 'bench-' || i, 'succeeded', 'm', '{"model":"m"}', '{"id":"chatcmpl-1","choices":[]}', $1, '{"to":"results"}', $1
+				FROM generate_series(1, $2) i`, start, backlog)
+			require.NoError(b, err)
+			_, err = s.Pool().Exec(ctx, `INSERT INTO notifications (tenant, job_id, status, reply, created_at, retry_since, next_attempt_at)
+				SELECT 'default', 'bench-' || i, 'succeeded', '{"to":"results"}', $1, $1, $1 FROM generate_series(1, $2) i`, start, backlog)
+			require.NoError(b, err)
+			_, err = s.Pool().Exec(ctx, `ANALYZE jobs, notifications`)
+			require.NoError(b, err)
+			b.ResetTimer()
+			for i := range b.N {
+				claimed, err := s.Notifications().Claim(ctx, start.Add(time.Duration(i+1)*time.Second), time.Millisecond, 256)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(claimed) != min(256, backlog) {
+					b.Fatalf("claimed %d", len(claimed))
+				}
+			}
+		})
+	}
+}

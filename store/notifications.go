@@ -87,14 +87,17 @@ func (n *Notification) Event() llmq.ResultEvent {
 // statement, a heap-only update (nothing it changes is indexed): a
 // notifier that dies before it marks them hands them on when the lease
 // passes. The same statement reads what each one's result event needs of
-// its job (docs/design/notifications.md, Cost).
+// its job (docs/design/notifications.md, Cost). The update finds the
+// claimed rows by their keys as an array: joined to the claim instead,
+// the planner hashes the whole table (dead rows included) on every claim
+// while it holds up to some tens of thousands of rows.
 func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Notification, error) {
 	rows, err := ns.s.pool.Query(ctx, `WITH c AS (
 		SELECT event_id FROM notifications WHERE dead_at IS NULL AND next_attempt_at <= $1
 			AND (claimed_until IS NULL OR claimed_until <= $1)
 		ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED),
 	u AS (UPDATE notifications n SET attempts = n.attempts + 1, claimed_until = $2
-		FROM c WHERE n.event_id = c.event_id
+		WHERE n.event_id = ANY(ARRAY(SELECT event_id FROM c))
 		RETURNING n.event_id::text, n.tenant, n.job_id, n.status, n.reply, n.created_at, n.retry_since,
 			n.next_attempt_at, n.attempts, n.last_error)
 	SELECT u.*, j.id IS NOT NULL, coalesce(j.used_model, ''), j.result, coalesce(j.error_code, ''),

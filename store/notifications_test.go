@@ -134,7 +134,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	again, err := ns.Claim(b.ctx, now, time.Minute, 10)
 	require.NoError(t, err)
 	require.Empty(t, again, "a held notification is claimed once")
-	require.NoError(t, ns.Failed(b.ctx, n.EventID, now, "broker down", now.Add(5*time.Second), false))
+	require.NoError(t, ns.Settle(b.ctx, claimed, map[string]store.Failure{n.EventID: {At: now, Error: "broker down", Next: now.Add(5 * time.Second)}}))
 	again, err = ns.Claim(b.ctx, now.Add(4*time.Second), time.Minute, 10)
 	require.NoError(t, err)
 	require.Empty(t, again)
@@ -144,7 +144,7 @@ func TestNotificationLifecycle(t *testing.T) {
 	require.Equal(t, 2, again[0].Attempts)
 	require.Equal(t, n.EventID, again[0].EventID)
 
-	require.NoError(t, ns.Failed(b.ctx, n.EventID, now.Add(25*time.Hour), "still down", time.Time{}, true))
+	require.NoError(t, ns.Settle(b.ctx, again, map[string]store.Failure{n.EventID: {At: now.Add(25 * time.Hour), Error: "still down", Dead: true}}))
 	dead, err := ns.List(b.ctx, store.NotificationFilter{State: store.NotificationDead})
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
@@ -169,11 +169,103 @@ func TestNotificationLifecycle(t *testing.T) {
 	bl, err := ns.Backlog(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, store.NotificationBacklog{Pending: 1, Oldest: n.CreatedAt}, bl)
-	require.NoError(t, ns.Delivered(b.ctx, []string{n.EventID}))
+	require.NoError(t, ns.Settle(b.ctx, again, nil))
 	left, err := ns.List(b.ctx, store.NotificationFilter{})
 	require.NoError(t, err)
 	require.Empty(t, left, "a delivered notification leaves the outbox")
 	bl, err = ns.Backlog(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, store.NotificationBacklog{}, bl)
+}
+
+// expireWithRoutes records jobs ids with a route and ends them in one
+// statement (ExpireOverdue): one batch of events.
+func expireWithRoutes(t *testing.T, b *testBundle, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		_, err := b.store.Jobs().Insert(b.ctx, withReply(newJob(t, id), "replies"))
+		require.NoError(t, err)
+	}
+	b.clock.Advance(366 * 24 * time.Hour) // past the jobs' deadline
+	expired, err := b.store.Queue().ExpireOverdue(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, expired, len(ids))
+}
+
+// TestNotificationBatchSettled: the events of one ending statement are
+// claimed together; settled, the delivered ones leave the outbox and a
+// failed one stays as a row of its own with its event id and attempts,
+// claimed again at its next attempt. A batch settled a second time (its
+// lease passed and another notifier claimed it) writes nothing twice.
+func TestNotificationBatchSettled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ns := b.store.Notifications()
+	expireWithRoutes(t, b, "a", "b", "c")
+	now := b.clock.Now()
+	claimed, err := ns.Claim(b.ctx, now, time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+	ids := map[string]string{}
+	for _, n := range claimed {
+		require.Equal(t, 1, n.Attempts)
+		require.Equal(t, llmq.StatusExpired, n.Status)
+		ids[n.JobID] = n.EventID
+	}
+	require.Len(t, ids, 3)
+	failed := map[string]store.Failure{ids["b"]: {At: now, Error: "broker down", Next: now.Add(5 * time.Second)}}
+	require.NoError(t, ns.Settle(b.ctx, claimed, failed))
+	left, err := ns.List(b.ctx, store.NotificationFilter{})
+	require.NoError(t, err)
+	require.Len(t, left, 1, "the delivered events left with their batch")
+	require.Equal(t, ids["b"], left[0].EventID)
+	require.Equal(t, 1, left[0].Attempts)
+	require.Equal(t, "broker down", left[0].LastError)
+	require.Equal(t, now.Add(5*time.Second), left[0].NextAttempt.UTC())
+
+	require.NoError(t, ns.Settle(b.ctx, claimed, failed), "settled again")
+	again, err := ns.Claim(b.ctx, now.Add(5*time.Second), time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.Equal(t, ids["b"], again[0].EventID)
+	require.Equal(t, 2, again[0].Attempts)
+	bl, err := ns.Backlog(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), bl.Pending)
+}
+
+// TestNotificationClaimBatches: a claim takes whole batches until they
+// hold its limit of events or more, in the order they were written, and
+// the list and the backlog count their events.
+func TestNotificationClaimBatches(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ns := b.store.Notifications()
+	expireWithRoutes(t, b, "a1", "a2")
+	expireWithRoutes(t, b, "b1", "b2")
+	expireWithRoutes(t, b, "c1", "c2")
+	bl, err := ns.Backlog(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), bl.Pending)
+	pending, err := ns.List(b.ctx, store.NotificationFilter{State: store.NotificationPending, JobID: "b2"})
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
+
+	jobs := func(ns []*store.Notification) []string {
+		var out []string
+		for _, n := range ns {
+			out = append(out, n.JobID)
+		}
+		return out
+	}
+	now := b.clock.Now()
+	first, err := ns.Claim(b.ctx, now, time.Minute, 3)
+	require.NoError(t, err)
+	require.Equal(t, []string{"a1", "a2", "b1", "b2"}, jobs(first))
+	second, err := ns.Claim(b.ctx, now, time.Minute, 3)
+	require.NoError(t, err)
+	require.Equal(t, []string{"c1", "c2"}, jobs(second))
+	none, err := ns.Claim(b.ctx, now, time.Minute, 3)
+	require.NoError(t, err)
+	require.Empty(t, none)
 }

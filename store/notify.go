@@ -19,16 +19,17 @@ const JobDoneChannel = "llmq_job_done"
 // notifyDone turns update, an UPDATE of jobs that moves rows to a terminal
 // status and ends with its RETURNING list, into one statement that also
 // sends each changed row's key on JobDoneChannel and writes the result
-// event of each changed row that has a route (jobs.reply) into the
-// notifications outbox: a job without a route costs the statement
-// nothing more than the filter (docs/design/notifications.md). q
+// events of the changed rows that have a route (jobs.reply) into the
+// notifications outbox, as one batch: a job without a route costs the
+// statement nothing more than the filter (docs/design/notifications.md). q
 // qualifies the jobs columns as the UPDATE needs (unaliased or aliasJ);
 // the statement returns cols, the names of the RETURNING list.
 func notifyDone(update, q, cols string) string {
 	return `WITH done AS (` + update + `, ` + q + `tenant || '/' || ` + q + `id AS done_key, ` + q + `tenant AS done_tenant, ` +
 		q + `id AS done_id, ` + q + `status AS done_status, ` + q + `reply AS done_reply, ` + q + `updated_at AS done_at),
-	outbox AS (INSERT INTO notifications (tenant, job_id, status, reply, created_at, retry_since, next_attempt_at)
-		SELECT done_tenant, done_id, done_status, done_reply, done_at, done_at, done_at FROM done WHERE done_reply IS NOT NULL)
+	outbox AS (INSERT INTO notification_batches (created_at, event_ids, tenants, job_ids, statuses, replies)
+		SELECT max(done_at), array_agg(gen_random_uuid()), array_agg(done_tenant), array_agg(done_id), array_agg(done_status),
+			array_agg(done_reply) FROM done WHERE done_reply IS NOT NULL HAVING count(*) > 0)
 	SELECT ` + cols + ` FROM done, pg_notify('` + JobDoneChannel + `', done.done_key) AS notified`
 }
 

@@ -180,7 +180,7 @@ func benchPipeline(b *testing.B, notify int) {
 }
 
 // countingOutbox closes done once n notifications were delivered (and
-// deleted): the end of a benchmark whose notifier delivers, so the
+// settled): the end of a benchmark whose notifier delivers, so the
 // delivery is measured whole.
 type countingOutbox struct {
 	worker.NotificationOutbox
@@ -188,9 +188,9 @@ type countingOutbox struct {
 	done         chan struct{}
 }
 
-func (o *countingOutbox) Delivered(ctx context.Context, eventIDs []string) error {
-	err := o.NotificationOutbox.Delivered(ctx, eventIDs)
-	if err == nil && len(eventIDs) > 0 && atomic.AddInt64(&o.delivered, int64(len(eventIDs))) == o.n {
+func (o *countingOutbox) Settle(ctx context.Context, claimed []*store.Notification, failed map[string]store.Failure) error {
+	err := o.NotificationOutbox.Settle(ctx, claimed, failed)
+	if delivered := int64(len(claimed) - len(failed)); err == nil && delivered > 0 && atomic.AddInt64(&o.delivered, delivered) == o.n {
 		close(o.done)
 	}
 	return err

@@ -36,8 +36,7 @@ const (
 // notifications outbox (*store.Notifications).
 type NotificationOutbox interface {
 	Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*store.Notification, error)
-	Delivered(ctx context.Context, eventIDs []string) error
-	Failed(ctx context.Context, eventID string, at time.Time, msg string, next time.Time, dead bool) error
+	Settle(ctx context.Context, claimed []*store.Notification, failed map[string]store.Failure) error
 	Backlog(ctx context.Context) (store.NotificationBacklog, error)
 }
 
@@ -268,16 +267,14 @@ func (n *Notifier) gauge(ctx context.Context) {
 func (n *Notifier) Round(ctx context.Context) bool {
 	now := n.cfg.Clock.Now()
 	claimed, err := n.cfg.Outbox.Claim(ctx, now, n.cfg.Lease, n.cfg.Batch)
-	if err != nil {
-		if ctx.Err() == nil {
-			n.cfg.Log.Warn("notifier: claim", slog.Any("error", err))
-		}
-		return false
+	if err != nil && ctx.Err() == nil {
+		n.cfg.Log.Warn("notifier: claim", slog.Any("error", err), slog.Int("claimed", len(claimed)))
 	}
 	if n.crashAfterClaim != nil && n.crashAfterClaim() || len(claimed) == 0 {
 		return false
 	}
-	if len(claimed) == n.cfg.Batch {
+	full := err == nil && len(claimed) >= n.cfg.Batch
+	if full {
 		n.more() // more may be due: a round that waits claims them
 	}
 	mark := context.WithoutCancel(ctx)
@@ -290,11 +287,10 @@ func (n *Notifier) Round(ctx context.Context) bool {
 	slow()
 	cancel()
 	at := n.cfg.Clock.Now()
-	var delivered []string
+	settled := make(map[string]store.Failure, len(failed))
 	for _, nt := range claimed {
 		f, ok := failed[nt.EventID]
 		if !ok {
-			delivered = append(delivered, nt.EventID)
 			continue
 		}
 		next := at.Add(NotifierBackoff(nt.Attempts, n.cfg.BackoffMin, n.cfg.BackoffMax))
@@ -306,14 +302,12 @@ func (n *Notifier) Round(ctx context.Context) bool {
 		} else {
 			n.metrics.retries.WithLabelValues(f.route).Inc()
 		}
-		if err := n.cfg.Outbox.Failed(mark, nt.EventID, at, f.err.Error(), next, dead); err != nil {
-			n.cfg.Log.Warn("notifier: mark failed", slog.String("event_id", nt.EventID), slog.Any("error", err))
-		}
+		settled[nt.EventID] = store.Failure{At: at, Error: f.err.Error(), Next: next, Dead: dead}
 	}
-	if err := n.cfg.Outbox.Delivered(mark, delivered); err != nil {
-		n.cfg.Log.Warn("notifier: mark delivered", slog.Int("notifications", len(delivered)), slog.Any("error", err))
+	if err := n.cfg.Outbox.Settle(mark, claimed, settled); err != nil {
+		n.cfg.Log.Warn("notifier: settle", slog.Int("notifications", len(claimed)), slog.Any("error", err))
 	}
-	return len(claimed) == n.cfg.Batch
+	return full
 }
 
 // more calls another round (loop), unless one is called already.

@@ -27,7 +27,7 @@ func TestNotificationsLsAndReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	ev := claimed[0].EventID
-	require.NoError(t, ns.Failed(b.ctx, ev, time.Now(), "no route", time.Time{}, true))
+	require.NoError(t, ns.Settle(b.ctx, claimed, map[string]store.Failure{ev: {At: time.Now(), Error: "no route", Dead: true}}))
 
 	var out strings.Builder
 	require.Equal(t, 0, execute(context.Background(), []string{"notifications", "ls", "--state", "dead", "--json"}, nil, &out, &out), out.String())

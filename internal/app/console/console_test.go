@@ -463,7 +463,7 @@ func TestReplayNotification(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	ev := claimed[0].EventID
-	require.NoError(t, ns.Failed(ctx, ev, time.Now(), "no route", time.Time{}, true))
+	require.NoError(t, ns.Settle(ctx, claimed, map[string]store.Failure{ev: {At: time.Now(), Error: "no route", Dead: true}}))
 
 	br := b.browser(t)
 	require.Equal(t, http.StatusSeeOther, br.signIn(keyAcme).status)

@@ -90,16 +90,23 @@ func (n *Notification) Event() llmq.ResultEvent {
 // now) that no other notifier holds, counts an attempt on each and holds
 // it until now + lease (claimed_until), in committed statements: a
 // notifier that dies before it settles them hands them on when the lease
-// passes. It takes batches first (each the events of one ending
-// statement), until they hold limit events or more, then up to limit in
-// all of single rows (events retried or replayed). The same statements
-// read what each result event needs of its job
-// (docs/design/notifications.md, Cost). When the batches were claimed and
-// the single rows could not be, it returns the batches' events with the
-// error.
+// passes. It takes up to half of limit in single rows (events retried
+// or replayed), then batches (each the events of one ending statement) in
+// the order they were written until they hold the rest of limit or more,
+// then single rows again up to limit in all: neither kind waits behind
+// the other. The same statements read what each result event needs of
+// its job (docs/design/notifications.md, Cost). When a statement fails
+// after others claimed events, it returns those with the error.
 func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Notification, error) {
-	claimed, err := ns.claim(ctx, claimBatchesSQL, now, lease, limit)
+	half := max(1, limit/2)
+	claimed, err := ns.claim(ctx, claimRowsSQL, now, lease, min(half, limit))
 	if err != nil || len(claimed) >= limit {
+		return claimed, err
+	}
+	rowsFull := len(claimed) == half
+	batched, err := ns.claim(ctx, claimBatchesSQL, now, lease, limit-len(claimed))
+	claimed = append(claimed, batched...)
+	if err != nil || len(claimed) >= limit || !rowsFull {
 		return claimed, err
 	}
 	rows, err := ns.claim(ctx, claimRowsSQL, now, lease, limit-len(claimed))

@@ -269,3 +269,29 @@ func TestNotificationClaimBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// TestNotificationClaimTakesBoth: a claim takes events being retried and
+// new batches alike, so neither waits behind a stream of the other.
+func TestNotificationClaimTakesBoth(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ns := b.store.Notifications()
+	expireWithRoutes(t, b, "r1", "r2")
+	now := b.clock.Now()
+	first, err := ns.Claim(b.ctx, now, time.Minute, 10)
+	require.NoError(t, err)
+	failed := map[string]store.Failure{}
+	for _, n := range first {
+		failed[n.EventID] = store.Failure{At: now, Error: "down", Next: now}
+	}
+	require.NoError(t, ns.Settle(b.ctx, first, failed))
+	expireWithRoutes(t, b, "n1", "n2", "n3", "n4")
+
+	claimed, err := ns.Claim(b.ctx, b.clock.Now(), time.Minute, 4)
+	require.NoError(t, err)
+	got := map[string]int{}
+	for _, n := range claimed {
+		got[n.JobID] = n.Attempts
+	}
+	require.Equal(t, map[string]int{"r1": 2, "r2": 2, "n1": 1, "n2": 1, "n3": 1, "n4": 1}, got)
+}

@@ -86,17 +86,14 @@ func (n *Notification) Event() llmq.ResultEvent {
 	return e
 }
 
-// Claim takes due notifications (not dead, next attempt at or before
-// now) that no other notifier holds, counts an attempt on each and holds
-// it until now + lease (claimed_until), in committed statements: a
-// notifier that dies before it settles them hands them on when the lease
-// passes. It takes up to half of limit in single rows (events retried
-// or replayed), then batches (each the events of one ending statement) in
-// the order they were written until they hold the rest of limit or more,
-// then single rows again up to limit in all: neither kind waits behind
-// the other. The same statements read what each result event needs of
-// its job (docs/design/notifications.md, Cost). When a statement fails
-// after others claimed events, it returns those with the error.
+// Claim takes due notifications that no other notifier holds, counts an
+// attempt on each and holds it until now + lease (claimed_until), in
+// committed statements that read what each event needs of its job: half
+// of limit in single rows (retried or replayed events), then batches in
+// order until they hold the rest of limit or more, then single rows up to
+// limit, so neither kind waits behind the other
+// (docs/design/notifications.md). A statement that fails after others
+// claimed returns their events with its error.
 func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Notification, error) {
 	half := max(1, limit/2)
 	claimed, err := ns.claim(ctx, claimRowsSQL, now, lease, min(half, limit))

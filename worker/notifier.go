@@ -131,14 +131,14 @@ func (c NotifierConfig) validate() error {
 }
 
 // Notifier publishes the result events of the notifications outbox: it
-// claims due rows (a committed claim under a lease), publishes each after
-// the commit to its reply queue or results topic and its webhook, then
-// deletes it (delivered); a failure is retried with backoff for RetryFor,
-// then the row ends dead (store.NotificationUndeliverable) and its job
-// keeps its status. Delivery is at least once: a notifier that dies
-// between the publication and the mark publishes again, with the same
-// event id (docs/design/notifications.md). Several notifiers may share one
-// outbox.
+// claims due events (a committed claim under a lease), publishes each
+// after the commit to its reply queue or results topic and its webhook,
+// then settles the round (delivered events leave the outbox); a failure
+// is retried with backoff for RetryFor, then the event ends dead
+// (store.NotificationUndeliverable) and its job keeps its status.
+// Delivery is at least once: a notifier that dies between the publication
+// and the settlement publishes again, with the same event id
+// (docs/design/notifications.md). Several notifiers may share one outbox.
 type Notifier struct {
 	cfg     NotifierConfig
 	run     background.Runner

@@ -63,8 +63,9 @@ type NotifierConfig struct {
 	// notifiers; one whose notifier died is delivered by another after it
 	// (default NotifierLeaseDefault).
 	Lease time.Duration
-	// Batch is the most notifications one claim takes (default
-	// NotifierBatchDefault).
+	// Batch is the events one claim takes (default NotifierBatchDefault):
+	// at most, but for the last batch of an ending statement's events,
+	// which it takes whole.
 	Batch int
 	// Rounds is the most rounds that run at once (default
 	// NotifierRoundsDefault): after a claim that came back full, and

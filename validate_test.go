@@ -1,6 +1,7 @@
 package llmq_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -243,10 +244,18 @@ func requireSameJob(t testing.TB, want, got *llmq.Job) {
 	}
 	require.Equal(t, want.Model(), got.Model())
 	require.Equal(t, want.MaxOutputTokens(), got.MaxOutputTokens())
-	var wb, gb any
-	require.NoError(t, json.Unmarshal(want.Body, &wb))
-	require.NoError(t, json.Unmarshal(got.Body, &gb))
-	require.Equal(t, wb, gb)
+	require.Equal(t, decodeNumbers(t, want.Body), decodeNumbers(t, got.Body))
+}
+
+// decodeNumbers decodes b keeping each number as written, so that a number
+// beyond float64 (which a body may hold) compares too.
+func decodeNumbers(t testing.TB, b []byte) any {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	require.NoError(t, d.Decode(&v))
+	return v
 }
 
 // BenchmarkDecode is the decoder's cost per message.

@@ -322,3 +322,48 @@ func BenchmarkNotificationsClaim(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNotificationsClaimBatches is BenchmarkNotificationsClaim on a
+// backlog of batches of 60 events (one per statement that ended jobs, at
+// saturation): each claim takes the first five. WAL-B/op is the write-ahead
+// log a claim writes, mostly its row locks and updates.
+func BenchmarkNotificationsClaimBatches(b *testing.B) {
+	const perBatch = 60
+	for _, backlog := range []int{200, 2_000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := store.Open(ctx, storetest.NewDB(b))
+			require.NoError(b, err)
+			defer s.Close()
+			start := time.Now()
+			_, err = s.Pool().Exec(ctx, `INSERT INTO jobs (tenant, id, status, requested_model, body, result, sched_key, reply, finished_at)
+				SELECT 'default', 'bench-' || i, 'succeeded', 'm', '{"model":"m"}', '{"id":"chatcmpl-1","choices":[]}', $1, '{"to":"results"}', $1
+				FROM generate_series(1, $2) i`, start, backlog*perBatch)
+			require.NoError(b, err)
+			_, err = s.Pool().Exec(ctx, `INSERT INTO notification_batches (created_at, event_ids, tenants, job_ids, statuses, replies)
+				SELECT $1, array_agg(gen_random_uuid()), array_agg('default'::text), array_agg('bench-' || i), array_agg('succeeded'::text),
+					array_agg('{"to":"results"}'::jsonb)
+				FROM generate_series(1, $2) i GROUP BY (i - 1) / $3 ORDER BY (i - 1) / $3`, start, backlog*perBatch, perBatch)
+			require.NoError(b, err)
+			_, err = s.Pool().Exec(ctx, `ANALYZE jobs, notification_batches`)
+			require.NoError(b, err)
+			walBytes := func() (n int64) { // the server's, every database's: run alone
+				require.NoError(b, s.Pool().QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'`).Scan(&n))
+				return n
+			}
+			wal := walBytes()
+			b.ResetTimer()
+			for i := range b.N {
+				claimed, err := s.Notifications().Claim(ctx, start.Add(time.Duration(i+1)*time.Second), time.Millisecond, 256)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(claimed) != 5*perBatch {
+					b.Fatalf("claimed %d", len(claimed))
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(walBytes()-wal)/float64(b.N), "WAL-B/op")
+		})
+	}
+}

@@ -111,12 +111,21 @@ func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Du
 }
 
 // claimBatchesSQL claims batches in order until they hold $3 events (the
-// last may pass it), and returns their events in order. The update finds
-// its rows by their keys as an array, as claimRowsSQL does.
-const claimBatchesSQL = `WITH c AS (
+// last may pass it), and returns their events in order. It counts the
+// batches it needs (k) from the due ones before it locks any, and then
+// locks k: locking up to $3 rows to claim a few would write a lock on
+// each (on up to 256 batches to claim about 5 while a backlog drains).
+// The update finds its rows by their keys as an array, as claimRowsSQL
+// does.
+const claimBatchesSQL = `WITH due AS (
 		SELECT id, cardinality(event_ids) AS n FROM notification_batches
 		WHERE created_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
-		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
+		ORDER BY id LIMIT $3),
+	k AS (SELECT count(*) AS k FROM (SELECT sum(n) OVER (ORDER BY id) - n AS before FROM due) x WHERE before < $3),
+	c AS (
+		SELECT id, cardinality(event_ids) AS n FROM notification_batches
+		WHERE created_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
+		ORDER BY id LIMIT (SELECT k FROM k) FOR UPDATE SKIP LOCKED),
 	t AS (SELECT id FROM (SELECT id, sum(n) OVER (ORDER BY id) - n AS before FROM c) x WHERE before < $3),
 	b AS (UPDATE notification_batches b SET attempts = b.attempts + 1, claimed_until = $2
 		WHERE b.id = ANY(ARRAY(SELECT id FROM t))

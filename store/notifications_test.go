@@ -236,7 +236,7 @@ func TestNotificationBatchSettled(t *testing.T) {
 
 // TestNotificationClaimBatches: a claim takes whole batches until they
 // hold its limit of events or more, in the order they were written, and
-// the list and the backlog count their events.
+// locks no other; the list and the backlog count their events.
 func TestNotificationClaimBatches(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -262,6 +262,12 @@ func TestNotificationClaimBatches(t *testing.T) {
 	first, err := ns.Claim(b.ctx, now, time.Minute, 3)
 	require.NoError(t, err)
 	require.Equal(t, []string{"a1", "a2", "b1", "b2"}, jobs(first))
+	// It locked the two batches it took and not the third (a row only
+	// locked keeps its locker's xmax).
+	var lockedOnly int
+	require.NoError(t, b.store.Pool().QueryRow(b.ctx,
+		`SELECT count(*) FROM notification_batches WHERE claimed_until IS NULL AND xmax::text <> '0'`).Scan(&lockedOnly))
+	require.Zero(t, lockedOnly, "batches locked and not claimed")
 	second, err := ns.Claim(b.ctx, now, time.Minute, 3)
 	require.NoError(t, err)
 	require.Equal(t, []string{"c1", "c2"}, jobs(second))

@@ -303,6 +303,21 @@ func (ns *Notifications) Replay(ctx context.Context, tenant, eventID string, now
 	return n, nil
 }
 
+// ReplayDead makes every dead notification of tenant ("": all) due again
+// at now, as Replay does one: of the job jobID when it is set. It returns
+// how many it replayed (0 when none was dead). A webhook endpoint back
+// after a longer outage than the retry period has its events sent again
+// in one call.
+func (ns *Notifications) ReplayDead(ctx context.Context, tenant, jobID string, now time.Time) (int64, error) {
+	tag, err := ns.s.pool.Exec(ctx, `UPDATE notifications SET dead_at = NULL, dead_reason = '',
+		retry_since = $3, next_attempt_at = $3, claimed_until = NULL
+	WHERE dead_at IS NOT NULL AND ($1 = '' OR tenant = $1) AND ($2 = '' OR job_id = $2)`, tenant, jobID, now)
+	if err != nil {
+		return 0, fmt.Errorf("store: replay dead notifications: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // NotificationFilter selects notifications for List: of a tenant ("":
 // all) and a state ("": any).
 type NotificationFilter struct {

@@ -180,6 +180,69 @@ func TestNotificationLifecycle(t *testing.T) {
 
 // expireWithRoutes records jobs ids with a route and ends them in one
 // statement (ExpireOverdue): one batch of events.
+// TestNotificationReplayDead: ReplayDead makes due again the dead events
+// of one tenant (or of one job), and no pending one, which keeps its next
+// attempt.
+func TestNotificationReplayDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ns := b.store.Notifications()
+	for _, k := range []store.Key{{Tenant: "acme", ID: "a1"}, {Tenant: "acme", ID: "a2"}, {Tenant: "globex", ID: "g1"}, {Tenant: "acme", ID: "p1"}} {
+		j := withReply(newJob(t, k.ID), "replies")
+		j.Tenant = k.Tenant
+		_, err := b.store.Jobs().Insert(b.ctx, j)
+		require.NoError(t, err)
+	}
+	b.clock.Advance(366 * 24 * time.Hour)
+	_, err := b.store.Queue().ExpireOverdue(b.ctx)
+	require.NoError(t, err)
+	now := b.clock.Now()
+	claimed, err := ns.Claim(b.ctx, now, time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 4)
+	failed := map[string]store.Failure{}
+	for _, n := range claimed {
+		f := store.Failure{At: now, Error: "gone", Dead: true}
+		if n.JobID == "p1" {
+			f = store.Failure{At: now, Error: "down", Next: now.Add(time.Hour)}
+		}
+		failed[n.EventID] = f
+	}
+	require.NoError(t, ns.Settle(b.ctx, claimed, failed))
+	states := func() map[string]string {
+		all, err := ns.List(b.ctx, store.NotificationFilter{})
+		require.NoError(t, err)
+		out := map[string]string{}
+		for _, n := range all {
+			out[n.JobID] = "pending"
+			if n.DeadAt != nil {
+				out[n.JobID] = "dead"
+			}
+		}
+		return out
+	}
+	require.Equal(t, map[string]string{"a1": "dead", "a2": "dead", "g1": "dead", "p1": "pending"}, states())
+
+	replayed, err := ns.ReplayDead(b.ctx, "acme", "", now)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), replayed)
+	require.Equal(t, map[string]string{"a1": "pending", "a2": "pending", "g1": "dead", "p1": "pending"}, states())
+	replayed, err = ns.ReplayDead(b.ctx, "", "g1", now)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), replayed)
+	replayed, err = ns.ReplayDead(b.ctx, "", "", now)
+	require.NoError(t, err)
+	require.Zero(t, replayed, "nothing is dead")
+
+	due, err := ns.Claim(b.ctx, now, time.Minute, 10)
+	require.NoError(t, err)
+	got := map[string]int{}
+	for _, n := range due {
+		got[n.JobID] = n.Attempts
+	}
+	require.Equal(t, map[string]int{"a1": 2, "a2": 2, "g1": 2}, got, "p1 waits for its next attempt")
+}
+
 func expireWithRoutes(t *testing.T, b *testBundle, ids ...string) {
 	t.Helper()
 	for _, id := range ids {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -76,22 +77,47 @@ func newNotificationsLsCmd() *cobra.Command {
 }
 
 func newNotificationsReplayCmd() *cobra.Command {
-	var tenant string
-	cmd := &cobra.Command{Use: "replay EVENT_ID...", Short: "Send result events again (same event id); never the job",
-		Args: cobra.MinimumNArgs(1)}
+	var (
+		tenant, job string
+		dead        bool
+	)
+	cmd := &cobra.Command{Use: "replay {EVENT_ID... | --dead}", Short: "Send result events again (same event id); never the job",
+		Long: `replay makes the named result events due again now (dead or pending), each with its event
+id and its retry period restarted. With --dead it replays every dead event instead (of --tenant,
+of --job), as after a webhook endpoint's outage longer than the retry period; pending events keep
+their next attempt.`}
 	flags := config.BindFlags(cmd, config.FlagDatabase)
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only the events of this tenant")
+	cmd.Flags().BoolVar(&dead, "dead", false, "every dead event (of --tenant, of --job) instead of named ones")
+	cmd.Flags().StringVar(&job, "job", "", "with --dead: only this job's events")
 	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
+		switch {
+		case dead && len(ids) > 0:
+			return errors.New("replay: name events or give --dead, not both")
+		case !dead && len(ids) == 0:
+			return errors.New("replay: name events by id, or give --dead for every dead one")
+		case !dead && job != "":
+			return errors.New("replay: --job goes with --dead")
+		}
 		st, err := openNotifications(cmd.Context(), flags)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
+		out := cmd.OutOrStdout()
+		if dead {
+			n, err := st.Notifications().ReplayDead(cmd.Context(), tenant, job, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "replayed: %d dead\n", n)
+			return nil
+		}
 		for _, id := range ids {
 			if _, err := st.Notifications().Replay(cmd.Context(), tenant, id, time.Now()); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "replayed: %s\n", id)
+			fmt.Fprintf(out, "replayed: %s\n", id)
 		}
 		return nil
 	}

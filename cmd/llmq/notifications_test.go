@@ -14,7 +14,8 @@ import (
 )
 
 // TestNotificationsLsAndReplay: ls lists a dead result event, replay makes
-// it due again with the same event id, and leaves the job as it was.
+// it due again with the same event id, and leaves the job as it was;
+// replay --dead does so for every dead event of a tenant.
 func TestNotificationsLsAndReplay(t *testing.T) {
 	b := setupCLI(t)
 	b.job(t, "acme", "n1")
@@ -58,4 +59,24 @@ func TestNotificationsLsAndReplay(t *testing.T) {
 	rec, err := b.store.Jobs().Get(b.ctx, "acme", "n1")
 	require.NoError(t, err)
 	require.Equal(t, llmq.StatusSucceeded, rec.Status, "the job is not touched")
+
+	// Dead again, then replayed with every dead event of its tenant.
+	claimed, err = ns.Claim(b.ctx, time.Now().Add(time.Minute), time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.NoError(t, ns.Settle(b.ctx, claimed, map[string]store.Failure{ev: {At: time.Now(), Error: "no route", Dead: true}}))
+	for _, bad := range [][]string{{"notifications", "replay"}, {"notifications", "replay", "--dead", ev},
+		{"notifications", "replay", "--job", "n1", ev}} {
+		out.Reset()
+		require.NotEqual(t, 0, execute(context.Background(), bad, nil, &out, &out), "%v", bad)
+	}
+	out.Reset()
+	require.Equal(t, 0, execute(context.Background(), []string{"notifications", "replay", "--dead", "--tenant", "globex"}, nil, &out, &out), out.String())
+	require.Equal(t, "replayed: 0 dead\n", out.String())
+	out.Reset()
+	require.Equal(t, 0, execute(context.Background(), []string{"notifications", "replay", "--dead", "--tenant", "acme", "--job", "n1"}, nil, &out, &out), out.String())
+	require.Equal(t, "replayed: 1 dead\n", out.String())
+	pending, err = ns.List(b.ctx, store.NotificationFilter{State: store.NotificationPending})
+	require.NoError(t, err)
+	require.Len(t, pending, 1)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 
 	"github.com/jonboulle/clockwork"
@@ -205,4 +206,14 @@ func (c *capReader) Read(p []byte) (int, error) {
 	k, err := c.r.Read(p)
 	c.n += int64(k)
 	return k, err
+}
+
+// jsonContent reports whether r's body is declared JSON; if not, it
+// answers 415.
+func jsonContent(w http.ResponseWriter, r *http.Request) bool {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, Error{Code: CodeUnsupportedMedia, Message: "Content-Type must be application/json"})
+		return false
+	}
+	return true
 }

@@ -228,6 +228,7 @@ type BatchStore interface {
 type NotificationStore interface {
 	List(ctx context.Context, f store.NotificationFilter) ([]*store.Notification, error)
 	Replay(ctx context.Context, tenant, eventID string, now time.Time) (*store.Notification, error)
+	ReplayDead(ctx context.Context, tenant, jobID string, now time.Time) (int64, error)
 }
 
 // DeadLetterService is what the API does with dead letters;

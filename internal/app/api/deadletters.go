@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -112,8 +111,7 @@ type letterFilter struct {
 // key's own tenant does not count (it is not a choice), an operator's
 // tenant parameter does (like `llmq dlq purge --tenant`).
 func readFilter(w http.ResponseWriter, r *http.Request) (f store.DeadLetterFilter, named, ok bool) {
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, Error{Code: CodeUnsupportedMedia, Message: "Content-Type must be application/json"})
+	if !jsonContent(w, r) {
 		return f, false, false
 	}
 	var in letterFilter

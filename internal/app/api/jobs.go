@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"mime"
 	"net/http"
 	"slices"
 	"strconv"
@@ -140,10 +139,7 @@ type jobsHandler struct {
 
 func (jh *jobsHandler) postJobs(w http.ResponseWriter, r *http.Request) {
 	s, _ := scopeOf(r)
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, Error{Code: CodeUnsupportedMedia,
-			Message: "Content-Type must be application/json"})
+	if !jsonContent(w, r) {
 		return
 	}
 	raw, batch, e := jh.readBody(http.MaxBytesReader(w, r.Body, jh.maxBodyBytes))

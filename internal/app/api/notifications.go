@@ -1,7 +1,9 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -47,9 +49,6 @@ func NewNotificationView(n *store.Notification) Notification {
 	return v
 }
 
-// listNotifications answers GET /v1/notifications ?state= &job_id=
-// &limit=: the newest undelivered result events in scope (a delivered
-// one leaves the outbox).
 // notificationHandler serves the result events of jobs with a route and
 // their replay.
 type notificationHandler struct {
@@ -58,6 +57,9 @@ type notificationHandler struct {
 	clock clockwork.Clock
 }
 
+// listNotifications answers GET /v1/notifications ?state= &job_id=
+// &limit=: the newest undelivered result events in scope (a delivered
+// one leaves the outbox).
 func (nh *notificationHandler) listNotifications(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	s, _ := scopeOf(r)
@@ -109,4 +111,41 @@ func (nh *notificationHandler) replayNotification(w http.ResponseWriter, r *http
 	writeJSON(w, http.StatusOK, struct {
 		Data Notification `json:"data"`
 	}{NewNotificationView(n)})
+}
+
+// ReplayDeadReport is the answer of POST /v1/notifications/replay.
+type ReplayDeadReport struct {
+	Replayed int64 `json:"replayed"`
+}
+
+// replayDeadNotifications answers POST /v1/notifications/replay: every
+// dead result event in scope (of the body's job_id, when it names one) is
+// due again now, with its event id, its retry period restarted; pending
+// ones are left as they are, and no job is touched.
+func (nh *notificationHandler) replayDeadNotifications(w http.ResponseWriter, r *http.Request) {
+	if !jsonContent(w, r) {
+		return
+	}
+	var in struct {
+		JobID string `json:"job_id"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidJSON,
+			Message: "the body must be a JSON object {job_id} ({} for every dead event in scope): " + err.Error()})
+		return
+	}
+	if in.JobID != "" && !llmq.ValidID(in.JobID) {
+		writeError(w, http.StatusBadRequest, Error{Code: llmq.CodeInvalidValue, Field: "job_id",
+			Message: fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9._:-]", llmq.MaxIDLength)})
+		return
+	}
+	s, _ := scopeOf(r)
+	n, err := nh.store.ReplayDead(r.Context(), s.tenant, in.JobID, nh.clock.Now())
+	if err != nil {
+		nh.internalError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ReplayDeadReport{Replayed: n})
 }

@@ -156,6 +156,12 @@ func TestOpenAPIConformance(t *testing.T) {
 	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", keyAcme, "", "", true, 200)
 	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", keyGlobex, "", "", true, 404)
 	c.check(t, b, "POST", "/v1/notifications/"+ns[0].EventID+"/replay", "", "", "", true, 401)
+	c.check(t, b, "POST", "/v1/notifications/replay", keyAcme, "application/json", `{}`, true, 200)
+	c.check(t, b, "POST", "/v1/notifications/replay", keyOps, "application/json", `{"job_id":"nt"}`, true, 200)
+	c.check(t, b, "POST", "/v1/notifications/replay", keyAcme, "application/json", `{"job_id":"a b"}`, true, 400)
+	c.check(t, b, "POST", "/v1/notifications/replay", keyAcme, "application/json", `{"tenant":"x"}`, false, 400)
+	c.check(t, b, "POST", "/v1/notifications/replay", keyAcme, "text/plain", `{}`, false, 415)
+	c.check(t, b, "POST", "/v1/notifications/replay", "", "application/json", `{}`, true, 401)
 
 	// Dead letters: acme's job "dl" was dead-lettered, and a poison message.
 	j, err := llmq.Decode([]byte(jobJSON("dl")), llmq.DecodeOptions{})

@@ -131,6 +131,7 @@ func (a *API) routes() {
 		n := &notificationHandler{replies: a.replies, store: a.cfg.Notifications, clock: a.cfg.Clock}
 		a.mux.Handle("GET /v1/notifications", a.authed(n.listNotifications))
 		a.mux.Handle("POST /v1/notifications/{event_id}/replay", a.authed(n.replayNotification))
+		a.mux.Handle("POST /v1/notifications/replay", a.authed(n.replayDeadNotifications))
 	}
 	if a.cfg.DeadLetterService != nil {
 		d := &deadLetters{replies: a.replies, letters: a.cfg.DeadLetterService, retryAfter: a.cfg.RetryAfterUnavailable}

@@ -204,6 +204,7 @@ func (c *Console) routes() http.Handler {
 	page("GET "+Prefix+"/dead-letters/{id}", dp.deadLetter)
 	page("POST "+Prefix+"/dead-letters/replay", dp.replay)
 	page("POST "+Prefix+"/dead-letters/purge", dp.purge)
+	page("POST "+Prefix+"/dead-letters/replay-events", dp.replayEvents)
 	page("GET "+Prefix+"/usage", jp.usage)
 	page("GET "+Prefix+"/batches", bp.batches)
 	page("GET "+Prefix+"/batches/{id}", bp.batch)

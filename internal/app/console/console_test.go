@@ -444,6 +444,51 @@ func TestOverviewCountsPastTheLimit(t *testing.T) {
 	require.Contains(t, p.body, `· 10,001+ jobs</span>`)
 }
 
+// TestReplayDeadEvents: the dead letters page lists the dead result events
+// in scope, and its Replay button, after its dialog, makes every one due
+// again, and no other tenant's.
+func TestReplayDeadEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, k := range []store.Key{{Tenant: "acme", ID: "e1"}, {Tenant: "acme", ID: "e2"}, {Tenant: "globex", ID: "e3"}} {
+		j, err := llmq.Decode([]byte(`{"id":"`+k.ID+`","tenant":"`+k.Tenant+`","reply_to":{"to":"replies"},`+
+			`"body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}}`), llmq.DecodeOptions{})
+		require.NoError(t, err)
+		_, err = b.store.Jobs().Insert(ctx, j)
+		require.NoError(t, err)
+		_, err = b.store.Queue().StoreResult(ctx, k, store.Result{Response: []byte(`{}`), UsedModel: "gpt-4o-mini"})
+		require.NoError(t, err)
+	}
+	ns := b.store.Notifications()
+	claimed, err := ns.Claim(ctx, time.Now().Add(time.Minute), time.Minute, 10)
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+	dead := map[string]store.Failure{}
+	for _, n := range claimed {
+		dead[n.EventID] = store.Failure{At: time.Now(), Error: "queue gone", Dead: true}
+	}
+	require.NoError(t, ns.Settle(ctx, claimed, dead))
+
+	br := b.browser(t)
+	require.Equal(t, http.StatusSeeOther, br.signIn(keyAcme).status)
+	p := br.get("/ui/dead-letters")
+	require.Equal(t, http.StatusOK, p.status)
+	require.Equal(t, 2, strings.Count(p.body, "data-dead-event="), "acme's two events, not globex's")
+	require.Contains(t, p.body, "queue gone")
+	p = br.get("/ui/dead-letters?confirm=replay-events")
+	require.Contains(t, p.body, "Replay every dead result event?")
+	p = br.post("/ui/dead-letters/replay-events", url.Values{"csrf": {csrf(t, p)}, "return": {"/ui/dead-letters"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, "/ui/dead-letters?done=events-replayed&n=2", p.header.Get("Location"))
+	require.Contains(t, br.get("/ui/dead-letters?done=events-replayed&n=2").body, "Replayed 2 dead result events")
+	left, err := ns.List(ctx, store.NotificationFilter{State: store.NotificationDead})
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	require.Equal(t, "globex", left[0].Tenant)
+	require.NotContains(t, br.get("/ui/dead-letters").body, "data-dead-events", "nothing dead in scope: no section")
+}
+
 // TestReplayNotification: a job's dead result event shows on its page with
 // a Replay button, which makes the event due again and leaves the job as
 // it was.

@@ -45,6 +45,8 @@ func notice(q url.Values) string {
 		return "The tenant is created: every replica serves it within 2 s."
 	case "key-revoked":
 		return "The key is revoked: every replica refuses it within 2 s."
+	case "events-replayed":
+		return "Replayed " + plural(n, "dead result event", "dead result events") + ": the notifier sends them now, with the same event ids. The jobs are not touched."
 	case "notification-replayed":
 		return "The result event is due again: the notifier sends it now, with the same event id. The job is not touched."
 	case "batch-cancelled":
@@ -447,7 +449,15 @@ type deadLettersPage struct {
 	TenantQuery, TenantAmp                                 string
 	Confirm                                                *confirm
 	Operator                                               bool
+	// DeadEvents are the newest result events given up on
+	// (notification_undeliverable): their jobs ended, their routes did not
+	// take them.
+	DeadEvents []api.Notification
 }
+
+// deadEventsShown is how many dead result events the dead letters page
+// lists.
+const deadEventsShown = 20
 
 func (dp *deadLetterPages) deadLetters(w http.ResponseWriter, r *http.Request, s session) {
 	ctx, in := r.Context(), r.URL.Query()
@@ -488,6 +498,15 @@ func (dp *deadLetterPages) deadLetters(w http.ResponseWriter, r *http.Request, s
 	if l.NextCursor != nil {
 		p.Next = *l.NextCursor
 	}
+	nq := url.Values{"state": {"dead"}, "limit": {strconv.Itoa(deadEventsShown)}}
+	if p.Tenant != "" {
+		nq.Set("tenant", p.Tenant)
+	}
+	var events api.List[api.Notification]
+	// An API without notifications (404) shows none.
+	if err := dp.call(ctx, s.Key, http.MethodGet, "/v1/notifications", nq, nil, &events); err == nil {
+		p.DeadEvents = events.Data
+	}
 	own := url.Values{}
 	for _, k := range []string{"reason", "tenant", "cursor", "show"} {
 		if v := in.Get(k); v != "" {
@@ -516,10 +535,11 @@ func (dp *deadLetterPages) deadLetters(w http.ResponseWriter, r *http.Request, s
 }
 
 // deadLetterConfirm is the dialog a ?confirm=replay|purge link opens: for
-// one letter (&id=) or a reason (&group=).
+// one letter (&id=) or a reason (&group=); ?confirm=replay-events opens
+// the one for every dead result event.
 func (dp *deadLetterPages) deadLetterConfirm(in url.Values, p deadLettersPage) *confirm {
 	action := in.Get("confirm")
-	if action != "replay" && action != "purge" {
+	if action != "replay" && action != "purge" && action != "replay-events" {
 		return nil
 	}
 	back := Prefix + "/dead-letters"
@@ -529,6 +549,16 @@ func (dp *deadLetterPages) deadLetterConfirm(in url.Values, p deadLettersPage) *
 	d := &confirm{Action: Prefix + "/dead-letters/" + action, Back: back, Fields: map[string]string{"return": back}}
 	if p.Tenant != "" {
 		d.Fields["tenant"] = p.Tenant
+	}
+	if action == "replay-events" {
+		d.Title, d.Button, d.Keep = "Replay every dead result event", "Replay", "Not now"
+		if p.Tenant != "" {
+			d.Title += " of tenant " + p.Tenant
+		}
+		d.Title += "?"
+		d.Text = "Each event is sent again now to its route, with the same event id and its retry period restarted. " +
+			"The jobs are not touched. llmq notifications replay --dead does the same."
+		return d
 	}
 	what, one := "", false
 	if id, err := strconv.ParseInt(in.Get("id"), 10, 64); err == nil && id > 0 {
@@ -628,6 +658,18 @@ func (dp *deadLetterPages) replay(w http.ResponseWriter, r *http.Request, s sess
 		return
 	}
 	http.Redirect(w, r, withDone(back, "replayed", int64(rep.Replayed)), http.StatusSeeOther)
+}
+
+// replayEvents makes every dead result event in scope due again (POST
+// /v1/notifications/replay); the jobs are not touched.
+func (dp *deadLetterPages) replayEvents(w http.ResponseWriter, r *http.Request, s session) {
+	_, q, back := letterAction(r, s)
+	var rep api.ReplayDeadReport
+	if err := dp.call(r.Context(), s.Key, http.MethodPost, "/v1/notifications/replay", q, map[string]any{}, &rep); err != nil {
+		dp.failed(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, withDone(back, "events-replayed", rep.Replayed), http.StatusSeeOther)
 }
 
 func (dp *deadLetterPages) purge(w http.ResponseWriter, r *http.Request, s session) {

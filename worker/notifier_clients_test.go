@@ -133,6 +133,42 @@ func TestNotifierReplyReadByAmqpConsume(t *testing.T) {
 	require.Equal(t, llmq.StatusSucceeded, e.Status)
 }
 
+// TestNotifierDirectReply: a client on RabbitMQ's direct reply-to (it
+// consumes amq.rabbitmq.reply-to and publishes its job on that channel)
+// gets the job's result event, and the event leaves the outbox as
+// delivered, not to be sent again.
+func TestNotifierDirectReply(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, upstreamsim.Config{Seed: 6, Default: upstreamsim.ModelConfig{Limits: upstreamsim.Limits{RPM: -1, TPM: -1}}})
+	runNotified(t, tb, tb.subscriber(t, 16), tb.pub.(transport.Replier), worker.Config{})
+	conn, err := amqp.Dial(rabbitmqtest.URL())
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	replies, err := ch.Consume("amq.rabbitmq.reply-to", "", true, false, false, false, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, ch.PublishWithContext(ctx, "", tb.queue, false, false, amqp.Publishing{DeliveryMode: amqp.Persistent,
+		ReplyTo: "amq.rabbitmq.reply-to", CorrelationId: "corr-d", Body: jobJSON("dr-1", "gpt-4o-mini", "")}))
+	select {
+	case m := <-replies:
+		var e llmq.ResultEvent
+		require.NoError(t, json.Unmarshal(m.Body, &e), string(m.Body))
+		require.Equal(t, "dr-1", e.JobID)
+		require.Equal(t, "corr-d", m.CorrelationId)
+		require.Equal(t, llmq.StatusSucceeded, e.Status)
+	case <-ctx.Done():
+		t.Fatal("no result event within a minute")
+	}
+	require.Eventually(t, func() bool {
+		left, err := tb.store.Notifications().List(ctx, store.NotificationFilter{})
+		require.NoError(t, err)
+		return len(left) == 0
+	}, 10*time.Second, 10*time.Millisecond, "delivered: the outbox is empty")
+}
+
 // TestNotifierResultsReadByKcat: the results topic read by kcat
 // (librdkafka's client) holds each job's result event, keyed by its job id
 // with the job's headers echoed.

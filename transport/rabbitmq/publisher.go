@@ -92,6 +92,8 @@ func (p *Publisher) Publish(ctx context.Context, dest string, msgs ...transport.
 // reply queue belongs to its consumer (often exclusive or auto-delete,
 // with arguments of its own). A message the broker returns as unroutable
 // fails the call with transport.ErrUnroutable. Each message needs an ID.
+// A direct reply-to (a client's channel) takes them without the flag once
+// the client is found there (docs/design/notifications.md, On the bus).
 // A call whose ctx ends before its confirms closes the connection (the
 // next call dials again): the returns it would have read must not be
 // left to stall the connection or be dropped.
@@ -184,26 +186,19 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, reply bool, 
 		return 0, nil, err
 	}
 	conn, ch, chClosed, returned := p.conn, p.ch, p.chClosed, p.returned
+	mandatory := reply && !strings.HasPrefix(dest, directReplyPrefix)
+	if reply && !mandatory {
+		if err := replyClientThere(conn, dest); err != nil {
+			p.mu.Unlock()
+			return 0, conn, err
+		}
+	}
 	confirms := make([]*amqp.DeferredConfirmation, 0, len(msgs))
 	var sendErr error
 	// The window's frames go out in one write.
 	p.sock.cork()
 	for _, m := range msgs {
-		pub := amqp.Publishing{
-			DeliveryMode:  amqp.Persistent,
-			Priority:      m.Priority,
-			Body:          m.Value,
-			ReplyTo:       m.ReplyTo,
-			CorrelationId: m.CorrelationID,
-			MessageId:     m.ID,
-		}
-		if len(m.Headers) > 0 {
-			pub.Headers = make(amqp.Table, len(m.Headers))
-			for k, v := range m.Headers {
-				pub.Headers[k] = v
-			}
-		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, reply, false, pub)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, mandatory, false, publishing(m))
 		if err != nil {
 			sendErr = err
 			break
@@ -245,7 +240,7 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, reply bool, 
 			}
 			return sent(i), conn, errNacked
 		}
-		if reply && returned.take(msgs[i].ID) && unroutable < 0 {
+		if mandatory && returned.take(msgs[i].ID) && unroutable < 0 {
 			unroutable = i
 		}
 	}
@@ -253,6 +248,50 @@ func (p *Publisher) publishWindow(ctx context.Context, dest string, reply bool, 
 		return unroutable, conn, fmt.Errorf("rabbitmq: reply to %s: %w", dest, transport.ErrUnroutable)
 	}
 	return len(confirms), conn, sendErr
+}
+
+// publishing is m as a persistent AMQP message.
+func publishing(m transport.Message) amqp.Publishing {
+	pub := amqp.Publishing{
+		DeliveryMode:  amqp.Persistent,
+		Priority:      m.Priority,
+		Body:          m.Value,
+		ReplyTo:       m.ReplyTo,
+		CorrelationId: m.CorrelationID,
+		MessageId:     m.ID,
+	}
+	if len(m.Headers) > 0 {
+		pub.Headers = make(amqp.Table, len(m.Headers))
+		for k, v := range m.Headers {
+			pub.Headers[k] = v
+		}
+	}
+	return pub
+}
+
+// directReplyPrefix begins the names RabbitMQ gives the reply_to of a
+// message published by a client consuming amq.rabbitmq.reply-to.
+const directReplyPrefix = "amq.rabbitmq.reply-to."
+
+// replyClientThere reports, by a passive declare of the direct reply-to
+// dest on a channel of its own (RabbitMQ answers it while the client's
+// channel is open, and closes the channel with 404 once it is not),
+// whether the client is still there: transport.ErrUnroutable when not.
+func replyClientThere(conn *amqp.Connection, dest string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbitmq: reply to %s: open channel: %w", dest, err)
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclarePassive(dest, false, false, false, false, nil)
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+		return fmt.Errorf("rabbitmq: reply to %s: the client is gone: %w", dest, transport.ErrUnroutable)
+	}
+	if err != nil {
+		return fmt.Errorf("rabbitmq: reply to %s: %w", dest, err)
+	}
+	return nil
 }
 
 // ensure connects with confirms enabled and, when declare is set,

@@ -117,15 +117,9 @@ func (ns *Notifications) Claim(ctx context.Context, now time.Time, lease time.Du
 // each (on up to 256 batches to claim about 5 while a backlog drains).
 // The update finds its rows by their keys as an array, as claimRowsSQL
 // does.
-const claimBatchesSQL = `WITH due AS (
-		SELECT id, cardinality(event_ids) AS n FROM notification_batches
-		WHERE created_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
-		ORDER BY id LIMIT $3),
+const claimBatchesSQL = `WITH due AS (` + dueBatches + ` LIMIT $3),
 	k AS (SELECT count(*) AS k FROM (SELECT sum(n) OVER (ORDER BY id) - n AS before FROM due) x WHERE before < $3),
-	c AS (
-		SELECT id, cardinality(event_ids) AS n FROM notification_batches
-		WHERE created_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1)
-		ORDER BY id LIMIT (SELECT k FROM k) FOR UPDATE SKIP LOCKED),
+	c AS (` + dueBatches + ` LIMIT (SELECT k FROM k) FOR UPDATE SKIP LOCKED),
 	t AS (SELECT id FROM (SELECT id, sum(n) OVER (ORDER BY id) - n AS before FROM c) x WHERE before < $3),
 	b AS (UPDATE notification_batches b SET attempts = b.attempts + 1, claimed_until = $2
 		WHERE b.id = ANY(ARRAY(SELECT id FROM t))
@@ -135,6 +129,11 @@ const claimBatchesSQL = `WITH due AS (
 		FROM b, unnest(b.event_ids, b.tenants, b.job_ids, b.statuses, b.replies) WITH ORDINALITY
 			AS x(event_id, tenant, job_id, status, reply, ord))
 	` + claimedSelect + ` ORDER BY u.batch, u.ord`
+
+// dueBatches reads the batches due at $1 that no notifier holds, in order,
+// with their counts of events.
+const dueBatches = `SELECT id, cardinality(event_ids) AS n FROM notification_batches
+		WHERE created_at <= $1 AND (claimed_until IS NULL OR claimed_until <= $1) ORDER BY id`
 
 // claimRowsSQL claims up to $3 single rows. The update finds the claimed
 // rows by their keys as an array: joined to the claim instead, the
@@ -272,15 +271,19 @@ func (ns *Notifications) Settle(ctx context.Context, claimed []*Notification, fa
 	return nil
 }
 
+// replaySQL makes the rows its WHERE selects due at $3, their retry
+// period restarted from then.
+const replaySQL = `UPDATE notifications SET dead_at = NULL, dead_reason = '',
+	retry_since = $3, next_attempt_at = $3, claimed_until = NULL`
+
 // Replay sends the dead (or pending) notification of tenant ("": any, an
 // operator) with eventID again: due at now, its retry period restarted
 // (an event of a batch, never tried, is due already and returned as it
 // is). The job is not touched. ErrNotificationNotFound when there is none
 // (a delivered notification is gone).
 func (ns *Notifications) Replay(ctx context.Context, tenant, eventID string, now time.Time) (*Notification, error) {
-	rows, err := ns.s.pool.Query(ctx, `UPDATE notifications SET dead_at = NULL, dead_reason = '',
-		retry_since = $3, next_attempt_at = $3, claimed_until = NULL
-	WHERE ($1 = '' OR tenant = $1) AND event_id::text = $2 RETURNING `+notificationColumns, tenant, eventID, now)
+	rows, err := ns.s.pool.Query(ctx, replaySQL+` WHERE ($1 = '' OR tenant = $1) AND event_id::text = $2
+		RETURNING `+notificationColumns, tenant, eventID, now)
 	if err != nil {
 		return nil, fmt.Errorf("store: replay notification: %w", err)
 	}
@@ -309,9 +312,8 @@ func (ns *Notifications) Replay(ctx context.Context, tenant, eventID string, now
 // after a longer outage than the retry period has its events sent again
 // in one call.
 func (ns *Notifications) ReplayDead(ctx context.Context, tenant, jobID string, now time.Time) (int64, error) {
-	tag, err := ns.s.pool.Exec(ctx, `UPDATE notifications SET dead_at = NULL, dead_reason = '',
-		retry_since = $3, next_attempt_at = $3, claimed_until = NULL
-	WHERE dead_at IS NOT NULL AND ($1 = '' OR tenant = $1) AND ($2 = '' OR job_id = $2)`, tenant, jobID, now)
+	tag, err := ns.s.pool.Exec(ctx, replaySQL+` WHERE dead_at IS NOT NULL AND ($1 = '' OR tenant = $1)
+		AND ($2 = '' OR job_id = $2)`, tenant, jobID, now)
 	if err != nil {
 		return 0, fmt.Errorf("store: replay dead notifications: %w", err)
 	}

@@ -152,16 +152,12 @@ func TestNotifierDirectReply(t *testing.T) {
 	defer cancel()
 	require.NoError(t, ch.PublishWithContext(ctx, "", tb.queue, false, false, amqp.Publishing{DeliveryMode: amqp.Persistent,
 		ReplyTo: "amq.rabbitmq.reply-to", CorrelationId: "corr-d", Body: jobJSON("dr-1", "gpt-4o-mini", "")}))
-	select {
-	case m := <-replies:
-		var e llmq.ResultEvent
-		require.NoError(t, json.Unmarshal(m.Body, &e), string(m.Body))
-		require.Equal(t, "dr-1", e.JobID)
-		require.Equal(t, "corr-d", m.CorrelationId)
-		require.Equal(t, llmq.StatusSucceeded, e.Status)
-	case <-ctx.Done():
-		t.Fatal("no result event within a minute")
-	}
+	m := next(t, replies, "result event")
+	var e llmq.ResultEvent
+	require.NoError(t, json.Unmarshal(m.Body, &e), string(m.Body))
+	require.Equal(t, "dr-1", e.JobID)
+	require.Equal(t, "corr-d", m.CorrelationId)
+	require.Equal(t, llmq.StatusSucceeded, e.Status)
 	require.Eventually(t, func() bool {
 		left, err := tb.store.Notifications().List(ctx, store.NotificationFilter{})
 		require.NoError(t, err)

@@ -180,6 +180,18 @@ func TestNotificationLifecycle(t *testing.T) {
 
 // expireWithRoutes records jobs ids with a route and ends them in one
 // statement (ExpireOverdue): one batch of events.
+func expireWithRoutes(t *testing.T, b *testBundle, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		_, err := b.store.Jobs().Insert(b.ctx, withReply(newJob(t, id), "replies"))
+		require.NoError(t, err)
+	}
+	b.clock.Advance(366 * 24 * time.Hour) // past the jobs' deadline
+	expired, err := b.store.Queue().ExpireOverdue(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, expired, len(ids))
+}
+
 // TestNotificationReplayDead: ReplayDead makes due again the dead events
 // of one tenant (or of one job), and no pending one, which keeps its next
 // attempt.
@@ -241,18 +253,6 @@ func TestNotificationReplayDead(t *testing.T) {
 		got[n.JobID] = n.Attempts
 	}
 	require.Equal(t, map[string]int{"a1": 2, "a2": 2, "g1": 2}, got, "p1 waits for its next attempt")
-}
-
-func expireWithRoutes(t *testing.T, b *testBundle, ids ...string) {
-	t.Helper()
-	for _, id := range ids {
-		_, err := b.store.Jobs().Insert(b.ctx, withReply(newJob(t, id), "replies"))
-		require.NoError(t, err)
-	}
-	b.clock.Advance(366 * 24 * time.Hour) // past the jobs' deadline
-	expired, err := b.store.Queue().ExpireOverdue(b.ctx)
-	require.NoError(t, err)
-	require.Len(t, expired, len(ids))
 }
 
 // TestNotificationBatchSettled: the events of one ending statement are

@@ -288,6 +288,21 @@ func BenchmarkModelStats(b *testing.B) {
 	}
 }
 
+// routedJobsDone opens a store on a database of its own holding n jobs
+// bench-1..n that succeeded at start with a reply queue as their route.
+func routedJobsDone(b *testing.B, start time.Time, n int) *store.Store {
+	b.Helper()
+	ctx := context.Background()
+	s, err := store.Open(ctx, storetest.NewDB(b))
+	require.NoError(b, err)
+	b.Cleanup(s.Close)
+	_, err = s.Pool().Exec(ctx, `INSERT INTO jobs (tenant, id, status, requested_model, body, result, sched_key, reply, finished_at)
+		SELECT 'default', 'bench-' || i, 'succeeded', 'm', '{"model":"m"}', '{"id":"chatcmpl-1","choices":[]}', $1, '{"to":"results"}', $1
+		FROM generate_series(1, $2) i`, start, n)
+	require.NoError(b, err)
+	return s
+}
+
 // BenchmarkNotificationsClaim measures one claim of 256 result events, as
 // a notifier makes it, from an outbox holding a backlog of due events (a
 // broker back after an outage): each claim counts an attempt on its rows
@@ -295,16 +310,9 @@ func BenchmarkModelStats(b *testing.B) {
 func BenchmarkNotificationsClaim(b *testing.B) {
 	for _, backlog := range []int{1_000, 20_000, 200_000} {
 		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
-			ctx := context.Background()
-			s, err := store.Open(ctx, storetest.NewDB(b))
-			require.NoError(b, err)
-			defer s.Close()
-			start := time.Now()
-			_, err = s.Pool().Exec(ctx, `INSERT INTO jobs (tenant, id, status, requested_model, body, result, sched_key, reply, finished_at)
-				SELECT 'default', 'bench-' || i, 'succeeded', 'm', '{"model":"m"}', '{"id":"chatcmpl-1","choices":[]}', $1, '{"to":"results"}', $1
-				FROM generate_series(1, $2) i`, start, backlog)
-			require.NoError(b, err)
-			_, err = s.Pool().Exec(ctx, `INSERT INTO notifications (tenant, job_id, status, reply, created_at, retry_since, next_attempt_at)
+			ctx, start := context.Background(), time.Now()
+			s := routedJobsDone(b, start, backlog)
+			_, err := s.Pool().Exec(ctx, `INSERT INTO notifications (tenant, job_id, status, reply, created_at, retry_since, next_attempt_at)
 				SELECT 'default', 'bench-' || i, 'succeeded', '{"to":"results"}', $1, $1, $1 FROM generate_series(1, $2) i`, start, backlog)
 			require.NoError(b, err)
 			_, err = s.Pool().Exec(ctx, `ANALYZE jobs, notifications`)
@@ -331,16 +339,9 @@ func BenchmarkNotificationsClaimBatches(b *testing.B) {
 	const perBatch = 60
 	for _, backlog := range []int{200, 2_000} {
 		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
-			ctx := context.Background()
-			s, err := store.Open(ctx, storetest.NewDB(b))
-			require.NoError(b, err)
-			defer s.Close()
-			start := time.Now()
-			_, err = s.Pool().Exec(ctx, `INSERT INTO jobs (tenant, id, status, requested_model, body, result, sched_key, reply, finished_at)
-				SELECT 'default', 'bench-' || i, 'succeeded', 'm', '{"model":"m"}', '{"id":"chatcmpl-1","choices":[]}', $1, '{"to":"results"}', $1
-				FROM generate_series(1, $2) i`, start, backlog*perBatch)
-			require.NoError(b, err)
-			_, err = s.Pool().Exec(ctx, `INSERT INTO notification_batches (created_at, event_ids, tenants, job_ids, statuses, replies)
+			ctx, start := context.Background(), time.Now()
+			s := routedJobsDone(b, start, backlog*perBatch)
+			_, err := s.Pool().Exec(ctx, `INSERT INTO notification_batches (created_at, event_ids, tenants, job_ids, statuses, replies)
 				SELECT $1, array_agg(gen_random_uuid()), array_agg('default'::text), array_agg('bench-' || i), array_agg('succeeded'::text),
 					array_agg('{"to":"results"}'::jsonb)
 				FROM generate_series(1, $2) i GROUP BY (i - 1) / $3 ORDER BY (i - 1) / $3`, start, backlog*perBatch, perBatch)

@@ -195,6 +195,7 @@ func TestAlerterBurstOfHundredGivesOneAlertAndOneResolved(t *testing.T) {
 	for i := range 100 {
 		b.alerter.Notify(deadLetter(fmt.Sprintf("job-%03d", i), "acme", ReasonRetriesExhausted))
 	}
+	waitTimers(t, b.clock, 1) // the burst's group wait, armed before the clock moves
 	b.clock.Advance(AlertGroupWaitDefault)
 	firing := recv.next(t)
 	require.Equal(t, "/hook", firing.path)
@@ -235,6 +236,7 @@ func TestAlerterAlertmanagerPayload(t *testing.T) {
 	for _, id := range []string{"j1", "j2", "j3"} {
 		b.alerter.Notify(Event{JobID: id, Tenant: "acme", Reason: ReasonRetriesExhausted, LastError: "429 Too Many Requests", Model: "gpt-4o-mini", Time: t0})
 	}
+	waitTimers(t, b.clock, 1) // the burst's group wait, armed before the clock moves
 	b.clock.Advance(10 * time.Second)
 
 	const description = "3 dead letters with reason retries_exhausted for tenant acme between 2026-11-30T02:00:00Z and 2026-11-30T02:00:00Z. " +
@@ -304,6 +306,7 @@ func TestAlerterReceiverDownRetriesThenLogs(t *testing.T) {
 	b.start(t)
 
 	b.alerter.Notify(deadLetter("j1", "acme", ReasonPoison))
+	waitTimers(t, b.clock, 1) // the burst's group wait, armed before the clock moves
 	b.clock.Advance(10 * time.Second)
 	// Attempts 1..4 with backoffs of 1s, 2s and 4s between them; the
 	// resolve timer of the burst runs alongside.
@@ -339,6 +342,7 @@ func TestAlerterHonoursRetryAfter(t *testing.T) {
 	b := setup(t, AlertConfig{WebhookURL: recv.srv.URL, HTTPClient: recv.srv.Client(), MaxAttempts: 2})
 	b.start(t)
 	b.alerter.Notify(deadLetter("j1", "acme", ReasonPoison))
+	waitTimers(t, b.clock, 1) // the burst's group wait, armed before the clock moves
 	b.clock.Advance(10 * time.Second)
 	recv.next(t)
 	waitTimers(t, b.clock, 2) // the resolve timer and the 7s Retry-After
@@ -355,6 +359,7 @@ func TestAlerterPermanentErrorIsNotRetried(t *testing.T) {
 	b := setup(t, AlertConfig{WebhookURL: recv.srv.URL, HTTPClient: recv.srv.Client()})
 	b.start(t)
 	b.alerter.Notify(deadLetter("j1", "acme", ReasonPoison))
+	waitTimers(t, b.clock, 1) // the burst's group wait, armed before the clock moves
 	b.clock.Advance(10 * time.Second)
 	recv.next(t)
 	rec := b.logs.next(t)
@@ -394,6 +399,7 @@ func TestAlerterUnreachableReceiver(t *testing.T) {
 	})
 	b.start(t)
 	b.alerter.Notify(deadLetter("j1", "acme", ReasonPoison))
+	waitTimers(t, b.clock, 1) // the burst's group wait, armed before the clock moves
 	b.clock.Advance(10 * time.Second)
 	resolveIn := AlertResolveTimeoutDefault - 10*time.Second
 	for _, backoff := range []time.Duration{time.Second, 1500 * time.Millisecond} {
@@ -421,6 +427,7 @@ func TestAlerterWebhookSecretNeverLogged(t *testing.T) {
 	b := setup(t, AlertConfig{WebhookURL: "http://" + addr + "/services/" + secret, MaxAttempts: 1})
 	b.start(t)
 	b.alerter.Notify(deadLetter("j1", "acme", ReasonPoison))
+	waitTimers(t, b.clock, 1) // the burst's group wait, armed before the clock moves
 	b.clock.Advance(10 * time.Second)
 	rec := b.logs.next(t)
 	require.Contains(t, rec["error"], "connection refused")
@@ -445,6 +452,7 @@ func TestAlerterSlackEscaping(t *testing.T) {
 	b.start(t)
 	b.alerter.Notify(Event{JobID: "<@U0ADMIN>", Tenant: "acme", Reason: ReasonRetriesExhausted, Model: "<!channel> gpt",
 		LastError: "<https://evil.example/login|Click to re-authenticate> & Authorization: Bearer sk-live0123456789", Time: t0})
+	waitTimers(t, b.clock, 1) // the burst's group wait, armed before the clock moves
 	b.clock.Advance(10 * time.Second)
 	var msg webhookMessage
 	require.NoError(t, json.Unmarshal(hook.next(t).body, &msg))
